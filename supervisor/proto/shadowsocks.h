@@ -1,0 +1,127 @@
+/*
+ * Shadowsocks AEAD (SIP004/SIP007) server core, sans-I/O. Wire format: PROTOCOLS.md §2.
+ * TCP: the runtime feeds client bytes; the core authenticates the first length chunk by trial
+ * decryption over the keyring, parses the target address from the reassembled plaintext stream,
+ * and decrypts each chunk IN PLACE in the caller's buffer. Downstream data is sealed in place.
+ */
+#ifndef SV_PROTO_SHADOWSOCKS_H
+#define SV_PROTO_SHADOWSOCKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <openssl/evp.h>
+
+#include "supervisor/crypto/aead.h"
+#include "supervisor/crypto/replay.h"
+#include "supervisor/proto/core.h"
+
+#define SV_SS_KEY_MAX 32
+#define SV_SS_SALT_MAX 32
+#define SV_SS_TAG 16
+#define SV_SS_CHUNK_MAX 0x3FFF /**< largest payload of one chunk (§2.3) */
+/** Bytes to reserve before a payload for sv_ss_tcp_seal(): salt + sealed length. */
+#define SV_SS_SEAL_HEAD (SV_SS_SALT_MAX + 2 + SV_SS_TAG)
+/** Bytes to reserve after a payload for its tag. */
+#define SV_SS_SEAL_TAIL SV_SS_TAG
+/** Most bytes the core ever needs buffered to make progress: a full chunk. */
+#define SV_SS_NEED_MAX (2 + SV_SS_TAG + SV_SS_CHUNK_MAX + SV_SS_TAG)
+
+/** Master keys of one inbound's users, indexed like the user table. Immutable once built. */
+typedef struct sv_ss_keyring {
+    enum sv_ss_cipher cipher;
+    size_t n;
+    uint8_t (*keys)[SV_SS_KEY_MAX]; /**< n master keys (only key_len bytes of each are used) */
+} sv_ss_keyring;
+
+/** Key (= salt) length of a method: 16 or 32. */
+size_t sv_ss_key_len(enum sv_ss_cipher cipher);
+
+/**
+ * Derive a master key from a password: EVP_BytesToKey(MD5, no salt, 1 round) (§2.2).
+ * @param out  key_len bytes
+ */
+void sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out);
+
+/**
+ * Build a keyring from @p n passwords. @return 0 or -ENOMEM. Free with sv_ss_keyring_deinit().
+ */
+int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char *const *passwords,
+                       size_t n);
+void sv_ss_keyring_deinit(sv_ss_keyring *ring);
+
+enum sv_ss_state { SV_SS_AUTH = 0, SV_SS_HEADER, SV_SS_RELAY, SV_SS_FAILED };
+
+/** Server-side TCP state for one connection. Zero it, then sv_ss_tcp_init(). */
+typedef struct sv_ss_tcp {
+    enum sv_ss_state state;
+    enum sv_ss_cipher cipher;
+    int user;                  /**< index into the keyring once authenticated, else -1 */
+    sv_aead open;              /**< client→server direction */
+    sv_aead seal;              /**< server→client direction */
+    bool salt_sent;
+    uint8_t seal_salt[SV_SS_SALT_MAX];
+    uint16_t pending_len;      /**< payload length of a chunk whose length was opened, 0 = none */
+    void (*rng)(uint8_t *buf, size_t n); /**< salt source; NULL = OpenSSL RAND_bytes */
+} sv_ss_tcp;
+
+/** Prepare @p c for a new connection. @return 0 or -ENOMEM. */
+int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher);
+/** Release cipher contexts. Idempotent. */
+void sv_ss_tcp_deinit(sv_ss_tcp *c);
+
+/** What one sv_ss_tcp_feed() call produced. */
+typedef struct sv_ss_out {
+    bool authenticated;   /**< this call identified the user (c->user is set) */
+    bool open;            /**< this call parsed the target address: dest is valid */
+    sv_dest dest;
+    uint8_t *data;        /**< plaintext for the outbound, inside the caller's buffer; may be NULL */
+    size_t len;
+} sv_ss_out;
+
+/**
+ * Feed client bytes. Processes at most one chunk per call (the salt and the first chunk
+ * together on the first call) and decrypts in place, so @p p is modified.
+ * @param ring    keys to try (borrowed for the call)
+ * @param replay  salt filter, checked only after the first chunk authenticated; may be NULL
+ * @return bytes consumed (0 = need more bytes: keep them and call again with more; the core never
+ *         needs more than SV_SS_SALT_MAX + SV_SS_NEED_MAX buffered);
+ *         -EBADMSG: authentication failed (wrong key / probe, or corrupt chunk later);
+ *         -EPROTO: bad length (> 0x3FFF) or bad address; -EEXIST: replayed salt.
+ *         After an error the core is in SV_SS_FAILED and takes no more input.
+ */
+ssize_t sv_ss_tcp_feed(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *replay, uint8_t *p,
+                       size_t n, sv_ss_out *out);
+
+/**
+ * Seal @p len payload bytes (1..SV_SS_CHUNK_MAX) in place for the client. The payload is at
+ * buf + SV_SS_SEAL_HEAD and buf has SV_SS_SEAL_TAIL spare bytes after it. On the first call the
+ * salt is written too. Needs c->user >= 0 (the user's key is taken from @p ring).
+ * @param wire  receives the start of the wire bytes inside buf
+ * @return the wire length, or -EINVAL.
+ */
+ssize_t sv_ss_tcp_seal(sv_ss_tcp *c, const sv_ss_keyring *ring, uint8_t *buf, size_t len,
+                       uint8_t **wire);
+
+/**
+ * Open one client datagram in place (§2.4): trial decryption over the keyring.
+ * @param user     receives the keyring index
+ * @param dest     receives the destination
+ * @param payload  receives the payload start inside @p pkt
+ * @return payload length (>= 0); -EBADMSG when no key opens it; -EPROTO for a bad address or a
+ *         packet shorter than salt + tag.
+ */
+ssize_t sv_ss_udp_open(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *user,
+                       sv_dest *dest, uint8_t **payload);
+
+/**
+ * Seal one reply datagram: salt | AEAD(address of @p from ‖ payload) into @p out.
+ * @return wire length, or -EMSGSIZE when @p cap is too small.
+ */
+ssize_t sv_ss_udp_seal(enum sv_ss_cipher cipher, const uint8_t *key, const sv_dest *from,
+                       const uint8_t *payload, size_t n, uint8_t *out, size_t cap,
+                       void (*rng)(uint8_t *buf, size_t n));
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * Compiled routes (seed 000, "compile routes"): rules tried in order, a rule matches when any of
+ * its matchers matches (and, katana's addition, the flow came from one of its inbounds when it
+ * lists any); no match → the default. The table points at slots, not outbounds: each distinct
+ * tag named by a rule or the default gets one slot, numbered by first appearance (the default's
+ * tag last when no rule names it). The plane fills slots with targets. Pure: no I/O.
+ */
+#ifndef SV_ROUTER_H
+#define SV_ROUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "supervisor/proto/core.h"
+#include "supervisor/supervisor.h"
+
+typedef struct sv_routes sv_routes;
+
+/** What the router matches a flow on (seed 000, route_target). Missing fields never match. */
+typedef struct sv_route_query {
+    const sv_dest *dest;           /**< requested destination (domain or IP) */
+    const char *sniffed;           /**< sniffed host name or NULL: an extra domain candidate */
+    const char *inbound;           /**< inbound tag */
+    const struct sockaddr *source; /**< client address or NULL */
+    enum sv_network network;       /**< always set */
+} sv_route_query;
+
+/** The outcome: a slot, and the index of the rule that matched (-1 = the default route). */
+typedef struct sv_decision {
+    uint32_t slot;
+    int rule;
+} sv_decision;
+
+/**
+ * Compile @p spec. Assumes it passed validation.
+ * @return 0, -ENOMEM, or -EINVAL with err->msg ("building route failed: ...").
+ */
+int sv_routes_compile(const sv_route_spec *spec, sv_routes **out, sv_error *err);
+
+/** A table with no rules whose default is @p tag (the empty plane uses it). NULL on OOM. */
+sv_routes *sv_routes_single(const char *tag);
+
+void sv_routes_free(sv_routes *r);
+
+/** Number of slots, and the tag each slot stands for (borrowed). */
+size_t sv_routes_n_slots(const sv_routes *r);
+const char *sv_routes_slot_tag(const sv_routes *r, size_t slot);
+
+/** Route one flow or datagram. Thread-safe (reads only). */
+sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q);
+
+#endif

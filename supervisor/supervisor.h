@@ -1,0 +1,388 @@
+/*
+ * katana supervisor: the embedded runtime. The only header agent/ and api/ include from
+ * supervisor/ (besides supervisor/util/). It knows nothing of panels, config files or HTTP.
+ *
+ * Source of the rules: seed 001 (overview, public API, apply, shutdown), seed 000 (plane,
+ * router, connector), seed 002 (connector, UDP fan-out), seed 003 (tracking, stats, usage).
+ *
+ * Threads: every sv_* function below runs on the control loop given to sv_supervisor_new(),
+ * except those marked "any thread" (they read published snapshots or post a message).
+ */
+#ifndef SV_SUPERVISOR_H
+#define SV_SUPERVISOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "supervisor/util/err.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Spec: the desired state. Plain data; every string is heap-owned by the spec.                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/** Limits (seed-derived or chosen, checked by validation). */
+#define SV_TAG_MAX 64             /**< bytes in any tag */
+#define SV_SECRET_MAX 256         /**< bytes in a user's secret */
+#define SV_USERS_MAX 100000       /**< users in one user set */
+#define SV_RULES_MAX 4096         /**< route rules */
+#define SV_MATCHERS_MAX 65536     /**< matchers in one rule */
+
+/** A user of a user set. `id` is the frontend's key (katana: the panel's numeric user id). */
+typedef struct sv_user {
+    uint64_t id;           /**< frontend key, unique within its set */
+    char *label;           /**< name for logs and the API (never a secret); may be NULL */
+    char *secret;          /**< Shadowsocks password (the panel uuid); required */
+    uint64_t speed_limit;  /**< bytes per second, both directions; 0 = unlimited */
+    uint32_t device_limit; /**< distinct client IPs; 0 = unlimited */
+} sv_user;
+
+/** A named set of users that inbounds admit. */
+typedef struct sv_user_set {
+    char *tag;
+    sv_user *users;
+    size_t n_users;
+} sv_user_set;
+
+enum sv_inbound_protocol { SV_INBOUND_SHADOWSOCKS = 1 };
+
+/** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */
+enum sv_ss_cipher {
+    SV_SS_AES_128_GCM = 1,
+    SV_SS_AES_256_GCM,
+    SV_SS_CHACHA20_POLY1305,
+};
+
+/** Where an inbound listens: an IP literal and a port, TCP and (when udp) UDP on the same port. */
+typedef struct sv_bind {
+    char *address; /**< "0.0.0.0", "127.0.0.1", "::", "::1" ... */
+    uint16_t port; /**< 1..65535 */
+} sv_bind;
+
+typedef struct sv_inbound_spec {
+    char *tag;
+    sv_bind bind;
+    bool udp;                          /**< also serve UDP on bind */
+    enum sv_inbound_protocol protocol;
+    enum sv_ss_cipher ss_cipher;       /**< SV_INBOUND_SHADOWSOCKS */
+    char *users;                       /**< user set tag; required for Shadowsocks */
+} sv_inbound_spec;
+
+enum sv_outbound_kind {
+    SV_OUTBOUND_DIRECT = 1, /**< freedom: dial the requested destination */
+    SV_OUTBOUND_BLACKHOLE,  /**< refuse every flow, drop every datagram */
+};
+
+typedef struct sv_outbound_spec {
+    char *tag;
+    enum sv_outbound_kind kind;
+} sv_outbound_spec;
+
+enum sv_network { SV_NET_TCP = 1, SV_NET_UDP = 2 };
+
+/** An IP prefix: family AF_INET/AF_INET6, address in network order, prefix length. */
+typedef struct sv_cidr {
+    int family;
+    uint8_t addr[16];
+    uint8_t prefix;
+} sv_cidr;
+
+enum sv_match_kind {
+    SV_MATCH_DOMAIN = 1,     /**< text: the whole name, case-insensitive */
+    SV_MATCH_DOMAIN_SUFFIX,  /**< text: "example.com" matches it and every subdomain */
+    SV_MATCH_DOMAIN_KEYWORD, /**< text: a substring of the name */
+    SV_MATCH_CIDR,           /**< cidr: destination IP */
+    SV_MATCH_PORT,           /**< port_lo..port_hi inclusive */
+    SV_MATCH_NETWORK,        /**< network: tcp or udp */
+    SV_MATCH_INBOUND,        /**< text: the inbound tag the flow came in on */
+    SV_MATCH_SOURCE_CIDR,    /**< cidr: client source IP */
+};
+
+typedef struct sv_route_match {
+    enum sv_match_kind kind;
+    char *text;
+    sv_cidr cidr;
+    uint16_t port_lo, port_hi;
+    enum sv_network network;
+} sv_route_match;
+
+/**
+ * A route rule: it matches when any of its matchers matches (seed 000, "compile routes"), and,
+ * katana's addition for several nodes in one supervisor, only for flows from one of `inbounds`
+ * when that list is not empty.
+ */
+typedef struct sv_route_rule {
+    sv_route_match *matchers;
+    size_t n_matchers;
+    char **inbounds;
+    size_t n_inbounds;
+    char *outbound; /**< outbound tag */
+} sv_route_rule;
+
+typedef struct sv_route_spec {
+    sv_route_rule *rules;
+    size_t n_rules;
+    char *default_outbound; /**< tag used when no rule matches */
+} sv_route_spec;
+
+/** How live sessions of a principal that is no longer admitted are treated (seed 001, policies). */
+enum sv_removal_policy { SV_REMOVAL_CLOSE = 0, SV_REMOVAL_KEEP };
+
+typedef struct sv_spec {
+    sv_inbound_spec *inbounds;
+    size_t n_inbounds;
+    sv_outbound_spec *outbounds;
+    size_t n_outbounds;
+    sv_user_set *user_sets;
+    size_t n_user_sets;
+    sv_route_spec route;
+    enum sv_removal_policy user_removal;
+} sv_spec;
+
+/** Free everything a spec owns (not the struct itself); leaves it zeroed. NULL-safe. */
+void sv_spec_free(sv_spec *spec);
+
+/**
+ * Deep-copy @p src into @p dst (which is overwritten, not freed).
+ * @return 0, or -ENOMEM (dst is then zeroed).
+ */
+int sv_spec_clone(sv_spec *dst, const sv_spec *src);
+
+/** Free one user set's contents and zero it. */
+void sv_user_set_free(sv_user_set *set);
+
+/** Deep-copy a user set. @return 0 or -ENOMEM. */
+int sv_user_set_clone(sv_user_set *dst, const sv_user_set *src);
+
+/** Look up a user set by tag. @return a borrowed pointer or NULL. */
+const sv_user_set *sv_spec_user_set(const sv_spec *spec, const char *tag);
+
+/**
+ * Check every semantic rule of @p spec without touching anything (the only owner of these rules,
+ * supervisor/validate.c; texts from seed 001 "ApplyError").
+ * @return 0, or -EINVAL with err->msg set to the first violation.
+ */
+int sv_validate(const sv_spec *spec, sv_error *err);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The supervisor                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct sv_supervisor sv_supervisor;
+
+typedef struct sv_options {
+    unsigned workers;            /**< worker threads; 0 = number of CPUs */
+    uint32_t sample_interval_ms; /**< sampler tick; 0 = 1000 */
+} sv_options;
+
+typedef struct sv_apply_options {
+    bool allow_disruptive;
+} sv_apply_options;
+
+/** What an apply did; each entry is "kind tag" or "outbound tag@vN". Owned by the report. */
+typedef struct sv_apply_report {
+    char **reused, **built, **swapped, **drained, **rebound, **removed;
+    size_t n_reused, n_built, n_swapped, n_drained, n_rebound, n_removed;
+} sv_apply_report;
+
+/** Free the strings of a report and zero it. NULL-safe. */
+void sv_apply_report_free(sv_apply_report *report);
+
+/**
+ * Create a supervisor on @p control (the control loop) and start its workers. Nothing listens
+ * until the first apply; the plane before it is the empty plane (drops everything, epoch 0).
+ * @param out  receives the supervisor, owned by the caller until sv_supervisor_free()
+ * @return 0, -ENOMEM, or a libuv error from thread start.
+ */
+int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor **out);
+
+/**
+ * Reconcile the running state to @p spec: validate → plan → prepare → commit (seed 001 "apply").
+ * A refused spec changes nothing. @p spec is copied; the caller keeps it.
+ * @param report  optional; filled on success
+ * @param err     optional; on failure holds the seed's text ("duplicate inbound tag x",
+ *                "route references unknown outbound y", "inbound x: binding 127.0.0.1:1 failed: ...")
+ * @return 0, -EINVAL (validation), -EADDRINUSE / other bind errors, -ENOMEM, -ESHUTDOWN.
+ */
+int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opts,
+             sv_apply_report *report, sv_error *err);
+
+/**
+ * Dry run of a first start (seed 001 "check"): validate, plan from nothing, build everything
+ * except listeners. Needs no supervisor.
+ * @return 0 or the error apply would give, with err->msg set.
+ */
+int sv_check(const sv_spec *spec, sv_error *err);
+
+/**
+ * Replace every user of set @p set_tag (seed 001 "user edits"): no re-plan, the epoch is
+ * unchanged; removed users' sessions are closed under the removal policy; unchanged users'
+ * sessions are untouched. @p users is copied.
+ * @return 0; -ENOENT with "user set {tag}: no such user set"; -EINVAL for an invalid user;
+ *         -ESHUTDOWN.
+ */
+int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, size_t n_users,
+                 sv_error *err);
+
+/** Add or replace one user of @p set_tag. Same errors as sv_set_users(). */
+int sv_upsert_user(sv_supervisor *sv, const char *set_tag, const sv_user *user, sv_error *err);
+
+/**
+ * Remove user @p id from @p set_tag and close its sessions (policy permitting).
+ * @return 1 when the user was in the set, 0 when not (nothing changes), or a negative error.
+ */
+int sv_remove_user(sv_supervisor *sv, const char *set_tag, uint64_t id, sv_error *err);
+
+enum sv_selector_kind { SV_SELECT_SESSION = 1, SV_SELECT_USER, SV_SELECT_INBOUND, SV_SELECT_ALL };
+
+typedef struct sv_selector {
+    enum sv_selector_kind kind;
+    uint64_t session; /**< SV_SELECT_SESSION */
+    uint64_t user;    /**< SV_SELECT_USER: frontend user id */
+    const char *inbound; /**< SV_SELECT_INBOUND */
+} sv_selector;
+
+/**
+ * Close the selected live sessions now (seed 001 "Selector").
+ * @return how many sessions this call closed (already closing ones are not counted).
+ */
+size_t sv_close(sv_supervisor *sv, const sv_selector *sel);
+
+/** One live session (a client connection or a UDP association). */
+typedef struct sv_session_info {
+    uint64_t id;
+    char inbound[SV_TAG_MAX + 1];
+    char source[64];   /**< client "ip:port" */
+    bool has_user;
+    uint64_t user;     /**< frontend id when has_user */
+    uint64_t up, down; /**< wire bytes from / to the client */
+    uint64_t started_ms; /**< wall clock, ms since the Unix epoch */
+    bool udp;
+} sv_session_info;
+
+/**
+ * Every live session, sorted by id. Any thread.
+ * @param out  receives a malloc'ed array the caller frees with free()
+ * @return the count, or -ENOMEM.
+ */
+long sv_sessions(sv_supervisor *sv, sv_session_info **out);
+
+/** Number of planes published so far (0 before the first apply). Any thread. */
+uint64_t sv_epoch(sv_supervisor *sv);
+
+/** Wire bytes of one user. */
+typedef struct sv_usage {
+    uint64_t user; /**< frontend id */
+    uint64_t up, down;
+} sv_usage;
+
+/**
+ * Per-user wire bytes moved since the previous take (at most one entry per user, none for users
+ * that moved nothing). Reconciles live sessions first, so the result is exact up to this moment.
+ * Control loop only.
+ * @param out  malloc'ed array for the caller to free()
+ * @return the count, or -ENOMEM.
+ */
+long sv_take_usage(sv_supervisor *sv, sv_usage **out);
+
+/** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
+long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);
+
+/** One live flow (a dialed TCP connection or a UDP sub-link). */
+typedef struct sv_flow_info {
+    uint64_t id;       /**< names its worker: id % 256 == worker index */
+    uint64_t session;
+    char inbound[SV_TAG_MAX + 1];
+    bool has_user;
+    uint64_t user;
+    char user_label[SV_TAG_MAX + 1];
+    char source[64];      /**< client "ip:port" */
+    char destination[300]; /**< requested "host:port" */
+    enum sv_network network;
+    char outbound[SV_TAG_MAX + 16]; /**< "tag@vN" */
+    int rule;             /**< index of the matching rule, -1 = default route */
+    uint64_t epoch;       /**< plane that routed it */
+    uint64_t started_ms;  /**< wall clock */
+    uint64_t up, down;    /**< payload bytes client→remote, remote→client */
+} sv_flow_info;
+
+/** Every live flow sorted by id. Any thread. Same conventions as sv_sessions(). */
+long sv_flows(sv_supervisor *sv, sv_flow_info **out);
+
+/**
+ * Kill one flow. Any thread: the kill is posted to the flow's worker.
+ * @return 0, or -ENOENT when no live flow has that id.
+ */
+int sv_kill(sv_supervisor *sv, uint64_t flow_id);
+
+/** A flow predicate for sv_kill_where(); NULL/0 fields match anything. */
+typedef struct sv_flow_filter {
+    const char *inbound;
+    const char *outbound; /**< tag (any version) or "tag@vN" */
+    bool has_user;
+    uint64_t user;
+    bool has_session;
+    uint64_t session;
+} sv_flow_filter;
+
+/** Kill every live flow matching @p f. Any thread. @return how many were told to close. */
+size_t sv_kill_where(sv_supervisor *sv, const sv_flow_filter *f);
+
+/** Per-tag traffic in one sampler tick (seed 003, StatsSnapshot). */
+typedef struct sv_tag_stats {
+    char tag[SV_TAG_MAX + 1]; /**< inbound/outbound tag, or the user id in decimal */
+    uint64_t up, down;        /**< bytes since start */
+    uint64_t up_rate, down_rate; /**< bytes/s over the measured interval */
+    uint32_t flows;           /**< live flows at the tick */
+} sv_tag_stats;
+
+typedef struct sv_stats {
+    uint64_t tick;
+    uint64_t interval_ns;
+    sv_tag_stats total;
+    sv_tag_stats *inbounds, *outbounds, *users;
+    size_t n_inbounds, n_outbounds, n_users;
+} sv_stats;
+
+/**
+ * A copy of the latest stats snapshot. Any thread.
+ * @return 0 or -ENOMEM; free with sv_stats_free().
+ */
+int sv_stats_get(sv_supervisor *sv, sv_stats *out);
+void sv_stats_free(sv_stats *stats);
+
+/** A flow event from the bounded ring (1024 entries, seed 003). */
+enum sv_event_kind { SV_EVENT_OPENED = 1, SV_EVENT_CLOSED, SV_EVENT_LAGGED };
+typedef struct sv_event {
+    enum sv_event_kind kind;
+    uint64_t seq;
+    uint64_t missed;  /**< SV_EVENT_LAGGED: events this reader lost */
+    sv_flow_info flow; /**< OPENED / CLOSED (final counts on CLOSED) */
+} sv_event;
+
+#define SV_EVENT_RING 1024
+
+/**
+ * Read the next event after @p *cursor (start with 0 for "from now"). Any thread, never blocks.
+ * @return 1 with *ev filled and *cursor advanced; 0 when nothing is new. A reader that fell more
+ *         than SV_EVENT_RING behind gets one SV_EVENT_LAGGED with the number it missed.
+ */
+int sv_events_next(sv_supervisor *sv, uint64_t *cursor, sv_event *ev);
+
+/** The sequence number of the newest event (a cursor that reads only future events). */
+uint64_t sv_events_head(sv_supervisor *sv);
+
+/**
+ * Shut down in the seed's order (seed 001 "shutdown"): stop accepting, give live connections up
+ * to @p grace_ms, close the rest, run a last sampler tick so every byte is in the ledger.
+ * Blocks the control loop while waiting (at most grace_ms plus a short close). Idempotent.
+ * After it, sv_take_usage() still returns what is left; other commands fail with -ESHUTDOWN.
+ */
+void sv_shutdown(sv_supervisor *sv, uint32_t grace_ms);
+
+/** Free a supervisor after sv_shutdown(). */
+void sv_supervisor_free(sv_supervisor *sv);
+
+#endif
