@@ -1,0 +1,136 @@
+/*
+ * Flow and session tracking, stats and the usage ledger (seed 003).
+ *
+ * Records are allocated by a worker when a flow (dialed connection / UDP sub-link) or a session
+ * (client connection / UDP association) opens, registered here, and their counters are written
+ * only by that worker with relaxed atomic stores (no lock on the per-byte path). At close the
+ * worker unregisters the record; the tracker then owns it and frees it after the sampler (flows)
+ * or the ledger (sessions) has counted its last bytes. Registry mutations take a per-worker mutex
+ * (once per open/close, never per byte); readers (API, sampler) take the same mutex briefly.
+ *
+ * Counting is exact (seed 003, "the sampler counts every byte once"): each record has watermarks
+ * owned by the counting side; live records are scanned first, then the closed queue is drained,
+ * and the watermark swap hands every byte to exactly one tick.
+ */
+#ifndef SV_TRACK_TRACKER_H
+#define SV_TRACK_TRACKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "supervisor/supervisor.h"
+#include "supervisor/util/list.h"
+
+/** Byte counters written by one worker thread, read anywhere. */
+typedef struct sv_meter {
+    _Atomic uint64_t up;   /**< client → remote */
+    _Atomic uint64_t down; /**< remote → client */
+} sv_meter;
+
+/** Add to a counter from its single writer: a relaxed load+store, no locked instruction. */
+static inline void sv_meter_add(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+typedef struct sv_flow_rec {
+    sv_flow_info info;   /**< static fields, filled by the worker before register (id by tracker) */
+    sv_meter bytes;      /**< payload bytes */
+    uint64_t wm_up, wm_down; /**< sampler watermarks (sampler only) */
+    unsigned worker;
+    _Atomic bool kill;   /**< set by sv_tracker_kill*(); the worker closes the flow */
+    void *owner;         /**< the worker's object for this flow (only the worker dereferences it) */
+    sv_list link;        /**< registry or closed queue */
+} sv_flow_rec;
+
+typedef struct sv_session_rec {
+    sv_session_info info; /**< static fields, filled by the worker (id by tracker) */
+    sv_meter wire;        /**< wire bytes on the client side */
+    uint64_t wm_up, wm_down; /**< ledger watermarks (ledger only) */
+    _Atomic bool has_user;   /**< set once by the worker when the first flow authenticates */
+    _Atomic uint64_t user;   /**< frontend user id, valid when has_user */
+    unsigned worker;
+    _Atomic bool close_requested; /**< set by sv_tracker_close_sessions(); the worker closes it */
+    void *owner;
+    sv_list link;
+} sv_session_rec;
+
+typedef struct sv_tracker sv_tracker;
+
+/**
+ * Called from any thread, possibly with a tracker mutex held, after a kill or close flag was set
+ * on a record of worker @p worker: it only wakes that worker (uv_async_send), which then closes
+ * every flow/session of its own whose flag is set. It must not call back into the tracker.
+ */
+typedef void (*sv_tracker_wake_fn)(void *ctx, unsigned worker);
+
+/**
+ * Create a tracker for @p n_workers workers; @p wake tells a worker to look at its flags.
+ * @return NULL on allocation failure.
+ */
+sv_tracker *sv_tracker_new(unsigned n_workers, sv_tracker_wake_fn wake, void *wake_ctx);
+
+/** Free the tracker and every record it still holds. No worker may use it any more. */
+void sv_tracker_free(sv_tracker *t);
+
+/**
+ * Register a flow opened on @p rec->worker: assigns rec->info.id (id % 256 == worker), inserts
+ * it, emits OPENED. Worker thread. The worker keeps using @p rec until unregister.
+ */
+void sv_tracker_flow_open(sv_tracker *t, sv_flow_rec *rec);
+
+/**
+ * Unregister a flow: removes it, queues it for the sampler's last count, emits CLOSED with the
+ * final counts. Ownership passes to the tracker. Worker thread.
+ */
+void sv_tracker_flow_close(sv_tracker *t, sv_flow_rec *rec);
+
+/** Register / unregister a session (same rules; the ledger counts its wire bytes). */
+void sv_tracker_session_open(sv_tracker *t, sv_session_rec *rec);
+void sv_tracker_session_close(sv_tracker *t, sv_session_rec *rec);
+
+/** Bind a live session to a user (first authenticated flow). Worker thread. */
+void sv_tracker_session_bind_user(sv_tracker *t, sv_session_rec *rec, uint64_t user);
+
+/** Copies of every live flow / session sorted by id (see sv_flows() / sv_sessions()). */
+long sv_tracker_flows(sv_tracker *t, sv_flow_info **out);
+long sv_tracker_sessions(sv_tracker *t, sv_session_info **out);
+
+/** Kill one flow (sets its kill flag, wakes its worker). @return 0 or -ENOENT. Any thread. */
+int sv_tracker_kill(sv_tracker *t, uint64_t id);
+/** Kill every flow matching @p f. @return how many. Any thread. */
+size_t sv_tracker_kill_where(sv_tracker *t, const sv_flow_filter *f);
+
+/**
+ * Close live sessions that match: all (inbound NULL, has_user false, session 0), one session
+ * id, all of an inbound, or all bound to a user. @return how many were asked to close
+ * (sessions already asked before are not counted again).
+ */
+size_t sv_tracker_close_sessions(sv_tracker *t, const char *inbound, bool has_user, uint64_t user,
+                                 uint64_t session);
+
+/** Number of live sessions of @p user and the number of distinct client IPs among them. */
+void sv_tracker_user_presence(sv_tracker *t, uint64_t user, size_t *sessions, size_t *ips);
+
+/**
+ * One sampler tick (seed 003 "sampler"): reconcile the ledger, count every flow's bytes since
+ * its watermark (live, then the closed queue), publish a new snapshot. Control loop.
+ * @param interval_ns  measured time since the previous tick (rates are bytes over it)
+ */
+void sv_tracker_tick(sv_tracker *t, uint64_t interval_ns);
+
+/** Copy of the latest snapshot (see sv_stats_get()). */
+int sv_tracker_stats(sv_tracker *t, sv_stats *out);
+
+/** Reconcile the ledger, then take per-user deltas / totals (see sv_take_usage()). */
+long sv_tracker_take_usage(sv_tracker *t, sv_usage **out);
+long sv_tracker_usage_snapshot(sv_tracker *t, sv_usage **out);
+
+/** Event ring access (see sv_events_next()). */
+int sv_tracker_events_next(sv_tracker *t, uint64_t *cursor, sv_event *ev);
+uint64_t sv_tracker_events_head(sv_tracker *t);
+
+#endif
