@@ -1,0 +1,187 @@
+/*
+ * Internal types of the running supervisor: handlers, targets, planes, workers and the messages
+ * the control loop posts to workers (DESIGN.md "Threads and loops", seed 000 "plane", seed 001
+ * "actor"). Not part of the public API.
+ */
+#ifndef SV_RUNTIME_H
+#define SV_RUNTIME_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "supervisor/crypto/replay.h"
+#include "supervisor/proto/shadowsocks.h"
+#include "supervisor/router.h"
+#include "supervisor/supervisor.h"
+#include "supervisor/track/tracker.h"
+#include "supervisor/util/list.h"
+
+#define SV_WORKERS_MAX 64
+#define SV_SCRATCH (64 * 1024)         /**< per-worker read buffer */
+#define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
+#define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
+#define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */
+#define SV_PROBE_DRAIN_MIN_MS 5000      /**< a failed client is drained for a random time ... */
+#define SV_PROBE_DRAIN_SPAN_MS 25000    /**< ... in [min, min + span) before the close */
+
+/** A salt replay filter shared by every handler of one inbound. */
+typedef struct sv_replay_ref {
+    _Atomic int refs;
+    sv_replay *filter;
+} sv_replay_ref;
+
+/**
+ * What serves new connections of one inbound: its protocol settings and user table. Immutable
+ * and reference-counted; a listener swaps it without touching live connections.
+ */
+typedef struct sv_handler {
+    _Atomic int refs;
+    char tag[SV_TAG_MAX + 1];
+    sv_ss_keyring ring;    /**< one key per user */
+    uint64_t *user_ids;    /**< frontend ids, parallel to ring.keys */
+    size_t n_users;
+    sv_replay_ref *replay;
+} sv_handler;
+
+/** One outbound version (seed 000 "targets"): what a plane slot points at. */
+typedef struct sv_target {
+    _Atomic int refs;
+    enum sv_outbound_kind kind;
+    char id[SV_TAG_MAX + 16]; /**< "tag@vN" */
+    char tag[SV_TAG_MAX + 1];
+    uint32_t version;
+} sv_target;
+
+typedef struct sv_routes_ref {
+    _Atomic int refs;
+    sv_routes *routes;
+} sv_routes_ref;
+
+/** The immutable plane: compiled routes, one target per slot, its epoch (RCU, seed 000). */
+typedef struct sv_plane {
+    _Atomic int refs;
+    sv_routes_ref *routes;
+    sv_target **targets; /**< n_slots entries */
+    size_t n_slots;
+    uint64_t epoch;
+} sv_plane;
+
+sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users, sv_replay_ref *replay);
+void sv_handler_ref(sv_handler *h);
+void sv_handler_unref(sv_handler *h);
+/** Index of @p user in @p h whose key equals @p key, or -1. */
+int sv_handler_find(const sv_handler *h, uint64_t user, const uint8_t *key);
+
+sv_replay_ref *sv_replay_ref_new(void);
+void sv_replay_ref_unref(sv_replay_ref *r);
+
+sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version);
+void sv_target_ref(sv_target *t);
+void sv_target_unref(sv_target *t);
+
+void sv_routes_ref_unref(sv_routes_ref *r);
+
+/** Build a plane; takes a reference on @p routes and on every target. NULL on OOM. */
+sv_plane *sv_plane_new(sv_routes_ref *routes, sv_target *const *targets, size_t n, uint64_t epoch);
+void sv_plane_ref(sv_plane *p);
+void sv_plane_unref(sv_plane *p);
+
+/* ------------------------------------------------------------------------------------------ */
+
+enum sv_msg_kind {
+    SV_MSG_START_LISTENER = 1, /**< id, fds, handler (ref moves to the worker) */
+    SV_MSG_SWAP_HANDLER,       /**< id, handler (ref moves), revoke = close sessions of users gone */
+    SV_MSG_STOP_LISTENER,      /**< id */
+    SV_MSG_PUBLISH_PLANE,      /**< plane (ref moves) */
+    SV_MSG_EXIT,               /**< close everything and leave the loop */
+};
+
+typedef struct sv_msg {
+    enum sv_msg_kind kind;
+    uint32_t listener;
+    int tcp_fd, udp_fd;
+    sv_handler *handler;
+    sv_plane *plane;
+    bool revoke;
+    sv_list link;
+} sv_msg;
+
+typedef struct sv_worker sv_worker;
+typedef struct sv_wlistener sv_wlistener;
+
+/** Shared, thread-safe parts every worker sees. */
+typedef struct sv_shared {
+    sv_tracker *tracker;
+    _Atomic uint64_t epoch;
+} sv_shared;
+
+/** Start worker @p index (a thread with its own loop). @return 0 or a negative errno. */
+int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared);
+/** Post a message (moved to the worker; freed there). Any thread. */
+void sv_worker_post(sv_worker *w, sv_msg *m);
+/** Wake the worker to act on kill/close flags. Any thread. */
+void sv_worker_wake(sv_worker *w);
+/** Post SV_MSG_EXIT, join the thread and free the worker. */
+void sv_worker_join(sv_worker *w);
+
+/* worker internals shared by worker.c, conn.c, udp.c */
+struct sv_worker {
+    unsigned index;
+    sv_shared *shared;
+    uv_loop_t loop;
+    uv_async_t async;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    sv_list inbox;          /**< sv_msg, under mu */
+    _Atomic bool flags_set; /**< a kill/close flag was set somewhere on this worker */
+    sv_plane *plane;        /**< current plane (worker-owned reference) */
+    sv_list listeners;      /**< sv_wlistener */
+    sv_list conns;          /**< TCP connections (sv_conn) */
+    sv_list assocs;         /**< UDP associations */
+    bool exiting;
+    uint8_t scratch[SV_SCRATCH + SV_SS_SALT_MAX + SV_SS_NEED_MAX + 64];
+};
+
+struct sv_wlistener {
+    sv_list link;
+    sv_worker *w;
+    uint32_t id;
+    uv_tcp_t tcp;
+    uv_udp_t udp;
+    bool has_udp;
+    int open_handles;
+    bool stopped;
+    unsigned n_users_of; /**< live connections and associations still pointing here */
+    sv_handler *handler;
+};
+
+/** Accept callback of a worker's TCP listener (conn.c). */
+void sv__conn_on_accept(uv_stream_t *server, int status);
+/** Close every connection whose session/flow was asked to close (conn.c). */
+void sv__conn_scan_flags(sv_worker *w);
+/** Close every TCP connection of @p l whose user is no longer in l->handler (conn.c). */
+void sv__conn_revoke(sv_worker *w, sv_wlistener *l);
+/** Close every TCP connection (shutdown / exit). */
+void sv__conn_close_all(sv_worker *w);
+/** Drop a listener user reference; frees a stopped listener when none is left (worker.c). */
+void sv__wlistener_release(sv_wlistener *l);
+
+/** UDP receive callback of a worker's listener (udp.c). */
+void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
+                     unsigned flags);
+void sv__udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+void sv__udp_scan_flags(sv_worker *w);
+void sv__udp_revoke(sv_worker *w, sv_wlistener *l);
+void sv__udp_close_all(sv_worker *w);
+
+/** Format a socket address as "ip:port" ("[v6]:port"). */
+void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap);
+
+/** Milliseconds since the Unix epoch (wall clock, for started_ms). */
+uint64_t sv__wall_ms(void);
+
+#endif

@@ -1,0 +1,792 @@
+/*
+ * The supervisor actor (seed 001): runs on the control loop, one command at a time. apply =
+ * validate → plan → prepare (everything that can fail; nothing running is touched) → commit
+ * (cannot fail: publish the plane, start/swap/stop listeners, close sessions, keep state).
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "supervisor/plan.h"
+#include "supervisor/runtime.h"
+#include "supervisor/util/log.h"
+
+/** A listener as the control loop knows it: one socket per worker lives on the workers. */
+typedef struct ctl_listener {
+    uint32_t id;
+    char tag[SV_TAG_MAX + 1];
+    char bind[80];
+    sv_handler *handler; /**< the control loop's reference to the current handler */
+    sv_replay_ref *replay;
+} ctl_listener;
+
+struct sv_supervisor {
+    uv_loop_t *control;
+    unsigned n_workers;
+    sv_worker *workers[SV_WORKERS_MAX];
+    sv_shared shared;
+    sv_spec running;
+    bool has_running;
+    sv_target **targets; /**< parallel to running.outbounds */
+    uint32_t *versions;  /**< parallel to running.outbounds */
+    uint32_t next_version;
+    sv_routes_ref *routes;
+    sv_plane *plane;
+    uint64_t epoch;
+    ctl_listener *listeners;
+    size_t n_listeners;
+    uint32_t next_listener_id;
+    uv_timer_t *sampler;
+    uint64_t last_tick_ns;
+    bool shut;
+};
+
+/* ---- staged work of one apply ---------------------------------------------------------------- */
+
+typedef struct staged_listener {
+    ctl_listener l;
+    int tcp_fds[SV_WORKERS_MAX], udp_fds[SV_WORKERS_MAX];
+    bool is_new;   /**< bound in prepare; else an existing listener getting a new handler */
+    bool revoke;
+} staged_listener;
+
+typedef struct prepared {
+    sv_target **targets; /**< parallel to spec->outbounds */
+    uint32_t *versions;
+    sv_routes_ref *routes;
+    bool publish;
+    staged_listener *ls;
+    size_t n_ls;
+} prepared;
+
+static void wake_worker(void *ctx, unsigned worker)
+{
+    sv_supervisor *sv = ctx;
+    sv_worker_wake(sv->workers[worker]);
+}
+
+static void post(sv_supervisor *sv, unsigned w, enum sv_msg_kind kind, uint32_t listener,
+                 sv_handler *h, sv_plane *p, int tcp_fd, int udp_fd, bool revoke)
+{
+    sv_msg *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        SV_LOG(SV_LOG_ERROR, "sv.actor", "out of memory posting to worker %u", w);
+        return;
+    }
+    m->kind = kind;
+    m->listener = listener;
+    m->handler = h;
+    m->plane = p;
+    m->tcp_fd = tcp_fd;
+    m->udp_fd = udp_fd;
+    m->revoke = revoke;
+    sv_worker_post(sv->workers[w], m);
+}
+
+static void publish_plane(sv_supervisor *sv, sv_plane *p)
+{
+    for (unsigned i = 0; i < sv->n_workers; i++) {
+        sv_plane_ref(p);
+        post(sv, i, SV_MSG_PUBLISH_PLANE, 0, NULL, p, -1, -1, false);
+    }
+    sv_plane_unref(sv->plane);
+    sv->plane = p;
+    atomic_store(&sv->shared.epoch, p->epoch);
+}
+
+/* ---- sockets ------------------------------------------------------------------------------------ */
+
+static int parse_bind(const sv_bind *b, struct sockaddr_storage *ss, socklen_t *len)
+{
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, b->address, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons(b->port);
+        *len = sizeof *a4;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, b->address, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons(b->port);
+        *len = sizeof *a6;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* One SO_REUSEPORT socket bound to @p b. @return the fd or a negative errno. */
+static int bind_socket(const sv_bind *b, int type)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (parse_bind(b, &ss, &len) != 0)
+        return -EINVAL;
+    int fd = socket(ss.ss_family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    if (ss.ss_family == AF_INET6) {
+        /* "::" serves IPv4 too; a specific IPv6 address serves only itself */
+        int v6only = !IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only);
+    }
+    if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+static void close_fds(staged_listener *s, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        if (s->tcp_fds[i] >= 0)
+            close(s->tcp_fds[i]);
+        if (s->udp_fds[i] >= 0)
+            close(s->udp_fds[i]);
+        s->tcp_fds[i] = s->udp_fds[i] = -1;
+    }
+}
+
+static int bind_all(sv_supervisor *sv, staged_listener *s, const sv_inbound_spec *in, sv_error *err)
+{
+    unsigned n = sv->n_workers;
+    for (unsigned i = 0; i < n; i++)
+        s->tcp_fds[i] = s->udp_fds[i] = -1;
+    for (unsigned i = 0; i < n; i++) {
+        int fd = bind_socket(&in->bind, SOCK_STREAM);
+        int ufd = fd >= 0 && in->udp ? bind_socket(&in->bind, SOCK_DGRAM) : -1;
+        int rc = fd < 0 ? fd : (in->udp && ufd < 0 ? ufd : 0);
+        if (fd >= 0)
+            s->tcp_fds[i] = fd;
+        if (ufd >= 0)
+            s->udp_fds[i] = ufd;
+        if (rc < 0) {
+            close_fds(s, n);
+            return sv_error_set(err, rc, "inbound %s: binding %s failed: %s", in->tag, s->l.bind,
+                                strerror(-rc));
+        }
+    }
+    return 0;
+}
+
+/* ---- prepare ------------------------------------------------------------------------------------ */
+
+static const sv_step *find_step(const sv_plan *plan, enum sv_resource res, enum sv_step_kind kind,
+                                const char *tag)
+{
+    for (size_t i = 0; i < plan->n_steps; i++) {
+        const sv_step *s = &plan->steps[i];
+        if (s->resource == res && s->kind == kind && strcmp(s->tag, tag) == 0)
+            return s;
+    }
+    return NULL;
+}
+
+static ctl_listener *running_listener(sv_supervisor *sv, const char *tag)
+{
+    for (size_t i = 0; i < sv->n_listeners; i++)
+        if (strcmp(sv->listeners[i].tag, tag) == 0)
+            return &sv->listeners[i];
+    return NULL;
+}
+
+static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
+{
+    for (size_t i = 0; p->targets != NULL && i < n_outbounds; i++)
+        sv_target_unref(p->targets[i]);
+    free(p->targets);
+    free(p->versions);
+    sv_routes_ref_unref(p->routes);
+    for (size_t i = 0; i < p->n_ls; i++) {
+        if (p->ls[i].is_new && sv != NULL)
+            close_fds(&p->ls[i], sv->n_workers);
+        sv_handler_unref(p->ls[i].l.handler);
+        sv_replay_ref_unref(p->ls[i].l.replay);
+    }
+    free(p->ls);
+    memset(p, 0, sizeof *p);
+}
+
+static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p)
+{
+    size_t n = spec->n_outbounds;
+    p->targets = calloc(n ? n : 1, sizeof *p->targets);
+    p->versions = calloc(n ? n : 1, sizeof *p->versions);
+    if (p->targets == NULL || p->versions == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const sv_outbound_spec *o = &spec->outbounds[i];
+        const sv_step *st = find_step(plan, SV_RES_OUTBOUND, SV_STEP_REUSE, o->tag);
+        if (st != NULL && sv != NULL && sv->has_running) {
+            for (size_t j = 0; j < sv->running.n_outbounds; j++)
+                if (strcmp(sv->running.outbounds[j].tag, o->tag) == 0) {
+                    p->targets[i] = sv->targets[j];
+                    sv_target_ref(p->targets[i]);
+                    p->versions[i] = sv->versions[j];
+                }
+        }
+        if (p->targets[i] == NULL) {
+            st = find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag);
+            p->versions[i] = st != NULL ? st->version : 1;
+            p->targets[i] = sv_target_new(o->kind, o->tag, p->versions[i]);
+            if (p->targets[i] == NULL)
+                return -ENOMEM;
+        }
+        if (find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag) != NULL)
+            p->publish = true;
+    }
+    return 0;
+}
+
+static int prepare_routes(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p,
+                          sv_error *err)
+{
+    for (size_t i = 0; i < plan->n_steps; i++)
+        if (plan->steps[i].kind == SV_STEP_PUBLISH_PLANE || plan->steps[i].kind == SV_STEP_DRAIN)
+            p->publish = true;
+    bool rebuild = sv == NULL || sv->routes == NULL ||
+                   find_step(plan, SV_RES_ROUTE, SV_STEP_BUILD, "") != NULL ||
+                   !sv_route_spec_equal(&sv->running.route, &spec->route);
+    if (!rebuild) {
+        p->routes = sv->routes;
+        atomic_fetch_add(&p->routes->refs, 1);
+        return 0;
+    }
+    p->publish = true;
+    p->routes = calloc(1, sizeof *p->routes);
+    if (p->routes == NULL)
+        return -ENOMEM;
+    atomic_init(&p->routes->refs, 1);
+    return sv_routes_compile(&spec->route, &p->routes->routes, err);
+}
+
+/* Stage one inbound: a new listener (BIND), or a new handler for a running one when its
+ * settings or its users changed. Unchanged inbounds stage nothing. */
+static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec,
+                           const sv_inbound_spec *in, prepared *p, sv_error *err)
+{
+    const sv_user_set *set = sv_spec_user_set(spec, in->users);
+    ctl_listener *run = sv != NULL ? running_listener(sv, in->tag) : NULL;
+    bool bind = find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
+    bool swap = find_step(plan, SV_RES_INBOUND, SV_STEP_SWAP_HANDLER, in->tag) != NULL;
+    bool users_changed = false;
+    if (!bind && !swap) {
+        const sv_user_set *old = sv_spec_user_set(&sv->running, in->users);
+        users_changed = old == NULL || set == NULL || !sv_user_set_equal(old, set);
+        if (!users_changed)
+            return 0;
+    }
+    staged_listener *s = &p->ls[p->n_ls++];
+    memset(s, 0, sizeof *s);
+    for (unsigned i = 0; i < SV_WORKERS_MAX; i++)
+        s->tcp_fds[i] = s->udp_fds[i] = -1;
+    snprintf(s->l.tag, sizeof s->l.tag, "%s", in->tag);
+    sv_bind_format(&in->bind, s->l.bind, sizeof s->l.bind);
+    s->is_new = bind;
+    s->revoke = !bind;
+    s->l.replay = run != NULL && !bind ? run->replay : sv_replay_ref_new();
+    if (s->l.replay == NULL)
+        return -ENOMEM;
+    if (run != NULL && !bind)
+        atomic_fetch_add(&s->l.replay->refs, 1);
+    s->l.id = run != NULL && !bind ? run->id : 0;
+    s->l.handler = sv_handler_new(in, set, s->l.replay);
+    if (s->l.handler == NULL)
+        return sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
+    if (bind && sv != NULL)
+        return bind_all(sv, s, in, err);
+    return 0;
+}
+
+static int prepare(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p,
+                   sv_error *err)
+{
+    memset(p, 0, sizeof *p);
+    int rc = prepare_outbounds(sv, plan, spec, p);
+    if (rc == 0)
+        rc = prepare_routes(sv, plan, spec, p, err);
+    if (rc == 0) {
+        p->ls = calloc(spec->n_inbounds ? spec->n_inbounds : 1, sizeof *p->ls);
+        if (p->ls == NULL)
+            rc = -ENOMEM;
+    }
+    for (size_t i = 0; rc == 0 && i < spec->n_inbounds; i++)
+        rc = prepare_inbound(sv, plan, spec, &spec->inbounds[i], p, err);
+    if (rc == -ENOMEM && (err == NULL || err->code != -ENOMEM))
+        sv_error_set(err, rc, "out of memory");
+    if (rc != 0)
+        prepared_free(sv, p, spec->n_outbounds);
+    return rc;
+}
+
+/* ---- commit ------------------------------------------------------------------------------------- */
+
+static sv_plane *build_plane(sv_supervisor *sv, const sv_spec *spec, prepared *p)
+{
+    size_t n = sv_routes_n_slots(p->routes->routes);
+    sv_target **slots = calloc(n ? n : 1, sizeof *slots);
+    if (slots == NULL)
+        return NULL;
+    for (size_t s = 0; s < n; s++) {
+        const char *tag = sv_routes_slot_tag(p->routes->routes, s);
+        for (size_t i = 0; i < spec->n_outbounds; i++)
+            if (strcmp(spec->outbounds[i].tag, tag) == 0)
+                slots[s] = p->targets[i];
+        if (slots[s] == NULL) { /* validation makes this unreachable; never route to NULL */
+            free(slots);
+            return NULL;
+        }
+    }
+    sv_plane *plane = sv_plane_new(p->routes, slots, n, sv->epoch + 1);
+    free(slots);
+    return plane;
+}
+
+static int add_listener(sv_supervisor *sv, staged_listener *s)
+{
+    ctl_listener *grown = realloc(sv->listeners, (sv->n_listeners + 1) * sizeof *grown);
+    if (grown == NULL)
+        return -ENOMEM;
+    sv->listeners = grown;
+    s->l.id = ++sv->next_listener_id;
+    for (unsigned w = 0; w < sv->n_workers; w++) {
+        sv_handler_ref(s->l.handler);
+        post(sv, w, SV_MSG_START_LISTENER, s->l.id, s->l.handler, NULL, s->tcp_fds[w], s->udp_fds[w], false);
+        s->tcp_fds[w] = s->udp_fds[w] = -1;
+    }
+    sv->listeners[sv->n_listeners++] = s->l;
+    SV_LOG(SV_LOG_INFO, "sv.listener", "inbound %s listening on %s", s->l.tag, s->l.bind);
+    memset(&s->l, 0, sizeof s->l);
+    return 0;
+}
+
+static void remove_listener_at(sv_supervisor *sv, size_t i)
+{
+    ctl_listener *l = &sv->listeners[i];
+    for (unsigned w = 0; w < sv->n_workers; w++)
+        post(sv, w, SV_MSG_STOP_LISTENER, l->id, NULL, NULL, -1, -1, false);
+    sv_handler_unref(l->handler);
+    sv_replay_ref_unref(l->replay);
+    sv->listeners[i] = sv->listeners[--sv->n_listeners];
+}
+
+static void swap_listener(sv_supervisor *sv, staged_listener *s, bool revoke)
+{
+    ctl_listener *run = running_listener(sv, s->l.tag);
+    if (run == NULL)
+        return;
+    for (unsigned w = 0; w < sv->n_workers; w++) {
+        sv_handler_ref(s->l.handler);
+        post(sv, w, SV_MSG_SWAP_HANDLER, run->id, s->l.handler, NULL, -1, -1, revoke);
+    }
+    sv_handler_unref(run->handler);
+    run->handler = s->l.handler;
+    s->l.handler = NULL;
+}
+
+static void commit_steps(sv_supervisor *sv, const sv_plan *plan)
+{
+    for (size_t i = 0; i < plan->n_steps; i++) {
+        const sv_step *st = &plan->steps[i];
+        if (st->kind == SV_STEP_STOP_ACCEPTING) {
+            for (size_t j = 0; j < sv->n_listeners; j++)
+                if (strcmp(sv->listeners[j].bind, st->bind) == 0) {
+                    remove_listener_at(sv, j);
+                    break;
+                }
+        } else if (st->kind == SV_STEP_CLOSE_SESSIONS) {
+            sv_tracker_close_sessions(sv->shared.tracker, st->tag, false, 0, 0);
+        }
+    }
+}
+
+static int commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p)
+{
+    sv_spec copy;
+    if (sv_spec_clone(&copy, spec) != 0)
+        return -ENOMEM;
+    sv_plane *plane = p->publish ? build_plane(sv, spec, p) : NULL;
+    if (p->publish && plane == NULL) {
+        sv_spec_free(&copy);
+        return -ENOMEM;
+    }
+    /* Everything below cannot fail (a failed message allocation is logged). */
+    if (plane != NULL) {
+        sv->epoch++;
+        publish_plane(sv, plane);
+    }
+    commit_steps(sv, plan);
+    for (size_t i = 0; i < p->n_ls; i++) {
+        staged_listener *s = &p->ls[i];
+        if (s->is_new) {
+            if (add_listener(sv, s) != 0)
+                SV_LOG(SV_LOG_ERROR, "sv.actor", "inbound %s: out of memory", s->l.tag);
+        } else {
+            swap_listener(sv, s, spec->user_removal == SV_REMOVAL_CLOSE && s->revoke);
+        }
+    }
+    for (size_t i = 0; sv->has_running && i < sv->running.n_outbounds; i++)
+        sv_target_unref(sv->targets[i]);
+    free(sv->targets);
+    free(sv->versions);
+    sv->targets = p->targets;
+    sv->versions = p->versions;
+    p->targets = NULL;
+    p->versions = NULL;
+    sv_routes_ref_unref(sv->routes);
+    sv->routes = p->routes;
+    p->routes = NULL;
+    for (size_t i = 0; i < spec->n_outbounds; i++)
+        if (sv->versions[i] >= sv->next_version)
+            sv->next_version = sv->versions[i] + 1;
+    sv_spec_free(&sv->running);
+    sv->running = copy;
+    sv->has_running = true;
+    return 0;
+}
+
+/* ---- report ------------------------------------------------------------------------------------- */
+
+static void report_add(char ***list, size_t *n, const char *text)
+{
+    char **grown = realloc(*list, (*n + 1) * sizeof *grown);
+    if (grown == NULL)
+        return;
+    *list = grown;
+    grown[*n] = strdup(text);
+    if (grown[*n] != NULL)
+        (*n)++;
+}
+
+static void fill_report(const sv_plan *plan, sv_apply_report *r)
+{
+    static const char *const kinds[] = {"", "inbound", "outbound", "route", "user set"};
+    memset(r, 0, sizeof *r);
+    for (size_t i = 0; i < plan->n_steps; i++) {
+        const sv_step *s = &plan->steps[i];
+        char text[160];
+        if (s->resource == SV_RES_OUTBOUND)
+            snprintf(text, sizeof text, "outbound %s@v%u", s->tag, s->version);
+        else
+            snprintf(text, sizeof text, "%s %s", kinds[s->resource <= 4 ? s->resource : 0], s->tag);
+        switch (s->kind) {
+        case SV_STEP_REUSE: report_add(&r->reused, &r->n_reused, text); break;
+        case SV_STEP_BUILD: report_add(&r->built, &r->n_built, text); break;
+        case SV_STEP_SWAP_HANDLER: report_add(&r->swapped, &r->n_swapped, text); break;
+        case SV_STEP_DRAIN: report_add(&r->drained, &r->n_drained, text); break;
+        case SV_STEP_CLOSE_SESSIONS: report_add(&r->removed, &r->n_removed, text); break;
+        default: break;
+        }
+    }
+}
+
+/* ---- public API --------------------------------------------------------------------------------- */
+
+static void running_view(const sv_supervisor *sv, sv_running *r)
+{
+    r->spec = sv->has_running ? &sv->running : NULL;
+    r->outbound_versions = sv->versions;
+    r->next_version = sv->next_version;
+}
+
+int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opts,
+             sv_apply_report *report, sv_error *err)
+{
+    if (sv->shut)
+        return sv_error_set(err, -ESHUTDOWN, "the supervisor has shut down");
+    sv_running run;
+    running_view(sv, &run);
+    sv_plan plan = {0};
+    int rc = sv_plan_make(&run, spec, &plan, err);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < plan.n_steps; i++)
+        if (plan.steps[i].kind == SV_STEP_DISRUPT && (opts == NULL || !opts->allow_disruptive)) {
+            rc = sv_error_set(err, -EPERM, "inbound %s: %s; this ends its live connections and needs allow_disruptive",
+                              plan.steps[i].tag, plan.steps[i].reason);
+            goto out;
+        }
+    prepared p;
+    rc = prepare(sv, &plan, spec, &p, err);
+    if (rc != 0)
+        goto out;
+    rc = commit(sv, &plan, spec, &p);
+    if (rc != 0) {
+        sv_error_set(err, rc, "out of memory");
+        prepared_free(sv, &p, spec->n_outbounds);
+        goto out;
+    }
+    prepared_free(sv, &p, spec->n_outbounds);
+    if (report != NULL)
+        fill_report(&plan, report);
+    SV_LOG(SV_LOG_DEBUG, "sv.actor", "applied: epoch %llu", (unsigned long long)sv->epoch);
+out:
+    sv_plan_free(&plan);
+    return rc;
+}
+
+int sv_check(const sv_spec *spec, sv_error *err)
+{
+    sv_running run = {0};
+    run.next_version = 1;
+    sv_plan plan = {0};
+    int rc = sv_plan_make(&run, spec, &plan, err);
+    if (rc != 0)
+        return rc;
+    prepared p;
+    rc = prepare(NULL, &plan, spec, &p, err);
+    if (rc == 0)
+        prepared_free(NULL, &p, spec->n_outbounds);
+    sv_plan_free(&plan);
+    return rc;
+}
+
+/* User edits (seed 001 "user edits"): no plan, no new plane; only the inbounds admitting the
+ * set get a new user table, and sessions of users no longer admitted are revoked. */
+static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set *users, sv_error *err)
+{
+    if (sv->shut || !sv->has_running)
+        return sv_error_set(err, -ESHUTDOWN, "the supervisor has shut down");
+    if (sv_spec_user_set(&sv->running, set_tag) == NULL)
+        return sv_error_set(err, -ENOENT, "user set %s: no such user set", set_tag);
+    sv_spec next;
+    if (sv_spec_clone(&next, &sv->running) != 0)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < next.n_user_sets; i++)
+        if (strcmp(next.user_sets[i].tag, set_tag) == 0) {
+            sv_user_set_free(&next.user_sets[i]);
+            rc = sv_user_set_clone(&next.user_sets[i], users);
+        }
+    if (rc != 0)
+        sv_error_set(err, rc, "out of memory");
+    if (rc == 0)
+        rc = sv_validate(&next, err);
+    prepared p = {0};
+    sv_plan none = {0};
+    if (rc == 0 && (p.ls = calloc(next.n_inbounds ? next.n_inbounds : 1, sizeof *p.ls)) == NULL)
+        rc = sv_error_set(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i < next.n_inbounds; i++)
+        if (next.inbounds[i].users != NULL && strcmp(next.inbounds[i].users, set_tag) == 0 &&
+            running_listener(sv, next.inbounds[i].tag) != NULL)
+            rc = prepare_inbound(sv, &none, &next, &next.inbounds[i], &p, err);
+    if (rc == 0) {
+        for (size_t i = 0; i < p.n_ls; i++)
+            swap_listener(sv, &p.ls[i], next.user_removal == SV_REMOVAL_CLOSE);
+        sv_spec_free(&sv->running);
+        sv->running = next;
+        memset(&next, 0, sizeof next);
+    }
+    prepared_free(sv, &p, 0);
+    sv_spec_free(&next);
+    return rc;
+}
+
+int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, size_t n_users,
+                 sv_error *err)
+{
+    sv_user_set set = {.tag = (char *)set_tag, .users = (sv_user *)users, .n_users = n_users};
+    return edit_users(sv, set_tag, &set, err);
+}
+
+int sv_upsert_user(sv_supervisor *sv, const char *set_tag, const sv_user *user, sv_error *err)
+{
+    const sv_user_set *cur = sv->has_running ? sv_spec_user_set(&sv->running, set_tag) : NULL;
+    if (cur == NULL)
+        return sv_error_set(err, -ENOENT, "user set %s: no such user set", set_tag);
+    sv_user *list = calloc(cur->n_users + 1, sizeof *list);
+    if (list == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    size_t n = 0;
+    bool replaced = false;
+    for (size_t i = 0; i < cur->n_users; i++) {
+        list[n++] = cur->users[i].id == user->id ? *user : cur->users[i];
+        replaced |= cur->users[i].id == user->id;
+    }
+    if (!replaced)
+        list[n++] = *user;
+    int rc = sv_set_users(sv, set_tag, list, n, err);
+    free(list);
+    return rc;
+}
+
+int sv_remove_user(sv_supervisor *sv, const char *set_tag, uint64_t id, sv_error *err)
+{
+    const sv_user_set *cur = sv->has_running ? sv_spec_user_set(&sv->running, set_tag) : NULL;
+    if (cur == NULL)
+        return sv_error_set(err, -ENOENT, "user set %s: no such user set", set_tag);
+    sv_user *list = calloc(cur->n_users ? cur->n_users : 1, sizeof *list);
+    if (list == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    size_t n = 0, before = cur->n_users;
+    for (size_t i = 0; i < cur->n_users; i++)
+        if (cur->users[i].id != id)
+            list[n++] = cur->users[i];
+    int rc = n == before ? 0 : sv_set_users(sv, set_tag, list, n, err);
+    free(list);
+    return rc != 0 ? rc : (n < before ? 1 : 0);
+}
+
+size_t sv_close(sv_supervisor *sv, const sv_selector *sel)
+{
+    switch (sel->kind) {
+    case SV_SELECT_SESSION:
+        return sel->session ? sv_tracker_close_sessions(sv->shared.tracker, NULL, false, 0, sel->session) : 0;
+    case SV_SELECT_USER:
+        return sv_tracker_close_sessions(sv->shared.tracker, NULL, true, sel->user, 0);
+    case SV_SELECT_INBOUND:
+        return sel->inbound ? sv_tracker_close_sessions(sv->shared.tracker, sel->inbound, false, 0, 0) : 0;
+    case SV_SELECT_ALL:
+        return sv_tracker_close_sessions(sv->shared.tracker, NULL, false, 0, 0);
+    }
+    return 0;
+}
+
+long sv_sessions(sv_supervisor *sv, sv_session_info **out) { return sv_tracker_sessions(sv->shared.tracker, out); }
+long sv_flows(sv_supervisor *sv, sv_flow_info **out) { return sv_tracker_flows(sv->shared.tracker, out); }
+uint64_t sv_epoch(sv_supervisor *sv) { return atomic_load(&sv->shared.epoch); }
+long sv_take_usage(sv_supervisor *sv, sv_usage **out) { return sv_tracker_take_usage(sv->shared.tracker, out); }
+long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out) { return sv_tracker_usage_snapshot(sv->shared.tracker, out); }
+int sv_kill(sv_supervisor *sv, uint64_t id) { return sv_tracker_kill(sv->shared.tracker, id); }
+size_t sv_kill_where(sv_supervisor *sv, const sv_flow_filter *f) { return sv_tracker_kill_where(sv->shared.tracker, f); }
+int sv_stats_get(sv_supervisor *sv, sv_stats *out) { return sv_tracker_stats(sv->shared.tracker, out); }
+int sv_events_next(sv_supervisor *sv, uint64_t *cursor, sv_event *ev) { return sv_tracker_events_next(sv->shared.tracker, cursor, ev); }
+uint64_t sv_events_head(sv_supervisor *sv) { return sv_tracker_events_head(sv->shared.tracker); }
+
+static void on_sample(uv_timer_t *t)
+{
+    sv_supervisor *sv = t->data;
+    uint64_t now = uv_hrtime();
+    sv_tracker_tick(sv->shared.tracker, now - sv->last_tick_ns);
+    sv->last_tick_ns = now;
+}
+
+static int empty_plane(sv_supervisor *sv)
+{
+    sv_routes_ref *r = calloc(1, sizeof *r);
+    sv_target *t = sv_target_new(SV_OUTBOUND_BLACKHOLE, "", 0);
+    if (r == NULL || t == NULL || (r->routes = sv_routes_single("")) == NULL) {
+        free(r);
+        sv_target_unref(t);
+        return -ENOMEM;
+    }
+    atomic_init(&r->refs, 1);
+    sv_plane *p = sv_plane_new(r, &t, 1, 0);
+    sv_routes_ref_unref(r);
+    sv_target_unref(t);
+    if (p == NULL)
+        return -ENOMEM;
+    publish_plane(sv, p);
+    return 0;
+}
+
+int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor **out)
+{
+    sv_supervisor *sv = calloc(1, sizeof *sv);
+    if (sv == NULL)
+        return -ENOMEM;
+    unsigned n = opts != NULL && opts->workers ? opts->workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+    sv->n_workers = n < 1 ? 1 : (n > SV_WORKERS_MAX ? SV_WORKERS_MAX : n);
+    sv->control = control;
+    sv->next_version = 1;
+    sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
+    if (sv->shared.tracker == NULL) {
+        free(sv);
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < sv->n_workers; i++) {
+        int rc = sv_worker_start(&sv->workers[i], i, &sv->shared);
+        if (rc != 0) {
+            sv->n_workers = i;
+            sv_supervisor_free(sv);
+            return rc;
+        }
+    }
+    if (empty_plane(sv) != 0) {
+        sv_shutdown(sv, 0);
+        sv_supervisor_free(sv);
+        return -ENOMEM;
+    }
+    uint32_t every = opts != NULL && opts->sample_interval_ms ? opts->sample_interval_ms : 1000;
+    sv->sampler = calloc(1, sizeof *sv->sampler);
+    if (sv->sampler != NULL) {
+        uv_timer_init(control, sv->sampler);
+        sv->sampler->data = sv;
+        sv->last_tick_ns = uv_hrtime();
+        uv_timer_start(sv->sampler, on_sample, every, every);
+    }
+    *out = sv;
+    return 0;
+}
+
+static size_t live_sessions(sv_supervisor *sv)
+{
+    sv_session_info *list = NULL;
+    long n = sv_tracker_sessions(sv->shared.tracker, &list);
+    free(list);
+    return n > 0 ? (size_t)n : 0;
+}
+
+static void wait_sessions(sv_supervisor *sv, uint32_t ms)
+{
+    for (uint32_t waited = 0; live_sessions(sv) > 0 && waited < ms; waited += 20)
+        usleep(20 * 1000);
+}
+
+static void on_sampler_closed(uv_handle_t *h) { free(h); }
+
+void sv_shutdown(sv_supervisor *sv, uint32_t grace_ms)
+{
+    if (sv->shut)
+        return;
+    sv->shut = true;
+    while (sv->n_listeners > 0) /* 1. stop accepting */
+        remove_listener_at(sv, sv->n_listeners - 1);
+    wait_sessions(sv, grace_ms); /* 2. grace for live connections */
+    sv_tracker_close_sessions(sv->shared.tracker, NULL, false, 0, 0); /* 3. close the rest */
+    wait_sessions(sv, 2000);
+    for (unsigned i = 0; i < sv->n_workers; i++) { /* 4. workers end */
+        sv_worker_join(sv->workers[i]);
+        sv->workers[i] = NULL;
+    }
+    if (sv->sampler != NULL) {
+        uv_timer_stop(sv->sampler);
+        uv_close((uv_handle_t *)sv->sampler, on_sampler_closed);
+        sv->sampler = NULL;
+    }
+    uint64_t now = uv_hrtime(); /* 5. a last tick: every byte is in the ledger */
+    sv_tracker_tick(sv->shared.tracker, now - sv->last_tick_ns);
+    sv->last_tick_ns = now;
+}
+
+void sv_supervisor_free(sv_supervisor *sv)
+{
+    if (sv == NULL)
+        return;
+    sv_shutdown(sv, 0);
+    for (size_t i = 0; sv->has_running && i < sv->running.n_outbounds; i++)
+        sv_target_unref(sv->targets[i]);
+    free(sv->targets);
+    free(sv->versions);
+    sv_routes_ref_unref(sv->routes);
+    sv_plane_unref(sv->plane);
+    while (sv->n_listeners > 0)
+        remove_listener_at(sv, sv->n_listeners - 1);
+    free(sv->listeners);
+    sv_spec_free(&sv->running);
+    sv_tracker_free(sv->shared.tracker);
+    free(sv);
+}

@@ -1,0 +1,430 @@
+/*
+ * Shadowsocks UDP: every client (address, port) is an association (a session) bound to the user
+ * whose key opened its first datagram. Each datagram is routed on the current plane (seed 000
+ * "UDP: per-packet routing"), refused silently when blocked, and sent through a sub-link keyed by
+ * the outbound version (seed 002 fan-out: at most 64, the least recently used is evicted). A
+ * direct sub-link is one dual-stack "resolving" socket that sends to any destination; each
+ * sub-link is a tracked flow. Replies are sealed with the user's key and sent from the listener.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "supervisor/runtime.h"
+#include "supervisor/util/log.h"
+
+typedef struct sv_assoc sv_assoc;
+
+typedef struct sv_sublink {
+    sv_assoc *a;
+    sv_target *target;
+    sv_flow_rec *flow;
+    uv_udp_t sock;
+    uint64_t last_used;
+    bool closing;
+    /* one pending name resolution with the datagram that asked for it */
+    uv_getaddrinfo_t gai;
+    bool resolving;
+    uint8_t *held;
+    size_t held_len;
+    char cached_host[256];
+    struct sockaddr_storage cached_addr;
+} sv_sublink;
+
+struct sv_assoc {
+    sv_list link;
+    sv_worker *w;
+    sv_wlistener *l;
+    sv_handler *handler;
+    int user_idx;
+    uint64_t user;
+    struct sockaddr_storage client;
+    sv_session_rec *sess;
+    uv_timer_t idle;
+    sv_sublink *subs[SV_UDP_SUBLINKS_MAX];
+    unsigned n_subs;
+    int pending;
+    uint64_t clock;
+    bool closing;
+};
+
+static void assoc_release(sv_assoc *a)
+{
+    if (--a->pending > 0)
+        return;
+    sv_tracker_session_close(a->w->shared->tracker, a->sess);
+    sv_handler_unref(a->handler);
+    sv_list_unlink(&a->link);
+    sv__wlistener_release(a->l);
+    free(a);
+}
+
+static void on_sub_closed(uv_handle_t *h)
+{
+    sv_sublink *s = h->data;
+    sv_assoc *a = s->a;
+    if (!s->resolving) {
+        sv_tracker_flow_close(a->w->shared->tracker, s->flow);
+        sv_target_unref(s->target);
+        free(s->held);
+        free(s);
+        assoc_release(a);
+    }
+}
+
+static void sub_close(sv_sublink *s)
+{
+    if (s->closing)
+        return;
+    s->closing = true;
+    if (s->resolving)
+        uv_cancel((uv_req_t *)&s->gai);
+    uv_close((uv_handle_t *)&s->sock, on_sub_closed);
+}
+
+static void on_idle_closed(uv_handle_t *h) { assoc_release(h->data); }
+
+static void assoc_close(sv_assoc *a)
+{
+    if (a->closing)
+        return;
+    a->closing = true;
+    for (unsigned i = 0; i < a->n_subs; i++)
+        sub_close(a->subs[i]);
+    a->n_subs = 0;
+    uv_close((uv_handle_t *)&a->idle, on_idle_closed);
+}
+
+static void on_idle(uv_timer_t *t) { assoc_close(t->data); }
+
+void sv__udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    sv_wlistener *l = h->data;
+    buf->base = (char *)l->w->scratch;
+    buf->len = SV_SCRATCH;
+    (void)suggested;
+}
+
+static void sub_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    sv_sublink *s = h->data;
+    /* room before the payload for salt + address, after it for the tag: sealed out of place */
+    buf->base = (char *)s->a->w->scratch + SV_SCRATCH / 2;
+    buf->len = SV_SCRATCH / 2 - SV_DEST_WIRE_MAX - SV_SS_SALT_MAX - SV_SS_TAG;
+    (void)suggested;
+}
+
+static void sockaddr_to_dest(const struct sockaddr *sa, sv_dest *d)
+{
+    memset(d, 0, sizeof *d);
+    d->network = SV_NET_UDP;
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+        d->port = ntohs(a->sin6_port);
+        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+            d->atyp = SV_ATYP_IPV4;
+            memcpy(d->ip, &a->sin6_addr.s6_addr[12], 4);
+        } else {
+            d->atyp = SV_ATYP_IPV6;
+            memcpy(d->ip, &a->sin6_addr, 16);
+        }
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+        d->atyp = SV_ATYP_IPV4;
+        d->port = ntohs(a->sin_port);
+        memcpy(d->ip, &a->sin_addr, 4);
+    }
+}
+
+static void on_sub_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
+                        unsigned flags)
+{
+    sv_sublink *s = h->data;
+    sv_assoc *a = s->a;
+    if (n <= 0 || from == NULL || a->closing)
+        return;
+    sv_dest src;
+    sockaddr_to_dest(from, &src);
+    uint8_t *out = a->w->scratch;
+    ssize_t len = sv_ss_udp_seal(a->handler->ring.cipher, a->handler->ring.keys[a->user_idx], &src,
+                                 (const uint8_t *)buf->base, (size_t)n, out, SV_SCRATCH / 2, NULL);
+    if (len < 0)
+        return;
+    uv_buf_t b = uv_buf_init((char *)out, (unsigned)len);
+    if (uv_udp_try_send(&a->l->udp, &b, 1, (const struct sockaddr *)&a->client) >= 0) {
+        sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
+        sv_meter_add(&a->sess->wire.down, (uint64_t)len);
+    }
+    uv_timer_again(&a->idle);
+    (void)flags;
+}
+
+static void v4_mapped(const uint8_t ip4[4], uint16_t port, struct sockaddr_in6 *out)
+{
+    memset(out, 0, sizeof *out);
+    out->sin6_family = AF_INET6;
+    out->sin6_port = htons(port);
+    out->sin6_addr.s6_addr[10] = 0xff;
+    out->sin6_addr.s6_addr[11] = 0xff;
+    memcpy(&out->sin6_addr.s6_addr[12], ip4, 4);
+}
+
+static void sub_send(sv_sublink *s, const struct sockaddr *to, const uint8_t *p, size_t n)
+{
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
+    if (uv_udp_try_send(&s->sock, &b, 1, to) >= 0)
+        sv_meter_add(&s->flow->bytes.up, n);
+}
+
+static void on_sub_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    sv_sublink *s = req->data;
+    s->resolving = false;
+    if (s->closing) {
+        uv_freeaddrinfo(res);
+        on_sub_closed((uv_handle_t *)&s->sock);
+        return;
+    }
+    if (status == 0 && res != NULL) {
+        struct sockaddr_in6 to;
+        if (res->ai_family == AF_INET) {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)res->ai_addr;
+            v4_mapped((const uint8_t *)&a->sin_addr, ntohs(a->sin_port), &to);
+        } else {
+            memcpy(&to, res->ai_addr, sizeof to);
+        }
+        memcpy(&s->cached_addr, &to, sizeof to);
+        if (s->held != NULL)
+            sub_send(s, (struct sockaddr *)&to, s->held, s->held_len);
+    }
+    free(s->held);
+    s->held = NULL;
+    uv_freeaddrinfo(res);
+}
+
+static void send_to_dest(sv_sublink *s, const sv_dest *d, const uint8_t *p, size_t n)
+{
+    struct sockaddr_in6 to;
+    if (d->atyp == SV_ATYP_IPV4) {
+        v4_mapped(d->ip, d->port, &to);
+    } else if (d->atyp == SV_ATYP_IPV6) {
+        memset(&to, 0, sizeof to);
+        to.sin6_family = AF_INET6;
+        to.sin6_port = htons(d->port);
+        memcpy(&to.sin6_addr, d->ip, 16);
+    } else if (strcmp(s->cached_host, d->host) == 0 && s->cached_addr.ss_family == AF_INET6) {
+        memcpy(&to, &s->cached_addr, sizeof to);
+        to.sin6_port = htons(d->port);
+    } else {
+        if (s->resolving)
+            return; /* one resolution at a time; UDP may drop */
+        s->held = malloc(n ? n : 1);
+        if (s->held == NULL)
+            return;
+        memcpy(s->held, p, n);
+        s->held_len = n;
+        snprintf(s->cached_host, sizeof s->cached_host, "%s", d->host);
+        s->cached_addr.ss_family = AF_UNSPEC;
+        char port[8];
+        snprintf(port, sizeof port, "%u", d->port);
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
+        s->gai.data = s;
+        if (uv_getaddrinfo(&s->a->w->loop, &s->gai, on_sub_resolved, d->host, port, &hints) == 0) {
+            s->resolving = true;
+        } else {
+            free(s->held);
+            s->held = NULL;
+        }
+        return;
+    }
+    sub_send(s, (struct sockaddr *)&to, p, n);
+}
+
+static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rule, uint64_t epoch)
+{
+    if (a->n_subs == SV_UDP_SUBLINKS_MAX) {
+        unsigned lru = 0;
+        for (unsigned i = 1; i < a->n_subs; i++)
+            if (a->subs[i]->last_used < a->subs[lru]->last_used)
+                lru = i;
+        sub_close(a->subs[lru]);
+        a->subs[lru] = a->subs[--a->n_subs];
+    }
+    sv_sublink *s = calloc(1, sizeof *s);
+    sv_flow_rec *f = calloc(1, sizeof *f);
+    struct sockaddr_in6 any = {.sin6_family = AF_INET6};
+    if (s == NULL || f == NULL || uv_udp_init(&a->w->loop, &s->sock) != 0) {
+        free(s);
+        free(f);
+        return NULL;
+    }
+    s->a = a;
+    s->sock.data = s;
+    s->flow = f;
+    s->target = t;
+    sv_target_ref(t);
+    a->pending++;
+    if (uv_udp_bind(&s->sock, (struct sockaddr *)&any, 0) != 0 ||
+        uv_udp_recv_start(&s->sock, sub_alloc, on_sub_recv) != 0) {
+        f->worker = a->w->index;
+        sv_tracker_flow_open(a->w->shared->tracker, f);
+        s->closing = true;
+        uv_close((uv_handle_t *)&s->sock, on_sub_closed);
+        return NULL;
+    }
+    f->worker = a->w->index;
+    f->owner = s;
+    sv_flow_info *fi = &f->info;
+    fi->session = a->sess->info.id;
+    memcpy(fi->inbound, a->sess->info.inbound, sizeof fi->inbound);
+    fi->has_user = true;
+    fi->user = a->user;
+    snprintf(fi->user_label, sizeof fi->user_label, "%llu", (unsigned long long)a->user);
+    memcpy(fi->source, a->sess->info.source, sizeof fi->source);
+    sv_dest_format(d, fi->destination, sizeof fi->destination);
+    fi->network = SV_NET_UDP;
+    snprintf(fi->outbound, sizeof fi->outbound, "%s", t->id);
+    fi->rule = rule;
+    fi->epoch = epoch;
+    fi->started_ms = sv__wall_ms();
+    sv_tracker_flow_open(a->w->shared->tracker, f);
+    a->subs[a->n_subs++] = s;
+    return s;
+}
+
+static void route_datagram(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
+{
+    sv_plane *plane = a->w->plane;
+    sv_route_query q = {.dest = d, .inbound = a->handler->tag,
+                        .source = (const struct sockaddr *)&a->client, .network = SV_NET_UDP};
+    sv_decision dec = sv_routes_decide(plane->routes->routes, &q);
+    sv_target *t = plane->targets[dec.slot];
+    if (t->kind != SV_OUTBOUND_DIRECT)
+        return; /* blocked: dropped, not billed (seed 002) */
+    sv_sublink *s = NULL;
+    for (unsigned i = 0; i < a->n_subs; i++)
+        if (a->subs[i]->target == t)
+            s = a->subs[i];
+    if (s == NULL)
+        s = sub_open(a, t, d, dec.rule, plane->epoch);
+    if (s == NULL)
+        return;
+    s->last_used = ++a->clock;
+    send_to_dest(s, d, p, n);
+}
+
+static sv_assoc *assoc_find(sv_worker *w, sv_wlistener *l, const struct sockaddr *from)
+{
+    socklen_t len = from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->assocs) {
+        sv_assoc *a = sv_container_of(pos, sv_assoc, link);
+        if (a->l == l && !a->closing && memcmp(&a->client, from, len) == 0)
+            return a;
+    }
+    return NULL;
+}
+
+static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int user_idx)
+{
+    sv_worker *w = l->w;
+    sv_handler *h = l->handler;
+    sv_assoc *a = calloc(1, sizeof *a);
+    sv_session_rec *sess = calloc(1, sizeof *sess);
+    if (a == NULL || sess == NULL) {
+        free(a);
+        free(sess);
+        return NULL;
+    }
+    a->w = w;
+    a->l = l;
+    l->n_users_of++;
+    a->handler = h;
+    sv_handler_ref(h);
+    a->user_idx = user_idx;
+    a->user = h->user_ids[user_idx];
+    memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+    a->sess = sess;
+    sess->worker = w->index;
+    sess->owner = a;
+    sess->info.udp = true;
+    snprintf(sess->info.inbound, sizeof sess->info.inbound, "%s", h->tag);
+    sv__addr_format(from, sess->info.source, sizeof sess->info.source);
+    sess->info.started_ms = sv__wall_ms();
+    sv_tracker_session_open(w->shared->tracker, sess);
+    sv_tracker_session_bind_user(w->shared->tracker, sess, a->user);
+    uv_timer_init(&w->loop, &a->idle);
+    a->idle.data = a;
+    a->pending = 1;
+    uv_timer_start(&a->idle, on_idle, SV_UDP_IDLE_MS, SV_UDP_IDLE_MS);
+    sv_list_insert_tail(&w->assocs, &a->link);
+    return a;
+}
+
+void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
+                     unsigned flags)
+{
+    sv_wlistener *l = h->data;
+    if (n <= 0 || from == NULL || (flags & UV_UDP_PARTIAL))
+        return;
+    sv_assoc *a = assoc_find(l->w, l, from);
+    const sv_handler *hd = a != NULL ? a->handler : l->handler;
+    int user = -1;
+    sv_dest d;
+    uint8_t *payload = NULL;
+    ssize_t plen = sv_ss_udp_open(&hd->ring, (uint8_t *)buf->base, (size_t)n, &user, &d, &payload);
+    if (plen < 0)
+        return; /* not ours: no answer, no log */
+    if (a != NULL && user != a->user_idx)
+        return;
+    if (a == NULL) {
+        a = assoc_new(l, from, user);
+        if (a == NULL)
+            return;
+    }
+    sv_meter_add(&a->sess->wire.up, (uint64_t)n);
+    uv_timer_again(&a->idle);
+    d.network = SV_NET_UDP;
+    route_datagram(a, &d, payload, (size_t)plen);
+}
+
+void sv__udp_scan_flags(sv_worker *w)
+{
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->assocs) {
+        sv_assoc *a = sv_container_of(pos, sv_assoc, link);
+        if (atomic_load(&a->sess->close_requested)) {
+            assoc_close(a);
+            continue;
+        }
+        for (unsigned i = 0; i < a->n_subs;) {
+            if (atomic_load(&a->subs[i]->flow->kill)) {
+                sub_close(a->subs[i]);
+                a->subs[i] = a->subs[--a->n_subs];
+            } else {
+                i++;
+            }
+        }
+    }
+}
+
+void sv__udp_revoke(sv_worker *w, sv_wlistener *l)
+{
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->assocs) {
+        sv_assoc *a = sv_container_of(pos, sv_assoc, link);
+        if (a->l == l && sv_handler_find(l->handler, a->user, a->handler->ring.keys[a->user_idx]) < 0)
+            assoc_close(a);
+    }
+}
+
+void sv__udp_close_all(sv_worker *w)
+{
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->assocs)
+        assoc_close(sv_container_of(pos, sv_assoc, link));
+}
