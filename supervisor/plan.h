@@ -46,27 +46,71 @@ typedef struct sv_running {
 } sv_running;
 
 /**
- * Plan the reconciliation of @p running to @p desired. Validates @p desired first.
- * Order of steps: outbounds (REUSE/BUILD, then DRAIN of replaced/removed versions), ROUTE
- * (REUSE/BUILD), PUBLISH_PLANE (when any outbound was built or drained or the route changed),
- * inbounds (REUSE / SWAP_HANDLER / BUILD+BIND / BIND on a changed bind + STOP_ACCEPTING of the
- * old one), removed inbounds (STOP_ACCEPTING + CLOSE_SESSIONS).
- * An inbound is REUSEd when its spec is equal (user *contents* are not part of the plan: user
- * tables are rebuilt by prepare when admissions differ). Same bind, other protocol settings or
- * user set tag → SWAP_HANDLER.
+ * Plan the reconciliation of @p running to @p desired (seed 001 "plan"; seed 000 "publish the
+ * plane", "drain"). Validates @p desired first (sv_validate); pure: touches nothing.
+ *
+ * Order of steps:
+ *  1. outbounds, in desired order: REUSE (equal spec; `version` = its running version) or BUILD
+ *     (new or changed tag; `version` = running->next_version, +1 per BUILD of this plan);
+ *  2. ROUTE: REUSE (equal route spec) or BUILD (changed, or first apply); `tag` is "";
+ *  3. PUBLISH_PLANE (resource SV_RES_ROUTE, tag "") when an outbound was built or will be
+ *     drained, or the route was built (always on the first apply); inbounds never cause it;
+ *  4. inbounds, in desired order: REUSE, SWAP_HANDLER, BUILD + BIND or BIND (below);
+ *  5. for each running inbound, in running order: STOP_ACCEPTING (tag = the running inbound)
+ *     when no desired inbound holds its bind, then CLOSE_SESSIONS when its tag is gone
+ *     (removing an inbound: STOP_ACCEPTING then CLOSE_SESSIONS, seed 001);
+ *  6. DRAIN of every replaced or removed outbound version, in running order, last: after the
+ *     publish, as seed 000 requires (a_changed_outbound_is_a_new_version_and_the_old_one_drains_
+ *     after_the_publish).
+ *
+ * Inbounds: listeners are keyed by their bind (seed 001: "listeners are keyed by BindSpec"),
+ * compared as socket addresses ("::1" equals "0::1"). `bind` is filled on every inbound step
+ * except BUILD and CLOSE_SESSIONS. For a desired inbound with tag T on bind B:
+ *  - B is held by running inbound T with an equal spec (sv_inbound_spec_equal) → REUSE;
+ *  - B is held by a running inbound (T itself with other settings, or another tag that is
+ *    removed or moves away: a rename or a swap of binds) → SWAP_HANDLER: the listener on B
+ *    stays and new connections get T's handler. When `udp` changed, the runtime opens or closes
+ *    the UDP socket of that listener as part of the swap;
+ *  - B is held by no running inbound and T is new → BUILD + BIND (report: built);
+ *  - B is held by no running inbound and T ran on another bind → BIND (report: rebound); T's
+ *    old bind gets STOP_ACCEPTING in part 5 unless a desired inbound takes it over.
+ * A running inbound whose tag is gone gets CLOSE_SESSIONS even when its bind is taken over.
+ * User *contents* are not part of the plan (prepare rebuilds user tables when admissions
+ * differ). No Shadowsocks change is disruptive: katana plans no DISRUPT step yet.
+ * Limit: two binds that overlap without being equal across applies (0.0.0.0:p → 127.0.0.1:p)
+ * are planned as BIND of the new one before STOP_ACCEPTING of the old one; prepare may then fail
+ * with -EADDRINUSE.
+ *
+ * Versions come from one counter shared by all tags, so no version is ever used twice, even by
+ * a tag that is removed and added back (seed 001, "versions never go back"). After committing,
+ * the caller's next_version is max(next_version, 1) plus the number of outbound BUILD steps.
+ *
+ * @param running  NULL or running->spec == NULL means the first apply; otherwise
+ *                 running->outbound_versions has running->spec->n_outbounds entries and
+ *                 running->spec is a validated spec. next_version 0 is taken as 1.
+ * @param out      receives the plan (zeroed on error)
  * @return 0 (free with sv_plan_free()), -EINVAL with err set (validation), -ENOMEM.
  */
 int sv_plan_make(const sv_running *running, const sv_spec *desired, sv_plan *out, sv_error *err);
 
+/** Free the steps of @p plan and zero it. NULL-safe. */
 void sv_plan_free(sv_plan *plan);
 
-/** Equality of typed resource specs, the reuse criterion. */
+/**
+ * Equality of typed resource specs, the reuse criterion (seed 001: "compare typed specs with
+ * =="): deep, field by field; NULL and "" optional strings are equal; route matchers compare the
+ * fields their kind uses; user sets compare tag, then users in order by (id, secret,
+ * speed_limit, device_limit, label).
+ */
 bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b);
 bool sv_outbound_spec_equal(const sv_outbound_spec *a, const sv_outbound_spec *b);
 bool sv_route_spec_equal(const sv_route_spec *a, const sv_route_spec *b);
 bool sv_user_set_equal(const sv_user_set *a, const sv_user_set *b);
 
-/** "address:port" ("[v6]:port") of a bind into @p buf. */
+/**
+ * Write "address:port" ("[v6]:port" when the address has a ':') of @p b into @p buf, truncated
+ * to @p cap bytes (80 always fits a validated bind). Example: "127.0.0.1:8388", "[::1]:8388".
+ */
 void sv_bind_format(const sv_bind *b, char *buf, size_t cap);
 
 #endif

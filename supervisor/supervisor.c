@@ -203,6 +203,14 @@ static ctl_listener *running_listener(sv_supervisor *sv, const char *tag)
     return NULL;
 }
 
+static ctl_listener *listener_by_bind(sv_supervisor *sv, const char *bind)
+{
+    for (size_t i = 0; i < sv->n_listeners; i++)
+        if (strcmp(sv->listeners[i].bind, bind) == 0)
+            return &sv->listeners[i];
+    return NULL;
+}
+
 static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
 {
     for (size_t i = 0; p->targets != NULL && i < n_outbounds; i++)
@@ -279,9 +287,12 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
                            const sv_inbound_spec *in, prepared *p, sv_error *err)
 {
     const sv_user_set *set = sv_spec_user_set(spec, in->users);
-    ctl_listener *run = sv != NULL ? running_listener(sv, in->tag) : NULL;
-    bool bind = find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
+    char where[80];
+    sv_bind_format(&in->bind, where, sizeof where);
     bool swap = find_step(plan, SV_RES_INBOUND, SV_STEP_SWAP_HANDLER, in->tag) != NULL;
+    /* a swap keeps the listener that holds the bind, whatever its tag was (rename) */
+    ctl_listener *run = sv == NULL ? NULL : swap ? listener_by_bind(sv, where) : running_listener(sv, in->tag);
+    bool bind = find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
     bool users_changed = false;
     if (!bind && !swap) {
         const sv_user_set *old = sv_spec_user_set(&sv->running, in->users);
@@ -385,9 +396,13 @@ static void remove_listener_at(sv_supervisor *sv, size_t i)
 
 static void swap_listener(sv_supervisor *sv, staged_listener *s, bool revoke)
 {
-    ctl_listener *run = running_listener(sv, s->l.tag);
+    ctl_listener *run = NULL;
+    for (size_t i = 0; i < sv->n_listeners; i++)
+        if (sv->listeners[i].id == s->l.id)
+            run = &sv->listeners[i];
     if (run == NULL)
         return;
+    snprintf(run->tag, sizeof run->tag, "%s", s->l.tag);
     for (unsigned w = 0; w < sv->n_workers; w++) {
         sv_handler_ref(s->l.handler);
         post(sv, w, SV_MSG_SWAP_HANDLER, run->id, s->l.handler, NULL, -1, -1, revoke);

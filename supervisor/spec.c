@@ -1,0 +1,362 @@
+/*
+ * Spec helpers (supervisor.h, plan.h): free, deep copy, lookup, field-by-field equality (the
+ * planner's reuse criterion, seed 001 "compare typed specs with =="), bind text, report free.
+ * Optional strings: NULL and "" mean the same thing everywhere here.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "supervisor/plan.h"
+#include "supervisor/supervisor.h"
+
+/* ----------------------------------------------------------------------------------------- */
+/* Free                                                                                      */
+/* ----------------------------------------------------------------------------------------- */
+
+void sv_user_set_free(sv_user_set *set)
+{
+    if (set == NULL)
+        return;
+    for (size_t i = 0; i < set->n_users; i++) {
+        free(set->users[i].label);
+        free(set->users[i].secret);
+    }
+    free(set->users);
+    free(set->tag);
+    memset(set, 0, sizeof *set);
+}
+
+static void inbound_free(sv_inbound_spec *in)
+{
+    free(in->tag);
+    free(in->bind.address);
+    free(in->users);
+}
+
+static void rule_free(sv_route_rule *r)
+{
+    for (size_t i = 0; i < r->n_matchers; i++)
+        free(r->matchers[i].text);
+    free(r->matchers);
+    for (size_t i = 0; i < r->n_inbounds; i++)
+        free(r->inbounds[i]);
+    free(r->inbounds);
+    free(r->outbound);
+}
+
+static void route_free(sv_route_spec *route)
+{
+    for (size_t i = 0; i < route->n_rules; i++)
+        rule_free(&route->rules[i]);
+    free(route->rules);
+    free(route->default_outbound);
+}
+
+void sv_spec_free(sv_spec *spec)
+{
+    if (spec == NULL)
+        return;
+    for (size_t i = 0; i < spec->n_inbounds; i++)
+        inbound_free(&spec->inbounds[i]);
+    free(spec->inbounds);
+    for (size_t i = 0; i < spec->n_outbounds; i++)
+        free(spec->outbounds[i].tag);
+    free(spec->outbounds);
+    for (size_t i = 0; i < spec->n_user_sets; i++)
+        sv_user_set_free(&spec->user_sets[i]);
+    free(spec->user_sets);
+    route_free(&spec->route);
+    memset(spec, 0, sizeof *spec);
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Clone. Each helper fills a zeroed destination; on failure what it already copied stays in   */
+/* the destination, so the caller's single sv_spec_free() releases it.                        */
+/* ----------------------------------------------------------------------------------------- */
+
+/** Copy an optional string: NULL stays NULL. */
+static int dup_opt(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (src == NULL)
+        return 0;
+    *dst = strdup(src);
+    return *dst == NULL ? -ENOMEM : 0;
+}
+
+/** calloc of @p n elements; 0 elements is "no array" (NULL). Check failure with alloc_failed(). */
+static void *alloc_array(size_t n, size_t size)
+{
+    return n == 0 ? NULL : calloc(n, size);
+}
+
+static bool alloc_failed(const void *p, size_t n)
+{
+    return n > 0 && p == NULL;
+}
+
+static int users_clone(sv_user_set *dst, const sv_user_set *src)
+{
+    dst->users = alloc_array(src->n_users, sizeof *dst->users);
+    if (alloc_failed(dst->users, src->n_users))
+        return -ENOMEM;
+    for (size_t i = 0; i < src->n_users; i++) {
+        const sv_user *s = &src->users[i];
+        sv_user *d = &dst->users[i];
+        dst->n_users = i + 1; /* the slot is zeroed, so freeing it half-filled is safe */
+        *d = *s;
+        d->label = NULL;
+        d->secret = NULL;
+        if (dup_opt(&d->label, s->label) < 0 || dup_opt(&d->secret, s->secret) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+int sv_user_set_clone(sv_user_set *dst, const sv_user_set *src)
+{
+    memset(dst, 0, sizeof *dst);
+    int rc = dup_opt(&dst->tag, src->tag);
+    if (rc == 0)
+        rc = users_clone(dst, src);
+    if (rc < 0)
+        sv_user_set_free(dst);
+    return rc;
+}
+
+static int inbound_clone(sv_inbound_spec *d, const sv_inbound_spec *s)
+{
+    *d = *s;
+    d->tag = NULL;
+    d->bind.address = NULL;
+    d->users = NULL;
+    if (dup_opt(&d->tag, s->tag) < 0 || dup_opt(&d->bind.address, s->bind.address) < 0 ||
+        dup_opt(&d->users, s->users) < 0)
+        return -ENOMEM;
+    return 0;
+}
+
+static int rule_clone(sv_route_rule *d, const sv_route_rule *s)
+{
+    memset(d, 0, sizeof *d);
+    if (dup_opt(&d->outbound, s->outbound) < 0)
+        return -ENOMEM;
+    d->matchers = alloc_array(s->n_matchers, sizeof *d->matchers);
+    if (alloc_failed(d->matchers, s->n_matchers))
+        return -ENOMEM;
+    for (size_t i = 0; i < s->n_matchers; i++) {
+        d->n_matchers = i + 1;
+        d->matchers[i] = s->matchers[i];
+        if (dup_opt(&d->matchers[i].text, s->matchers[i].text) < 0)
+            return -ENOMEM;
+    }
+    d->inbounds = alloc_array(s->n_inbounds, sizeof *d->inbounds);
+    if (alloc_failed(d->inbounds, s->n_inbounds))
+        return -ENOMEM;
+    for (size_t i = 0; i < s->n_inbounds; i++) {
+        d->n_inbounds = i + 1;
+        if (dup_opt(&d->inbounds[i], s->inbounds[i]) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static int route_clone(sv_route_spec *d, const sv_route_spec *s)
+{
+    if (dup_opt(&d->default_outbound, s->default_outbound) < 0)
+        return -ENOMEM;
+    d->rules = alloc_array(s->n_rules, sizeof *d->rules);
+    if (alloc_failed(d->rules, s->n_rules))
+        return -ENOMEM;
+    for (size_t i = 0; i < s->n_rules; i++) {
+        d->n_rules = i + 1;
+        if (rule_clone(&d->rules[i], &s->rules[i]) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static int spec_clone_parts(sv_spec *dst, const sv_spec *src)
+{
+    dst->inbounds = alloc_array(src->n_inbounds, sizeof *dst->inbounds);
+    if (alloc_failed(dst->inbounds, src->n_inbounds))
+        return -ENOMEM;
+    for (size_t i = 0; i < src->n_inbounds; i++) {
+        dst->n_inbounds = i + 1;
+        if (inbound_clone(&dst->inbounds[i], &src->inbounds[i]) < 0)
+            return -ENOMEM;
+    }
+    dst->outbounds = alloc_array(src->n_outbounds, sizeof *dst->outbounds);
+    if (alloc_failed(dst->outbounds, src->n_outbounds))
+        return -ENOMEM;
+    for (size_t i = 0; i < src->n_outbounds; i++) {
+        dst->n_outbounds = i + 1;
+        dst->outbounds[i] = src->outbounds[i];
+        if (dup_opt(&dst->outbounds[i].tag, src->outbounds[i].tag) < 0)
+            return -ENOMEM;
+    }
+    dst->user_sets = alloc_array(src->n_user_sets, sizeof *dst->user_sets);
+    if (alloc_failed(dst->user_sets, src->n_user_sets))
+        return -ENOMEM;
+    for (size_t i = 0; i < src->n_user_sets; i++) {
+        dst->n_user_sets = i + 1;
+        if (sv_user_set_clone(&dst->user_sets[i], &src->user_sets[i]) < 0)
+            return -ENOMEM;
+    }
+    return route_clone(&dst->route, &src->route);
+}
+
+int sv_spec_clone(sv_spec *dst, const sv_spec *src)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->user_removal = src->user_removal;
+    int rc = spec_clone_parts(dst, src);
+    if (rc < 0)
+        sv_spec_free(dst);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Lookup and equality                                                                       */
+/* ----------------------------------------------------------------------------------------- */
+
+/** Optional strings are equal when both are absent/empty or both hold the same bytes. */
+static bool str_eq(const char *a, const char *b)
+{
+    return strcmp(a != NULL ? a : "", b != NULL ? b : "") == 0;
+}
+
+const sv_user_set *sv_spec_user_set(const sv_spec *spec, const char *tag)
+{
+    if (spec == NULL || tag == NULL)
+        return NULL;
+    for (size_t i = 0; i < spec->n_user_sets; i++)
+        if (str_eq(spec->user_sets[i].tag, tag))
+            return &spec->user_sets[i];
+    return NULL;
+}
+
+bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
+{
+    return str_eq(a->tag, b->tag) && str_eq(a->bind.address, b->bind.address) &&
+           a->bind.port == b->bind.port && a->udp == b->udp && a->protocol == b->protocol &&
+           a->ss_cipher == b->ss_cipher && str_eq(a->users, b->users);
+}
+
+bool sv_outbound_spec_equal(const sv_outbound_spec *a, const sv_outbound_spec *b)
+{
+    return str_eq(a->tag, b->tag) && a->kind == b->kind;
+}
+
+static bool cidr_eq(const sv_cidr *a, const sv_cidr *b)
+{
+    size_t len = a->family == AF_INET ? 4 : sizeof a->addr;
+    return a->family == b->family && a->prefix == b->prefix &&
+           memcmp(a->addr, b->addr, len) == 0;
+}
+
+/** Matchers compare the fields their kind uses (the others carry no meaning). */
+static bool match_eq(const sv_route_match *a, const sv_route_match *b)
+{
+    if (a->kind != b->kind)
+        return false;
+    switch (a->kind) {
+    case SV_MATCH_CIDR:
+    case SV_MATCH_SOURCE_CIDR:
+        return cidr_eq(&a->cidr, &b->cidr);
+    case SV_MATCH_PORT:
+        return a->port_lo == b->port_lo && a->port_hi == b->port_hi;
+    case SV_MATCH_NETWORK:
+        return a->network == b->network;
+    case SV_MATCH_DOMAIN:
+    case SV_MATCH_DOMAIN_SUFFIX:
+    case SV_MATCH_DOMAIN_KEYWORD:
+    case SV_MATCH_INBOUND:
+        return str_eq(a->text, b->text);
+    }
+    /* An unknown kind (refused by validation): compare every field. */
+    return str_eq(a->text, b->text) && cidr_eq(&a->cidr, &b->cidr) &&
+           a->port_lo == b->port_lo && a->port_hi == b->port_hi && a->network == b->network;
+}
+
+static bool rule_eq(const sv_route_rule *a, const sv_route_rule *b)
+{
+    if (a->n_matchers != b->n_matchers || a->n_inbounds != b->n_inbounds ||
+        !str_eq(a->outbound, b->outbound))
+        return false;
+    for (size_t i = 0; i < a->n_matchers; i++)
+        if (!match_eq(&a->matchers[i], &b->matchers[i]))
+            return false;
+    for (size_t i = 0; i < a->n_inbounds; i++)
+        if (!str_eq(a->inbounds[i], b->inbounds[i]))
+            return false;
+    return true;
+}
+
+bool sv_route_spec_equal(const sv_route_spec *a, const sv_route_spec *b)
+{
+    if (a->n_rules != b->n_rules || !str_eq(a->default_outbound, b->default_outbound))
+        return false;
+    for (size_t i = 0; i < a->n_rules; i++)
+        if (!rule_eq(&a->rules[i], &b->rules[i]))
+            return false;
+    return true;
+}
+
+static bool user_eq(const sv_user *a, const sv_user *b)
+{
+    return a->id == b->id && str_eq(a->secret, b->secret) && a->speed_limit == b->speed_limit &&
+           a->device_limit == b->device_limit && str_eq(a->label, b->label);
+}
+
+bool sv_user_set_equal(const sv_user_set *a, const sv_user_set *b)
+{
+    if (!str_eq(a->tag, b->tag) || a->n_users != b->n_users)
+        return false;
+    for (size_t i = 0; i < a->n_users; i++)
+        if (!user_eq(&a->users[i], &b->users[i]))
+            return false;
+    return true;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* Text                                                                                      */
+/* ----------------------------------------------------------------------------------------- */
+
+void sv_bind_format(const sv_bind *b, char *buf, size_t cap)
+{
+    if (buf == NULL || cap == 0)
+        return;
+    const char *addr = b->address != NULL ? b->address : "";
+    if (strchr(addr, ':') != NULL)
+        snprintf(buf, cap, "[%s]:%u", addr, (unsigned)b->port);
+    else
+        snprintf(buf, cap, "%s:%u", addr, (unsigned)b->port);
+}
+
+static void strv_free(char ***v, size_t *n)
+{
+    for (size_t i = 0; i < *n; i++)
+        free((*v)[i]);
+    free(*v);
+    *v = NULL;
+    *n = 0;
+}
+
+void sv_apply_report_free(sv_apply_report *report)
+{
+    if (report == NULL)
+        return;
+    strv_free(&report->reused, &report->n_reused);
+    strv_free(&report->built, &report->n_built);
+    strv_free(&report->swapped, &report->n_swapped);
+    strv_free(&report->drained, &report->n_drained);
+    strv_free(&report->rebound, &report->n_rebound);
+    strv_free(&report->removed, &report->n_removed);
+    memset(report, 0, sizeof *report);
+}

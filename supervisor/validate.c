@@ -1,0 +1,465 @@
+/*
+ * sv_validate: every semantic rule of a spec, and the only place they live (seed 001, "validate",
+ * "one owner per rule"). Pure: reads the spec, allocates only scratch sets, touches nothing.
+ *
+ * Texts: seed 001 ApplyError ("duplicate {kind} tag {tag}", "{from} references unknown {kind}
+ * {tag}", "a {kind} tag must not be empty", "{resource}: {reason}"); seed 000 ("route references
+ * unknown outbound <tag>"). Kinds are the words "inbound", "outbound", "user set". Reasons the
+ * seeds do not spell out are katana's, in the same "{resource}: {reason}" shape.
+ *
+ * Check order (the first violation wins and is the one reported):
+ *  1. tags, per kind: inbounds, then outbounds, then user sets; within a kind in spec order:
+ *     empty, longer than SV_TAG_MAX, duplicate of an earlier one;
+ *  2. references, in spec order: each inbound's user set; then each route rule (its outbound,
+ *     then its inbounds list); then the default outbound;
+ *  3. per-resource rules: inbounds (address, port, bind overlap with an earlier inbound,
+ *     protocol, cipher, user set present), outbounds (kind), user sets (count, then per user:
+ *     duplicate id, secret), route (rule count, then per rule: matcher count, each matcher),
+ *     policies.
+ * Rule and matcher numbers in texts are 0-based indexes, like sv_flow_info.rule.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "supervisor/plan.h"
+#include "supervisor/supervisor.h"
+
+#define INVALID(err, ...) sv_error_set((err), -EINVAL, __VA_ARGS__)
+
+static bool is_empty(const char *s)
+{
+    return s == NULL || s[0] == '\0';
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* A set of element indexes for finding the first duplicate in scan order (open addressing).   */
+/* ----------------------------------------------------------------------------------------- */
+
+typedef uint64_t (*key_hash_fn)(const void *ctx, size_t i);
+typedef bool (*key_eq_fn)(const void *ctx, size_t i, size_t j);
+
+typedef struct seen_set {
+    size_t *slots; /**< index + 1; 0 = empty */
+    size_t mask;
+    const void *ctx;
+    key_hash_fn hash;
+    key_eq_fn eq;
+} seen_set;
+
+static int seen_init(seen_set *s, size_t n, const void *ctx, key_hash_fn hash, key_eq_fn eq)
+{
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap *= 2;
+    s->slots = calloc(cap, sizeof *s->slots);
+    s->mask = cap - 1;
+    s->ctx = ctx;
+    s->hash = hash;
+    s->eq = eq;
+    return s->slots == NULL ? -ENOMEM : 0;
+}
+
+/** Insert element @p i. @return the index of an earlier equal element, or SIZE_MAX. */
+static size_t seen_insert(seen_set *s, size_t i)
+{
+    size_t pos = (size_t)s->hash(s->ctx, i) & s->mask;
+    while (s->slots[pos] != 0) {
+        size_t j = s->slots[pos] - 1;
+        if (s->eq(s->ctx, i, j))
+            return j;
+        pos = (pos + 1) & s->mask;
+    }
+    s->slots[pos] = i + 1;
+    return SIZE_MAX;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t str_hash(const char *p)
+{
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a */
+    for (; *p != '\0'; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+    return h;
+}
+
+static uint64_t tag_hash(const void *ctx, size_t i)
+{
+    return str_hash(((const char *const *)ctx)[i]);
+}
+
+static bool tag_eq(const void *ctx, size_t i, size_t j)
+{
+    const char *const *tags = ctx;
+    return strcmp(tags[i], tags[j]) == 0;
+}
+
+static uint64_t user_hash(const void *ctx, size_t i)
+{
+    return mix64(((const sv_user_set *)ctx)->users[i].id);
+}
+
+static bool user_eq(const void *ctx, size_t i, size_t j)
+{
+    const sv_user_set *set = ctx;
+    return set->users[i].id == set->users[j].id;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* 1. Tags                                                                                   */
+/* ----------------------------------------------------------------------------------------- */
+
+/** Empty, too long, duplicate, in order, over @p n tags of one @p kind. */
+static int check_tags(const char *kind, const char *const *tags, size_t n, sv_error *err)
+{
+    seen_set seen;
+    if (seen_init(&seen, n, tags, tag_hash, tag_eq) < 0)
+        return sv_error_set(err, -ENOMEM, "validating the spec: out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (is_empty(tags[i]))
+            rc = INVALID(err, "a %s tag must not be empty", kind);
+        else if (strlen(tags[i]) > SV_TAG_MAX)
+            rc = INVALID(err, "%s %s: the tag is longer than %d bytes", kind, tags[i], SV_TAG_MAX);
+        else if (seen_insert(&seen, i) != SIZE_MAX)
+            rc = INVALID(err, "duplicate %s tag %s", kind, tags[i]);
+    }
+    free(seen.slots);
+    return rc;
+}
+
+/** Gathers the tags of one kind into a scratch array (strided access would be less clear). */
+static int check_kind_tags(const char *kind, const void *base, size_t n, size_t stride,
+                           size_t tag_off, sv_error *err)
+{
+    const char **tags = calloc(n > 0 ? n : 1, sizeof *tags);
+    if (tags == NULL)
+        return sv_error_set(err, -ENOMEM, "validating the spec: out of memory");
+    for (size_t i = 0; i < n; i++)
+        memcpy(&tags[i], (const char *)base + i * stride + tag_off, sizeof tags[i]);
+    int rc = check_tags(kind, tags, n, err);
+    free(tags);
+    return rc;
+}
+
+static int check_all_tags(const sv_spec *spec, sv_error *err)
+{
+    int rc = check_kind_tags("inbound", spec->inbounds, spec->n_inbounds,
+                             sizeof *spec->inbounds, offsetof(sv_inbound_spec, tag), err);
+    if (rc == 0)
+        rc = check_kind_tags("outbound", spec->outbounds, spec->n_outbounds,
+                             sizeof *spec->outbounds, offsetof(sv_outbound_spec, tag), err);
+    if (rc == 0)
+        rc = check_kind_tags("user set", spec->user_sets, spec->n_user_sets,
+                             sizeof *spec->user_sets, offsetof(sv_user_set, tag), err);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* 2. References                                                                             */
+/* ----------------------------------------------------------------------------------------- */
+
+static bool has_outbound(const sv_spec *spec, const char *tag)
+{
+    for (size_t i = 0; i < spec->n_outbounds; i++)
+        if (strcmp(spec->outbounds[i].tag, tag) == 0)
+            return true;
+    return false;
+}
+
+static bool has_inbound(const sv_spec *spec, const char *tag)
+{
+    for (size_t i = 0; i < spec->n_inbounds; i++)
+        if (strcmp(spec->inbounds[i].tag, tag) == 0)
+            return true;
+    return false;
+}
+
+static int check_rule_refs(const sv_spec *spec, size_t r, sv_error *err)
+{
+    const sv_route_rule *rule = &spec->route.rules[r];
+    if (is_empty(rule->outbound))
+        return INVALID(err, "route: rule %zu has no outbound", r);
+    if (!has_outbound(spec, rule->outbound))
+        return INVALID(err, "route references unknown outbound %s", rule->outbound);
+    for (size_t i = 0; i < rule->n_inbounds; i++) {
+        if (is_empty(rule->inbounds[i]))
+            return INVALID(err, "route: rule %zu lists an empty inbound tag", r);
+        if (!has_inbound(spec, rule->inbounds[i]))
+            return INVALID(err, "route references unknown inbound %s", rule->inbounds[i]);
+    }
+    return 0;
+}
+
+static int check_references(const sv_spec *spec, sv_error *err)
+{
+    for (size_t i = 0; i < spec->n_inbounds; i++) {
+        const sv_inbound_spec *in = &spec->inbounds[i];
+        if (!is_empty(in->users) && sv_spec_user_set(spec, in->users) == NULL)
+            return INVALID(err, "inbound %s references unknown user set %s", in->tag, in->users);
+    }
+    for (size_t r = 0; r < spec->route.n_rules; r++) {
+        int rc = check_rule_refs(spec, r, err);
+        if (rc < 0)
+            return rc;
+    }
+    const char *def = spec->route.default_outbound;
+    if (is_empty(def))
+        return INVALID(err, "route: there is no default outbound");
+    if (!has_outbound(spec, def))
+        return INVALID(err, "route references unknown outbound %s", def);
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* 3. Per-resource rules: inbounds                                                           */
+/* ----------------------------------------------------------------------------------------- */
+
+/** A parsed bind address. */
+typedef struct ip_addr {
+    int family;
+    uint8_t bytes[16];
+} ip_addr;
+
+static bool parse_ip(const char *text, ip_addr *out)
+{
+    memset(out, 0, sizeof *out);
+    if (inet_pton(AF_INET, text, out->bytes) == 1) {
+        out->family = AF_INET;
+        return true;
+    }
+    if (inet_pton(AF_INET6, text, out->bytes) == 1) {
+        out->family = AF_INET6;
+        return true;
+    }
+    return false;
+}
+
+static bool ip_is_any(const ip_addr *a)
+{
+    static const uint8_t zero[16];
+    return memcmp(a->bytes, zero, sizeof zero) == 0;
+}
+
+static bool ip_equal(const ip_addr *a, const ip_addr *b)
+{
+    return a->family == b->family && memcmp(a->bytes, b->bytes, sizeof a->bytes) == 0;
+}
+
+/**
+ * Would listeners on @p a and @p b (same port) take each other's connections? Equal addresses do;
+ * a wildcard covers its family, and "::" is treated as dual-stack (covers IPv4 too).
+ */
+static bool ip_overlap(const ip_addr *a, const ip_addr *b)
+{
+    if (ip_equal(a, b))
+        return true;
+    if (ip_is_any(a) && (a->family == b->family || a->family == AF_INET6))
+        return true;
+    return ip_is_any(b) && (b->family == a->family || b->family == AF_INET6);
+}
+
+/** Bind of inbound @p i against every earlier inbound (their addresses already parsed fine). */
+static int check_bind_overlap(const sv_spec *spec, size_t i, const ip_addr *addr, sv_error *err)
+{
+    const sv_inbound_spec *in = &spec->inbounds[i];
+    for (size_t j = 0; j < i; j++) {
+        const sv_inbound_spec *other = &spec->inbounds[j];
+        ip_addr o;
+        if (other->bind.port != in->bind.port || !parse_ip(other->bind.address, &o))
+            continue;
+        if (!ip_overlap(addr, &o))
+            continue;
+        char mine[80], theirs[80];
+        sv_bind_format(&in->bind, mine, sizeof mine);
+        sv_bind_format(&other->bind, theirs, sizeof theirs);
+        if (ip_equal(addr, &o))
+            return INVALID(err, "inbound %s: bind %s is already used by inbound %s", in->tag,
+                           mine, other->tag);
+        return INVALID(err, "inbound %s: bind %s overlaps bind %s of inbound %s", in->tag, mine,
+                       theirs, other->tag);
+    }
+    return 0;
+}
+
+static bool cipher_known(enum sv_ss_cipher c)
+{
+    return c == SV_SS_AES_128_GCM || c == SV_SS_AES_256_GCM || c == SV_SS_CHACHA20_POLY1305;
+}
+
+static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
+{
+    const sv_inbound_spec *in = &spec->inbounds[i];
+    ip_addr addr;
+    if (is_empty(in->bind.address))
+        return INVALID(err, "inbound %s: the bind address must not be empty", in->tag);
+    if (!parse_ip(in->bind.address, &addr))
+        return INVALID(err, "inbound %s: address %s is not an IP address", in->tag,
+                       in->bind.address);
+    if (in->bind.port == 0)
+        return INVALID(err, "inbound %s: port must be between 1 and 65535", in->tag);
+    int rc = check_bind_overlap(spec, i, &addr, err);
+    if (rc < 0)
+        return rc;
+    if (in->protocol != SV_INBOUND_SHADOWSOCKS)
+        return INVALID(err, "inbound %s: unknown protocol", in->tag);
+    if (!cipher_known(in->ss_cipher))
+        return INVALID(err, "inbound %s: unknown cipher", in->tag);
+    if (is_empty(in->users))
+        return INVALID(err, "inbound %s: a shadowsocks inbound needs a user set", in->tag);
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* 3. Per-resource rules: outbounds, user sets                                               */
+/* ----------------------------------------------------------------------------------------- */
+
+static int check_outbound(const sv_outbound_spec *out, sv_error *err)
+{
+    if (out->kind != SV_OUTBOUND_DIRECT && out->kind != SV_OUTBOUND_BLACKHOLE)
+        return INVALID(err, "outbound %s: unknown kind", out->tag);
+    return 0;
+}
+
+static int check_user(const sv_user_set *set, const sv_user *u, sv_error *err)
+{
+    if (is_empty(u->secret))
+        return INVALID(err, "user set %s: user %" PRIu64 " has an empty secret", set->tag, u->id);
+    if (strlen(u->secret) > SV_SECRET_MAX)
+        return INVALID(err, "user set %s: user %" PRIu64 " has a secret longer than %d bytes",
+                       set->tag, u->id, SV_SECRET_MAX);
+    return 0;
+}
+
+static int check_user_set(const sv_user_set *set, sv_error *err)
+{
+    if (set->n_users > SV_USERS_MAX)
+        return INVALID(err, "user set %s: more than %d users", set->tag, SV_USERS_MAX);
+    seen_set seen;
+    if (seen_init(&seen, set->n_users, set, user_hash, user_eq) < 0)
+        return sv_error_set(err, -ENOMEM, "validating the spec: out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < set->n_users && rc == 0; i++) {
+        if (seen_insert(&seen, i) != SIZE_MAX)
+            rc = INVALID(err, "user set %s: duplicate user %" PRIu64, set->tag, set->users[i].id);
+        else
+            rc = check_user(set, &set->users[i], err);
+    }
+    free(seen.slots);
+    return rc;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+/* 3. Per-resource rules: route                                                              */
+/* ----------------------------------------------------------------------------------------- */
+
+static int check_cidr(const sv_cidr *c, size_t r, size_t m, sv_error *err)
+{
+    unsigned max;
+    if (c->family == AF_INET)
+        max = 32;
+    else if (c->family == AF_INET6)
+        max = 128;
+    else
+        return INVALID(err, "route: rule %zu matcher %zu: the CIDR is neither IPv4 nor IPv6", r,
+                       m);
+    if (c->prefix > max)
+        return INVALID(err, "route: rule %zu matcher %zu: prefix /%u is longer than %u bits", r,
+                       m, (unsigned)c->prefix, max);
+    return 0;
+}
+
+static int check_matcher(const sv_route_match *mt, size_t r, size_t m, sv_error *err)
+{
+    switch (mt->kind) {
+    case SV_MATCH_DOMAIN:
+    case SV_MATCH_DOMAIN_SUFFIX:
+    case SV_MATCH_DOMAIN_KEYWORD:
+    case SV_MATCH_INBOUND:
+        if (is_empty(mt->text))
+            return INVALID(err, "route: rule %zu matcher %zu has no text", r, m);
+        return 0;
+    case SV_MATCH_CIDR:
+    case SV_MATCH_SOURCE_CIDR:
+        return check_cidr(&mt->cidr, r, m, err);
+    case SV_MATCH_PORT:
+        if (mt->port_lo > mt->port_hi)
+            return INVALID(err, "route: rule %zu matcher %zu: port range %u-%u is inverted", r, m,
+                           (unsigned)mt->port_lo, (unsigned)mt->port_hi);
+        return 0;
+    case SV_MATCH_NETWORK:
+        if (mt->network != SV_NET_TCP && mt->network != SV_NET_UDP)
+            return INVALID(err, "route: rule %zu matcher %zu: unknown network", r, m);
+        return 0;
+    }
+    return INVALID(err, "route: rule %zu matcher %zu: unknown matcher kind", r, m);
+}
+
+static int check_route(const sv_route_spec *route, sv_error *err)
+{
+    if (route->n_rules > SV_RULES_MAX)
+        return INVALID(err, "route: more than %d rules", SV_RULES_MAX);
+    for (size_t r = 0; r < route->n_rules; r++) {
+        const sv_route_rule *rule = &route->rules[r];
+        if (rule->n_matchers == 0)
+            return INVALID(err, "route: rule %zu has no matchers", r);
+        if (rule->n_matchers > SV_MATCHERS_MAX)
+            return INVALID(err, "route: rule %zu has more than %d matchers", r, SV_MATCHERS_MAX);
+        for (size_t m = 0; m < rule->n_matchers; m++) {
+            int rc = check_matcher(&rule->matchers[m], r, m, err);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------------------- */
+
+static int check_resources(const sv_spec *spec, sv_error *err)
+{
+    int rc = 0;
+    for (size_t i = 0; i < spec->n_inbounds && rc == 0; i++)
+        rc = check_inbound(spec, i, err);
+    for (size_t i = 0; i < spec->n_outbounds && rc == 0; i++)
+        rc = check_outbound(&spec->outbounds[i], err);
+    for (size_t i = 0; i < spec->n_user_sets && rc == 0; i++)
+        rc = check_user_set(&spec->user_sets[i], err);
+    if (rc == 0)
+        rc = check_route(&spec->route, err);
+    if (rc == 0 && spec->user_removal != SV_REMOVAL_CLOSE && spec->user_removal != SV_REMOVAL_KEEP)
+        rc = INVALID(err, "policies: unknown user removal policy");
+    return rc;
+}
+
+int sv_validate(const sv_spec *spec, sv_error *err)
+{
+    if (spec == NULL)
+        return INVALID(err, "spec: missing");
+    int rc = check_all_tags(spec, err);
+    if (rc == 0)
+        rc = check_references(spec, err);
+    if (rc == 0)
+        rc = check_resources(spec, err);
+    if (rc == 0 && err != NULL) {
+        err->code = 0;
+        err->msg[0] = '\0';
+    }
+    return rc;
+}
