@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +155,10 @@ static size_t iov_total(const uv_buf_t *iov, unsigned n)
 /* Copy the part of iov[] past @p skip bytes into one new buffer. */
 static uint8_t *iov_rest(const uv_buf_t *iov, unsigned n, size_t skip, size_t *len)
 {
-    size_t total = iov_total(iov, n) - skip;
+    size_t all = iov_total(iov, n);
+    if (skip >= all || all - skip > SIZE_MAX / 2)
+        return NULL;
+    size_t total = all - skip;
     uint8_t *buf = malloc(total);
     if (buf == NULL)
         return NULL;

@@ -35,7 +35,8 @@ int sv_aead_seal(sv_aead *a, uint8_t *p, size_t n);
 
 /**
  * Open @p n ciphertext bytes in place at @p p followed by their tag at p + n; advance the nonce
- * only on success. @return 0, or -EBADMSG when authentication fails.
+ * only on success. On failure the n bytes are restored to the ciphertext, so another key can be
+ * tried on the same buffer. @return 0, or -EBADMSG when authentication fails.
  */
 int sv_aead_open(sv_aead *a, uint8_t *p, size_t n);
 

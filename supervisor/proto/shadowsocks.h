@@ -65,6 +65,8 @@ typedef struct sv_ss_tcp {
     uint8_t seal_salt[SV_SS_SALT_MAX];
     uint16_t pending_len;      /**< payload length of a chunk whose length was opened, 0 = none */
     void (*rng)(uint8_t *buf, size_t n); /**< salt source; NULL = OpenSSL RAND_bytes */
+    uint16_t _addr_len;        /**< private: plaintext bytes of an address split over chunks */
+    uint8_t _addr[SV_DEST_WIRE_MAX]; /**< private: those bytes (never more than one address) */
 } sv_ss_tcp;
 
 /** Prepare @p c for a new connection. @return 0 or -ENOMEM. */

@@ -1,0 +1,89 @@
+/* SOCKS5-style destination addresses shared by the protocol cores (PROTOCOLS.md §1.1 A). */
+#include "config.h"
+
+#include "supervisor/proto/core.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/*
+ * Besides the contract's cases, a domain holding a NUL byte is refused with -EPROTO: host is a C
+ * string, and a name cut short at the NUL would be routed as a different name.
+ */
+ssize_t sv_dest_parse(const uint8_t *p, size_t n, sv_dest *d)
+{
+    size_t need;
+    if (n < 1)
+        return 0;
+    switch (p[0]) {
+    case SV_ATYP_IPV4:
+        need = 1 + 4 + 2;
+        break;
+    case SV_ATYP_IPV6:
+        need = 1 + 16 + 2;
+        break;
+    case SV_ATYP_DOMAIN:
+        if (n < 2)
+            return 0;
+        if (p[1] == 0)
+            return -EPROTO;
+        need = 2 + (size_t)p[1] + 2;
+        break;
+    default:
+        return -EPROTO;
+    }
+    if (n < need)
+        return 0;
+    if (p[0] == SV_ATYP_DOMAIN && memchr(p + 2, 0, p[1]) != NULL)
+        return -EPROTO;
+    d->atyp = p[0];
+    memset(d->ip, 0, sizeof d->ip);
+    d->host[0] = '\0';
+    if (p[0] == SV_ATYP_DOMAIN) {
+        size_t hl = p[1];
+        memcpy(d->host, p + 2, hl);
+        d->host[hl] = '\0';
+    } else {
+        memcpy(d->ip, p + 1, need - 3);
+    }
+    d->port = (uint16_t)(p[need - 2] << 8 | p[need - 1]);
+    return (ssize_t)need;
+}
+
+size_t sv_dest_encode(const sv_dest *d, uint8_t *out)
+{
+    size_t n = 0;
+    out[n++] = d->atyp;
+    if (d->atyp == SV_ATYP_IPV4) {
+        memcpy(out + n, d->ip, 4);
+        n += 4;
+    } else if (d->atyp == SV_ATYP_IPV6) {
+        memcpy(out + n, d->ip, 16);
+        n += 16;
+    } else {
+        size_t hl = strnlen(d->host, 255);
+        out[n++] = (uint8_t)hl;
+        memcpy(out + n, d->host, hl);
+        n += hl;
+    }
+    out[n++] = (uint8_t)(d->port >> 8);
+    out[n++] = (uint8_t)(d->port & 0xff);
+    return n;
+}
+
+int sv_dest_format(const sv_dest *d, char *buf, size_t cap)
+{
+    char ip[INET6_ADDRSTRLEN];
+    switch (d->atyp) {
+    case SV_ATYP_IPV4:
+        inet_ntop(AF_INET, d->ip, ip, sizeof ip);
+        return snprintf(buf, cap, "%s:%u", ip, (unsigned)d->port);
+    case SV_ATYP_IPV6:
+        inet_ntop(AF_INET6, d->ip, ip, sizeof ip);
+        return snprintf(buf, cap, "[%s]:%u", ip, (unsigned)d->port);
+    default:
+        return snprintf(buf, cap, "%.255s:%u", d->host, (unsigned)d->port);
+    }
+}

@@ -1,0 +1,367 @@
+/*
+ * Shadowsocks AEAD server core (SIP004/SIP007), sans-I/O. Wire format: PROTOCOLS.md §2.
+ *
+ * TCP feed, state by state (one chunk per call at most):
+ *   AUTH    needs salt + 18 bytes. Each keyring key in turn: HKDF subkey, open the 2-byte length
+ *           (a failed open restores the bytes, so no copy). The first key that opens it names the
+ *           user; then the salt goes through the replay filter (-EEXIST); then the length is
+ *           checked (1..0x3FFF, else -EPROTO).
+ *   HEADER  payload chunks until the target address (§1.1 A) is complete. An address split over
+ *           several chunks is collected in c->_addr (at most SV_DEST_WIRE_MAX bytes).
+ *   RELAY   each payload chunk is handed out as plaintext, in place.
+ *
+ * Consumption rule: a length chunk is consumed together with its payload when the whole chunk
+ * is present. When only the 18 length bytes (plus the salt, first time) are present, they are
+ * opened and consumed alone; c->pending_len remembers the length and the next call needs exactly
+ * pending_len + 16 bytes. So every consumed byte has been processed, nothing is ever opened twice,
+ * and the caller never holds more than salt + SV_SS_NEED_MAX bytes. A length of 0 is refused with
+ * -EPROTO like one above 0x3FFF (§2.3: length is 1..0x3FFF).
+ */
+#include "config.h"
+
+#include "supervisor/proto/shadowsocks.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#define SS_LEN_CHUNK (2 + SV_SS_TAG)
+
+size_t sv_ss_key_len(enum sv_ss_cipher cipher)
+{
+    switch (cipher) {
+    case SV_SS_AES_128_GCM:
+        return 16;
+    case SV_SS_AES_256_GCM:
+    case SV_SS_CHACHA20_POLY1305:
+        return 32;
+    }
+    return 0;
+}
+
+void sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out)
+{
+    size_t klen = sv_ss_key_len(cipher), have = 0, pwlen = strlen(password);
+    uint8_t d[EVP_MAX_MD_SIZE];
+    unsigned dlen = 0;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    memset(out, 0, klen);
+    if (md == NULL)
+        return;
+    while (have < klen) {
+        if (EVP_DigestInit_ex(md, EVP_md5(), NULL) != 1 ||
+            (have > 0 && EVP_DigestUpdate(md, d, dlen) != 1) ||
+            EVP_DigestUpdate(md, password, pwlen) != 1 || EVP_DigestFinal_ex(md, d, &dlen) != 1)
+            break;
+        size_t take = klen - have < dlen ? klen - have : dlen;
+        memcpy(out + have, d, take);
+        have += take;
+    }
+    EVP_MD_CTX_free(md);
+    OPENSSL_cleanse(d, sizeof d);
+}
+
+int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char *const *passwords,
+                       size_t n)
+{
+    ring->cipher = cipher;
+    ring->n = 0;
+    ring->keys = NULL;
+    if (sv_ss_key_len(cipher) == 0)
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    ring->keys = calloc(n, sizeof *ring->keys);
+    if (ring->keys == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        sv_ss_password_to_key(cipher, passwords[i], ring->keys[i]);
+    ring->n = n;
+    return 0;
+}
+
+void sv_ss_keyring_deinit(sv_ss_keyring *ring)
+{
+    if (ring->keys != NULL)
+        OPENSSL_cleanse(ring->keys, ring->n * sizeof *ring->keys);
+    free(ring->keys);
+    ring->keys = NULL;
+    ring->n = 0;
+}
+
+int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher)
+{
+    if (sv_ss_key_len(cipher) == 0)
+        return -EINVAL;
+    c->state = SV_SS_AUTH;
+    c->cipher = cipher;
+    c->user = -1;
+    c->salt_sent = false;
+    c->pending_len = 0;
+    c->_addr_len = 0;
+    if (c->open.ctx == NULL)
+        c->open.ctx = EVP_CIPHER_CTX_new();
+    if (c->seal.ctx == NULL)
+        c->seal.ctx = EVP_CIPHER_CTX_new();
+    if (c->open.ctx == NULL || c->seal.ctx == NULL) {
+        sv_ss_tcp_deinit(c);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void sv_ss_tcp_deinit(sv_ss_tcp *c)
+{
+    sv_aead_deinit(&c->open);
+    sv_aead_deinit(&c->seal);
+}
+
+static ssize_t ss_fail(sv_ss_tcp *c, ssize_t err)
+{
+    c->state = SV_SS_FAILED;
+    c->pending_len = 0;
+    return err;
+}
+
+/* Open the 2-byte length chunk at @p p in place and remember the length. */
+static int ss_open_length(sv_ss_tcp *c, uint8_t *p)
+{
+    if (sv_aead_open(&c->open, p, 2) != 0)
+        return -EBADMSG;
+    unsigned len = (unsigned)p[0] << 8 | p[1];
+    if (len == 0 || len > SV_SS_CHUNK_MAX)
+        return -EPROTO;
+    c->pending_len = (uint16_t)len;
+    return 0;
+}
+
+/* AUTH: find the user whose key opens the first length chunk. @return bytes consumed, 0, -err. */
+static ssize_t ss_auth(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *replay, uint8_t *p,
+                       size_t n)
+{
+    size_t sl = sv_ss_key_len(c->cipher);
+    if (n < sl + SS_LEN_CHUNK)
+        return 0;
+    uint8_t sub[SV_SS_KEY_MAX];
+    int user = -1, rc = 0;
+    for (size_t i = 0; i < ring->n && user < 0 && rc == 0; i++) {
+        rc = sv_ss_subkey(ring->keys[i], sl, p, sub);
+        if (rc == 0)
+            rc = sv_aead_init(&c->open, c->cipher, sub, false);
+        if (rc == 0 && sv_aead_open(&c->open, p + sl, 2) == 0)
+            user = (int)i;
+    }
+    OPENSSL_cleanse(sub, sizeof sub);
+    if (rc != 0)
+        return rc;
+    if (user < 0)
+        return -EBADMSG;
+    c->user = user;
+    if (replay != NULL && !sv_replay_add(replay, p, sl))
+        return -EEXIST;
+    unsigned len = (unsigned)p[sl] << 8 | p[sl + 1];
+    if (len == 0 || len > SV_SS_CHUNK_MAX)
+        return -EPROTO;
+    c->pending_len = (uint16_t)len;
+    c->state = SV_SS_HEADER;
+    return (ssize_t)(sl + SS_LEN_CHUNK);
+}
+
+/* HEADER: take the target address from the plaintext @p pl, possibly completing a split one. */
+static int ss_header(sv_ss_tcp *c, uint8_t *pl, size_t plen, sv_ss_out *out)
+{
+    size_t have = c->_addr_len;
+    const uint8_t *src = pl;
+    size_t srcn = plen;
+    if (have > 0) {
+        size_t take = plen < SV_DEST_WIRE_MAX - have ? plen : SV_DEST_WIRE_MAX - have;
+        memcpy(c->_addr + have, pl, take);
+        c->_addr_len = (uint16_t)(have + take);
+        src = c->_addr;
+        srcn = c->_addr_len;
+    }
+    ssize_t r = sv_dest_parse(src, srcn, &out->dest);
+    if (r < 0)
+        return -EPROTO;
+    if (r == 0) {
+        /* Incomplete: srcn < the address length <= SV_DEST_WIRE_MAX, so it fits. */
+        if (have == 0) {
+            memcpy(c->_addr, pl, plen);
+            c->_addr_len = (uint16_t)plen;
+        }
+        return 0;
+    }
+    size_t used = (size_t)r - have; /* the earlier part was incomplete, so r > have */
+    c->_addr_len = 0;
+    c->state = SV_SS_RELAY;
+    out->dest.network = SV_NET_TCP;
+    out->open = true;
+    if (plen > used) {
+        out->data = pl + used;
+        out->len = plen - used;
+    }
+    return 0;
+}
+
+/* Open the pending payload at @p p in place and hand it out. */
+static int ss_open_payload(sv_ss_tcp *c, uint8_t *p, sv_ss_out *out)
+{
+    size_t len = c->pending_len;
+    if (sv_aead_open(&c->open, p, len) != 0)
+        return -EBADMSG;
+    c->pending_len = 0;
+    if (c->state == SV_SS_HEADER)
+        return ss_header(c, p, len, out);
+    out->data = p;
+    out->len = len;
+    return 0;
+}
+
+ssize_t sv_ss_tcp_feed(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *replay, uint8_t *p,
+                       size_t n, sv_ss_out *out)
+{
+    out->authenticated = false;
+    out->open = false;
+    out->data = NULL;
+    out->len = 0;
+    if (c->state == SV_SS_FAILED)
+        return -EINVAL;
+    if (ring == NULL || ring->cipher != c->cipher || (p == NULL && n > 0))
+        return ss_fail(c, -EINVAL);
+    size_t off = 0;
+    if (c->state == SV_SS_AUTH) {
+        ssize_t r = ss_auth(c, ring, replay, p, n);
+        if (r <= 0)
+            return r == 0 ? 0 : ss_fail(c, r);
+        out->authenticated = true;
+        off = (size_t)r;
+    } else if (c->pending_len == 0) {
+        if (n < SS_LEN_CHUNK)
+            return 0;
+        int rc = ss_open_length(c, p);
+        if (rc != 0)
+            return ss_fail(c, rc);
+        off = SS_LEN_CHUNK;
+    }
+    size_t need = (size_t)c->pending_len + SV_SS_TAG;
+    if (n - off < need)
+        return (ssize_t)off; /* 0, or the length chunk consumed alone */
+    int rc = ss_open_payload(c, p + off, out);
+    if (rc != 0)
+        return ss_fail(c, rc);
+    return (ssize_t)(off + need);
+}
+
+static int ss_random(uint8_t *buf, size_t n, void (*rng)(uint8_t *buf, size_t n))
+{
+    if (rng != NULL) {
+        rng(buf, n);
+        return 0;
+    }
+    return RAND_bytes(buf, (int)n) == 1 ? 0 : -EIO;
+}
+
+/* First downstream chunk: pick the server salt and key the seal direction. */
+static int ss_seal_start(sv_ss_tcp *c, const uint8_t *master)
+{
+    size_t sl = sv_ss_key_len(c->cipher);
+    uint8_t sub[SV_SS_KEY_MAX];
+    int rc = ss_random(c->seal_salt, sl, c->rng);
+    if (rc == 0)
+        rc = sv_ss_subkey(master, sl, c->seal_salt, sub);
+    if (rc == 0)
+        rc = sv_aead_init(&c->seal, c->cipher, sub, true);
+    OPENSSL_cleanse(sub, sizeof sub);
+    return rc;
+}
+
+ssize_t sv_ss_tcp_seal(sv_ss_tcp *c, const sv_ss_keyring *ring, uint8_t *buf, size_t len,
+                       uint8_t **wire)
+{
+    if (ring == NULL || buf == NULL || ring->cipher != c->cipher || c->user < 0 ||
+        (size_t)c->user >= ring->n || len == 0 || len > SV_SS_CHUNK_MAX)
+        return -EINVAL;
+    uint8_t *pl = buf + SV_SS_SEAL_HEAD;
+    uint8_t *start = pl - SS_LEN_CHUNK;
+    if (!c->salt_sent) {
+        if (ss_seal_start(c, ring->keys[c->user]) != 0)
+            return -EINVAL;
+        size_t sl = sv_ss_key_len(c->cipher);
+        start -= sl;
+        memcpy(start, c->seal_salt, sl);
+    }
+    uint8_t *lp = pl - SS_LEN_CHUNK;
+    lp[0] = (uint8_t)(len >> 8);
+    lp[1] = (uint8_t)(len & 0xff);
+    if (sv_aead_seal(&c->seal, lp, 2) != 0 || sv_aead_seal(&c->seal, pl, len) != 0)
+        return -EINVAL;
+    c->salt_sent = true;
+    *wire = start;
+    return (ssize_t)(pl + len + SV_SS_TAG - start);
+}
+
+ssize_t sv_ss_udp_open(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *user,
+                       sv_dest *dest, uint8_t **payload)
+{
+    size_t sl = sv_ss_key_len(ring->cipher);
+    if (sl == 0)
+        return -EINVAL;
+    if (n < sl + SV_SS_TAG)
+        return -EPROTO;
+    size_t clen = n - sl - SV_SS_TAG;
+    uint8_t *ct = pkt + sl, sub[SV_SS_KEY_MAX];
+    sv_aead a = {0};
+    int found = -1, rc = 0;
+    for (size_t i = 0; i < ring->n && found < 0 && rc == 0; i++) {
+        rc = sv_ss_subkey(ring->keys[i], sl, pkt, sub);
+        if (rc == 0)
+            rc = sv_aead_init(&a, ring->cipher, sub, false);
+        if (rc == 0 && sv_aead_open(&a, ct, clen) == 0)
+            found = (int)i;
+    }
+    sv_aead_deinit(&a);
+    OPENSSL_cleanse(sub, sizeof sub);
+    if (rc != 0)
+        return rc;
+    if (found < 0)
+        return -EBADMSG;
+    ssize_t r = sv_dest_parse(ct, clen, dest);
+    if (r <= 0)
+        return -EPROTO;
+    dest->network = SV_NET_UDP;
+    *user = found;
+    *payload = ct + r;
+    return (ssize_t)(clen - (size_t)r);
+}
+
+/* The payload may already sit inside @p out (sealing in place): it is moved first. */
+ssize_t sv_ss_udp_seal(enum sv_ss_cipher cipher, const uint8_t *key, const sv_dest *from,
+                       const uint8_t *payload, size_t n, uint8_t *out, size_t cap,
+                       void (*rng)(uint8_t *buf, size_t n))
+{
+    size_t sl = sv_ss_key_len(cipher);
+    if (sl == 0 || key == NULL || from == NULL || out == NULL || (payload == NULL && n > 0))
+        return -EINVAL;
+    uint8_t addr[SV_DEST_WIRE_MAX], sub[SV_SS_KEY_MAX];
+    size_t al = sv_dest_encode(from, addr);
+    if (cap < sl + al + SV_SS_TAG || n > cap - sl - al - SV_SS_TAG)
+        return -EMSGSIZE;
+    if (n > 0)
+        memmove(out + sl + al, payload, n);
+    memcpy(out + sl, addr, al);
+    sv_aead a = {0};
+    int rc = ss_random(out, sl, rng);
+    if (rc == 0)
+        rc = sv_ss_subkey(key, sl, out, sub);
+    if (rc == 0)
+        rc = sv_aead_init(&a, cipher, sub, true);
+    if (rc == 0)
+        rc = sv_aead_seal(&a, out + sl, al + n);
+    sv_aead_deinit(&a);
+    OPENSSL_cleanse(sub, sizeof sub);
+    return rc != 0 ? rc : (ssize_t)(sl + al + n + SV_SS_TAG);
+}
