@@ -1,9 +1,348 @@
-#include "config.h"
+/*
+ * katana command line (DESIGN.md "agent/"):
+ *   katana run -c FILE     serve every node of FILE; SIGHUP reloads, SIGTERM/SIGINT stop,
+ *                          SIGUSR1 logs each user's usage since start
+ *   katana check -c FILE   parse, fetch, lower and dry-run (seed 001 "check")
+ *   katana version
+ * Exit codes: 0 success, 1 configuration/runtime failure, 2 usage error.
+ */
+#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
 
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-int main(void)
+#include <uv.h>
+
+#include "agent/config.h"
+#include "agent/lower.h"
+#include "agent/node.h"
+#include "supervisor/supervisor.h"
+#include "supervisor/util/log.h"
+
+#define MOD "ag.main"
+#define SHUTDOWN_GRACE_MS 5000 /* seed 001: a signal shuts down with a 5 s grace */
+
+static const char usage_text[] =
+    "usage: katana run -c FILE | katana check -c FILE | katana version\n";
+
+typedef struct ag_main {
+    uv_loop_t loop;
+    sv_supervisor *sv;
+    ag_manager *mgr;
+    const char *config_path;
+    unsigned workers;   /* as started: a change needs a restart */
+    int pending_level;  /* log level of the config being reloaded */
+    uv_signal_t sigs[4];
+    size_t n_sigs;
+    bool reload_pending;
+    bool stopping;
+    int exit_code;
+} ag_main;
+
+/* ------------------------------------------------------------------------------------------ */
+/* usage lines                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+static int usage_cmp(const void *a, const void *b)
 {
-    puts("katana " PACKAGE_VERSION);
+    const sv_usage *x = a, *y = b;
+    return x->user < y->user ? -1 : x->user > y->user;
+}
+
+/* "usage user 1: up X down Y" for every user with traffic since start. */
+static void log_usage(ag_main *am)
+{
+    sv_usage *u = NULL;
+    long n = sv_usage_snapshot(am->sv, &u);
+    if (n < 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "usage snapshot failed: %s", strerror((int)-n));
+        return;
+    }
+    if (n > 1)
+        qsort(u, (size_t)n, sizeof *u, usage_cmp);
+    for (long i = 0; i < n; i++)
+        SV_LOG(SV_LOG_INFO, MOD, "usage user %" PRIu64 ": up %" PRIu64 " down %" PRIu64,
+               u[i].user, u[i].up, u[i].down);
+    free(u);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* run: stop, reload, signals                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+static void stop(ag_main *am, uint32_t grace_ms)
+{
+    if (am->stopping)
+        return;
+    am->stopping = true;
+    if (am->sv != NULL) {
+        sv_shutdown(am->sv, grace_ms);
+        if (am->exit_code == 0)
+            log_usage(am); /* the final usage per user */
+    }
+    for (size_t i = 0; i < am->n_sigs; i++)
+        uv_close((uv_handle_t *)&am->sigs[i], NULL);
+    uv_stop(&am->loop); /* the supervisor may keep control-loop handles until it is freed */
+}
+
+static void start_reload(ag_main *am);
+
+static void on_reloaded(void *arg, int status, const sv_error *err)
+{
+    ag_main *am = arg;
+    if (status != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err->msg);
+    } else {
+        sv_log_threshold = am->pending_level;
+        SV_LOG(SV_LOG_INFO, MOD, "config reloaded");
+    }
+    if (am->reload_pending && !am->stopping) {
+        am->reload_pending = false;
+        start_reload(am);
+    }
+}
+
+static void start_reload(ag_main *am)
+{
+    ag_config cfg;
+    sv_error err = {0};
+    int rc = ag_config_load_file(am->config_path, &cfg, &err);
+    if (rc != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err.msg);
+        return;
+    }
+    if (cfg.workers != am->workers)
+        SV_LOG(SV_LOG_WARN, MOD, "workers changed from %u to %u: restart to apply it",
+               am->workers, cfg.workers);
+    am->pending_level = cfg.log_level;
+    rc = ag_manager_load(am->mgr, &cfg, on_reloaded, am, &err);
+    ag_config_free(&cfg);
+    if (rc != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err.msg);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    ag_main *am = h->data;
+    if (am->stopping)
+        return;
+    switch (signum) {
+    case SIGHUP:
+        SV_LOG(SV_LOG_INFO, MOD, "SIGHUP: reloading %s", am->config_path);
+        if (ag_manager_busy(am->mgr))
+            am->reload_pending = true; /* run one more after the load in flight */
+        else
+            start_reload(am);
+        break;
+    case SIGUSR1:
+        log_usage(am);
+        break;
+    default:
+        SV_LOG(SV_LOG_INFO, MOD, "signal %d: shutting down", signum);
+        stop(am, SHUTDOWN_GRACE_MS);
+        break;
+    }
+}
+
+static int start_signals(ag_main *am)
+{
+    static const int nums[] = {SIGHUP, SIGTERM, SIGINT, SIGUSR1};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        uv_signal_t *s = &am->sigs[am->n_sigs];
+        int rc = uv_signal_init(&am->loop, s);
+        if (rc != 0)
+            return rc;
+        am->n_sigs++;
+        s->data = am;
+        rc = uv_signal_start(s, on_signal, nums[i]);
+        if (rc != 0)
+            return rc;
+    }
     return 0;
+}
+
+static void on_first_load(void *arg, int status, const sv_error *err)
+{
+    ag_main *am = arg;
+    if (status != 0) {
+        fprintf(stderr, "katana: %s\n", err->msg);
+        am->exit_code = 1;
+        stop(am, 0);
+        return;
+    }
+    SV_LOG(SV_LOG_INFO, MOD, "katana %s running", PACKAGE_VERSION);
+    if (am->reload_pending) {
+        am->reload_pending = false;
+        start_reload(am);
+    }
+}
+
+/* Start everything on the loop; returns non-zero when nothing could start. */
+static int run_start(ag_main *am, const ag_config *cfg)
+{
+    sv_error err = {0};
+    sv_options opts = {.workers = cfg->workers};
+    int rc = sv_supervisor_new(&am->loop, &opts, &am->sv);
+    if (rc != 0) {
+        fprintf(stderr, "katana: cannot start the supervisor: %s\n", uv_strerror(rc));
+        return rc;
+    }
+    rc = ag_manager_new(&am->loop, am->sv, &am->mgr);
+    if (rc == 0)
+        rc = start_signals(am);
+    if (rc != 0) {
+        fprintf(stderr, "katana: %s\n", uv_strerror(rc));
+        return rc;
+    }
+    rc = ag_manager_load(am->mgr, cfg, on_first_load, am, &err);
+    if (rc != 0)
+        fprintf(stderr, "katana: %s\n", err.msg);
+    return rc;
+}
+
+static int cmd_run(const char *path)
+{
+    ag_main am = {.config_path = path};
+    ag_config cfg;
+    sv_error err = {0};
+    if (ag_config_load_file(path, &cfg, &err) != 0) {
+        fprintf(stderr, "katana: configuration invalid: %s\n", err.msg);
+        return 1;
+    }
+    sv_log_threshold = cfg.log_level;
+    am.workers = cfg.workers;
+    signal(SIGPIPE, SIG_IGN);
+    int rc = uv_loop_init(&am.loop);
+    if (rc != 0) {
+        ag_config_free(&cfg);
+        fprintf(stderr, "katana: %s\n", uv_strerror(rc));
+        return 1;
+    }
+    if (run_start(&am, &cfg) != 0) {
+        am.exit_code = 1;
+        stop(&am, 0);
+    }
+    ag_config_free(&cfg);
+    uv_run(&am.loop, UV_RUN_DEFAULT); /* returns at once when stop() already ran */
+    for (size_t i = 0; i < am.n_sigs; i++)
+        if (!uv_is_closing((uv_handle_t *)&am.sigs[i]))
+            uv_close((uv_handle_t *)&am.sigs[i], NULL);
+    ag_manager_free(am.mgr);
+    if (am.sv != NULL)
+        sv_supervisor_free(am.sv);
+    uv_run(&am.loop, UV_RUN_DEFAULT); /* finish the closes */
+    if (uv_loop_close(&am.loop) != 0)
+        SV_LOG(SV_LOG_DEBUG, MOD, "control loop closed with handles left");
+    return am.exit_code;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* check                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct check_ctx {
+    bool done;
+    int status;
+    sv_error err;
+} check_ctx;
+
+static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_error *err)
+{
+    check_ctx *c = arg;
+    sv_spec spec;
+    c->done = true;
+    c->status = status;
+    if (status != 0) {
+        c->err = *err;
+        return;
+    }
+    c->status = ag_lower_fleet(fleet, &spec, &c->err);
+    if (c->status != 0)
+        return;
+    c->status = sv_check(&spec, &c->err);
+    sv_spec_free(&spec);
+}
+
+static int cmd_check(const char *path)
+{
+    ag_config cfg;
+    check_ctx c = {0};
+    uv_loop_t loop;
+    if (ag_config_load_file(path, &cfg, &c.err) != 0)
+        goto invalid;
+    sv_log_threshold = cfg.log_level;
+    if (uv_loop_init(&loop) != 0) {
+        ag_config_free(&cfg);
+        fprintf(stderr, "katana: cannot create an event loop\n");
+        return 1;
+    }
+    /* the callback may run before ag_fetch returns: its verdict is c.status, not rc */
+    int rc = ag_fetch(&loop, &cfg, NULL, on_check_fetched, &c, &c.err);
+    ag_config_free(&cfg);
+    if (rc == 0)
+        uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    if (rc != 0 || c.status != 0 || !c.done)
+        goto invalid;
+    puts("Configuration OK.");
+    return 0;
+invalid:
+    fprintf(stderr, "configuration invalid: %s\n",
+            c.err.msg[0] != '\0' ? c.err.msg : "the panel never answered");
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* command line                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* "-c FILE" / "--config FILE" after the command word; NULL (usage error) otherwise. */
+static const char *config_arg(int argc, char **argv)
+{
+    static const struct option longs[] = {{"config", required_argument, NULL, 'c'},
+                                          {NULL, 0, NULL, 0}};
+    const char *path = NULL;
+    int ch;
+    opterr = 0;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "c:", longs, NULL)) != -1) {
+        if (ch != 'c')
+            return NULL;
+        path = optarg;
+    }
+    if (optind != argc || path == NULL || path[0] == '\0')
+        return NULL;
+    return path;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        goto usage;
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        if (argc != 2)
+            goto usage;
+        printf("katana %s\n", PACKAGE_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0) {
+        const char *path = config_arg(argc - 1, argv + 1);
+        if (path == NULL)
+            goto usage;
+        return cmd[0] == 'r' ? cmd_run(path) : cmd_check(path);
+    }
+usage:
+    fputs(usage_text, stderr);
+    return 2;
 }

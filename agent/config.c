@@ -1,0 +1,325 @@
+/*
+ * Agent config parser (agent/config.h). Pure apart from ag_config_load_file's read. Every error
+ * names the JSON path of the offending value.
+ */
+#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/config.h"
+#include "panel/model.h"
+#include "supervisor/util/log.h"
+
+#define PATH_MAX_TEXT 192
+#define TAG_MAX 64
+
+/* "parent.key" (or "key" at the root) into buf; a path too long for buf is cut short. */
+static void path_key(char *buf, size_t cap, const char *parent, const char *key)
+{
+    int n;
+    if (parent[0] == '\0')
+        n = snprintf(buf, cap, "%.64s", key);
+    else
+        n = snprintf(buf, cap, "%s.%.64s", parent, key);
+    if (n < 0)
+        buf[0] = '\0';
+}
+
+static bool key_allowed(const char *key, const char *const *allowed)
+{
+    for (; *allowed != NULL; allowed++)
+        if (strcmp(key, *allowed) == 0)
+            return true;
+    return false;
+}
+
+/* Every key of obj must be in allowed (NULL-terminated). */
+static int check_keys(const json_t *obj, const char *path, const char *const *allowed,
+                      sv_error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        if (!key_allowed(key, allowed)) {
+            char p[PATH_MAX_TEXT];
+            path_key(p, sizeof p, path, key);
+            return sv_error_set(err, -EINVAL, "%s: unknown key", p);
+        }
+    }
+    return 0;
+}
+
+static int expect_object(const json_t *v, const char *path, sv_error *err)
+{
+    if (!json_is_object(v))
+        return sv_error_set(err, -EINVAL, "%s: expected an object", path);
+    return 0;
+}
+
+/* A string member; absent is allowed only when !required (then *out stays NULL). */
+static int get_string(const json_t *obj, const char *parent, const char *key, bool required,
+                      const char **out, sv_error *err)
+{
+    char p[PATH_MAX_TEXT];
+    const json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    path_key(p, sizeof p, parent, key);
+    if (v == NULL)
+        return required ? sv_error_set(err, -EINVAL, "%s: missing required key", p) : 0;
+    if (!json_is_string(v))
+        return sv_error_set(err, -EINVAL, "%s: expected a string", p);
+    if (json_string_length(v) == 0)
+        return sv_error_set(err, -EINVAL, "%s: must not be empty", p);
+    *out = json_string_value(v);
+    return 0;
+}
+
+static int parse_log(const json_t *root, ag_config *cfg, sv_error *err)
+{
+    static const char *const keys[] = {"level", NULL};
+    const json_t *log = json_object_get(root, "log");
+    const char *level;
+    if (log == NULL)
+        return 0;
+    int rc = expect_object(log, "log", err);
+    if (rc == 0)
+        rc = check_keys(log, "log", keys, err);
+    if (rc == 0)
+        rc = get_string(log, "log", "level", false, &level, err);
+    if (rc != 0 || level == NULL)
+        return rc;
+    cfg->log_level = sv_log_level_parse(level);
+    if (cfg->log_level < 0)
+        return sv_error_set(err, -EINVAL,
+                            "log.level: unknown level \"%.32s\" (error, warn, info, debug, trace)",
+                            level);
+    return 0;
+}
+
+static int parse_workers(const json_t *root, ag_config *cfg, sv_error *err)
+{
+    const json_t *w = json_object_get(root, "workers");
+    if (w == NULL)
+        return 0;
+    if (!json_is_integer(w))
+        return sv_error_set(err, -EINVAL, "workers: expected an integer");
+    json_int_t v = json_integer_value(w);
+    if (v < 0 || v > AG_CONFIG_WORKERS_MAX)
+        return sv_error_set(err, -EINVAL, "workers: must be between 0 and %u",
+                            AG_CONFIG_WORKERS_MAX);
+    cfg->workers = (unsigned)v;
+    return 0;
+}
+
+/* A *_file path, resolved against base_dir when relative. */
+static int resolve_path(const char *file, const char *base_dir, char **out)
+{
+    size_t need;
+    if (base_dir == NULL || file[0] == '/') {
+        *out = strdup(file);
+        return *out != NULL ? 0 : -ENOMEM;
+    }
+    need = strlen(base_dir) + 1 + strlen(file) + 1;
+    *out = malloc(need);
+    if (*out == NULL)
+        return -ENOMEM;
+    snprintf(*out, need, "%s/%s", base_dir, file);
+    return 0;
+}
+
+/* One body: inline object under `key` or a file under `file_key`, exactly one of them. */
+static int parse_body(const json_t *panel, const char *path, const char *key,
+                      const char *file_key, const char *base_dir, json_t **body, char **file,
+                      sv_error *err)
+{
+    char p[PATH_MAX_TEXT];
+    const json_t *inl = json_object_get(panel, key);
+    const char *f;
+    int rc = get_string(panel, path, file_key, false, &f, err);
+    if (rc != 0)
+        return rc;
+    if ((inl == NULL) == (f == NULL))
+        return sv_error_set(err, -EINVAL, "%s: exactly one of \"%s\" and \"%s\" is required",
+                            path, key, file_key);
+    if (inl != NULL) {
+        path_key(p, sizeof p, path, key);
+        rc = expect_object(inl, p, err);
+        if (rc == 0)
+            *body = json_incref((json_t *)inl);
+        return rc;
+    }
+    if (resolve_path(f, base_dir, file) != 0)
+        return sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+    return 0;
+}
+
+static int parse_panel(const json_t *node, const char *npath, const char *base_dir,
+                       ag_panel_config *pc, sv_error *err)
+{
+    static const char *const keys[] = {"type", "node", "node_file", "users", "users_file", NULL};
+    char path[PATH_MAX_TEXT];
+    const char *type;
+    path_key(path, sizeof path, npath, "panel");
+    const json_t *panel = json_object_get(node, "panel");
+    if (panel == NULL)
+        return sv_error_set(err, -EINVAL, "%s: missing required key", path);
+    int rc = expect_object(panel, path, err);
+    if (rc == 0)
+        rc = get_string(panel, path, "type", true, &type, err);
+    if (rc != 0)
+        return rc;
+    if (strcmp(type, "local") != 0)
+        return sv_error_set(err, -EINVAL, "%s.type: unsupported panel type \"%.32s\"", path,
+                            type);
+    pc->type = AG_PANEL_LOCAL;
+    rc = check_keys(panel, path, keys, err);
+    if (rc == 0)
+        rc = parse_body(panel, path, "node", "node_file", base_dir, &pc->node, &pc->node_file,
+                        err);
+    if (rc == 0)
+        rc = parse_body(panel, path, "users", "users_file", base_dir, &pc->users,
+                        &pc->users_file, err);
+    return rc;
+}
+
+static bool is_ip_literal(const char *s)
+{
+    unsigned char buf[16];
+    return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
+}
+
+static int parse_node(const json_t *node, size_t idx, const char *base_dir,
+                      ag_node_config *nc, sv_error *err)
+{
+    static const char *const keys[] = {"tag", "listen", "panel", NULL};
+    char path[PATH_MAX_TEXT];
+    const char *tag, *listen;
+    snprintf(path, sizeof path, "nodes[%zu]", idx);
+    int rc = expect_object(node, path, err);
+    if (rc == 0)
+        rc = check_keys(node, path, keys, err);
+    if (rc == 0)
+        rc = get_string(node, path, "tag", true, &tag, err);
+    if (rc == 0 && strlen(tag) > TAG_MAX)
+        rc = sv_error_set(err, -EINVAL, "%s.tag: longer than %d bytes", path, TAG_MAX);
+    if (rc == 0)
+        rc = get_string(node, path, "listen", false, &listen, err);
+    if (rc == 0 && listen != NULL && !is_ip_literal(listen))
+        rc = sv_error_set(err, -EINVAL, "%s.listen: not an IP address \"%.64s\"", path, listen);
+    if (rc != 0)
+        return rc;
+    nc->tag = strdup(tag);
+    nc->listen = listen != NULL ? strdup(listen) : NULL;
+    if (nc->tag == NULL || (listen != NULL && nc->listen == NULL))
+        return sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+    return parse_panel(node, path, base_dir, &nc->panel, err);
+}
+
+static int parse_nodes(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
+{
+    const json_t *nodes = json_object_get(root, "nodes");
+    if (nodes == NULL)
+        return sv_error_set(err, -EINVAL, "nodes: missing required key");
+    if (!json_is_array(nodes))
+        return sv_error_set(err, -EINVAL, "nodes: expected an array");
+    size_t n = json_array_size(nodes);
+    if (n == 0)
+        return sv_error_set(err, -EINVAL, "nodes: at least one node is required");
+    if (n > AG_CONFIG_NODES_MAX)
+        return sv_error_set(err, -EINVAL, "nodes: more than %u nodes", AG_CONFIG_NODES_MAX);
+    cfg->nodes = calloc(n, sizeof *cfg->nodes);
+    if (cfg->nodes == NULL)
+        return sv_error_set(err, -ENOMEM, "nodes: out of memory");
+    cfg->n_nodes = n;
+    for (size_t i = 0; i < n; i++) {
+        int rc = parse_node(json_array_get(nodes, i), i, base_dir, &cfg->nodes[i], err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
+{
+    static const char *const keys[] = {"log", "workers", "nodes", NULL};
+    if (!json_is_object(root))
+        return sv_error_set(err, -EINVAL, "config: expected an object");
+    int rc = check_keys(root, "", keys, err);
+    if (rc == 0)
+        rc = parse_log(root, cfg, err);
+    if (rc == 0)
+        rc = parse_workers(root, cfg, err);
+    if (rc == 0)
+        rc = parse_nodes(root, base_dir, cfg, err);
+    return rc;
+}
+
+int ag_config_parse(const char *text, size_t len, const char *base_dir, ag_config *out,
+                    sv_error *err)
+{
+    json_error_t jerr;
+    memset(out, 0, sizeof *out);
+    out->log_level = SV_LOG_INFO;
+    if (len > AG_CONFIG_MAX_BYTES)
+        return sv_error_set(err, -EMSGSIZE, "config is larger than %u bytes",
+                            AG_CONFIG_MAX_BYTES);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        return sv_error_set(err, -EINVAL, "line %d, column %d: %s", jerr.line, jerr.column,
+                            jerr.text);
+    int rc = parse_root(root, base_dir, out, err);
+    json_decref(root);
+    if (rc != 0)
+        ag_config_free(out);
+    return rc;
+}
+
+int ag_config_load_file(const char *path, ag_config *out, sv_error *err)
+{
+    json_t *root = NULL;
+    memset(out, 0, sizeof *out);
+    out->log_level = SV_LOG_INFO;
+    int rc = pn_json_load_file(path, AG_CONFIG_MAX_BYTES, &root, err);
+    if (rc != 0)
+        return rc;
+    char *dir = strdup(path);
+    if (dir == NULL) {
+        json_decref(root);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    rc = parse_root(root, dir, out, err);
+    json_decref(root);
+    free(dir);
+    if (rc != 0)
+        ag_config_free(out);
+    return rc;
+}
+
+void ag_config_free(ag_config *cfg)
+{
+    if (cfg == NULL)
+        return;
+    for (size_t i = 0; i < cfg->n_nodes; i++) {
+        ag_node_config *n = &cfg->nodes[i];
+        free(n->tag);
+        free(n->listen);
+        json_decref(n->panel.node);
+        json_decref(n->panel.users);
+        free(n->panel.node_file);
+        free(n->panel.users_file);
+    }
+    free(cfg->nodes);
+    memset(cfg, 0, sizeof *cfg);
+}

@@ -1,0 +1,73 @@
+/*
+ * The agent's JSON configuration (`katana run -c FILE`):
+ *
+ *   { "log": {"level": "info"}, "workers": 0,
+ *     "nodes": [ { "tag": "demo", "listen": "127.0.0.1",
+ *                  "panel": { "type": "local",
+ *                             "node": {...} | "node_file": "path",
+ *                             "users": {...} | "users_file": "path" } } ] }
+ *
+ * Strict: an unknown key or a wrong type is an error naming its JSON path
+ * ("nodes[0].panel.tokn: unknown key", "workers: expected an integer"). The bodies under
+ * panel.node / panel.users are panel data (PANEL.md §1.4–1.5) and are checked by the panel's
+ * parser when fetched, not here.
+ */
+#ifndef AG_CONFIG_H
+#define AG_CONFIG_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "supervisor/util/err.h"
+
+#define AG_CONFIG_MAX_BYTES (16u << 20) /**< largest config file accepted */
+#define AG_CONFIG_NODES_MAX 256u        /**< nodes in one config */
+#define AG_CONFIG_WORKERS_MAX 1024u     /**< largest `workers` value */
+
+enum ag_panel_type { AG_PANEL_LOCAL = 1 };
+
+/** A node's panel. Paths are already resolved against the config file's directory. */
+typedef struct ag_panel_config {
+    enum ag_panel_type type;
+    json_t *node;     /**< inline body (own reference) or NULL */
+    char *node_file;  /**< or a file */
+    json_t *users;    /**< inline body (own reference) or NULL */
+    char *users_file; /**< or a file */
+} ag_panel_config;
+
+typedef struct ag_node_config {
+    char *tag;    /**< non-empty, at most 64 bytes; unique tags are checked by sv_validate */
+    char *listen; /**< IP literal overriding the panel's listen_ip, or NULL */
+    ag_panel_config panel;
+} ag_node_config;
+
+typedef struct ag_config {
+    int log_level;    /**< an sv_log_level; default SV_LOG_INFO */
+    unsigned workers; /**< 0 = number of CPUs */
+    ag_node_config *nodes;
+    size_t n_nodes;   /**< at least 1 */
+} ag_config;
+
+/**
+ * Parse a config text.
+ * @param text      JSON bytes (need not be NUL-terminated), at most AG_CONFIG_MAX_BYTES
+ * @param base_dir  directory relative *_file paths resolve against; NULL = leave them as given
+ * @param out       overwritten; owned by the caller on success (ag_config_free), zeroed on error
+ * @param err       the JSON path and the reason, or "line L, column C: <jansson text>"
+ * @return 0, -EINVAL (invalid), -EMSGSIZE (too big), -ENOMEM.
+ */
+int ag_config_parse(const char *text, size_t len, const char *base_dir, ag_config *out,
+                    sv_error *err);
+
+/**
+ * Read and parse a config file (at most AG_CONFIG_MAX_BYTES); relative file paths in it resolve
+ * against the file's directory. Errors are as for ag_config_parse(), prefixed with the file
+ * name, plus open/read errors (-ENOENT ...).
+ */
+int ag_config_load_file(const char *path, ag_config *out, sv_error *err);
+
+/** Free what a config owns and zero it. NULL-safe. */
+void ag_config_free(ag_config *cfg);
+
+#endif

@@ -1,0 +1,428 @@
+/*
+ * Panel model → spec (agent/lower.h). Allocation uses malloc/realloc so that sv_spec_free()
+ * releases everything.
+ */
+#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "agent/lower.h"
+#include "supervisor/util/log.h"
+
+#define MOD "ag.lower"
+
+void ag_fleet_free(ag_fleet *fleet)
+{
+    if (fleet == NULL)
+        return;
+    for (size_t i = 0; i < fleet->n; i++) {
+        free(fleet->nodes[i].tag);
+        free(fleet->nodes[i].listen);
+        pn_node_free(&fleet->nodes[i].node);
+        pn_users_free(&fleet->nodes[i].users);
+    }
+    free(fleet->nodes);
+    memset(fleet, 0, sizeof *fleet);
+}
+
+uint64_t ag_lower_speed(uint64_t mbps)
+{
+    if (mbps > UINT64_MAX / 125000)
+        return UINT64_MAX;
+    return mbps * 125000; /* × 1 000 000 / 8 */
+}
+
+int ag_lower_cipher(const char *name, enum sv_ss_cipher *out)
+{
+    if (name == NULL)
+        return -EINVAL;
+    if (strcmp(name, "aes-128-gcm") == 0)
+        *out = SV_SS_AES_128_GCM;
+    else if (strcmp(name, "aes-256-gcm") == 0)
+        *out = SV_SS_AES_256_GCM;
+    else if (strcmp(name, "chacha20-ietf-poly1305") == 0 ||
+             strcmp(name, "chacha20-poly1305") == 0)
+        *out = SV_SS_CHACHA20_POLY1305;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+const char *ag_node_listen(const ag_node_state *node)
+{
+    if (node->listen != NULL)
+        return node->listen;
+    if (node->node.listen_ip != NULL && node->node.listen_ip[0] != '\0')
+        return node->node.listen_ip;
+    return AG_DEFAULT_LISTEN;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* match entries                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+static bool starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Decimal 1..65535, the whole of [s, end). */
+static bool parse_port(const char *s, const char *end, uint16_t *out)
+{
+    unsigned v = 0;
+    if (s == end || end - s > 5)
+        return false;
+    for (; s < end; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        v = v * 10 + (unsigned)(*s - '0');
+    }
+    if (v == 0 || v > 65535)
+        return false;
+    *out = (uint16_t)v;
+    return true;
+}
+
+static int match_port(const char *spec, sv_route_match *out)
+{
+    const char *dash = strchr(spec, '-');
+    const char *end = spec + strlen(spec);
+    out->kind = SV_MATCH_PORT;
+    if (dash == NULL) {
+        if (!parse_port(spec, end, &out->port_lo))
+            return -EINVAL;
+        out->port_hi = out->port_lo;
+        return AG_MATCH_OK;
+    }
+    if (!parse_port(spec, dash, &out->port_lo) || !parse_port(dash + 1, end, &out->port_hi) ||
+        out->port_lo > out->port_hi)
+        return -EINVAL;
+    return AG_MATCH_OK;
+}
+
+static void cidr_mask(sv_cidr *c)
+{
+    size_t bytes = c->family == AF_INET ? 4 : 16;
+    for (size_t i = 0; i < bytes; i++) {
+        unsigned bit0 = (unsigned)i * 8;
+        if (bit0 >= c->prefix)
+            c->addr[i] = 0;
+        else if (bit0 + 8 > c->prefix)
+            c->addr[i] &= (uint8_t)(0xff << (8 - (c->prefix - bit0)));
+    }
+}
+
+/* 1 = not an address (the caller tries other forms), 0 = filled, -EINVAL = bad prefix. */
+static int match_cidr(const char *s, sv_route_match *out)
+{
+    char host[INET6_ADDRSTRLEN + 1];
+    const char *slash = strchr(s, '/');
+    size_t hlen = slash != NULL ? (size_t)(slash - s) : strlen(s);
+    if (hlen == 0 || hlen >= sizeof host)
+        return 1;
+    memcpy(host, s, hlen);
+    host[hlen] = '\0';
+    sv_cidr c = {0};
+    if (inet_pton(AF_INET, host, c.addr) == 1)
+        c.family = AF_INET;
+    else if (inet_pton(AF_INET6, host, c.addr) == 1)
+        c.family = AF_INET6;
+    else
+        return 1;
+    unsigned max = c.family == AF_INET ? 32 : 128, prefix = max;
+    if (slash != NULL) {
+        const char *p = slash + 1;
+        if (*p == '\0' || strlen(p) > 3)
+            return -EINVAL;
+        prefix = 0;
+        for (; *p != '\0'; p++) {
+            if (*p < '0' || *p > '9')
+                return -EINVAL;
+            prefix = prefix * 10 + (unsigned)(*p - '0');
+        }
+        if (prefix > max)
+            return -EINVAL;
+    }
+    c.prefix = (uint8_t)prefix;
+    cidr_mask(&c);
+    out->kind = SV_MATCH_CIDR;
+    out->cidr = c;
+    return 0;
+}
+
+static int match_text(enum sv_match_kind kind, const char *text, sv_route_match *out)
+{
+    if (text[0] == '\0')
+        return -EINVAL;
+    out->kind = kind;
+    out->text = strdup(text);
+    return out->text != NULL ? AG_MATCH_OK : -ENOMEM;
+}
+
+int ag_lower_match(const char *entry, sv_route_match *out)
+{
+    memset(out, 0, sizeof *out);
+    if (entry == NULL || entry[0] == '\0')
+        return -EINVAL;
+    if (starts_with(entry, "regexp:") || starts_with(entry, "protocol:"))
+        return AG_MATCH_SKIPPED;
+    if (starts_with(entry, "domain:"))
+        return match_text(SV_MATCH_DOMAIN_SUFFIX, entry + 7, out);
+    if (starts_with(entry, "full:"))
+        return match_text(SV_MATCH_DOMAIN, entry + 5, out);
+    if (starts_with(entry, "keyword:"))
+        return match_text(SV_MATCH_DOMAIN_KEYWORD, entry + 8, out);
+    if (starts_with(entry, "port:"))
+        return match_port(entry + 5, out);
+    int rc = match_cidr(entry, out);
+    if (rc <= 0)
+        return rc;
+    return match_text(SV_MATCH_DOMAIN_SUFFIX, entry, out);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* rules                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static void rule_clear(sv_route_rule *r)
+{
+    for (size_t i = 0; i < r->n_matchers; i++)
+        free(r->matchers[i].text);
+    free(r->matchers);
+    for (size_t i = 0; i < r->n_inbounds; i++)
+        free(r->inbounds[i]);
+    free(r->inbounds);
+    free(r->outbound);
+    memset(r, 0, sizeof *r);
+}
+
+/* Fill r's matchers from the route's entries; warns about what it skips. */
+static int rule_matchers(const char *tag, const pn_route *route, sv_route_rule *r)
+{
+    size_t skipped = 0;
+    if (route->n_match == 0)
+        return 0;
+    r->matchers = calloc(route->n_match, sizeof *r->matchers);
+    if (r->matchers == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < route->n_match; i++) {
+        int rc = ag_lower_match(route->match[i], &r->matchers[r->n_matchers]);
+        if (rc == -ENOMEM)
+            return rc;
+        if (rc == AG_MATCH_OK)
+            r->n_matchers++;
+        else if (rc == AG_MATCH_SKIPPED)
+            skipped++;
+        else
+            SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": match \"%.128s\" skipped: "
+                   "malformed", tag, route->id, route->match[i]);
+    }
+    if (skipped > 0)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": %zu regexp/protocol match(es) "
+               "skipped: regular expressions are not supported yet", tag, route->id, skipped);
+    return 0;
+}
+
+static int rule_fill(const char *tag, const pn_route *route, sv_route_rule *r)
+{
+    int rc = rule_matchers(tag, route, r);
+    if (rc != 0 || r->n_matchers == 0)
+        return rc;
+    r->inbounds = calloc(1, sizeof *r->inbounds);
+    if (r->inbounds == NULL)
+        return -ENOMEM;
+    r->inbounds[0] = strdup(tag);
+    if (r->inbounds[0] == NULL)
+        return -ENOMEM;
+    r->n_inbounds = 1;
+    r->outbound = strdup(AG_OUTBOUND_BLOCK);
+    return r->outbound != NULL ? 0 : -ENOMEM;
+}
+
+/* One block route → one rule appended to spec (none when no entry produced a matcher). */
+static int lower_route(const char *tag, const pn_route *route, sv_spec *spec, sv_error *err)
+{
+    if (strcmp(route->action, "block") != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": action \"%.32s\" ignored "
+               "(only block is supported)", tag, route->id, route->action);
+        return 0;
+    }
+    sv_route_rule r = {0};
+    int rc = rule_fill(tag, route, &r);
+    if (rc == 0 && r.n_matchers > 0) {
+        sv_route_rule *v = realloc(spec->route.rules, (spec->route.n_rules + 1) * sizeof *v);
+        if (v == NULL) {
+            rc = -ENOMEM;
+        } else {
+            spec->route.rules = v;
+            v[spec->route.n_rules++] = r;
+            return 0;
+        }
+    }
+    rule_clear(&r);
+    return rc != 0 ? sv_error_set(err, rc, "node %s: out of memory", tag) : 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* users, inbound, node, fleet                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+int ag_lower_user_set(const char *tag, const pn_users *users, sv_user_set *out, sv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->tag = strdup(tag);
+    if (out->tag == NULL)
+        goto nomem;
+    if (users->n > 0) {
+        out->users = calloc(users->n, sizeof *out->users);
+        if (out->users == NULL)
+            goto nomem;
+    }
+    for (size_t i = 0; i < users->n; i++) {
+        const pn_user *p = &users->users[i];
+        sv_user *u = &out->users[i];
+        char label[24];
+        snprintf(label, sizeof label, "%" PRIu64, p->id);
+        out->n_users = i + 1;
+        u->id = p->id;
+        u->label = strdup(label);
+        u->secret = strdup(p->uuid != NULL ? p->uuid : "");
+        u->speed_limit = ag_lower_speed(p->speed_limit);
+        u->device_limit = p->device_limit;
+        if (u->label == NULL || u->secret == NULL)
+            goto nomem;
+    }
+    return 0;
+nomem:
+    sv_user_set_free(out);
+    return sv_error_set(err, -ENOMEM, "node %s: out of memory", tag);
+}
+
+static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_error *err)
+{
+    const pn_node *p = &n->node;
+    if (p->protocol == NULL || strcmp(p->protocol, "shadowsocks") != 0)
+        return sv_error_set(err, -EINVAL, "node %s: unsupported protocol \"%.32s\"", n->tag,
+                            p->protocol != NULL ? p->protocol : "");
+    if (p->cipher == NULL)
+        return sv_error_set(err, -EINVAL, "node %s: shadowsocks node without a cipher", n->tag);
+    if (ag_lower_cipher(p->cipher, cipher) != 0)
+        return sv_error_set(err, -EINVAL, "node %s: unsupported shadowsocks cipher \"%.64s\"",
+                            n->tag, p->cipher);
+    if (p->obfs != NULL)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: obfs \"%.32s\" is not supported, ignored", n->tag,
+               p->obfs);
+    if (p->plugin != NULL && p->plugin[0] != '\0')
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: plugin \"%.32s\" is not supported, ignored", n->tag,
+               p->plugin);
+    return 0;
+}
+
+static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec *spec)
+{
+    sv_inbound_spec *v = realloc(spec->inbounds, (spec->n_inbounds + 1) * sizeof *v);
+    if (v == NULL)
+        return -ENOMEM;
+    spec->inbounds = v;
+    sv_inbound_spec *in = &v[spec->n_inbounds++];
+    memset(in, 0, sizeof *in);
+    in->bind.port = n->node.server_port;
+    in->udp = true;
+    in->protocol = SV_INBOUND_SHADOWSOCKS;
+    in->ss_cipher = cipher;
+    in->tag = strdup(n->tag);
+    in->bind.address = strdup(ag_node_listen(n));
+    in->users = strdup(n->tag);
+    if (in->tag == NULL || in->bind.address == NULL || in->users == NULL)
+        return -ENOMEM;
+    return 0;
+}
+
+static int add_user_set(const ag_node_state *n, sv_spec *spec, sv_error *err)
+{
+    sv_user_set *v = realloc(spec->user_sets, (spec->n_user_sets + 1) * sizeof *v);
+    if (v == NULL)
+        return sv_error_set(err, -ENOMEM, "node %s: out of memory", n->tag);
+    spec->user_sets = v;
+    int rc = ag_lower_user_set(n->tag, &n->users, &v[spec->n_user_sets], err);
+    if (rc == 0)
+        spec->n_user_sets++;
+    return rc;
+}
+
+int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err)
+{
+    enum sv_ss_cipher cipher;
+    int rc = check_node(node, &cipher, err);
+    if (rc != 0)
+        return rc;
+    if (add_inbound(node, cipher, spec) != 0)
+        return sv_error_set(err, -ENOMEM, "node %s: out of memory", node->tag);
+    rc = add_user_set(node, spec, err);
+    for (size_t i = 0; rc == 0 && i < node->node.n_routes; i++)
+        rc = lower_route(node->tag, &node->node.routes[i], spec, err);
+    return rc;
+}
+
+static int add_outbounds(sv_spec *spec)
+{
+    spec->outbounds = calloc(2, sizeof *spec->outbounds);
+    if (spec->outbounds == NULL)
+        return -ENOMEM;
+    spec->n_outbounds = 2;
+    spec->outbounds[0].kind = SV_OUTBOUND_DIRECT;
+    spec->outbounds[0].tag = strdup(AG_OUTBOUND_DIRECT);
+    spec->outbounds[1].kind = SV_OUTBOUND_BLACKHOLE;
+    spec->outbounds[1].tag = strdup(AG_OUTBOUND_BLOCK);
+    spec->route.default_outbound = strdup(AG_OUTBOUND_DIRECT);
+    if (spec->outbounds[0].tag == NULL || spec->outbounds[1].tag == NULL ||
+        spec->route.default_outbound == NULL)
+        return -ENOMEM;
+    return 0;
+}
+
+int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->user_removal = SV_REMOVAL_CLOSE;
+    int rc = add_outbounds(out);
+    if (rc != 0)
+        sv_error_set(err, rc, "out of memory");
+    for (size_t i = 0; rc == 0 && i < fleet->n; i++)
+        rc = ag_lower_node(&fleet->nodes[i], out, err);
+    if (rc != 0)
+        sv_spec_free(out);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* comparisons                                                                                  */
+/* ------------------------------------------------------------------------------------------ */
+
+static bool str_eq(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    return strcmp(a, b) == 0;
+}
+
+bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
+{
+    return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
+           pn_node_equal(&a->node, &b->node);
+}
+
+bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b)
+{
+    const pn_node *x = &a->node, *y = &b->node;
+    return strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
+           x->server_port == y->server_port && str_eq(x->protocol, y->protocol) &&
+           str_eq(x->cipher, y->cipher) && str_eq(x->server_key, y->server_key) &&
+           str_eq(x->obfs, y->obfs) && str_eq(x->plugin, y->plugin);
+}

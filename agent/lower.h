@@ -1,0 +1,110 @@
+/*
+ * Lowering: panel model (panel/model.h) → supervisor spec (supervisor/supervisor.h). Pure: no
+ * I/O except warnings through SV_LOG ("ag.lower"); never logs a uuid.
+ *
+ * One node of type shadowsocks becomes an inbound and a user set, both tagged with the node tag,
+ * plus one route rule per `block` route scoped to that inbound. All nodes share the outbounds
+ * "direct" (freedom) and "block" (blackhole) and the default route "direct".
+ */
+#ifndef AG_LOWER_H
+#define AG_LOWER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "panel/model.h"
+#include "supervisor/supervisor.h"
+
+#define AG_OUTBOUND_DIRECT "direct"
+#define AG_OUTBOUND_BLOCK "block"
+#define AG_DEFAULT_LISTEN "0.0.0.0"
+
+/** What the agent knows about one node: config (tag, listen) plus the panel's last good data. */
+typedef struct ag_node_state {
+    char *tag;      /**< node tag from the config */
+    char *listen;   /**< config `listen` override, or NULL */
+    pn_node node;   /**< the panel's node settings */
+    pn_users users; /**< the panel's user list */
+} ag_node_state;
+
+/** Every node of a config, in config order. */
+typedef struct ag_fleet {
+    ag_node_state *nodes;
+    size_t n;
+} ag_fleet;
+
+/** Free what a fleet owns and zero it. NULL-safe. */
+void ag_fleet_free(ag_fleet *fleet);
+
+/**
+ * Compose the spec of every node of @p fleet: the shared outbounds and default route, then each
+ * node's inbound, user set and rules (see ag_lower_node()). Duplicate node tags are not checked
+ * here: sv_validate reports them ("duplicate inbound tag x").
+ * @param out  overwritten; owned by the caller on success (sv_spec_free), zeroed on failure
+ * @return 0, -EINVAL (err: "node demo: unsupported shadowsocks cipher \"x\"" ...), -ENOMEM.
+ */
+int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err);
+
+/**
+ * Append one node to @p spec: inbound {tag, bind = listen override / panel listen_ip /
+ * "0.0.0.0" : server_port, udp, shadowsocks, cipher, users = tag}, the user set (see
+ * ag_lower_user_set()) and one rule per `block` route (see ag_lower_match()). Other route
+ * actions, obfs and plugins are ignored with a warning each.
+ * @return 0, -EINVAL for an unsupported protocol or cipher, -ENOMEM. On failure @p spec may hold
+ *         part of the node; the caller frees the whole spec.
+ */
+int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err);
+
+/**
+ * Lower a user list into a user set tagged @p tag: id = panel id, secret = uuid, label = the id
+ * in decimal (never the uuid: it is the password), speed_limit = Mbps × 1 000 000 / 8 bytes/s,
+ * device_limit as given (PANEL.md §1.5; 0 = unlimited).
+ * @param out  overwritten; on success owned by the caller (sv_user_set_free)
+ * @return 0 or -ENOMEM.
+ */
+int ag_lower_user_set(const char *tag, const pn_users *users, sv_user_set *out, sv_error *err);
+
+/** Mbps → bytes per second (× 125 000), saturating at UINT64_MAX. */
+uint64_t ag_lower_speed(uint64_t mbps);
+
+/**
+ * Map a Shadowsocks method name: aes-128-gcm, aes-256-gcm, chacha20-ietf-poly1305 (also
+ * "chacha20-poly1305") (PROTOCOLS.md §2.1).
+ * @return 0, or -EINVAL for any other name.
+ */
+int ag_lower_cipher(const char *name, enum sv_ss_cipher *out);
+
+/** Result of ag_lower_match() for entries that produce no matcher. */
+enum ag_match_result {
+    AG_MATCH_OK = 0,      /**< *out filled (its text, if any, is heap-owned) */
+    AG_MATCH_SKIPPED = 1, /**< regexp:/protocol: — not supported yet (PCRE2 arrives later) */
+};
+
+/**
+ * Lower one `match` entry of a block route: "domain:x" → domain_suffix, "full:x" → domain,
+ * "keyword:x" → domain_keyword, an IPv4/IPv6 address or CIDR → cidr (host bits cleared),
+ * "port:N" / "port:N-M" → port range, "regexp:..." / "protocol:..." → AG_MATCH_SKIPPED, any
+ * other non-empty string → domain_suffix.
+ * @return AG_MATCH_OK, AG_MATCH_SKIPPED, -EINVAL (malformed: empty, bad port or prefix),
+ *         -ENOMEM.
+ */
+int ag_lower_match(const char *entry, sv_route_match *out);
+
+/** The address a node binds: its config override, else the panel's listen_ip, else 0.0.0.0. */
+const char *ag_node_listen(const ag_node_state *node);
+
+/**
+ * Whether two node states lower to the same inbound and rules, i.e. differ at most in users
+ * (then a user edit, sv_set_users, is enough). Compares tag, effective listen and the panel node.
+ */
+bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b);
+
+/**
+ * Whether the transport/protocol settings match (seed 001 "NodeInfo::transport_eq /
+ * protocol_eq": port, listen, protocol, cipher, server key, obfs, plugin). When they differ, the
+ * node's live sessions are closed after the apply.
+ */
+bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b);
+
+#endif

@@ -1,0 +1,375 @@
+/*
+ * Node manager (agent/node.h): fetch every node through its panel client, then reconcile the
+ * supervisor with the result. Control loop only.
+ */
+#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/node.h"
+#include "supervisor/util/log.h"
+
+#define MOD "ag.node"
+
+int ag_panel_new(const ag_node_config *nc, pn_client **out, sv_error *err)
+{
+    *out = NULL;
+    switch (nc->panel.type) {
+    case AG_PANEL_LOCAL: {
+        pn_local_options o = {
+            .node = nc->panel.node,
+            .node_file = nc->panel.node_file,
+            .users = nc->panel.users,
+            .users_file = nc->panel.users_file,
+        };
+        int rc = pn_local_new(&o, out, err);
+        if (rc != 0) {
+            sv_error inner = *err;
+            sv_error_set(err, rc, "node %s: %s", nc->tag, inner.msg);
+        }
+        return rc;
+    }
+    }
+    return sv_error_set(err, -EINVAL, "node %s: unsupported panel type", nc->tag);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fetch job                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fetch_job fetch_job;
+
+typedef struct fetch_slot {
+    fetch_job *job;
+    size_t idx;
+} fetch_slot;
+
+struct fetch_job {
+    pn_client **clients;
+    size_t n_clients;        /* the fleet may be taken by the callback: count them apart */
+    fetch_slot *slots;
+    ag_fleet fleet;          /* being filled; tags and listen copied from the config */
+    const ag_fleet *running; /* for PN_NOT_MODIFIED */
+    size_t pending;          /* answers still due, +1 while issuing */
+    int status;              /* first error */
+    sv_error err;
+    ag_fetch_cb cb;
+    void *arg;
+};
+
+static void job_free(fetch_job *j)
+{
+    for (size_t i = 0; i < j->n_clients; i++)
+        pn_client_free(j->clients[i]);
+    free(j->clients);
+    free(j->slots);
+    ag_fleet_free(&j->fleet);
+    free(j);
+}
+
+static void job_fail(fetch_job *j, size_t idx, int code, const char *msg)
+{
+    if (j->status != 0)
+        return;
+    j->status = code < 0 ? code : -EIO;
+    sv_error_set(&j->err, j->status, "node %s: %s", j->fleet.nodes[idx].tag, msg);
+}
+
+static void job_answered(fetch_job *j)
+{
+    if (--j->pending > 0)
+        return;
+    if (j->status != 0)
+        j->cb(j->arg, j->status, NULL, &j->err);
+    else
+        j->cb(j->arg, 0, &j->fleet, NULL);
+    job_free(j);
+}
+
+static const ag_node_state *running_node(const fetch_job *j, const char *tag)
+{
+    for (size_t i = 0; j->running != NULL && i < j->running->n; i++)
+        if (strcmp(j->running->nodes[i].tag, tag) == 0)
+            return &j->running->nodes[i];
+    return NULL;
+}
+
+static void on_node(pn_client *c, int result, pn_node *node, const sv_error *err, void *arg)
+{
+    fetch_slot *s = arg;
+    fetch_job *j = s->job;
+    ag_node_state *st = &j->fleet.nodes[s->idx];
+    if (result == PN_OK) {
+        st->node = *node;
+        memset(node, 0, sizeof *node);
+    } else if (result == PN_NOT_MODIFIED) {
+        const ag_node_state *old = running_node(j, st->tag);
+        if (old == NULL)
+            job_fail(j, s->idx, -EPROTO, "panel: node not modified, but none is known");
+        else if (pn_node_clone(&st->node, &old->node) != 0)
+            job_fail(j, s->idx, -ENOMEM, "out of memory");
+    } else {
+        job_fail(j, s->idx, result, err != NULL ? err->msg : "node fetch failed");
+    }
+    job_answered(j);
+}
+
+static void on_users(pn_client *c, int result, pn_users *users, const sv_error *err, void *arg)
+{
+    fetch_slot *s = arg;
+    fetch_job *j = s->job;
+    ag_node_state *st = &j->fleet.nodes[s->idx];
+    if (result == PN_OK) {
+        st->users = *users;
+        memset(users, 0, sizeof *users);
+    } else if (result == PN_NOT_MODIFIED) {
+        const ag_node_state *old = running_node(j, st->tag);
+        if (old == NULL)
+            job_fail(j, s->idx, -EPROTO, "panel: users not modified, but none are known");
+        else if (pn_users_clone(&st->users, &old->users) != 0)
+            job_fail(j, s->idx, -ENOMEM, "out of memory");
+    } else {
+        job_fail(j, s->idx, result, err != NULL ? err->msg : "users fetch failed");
+    }
+    job_answered(j);
+}
+
+/* Allocate the job and one client per node; nothing is asked yet. */
+static int job_new(const ag_config *cfg, fetch_job **out, sv_error *err)
+{
+    size_t n = cfg->n_nodes;
+    fetch_job *j = calloc(1, sizeof *j);
+    if (j == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    j->clients = calloc(n, sizeof *j->clients);
+    j->slots = calloc(n, sizeof *j->slots);
+    j->fleet.nodes = calloc(n, sizeof *j->fleet.nodes);
+    if (j->clients == NULL || j->slots == NULL || j->fleet.nodes == NULL) {
+        job_free(j);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    j->fleet.n = n;
+    j->n_clients = n;
+    for (size_t i = 0; i < n; i++) {
+        const ag_node_config *nc = &cfg->nodes[i];
+        ag_node_state *st = &j->fleet.nodes[i];
+        j->slots[i] = (fetch_slot){.job = j, .idx = i};
+        st->tag = strdup(nc->tag);
+        st->listen = nc->listen != NULL ? strdup(nc->listen) : NULL;
+        if (st->tag == NULL || (nc->listen != NULL && st->listen == NULL)) {
+            job_free(j);
+            return sv_error_set(err, -ENOMEM, "out of memory");
+        }
+        int rc = ag_panel_new(nc, &j->clients[i], err);
+        if (rc != 0) {
+            job_free(j);
+            return rc;
+        }
+    }
+    *out = j;
+    return 0;
+}
+
+static int fetch_start(const ag_config *cfg, const ag_fleet *running, ag_fetch_cb cb, void *arg,
+                       fetch_job **job_out, sv_error *err)
+{
+    fetch_job *j = NULL;
+    int rc = job_new(cfg, &j, err);
+    if (rc != 0)
+        return rc;
+    j->running = running;
+    j->cb = cb;
+    j->arg = arg;
+    j->pending = 2 * j->fleet.n + 1; /* the +1 keeps synchronous answers from finishing early */
+    if (job_out != NULL)
+        *job_out = j;
+    for (size_t i = 0; i < j->n_clients; i++) {
+        rc = pn_fetch_node(j->clients[i], on_node, &j->slots[i]);
+        if (rc != 0) {
+            job_fail(j, i, rc, "node fetch could not start");
+            j->pending--;
+        }
+        rc = pn_fetch_users(j->clients[i], on_users, &j->slots[i]);
+        if (rc != 0) {
+            job_fail(j, i, rc, "users fetch could not start");
+            j->pending--;
+        }
+    }
+    job_answered(j);
+    return 0;
+}
+
+int ag_fetch(uv_loop_t *loop, const ag_config *cfg, const ag_fleet *running, ag_fetch_cb cb,
+             void *arg, sv_error *err)
+{
+    (void)loop; /* HTTP clients will run on it; the local panel needs none */
+    return fetch_start(cfg, running, cb, arg, NULL, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Manager                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+struct ag_manager {
+    uv_loop_t *loop;
+    sv_supervisor *sv;
+    ag_fleet running;
+    fetch_job *job; /* the load in flight, or NULL */
+    bool loading;
+    ag_load_cb cb;
+    void *arg;
+};
+
+int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, ag_manager **out)
+{
+    ag_manager *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return -ENOMEM;
+    m->loop = loop;
+    m->sv = sv;
+    *out = m;
+    return 0;
+}
+
+bool ag_manager_busy(const ag_manager *m)
+{
+    return m->loading;
+}
+
+const ag_fleet *ag_manager_running(const ag_manager *m)
+{
+    return &m->running;
+}
+
+void ag_manager_free(ag_manager *m)
+{
+    if (m == NULL)
+        return;
+    if (m->job != NULL)
+        job_free(m->job); /* clients end their requests without callbacks */
+    ag_fleet_free(&m->running);
+    free(m);
+}
+
+static bool same_settings(const ag_fleet *a, const ag_fleet *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (!ag_node_settings_equal(&a->nodes[i], &b->nodes[i]))
+            return false;
+    return true;
+}
+
+/* Settings unchanged: edit the user sets that differ. */
+static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
+{
+    size_t edited = 0;
+    for (size_t i = 0; i < next->n; i++) {
+        ag_node_state *cur = &m->running.nodes[i], *nxt = &next->nodes[i];
+        if (pn_users_equal(&cur->users, &nxt->users))
+            continue;
+        sv_user_set set;
+        int rc = ag_lower_user_set(nxt->tag, &nxt->users, &set, err);
+        if (rc == 0)
+            rc = sv_set_users(m->sv, set.tag, set.users, set.n_users, err);
+        sv_user_set_free(&set);
+        if (rc != 0)
+            return rc;
+        pn_users tmp = cur->users; /* the old list goes with next and is freed with it */
+        cur->users = nxt->users;
+        nxt->users = tmp;
+        edited++;
+        SV_LOG(SV_LOG_INFO, MOD, "node %s: users updated, %zu users", cur->tag, cur->users.n);
+    }
+    if (edited == 0)
+        SV_LOG(SV_LOG_INFO, MOD, "nothing changed");
+    ag_fleet_free(next);
+    return 0;
+}
+
+/* Close the live sessions of nodes whose transport/protocol settings changed. */
+static void close_changed(ag_manager *m, const ag_fleet *next)
+{
+    for (size_t i = 0; i < next->n; i++) {
+        const ag_node_state *nxt = &next->nodes[i];
+        for (size_t k = 0; k < m->running.n; k++) {
+            const ag_node_state *cur = &m->running.nodes[k];
+            if (strcmp(cur->tag, nxt->tag) != 0 || ag_node_transport_equal(cur, nxt))
+                continue;
+            sv_selector sel = {.kind = SV_SELECT_INBOUND, .inbound = nxt->tag};
+            size_t closed = sv_close(m->sv, &sel);
+            SV_LOG(SV_LOG_INFO, MOD, "node %s: transport or protocol changed, closed %zu "
+                   "sessions", nxt->tag, closed);
+        }
+    }
+}
+
+static int reconcile_apply(ag_manager *m, ag_fleet *next, sv_error *err)
+{
+    sv_spec spec;
+    sv_apply_report report = {0};
+    sv_apply_options opts = {.allow_disruptive = true};
+    int rc = ag_lower_fleet(next, &spec, err);
+    if (rc != 0)
+        return rc;
+    rc = sv_apply(m->sv, &spec, &opts, &report, err);
+    sv_spec_free(&spec);
+    if (rc != 0)
+        return rc;
+    SV_LOG(SV_LOG_DEBUG, MOD, "apply: %zu reused, %zu built, %zu swapped, %zu drained, "
+           "%zu rebound, %zu removed", report.n_reused, report.n_built, report.n_swapped,
+           report.n_drained, report.n_rebound, report.n_removed);
+    sv_apply_report_free(&report);
+    close_changed(m, next);
+    uint64_t epoch = sv_epoch(m->sv);
+    for (size_t i = 0; i < next->n; i++)
+        SV_LOG(SV_LOG_INFO, MOD, "node %s: applied epoch %" PRIu64 ", %zu users",
+               next->nodes[i].tag, epoch, next->nodes[i].users.n);
+    ag_fleet_free(&m->running);
+    m->running = *next;
+    memset(next, 0, sizeof *next);
+    return 0;
+}
+
+int ag_manager_reconcile(ag_manager *m, ag_fleet *next, sv_error *err)
+{
+    if (m->running.n > 0 && same_settings(&m->running, next))
+        return reconcile_users(m, next, err);
+    return reconcile_apply(m, next, err);
+}
+
+static void on_loaded(void *arg, int status, ag_fleet *fleet, const sv_error *ferr)
+{
+    ag_manager *m = arg;
+    sv_error err = {0};
+    m->job = NULL; /* the job frees itself after this callback */
+    m->loading = false;
+    if (status == 0) {
+        ag_fleet next = *fleet;
+        memset(fleet, 0, sizeof *fleet);
+        status = ag_manager_reconcile(m, &next, &err);
+        ag_fleet_free(&next);
+    } else {
+        err = *ferr;
+    }
+    m->cb(m->arg, status, status != 0 ? &err : NULL);
+}
+
+int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *arg,
+                    sv_error *err)
+{
+    if (m->loading)
+        return sv_error_set(err, -EBUSY, "a load is already running");
+    m->loading = true;
+    m->cb = cb;
+    m->arg = arg;
+    int rc = fetch_start(cfg, &m->running, on_loaded, m, &m->job, err);
+    if (rc != 0)
+        m->loading = false;
+    return rc;
+}

@@ -1,0 +1,86 @@
+/*
+ * Node manager (DESIGN.md "The agent"): one panel client per configured node; fetch node
+ * settings and users, lower every node into one spec, apply it to the supervisor with
+ * allow_disruptive, and keep each node's last good data. Runs on the control loop.
+ *
+ * Reconcile rule: when every node's settings (tag, listen, panel node) are the same as the
+ * running ones, only user lists changed, and each changed list goes through sv_set_users() so
+ * the sessions of unchanged users stay (seed 001 "user edits"). Otherwise the whole spec is
+ * applied; afterwards the sessions of nodes whose transport or protocol settings changed are
+ * closed (seed 001, katana: "close(Selector::All)" when NodeInfo::transport_eq/protocol_eq differ).
+ */
+#ifndef AG_NODE_H
+#define AG_NODE_H
+
+#include <uv.h>
+
+#include "agent/config.h"
+#include "agent/lower.h"
+#include "panel/panel.h"
+#include "supervisor/supervisor.h"
+
+/**
+ * Create the panel client a node's config asks for (today: the local panel).
+ * @return 0, or the panel's error (err set, prefixed with "node <tag>: ").
+ */
+int ag_panel_new(const ag_node_config *nc, pn_client **out, sv_error *err);
+
+/**
+ * A fetch of every node finished.
+ * @param status  0, or the first error (err: "node demo: users body ...: users[3].uuid: missing")
+ * @param fleet   on success the fetched data, valid during the call; the callback may take its
+ *                contents (copy the struct, then zero *fleet); what is left is freed after it.
+ *                NULL on error.
+ */
+typedef void (*ag_fetch_cb)(void *arg, int status, ag_fleet *fleet, const sv_error *err);
+
+/**
+ * Fetch node settings and users of every node of @p cfg from newly created panel clients, which
+ * are freed when the fetch ends. A PN_NOT_MODIFIED answer reuses the data of the node with the
+ * same tag in @p running. @p cfg is only read during this call; @p running (may be NULL) must
+ * stay valid until the callback.
+ * @return 0 (then @p cb runs exactly once, possibly before this returns), or a negative error
+ *         (err set; @p cb never runs).
+ */
+int ag_fetch(uv_loop_t *loop, const ag_config *cfg, const ag_fleet *running, ag_fetch_cb cb,
+             void *arg, sv_error *err);
+
+typedef struct ag_manager ag_manager;
+
+/**
+ * Create a node manager driving @p sv (borrowed, must outlive the manager) on @p loop.
+ * @return 0 or -ENOMEM.
+ */
+int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, ag_manager **out);
+
+/** A load finished: 0 when the new state runs, else the reason (the old state keeps running). */
+typedef void (*ag_load_cb)(void *arg, int status, const sv_error *err);
+
+/**
+ * Fetch every node of @p cfg, then reconcile (ag_manager_reconcile()). @p cfg is only read
+ * during this call. One load at a time.
+ * @return 0 (then @p cb runs exactly once, possibly before this returns); -EBUSY while a load
+ *         runs; another negative error with err set (cb never runs).
+ */
+int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *arg,
+                    sv_error *err);
+
+/**
+ * Make @p next the running state: users-only edits through sv_set_users(), anything else through
+ * sv_apply() (allow_disruptive). Logs "node <tag>: applied epoch N, U users" (never a secret).
+ * @param next  taken on success (the manager owns it); left to the caller on failure
+ * @return 0; the lowering error; or sv_apply()/sv_set_users() errors with err set. On failure the
+ *         running state is unchanged, except that user lists already edited stay edited.
+ */
+int ag_manager_reconcile(ag_manager *m, ag_fleet *next, sv_error *err);
+
+/** Whether a load is in flight (a new ag_manager_load() would give -EBUSY). */
+bool ag_manager_busy(const ag_manager *m);
+
+/** The running state (last good data of every node); empty before the first success. */
+const ag_fleet *ag_manager_running(const ag_manager *m);
+
+/** Free the manager (not the supervisor). A load in flight ends without its callback. */
+void ag_manager_free(ag_manager *m);
+
+#endif

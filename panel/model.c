@@ -1,0 +1,667 @@
+/*
+ * UniProxy body parsers and panel-model helpers (PANEL.md §1.4, §1.5, §4.6).
+ * Panel bodies are outside bytes: unknown keys are ignored (panels add keys), every string and
+ * list has a bound, and the first malformed field fails the whole body with its path.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "panel/model.h"
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d != NULL) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+static int dup_opt(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (src == NULL)
+        return 0;
+    *dst = dup_n(src, strlen(src));
+    return *dst != NULL ? 0 : -ENOMEM;
+}
+
+/* A JSON string (bounded) into a new heap string. */
+static int take_string(const json_t *v, const char *path, size_t max, char **out, sv_error *err)
+{
+    if (!json_is_string(v))
+        return sv_error_set(err, -EINVAL, "%s: expected a string", path);
+    size_t n = json_string_length(v);
+    if (n > max)
+        return sv_error_set(err, -EMSGSIZE, "%s: longer than %zu bytes", path, max);
+    *out = dup_n(json_string_value(v), n);
+    return *out != NULL ? 0 : sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+}
+
+/* An optional string member: absent or null leaves *out NULL. */
+static int opt_string(const json_t *obj, const char *key, char **out, sv_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (v == NULL || json_is_null(v))
+        return 0;
+    return take_string(v, key, PN_TEXT_MAX, out, err);
+}
+
+/* Digits only (a panel sends "60" or "28004"); rejects signs, blanks and overflow. */
+static bool parse_digits(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (*s == '\0' || strlen(s) > 20)
+        return false;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return false;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/*
+ * A non-negative integer no larger than max, from a JSON integer or (when strings are allowed)
+ * a numeric string. The caller handles null/absent itself.
+ */
+static int get_uint(const json_t *v, const char *path, uint64_t max, bool allow_string,
+                    uint64_t *out, sv_error *err)
+{
+    uint64_t u;
+    if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        if (i < 0)
+            return sv_error_set(err, -EINVAL, "%s: must not be negative", path);
+        u = (uint64_t)i;
+    } else if (allow_string && json_is_string(v)) {
+        if (!parse_digits(json_string_value(v), &u))
+            return sv_error_set(err, -EINVAL, "%s: expected a number", path);
+    } else {
+        return sv_error_set(err, -EINVAL, "%s: expected an integer", path);
+    }
+    if (u > max)
+        return sv_error_set(err, -EINVAL, "%s: must be at most %llu", path,
+                            (unsigned long long)max);
+    *out = u;
+    return 0;
+}
+
+/* An optional non-negative member: absent or null gives 0. */
+static int opt_uint(const json_t *obj, const char *key, const char *path, uint64_t max,
+                    bool allow_string, uint64_t *out, sv_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    *out = 0;
+    if (v == NULL || json_is_null(v))
+        return 0;
+    return get_uint(v, path, max, allow_string, out, err);
+}
+
+/* Keys of every UniProxy body shape (PANEL.md §1.4 common and per-type keys, §1.5). */
+static const char *const node_keys[] = {
+    "protocol", "listen_ip", "server_port", "network", "networkSettings", "network_settings",
+    "routes", "custom_outbounds", "custom_routes", "cert_config", "base_config", "cipher",
+    "plugin", "plugin_opts", "server_key", "obfs", "obfs_settings", "obfs-password", "tls",
+    "tls_settings", "tlsSettings", "multiplex", "flow", "decryption", "host", "server_name",
+    "version", "up_mbps", "down_mbps", "ignore_client_bandwidth", "congestion_control",
+    "auth_timeout", "zero_rtt_handshake", "heartbeat", "padding_scheme", "transport",
+    "traffic_pattern", "alpn", "udp_relay_mode", NULL};
+static const char *const base_config_keys[] = {
+    "push_interval", "pull_interval", "node_report_min_traffic", "device_online_min_traffic",
+    NULL};
+static const char *const route_keys[] = {"id", "match", "action", "action_value", NULL};
+static const char *const users_keys[] = {"users", NULL};
+static const char *const user_keys[] = {"id", "uuid", "speed_limit", "device_limit", NULL};
+
+/* With PN_PARSE_STRICT, every key of obj must be in known; prefix names obj ("" at the top). */
+static int check_keys(const json_t *obj, unsigned flags, const char *prefix,
+                      const char *const *known, sv_error *err)
+{
+    const char *key;
+    json_t *v;
+    if (!(flags & PN_PARSE_STRICT))
+        return 0;
+    json_object_foreach((json_t *)obj, key, v) {
+        const char *const *k = known;
+        while (*k != NULL && strcmp(*k, key) != 0)
+            k++;
+        if (*k == NULL)
+            return sv_error_set(err, -EINVAL, "%s%s%.64s: unknown key", prefix,
+                                prefix[0] != '\0' ? "." : "", key);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* routes                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+static int match_push(pn_route *r, const char *s, size_t n, const char *path, sv_error *err)
+{
+    if (r->n_match >= PN_MATCH_MAX)
+        return sv_error_set(err, -EMSGSIZE, "%s: more than %u entries", path, PN_MATCH_MAX);
+    if (n > PN_TEXT_MAX)
+        return sv_error_set(err, -EMSGSIZE, "%s: an entry is longer than %u bytes", path,
+                            PN_TEXT_MAX);
+    char **v = realloc(r->match, (r->n_match + 1) * sizeof *v);
+    if (v == NULL)
+        return sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+    r->match = v;
+    v[r->n_match] = dup_n(s, n);
+    if (v[r->n_match] == NULL)
+        return sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+    r->n_match++;
+    return 0;
+}
+
+/* Legacy v1.7 rows: "a,b, c" (PANEL.md §1.4). Blanks around entries are dropped; an empty entry
+ * is kept so lowering can warn about it rather than silently matching nothing. */
+static int match_split(pn_route *r, const char *s, const char *path, sv_error *err)
+{
+    for (;;) {
+        const char *comma = strchr(s, ',');
+        const char *end = comma != NULL ? comma : s + strlen(s);
+        const char *b = s;
+        while (b < end && (*b == ' ' || *b == '\t'))
+            b++;
+        const char *e = end;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        int rc = match_push(r, b, (size_t)(e - b), path, err);
+        if (rc != 0 || comma == NULL)
+            return rc;
+        s = comma + 1;
+    }
+}
+
+static int match_one(pn_route *r, const json_t *v, const char *path, sv_error *err)
+{
+    if (!json_is_string(v))
+        return sv_error_set(err, -EINVAL, "%s: expected strings", path);
+    return match_push(r, json_string_value(v), json_string_length(v), path, err);
+}
+
+static int parse_match(pn_route *r, const json_t *m, const char *path, sv_error *err)
+{
+    int rc = 0;
+    if (m == NULL || json_is_null(m))
+        return 0;
+    if (json_is_string(m)) {
+        if (json_string_length(m) == 0)
+            return 0;
+        return match_split(r, json_string_value(m), path, err);
+    }
+    if (json_is_array(m)) {
+        size_t i;
+        const json_t *v;
+        json_array_foreach(m, i, v) {
+            rc = match_one(r, v, path, err);
+            if (rc != 0)
+                return rc;
+        }
+        return 0;
+    }
+    if (json_is_object(m)) { /* a sparse PHP array after array_filter */
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)m, k, v) {
+            rc = match_one(r, v, path, err);
+            if (rc != 0)
+                return rc;
+        }
+        return 0;
+    }
+    return sv_error_set(err, -EINVAL, "%s: expected an array or a string", path);
+}
+
+static void route_free(pn_route *r)
+{
+    for (size_t i = 0; i < r->n_match; i++)
+        free(r->match[i]);
+    free(r->match);
+    free(r->action);
+    free(r->action_value);
+    memset(r, 0, sizeof *r);
+}
+
+static int parse_route(const json_t *v, size_t idx, unsigned flags, pn_route *r,
+                       sv_error *err)
+{
+    char path[64];
+    int rc;
+    if (!json_is_object(v))
+        return sv_error_set(err, -EINVAL, "routes[%zu]: expected an object", idx);
+    snprintf(path, sizeof path, "routes[%zu]", idx);
+    rc = check_keys(v, flags, path, route_keys, err);
+    if (rc != 0)
+        return rc;
+    const json_t *id = json_object_get(v, "id");
+    if (json_is_integer(id))
+        r->id = json_integer_value(id);
+    snprintf(path, sizeof path, "routes[%zu].match", idx);
+    rc = parse_match(r, json_object_get(v, "match"), path, err);
+    if (rc != 0)
+        return rc;
+    snprintf(path, sizeof path, "routes[%zu].action", idx);
+    const json_t *a = json_object_get(v, "action");
+    if (a == NULL || json_is_null(a))
+        return sv_error_set(err, -EINVAL, "%s: missing", path);
+    rc = take_string(a, path, PN_TEXT_MAX, &r->action, err);
+    if (rc != 0)
+        return rc;
+    const json_t *av = json_object_get(v, "action_value");
+    if (av == NULL || json_is_null(av))
+        return 0;
+    snprintf(path, sizeof path, "routes[%zu].action_value", idx);
+    return take_string(av, path, PN_TEXT_MAX, &r->action_value, err);
+}
+
+static int parse_routes(const json_t *routes, unsigned flags, pn_node *out, sv_error *err)
+{
+    if (routes == NULL || json_is_null(routes))
+        return 0;
+    if (!json_is_array(routes))
+        return sv_error_set(err, -EINVAL, "routes: expected an array");
+    size_t n = json_array_size(routes);
+    if (n > PN_ROUTES_MAX)
+        return sv_error_set(err, -EMSGSIZE, "routes: more than %u entries", PN_ROUTES_MAX);
+    if (n == 0)
+        return 0;
+    out->routes = calloc(n, sizeof *out->routes);
+    if (out->routes == NULL)
+        return sv_error_set(err, -ENOMEM, "routes: out of memory");
+    out->n_routes = n;
+    for (size_t i = 0; i < n; i++) {
+        int rc = parse_route(json_array_get(routes, i), i, flags, &out->routes[i], err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* node                                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+static int parse_intervals(const json_t *body, unsigned flags, pn_node *out, sv_error *err)
+{
+    const json_t *bc = json_object_get(body, "base_config");
+    uint64_t v;
+    int rc;
+    if (bc == NULL || json_is_null(bc))
+        return 0;
+    if (!json_is_object(bc))
+        return sv_error_set(err, -EINVAL, "base_config: expected an object");
+    rc = check_keys(bc, flags, "base_config", base_config_keys, err);
+    if (rc != 0)
+        return rc;
+    rc = opt_uint(bc, "push_interval", "base_config.push_interval", 86400, true, &v, err);
+    if (rc != 0)
+        return rc;
+    out->push_interval = (uint32_t)v;
+    rc = opt_uint(bc, "pull_interval", "base_config.pull_interval", 86400, true, &v, err);
+    if (rc != 0)
+        return rc;
+    out->pull_interval = (uint32_t)v;
+    return 0;
+}
+
+static int parse_node_strings(const json_t *body, const char *node_type, pn_node *out,
+                              sv_error *err)
+{
+    int rc = opt_string(body, "protocol", &out->protocol, err);
+    if (rc == 0 && out->protocol == NULL && node_type != NULL) {
+        rc = dup_opt(&out->protocol, node_type);
+        if (rc != 0)
+            sv_error_set(err, rc, "protocol: out of memory");
+    }
+    if (rc == 0 && out->protocol == NULL)
+        rc = sv_error_set(err, -EINVAL, "protocol: missing");
+    if (rc == 0)
+        rc = opt_string(body, "listen_ip", &out->listen_ip, err);
+    if (rc == 0)
+        rc = opt_string(body, "cipher", &out->cipher, err);
+    if (rc == 0)
+        rc = opt_string(body, "server_key", &out->server_key, err);
+    if (rc == 0)
+        rc = opt_string(body, "obfs", &out->obfs, err);
+    if (rc == 0)
+        rc = opt_string(body, "plugin", &out->plugin, err);
+    return rc;
+}
+
+int pn_node_parse(const json_t *body, const char *node_type, unsigned flags, pn_node *out,
+                  sv_error *err)
+{
+    uint64_t port;
+    int rc;
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(body))
+        return sv_error_set(err, -EINVAL, "node: expected an object");
+    rc = check_keys(body, flags, "", node_keys, err);
+    if (rc == 0)
+        rc = parse_node_strings(body, node_type, out, err);
+    if (rc != 0)
+        goto out;
+    const json_t *p = json_object_get(body, "server_port");
+    if (p == NULL || json_is_null(p)) {
+        rc = sv_error_set(err, -EINVAL, "server_port: missing");
+        goto out;
+    }
+    rc = get_uint(p, "server_port", 65535, true, &port, err);
+    if (rc == 0 && port == 0)
+        rc = sv_error_set(err, -EINVAL, "server_port: must be between 1 and 65535");
+    if (rc != 0)
+        goto out;
+    out->server_port = (uint16_t)port;
+    rc = parse_intervals(body, flags, out, err);
+    if (rc == 0)
+        rc = parse_routes(json_object_get(body, "routes"), flags, out, err);
+out:
+    if (rc != 0)
+        pn_node_free(out);
+    return rc;
+}
+
+void pn_node_free(pn_node *node)
+{
+    if (node == NULL)
+        return;
+    free(node->protocol);
+    free(node->listen_ip);
+    free(node->cipher);
+    free(node->server_key);
+    free(node->obfs);
+    free(node->plugin);
+    for (size_t i = 0; i < node->n_routes; i++)
+        route_free(&node->routes[i]);
+    free(node->routes);
+    memset(node, 0, sizeof *node);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* users                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static int parse_user(const json_t *v, size_t idx, unsigned flags, pn_user *u, sv_error *err)
+{
+    char path[64];
+    uint64_t x;
+    int rc;
+    if (!json_is_object(v))
+        return sv_error_set(err, -EINVAL, "users[%zu]: expected an object", idx);
+    snprintf(path, sizeof path, "users[%zu]", idx);
+    rc = check_keys(v, flags, path, user_keys, err);
+    if (rc != 0)
+        return rc;
+    snprintf(path, sizeof path, "users[%zu].id", idx);
+    const json_t *id = json_object_get(v, "id");
+    if (id == NULL || json_is_null(id))
+        return sv_error_set(err, -EINVAL, "%s: missing", path);
+    rc = get_uint(id, path, INT64_MAX, false, &u->id, err);
+    if (rc != 0)
+        return rc;
+    snprintf(path, sizeof path, "users[%zu].uuid", idx);
+    const json_t *uuid = json_object_get(v, "uuid");
+    if (uuid == NULL || json_is_null(uuid))
+        return sv_error_set(err, -EINVAL, "%s: missing", path);
+    rc = take_string(uuid, path, PN_UUID_MAX, &u->uuid, err);
+    if (rc == 0 && u->uuid[0] == '\0')
+        rc = sv_error_set(err, -EINVAL, "%s: empty", path);
+    if (rc != 0)
+        return rc;
+    /* Mbps; the bound keeps Mbps × 125000 inside 64 bits. */
+    snprintf(path, sizeof path, "users[%zu].speed_limit", idx);
+    rc = opt_uint(v, "speed_limit", path, UINT64_MAX / 125000, false, &u->speed_limit, err);
+    if (rc != 0)
+        return rc;
+    snprintf(path, sizeof path, "users[%zu].device_limit", idx);
+    rc = opt_uint(v, "device_limit", path, UINT32_MAX, false, &x, err);
+    u->device_limit = (uint32_t)x;
+    return rc;
+}
+
+int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!json_is_object(body))
+        return sv_error_set(err, -EINVAL, "users: expected an object {\"users\": [...]}");
+    int rc = check_keys(body, flags, "", users_keys, err);
+    if (rc != 0)
+        return rc;
+    const json_t *list = json_object_get(body, "users");
+    if (list == NULL || json_is_null(list))
+        return sv_error_set(err, -EINVAL, "users: missing");
+    if (!json_is_array(list))
+        return sv_error_set(err, -EINVAL, "users: expected an array");
+    size_t n = json_array_size(list);
+    if (n > PN_USERS_MAX)
+        return sv_error_set(err, -EMSGSIZE, "users: more than %u users", PN_USERS_MAX);
+    if (n == 0)
+        return 0;
+    out->users = calloc(n, sizeof *out->users);
+    if (out->users == NULL)
+        return sv_error_set(err, -ENOMEM, "users: out of memory");
+    out->n = n;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = parse_user(json_array_get(list, i), i, flags, &out->users[i], err);
+    if (rc != 0)
+        pn_users_free(out);
+    return rc;
+}
+
+void pn_users_free(pn_users *users)
+{
+    if (users == NULL)
+        return;
+    for (size_t i = 0; i < users->n; i++)
+        free(users->users[i].uuid);
+    free(users->users);
+    memset(users, 0, sizeof *users);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* clone / equal                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+static int route_clone(pn_route *d, const pn_route *s)
+{
+    memset(d, 0, sizeof *d);
+    d->id = s->id;
+    if (s->n_match > 0) {
+        d->match = calloc(s->n_match, sizeof *d->match);
+        if (d->match == NULL)
+            return -ENOMEM;
+        d->n_match = s->n_match;
+        for (size_t i = 0; i < s->n_match; i++)
+            if (dup_opt(&d->match[i], s->match[i]) != 0)
+                return -ENOMEM;
+    }
+    if (dup_opt(&d->action, s->action) != 0 || dup_opt(&d->action_value, s->action_value) != 0)
+        return -ENOMEM;
+    return 0;
+}
+
+static int node_clone_parts(pn_node *d, const pn_node *s)
+{
+    if (dup_opt(&d->protocol, s->protocol) != 0 || dup_opt(&d->listen_ip, s->listen_ip) != 0 ||
+        dup_opt(&d->cipher, s->cipher) != 0 || dup_opt(&d->server_key, s->server_key) != 0 ||
+        dup_opt(&d->obfs, s->obfs) != 0 || dup_opt(&d->plugin, s->plugin) != 0)
+        return -ENOMEM;
+    if (s->n_routes == 0)
+        return 0;
+    d->routes = calloc(s->n_routes, sizeof *d->routes);
+    if (d->routes == NULL)
+        return -ENOMEM;
+    d->n_routes = s->n_routes;
+    for (size_t i = 0; i < s->n_routes; i++)
+        if (route_clone(&d->routes[i], &s->routes[i]) != 0)
+            return -ENOMEM;
+    return 0;
+}
+
+int pn_node_clone(pn_node *dst, const pn_node *src)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->server_port = src->server_port;
+    dst->push_interval = src->push_interval;
+    dst->pull_interval = src->pull_interval;
+    int rc = node_clone_parts(dst, src);
+    if (rc != 0)
+        pn_node_free(dst);
+    return rc;
+}
+
+int pn_users_clone(pn_users *dst, const pn_users *src)
+{
+    memset(dst, 0, sizeof *dst);
+    if (src->n == 0)
+        return 0;
+    dst->users = calloc(src->n, sizeof *dst->users);
+    if (dst->users == NULL)
+        return -ENOMEM;
+    dst->n = src->n;
+    for (size_t i = 0; i < src->n; i++) {
+        dst->users[i] = src->users[i];
+        if (dup_opt(&dst->users[i].uuid, src->users[i].uuid) != 0) {
+            pn_users_free(dst);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+    if (a == NULL || b == NULL)
+        return a == b;
+    return strcmp(a, b) == 0;
+}
+
+static bool route_eq(const pn_route *a, const pn_route *b)
+{
+    if (a->id != b->id || a->n_match != b->n_match || !str_eq(a->action, b->action) ||
+        !str_eq(a->action_value, b->action_value))
+        return false;
+    for (size_t i = 0; i < a->n_match; i++)
+        if (!str_eq(a->match[i], b->match[i]))
+            return false;
+    return true;
+}
+
+bool pn_node_equal(const pn_node *a, const pn_node *b)
+{
+    if (!str_eq(a->protocol, b->protocol) || !str_eq(a->listen_ip, b->listen_ip) ||
+        a->server_port != b->server_port || !str_eq(a->cipher, b->cipher) ||
+        !str_eq(a->server_key, b->server_key) || !str_eq(a->obfs, b->obfs) ||
+        !str_eq(a->plugin, b->plugin) || a->push_interval != b->push_interval ||
+        a->pull_interval != b->pull_interval || a->n_routes != b->n_routes)
+        return false;
+    for (size_t i = 0; i < a->n_routes; i++)
+        if (!route_eq(&a->routes[i], &b->routes[i]))
+            return false;
+    return true;
+}
+
+bool pn_users_equal(const pn_users *a, const pn_users *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++) {
+        const pn_user *x = &a->users[i], *y = &b->users[i];
+        if (x->id != y->id || x->speed_limit != y->speed_limit ||
+            x->device_limit != y->device_limit || !str_eq(x->uuid, y->uuid))
+            return false;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* files                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Read at most max bytes; one byte more means "too big" (fstat is not trusted: /proc, pipes). */
+static int read_bounded(int fd, size_t max, char **out, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL)
+        return -ENOMEM;
+    for (;;) {
+        if (n == cap) {
+            if (cap > max) {
+                free(buf);
+                return -EMSGSIZE;
+            }
+            size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (nb == NULL) {
+                free(buf);
+                return -ENOMEM;
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = -errno;
+            free(buf);
+            return e;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    if (n > max) {
+        free(buf);
+        return -EMSGSIZE;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sv_error_set(err, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes)
+        rc = -EMSGSIZE;
+    else
+        rc = read_bounded(fd, max_bytes, &buf, &len);
+    close(fd);
+    if (rc == -EMSGSIZE)
+        return sv_error_set(err, rc, "%s: file is larger than %zu bytes", path, max_bytes);
+    if (rc != 0)
+        return sv_error_set(err, rc, "%s: %s", path, strerror(-rc));
+    json_error_t jerr;
+    *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (*out == NULL)
+        return sv_error_set(err, -EINVAL, "%s: line %d, column %d: %s", path, jerr.line,
+                            jerr.column, jerr.text);
+    return 0;
+}

@@ -1,0 +1,122 @@
+/*
+ * The panel model: what a panel says about one node and its users, in the UniProxy shapes
+ * (PANEL.md §1.4 "GET config", §1.5 "GET user"), and the tolerant parsers of those bodies.
+ * Every panel client (local, uniproxy, ...) produces these structures; agent/lower.c turns
+ * them into a spec. Plain data: every string is heap-owned by its structure.
+ */
+#ifndef PN_MODEL_H
+#define PN_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "supervisor/util/err.h"
+
+/** Bounds on outside bytes (DESIGN.md "every parser of outside bytes has a size bound"). */
+#define PN_BODY_MAX (32u << 20) /**< bytes in one panel body (node or users) */
+#define PN_USERS_MAX 100000u    /**< users in one list (= SV_USERS_MAX) */
+#define PN_ROUTES_MAX 4096u     /**< routes of one node (= SV_RULES_MAX) */
+#define PN_MATCH_MAX 65536u     /**< match entries of one route (= SV_MATCHERS_MAX) */
+#define PN_UUID_MAX 256u        /**< bytes in a user's uuid (= SV_SECRET_MAX) */
+#define PN_TEXT_MAX 4096u       /**< bytes in any other string field */
+
+/** One `routes[]` entry (PANEL.md §1.4 "routes semantics"). */
+typedef struct pn_route {
+    int64_t id;          /**< the panel's route id (0 when absent) */
+    char **match;        /**< match strings, in order; a comma string is split here */
+    size_t n_match;
+    char *action;        /**< "block", "dns", "direct", "proxy", ... (never NULL) */
+    char *action_value;  /**< NULL when null or absent */
+} pn_route;
+
+/** A node's settings from `GET config` (PANEL.md §1.4). Unknown keys are ignored. */
+typedef struct pn_node {
+    char *protocol;       /**< body `protocol`, else the node type the panel was asked for */
+    char *listen_ip;      /**< body `listen_ip`; NULL when absent or null */
+    uint16_t server_port; /**< 1..65535; an int or a numeric string in the body */
+    char *cipher;         /**< shadowsocks method; NULL when absent */
+    char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
+    char *obfs;           /**< v1.7 `obfs` (e.g. "http"); NULL when absent or null */
+    char *plugin;         /**< Xboard `plugin`; NULL when absent or null */
+    pn_route *routes;
+    size_t n_routes;
+    uint32_t push_interval; /**< seconds from base_config; 0 = not given */
+    uint32_t pull_interval; /**< seconds from base_config; 0 = not given */
+} pn_node;
+
+/** One user from `GET user` (PANEL.md §1.5). */
+typedef struct pn_user {
+    uint64_t id;           /**< panel user id */
+    char *uuid;            /**< the password (never log it) */
+    uint64_t speed_limit;  /**< Mbps; 0 = unlimited (null, missing and 0 alike) */
+    uint32_t device_limit; /**< distinct IPs; 0 = unlimited (null, missing and 0 alike) */
+} pn_user;
+
+/** A user list. An empty list is valid: it revokes everyone (PANEL.md §4.2). */
+typedef struct pn_users {
+    pn_user *users;
+    size_t n;
+} pn_users;
+
+/** Parser flags. */
+enum pn_parse_flags {
+    /** Refuse keys that no UniProxy body has (PANEL.md §1.4–1.5), naming them
+     *  ("srever_port: unknown key"). For operator-written bodies (the local panel); a panel's
+     *  HTTP answers are parsed without it, as panels add keys. */
+    PN_PARSE_STRICT = 1u << 0,
+};
+
+/**
+ * Parse a `GET config` body (PANEL.md §1.4). Accepts the variants of §4.6: `server_port` as an
+ * int or a numeric string, intervals as int or string, `match` as an array, an object (a sparse
+ * PHP array) or a comma-separated string, missing `protocol` (v1.7) filled from @p node_type.
+ * @param body       a JSON object (borrowed)
+ * @param node_type  protocol to assume when the body has none (e.g. "shadowsocks"); may be NULL
+ * @param flags      PN_PARSE_* bits
+ * @param out        overwritten; on success owned by the caller (pn_node_free)
+ * @param err        on failure, "<field>: <reason>", e.g. "server_port: expected a port number"
+ * @return 0, -EINVAL (malformed), -EMSGSIZE (over a bound), -ENOMEM. On failure *out is zeroed.
+ */
+int pn_node_parse(const json_t *body, const char *node_type, unsigned flags, pn_node *out,
+                  sv_error *err);
+
+/**
+ * Parse a `GET user` body `{"users":[{"id","uuid","speed_limit","device_limit"}...]}`
+ * (PANEL.md §1.5). Null or missing limits mean 0; negative values are errors.
+ * @p flags: PN_PARSE_* bits.
+ * @return 0, -EINVAL, -EMSGSIZE or -ENOMEM, with err set as for pn_node_parse(); *out zeroed on
+ *         failure and owned by the caller (pn_users_free) on success.
+ */
+int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *err);
+
+/** Free everything a node owns and zero it. NULL-safe. */
+void pn_node_free(pn_node *node);
+
+/** Free everything a user list owns and zero it. NULL-safe. */
+void pn_users_free(pn_users *users);
+
+/** Deep-copy a node. @return 0 or -ENOMEM (dst zeroed). */
+int pn_node_clone(pn_node *dst, const pn_node *src);
+
+/** Deep-copy a user list. @return 0 or -ENOMEM (dst zeroed). */
+int pn_users_clone(pn_users *dst, const pn_users *src);
+
+/** Field-by-field equality of two nodes (routes and intervals included). */
+bool pn_node_equal(const pn_node *a, const pn_node *b);
+
+/** Equality of two user lists: same users with the same fields in the same order. */
+bool pn_users_equal(const pn_users *a, const pn_users *b);
+
+/**
+ * Read a JSON file of at most @p max_bytes bytes and parse it (duplicate keys rejected).
+ * @param out  receives a new reference on success
+ * @param err  "<path>: <reason>" or "<path>: line L, column C: <jansson text>"
+ * @return 0, -ENOENT/-EACCES/... from open/read, -EMSGSIZE when the file is larger than
+ *         @p max_bytes, -EINVAL when it is not valid JSON, -ENOMEM.
+ */
+int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err);
+
+#endif

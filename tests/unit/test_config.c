@@ -1,0 +1,271 @@
+/* Unit tests: agent config parser (agent/config.c). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/config.h"
+#include "panel/model.h"
+#include "supervisor/util/log.h"
+
+#ifndef TOP_SRCDIR
+#define TOP_SRCDIR "."
+#endif
+
+/* A minimal valid node; tests splice their variations into it. */
+#define PANEL_OK "{\"type\":\"local\",\"node\":{\"server_port\":1},\"users\":{\"users\":[]}}"
+#define NODE_OK "{\"tag\":\"a\",\"panel\":" PANEL_OK "}"
+
+static const char *srcdir(void)
+{
+    const char *s = getenv("KATANA_TOP_SRCDIR");
+    return s != NULL ? s : TOP_SRCDIR;
+}
+
+/* Parse text and expect failure with exactly this code and message. */
+static void expect_error(const char *text, int code, const char *msg)
+{
+    ag_config cfg;
+    sv_error err = {0};
+    int rc = ag_config_parse(text, strlen(text), NULL, &cfg, &err);
+    if (rc != code || strcmp(err.msg, msg) != 0)
+        fail_msg("input %s\n  want %d \"%s\"\n  got  %d \"%s\"", text, code, msg, rc, err.msg);
+    assert_int_equal(cfg.n_nodes, 0);
+    assert_null(cfg.nodes);
+}
+
+static void config__example__parses(void **state)
+{
+    char path[PATH_MAX];
+    ag_config cfg;
+    sv_error err = {0};
+    snprintf(path, sizeof path, "%s/packaging/examples/local-shadowsocks.json", srcdir());
+    int rc = ag_config_load_file(path, &cfg, &err);
+    if (rc != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(cfg.log_level, SV_LOG_INFO);
+    assert_int_equal(cfg.workers, 0);
+    assert_int_equal(cfg.n_nodes, 1);
+    const ag_node_config *n = &cfg.nodes[0];
+    assert_string_equal(n->tag, "demo");
+    assert_string_equal(n->listen, "127.0.0.1");
+    assert_int_equal(n->panel.type, AG_PANEL_LOCAL);
+    assert_non_null(n->panel.node);
+    assert_null(n->panel.node_file);
+    assert_int_equal(json_integer_value(json_object_get(n->panel.node, "server_port")), 8388);
+    assert_string_equal(json_string_value(json_object_get(n->panel.node, "cipher")),
+                        "aes-256-gcm");
+    assert_int_equal(json_array_size(json_object_get(n->panel.users, "users")), 2);
+    assert_null(n->panel.users_file);
+    ag_config_free(&cfg);
+    assert_null(cfg.nodes);
+}
+
+static void config__full_settings__parse(void **state)
+{
+    const char *t = "{\"log\":{\"level\":\"debug\"},\"workers\":3,\"nodes\":[" NODE_OK
+                    ",{\"tag\":\"b\",\"listen\":\"::1\",\"panel\":{\"type\":\"local\","
+                    "\"node_file\":\"/etc/n.json\",\"users_file\":\"u.json\"}}]}";
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(t, strlen(t), "/base", &cfg, &err), 0);
+    assert_int_equal(cfg.log_level, SV_LOG_DEBUG);
+    assert_int_equal(cfg.workers, 3);
+    assert_int_equal(cfg.n_nodes, 2);
+    assert_null(cfg.nodes[0].listen);
+    assert_string_equal(cfg.nodes[1].listen, "::1");
+    assert_null(cfg.nodes[1].panel.node);
+    assert_string_equal(cfg.nodes[1].panel.node_file, "/etc/n.json"); /* absolute: as given */
+    assert_string_equal(cfg.nodes[1].panel.users_file, "/base/u.json");
+    ag_config_free(&cfg);
+}
+
+static void config__unknown_keys__name_their_path(void **state)
+{
+    expect_error("{\"nodes\":[" NODE_OK "],\"tokn\":1}", -EINVAL, "tokn: unknown key");
+    expect_error("{\"log\":{\"level\":\"info\",\"lvl\":1},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "log.lvl: unknown key");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"tagg\":\"b\",\"panel\":" PANEL_OK "}]}", -EINVAL,
+                 "nodes[0].tagg: unknown key");
+    expect_error("{\"nodes\":[" NODE_OK ",{\"tag\":\"b\",\"panel\":{\"type\":\"local\","
+                 "\"tokn\":\"x\",\"node_file\":\"n\",\"users_file\":\"u\"}}]}",
+                 -EINVAL, "nodes[1].panel.tokn: unknown key");
+}
+
+static void config__wrong_types__are_named(void **state)
+{
+    expect_error("{\"workers\":\"4\",\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "workers: expected an integer");
+    expect_error("{\"workers\":1.5,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "workers: expected an integer");
+    expect_error("{\"workers\":-1,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "workers: must be between 0 and 1024");
+    expect_error("{\"log\":\"info\",\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "log: expected an object");
+    expect_error("{\"log\":{\"level\":3},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "log.level: expected a string");
+    expect_error("{\"log\":{\"level\":\"loud\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "log.level: unknown level \"loud\" (error, warn, info, debug, trace)");
+    expect_error("{\"nodes\":{}}", -EINVAL, "nodes: expected an array");
+    expect_error("{\"nodes\":[\"x\"]}", -EINVAL, "nodes[0]: expected an object");
+    expect_error("{\"nodes\":[{\"tag\":5,\"panel\":" PANEL_OK "}]}", -EINVAL,
+                 "nodes[0].tag: expected a string");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"listen\":\"localhost\",\"panel\":" PANEL_OK "}]}",
+                 -EINVAL, "nodes[0].listen: not an IP address \"localhost\"");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":[]}]}", -EINVAL,
+                 "nodes[0].panel: expected an object");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\",\"node\":\"x\","
+                 "\"users_file\":\"u\"}}]}",
+                 -EINVAL, "nodes[0].panel.node: expected an object");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\",\"node_file\":\"n\","
+                 "\"users_file\":3}}]}",
+                 -EINVAL, "nodes[0].panel.users_file: expected a string");
+    expect_error("[]", -EINVAL, "config: expected an object");
+}
+
+static void config__missing_keys__are_named(void **state)
+{
+    expect_error("{}", -EINVAL, "nodes: missing required key");
+    expect_error("{\"nodes\":[]}", -EINVAL, "nodes: at least one node is required");
+    expect_error("{\"nodes\":[{\"panel\":" PANEL_OK "}]}", -EINVAL,
+                 "nodes[0].tag: missing required key");
+    expect_error("{\"nodes\":[{\"tag\":\"\",\"panel\":" PANEL_OK "}]}", -EINVAL,
+                 "nodes[0].tag: must not be empty");
+    expect_error("{\"nodes\":[{\"tag\":\"a\"}]}", -EINVAL, "nodes[0].panel: missing required key");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"node_file\":\"n\"}}]}", -EINVAL,
+                 "nodes[0].panel.type: missing required key");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\","
+                 "\"users_file\":\"u\"}}]}",
+                 -EINVAL,
+                 "nodes[0].panel: exactly one of \"node\" and \"node_file\" is required");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\",\"node\":{},"
+                 "\"node_file\":\"n\",\"users_file\":\"u\"}}]}",
+                 -EINVAL,
+                 "nodes[0].panel: exactly one of \"node\" and \"node_file\" is required");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\",\"node_file\":\"n\"}}]}",
+                 -EINVAL,
+                 "nodes[0].panel: exactly one of \"users\" and \"users_file\" is required");
+}
+
+static void config__other_panel_types__are_refused(void **state)
+{
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"uniproxy\"}}]}", -EINVAL,
+                 "nodes[0].panel.type: unsupported panel type \"uniproxy\"");
+}
+
+static void config__bad_json__gives_position(void **state)
+{
+    ag_config cfg;
+    sv_error err = {0};
+    const char *cut = "{\"nodes\": [";
+    assert_int_equal(ag_config_parse(cut, strlen(cut), NULL, &cfg, &err), -EINVAL);
+    /* jansson's own wording varies between versions; the position is ours. */
+    assert_memory_equal(err.msg, "line 1, column 11: ", 19);
+    const char *dup = "{\"workers\":1,\"workers\":2,\"nodes\":[" NODE_OK "]}";
+    assert_int_equal(ag_config_parse(dup, strlen(dup), NULL, &cfg, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "duplicate object key"));
+}
+
+/* Make a unique temporary directory for one test. */
+static void tmpdir(char *buf, size_t cap)
+{
+    snprintf(buf, cap, "/tmp/katana-test-config-XXXXXX");
+    assert_non_null(mkdtemp(buf));
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void config__file_too_big__is_refused(void **state)
+{
+    char dir[64], path[128];
+    ag_config cfg;
+    sv_error err = {0};
+    tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/big.json", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)AG_CONFIG_MAX_BYTES + 1), 0); /* sparse */
+    close(fd);
+    assert_int_equal(ag_config_load_file(path, &cfg, &err), -EMSGSIZE);
+    assert_non_null(strstr(err.msg, "file is larger than 16777216 bytes"));
+    assert_int_equal(cfg.n_nodes, 0);
+    /* The text entry point has the same bound. */
+    size_t n = (size_t)AG_CONFIG_MAX_BYTES + 1;
+    char *big = malloc(n);
+    assert_non_null(big);
+    memset(big, ' ', n);
+    assert_int_equal(ag_config_parse(big, n, NULL, &cfg, &err), -EMSGSIZE);
+    free(big);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void config__missing_file__names_it(void **state)
+{
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_load_file("/nonexistent/katana.json", &cfg, &err), -ENOENT);
+    assert_string_equal(err.msg, "/nonexistent/katana.json: No such file or directory");
+}
+
+static void config__relative_files__resolve_against_config_dir(void **state)
+{
+    char dir[64], path[128], want[160], cwd[PATH_MAX];
+    ag_config cfg;
+    sv_error err = {0};
+    tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/katana.json", dir);
+    write_file(path, "{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\","
+                     "\"node_file\":\"node.json\",\"users_file\":\"sub/users.json\"}}]}");
+    assert_int_equal(ag_config_load_file(path, &cfg, &err), 0);
+    snprintf(want, sizeof want, "%s/node.json", dir);
+    assert_string_equal(cfg.nodes[0].panel.node_file, want);
+    snprintf(want, sizeof want, "%s/sub/users.json", dir);
+    assert_string_equal(cfg.nodes[0].panel.users_file, want);
+    ag_config_free(&cfg);
+
+    /* A config named without a directory resolves against ".". */
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(dir), 0);
+    assert_int_equal(ag_config_load_file("katana.json", &cfg, &err), 0);
+    assert_int_equal(chdir(cwd), 0);
+    assert_string_equal(cfg.nodes[0].panel.node_file, "./node.json");
+    ag_config_free(&cfg);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    sv_log_threshold = SV_LOG_ERROR;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(config__example__parses),
+        cmocka_unit_test(config__full_settings__parse),
+        cmocka_unit_test(config__unknown_keys__name_their_path),
+        cmocka_unit_test(config__wrong_types__are_named),
+        cmocka_unit_test(config__missing_keys__are_named),
+        cmocka_unit_test(config__other_panel_types__are_refused),
+        cmocka_unit_test(config__bad_json__gives_position),
+        cmocka_unit_test(config__file_too_big__is_refused),
+        cmocka_unit_test(config__missing_file__names_it),
+        cmocka_unit_test(config__relative_files__resolve_against_config_dir),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,651 @@
+/*
+ * Unit tests: panel bodies (panel/model.c, panel/local.c) and lowering to a spec
+ * (agent/lower.c). Fixtures: tests/unit/fixtures/panel/ (copies of shared/fixtures/panel).
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <cmocka.h>
+
+#include "agent/lower.h"
+#include "panel/panel.h"
+#include "supervisor/util/log.h"
+
+#ifndef TOP_SRCDIR
+#define TOP_SRCDIR "."
+#endif
+
+static void fixture_path(char *buf, size_t cap, const char *name)
+{
+    const char *top = getenv("KATANA_TOP_SRCDIR");
+    snprintf(buf, cap, "%s/tests/unit/fixtures/panel/%s", top != NULL ? top : TOP_SRCDIR, name);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* helpers: fetch through the local panel                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct got {
+    int calls;
+    int node_rc, users_rc;
+    pn_node node;
+    pn_users users;
+    sv_error err;
+} got;
+
+static void got_node(pn_client *c, int rc, pn_node *node, const sv_error *err, void *arg)
+{
+    got *g = arg;
+    g->calls++;
+    g->node_rc = rc;
+    if (rc == PN_OK) {
+        g->node = *node;
+        memset(node, 0, sizeof *node);
+    } else {
+        g->err = *err;
+    }
+}
+
+static void got_users(pn_client *c, int rc, pn_users *users, const sv_error *err, void *arg)
+{
+    got *g = arg;
+    g->calls++;
+    g->users_rc = rc;
+    if (rc == PN_OK) {
+        g->users = *users;
+        memset(users, 0, sizeof *users);
+    } else {
+        g->err = *err;
+    }
+}
+
+/* Fill a node state from two fixture files through the local panel. */
+static void state_from_fixtures(ag_node_state *st, const char *tag, const char *listen,
+                                const char *node_file, const char *users_file)
+{
+    char np[PATH_MAX], up[PATH_MAX];
+    fixture_path(np, sizeof np, node_file);
+    fixture_path(up, sizeof up, users_file);
+    pn_local_options o = {.node_file = np, .users_file = up};
+    pn_client *c;
+    sv_error err = {0};
+    got g = {0};
+    assert_int_equal(pn_local_new(&o, &c, &err), 0);
+    assert_int_equal(pn_fetch_node(c, got_node, &g), 0);
+    assert_int_equal(pn_fetch_users(c, got_users, &g), 0);
+    pn_client_free(c);
+    assert_int_equal(g.calls, 2); /* the local panel answers before returning */
+    if (g.node_rc != PN_OK || g.users_rc != PN_OK)
+        fail_msg("fetch failed: %s", g.err.msg);
+    memset(st, 0, sizeof *st);
+    st->tag = strdup(tag);
+    st->listen = listen != NULL ? strdup(listen) : NULL;
+    st->node = g.node;
+    st->users = g.users;
+}
+
+/* A node state from inline JSON texts. */
+static void state_from_json(ag_node_state *st, const char *tag, const char *node_json,
+                            const char *users_json)
+{
+    json_t *n = json_loads(node_json, 0, NULL), *u = json_loads(users_json, 0, NULL);
+    assert_non_null(n);
+    assert_non_null(u);
+    sv_error err = {0};
+    memset(st, 0, sizeof *st);
+    st->tag = strdup(tag);
+    if (pn_node_parse(n, "shadowsocks", PN_PARSE_STRICT, &st->node, &err) != 0)
+        fail_msg("node: %s", err.msg);
+    if (pn_users_parse(u, PN_PARSE_STRICT, &st->users, &err) != 0)
+        fail_msg("users: %s", err.msg);
+    json_decref(n);
+    json_decref(u);
+}
+
+static void lower_one(ag_node_state *st, sv_spec *spec)
+{
+    ag_fleet f = {.nodes = st, .n = 1};
+    sv_error err = {0};
+    if (ag_lower_fleet(&f, spec, &err) != 0)
+        fail_msg("lower: %s", err.msg);
+}
+
+static void free_state(ag_node_state *st)
+{
+    ag_fleet f = {.nodes = malloc(sizeof *st), .n = 1};
+    f.nodes[0] = *st;
+    ag_fleet_free(&f);
+}
+
+static void check_shared(const sv_spec *s)
+{
+    assert_int_equal(s->n_outbounds, 2);
+    assert_string_equal(s->outbounds[0].tag, "direct");
+    assert_int_equal(s->outbounds[0].kind, SV_OUTBOUND_DIRECT);
+    assert_string_equal(s->outbounds[1].tag, "block");
+    assert_int_equal(s->outbounds[1].kind, SV_OUTBOUND_BLACKHOLE);
+    assert_string_equal(s->route.default_outbound, "direct");
+    assert_int_equal(s->user_removal, SV_REMOVAL_CLOSE);
+}
+
+static void check_user(const sv_user *u, uint64_t id, const char *uuid, uint64_t speed,
+                       uint32_t devices)
+{
+    char label[24];
+    snprintf(label, sizeof label, "%llu", (unsigned long long)id);
+    assert_int_equal(u->id, id);
+    assert_string_equal(u->secret, uuid);
+    assert_string_equal(u->label, label);
+    assert_int_equal(u->speed_limit, speed);
+    assert_int_equal(u->device_limit, devices);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* fixtures → spec                                                                              */
+/* ------------------------------------------------------------------------------------------ */
+
+static void lower__v17_fixture__gives_the_expected_spec(void **state)
+{
+    ag_node_state st;
+    sv_spec s;
+    state_from_fixtures(&st, "ss1", NULL, "v2board-config-shadowsocks-v17.json",
+                        "v2board-user-basic.json");
+    assert_string_equal(st.node.protocol, "shadowsocks"); /* v1.7 sends none */
+    assert_int_equal(st.node.push_interval, 60);
+    assert_int_equal(st.node.pull_interval, 60);
+    assert_string_equal(st.node.obfs, "http");
+    lower_one(&st, &s);
+    check_shared(&s);
+    assert_int_equal(s.n_inbounds, 1);
+    const sv_inbound_spec *in = &s.inbounds[0];
+    assert_string_equal(in->tag, "ss1");
+    assert_string_equal(in->bind.address, "0.0.0.0");
+    assert_int_equal(in->bind.port, 28004);
+    assert_true(in->udp);
+    assert_int_equal(in->protocol, SV_INBOUND_SHADOWSOCKS);
+    assert_int_equal(in->ss_cipher, SV_SS_CHACHA20_POLY1305);
+    assert_string_equal(in->users, "ss1");
+    assert_int_equal(s.n_user_sets, 1);
+    const sv_user_set *set = &s.user_sets[0];
+    assert_string_equal(set->tag, "ss1");
+    assert_int_equal(set->n_users, 4);
+    check_user(&set->users[0], 1, "167dd41a-347a-4e47-8e5a-c63a43514e2e", 0, 0);
+    check_user(&set->users[1], 2, "a30354ef-398b-4edf-a326-3c49440a9a11", 0, 0);
+    check_user(&set->users[2], 5, "67c8765c-5781-4ce8-98f0-1733d942b204", 12500000, 0);
+    check_user(&set->users[3], 8, "a37f115c-6a44-43cc-8df2-d1aff1067dbd", 0, 3);
+    assert_int_equal(s.route.n_rules, 0);
+    sv_spec_free(&s);
+    free_state(&st);
+}
+
+static void lower__listen__override_then_panel_then_default(void **state)
+{
+    ag_node_state st;
+    sv_spec s;
+    state_from_fixtures(&st, "x", "127.0.0.1", "v2board-config-shadowsocks.json",
+                        "v2board-user-empty.json");
+    lower_one(&st, &s);
+    assert_string_equal(s.inbounds[0].bind.address, "127.0.0.1");
+    assert_int_equal(s.inbounds[0].bind.port, 28001);
+    assert_int_equal(s.inbounds[0].ss_cipher, SV_SS_AES_128_GCM);
+    assert_int_equal(s.user_sets[0].n_users, 0); /* an empty list is valid: no user admitted */
+    sv_spec_free(&s);
+    free_state(&st);
+
+    state_from_json(&st, "y", "{\"server_port\":9,\"cipher\":\"aes-256-gcm\","
+                              "\"listen_ip\":\"::\"}", "{\"users\":[]}");
+    assert_string_equal(ag_node_listen(&st), "::");
+    free(st.node.listen_ip);
+    st.node.listen_ip = NULL;
+    assert_string_equal(ag_node_listen(&st), "0.0.0.0");
+    free_state(&st);
+}
+
+static void lower__speed_limit__mbps_to_bytes_per_second(void **state)
+{
+    ag_node_state st;
+    sv_spec s;
+    state_from_fixtures(&st, "ss", NULL, "v2board-config-shadowsocks.json",
+                        "v2board-user-speedlimit.json");
+    lower_one(&st, &s);
+    const sv_user_set *set = &s.user_sets[0];
+    assert_int_equal(set->n_users, 4);
+    check_user(&set->users[0], 11, "a22fa1f7-2560-4b2f-8a7c-e6e5f89c8d33", 1250000, 0);
+    check_user(&set->users[1], 12, "5043796d-4061-4823-9b39-320448410fe3", 6250000, 0);
+    check_user(&set->users[2], 13, "1098d6a9-0494-4815-8587-18296e887807", 125000000, 0);
+    check_user(&set->users[3], 14, "9b19cdec-60c9-4347-ba38-b767352e4941", 0, 0);
+    sv_spec_free(&s);
+    free_state(&st);
+    assert_int_equal(ag_lower_speed(8), 1000000);
+    assert_int_equal(ag_lower_speed(UINT64_MAX / 125000 + 1), UINT64_MAX);
+}
+
+static void lower__null_or_missing_limits__are_unlimited(void **state)
+{
+    ag_node_state st;
+    sv_spec s;
+    state_from_fixtures(&st, "ss", NULL, "v2board-config-shadowsocks.json",
+                        "v2board-user-nulls-omitted.json");
+    lower_one(&st, &s);
+    const sv_user_set *set = &s.user_sets[0];
+    assert_int_equal(set->n_users, 3);
+    check_user(&set->users[0], 41, "c8bd8770-d23a-42d9-bd31-09bf6bd33d83", 0, 0);
+    check_user(&set->users[1], 42, "26b8e5ba-2d10-49f2-a2f5-6763d5236ac1", 2500000, 0);
+    check_user(&set->users[2], 43, "fd39265b-b32e-4ea1-9439-f75f10c01d5d", 0, 2);
+    sv_spec_free(&s);
+    free_state(&st);
+
+    state_from_fixtures(&st, "ss", NULL, "v2board-config-shadowsocks.json",
+                        "v2board-user-v17.json"); /* v1.7.4: no device_limit key */
+    lower_one(&st, &s);
+    check_user(&s.user_sets[0].users[0], 31, "c10c2788-a8e1-4980-86f6-d2e1c91d6da3", 0, 0);
+    check_user(&s.user_sets[0].users[1], 32, "d703d5b0-62c4-4228-9e5d-4d25c8ec9feb", 3750000, 0);
+    sv_spec_free(&s);
+    free_state(&st);
+}
+
+static void lower__unknown_cipher__is_named(void **state)
+{
+    ag_node_state st;
+    sv_spec s;
+    sv_error err = {0};
+    state_from_fixtures(&st, "ss22", NULL, "v2board-config-shadowsocks-2022.json",
+                        "v2board-user-basic.json");
+    ag_fleet f = {.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node ss22: unsupported shadowsocks cipher "
+                                 "\"2022-blake3-aes-128-gcm\"");
+    assert_null(s.inbounds); /* nothing left to free */
+    assert_null(s.outbounds);
+    free_state(&st);
+
+    enum sv_ss_cipher c;
+    assert_int_equal(ag_lower_cipher("chacha20-poly1305", &c), 0);
+    assert_int_equal(c, SV_SS_CHACHA20_POLY1305);
+    assert_int_equal(ag_lower_cipher("aes-256-gcm", &c), 0);
+    assert_int_equal(c, SV_SS_AES_256_GCM);
+    assert_int_equal(ag_lower_cipher("rc4-md5", &c), -EINVAL);
+
+    state_from_json(&st, "nc", "{\"server_port\":9}", "{\"users\":[]}");
+    f.nodes = &st;
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node nc: shadowsocks node without a cipher");
+    free_state(&st);
+}
+
+static void lower__other_protocols__are_refused(void **state)
+{
+    char np[PATH_MAX];
+    json_t *body;
+    pn_node node;
+    sv_error err = {0};
+    fixture_path(np, sizeof np, "v2board-config-vmess-tcp-v17.json");
+    assert_int_equal(pn_json_load_file(np, PN_BODY_MAX, &body, &err), 0);
+    assert_int_equal(pn_node_parse(body, "vmess", PN_PARSE_STRICT, &node, &err), 0);
+    json_decref(body);
+    ag_node_state st = {.tag = strdup("vm"), .node = node};
+    ag_fleet f = {.nodes = &st, .n = 1};
+    sv_spec s;
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node vm: unsupported protocol \"vmess\"");
+    free_state(&st);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* routes and matchers                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+static void lower__match_string_array_object__are_the_same(void **state)
+{
+    static const char *const forms[] = {
+        "[\"domain:a.test\",\"keyword:ads\",\"10.0.0.0/8\"]",
+        "\"domain:a.test, keyword:ads ,10.0.0.0/8\"",
+        "{\"0\":\"domain:a.test\",\"2\":\"keyword:ads\",\"5\":\"10.0.0.0/8\"}",
+    };
+    sv_spec first = {0};
+    for (size_t i = 0; i < 3; i++) {
+        char node[256];
+        ag_node_state st;
+        sv_spec s;
+        snprintf(node, sizeof node, "{\"server_port\":1,\"cipher\":\"aes-128-gcm\",\"routes\":"
+                 "[{\"id\":4,\"match\":%s,\"action\":\"block\"}]}", forms[i]);
+        state_from_json(&st, "n", node, "{\"users\":[]}");
+        assert_int_equal(st.node.routes[0].n_match, 3);
+        assert_string_equal(st.node.routes[0].match[1], "keyword:ads");
+        lower_one(&st, &s);
+        assert_int_equal(s.route.n_rules, 1);
+        const sv_route_rule *r = &s.route.rules[0];
+        assert_int_equal(r->n_matchers, 3);
+        assert_int_equal(r->matchers[0].kind, SV_MATCH_DOMAIN_SUFFIX);
+        assert_string_equal(r->matchers[0].text, "a.test");
+        assert_int_equal(r->matchers[1].kind, SV_MATCH_DOMAIN_KEYWORD);
+        assert_string_equal(r->matchers[1].text, "ads");
+        assert_int_equal(r->matchers[2].kind, SV_MATCH_CIDR);
+        assert_int_equal(r->matchers[2].cidr.prefix, 8);
+        if (i == 0)
+            first = s;
+        else
+            sv_spec_free(&s);
+        free_state(&st);
+    }
+    sv_spec_free(&first);
+
+    /* The v1.7 fixture carries its match as a comma string. */
+    char np[PATH_MAX];
+    json_t *body;
+    pn_node node;
+    sv_error err = {0};
+    fixture_path(np, sizeof np, "v2board-config-vmess-tcp-v17.json");
+    assert_int_equal(pn_json_load_file(np, PN_BODY_MAX, &body, &err), 0);
+    assert_int_equal(pn_node_parse(body, "vmess", PN_PARSE_STRICT, &node, &err), 0);
+    json_decref(body);
+    assert_int_equal(node.n_routes, 1);
+    assert_int_equal(node.routes[0].n_match, 2);
+    assert_string_equal(node.routes[0].match[0], "domain:ads.example.test");
+    assert_string_equal(node.routes[0].match[1], "regexp:.*\\.tracker\\.example$");
+    pn_node_free(&node);
+}
+
+typedef struct match_case {
+    const char *entry;
+    int rc;
+    enum sv_match_kind kind;
+    const char *text;   /* text kinds */
+    int family;         /* cidr */
+    const char *addr;   /* cidr, as text after masking */
+    unsigned prefix;
+    unsigned lo, hi;    /* port */
+} match_case;
+
+static void check_match_case(const match_case *c)
+{
+    sv_route_match m;
+    int rc = ag_lower_match(c->entry, &m);
+    if (rc != c->rc)
+        fail_msg("\"%s\": rc %d, want %d", c->entry, rc, c->rc);
+    if (rc != AG_MATCH_OK)
+        return;
+    assert_int_equal(m.kind, c->kind);
+    if (c->text != NULL)
+        assert_string_equal(m.text, c->text);
+    if (c->kind == SV_MATCH_CIDR) {
+        uint8_t want[16] = {0};
+        assert_int_equal(m.cidr.family, c->family);
+        assert_int_equal(inet_pton(c->family, c->addr, want), 1);
+        assert_memory_equal(m.cidr.addr, want, c->family == AF_INET ? 4 : 16);
+        assert_int_equal(m.cidr.prefix, c->prefix);
+    }
+    if (c->kind == SV_MATCH_PORT) {
+        assert_int_equal(m.port_lo, c->lo);
+        assert_int_equal(m.port_hi, c->hi);
+    }
+    free(m.text);
+}
+
+#define TXT(e, k, t) {.entry = (e), .kind = (k), .text = (t)}
+#define CIDR(e, f, a, p)                                                                           \
+    {.entry = (e), .kind = SV_MATCH_CIDR, .family = (f), .addr = (a), .prefix = (p)}
+#define PORT(e, l, h) {.entry = (e), .kind = SV_MATCH_PORT, .lo = (l), .hi = (h)}
+#define RC(e, r) {.entry = (e), .rc = (r)}
+
+static void lower__every_match_form(void **state)
+{
+    static const match_case cases[] = {
+        TXT("domain:example.com", SV_MATCH_DOMAIN_SUFFIX, "example.com"),
+        TXT("full:www.example.com", SV_MATCH_DOMAIN, "www.example.com"),
+        TXT("keyword:tracker", SV_MATCH_DOMAIN_KEYWORD, "tracker"),
+        TXT("example.org", SV_MATCH_DOMAIN_SUFFIX, "example.org"),
+        CIDR("192.0.2.1", AF_INET, "192.0.2.1", 32),
+        CIDR("192.0.2.77/24", AF_INET, "192.0.2.0", 24),
+        CIDR("0.0.0.0/0", AF_INET, "0.0.0.0", 0),
+        CIDR("2001:db8::1", AF_INET6, "2001:db8::1", 128),
+        CIDR("2001:db8:ffff::/33", AF_INET6, "2001:db8:8000::", 33),
+        PORT("port:25", 25, 25),
+        PORT("port:1000-2000", 1000, 2000),
+        PORT("port:65535", 65535, 65535),
+        RC("regexp:(^|\\.)example\\.test$", AG_MATCH_SKIPPED),
+        RC("protocol:bittorrent", AG_MATCH_SKIPPED),
+        RC("", -EINVAL),
+        RC("domain:", -EINVAL),
+        RC("port:0", -EINVAL),
+        RC("port:65536", -EINVAL),
+        RC("port:20-10", -EINVAL),
+        RC("port:1-", -EINVAL),
+        RC("port:x", -EINVAL),
+        RC("10.0.0.0/33", -EINVAL),
+        RC("10.0.0.0/", -EINVAL),
+        RC("::/129", -EINVAL),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_match_case(&cases[i]);
+}
+
+static void lower__regexp_and_other_actions__are_skipped(void **state)
+{
+    ag_node_state st;
+    sv_spec s;
+    state_from_json(&st, "n",
+                    "{\"server_port\":1,\"cipher\":\"aes-128-gcm\",\"routes\":["
+                    "{\"id\":1,\"match\":[\"regexp:a.*\",\"protocol:bittorrent\"],"
+                    "\"action\":\"block\"},"
+                    "{\"id\":2,\"match\":[\"regexp:b\",\"full:x.test\",\"port:99999\"],"
+                    "\"action\":\"block\"},"
+                    "{\"id\":3,\"match\":[\"a.test\"],\"action\":\"dns\","
+                    "\"action_value\":\"1.1.1.1\"},"
+                    "{\"id\":4,\"match\":\"b.test\",\"action\":\"direct\"},"
+                    "{\"id\":5,\"match\":\"keyword:c\",\"action\":\"block\"}]}",
+                    "{\"users\":[]}");
+    lower_one(&st, &s);
+    /* route 1: only unsupported entries → no rule; 3, 4: not block → no rule */
+    assert_int_equal(s.route.n_rules, 2);
+    assert_int_equal(s.route.rules[0].n_matchers, 1);
+    assert_int_equal(s.route.rules[0].matchers[0].kind, SV_MATCH_DOMAIN);
+    assert_string_equal(s.route.rules[0].matchers[0].text, "x.test");
+    assert_int_equal(s.route.rules[1].n_matchers, 1);
+    assert_int_equal(s.route.rules[1].matchers[0].kind, SV_MATCH_DOMAIN_KEYWORD);
+    sv_spec_free(&s);
+    free_state(&st);
+}
+
+static void lower__two_nodes__share_outbounds_and_scope_rules(void **state)
+{
+    ag_node_state st[2];
+    sv_spec s;
+    state_from_json(&st[0], "a",
+                    "{\"server_port\":1000,\"cipher\":\"aes-128-gcm\",\"routes\":["
+                    "{\"id\":1,\"match\":[\"domain:a.test\"],\"action\":\"block\"}]}",
+                    "{\"users\":[{\"id\":1,\"uuid\":\"u-one\"}]}");
+    state_from_json(&st[1], "b",
+                    "{\"server_port\":\"2000\",\"cipher\":\"aes-256-gcm\",\"routes\":["
+                    "{\"id\":2,\"match\":[\"10.0.0.0/8\",\"port:22\"],\"action\":\"block\"}]}",
+                    "{\"users\":[{\"id\":1,\"uuid\":\"u-two\",\"speed_limit\":1},"
+                    "{\"id\":7,\"uuid\":\"u-three\"}]}");
+    ag_fleet f = {.nodes = st, .n = 2};
+    sv_error err = {0};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), 0);
+    check_shared(&s);
+    assert_int_equal(s.n_inbounds, 2);
+    assert_string_equal(s.inbounds[0].tag, "a");
+    assert_int_equal(s.inbounds[0].bind.port, 1000);
+    assert_string_equal(s.inbounds[1].tag, "b");
+    assert_int_equal(s.inbounds[1].bind.port, 2000);
+    assert_string_equal(s.inbounds[1].users, "b");
+    assert_int_equal(s.n_user_sets, 2);
+    assert_int_equal(s.user_sets[0].n_users, 1);
+    check_user(&s.user_sets[1].users[0], 1, "u-two", 125000, 0);
+    check_user(&s.user_sets[1].users[1], 7, "u-three", 0, 0);
+    assert_int_equal(s.route.n_rules, 2);
+    for (size_t i = 0; i < 2; i++) {
+        const sv_route_rule *r = &s.route.rules[i];
+        assert_int_equal(r->n_inbounds, 1);
+        assert_string_equal(r->inbounds[0], i == 0 ? "a" : "b");
+        assert_string_equal(r->outbound, "block");
+    }
+    assert_int_equal(s.route.rules[1].n_matchers, 2);
+    assert_int_equal(s.route.rules[1].matchers[1].kind, SV_MATCH_PORT);
+    sv_spec_free(&s);
+    ag_fleet_free(&(ag_fleet){.nodes = memcpy(malloc(sizeof st), st, sizeof st), .n = 2});
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* comparisons and panel-body variants                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+static void lower__settings_and_transport_equality(void **state)
+{
+    const char *base = "{\"server_port\":1,\"cipher\":\"aes-128-gcm\",\"routes\":["
+                       "{\"id\":1,\"match\":\"a.test\",\"action\":\"block\"}]}";
+    ag_node_state a, b;
+    state_from_json(&a, "n", base, "{\"users\":[{\"id\":1,\"uuid\":\"x\"}]}");
+    state_from_json(&b, "n", base, "{\"users\":[{\"id\":2,\"uuid\":\"y\"}]}");
+    assert_true(ag_node_settings_equal(&a, &b)); /* users differ only */
+    assert_false(pn_users_equal(&a.users, &b.users));
+    free(b.node.routes[0].match[0]);
+    b.node.routes[0].match[0] = strdup("b.test");
+    assert_false(ag_node_settings_equal(&a, &b)); /* a route changed ... */
+    assert_true(ag_node_transport_equal(&a, &b)); /* ... but not the transport */
+    b.node.server_port = 2;
+    assert_false(ag_node_transport_equal(&a, &b));
+    b.node.server_port = 1;
+    b.listen = strdup("127.0.0.1");
+    assert_false(ag_node_transport_equal(&a, &b));
+    free_state(&a);
+    free_state(&b);
+}
+
+static void expect_node_error(const char *json, const char *msg)
+{
+    json_t *body = json_loads(json, 0, NULL);
+    pn_node node;
+    sv_error err = {0};
+    assert_non_null(body);
+    int rc = pn_node_parse(body, "shadowsocks", PN_PARSE_STRICT, &node, &err);
+    json_decref(body);
+    if (rc == 0 || strcmp(err.msg, msg) != 0)
+        fail_msg("%s: want \"%s\", got %d \"%s\"", json, msg, rc, err.msg);
+    assert_null(node.protocol);
+}
+
+static void expect_users_error(const char *json, const char *msg)
+{
+    json_t *body = json_loads(json, 0, NULL);
+    pn_users users;
+    sv_error err = {0};
+    assert_non_null(body);
+    int rc = pn_users_parse(body, PN_PARSE_STRICT, &users, &err);
+    json_decref(body);
+    if (rc == 0 || strcmp(err.msg, msg) != 0)
+        fail_msg("%s: want \"%s\", got %d \"%s\"", json, msg, rc, err.msg);
+    assert_int_equal(users.n, 0);
+}
+
+static void panel__body_variants_and_errors(void **state)
+{
+    char np[PATH_MAX];
+    json_t *body;
+    pn_node node;
+    sv_error err = {0};
+    fixture_path(np, sizeof np, "v2board-config-edge-string-intervals.json");
+    assert_int_equal(pn_json_load_file(np, PN_BODY_MAX, &body, &err), 0);
+    assert_int_equal(pn_node_parse(body, NULL, PN_PARSE_STRICT, &node, &err), 0);
+    json_decref(body);
+    assert_int_equal(node.push_interval, 60); /* "60" */
+    assert_int_equal(node.pull_interval, 30); /* "30" */
+    assert_string_equal(node.routes[0].action_value, "");
+    assert_int_equal(node.routes[0].n_match, 2);
+    pn_node_free(&node);
+
+    expect_node_error("{\"cipher\":\"aes-128-gcm\"}", "server_port: missing");
+    expect_node_error("{\"server_port\":\"88a\"}", "server_port: expected a number");
+    expect_node_error("{\"server_port\":70000}", "server_port: must be at most 65535");
+    expect_node_error("{\"server_port\":0}", "server_port: must be between 1 and 65535");
+    expect_node_error("{\"server_port\":1,\"cipher\":5}", "cipher: expected a string");
+    expect_node_error("{\"server_port\":1,\"routes\":[{\"match\":[1],\"action\":\"block\"}]}",
+                      "routes[0].match: expected strings");
+    expect_node_error("{\"server_port\":1,\"routes\":[{\"match\":[]}]}",
+                      "routes[0].action: missing");
+    expect_node_error("{\"server_port\":1,\"base_config\":{\"pull_interval\":-5}}",
+                      "base_config.pull_interval: must not be negative");
+    expect_users_error("{}", "users: missing");
+    expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"a\"},{\"id\":2}]}",
+                       "users[1].uuid: missing");
+    expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"\"}]}", "users[0].uuid: empty");
+    expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"a\",\"speed_limit\":-1}]}",
+                       "users[0].speed_limit: must not be negative");
+    expect_users_error("{\"users\":[{\"id\":\"1\",\"uuid\":\"a\"}]}",
+                       "users[0].id: expected an integer");
+
+    /* Strict (operator-written) bodies name keys no UniProxy body has ... */
+    expect_node_error("{\"server_port\":1,\"srever_port\":2}", "srever_port: unknown key");
+    expect_node_error("{\"server_port\":1,\"base_config\":{\"pull\":1}}",
+                      "base_config.pull: unknown key");
+    expect_node_error("{\"server_port\":1,\"routes\":[{\"action\":\"block\",\"mach\":[]}]}",
+                      "routes[0].mach: unknown key");
+    expect_users_error("{\"users\":[],\"total\":0}", "total: unknown key");
+    expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"a\",\"speed\":1}]}",
+                       "users[0].speed: unknown key");
+    /* ... while a panel's answer may carry keys of its own. */
+    json_t *extra = json_loads("{\"server_port\":1,\"srever_port\":2,\"new_key\":{}}", 0, NULL);
+    assert_int_equal(pn_node_parse(extra, "shadowsocks", 0, &node, &err), 0);
+    assert_int_equal(node.server_port, 1);
+    pn_node_free(&node);
+    json_decref(extra);
+    pn_users users;
+    extra = json_loads("{\"users\":[{\"id\":3,\"uuid\":\"a\",\"alive\":1}],\"x\":1}", 0, NULL);
+    assert_int_equal(pn_users_parse(extra, 0, &users, &err), 0);
+    assert_int_equal(users.n, 1);
+    pn_users_free(&users);
+    json_decref(extra);
+}
+
+static void panel__local_missing_file__reports_through_callback(void **state)
+{
+    pn_local_options o = {.node_file = "/nonexistent/node.json",
+                          .users = json_pack("{s:[]}", "users")};
+    pn_client *c;
+    sv_error err = {0};
+    got g = {0};
+    assert_int_equal(pn_local_new(&o, &c, &err), 0);
+    json_decref((json_t *)o.users); /* the client holds its own reference */
+    assert_int_equal(pn_fetch_node(c, got_node, &g), 0);
+    assert_int_equal(g.node_rc, -ENOENT);
+    assert_string_equal(g.err.msg, "/nonexistent/node.json: No such file or directory");
+    assert_int_equal(pn_fetch_users(c, got_users, &g), 0);
+    assert_int_equal(g.users_rc, PN_OK);
+    assert_int_equal(g.users.n, 0);
+    pn_client_free(c);
+
+    pn_local_options bad = {.users_file = "u"};
+    assert_int_equal(pn_local_new(&bad, &c, &err), -EINVAL);
+}
+
+int main(void)
+{
+    sv_log_threshold = SV_LOG_ERROR; /* the skipped-route warnings are expected here */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lower__v17_fixture__gives_the_expected_spec),
+        cmocka_unit_test(lower__listen__override_then_panel_then_default),
+        cmocka_unit_test(lower__speed_limit__mbps_to_bytes_per_second),
+        cmocka_unit_test(lower__null_or_missing_limits__are_unlimited),
+        cmocka_unit_test(lower__unknown_cipher__is_named),
+        cmocka_unit_test(lower__other_protocols__are_refused),
+        cmocka_unit_test(lower__match_string_array_object__are_the_same),
+        cmocka_unit_test(lower__every_match_form),
+        cmocka_unit_test(lower__regexp_and_other_actions__are_skipped),
+        cmocka_unit_test(lower__two_nodes__share_outbounds_and_scope_rules),
+        cmocka_unit_test(lower__settings_and_transport_equality),
+        cmocka_unit_test(panel__body_variants_and_errors),
+        cmocka_unit_test(panel__local_missing_file__reports_through_callback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,277 @@
+/*
+ * Unit tests: node manager (agent/node.c) — fetch through the local panel, then the reconcile
+ * decision: full apply, users-only edit (sv_set_users), closing sessions after a transport
+ * change, refusals that keep the running state. The supervisor's command functions are
+ * replaced by recorders below (the real runtime is exercised by the integration tests).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "agent/node.h"
+#include "supervisor/util/log.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Recording supervisor                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+static struct {
+    int applies, set_users, closes;
+    bool allow_disruptive;
+    sv_spec last_spec;
+    char users_tag[64];
+    size_t users_n;
+    char closed_inbound[64];
+    int apply_rc; /* what the next sv_apply returns */
+} rec;
+
+int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opts,
+             sv_apply_report *report, sv_error *err)
+{
+    if (rec.apply_rc != 0)
+        return sv_error_set(err, rec.apply_rc, "inbound x: binding 127.0.0.1:1 failed: test");
+    rec.applies++;
+    rec.allow_disruptive = opts->allow_disruptive;
+    sv_spec_free(&rec.last_spec);
+    assert_int_equal(sv_spec_clone(&rec.last_spec, spec), 0);
+    if (report != NULL)
+        memset(report, 0, sizeof *report);
+    return 0;
+}
+
+int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, size_t n_users,
+                 sv_error *err)
+{
+    rec.set_users++;
+    snprintf(rec.users_tag, sizeof rec.users_tag, "%s", set_tag);
+    rec.users_n = n_users;
+    return 0;
+}
+
+size_t sv_close(sv_supervisor *sv, const sv_selector *sel)
+{
+    rec.closes++;
+    assert_int_equal(sel->kind, SV_SELECT_INBOUND);
+    snprintf(rec.closed_inbound, sizeof rec.closed_inbound, "%s", sel->inbound);
+    return 0;
+}
+
+uint64_t sv_epoch(sv_supervisor *sv)
+{
+    return (uint64_t)rec.applies;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fixture: a config whose node and users live in files of a temporary directory                */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fx {
+    char dir[64];
+    char node[96], users[96];
+    ag_config cfg;
+    ag_manager *m;
+    int loads, status;
+    sv_error err;
+} fx;
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+static int setup(void **state)
+{
+    fx *f = calloc(1, sizeof *f);
+    char cfg[512];
+    sv_error err = {0};
+    memset(&rec, 0, sizeof rec);
+    snprintf(f->dir, sizeof f->dir, "/tmp/katana-test-node-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->node, sizeof f->node, "%s/node.json", f->dir);
+    snprintf(f->users, sizeof f->users, "%s/users.json", f->dir);
+    write_file(f->node, "{\"server_port\":8388,\"cipher\":\"aes-256-gcm\"}");
+    write_file(f->users, "{\"users\":[{\"id\":1,\"uuid\":\"one\"}]}");
+    snprintf(cfg, sizeof cfg, "{\"nodes\":[{\"tag\":\"demo\",\"panel\":{\"type\":\"local\","
+             "\"node_file\":\"node.json\",\"users_file\":\"users.json\"}}]}");
+    assert_int_equal(ag_config_parse(cfg, strlen(cfg), f->dir, &f->cfg, &err), 0);
+    assert_int_equal(ag_manager_new(NULL, NULL, &f->m), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    ag_manager_free(f->m);
+    ag_config_free(&f->cfg);
+    unlink(f->node);
+    unlink(f->users);
+    rmdir(f->dir);
+    sv_spec_free(&rec.last_spec);
+    free(f);
+    return 0;
+}
+
+static void on_load(void *arg, int status, const sv_error *err)
+{
+    fx *f = arg;
+    f->loads++;
+    f->status = status;
+    if (err != NULL)
+        f->err = *err;
+}
+
+/* Run one load; the local panel completes it before ag_manager_load returns. */
+static int load(fx *f)
+{
+    sv_error err = {0};
+    int before = f->loads;
+    assert_int_equal(ag_manager_load(f->m, &f->cfg, on_load, f, &err), 0);
+    assert_int_equal(f->loads, before + 1);
+    assert_false(ag_manager_busy(f->m));
+    return f->status;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tests                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static void node__first_load__applies_the_whole_spec(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(load(f), 0);
+    assert_int_equal(rec.applies, 1);
+    assert_true(rec.allow_disruptive);
+    assert_int_equal(rec.last_spec.n_inbounds, 1);
+    assert_string_equal(rec.last_spec.inbounds[0].tag, "demo");
+    assert_int_equal(rec.last_spec.inbounds[0].bind.port, 8388);
+    assert_int_equal(rec.last_spec.user_sets[0].n_users, 1);
+    assert_int_equal(ag_manager_running(f->m)->n, 1);
+    assert_int_equal(rec.set_users + rec.closes, 0);
+}
+
+static void node__users_only_change__edits_users(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(load(f), 0);
+    write_file(f->users, "{\"users\":[{\"id\":1,\"uuid\":\"one\"},{\"id\":2,\"uuid\":\"two\"}]}");
+    assert_int_equal(load(f), 0);
+    assert_int_equal(rec.applies, 1); /* no second apply */
+    assert_int_equal(rec.set_users, 1);
+    assert_string_equal(rec.users_tag, "demo");
+    assert_int_equal(rec.users_n, 2);
+    assert_int_equal(ag_manager_running(f->m)->nodes[0].users.n, 2);
+    /* Same files again: nothing to do. */
+    assert_int_equal(load(f), 0);
+    assert_int_equal(rec.applies + rec.set_users, 2);
+}
+
+static void node__route_change__reapplies_without_closing(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(load(f), 0);
+    write_file(f->node, "{\"server_port\":8388,\"cipher\":\"aes-256-gcm\",\"routes\":"
+                        "[{\"id\":1,\"match\":\"a.test\",\"action\":\"block\"}]}");
+    assert_int_equal(load(f), 0);
+    assert_int_equal(rec.applies, 2);
+    assert_int_equal(rec.last_spec.route.n_rules, 1);
+    assert_int_equal(rec.closes, 0);
+}
+
+static void node__transport_change__closes_the_nodes_sessions(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(load(f), 0);
+    write_file(f->node, "{\"server_port\":8389,\"cipher\":\"aes-256-gcm\"}");
+    assert_int_equal(load(f), 0);
+    assert_int_equal(rec.applies, 2);
+    assert_int_equal(rec.last_spec.inbounds[0].bind.port, 8389);
+    assert_int_equal(rec.closes, 1);
+    assert_string_equal(rec.closed_inbound, "demo");
+}
+
+static void node__bad_panel_data__keeps_the_running_state(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(load(f), 0);
+    write_file(f->users, "{\"users\":[{\"id\":1}]}");
+    assert_int_equal(load(f), -EINVAL);
+    assert_non_null(strstr(f->err.msg, "node demo: users body "));
+    assert_non_null(strstr(f->err.msg, "users[0].uuid: missing"));
+    write_file(f->node, "{\"server_port\":1,\"cipher\":\"rc4-md5\"}");
+    write_file(f->users, "{\"users\":[]}");
+    assert_int_equal(load(f), -EINVAL);
+    assert_string_equal(f->err.msg, "node demo: unsupported shadowsocks cipher \"rc4-md5\"");
+    unlink(f->node);
+    assert_int_equal(load(f), -ENOENT);
+    assert_int_equal(rec.applies, 1);
+    assert_int_equal(rec.set_users, 0);
+    assert_int_equal(ag_manager_running(f->m)->nodes[0].node.server_port, 8388);
+    assert_int_equal(ag_manager_running(f->m)->nodes[0].users.n, 1);
+}
+
+static void node__refused_apply__keeps_the_running_state(void **state)
+{
+    fx *f = *state;
+    assert_int_equal(load(f), 0);
+    write_file(f->node, "{\"server_port\":1,\"cipher\":\"aes-256-gcm\"}");
+    rec.apply_rc = -EADDRINUSE;
+    assert_int_equal(load(f), -EADDRINUSE);
+    assert_string_equal(f->err.msg, "inbound x: binding 127.0.0.1:1 failed: test");
+    assert_int_equal(ag_manager_running(f->m)->nodes[0].node.server_port, 8388);
+    rec.apply_rc = 0;
+    assert_int_equal(load(f), 0); /* the same change goes through once the port is free */
+    assert_int_equal(ag_manager_running(f->m)->nodes[0].node.server_port, 1);
+}
+
+static void on_fetch(void *arg, int status, ag_fleet *fleet, const sv_error *err)
+{
+    int *calls = arg;
+    (*calls)++;
+    assert_int_equal(status, 0);
+    assert_int_equal(fleet->n, 1);
+    assert_string_equal(fleet->nodes[0].tag, "demo");
+    assert_int_equal(fleet->nodes[0].users.n, 1);
+}
+
+static void node__fetch_alone__gives_the_fleet(void **state)
+{
+    fx *f = *state;
+    int calls = 0;
+    sv_error err = {0};
+    assert_int_equal(ag_fetch(NULL, &f->cfg, NULL, on_fetch, &calls, &err), 0);
+    assert_int_equal(calls, 1);
+    assert_int_equal(rec.applies, 0);
+}
+
+int main(void)
+{
+    sv_log_threshold = SV_LOG_ERROR;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(node__first_load__applies_the_whole_spec, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(node__users_only_change__edits_users, setup, teardown),
+        cmocka_unit_test_setup_teardown(node__route_change__reapplies_without_closing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(node__transport_change__closes_the_nodes_sessions, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(node__bad_panel_data__keeps_the_running_state, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(node__refused_apply__keeps_the_running_state, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(node__fetch_alone__gives_the_fleet, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
