@@ -47,7 +47,21 @@ void sv_routes_free(sv_routes *r);
 size_t sv_routes_n_slots(const sv_routes *r);
 const char *sv_routes_slot_tag(const sv_routes *r, size_t slot);
 
-/** Route one flow or datagram. Thread-safe (reads only). */
+/**
+ * Route one flow or datagram: the first rule (in order) that applies to q->inbound and has a
+ * matching matcher, else the default (rule -1). Thread-safe (reads only), never allocates.
+ * Matching: domain names ignore ASCII case and one trailing dot, and q->sniffed is tried as a
+ * second name; a domain destination matches CIDR rules only when its text is an IP literal; an
+ * IPv4-mapped IPv6 address matches as IPv4; a missing field (dest, source, inbound) never matches.
+ */
 sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q);
+
+/**
+ * The source a flow is routed on (seed 000, route_target: `flow.source.or(ctx.source)`): the
+ * flow's own client address when it has one, else the listener's peer address, else NULL (then
+ * no source_cidr rule matches). Both borrowed; returns one of them.
+ */
+const struct sockaddr *sv_route_source(const struct sockaddr *flow_source,
+                                       const struct sockaddr *listener_source);
 
 #endif

@@ -1,0 +1,590 @@
+/*
+ * Flow and session registry, kill, close requests and the event ring (seed 003, "Tracker",
+ * "kill 与 kill_where", "生命周期事件"). The sampler is in sampler.c, the ledger in ledger.c.
+ *
+ * Registry: one mutex and two intrusive lists per worker. A flow id is (counter << 8) | worker,
+ * with a per-worker counter from 1, so ids grow strictly per worker, are never reused, and
+ * id % 256 names the worker a kill goes to. Session ids come from one global counter from 1
+ * (seed 001: "会话 id 从 1 开始递增").
+ *
+ * Records are allocated by the worker with malloc/calloc and freed here with free() once counted.
+ */
+#include "supervisor/track/tracker_internal.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Small hash table (used by the sampler's groups and the ledger's accounts)                 */
+/* ---------------------------------------------------------------------------------------- */
+
+uint64_t sv__hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+uint64_t sv__hash_u64(uint64_t x)
+{
+    x ^= x >> 30; /* splitmix64 finaliser */
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void sv__table_init(sv__table *t, size_t elem)
+{
+    memset(t, 0, sizeof *t);
+    t->elem = elem;
+}
+
+void sv__table_free(sv__table *t)
+{
+    free(t->v);
+    free(t->hashes);
+    free(t->slots);
+    sv__table_init(t, t->elem);
+}
+
+void *sv__table_at(const sv__table *t, size_t i) { return t->v + i * t->elem; }
+
+static void table_place(uint32_t *slots, size_t n_slots, uint64_t hash, uint32_t value)
+{
+    size_t i = (size_t)hash & (n_slots - 1);
+    while (slots[i])
+        i = (i + 1) & (n_slots - 1);
+    slots[i] = value;
+}
+
+/** Make room for one more entry: grow the array and, past half load, the slot index. */
+static int table_reserve(sv__table *t)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 8;
+        char *v = realloc(t->v, cap * t->elem);
+        if (!v)
+            return -ENOMEM;
+        t->v = v;
+        uint64_t *h = realloc(t->hashes, cap * sizeof *h);
+        if (!h)
+            return -ENOMEM;
+        t->hashes = h;
+        t->cap = cap;
+    }
+    if ((t->n + 1) * 2 <= t->n_slots)
+        return 0;
+    size_t n_slots = t->n_slots ? t->n_slots * 2 : 16;
+    uint32_t *slots = calloc(n_slots, sizeof *slots);
+    if (!slots)
+        return -ENOMEM;
+    for (size_t i = 0; i < t->n; i++)
+        table_place(slots, n_slots, t->hashes[i], (uint32_t)(i + 1));
+    free(t->slots);
+    t->slots = slots;
+    t->n_slots = n_slots;
+    return 0;
+}
+
+void *sv__table_get(sv__table *t, uint64_t hash, const void *key, sv__table_eq eq, bool *added)
+{
+    *added = false;
+    if (t->n_slots) {
+        for (size_t i = (size_t)hash & (t->n_slots - 1); t->slots[i]; i = (i + 1) & (t->n_slots - 1)) {
+            size_t at = t->slots[i] - 1;
+            if (t->hashes[at] == hash && eq(sv__table_at(t, at), key))
+                return sv__table_at(t, at);
+        }
+    }
+    if (t->n >= UINT32_MAX - 1 || table_reserve(t) < 0)
+        return NULL;
+    size_t at = t->n++;
+    t->hashes[at] = hash;
+    table_place(t->slots, t->n_slots, hash, (uint32_t)(at + 1));
+    void *e = sv__table_at(t, at);
+    memset(e, 0, t->elem);
+    *added = true;
+    return e;
+}
+
+size_t sv__outbound_tag_len(const char *outbound)
+{
+    const char *at = strrchr(outbound, '@');
+    size_t n = strlen(outbound);
+    if (!at || at[1] != 'v' || at[2] == '\0')
+        return n;
+    for (const char *p = at + 2; *p; p++)
+        if (*p < '0' || *p > '9')
+            return n;
+    return (size_t)(at - outbound);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Lifetime                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+sv_tracker *sv_tracker_new(unsigned n_workers, sv_tracker_wake_fn wake, void *wake_ctx)
+{
+    if (n_workers == 0 || n_workers > SV__TRACK_MAX_WORKERS)
+        return NULL;
+    sv_tracker *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->workers = calloc(n_workers, sizeof *t->workers);
+    t->ring = calloc(SV_EVENT_RING, sizeof *t->ring);
+    if (!t->workers || !t->ring) {
+        free(t->workers);
+        free(t->ring);
+        free(t);
+        return NULL;
+    }
+    t->n_workers = n_workers;
+    t->wake = wake;
+    t->wake_ctx = wake_ctx;
+    atomic_init(&t->next_session, 1);
+    for (unsigned i = 0; i < n_workers; i++) {
+        sv__worker *w = &t->workers[i];
+        pthread_mutex_init(&w->lock, NULL);
+        sv_list_init(&w->flows);
+        sv_list_init(&w->sessions);
+        sv_list_init(&w->closed_flows);
+        sv_list_init(&w->closed_sessions);
+        w->next_flow = 1;
+    }
+    pthread_mutex_init(&t->ev_lock, NULL);
+    pthread_mutex_init(&t->sample_lock, NULL);
+    pthread_mutex_init(&t->stats_lock, NULL);
+    pthread_mutex_init(&t->ledger_lock, NULL);
+    sv__sampler_init(t);
+    sv__ledger_init(t);
+    return t;
+}
+
+static void free_flow_list(sv_list *head)
+{
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, head)
+    {
+        sv_list_unlink(pos);
+        free(sv_container_of(pos, sv_flow_rec, link));
+    }
+}
+
+static void free_session_list(sv_list *head)
+{
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, head)
+    {
+        sv_list_unlink(pos);
+        free(sv_container_of(pos, sv_session_rec, link));
+    }
+}
+
+void sv_tracker_free(sv_tracker *t)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->n_workers; i++) {
+        sv__worker *w = &t->workers[i];
+        free_flow_list(&w->flows);
+        free_flow_list(&w->closed_flows);
+        free_session_list(&w->sessions);
+        free_session_list(&w->closed_sessions);
+        pthread_mutex_destroy(&w->lock);
+    }
+    sv__sampler_free(t);
+    sv__ledger_free(t);
+    pthread_mutex_destroy(&t->ev_lock);
+    pthread_mutex_destroy(&t->sample_lock);
+    pthread_mutex_destroy(&t->stats_lock);
+    pthread_mutex_destroy(&t->ledger_lock);
+    free(t->workers);
+    free(t->ring);
+    free(t);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Events                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+static void emit(sv_tracker *t, enum sv_event_kind kind, const sv_flow_info *flow)
+{
+    pthread_mutex_lock(&t->ev_lock);
+    uint64_t seq = ++t->ev_head;
+    sv_event *ev = &t->ring[(seq - 1) % SV_EVENT_RING];
+    ev->kind = kind;
+    ev->seq = seq;
+    ev->missed = 0;
+    ev->flow = *flow;
+    pthread_mutex_unlock(&t->ev_lock);
+}
+
+/*
+ * Cursor = seq of the last event read. 0 means "from now": it jumps to the head. Caveat: while no
+ * event exists yet the head is 0 too, so a reader still at 0 keeps jumping to the then-current
+ * head on each call until it has read one event. A LAGGED event has seq 0; it moves the cursor
+ * to just before the oldest retained event.
+ */
+int sv_tracker_events_next(sv_tracker *t, uint64_t *cursor, sv_event *ev)
+{
+    int rc = 0;
+    pthread_mutex_lock(&t->ev_lock);
+    uint64_t head = t->ev_head;
+    if (*cursor == 0)
+        *cursor = head; /* from now: no history */
+    if (*cursor >= head)
+        goto out;
+    uint64_t before_oldest = head > SV_EVENT_RING ? head - SV_EVENT_RING : 0;
+    if (*cursor < before_oldest) {
+        memset(ev, 0, sizeof *ev);
+        ev->kind = SV_EVENT_LAGGED;
+        ev->missed = before_oldest - *cursor;
+        *cursor = before_oldest;
+    } else {
+        *ev = t->ring[*cursor % SV_EVENT_RING]; /* seq *cursor + 1 */
+        *cursor += 1;
+    }
+    rc = 1;
+out:
+    pthread_mutex_unlock(&t->ev_lock);
+    return rc;
+}
+
+uint64_t sv_tracker_events_head(sv_tracker *t)
+{
+    pthread_mutex_lock(&t->ev_lock);
+    uint64_t head = t->ev_head;
+    pthread_mutex_unlock(&t->ev_lock);
+    return head;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Registration                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+/** The record's static info with its current counters. */
+static void flow_snapshot(const sv_flow_rec *rec, sv_flow_info *out)
+{
+    *out = rec->info;
+    out->up = atomic_load_explicit(&rec->bytes.up, memory_order_relaxed);
+    out->down = atomic_load_explicit(&rec->bytes.down, memory_order_relaxed);
+}
+
+static void session_snapshot(const sv_session_rec *rec, sv_session_info *out)
+{
+    *out = rec->info;
+    out->up = atomic_load_explicit(&rec->wire.up, memory_order_relaxed);
+    out->down = atomic_load_explicit(&rec->wire.down, memory_order_relaxed);
+    out->has_user = atomic_load_explicit(&rec->has_user, memory_order_acquire);
+    out->user = out->has_user ? atomic_load_explicit(&rec->user, memory_order_relaxed) : 0;
+}
+
+void sv_tracker_flow_open(sv_tracker *t, sv_flow_rec *rec)
+{
+    assert(rec->worker < t->n_workers);
+    sv__worker *w = &t->workers[rec->worker];
+    sv_flow_info info;
+    rec->wm_up = rec->wm_down = 0;
+    atomic_store_explicit(&rec->kill, false, memory_order_relaxed);
+    pthread_mutex_lock(&w->lock);
+    rec->info.id = (w->next_flow++ << 8) | rec->worker;
+    sv_list_insert_tail(&w->flows, &rec->link);
+    flow_snapshot(rec, &info);
+    pthread_mutex_unlock(&w->lock);
+    emit(t, SV_EVENT_OPENED, &info); /* after the insert: a reader can find the flow */
+}
+
+void sv_tracker_flow_close(sv_tracker *t, sv_flow_rec *rec)
+{
+    sv__worker *w = &t->workers[rec->worker];
+    sv_flow_info info;
+    pthread_mutex_lock(&w->lock);
+    sv_list_unlink(&rec->link);
+    sv_list_insert_tail(&w->closed_flows, &rec->link);
+    flow_snapshot(rec, &info); /* final counts; the sampler may free rec once unlocked */
+    pthread_mutex_unlock(&w->lock);
+    emit(t, SV_EVENT_CLOSED, &info);
+}
+
+void sv_tracker_session_open(sv_tracker *t, sv_session_rec *rec)
+{
+    assert(rec->worker < t->n_workers);
+    sv__worker *w = &t->workers[rec->worker];
+    rec->wm_up = rec->wm_down = 0;
+    atomic_store_explicit(&rec->close_requested, false, memory_order_relaxed);
+    pthread_mutex_lock(&w->lock);
+    rec->info.id = atomic_fetch_add_explicit(&t->next_session, 1, memory_order_relaxed);
+    sv_list_insert_tail(&w->sessions, &rec->link);
+    pthread_mutex_unlock(&w->lock);
+}
+
+void sv_tracker_session_close(sv_tracker *t, sv_session_rec *rec)
+{
+    sv__worker *w = &t->workers[rec->worker];
+    pthread_mutex_lock(&w->lock);
+    sv_list_unlink(&rec->link);
+    sv_list_insert_tail(&w->closed_sessions, &rec->link);
+    pthread_mutex_unlock(&w->lock);
+}
+
+void sv_tracker_session_bind_user(sv_tracker *t, sv_session_rec *rec, uint64_t user)
+{
+    (void)t;
+    if (atomic_load_explicit(&rec->has_user, memory_order_relaxed))
+        return; /* bound once, by the first authenticated flow */
+    atomic_store_explicit(&rec->user, user, memory_order_relaxed);
+    atomic_store_explicit(&rec->has_user, true, memory_order_release);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Listing                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+static int cmp_flow_id(const void *a, const void *b)
+{
+    uint64_t x = ((const sv_flow_info *)a)->id, y = ((const sv_flow_info *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_session_id(const void *a, const void *b)
+{
+    uint64_t x = ((const sv_session_info *)a)->id, y = ((const sv_session_info *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/** Grow @p *v (of @p elem bytes each) to hold at least @p need entries. */
+static int grow(void **v, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*v, n * elem);
+    if (!p)
+        return -ENOMEM;
+    *v = p;
+    *cap = n;
+    return 0;
+}
+
+long sv_tracker_flows(sv_tracker *t, sv_flow_info **out)
+{
+    sv_flow_info *v = NULL;
+    size_t n = 0, cap = 0;
+    *out = NULL;
+    for (unsigned i = 0; i < t->n_workers; i++) {
+        sv__worker *w = &t->workers[i];
+        pthread_mutex_lock(&w->lock);
+        sv_list *pos, *tmp;
+        sv_list_foreach_safe(pos, tmp, &w->flows)
+        {
+            if (grow((void **)&v, &cap, n + 1, sizeof *v) < 0) {
+                pthread_mutex_unlock(&w->lock);
+                free(v);
+                return -ENOMEM;
+            }
+            flow_snapshot(sv_container_of(pos, sv_flow_rec, link), &v[n++]);
+        }
+        pthread_mutex_unlock(&w->lock);
+    }
+    if (n > 1)
+        qsort(v, n, sizeof *v, cmp_flow_id);
+    *out = v;
+    return (long)n;
+}
+
+long sv_tracker_sessions(sv_tracker *t, sv_session_info **out)
+{
+    sv_session_info *v = NULL;
+    size_t n = 0, cap = 0;
+    *out = NULL;
+    for (unsigned i = 0; i < t->n_workers; i++) {
+        sv__worker *w = &t->workers[i];
+        pthread_mutex_lock(&w->lock);
+        sv_list *pos, *tmp;
+        sv_list_foreach_safe(pos, tmp, &w->sessions)
+        {
+            if (grow((void **)&v, &cap, n + 1, sizeof *v) < 0) {
+                pthread_mutex_unlock(&w->lock);
+                free(v);
+                return -ENOMEM;
+            }
+            session_snapshot(sv_container_of(pos, sv_session_rec, link), &v[n++]);
+        }
+        pthread_mutex_unlock(&w->lock);
+    }
+    if (n > 1)
+        qsort(v, n, sizeof *v, cmp_session_id);
+    *out = v;
+    return (long)n;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Kill and close requests                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+int sv_tracker_kill(sv_tracker *t, uint64_t id)
+{
+    unsigned worker = (unsigned)(id % SV__TRACK_MAX_WORKERS);
+    if (worker >= t->n_workers)
+        return -ENOENT;
+    sv__worker *w = &t->workers[worker];
+    int rc = -ENOENT;
+    pthread_mutex_lock(&w->lock);
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->flows)
+    {
+        sv_flow_rec *rec = sv_container_of(pos, sv_flow_rec, link);
+        if (rec->info.id != id)
+            continue;
+        /* seed 003: a flow still registered is found again even when already killed */
+        atomic_store_explicit(&rec->kill, true, memory_order_release);
+        if (t->wake)
+            t->wake(t->wake_ctx, worker);
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
+
+/** sv_kill_where()'s predicate: every given field must match. */
+static bool flow_matches(const sv_flow_info *info, const sv_flow_filter *f)
+{
+    if (f->inbound && strcmp(info->inbound, f->inbound) != 0)
+        return false;
+    if (f->outbound && strcmp(info->outbound, f->outbound) != 0) {
+        size_t n = sv__outbound_tag_len(info->outbound);
+        if (strlen(f->outbound) != n || strncmp(info->outbound, f->outbound, n) != 0)
+            return false;
+    }
+    if (f->has_user && (!info->has_user || info->user != f->user))
+        return false;
+    if (f->has_session && info->session != f->session)
+        return false;
+    return true;
+}
+
+size_t sv_tracker_kill_where(sv_tracker *t, const sv_flow_filter *f)
+{
+    static const sv_flow_filter everything = {0};
+    size_t total = 0;
+    if (!f)
+        f = &everything;
+    for (unsigned i = 0; i < t->n_workers; i++) {
+        sv__worker *w = &t->workers[i];
+        size_t here = 0;
+        pthread_mutex_lock(&w->lock);
+        sv_list *pos, *tmp;
+        sv_list_foreach_safe(pos, tmp, &w->flows)
+        {
+            sv_flow_rec *rec = sv_container_of(pos, sv_flow_rec, link);
+            /* already-killed flows are skipped and not counted again (seed 003) */
+            if (flow_matches(&rec->info, f) &&
+                !atomic_exchange_explicit(&rec->kill, true, memory_order_acq_rel))
+                here++;
+        }
+        if (here > 0 && t->wake)
+            t->wake(t->wake_ctx, i); /* one wake per worker that has new flags */
+        pthread_mutex_unlock(&w->lock);
+        total += here;
+    }
+    return total;
+}
+
+/** Every given criterion must hold; none given selects every session. */
+static bool session_matches(const sv_session_rec *rec, const char *inbound, bool has_user,
+                            uint64_t user, uint64_t session)
+{
+    if (session != 0 && rec->info.id != session)
+        return false;
+    if (inbound && strcmp(rec->info.inbound, inbound) != 0)
+        return false;
+    if (has_user && (!atomic_load_explicit(&rec->has_user, memory_order_acquire) ||
+                     atomic_load_explicit(&rec->user, memory_order_relaxed) != user))
+        return false;
+    return true;
+}
+
+size_t sv_tracker_close_sessions(sv_tracker *t, const char *inbound, bool has_user, uint64_t user,
+                                 uint64_t session)
+{
+    size_t total = 0;
+    for (unsigned i = 0; i < t->n_workers; i++) {
+        sv__worker *w = &t->workers[i];
+        size_t here = 0;
+        pthread_mutex_lock(&w->lock);
+        sv_list *pos, *tmp;
+        sv_list_foreach_safe(pos, tmp, &w->sessions)
+        {
+            sv_session_rec *rec = sv_container_of(pos, sv_session_rec, link);
+            if (session_matches(rec, inbound, has_user, user, session) &&
+                !atomic_exchange_explicit(&rec->close_requested, true, memory_order_acq_rel))
+                here++;
+        }
+        if (here > 0 && t->wake)
+            t->wake(t->wake_ctx, i);
+        pthread_mutex_unlock(&w->lock);
+        total += here;
+    }
+    return total;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Presence                                                                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/** The IP part of a "ip:port" or "[v6]:port" source, copied into @p out. */
+static void source_ip(const char *source, char out[64])
+{
+    const char *colon = strrchr(source, ':');
+    size_t n = colon ? (size_t)(colon - source) : strlen(source);
+    if (n >= 2 && source[0] == '[' && source[n - 1] == ']') {
+        source++;
+        n -= 2;
+    }
+    if (n > 63)
+        n = 63;
+    memcpy(out, source, n);
+    out[n] = '\0';
+}
+
+static int cmp_ip(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
+void sv_tracker_user_presence(sv_tracker *t, uint64_t user, size_t *sessions, size_t *ips)
+{
+    char(*v)[64] = NULL;
+    size_t n = 0, cap = 0;
+    bool oom = false;
+    *sessions = 0;
+    for (unsigned i = 0; i < t->n_workers; i++) {
+        sv__worker *w = &t->workers[i];
+        pthread_mutex_lock(&w->lock);
+        sv_list *pos, *tmp;
+        sv_list_foreach_safe(pos, tmp, &w->sessions)
+        {
+            sv_session_rec *rec = sv_container_of(pos, sv_session_rec, link);
+            if (!session_matches(rec, NULL, true, user, 0))
+                continue;
+            ++*sessions;
+            if (!oom && grow((void **)&v, &cap, n + 1, sizeof *v) == 0)
+                source_ip(rec->info.source, v[n++]);
+            else
+                oom = true;
+        }
+        pthread_mutex_unlock(&w->lock);
+    }
+    if (n > 1)
+        qsort(v, n, sizeof *v, cmp_ip);
+    size_t distinct = 0;
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || strcmp(v[i], v[i - 1]) != 0)
+            distinct++;
+    *ips = oom ? *sessions : distinct; /* out of memory: an upper bound, never an undercount */
+    free(v);
+}

@@ -1,0 +1,110 @@
+/*
+ * Internals shared by tracker.c (registry, kill, events), sampler.c (stats ticks) and ledger.c
+ * (per-user usage). Not for other modules: they use supervisor/track/tracker.h.
+ *
+ * Lock order (never taken the other way round): sample_lock → worker lock; ledger lock →
+ * worker lock; stats_lock and ev_lock are leaves (nothing else is taken while they are held).
+ */
+#ifndef SV_TRACK_TRACKER_INTERNAL_H
+#define SV_TRACK_TRACKER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "supervisor/track/tracker.h"
+
+/** Highest worker count: a flow id keeps its worker in the low 8 bits. */
+#define SV__TRACK_MAX_WORKERS 256u
+
+/** A small open-addressing hash table over a growable array of fixed-size entries. */
+typedef struct sv__table {
+    char *v;          /**< entries, elem bytes each, in insertion order */
+    size_t elem, n, cap;
+    uint64_t *hashes; /**< the hash of each entry (for rehashing) */
+    uint32_t *slots;  /**< entry index + 1; 0 = empty; n_slots is a power of two */
+    size_t n_slots;
+} sv__table;
+
+/** Key comparison: true when @p entry has key @p key. */
+typedef bool (*sv__table_eq)(const void *entry, const void *key);
+
+/** Make @p t an empty table of @p elem-byte entries (no allocation yet). */
+void sv__table_init(sv__table *t, size_t elem);
+/** Free the table's memory and leave it empty. */
+void sv__table_free(sv__table *t);
+/** Entry @p i (0 <= i < t->n), in insertion order. */
+void *sv__table_at(const sv__table *t, size_t i);
+/**
+ * Find the entry with @p key, or append a zeroed one (*added = true; the caller fills its key).
+ * The pointer is valid until the next insertion. NULL on allocation failure.
+ */
+void *sv__table_get(sv__table *t, uint64_t hash, const void *key, sv__table_eq eq, bool *added);
+
+/** Hashes for sv__table keys: FNV-1a over a string, splitmix64 over an integer. */
+uint64_t sv__hash_str(const char *s);
+uint64_t sv__hash_u64(uint64_t x);
+
+/** One worker's registry: live records and records unregistered since the last count. */
+typedef struct sv__worker {
+    pthread_mutex_t lock;
+    sv_list flows, sessions;               /**< live, in id order */
+    sv_list closed_flows, closed_sessions; /**< owned by the tracker, not yet counted */
+    uint64_t next_flow;                    /**< per-worker flow counter, from 1 */
+} sv__worker;
+
+/** One group of the stats snapshot (total, an inbound, an outbound tag, a user). */
+typedef struct sv__group {
+    sv_tag_stats s;   /**< tag, cumulative up/down, live flows of this tick */
+    uint64_t tick_up, tick_down;
+    uint64_t user;    /**< user groups only */
+} sv__group;
+
+/** A user's ledger account (wire bytes). */
+typedef struct sv__account {
+    uint64_t user;
+    uint64_t pend_up, pend_down;   /**< not yet taken */
+    uint64_t total_up, total_down; /**< since start */
+} sv__account;
+
+struct sv_tracker {
+    unsigned n_workers;
+    sv__worker *workers;
+    sv_tracker_wake_fn wake;
+    void *wake_ctx;
+    _Atomic uint64_t next_session;
+
+    pthread_mutex_t ev_lock; /**< the event ring */
+    sv_event *ring;          /**< SV_EVENT_RING entries; seq s lives at (s - 1) % SV_EVENT_RING */
+    uint64_t ev_head;        /**< seq of the newest event, 0 = none yet */
+
+    pthread_mutex_t sample_lock; /**< the sampler's aggregation state */
+    uint64_t tick;
+    sv__group total;
+    sv__table inbounds, outbounds, users; /**< of sv__group */
+
+    pthread_mutex_t stats_lock; /**< the published snapshot */
+    sv_stats stats;
+
+    pthread_mutex_t ledger_lock;
+    sv__table accounts; /**< of sv__account */
+};
+
+/** Length of the tag part of an outbound id: "tag@v3" → 3; without "@vN" the whole length. */
+size_t sv__outbound_tag_len(const char *outbound);
+
+/** Sampler state and ledger setup/teardown (called by sv_tracker_new / sv_tracker_free). */
+void sv__sampler_init(sv_tracker *t);
+void sv__sampler_free(sv_tracker *t);
+void sv__ledger_init(sv_tracker *t);
+void sv__ledger_free(sv_tracker *t);
+
+/**
+ * Move every live session's new wire bytes (and closed sessions' last bytes) into their users'
+ * pending totals; frees drained closed sessions. Takes the ledger lock.
+ */
+void sv__ledger_reconcile(sv_tracker *t);
+
+#endif

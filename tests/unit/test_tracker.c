@@ -1,0 +1,575 @@
+/* Unit tests for the tracker, sampler and ledger (supervisor/track/; seed 003). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "supervisor/track/tracker.h"
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+/** Counts wake() calls per worker. */
+typedef struct wakes {
+    pthread_mutex_t lock;
+    unsigned calls[4];
+    unsigned total;
+} wakes;
+
+static void on_wake(void *ctx, unsigned worker)
+{
+    wakes *w = ctx;
+    pthread_mutex_lock(&w->lock);
+    assert_true(worker < 4);
+    w->calls[worker]++;
+    w->total++;
+    pthread_mutex_unlock(&w->lock);
+}
+
+static wakes g_wakes;
+
+static sv_tracker *new_tracker(unsigned n)
+{
+    memset(&g_wakes, 0, sizeof g_wakes);
+    pthread_mutex_init(&g_wakes.lock, NULL);
+    sv_tracker *t = sv_tracker_new(n, on_wake, &g_wakes);
+    assert_non_null(t);
+    return t;
+}
+
+/** A flow record as a worker would fill it. user 0 = anonymous. */
+static sv_flow_rec *flow_rec(unsigned worker, const char *inbound, const char *outbound,
+                             uint64_t user, uint64_t session)
+{
+    sv_flow_rec *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    r->worker = worker;
+    snprintf(r->info.inbound, sizeof r->info.inbound, "%s", inbound);
+    snprintf(r->info.outbound, sizeof r->info.outbound, "%s", outbound);
+    snprintf(r->info.destination, sizeof r->info.destination, "example.com:443");
+    r->info.network = SV_NET_TCP;
+    r->info.has_user = user != 0;
+    r->info.user = user;
+    r->info.session = session;
+    r->info.rule = -1;
+    return r;
+}
+
+static sv_flow_rec *open_flow(sv_tracker *t, unsigned worker, const char *inbound,
+                              const char *outbound, uint64_t user, uint64_t session)
+{
+    sv_flow_rec *r = flow_rec(worker, inbound, outbound, user, session);
+    sv_tracker_flow_open(t, r);
+    return r;
+}
+
+static sv_session_rec *open_session(sv_tracker *t, unsigned worker, const char *inbound,
+                                    const char *source)
+{
+    sv_session_rec *r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    r->worker = worker;
+    snprintf(r->info.inbound, sizeof r->info.inbound, "%s", inbound);
+    snprintf(r->info.source, sizeof r->info.source, "%s", source);
+    sv_tracker_session_open(t, r);
+    return r;
+}
+
+static const sv_tag_stats *find_tag(const sv_tag_stats *v, size_t n, const char *tag)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].tag, tag) == 0)
+            return &v[i];
+    return NULL;
+}
+
+static void expect_tag(const sv_tag_stats *s, uint64_t up, uint64_t down, uint64_t up_rate,
+                       uint64_t down_rate, uint32_t flows)
+{
+    assert_non_null(s);
+    assert_int_equal(s->up, up);
+    assert_int_equal(s->down, down);
+    assert_int_equal(s->up_rate, up_rate);
+    assert_int_equal(s->down_rate, down_rate);
+    assert_int_equal(s->flows, flows);
+}
+
+/* ---- sampler ----------------------------------------------------------------------------- */
+
+static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    sv_stats s;
+    assert_int_equal(sv_tracker_stats(t, &s), 0); /* before the first tick */
+    assert_int_equal(s.tick, 0);
+    assert_int_equal(s.n_inbounds + s.n_outbounds + s.n_users, 0);
+    sv_stats_free(&s);
+
+    sv_flow_rec *a = open_flow(t, 0, "in-a", "direct@v1", 1, 0);
+    sv_flow_rec *b = open_flow(t, 1, "in-b", "direct@v2", 2, 0);
+    sv_flow_rec *c = open_flow(t, 0, "in-a", "block@v1", 0, 0);
+    sv_meter_add(&a->bytes.up, 10);
+    sv_meter_add(&a->bytes.down, 20);
+    sv_meter_add(&b->bytes.up, 5);
+    sv_meter_add(&c->bytes.down, 40);
+
+    /* tick 1: 0.5 s */
+    sv_tracker_tick(t, 500000000);
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    assert_int_equal(s.tick, 1);
+    assert_int_equal(s.interval_ns, 500000000);
+    expect_tag(&s.total, 15, 60, 30, 120, 3);
+    assert_int_equal(s.n_inbounds, 2);
+    assert_string_equal(s.inbounds[0].tag, "in-a"); /* sorted by tag */
+    expect_tag(&s.inbounds[0], 10, 60, 20, 120, 2);
+    expect_tag(&s.inbounds[1], 5, 0, 10, 0, 1);
+    assert_int_equal(s.n_outbounds, 2); /* versions merged under the tag */
+    expect_tag(find_tag(s.outbounds, 2, "direct"), 15, 20, 30, 40, 2);
+    expect_tag(find_tag(s.outbounds, 2, "block"), 0, 40, 0, 80, 1);
+    assert_int_equal(s.n_users, 2); /* the anonymous flow has no user row */
+    assert_string_equal(s.users[0].tag, "1");
+    expect_tag(&s.users[0], 10, 20, 20, 40, 1);
+    expect_tag(&s.users[1], 5, 0, 10, 0, 1);
+    sv_stats_free(&s);
+
+    /* between ticks: a moves 50 up; b moves 7 down, then closes */
+    sv_meter_add(&a->bytes.up, 50);
+    sv_meter_add(&b->bytes.down, 7);
+    sv_tracker_flow_close(t, b);
+    sv_tracker_tick(t, 500000000);
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    assert_int_equal(s.tick, 2);
+    expect_tag(&s.total, 65, 67, 100, 14, 2); /* 50 bytes in 0.5 s = 100 B/s */
+    expect_tag(find_tag(s.inbounds, s.n_inbounds, "in-b"), 5, 7, 0, 14, 0);
+    expect_tag(find_tag(s.outbounds, s.n_outbounds, "direct"), 65, 27, 100, 14, 1);
+    assert_int_equal(s.n_users, 2); /* user 2: no live flow but bytes this tick */
+    expect_tag(find_tag(s.users, s.n_users, "2"), 5, 7, 0, 14, 0);
+    sv_stats_free(&s);
+
+    /* tick 3: nothing moved; the closed flow is not counted again; idle user 2 is dropped */
+    sv_tracker_tick(t, 1000000000);
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    assert_int_equal(s.tick, 3);
+    expect_tag(&s.total, 65, 67, 0, 0, 2);
+    assert_int_equal(s.n_users, 1);
+    expect_tag(&s.users[0], 60, 20, 0, 0, 1);
+    assert_int_equal(s.n_inbounds, 2); /* idle tags stay listed */
+    sv_stats_free(&s);
+
+    /* a zero interval gives zero rates; bytes are still counted */
+    sv_meter_add(&c->bytes.up, 3);
+    sv_tracker_tick(t, 0);
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    expect_tag(&s.total, 68, 67, 0, 0, 2);
+    sv_stats_free(&s);
+
+    sv_tracker_flow_close(t, a);
+    sv_tracker_flow_close(t, c);
+    sv_tracker_free(t);
+}
+
+static void rates_saturate_instead_of_overflowing(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(1);
+    sv_flow_rec *a = open_flow(t, 0, "in", "out@v1", 0, 0);
+    sv_meter_add(&a->bytes.up, UINT64_MAX / 2);
+    sv_meter_add(&a->bytes.down, 3);
+    sv_tracker_tick(t, 1); /* 1 ns */
+    sv_stats s;
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    assert_int_equal(s.total.up, UINT64_MAX / 2);
+    assert_int_equal(s.total.up_rate, UINT64_MAX);
+    assert_int_equal(s.total.down_rate, 3000000000u);
+    sv_stats_free(&s);
+    sv_tracker_free(t); /* frees the still-live record too */
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+static void events_report_opened_then_closed_with_final_counts(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    sv_flow_rec *first = open_flow(t, 0, "in", "out@v1", 0, 0);
+    uint64_t cursor = 0;
+    sv_event ev;
+    assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 0); /* 0 = from now: no history */
+    assert_int_equal(cursor, 1);
+    assert_int_equal(sv_tracker_events_head(t), 1);
+
+    sv_flow_rec *f = open_flow(t, 1, "in2", "out@v3", 9, 4);
+    uint64_t id = f->info.id;
+    sv_meter_add(&f->bytes.up, 7);
+    sv_meter_add(&f->bytes.down, 11);
+    sv_tracker_flow_close(t, f);
+
+    assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 1);
+    assert_int_equal(ev.kind, SV_EVENT_OPENED);
+    assert_int_equal(ev.seq, 2);
+    assert_int_equal(ev.flow.id, id);
+    assert_string_equal(ev.flow.inbound, "in2");
+    assert_int_equal(ev.flow.up, 0);
+    assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 1);
+    assert_int_equal(ev.kind, SV_EVENT_CLOSED);
+    assert_int_equal(ev.seq, 3);
+    assert_int_equal(ev.flow.id, id);
+    assert_int_equal(ev.flow.up, 7);
+    assert_int_equal(ev.flow.down, 11);
+    assert_int_equal(ev.flow.session, 4);
+    assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 0);
+    assert_int_equal(cursor, 3);
+
+    sv_tracker_flow_close(t, first);
+    sv_tracker_free(t);
+}
+
+static void a_lagging_reader_is_told_how_many_it_missed(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(1);
+    sv_tracker_flow_close(t, open_flow(t, 0, "in", "out@v1", 0, 0)); /* seq 1, 2 */
+    uint64_t cursor = sv_tracker_events_head(t);
+    uint64_t slow = cursor, near = cursor;
+    const unsigned extra = 10;
+    sv_event ev;
+    for (unsigned i = 0; i < (SV_EVENT_RING + extra) / 2; i++)
+        sv_tracker_flow_close(t, open_flow(t, 0, "in", "out@v1", 0, 0));
+    uint64_t head = sv_tracker_events_head(t);
+    assert_int_equal(head, cursor + SV_EVENT_RING + extra);
+
+    assert_int_equal(sv_tracker_events_next(t, &slow, &ev), 1);
+    assert_int_equal(ev.kind, SV_EVENT_LAGGED);
+    assert_int_equal(ev.missed, extra);
+    size_t read = 0;
+    uint64_t expect_seq = head - SV_EVENT_RING + 1; /* the oldest retained */
+    while (sv_tracker_events_next(t, &slow, &ev) == 1) {
+        assert_int_not_equal(ev.kind, SV_EVENT_LAGGED);
+        assert_int_equal(ev.seq, expect_seq++);
+        read++;
+    }
+    assert_int_equal(read, SV_EVENT_RING);
+
+    /* a reader exactly one ring behind lost nothing */
+    near = head - SV_EVENT_RING;
+    assert_int_equal(sv_tracker_events_next(t, &near, &ev), 1);
+    assert_int_equal(ev.kind, SV_EVENT_OPENED);
+    assert_int_equal(ev.seq, head - SV_EVENT_RING + 1);
+    sv_tracker_free(t);
+}
+
+/* ---- registry, kill ---------------------------------------------------------------------- */
+
+static void flow_ids_name_their_worker_and_listing_is_sorted(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(3);
+    sv_flow_rec *r[6];
+    for (unsigned i = 0; i < 6; i++)
+        r[i] = open_flow(t, (i * 2) % 3, "in", "out@v1", 0, 0);
+    for (unsigned i = 0; i < 6; i++) {
+        assert_int_equal(r[i]->info.id % 256, r[i]->worker);
+        for (unsigned j = 0; j < i; j++)
+            if (r[j]->worker == r[i]->worker)
+                assert_true(r[j]->info.id < r[i]->info.id);
+    }
+    sv_meter_add(&r[4]->bytes.down, 99);
+    sv_flow_info *v = NULL;
+    assert_int_equal(sv_tracker_flows(t, &v), 6);
+    for (unsigned i = 1; i < 6; i++)
+        assert_true(v[i - 1].id < v[i].id);
+    for (unsigned i = 0; i < 6; i++)
+        if (v[i].id == r[4]->info.id)
+            assert_int_equal(v[i].down, 99);
+    free(v);
+    uint64_t gone = r[0]->info.id;
+    sv_tracker_flow_close(t, r[0]);
+    sv_flow_rec *again = open_flow(t, 0, "in", "out@v1", 0, 0);
+    assert_int_not_equal(again->info.id, gone); /* never reused */
+    assert_true(again->info.id > r[3]->info.id);
+    assert_int_equal(sv_tracker_flows(t, &v), 6);
+    free(v);
+    sv_tracker_free(t);
+}
+
+static void kill_flags_one_flow_and_wakes_its_worker(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    sv_flow_rec *a = open_flow(t, 0, "in", "out@v1", 0, 0);
+    sv_flow_rec *b = open_flow(t, 1, "in", "out@v1", 0, 0);
+    assert_int_equal(sv_tracker_kill(t, b->info.id), 0);
+    assert_true(atomic_load(&b->kill));
+    assert_false(atomic_load(&a->kill));
+    assert_int_equal(g_wakes.calls[1], 1);
+    assert_int_equal(g_wakes.calls[0], 0);
+    /* still registered: found again (seed 003) */
+    assert_int_equal(sv_tracker_kill(t, b->info.id), 0);
+    assert_int_equal(sv_tracker_kill(t, b->info.id + 256), -ENOENT); /* unknown, same worker */
+    assert_int_equal(sv_tracker_kill(t, (b->info.id & ~0xffull) | 7), -ENOENT); /* no worker 7 */
+    uint64_t id = b->info.id;
+    sv_tracker_flow_close(t, b);
+    assert_int_equal(sv_tracker_kill(t, id), -ENOENT);
+    sv_tracker_flow_close(t, a);
+    sv_tracker_free(t);
+}
+
+static void kill_where_counts_each_flow_once(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    sv_flow_rec *f[5];
+    f[0] = open_flow(t, 0, "in-a", "direct@v1", 1, 10);
+    f[1] = open_flow(t, 1, "in-a", "direct@v2", 2, 11);
+    f[2] = open_flow(t, 1, "in-b", "block@v1", 1, 12);
+    f[3] = open_flow(t, 0, "in-b", "direct2@v1", 0, 13);
+    f[4] = open_flow(t, 0, "in-a", "block@v1", 0, 10);
+    sv_flow_filter by_tag = {.outbound = "direct"};
+    assert_int_equal(sv_tracker_kill_where(t, &by_tag), 2); /* any version, not "direct2" */
+    assert_true(atomic_load(&f[0]->kill) && atomic_load(&f[1]->kill));
+    assert_false(atomic_load(&f[3]->kill));
+    assert_int_equal(g_wakes.calls[0], 1);
+    assert_int_equal(g_wakes.calls[1], 1);
+    assert_int_equal(sv_tracker_kill_where(t, &by_tag), 0); /* second time: nothing new */
+    assert_int_equal(g_wakes.total, 2);
+
+    sv_flow_filter exact = {.outbound = "direct2@v2"};
+    assert_int_equal(sv_tracker_kill_where(t, &exact), 0);
+    exact.outbound = "direct2@v1";
+    assert_int_equal(sv_tracker_kill_where(t, &exact), 1);
+    sv_flow_filter user = {.has_user = true, .user = 1};
+    assert_int_equal(sv_tracker_kill_where(t, &user), 1); /* f[0] already killed, f[2] new */
+    assert_true(atomic_load(&f[2]->kill));
+    sv_flow_filter session = {.has_session = true, .session = 10, .inbound = "in-a"};
+    assert_int_equal(sv_tracker_kill_where(t, &session), 1); /* f[4] */
+    sv_flow_filter all = {0};
+    assert_int_equal(sv_tracker_kill_where(t, &all), 0);
+    for (unsigned i = 0; i < 5; i++) {
+        assert_true(atomic_load(&f[i]->kill));
+        sv_tracker_flow_close(t, f[i]);
+    }
+    sv_tracker_free(t);
+}
+
+/* ---- sessions, ledger -------------------------------------------------------------------- */
+
+static void close_sessions_selects_and_never_counts_twice(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    sv_session_rec *s[4];
+    s[0] = open_session(t, 0, "in-a", "1.1.1.1:1");
+    s[1] = open_session(t, 1, "in-a", "1.1.1.2:1");
+    s[2] = open_session(t, 1, "in-b", "1.1.1.3:1");
+    s[3] = open_session(t, 0, "in-b", "1.1.1.4:1");
+    for (unsigned i = 1; i < 4; i++)
+        assert_true(s[i]->info.id > s[i - 1]->info.id);
+    sv_tracker_session_bind_user(t, s[1], 5);
+    sv_tracker_session_bind_user(t, s[2], 5);
+    sv_tracker_session_bind_user(t, s[2], 6); /* bound once: stays 5 */
+
+    assert_int_equal(sv_tracker_close_sessions(t, NULL, true, 5, 0), 2);
+    assert_int_equal(g_wakes.calls[1], 1);
+    assert_int_equal(g_wakes.calls[0], 0);
+    assert_int_equal(sv_tracker_close_sessions(t, NULL, true, 6, 0), 0);
+    assert_int_equal(sv_tracker_close_sessions(t, "in-a", false, 0, 0), 1); /* s[0]; s[1] already */
+    assert_int_equal(sv_tracker_close_sessions(t, NULL, false, 0, s[1]->info.id), 0);
+    assert_int_equal(sv_tracker_close_sessions(t, NULL, false, 0, 999), 0);
+    assert_int_equal(sv_tracker_close_sessions(t, NULL, false, 0, 0), 1); /* all: only s[3] left */
+    assert_int_equal(sv_tracker_close_sessions(t, NULL, false, 0, 0), 0);
+    for (unsigned i = 0; i < 4; i++)
+        assert_true(atomic_load(&s[i]->close_requested));
+
+    sv_session_info *v = NULL;
+    assert_int_equal(sv_tracker_sessions(t, &v), 4);
+    assert_true(v[2].has_user);
+    assert_int_equal(v[2].user, 5);
+    assert_false(v[3].has_user);
+    free(v);
+    for (unsigned i = 0; i < 4; i++)
+        sv_tracker_session_close(t, s[i]);
+    assert_int_equal(sv_tracker_sessions(t, &v), 0);
+    free(v);
+    sv_tracker_free(t);
+}
+
+static const sv_usage *find_usage(const sv_usage *v, long n, uint64_t user)
+{
+    for (long i = 0; i < n; i++)
+        if (v[i].user == user)
+            return &v[i];
+    return NULL;
+}
+
+static void take_usage_returns_deltas_then_nothing(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    sv_session_rec *a = open_session(t, 0, "in", "1.1.1.1:1");
+    sv_session_rec *b = open_session(t, 1, "in", "1.1.1.2:1");
+    sv_session_rec *anon = open_session(t, 1, "in", "1.1.1.3:1");
+    sv_meter_add(&a->wire.up, 100); /* before the bind: charged to the user once bound */
+    sv_tracker_session_bind_user(t, a, 7);
+    sv_meter_add(&a->wire.down, 30);
+    sv_tracker_session_bind_user(t, b, 8);
+    sv_meter_add(&b->wire.up, 1);
+    sv_meter_add(&anon->wire.up, 500); /* never bound: nobody's */
+
+    sv_usage *u = NULL;
+    long n = sv_tracker_take_usage(t, &u);
+    assert_int_equal(n, 2);
+    assert_int_equal(u[0].user, 7); /* sorted */
+    assert_int_equal(u[0].up, 100);
+    assert_int_equal(u[0].down, 30);
+    assert_int_equal(u[1].up, 1);
+    free(u);
+    assert_int_equal(sv_tracker_take_usage(t, &u), 0);
+    free(u);
+
+    /* more bytes, a tick in between (it reconciles), then a close with a last remainder */
+    sv_meter_add(&a->wire.up, 5);
+    sv_tracker_tick(t, 1000000000);
+    sv_meter_add(&a->wire.up, 6);
+    sv_tracker_session_close(t, a);
+    sv_tracker_session_close(t, anon);
+    n = sv_tracker_take_usage(t, &u);
+    assert_int_equal(n, 1);
+    assert_int_equal(u[0].user, 7);
+    assert_int_equal(u[0].up, 11);
+    assert_int_equal(u[0].down, 0);
+    free(u);
+
+    n = sv_tracker_usage_snapshot(t, &u);
+    assert_int_equal(n, 2);
+    assert_int_equal(find_usage(u, n, 7)->up, 111);
+    assert_int_equal(find_usage(u, n, 7)->down, 30);
+    assert_int_equal(find_usage(u, n, 8)->up, 1);
+    free(u);
+    assert_int_equal(sv_tracker_take_usage(t, &u), 0);
+    free(u);
+    sv_tracker_session_close(t, b);
+    sv_tracker_free(t);
+}
+
+static void user_presence_counts_sessions_and_distinct_ips(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    const char *src[] = {"10.0.0.1:1000", "10.0.0.1:1001", "[2001:db8::1]:443", "10.0.0.2:5", "10.0.0.3:5"};
+    sv_session_rec *s[5];
+    for (unsigned i = 0; i < 5; i++) {
+        s[i] = open_session(t, i % 2, "in", src[i]);
+        sv_tracker_session_bind_user(t, s[i], i < 3 ? 42 : 43);
+    }
+    size_t sessions = 0, ips = 0;
+    sv_tracker_user_presence(t, 42, &sessions, &ips);
+    assert_int_equal(sessions, 3);
+    assert_int_equal(ips, 2);
+    sv_tracker_session_close(t, s[2]);
+    sv_tracker_user_presence(t, 42, &sessions, &ips);
+    assert_int_equal(sessions, 2);
+    assert_int_equal(ips, 1);
+    sv_tracker_user_presence(t, 44, &sessions, &ips);
+    assert_int_equal(sessions, 0);
+    assert_int_equal(ips, 0);
+    for (unsigned i = 0; i < 5; i++)
+        if (i != 2)
+            sv_tracker_session_close(t, s[i]);
+    sv_tracker_free(t);
+}
+
+/* ---- two threads ------------------------------------------------------------------------- */
+
+typedef struct smoke {
+    sv_tracker *t;
+    _Atomic bool done;
+    _Atomic unsigned ticks; /* the worker starts after the first tick, so the two overlap */
+    uint64_t flow_bytes, wire_bytes; /* what the worker added */
+} smoke;
+
+static void *smoke_worker(void *arg)
+{
+    smoke *sm = arg;
+    while (atomic_load(&sm->ticks) == 0)
+        sched_yield();
+    sv_session_rec *sess = open_session(sm->t, 1, "in", "10.0.0.1:9");
+    sv_tracker_session_bind_user(sm->t, sess, 3);
+    for (unsigned i = 0; i < 2000; i++) {
+        sv_flow_rec *f = open_flow(sm->t, i % 2, "in", "out@v1", 3, sess->info.id);
+        for (unsigned k = 0; k < 20; k++) {
+            sv_meter_add(&f->bytes.up, k + 1);
+            sv_meter_add(&f->bytes.down, 2);
+            sv_meter_add(&sess->wire.up, 3);
+            sm->flow_bytes += k + 3;
+            sm->wire_bytes += 3;
+        }
+        sv_tracker_flow_close(sm->t, f);
+    }
+    sv_tracker_session_close(sm->t, sess);
+    atomic_store(&sm->done, true);
+    return NULL;
+}
+
+static void concurrent_counting_loses_and_doubles_nothing(void **state)
+{
+    (void)state;
+    smoke sm = {.t = new_tracker(2)};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, smoke_worker, &sm), 0);
+    uint64_t taken = 0;
+    while (!atomic_load(&sm.done)) {
+        sv_tracker_tick(sm.t, 1000000);
+        sv_usage *u = NULL;
+        long n = sv_tracker_take_usage(sm.t, &u);
+        for (long i = 0; i < n; i++)
+            taken += u[i].up + u[i].down;
+        free(u);
+        atomic_fetch_add(&sm.ticks, 1);
+    }
+    assert_int_equal(pthread_join(th, NULL), 0);
+    sv_tracker_tick(sm.t, 1000000); /* the last bytes */
+    sv_tracker_tick(sm.t, 1000000); /* an idle tick */
+    sv_usage *u = NULL;
+    long n = sv_tracker_take_usage(sm.t, &u);
+    for (long i = 0; i < n; i++)
+        taken += u[i].up + u[i].down;
+    free(u);
+    sv_stats s;
+    assert_int_equal(sv_tracker_stats(sm.t, &s), 0);
+    assert_int_equal(s.total.up + s.total.down, sm.flow_bytes);
+    assert_int_equal(s.total.flows, 0);
+    assert_int_equal(s.n_users, 0); /* nothing moved in the last tick */
+    assert_int_equal(s.total.up_rate + s.total.down_rate, 0);
+    sv_flow_info *left = NULL;
+    assert_int_equal(sv_tracker_flows(sm.t, &left), 0);
+    free(left);
+    assert_int_equal(s.inbounds[0].up + s.inbounds[0].down, sm.flow_bytes);
+    assert_int_equal(taken, sm.wire_bytes);
+    sv_stats_free(&s);
+    sv_tracker_free(sm.t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(the_sampler_counts_every_byte_once_by_inbound_outbound_and_user),
+        cmocka_unit_test(rates_saturate_instead_of_overflowing),
+        cmocka_unit_test(events_report_opened_then_closed_with_final_counts),
+        cmocka_unit_test(a_lagging_reader_is_told_how_many_it_missed),
+        cmocka_unit_test(flow_ids_name_their_worker_and_listing_is_sorted),
+        cmocka_unit_test(kill_flags_one_flow_and_wakes_its_worker),
+        cmocka_unit_test(kill_where_counts_each_flow_once),
+        cmocka_unit_test(close_sessions_selects_and_never_counts_twice),
+        cmocka_unit_test(take_usage_returns_deltas_then_nothing),
+        cmocka_unit_test(user_presence_counts_sessions_and_distinct_ips),
+        cmocka_unit_test(concurrent_counting_loses_and_doubles_nothing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
