@@ -70,23 +70,35 @@ typedef struct sv_plane {
     uint64_t epoch;
 } sv_plane;
 
+/**
+ * Build the handler of inbound @p in for @p users (may be NULL: no user is admitted): derives one
+ * master key per user (PROTOCOLS.md §2.2) and takes a reference on @p replay.
+ * @return a handler with one reference, or NULL on allocation failure.
+ */
 sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users, sv_replay_ref *replay);
+/** Take / drop a reference (any thread); the last unref frees the keys. NULL-safe unref. */
 void sv_handler_ref(sv_handler *h);
 void sv_handler_unref(sv_handler *h);
 /** Index of @p user in @p h whose key equals @p key, or -1. */
 int sv_handler_find(const sv_handler *h, uint64_t user, const uint8_t *key);
 
+/** A new salt filter with one reference, or NULL on allocation failure. */
 sv_replay_ref *sv_replay_ref_new(void);
+/** Drop a reference; the last frees the filter. NULL-safe. */
 void sv_replay_ref_unref(sv_replay_ref *r);
 
+/** A target "tag@vN" of @p kind with one reference, or NULL on allocation failure. */
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version);
+/** Take / drop a reference (any thread). NULL-safe unref. */
 void sv_target_ref(sv_target *t);
 void sv_target_unref(sv_target *t);
 
+/** Drop a reference on compiled routes; the last frees them. NULL-safe. */
 void sv_routes_ref_unref(sv_routes_ref *r);
 
 /** Build a plane; takes a reference on @p routes and on every target. NULL on OOM. */
 sv_plane *sv_plane_new(sv_routes_ref *routes, sv_target *const *targets, size_t n, uint64_t epoch);
+/** Take / drop a reference (any thread); a plane is freed when its last flow and worker let go. */
 void sv_plane_ref(sv_plane *p);
 void sv_plane_unref(sv_plane *p);
 
@@ -173,7 +185,9 @@ void sv__wlistener_release(sv_wlistener *l);
 /** UDP receive callback of a worker's listener (udp.c). */
 void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
                      unsigned flags);
+/** Allocation callback of a listener's UDP socket: the worker's scratch buffer. */
 void sv__udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+/** The UDP counterparts of sv__conn_scan_flags / sv__conn_revoke / sv__conn_close_all. */
 void sv__udp_scan_flags(sv_worker *w);
 void sv__udp_revoke(sv_worker *w, sv_wlistener *l);
 void sv__udp_close_all(sv_worker *w);
