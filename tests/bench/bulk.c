@@ -1,0 +1,199 @@
+/*
+ * bulk: loopback load tools for tests/bench/bench.sh (not part of katana).
+ *
+ *   bulk sink PORT            accept connections on 127.0.0.1:PORT, read and discard;
+ *                             when a connection that carried data closes, print
+ *                             "BYTES SECONDS" (first byte to EOF) on stdout.
+ *                             Keeps every other connection open (idle ones too).
+ *   bulk send PORT SECONDS    connect to 127.0.0.1:PORT, write 256 KiB blocks for SECONDS,
+ *                             close; print the bytes written.
+ *   bulk hold PORT N          open N connections to 127.0.0.1:PORT, write one byte on each,
+ *                             print "ready N" and keep them open until stdin closes.
+ *
+ * Loopback only by construction (the address is fixed).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BLOCK (256 * 1024)
+#define MAX_FDS 200000
+
+struct conn_stat {
+    unsigned long long bytes;
+    double first;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static struct sockaddr_in loopback(int port)
+{
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((unsigned short)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return sa;
+}
+
+static int dial(int port)
+{
+    struct sockaddr_in sa = loopback(port);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Accept one pending connection: 1 accepted (or dropped), 0 none pending, -1 error. */
+static int sink_accept(int lfd, int ep, struct conn_stat *st)
+{
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+    if (fd < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    if (fd >= MAX_FDS) {
+        close(fd);
+        return 1;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    st[fd].bytes = 0;
+    st[fd].first = 0;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        close(fd);
+        return -1;
+    }
+    return 1;
+}
+
+static void sink_read(int fd, struct conn_stat *st, char *buf)
+{
+    for (;;) {
+        ssize_t n = read(fd, buf, BLOCK);
+        if (n > 0) {
+            if (st[fd].bytes == 0)
+                st[fd].first = now();
+            st[fd].bytes += (unsigned long long)n;
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        /* EOF or error: report a connection that carried bulk data */
+        if (st[fd].bytes > 1) {
+            printf("%llu %.6f\n", st[fd].bytes, now() - st[fd].first);
+            fflush(stdout);
+        }
+        close(fd);
+        return;
+    }
+}
+
+static int run_sink(int port)
+{
+    struct sockaddr_in sa = loopback(port);
+    int one = 1, lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 4096) < 0) {
+        perror("bulk sink: bind/listen");
+        return 1;
+    }
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = lfd}, evs[256];
+    epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+    struct conn_stat *st = calloc(MAX_FDS, sizeof(*st));
+    char *buf = malloc(BLOCK);
+    if (!st || !buf)
+        return 1;
+    for (;;) {
+        int n = epoll_wait(ep, evs, 256, -1);
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.fd == lfd) {
+                while (sink_accept(lfd, ep, st) > 0)
+                    ;
+            } else {
+                sink_read(evs[i].data.fd, st, buf);
+            }
+        }
+    }
+}
+
+static int run_send(int port, double seconds)
+{
+    int fd = dial(port);
+    if (fd < 0) {
+        perror("bulk send: connect");
+        return 1;
+    }
+    char *buf = malloc(BLOCK);
+    if (!buf)
+        return 1;
+    for (size_t i = 0; i < BLOCK; i++)
+        buf[i] = (char)(i * 131 + 7);
+    unsigned long long total = 0;
+    double end = now() + seconds;
+    while (now() < end) {
+        ssize_t n = write(fd, buf, BLOCK);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            perror("bulk send: write");
+            break;
+        }
+        total += (unsigned long long)n;
+    }
+    close(fd);
+    printf("%llu\n", total);
+    free(buf);
+    return 0;
+}
+
+static int run_hold(int port, int count)
+{
+    int opened = 0;
+    for (int i = 0; i < count; i++) {
+        int fd = dial(port);
+        if (fd < 0) {
+            fprintf(stderr, "bulk hold: connection %d: %s\n", i, strerror(errno));
+            break;
+        }
+        if (write(fd, "x", 1) != 1) {
+            close(fd);
+            break;
+        }
+        opened++;
+    }
+    printf("ready %d\n", opened);
+    fflush(stdout);
+    char c;
+    while (read(0, &c, 1) > 0)
+        ;
+    return opened == count ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "sink") == 0)
+        return run_sink(atoi(argv[2]));
+    if (argc == 4 && strcmp(argv[1], "send") == 0)
+        return run_send(atoi(argv[2]), atof(argv[3]));
+    if (argc == 4 && strcmp(argv[1], "hold") == 0)
+        return run_hold(atoi(argv[2]), atoi(argv[3]));
+    fprintf(stderr, "usage: bulk sink PORT | bulk send PORT SECONDS | bulk hold PORT N\n");
+    return 2;
+}

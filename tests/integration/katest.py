@@ -1,0 +1,581 @@
+#!/usr/bin/env python3
+"""katest: stdlib-only helpers for katana's end-to-end tests (loopback only).
+
+Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
+  freeport  [--count N]                      N ports free for TCP and UDP on 127.0.0.1
+  wait-port --port P [--timeout S]           wait until 127.0.0.1:P accepts TCP
+  echo      --port P [--hosts A,B] [--ready-file F]
+                                             TCP+UDP echo server on loopback addresses
+  tcp       --socks P --dest-port D [...]    SOCKS5 CONNECT, send a seeded pattern, check the echo
+  udp       --socks P --dest-port D [...]    SOCKS5 UDP ASSOCIATE round trips
+  garbage   --port P [--udp]                 random bytes to a port; nothing may come back
+  mkconfig  ...                              write a katana config (JSON)
+  usage     --log F [--offset N]             last "usage user" line per user after byte N
+  ssplan    --config F                       (self-check mode) ss-server parameters of a config
+"""
+
+import argparse
+import ipaddress
+import json
+import os
+import random
+import socket
+import struct
+import sys
+import threading
+import time
+
+LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
+MAX_DATAGRAM = 65507
+
+
+def die(msg, code=1):
+    print("FAIL " + msg, flush=True)
+    sys.exit(code)
+
+
+def require_loopback(host):
+    """Refuse any address that is not loopback (names are sent through SOCKS unresolved)."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return
+    if not ip.is_loopback:
+        die("refusing non-loopback address %s" % host, 2)
+
+
+def pattern(seed, n):
+    """n deterministic pseudo-random bytes for a seed (the payload every test checks)."""
+    return random.Random(seed).randbytes(n)
+
+
+def touch(path, text="ready\n"):
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.rename(tmp, path)
+
+
+# --- ports -----------------------------------------------------------------------------
+
+def cmd_freeport(a):
+    held, ports = [], []
+    try:
+        while len(ports) < a.count:
+            t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            t.bind(("127.0.0.1", 0))
+            port = t.getsockname()[1]
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                u.bind(("127.0.0.1", port))
+            except OSError:
+                t.close()
+                u.close()
+                continue
+            held += [t, u]
+            ports.append(port)
+    finally:
+        for s in held:
+            s.close()
+    print(" ".join(str(p) for p in ports))
+    return 0
+
+
+def cmd_wait_port(a):
+    deadline = time.monotonic() + a.timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((a.host, a.port), timeout=0.5):
+                return 0
+        except OSError:
+            time.sleep(0.05)
+    die("nothing listens on %s:%d after %.1fs" % (a.host, a.port, a.timeout))
+
+
+# --- echo server -----------------------------------------------------------------------
+
+def _tcp_echo_conn(c):
+    try:
+        while True:
+            d = c.recv(262144)
+            if not d:
+                break
+            c.sendall(d)
+    except OSError:
+        pass
+    finally:
+        c.close()
+
+
+def _tcp_echo_accept(ls):
+    while True:
+        c, _ = ls.accept()
+        threading.Thread(target=_tcp_echo_conn, args=(c,), daemon=True).start()
+
+
+def _udp_echo(us):
+    while True:
+        d, peer = us.recvfrom(MAX_DATAGRAM)
+        us.sendto(d, peer)
+
+
+def cmd_echo(a):
+    threads = []
+    hosts = []
+    for h in a.hosts.split(","):
+        require_loopback(h)
+        fam = socket.AF_INET6 if ":" in h else socket.AF_INET
+        ls = socket.socket(fam, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            ls.bind((h, a.port))
+        except OSError as e:
+            if fam == socket.AF_INET6:
+                print("echo: no IPv6 loopback (%s), skipping %s" % (e, h), flush=True)
+                continue
+            raise
+        hosts.append(h)
+        ls.listen(512)
+        us = socket.socket(fam, socket.SOCK_DGRAM)
+        us.bind((h, a.port))
+        threads.append(threading.Thread(target=_tcp_echo_accept, args=(ls,), daemon=True))
+        threads.append(threading.Thread(target=_udp_echo, args=(us,), daemon=True))
+    for t in threads:
+        t.start()
+    touch(a.ready_file)
+    print("echo on %s port %d (tcp+udp)" % (",".join(hosts), a.port), flush=True)
+    while True:
+        time.sleep(3600)
+
+
+# --- SOCKS5 --------------------------------------------------------------------------
+
+def socks_addr(host, port):
+    """SOCKS5 ATYP + address + port for an IP literal or a host name."""
+    try:
+        ip = ipaddress.ip_address(host)
+        if ip.version == 4:
+            return b"\x01" + ip.packed + struct.pack("!H", port)
+        return b"\x04" + ip.packed + struct.pack("!H", port)
+    except ValueError:
+        name = host.encode()
+        if len(name) > 255:
+            raise ValueError("host name too long")
+        return b"\x03" + bytes([len(name)]) + name + struct.pack("!H", port)
+
+
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        d = s.recv(n - len(buf))
+        if not d:
+            raise IOError("SOCKS5 server closed during handshake")
+        buf += d
+    return buf
+
+
+def socks_reply(s):
+    """Read a SOCKS5 reply; return (rep, bound host, bound port)."""
+    ver, rep, _, atyp = recv_exact(s, 4)
+    if ver != 5:
+        raise IOError("bad SOCKS5 version %d in reply" % ver)
+    if atyp == 1:
+        host = socket.inet_ntop(socket.AF_INET, recv_exact(s, 4))
+    elif atyp == 4:
+        host = socket.inet_ntop(socket.AF_INET6, recv_exact(s, 16))
+    elif atyp == 3:
+        host = recv_exact(s, recv_exact(s, 1)[0]).decode()
+    else:
+        raise IOError("bad ATYP %d in SOCKS5 reply" % atyp)
+    port = struct.unpack("!H", recv_exact(s, 2))[0]
+    return rep, host, port
+
+
+def socks_open(socks_port, cmd, host, port, timeout):
+    s = socket.create_connection(("127.0.0.1", socks_port), timeout=timeout)
+    s.sendall(b"\x05\x01\x00")
+    if recv_exact(s, 2) != b"\x05\x00":
+        raise IOError("SOCKS5 server refused the no-auth method")
+    s.sendall(b"\x05" + bytes([cmd]) + b"\x00" + socks_addr(host, port))
+    rep, bhost, bport = socks_reply(s)
+    if rep != 0:
+        raise IOError("SOCKS5 reply code %d" % rep)
+    return s, bhost, bport
+
+
+# --- TCP round trip ------------------------------------------------------------------
+
+class Stream:
+    """One connection: a sender thread writes the pattern (optionally paced),
+    the caller's thread reads the echo and compares it byte by byte."""
+
+    def __init__(self, sock, data, rate, chunk):
+        self.s, self.data, self.rate, self.chunk = sock, data, rate, chunk
+        self.sent, self.send_err = 0, None
+
+    def _send(self):
+        t0 = time.monotonic()
+        try:
+            while self.sent < len(self.data):
+                n = min(self.chunk, len(self.data) - self.sent)
+                self.s.sendall(self.data[self.sent:self.sent + n])
+                self.sent += n
+                if self.rate:
+                    ahead = self.sent / self.rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        except OSError as e:
+            self.send_err = e
+
+    def run(self, idle_timeout, ready_file):
+        """Return (received ok bytes, end reason). Reason is 'complete', 'eof',
+        'reset: ...', 'timeout' or 'mismatch at N'."""
+        th = threading.Thread(target=self._send, daemon=True)
+        th.start()
+        got, reason = 0, "complete"
+        self.s.settimeout(idle_timeout)
+        while got < len(self.data):
+            try:
+                d = self.s.recv(262144)
+            except socket.timeout:
+                reason = "timeout"
+                break
+            except OSError as e:
+                reason = "reset: %s" % e
+                break
+            if not d:
+                reason = "eof"
+                break
+            if d != self.data[got:got + len(d)]:
+                return got, "mismatch at byte %d" % got
+            if got == 0:
+                touch(ready_file)
+            got += len(d)
+        return got, reason
+
+
+def one_tcp(a, idx, results):
+    label = "%s#%d" % (a.label, idx)
+    data = pattern("%s/%d" % (a.seed, idx), a.bytes)
+    t0 = time.monotonic()
+    try:
+        if a.socks:
+            s, _, _ = socks_open(a.socks, 1, a.dest_host, a.dest_port, a.timeout)
+        else:
+            s = socket.create_connection(("127.0.0.1", a.direct), timeout=a.timeout)
+    except (OSError, IOError) as e:
+        results[idx] = (0, "connect failed: %s" % e, 0.0)
+        return
+    try:
+        got, reason = Stream(s, data, a.rate, a.chunk).run(a.timeout, a.ready_file)
+    finally:
+        s.close()
+    results[idx] = (got, reason, time.monotonic() - t0)
+
+
+def judge_tcp(a, idx, got, reason, secs):
+    """Apply --expect to one connection's outcome; print a line; return True if as expected."""
+    what = "%s#%d %s:%d %d bytes" % (a.label, idx, a.dest_host, a.dest_port, a.bytes)
+    if reason.startswith("mismatch"):
+        print("FAIL tcp %s: echo differs (%s)" % (what, reason))
+        return False
+    if a.expect == "ok":
+        ok = reason == "complete"
+        print("%s tcp %s: %s, %d bytes identical in %.2fs" %
+              ("OK" if ok else "FAIL", what, reason, got, secs))
+        return ok
+    if a.expect == "refused":
+        ok = got == 0
+        print("%s tcp %s: expected refusal, got %d echoed bytes (%s)" %
+              ("OK" if ok else "FAIL", what, got, reason))
+        return ok
+    # cut: the connection must end early (EOF/reset), and what did come back was intact
+    ok = reason != "complete" and reason != "timeout"
+    print("%s tcp %s: expected a cut, %s after %d identical bytes (%.2fs)" %
+          ("OK" if ok else "FAIL", what, reason, got, secs))
+    return ok
+
+
+def cmd_tcp(a):
+    require_loopback(a.dest_host)
+    results = [None] * a.conns
+    ths = [threading.Thread(target=one_tcp, args=(a, i, results)) for i in range(a.conns)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    ok = all(judge_tcp(a, i, *r) for i, r in enumerate(results))
+    sys.stdout.flush()
+    return 0 if ok else 1
+
+
+# --- UDP round trip ------------------------------------------------------------------
+
+def udp_wrap(host, port, payload):
+    return b"\x00\x00\x00" + socks_addr(host, port) + payload
+
+
+def udp_unwrap(pkt):
+    if len(pkt) < 10 or pkt[2] != 0:
+        raise IOError("bad SOCKS5 UDP header")
+    atyp = pkt[3]
+    if atyp == 1:
+        off = 4 + 4
+    elif atyp == 4:
+        off = 4 + 16
+    elif atyp == 3:
+        off = 5 + pkt[4]
+    else:
+        raise IOError("bad ATYP %d in UDP reply" % atyp)
+    return pkt[off + 2:]
+
+
+def udp_exchange(u, relay, a, payload):
+    """Send one datagram (3 tries); return the echoed payload or None."""
+    for _ in range(3 if a.expect == "ok" else 1):   # retries only cover loss
+        u.sendto(udp_wrap(a.dest_host, a.dest_port, payload), relay)
+        end = time.monotonic() + a.wait
+        while time.monotonic() < end:
+            u.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                d, _ = u.recvfrom(MAX_DATAGRAM)
+            except socket.timeout:
+                break
+            body = udp_unwrap(d)
+            if body[:8] == payload[:8]:
+                return body
+    return None
+
+
+def cmd_udp(a):
+    require_loopback(a.dest_host)
+    try:
+        ctl, bhost, bport = socks_open(a.socks, 3, "0.0.0.0", 0, 5)
+    except (OSError, IOError) as e:
+        die("udp: UDP ASSOCIATE via %d failed: %s" % (a.socks, e))
+    if bhost in ("0.0.0.0", "::"):
+        bhost = "127.0.0.1"
+    require_loopback(bhost)
+    u = socket.socket(socket.AF_INET6 if ":" in bhost else socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0) if ":" not in bhost else ("::1", 0))
+    echoed = 0
+    for i in range(a.count):
+        payload = struct.pack("!Q", i) + pattern("%s/%d" % (a.seed, i), a.size - 8)
+        body = udp_exchange(u, (bhost, bport), a, payload)
+        if body is not None and body != payload:
+            die("udp datagram #%d came back altered" % i)
+        echoed += body is not None
+    ctl.close()
+    what = "%d datagrams x %d bytes via %d -> %s:%d" % (a.count, a.size, a.socks,
+                                                       a.dest_host, a.dest_port)
+    if a.expect == "ok":
+        ok = echoed == a.count
+        print("%s udp %s: %d echoed identical" % ("OK" if ok else "FAIL", what, echoed))
+    else:
+        ok = echoed == 0
+        print("%s udp %s: expected refusal, %d echoed" % ("OK" if ok else "FAIL", what, echoed))
+    return 0 if ok else 1
+
+
+# --- random bytes at a port ------------------------------------------------------------
+
+def cmd_garbage(a):
+    rnd = random.Random(a.seed)
+    bad = 0
+    for size in (int(x) for x in a.sizes.split(",")):
+        blob = rnd.randbytes(size)
+        if a.udp:
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            u.sendto(blob[:MAX_DATAGRAM], ("127.0.0.1", a.port))
+            u.settimeout(a.wait)
+            try:
+                d, _ = u.recvfrom(MAX_DATAGRAM)
+                print("FAIL garbage udp %d bytes: got %d bytes back" % (size, len(d)))
+                bad += 1
+            except socket.timeout:
+                print("OK garbage udp %d bytes: no answer" % size)
+            except OSError as e:
+                print("OK garbage udp %d bytes: %s" % (size, e))
+            u.close()
+            continue
+        try:
+            s = socket.create_connection(("127.0.0.1", a.port), timeout=a.wait)
+            s.sendall(blob)
+            s.settimeout(a.wait)
+            d = s.recv(65536)
+            outcome = "closed" if not d else None
+        except socket.timeout:
+            outcome = "silent"
+        except OSError as e:
+            outcome = "reset (%s)" % e.__class__.__name__
+        else:
+            if d:
+                print("FAIL garbage tcp %d bytes: got %d bytes back" % (size, len(d)))
+                bad += 1
+        if outcome:
+            print("OK garbage tcp %d bytes: no answer, %s" % (size, outcome))
+        try:
+            s.close()
+        except (OSError, UnboundLocalError):
+            pass
+    return 1 if bad else 0
+
+
+# --- configs -------------------------------------------------------------------------
+
+def parse_user(text):
+    uid, uuid = text.split(":", 1)
+    return {"id": int(uid), "uuid": uuid, "speed_limit": None, "device_limit": None}
+
+
+def cmd_mkconfig(a):
+    node = {"server_port": a.port, "cipher": a.cipher,
+            "routes": [{"id": 1, "match": a.block or ["domain:blocked.test", "10.9.0.0/16"],
+                        "action": "block"}]}
+    users = {"users": [parse_user(u) for u in a.user]}
+    panel = {"type": "local"}
+    if a.node_file:
+        write_json(a.node_file, node)
+        panel["node_file"] = a.node_file
+    else:
+        panel["node"] = node
+    if a.users_file:
+        write_json(a.users_file, users)
+        panel["users_file"] = a.users_file
+    else:
+        panel["users"] = users
+    cfg = {"log": {"level": a.log_level}, "workers": a.workers,
+           "nodes": [{"tag": "t1", "listen": "127.0.0.1", "panel": panel}]}
+    write_json(a.out, cfg)
+    return 0
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+    os.rename(tmp, path)
+
+
+def load_json(path, limit=1 << 20):
+    with open(path) as f:
+        text = f.read(limit + 1)
+    if len(text) > limit:
+        raise ValueError("%s: larger than %d bytes" % (path, limit))
+    return json.loads(text)
+
+
+def cmd_ssplan(a):
+    """Print the config as shell words for the ss-server self-check mode:
+    'node PORT CIPHER', one 'user ID UUID' per user, one 'block MATCH' per block entry."""
+    cfg = load_json(a.config)
+    base = os.path.dirname(os.path.abspath(a.config))
+    panel = cfg["nodes"][0]["panel"]
+    rel = lambda p: p if os.path.isabs(p) else os.path.join(base, p)
+    node = panel["node"] if "node" in panel else load_json(rel(panel["node_file"]))
+    users = panel["users"] if "users" in panel else load_json(rel(panel["users_file"]))
+    print("node %d %s" % (node["server_port"], node["cipher"]))
+    for u in users["users"]:
+        print("user %d %s" % (u["id"], u["uuid"]))
+    for r in node.get("routes", []):
+        if r.get("action") == "block":
+            for m in r["match"]:
+                print("block %s" % m)
+    return 0
+
+
+def cmd_usage(a):
+    """Print 'ID UP DOWN' from the last 'usage user ID: up N down N' line per user
+    found after byte --offset of the log (log lines may carry a prefix)."""
+    last = {}
+    with open(a.log, "rb") as f:
+        f.seek(a.offset)
+        for raw in f:
+            line = raw.decode("utf-8", "replace")
+            i = line.find("usage user ")
+            if i < 0:
+                continue
+            w = line[i:].replace(":", " ").split()
+            try:
+                uid, up, down = int(w[2]), int(w[w.index("up") + 1]), int(w[w.index("down") + 1])
+            except (ValueError, IndexError):
+                continue
+            last[uid] = (up, down)
+    for uid in sorted(last):
+        print("%d %d %d" % (uid, last[uid][0], last[uid][1]))
+    return 0
+
+
+# --- command line --------------------------------------------------------------------
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("freeport")
+    c.add_argument("--count", type=int, default=1)
+    c = sub.add_parser("wait-port")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--host", default="127.0.0.1")
+    c.add_argument("--timeout", type=float, default=10)
+    c = sub.add_parser("echo")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--hosts", default="127.0.0.1")
+    c.add_argument("--ready-file")
+    for name in ("tcp", "udp"):
+        c = sub.add_parser(name)
+        c.add_argument("--socks", type=int, help="SOCKS5 port of the client")
+        c.add_argument("--dest-host", default="127.0.0.1")
+        c.add_argument("--dest-port", type=int, required=True)
+        c.add_argument("--seed", default="katest")
+        c.add_argument("--expect", choices=("ok", "refused", "cut") if name == "tcp"
+                       else ("ok", "refused"), default="ok")
+        c.add_argument("--timeout", type=float, default=10, help="idle timeout, seconds")
+        c.add_argument("--label", default=name)
+    c = sub.choices["tcp"]
+    c.add_argument("--direct", type=int, help="connect to this port-forward instead of SOCKS5")
+    c.add_argument("--bytes", type=int, default=1 << 20)
+    c.add_argument("--conns", type=int, default=1)
+    c.add_argument("--rate", type=float, default=0, help="bytes/s per connection, 0 = no pacing")
+    c.add_argument("--chunk", type=int, default=65536)
+    c.add_argument("--ready-file", help="written once the first echoed bytes arrive")
+    c = sub.choices["udp"]
+    c.add_argument("--count", type=int, default=20)
+    c.add_argument("--size", type=int, default=1200)
+    c.add_argument("--wait", type=float, default=1.0, help="seconds to wait per try")
+    c = sub.add_parser("garbage")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--udp", action="store_true")
+    c.add_argument("--sizes", default="1,50,64,1024,65536")
+    c.add_argument("--seed", default="garbage")
+    c.add_argument("--wait", type=float, default=2.0)
+    c = sub.add_parser("mkconfig")
+    c.add_argument("--out", required=True)
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--cipher", default="aes-256-gcm")
+    c.add_argument("--user", action="append", default=[], help="ID:UUID (repeatable)")
+    c.add_argument("--block", action="append", help="route block match (repeatable)")
+    c.add_argument("--node-file")
+    c.add_argument("--users-file")
+    c.add_argument("--workers", type=int, default=1)
+    c.add_argument("--log-level", default="info")
+    c = sub.add_parser("usage")
+    c.add_argument("--log", required=True)
+    c.add_argument("--offset", type=int, default=0)
+    c = sub.add_parser("ssplan")
+    c.add_argument("--config", required=True)
+    a = p.parse_args()
+    if a.cmd in ("tcp", "udp") and not (a.socks or getattr(a, "direct", None)):
+        die("need --socks or --direct", 2)
+    if a.cmd == "udp" and not 8 <= a.size <= 1400:
+        die("--size must be 8..1400", 2)
+    fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
+          "tcp": cmd_tcp, "udp": cmd_udp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
+          "usage": cmd_usage, "ssplan": cmd_ssplan}[a.cmd]
+    sys.exit(fn(a))
+
+
+if __name__ == "__main__":
+    main()

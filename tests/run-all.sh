@@ -1,0 +1,47 @@
+#!/bin/bash
+# tests/run-all.sh: from a fresh Debian 12 checkout to every test passing.
+#   deps (tests/setup-deps.sh) -> autoreconf -> build/ (--enable-werror): make, make check,
+#   make distcheck -> build-asan/ (--enable-asan, ASan+UBSan): make check.
+# Prints the test-suite log of a failing `make check`. Exit 0 only if everything passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOP=$PWD
+JOBS=${JOBS:-2}
+START=$(date +%s)
+stage() { echo; echo "== [$(($(date +%s) - START))s] $*"; }
+
+# run_check DIR: make check in DIR; on failure show the logs of the failed tests
+run_check() {
+    if ! make -C "$1" -j"$JOBS" check; then
+        echo "== make check failed in $1; test-suite.log:"
+        cat "$1/test-suite.log" || true
+        return 1
+    fi
+}
+
+stage "dependencies"
+"$TOP/tests/setup-deps.sh"
+
+stage "autoreconf"
+autoreconf -fi
+
+stage "build/ (--enable-werror)"
+mkdir -p build
+(cd build && "$TOP/configure" --enable-werror)
+make -C build -j"$JOBS"
+
+stage "make check (build/)"
+run_check build
+
+stage "make distcheck (build/)"
+make -C build -j"$JOBS" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror
+
+stage "build-asan/ (--enable-asan)"
+mkdir -p build-asan
+(cd build-asan && "$TOP/configure" --enable-asan)
+make -C build-asan -j"$JOBS"
+
+stage "make check (build-asan/)"
+run_check build-asan
+
+stage "all passed in $(($(date +%s) - START))s"

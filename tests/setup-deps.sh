@@ -1,0 +1,47 @@
+#!/bin/bash
+# tests/setup-deps.sh [--update]: install what katana needs to build and test on Debian 12
+# (idempotent: apt runs only when a package is missing, or always with --update), then make
+# sure no packaged shadowsocks-libev / v2ray service is left running (they would hold ports
+# such as the demo's 8388).
+set -euo pipefail
+
+BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
+            libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libcmocka-dev
+            libpcre2-dev)
+CLIENTS=(shadowsocks-libev v2ray iperf3 netcat-openbsd curl openssl python3 clang)
+
+SUDO=
+[ "$(id -u)" = 0 ] || SUDO=sudo
+
+if [ "${1:-}" = --update ] || ! dpkg -s "${BUILD_DEPS[@]}" "${CLIENTS[@]}" >/dev/null 2>&1; then
+    echo "== apt-get install ${BUILD_DEPS[*]} ${CLIENTS[*]}"
+    $SUDO apt-get update
+    # policy-rc.d-less hosts start the packaged services on install; stopped below
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends \
+        "${BUILD_DEPS[@]}" "${CLIENTS[@]}"
+fi
+
+# Packaged services: disable and stop them (no-op where systemd is absent).
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    for unit in shadowsocks-libev.service shadowsocks-libev-server@ shadowsocks-libev-local@ \
+                shadowsocks-libev-redir@ shadowsocks-libev-tunnel@ v2ray.service v2ray@; do
+        case $unit in
+            *@) for u in $(systemctl list-units --plain --no-legend "${unit}*" 2>/dev/null |
+                           awk '{ print $1 }'); do
+                    $SUDO systemctl disable --now "$u" >/dev/null 2>&1 || true
+                done ;;
+            *) $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true ;;
+        esac
+    done
+fi
+
+# Stray daemons the packages started without systemd: only processes of the packaged
+# binaries that run from the packaged config directories, killed by pid.
+for pid in $(pgrep -x 'ss-server|ss-local|ss-manager|v2ray' 2>/dev/null || true); do
+    args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+    case $args in
+        *"/etc/shadowsocks-libev/"* | *"/etc/v2ray/"*)
+            echo "== stopping packaged daemon $pid: $args"
+            $SUDO kill -TERM "$pid" 2>/dev/null || true ;;
+    esac
+done
