@@ -380,45 +380,51 @@ def cmd_udp(a):
 
 # --- random bytes at a port ------------------------------------------------------------
 
+def garbage_udp(port, blob, wait):
+    """Send one random datagram; return a FAIL/OK line (an answer of any size is a FAIL)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        u.connect(("127.0.0.1", port))   # connected: an ICMP port-unreachable is reported
+        u.settimeout(wait)
+        try:
+            u.send(blob[:MAX_DATAGRAM])
+            d = u.recv(MAX_DATAGRAM)
+        except socket.timeout:
+            return "OK garbage udp %d bytes: no answer" % len(blob)
+        except ConnectionRefusedError:
+            return "FAIL garbage udp %d bytes: port unreachable (nothing listens)" % len(blob)
+        except OSError as e:
+            return "OK garbage udp %d bytes: %s" % (len(blob), e)
+    return "FAIL garbage udp %d bytes: got %d bytes back" % (len(blob), len(d))
+
+
+def garbage_tcp(port, blob, wait):
+    """Connect, send random bytes, read: EOF, reset or silence is fine, any byte is a FAIL."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=wait)
+    except OSError as e:
+        return "FAIL garbage tcp %d bytes: cannot connect: %s" % (len(blob), e)
+    try:
+        with s:
+            s.sendall(blob)
+            s.settimeout(wait)
+            d = s.recv(65536)
+    except socket.timeout:
+        return "OK garbage tcp %d bytes: no answer, silent" % len(blob)
+    except OSError as e:
+        return "OK garbage tcp %d bytes: no answer, %s" % (len(blob), e.__class__.__name__)
+    if d:
+        return "FAIL garbage tcp %d bytes: got %d bytes back" % (len(blob), len(d))
+    return "OK garbage tcp %d bytes: no answer, closed" % len(blob)
+
+
 def cmd_garbage(a):
     rnd = random.Random(a.seed)
     bad = 0
     for size in (int(x) for x in a.sizes.split(",")):
         blob = rnd.randbytes(size)
-        if a.udp:
-            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            u.sendto(blob[:MAX_DATAGRAM], ("127.0.0.1", a.port))
-            u.settimeout(a.wait)
-            try:
-                d, _ = u.recvfrom(MAX_DATAGRAM)
-                print("FAIL garbage udp %d bytes: got %d bytes back" % (size, len(d)))
-                bad += 1
-            except socket.timeout:
-                print("OK garbage udp %d bytes: no answer" % size)
-            except OSError as e:
-                print("OK garbage udp %d bytes: %s" % (size, e))
-            u.close()
-            continue
-        try:
-            s = socket.create_connection(("127.0.0.1", a.port), timeout=a.wait)
-            s.sendall(blob)
-            s.settimeout(a.wait)
-            d = s.recv(65536)
-            outcome = "closed" if not d else None
-        except socket.timeout:
-            outcome = "silent"
-        except OSError as e:
-            outcome = "reset (%s)" % e.__class__.__name__
-        else:
-            if d:
-                print("FAIL garbage tcp %d bytes: got %d bytes back" % (size, len(d)))
-                bad += 1
-        if outcome:
-            print("OK garbage tcp %d bytes: no answer, %s" % (size, outcome))
-        try:
-            s.close()
-        except (OSError, UnboundLocalError):
-            pass
+        line = garbage_udp(a.port, blob, a.wait) if a.udp else garbage_tcp(a.port, blob, a.wait)
+        print(line, flush=True)
+        bad += line.startswith("FAIL")
     return 1 if bad else 0
 
 

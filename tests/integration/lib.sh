@@ -66,8 +66,15 @@ kt_cleanup() {
 trap kt_cleanup EXIT
 trap 'exit 124' INT TERM
 
-# kt_finish: the test's verdict.
+# kt_finish: the test's verdict (a sanitizer report in any log we kept also fails it).
 kt_finish() {
+    local f
+    for f in "$T"/*.log; do
+        if grep -q -E "ERROR: (Address|Leak|Thread|Memory)Sanitizer|runtime error:" "$f"; then
+            fail "sanitizer report in $(basename "$f"):"
+            grep -E -A 20 "Sanitizer|runtime error:" "$f" | head -n 40
+        fi
+    done
     kt_log "$KT_PASSES passed, $KT_FAILS failed"
     [ "$KT_FAILS" = 0 ] && exit 0
     exit 1
