@@ -41,7 +41,7 @@ check() {
 
 kt_cleanup() {
     local rc=$? pid
-    trap - EXIT INT TERM
+    trap - EXIT INT TERM HUP PIPE
     while read -r pid; do
         [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
     done <"$T/pids"
@@ -65,6 +65,8 @@ kt_cleanup() {
 }
 trap kt_cleanup EXIT
 trap 'exit 124' INT TERM
+trap 'exit 129' HUP
+trap 'exec >/dev/null 2>&1; exit 141' PIPE    # reader gone: still clean up, silently
 
 # kt_finish: the test's verdict (a sanitizer report in any log we kept also fails it).
 kt_finish() {
