@@ -397,21 +397,7 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
         return false;
     }
     c->flow = f;
-    f->worker = w->index;
-    f->owner = c;
-    sv_flow_info *fi = &f->info;
-    fi->session = c->sess->info.id;
-    memcpy(fi->inbound, c->sess->info.inbound, sizeof fi->inbound);
-    fi->has_user = true;
-    fi->user = c->user_id;
-    snprintf(fi->user_label, sizeof fi->user_label, "%llu", (unsigned long long)c->user_id);
-    memcpy(fi->source, c->sess->info.source, sizeof fi->source);
-    sv_dest_format(d, fi->destination, sizeof fi->destination);
-    fi->network = SV_NET_TCP;
-    snprintf(fi->outbound, sizeof fi->outbound, "%s", t->id);
-    fi->rule = dec.rule;
-    fi->epoch = c->plane->epoch;
-    fi->started_ms = sv__wall_ms();
+    sv__flow_describe(f, w->index, c, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule, c->plane->epoch);
     c->dialing = true;
     uv_read_stop((uv_stream_t *)&c->client);
     if (d->atyp == SV_ATYP_DOMAIN) {

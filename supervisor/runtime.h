@@ -155,6 +155,7 @@ struct sv_worker {
     sv_list conns;          /**< TCP connections (sv_conn) */
     sv_list assocs;         /**< UDP associations */
     bool exiting;
+    sv_aead udp_open, udp_seal; /**< cipher contexts re-keyed per datagram (never reallocated) */
     uint8_t scratch[SV_SCRATCH + SV_SS_SALT_MAX + SV_SS_NEED_MAX + 64];
 };
 
@@ -191,6 +192,20 @@ void sv__udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 void sv__udp_scan_flags(sv_worker *w);
 void sv__udp_revoke(sv_worker *w, sv_wlistener *l);
 void sv__udp_close_all(sv_worker *w);
+/**
+ * End the UDP associations of a listener that stops: its socket is closed, so they can neither
+ * receive from their clients nor answer them, and waiting out a shutdown grace for them is moot.
+ */
+void sv__udp_close_listener(sv_worker *w, sv_wlistener *l);
+
+/**
+ * Fill the static fields of a flow record of worker @p w for session @p sess: user, source,
+ * destination @p d, @p network, the target "tag@vN", the rule (-1 = default) and plane epoch,
+ * started now. The tracker assigns the id at sv_tracker_flow_open().
+ */
+void sv__flow_describe(sv_flow_rec *f, unsigned worker, void *owner, const sv_session_rec *sess,
+                       uint64_t user, const sv_dest *d, enum sv_network network,
+                       const sv_target *t, int rule, uint64_t epoch);
 
 /** Format a socket address as "ip:port" ("[v6]:port"). */
 void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap);

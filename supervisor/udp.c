@@ -26,6 +26,7 @@ typedef struct sv_sublink {
     uv_udp_t sock;
     uint64_t last_used;
     bool closing;
+    bool registered; /**< the flow is in the tracker (else it is freed here) */
     /* one pending name resolution with the datagram that asked for it */
     uv_getaddrinfo_t gai;
     bool resolving;
@@ -68,7 +69,10 @@ static void on_sub_closed(uv_handle_t *h)
     sv_sublink *s = h->data;
     sv_assoc *a = s->a;
     if (!s->resolving) {
-        sv_tracker_flow_close(a->w->shared->tracker, s->flow);
+        if (s->registered)
+            sv_tracker_flow_close(a->w->shared->tracker, s->flow);
+        else
+            free(s->flow);
         sv_target_unref(s->target);
         free(s->held);
         free(s);
@@ -150,8 +154,9 @@ static void on_sub_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struc
     sv_dest src;
     sockaddr_to_dest(from, &src);
     uint8_t *out = a->w->scratch;
-    ssize_t len = sv_ss_udp_seal(a->handler->ring.cipher, a->handler->ring.keys[a->user_idx], &src,
-                                 (const uint8_t *)buf->base, (size_t)n, out, SV_SCRATCH / 2, NULL);
+    ssize_t len = sv_ss_udp_seal_ctx(a->handler->ring.cipher, a->handler->ring.keys[a->user_idx],
+                                     &src, (const uint8_t *)buf->base, (size_t)n, out,
+                                     SV_SCRATCH / 2, NULL, &a->w->udp_seal);
     if (len < 0)
         return;
     uv_buf_t b = uv_buf_init((char *)out, (unsigned)len);
@@ -270,28 +275,13 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rul
     a->pending++;
     if (uv_udp_bind(&s->sock, (struct sockaddr *)&any, 0) != 0 ||
         uv_udp_recv_start(&s->sock, sub_alloc, on_sub_recv) != 0) {
-        f->worker = a->w->index;
-        sv_tracker_flow_open(a->w->shared->tracker, f);
         s->closing = true;
         uv_close((uv_handle_t *)&s->sock, on_sub_closed);
         return NULL;
     }
-    f->worker = a->w->index;
-    f->owner = s;
-    sv_flow_info *fi = &f->info;
-    fi->session = a->sess->info.id;
-    memcpy(fi->inbound, a->sess->info.inbound, sizeof fi->inbound);
-    fi->has_user = true;
-    fi->user = a->user;
-    snprintf(fi->user_label, sizeof fi->user_label, "%llu", (unsigned long long)a->user);
-    memcpy(fi->source, a->sess->info.source, sizeof fi->source);
-    sv_dest_format(d, fi->destination, sizeof fi->destination);
-    fi->network = SV_NET_UDP;
-    snprintf(fi->outbound, sizeof fi->outbound, "%s", t->id);
-    fi->rule = rule;
-    fi->epoch = epoch;
-    fi->started_ms = sv__wall_ms();
+    sv__flow_describe(f, a->w->index, s, a->sess, a->user, d, SV_NET_UDP, t, rule, epoch);
     sv_tracker_flow_open(a->w->shared->tracker, f);
+    s->registered = true;
     a->subs[a->n_subs++] = s;
     return s;
 }
@@ -376,7 +366,8 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
     int user = -1;
     sv_dest d;
     uint8_t *payload = NULL;
-    ssize_t plen = sv_ss_udp_open(&hd->ring, (uint8_t *)buf->base, (size_t)n, &user, &d, &payload);
+    ssize_t plen = sv_ss_udp_open_ctx(&hd->ring, (uint8_t *)buf->base, (size_t)n, &user, &d,
+                                      &payload, &l->w->udp_open);
     if (plen < 0)
         return; /* not ours: no answer, no log */
     if (a != NULL && user != a->user_idx)
@@ -427,4 +418,14 @@ void sv__udp_close_all(sv_worker *w)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->assocs)
         assoc_close(sv_container_of(pos, sv_assoc, link));
+}
+
+void sv__udp_close_listener(sv_worker *w, sv_wlistener *l)
+{
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->assocs) {
+        sv_assoc *a = sv_container_of(pos, sv_assoc, link);
+        if (a->l == l)
+            assoc_close(a);
+    }
 }

@@ -47,6 +47,7 @@ static void stop_listener(sv_wlistener *l)
         return;
     l->stopped = true;
     sv_list_unlink(&l->link);
+    sv__udp_close_listener(l->w, l);
     /* Pin the listener while its handles close, so a release in between cannot free it. */
     l->n_users_of++;
     uv_close((uv_handle_t *)&l->tcp, wlistener_on_close);
@@ -170,6 +171,8 @@ static void *worker_main(void *arg)
     uv_run(&w->loop, UV_RUN_DEFAULT);
     sv_plane_unref(w->plane);
     w->plane = NULL;
+    sv_aead_deinit(&w->udp_open);
+    sv_aead_deinit(&w->udp_seal);
     int rc = uv_loop_close(&w->loop);
     if (rc != 0)
         SV_LOG(SV_LOG_WARN, "sv.worker", "worker %u: loop closed with live handles", w->index);

@@ -307,6 +307,15 @@ ssize_t sv_ss_tcp_seal(sv_ss_tcp *c, const sv_ss_keyring *ring, uint8_t *buf, si
 ssize_t sv_ss_udp_open(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *user,
                        sv_dest *dest, uint8_t **payload)
 {
+    sv_aead a = {0};
+    ssize_t r = sv_ss_udp_open_ctx(ring, pkt, n, user, dest, payload, &a);
+    sv_aead_deinit(&a);
+    return r;
+}
+
+ssize_t sv_ss_udp_open_ctx(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *user,
+                           sv_dest *dest, uint8_t **payload, sv_aead *ctx)
+{
     size_t sl = sv_ss_key_len(ring->cipher);
     if (sl == 0)
         return -EINVAL;
@@ -314,16 +323,14 @@ ssize_t sv_ss_udp_open(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *u
         return -EPROTO;
     size_t clen = n - sl - SV_SS_TAG;
     uint8_t *ct = pkt + sl, sub[SV_SS_KEY_MAX];
-    sv_aead a = {0};
     int found = -1, rc = 0;
     for (size_t i = 0; i < ring->n && found < 0 && rc == 0; i++) {
         rc = sv_ss_subkey(ring->keys[i], sl, pkt, sub);
         if (rc == 0)
-            rc = sv_aead_init(&a, ring->cipher, sub, false);
-        if (rc == 0 && sv_aead_open(&a, ct, clen) == 0)
+            rc = sv_aead_init(ctx, ring->cipher, sub, false);
+        if (rc == 0 && sv_aead_open(ctx, ct, clen) == 0)
             found = (int)i;
     }
-    sv_aead_deinit(&a);
     OPENSSL_cleanse(sub, sizeof sub);
     if (rc != 0)
         return rc;
@@ -343,6 +350,16 @@ ssize_t sv_ss_udp_seal(enum sv_ss_cipher cipher, const uint8_t *key, const sv_de
                        const uint8_t *payload, size_t n, uint8_t *out, size_t cap,
                        void (*rng)(uint8_t *buf, size_t n))
 {
+    sv_aead a = {0};
+    ssize_t r = sv_ss_udp_seal_ctx(cipher, key, from, payload, n, out, cap, rng, &a);
+    sv_aead_deinit(&a);
+    return r;
+}
+
+ssize_t sv_ss_udp_seal_ctx(enum sv_ss_cipher cipher, const uint8_t *key, const sv_dest *from,
+                           const uint8_t *payload, size_t n, uint8_t *out, size_t cap,
+                           void (*rng)(uint8_t *buf, size_t n), sv_aead *ctx)
+{
     size_t sl = sv_ss_key_len(cipher);
     if (sl == 0 || key == NULL || from == NULL || out == NULL || (payload == NULL && n > 0))
         return -EINVAL;
@@ -353,15 +370,13 @@ ssize_t sv_ss_udp_seal(enum sv_ss_cipher cipher, const uint8_t *key, const sv_de
     if (n > 0)
         memmove(out + sl + al, payload, n);
     memcpy(out + sl, addr, al);
-    sv_aead a = {0};
     int rc = ss_random(out, sl, rng);
     if (rc == 0)
         rc = sv_ss_subkey(key, sl, out, sub);
     if (rc == 0)
-        rc = sv_aead_init(&a, cipher, sub, true);
+        rc = sv_aead_init(ctx, cipher, sub, true);
     if (rc == 0)
-        rc = sv_aead_seal(&a, out + sl, al + n);
-    sv_aead_deinit(&a);
+        rc = sv_aead_seal(ctx, out + sl, al + n);
     OPENSSL_cleanse(sub, sizeof sub);
     return rc != 0 ? rc : (ssize_t)(sl + al + n + SV_SS_TAG);
 }

@@ -126,4 +126,15 @@ ssize_t sv_ss_udp_seal(enum sv_ss_cipher cipher, const uint8_t *key, const sv_de
                        const uint8_t *payload, size_t n, uint8_t *out, size_t cap,
                        void (*rng)(uint8_t *buf, size_t n));
 
+/**
+ * sv_ss_udp_open() / sv_ss_udp_seal() with a caller-owned cipher context @p ctx (zeroed the first
+ * time, re-keyed on every call, freed by the caller with sv_aead_deinit()), so the per-datagram
+ * path allocates nothing. Same results and errors.
+ */
+ssize_t sv_ss_udp_open_ctx(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *user,
+                           sv_dest *dest, uint8_t **payload, sv_aead *ctx);
+ssize_t sv_ss_udp_seal_ctx(enum sv_ss_cipher cipher, const uint8_t *key, const sv_dest *from,
+                           const uint8_t *payload, size_t n, uint8_t *out, size_t cap,
+                           void (*rng)(uint8_t *buf, size_t n), sv_aead *ctx);
+
 #endif
