@@ -190,18 +190,6 @@ int ag_lower_match(const char *entry, sv_route_match *out)
 /* rules                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-static void rule_clear(sv_route_rule *r)
-{
-    for (size_t i = 0; i < r->n_matchers; i++)
-        free(r->matchers[i].text);
-    free(r->matchers);
-    for (size_t i = 0; i < r->n_inbounds; i++)
-        free(r->inbounds[i]);
-    free(r->inbounds);
-    free(r->outbound);
-    memset(r, 0, sizeof *r);
-}
-
 /* Fill r's matchers from the route's entries; warns about what it skips. */
 static int rule_matchers(const char *tag, const pn_route *route, sv_route_rule *r)
 {
@@ -265,7 +253,7 @@ static int lower_route(const char *tag, const pn_route *route, sv_spec *spec, sv
             return 0;
         }
     }
-    rule_clear(&r);
+    sv_route_rule_free(&r);
     return rc != 0 ? sv_error_set(err, rc, "node %s: out of memory", tag) : 0;
 }
 

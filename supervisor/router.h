@@ -41,6 +41,7 @@ int sv_routes_compile(const sv_route_spec *spec, sv_routes **out, sv_error *err)
 /** A table with no rules whose default is @p tag (the empty plane uses it). NULL on OOM. */
 sv_routes *sv_routes_single(const char *tag);
 
+/** Free a compiled table. NULL-safe. */
 void sv_routes_free(sv_routes *r);
 
 /** Number of slots, and the tag each slot stands for (borrowed). */

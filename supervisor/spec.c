@@ -38,7 +38,7 @@ static void inbound_free(sv_inbound_spec *in)
     free(in->users);
 }
 
-static void rule_free(sv_route_rule *r)
+void sv_route_rule_free(sv_route_rule *r)
 {
     for (size_t i = 0; i < r->n_matchers; i++)
         free(r->matchers[i].text);
@@ -47,12 +47,13 @@ static void rule_free(sv_route_rule *r)
         free(r->inbounds[i]);
     free(r->inbounds);
     free(r->outbound);
+    memset(r, 0, sizeof *r);
 }
 
 static void route_free(sv_route_spec *route)
 {
     for (size_t i = 0; i < route->n_rules; i++)
-        rule_free(&route->rules[i]);
+        sv_route_rule_free(&route->rules[i]);
     free(route->rules);
     free(route->default_outbound);
 }

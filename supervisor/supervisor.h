@@ -150,6 +150,9 @@ void sv_spec_free(sv_spec *spec);
  */
 int sv_spec_clone(sv_spec *dst, const sv_spec *src);
 
+/** Free one route rule's contents (matcher texts, inbound tags, outbound) and zero it. */
+void sv_route_rule_free(sv_route_rule *r);
+
 /** Free one user set's contents and zero it. */
 void sv_user_set_free(sv_user_set *set);
 
@@ -351,6 +354,7 @@ typedef struct sv_stats {
  * @return 0 or -ENOMEM; free with sv_stats_free().
  */
 int sv_stats_get(sv_supervisor *sv, sv_stats *out);
+/** Free the arrays of a snapshot copy and zero it. NULL-safe. */
 void sv_stats_free(sv_stats *stats);
 
 /** A flow event from the bounded ring (1024 entries, seed 003). */

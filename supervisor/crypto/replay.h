@@ -14,6 +14,7 @@ typedef struct sv_replay sv_replay;
 
 /** @return a filter remembering at least @p capacity tokens, or NULL on allocation failure. */
 sv_replay *sv_replay_new(size_t capacity);
+/** Free a filter. NULL-safe. */
 void sv_replay_free(sv_replay *r);
 
 /**

@@ -50,6 +50,7 @@ void sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8
  */
 int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char *const *passwords,
                        size_t n);
+/** Free the keys of a keyring and zero it. Idempotent. */
 void sv_ss_keyring_deinit(sv_ss_keyring *ring);
 
 enum sv_ss_state { SV_SS_AUTH = 0, SV_SS_HEADER, SV_SS_RELAY, SV_SS_FAILED };
