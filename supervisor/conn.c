@@ -3,10 +3,11 @@
  * core, applies what the core produced (authenticate, open, data), dials the routed outbound,
  * relays with backpressure and half-close, and meters every byte.
  *
- * Hot path: reads land in the worker's scratch buffer; the core decrypts in place; plaintext is
- * handed to the kernel with uv_try_write. Only a write the kernel did not take whole is copied to
- * a per-connection buffer (and reading that side stops until it drains). An idle connection holds
- * no buffer. Connector order: seed 002 §connect (admit, route, refuse, dial, then register).
+ * Hot path: reads land in the worker's scratch buffer; the core decrypts client chunks in place
+ * and seals each remote read (up to 64 KiB) into the worker's sealed buffer as consecutive chunks;
+ * both directions go to the kernel with uv_try_write. Only a write the kernel did not take whole is
+ * copied to a per-connection buffer (and reading that side stops until it drains). An idle
+ * connection holds no buffer. Connector order: seed 002 (admit, route, refuse, dial, register).
  */
 #include "config.h"
 
@@ -271,8 +272,8 @@ static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
 static void remote_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     sv_conn *c = h->data;
-    buf->base = (char *)c->w->scratch + SV_SS_SEAL_HEAD;
-    buf->len = SV_SS_CHUNK_MAX;
+    buf->base = (char *)c->w->scratch;
+    buf->len = SV_SCRATCH;
     (void)suggested;
 }
 
@@ -294,14 +295,14 @@ static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     }
     sv_meter_add(&c->flow->bytes.down, (uint64_t)n);
-    uint8_t *wire = NULL;
-    ssize_t len = sv_ss_tcp_seal(&c->ss, &c->handler->ring, c->w->scratch, (size_t)n, &wire);
+    uint8_t *wire = c->w->sealed;
+    ssize_t len = sv_ss_tcp_seal_to(&c->ss, &c->handler->ring, (const uint8_t *)buf->base,
+                                    (size_t)n, wire, sizeof c->w->sealed);
     if (len < 0) {
         conn_close(c);
         return;
     }
     write_client(c, wire, (size_t)len);
-    (void)buf;
 }
 
 static void remote_read_start(sv_conn *c)

@@ -157,6 +157,7 @@ struct sv_worker {
     bool exiting;
     sv_aead udp_open, udp_seal; /**< cipher contexts re-keyed per datagram (never reallocated) */
     uint8_t scratch[SV_SCRATCH + SV_SS_SALT_MAX + SV_SS_NEED_MAX + 64];
+    uint8_t sealed[SV_SS_SEALED_MAX(SV_SCRATCH)]; /**< downstream wire built from one remote read */
 };
 
 struct sv_wlistener {

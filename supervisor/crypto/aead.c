@@ -90,18 +90,20 @@ static void nonce_next(uint8_t nonce[12])
     }
 }
 
-int sv_aead_seal(sv_aead *a, uint8_t *p, size_t n)
+int sv_aead_seal(sv_aead *a, uint8_t *p, size_t n) { return sv_aead_seal_to(a, p, n, p); }
+
+int sv_aead_seal_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out)
 {
     int outl = 0, finl = 0;
     if (a->ctx == NULL || !a->encrypt || n > INT_MAX)
         return -EINVAL;
     if (EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
         return -EINVAL;
-    if (n > 0 && EVP_CipherUpdate(a->ctx, p, &outl, p, (int)n) != 1)
+    if (n > 0 && EVP_CipherUpdate(a->ctx, out, &outl, in, (int)n) != 1)
         return -EINVAL;
-    if (EVP_CipherFinal_ex(a->ctx, p + outl, &finl) != 1)
+    if (EVP_CipherFinal_ex(a->ctx, out + outl, &finl) != 1)
         return -EINVAL;
-    if (EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_GET_TAG, AEAD_TAG, p + n) != 1)
+    if (EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_GET_TAG, AEAD_TAG, out + n) != 1)
         return -EINVAL;
     nonce_next(a->nonce);
     return 0;

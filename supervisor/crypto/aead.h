@@ -34,6 +34,12 @@ void sv_aead_deinit(sv_aead *a);
 int sv_aead_seal(sv_aead *a, uint8_t *p, size_t n);
 
 /**
+ * Seal @p n bytes from @p in into @p out (n bytes, then the 16-byte tag); in and out may be the
+ * same buffer but must not otherwise overlap. Advances the nonce. @return 0 or -EINVAL.
+ */
+int sv_aead_seal_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out);
+
+/**
  * Open @p n ciphertext bytes in place at @p p followed by their tag at p + n; advance the nonce
  * only on success. On failure the n bytes are restored to the ciphertext, so another key can be
  * tried on the same buffer. @return 0, or -EBADMSG when authentication fails.

@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
@@ -379,4 +380,35 @@ ssize_t sv_ss_udp_seal_ctx(enum sv_ss_cipher cipher, const uint8_t *key, const s
         rc = sv_aead_seal(ctx, out + sl, al + n);
     OPENSSL_cleanse(sub, sizeof sub);
     return rc != 0 ? rc : (ssize_t)(sl + al + n + SV_SS_TAG);
+}
+
+ssize_t sv_ss_tcp_seal_to(sv_ss_tcp *c, const sv_ss_keyring *ring, const uint8_t *in, size_t len,
+                          uint8_t *out, size_t cap)
+{
+    if (ring == NULL || in == NULL || out == NULL || ring->cipher != c->cipher || c->user < 0 ||
+        (size_t)c->user >= ring->n || len == 0)
+        return -EINVAL;
+    size_t chunks = (len + SV_SS_CHUNK_MAX - 1) / SV_SS_CHUNK_MAX;
+    size_t sl = c->salt_sent ? 0 : sv_ss_key_len(c->cipher);
+    if (len > SIZE_MAX / 4 || cap < sl + chunks * (SS_LEN_CHUNK + SV_SS_TAG) + len)
+        return -EMSGSIZE;
+    uint8_t *w = out;
+    if (!c->salt_sent) {
+        if (ss_seal_start(c, ring->keys[c->user]) != 0)
+            return -EINVAL;
+        memcpy(w, c->seal_salt, sl);
+        w += sl;
+        c->salt_sent = true;
+    }
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < SV_SS_CHUNK_MAX ? len - off : SV_SS_CHUNK_MAX;
+        w[0] = (uint8_t)(n >> 8);
+        w[1] = (uint8_t)(n & 0xff);
+        if (sv_aead_seal(&c->seal, w, 2) != 0 ||
+            sv_aead_seal_to(&c->seal, in + off, n, w + SS_LEN_CHUNK) != 0)
+            return -EINVAL;
+        w += SS_LEN_CHUNK + n + SV_SS_TAG;
+        off += n;
+    }
+    return (ssize_t)(w - out);
 }

@@ -108,6 +108,20 @@ ssize_t sv_ss_tcp_feed(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *repla
 ssize_t sv_ss_tcp_seal(sv_ss_tcp *c, const sv_ss_keyring *ring, uint8_t *buf, size_t len,
                        uint8_t **wire);
 
+/** Wire bytes sv_ss_tcp_seal_to() needs at most for @p len payload bytes. */
+#define SV_SS_SEALED_MAX(len)                                                                      \
+    (SV_SS_SALT_MAX + ((len) + SV_SS_CHUNK_MAX - 1) / SV_SS_CHUNK_MAX * (2 + 2 * SV_SS_TAG) + (len))
+
+/**
+ * Seal @p len payload bytes (any length > 0) from @p in into @p out as consecutive chunks of at
+ * most SV_SS_CHUNK_MAX, preceded by the salt on the first call: the same wire as calling
+ * sv_ss_tcp_seal() once per chunk, without copying the payload. Needs c->user >= 0.
+ * @return the wire length, -EMSGSIZE when @p cap < SV_SS_SEALED_MAX(len) would be needed, or
+ *         -EINVAL.
+ */
+ssize_t sv_ss_tcp_seal_to(sv_ss_tcp *c, const sv_ss_keyring *ring, const uint8_t *in, size_t len,
+                          uint8_t *out, size_t cap);
+
 /**
  * Open one client datagram in place (§2.4): trial decryption over the keyring.
  * @param user     receives the keyring index

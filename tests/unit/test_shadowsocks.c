@@ -960,6 +960,49 @@ static void seal__bad_arguments__einval(void **state)
     sv_ss_keyring_deinit(&ring);
 }
 
+
+/* seal_to over several chunks gives exactly the wire of one sv_ss_tcp_seal per chunk. */
+static void seal_to__many_chunks__same_wire_as_per_chunk_seal(void **state)
+{
+    (void)state;
+    enum { LEN = 2 * SV_SS_CHUNK_MAX + 1234 };
+    sv_ss_keyring ring;
+    ring_init(&ring, SV_SS_AES_256_GCM, "pw", NULL, NULL);
+    sv_ss_tcp a = {0}, b = {0};
+    assert_int_equal(sv_ss_tcp_init(&a, SV_SS_AES_256_GCM), 0);
+    assert_int_equal(sv_ss_tcp_init(&b, SV_SS_AES_256_GCM), 0);
+    a.rng = b.rng = fixed_rng;
+    a.user = b.user = 0;
+    uint8_t *plain = malloc(LEN), *out = malloc(SV_SS_SEALED_MAX(LEN)), *want = malloc(SV_SS_SEALED_MAX(LEN));
+    uint8_t *buf = malloc(SV_SS_SEAL_HEAD + SV_SS_CHUNK_MAX + SV_SS_SEAL_TAIL);
+    assert_true(plain && out && want && buf);
+    for (size_t i = 0; i < LEN; i++)
+        plain[i] = (uint8_t)(i * 7 + 3);
+    ssize_t r = sv_ss_tcp_seal_to(&a, &ring, plain, LEN, out, SV_SS_SEALED_MAX(LEN));
+    size_t wn = 0;
+    for (size_t off = 0; off < LEN; off += SV_SS_CHUNK_MAX) {
+        size_t n = LEN - off < SV_SS_CHUNK_MAX ? LEN - off : SV_SS_CHUNK_MAX;
+        uint8_t *w = NULL;
+        memcpy(buf + SV_SS_SEAL_HEAD, plain + off, n);
+        ssize_t k = sv_ss_tcp_seal(&b, &ring, buf, n, &w);
+        assert_true(k > 0);
+        memcpy(want + wn, w, (size_t)k);
+        wn += (size_t)k;
+    }
+    assert_int_equal(r, wn);
+    assert_memory_equal(out, want, wn);
+    /* a buffer one byte short of the next call's need is refused, nothing sealed */
+    assert_int_equal(sv_ss_tcp_seal_to(&a, &ring, plain, 100, out, 100 + 2 * SV_SS_TAG + 1), -EMSGSIZE);
+    assert_int_equal(sv_ss_tcp_seal_to(&a, &ring, plain, 0, out, 64), -EINVAL);
+    free(plain);
+    free(out);
+    free(want);
+    free(buf);
+    sv_ss_tcp_deinit(&a);
+    sv_ss_tcp_deinit(&b);
+    sv_ss_keyring_deinit(&ring);
+}
+
 /* ---------- UDP refusals ---------- */
 
 static void udp__multiuser_and_refusals(void **state)
@@ -1109,6 +1152,7 @@ int main(void)
         cmocka_unit_test(roundtrip__address_layouts__same_result),
         cmocka_unit_test(seal__many_chunks__client_opens_them),
         cmocka_unit_test(seal__bad_arguments__einval),
+        cmocka_unit_test(seal_to__many_chunks__same_wire_as_per_chunk_seal),
         cmocka_unit_test(udp__multiuser_and_refusals),
         cmocka_unit_test(udp__seal_in_place_and_small_buffer),
         cmocka_unit_test(dest__parse_encode_format),
