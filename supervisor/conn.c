@@ -50,6 +50,7 @@ typedef struct sv_conn {
     struct sockaddr_storage peer;
     bool remote_inited, dialing, connected, client_eof, remote_eof, remote_shut, client_shut;
     bool writing_remote, writing_client, draining, closing;
+    uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
 } sv_conn;
 
 static void conn_close(sv_conn *c);
@@ -295,6 +296,7 @@ static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     }
     sv_meter_add(&c->flow->bytes.down, (uint64_t)n);
+    c->last_active = uv_now(&c->w->loop);
     uint8_t *wire = c->w->sealed;
     ssize_t len = sv_ss_tcp_seal_to(&c->ss, &c->handler->ring, (const uint8_t *)buf->base,
                                     (size_t)n, wire, sizeof c->w->sealed);
@@ -324,6 +326,7 @@ static void on_connected(uv_connect_t *req, int status)
         return;
     }
     c->connected = true;
+    c->last_active = uv_now(&c->w->loop);
     uv_timer_stop(&c->timer);
     uv_tcp_nodelay(&c->remote, 1);
     sv_tracker_flow_open(c->w->shared->tracker, c->flow);
@@ -553,6 +556,7 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     }
     sv_meter_add(&c->sess->wire.up, (uint64_t)n);
+    c->last_active = uv_now(&c->w->loop);
     if (c->draining)
         return;
     process_client(c, c->w->scratch, c->carry_len + (size_t)n);
@@ -638,6 +642,17 @@ void sv__conn_revoke(sv_worker *w, sv_wlistener *l)
         if (c->listener != l || c->closing || c->ss.user < 0)
             continue;
         if (sv_handler_find(l->handler, c->user_id, c->handler->ring.keys[c->ss.user]) < 0)
+            conn_close(c);
+    }
+}
+
+void sv__conn_sweep_idle(sv_worker *w)
+{
+    uint64_t now = uv_now(&w->loop);
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->conns) {
+        sv_conn *c = sv_container_of(pos, sv_conn, link);
+        if (c->connected && !c->closing && now - c->last_active >= SV_TCP_IDLE_MS)
             conn_close(c);
     }
 }

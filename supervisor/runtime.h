@@ -25,6 +25,8 @@
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
 #define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */
+#define SV_TCP_IDLE_MS 300000           /**< a relay that moved nothing either way for this long ends */
+#define SV_IDLE_SWEEP_MS 10000          /**< how often a worker looks for idle relays */
 #define SV_PROBE_DRAIN_MIN_MS 5000      /**< a failed client is drained for a random time ... */
 #define SV_PROBE_DRAIN_SPAN_MS 25000    /**< ... in [min, min + span) before the close */
 
@@ -155,6 +157,7 @@ struct sv_worker {
     sv_list conns;          /**< TCP connections (sv_conn) */
     sv_list assocs;         /**< UDP associations */
     bool exiting;
+    uv_timer_t sweep;       /**< SV_IDLE_SWEEP_MS: closes idle relays */
     sv_aead udp_open, udp_seal; /**< cipher contexts re-keyed per datagram (never reallocated) */
     uint8_t scratch[SV_SCRATCH + SV_SS_SALT_MAX + SV_SS_NEED_MAX + 64];
     uint8_t sealed[SV_SS_SEALED_MAX(SV_SCRATCH)]; /**< downstream wire built from one remote read */
@@ -179,6 +182,8 @@ void sv__conn_on_accept(uv_stream_t *server, int status);
 void sv__conn_scan_flags(sv_worker *w);
 /** Close every TCP connection of @p l whose user is no longer in l->handler (conn.c). */
 void sv__conn_revoke(sv_worker *w, sv_wlistener *l);
+/** Close every established relay that moved no byte for SV_TCP_IDLE_MS (conn.c). */
+void sv__conn_sweep_idle(sv_worker *w);
 /** Close every TCP connection (shutdown / exit). */
 void sv__conn_close_all(sv_worker *w);
 /** Drop a listener user reference; frees a stopped listener when none is left (worker.c). */

@@ -134,6 +134,7 @@ static void close_everything(sv_worker *w)
         stop_listener(sv_container_of(pos, sv_wlistener, link));
     sv__conn_close_all(w);
     sv__udp_close_all(w);
+    uv_close((uv_handle_t *)&w->sweep, NULL);
     uv_close((uv_handle_t *)&w->async, NULL);
 }
 
@@ -164,6 +165,8 @@ static void on_async(uv_async_t *a)
     if (w->exiting)
         close_everything(w);
 }
+
+static void on_sweep(uv_timer_t *t) { sv__conn_sweep_idle(t->data); }
 
 static void *worker_main(void *arg)
 {
@@ -199,8 +202,13 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
         return rc;
     }
     w->async.data = w;
+    uv_timer_init(&w->loop, &w->sweep);
+    w->sweep.data = w;
+    uv_timer_start(&w->sweep, on_sweep, SV_IDLE_SWEEP_MS, SV_IDLE_SWEEP_MS);
+    uv_unref((uv_handle_t *)&w->sweep);
     rc = pthread_create(&w->thread, NULL, worker_main, w);
     if (rc != 0) {
+        uv_close((uv_handle_t *)&w->sweep, NULL);
         uv_close((uv_handle_t *)&w->async, NULL);
         uv_run(&w->loop, UV_RUN_DEFAULT);
         uv_loop_close(&w->loop);
