@@ -369,13 +369,16 @@ typedef struct sv_event {
 #define SV_EVENT_RING 1024
 
 /**
- * Read the next event after @p *cursor (start with 0 for "from now"). Any thread, never blocks.
+ * Read the next event after @p *cursor, the seq of the last event read. Sequence numbers start
+ * at 1: start with sv_events_head() to read only events emitted from then on (none is missed,
+ * even when no event existed yet), or with 0 to read from the oldest retained one. Any thread,
+ * never blocks.
  * @return 1 with *ev filled and *cursor advanced; 0 when nothing is new. A reader that fell more
  *         than SV_EVENT_RING behind gets one SV_EVENT_LAGGED with the number it missed.
  */
 int sv_events_next(sv_supervisor *sv, uint64_t *cursor, sv_event *ev);
 
-/** The sequence number of the newest event (a cursor that reads only future events). */
+/** The seq of the newest event, 0 before the first (the start cursor for "from now"). Any thread. */
 uint64_t sv_events_head(sv_supervisor *sv);
 
 /**

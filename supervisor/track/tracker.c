@@ -224,18 +224,17 @@ static void emit(sv_tracker *t, enum sv_event_kind kind, const sv_flow_info *flo
 }
 
 /*
- * Cursor = seq of the last event read. 0 means "from now": it jumps to the head. Caveat: while no
- * event exists yet the head is 0 too, so a reader still at 0 keeps jumping to the then-current
- * head on each call until it has read one event. A LAGGED event has seq 0; it moves the cursor
- * to just before the oldest retained event.
+ * Cursor = seq of the last event read; sequence numbers start at 1, so 0 = nothing read yet (the
+ * reader starts at the oldest retained event) and sv_tracker_events_head() = "from now". There is
+ * no moving "from now" sentinel: a reader whose start cursor was taken before the first event
+ * still sees that event. A LAGGED event has seq 0; it moves the cursor to just before the oldest
+ * retained event.
  */
 int sv_tracker_events_next(sv_tracker *t, uint64_t *cursor, sv_event *ev)
 {
     int rc = 0;
     pthread_mutex_lock(&t->ev_lock);
     uint64_t head = t->ev_head;
-    if (*cursor == 0)
-        *cursor = head; /* from now: no history */
     if (*cursor >= head)
         goto out;
     uint64_t before_oldest = head > SV_EVENT_RING ? head - SV_EVENT_RING : 0;

@@ -199,11 +199,11 @@ static void events_report_opened_then_closed_with_final_counts(void **state)
     (void)state;
     sv_tracker *t = new_tracker(2);
     sv_flow_rec *first = open_flow(t, 0, "in", "out@v1", 0, 0);
-    uint64_t cursor = 0;
+    uint64_t cursor = sv_tracker_events_head(t); /* from now: no history */
     sv_event ev;
-    assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 0); /* 0 = from now: no history */
     assert_int_equal(cursor, 1);
-    assert_int_equal(sv_tracker_events_head(t), 1);
+    assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 0);
+    assert_int_equal(cursor, 1);
 
     sv_flow_rec *f = open_flow(t, 1, "in2", "out@v3", 9, 4);
     uint64_t id = f->info.id;
@@ -228,6 +228,35 @@ static void events_report_opened_then_closed_with_final_counts(void **state)
     assert_int_equal(cursor, 3);
 
     sv_tracker_flow_close(t, first);
+    sv_tracker_free(t);
+}
+
+/* The defect this pins: a reader whose start was taken while no event existed (head 0) must
+ * see the first event, and a reader polling before it must not skip past it. Cursor 0 reads
+ * from the oldest retained event. */
+static void a_reader_started_before_the_first_event_misses_nothing(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(1);
+    uint64_t cursor = sv_tracker_events_head(t);
+    sv_event ev;
+    assert_int_equal(cursor, 0);
+    assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 0); /* polled: nothing yet */
+    assert_int_equal(cursor, 0);
+    sv_flow_rec *f = open_flow(t, 0, "in", "out@v1", 0, 0);
+    assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 1);
+    assert_int_equal(ev.kind, SV_EVENT_OPENED);
+    assert_int_equal(ev.seq, 1); /* sequence numbers start at 1 */
+    assert_int_equal(ev.flow.id, f->info.id);
+    assert_int_equal(cursor, 1);
+    sv_tracker_flow_close(t, f);
+    uint64_t late = 0; /* a reader from 0 later still gets the whole retained history */
+    assert_int_equal(sv_tracker_events_next(t, &late, &ev), 1);
+    assert_int_equal(ev.seq, 1);
+    assert_int_equal(sv_tracker_events_next(t, &late, &ev), 1);
+    assert_int_equal(ev.kind, SV_EVENT_CLOSED);
+    assert_int_equal(ev.seq, 2);
+    assert_int_equal(sv_tracker_events_next(t, &late, &ev), 0);
     sv_tracker_free(t);
 }
 
@@ -562,6 +591,7 @@ int main(void)
         cmocka_unit_test(the_sampler_counts_every_byte_once_by_inbound_outbound_and_user),
         cmocka_unit_test(rates_saturate_instead_of_overflowing),
         cmocka_unit_test(events_report_opened_then_closed_with_final_counts),
+        cmocka_unit_test(a_reader_started_before_the_first_event_misses_nothing),
         cmocka_unit_test(a_lagging_reader_is_told_how_many_it_missed),
         cmocka_unit_test(flow_ids_name_their_worker_and_listing_is_sorted),
         cmocka_unit_test(kill_flags_one_flow_and_wakes_its_worker),

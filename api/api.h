@@ -1,0 +1,166 @@
+/*
+ * katana operator REST API (issue 4; DESIGN.md "api/", "Threads and loops"; seed 003, "REST
+ * API"): a libmicrohttpd server in its own threads. Reads come from the supervisor's published
+ * snapshots and flow registry (sv_flows, sv_sessions, sv_stats_get, sv_events_next, ...);
+ * kills and closes use the supervisor's any-thread entry points; node status and sync requests
+ * go through callbacks the agent provides. The API depends on supervisor/ only.
+ *
+ * Routes (JSON; byte counts are integers; times RFC 3339 UTC):
+ *   GET /healthz, GET /metrics, GET /v1/nodes, GET /v1/nodes/{tag}, POST /v1/nodes/{tag}/sync,
+ *   GET|DELETE /v1/connections, DELETE /v1/connections/{flow}, GET /v1/connections/events,
+ *   DELETE /v1/sessions, GET /v1/traffic, GET /v1/usage.
+ */
+#ifndef API_API_H
+#define API_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sys/socket.h>
+
+#include "supervisor/supervisor.h"
+
+#define API_DEFAULT_LISTEN "127.0.0.1:9090"
+#define API_TOKEN_MAX 256      /**< bytes in api.token */
+#define API_URI_MAX 2048       /**< bytes in a request target (longer: 414) */
+#define API_QUERY_MAX 16       /**< query parameters in one request */
+#define API_QUERY_KEY_MAX 32   /**< bytes in a decoded query key */
+#define API_QUERY_VALUE_MAX 256 /**< bytes in a decoded query value */
+#define API_PATH_SEGMENTS_MAX 8 /**< path segments */
+#define API_SEGMENT_MAX 128    /**< bytes in a decoded path segment */
+#define API_SSE_STREAMS_MAX 32 /**< live SSE streams at a time (more: 503) */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Node status (filled by the agent)                                                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/** One node as the agent knows it; plain data, copied out under the agent's lock. */
+typedef struct api_node_status {
+    char tag[SV_TAG_MAX + 1];
+    char panel_type[16];       /**< "local", ... */
+    char panel_url[256];       /**< where the panel is, never a token or key ("" = inline) */
+    uint64_t last_pull_ms;     /**< wall clock ms of the last fetch end; 0 = never */
+    int last_pull_status;      /**< 0 or a negative error */
+    char last_pull_error[160]; /**< "" when the last pull succeeded */
+    uint64_t last_push_ms;     /**< last usage report; 0 = never (no push exists yet) */
+    int last_push_status;
+    char last_push_error[160];
+    bool applied;              /**< a spec holding this node runs */
+    uint64_t applied_ms;       /**< when it was last applied */
+    uint64_t epoch;            /**< plane epoch after that apply */
+    uint64_t users;            /**< users of the node's running user list */
+    char last_apply_error[160]; /**< why the last load holding the node was refused, or "" */
+    uint64_t applies;          /**< successful applies (incl. users-only edits) with this node */
+    uint64_t apply_errors;     /**< refused loads that included this node */
+    uint64_t outbox_pending_bytes; /**< usage not yet reported; 0 until an outbox exists */
+    uint64_t outbox_oldest_ms; /**< wall clock of the oldest pending report; 0 = none */
+} api_node_status;
+
+/**
+ * Copy the status of every node (any thread: the API calls it from its own threads).
+ * @param out  receives a malloc'ed array the API frees with free()
+ * @return the count, or a negative error.
+ */
+typedef long (*api_nodes_fn)(void *arg, api_node_status **out);
+
+/**
+ * Ask the control loop to pull node @p tag from its panel now (any thread; must not block).
+ * @return 0 when queued, -ENOENT for an unknown tag, another negative error otherwise.
+ */
+typedef int (*api_sync_fn)(void *arg, const char *tag);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Server                                                                                       */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct api_options {
+    const char *listen;   /**< "ip:port" or "[ipv6]:port"; NULL = API_DEFAULT_LISTEN */
+    const char *token;    /**< bearer token, NULL/"" = none (then listen must be loopback) */
+    sv_supervisor *sv;    /**< borrowed; must outlive the server */
+    api_nodes_fn nodes;   /**< may be NULL (no nodes) */
+    api_sync_fn sync;     /**< may be NULL (sync answers 503) */
+    void *arg;            /**< for nodes and sync */
+} api_options;
+
+typedef struct api_server api_server;
+
+/**
+ * Parse and check @p opts, bind and start serving in libmicrohttpd's threads.
+ * @return 0; -EINVAL (bad listen, err: "api.listen: ..."); -EPERM when listen is not a loopback
+ *         address and no token is set (err says so, nothing is bound); -EADDRINUSE or another
+ *         bind error; -ENOMEM.
+ */
+int api_server_start(const api_options *opts, api_server **out, sv_error *err);
+
+/** Port the server listens on (useful with port 0). */
+uint16_t api_server_port(const api_server *s);
+
+/**
+ * End every stream, stop the threads and free the server. Blocks until libmicrohttpd's threads
+ * are gone (SSE streams notice within about 100 ms). NULL-safe.
+ */
+void api_server_stop(api_server *s);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Pure helpers (api/query.c), exposed for tests and fuzzing                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/** A parsed request target: decoded path segments and query parameters, heap-free. */
+typedef struct api_uri {
+    size_t n_segments;
+    char segments[API_PATH_SEGMENTS_MAX][API_SEGMENT_MAX + 1];
+    size_t n_params;
+    struct {
+        char key[API_QUERY_KEY_MAX + 1];
+        char value[API_QUERY_VALUE_MAX + 1];
+    } params[API_QUERY_MAX];
+} api_uri;
+
+/**
+ * Parse an origin-form request target ("/v1/connections?user=3&node=a%20b") of at most
+ * API_URI_MAX bytes. Percent escapes are decoded (and '+' in the query is a space); empty
+ * path segments are dropped; a decoded NUL, a malformed escape, a repeated key, or anything over
+ * the limits above is an error.
+ * @return 0 or -EINVAL with err->msg ("query: key \"x\" repeated", "path: too many segments").
+ */
+int api_uri_parse(const char *target, size_t len, api_uri *out, sv_error *err);
+
+/**
+ * Check that every query key of @p uri is in @p allowed (NULL-terminated).
+ * @return 0 or -EINVAL with err->msg "unknown query key \"x\"".
+ */
+int api_uri_check_keys(const api_uri *uri, const char *const *allowed, sv_error *err);
+
+/** The value of query key @p key, or NULL. */
+const char *api_uri_param(const api_uri *uri, const char *key);
+
+/**
+ * A decimal unsigned 64-bit integer without sign, spaces or leading '+'.
+ * @return 0 or -EINVAL (empty, non-digit, overflow).
+ */
+int api_parse_u64(const char *s, uint64_t *out);
+
+/**
+ * Parse a listen address "ip:port" / "[ipv6]:port" (IP literals only, port 1..65535).
+ * @param sa  receives the socket address (may be NULL to only check)
+ * @param loopback  receives whether the address is loopback (127.0.0.0/8, ::1)
+ * @return 0 or -EINVAL with err->msg naming the problem.
+ */
+int api_listen_parse(const char *text, struct sockaddr_storage *sa, bool *loopback,
+                     sv_error *err);
+
+/**
+ * Compare the Authorization header value with "Bearer <token>" in time independent of where
+ * they differ (it depends only on the lengths of @p header's token part and @p token).
+ * @return true when they match; false for NULL, another scheme or another token.
+ */
+bool api_auth_ok(const char *header, const char *token);
+
+/**
+ * Format wall-clock milliseconds as RFC 3339 UTC with milliseconds ("2024-05-01T12:00:00.123Z").
+ * @param buf  at least 32 bytes
+ */
+void api_time_rfc3339(uint64_t ms, char *buf, size_t cap);
+
+#endif

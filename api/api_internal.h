@@ -1,0 +1,61 @@
+/*
+ * Internals shared by the API's files: the server state, one reply, JSON builders (json.c),
+ * route handlers (routes.c), SSE streams (sse.c) and the metrics page (metrics.c).
+ */
+#ifndef API_API_INTERNAL_H
+#define API_API_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "api/api.h"
+
+struct api_server {
+    struct MHD_Daemon *daemon;
+    sv_supervisor *sv;
+    api_nodes_fn nodes;
+    api_sync_fn sync;
+    void *arg;
+    char token[API_TOKEN_MAX + 1]; /* "" = no token */
+    uint16_t port;
+    atomic_bool stopping; /* streams end when set */
+    atomic_int streams;   /* live SSE streams */
+};
+
+/** What a handler answers: a status and either a JSON value, a text body or a response. */
+typedef struct api_reply {
+    unsigned status;
+    json_t *json;                  /* owned; serialised by the server */
+    char *text;                    /* owned malloc'ed text body (metrics) */
+    size_t text_len;
+    const char *content_type;      /* for text */
+    struct MHD_Response *response; /* a ready response (SSE streams) */
+} api_reply;
+
+/** Set an error reply {"error": msg} with @p status. @return 0. */
+int api_reply_error(api_reply *r, unsigned status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* json.c: every builder returns a new reference or NULL on allocation failure. */
+json_t *api_json_flow(const sv_flow_info *f);
+json_t *api_json_session(const sv_session_info *s);
+json_t *api_json_stats(const sv_stats *st);
+json_t *api_json_node(const api_node_status *n, long sessions, long flows);
+json_t *api_json_time(uint64_t ms); /* RFC 3339 string, or null for 0 */
+
+/* routes.c */
+void api_route(api_server *s, const char *method, const api_uri *uri, api_reply *r);
+
+/* sse.c: a streaming response for the events / traffic stream, or NULL (503 / ENOMEM). */
+struct MHD_Response *api_sse_events(api_server *s);
+struct MHD_Response *api_sse_traffic(api_server *s);
+
+/* metrics.c: the Prometheus text page. @return 0 or -ENOMEM. */
+int api_metrics_render(api_server *s, char **out, size_t *len);
+
+/* Node statuses from the agent's callback (count >= 0, *out malloc'ed or NULL). */
+long api_node_list(api_server *s, api_node_status **out);
+
+#endif

@@ -1,0 +1,185 @@
+/*
+ * GET /metrics: the Prometheus text exposition format 0.0.4 (prometheus.io "Exposition
+ * formats"): one HELP and TYPE line per family, label values escaped (\\, \", \n). Families:
+ * flows, sessions, users, epoch, bytes by node/inbound/outbound/direction, users' bytes, applies
+ * and apply errors, outbox pending bytes. Panel request counters are absent until a remote panel
+ * client exists (issue 3).
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_internal.h"
+
+typedef struct page {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} page;
+
+static void put(page *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(page *p, const char *fmt, ...)
+{
+    for (;;) {
+        if (p->oom)
+            return;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(p->buf + p->len, p->cap - p->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            p->oom = true;
+            return;
+        }
+        if ((size_t)n < p->cap - p->len) {
+            p->len += (size_t)n;
+            return;
+        }
+        size_t cap = (p->cap + (size_t)n + 1) * 2;
+        char *b = realloc(p->buf, cap);
+        if (b == NULL) {
+            p->oom = true;
+            return;
+        }
+        p->buf = b;
+        p->cap = cap;
+    }
+}
+
+/* A label value with \, " and newline escaped (tags are at most SV_TAG_MAX bytes). */
+static const char *esc(const char *s, char *buf, size_t cap)
+{
+    size_t o = 0;
+    for (; *s && o + 3 < cap; s++) {
+        if (*s == '\\' || *s == '"') {
+            buf[o++] = '\\';
+            buf[o++] = *s;
+        } else if (*s == '\n') {
+            buf[o++] = '\\';
+            buf[o++] = 'n';
+        } else {
+            buf[o++] = *s;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static void family(page *p, const char *name, const char *type, const char *help)
+{
+    put(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void tag_bytes(page *p, const char *name, const char *label, const sv_tag_stats *v,
+                      size_t n, bool node_label)
+{
+    char e[2 * SV_TAG_MAX + 4];
+    for (size_t i = 0; i < n; i++) {
+        esc(v[i].tag, e, sizeof e);
+        const char *dirs[2] = {"up", "down"};
+        uint64_t vals[2] = {v[i].up, v[i].down};
+        for (int d = 0; d < 2; d++) {
+            if (node_label)
+                put(p, "%s{node=\"%s\",%s=\"%s\",direction=\"%s\"} %" PRIu64 "\n", name, e,
+                    label, e, dirs[d], vals[d]);
+            else
+                put(p, "%s{%s=\"%s\",direction=\"%s\"} %" PRIu64 "\n", name, label, e, dirs[d],
+                    vals[d]);
+        }
+    }
+}
+
+static void traffic(page *p, const sv_stats *st)
+{
+    family(p, "katana_inbound_bytes_total", "counter",
+           "Payload bytes per node and inbound (a node is one inbound) and direction.");
+    tag_bytes(p, "katana_inbound_bytes_total", "inbound", st->inbounds, st->n_inbounds, true);
+    family(p, "katana_outbound_bytes_total", "counter",
+           "Payload bytes per outbound and direction.");
+    tag_bytes(p, "katana_outbound_bytes_total", "outbound", st->outbounds, st->n_outbounds,
+              false);
+    family(p, "katana_user_bytes_total", "counter", "Payload bytes per user id and direction.");
+    tag_bytes(p, "katana_user_bytes_total", "user", st->users, st->n_users, false);
+    family(p, "katana_sampler_ticks_total", "counter", "Sampler ticks since start.");
+    put(p, "katana_sampler_ticks_total %" PRIu64 "\n", st->tick);
+}
+
+static void per_node(page *p, const char *name, const char *type, const char *help,
+                     const api_node_status *n, long count, size_t field_off)
+{
+    char e[2 * SV_TAG_MAX + 4];
+    family(p, name, type, help);
+    for (long i = 0; i < count; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&n[i] + field_off, sizeof v);
+        put(p, "%s{node=\"%s\"} %" PRIu64 "\n", name, esc(n[i].tag, e, sizeof e), v);
+    }
+}
+
+static void live(page *p, api_server *s, const api_node_status *nodes, long n)
+{
+    sv_flow_info *flows = NULL;
+    sv_session_info *sessions = NULL;
+    long nf = sv_flows(s->sv, &flows), ns = sv_sessions(s->sv, &sessions);
+    char e[2 * SV_TAG_MAX + 4];
+    family(p, "katana_flows", "gauge", "Live flows per node.");
+    for (long i = 0; i < n; i++) {
+        long c = 0;
+        for (long k = 0; k < nf; k++)
+            c += strcmp(flows[k].inbound, nodes[i].tag) == 0;
+        put(p, "katana_flows{node=\"%s\"} %ld\n", esc(nodes[i].tag, e, sizeof e), c);
+    }
+    family(p, "katana_sessions", "gauge", "Live sessions per node.");
+    for (long i = 0; i < n; i++) {
+        long c = 0;
+        for (long k = 0; k < ns; k++)
+            c += strcmp(sessions[k].inbound, nodes[i].tag) == 0;
+        put(p, "katana_sessions{node=\"%s\"} %ld\n", esc(nodes[i].tag, e, sizeof e), c);
+    }
+    free(flows);
+    free(sessions);
+    if (nf < 0 || ns < 0)
+        p->oom = true;
+}
+
+int api_metrics_render(api_server *s, char **out, size_t *len)
+{
+    page p = {0};
+    api_node_status *nodes = NULL;
+    sv_stats st;
+    long n = api_node_list(s, &nodes);
+    if (n < 0)
+        n = 0;
+    live(&p, s, nodes, n);
+    per_node(&p, "katana_users", "gauge", "Users in the node's running user list.", nodes, n,
+             offsetof(api_node_status, users));
+    per_node(&p, "katana_applies_total", "counter", "Successful applies that held the node.",
+             nodes, n, offsetof(api_node_status, applies));
+    per_node(&p, "katana_apply_errors_total", "counter", "Refused loads that held the node.",
+             nodes, n, offsetof(api_node_status, apply_errors));
+    per_node(&p, "katana_outbox_pending_bytes", "gauge", "Usage bytes not yet reported.",
+             nodes, n, offsetof(api_node_status, outbox_pending_bytes));
+    free(nodes);
+    family(&p, "katana_epoch", "gauge", "Planes published so far.");
+    put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
+    if (sv_stats_get(s->sv, &st) == 0) {
+        traffic(&p, &st);
+        sv_stats_free(&st);
+    } else {
+        p.oom = true;
+    }
+    if (p.oom) {
+        free(p.buf);
+        return -ENOMEM;
+    }
+    *out = p.buf;
+    *len = p.len;
+    return 0;
+}

@@ -1,0 +1,436 @@
+/*
+ * Route handlers of the REST API (api/api.h, issue 4; seed 003 "REST API": connections sorted
+ * by id, DELETE /v1/connections/{flow} is kill (204, else 404 "no live flow <id>"), the selector
+ * DELETE is kill_where over the given fields with {"closed": n}, unknown query keys are 400).
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_internal.h"
+
+int api_reply_error(api_reply *r, unsigned status, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->status = status;
+    json_decref(r->json);
+    r->json = json_pack("{s:s}", "error", msg);
+    return 0;
+}
+
+static void reply_json(api_reply *r, unsigned status, json_t *v)
+{
+    if (v == NULL) {
+        api_reply_error(r, 500, "out of memory");
+        return;
+    }
+    r->status = status;
+    r->json = v;
+}
+
+long api_node_list(api_server *s, api_node_status **out)
+{
+    *out = NULL;
+    if (s->nodes == NULL)
+        return 0;
+    long n = s->nodes(s->arg, out);
+    if (n < 0)
+        *out = NULL;
+    return n;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Selectors                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+/** The fields a request selects on; NULL = any. node and inbound are both inbound tags. */
+typedef struct selection {
+    const char *inbound, *node, *outbound, *user;
+    bool has_session;
+    uint64_t session;
+} selection;
+
+static int selection_parse(const api_uri *uri, const char *const *keys, selection *sel,
+                           api_reply *r)
+{
+    sv_error err = {0};
+    memset(sel, 0, sizeof *sel);
+    if (api_uri_check_keys(uri, keys, &err) != 0)
+        return api_reply_error(r, 400, "%s", err.msg), -EINVAL;
+    sel->inbound = api_uri_param(uri, "inbound");
+    sel->node = api_uri_param(uri, "node");
+    sel->outbound = api_uri_param(uri, "outbound");
+    sel->user = api_uri_param(uri, "user");
+    const char *session = api_uri_param(uri, "session");
+    if (session != NULL) {
+        if (api_parse_u64(session, &sel->session) != 0)
+            return api_reply_error(r, 400, "session: expected a session id"), -EINVAL;
+        sel->has_session = true;
+    }
+    return 0;
+}
+
+/* Outbound "tag" matches "tag@vN"; "tag@vN" matches exactly. */
+static bool outbound_matches(const char *want, const char *have)
+{
+    size_t n = strlen(want);
+    return strncmp(want, have, n) == 0 && (have[n] == '\0' || (have[n] == '@' && !strchr(want, '@')));
+}
+
+static bool user_matches(const char *want, bool has_user, uint64_t id, const char *label)
+{
+    uint64_t v;
+    if (!has_user)
+        return false;
+    if (label != NULL && strcmp(want, label) == 0)
+        return true;
+    return api_parse_u64(want, &v) == 0 && v == id;
+}
+
+static bool flow_selected(const selection *s, const sv_flow_info *f)
+{
+    return (s->inbound == NULL || strcmp(s->inbound, f->inbound) == 0) &&
+           (s->node == NULL || strcmp(s->node, f->inbound) == 0) &&
+           (s->outbound == NULL || outbound_matches(s->outbound, f->outbound)) &&
+           (s->user == NULL || user_matches(s->user, f->has_user, f->user, f->user_label)) &&
+           (!s->has_session || s->session == f->session);
+}
+
+static bool session_selected(const selection *s, const sv_session_info *x)
+{
+    return (s->inbound == NULL || strcmp(s->inbound, x->inbound) == 0) &&
+           (s->node == NULL || strcmp(s->node, x->inbound) == 0) &&
+           (s->user == NULL || user_matches(s->user, x->has_user, x->user, NULL));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* /v1/connections, /v1/sessions                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+static void connections_get(api_server *s, const api_uri *uri, api_reply *r)
+{
+    static const char *const keys[] = {"node", "user", "inbound", "outbound", NULL};
+    selection sel;
+    sv_flow_info *flows = NULL;
+    sv_session_info *sessions = NULL;
+    if (selection_parse(uri, keys, &sel, r) != 0)
+        return;
+    long nf = sv_flows(s->sv, &flows), ns = sv_sessions(s->sv, &sessions);
+    json_t *jf = json_array(), *js = json_array();
+    for (long i = 0; nf > 0 && jf != NULL && i < nf; i++)
+        if (flow_selected(&sel, &flows[i]) && json_array_append_new(jf, api_json_flow(&flows[i])))
+            json_decref(jf), jf = NULL;
+    for (long i = 0; ns > 0 && js != NULL && i < ns; i++)
+        if (session_selected(&sel, &sessions[i]) &&
+            json_array_append_new(js, api_json_session(&sessions[i])))
+            json_decref(js), js = NULL;
+    free(flows);
+    free(sessions);
+    if (nf < 0 || ns < 0 || jf == NULL || js == NULL) {
+        json_decref(jf);
+        json_decref(js);
+        api_reply_error(r, 500, "out of memory");
+        return;
+    }
+    reply_json(r, 200, json_pack("{s:o, s:o}", "sessions", js, "flows", jf));
+}
+
+/* Kill the selected flows: sv_kill_where when the filter can express the selection, else each
+ * selected live flow by id (a user given by label). */
+static void connections_delete(api_server *s, const api_uri *uri, api_reply *r)
+{
+    static const char *const keys[] = {"outbound", "inbound", "session", "user", "node", NULL};
+    selection sel;
+    uint64_t uid;
+    if (selection_parse(uri, keys, &sel, r) != 0)
+        return;
+    if (sel.node != NULL && sel.inbound != NULL && strcmp(sel.node, sel.inbound) != 0) {
+        reply_json(r, 200, json_pack("{s:i}", "closed", 0));
+        return;
+    }
+    size_t closed = 0;
+    if (sel.user == NULL || api_parse_u64(sel.user, &uid) == 0) {
+        sv_flow_filter f = {.inbound = sel.inbound != NULL ? sel.inbound : sel.node,
+                            .outbound = sel.outbound, .has_user = sel.user != NULL,
+                            .user = sel.user != NULL ? uid : 0, .has_session = sel.has_session,
+                            .session = sel.session};
+        closed = sv_kill_where(s->sv, &f);
+    } else {
+        sv_flow_info *flows = NULL;
+        long n = sv_flows(s->sv, &flows);
+        if (n < 0) {
+            api_reply_error(r, 500, "out of memory");
+            return;
+        }
+        for (long i = 0; i < n; i++)
+            if (flow_selected(&sel, &flows[i]) && sv_kill(s->sv, flows[i].id) == 0)
+                closed++;
+        free(flows);
+    }
+    reply_json(r, 200, json_pack("{s:I}", "closed", (json_int_t)closed));
+}
+
+static void connection_delete_one(api_server *s, const char *id_text, api_reply *r)
+{
+    uint64_t id;
+    if (api_parse_u64(id_text, &id) != 0) {
+        api_reply_error(r, 400, "not a flow id: %.64s", id_text);
+        return;
+    }
+    if (sv_kill(s->sv, id) != 0) {
+        api_reply_error(r, 404, "no live flow %" PRIu64, id);
+        return;
+    }
+    r->status = 204;
+}
+
+/* Close whole sessions (the supervisor's close): every selected live session by id. */
+static void sessions_delete(api_server *s, const api_uri *uri, api_reply *r)
+{
+    static const char *const keys[] = {"user", "node", "inbound", NULL};
+    selection sel;
+    size_t closed = 0;
+    if (selection_parse(uri, keys, &sel, r) != 0)
+        return;
+    if (sel.user == NULL && sel.node == NULL && sel.inbound == NULL) {
+        sv_selector all = {.kind = SV_SELECT_ALL};
+        closed = sv_close(s->sv, &all);
+    } else {
+        sv_session_info *v = NULL;
+        long n = sv_sessions(s->sv, &v);
+        if (n < 0) {
+            api_reply_error(r, 500, "out of memory");
+            return;
+        }
+        for (long i = 0; i < n; i++) {
+            sv_selector one = {.kind = SV_SELECT_SESSION, .session = v[i].id};
+            if (session_selected(&sel, &v[i]))
+                closed += sv_close(s->sv, &one);
+        }
+        free(v);
+    }
+    reply_json(r, 200, json_pack("{s:I}", "closed", (json_int_t)closed));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* /v1/nodes, /v1/usage, /healthz                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+static long count_inbound_flows(const sv_flow_info *v, long n, const char *tag)
+{
+    long c = 0;
+    for (long i = 0; i < n; i++)
+        c += strcmp(v[i].inbound, tag) == 0;
+    return c;
+}
+
+static long count_inbound_sessions(const sv_session_info *v, long n, const char *tag)
+{
+    long c = 0;
+    for (long i = 0; i < n; i++)
+        c += strcmp(v[i].inbound, tag) == 0;
+    return c;
+}
+
+/* GET /v1/nodes (tag NULL) or /v1/nodes/{tag}. */
+static void nodes_get(api_server *s, const char *tag, api_reply *r)
+{
+    api_node_status *nodes = NULL;
+    sv_flow_info *flows = NULL;
+    sv_session_info *sessions = NULL;
+    long n = api_node_list(s, &nodes);
+    long nf = sv_flows(s->sv, &flows), ns = sv_sessions(s->sv, &sessions);
+    json_t *arr = json_array();
+    for (long i = 0; n > 0 && arr != NULL && i < n; i++) {
+        if (tag != NULL && strcmp(tag, nodes[i].tag) != 0)
+            continue;
+        json_t *o = api_json_node(&nodes[i], count_inbound_sessions(sessions, ns, nodes[i].tag),
+                                  count_inbound_flows(flows, nf, nodes[i].tag));
+        if (json_array_append_new(arr, o) != 0)
+            json_decref(arr), arr = NULL;
+    }
+    free(nodes);
+    free(flows);
+    free(sessions);
+    if (n < 0 || arr == NULL) {
+        json_decref(arr);
+        api_reply_error(r, 500, "node status unavailable");
+    } else if (tag == NULL) {
+        reply_json(r, 200, json_pack("{s:o}", "nodes", arr));
+    } else if (json_array_size(arr) == 0) {
+        json_decref(arr);
+        api_reply_error(r, 404, "no node %s", tag);
+    } else {
+        reply_json(r, 200, json_incref(json_array_get(arr, 0)));
+        json_decref(arr);
+    }
+}
+
+static void node_sync(api_server *s, const char *tag, api_reply *r)
+{
+    int rc = s->sync != NULL ? s->sync(s->arg, tag) : -ENOTSUP;
+    if (rc == -ENOENT)
+        api_reply_error(r, 404, "no node %s", tag);
+    else if (rc != 0)
+        api_reply_error(r, 503, "sync unavailable: %s", strerror(-rc));
+    else
+        reply_json(r, 202, json_pack("{s:s, s:b}", "node", tag, "queued", 1));
+}
+
+static void usage_get(api_server *s, api_reply *r)
+{
+    sv_usage *u = NULL;
+    long n = sv_usage_snapshot(s->sv, &u);
+    json_t *arr = json_array();
+    for (long i = 0; n > 0 && arr != NULL && i < n; i++) {
+        json_t *o = json_pack("{s:I, s:I, s:I}", "user", (json_int_t)u[i].user,
+                              "up", (json_int_t)u[i].up, "down", (json_int_t)u[i].down);
+        if (json_array_append_new(arr, o) != 0)
+            json_decref(arr), arr = NULL;
+    }
+    free(u);
+    if (n < 0 || arr == NULL) {
+        json_decref(arr);
+        api_reply_error(r, 500, "out of memory");
+        return;
+    }
+    /* "unreported" needs the usage outbox (issue 3); until then it is null */
+    reply_json(r, 200, json_pack("{s:o, s:n}", "users", arr, "unreported"));
+}
+
+static void healthz(api_server *s, api_reply *r)
+{
+    api_node_status *nodes = NULL;
+    long n = api_node_list(s, &nodes);
+    long waiting = 0;
+    for (long i = 0; i < n; i++)
+        waiting += !nodes[i].applied;
+    free(nodes);
+    if (n <= 0 || waiting > 0)
+        reply_json(r, 503, json_pack("{s:s, s:I}", "status", "starting",
+                                     "nodes_not_applied", (json_int_t)(n <= 0 ? 0 : waiting)));
+    else
+        reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dispatch                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static bool seg_is(const api_uri *u, size_t i, const char *s)
+{
+    return i < u->n_segments && strcmp(u->segments[i], s) == 0;
+}
+
+static int no_query(const api_uri *uri, api_reply *r)
+{
+    static const char *const none[] = {NULL};
+    sv_error err = {0};
+    if (api_uri_check_keys(uri, none, &err) != 0)
+        return api_reply_error(r, 400, "%s", err.msg), -EINVAL;
+    return 0;
+}
+
+static void method_not_allowed(api_reply *r)
+{
+    api_reply_error(r, 405, "method not allowed");
+}
+
+static void route_connections(api_server *s, bool get, bool del, const api_uri *u, api_reply *r)
+{
+    if (u->n_segments == 2) {
+        if (get)
+            connections_get(s, u, r);
+        else if (del)
+            connections_delete(s, u, r);
+        else
+            method_not_allowed(r);
+    } else if (u->n_segments == 3 && seg_is(u, 2, "events")) {
+        if (!get)
+            method_not_allowed(r);
+        else if (no_query(u, r) == 0 && (r->response = api_sse_events(s)) == NULL)
+            api_reply_error(r, 503, "too many streams");
+    } else if (u->n_segments == 3) {
+        if (!del)
+            method_not_allowed(r);
+        else if (no_query(u, r) == 0)
+            connection_delete_one(s, u->segments[2], r);
+    } else {
+        api_reply_error(r, 404, "not found");
+    }
+}
+
+static void route_v1(api_server *s, bool get, bool del, bool post, const api_uri *u,
+                     api_reply *r)
+{
+    if (seg_is(u, 1, "connections")) {
+        route_connections(s, get, del, u, r);
+        return;
+    }
+    if (seg_is(u, 1, "sessions") && u->n_segments == 2) {
+        if (del)
+            sessions_delete(s, u, r);
+        else
+            method_not_allowed(r);
+        return;
+    }
+    if (no_query(u, r) != 0)
+        return;
+    if (seg_is(u, 1, "nodes") && u->n_segments <= 3) {
+        if (!get)
+            method_not_allowed(r);
+        else
+            nodes_get(s, u->n_segments == 3 ? u->segments[2] : NULL, r);
+    } else if (seg_is(u, 1, "nodes") && u->n_segments == 4 && seg_is(u, 3, "sync")) {
+        if (!post)
+            method_not_allowed(r);
+        else
+            node_sync(s, u->segments[2], r);
+    } else if (seg_is(u, 1, "traffic") && u->n_segments == 2) {
+        if (!get)
+            method_not_allowed(r);
+        else if ((r->response = api_sse_traffic(s)) == NULL)
+            api_reply_error(r, 503, "too many streams");
+    } else if (seg_is(u, 1, "usage") && u->n_segments == 2) {
+        if (!get)
+            method_not_allowed(r);
+        else
+            usage_get(s, r);
+    } else {
+        api_reply_error(r, 404, "not found");
+    }
+}
+
+void api_route(api_server *s, const char *method, const api_uri *u, api_reply *r)
+{
+    bool get = strcmp(method, "GET") == 0, del = strcmp(method, "DELETE") == 0;
+    bool post = strcmp(method, "POST") == 0;
+    if (u->n_segments == 1 && (seg_is(u, 0, "healthz") || seg_is(u, 0, "metrics"))) {
+        if (!get)
+            method_not_allowed(r);
+        else if (no_query(u, r) != 0)
+            return;
+        else if (seg_is(u, 0, "healthz"))
+            healthz(s, r);
+        else if (api_metrics_render(s, &r->text, &r->text_len) != 0)
+            api_reply_error(r, 500, "out of memory");
+        else {
+            r->status = 200;
+            r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+        }
+        return;
+    }
+    if (seg_is(u, 0, "v1") && u->n_segments >= 2)
+        route_v1(s, get, del, post, u, r);
+    else
+        api_reply_error(r, 404, "not found");
+}
