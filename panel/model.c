@@ -660,6 +660,9 @@ int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error
     json_error_t jerr;
     *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
     free(buf);
+    char *near = *out == NULL ? strstr(jerr.text, " near '") : NULL;
+    if (near != NULL)
+        *near = '\0'; /* jansson quotes the token there, maybe a password: log no secrets (#5) */
     if (*out == NULL)
         return sv_error_set(err, -EINVAL, "%s: line %d, column %d: %s", path, jerr.line,
                             jerr.column, jerr.text);

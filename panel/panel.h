@@ -60,6 +60,27 @@ typedef struct pn_alive {
     size_t n_ips;
 } pn_alive;
 
+/** One user's online-device count from `alivelist` (PANEL.md §1.8). */
+typedef struct pn_alive_count {
+    uint64_t user;
+    uint32_t count; /**< distinct IPs across all nodes, as the panel counts them */
+} pn_alive_count;
+
+/**
+ * An alivelist fetch finished.
+ * @param items  with result PN_OK: the counts, valid during the call (possibly none); else NULL
+ */
+typedef void (*pn_alivelist_cb)(pn_client *c, int result, const pn_alive_count *items, size_t n,
+                                const sv_error *err, void *arg);
+
+/** Node load for a status report (PANEL.md §1.9). Sizes in bytes. */
+typedef struct pn_status {
+    double cpu; /**< percent, 0..100 */
+    uint64_t mem_total, mem_used;
+    uint64_t swap_total, swap_used;
+    uint64_t disk_total, disk_used;
+} pn_status;
+
 /**
  * What a panel client implements. A NULL report hook means the panel takes no such report
  * (the local panel takes none). fetch_node and fetch_users are required.
@@ -72,6 +93,8 @@ typedef struct pn_client_ops {
                         void *arg);
     int (*report_alive)(pn_client *c, const pn_alive *items, size_t n, pn_report_cb cb,
                         void *arg);
+    int (*report_status)(pn_client *c, const pn_status *status, pn_report_cb cb, void *arg);
+    int (*fetch_alivelist)(pn_client *c, pn_alivelist_cb cb, void *arg);
     /** Release the client; pending requests end without their callbacks. Must be safe to call
      *  from inside one of this client's callbacks (an HTTP client defers the release). */
     void (*free)(pn_client *c);

@@ -1,0 +1,733 @@
+/*
+ * The panel uplink (agent/uplink.h): pulls, last good state, usage outbox, pushes.
+ */
+#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sys/statvfs.h>
+
+#include "agent/uplink.h"
+#include "panel/uniproxy.h"
+#include "supervisor/util/log.h"
+
+#define MOD "ag.uplink"
+#define INTERVAL_DEFAULT 60u   /* s, PANEL.md §1.4 base_config defaults */
+#define BACKOFF_FIRST_MS 1000u
+#define BACKOFF_MAX_MS 300000u
+
+typedef struct up_node {
+    ag_uplink *u;
+    char *tag;
+    pn_client *client;
+    pn_node node;
+    pn_users users;
+    bool has_node, has_users;
+    uint64_t *uids; /* sorted ids of users, for usage attribution */
+    uv_timer_t pull_timer, push_timer;
+    unsigned pull_fails, push_fails;
+    int pulls_pending;
+    bool pull_changed, pull_failed;
+    bool pushing;
+    int64_t batch; /* the batch in flight */
+} up_node;
+
+struct ag_uplink {
+    uv_loop_t *loop;
+    sv_supervisor *sv;
+    db_store *db;
+    up_node *nodes;
+    size_t n;
+    uv_timer_t flush_timer;
+    unsigned flush_s;
+    sv_usage *carry; /* taken but not yet written (store error) */
+    size_t n_carry;
+    ag_uplink_change_cb on_change;
+    void *arg;
+    int closing;
+    uint64_t cpu_busy, cpu_total; /* /proc/stat at the previous status report */
+};
+
+static ag_uplink *current; /* for ag_uplink_client(); one uplink per process */
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Exponential backoff with jitter in [75%, 125%], capped by cap_ms. */
+static uint64_t backoff_ms(unsigned fails, uint64_t cap_ms)
+{
+    unsigned shift = fails > 0 ? fails - 1 : 0;
+    uint64_t d = shift >= 20 ? BACKOFF_MAX_MS : (uint64_t)BACKOFF_FIRST_MS << shift;
+    if (d > cap_ms)
+        d = cap_ms;
+    if (d > BACKOFF_MAX_MS)
+        d = BACKOFF_MAX_MS;
+    return d * 3 / 4 + (uint64_t)rand() % (d / 2 + 1);
+}
+
+static uint64_t pull_ms(const up_node *nd)
+{
+    return 1000u * (nd->has_node && nd->node.pull_interval > 0 ? nd->node.pull_interval
+                                                               : INTERVAL_DEFAULT);
+}
+
+static uint64_t push_ms(const up_node *nd)
+{
+    return 1000u * (nd->has_node && nd->node.push_interval > 0 ? nd->node.push_interval
+                                                               : INTERVAL_DEFAULT);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* usage: supervisor -> outbox                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void index_users(up_node *nd)
+{
+    free(nd->uids);
+    nd->uids = NULL;
+    if (nd->users.n == 0 || (nd->uids = malloc(nd->users.n * sizeof *nd->uids)) == NULL)
+        return;
+    for (size_t i = 0; i < nd->users.n; i++)
+        nd->uids[i] = nd->users.users[i].id;
+    qsort(nd->uids, nd->users.n, sizeof *nd->uids, cmp_u64);
+}
+
+static size_t owner(const ag_uplink *u, uint64_t uid)
+{
+    for (size_t i = 0; i < u->n; i++)
+        if (u->nodes[i].uids != NULL &&
+            bsearch(&uid, u->nodes[i].uids, u->nodes[i].users.n, sizeof uid, cmp_u64) != NULL)
+            return i;
+    return 0;
+}
+
+/* Merge @p n entries into the carry list (kept on a store error). */
+static void carry_add(ag_uplink *u, const sv_usage *items, size_t n)
+{
+    sv_usage *p = realloc(u->carry, (u->n_carry + n) * sizeof *p);
+    if (p == NULL) {
+        SV_LOG(SV_LOG_ERROR, MOD, "out of memory: usage of %zu users lost", n);
+        return;
+    }
+    memcpy(p + u->n_carry, items, n * sizeof *p);
+    u->carry = p;
+    u->n_carry += n;
+}
+
+/* Write one node's share of @p all in one transaction. */
+static int write_node(ag_uplink *u, size_t idx, const sv_usage *all, size_t n, int64_t t)
+{
+    db_usage *items = malloc((n > 0 ? n : 1) * sizeof *items);
+    if (items == NULL)
+        return -ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (owner(u, all[i].user) == idx)
+            items[k++] = (db_usage){all[i].user, all[i].up, all[i].down};
+    sv_error err = {0};
+    int rc = db_usage_add(u->db, u->nodes[idx].tag, items, k, t, &err);
+    if (rc != 0)
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: outbox write failed, usage kept in memory: %s",
+               u->nodes[idx].tag, err.msg);
+    free(items);
+    return rc;
+}
+
+int ag_uplink_flush(ag_uplink *u)
+{
+    if (u == NULL || u->n == 0)
+        return 0;
+    sv_usage *taken = NULL;
+    long got = sv_take_usage(u->sv, &taken);
+    if (got < 0) {
+        SV_LOG(SV_LOG_ERROR, MOD, "usage take failed: %s", strerror((int)-got));
+        return (int)got;
+    }
+    if (got > 0)
+        carry_add(u, taken, (size_t)got);
+    free(taken);
+    if (u->n_carry == 0)
+        return 0;
+    int rc = 0;
+    size_t i;
+    int64_t t = now_ms();
+    for (i = 0; i < u->n && rc == 0; i++)
+        rc = write_node(u, i, u->carry, u->n_carry, t);
+    if (rc == 0) {
+        free(u->carry);
+        u->carry = NULL;
+        u->n_carry = 0;
+        return 0;
+    }
+    /* node i-1 failed: keep only what belongs to it and to the nodes after it */
+    size_t k = 0;
+    for (size_t j = 0; j < u->n_carry; j++)
+        if (owner(u, u->carry[j].user) >= i - 1)
+            u->carry[k++] = u->carry[j];
+    u->n_carry = k;
+    return rc;
+}
+
+static void on_flush_timer(uv_timer_t *t)
+{
+    ag_uplink_flush(t->data);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* push                                                                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+static void on_push_timer(uv_timer_t *t);
+
+static void push_schedule(up_node *nd, bool failed)
+{
+    uint64_t d = push_ms(nd);
+    if (failed)
+        d = backoff_ms(++nd->push_fails, d);
+    else
+        nd->push_fails = 0;
+    uv_timer_start(&nd->push_timer, on_push_timer, d, 0);
+}
+
+static void on_pushed(pn_client *c, int rc, const sv_error *perr, void *arg)
+{
+    (void)c;
+    up_node *nd = arg;
+    sv_error err = {0};
+    nd->pushing = false;
+    if (rc == 0) {
+        if (db_batch_done(nd->u->db, nd->batch, &err) != 0)
+            SV_LOG(SV_LOG_ERROR, MOD, "node %s: pushed batch %" PRId64 " not deleted (it "
+                   "will be sent again): %s", nd->tag, nd->batch, err.msg);
+        else
+            SV_LOG(SV_LOG_DEBUG, MOD, "node %s: push of batch %" PRId64 " accepted", nd->tag,
+                   nd->batch);
+    } else {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: push failed, kept for the next one: %s", nd->tag,
+               perr->msg);
+    }
+    push_schedule(nd, rc != 0);
+}
+
+static int push_batch(up_node *nd, const db_batch *b)
+{
+    pn_traffic *t = malloc(b->n * sizeof *t);
+    if (t == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < b->n; i++)
+        t[i] = (pn_traffic){b->items[i].user, b->items[i].up, b->items[i].down};
+    nd->batch = b->id;
+    nd->pushing = true;
+    int rc = nd->client->ops->report_usage(nd->client, t, b->n, on_pushed, nd);
+    free(t);
+    if (rc != 0)
+        nd->pushing = false;
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* alive IPs and node status (PANEL.md §1.7, §1.9), once per push interval, best effort       */
+/* ---------------------------------------------------------------------------------------- */
+
+static void on_reported(pn_client *c, int rc, const sv_error *err, void *arg)
+{
+    (void)c;
+    if (rc != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: %s", ((up_node *)arg)->tag, err->msg);
+}
+
+/* "1.2.3.4:5" -> "1.2.3.4", "[::1]:5" -> "::1", in place. */
+static void strip_port(char *src)
+{
+    if (src[0] == '[') {
+        char *end = strchr(src, ']');
+        if (end != NULL)
+            *end = '\0';
+        memmove(src, src + 1, strlen(src + 1) + 1);
+        return;
+    }
+    char *colon = strrchr(src, ':');
+    if (colon != NULL)
+        *colon = '\0';
+}
+
+static int cmp_session(const void *a, const void *b)
+{
+    const sv_session_info *x = a, *y = b;
+    if (x->user != y->user)
+        return x->user < y->user ? -1 : 1;
+    return strcmp(x->source, y->source);
+}
+
+/* The distinct client IPs of each user's live sessions on this node; nothing when none. */
+static void report_alive(up_node *nd)
+{
+    sv_session_info *ss = NULL;
+    long n = sv_sessions(nd->u->sv, &ss);
+    size_t k = 0;
+    for (long i = 0; i < n; i++)
+        if (ss[i].has_user && strcmp(ss[i].inbound, nd->tag) == 0) {
+            ss[k] = ss[i];
+            strip_port(ss[k].source);
+            k++;
+        }
+    if (k > 0)
+        qsort(ss, k, sizeof *ss, cmp_session);
+    pn_alive *items = k > 0 ? calloc(k, sizeof *items) : NULL;
+    const char **ips = k > 0 ? calloc(k, sizeof *ips) : NULL;
+    size_t n_items = 0, n_ips = 0;
+    for (size_t i = 0; items != NULL && ips != NULL && i < k; i++) {
+        if (i > 0 && ss[i].user == ss[i - 1].user && strcmp(ss[i].source, ss[i - 1].source) == 0)
+            continue; /* same IP again */
+        if (n_items == 0 || items[n_items - 1].user != ss[i].user)
+            items[n_items++] = (pn_alive){.user = ss[i].user, .ips = &ips[n_ips], .n_ips = 0};
+        ips[n_ips++] = ss[i].source;
+        items[n_items - 1].n_ips++;
+    }
+    if (n_items > 0 && nd->client->ops->report_alive != NULL)
+        nd->client->ops->report_alive(nd->client, items, n_items, on_reported, nd);
+    free(items);
+    free(ips);
+    free(ss);
+}
+
+/* Busy and total jiffies from the first line of /proc/stat. */
+static int read_cpu(uint64_t *busy, uint64_t *total)
+{
+    unsigned long long v[8] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    int n = f != NULL ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+                               &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) : 0;
+    if (f != NULL)
+        fclose(f);
+    if (n < 4)
+        return -EIO;
+    *total = 0;
+    for (int i = 0; i < 8; i++)
+        *total += v[i];
+    *busy = *total - v[3] - v[4]; /* minus idle and iowait */
+    return 0;
+}
+
+/* MemTotal, MemAvailable, SwapTotal, SwapFree from /proc/meminfo, in bytes. */
+static void read_mem(pn_status *st)
+{
+    char line[256];
+    unsigned long long kb, avail = 0, swap_free = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        if (sscanf(line, "MemTotal: %llu", &kb) == 1)
+            st->mem_total = kb * 1024;
+        else if (sscanf(line, "MemAvailable: %llu", &kb) == 1)
+            avail = kb * 1024;
+        else if (sscanf(line, "SwapTotal: %llu", &kb) == 1)
+            st->swap_total = kb * 1024;
+        else if (sscanf(line, "SwapFree: %llu", &kb) == 1)
+            swap_free = kb * 1024;
+    }
+    if (f != NULL)
+        fclose(f);
+    st->mem_used = st->mem_total > avail ? st->mem_total - avail : 0;
+    st->swap_used = st->swap_total > swap_free ? st->swap_total - swap_free : 0;
+}
+
+static void report_status(up_node *nd)
+{
+    ag_uplink *u = nd->u;
+    pn_status st = {0};
+    uint64_t busy = 0, total = 0;
+    if (read_cpu(&busy, &total) == 0) {
+        if (total > u->cpu_total && busy >= u->cpu_busy)
+            st.cpu = 100.0 * (double)(busy - u->cpu_busy) / (double)(total - u->cpu_total);
+        u->cpu_busy = busy;
+        u->cpu_total = total;
+    }
+    read_mem(&st);
+    struct statvfs vfs;
+    if (statvfs("/", &vfs) == 0) {
+        st.disk_total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+        st.disk_used = (uint64_t)(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize;
+    }
+    if (nd->client->ops->report_status != NULL)
+        nd->client->ops->report_status(nd->client, &st, on_reported, nd);
+}
+
+static void on_push_timer(uv_timer_t *t)
+{
+    up_node *nd = t->data;
+    if (nd->pushing)
+        return;
+    if (nd->push_fails == 0) { /* once per push interval, not on every retry */
+        report_alive(nd);
+        report_status(nd);
+    }
+    ag_uplink_flush(nd->u);
+    db_batch b;
+    sv_error err = {0};
+    int rc = db_batch_claim(nd->u->db, nd->tag, &b, &err);
+    if (rc != 0) {
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: outbox read failed: %s", nd->tag, err.msg);
+        push_schedule(nd, true);
+        return;
+    }
+    if (b.n == 0) { /* an empty push does nothing on the panel (PANEL.md §1.3) */
+        push_schedule(nd, false);
+        return;
+    }
+    SV_LOG(SV_LOG_DEBUG, MOD, "node %s: pushing batch %" PRId64 " (%zu users)", nd->tag, b.id,
+           b.n);
+    rc = push_batch(nd, &b);
+    db_batch_free(&b);
+    if (rc != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: push could not start: %s", nd->tag, strerror(-rc));
+        push_schedule(nd, true);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* pull                                                                                       */
+/* ---------------------------------------------------------------------------------------- */
+
+static void store_body(up_node *nd, enum pn_body_kind kind)
+{
+    size_t len = 0;
+    const char *etag = NULL;
+    const char *body = pn_uniproxy_body(nd->client, kind, &len, &etag);
+    sv_error err = {0};
+    if (body != NULL &&
+        db_state_put(nd->u->db, nd->tag, kind == PN_BODY_CONFIG ? DB_STATE_CONFIG
+                                                                : DB_STATE_USERS,
+                     etag, body, len, now_ms(), &err) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: last good state not stored: %s", nd->tag, err.msg);
+}
+
+static void on_pull_timer(uv_timer_t *t);
+
+static void pull_answered(up_node *nd)
+{
+    if (--nd->pulls_pending > 0)
+        return;
+    uint64_t d = pull_ms(nd);
+    if (nd->pull_failed || !nd->has_node || !nd->has_users)
+        d = backoff_ms(++nd->pull_fails, nd->has_node && nd->has_users ? d : 60000u);
+    else
+        nd->pull_fails = 0;
+    uv_timer_start(&nd->pull_timer, on_pull_timer, d, 0);
+    if (nd->pull_changed && nd->has_node && nd->has_users && nd->u->on_change != NULL) {
+        ag_uplink_flush(nd->u); /* usage of users about to be removed is queued first */
+        nd->u->on_change(nd->u->arg);
+    }
+}
+
+static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, void *arg)
+{
+    (void)c;
+    up_node *nd = arg;
+    if (rc == PN_OK) {
+        bool same = nd->has_node && pn_node_equal(&nd->node, node);
+        uint32_t old_pull = nd->node.pull_interval;
+        uint32_t old_push = nd->has_node ? nd->node.push_interval : 0;
+        pn_node_free(&nd->node);
+        nd->node = *node;
+        memset(node, 0, sizeof *node);
+        nd->pull_changed |= !same || !nd->has_node;
+        nd->has_node = true;
+        store_body(nd, PN_BODY_CONFIG);
+        if (old_pull != nd->node.pull_interval || old_push != nd->node.push_interval)
+            SV_LOG(SV_LOG_INFO, MOD, "node %s: pull interval %" PRIu32 " s, push interval %"
+                   PRIu32 " s", nd->tag, nd->node.pull_interval, nd->node.push_interval);
+        /* a new push interval applies now, not after the old period (never stalls) */
+        if (old_push != nd->node.push_interval && !nd->pushing && nd->push_fails == 0)
+            uv_timer_start(&nd->push_timer, on_push_timer, push_ms(nd), 0);
+    } else if (rc < 0) {
+        nd->pull_failed = true;
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
+    }
+    pull_answered(nd);
+}
+
+static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err, void *arg)
+{
+    (void)c;
+    up_node *nd = arg;
+    if (rc == PN_OK) {
+        bool same = nd->has_users && pn_users_equal(&nd->users, users);
+        pn_users_free(&nd->users);
+        nd->users = *users;
+        memset(users, 0, sizeof *users);
+        nd->pull_changed |= !same || !nd->has_users;
+        nd->has_users = true;
+        index_users(nd);
+        store_body(nd, PN_BODY_USERS);
+    } else if (rc < 0) {
+        nd->pull_failed = true;
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
+    }
+    pull_answered(nd);
+}
+
+static void on_pull_timer(uv_timer_t *t)
+{
+    up_node *nd = t->data;
+    if (nd->pulls_pending > 0)
+        return;
+    nd->pulls_pending = 3; /* +1 while issuing */
+    nd->pull_changed = nd->pull_failed = false;
+    if (pn_fetch_node(nd->client, on_node, nd) != 0) {
+        nd->pull_failed = true;
+        nd->pulls_pending--;
+    }
+    if (pn_fetch_users(nd->client, on_users, nd) != 0) {
+        nd->pull_failed = true;
+        nd->pulls_pending--;
+    }
+    pull_answered(nd);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* the node manager's view: a client answering from the last good state                       */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct snap_client {
+    pn_client base;
+    char *tag;
+} snap_client;
+
+static up_node *find_node(const char *tag)
+{
+    for (size_t i = 0; current != NULL && i < current->n; i++)
+        if (strcmp(current->nodes[i].tag, tag) == 0)
+            return &current->nodes[i];
+    return NULL;
+}
+
+static int snap_fetch_node(pn_client *c, pn_node_cb cb, void *arg)
+{
+    up_node *nd = find_node(((snap_client *)c)->tag);
+    sv_error err = {0};
+    pn_node copy;
+    if (nd == NULL || !nd->has_node) {
+        sv_error_set(&err, -EAGAIN, "uniproxy panel: no node settings yet");
+        cb(c, -EAGAIN, NULL, &err, arg);
+        return 0;
+    }
+    if (pn_node_clone(&copy, &nd->node) != 0)
+        return -ENOMEM;
+    cb(c, PN_OK, &copy, NULL, arg);
+    pn_node_free(&copy);
+    return 0;
+}
+
+static int snap_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
+{
+    up_node *nd = find_node(((snap_client *)c)->tag);
+    sv_error err = {0};
+    pn_users copy;
+    if (nd == NULL || !nd->has_users) {
+        sv_error_set(&err, -EAGAIN, "uniproxy panel: no user list yet");
+        cb(c, -EAGAIN, NULL, &err, arg);
+        return 0;
+    }
+    if (pn_users_clone(&copy, &nd->users) != 0)
+        return -ENOMEM;
+    cb(c, PN_OK, &copy, NULL, arg);
+    pn_users_free(&copy);
+    return 0;
+}
+
+static void snap_free(pn_client *c)
+{
+    snap_client *s = (snap_client *)c;
+    free(s->tag);
+    free(s);
+}
+
+static const pn_client_ops snap_ops = {
+    .type = "uniproxy",
+    .fetch_node = snap_fetch_node,
+    .fetch_users = snap_fetch_users,
+    .free = snap_free,
+};
+
+int ag_uplink_client(const ag_node_config *nc, pn_client **out, sv_error *err)
+{
+    *out = NULL;
+    if (find_node(nc->tag) == NULL)
+        return sv_error_set(err, -ENOENT, "node %s: uniproxy panel not started (its settings "
+                            "changed: restart katana)", nc->tag);
+    snap_client *s = calloc(1, sizeof *s);
+    if (s == NULL || (s->tag = strdup(nc->tag)) == NULL) {
+        free(s);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    s->base.ops = &snap_ops;
+    *out = &s->base;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* life cycle                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+bool ag_uplink_ready(const ag_uplink *u)
+{
+    for (size_t i = 0; u != NULL && i < u->n; i++)
+        if (!u->nodes[i].has_node || !u->nodes[i].has_users)
+            return false;
+    return true;
+}
+
+/* Serve from the stored last good state until the panel answers. */
+static void seed(up_node *nd, const char *node_type)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        char *etag = NULL, *body = NULL;
+        size_t len = 0;
+        sv_error err = {0};
+        if (db_state_get(nd->u->db, nd->tag, kind == 0 ? DB_STATE_CONFIG : DB_STATE_USERS,
+                         &etag, &body, &len, &err) != 0)
+            continue;
+        json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+        int rc = j == NULL ? -EINVAL
+                 : kind == 0 ? pn_node_parse(j, node_type, 0, &nd->node, &err)
+                             : pn_users_parse(j, 0, &nd->users, &err);
+        if (rc == 0) {
+            *(kind == 0 ? &nd->has_node : &nd->has_users) = true;
+            pn_uniproxy_set_etag(nd->client, kind == 0 ? PN_BODY_CONFIG : PN_BODY_USERS, etag);
+        } else {
+            SV_LOG(SV_LOG_WARN, MOD, "node %s: stored state unusable, ignored", nd->tag);
+        }
+        json_decref(j);
+        free(etag);
+        free(body);
+    }
+    if (nd->has_users)
+        index_users(nd);
+    if (nd->has_node && nd->has_users)
+        SV_LOG(SV_LOG_INFO, MOD, "node %s: serving the stored state (%zu users) until the "
+               "panel answers", nd->tag, nd->users.n);
+}
+
+static int node_start(ag_uplink *u, up_node *nd, const ag_node_config *nc, sv_error *err)
+{
+    nd->u = u;
+    nd->tag = strdup(nc->tag);
+    if (nd->tag == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    pn_uniproxy_options o = {.loop = u->loop, .url = nc->panel.url, .token = nc->panel.token,
+                             .node_id = nc->panel.node_id, .node_type = nc->panel.node_type,
+                             .timeout_ms = 1000L * nc->panel.timeout_s};
+    int rc = pn_uniproxy_new(&o, &nd->client, err);
+    if (rc != 0) {
+        free(nd->tag);
+        nd->tag = NULL;
+        return rc;
+    }
+    uv_timer_init(u->loop, &nd->pull_timer);
+    uv_timer_init(u->loop, &nd->push_timer);
+    nd->pull_timer.data = nd->push_timer.data = nd;
+    seed(nd, nc->panel.node_type);
+    uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
+    uv_timer_start(&nd->push_timer, on_push_timer, 0, 0); /* resend what is pending */
+    return 0;
+}
+
+int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
+                  ag_uplink_change_cb on_change, void *arg, ag_uplink **out, sv_error *err)
+{
+    *out = NULL;
+    ag_uplink *u = calloc(1, sizeof *u);
+    if (u == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    u->loop = loop;
+    u->sv = sv;
+    u->on_change = on_change;
+    u->arg = arg;
+    u->flush_s = cfg->db_flush_s > 0 ? cfg->db_flush_s : AG_CONFIG_FLUSH_DEFAULT;
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->n_nodes; i++)
+        n += cfg->nodes[i].panel.type == AG_PANEL_UNIPROXY;
+    uv_timer_init(loop, &u->flush_timer);
+    u->flush_timer.data = u;
+    current = u;
+    *out = u;
+    if (n == 0)
+        return 0;
+    srand((unsigned)now_ms());
+    int rc = db_open(cfg->db_path, &u->db, err);
+    if (rc == 0 && (u->nodes = calloc(n, sizeof *u->nodes)) == NULL)
+        rc = sv_error_set(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
+        if (cfg->nodes[i].panel.type != AG_PANEL_UNIPROXY)
+            continue;
+        rc = node_start(u, &u->nodes[u->n], &cfg->nodes[i], err);
+        u->n += rc == 0;
+    }
+    if (rc != 0)
+        return rc; /* the caller frees the uplink */
+    uv_timer_start(&u->flush_timer, on_flush_timer, 1000u * u->flush_s, 1000u * u->flush_s);
+    return 0;
+}
+
+static void closed(ag_uplink *u)
+{
+    if (--u->closing > 0)
+        return;
+    for (size_t i = 0; i < u->n; i++) {
+        pn_node_free(&u->nodes[i].node);
+        pn_users_free(&u->nodes[i].users);
+        free(u->nodes[i].uids);
+        free(u->nodes[i].tag);
+    }
+    free(u->nodes);
+    free(u->carry);
+    free(u);
+}
+
+static void flush_timer_closed(uv_handle_t *h)
+{
+    closed(h->data);
+}
+
+static void node_timer_closed(uv_handle_t *h)
+{
+    closed(((up_node *)h->data)->u);
+}
+
+void ag_uplink_free(ag_uplink *u)
+{
+    if (u == NULL)
+        return;
+    if (current == u)
+        current = NULL;
+    if (u->n_carry > 0)
+        SV_LOG(SV_LOG_ERROR, MOD, "usage of %zu users could not be written to the outbox",
+               u->n_carry);
+    u->closing = 1;
+    uv_close((uv_handle_t *)&u->flush_timer, flush_timer_closed);
+    for (size_t i = 0; i < u->n; i++) {
+        up_node *nd = &u->nodes[i];
+        pn_client_free(nd->client); /* requests in flight end without callbacks */
+        nd->client = NULL;
+        u->closing += 2;
+        uv_close((uv_handle_t *)&nd->pull_timer, node_timer_closed);
+        uv_close((uv_handle_t *)&nd->push_timer, node_timer_closed);
+    }
+    db_close(u->db);
+    u->db = NULL;
+}

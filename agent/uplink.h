@@ -1,0 +1,67 @@
+/*
+ * The panel uplink (issue #3): for every node whose panel is "uniproxy", a persistent UniProxy
+ * client that pulls node settings and users on the panel's pull_interval, keeps the last good
+ * state (in memory and in the SQLite store), and a usage outbox that is flushed from the
+ * supervisor every db.flush_interval and pushed every push_interval.
+ *
+ * Accounting guarantee: usage is taken from the supervisor (sv_take_usage) and written to the
+ * outbox in one transaction, every flush interval, before every push, before every apply that
+ * may remove users, and at shutdown; it is deleted only after the panel answered the push with
+ * a 2xx and a valid body. So a graceful stop loses nothing, a crash loses at most the bytes of
+ * the last flush interval, and a push is at-least-once: when the panel applied a push but its
+ * answer was lost (timeout, reset, crash between the answer and the delete), the same batch is
+ * sent again and billed twice. That window is one request round trip plus one SQLite commit.
+ *
+ * Usage is per panel user id (the supervisor meters users, not nodes): each uid is billed
+ * through the first uniproxy node whose user list holds it (the first uniproxy node when none
+ * does any more). Control loop only.
+ */
+#ifndef AG_UPLINK_H
+#define AG_UPLINK_H
+
+#include <stdbool.h>
+
+#include <uv.h>
+
+#include "agent/config.h"
+#include "db/db.h"
+#include "panel/panel.h"
+#include "supervisor/supervisor.h"
+
+typedef struct ag_uplink ag_uplink;
+
+/** New panel data arrived (or a node got its first state): the caller reloads its nodes. */
+typedef void (*ag_uplink_change_cb)(void *arg);
+
+/**
+ * Start the uplink for the uniproxy nodes of @p cfg (none: a no-op uplink). Opens db.path,
+ * seeds each node with its stored last good state and ETags, resends pending usage at once,
+ * and starts pulling. Panel settings (url, token, node_id, node_type, timeout) and db settings
+ * are read here only: changing them needs a restart.
+ * @param sv  borrowed; must outlive the uplink
+ * @return 0, or the store's error (err set). Never fails because of a panel answer.
+ */
+int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
+                  ag_uplink_change_cb on_change, void *arg, ag_uplink **out, sv_error *err);
+
+/** Whether every uniproxy node has a node and a user list (stored or pulled). */
+bool ag_uplink_ready(const ag_uplink *u);
+
+/**
+ * Take the supervisor's usage and write it to the outbox (one transaction per node). On a store
+ * error the bytes stay in memory and are written by the next flush.
+ * @return 0 or the store's error.
+ */
+int ag_uplink_flush(ag_uplink *u);
+
+/**
+ * The client the node manager uses for a uniproxy node: it answers at once from the uplink's
+ * last good state (never PN_NOT_MODIFIED). Fits ag_uniproxy_client_hook.
+ * @return 0; -ENOENT when no uplink serves this tag; -ENOMEM.
+ */
+int ag_uplink_client(const ag_node_config *nc, pn_client **out, sv_error *err);
+
+/** Stop the timers, drop requests in flight (their batches stay pending), close the store. */
+void ag_uplink_free(ag_uplink *u);
+
+#endif

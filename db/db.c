@@ -1,0 +1,419 @@
+/*
+ * The SQLite store (db/db.h): migrations, the usage outbox and the last good panel state.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "db/db.h"
+
+struct db_store {
+    sqlite3 *h;
+    char *path;
+};
+
+/* Migration N brings a file from version N-1 to N; append, never edit a shipped one. */
+static const char *const migrations[] = {
+    /* 1: the usage outbox, the last good panel state, the batch sequence */
+    "CREATE TABLE usage_outbox ("
+    " id INTEGER PRIMARY KEY,"
+    " node TEXT NOT NULL,"
+    " uid INTEGER NOT NULL,"
+    " up INTEGER NOT NULL,"
+    " down INTEGER NOT NULL,"
+    " batch INTEGER NOT NULL DEFAULT 0," /* 0 = open: later deltas merge into it */
+    " created_ms INTEGER NOT NULL);"
+    "CREATE UNIQUE INDEX usage_open ON usage_outbox(node, uid) WHERE batch = 0;"
+    "CREATE INDEX usage_by_batch ON usage_outbox(batch);"
+    "CREATE TABLE panel_state ("
+    " node TEXT NOT NULL,"
+    " kind INTEGER NOT NULL,"
+    " etag TEXT,"
+    " body BLOB NOT NULL,"
+    " saved_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (node, kind));"
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+    "INSERT INTO meta (key, value) VALUES ('batch_seq', 0);",
+};
+
+#define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
+
+_Static_assert(N_MIGRATIONS == DB_SCHEMA_VERSION, "one migration per schema version");
+
+static int fail(db_store *d, sv_error *err, int code, const char *what)
+{
+    return sv_error_set(err, code, "%s: %s: %s", d->path, what, sqlite3_errmsg(d->h));
+}
+
+static int exec(db_store *d, const char *sql, sv_error *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(d->h, sql, NULL, NULL, &msg) == SQLITE_OK)
+        return 0;
+    sv_error_set(err, -EIO, "%s: %s", d->path, msg != NULL ? msg : "sqlite error");
+    sqlite3_free(msg);
+    return -EIO;
+}
+
+static void rollback(db_store *d)
+{
+    sqlite3_exec(d->h, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Run one statement that returns at most one integer. */
+static int query_int(db_store *d, const char *sql, int64_t *out, sv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, sql, -1, &st, NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return fail(d, err, -EIO, "query");
+    return 0;
+}
+
+int db_schema_version(db_store *d)
+{
+    int64_t v = 0;
+    if (query_int(d, "SELECT version FROM schema_version", &v, NULL) != 0)
+        return -EIO;
+    return (int)v;
+}
+
+static int migrate(db_store *d, sv_error *err)
+{
+    int rc = exec(d, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);"
+                     "INSERT INTO schema_version (version) SELECT 0"
+                     " WHERE NOT EXISTS (SELECT 1 FROM schema_version);", err);
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        if ((rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+            return rc;
+        int64_t v = 0;
+        if ((rc = query_int(d, "SELECT version FROM schema_version", &v, err)) != 0)
+            goto fail;
+        if (v > N_MIGRATIONS) {
+            rc = sv_error_set(err, -EPROTO, "%s: schema version %lld is newer than this "
+                              "katana's %d", d->path, (long long)v, N_MIGRATIONS);
+            goto fail;
+        }
+        if (v == N_MIGRATIONS)
+            return exec(d, "COMMIT", err);
+        if ((rc = exec(d, migrations[v], err)) != 0)
+            goto fail;
+        char sql[64];
+        snprintf(sql, sizeof sql, "UPDATE schema_version SET version = %lld", (long long)v + 1);
+        if ((rc = exec(d, sql, err)) != 0 || (rc = exec(d, "COMMIT", err)) != 0)
+            goto fail;
+    }
+fail:
+    rollback(d);
+    return rc;
+}
+
+int db_open(const char *path, db_store **out, sv_error *err)
+{
+    *out = NULL;
+    db_store *d = calloc(1, sizeof *d);
+    if (d == NULL || (d->path = strdup(path)) == NULL) {
+        free(d);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
+    int rc;
+    if (sqlite3_open_v2(path, &d->h, flags, NULL) != SQLITE_OK) {
+        rc = d->h != NULL ? fail(d, err, -EIO, "open")
+                          : sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    sqlite3_busy_timeout(d->h, 1000);
+    /* WAL: a crash keeps every committed transaction; FULL also survives a power cut. */
+    rc = exec(d, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+              err);
+    if (rc == 0)
+        rc = migrate(d, err);
+out:
+    if (rc != 0) {
+        db_close(d);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+void db_close(db_store *d)
+{
+    if (d == NULL)
+        return;
+    sqlite3_close(d->h);
+    free(d->path);
+    free(d);
+}
+
+static int check_key(const char *node, sv_error *err)
+{
+    if (node == NULL || strlen(node) > DB_KEY_MAX)
+        return sv_error_set(err, -EINVAL, "node key longer than %u bytes", DB_KEY_MAX);
+    return 0;
+}
+
+/* Merge one delta into the open row of (node, uid). */
+static int add_one(db_store *d, sqlite3_stmt *get, sqlite3_stmt *put, const char *node,
+                   const db_usage *u, int64_t now_ms, sv_error *err)
+{
+    uint64_t up = u->up, down = u->down;
+    sqlite3_reset(get);
+    sqlite3_bind_text(get, 1, node, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(get, 2, (int64_t)u->user);
+    int rc = sqlite3_step(get);
+    if (rc == SQLITE_ROW) {
+        uint64_t old_up = (uint64_t)sqlite3_column_int64(get, 0);
+        uint64_t old_down = (uint64_t)sqlite3_column_int64(get, 1);
+        if (up > INT64_MAX - old_up || down > INT64_MAX - old_down)
+            return sv_error_set(err, -EOVERFLOW, "user %llu: pending bytes overflow",
+                                (unsigned long long)u->user);
+        up += old_up;
+        down += old_down;
+    } else if (rc != SQLITE_DONE) {
+        return fail(d, err, -EIO, "read open row");
+    }
+    if (up > INT64_MAX || down > INT64_MAX)
+        return sv_error_set(err, -EOVERFLOW, "user %llu: delta too large",
+                            (unsigned long long)u->user);
+    sqlite3_reset(put);
+    sqlite3_bind_text(put, 1, node, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(put, 2, (int64_t)u->user);
+    sqlite3_bind_int64(put, 3, (int64_t)up);
+    sqlite3_bind_int64(put, 4, (int64_t)down);
+    sqlite3_bind_int64(put, 5, now_ms);
+    if (sqlite3_step(put) != SQLITE_DONE)
+        return fail(d, err, -EIO, "write open row");
+    return 0;
+}
+
+int db_usage_add(db_store *d, const char *node, const db_usage *items, size_t n, int64_t now_ms,
+                 sv_error *err)
+{
+    int rc = check_key(node, err);
+    if (rc != 0 || n == 0)
+        return rc;
+    sqlite3_stmt *get = NULL, *put = NULL;
+    if (sqlite3_prepare_v2(d->h, "SELECT up, down FROM usage_outbox"
+                           " WHERE node = ?1 AND uid = ?2 AND batch = 0", -1, &get,
+                           NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(d->h, "INSERT INTO usage_outbox (node, uid, up, down, batch,"
+                           " created_ms) VALUES (?1, ?2, ?3, ?4, 0, ?5)"
+                           " ON CONFLICT (node, uid) WHERE batch = 0"
+                           " DO UPDATE SET up = excluded.up, down = excluded.down", -1, &put,
+                           NULL) != SQLITE_OK) {
+        rc = fail(d, err, -EIO, "prepare");
+        goto out;
+    }
+    if ((rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+        goto out;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (items[i].up != 0 || items[i].down != 0)
+            rc = add_one(d, get, put, node, &items[i], now_ms, err);
+    if (rc == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0)
+        rollback(d);
+out:
+    sqlite3_finalize(get);
+    sqlite3_finalize(put);
+    return rc;
+}
+
+/* Give every pending row of the node the next batch id. */
+static int claim_rows(db_store *d, const char *node, int64_t *id, sv_error *err)
+{
+    int rc = exec(d, "UPDATE meta SET value = value + 1 WHERE key = 'batch_seq'", err);
+    if (rc != 0 || (rc = query_int(d, "SELECT value FROM meta WHERE key = 'batch_seq'", id,
+                                   err)) != 0)
+        return rc;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "UPDATE usage_outbox SET batch = ?1 WHERE node = ?2", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_int64(st, 1, *id);
+    sqlite3_bind_text(st, 2, node, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "claim");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int read_batch(db_store *d, db_batch *b, sv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "SELECT uid, SUM(up), SUM(down) FROM usage_outbox"
+                           " WHERE batch = ?1 GROUP BY uid ORDER BY uid", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_int64(st, 1, b->id);
+    size_t cap = 0;
+    int rc = 0, s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (b->n == cap) {
+            size_t ncap = cap == 0 ? 64 : 2 * cap;
+            db_usage *p = realloc(b->items, ncap * sizeof *p);
+            if (p == NULL) {
+                rc = sv_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            b->items = p;
+            cap = ncap;
+        }
+        b->items[b->n++] = (db_usage){.user = (uint64_t)sqlite3_column_int64(st, 0),
+                                      .up = (uint64_t)sqlite3_column_int64(st, 1),
+                                      .down = (uint64_t)sqlite3_column_int64(st, 2)};
+    }
+    if (rc == 0 && s != SQLITE_DONE)
+        rc = fail(d, err, -EIO, "read batch"); /* SUM() overflow lands here too */
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int db_batch_claim(db_store *d, const char *node, db_batch *out, sv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_key(node, err);
+    if (rc != 0 || (rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+        return rc;
+    if ((rc = claim_rows(d, node, &out->id, err)) == 0 && (rc = read_batch(d, out, err)) == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0) {
+        rollback(d);
+        db_batch_free(out);
+        return rc;
+    }
+    if (out->n == 0)
+        out->id = 0;
+    return 0;
+}
+
+int db_batch_done(db_store *d, int64_t id, sv_error *err)
+{
+    if (id == 0)
+        return 0;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "DELETE FROM usage_outbox WHERE batch = ?1", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "delete batch");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+void db_batch_free(db_batch *b)
+{
+    if (b == NULL)
+        return;
+    free(b->items);
+    memset(b, 0, sizeof *b);
+}
+
+int db_usage_pending(db_store *d, const char *node, uint64_t *bytes, int64_t *oldest_ms,
+                     sv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    const char *sql = node != NULL
+        ? "SELECT TOTAL(up) + TOTAL(down), MIN(created_ms) FROM usage_outbox WHERE node = ?1"
+        : "SELECT TOTAL(up) + TOTAL(down), MIN(created_ms) FROM usage_outbox";
+    if (sqlite3_prepare_v2(d->h, sql, -1, &st, NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    if (node != NULL)
+        sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    int rc = 0;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        double total = sqlite3_column_double(st, 0); /* TOTAL() never overflows */
+        *bytes = total >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)total;
+        *oldest_ms = sqlite3_column_type(st, 1) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, 1);
+    } else {
+        rc = fail(d, err, -EIO, "pending");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int db_state_put(db_store *d, const char *node, enum db_state_kind kind, const char *etag,
+                 const char *body, size_t body_len, int64_t now_ms, sv_error *err)
+{
+    int rc = check_key(node, err);
+    if (rc != 0)
+        return rc;
+    if (etag != NULL && strlen(etag) > DB_KEY_MAX)
+        return sv_error_set(err, -EINVAL, "ETag longer than %u bytes", DB_KEY_MAX);
+    if (body_len > DB_BODY_MAX)
+        return sv_error_set(err, -EINVAL, "body larger than %u bytes", DB_BODY_MAX);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "INSERT OR REPLACE INTO panel_state (node, kind, etag, body,"
+                           " saved_ms) VALUES (?1, ?2, ?3, ?4, ?5)", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, (int)kind);
+    if (etag != NULL)
+        sqlite3_bind_text(st, 3, etag, -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 4, body_len > 0 ? body : "", (int)body_len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, now_ms);
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "store state");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int copy_row(sqlite3_stmt *st, char **etag, char **body, size_t *body_len, sv_error *err)
+{
+    const unsigned char *e = sqlite3_column_text(st, 0);
+    const void *b = sqlite3_column_blob(st, 1);
+    size_t n = (size_t)sqlite3_column_bytes(st, 1);
+    *etag = e != NULL ? strdup((const char *)e) : NULL;
+    *body = malloc(n + 1);
+    if ((e != NULL && *etag == NULL) || *body == NULL) {
+        free(*etag);
+        free(*body);
+        *etag = *body = NULL;
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    if (n > 0)
+        memcpy(*body, b, n);
+    (*body)[n] = '\0';
+    *body_len = n;
+    return 0;
+}
+
+int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **etag,
+                 char **body, size_t *body_len, sv_error *err)
+{
+    *etag = *body = NULL;
+    *body_len = 0;
+    int rc = check_key(node, err);
+    if (rc != 0)
+        return rc;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "SELECT etag, body FROM panel_state WHERE node = ?1 AND"
+                           " kind = ?2", -1, &st, NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, (int)kind);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW)
+        rc = copy_row(st, etag, body, body_len, err);
+    else if (s == SQLITE_DONE)
+        rc = sv_error_set(err, -ENOENT, "node %s: no stored state", node);
+    else
+        rc = fail(d, err, -EIO, "read state");
+    sqlite3_finalize(st);
+    return rc;
+}

@@ -1,0 +1,118 @@
+/*
+ * The SQLite store (DESIGN.md "db/"): one file in WAL mode holding the usage outbox and the
+ * last good panel state of every node, with versioned migrations (table schema_version).
+ *
+ * Usage outbox (issue #3, PANEL.md §4.1 "journal the traffic before resetting it"): deltas taken
+ * from the supervisor are added per (node, uid) in one transaction; a row not yet part of a push
+ * is "open" and later deltas merge into it. A push claims every pending row of its node as one
+ * batch (a new batch id) and reads the total per uid; after a 2xx the batch's rows are deleted.
+ * Deltas added after the claim land in a new open row, so deleting the batch never deletes them;
+ * a failed batch stays and is claimed again, merged with later deltas, by the next push.
+ *
+ * Control loop only; every call is a short synchronous transaction on a local file.
+ */
+#ifndef DB_DB_H
+#define DB_DB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "supervisor/util/err.h"
+
+#define DB_SCHEMA_VERSION 1       /**< the version the migrations bring a file to */
+#define DB_BODY_MAX (32u << 20)   /**< largest stored panel body (= PN_BODY_MAX) */
+#define DB_KEY_MAX 256u           /**< bytes of a node key or an ETag */
+
+typedef struct db_store db_store;
+
+/** One user's bytes (an outbox delta or a batch total). */
+typedef struct db_usage {
+    uint64_t user; /**< panel user id */
+    uint64_t up;   /**< bytes from the client */
+    uint64_t down; /**< bytes to the client */
+} db_usage;
+
+/** What one claimed batch holds: the total per uid of every pending row of one node. */
+typedef struct db_batch {
+    int64_t id;     /**< batch id to pass to db_batch_done(); 0 when the batch is empty */
+    db_usage *items; /**< one entry per uid, sorted by uid; malloc'ed, freed by db_batch_free */
+    size_t n;
+} db_batch;
+
+/**
+ * Open (creating if needed) the store at @p path: WAL journal, synchronous=FULL, then run the
+ * migrations up to DB_SCHEMA_VERSION (each in its own transaction; re-running is a no-op).
+ * @param out  receives the store, freed with db_close()
+ * @param err  "<path>: <sqlite text>"
+ * @return 0, -ENOMEM, -EIO (open/migration failed), -EPROTO (the file's schema is newer).
+ */
+int db_open(const char *path, db_store **out, sv_error *err);
+
+/** Close the store. NULL-safe. */
+void db_close(db_store *d);
+
+/** The schema version of the open file (DB_SCHEMA_VERSION after db_open). */
+int db_schema_version(db_store *d);
+
+/**
+ * Add usage deltas of node @p node in one transaction, each merged into the node's open row for
+ * its uid (a new row when there is none). Zero deltas are skipped.
+ * @param now_ms  wall clock in ms, kept as the row's age when the row is new
+ * @return 0, -EINVAL (key too long), -EIO (nothing was written), -EOVERFLOW (a sum would pass
+ *         INT64_MAX; nothing was written).
+ */
+int db_usage_add(db_store *d, const char *node, const db_usage *items, size_t n, int64_t now_ms,
+                 sv_error *err);
+
+/**
+ * Claim every pending row of @p node (open rows and rows of earlier, unfinished batches) as one
+ * new batch and read its total per uid.
+ * @param out  overwritten; free with db_batch_free(); out->id == 0 and n == 0 when nothing is
+ *             pending
+ * @return 0, -ENOMEM, -EIO.
+ */
+int db_batch_claim(db_store *d, const char *node, db_batch *out, sv_error *err);
+
+/**
+ * The panel accepted batch @p id: delete exactly its rows (later deltas stay).
+ * @return 0 or -EIO.
+ */
+int db_batch_done(db_store *d, int64_t id, sv_error *err);
+
+/** Free what a batch owns and zero it. NULL-safe. */
+void db_batch_free(db_batch *b);
+
+/**
+ * Pending bytes (up+down) and the wall time of the oldest pending row of @p node, or of every
+ * node when @p node is NULL.
+ * @param oldest_ms  receives 0 when nothing is pending
+ * @return 0 or -EIO.
+ */
+int db_usage_pending(db_store *d, const char *node, uint64_t *bytes, int64_t *oldest_ms,
+                     sv_error *err);
+
+/** The kinds of stored panel bodies. */
+enum db_state_kind {
+    DB_STATE_CONFIG = 0, /**< the `GET config` body (PANEL.md §1.4) */
+    DB_STATE_USERS = 1,  /**< the `GET user` body (PANEL.md §1.5) */
+};
+
+/**
+ * Store the last good body of one kind for @p node (replacing the previous one).
+ * @param etag  the panel's ETag as received, or NULL
+ * @param body  the JSON text that parsed and was applied
+ * @return 0, -EINVAL (key or ETag over DB_KEY_MAX, body over DB_BODY_MAX), -EIO.
+ */
+int db_state_put(db_store *d, const char *node, enum db_state_kind kind, const char *etag,
+                 const char *body, size_t body_len, int64_t now_ms, sv_error *err);
+
+/**
+ * Read the last good body of one kind for @p node.
+ * @param etag  receives a malloc'ed copy or NULL (none stored)
+ * @param body  receives a malloc'ed NUL-terminated copy
+ * @return 0, -ENOENT (nothing stored), -ENOMEM, -EIO.
+ */
+int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **etag,
+                 char **body, size_t *body_len, sv_error *err);
+
+#endif

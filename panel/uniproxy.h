@@ -1,0 +1,81 @@
+/*
+ * The V2Board / Xboard "UniProxy" panel client (PANEL.md §1): GET config / user with
+ * ETag / If-None-Match / 304, POST push / alive / status, GET alivelist, every request carrying
+ * token, node_id and node_type as query parameters (§1.1, §1.2). HTTP through panel/http.h on
+ * the control loop. Behind the ops table of panel/panel.h.
+ *
+ * Outcomes of config / user (PANEL.md §4.2): 304 gives PN_NOT_MODIFIED; a 2xx whose body parses
+ * gives PN_OK (an empty user list included: it revokes everyone); anything else — transport
+ * error, non-2xx with either error envelope (§1.2), a 2xx body that is not the expected JSON
+ * (an HTML page) — is an error and the caller keeps its running state.
+ */
+#ifndef PN_UNIPROXY_H
+#define PN_UNIPROXY_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "panel/panel.h"
+
+/** Bodies a UniProxy client remembers (last good, for the store and for If-None-Match). */
+enum pn_body_kind {
+    PN_BODY_CONFIG = 0, /**< `GET config` */
+    PN_BODY_USERS = 1,  /**< `GET user` */
+};
+
+/** Options; every pointer is borrowed for the pn_uniproxy_new() call only. */
+typedef struct pn_uniproxy_options {
+    uv_loop_t *loop;       /**< the control loop */
+    const char *url;       /**< panel base URL ("https://panel.example.com"), no API path */
+    const char *token;     /**< server token (never logged) */
+    const char *node_id;   /**< numeric id or Xboard node code */
+    const char *node_type; /**< "shadowsocks", ... (also the protocol when config has none) */
+    long timeout_ms;       /**< per request; 0 = PN_HTTP_TIMEOUT_MS */
+} pn_uniproxy_options;
+
+/**
+ * Create a UniProxy client.
+ * @return 0, -EINVAL (missing option, err names it), -ENOMEM, -EIO (curl).
+ */
+int pn_uniproxy_new(const pn_uniproxy_options *opts, pn_client **out, sv_error *err);
+
+/**
+ * Remember @p etag (may be NULL) as the ETag of the last good body of @p kind, so the next fetch
+ * sends it verbatim as If-None-Match (PANEL.md §1.3), e.g. from the store after a restart.
+ * @return 0 or -ENOMEM.
+ */
+int pn_uniproxy_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag);
+
+/**
+ * The raw body and ETag of the last PN_OK fetch of @p kind (to store as last good state).
+ * Valid until the next fetch of that kind ends or the client is freed. NULL when none.
+ */
+const char *pn_uniproxy_body(pn_client *c, enum pn_body_kind kind, size_t *len,
+                             const char **etag);
+
+/**
+ * Judge a report answer (push / alive / status): accepted when the status is 2xx and the body
+ * is a JSON object that says so — `"data": true` or `"status": "success"` (PANEL.md §1.2.1) —
+ * and does not say `"status": "fail"`. Bounded by @p len (no NUL needed).
+ * @return 0, or -EPROTO with err set ("HTTP 500: token is error", "HTTP 200 body is not JSON").
+ */
+int pn_uniproxy_check_ack(long status, const char *body, size_t len, sv_error *err);
+
+/**
+ * Parse an `alivelist` body `{"alive":{"<uid>":count,...}}` (PANEL.md §1.8).
+ * @param out  malloc'ed array (NULL when empty) for the caller to free()
+ * @return 0, -EINVAL (shape), -EMSGSIZE (over PN_USERS_MAX entries), -ENOMEM.
+ */
+int pn_uniproxy_parse_alivelist(const json_t *body, pn_alive_count **out, size_t *n,
+                                sv_error *err);
+
+/**
+ * The error text of a non-2xx answer: the `message` (or `error`) of either envelope
+ * (PANEL.md §1.2), else the start of the body. Writes "HTTP <status>: <text>" into @p err.
+ * @return -EPROTO.
+ */
+int pn_uniproxy_error(long status, const char *body, size_t len, sv_error *err);
+
+#endif

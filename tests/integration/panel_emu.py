@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""panel_emu: a V2Board/Xboard UniProxy panel over real HTTP on loopback, for katana's tests.
+
+Speaks /api/v1/server/UniProxy/{config,user,push,alive,alivelist,status} (PANEL.md §1) with
+token/node_id/node_type query parameters, ETag = sha1 of the body (quoted), 304 when
+If-None-Match contains it, and Xboard's envelopes. Pushes are applied to per-user totals and
+recorded. Control endpoints (no token) under /_emu/:
+  GET  /_emu/state              {"totals":{uid:[up,down]}, "pushes":[...], "hits":{endpoint:n},
+                                 "hit_times":{endpoint:[t...]}, "alive":..., "status":...}
+  POST /_emu/config             body: a new config object (ETag changes)
+  POST /_emu/users              body: {"users":[...]}
+  POST /_emu/fault              {"endpoint":"push","faults":["500","502","timeout","html200",
+                                 "apply_close","slow:2",...]}: one fault per request, in order
+  POST /_emu/down               {"down":true}: every UniProxy request is refused with 502
+Faults: 500 = JSON 500 {"message":...}; 502 = HTML 502; timeout = hold the request open
+(unanswered) for --hold seconds, then close; html200 = an HTML page with 200; apply_close = apply
+the push, then close the connection without an answer; slow:S = answer normally after S s.
+
+usage: panel_emu.py --port P --token T --config FILE --users FILE [--ready-file F] [--hold S]
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+API = "/api/v1/server/UniProxy/"
+LOCK = threading.Lock()
+STATE = {"config": {}, "users": {"users": []}, "totals": {}, "pushes": [], "hits": {},
+         "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": []}
+ARGS = None
+
+
+def body_etag(obj):
+    text = json.dumps(obj, separators=(",", ":")).encode()
+    return text, '"%s"' % hashlib.sha1(text).hexdigest()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # quiet
+        pass
+
+    def send(self, status, body, ctype="application/json", etag=None):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        if etag:
+            self.send_header("ETag", etag)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    def do_GET(self):
+        self.route("GET")
+
+    def do_POST(self):
+        self.route("POST")
+
+    def route(self, method):
+        url = urlparse(self.path)
+        raw = self.read_body()
+        if url.path.startswith("/_emu/"):
+            return self.control(method, url.path[6:], raw)
+        if not url.path.startswith(API):
+            return self.send(404, {"message": "not found"})
+        ep = url.path[len(API):]
+        q = parse_qs(url.query)
+        with LOCK:
+            STATE["hits"][ep] = STATE["hits"].get(ep, 0) + 1
+            STATE["hit_times"].setdefault(ep, []).append(time.time())
+            queue = STATE["faults"].get(ep) or []
+            fault = queue.pop(0) if queue else None
+            down = STATE["down"]
+        if down:
+            return self.send(502, b"<html>502 Bad Gateway</html>", "text/html")
+        if q.get("token", [""])[0] != ARGS.token:
+            return self.send(500, {"message": "token is error"})
+        if not q.get("node_id", [""])[0]:
+            return self.send(400, {"status": "fail", "message": "Server does not exist",
+                                   "data": None, "error": None})
+        if fault and self.pre_fault(fault):
+            return None
+        handler = {"config": self.ep_config, "user": self.ep_user, "push": self.ep_push,
+                   "alive": self.ep_alive, "alivelist": self.ep_alivelist,
+                   "status": self.ep_status}.get(ep)
+        if handler is None:
+            return self.send(404, {"message": "not found"})
+        return handler(raw, fault)
+
+    def pre_fault(self, fault):
+        """Faults that replace the answer; True when the request was answered here."""
+        if fault == "500":
+            self.send(500, {"message": "Uh-oh, we've had some problems, we're working on it."})
+        elif fault == "502":
+            self.send(502, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+        elif fault == "html200":
+            self.send(200, b"<html><body>Checking your browser</body></html>", "text/html")
+        elif fault == "timeout":
+            time.sleep(ARGS.hold)
+            self.close_connection = True
+        elif fault.startswith("slow:"):
+            time.sleep(float(fault[5:]))
+            return False
+        else:
+            return False
+        return True
+
+    def fetch(self, obj):
+        data, etag = body_etag(obj)
+        inm = self.headers.get("If-None-Match") or ""
+        if etag.strip('"') in inm:
+            self.send_response(304)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send(200, data, etag=etag)
+
+    def ep_config(self, raw, fault):
+        with LOCK:
+            obj = STATE["config"]
+        self.fetch(obj)
+
+    def ep_user(self, raw, fault):
+        with LOCK:
+            obj = STATE["users"]
+        self.fetch(obj)
+
+    def ep_push(self, raw, fault):
+        try:
+            data = json.loads(raw or b"{}")
+            assert isinstance(data, dict)
+        except (ValueError, AssertionError):
+            return self.send(422, {"status": "fail", "message": "Invalid data format",
+                                   "data": None, "error": None})
+        with LOCK:
+            for uid, pair in data.items():
+                t = STATE["totals"].setdefault(uid, [0, 0])
+                t[0] += int(pair[0])
+                t[1] += int(pair[1])
+            STATE["pushes"].append({"t": time.time(), "body": data, "fault": fault})
+        if fault == "apply_close":
+            self.close_connection = True
+            return None
+        return self.send(200, {"status": "success", "message": "操作成功", "data": True,
+                               "error": None})
+
+    def ep_alive(self, raw, fault):
+        with LOCK:
+            STATE["alive"].append(json.loads(raw or b"{}"))
+        self.send(200, {"data": True})
+
+    def ep_alivelist(self, raw, fault):
+        self.send(200, {"alive": {}})
+
+    def ep_status(self, raw, fault):
+        with LOCK:
+            STATE["status"].append(json.loads(raw or b"{}"))
+        self.send(200, {"data": True, "code": 0, "message": "success"})
+
+    def control(self, method, what, raw):
+        with LOCK:
+            if method == "GET" and what == "state":
+                out = {k: STATE[k] for k in ("totals", "pushes", "hits", "hit_times", "alive",
+                                             "status")}
+                return self.send(200, out)
+            body = json.loads(raw or b"{}")
+            if what == "config":
+                STATE["config"] = body
+            elif what == "users":
+                STATE["users"] = body
+            elif what == "fault":
+                STATE["faults"][body["endpoint"]] = list(body["faults"])
+            elif what == "down":
+                STATE["down"] = bool(body.get("down"))
+            else:
+                return self.send(404, {"message": "unknown control"})
+        return self.send(200, {"ok": True})
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--token", required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--users", required=True)
+    p.add_argument("--ready-file")
+    p.add_argument("--hold", type=float, default=5.0)
+    ARGS = p.parse_args()
+    with open(ARGS.config) as f:
+        STATE["config"] = json.load(f)
+    with open(ARGS.users) as f:
+        STATE["users"] = json.load(f)
+    srv = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
+    srv.daemon_threads = True
+    if ARGS.ready_file:
+        tmp = ARGS.ready_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("ready\n")
+        os.rename(tmp, ARGS.ready_file)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,380 @@
+/*
+ * Unit tests: the SQLite store (db/db.c) on real files in a temp dir — migrations, the usage
+ * outbox (merge, claim, delete exactly the batch, crash safety through a killed writer) and the
+ * last good panel state.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "db/db.h"
+
+typedef struct tmp {
+    char dir[64];
+    char path[96];
+} tmp;
+
+static int setup(void **state)
+{
+    tmp *t = calloc(1, sizeof *t);
+    assert_non_null(t);
+    snprintf(t->dir, sizeof t->dir, "/tmp/katana-test-db.XXXXXX");
+    assert_non_null(mkdtemp(t->dir));
+    snprintf(t->path, sizeof t->path, "%s/katana.db", t->dir);
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    tmp *t = *state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
+    assert_int_equal(system(cmd), 0);
+    free(t);
+    return 0;
+}
+
+static db_store *open_ok(const tmp *t)
+{
+    db_store *d = NULL;
+    sv_error err = {0};
+    int rc = db_open(t->path, &d, &err);
+    if (rc != 0)
+        fail_msg("db_open: %s", err.msg);
+    return d;
+}
+
+static void add(db_store *d, const char *node, uint64_t uid, uint64_t up, uint64_t down)
+{
+    db_usage u = {uid, up, down};
+    sv_error err = {0};
+    int rc = db_usage_add(d, node, &u, 1, 1000, &err);
+    if (rc != 0)
+        fail_msg("db_usage_add: %s", err.msg);
+}
+
+static int64_t count_rows(const tmp *t, const char *sql)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_open(t->path, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    int64_t n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return n;
+}
+
+static void db__open__creates_wal_file_at_current_version(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    assert_int_equal(db_schema_version(d), DB_SCHEMA_VERSION);
+    db_close(d);
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_open(t->path, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(h, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+}
+
+static void db__migrations__are_idempotent(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    add(d, "n1", 7, 10, 20);
+    db_close(d);
+    for (int i = 0; i < 3; i++) {
+        d = open_ok(t);
+        assert_int_equal(db_schema_version(d), DB_SCHEMA_VERSION);
+        db_close(d);
+    }
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM schema_version"), 1);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM usage_outbox"), 1);
+    assert_int_equal(count_rows(t, "SELECT value FROM meta WHERE key = 'batch_seq'"), 0);
+}
+
+static void db__newer_schema__is_refused(void **state)
+{
+    tmp *t = *state;
+    db_close(open_ok(t));
+    sqlite3 *h = NULL;
+    assert_int_equal(sqlite3_open(t->path, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h, "UPDATE schema_version SET version = 99", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(h);
+    db_store *d = NULL;
+    sv_error err = {0};
+    assert_int_equal(db_open(t->path, &d, &err), -EPROTO);
+    assert_null(d);
+    assert_non_null(strstr(err.msg, "newer"));
+}
+
+static void db__bad_path__fails_with_message(void **state)
+{
+    (void)state;
+    db_store *d = NULL;
+    sv_error err = {0};
+    assert_int_equal(db_open("/nonexistent-dir/x/katana.db", &d, &err), -EIO);
+    assert_null(d);
+    assert_non_null(strstr(err.msg, "/nonexistent-dir/x/katana.db"));
+}
+
+static void db__add__merges_per_node_and_uid(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    db_usage batch[] = {{1, 100, 200}, {2, 5, 0}, {1, 1, 2}, {3, 0, 0}};
+    sv_error err = {0};
+    assert_int_equal(db_usage_add(d, "a", batch, 4, 1000, &err), 0);
+    add(d, "b", 1, 1000, 1000);
+    db_close(d);
+    /* one open row per (node, uid); the zero delta wrote nothing */
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM usage_outbox"), 3);
+    d = open_ok(t);
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    assert_int_equal(b.n, 2);
+    assert_true(b.id > 0);
+    assert_int_equal(b.items[0].user, 1);
+    assert_int_equal(b.items[0].up, 101);
+    assert_int_equal(b.items[0].down, 202);
+    assert_int_equal(b.items[1].user, 2);
+    assert_int_equal(b.items[1].up, 5);
+    db_batch_free(&b);
+    db_close(d);
+}
+
+static void db__done__deletes_only_the_batch(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    add(d, "a", 1, 10, 20);
+    add(d, "b", 1, 7, 7);
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    assert_int_equal(b.n, 1);
+    /* deltas that arrive while the push is in flight */
+    add(d, "a", 1, 3, 4);
+    add(d, "a", 9, 1, 1);
+    assert_int_equal(db_batch_done(d, b.id, &err), 0);
+    db_batch_free(&b);
+    db_batch next;
+    assert_int_equal(db_batch_claim(d, "a", &next, &err), 0);
+    assert_int_equal(next.n, 2);
+    assert_int_equal(next.items[0].user, 1);
+    assert_int_equal(next.items[0].up, 3);
+    assert_int_equal(next.items[0].down, 4);
+    assert_int_equal(next.items[1].user, 9);
+    db_batch_free(&next);
+    /* node b untouched */
+    uint64_t bytes = 0;
+    int64_t oldest = 0;
+    assert_int_equal(db_usage_pending(d, "b", &bytes, &oldest, &err), 0);
+    assert_int_equal(bytes, 14);
+    assert_int_equal(oldest, 1000);
+    db_close(d);
+}
+
+static void db__failed_batch__is_resent_merged_with_later_deltas(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    add(d, "a", 1, 10, 20);
+    db_batch b1;
+    assert_int_equal(db_batch_claim(d, "a", &b1, &err), 0);
+    add(d, "a", 1, 5, 5); /* push failed: b1 never done */
+    db_batch b2;
+    assert_int_equal(db_batch_claim(d, "a", &b2, &err), 0);
+    assert_true(b2.id != b1.id);
+    assert_int_equal(b2.n, 1);
+    assert_int_equal(b2.items[0].up, 15);
+    assert_int_equal(b2.items[0].down, 25);
+    /* the late answer of the first push deletes nothing of the second batch */
+    assert_int_equal(db_batch_done(d, b1.id, &err), 0);
+    uint64_t bytes = 0;
+    int64_t oldest = 0;
+    assert_int_equal(db_usage_pending(d, NULL, &bytes, &oldest, &err), 0);
+    assert_int_equal(bytes, 40);
+    assert_int_equal(db_batch_done(d, b2.id, &err), 0);
+    assert_int_equal(db_usage_pending(d, NULL, &bytes, &oldest, &err), 0);
+    assert_int_equal(bytes, 0);
+    assert_int_equal(oldest, 0);
+    db_batch_free(&b1);
+    db_batch_free(&b2);
+    db_close(d);
+}
+
+static void db__empty_claim__has_no_batch(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    assert_int_equal(b.id, 0);
+    assert_int_equal(b.n, 0);
+    assert_null(b.items);
+    assert_int_equal(db_batch_done(d, 0, &err), 0);
+    db_close(d);
+}
+
+static void db__overflow__is_refused_and_writes_nothing(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    add(d, "a", 1, (uint64_t)INT64_MAX - 1, 0);
+    db_usage two[] = {{2, 1, 1}, {1, 2, 0}};
+    assert_int_equal(db_usage_add(d, "a", two, 2, 1000, &err), -EOVERFLOW);
+    db_usage big = {3, UINT64_MAX, 0};
+    assert_int_equal(db_usage_add(d, "a", &big, 1, 1000, &err), -EOVERFLOW);
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    assert_int_equal(b.n, 1); /* uid 2 rolled back with the transaction */
+    assert_int_equal(b.items[0].up, (uint64_t)INT64_MAX - 1);
+    db_batch_free(&b);
+    db_close(d);
+}
+
+static void db__large_values__round_trip(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    add(d, "a", 4000000000ull, 5000000000000ull, 6000000000000ull);
+    add(d, "a", 4000000000ull, 5000000000000ull, 1);
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    assert_int_equal(b.items[0].user, 4000000000ull);
+    assert_int_equal(b.items[0].up, 10000000000000ull);
+    assert_int_equal(b.items[0].down, 6000000000001ull);
+    db_batch_free(&b);
+    db_close(d);
+}
+
+/* A writer killed with SIGKILL between transactions loses none it reported as committed. */
+static void db__killed_writer__keeps_every_committed_merge(void **state)
+{
+    tmp *t = *state;
+    db_close(open_ok(t));
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        db_store *d = NULL;
+        if (db_open(t->path, &d, NULL) != 0)
+            _exit(2);
+        for (int i = 0; i < 100000; i++) {
+            db_usage u = {1, 1, 2};
+            if (db_usage_add(d, "a", &u, 1, 1000, NULL) != 0)
+                _exit(3);
+            if (write(fds[1], "x", 1) != 1)
+                _exit(4);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    char c;
+    long acked = 0;
+    while (acked < 200 && read(fds[0], &c, 1) == 1)
+        acked++;
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    while (read(fds[0], &c, 1) == 1) /* commits acknowledged before the kill */
+        acked++;
+    close(fds[0]);
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    assert_int_equal(b.n, 1);
+    /* every acknowledged commit is there; at most one more committed before its ack */
+    assert_true((long)b.items[0].up >= acked && (long)b.items[0].up <= acked + 1);
+    assert_int_equal(b.items[0].down, 2 * b.items[0].up);
+    db_batch_free(&b);
+    db_close(d);
+}
+
+static void db__state__stores_body_and_etag_per_node_and_kind(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    char *etag = NULL, *body = NULL;
+    size_t len = 0;
+    assert_int_equal(db_state_get(d, "a", DB_STATE_CONFIG, &etag, &body, &len, &err), -ENOENT);
+    const char *cfg = "{\"server_port\":8388}";
+    assert_int_equal(db_state_put(d, "a", DB_STATE_CONFIG, "\"abc\"", cfg, strlen(cfg), 1, &err),
+                     0);
+    assert_int_equal(db_state_put(d, "a", DB_STATE_USERS, NULL, "{\"users\":[]}", 12, 1, &err),
+                     0);
+    assert_int_equal(db_state_put(d, "a", DB_STATE_CONFIG, "W/\"x y\"", cfg, strlen(cfg), 2,
+                                  &err), 0);
+    db_close(d);
+    d = open_ok(t);
+    assert_int_equal(db_state_get(d, "a", DB_STATE_CONFIG, &etag, &body, &len, &err), 0);
+    assert_string_equal(etag, "W/\"x y\""); /* verbatim, the latest */
+    assert_string_equal(body, cfg);
+    assert_int_equal(len, strlen(cfg));
+    free(etag);
+    free(body);
+    assert_int_equal(db_state_get(d, "a", DB_STATE_USERS, &etag, &body, &len, &err), 0);
+    assert_null(etag);
+    assert_string_equal(body, "{\"users\":[]}");
+    free(body);
+    assert_int_equal(db_state_get(d, "b", DB_STATE_USERS, &etag, &body, &len, &err), -ENOENT);
+    char longkey[DB_KEY_MAX + 2];
+    memset(longkey, 'k', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    assert_int_equal(db_state_put(d, longkey, DB_STATE_USERS, NULL, "{}", 2, 1, &err), -EINVAL);
+    db_close(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(db__open__creates_wal_file_at_current_version, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(db__migrations__are_idempotent, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__newer_schema__is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__bad_path__fails_with_message, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__add__merges_per_node_and_uid, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__done__deletes_only_the_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__failed_batch__is_resent_merged_with_later_deltas,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(db__empty_claim__has_no_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__overflow__is_refused_and_writes_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(db__large_values__round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__killed_writer__keeps_every_committed_merge, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(db__state__stores_body_and_etag_per_node_and_kind,
+                                        setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
