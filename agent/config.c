@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "agent/config.h"
+#include "api/api.h"
 #include "panel/model.h"
 #include "supervisor/util/log.h"
 
@@ -116,6 +117,55 @@ static int parse_workers(const json_t *root, ag_config *cfg, sv_error *err)
     return 0;
 }
 
+/* "shutdown_grace": seconds a SIGTERM/SIGINT leaves live connections (issue #5, default 5). */
+static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
+{
+    const json_t *g = json_object_get(root, "shutdown_grace");
+    cfg->shutdown_grace = AG_CONFIG_GRACE_DEFAULT;
+    if (g == NULL)
+        return 0;
+    if (!json_is_integer(g))
+        return sv_error_set(err, -EINVAL, "shutdown_grace: expected an integer");
+    json_int_t v = json_integer_value(g);
+    if (v < 0 || v > AG_CONFIG_GRACE_MAX)
+        return sv_error_set(err, -EINVAL, "shutdown_grace: must be between 0 and %u",
+                            AG_CONFIG_GRACE_MAX);
+    cfg->shutdown_grace = (unsigned)v;
+    return 0;
+}
+
+/* "api": {"listen", "token"} (issue 4): a listen address beyond loopback needs a token. */
+static int parse_api(const json_t *root, ag_config *cfg, sv_error *err)
+{
+    static const char *const keys[] = {"listen", "token", NULL};
+    const json_t *api = json_object_get(root, "api");
+    const char *listen = NULL, *token = NULL;
+    bool loopback = true;
+    if (api == NULL)
+        return 0;
+    int rc = expect_object(api, "api", err);
+    if (rc == 0)
+        rc = check_keys(api, "api", keys, err);
+    if (rc == 0)
+        rc = get_string(api, "api", "listen", false, &listen, err);
+    if (rc == 0)
+        rc = get_string(api, "api", "token", false, &token, err);
+    if (rc == 0 && listen != NULL)
+        rc = api_listen_parse(listen, NULL, &loopback, err); /* err: "api.listen: ..." */
+    if (rc == 0 && token != NULL && strlen(token) > API_TOKEN_MAX)
+        rc = sv_error_set(err, -EINVAL, "api.token: longer than %d bytes", API_TOKEN_MAX);
+    if (rc == 0 && listen != NULL && !loopback && token == NULL)
+        rc = sv_error_set(err, -EINVAL, "api.token: required when api.listen (%s) is not a "
+                          "loopback address", listen);
+    if (rc != 0)
+        return rc;
+    cfg->api_listen = listen != NULL ? strdup(listen) : NULL;
+    cfg->api_token = token != NULL ? strdup(token) : NULL;
+    if ((listen != NULL && cfg->api_listen == NULL) || (token != NULL && cfg->api_token == NULL))
+        return sv_error_set(err, -ENOMEM, "api: out of memory");
+    return 0;
+}
+
 /* A *_file path, resolved against base_dir when relative. */
 static int resolve_path(const char *file, const char *base_dir, char **out)
 {
@@ -158,6 +208,57 @@ static int parse_body(const json_t *panel, const char *path, const char *key,
     return 0;
 }
 
+/* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (issue #3, PANEL.md §1). */
+static int parse_uniproxy(const json_t *panel, const char *path, ag_panel_config *pc,
+                          sv_error *err)
+{
+    static const char *const keys[] = {"type", "url", "token", "node_id", "node_type",
+                                       "timeout", NULL};
+    const char *url, *token, *node_type, *node_id = NULL;
+    char idbuf[24], p[PATH_MAX_TEXT];
+    pc->type = AG_PANEL_UNIPROXY;
+    pc->timeout_s = AG_CONFIG_TIMEOUT_DEFAULT;
+    int rc = check_keys(panel, path, keys, err);
+    if (rc == 0)
+        rc = get_string(panel, path, "url", true, &url, err);
+    if (rc == 0 && strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+        rc = sv_error_set(err, -EINVAL, "%s.url: must start with http:// or https://", path);
+    if (rc == 0)
+        rc = get_string(panel, path, "token", true, &token, err);
+    if (rc == 0)
+        rc = get_string(panel, path, "node_type", true, &node_type, err);
+    if (rc != 0)
+        return rc;
+    const json_t *id = json_object_get(panel, "node_id");
+    path_key(p, sizeof p, path, "node_id");
+    if (json_is_integer(id) && json_integer_value(id) > 0) {
+        snprintf(idbuf, sizeof idbuf, "%lld", (long long)json_integer_value(id));
+        node_id = idbuf;
+    } else if (json_is_string(id) && json_string_length(id) > 0 &&
+               json_string_length(id) <= 64) {
+        node_id = json_string_value(id);
+    } else {
+        return sv_error_set(err, -EINVAL, "%s: %s", p, id == NULL ? "missing required key"
+                            : "expected a positive integer or a non-empty string");
+    }
+    const json_t *t = json_object_get(panel, "timeout");
+    if (t != NULL) {
+        path_key(p, sizeof p, path, "timeout");
+        if (!json_is_integer(t) || json_integer_value(t) < 1 ||
+            json_integer_value(t) > AG_CONFIG_TIMEOUT_MAX)
+            return sv_error_set(err, -EINVAL, "%s: expected seconds between 1 and %u", p,
+                                AG_CONFIG_TIMEOUT_MAX);
+        pc->timeout_s = (unsigned)json_integer_value(t);
+    }
+    pc->url = strdup(url);
+    pc->token = strdup(token);
+    pc->node_id = strdup(node_id);
+    pc->node_type = strdup(node_type);
+    if (pc->url == NULL || pc->token == NULL || pc->node_id == NULL || pc->node_type == NULL)
+        return sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+    return 0;
+}
+
 static int parse_panel(const json_t *node, const char *npath, const char *base_dir,
                        ag_panel_config *pc, sv_error *err)
 {
@@ -173,6 +274,8 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
         rc = get_string(panel, path, "type", true, &type, err);
     if (rc != 0)
         return rc;
+    if (strcmp(type, "uniproxy") == 0)
+        return parse_uniproxy(panel, path, pc, err);
     if (strcmp(type, "local") != 0)
         return sv_error_set(err, -EINVAL, "%s.type: unsupported panel type \"%.32s\"", path,
                             type);
@@ -185,6 +288,37 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
         rc = parse_body(panel, path, "users", "users_file", base_dir, &pc->users,
                         &pc->users_file, err);
     return rc;
+}
+
+/* "db": {"path", "flush_interval"} (issue #3); a uniproxy panel needs db.path (the outbox). */
+static int parse_db(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
+{
+    static const char *const keys[] = {"path", "flush_interval", NULL};
+    const json_t *db = json_object_get(root, "db");
+    const char *path = NULL;
+    cfg->db_flush_s = AG_CONFIG_FLUSH_DEFAULT;
+    int rc = db != NULL ? expect_object(db, "db", err) : 0;
+    if (rc == 0 && db != NULL)
+        rc = check_keys(db, "db", keys, err);
+    if (rc == 0 && db != NULL)
+        rc = get_string(db, "db", "path", false, &path, err);
+    const json_t *f = db != NULL ? json_object_get(db, "flush_interval") : NULL;
+    if (rc == 0 && f != NULL) {
+        if (!json_is_integer(f) || json_integer_value(f) < 1 ||
+            json_integer_value(f) > AG_CONFIG_FLUSH_MAX)
+            return sv_error_set(err, -EINVAL, "db.flush_interval: expected seconds between 1 "
+                                "and %u", AG_CONFIG_FLUSH_MAX);
+        cfg->db_flush_s = (unsigned)json_integer_value(f);
+    }
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; path == NULL && i < cfg->n_nodes; i++)
+        if (cfg->nodes[i].panel.type == AG_PANEL_UNIPROXY)
+            return sv_error_set(err, -EINVAL, "db.path: required with a uniproxy panel "
+                                "(nodes[%zu])", i);
+    if (path != NULL && resolve_path(path, base_dir, &cfg->db_path) != 0)
+        return sv_error_set(err, -ENOMEM, "db: out of memory");
+    return 0;
 }
 
 static bool is_ip_literal(const char *s)
@@ -246,7 +380,8 @@ static int parse_nodes(const json_t *root, const char *base_dir, ag_config *cfg,
 
 static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
 {
-    static const char *const keys[] = {"log", "workers", "nodes", NULL};
+    static const char *const keys[] = {"log", "workers", "shutdown_grace", "api", "db",
+                                       "nodes", NULL};
     if (!json_is_object(root))
         return sv_error_set(err, -EINVAL, "config: expected an object");
     int rc = check_keys(root, "", keys, err);
@@ -255,7 +390,13 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
     if (rc == 0)
         rc = parse_workers(root, cfg, err);
     if (rc == 0)
+        rc = parse_grace(root, cfg, err);
+    if (rc == 0)
+        rc = parse_api(root, cfg, err);
+    if (rc == 0)
         rc = parse_nodes(root, base_dir, cfg, err);
+    if (rc == 0)
+        rc = parse_db(root, base_dir, cfg, err);
     return rc;
 }
 
@@ -269,6 +410,9 @@ int ag_config_parse(const char *text, size_t len, const char *base_dir, ag_confi
         return sv_error_set(err, -EMSGSIZE, "config is larger than %u bytes",
                             AG_CONFIG_MAX_BYTES);
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    char *near = root == NULL ? strstr(jerr.text, " near '") : NULL;
+    if (near != NULL)
+        *near = '\0'; /* jansson quotes the token there, maybe a password: log no secrets (#5) */
     if (root == NULL)
         return sv_error_set(err, -EINVAL, "line %d, column %d: %s", jerr.line, jerr.column,
                             jerr.text);
@@ -319,7 +463,14 @@ void ag_config_free(ag_config *cfg)
         json_decref(n->panel.users);
         free(n->panel.node_file);
         free(n->panel.users_file);
+        free(n->panel.url);
+        free(n->panel.token);
+        free(n->panel.node_id);
+        free(n->panel.node_type);
     }
+    free(cfg->db_path);
     free(cfg->nodes);
+    free(cfg->api_listen);
+    free(cfg->api_token);
     memset(cfg, 0, sizeof *cfg);
 }

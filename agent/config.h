@@ -1,7 +1,7 @@
 /*
  * The agent's JSON configuration (`katana run -c FILE`):
  *
- *   { "log": {"level": "info"}, "workers": 0,
+ *   { "log": {"level": "info"}, "workers": 0, "shutdown_grace": 5,
  *     "nodes": [ { "tag": "demo", "listen": "127.0.0.1",
  *                  "panel": { "type": "local",
  *                             "node": {...} | "node_file": "path",
@@ -11,6 +11,9 @@
  * ("nodes[0].panel.tokn: unknown key", "workers: expected an integer"). The bodies under
  * panel.node / panel.users are panel data (PANEL.md §1.4–1.5) and are checked by the panel's
  * parser when fetched, not here.
+ *
+ * "api": {"listen": "127.0.0.1:9090", "token": "..."} configures the REST API (issue 4):
+ * listen is "ip:port" or "[ipv6]:port"; a listen address beyond loopback requires a token.
  */
 #ifndef AG_CONFIG_H
 #define AG_CONFIG_H
@@ -24,8 +27,15 @@
 #define AG_CONFIG_MAX_BYTES (16u << 20) /**< largest config file accepted */
 #define AG_CONFIG_NODES_MAX 256u        /**< nodes in one config */
 #define AG_CONFIG_WORKERS_MAX 1024u     /**< largest `workers` value */
+#define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds (issue #5) */
+#define AG_CONFIG_GRACE_MAX 3600u       /**< largest `shutdown_grace`, seconds */
 
-enum ag_panel_type { AG_PANEL_LOCAL = 1 };
+enum ag_panel_type { AG_PANEL_LOCAL = 1, AG_PANEL_UNIPROXY = 2 };
+
+#define AG_CONFIG_FLUSH_DEFAULT 5u    /**< `db.flush_interval` when absent, seconds (issue #3) */
+#define AG_CONFIG_FLUSH_MAX 3600u     /**< largest `db.flush_interval`, seconds */
+#define AG_CONFIG_TIMEOUT_DEFAULT 10u /**< uniproxy `timeout` when absent, seconds */
+#define AG_CONFIG_TIMEOUT_MAX 300u    /**< largest uniproxy `timeout`, seconds */
 
 /** A node's panel. Paths are already resolved against the config file's directory. */
 typedef struct ag_panel_config {
@@ -34,6 +44,13 @@ typedef struct ag_panel_config {
     char *node_file;  /**< or a file */
     json_t *users;    /**< inline body (own reference) or NULL */
     char *users_file; /**< or a file */
+    /* AG_PANEL_UNIPROXY (PANEL.md §1): {"type":"uniproxy","url","token","node_id","node_type",
+     * "timeout"}; node_id is a string or an integer (kept as text, Xboard accepts codes). */
+    char *url;          /**< base URL, http:// or https:// */
+    char *token;        /**< server token (never logged) */
+    char *node_id;      /**< numeric id or node code */
+    char *node_type;    /**< "shadowsocks" */
+    unsigned timeout_s; /**< per request, default AG_CONFIG_TIMEOUT_DEFAULT */
 } ag_panel_config;
 
 typedef struct ag_node_config {
@@ -45,6 +62,11 @@ typedef struct ag_node_config {
 typedef struct ag_config {
     int log_level;    /**< an sv_log_level; default SV_LOG_INFO */
     unsigned workers; /**< 0 = number of CPUs */
+    unsigned shutdown_grace; /**< seconds live connections get on SIGTERM/SIGINT */
+    char *api_listen; /**< REST API address, "ip:port"; NULL = API_DEFAULT_LISTEN (issue 4) */
+    char *api_token;  /**< REST API bearer token, or NULL (then listen must be loopback) */
+    char *db_path;    /**< `db.path`: the SQLite store (issue #3); required with a uniproxy panel */
+    unsigned db_flush_s; /**< `db.flush_interval`, seconds (default AG_CONFIG_FLUSH_DEFAULT) */
     ag_node_config *nodes;
     size_t n_nodes;   /**< at least 1 */
 } ag_config;

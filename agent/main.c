@@ -22,11 +22,12 @@
 #include "agent/config.h"
 #include "agent/lower.h"
 #include "agent/node.h"
+#include "agent/uplink.h"
+#include "api/api.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/util/log.h"
 
 #define MOD "ag.main"
-#define SHUTDOWN_GRACE_MS 5000 /* seed 001: a signal shuts down with a 5 s grace */
 
 static const char usage_text[] =
     "usage: katana run -c FILE | katana check -c FILE | katana version\n";
@@ -38,11 +39,15 @@ typedef struct ag_main {
     const char *config_path;
     unsigned workers;   /* as started: a change needs a restart */
     int pending_level;  /* log level of the config being reloaded */
+    unsigned grace_s;   /* shutdown_grace in force (seed 001 default 5 s, issue #5) */
+    unsigned pending_grace; /* shutdown_grace of the config being reloaded */
     uv_signal_t sigs[4];
     size_t n_sigs;
     bool reload_pending;
     bool stopping;
     int exit_code;
+    api_server *api;    /* the REST API (issue 4); its settings need a restart to change */
+    ag_uplink *uplink;  /* uniproxy pulls, usage outbox and pushes (issue #3) */
 } ag_main;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -83,6 +88,7 @@ static void stop(ag_main *am, uint32_t grace_ms)
     am->stopping = true;
     if (am->sv != NULL) {
         sv_shutdown(am->sv, grace_ms);
+        ag_uplink_flush(am->uplink); /* what the last sessions moved goes to the outbox */
         if (am->exit_code == 0)
             log_usage(am); /* the final usage per user */
     }
@@ -100,6 +106,7 @@ static void on_reloaded(void *arg, int status, const sv_error *err)
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err->msg);
     } else {
         sv_log_threshold = am->pending_level;
+        am->grace_s = am->pending_grace;
         SV_LOG(SV_LOG_INFO, MOD, "config reloaded");
     }
     if (am->reload_pending && !am->stopping) {
@@ -121,6 +128,7 @@ static void start_reload(ag_main *am)
         SV_LOG(SV_LOG_WARN, MOD, "workers changed from %u to %u: restart to apply it",
                am->workers, cfg.workers);
     am->pending_level = cfg.log_level;
+    am->pending_grace = cfg.shutdown_grace;
     rc = ag_manager_load(am->mgr, &cfg, on_reloaded, am, &err);
     ag_config_free(&cfg);
     if (rc != 0)
@@ -145,7 +153,7 @@ static void on_signal(uv_signal_t *h, int signum)
         break;
     default:
         SV_LOG(SV_LOG_INFO, MOD, "signal %d: shutting down", signum);
-        stop(am, SHUTDOWN_GRACE_MS);
+        stop(am, am->grace_s * 1000u);
         break;
     }
 }
@@ -183,6 +191,68 @@ static void on_first_load(void *arg, int status, const sv_error *err)
     }
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* REST API hooks (issue 4)                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+static long api_nodes(void *arg, api_node_status **out)
+{
+    ag_main *am = arg;
+    return ag_manager_status(am->mgr, out);
+}
+
+static int api_sync(void *arg, const char *tag)
+{
+    ag_main *am = arg;
+    return ag_manager_request_sync(am->mgr, tag);
+}
+
+/* Control loop: POST /v1/nodes/{tag}/sync. A pull re-reads the config and every node's panel
+ * (the local panel's files), as SIGHUP does, and applies what changed. */
+static void on_sync_request(void *arg, const char *tag)
+{
+    ag_main *am = arg;
+    if (am->stopping)
+        return;
+    SV_LOG(SV_LOG_INFO, MOD, "node %s: sync requested through the API", tag);
+    if (ag_manager_busy(am->mgr))
+        am->reload_pending = true;
+    else
+        start_reload(am);
+}
+
+static int start_api(ag_main *am, const ag_config *cfg)
+{
+    sv_error err = {0};
+    api_options o = {.listen = cfg->api_listen, .token = cfg->api_token, .sv = am->sv,
+                     .nodes = api_nodes, .sync = api_sync, .arg = am};
+    int rc = ag_manager_enable_sync(am->mgr, on_sync_request, am);
+    if (rc != 0) {
+        fprintf(stderr, "katana: api: %s\n", uv_strerror(rc));
+        return rc;
+    }
+    rc = api_server_start(&o, &am->api, &err);
+    if (rc != 0) {
+        fprintf(stderr, "katana: %s\n", err.msg);
+        return rc;
+    }
+    SV_LOG(SV_LOG_INFO, MOD, "api listening on %s",
+           cfg->api_listen != NULL ? cfg->api_listen : API_DEFAULT_LISTEN);
+    return 0;
+}
+
+/* The uplink has new panel data (issue #3): reload, as SIGHUP does, after the load in flight. */
+static void on_panel_change(void *arg)
+{
+    ag_main *am = arg;
+    if (am->stopping)
+        return;
+    if (ag_manager_busy(am->mgr))
+        am->reload_pending = true;
+    else
+        start_reload(am);
+}
+
 /* Start everything on the loop; returns non-zero when nothing could start. */
 static int run_start(ag_main *am, const ag_config *cfg)
 {
@@ -199,6 +269,20 @@ static int run_start(ag_main *am, const ag_config *cfg)
     if (rc != 0) {
         fprintf(stderr, "katana: %s\n", uv_strerror(rc));
         return rc;
+    }
+    rc = start_api(am, cfg);
+    if (rc != 0)
+        return rc;
+    rc = ag_uplink_new(&am->loop, am->sv, cfg, on_panel_change, am, &am->uplink, &err);
+    if (rc != 0) {
+        fprintf(stderr, "katana: %s\n", err.msg);
+        return rc;
+    }
+    ag_uniproxy_client_hook = ag_uplink_client;
+    if (!ag_uplink_ready(am->uplink)) { /* never exit on a panel answer: wait for one */
+        SV_LOG(SV_LOG_INFO, MOD, "katana %s waiting for the panel's first answer",
+               PACKAGE_VERSION);
+        return 0;
     }
     rc = ag_manager_load(am->mgr, cfg, on_first_load, am, &err);
     if (rc != 0)
@@ -217,6 +301,7 @@ static int cmd_run(const char *path)
     }
     sv_log_threshold = cfg.log_level;
     am.workers = cfg.workers;
+    am.grace_s = cfg.shutdown_grace;
     signal(SIGPIPE, SIG_IGN);
     int rc = uv_loop_init(&am.loop);
     if (rc != 0) {
@@ -233,7 +318,10 @@ static int cmd_run(const char *path)
     for (size_t i = 0; i < am.n_sigs; i++)
         if (!uv_is_closing((uv_handle_t *)&am.sigs[i]))
             uv_close((uv_handle_t *)&am.sigs[i], NULL);
+    api_server_stop(am.api); /* before what its threads read */
     ag_manager_free(am.mgr);
+    ag_uplink_free(am.uplink);
+    ag_uniproxy_client_hook = NULL;
     if (am.sv != NULL)
         sv_supervisor_free(am.sv);
     uv_run(&am.loop, UV_RUN_DEFAULT); /* finish the closes */

@@ -6,19 +6,29 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent/node.h"
 #include "supervisor/util/log.h"
 
 #define MOD "ag.node"
 
+int (*ag_uniproxy_client_hook)(const ag_node_config *nc, pn_client **out, sv_error *err);
+
 int ag_panel_new(const ag_node_config *nc, pn_client **out, sv_error *err)
 {
     *out = NULL;
     switch (nc->panel.type) {
+    case AG_PANEL_UNIPROXY:
+        if (ag_uniproxy_client_hook != NULL)
+            return ag_uniproxy_client_hook(nc, out, err);
+        return sv_error_set(err, -ENOTSUP, "node %s: uniproxy panel not running (katana check "
+                            "does not contact the panel)", nc->tag);
     case AG_PANEL_LOCAL: {
         pn_local_options o = {
             .node = nc->panel.node,
@@ -214,6 +224,14 @@ int ag_fetch(uv_loop_t *loop, const ag_config *cfg, const ag_fleet *running, ag_
 /* Manager                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
+#define SYNC_QUEUE_MAX 16
+
+/** A node's API status and whether the load in flight holds it. */
+typedef struct node_entry {
+    api_node_status st;
+    bool in_load;
+} node_entry;
+
 struct ag_manager {
     uv_loop_t *loop;
     sv_supervisor *sv;
@@ -222,6 +240,15 @@ struct ag_manager {
     bool loading;
     ag_load_cb cb;
     void *arg;
+    /* REST API side (issue 4): node status and sync requests, under lock */
+    pthread_mutex_t lock;
+    node_entry *entries;
+    size_t n_entries;
+    uv_async_t *sync_async; /* NULL until ag_manager_enable_sync() */
+    ag_sync_cb sync_cb;
+    void *sync_arg;
+    char sync_queue[SYNC_QUEUE_MAX][SV_TAG_MAX + 1];
+    size_t n_sync;
 };
 
 int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, ag_manager **out)
@@ -231,8 +258,175 @@ int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, ag_manager **out)
         return -ENOMEM;
     m->loop = loop;
     m->sv = sv;
+    pthread_mutex_init(&m->lock, NULL);
     *out = m;
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Node status and sync requests for the REST API (issue 4)                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Where the panel is, without secrets (a remote panel's URL without its token). */
+static void panel_describe(const ag_node_config *nc, api_node_status *st)
+{
+    switch (nc->panel.type) {
+    case AG_PANEL_LOCAL:
+        snprintf(st->panel_type, sizeof st->panel_type, "local");
+        snprintf(st->panel_url, sizeof st->panel_url, "%s",
+                 nc->panel.node_file != NULL ? nc->panel.node_file : "");
+        return;
+    default:
+        snprintf(st->panel_type, sizeof st->panel_type, "unknown");
+        st->panel_url[0] = '\0';
+        return;
+    }
+}
+
+static node_entry *entry_find(ag_manager *m, const char *tag)
+{
+    for (size_t i = 0; i < m->n_entries; i++)
+        if (strcmp(m->entries[i].st.tag, tag) == 0)
+            return &m->entries[i];
+    return NULL;
+}
+
+/* A load of cfg starts: every node of it gets an entry (kept on failure), marked in_load. */
+static void status_begin(ag_manager *m, const ag_config *cfg)
+{
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->n_entries; i++)
+        m->entries[i].in_load = false;
+    for (size_t i = 0; i < cfg->n_nodes; i++) {
+        node_entry *e = entry_find(m, cfg->nodes[i].tag);
+        if (e == NULL) {
+            node_entry *v = realloc(m->entries, (m->n_entries + 1) * sizeof *v);
+            if (v == NULL)
+                continue; /* status only: the load goes on */
+            m->entries = v;
+            e = &m->entries[m->n_entries++];
+            memset(e, 0, sizeof *e);
+            snprintf(e->st.tag, sizeof e->st.tag, "%s", cfg->nodes[i].tag);
+        }
+        e->in_load = true;
+        panel_describe(&cfg->nodes[i], &e->st);
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* The load ended: fetched says whether every panel answered; status/err the overall result. */
+static void status_end(ag_manager *m, bool fetched, int status, const sv_error *err)
+{
+    uint64_t now = wall_ms(), epoch = sv_epoch(m->sv);
+    const char *msg = status != 0 && err != NULL ? err->msg : "";
+    pthread_mutex_lock(&m->lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < m->n_entries; i++) {
+        node_entry *e = &m->entries[i];
+        if (!e->in_load && status == 0)
+            continue; /* the node left the config */
+        if (e->in_load) {
+            e->st.last_pull_ms = now;
+            e->st.last_pull_status = fetched ? 0 : status;
+            snprintf(e->st.last_pull_error, sizeof e->st.last_pull_error, "%.159s",
+                     fetched ? "" : msg);
+            snprintf(e->st.last_apply_error, sizeof e->st.last_apply_error, "%.159s", msg);
+            if (status != 0)
+                e->st.apply_errors++;
+        }
+        if (e->in_load && status == 0) {
+            const ag_node_state *ns = NULL;
+            for (size_t k = 0; k < m->running.n && ns == NULL; k++)
+                if (strcmp(m->running.nodes[k].tag, e->st.tag) == 0)
+                    ns = &m->running.nodes[k];
+            e->st.applied = true;
+            e->st.applied_ms = now;
+            e->st.epoch = epoch;
+            e->st.users = ns != NULL ? ns->users.n : 0;
+            e->st.applies++;
+        }
+        m->entries[kept++] = *e;
+    }
+    m->n_entries = kept;
+    pthread_mutex_unlock(&m->lock);
+}
+
+long ag_manager_status(ag_manager *m, api_node_status **out)
+{
+    pthread_mutex_lock(&m->lock);
+    size_t n = m->n_entries;
+    *out = malloc((n > 0 ? n : 1) * sizeof **out);
+    for (size_t i = 0; *out != NULL && i < n; i++)
+        (*out)[i] = m->entries[i].st;
+    pthread_mutex_unlock(&m->lock);
+    return *out != NULL ? (long)n : -ENOMEM;
+}
+
+static void on_sync_async(uv_async_t *h)
+{
+    ag_manager *m = h->data;
+    char tags[SYNC_QUEUE_MAX][SV_TAG_MAX + 1];
+    pthread_mutex_lock(&m->lock);
+    size_t n = m->n_sync;
+    memcpy(tags, m->sync_queue, n * sizeof tags[0]);
+    m->n_sync = 0;
+    pthread_mutex_unlock(&m->lock);
+    for (size_t i = 0; i < n; i++)
+        m->sync_cb(m->sync_arg, tags[i]);
+}
+
+int ag_manager_enable_sync(ag_manager *m, ag_sync_cb cb, void *arg)
+{
+    if (m->sync_async != NULL)
+        return -EALREADY;
+    uv_async_t *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return -ENOMEM;
+    int rc = uv_async_init(m->loop, a, on_sync_async);
+    if (rc != 0) {
+        free(a);
+        return rc;
+    }
+    a->data = m;
+    m->sync_cb = cb;
+    m->sync_arg = arg;
+    pthread_mutex_lock(&m->lock);
+    m->sync_async = a;
+    pthread_mutex_unlock(&m->lock);
+    return 0;
+}
+
+int ag_manager_request_sync(ag_manager *m, const char *tag)
+{
+    int rc = 0;
+    pthread_mutex_lock(&m->lock);
+    bool queued = false;
+    for (size_t i = 0; i < m->n_sync; i++)
+        queued |= strcmp(m->sync_queue[i], tag) == 0;
+    if (m->sync_async == NULL)
+        rc = -ENOTSUP;
+    else if (entry_find(m, tag) == NULL)
+        rc = -ENOENT;
+    else if (!queued && m->n_sync == SYNC_QUEUE_MAX)
+        rc = -EAGAIN;
+    else if (!queued)
+        snprintf(m->sync_queue[m->n_sync++], sizeof m->sync_queue[0], "%s", tag);
+    if (rc == 0)
+        uv_async_send(m->sync_async);
+    pthread_mutex_unlock(&m->lock);
+    return rc;
+}
+
+static void free_on_close(uv_handle_t *h)
+{
+    free(h);
 }
 
 bool ag_manager_busy(const ag_manager *m)
@@ -252,6 +446,10 @@ void ag_manager_free(ag_manager *m)
     if (m->job != NULL)
         job_free(m->job); /* clients end their requests without callbacks */
     ag_fleet_free(&m->running);
+    if (m->sync_async != NULL) /* freed when the loop runs the close */
+        uv_close((uv_handle_t *)m->sync_async, free_on_close);
+    pthread_mutex_destroy(&m->lock);
+    free(m->entries);
     free(m);
 }
 
@@ -347,6 +545,7 @@ static void on_loaded(void *arg, int status, ag_fleet *fleet, const sv_error *fe
 {
     ag_manager *m = arg;
     sv_error err = {0};
+    bool fetched = status == 0;
     m->job = NULL; /* the job frees itself after this callback */
     m->loading = false;
     if (status == 0) {
@@ -357,6 +556,7 @@ static void on_loaded(void *arg, int status, ag_fleet *fleet, const sv_error *fe
     } else {
         err = *ferr;
     }
+    status_end(m, fetched, status, &err);
     m->cb(m->arg, status, status != 0 ? &err : NULL);
 }
 
@@ -368,6 +568,7 @@ int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *ar
     m->loading = true;
     m->cb = cb;
     m->arg = arg;
+    status_begin(m, cfg);
     int rc = fetch_start(cfg, &m->running, on_loaded, m, &m->job, err);
     if (rc != 0)
         m->loading = false;

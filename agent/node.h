@@ -16,6 +16,7 @@
 
 #include "agent/config.h"
 #include "agent/lower.h"
+#include "api/api.h"
 #include "panel/panel.h"
 #include "supervisor/supervisor.h"
 
@@ -24,6 +25,13 @@
  * @return 0, or the panel's error (err set, prefixed with "node <tag>: ").
  */
 int ag_panel_new(const ag_node_config *nc, pn_client **out, sv_error *err);
+
+/**
+ * How ag_panel_new() makes the client of a "uniproxy" node (issue #3): set by the panel uplink
+ * (agent/uplink.c, ag_uplink_client) so the node manager needs no link to HTTP or the store.
+ * NULL: such nodes are refused ("uniproxy panel not running", e.g. in `katana check`).
+ */
+extern int (*ag_uniproxy_client_hook)(const ag_node_config *nc, pn_client **out, sv_error *err);
 
 /**
  * A fetch of every node finished.
@@ -79,6 +87,34 @@ bool ag_manager_busy(const ag_manager *m);
 
 /** The running state (last good data of every node); empty before the first success. */
 const ag_fleet *ag_manager_running(const ag_manager *m);
+
+/**
+ * Status of every node for the REST API (issue 4): panel type and URL (no secret), last pull
+ * and its result, last apply, epoch, users. Any thread (a copy under the manager's lock).
+ * Nodes appear when a load that holds them starts and leave when a load without them succeeds.
+ * Push and outbox fields stay 0 until usage reporting exists (issue 3).
+ * @param out  malloc'ed array for the caller to free()
+ * @return the count, or -ENOMEM.
+ */
+long ag_manager_status(ag_manager *m, api_node_status **out);
+
+/** Runs on the control loop for each node whose sync was requested (ag_manager_request_sync). */
+typedef void (*ag_sync_cb)(void *arg, const char *tag);
+
+/**
+ * Accept sync requests from other threads and deliver them to @p cb on the manager's loop
+ * (a uv_async_t and a bounded queue). Control loop, once.
+ * @return 0, -EALREADY, -ENOMEM or a libuv error.
+ */
+int ag_manager_enable_sync(ag_manager *m, ag_sync_cb cb, void *arg);
+
+/**
+ * Ask for node @p tag to be pulled now (POST /v1/nodes/{tag}/sync). Any thread, never blocks
+ * beyond the manager's lock; a tag already queued is queued once.
+ * @return 0; -ENOENT for a node the manager does not know; -ENOTSUP before
+ *         ag_manager_enable_sync(); -EAGAIN when the queue (16) is full.
+ */
+int ag_manager_request_sync(ag_manager *m, const char *tag);
 
 /** Free the manager (not the supervisor). A load in flight ends without its callback. */
 void ag_manager_free(ag_manager *m);

@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/run-all.sh: from a fresh Debian 12 checkout to every test passing.
 #   deps (tests/setup-deps.sh) -> autoreconf -> build/ (--enable-werror): make, make check,
-#   make distcheck -> build-asan/ (--enable-asan, ASan+UBSan): make check.
+#   make distcheck -> build-asan/ (--enable-asan, ASan+UBSan): make check -> the .deb and .rpm
+#   built, installed, run and removed (tests/packaging/check.sh).
 # Prints the test-suite log of a failing `make check`. Exit 0 only if everything passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,5 +44,8 @@ make -C build-asan -j"$JOBS"
 
 stage "make check (build-asan/)"
 run_check build-asan
+
+stage "packages: make deb, dpkg -i, run, make rpm, lint, purge (tests/packaging/check.sh)"
+"$TOP/tests/packaging/check.sh" "$TOP/build"
 
 stage "all passed in $(($(date +%s) - START))s"

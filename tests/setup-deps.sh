@@ -8,23 +8,30 @@ set -euo pipefail
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
             libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libcmocka-dev
             libpcre2-dev)
-CLIENTS=(shadowsocks-libev v2ray iperf3 netcat-openbsd curl openssl python3 clang)
+CLIENTS=(shadowsocks-libev v2ray iperf3 netcat-openbsd curl openssl python3 clang
+         jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
+         sqlite3)      # sqlite3: the panel tests read the usage outbox (issue #3)
+# tests/packaging/check.sh: make deb / make rpm, lintian, rpmlint, debuginfo split (eu-strip),
+# groff and man for the man pages
+PACKAGING=(dpkg-dev debhelper fakeroot rpm rpmlint debugedit elfutils cpio lintian groff-base
+           man-db)
 
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 
-if [ "${1:-}" = --update ] || ! dpkg -s "${BUILD_DEPS[@]}" "${CLIENTS[@]}" >/dev/null 2>&1; then
-    echo "== apt-get install ${BUILD_DEPS[*]} ${CLIENTS[*]}"
+if [ "${1:-}" = --update ] || ! dpkg -s "${BUILD_DEPS[@]}" "${CLIENTS[@]}" "${PACKAGING[@]}" >/dev/null 2>&1; then
+    echo "== apt-get install ${BUILD_DEPS[*]} ${CLIENTS[*]} ${PACKAGING[*]}"
     $SUDO apt-get update
     # policy-rc.d-less hosts start the packaged services on install; stopped below
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends \
-        "${BUILD_DEPS[@]}" "${CLIENTS[@]}"
+        "${BUILD_DEPS[@]}" "${CLIENTS[@]}" "${PACKAGING[@]}"
 fi
 
 # Packaged services: disable and stop them (no-op where systemd is absent).
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     for unit in shadowsocks-libev.service shadowsocks-libev-server@ shadowsocks-libev-local@ \
-                shadowsocks-libev-redir@ shadowsocks-libev-tunnel@ v2ray.service v2ray@; do
+                shadowsocks-libev-redir@ shadowsocks-libev-tunnel@ v2ray.service v2ray@ \
+                prometheus.service; do  # prometheus would hold 9090, the API's default port
         case $unit in
             *@) for u in $(systemctl list-units --plain --no-legend "${unit}*" 2>/dev/null |
                            awk '{ print $1 }'); do

@@ -12,6 +12,7 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
   mkconfig  ...                              write a katana config (JSON)
   usage     --log F [--offset N]             last "usage user" line per user after byte N
   ssplan    --config F                       (self-check mode) ss-server parameters of a config
+  sse       --file F                         events of a captured SSE stream, one JSON line each
 """
 
 import argparse
@@ -80,6 +81,14 @@ def cmd_freeport(a):
             s.close()
     print(" ".join(str(p) for p in ports))
     return 0
+
+
+def any_free_port():
+    """A free loopback TCP port: the REST API of every test daemon gets its own, so that tests
+    running side by side never meet on the default 127.0.0.1:9090."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+        t.bind(("127.0.0.1", 0))
+        return t.getsockname()[1]
 
 
 def cmd_wait_port(a):
@@ -452,6 +461,7 @@ def cmd_mkconfig(a):
     else:
         panel["users"] = users
     cfg = {"log": {"level": a.log_level}, "workers": a.workers,
+           "api": {"listen": "127.0.0.1:%d" % (a.api_port or any_free_port())},
            "nodes": [{"tag": "t1", "listen": "127.0.0.1", "panel": panel}]}
     write_json(a.out, cfg)
     return 0
@@ -514,6 +524,36 @@ def cmd_usage(a):
     return 0
 
 
+# --- REST API helpers (t-api-*.sh) ----------------------------------------------------
+
+def cmd_sse(a):
+    """Print each complete Server-Sent Event of a captured stream as one JSON line
+    {"event": NAME, "data": DATA}; DATA is parsed JSON (or the raw text). Comments are skipped;
+    a trailing incomplete event is ignored. Bounded: at most 8 MiB are read."""
+    with open(a.file, "rb") as f:
+        text = f.read(8 << 20).decode("utf-8", "replace")
+    for block in text.split("\n\n")[:-1]:
+        name, data = "message", []
+        for line in block.split("\n"):
+            if line.startswith(":"):
+                continue
+            key, _, val = line.partition(":")
+            val = val[1:] if val.startswith(" ") else val
+            if key == "event":
+                name = val
+            elif key == "data":
+                data.append(val)
+        if not data:
+            continue
+        raw = "\n".join(data)
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            obj = raw
+        print(json.dumps({"event": name, "data": obj}, separators=(",", ":")))
+    return 0
+
+
 # --- command line --------------------------------------------------------------------
 
 def main():
@@ -567,11 +607,14 @@ def main():
     c.add_argument("--users-file")
     c.add_argument("--workers", type=int, default=1)
     c.add_argument("--log-level", default="info")
+    c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
     c = sub.add_parser("usage")
     c.add_argument("--log", required=True)
     c.add_argument("--offset", type=int, default=0)
     c = sub.add_parser("ssplan")
     c.add_argument("--config", required=True)
+    c = sub.add_parser("sse")
+    c.add_argument("--file", required=True)
     a = p.parse_args()
     if a.cmd in ("tcp", "udp") and not (a.socks or getattr(a, "direct", None)):
         die("need --socks or --direct", 2)
@@ -579,7 +622,7 @@ def main():
         die("--size must be 8..1400", 2)
     fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
           "tcp": cmd_tcp, "udp": cmd_udp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
-          "usage": cmd_usage, "ssplan": cmd_ssplan}[a.cmd]
+          "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse}[a.cmd]
     sys.exit(fn(a))
 
 

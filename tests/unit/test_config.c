@@ -160,8 +160,58 @@ static void config__missing_keys__are_named(void **state)
 
 static void config__other_panel_types__are_refused(void **state)
 {
-    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"uniproxy\"}}]}", -EINVAL,
-                 "nodes[0].panel.type: unsupported panel type \"uniproxy\"");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"sspanel\"}}]}", -EINVAL,
+                 "nodes[0].panel.type: unsupported panel type \"sspanel\"");
+}
+
+#define UP_PANEL(extra) "{\"type\":\"uniproxy\",\"url\":\"https://p.example\",\"token\":\"t\"," \
+                        "\"node_type\":\"shadowsocks\"" extra "}"
+#define UP_CONFIG(db, extra) "{" db "\"nodes\":[{\"tag\":\"a\",\"panel\":" UP_PANEL(extra) "}]}"
+
+/* issue #3: the uniproxy panel and the db section, strict like the rest. */
+static void config__uniproxy_panel__parses_with_db(void **state)
+{
+    (void)state;
+    const char *text = UP_CONFIG("\"db\":{\"path\":\"k.db\"},", ",\"node_id\":12,\"timeout\":3");
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(text, strlen(text), "/var/lib/katana", &cfg, &err), 0);
+    assert_int_equal(cfg.nodes[0].panel.type, AG_PANEL_UNIPROXY);
+    assert_string_equal(cfg.nodes[0].panel.url, "https://p.example");
+    assert_string_equal(cfg.nodes[0].panel.node_id, "12");
+    assert_string_equal(cfg.nodes[0].panel.node_type, "shadowsocks");
+    assert_int_equal(cfg.nodes[0].panel.timeout_s, 3);
+    assert_string_equal(cfg.db_path, "/var/lib/katana/k.db");
+    assert_int_equal(cfg.db_flush_s, AG_CONFIG_FLUSH_DEFAULT);
+    ag_config_free(&cfg);
+    text = UP_CONFIG("\"db\":{\"path\":\"/d.db\",\"flush_interval\":2},", ",\"node_id\":\"hk-1\"");
+    assert_int_equal(ag_config_parse(text, strlen(text), NULL, &cfg, &err), 0);
+    assert_string_equal(cfg.nodes[0].panel.node_id, "hk-1");
+    assert_int_equal(cfg.nodes[0].panel.timeout_s, AG_CONFIG_TIMEOUT_DEFAULT);
+    assert_int_equal(cfg.db_flush_s, 2);
+    ag_config_free(&cfg);
+}
+
+static void config__uniproxy_panel__errors_name_their_path(void **state)
+{
+    (void)state;
+    expect_error(UP_CONFIG("", ",\"node_id\":1"), -EINVAL,
+                 "db.path: required with a uniproxy panel (nodes[0])");
+    expect_error(UP_CONFIG("\"db\":{\"path\":\"x\"},", ""), -EINVAL,
+                 "nodes[0].panel.node_id: missing required key");
+    expect_error(UP_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":0"), -EINVAL,
+                 "nodes[0].panel.node_id: expected a positive integer or a non-empty string");
+    expect_error(UP_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"tokn\":1"), -EINVAL,
+                 "nodes[0].panel.tokn: unknown key");
+    expect_error(UP_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"timeout\":0"), -EINVAL,
+                 "nodes[0].panel.timeout: expected seconds between 1 and 300");
+    expect_error(UP_CONFIG("\"db\":{\"path\":\"x\",\"flush\":1},", ",\"node_id\":1"), -EINVAL,
+                 "db.flush: unknown key");
+    expect_error(UP_CONFIG("\"db\":{\"path\":\"x\",\"flush_interval\":0},", ",\"node_id\":1"),
+                 -EINVAL, "db.flush_interval: expected seconds between 1 and 3600");
+    expect_error("{\"db\":{\"path\":\"x\"},\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"uniproxy\","
+                 "\"url\":\"ftp://x\",\"token\":\"t\",\"node_id\":1,\"node_type\":\"shadowsocks\"}}]}",
+                 -EINVAL, "nodes[0].panel.url: must start with http:// or https://");
 }
 
 static void config__bad_json__gives_position(void **state)
@@ -175,6 +225,39 @@ static void config__bad_json__gives_position(void **state)
     const char *dup = "{\"workers\":1,\"workers\":2,\"nodes\":[" NODE_OK "]}";
     assert_int_equal(ag_config_parse(dup, strlen(dup), NULL, &cfg, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "duplicate object key"));
+}
+
+/* A syntax error right after a password does not copy the password into the message (#5). */
+static void config__syntax_error__quotes_no_value(void **state)
+{
+    ag_config cfg;
+    sv_error err = {0};
+    const char *t = "{\"nodes\":[{\"uuid\" \"s3cret-pass\"}]}"; /* jansson: near '"s3cret..' */
+    assert_int_equal(ag_config_parse(t, strlen(t), NULL, &cfg, &err), -EINVAL);
+    assert_memory_equal(err.msg, "line 1, column ", 15);
+    assert_null(strstr(err.msg, "s3cret"));
+    assert_null(strstr(err.msg, "near"));
+}
+
+/* shutdown_grace (issue #5): 5 s when absent, an integer of seconds in [0, 3600] otherwise. */
+static void config__shutdown_grace__default_and_bounds(void **state)
+{
+    const char *dflt = "{\"nodes\":[" NODE_OK "]}";
+    const char *set = "{\"shutdown_grace\":0,\"nodes\":[" NODE_OK "]}";
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(dflt, strlen(dflt), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.shutdown_grace, 5);
+    ag_config_free(&cfg);
+    assert_int_equal(ag_config_parse(set, strlen(set), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.shutdown_grace, 0);
+    ag_config_free(&cfg);
+    expect_error("{\"shutdown_grace\":\"5\",\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "shutdown_grace: expected an integer");
+    expect_error("{\"shutdown_grace\":-1,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "shutdown_grace: must be between 0 and 3600");
+    expect_error("{\"shutdown_grace\":3601,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "shutdown_grace: must be between 0 and 3600");
 }
 
 /* Make a unique temporary directory for one test. */
@@ -252,6 +335,29 @@ static void config__relative_files__resolve_against_config_dir(void **state)
     rmdir(dir);
 }
 
+/* "api" (issue 4): listen and token; unknown keys named; beyond loopback a token is required. */
+static void config__api__keys_are_strict_and_public_needs_a_token(void **state)
+{
+    (void)state;
+    static const char ok[] = "{\"api\":{\"listen\":\"0.0.0.0:9091\",\"token\":\"t\"},"
+                             "\"nodes\":[" NODE_OK "]}";
+    ag_config cfg;
+    sv_error err = {0};
+    if (ag_config_parse(ok, strlen(ok), NULL, &cfg, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_string_equal(cfg.api_listen, "0.0.0.0:9091");
+    assert_string_equal(cfg.api_token, "t");
+    ag_config_free(&cfg);
+    expect_error("{\"api\":{\"listen\":\"0.0.0.0:9091\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "api.token: required when api.listen (0.0.0.0:9091) is not a loopback address");
+    expect_error("{\"api\":{\"tokn\":\"t\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "api.tokn: unknown key");
+    expect_error("{\"api\":{\"listen\":\"localhost:1\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "api.listen: \"localhost\" is not an IP address");
+    expect_error("{\"api\":{\"listen\":9090},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "api.listen: expected a string");
+}
+
 int main(void)
 {
     sv_log_threshold = SV_LOG_ERROR;
@@ -262,10 +368,15 @@ int main(void)
         cmocka_unit_test(config__wrong_types__are_named),
         cmocka_unit_test(config__missing_keys__are_named),
         cmocka_unit_test(config__other_panel_types__are_refused),
+        cmocka_unit_test(config__uniproxy_panel__parses_with_db),
+        cmocka_unit_test(config__uniproxy_panel__errors_name_their_path),
         cmocka_unit_test(config__bad_json__gives_position),
+        cmocka_unit_test(config__shutdown_grace__default_and_bounds),
+        cmocka_unit_test(config__syntax_error__quotes_no_value),
         cmocka_unit_test(config__file_too_big__is_refused),
         cmocka_unit_test(config__missing_file__names_it),
         cmocka_unit_test(config__relative_files__resolve_against_config_dir),
+        cmocka_unit_test(config__api__keys_are_strict_and_public_needs_a_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
