@@ -198,7 +198,22 @@ static void on_first_load(void *arg, int status, const sv_error *err)
 static long api_nodes(void *arg, api_node_status **out)
 {
     ag_main *am = arg;
-    return ag_manager_status(am->mgr, out);
+    long n = ag_manager_status(am->mgr, out);
+    if (n > 0)
+        ag_uplink_status_merge(*out, n); /* push and outbox: the uplink's published snapshot */
+    return n;
+}
+
+static long api_usage(void *arg, api_usage_row **out)
+{
+    ag_main *am = arg;
+    return ag_uplink_usage(am->sv, out);
+}
+
+static long api_requests(void *arg, api_panel_requests **out)
+{
+    (void)arg;
+    return ag_uplink_requests(out);
 }
 
 static int api_sync(void *arg, const char *tag)
@@ -225,7 +240,8 @@ static int start_api(ag_main *am, const ag_config *cfg)
 {
     sv_error err = {0};
     api_options o = {.listen = cfg->api_listen, .token = cfg->api_token, .sv = am->sv,
-                     .nodes = api_nodes, .sync = api_sync, .arg = am};
+                     .nodes = api_nodes, .sync = api_sync, .usage = api_usage,
+                     .requests = api_requests, .arg = am};
     int rc = ag_manager_enable_sync(am->mgr, on_sync_request, am);
     if (rc != 0) {
         fprintf(stderr, "katana: api: %s\n", uv_strerror(rc));

@@ -274,6 +274,19 @@ static uint64_t wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* @p url without user info ("user:pass@"), query and fragment, which may hold secrets. */
+static void url_public(const char *url, char *out, size_t cap)
+{
+    const char *host = strstr(url, "://");
+    host = host != NULL ? host + 3 : url;
+    size_t scheme = (size_t)(host - url);
+    size_t auth = strcspn(host, "/?#");
+    const char *at = memchr(host, '@', auth);
+    if (at != NULL)
+        host = at + 1;
+    snprintf(out, cap, "%.*s%.*s", (int)scheme, url, (int)strcspn(host, "?#"), host);
+}
+
 /* Where the panel is, without secrets (a remote panel's URL without its token). */
 static void panel_describe(const ag_node_config *nc, api_node_status *st)
 {
@@ -282,6 +295,11 @@ static void panel_describe(const ag_node_config *nc, api_node_status *st)
         snprintf(st->panel_type, sizeof st->panel_type, "local");
         snprintf(st->panel_url, sizeof st->panel_url, "%s",
                  nc->panel.node_file != NULL ? nc->panel.node_file : "");
+        return;
+    case AG_PANEL_UNIPROXY: /* the token is a separate key; drop user info and any query too */
+        snprintf(st->panel_type, sizeof st->panel_type, "uniproxy");
+        url_public(nc->panel.url != NULL ? nc->panel.url : "", st->panel_url,
+                   sizeof st->panel_url);
         return;
     default:
         snprintf(st->panel_type, sizeof st->panel_type, "unknown");

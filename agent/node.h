@@ -92,7 +92,7 @@ const ag_fleet *ag_manager_running(const ag_manager *m);
  * Status of every node for the REST API (issue 4): panel type and URL (no secret), last pull
  * and its result, last apply, epoch, users. Any thread (a copy under the manager's lock).
  * Nodes appear when a load that holds them starts and leave when a load without them succeeds.
- * Push and outbox fields stay 0 until usage reporting exists (issue 3).
+ * Push and outbox fields are 0 here: the agent fills them from the uplink (ag_uplink_status_merge).
  * @param out  malloc'ed array for the caller to free()
  * @return the count, or -ENOMEM.
  */

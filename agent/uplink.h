@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "agent/config.h"
+#include "api/api.h"
 #include "db/db.h"
 #include "panel/panel.h"
 #include "supervisor/supervisor.h"
@@ -60,6 +61,31 @@ int ag_uplink_flush(ag_uplink *u);
  * @return 0; -ENOENT when no uplink serves this tag; -ENOMEM.
  */
 int ag_uplink_client(const ag_node_config *nc, pn_client **out, sv_error *err);
+
+/**
+ * Fill the push and outbox fields (last_push_*, outbox_pending_bytes, outbox_oldest_ms) of the
+ * uniproxy nodes in @p v from the snapshot the control loop publishes after every flush, push
+ * and pull (issue 4). Other nodes are left as they are. Any thread.
+ */
+void ag_uplink_status_merge(api_node_status *v, long n);
+
+/**
+ * Per node, per user usage for GET /v1/usage (fits api_usage_fn with the supervisor as state).
+ * Totals are the supervisor's wire bytes since start (sv_usage_snapshot); each user goes under
+ * the node that bills it (see above). Unreported = the node's outbox rows for the user not yet
+ * acknowledged by a 2xx push (open rows and batches in flight; rows left by an earlier run
+ * included) + bytes taken but not yet written (store error) + bytes the supervisor counted that
+ * no flush has taken yet (at most one db.flush_interval, clamped at 0). Any thread; reads the
+ * published snapshot (never the store).
+ * @return the count (0 without uniproxy nodes), -ENOMEM or the supervisor's error.
+ */
+long ag_uplink_usage(sv_supervisor *sv, api_usage_row **out);
+
+/**
+ * Panel request counters by node, endpoint and HTTP status, as published (any thread).
+ * @return the count or -ENOMEM.
+ */
+long ag_uplink_requests(api_panel_requests **out);
 
 /** Stop the timers, drop requests in flight (their batches stay pending), close the store. */
 void ag_uplink_free(ag_uplink *u);

@@ -2,8 +2,9 @@
  * katana operator REST API (issue 4; DESIGN.md "api/", "Threads and loops"; seed 003, "REST
  * API"): a libmicrohttpd server in its own threads. Reads come from the supervisor's published
  * snapshots and flow registry (sv_flows, sv_sessions, sv_stats_get, sv_events_next, ...);
- * kills and closes use the supervisor's any-thread entry points; node status and sync requests
- * go through callbacks the agent provides. The API depends on supervisor/ only.
+ * kills and closes use the supervisor's any-thread entry points; node status, sync requests,
+ * per node usage and panel request counters go through callbacks the agent provides (which read
+ * snapshots the control loop publishes under a mutex). The API depends on supervisor/ only.
  *
  * Routes (JSON; byte counts are integers; times RFC 3339 UTC):
  *   GET /healthz, GET /metrics, GET /v1/nodes, GET /v1/nodes/{tag}, POST /v1/nodes/{tag}/sync,
@@ -38,12 +39,12 @@
 /** One node as the agent knows it; plain data, copied out under the agent's lock. */
 typedef struct api_node_status {
     char tag[SV_TAG_MAX + 1];
-    char panel_type[16];       /**< "local", ... */
+    char panel_type[16];       /**< "local", "uniproxy" */
     char panel_url[256];       /**< where the panel is, never a token or key ("" = inline) */
     uint64_t last_pull_ms;     /**< wall clock ms of the last fetch end; 0 = never */
     int last_pull_status;      /**< 0 or a negative error */
     char last_pull_error[160]; /**< "" when the last pull succeeded */
-    uint64_t last_push_ms;     /**< last usage report; 0 = never (no push exists yet) */
+    uint64_t last_push_ms;     /**< end of the last usage push; 0 = never */
     int last_push_status;
     char last_push_error[160];
     bool applied;              /**< a spec holding this node runs */
@@ -53,7 +54,7 @@ typedef struct api_node_status {
     char last_apply_error[160]; /**< why the last load holding the node was refused, or "" */
     uint64_t applies;          /**< successful applies (incl. users-only edits) with this node */
     uint64_t apply_errors;     /**< refused loads that included this node */
-    uint64_t outbox_pending_bytes; /**< usage not yet reported; 0 until an outbox exists */
+    uint64_t outbox_pending_bytes; /**< up+down in the outbox not yet acknowledged by the panel */
     uint64_t outbox_oldest_ms; /**< wall clock of the oldest pending report; 0 = none */
 } api_node_status;
 
@@ -70,6 +71,43 @@ typedef long (*api_nodes_fn)(void *arg, api_node_status **out);
  */
 typedef int (*api_sync_fn)(void *arg, const char *tag);
 
+/**
+ * One user's usage as billed through one node (GET /v1/usage). "Unreported" is every byte the
+ * panel has not yet acknowledged: rows of the SQLite outbox not yet deleted after a 2xx push
+ * (open rows and batches in flight), bytes taken from the supervisor but not yet written (a store
+ * error), and bytes the supervisor counted but the uplink has not taken yet (up to one flush
+ * interval).
+ */
+typedef struct api_usage_row {
+    char node[SV_TAG_MAX + 1];  /**< the node whose pushes bill this user */
+    uint64_t user;              /**< panel user id */
+    uint64_t up, down;          /**< wire bytes since this process started */
+    uint64_t unreported_up, unreported_down;
+} api_usage_row;
+
+/**
+ * Copy the per node, per user usage (any thread; from snapshots the control loop publishes).
+ * @param out  malloc'ed array (sorted by node, then user) the API frees with free()
+ * @return the count (0 when no node reports usage or nothing is counted or pending yet; the
+ *         API then answers "unreported": null), or a negative error.
+ */
+typedef long (*api_usage_fn)(void *arg, api_usage_row **out);
+
+/** Finished panel requests of one node, endpoint and HTTP status (0 = no answer). */
+typedef struct api_panel_requests {
+    char node[SV_TAG_MAX + 1];
+    char endpoint[16];  /**< "config", "user", "push", "alive", "alivelist", "status" */
+    long status;
+    uint64_t count;     /**< since start */
+} api_panel_requests;
+
+/**
+ * Copy the panel request counters (any thread).
+ * @param out  malloc'ed array the API frees with free()
+ * @return the count or a negative error.
+ */
+typedef long (*api_requests_fn)(void *arg, api_panel_requests **out);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Server                                                                                       */
 /* ------------------------------------------------------------------------------------------ */
@@ -80,7 +118,9 @@ typedef struct api_options {
     sv_supervisor *sv;    /**< borrowed; must outlive the server */
     api_nodes_fn nodes;   /**< may be NULL (no nodes) */
     api_sync_fn sync;     /**< may be NULL (sync answers 503) */
-    void *arg;            /**< for nodes and sync */
+    api_usage_fn usage;   /**< may be NULL ("unreported" is null) */
+    api_requests_fn requests; /**< may be NULL (no panel request counters) */
+    void *arg;            /**< for nodes, sync, usage and requests */
 } api_options;
 
 typedef struct api_server api_server;

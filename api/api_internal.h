@@ -17,6 +17,8 @@ struct api_server {
     sv_supervisor *sv;
     api_nodes_fn nodes;
     api_sync_fn sync;
+    api_usage_fn usage;
+    api_requests_fn requests;
     void *arg;
     char token[API_TOKEN_MAX + 1]; /* "" = no token */
     uint16_t port;

@@ -2,8 +2,7 @@
  * GET /metrics: the Prometheus text exposition format 0.0.4 (prometheus.io "Exposition
  * formats"): one HELP and TYPE line per family, label values escaped (\\, \", \n). Families:
  * flows, sessions, users, epoch, bytes by node/inbound/outbound/direction, users' bytes, applies
- * and apply errors, outbox pending bytes. Panel request counters are absent until a remote panel
- * client exists (issue 3).
+ * and apply errors, outbox pending bytes, panel requests by node, endpoint and status.
  */
 #include <config.h>
 
@@ -149,6 +148,28 @@ static void live(page *p, api_server *s, const api_node_status *nodes, long n)
         p->oom = true;
 }
 
+/* Panel requests by node, endpoint and status ("none" when no HTTP answer arrived). */
+static void panel_requests(page *p, api_server *s)
+{
+    api_panel_requests *v = NULL;
+    long n = s->requests != NULL ? s->requests(s->arg, &v) : 0;
+    char e[2 * SV_TAG_MAX + 4];
+    family(p, "katana_panel_requests_total", "counter",
+           "Finished panel requests by node, endpoint and HTTP status (none: no answer).");
+    for (long i = 0; i < n; i++) {
+        char st[24];
+        if (v[i].status > 0)
+            snprintf(st, sizeof st, "%ld", v[i].status);
+        else
+            snprintf(st, sizeof st, "none");
+        put(p, "katana_panel_requests_total{node=\"%s\",endpoint=\"%s\",status=\"%s\"} %"
+            PRIu64 "\n", esc(v[i].node, e, sizeof e), v[i].endpoint, st, v[i].count);
+    }
+    free(v);
+    if (n < 0)
+        p->oom = true;
+}
+
 int api_metrics_render(api_server *s, char **out, size_t *len)
 {
     page p = {0};
@@ -167,6 +188,7 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
     per_node(&p, "katana_outbox_pending_bytes", "gauge", "Usage bytes not yet reported.",
              nodes, n, offsetof(api_node_status, outbox_pending_bytes));
     free(nodes);
+    panel_requests(&p, s);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

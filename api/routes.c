@@ -286,10 +286,39 @@ static void node_sync(api_server *s, const char *tag, api_reply *r)
         reply_json(r, 202, json_pack("{s:s, s:b}", "node", tag, "queued", 1));
 }
 
+/* {"node": tag, "users": [{"user", "up", "down", "unreported": {"up", "down"}}]} per node. */
+static json_t *usage_nodes(const api_usage_row *v, long n, uint64_t *un_up, uint64_t *un_down)
+{
+    json_t *nodes = json_array(), *users = NULL;
+    for (long i = 0; nodes != NULL && i < n; i++) {
+        if (i == 0 || strcmp(v[i].node, v[i - 1].node) != 0) {
+            users = json_array();
+            if (json_array_append_new(nodes, json_pack("{s:s, s:o}", "node", v[i].node,
+                                                       "users", users)) != 0)
+                goto oom;
+        }
+        *un_up += v[i].unreported_up;
+        *un_down += v[i].unreported_down;
+        if (json_array_append_new(users, json_pack("{s:I, s:I, s:I, s:{s:I, s:I}}",
+                "user", (json_int_t)v[i].user, "up", (json_int_t)v[i].up,
+                "down", (json_int_t)v[i].down, "unreported", "up",
+                (json_int_t)v[i].unreported_up, "down", (json_int_t)v[i].unreported_down)) != 0)
+            goto oom;
+    }
+    return nodes;
+oom:
+    json_decref(nodes);
+    return NULL;
+}
+
+/* GET /v1/usage: per user totals ("users"), per node per user totals and unreported bytes
+ * ("nodes", from the agent), and the sum of what is unreported (null without a reporting node). */
 static void usage_get(api_server *s, api_reply *r)
 {
     sv_usage *u = NULL;
+    api_usage_row *rows = NULL;
     long n = sv_usage_snapshot(s->sv, &u);
+    long nr = s->usage != NULL ? s->usage(s->arg, &rows) : 0;
     json_t *arr = json_array();
     for (long i = 0; n > 0 && arr != NULL && i < n; i++) {
         json_t *o = json_pack("{s:I, s:I, s:I}", "user", (json_int_t)u[i].user,
@@ -298,13 +327,19 @@ static void usage_get(api_server *s, api_reply *r)
             json_decref(arr), arr = NULL;
     }
     free(u);
-    if (n < 0 || arr == NULL) {
+    uint64_t un_up = 0, un_down = 0;
+    json_t *nodes = nr >= 0 ? usage_nodes(rows, nr, &un_up, &un_down) : NULL;
+    free(rows);
+    if (n < 0 || arr == NULL || nodes == NULL) {
         json_decref(arr);
-        api_reply_error(r, 500, "out of memory");
+        json_decref(nodes);
+        api_reply_error(r, 500, "usage unavailable");
         return;
     }
-    /* "unreported" needs the usage outbox (issue 3); until then it is null */
-    reply_json(r, 200, json_pack("{s:o, s:n}", "users", arr, "unreported"));
+    json_t *unrep = nr > 0 ? json_pack("{s:I, s:I}", "up", (json_int_t)un_up, "down",
+                                       (json_int_t)un_down) : json_null();
+    reply_json(r, 200, json_pack("{s:o, s:o, s:o}", "users", arr, "nodes", nodes,
+                                 "unreported", unrep));
 }
 
 static void healthz(api_server *s, api_reply *r)

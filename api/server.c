@@ -153,6 +153,8 @@ int api_server_start(const api_options *o, api_server **out, sv_error *err)
     s->sv = o->sv;
     s->nodes = o->nodes;
     s->sync = o->sync;
+    s->usage = o->usage;
+    s->requests = o->requests;
     s->arg = o->arg;
     if (o->token != NULL)
         strcpy(s->token, o->token);

@@ -347,6 +347,43 @@ int db_usage_pending(db_store *d, const char *node, uint64_t *bytes, int64_t *ol
     return rc;
 }
 
+int db_usage_pending_users(db_store *d, const char *node, db_usage **out, size_t *n,
+                           sv_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "SELECT uid, SUM(up), SUM(down) FROM usage_outbox"
+                           " WHERE node = ?1 GROUP BY uid ORDER BY uid", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    int rc = 0, step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            db_usage *p = realloc(*out, (cap = cap ? 2 * cap : 16) * sizeof *p);
+            if (p == NULL) {
+                rc = sv_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            *out = p;
+        }
+        (*out)[(*n)++] = (db_usage){(uint64_t)sqlite3_column_int64(st, 0),
+                                    (uint64_t)sqlite3_column_int64(st, 1),
+                                    (uint64_t)sqlite3_column_int64(st, 2)};
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = fail(d, err, -EIO, "pending");
+    sqlite3_finalize(st);
+    if (rc != 0) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
 int db_state_put(db_store *d, const char *node, enum db_state_kind kind, const char *etag,
                  const char *body, size_t body_len, int64_t now_ms, sv_error *err)
 {

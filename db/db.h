@@ -91,6 +91,16 @@ void db_batch_free(db_batch *b);
 int db_usage_pending(db_store *d, const char *node, uint64_t *bytes, int64_t *oldest_ms,
                      sv_error *err);
 
+/**
+ * Pending bytes of @p node per uid (every row not yet deleted by db_batch_done(): open rows and
+ * claimed batches still waiting for the panel's 2xx), sorted by uid. For the REST API's
+ * "unreported" (issue 4).
+ * @param out  malloc'ed array (NULL when nothing is pending) for the caller to free()
+ * @return 0, -ENOMEM or -EIO.
+ */
+int db_usage_pending_users(db_store *d, const char *node, db_usage **out, size_t *n,
+                           sv_error *err);
+
 /** The kinds of stored panel bodies. */
 enum db_state_kind {
     DB_STATE_CONFIG = 0, /**< the `GET config` body (PANEL.md §1.4) */

@@ -48,6 +48,8 @@ struct pn_uniproxy {
     long timeout_ms;
     last_good good[2];
     call *calls;
+    pn_request_count counts[PN_REQUEST_COUNTS_MAX]; /* requests by endpoint and status */
+    size_t n_counts;
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -260,10 +262,31 @@ static void deliver_alivelist(call *k, int rc, const pn_http_response *r, const 
     json_decref(j);
 }
 
+/* One more finished request of endpoint @p what (a static name) answered with @p status. */
+static void count_request(pn_uniproxy *u, const char *what, long status)
+{
+    for (size_t i = 0; i < u->n_counts; i++)
+        if (u->counts[i].endpoint == what && u->counts[i].status == status) {
+            u->counts[i].n++;
+            return;
+        }
+    if (u->n_counts < PN_REQUEST_COUNTS_MAX)
+        u->counts[u->n_counts++] = (pn_request_count){what, status, 1};
+}
+
+size_t pn_uniproxy_requests(pn_client *c, pn_request_count *out, size_t cap)
+{
+    pn_uniproxy *u = (pn_uniproxy *)c;
+    size_t n = u->n_counts < cap ? u->n_counts : cap;
+    memcpy(out, u->counts, n * sizeof *out);
+    return n;
+}
+
 static void on_http(int rc, const pn_http_response *r, const sv_error *herr, void *arg)
 {
     call *k = arg;
     call_unlink(k); /* the callback below may free the client and its list */
+    count_request(k->u, k->what, rc == 0 && r != NULL ? r->status : 0);
     if (k->kind == CALL_NODE || k->kind == CALL_USERS) {
         deliver_fetch(k, rc, r, herr);
     } else if (k->kind == CALL_ALIVELIST) {

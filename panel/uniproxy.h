@@ -13,6 +13,7 @@
 #define PN_UNIPROXY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 #include <uv.h>
@@ -54,6 +55,23 @@ int pn_uniproxy_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag)
  */
 const char *pn_uniproxy_body(pn_client *c, enum pn_body_kind kind, size_t *len,
                              const char **etag);
+
+#define PN_REQUEST_COUNTS_MAX 64 /**< (endpoint, status) pairs counted per client */
+
+/** Finished requests of one endpoint with one outcome (issue 4, /metrics). */
+typedef struct pn_request_count {
+    const char *endpoint; /**< "config", "user", "push", "alive", "alivelist", "status" (static) */
+    long status;          /**< HTTP status, 0 when no answer arrived (transport error, timeout) */
+    uint64_t n;           /**< requests since the client was created */
+} pn_request_count;
+
+/**
+ * Copy the request counters of a UniProxy client @p c (at most @p cap entries; pairs past
+ * PN_REQUEST_COUNTS_MAX are not counted). Requests dropped by pn_client_free() are not counted.
+ * Control loop only.
+ * @return the number of entries written.
+ */
+size_t pn_uniproxy_requests(pn_client *c, pn_request_count *out, size_t cap);
 
 /**
  * Judge a report answer (push / alive / status): accepted when the status is 2xx and the body

@@ -112,6 +112,44 @@ static void db__migrations__are_idempotent(void **state)
     assert_int_equal(count_rows(t, "SELECT value FROM meta WHERE key = 'batch_seq'"), 0);
 }
 
+/* db_usage_pending_users: per uid sums of open rows and claimed, unfinished batches of one node;
+ * a finished batch leaves only the deltas added after its claim. */
+static void db__pending_users__sums_open_and_claimed_rows_per_uid(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    db_usage *v = NULL;
+    size_t n = 99;
+    assert_int_equal(db_usage_pending_users(d, "a", &v, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_null(v);
+    add(d, "a", 2, 10, 20);
+    add(d, "a", 1, 1, 2);
+    add(d, "b", 1, 500, 500);
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    add(d, "a", 2, 5, 5); /* after the claim: a new open row */
+    assert_int_equal(db_usage_pending_users(d, "a", &v, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(v[0].user, 1);
+    assert_int_equal(v[0].up, 1);
+    assert_int_equal(v[0].down, 2);
+    assert_int_equal(v[1].user, 2);
+    assert_int_equal(v[1].up, 15);
+    assert_int_equal(v[1].down, 25);
+    free(v);
+    assert_int_equal(db_batch_done(d, b.id, &err), 0);
+    db_batch_free(&b);
+    assert_int_equal(db_usage_pending_users(d, "a", &v, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].user, 2);
+    assert_int_equal(v[0].up, 5);
+    assert_int_equal(v[0].down, 5);
+    free(v);
+    db_close(d);
+}
+
 static void db__newer_schema__is_refused(void **state)
 {
     tmp *t = *state;
@@ -361,6 +399,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(db__open__creates_wal_file_at_current_version, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(db__migrations__are_idempotent, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__pending_users__sums_open_and_claimed_rows_per_uid,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(db__newer_schema__is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(db__bad_path__fails_with_message, setup, teardown),
         cmocka_unit_test_setup_teardown(db__add__merges_per_node_and_uid, setup, teardown),

@@ -256,6 +256,32 @@ static void node__fetch_alone__gives_the_fleet(void **state)
     assert_int_equal(rec.applies, 0);
 }
 
+/* GET /v1/nodes for a uniproxy node (issue 4): type "uniproxy", the URL without the user info,
+ * query and fragment of its config (the token is its own key and never appears). The load
+ * itself fails (no uplink in this test), but the node is listed from the load's start. */
+static void node__uniproxy_status__shows_the_url_without_secrets(void **state)
+{
+    fx *f = *state;
+    ag_config cfg;
+    sv_error err = {0};
+    const char *text = "{\"db\":{\"path\":\"k.db\"},\"nodes\":[{\"tag\":\"up1\",\"panel\":"
+                       "{\"type\":\"uniproxy\",\"url\":\"https://ops:pw@panel.example.com:8443"
+                       "/base?key=s3cret#frag\",\"token\":\"tok-secret\",\"node_id\":3,"
+                       "\"node_type\":\"shadowsocks\"}}]}";
+    assert_int_equal(ag_config_parse(text, strlen(text), f->dir, &cfg, &err), 0);
+    ag_manager_load(f->m, &cfg, on_load, f, &err); /* refused: no uniproxy client hook */
+    api_node_status *st = NULL;
+    long n = ag_manager_status(f->m, &st);
+    assert_int_equal(n, 1);
+    assert_string_equal(st[0].tag, "up1");
+    assert_string_equal(st[0].panel_type, "uniproxy");
+    assert_string_equal(st[0].panel_url, "https://panel.example.com:8443/base");
+    assert_int_equal(st[0].last_push_ms, 0);
+    assert_int_equal(st[0].outbox_pending_bytes, 0);
+    free(st);
+    ag_config_free(&cfg);
+}
+
 int main(void)
 {
     sv_log_threshold = SV_LOG_ERROR;
@@ -272,6 +298,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(node__refused_apply__keeps_the_running_state, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(node__fetch_alone__gives_the_fleet, setup, teardown),
+        cmocka_unit_test_setup_teardown(node__uniproxy_status__shows_the_url_without_secrets,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
