@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "agent/lower.h"
 #include "supervisor/util/log.h"
@@ -165,13 +167,52 @@ static int match_text(enum sv_match_kind kind, const char *text, sv_route_match 
     return out->text != NULL ? AG_MATCH_OK : -ENOMEM;
 }
 
+int ag_regex_check(const char *pattern, char *why, size_t cap)
+{
+    int code;
+    PCRE2_SIZE off;
+    uint32_t minlen = 0;
+    char dummy[1];
+    if (why == NULL || cap == 0) {
+        why = dummy;
+        cap = sizeof dummy;
+    }
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_CASELESS,
+                                   &code, &off, NULL);
+    if (re == NULL) {
+        PCRE2_UCHAR msg[128];
+        if (pcre2_get_error_message(code, msg, sizeof msg) < 0)
+            snprintf((char *)msg, sizeof msg, "error %d", code);
+        snprintf(why, cap, "invalid regex at offset %zu: %s", (size_t)off, (const char *)msg);
+        return -EINVAL;
+    }
+    int rc = pcre2_pattern_info(re, PCRE2_INFO_MINLENGTH, &minlen);
+    pcre2_code_free(re);
+    if (rc != 0 || minlen == 0) {
+        snprintf(why, cap, "the regex can match an empty string (it would block everything)");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int match_regex(const char *pattern, sv_route_match *out)
+{
+    if (pattern[0] == '\0')
+        return -EINVAL;
+    if (ag_regex_check(pattern, NULL, 0) != 0)
+        return AG_MATCH_BAD_REGEX;
+    return match_text(SV_MATCH_REGEX, pattern, out);
+}
+
 int ag_lower_match(const char *entry, sv_route_match *out)
 {
     memset(out, 0, sizeof *out);
     if (entry == NULL || entry[0] == '\0')
         return -EINVAL;
-    if (starts_with(entry, "regexp:") || starts_with(entry, "protocol:"))
+    if (starts_with(entry, "protocol:"))
         return AG_MATCH_SKIPPED;
+    if (starts_with(entry, "regexp:"))
+        return match_regex(entry + 7, out);
     if (starts_with(entry, "domain:"))
         return match_text(SV_MATCH_DOMAIN_SUFFIX, entry + 7, out);
     if (starts_with(entry, "full:"))
@@ -183,12 +224,23 @@ int ag_lower_match(const char *entry, sv_route_match *out)
     int rc = match_cidr(entry, out);
     if (rc <= 0)
         return rc;
-    return match_text(SV_MATCH_DOMAIN_SUFFIX, entry, out);
+    return match_regex(entry, out);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* rules                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
+
+/* One warning for a skipped regex entry, with PCRE2's reason. */
+static void warn_bad_regex(const char *tag, const pn_route *route, const char *entry)
+{
+    char why[192];
+    const char *pattern = starts_with(entry, "regexp:") ? entry + 7 : entry;
+    if (ag_regex_check(pattern, why, sizeof why) == 0)
+        snprintf(why, sizeof why, "refused");
+    SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": match \"%.128s\" skipped: %s", tag,
+           route->id, entry, why);
+}
 
 /* Fill r's matchers from the route's entries; warns about what it skips. */
 static int rule_matchers(const char *tag, const pn_route *route, sv_route_rule *r)
@@ -207,13 +259,15 @@ static int rule_matchers(const char *tag, const pn_route *route, sv_route_rule *
             r->n_matchers++;
         else if (rc == AG_MATCH_SKIPPED)
             skipped++;
+        else if (rc == AG_MATCH_BAD_REGEX)
+            warn_bad_regex(tag, route, route->match[i]);
         else
             SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": match \"%.128s\" skipped: "
                    "malformed", tag, route->id, route->match[i]);
     }
     if (skipped > 0)
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": %zu regexp/protocol match(es) "
-               "skipped: regular expressions are not supported yet", tag, route->id, skipped);
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": %zu protocol: match(es) "
+               "skipped: protocol sniffing is not supported", tag, route->id, skipped);
     return 0;
 }
 

@@ -78,16 +78,28 @@ int ag_lower_cipher(const char *name, enum sv_ss_cipher *out);
 /** Result of ag_lower_match() for entries that produce no matcher. */
 enum ag_match_result {
     AG_MATCH_OK = 0,      /**< *out filled (its text, if any, is heap-owned) */
-    AG_MATCH_SKIPPED = 1, /**< regexp:/protocol: — not supported yet (PCRE2 arrives later) */
+    AG_MATCH_SKIPPED = 1,   /**< protocol:<name> — sniffed protocols are not supported */
+    AG_MATCH_BAD_REGEX = 2, /**< a regex that does not compile or can match "" (skipped) */
 };
 
 /**
- * Lower one `match` entry of a block route: "domain:x" → domain_suffix, "full:x" → domain,
- * "keyword:x" → domain_keyword, an IPv4/IPv6 address or CIDR → cidr (host bits cleared),
- * "port:N" / "port:N-M" → port range, "regexp:..." / "protocol:..." → AG_MATCH_SKIPPED, any
- * other non-empty string → domain_suffix.
- * @return AG_MATCH_OK, AG_MATCH_SKIPPED, -EINVAL (malformed: empty, bad port or prefix),
- *         -ENOMEM.
+ * Pre-check a block-route regex before it goes into a spec (issue 3; PANEL.md §1.4, §5 item 5):
+ * it must compile with PCRE2 (caseless, as the router compiles it) and its minimum match length
+ * must not be 0 — a pattern that can match an empty string (`a||b`, `x*`, `\b`) would block
+ * every destination. @p why (cap bytes, may be NULL) receives the reason on refusal.
+ * @return 0 usable, -EINVAL refused.
+ */
+int ag_regex_check(const char *pattern, char *why, size_t cap);
+
+/**
+ * Lower one `match` entry of a block route (issue 3: every entry is a regex, PANEL.md §1.4).
+ * Explicit prefixes keep their meaning: "domain:x" → domain_suffix, "full:x" → domain,
+ * "keyword:x" → domain_keyword, "port:N" / "port:N-M" → port range, an IPv4/IPv6 address or
+ * CIDR → cidr (host bits cleared). "regexp:X" (prefix stripped, as V2bX does) and any other
+ * non-empty string → SV_MATCH_REGEX over the destination and sniffed names, after
+ * ag_regex_check(); "protocol:..." → AG_MATCH_SKIPPED.
+ * @return AG_MATCH_OK, AG_MATCH_SKIPPED, AG_MATCH_BAD_REGEX, -EINVAL (malformed: empty, bad
+ *         port or prefix), -ENOMEM.
  */
 int ag_lower_match(const char *entry, sv_route_match *out);
 

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,9 @@ typedef struct up_node {
     bool pull_changed, pull_failed;
     bool pushing;
     int64_t batch; /* the batch in flight */
+    uint64_t last_push_ms; /* end of the last push (REST API), 0 = never */
+    int last_push_status;
+    char last_push_error[160];
 } up_node;
 
 struct ag_uplink {
@@ -47,6 +51,8 @@ struct ag_uplink {
     unsigned flush_s;
     sv_usage *carry; /* taken but not yet written (store error) */
     size_t n_carry;
+    sv_usage *taken; /* everything taken from the supervisor since start, per uid, sorted */
+    size_t n_taken;
     ag_uplink_change_cb on_change;
     void *arg;
     int closing;
@@ -84,6 +90,140 @@ static uint64_t push_ms(const up_node *nd)
 {
     return 1000u * (nd->has_node && nd->node.push_interval > 0 ? nd->node.push_interval
                                                                : INTERVAL_DEFAULT);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* the snapshot the REST API reads (issue 4): published by the control loop under a mutex   */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct snap_node {
+    char tag[SV_TAG_MAX + 1];
+    uint64_t last_push_ms;
+    int last_push_status;
+    char last_push_error[160];
+    uint64_t pending_bytes; /* outbox rows not yet acknowledged */
+    int64_t oldest_ms;
+    db_usage *pending;      /* the same per uid, sorted */
+    size_t n_pending;
+    uint64_t *uids;         /* the node's user ids, sorted (usage attribution) */
+    size_t n_uids;
+    pn_request_count req[PN_REQUEST_COUNTS_MAX];
+    size_t n_req;
+} snap_node;
+
+typedef struct snap_state {
+    snap_node *nodes;
+    size_t n;
+    sv_usage *taken, *carry; /* copies of the uplink's */
+    size_t n_taken, n_carry;
+} snap_state;
+
+static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
+static snap_state snap; /* under snap_lock */
+
+static int cmp_usage_user(const void *a, const void *b)
+{
+    uint64_t x = ((const sv_usage *)a)->user, y = ((const sv_usage *)b)->user;
+    return x < y ? -1 : x > y;
+}
+
+/* Add what one take returned to the per-uid running total of everything taken. */
+static void taken_add(ag_uplink *u, const sv_usage *items, size_t n)
+{
+    sv_usage *p = realloc(u->taken, (u->n_taken + n) * sizeof *p);
+    if (p == NULL)
+        return; /* the API then shows more as not yet taken; accounting is unaffected */
+    u->taken = p;
+    size_t old = u->n_taken;
+    for (size_t i = 0; i < n; i++) {
+        sv_usage *hit = bsearch(&items[i], p, old, sizeof *p, cmp_usage_user);
+        if (hit != NULL) {
+            hit->up += items[i].up;
+            hit->down += items[i].down;
+        } else {
+            p[u->n_taken++] = items[i];
+        }
+    }
+    qsort(p, u->n_taken, sizeof *p, cmp_usage_user);
+}
+
+static void push_result(up_node *nd, int rc, const char *msg)
+{
+    nd->last_push_ms = (uint64_t)now_ms();
+    nd->last_push_status = rc;
+    snprintf(nd->last_push_error, sizeof nd->last_push_error, "%.159s", rc != 0 ? msg : "");
+}
+
+static void snap_clear(snap_state *st)
+{
+    for (size_t i = 0; i < st->n; i++) {
+        free(st->nodes[i].pending);
+        free(st->nodes[i].uids);
+    }
+    free(st->nodes);
+    free(st->taken);
+    free(st->carry);
+    memset(st, 0, sizeof *st);
+}
+
+static void *dup_array(const void *p, size_t n, size_t size)
+{
+    void *c = n > 0 ? malloc(n * size) : NULL;
+    if (c != NULL)
+        memcpy(c, p, n * size);
+    return c;
+}
+
+/* One node's part; -1 when the store could not be read (the old snapshot then stays). */
+static int snap_node_fill(ag_uplink *u, up_node *nd, snap_node *s)
+{
+    sv_error err = {0};
+    snprintf(s->tag, sizeof s->tag, "%s", nd->tag);
+    s->last_push_ms = nd->last_push_ms;
+    s->last_push_status = nd->last_push_status;
+    memcpy(s->last_push_error, nd->last_push_error, sizeof s->last_push_error);
+    if (db_usage_pending(u->db, nd->tag, &s->pending_bytes, &s->oldest_ms, &err) != 0 ||
+        db_usage_pending_users(u->db, nd->tag, &s->pending, &s->n_pending, &err) != 0) {
+        SV_LOG(SV_LOG_DEBUG, MOD, "node %s: status not published: %s", nd->tag, err.msg);
+        return -1;
+    }
+    s->uids = dup_array(nd->uids, nd->uids != NULL ? nd->users.n : 0, sizeof *s->uids);
+    s->n_uids = s->uids != NULL ? nd->users.n : 0;
+    s->n_req = nd->client != NULL ? pn_uniproxy_requests(nd->client, s->req,
+                                                         PN_REQUEST_COUNTS_MAX) : 0;
+    return 0;
+}
+
+/* Control loop: copy what the API shows and swap it in (after flushes, pushes and pulls). */
+static void publish(ag_uplink *u)
+{
+    snap_state st = {0}, old;
+    if (u->n == 0 || u->db == NULL || (st.nodes = calloc(u->n, sizeof *st.nodes)) == NULL)
+        return;
+    st.n = u->n;
+    for (size_t i = 0; i < u->n; i++)
+        if (snap_node_fill(u, &u->nodes[i], &st.nodes[i]) != 0) {
+            snap_clear(&st);
+            return;
+        }
+    st.taken = dup_array(u->taken, u->n_taken, sizeof *u->taken);
+    st.n_taken = st.taken != NULL ? u->n_taken : 0;
+    st.carry = dup_array(u->carry, u->n_carry, sizeof *u->carry);
+    st.n_carry = st.carry != NULL ? u->n_carry : 0;
+    pthread_mutex_lock(&snap_lock);
+    old = snap;
+    snap = st;
+    pthread_mutex_unlock(&snap_lock);
+    snap_clear(&old);
+}
+
+static void unpublish(void)
+{
+    pthread_mutex_lock(&snap_lock);
+    snap_state old = snap;
+    memset(&snap, 0, sizeof snap);
+    pthread_mutex_unlock(&snap_lock);
+    snap_clear(&old);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -158,8 +298,10 @@ int ag_uplink_flush(ag_uplink *u)
         SV_LOG(SV_LOG_ERROR, MOD, "usage take failed: %s", strerror((int)-got));
         return (int)got;
     }
-    if (got > 0)
+    if (got > 0) {
         carry_add(u, taken, (size_t)got);
+        taken_add(u, taken, (size_t)got);
+    }
     free(taken);
     if (u->n_carry == 0)
         return 0;
@@ -186,6 +328,7 @@ int ag_uplink_flush(ag_uplink *u)
 static void on_flush_timer(uv_timer_t *t)
 {
     ag_uplink_flush(t->data);
+    publish(t->data);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -221,6 +364,8 @@ static void on_pushed(pn_client *c, int rc, const sv_error *perr, void *arg)
         SV_LOG(SV_LOG_WARN, MOD, "node %s: push failed, kept for the next one: %s", nd->tag,
                perr->msg);
     }
+    push_result(nd, rc, rc != 0 ? perr->msg : "");
+    publish(nd->u);
     push_schedule(nd, rc != 0);
 }
 
@@ -306,6 +451,54 @@ static void report_alive(up_node *nd)
     free(ss);
 }
 
+/* Local distinct IPs of @p user (every inbound) in the sorted, port-stripped list @p ss. */
+static uint32_t local_ips(const sv_session_info *ss, size_t k, uint64_t user)
+{
+    uint32_t n = 0;
+    const char *last = NULL;
+    for (size_t i = 0; i < k; i++) {
+        if (!ss[i].has_user || ss[i].user != user)
+            continue;
+        if (last == NULL || strcmp(last, ss[i].source) != 0)
+            n++;
+        last = ss[i].source;
+    }
+    return n;
+}
+
+/* alivelist answered (issue 3, device limit): the panel counts this node's reported IPs too, so
+ * each user's local distinct IPs are taken off (floor 0) before the table goes to the
+ * supervisor, which adds the live local IPs back at admission. A failure keeps the old table. */
+static void on_alivelist(pn_client *c, int rc, const pn_alive_count *items, size_t n,
+                         const sv_error *err, void *arg)
+{
+    up_node *nd = arg;
+    (void)c;
+    if (rc != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: %s", nd->tag, err->msg);
+        return;
+    }
+    sv_session_info *ss = NULL;
+    long got = sv_sessions(nd->u->sv, &ss);
+    size_t k = got > 0 ? (size_t)got : 0;
+    for (size_t i = 0; i < k; i++)
+        strip_port(ss[i].source);
+    if (k > 0)
+        qsort(ss, k, sizeof *ss, cmp_session);
+    sv_device_count *v = n > 0 ? calloc(n, sizeof *v) : NULL;
+    if (n == 0 || v != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t mine = local_ips(ss, k, items[i].user);
+            uint32_t others = items[i].count > mine ? items[i].count - mine : 0;
+            v[i] = (sv_device_count){.user = items[i].user, .count = others};
+        }
+        if (sv_set_remote_devices(nd->u->sv, v, n) != 0)
+            SV_LOG(SV_LOG_WARN, MOD, "node %s: alivelist: out of memory", nd->tag);
+    }
+    free(v);
+    free(ss);
+}
+
 /* Busy and total jiffies from the first line of /proc/stat. */
 static int read_cpu(uint64_t *busy, uint64_t *total)
 {
@@ -375,6 +568,8 @@ static void on_push_timer(uv_timer_t *t)
     if (nd->push_fails == 0) { /* once per push interval, not on every retry */
         report_alive(nd);
         report_status(nd);
+        if (nd->client->ops->fetch_alivelist != NULL)
+            nd->client->ops->fetch_alivelist(nd->client, on_alivelist, nd);
     }
     ag_uplink_flush(nd->u);
     db_batch b;
@@ -382,10 +577,13 @@ static void on_push_timer(uv_timer_t *t)
     int rc = db_batch_claim(nd->u->db, nd->tag, &b, &err);
     if (rc != 0) {
         SV_LOG(SV_LOG_ERROR, MOD, "node %s: outbox read failed: %s", nd->tag, err.msg);
+        push_result(nd, rc, err.msg);
+        publish(nd->u);
         push_schedule(nd, true);
         return;
     }
     if (b.n == 0) { /* an empty push does nothing on the panel (PANEL.md §1.3) */
+        publish(nd->u);
         push_schedule(nd, false);
         return;
     }
@@ -395,8 +593,10 @@ static void on_push_timer(uv_timer_t *t)
     db_batch_free(&b);
     if (rc != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "node %s: push could not start: %s", nd->tag, strerror(-rc));
+        push_result(nd, rc, strerror(-rc));
         push_schedule(nd, true);
     }
+    publish(nd->u);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -428,6 +628,7 @@ static void pull_answered(up_node *nd)
     else
         nd->pull_fails = 0;
     uv_timer_start(&nd->pull_timer, on_pull_timer, d, 0);
+    publish(nd->u);
     if (nd->pull_changed && nd->has_node && nd->has_users && nd->u->on_change != NULL) {
         ag_uplink_flush(nd->u); /* usage of users about to be removed is queued first */
         nd->u->on_change(nd->u->arg);
@@ -681,6 +882,7 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     if (rc != 0)
         return rc; /* the caller frees the uplink */
     uv_timer_start(&u->flush_timer, on_flush_timer, 1000u * u->flush_s, 1000u * u->flush_s);
+    publish(u); /* what an earlier run left pending */
     return 0;
 }
 
@@ -696,6 +898,7 @@ static void closed(ag_uplink *u)
     }
     free(u->nodes);
     free(u->carry);
+    free(u->taken);
     free(u);
 }
 
@@ -715,6 +918,7 @@ void ag_uplink_free(ag_uplink *u)
         return;
     if (current == u)
         current = NULL;
+    unpublish();
     if (u->n_carry > 0)
         SV_LOG(SV_LOG_ERROR, MOD, "usage of %zu users could not be written to the outbox",
                u->n_carry);
@@ -730,4 +934,145 @@ void ag_uplink_free(ag_uplink *u)
     }
     db_close(u->db);
     u->db = NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* REST API readers (any thread): they only read the published snapshot                     */
+/* ---------------------------------------------------------------------------------------- */
+
+void ag_uplink_status_merge(api_node_status *v, long n)
+{
+    pthread_mutex_lock(&snap_lock);
+    for (long i = 0; i < n; i++)
+        for (size_t j = 0; j < snap.n; j++) {
+            const snap_node *s = &snap.nodes[j];
+            if (strcmp(s->tag, v[i].tag) != 0)
+                continue;
+            v[i].last_push_ms = s->last_push_ms;
+            v[i].last_push_status = s->last_push_status;
+            snprintf(v[i].last_push_error, sizeof v[i].last_push_error, "%s",
+                     s->last_push_error);
+            v[i].outbox_pending_bytes = s->pending_bytes;
+            v[i].outbox_oldest_ms = s->oldest_ms > 0 ? (uint64_t)s->oldest_ms : 0;
+        }
+    pthread_mutex_unlock(&snap_lock);
+}
+
+/* The node billing @p uid: the first whose user list holds it, else the first (as owner()). */
+static size_t snap_owner(uint64_t uid)
+{
+    for (size_t i = 0; i < snap.n; i++)
+        if (snap.nodes[i].uids != NULL &&
+            bsearch(&uid, snap.nodes[i].uids, snap.nodes[i].n_uids, sizeof uid, cmp_u64) != NULL)
+            return i;
+    return 0;
+}
+
+static int cmp_row(const void *a, const void *b)
+{
+    const api_usage_row *x = a, *y = b;
+    int c = strcmp(x->node, y->node);
+    return c != 0 ? c : x->user < y->user ? -1 : x->user > y->user;
+}
+
+/* Sort by (node, user) and add up rows of the same pair; @return the new count. */
+static long rows_merge(api_usage_row *r, long n)
+{
+    long k = 0;
+    qsort(r, (size_t)n, sizeof *r, cmp_row);
+    for (long i = 0; i < n; i++) {
+        if (k > 0 && cmp_row(&r[k - 1], &r[i]) == 0) {
+            r[k - 1].up += r[i].up;
+            r[k - 1].down += r[i].down;
+            r[k - 1].unreported_up += r[i].unreported_up;
+            r[k - 1].unreported_down += r[i].unreported_down;
+        } else {
+            r[k++] = r[i];
+        }
+    }
+    return k;
+}
+
+/* One row per user the supervisor counted: totals, and what the uplink has not taken yet plus
+ * what it took but could not write (the carry), under the user's billing node. */
+static long rows_from_totals(const sv_usage *tot, long nt, api_usage_row *rows)
+{
+    for (long i = 0; i < nt; i++) {
+        api_usage_row *r = &rows[i];
+        snprintf(r->node, sizeof r->node, "%s", snap.nodes[snap_owner(tot[i].user)].tag);
+        r->user = tot[i].user;
+        r->up = tot[i].up;
+        r->down = tot[i].down;
+        const sv_usage *t = bsearch(&tot[i], snap.taken, snap.n_taken, sizeof *t,
+                                    cmp_usage_user);
+        r->unreported_up = t == NULL ? tot[i].up : tot[i].up > t->up ? tot[i].up - t->up : 0;
+        r->unreported_down = t == NULL ? tot[i].down
+                             : tot[i].down > t->down ? tot[i].down - t->down : 0;
+        for (size_t c = 0; c < snap.n_carry; c++)
+            if (snap.carry[c].user == tot[i].user) {
+                r->unreported_up += snap.carry[c].up;
+                r->unreported_down += snap.carry[c].down;
+            }
+    }
+    return nt;
+}
+
+long ag_uplink_usage(sv_supervisor *sv, api_usage_row **out)
+{
+    sv_usage *tot = NULL;
+    api_usage_row *rows = NULL;
+    long k = 0;
+    *out = NULL;
+    pthread_mutex_lock(&snap_lock); /* held across the totals: no publish in between */
+    if (snap.n == 0)
+        goto out;
+    long nt = sv_usage_snapshot(sv, &tot);
+    size_t cap = nt > 0 ? (size_t)nt : 0;
+    for (size_t j = 0; j < snap.n; j++)
+        cap += snap.nodes[j].n_pending;
+    if (nt < 0 || (rows = calloc(cap > 0 ? cap : 1, sizeof *rows)) == NULL) {
+        k = nt < 0 ? nt : -ENOMEM;
+        goto out;
+    }
+    k = rows_from_totals(tot, nt, rows);
+    for (size_t j = 0; j < snap.n; j++)
+        for (size_t p = 0; p < snap.nodes[j].n_pending; p++, k++) {
+            snprintf(rows[k].node, sizeof rows[k].node, "%s", snap.nodes[j].tag);
+            rows[k].user = snap.nodes[j].pending[p].user;
+            rows[k].unreported_up = snap.nodes[j].pending[p].up;
+            rows[k].unreported_down = snap.nodes[j].pending[p].down;
+        }
+    k = rows_merge(rows, k);
+out:
+    pthread_mutex_unlock(&snap_lock);
+    free(tot);
+    if (k > 0)
+        *out = rows;
+    else
+        free(rows);
+    return k;
+}
+
+long ag_uplink_requests(api_panel_requests **out)
+{
+    long k = 0;
+    *out = NULL;
+    pthread_mutex_lock(&snap_lock);
+    size_t n = 0;
+    for (size_t j = 0; j < snap.n; j++)
+        n += snap.nodes[j].n_req;
+    api_panel_requests *v = n > 0 ? calloc(n, sizeof *v) : NULL;
+    if (n > 0 && v == NULL)
+        k = -ENOMEM;
+    for (size_t j = 0; v != NULL && j < snap.n; j++)
+        for (size_t i = 0; i < snap.nodes[j].n_req; i++, k++) {
+            const pn_request_count *c = &snap.nodes[j].req[i];
+            snprintf(v[k].node, sizeof v[k].node, "%s", snap.nodes[j].tag);
+            snprintf(v[k].endpoint, sizeof v[k].endpoint, "%s", c->endpoint);
+            v[k].status = c->status;
+            v[k].count = c->n;
+        }
+    pthread_mutex_unlock(&snap_lock);
+    *out = v;
+    return k;
 }

@@ -433,7 +433,8 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
     return !c->closing;
 }
 
-/* Connector steps 1-2: the principal must still be admitted by its listener's current handler. */
+/* Connector steps 1-2: the principal must still be admitted by its listener's current handler,
+ * and (issue 3) a session from a new IP must fit the user's current device_limit. */
 static bool admit(sv_conn *c)
 {
     int idx = c->ss.user;
@@ -441,9 +442,15 @@ static bool admit(sv_conn *c)
     sv_handler *now = c->listener->handler;
     if (c->listener->stopped)
         return false;
-    if (now != c->handler && sv_handler_find(now, c->user_id, c->handler->ring.keys[idx]) < 0)
+    int now_idx = now == c->handler
+                      ? idx
+                      : sv_handler_find(now, c->user_id, c->handler->ring.keys[idx]);
+    if (now_idx < 0)
         return false;
-    sv_tracker_session_bind_user(c->w->shared->tracker, c->sess, c->user_id);
+    sv_tracker *t = c->w->shared->tracker;
+    if (!sv_tracker_device_admit(t, c->user_id, now->device_limits[now_idx], c->sess->info.source))
+        return false;
+    sv_tracker_session_bind_user(t, c->sess, c->user_id);
     return true;
 }
 

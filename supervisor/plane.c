@@ -48,11 +48,13 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users, 
     if (h == NULL || pw == NULL)
         goto fail;
     h->user_ids = calloc(n ? n : 1, sizeof *h->user_ids);
-    if (h->user_ids == NULL)
+    h->device_limits = calloc(n ? n : 1, sizeof *h->device_limits);
+    if (h->user_ids == NULL || h->device_limits == NULL)
         goto fail;
     for (size_t i = 0; i < n; i++) {
         pw[i] = users->users[i].secret;
         h->user_ids[i] = users->users[i].id;
+        h->device_limits[i] = users->users[i].device_limit;
     }
     if (sv_ss_keyring_init(&h->ring, in->ss_cipher, pw, n) != 0)
         goto fail;
@@ -65,8 +67,10 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users, 
     return h;
 fail:
     free(pw);
-    if (h != NULL)
+    if (h != NULL) {
         free(h->user_ids);
+        free(h->device_limits);
+    }
     free(h);
     return NULL;
 }
@@ -79,6 +83,7 @@ void sv_handler_unref(sv_handler *h)
         return;
     sv_ss_keyring_deinit(&h->ring);
     free(h->user_ids);
+    free(h->device_limits);
     sv_replay_ref_unref(h->replay);
     free(h);
 }

@@ -8,14 +8,22 @@
  *   - keywords are lower-cased and tested with strstr;
  *   - CIDRs (destination and source) become merged, sorted [lo, hi] ranges per family, searched
  *     by binary search; an IPv4-mapped IPv6 address (::ffff:a.b.c.d) is matched as IPv4;
- *   - ports are inclusive ranges, networks a bit mask, inbound tags a sorted array.
+ *   - ports are inclusive ranges, networks a bit mask, inbound tags a sorted array;
+ *   - regexes (SV_MATCH_REGEX) are compiled once with PCRE2_CASELESS (and JIT-compiled when the
+ *     library supports it) and searched, unanchored, in the normalised destination name and the
+ *     sniffed name. Matching uses one match-data block per thread (rt_match_data: created on a
+ *     thread's first regex match, freed at thread exit), so a decision never allocates after
+ *     that first call.
  * Destination choices: a domain destination matches CIDR rules only when its text is an IP
  * literal ("10.0.0.1", "::1"); an IP destination never matches domain rules (only the sniffed
  * name can). Missing fields (no destination, no source, no inbound) never match.
  */
 #include "supervisor/router.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
 #include <arpa/inet.h>
+#include <pcre2.h>
+#include <pthread.h>
 #include <errno.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -53,6 +61,8 @@ typedef struct rt_rule {
     rt_ipset cidr, source;
     rt_ports *ports;
     size_t n_ports;
+    pcre2_code **regexes;
+    size_t n_regexes;
     unsigned networks; /**< bit (1 << enum sv_network) per network matcher */
 } rt_rule;
 
@@ -295,7 +305,7 @@ static int rt_strs_add(rt_strs *s, const char *text, bool domain, bool strip_lea
 
 /** Matcher counts per kind, used to size a rule's arrays. */
 typedef struct rt_counts {
-    size_t by_kind[SV_MATCH_SOURCE_CIDR + 1];
+    size_t by_kind[SV_MATCH_REGEX + 1];
 } rt_counts;
 
 static int rt_rule_alloc(rt_rule *rr, const sv_route_rule *rule)
@@ -303,7 +313,7 @@ static int rt_rule_alloc(rt_rule *rr, const sv_route_rule *rule)
     rt_counts c = {{0}};
     for (size_t i = 0; i < rule->n_matchers; i++) {
         unsigned k = (unsigned)rule->matchers[i].kind;
-        if (k < SV_MATCH_DOMAIN || k > SV_MATCH_SOURCE_CIDR)
+        if (k < SV_MATCH_DOMAIN || k > SV_MATCH_REGEX)
             return -EINVAL;
         c.by_kind[k]++;
     }
@@ -318,6 +328,25 @@ static int rt_rule_alloc(rt_rule *rr, const sv_route_rule *rule)
     if (rt_ipset_alloc(&rr->cidr, c.by_kind[SV_MATCH_CIDR]) < 0 ||
         rt_ipset_alloc(&rr->source, c.by_kind[SV_MATCH_SOURCE_CIDR]) < 0)
         return -ENOMEM;
+    if (c.by_kind[SV_MATCH_REGEX] &&
+        !(rr->regexes = calloc(c.by_kind[SV_MATCH_REGEX], sizeof *rr->regexes)))
+        return -ENOMEM;
+    return 0;
+}
+
+/** Compile one pattern (caseless, JIT when available) into @p rr. -EINVAL: does not compile. */
+static int rt_regex_add(rt_rule *rr, const char *pattern)
+{
+    if (!pattern || pattern[0] == '\0')
+        return -EINVAL;
+    int code;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_CASELESS,
+                                   &code, &off, NULL);
+    if (!re)
+        return code == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -EINVAL;
+    (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter */
+    rr->regexes[rr->n_regexes++] = re;
     return 0;
 }
 
@@ -347,6 +376,8 @@ static int rt_rule_add(rt_rule *rr, const sv_route_match *m)
             return -EINVAL;
         rr->networks |= 1u << m->network;
         return 0;
+    case SV_MATCH_REGEX:
+        return rt_regex_add(rr, m->text);
     }
     return -EINVAL;
 }
@@ -361,6 +392,9 @@ static void rt_rule_free(rt_rule *rr)
     rt_ipset_free(&rr->cidr);
     rt_ipset_free(&rr->source);
     free(rr->ports);
+    for (size_t i = 0; i < rr->n_regexes; i++)
+        pcre2_code_free(rr->regexes[i]);
+    free(rr->regexes);
 }
 
 /** Compile one rule. @return 0, -ENOMEM or -EINVAL (with @p what naming the problem). */
@@ -373,7 +407,7 @@ static int rt_rule_compile(rt_rule *rr, const sv_route_rule *rule, const char **
     for (size_t i = 0; i < rule->n_matchers; i++) {
         rc = rt_rule_add(rr, &rule->matchers[i]);
         if (rc < 0) {
-            *what = "invalid matcher (empty name, bad cidr, port range or network)";
+            *what = "invalid matcher (empty name, bad cidr, port range, network or regex)";
             return rc;
         }
     }
@@ -529,6 +563,49 @@ static void rt_target_init(rt_target *t, const sv_route_query *q)
     t->src_ip = rt_ip_of_sockaddr(q->source);
 }
 
+static pthread_key_t rt_md_key;
+static pthread_once_t rt_md_once = PTHREAD_ONCE_INIT;
+static bool rt_md_key_ok;
+
+static void rt_md_free(void *md) { pcre2_match_data_free(md); }
+
+static void rt_md_init(void) { rt_md_key_ok = pthread_key_create(&rt_md_key, rt_md_free) == 0; }
+
+/**
+ * This thread's match-data block (one ovector pair: only "did it match" is used), created on
+ * the thread's first call and freed by the key destructor at thread exit. NULL on OOM.
+ */
+static pcre2_match_data *rt_match_data(void)
+{
+    pthread_once(&rt_md_once, rt_md_init);
+    if (!rt_md_key_ok)
+        return NULL;
+    pcre2_match_data *md = pthread_getspecific(rt_md_key);
+    if (!md) {
+        md = pcre2_match_data_create(1, NULL);
+        if (md && pthread_setspecific(rt_md_key, md) != 0) {
+            pcre2_match_data_free(md);
+            md = NULL;
+        }
+    }
+    return md;
+}
+
+/** Does one of the rule's regexes match somewhere in @p name? (OOM: no match.) */
+static bool rt_regex_matches(const rt_rule *rr, const char *name)
+{
+    if (rr->n_regexes == 0)
+        return false;
+    pcre2_match_data *md = rt_match_data();
+    if (!md)
+        return false;
+    size_t len = strlen(name);
+    for (size_t i = 0; i < rr->n_regexes; i++)
+        if (pcre2_match(rr->regexes[i], (PCRE2_SPTR)name, len, 0, 0, md, NULL) >= 0)
+            return true;
+    return false;
+}
+
 /** Does the normalised name @p name match one of the rule's domain matchers? */
 static bool rt_name_matches(const rt_rule *rr, const char *name)
 {
@@ -547,7 +624,7 @@ static bool rt_name_matches(const rt_rule *rr, const char *name)
     for (size_t i = 0; i < rr->keywords.n; i++)
         if (strstr(name, rr->keywords.v[i]))
             return true;
-    return false;
+    return rt_regex_matches(rr, name);
 }
 
 static bool rt_rule_matches(const rt_rule *rr, const rt_target *t)

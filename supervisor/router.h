@@ -50,10 +50,12 @@ const char *sv_routes_slot_tag(const sv_routes *r, size_t slot);
 
 /**
  * Route one flow or datagram: the first rule (in order) that applies to q->inbound and has a
- * matching matcher, else the default (rule -1). Thread-safe (reads only), never allocates.
+ * matching matcher, else the default (rule -1). Thread-safe (reads only); never allocates,
+ * except one PCRE2 match-data block per thread on that thread's first regex match.
  * Matching: domain names ignore ASCII case and one trailing dot, and q->sniffed is tried as a
- * second name; a domain destination matches CIDR rules only when its text is an IP literal; an
- * IPv4-mapped IPv6 address matches as IPv4; a missing field (dest, source, inbound) never matches.
+ * second name (regexes too, searched unanchored and caseless); a domain destination matches
+ * CIDR rules only when its text is an IP literal; an IPv4-mapped IPv6 address matches as IPv4;
+ * a missing field (dest, source, inbound) never matches.
  */
 sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q);
 

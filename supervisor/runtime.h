@@ -45,6 +45,7 @@ typedef struct sv_handler {
     char tag[SV_TAG_MAX + 1];
     sv_ss_keyring ring;    /**< one key per user */
     uint64_t *user_ids;    /**< frontend ids, parallel to ring.keys */
+    uint32_t *device_limits; /**< sv_user.device_limit, parallel to user_ids (0 = unlimited) */
     size_t n_users;
     sv_replay_ref *replay;
 } sv_handler;

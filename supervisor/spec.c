@@ -278,6 +278,7 @@ static bool match_eq(const sv_route_match *a, const sv_route_match *b)
     case SV_MATCH_DOMAIN_SUFFIX:
     case SV_MATCH_DOMAIN_KEYWORD:
     case SV_MATCH_INBOUND:
+    case SV_MATCH_REGEX:
         return str_eq(a->text, b->text);
     }
     /* An unknown kind (refused by validation): compare every field. */

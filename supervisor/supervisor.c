@@ -673,6 +673,14 @@ size_t sv_close(sv_supervisor *sv, const sv_selector *sel)
 long sv_sessions(sv_supervisor *sv, sv_session_info **out) { return sv_tracker_sessions(sv->shared.tracker, out); }
 long sv_flows(sv_supervisor *sv, sv_flow_info **out) { return sv_tracker_flows(sv->shared.tracker, out); }
 uint64_t sv_epoch(sv_supervisor *sv) { return atomic_load(&sv->shared.epoch); }
+int sv_set_remote_devices(sv_supervisor *sv, const sv_device_count *v, size_t n)
+{
+    return sv_tracker_set_remote_devices(sv->shared.tracker, v, n);
+}
+uint64_t sv_device_refusals(sv_supervisor *sv)
+{
+    return sv_tracker_device_refusals(sv->shared.tracker);
+}
 long sv_take_usage(sv_supervisor *sv, sv_usage **out) { return sv_tracker_take_usage(sv->shared.tracker, out); }
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out) { return sv_tracker_usage_snapshot(sv->shared.tracker, out); }
 int sv_kill(sv_supervisor *sv, uint64_t id) { return sv_tracker_kill(sv->shared.tracker, id); }

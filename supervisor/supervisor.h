@@ -98,6 +98,8 @@ enum sv_match_kind {
     SV_MATCH_NETWORK,        /**< network: tcp or udp */
     SV_MATCH_INBOUND,        /**< text: the inbound tag the flow came in on */
     SV_MATCH_SOURCE_CIDR,    /**< cidr: client source IP */
+    SV_MATCH_REGEX,          /**< text: a PCRE2 pattern searched (unanchored, caseless) in the
+                                  destination name and the sniffed name (issue 3, PANEL.md §1.4) */
 };
 
 typedef struct sv_route_match {
@@ -289,6 +291,24 @@ typedef struct sv_usage {
  * @return the count, or -ENOMEM.
  */
 long sv_take_usage(sv_supervisor *sv, sv_usage **out);
+
+/** Distinct client IPs the panel counts for one user (its `alivelist`, PANEL.md §1). */
+typedef struct sv_device_count {
+    uint64_t user;  /**< frontend id */
+    uint32_t count; /**< distinct IPs online elsewhere */
+} sv_device_count;
+
+/**
+ * Replace the table of remote device counts used by the device limit (issue 3: a new session
+ * from a new IP is refused when the user's distinct local IPs plus this count reach
+ * device_limit). @p v (n entries, copied; a user listed twice keeps the larger count) replaces
+ * the whole table; n = 0 clears it. Any thread; readers see the old or the new table, never a mix.
+ * @return 0 or -ENOMEM (the old table stays).
+ */
+int sv_set_remote_devices(sv_supervisor *sv, const sv_device_count *v, size_t n);
+
+/** Sessions refused by the device limit since start (refusals are silent: no log line). */
+uint64_t sv_device_refusals(sv_supervisor *sv);
 
 /** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);

@@ -323,6 +323,11 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
 {
     sv_worker *w = l->w;
     sv_handler *h = l->handler;
+    char source[sizeof ((sv_session_info *)0)->source];
+    sv__addr_format(from, source, sizeof source);
+    if (!sv_tracker_device_admit(w->shared->tracker, h->user_ids[user_idx],
+                                 h->device_limits[user_idx], source))
+        return NULL; /* issue 3: a new IP over the device limit; silent, counted */
     sv_assoc *a = calloc(1, sizeof *a);
     sv_session_rec *sess = calloc(1, sizeof *sess);
     if (a == NULL || sess == NULL) {

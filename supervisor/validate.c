@@ -28,6 +28,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <sys/socket.h>
 
 #include "supervisor/plan.h"
@@ -385,6 +387,26 @@ static int check_cidr(const sv_cidr *c, size_t r, size_t m, sv_error *err)
     return 0;
 }
 
+/** A regex matcher's text must compile with PCRE2 (the router compiles it the same way). */
+static int check_regex(const char *text, size_t r, size_t m, sv_error *err)
+{
+    if (is_empty(text))
+        return INVALID(err, "route: rule %zu matcher %zu has no text", r, m);
+    int code;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)text, PCRE2_ZERO_TERMINATED, PCRE2_CASELESS,
+                                   &code, &off, NULL);
+    if (re) {
+        pcre2_code_free(re);
+        return 0;
+    }
+    PCRE2_UCHAR msg[128];
+    if (pcre2_get_error_message(code, msg, sizeof msg) < 0)
+        strcpy((char *)msg, "unknown error");
+    return INVALID(err, "route: rule %zu matcher %zu: invalid regex at offset %zu: %s", r, m,
+                   (size_t)off, (const char *)msg);
+}
+
 static int check_matcher(const sv_route_match *mt, size_t r, size_t m, sv_error *err)
 {
     switch (mt->kind) {
@@ -407,6 +429,8 @@ static int check_matcher(const sv_route_match *mt, size_t r, size_t m, sv_error 
         if (mt->network != SV_NET_TCP && mt->network != SV_NET_UDP)
             return INVALID(err, "route: rule %zu matcher %zu: unknown network", r, m);
         return 0;
+    case SV_MATCH_REGEX:
+        return check_regex(mt->text, r, m, err);
     }
     return INVALID(err, "route: rule %zu matcher %zu: unknown matcher kind", r, m);
 }

@@ -159,6 +159,7 @@ sv_tracker *sv_tracker_new(unsigned n_workers, sv_tracker_wake_fn wake, void *wa
     pthread_mutex_init(&t->sample_lock, NULL);
     pthread_mutex_init(&t->stats_lock, NULL);
     pthread_mutex_init(&t->ledger_lock, NULL);
+    pthread_mutex_init(&t->dev_lock, NULL);
     sv__sampler_init(t);
     sv__ledger_init(t);
     return t;
@@ -202,6 +203,8 @@ void sv_tracker_free(sv_tracker *t)
     pthread_mutex_destroy(&t->sample_lock);
     pthread_mutex_destroy(&t->stats_lock);
     pthread_mutex_destroy(&t->ledger_lock);
+    pthread_mutex_destroy(&t->dev_lock);
+    free(t->remote);
     free(t->workers);
     free(t->ring);
     free(t);
@@ -538,8 +541,7 @@ size_t sv_tracker_close_sessions(sv_tracker *t, const char *inbound, bool has_us
 /* Presence                                                                                   */
 /* ---------------------------------------------------------------------------------------- */
 
-/** The IP part of a "ip:port" or "[v6]:port" source, copied into @p out. */
-static void source_ip(const char *source, char out[64])
+void sv__source_ip(const char *source, char out[64])
 {
     const char *colon = strrchr(source, ':');
     size_t n = colon ? (size_t)(colon - source) : strlen(source);
@@ -572,7 +574,7 @@ void sv_tracker_user_presence(sv_tracker *t, uint64_t user, size_t *sessions, si
                 continue;
             ++*sessions;
             if (!oom && grow((void **)&v, &cap, n + 1, sizeof *v) == 0)
-                source_ip(rec->info.source, v[n++]);
+                sv__source_ip(rec->info.source, v[n++]);
             else
                 oom = true;
         }

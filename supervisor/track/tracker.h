@@ -112,6 +112,27 @@ size_t sv_tracker_kill_where(sv_tracker *t, const sv_flow_filter *f);
 size_t sv_tracker_close_sessions(sv_tracker *t, const char *inbound, bool has_user, uint64_t user,
                                  uint64_t session);
 
+/**
+ * The device-limit decision (issue 3), pure: admit when @p limit is 0 (unlimited), when the new
+ * session's IP is already among the user's live IPs (@p ip_known), or when @p local_ips plus
+ * @p remote stays below @p limit. Existing sessions are never affected by it.
+ */
+bool sv_device_decide(uint32_t limit, size_t local_ips, bool ip_known, uint32_t remote);
+
+/**
+ * Device-limit admission of a new session of @p user from @p source ("ip:port" / "[v6]:port",
+ * the format of sv_session_info.source) that is not yet bound to the user: counts the user's
+ * distinct live IPs (taking each worker's lock once), adds the remote count, and applies
+ * sv_device_decide(). A refusal is counted (sv_tracker_device_refusals). Worker thread.
+ */
+bool sv_tracker_device_admit(sv_tracker *t, uint64_t user, uint32_t limit, const char *source);
+
+/** Replace the remote device table (see sv_set_remote_devices()). Any thread. 0 or -ENOMEM. */
+int sv_tracker_set_remote_devices(sv_tracker *t, const sv_device_count *v, size_t n);
+
+/** Refusals counted by sv_tracker_device_admit(). Any thread. */
+uint64_t sv_tracker_device_refusals(sv_tracker *t);
+
 /** Number of live sessions of @p user and the number of distinct client IPs among them. */
 void sv_tracker_user_presence(sv_tracker *t, uint64_t user, size_t *sessions, size_t *ips);
 

@@ -90,10 +90,18 @@ struct sv_tracker {
 
     pthread_mutex_t ledger_lock;
     sv__table accounts; /**< of sv__account */
+
+    pthread_mutex_t dev_lock;  /**< the remote device table (devices.c) */
+    sv_device_count *remote;   /**< sorted by user, unique */
+    size_t n_remote;
+    _Atomic uint64_t dev_refused;
 };
 
 /** Length of the tag part of an outbound id: "tag@v3" → 3; without "@vN" the whole length. */
 size_t sv__outbound_tag_len(const char *outbound);
+
+/** The IP part of an "ip:port" or "[v6]:port" source, copied into @p out (NUL-terminated). */
+void sv__source_ip(const char *source, char out[64]);
 
 /** Sampler state and ledger setup/teardown (called by sv_tracker_new / sv_tracker_free). */
 void sv__sampler_init(sv_tracker *t);

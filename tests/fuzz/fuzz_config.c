@@ -47,6 +47,9 @@ static void check_spec(const sv_spec *s, const ag_fleet *f)
         const sv_route_rule *r = &s->route.rules[i];
         FUZZ_CHECK(r->n_matchers > 0 && r->n_inbounds == 1);
         FUZZ_CHECK(strcmp(r->outbound, "block") == 0);
+        for (size_t m = 0; m < r->n_matchers; m++) /* issue 3: no regex that matches "" */
+            FUZZ_CHECK(r->matchers[m].kind != SV_MATCH_REGEX ||
+                       ag_regex_check(r->matchers[m].text, NULL, 0) == 0);
     }
 }
 

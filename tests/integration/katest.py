@@ -440,8 +440,60 @@ def cmd_garbage(a):
 # --- configs -------------------------------------------------------------------------
 
 def parse_user(text):
-    uid, uuid = text.split(":", 1)
-    return {"id": int(uid), "uuid": uuid, "speed_limit": None, "device_limit": None}
+    """ID:UUID or ID:UUID:DEVICE_LIMIT."""
+    parts = text.split(":")
+    limit = int(parts[2]) if len(parts) > 2 else None
+    return {"id": int(parts[0]), "uuid": parts[1], "speed_limit": None, "device_limit": limit}
+
+
+# --- source-address relay -------------------------------------------------------------
+
+def relay_pipe(src, dst):
+    try:
+        while True:
+            d = src.recv(65536)
+            if not d:
+                break
+            dst.sendall(d)
+    except OSError:
+        pass
+    for s in (dst, src):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def relay_one(c, a):
+    try:
+        u = socket.create_connection(("127.0.0.1", a.to), timeout=a.timeout,
+                                     source_address=(a.source, 0))
+    except OSError:
+        c.close()
+        return
+    u.settimeout(None)
+    c.settimeout(None)
+    t = threading.Thread(target=relay_pipe, args=(u, c), daemon=True)
+    t.start()
+    relay_pipe(c, u)
+    t.join()
+    c.close()
+    u.close()
+
+
+def cmd_relay(a):
+    """Plain TCP relay 127.0.0.1:PORT -> 127.0.0.1:TO whose outgoing side is bound to SOURCE,
+    so that a client behind it (ss-local) reaches the server from another loopback address."""
+    require_loopback(a.source)
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", a.port))
+    ls.listen(64)
+    if a.ready_file:
+        open(a.ready_file, "w").close()
+    while True:
+        c, _ = ls.accept()
+        threading.Thread(target=relay_one, args=(c, a), daemon=True).start()
 
 
 def cmd_mkconfig(a):
@@ -601,13 +653,20 @@ def main():
     c.add_argument("--out", required=True)
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--cipher", default="aes-256-gcm")
-    c.add_argument("--user", action="append", default=[], help="ID:UUID (repeatable)")
+    c.add_argument("--user", action="append", default=[],
+                   help="ID:UUID[:DEVICE_LIMIT] (repeatable)")
     c.add_argument("--block", action="append", help="route block match (repeatable)")
     c.add_argument("--node-file")
     c.add_argument("--users-file")
     c.add_argument("--workers", type=int, default=1)
     c.add_argument("--log-level", default="info")
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
+    c = sub.add_parser("relay")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--to", type=int, required=True)
+    c.add_argument("--source", required=True)
+    c.add_argument("--timeout", type=float, default=10)
+    c.add_argument("--ready-file")
     c = sub.add_parser("usage")
     c.add_argument("--log", required=True)
     c.add_argument("--offset", type=int, default=0)
@@ -622,7 +681,7 @@ def main():
         die("--size must be 8..1400", 2)
     fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
           "tcp": cmd_tcp, "udp": cmd_udp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
-          "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse}[a.cmd]
+          "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay}[a.cmd]
     sys.exit(fn(a))
 
 

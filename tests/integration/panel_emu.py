@@ -12,6 +12,7 @@ recorded. Control endpoints (no token) under /_emu/:
   POST /_emu/fault              {"endpoint":"push","faults":["500","502","timeout","html200",
                                  "apply_close","slow:2",...]}: one fault per request, in order
   POST /_emu/down               {"down":true}: every UniProxy request is refused with 502
+  POST /_emu/alivelist          {"<uid>":count,...}: what GET alivelist answers from now on
 Faults: 500 = JSON 500 {"message":...}; 502 = HTML 502; timeout = hold the request open
 (unanswered) for --hold seconds, then close; html200 = an HTML page with 200; apply_close = apply
 the push, then close the connection without an answer; slow:S = answer normally after S s.
@@ -31,7 +32,8 @@ from urllib.parse import parse_qs, urlparse
 API = "/api/v1/server/UniProxy/"
 LOCK = threading.Lock()
 STATE = {"config": {}, "users": {"users": []}, "totals": {}, "pushes": [], "hits": {},
-         "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": []}
+         "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": [],
+         "alivelist": {}}
 ARGS = None
 
 
@@ -161,7 +163,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send(200, {"data": True})
 
     def ep_alivelist(self, raw, fault):
-        self.send(200, {"alive": {}})
+        with LOCK:
+            counts = dict(STATE["alivelist"])
+        self.send(200, {"alive": counts})
 
     def ep_status(self, raw, fault):
         with LOCK:
@@ -183,6 +187,8 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["faults"][body["endpoint"]] = list(body["faults"])
             elif what == "down":
                 STATE["down"] = bool(body.get("down"))
+            elif what == "alivelist":  # {"<uid>": count}: the alivelist answer from now on
+                STATE["alivelist"] = body
             else:
                 return self.send(404, {"message": "unknown control"})
         return self.send(200, {"ok": True})

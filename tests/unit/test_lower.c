@@ -404,7 +404,10 @@ static void lower__every_match_form(void **state)
         TXT("domain:example.com", SV_MATCH_DOMAIN_SUFFIX, "example.com"),
         TXT("full:www.example.com", SV_MATCH_DOMAIN, "www.example.com"),
         TXT("keyword:tracker", SV_MATCH_DOMAIN_KEYWORD, "tracker"),
-        TXT("example.org", SV_MATCH_DOMAIN_SUFFIX, "example.org"),
+        /* issue 3: a plain entry is a regex (was a domain suffix before PCRE2 landed) */
+        TXT("example.org", SV_MATCH_REGEX, "example.org"),
+        TXT("regexp:(^|\\.)example\\.test$", SV_MATCH_REGEX, "(^|\\.)example\\.test$"),
+        TXT(".*\\.tracker\\.", SV_MATCH_REGEX, ".*\\.tracker\\."),
         CIDR("192.0.2.1", AF_INET, "192.0.2.1", 32),
         CIDR("192.0.2.77/24", AF_INET, "192.0.2.0", 24),
         CIDR("0.0.0.0/0", AF_INET, "0.0.0.0", 0),
@@ -413,8 +416,15 @@ static void lower__every_match_form(void **state)
         PORT("port:25", 25, 25),
         PORT("port:1000-2000", 1000, 2000),
         PORT("port:65535", 65535, 65535),
-        RC("regexp:(^|\\.)example\\.test$", AG_MATCH_SKIPPED),
         RC("protocol:bittorrent", AG_MATCH_SKIPPED),
+        RC("regexp:", -EINVAL),
+        RC("*.example.com", AG_MATCH_BAD_REGEX),  /* invalid: panics XrayR and V2bX */
+        RC("regexp:a(b", AG_MATCH_BAD_REGEX),
+        RC("a||b", AG_MATCH_BAD_REGEX),           /* empty alternative: matches everything */
+        RC("regexp:.*", AG_MATCH_BAD_REGEX),
+        RC("x?", AG_MATCH_BAD_REGEX),
+        RC("\\b", AG_MATCH_BAD_REGEX),
+        RC("^$", AG_MATCH_BAD_REGEX),
         RC("", -EINVAL),
         RC("domain:", -EINVAL),
         RC("port:0", -EINVAL),
@@ -430,27 +440,30 @@ static void lower__every_match_form(void **state)
         check_match_case(&cases[i]);
 }
 
-static void lower__regexp_and_other_actions__are_skipped(void **state)
+static void lower__bad_regexps_protocols_and_other_actions__are_skipped(void **state)
 {
     ag_node_state st;
     sv_spec s;
     state_from_json(&st, "n",
                     "{\"server_port\":1,\"cipher\":\"aes-128-gcm\",\"routes\":["
-                    "{\"id\":1,\"match\":[\"regexp:a.*\",\"protocol:bittorrent\"],"
-                    "\"action\":\"block\"},"
-                    "{\"id\":2,\"match\":[\"regexp:b\",\"full:x.test\",\"port:99999\"],"
-                    "\"action\":\"block\"},"
+                    "{\"id\":1,\"match\":[\"regexp:a||b\",\"protocol:bittorrent\",\"*.x\","
+                    "\"regexp:.*\"],\"action\":\"block\"},"
+                    "{\"id\":2,\"match\":[\"regexp:a(\",\"full:x.test\",\"port:99999\","
+                    "\"regexp:^ads\\\\.\"],\"action\":\"block\"},"
                     "{\"id\":3,\"match\":[\"a.test\"],\"action\":\"dns\","
                     "\"action_value\":\"1.1.1.1\"},"
                     "{\"id\":4,\"match\":\"b.test\",\"action\":\"direct\"},"
                     "{\"id\":5,\"match\":\"keyword:c\",\"action\":\"block\"}]}",
                     "{\"users\":[]}");
     lower_one(&st, &s);
-    /* route 1: only unsupported entries → no rule; 3, 4: not block → no rule */
+    /* route 1: only refused entries (empty-matching, invalid, protocol:) → no rule, so never a
+     * block-everything rule; 3, 4: not block → no rule */
     assert_int_equal(s.route.n_rules, 2);
-    assert_int_equal(s.route.rules[0].n_matchers, 1);
+    assert_int_equal(s.route.rules[0].n_matchers, 2);
     assert_int_equal(s.route.rules[0].matchers[0].kind, SV_MATCH_DOMAIN);
     assert_string_equal(s.route.rules[0].matchers[0].text, "x.test");
+    assert_int_equal(s.route.rules[0].matchers[1].kind, SV_MATCH_REGEX);
+    assert_string_equal(s.route.rules[0].matchers[1].text, "^ads\\.");
     assert_int_equal(s.route.rules[1].n_matchers, 1);
     assert_int_equal(s.route.rules[1].matchers[0].kind, SV_MATCH_DOMAIN_KEYWORD);
     sv_spec_free(&s);
@@ -641,7 +654,7 @@ int main(void)
         cmocka_unit_test(lower__other_protocols__are_refused),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),
         cmocka_unit_test(lower__every_match_form),
-        cmocka_unit_test(lower__regexp_and_other_actions__are_skipped),
+        cmocka_unit_test(lower__bad_regexps_protocols_and_other_actions__are_skipped),
         cmocka_unit_test(lower__two_nodes__share_outbounds_and_scope_rules),
         cmocka_unit_test(lower__settings_and_transport_equality),
         cmocka_unit_test(panel__body_variants_and_errors),

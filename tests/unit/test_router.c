@@ -195,6 +195,45 @@ static void domain_suffix_matches_the_name_and_its_subdomains_only(void **state)
     sv_routes_free(r);
 }
 
+static void regex_is_searched_caseless_in_the_destination_name(void **state)
+{
+    (void)state;
+    sv_route_match m[] = {{.kind = SV_MATCH_REGEX, .text = "(^|\\.)tracker\\.example$"},
+                          {.kind = SV_MATCH_REGEX, .text = "^ads[0-9]+\\."}};
+    sv_routes *r = one_rule(m, 2, NULL, 0);
+    assert_true(hits_domain(r, "tracker.example"));
+    assert_true(hits_domain(r, "a.b.TRACKER.Example"));
+    assert_true(hits_domain(r, "tracker.example.")); /* one trailing dot dropped */
+    assert_true(hits_domain(r, "Ads42.cdn.test"));
+    assert_false(hits_domain(r, "notracker.example"));
+    assert_false(hits_domain(r, "tracker.example.org"));
+    assert_false(hits_domain(r, "ads.cdn.test"));
+    assert_false(hits_domain(r, "www.ads1.test"));
+    assert_false(hits_ip(r, "192.0.2.1"));
+    /* unanchored: a plain pattern is a substring search */
+    sv_route_match plain = {.kind = SV_MATCH_REGEX, .text = "bad.host"};
+    sv_routes *p = one_rule(&plain, 1, NULL, 0);
+    assert_true(hits_domain(p, "a.bad.host.test"));
+    assert_true(hits_domain(p, "badXhost"));
+    assert_false(hits_domain(p, "bad.hos"));
+    for (int i = 0; i < 1000; i++) /* repeated decisions reuse the thread's match data */
+        assert_true(hits_domain(r, "tracker.example"));
+    sv_routes_free(p);
+    sv_routes_free(r);
+}
+
+static void regex_matches_the_sniffed_name(void **state)
+{
+    (void)state;
+    sv_route_match m = {.kind = SV_MATCH_REGEX, .text = "^video\\.sniffed\\.example$"};
+    sv_routes *r = one_rule(&m, 1, NULL, 0);
+    sv_dest ip = dest_ip("127.0.0.1", 443);
+    assert_true(hits(r, &ip, "VIDEO.sniffed.example", "in", NULL, SV_NET_TCP));
+    assert_false(hits(r, &ip, "www.video.sniffed.example", "in", NULL, SV_NET_TCP));
+    assert_false(hits(r, &ip, NULL, "in", NULL, SV_NET_TCP));
+    sv_routes_free(r);
+}
+
 static void domain_keyword_matches_a_substring(void **state)
 {
     (void)state;
@@ -463,6 +502,9 @@ static void invalid_matchers_are_refused_with_the_seed_prefix(void **state)
         {.kind = SV_MATCH_DOMAIN_SUFFIX, .text = NULL},
         {.kind = SV_MATCH_PORT, .port_lo = 9, .port_hi = 8},
         {.kind = SV_MATCH_NETWORK, .network = 7},
+        {.kind = SV_MATCH_REGEX, .text = "a(b"},
+        {.kind = SV_MATCH_REGEX, .text = ""},
+        {.kind = SV_MATCH_REGEX, .text = NULL},
         {.kind = 99},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -482,6 +524,8 @@ int main(void)
         cmocka_unit_test(the_default_tag_gets_the_last_slot_when_no_rule_names_it),
         cmocka_unit_test(domain_matches_the_whole_name_ignoring_case_and_a_trailing_dot),
         cmocka_unit_test(domain_suffix_matches_the_name_and_its_subdomains_only),
+        cmocka_unit_test(regex_is_searched_caseless_in_the_destination_name),
+        cmocka_unit_test(regex_matches_the_sniffed_name),
         cmocka_unit_test(domain_keyword_matches_a_substring),
         cmocka_unit_test(cidr_matches_the_destination_ip_of_either_family),
         cmocka_unit_test(port_range_is_inclusive),

@@ -514,6 +514,59 @@ static void user_presence_counts_sessions_and_distinct_ips(void **state)
     sv_tracker_free(t);
 }
 
+static void device_decision_follows_the_issue_rule(void **state)
+{
+    (void)state;
+    assert_true(sv_device_decide(0, 100, false, 100)); /* 0 = unlimited */
+    assert_true(sv_device_decide(1, 0, false, 0));     /* the first IP */
+    assert_false(sv_device_decide(1, 1, false, 0));    /* a second IP */
+    assert_true(sv_device_decide(1, 1, true, 0));      /* an IP already counted */
+    assert_true(sv_device_decide(1, 5, true, 9));      /* ... whatever the totals */
+    assert_false(sv_device_decide(1, 0, false, 1));    /* the panel's count alone reaches it */
+    assert_true(sv_device_decide(3, 1, false, 1));
+    assert_false(sv_device_decide(3, 2, false, 1));
+    assert_false(sv_device_decide(2, 0, false, UINT32_MAX)); /* no overflow */
+}
+
+static void device_admit_counts_live_ips_and_the_remote_table(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    sv_session_rec *a = open_session(t, 0, "in", "10.0.0.1:1000");
+    sv_session_rec *b = open_session(t, 1, "in", "[2001:db8::1]:443");
+    sv_session_rec *other = open_session(t, 1, "in", "10.9.9.9:1");
+    sv_session_rec *anon = open_session(t, 0, "in", "10.8.8.8:1"); /* not bound: not counted */
+    sv_tracker_session_bind_user(t, a, 7);
+    sv_tracker_session_bind_user(t, b, 7);
+    sv_tracker_session_bind_user(t, other, 8);
+    assert_true(sv_tracker_device_admit(t, 7, 0, "10.0.0.5:1"));
+    assert_true(sv_tracker_device_admit(t, 7, 2, "10.0.0.1:2000"));    /* known IP, other port */
+    assert_true(sv_tracker_device_admit(t, 7, 1, "[2001:db8::1]:9"));  /* known even at limit 1 */
+    assert_false(sv_tracker_device_admit(t, 7, 2, "10.0.0.5:1"));      /* 2 IPs live */
+    assert_true(sv_tracker_device_admit(t, 7, 3, "10.0.0.5:1"));
+    assert_true(sv_tracker_device_admit(t, 9, 1, "10.8.8.8:2"));       /* anon is nobody's */
+    assert_true(sv_tracker_device_admit(t, 7, 40, "10.0.0.5:1"));      /* heap-sized scan */
+    assert_int_equal(sv_tracker_device_refusals(t), 1);
+
+    sv_device_count remote[] = {
+        {.user = 8, .count = 1}, {.user = 7, .count = 1}, {.user = 7, .count = 0}};
+    assert_int_equal(sv_tracker_set_remote_devices(t, remote, 3), 0);
+    assert_false(sv_tracker_device_admit(t, 7, 3, "10.0.0.5:1")); /* 2 local + 1 remote */
+    assert_true(sv_tracker_device_admit(t, 7, 3, "10.0.0.1:3"));  /* known IP still admitted */
+    assert_true(sv_tracker_device_admit(t, 7, 4, "10.0.0.5:1"));
+    assert_false(sv_tracker_device_admit(t, 8, 2, "10.0.0.5:1")); /* 1 local + 1 remote */
+    assert_int_equal(sv_tracker_set_remote_devices(t, NULL, 0), 0); /* cleared */
+    assert_true(sv_tracker_device_admit(t, 7, 3, "10.0.0.5:1"));
+    assert_int_equal(sv_tracker_device_refusals(t), 3);
+
+    sv_tracker_session_close(t, a); /* closed sessions stop counting */
+    assert_true(sv_tracker_device_admit(t, 7, 2, "10.0.0.5:1"));
+    sv_tracker_session_close(t, b);
+    sv_tracker_session_close(t, other);
+    sv_tracker_session_close(t, anon);
+    sv_tracker_free(t);
+}
+
 /* ---- two threads ------------------------------------------------------------------------- */
 
 typedef struct smoke {
@@ -599,6 +652,8 @@ int main(void)
         cmocka_unit_test(close_sessions_selects_and_never_counts_twice),
         cmocka_unit_test(take_usage_returns_deltas_then_nothing),
         cmocka_unit_test(user_presence_counts_sessions_and_distinct_ips),
+        cmocka_unit_test(device_decision_follows_the_issue_rule),
+        cmocka_unit_test(device_admit_counts_live_ips_and_the_remote_table),
         cmocka_unit_test(concurrent_counting_loses_and_doubles_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -448,6 +448,23 @@ static void a_text_matcher_needs_text(void **state)
     }
 }
 
+static void a_regex_must_compile(void **state)
+{
+    fx f;
+    fx_init(&f);
+    f.m0[0] = (sv_route_match){.kind = SV_MATCH_REGEX, .text = "(^|\\.)ads\\.example$"};
+    expect_valid(&f);
+    f.m0[0].text = "";
+    expect_invalid(&f, "route: rule 0 matcher 0 has no text");
+    f.m0[0].text = "a(b";
+    expect_invalid(&f, "route: rule 0 matcher 0: invalid regex at offset 3: missing closing "
+                       "parenthesis");
+    f.m0[0].text = "*.example.com";
+    sv_error err = {0};
+    assert_int_equal(sv_validate(&f.spec, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "route: rule 0 matcher 0: invalid regex at offset 0: "));
+}
+
 static void a_cidr_must_be_ipv4_or_ipv6(void **state)
 {
     fx f;
@@ -593,6 +610,7 @@ int main(void)
         cmocka_unit_test(a_rule_with_no_matchers_is_refused),
         cmocka_unit_test(a_rule_with_too_many_matchers_is_refused),
         cmocka_unit_test(a_text_matcher_needs_text),
+        cmocka_unit_test(a_regex_must_compile),
         cmocka_unit_test(a_cidr_must_be_ipv4_or_ipv6),
         cmocka_unit_test(a_cidr_prefix_longer_than_its_address_is_refused),
         cmocka_unit_test(an_inverted_port_range_is_refused),
