@@ -15,7 +15,8 @@ recorded. Control endpoints (no token) under /_emu/:
   POST /_emu/alivelist          {"<uid>":count,...}: what GET alivelist answers from now on
 Faults: 500 = JSON 500 {"message":...}; 502 = HTML 502; timeout = hold the request open
 (unanswered) for --hold seconds, then close; html200 = an HTML page with 200; apply_close = apply
-the push, then close the connection without an answer; slow:S = answer normally after S s.
+the push, then close the connection without an answer; slow:S = answer normally after S s;
+apply_hang:S (push only) = apply the push, then answer only after S s.
 
 usage: panel_emu.py --port P --token T --config FILE --users FILE [--ready-file F] [--hold S]
 """
@@ -154,6 +155,8 @@ class Handler(BaseHTTPRequestHandler):
         if fault == "apply_close":
             self.close_connection = True
             return None
+        if fault and fault.startswith("apply_hang:"):  # applied, the answer comes only after S seconds
+            time.sleep(float(fault[len("apply_hang:"):]))
         return self.send(200, {"status": "success", "message": "操作成功", "data": True,
                                "error": None})
 
