@@ -10,7 +10,9 @@ needs_katana "panel client" || skip_all "needs katana"
 
 U1=$(kt_uuid)
 echo_start
-panel_start 2 1 "1:$U1"
+# pushes 10 s apart: the outbox is read while no push can empty it, and the fault set next
+# meets the next push (a 2 s interval raced the read under load)
+panel_start 10 1 "1:$U1"
 kat_config "$T/config.json" 1
 kat_start "$T/config.json"
 cl_start u1 "$CIPHER" "$U1" "$NODE_PORT"; C1=$CL_PORT
@@ -26,7 +28,7 @@ for _ in $(seq 1 50); do
 done
 check "the outbox holds what katana counted" test "$(outbox_pending)" = "$SNAP1"
 panel_ctl fault '{"endpoint": "push", "faults": ["apply_hang:30"]}'
-for _ in $(seq 1 100); do [ -n "$(panel_totals)" ] && break; sleep 0.1; done
+for _ in $(seq 1 250); do [ -n "$(panel_totals)" ] && break; sleep 0.1; done
 check "the panel applied the push" test "$(panel_totals)" = "$SNAP1"
 kill -KILL "$SRV_PID"
 kt_wait_exit "$SRV_PID" 5 || true
