@@ -286,14 +286,15 @@ static int run_start(ag_main *am, const ag_config *cfg)
         fprintf(stderr, "katana: %s\n", uv_strerror(rc));
         return rc;
     }
-    rc = start_api(am, cfg);
-    if (rc != 0)
-        return rc;
+    /* the uplink first: its database lock refuses a second instance before any port is taken */
     rc = ag_uplink_new(&am->loop, am->sv, cfg, on_panel_change, am, &am->uplink, &err);
     if (rc != 0) {
         fprintf(stderr, "katana: %s\n", err.msg);
         return rc;
     }
+    rc = start_api(am, cfg);
+    if (rc != 0)
+        return rc;
     ag_uniproxy_client_hook = ag_uplink_client;
     if (!ag_uplink_ready(am->uplink)) { /* never exit on a panel answer: wait for one */
         SV_LOG(SV_LOG_INFO, MOD, "katana %s waiting for the panel's first answer",

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/api_internal.h"
+#include "supervisor/util/holder.h"
 #include "supervisor/util/log.h"
 
 #define MOD "api"
@@ -169,7 +170,11 @@ int api_server_start(const api_options *o, api_server **out, sv_error *err)
                                  MHD_OPTION_END);
     if (s->daemon == NULL) {
         int e = errno != 0 ? errno : EADDRINUSE;
+        char who[128];
         free(s);
+        if (sv_addr_held_elsewhere((struct sockaddr *)&sa, SOCK_STREAM, who, sizeof who) != 0)
+            return sv_error_set(err, -EADDRINUSE, "api: cannot listen on %s: the port is held "
+                                "by %s", o->listen != NULL ? o->listen : API_DEFAULT_LISTEN, who);
         return sv_error_set(err, -e, "api: cannot listen on %s: %s",
                             o->listen != NULL ? o->listen : API_DEFAULT_LISTEN, strerror(e));
     }

@@ -9,15 +9,51 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
 #include "db/db.h"
+#include "supervisor/util/log.h"
 
 struct db_store {
     sqlite3 *h;
     char *path;
+    int lock_fd; /**< the instance lock on PATH.lock, held until db_close */
 };
+
+/* One process per database (issue 15, "Two instances on one port"): an exclusive flock on
+ * PATH.lock, which holds the holder's pid. The kernel drops it when the process dies, kill -9
+ * included. A separate file, because SQLite's POSIX locks on the database itself are released
+ * when any descriptor of the file closes. */
+static int lock_instance(db_store *d, sv_error *err)
+{
+    char lock[4096];
+    if ((size_t)snprintf(lock, sizeof lock, "%s.lock", d->path) >= sizeof lock)
+        return sv_error_set(err, -ENAMETOOLONG, "%s: path too long", d->path);
+    d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (d->lock_fd < 0)
+        return sv_error_set(err, -EIO, "%s: %s", lock, strerror(errno));
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[24] = "";
+        ssize_t n = pread(d->lock_fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strspn(pid, "0123456789")] = '\0';
+        if (e == EWOULDBLOCK)
+            return sv_error_set(err, -EBUSY, "database %s is in use by another katana%s%s%s",
+                                d->path, pid[0] != '\0' ? " (pid " : "", pid,
+                                pid[0] != '\0' ? ")" : "");
+        return sv_error_set(err, -EIO, "%s: %s", lock, strerror(e));
+    }
+    char pid[24];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(d->lock_fd, 0) != 0 || pwrite(d->lock_fd, pid, (size_t)n, 0) != n)
+        SV_LOG(SV_LOG_DEBUG, "db", "%s: pid not written: %s", lock, strerror(errno));
+    return 0;
+}
 
 /* Migration N brings a file from version N-1 to N; append, never edit a shipped one. */
 static const char *const migrations[] = {
@@ -130,8 +166,11 @@ int db_open(const char *path, db_store **out, sv_error *err)
         free(d);
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
+    d->lock_fd = -1;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
-    int rc;
+    int rc = lock_instance(d, err);
+    if (rc != 0)
+        goto out;
     if (sqlite3_open_v2(path, &d->h, flags, NULL) != SQLITE_OK) {
         rc = d->h != NULL ? fail(d, err, -EIO, "open")
                           : sv_error_set(err, -ENOMEM, "%s: out of memory", path);
@@ -157,6 +196,8 @@ void db_close(db_store *d)
     if (d == NULL)
         return;
     sqlite3_close(d->h);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd); /* after SQLite let go of the file */
     free(d->path);
     free(d);
 }

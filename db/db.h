@@ -42,9 +42,12 @@ typedef struct db_batch {
 /**
  * Open (creating if needed) the store at @p path: WAL journal, synchronous=FULL, then run the
  * migrations up to DB_SCHEMA_VERSION (each in its own transaction; re-running is a no-op).
+ * One process per database (issue 15): an exclusive flock on "<path>.lock" (created 0600, holding
+ * the pid) is taken first and held until db_close(); another process holding it is refused.
  * @param out  receives the store, freed with db_close()
- * @param err  "<path>: <sqlite text>"
- * @return 0, -ENOMEM, -EIO (open/migration failed), -EPROTO (the file's schema is newer).
+ * @param err  "<path>: <sqlite text>", or "database <path> is in use by another katana (pid N)"
+ * @return 0, -ENOMEM, -EIO (open/migration failed), -EPROTO (the file's schema is newer),
+ *         -EBUSY (another process holds the lock; -EIO when the lock file cannot be made).
  */
 int db_open(const char *path, db_store **out, sv_error *err);
 

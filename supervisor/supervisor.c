@@ -16,6 +16,7 @@
 
 #include "supervisor/plan.h"
 #include "supervisor/runtime.h"
+#include "supervisor/util/holder.h"
 #include "supervisor/util/log.h"
 
 /** A listener as the control loop knows it: one socket per worker lives on the workers. */
@@ -165,6 +166,15 @@ static int bind_all(sv_supervisor *sv, staged_listener *s, const sv_inbound_spec
     unsigned n = sv->n_workers;
     for (unsigned i = 0; i < n; i++)
         s->tcp_fds[i] = s->udp_fds[i] = -1;
+    /* SO_REUSEPORT would share the port with a stale second katana silently (issue 15) */
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char who[128];
+    if (parse_bind(&in->bind, &ss, &len) == 0 &&
+        (sv_addr_held_elsewhere((struct sockaddr *)&ss, SOCK_STREAM, who, sizeof who) != 0 ||
+         (in->udp && sv_addr_held_elsewhere((struct sockaddr *)&ss, SOCK_DGRAM, who, sizeof who) != 0)))
+        return sv_error_set(err, -EADDRINUSE, "inbound %s: binding %s failed: the port is held "
+                            "by %s", in->tag, s->l.bind, who);
     for (unsigned i = 0; i < n; i++) {
         int fd = bind_socket(&in->bind, SOCK_STREAM);
         int ufd = fd >= 0 && in->udp ? bind_socket(&in->bind, SOCK_DGRAM) : -1;

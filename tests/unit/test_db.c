@@ -166,6 +166,43 @@ static void db__newer_schema__is_refused(void **state)
     assert_non_null(strstr(err.msg, "newer"));
 }
 
+/* One process per database (issue 15): a second open is refused naming the holder's pid, and
+ * the lock goes with the holder, kill -9 included. */
+static void db__second_process__is_refused_until_the_holder_dies(void **state)
+{
+    tmp *t = *state;
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        db_store *d = NULL;
+        if (db_open(t->path, &d, NULL) != 0 || write(fds[1], "x", 1) != 1)
+            _exit(2);
+        pause();
+        _exit(0);
+    }
+    close(fds[1]);
+    char c;
+    assert_int_equal(read(fds[0], &c, 1), 1);
+    close(fds[0]);
+    db_store *d = NULL;
+    sv_error err = {0};
+    assert_int_equal(db_open(t->path, &d, &err), -EBUSY);
+    assert_null(d);
+    char want[64];
+    snprintf(want, sizeof want, "in use by another katana (pid %ld)", (long)pid);
+    if (strstr(err.msg, want) == NULL)
+        fail_msg("unexpected error text: %s", err.msg);
+    kill(pid, SIGKILL);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    d = open_ok(t);
+    assert_non_null(d);
+    db_close(d);
+}
+
 static void db__bad_path__fails_with_message(void **state)
 {
     (void)state;
@@ -411,6 +448,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(db__overflow__is_refused_and_writes_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(db__large_values__round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__second_process__is_refused_until_the_holder_dies,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(db__killed_writer__keeps_every_committed_merge, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(db__state__stores_body_and_etag_per_node_and_kind,
