@@ -1,0 +1,120 @@
+/*
+ * The protocol-core seam (issue 8, DESIGN.md "The data plane"): one ops table that every core
+ * fills. A core is sans-I/O: the runtime feeds it client bytes (already unwrapped by the
+ * transport layers) and applies the effects it returns; it never reads a core's state. A core
+ * sees bytes and its credential table only: no socket, clock, log, allocator it was not given.
+ *
+ * One connection may carry several flows (Mux.Cool, XUDP, gRPC later): open, to_outbound,
+ * datagram and close carry a stream key. Cores with one flow per connection use stream 0.
+ */
+#ifndef SV_PROTO_PROTO_H
+#define SV_PROTO_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "supervisor/proto/core.h"
+#include "supervisor/supervisor.h"
+
+enum sv_effect_kind {
+    SV_FX_AUTHENTICATED = 1, /**< principal: index of the user in the credential table */
+    SV_FX_OPEN,              /**< stream, dest (dest.network TCP, or UDP for an association) */
+    SV_FX_TO_OUTBOUND,       /**< stream, data/len: bytes for that stream's outbound */
+    SV_FX_DATAGRAM,          /**< stream, dest, data/len: one datagram of a UDP association */
+    SV_FX_TO_CLIENT,         /**< data/len: bytes to send to the client as they are */
+    SV_FX_CLOSE,             /**< stream: that flow ends (the connection stays) */
+    SV_FX_FINISH,            /**< the client ended the connection cleanly */
+    SV_FX_ERROR,             /**< error (negative errno) and policy: what the runtime does next */
+};
+
+/** What the runtime does with a client that failed (PROTOCOLS.md §1.4, §4.4). */
+enum sv_probe_policy {
+    SV_PROBE_CLOSE = 1, /**< close now (a failure after authentication) */
+    SV_PROBE_DRAIN,     /**< read and discard for a random time, then close (Shadowsocks) */
+    SV_PROBE_FALLBACK,  /**< relay every byte received so far, then both ways, to the fallback.
+                             A core that may ask for it consumes nothing before it has decided
+                             (feed returns 0), so "every byte so far" is the unconsumed input,
+                             which the error effect's data/len also point at. */
+};
+
+/**
+ * One effect. data points into the buffer given to feed() or into the core's state, and stays
+ * valid until the next call on the same connection state.
+ */
+typedef struct sv_effect {
+    enum sv_effect_kind kind;
+    uint32_t stream;
+    int principal;
+    sv_dest dest;
+    uint8_t *data;
+    size_t len;
+    int error;
+    enum sv_probe_policy policy;
+} sv_effect;
+
+#define SV_EFFECTS_MAX 16 /**< bound of one feed() call's effects */
+
+/** The effects of one feed() call, in order. */
+typedef struct sv_effects {
+    sv_effect v[SV_EFFECTS_MAX];
+    unsigned n;
+} sv_effects;
+
+/**
+ * A protocol core. Every function pointer is required unless marked optional.
+ *
+ * Lifecycle: creds_new() once per (inbound settings, user set) on the control loop; the
+ * credential table is then immutable and shared read-only by every worker. Per connection:
+ * state_size bytes zeroed, init(), feed() any number of times, deinit().
+ */
+typedef struct sv_proto_ops {
+    const char *name; /**< "shadowsocks", "trojan", ... (the spec's protocol name) */
+
+    /**
+     * Build the credential table of @p users for inbound @p in (keys, hashes, lookup index).
+     * @return 0, -ENOMEM, or -EINVAL with @p err set (e.g. a secret the protocol cannot use).
+     */
+    int (*creds_new)(const sv_inbound_spec *in, const sv_user_set *users, void **out,
+                     sv_error *err);
+    void (*creds_free)(void *creds);
+
+    size_t state_size; /**< bytes of per-connection state */
+    /** Prepare zeroed @p state for a connection of inbound @p in. @return 0 or -ENOMEM. */
+    int (*init)(void *state, const sv_inbound_spec *in);
+    /** Release what init() and feed() allocated. Idempotent. */
+    void (*deinit)(void *state);
+
+    /**
+     * Feed client bytes. May modify @p p in place (decryption). Stops early when @p fx is full.
+     * @return bytes consumed (0 = need more: keep the unconsumed tail and call again with more
+     *         appended; the core never needs more than carry_max bytes buffered), or a negative
+     *         errno after which the core takes no more input (an SV_FX_ERROR effect says why and
+     *         what to do).
+     */
+    ssize_t (*feed)(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx);
+    size_t carry_max; /**< most bytes feed() may leave unconsumed */
+
+    /**
+     * Frame @p len bytes (> 0) from stream @p stream's outbound for the client into @p out.
+     * @return wire length, or -EMSGSIZE when @p cap < frame_max(len).
+     */
+    ssize_t (*frame)(void *state, const void *creds, uint32_t stream, const uint8_t *in,
+                     size_t len, uint8_t *out, size_t cap);
+    /** Most wire bytes frame() writes for @p len payload bytes (the declared overhead). */
+    size_t (*frame_max)(size_t len);
+
+    /**
+     * Optional: frame one reply datagram of a UDP association carried in the stream, from
+     * @p from. @return wire length, or -EMSGSIZE.
+     */
+    ssize_t (*frame_datagram)(void *state, const void *creds, uint32_t stream,
+                              const sv_dest *from, const uint8_t *payload, size_t len,
+                              uint8_t *out, size_t cap);
+} sv_proto_ops;
+
+/** Append an effect to @p fx. @return the new effect (zeroed but for kind), or NULL when full. */
+sv_effect *sv_effects_push(sv_effects *fx, enum sv_effect_kind kind);
+
+#endif
