@@ -87,7 +87,8 @@ typedef struct sv_proto_ops {
     void (*deinit)(void *state);
 
     /**
-     * Feed client bytes. May modify @p p in place (decryption). Stops early when @p fx is full.
+     * Feed client bytes. Empties @p fx first, then appends this call's effects in order. May
+     * modify @p p in place (decryption). Stops early when @p fx is full.
      * @return bytes consumed (0 = need more: keep the unconsumed tail and call again with more
      *         appended; the core never needs more than carry_max bytes buffered), or a negative
      *         errno after which the core takes no more input (an SV_FX_ERROR effect says why and
