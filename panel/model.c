@@ -595,7 +595,7 @@ bool pn_users_equal(const pn_users *a, const pn_users *b)
 /* files                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Read at most max bytes; one byte more means "too big" (fstat is not trusted: /proc, pipes). */
+/* Read at most max bytes; one byte more means "too big" (st_size is not trusted: /proc). */
 static int read_bounded(int fd, size_t max, char **out, size_t *len)
 {
     size_t cap = 4096, n = 0;
@@ -638,17 +638,44 @@ static int read_bounded(int fd, size_t max, char **out, size_t *len)
     return 0;
 }
 
+/* What a non-regular file is, for the error text. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a regular file";
+}
+
 int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err)
 {
     char *buf = NULL;
     size_t len = 0;
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (issue 15); no effect on a file */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return sv_error_set(err, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sv_error_set(err, -e, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return sv_error_set(err, -EINVAL, "%s: %s, not a regular file", path,
+                            file_kind(st.st_mode));
+    }
     int rc = 0;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes)
+    if ((uint64_t)st.st_size > max_bytes)
         rc = -EMSGSIZE;
     else
         rc = read_bounded(fd, max_bytes, &buf, &len);

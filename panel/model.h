@@ -111,11 +111,15 @@ bool pn_node_equal(const pn_node *a, const pn_node *b);
 bool pn_users_equal(const pn_users *a, const pn_users *b);
 
 /**
- * Read a JSON file of at most @p max_bytes bytes and parse it (duplicate keys rejected).
+ * Read a JSON file of at most @p max_bytes bytes and parse it (duplicate keys rejected). Only a
+ * regular file is read: a FIFO, directory, device or socket is refused without blocking (the
+ * open never waits for a FIFO's writer; issue 15). Used for the config file and the local
+ * panel's node_file / users_file.
  * @param out  receives a new reference on success
- * @param err  "<path>: <reason>" or "<path>: line L, column C: <jansson text>"
+ * @param err  "<path>: <reason>" or "<path>: line L, column C: <jansson text>"; for a
+ *             non-regular file "<path>: a FIFO, not a regular file"
  * @return 0, -ENOENT/-EACCES/... from open/read, -EMSGSIZE when the file is larger than
- *         @p max_bytes, -EINVAL when it is not valid JSON, -ENOMEM.
+ *         @p max_bytes, -EINVAL when it is not a regular file or not valid JSON, -ENOMEM.
  */
 int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err);
 
