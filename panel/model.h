@@ -32,11 +32,28 @@ typedef struct pn_route {
     char *action_value;  /**< NULL when null or absent */
 } pn_route;
 
+/**
+ * Body keys whose value changes what clients speak or where their traffic goes, recorded in
+ * pn_node.set when their value is set — anything but absent, null, false, 0, "", "0", {} and []
+ * (for `multiplex`: its `enabled` member) — so that lowering can refuse what katana does not
+ * serve instead of ignoring it (issue 15; PANEL.md §1.4).
+ */
+enum pn_node_set {
+    PN_SET_NETWORK_SETTINGS = 1u << 0,     /**< `networkSettings` (transport options) */
+    PN_SET_NETWORK_SETTINGS_ALT = 1u << 1, /**< `network_settings` (the same, §4.6) */
+    PN_SET_TLS = 1u << 2,                  /**< `tls`: 1 TLS, 2 REALITY */
+    PN_SET_MULTIPLEX = 1u << 3,            /**< `multiplex.enabled` */
+    PN_SET_CUSTOM_OUTBOUNDS = 1u << 4,     /**< `custom_outbounds` (newer Xboard) */
+    PN_SET_CUSTOM_ROUTES = 1u << 5,        /**< `custom_routes` (newer Xboard) */
+};
+
 /** A node's settings from `GET config` (PANEL.md §1.4). Unknown keys are ignored. */
 typedef struct pn_node {
     char *protocol;       /**< body `protocol`, else the node type the panel was asked for */
     char *listen_ip;      /**< body `listen_ip`; NULL when absent or null */
     uint16_t server_port; /**< 1..65535; an int or a numeric string in the body */
+    char *network;        /**< `network` ("tcp", "ws", "grpc", ...); NULL when absent, null, "" */
+    unsigned set;         /**< PN_SET_* bits */
     char *cipher;         /**< shadowsocks method; NULL when absent */
     char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
     char *obfs;           /**< v1.7 `obfs` (e.g. "http"); NULL when absent or null */
