@@ -8,7 +8,9 @@
 # answer applies (real ss-local traffic for a new user, /v1/nodes shows its users) and is
 # stored; a refused stored state is skipped with one warning naming the node and the reason,
 # the panel's answer is fetched in full (not 304), /healthz says 503 and nothing listens until
-# the panel is healthy, then the node serves; every stop exits 0.
+# the panel is healthy, then the node serves; a stored state whose port another program holds is
+# dropped the same way (one warning) and the node serves on the port the panel has moved it to;
+# every stop exits 0.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 kt_need ss-local curl sqlite3
@@ -141,6 +143,31 @@ check "healthy panel: users 1 and 2 are served" both_served
 check "healthy panel: /healthz says 200" eventually 5 test "$(healthz)" = 200
 check "healthy panel: the healthy list replaced the refused one in the store" \
     eventually 5 users_not_stored "$U3"
+
+# --- 6. the stored node's port is taken, and the panel has moved the node since ----------------
+kat_stop
+check "katana exits 0 on SIGTERM" test "$SRV_RC" = 0
+kt_bg squatter python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8); time.sleep(300)' \
+    "$NODE_PORT"
+SQUATTER=$BG_PID
+kt_wait_port "$NODE_PORT" 10 || fail "the squatter did not listen"
+kt_ports 1; NEW_PORT=${PORTS[0]}
+panel_ctl config "$(python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1])); c["server_port"] = int(sys.argv[2]); print(json.dumps(c))' \
+    "$T/panel-config.json" "$NEW_PORT")"
+mark
+kt_bg server "$(katana_bin)" run -c "$T/config.json"
+SRV_PID=$BG_PID
+check "a stored state that cannot bind: one warning naming the node and the reason" \
+    wait_log 10 "WARN ag.uplink node n1: stored panel state did not apply, waiting for the panel: .*binding 127.0.0.1:$NODE_PORT"
+check "the node serves on the panel's new port" kt_wait_port "$NEW_PORT" 10
+check "katana keeps running" kt_alive "$SRV_PID"
+cl_start u1-new "$CIPHER" "$U1" "$NEW_PORT"
+check "user 1 is served on the new port" tcp_rt "$CL_PORT" ok
+kill -TERM "$SQUATTER"
 kat_stop
 check "katana exits 0 on SIGTERM" test "$SRV_RC" = 0
 kt_finish
