@@ -8,7 +8,8 @@
  * Refused panel answers (issue 15): a pulled state is stored only after the node manager applied
  * it (ag_uplink_applied), so a refused answer never becomes the state a restart loads. A refused
  * answer stays held with its ETag: the next pulls get 304 and the same refused state is not
- * offered again until the panel changes it (a new ETag, a full body). At start, a stored state
+ * offered again at every pull, only when the panel changes it (a new ETag, a full body) or a
+ * reload (SIGHUP, POST /v1/nodes/{tag}/sync) asks for it. At start, a stored state
  * that this version refuses is skipped with one warning (its ETags dropped, so the next pull
  * fetches full bodies) and the node waits for the panel; katana keeps running.
  *
