@@ -701,7 +701,7 @@ static const char *file_kind(mode_t mode)
         return "a block device";
     if (S_ISSOCK(mode))
         return "a socket";
-    return "not a regular file";
+    return "a special file";
 }
 
 int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err)
