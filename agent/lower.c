@@ -346,6 +346,42 @@ nomem:
     return sv_error_set(err, -ENOMEM, "node %s: out of memory", tag);
 }
 
+/*
+ * Settings a shadowsocks node cannot serve (issue 15): ignoring them would leave clients set up
+ * from the panel unable to connect (they would speak a transport, TLS, mux, obfs or plugin
+ * katana does not) or send their traffic elsewhere than the panel's outbounds, so the node is
+ * refused naming the field.
+ */
+static int check_unserved(const ag_node_state *n, sv_error *err)
+{
+    static const struct {
+        unsigned bit;
+        const char *field, *why;
+    } set[] = {
+        {PN_SET_NETWORK_SETTINGS, "networkSettings", "no transport settings"},
+        {PN_SET_NETWORK_SETTINGS_ALT, "network_settings", "no transport settings"},
+        {PN_SET_TLS, "tls", "no TLS or REALITY on a shadowsocks node"},
+        {PN_SET_MULTIPLEX, "multiplex", "no multiplexing"},
+        {PN_SET_CUSTOM_OUTBOUNDS, "custom_outbounds", "traffic leaves directly"},
+        {PN_SET_CUSTOM_ROUTES, "custom_routes", "only block routes"},
+    };
+    const pn_node *p = &n->node;
+    if (p->network != NULL && strcmp(p->network, "tcp") != 0)
+        return sv_error_set(err, -EINVAL, "node %s: network \"%.32s\": not served (shadowsocks "
+                            "over plain TCP and UDP only)", n->tag, p->network);
+    if (p->obfs != NULL && p->obfs[0] != '\0')
+        return sv_error_set(err, -EINVAL, "node %s: obfs \"%.32s\": not served (no "
+                            "obfuscation)", n->tag, p->obfs);
+    if (p->plugin != NULL && p->plugin[0] != '\0')
+        return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served (no SIP003 "
+                            "plugins)", n->tag, p->plugin);
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
+        if (p->set & set[i].bit)
+            return sv_error_set(err, -EINVAL, "node %s: %s: not served (%s)", n->tag,
+                                set[i].field, set[i].why);
+    return 0;
+}
+
 static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_error *err)
 {
     const pn_node *p = &n->node;
@@ -357,13 +393,7 @@ static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_erro
     if (ag_lower_cipher(p->cipher, cipher) != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported shadowsocks cipher \"%.64s\"",
                             n->tag, p->cipher);
-    if (p->obfs != NULL)
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: obfs \"%.32s\" is not supported, ignored", n->tag,
-               p->obfs);
-    if (p->plugin != NULL && p->plugin[0] != '\0')
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: plugin \"%.32s\" is not supported, ignored", n->tag,
-               p->plugin);
-    return 0;
+    return check_unserved(n, err);
 }
 
 static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec *spec)
@@ -465,6 +495,7 @@ bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b)
     const pn_node *x = &a->node, *y = &b->node;
     return strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
            x->server_port == y->server_port && str_eq(x->protocol, y->protocol) &&
+           str_eq(x->network, y->network) && x->set == y->set &&
            str_eq(x->cipher, y->cipher) && str_eq(x->server_key, y->server_key) &&
            str_eq(x->obfs, y->obfs) && str_eq(x->plugin, y->plugin);
 }

@@ -50,9 +50,13 @@ int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err);
  * Append one node to @p spec: inbound {tag, bind = listen override / panel listen_ip /
  * "0.0.0.0" : server_port, udp, shadowsocks, cipher, users = tag}, the user set (see
  * ag_lower_user_set()) and one rule per `block` route (see ag_lower_match()). Other route
- * actions, obfs and plugins are ignored with a warning each.
- * @return 0, -EINVAL for an unsupported protocol or cipher, -ENOMEM. On failure @p spec may hold
- *         part of the node; the caller frees the whole spec.
+ * actions are ignored with a warning each. Settings katana does not serve are refused naming the
+ * field (issue 15): a `network` other than "tcp", `networkSettings` / `network_settings`, `tls`,
+ * `multiplex` enabled, `obfs`, `plugin`, `custom_outbounds`, `custom_routes` (see
+ * enum pn_node_set for what counts as set).
+ * @return 0, -EINVAL for an unsupported protocol or cipher or an unserved setting (err: "node
+ *         demo: network \"grpc\": not served (...)"), -ENOMEM. On failure @p spec may hold part
+ *         of the node; the caller frees the whole spec.
  */
 int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err);
 
@@ -114,7 +118,8 @@ bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b);
 
 /**
  * Whether the transport/protocol settings match (seed 001 "NodeInfo::transport_eq /
- * protocol_eq": port, listen, protocol, cipher, server key, obfs, plugin). When they differ, the
+ * protocol_eq": port, listen, protocol, network, the PN_SET_* settings, cipher, server key,
+ * obfs, plugin). When they differ, the
  * node's live sessions are closed after the apply.
  */
 bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b);

@@ -105,6 +105,7 @@ static void on_reloaded(void *arg, int status, const sv_error *err)
     if (status != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err->msg);
     } else {
+        ag_uplink_applied(am->uplink, ag_manager_running(am->mgr)); /* now the last good */
         sv_log_threshold = am->pending_level;
         am->grace_s = am->pending_grace;
         SV_LOG(SV_LOG_INFO, MOD, "config reloaded");
@@ -178,13 +179,16 @@ static int start_signals(ag_main *am)
 static void on_first_load(void *arg, int status, const sv_error *err)
 {
     ag_main *am = arg;
-    if (status != 0) {
+    if (status != 0 && ag_uplink_drop_stored(am->uplink, err) == 0) {
         fprintf(stderr, "katana: %s\n", err->msg);
         am->exit_code = 1;
         stop(am, 0);
         return;
     }
-    SV_LOG(SV_LOG_INFO, MOD, "katana %s running", PACKAGE_VERSION);
+    if (status == 0) {
+        ag_uplink_applied(am->uplink, ag_manager_running(am->mgr));
+        SV_LOG(SV_LOG_INFO, MOD, "katana %s running", PACKAGE_VERSION);
+    } /* else a stored panel state was refused: the nodes wait for the panel (issue 15) */
     if (am->reload_pending) {
         am->reload_pending = false;
         start_reload(am);

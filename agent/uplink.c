@@ -13,6 +13,7 @@
 
 #include <sys/statvfs.h>
 
+#include "agent/lower.h"
 #include "agent/uplink.h"
 #include "panel/uniproxy.h"
 #include "supervisor/util/log.h"
@@ -26,9 +27,11 @@ typedef struct up_node {
     ag_uplink *u;
     char *tag;
     pn_client *client;
-    pn_node node;
-    pn_users users;
+    pn_node node;     /* the panel's latest node settings (what the node manager is offered) */
+    pn_users users;   /* the panel's latest user list */
     bool has_node, has_users;
+    bool unstored[2]; /* per pn_body_kind: a body was pulled that the store does not hold yet */
+    bool from_store;  /* node/users were loaded from the store and have not run in this process */
     uint64_t *uids; /* sorted ids of users, for usage attribution */
     uv_timer_t pull_timer, push_timer;
     unsigned pull_fails, push_fails;
@@ -603,19 +606,6 @@ static void on_push_timer(uv_timer_t *t)
 /* pull                                                                                       */
 /* ---------------------------------------------------------------------------------------- */
 
-static void store_body(up_node *nd, enum pn_body_kind kind)
-{
-    size_t len = 0;
-    const char *etag = NULL;
-    const char *body = pn_uniproxy_body(nd->client, kind, &len, &etag);
-    sv_error err = {0};
-    if (body != NULL &&
-        db_state_put(nd->u->db, nd->tag, kind == PN_BODY_CONFIG ? DB_STATE_CONFIG
-                                                                : DB_STATE_USERS,
-                     etag, body, len, now_ms(), &err) != 0)
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: last good state not stored: %s", nd->tag, err.msg);
-}
-
 static void on_pull_timer(uv_timer_t *t);
 
 static void pull_answered(up_node *nd)
@@ -648,7 +638,7 @@ static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, vo
         memset(node, 0, sizeof *node);
         nd->pull_changed |= !same || !nd->has_node;
         nd->has_node = true;
-        store_body(nd, PN_BODY_CONFIG);
+        nd->unstored[PN_BODY_CONFIG] = true; /* stored once it applied (ag_uplink_applied) */
         if (old_pull != nd->node.pull_interval || old_push != nd->node.push_interval)
             SV_LOG(SV_LOG_INFO, MOD, "node %s: pull interval %" PRIu32 " s, push interval %"
                    PRIu32 " s", nd->tag, nd->node.pull_interval, nd->node.push_interval);
@@ -674,7 +664,7 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
         nd->pull_changed |= !same || !nd->has_users;
         nd->has_users = true;
         index_users(nd);
-        store_body(nd, PN_BODY_USERS);
+        nd->unstored[PN_BODY_USERS] = true;
     } else if (rc < 0) {
         nd->pull_failed = true;
         SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
@@ -793,30 +783,73 @@ bool ag_uplink_ready(const ag_uplink *u)
     return true;
 }
 
-/* Serve from the stored last good state until the panel answers. */
-static void seed(up_node *nd, const char *node_type)
+/* Forget the held state and its ETags: the next pull fetches full bodies (never a 304 for a
+ * state the uplink no longer holds) and counts as a change. */
+static void forget_state(up_node *nd)
 {
+    pn_node_free(&nd->node);
+    pn_users_free(&nd->users);
+    nd->has_node = nd->has_users = false;
+    nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
+    nd->from_store = false;
+    pn_uniproxy_set_etag(nd->client, PN_BODY_CONFIG, NULL);
+    pn_uniproxy_set_etag(nd->client, PN_BODY_USERS, NULL);
+    index_users(nd);
+}
+
+/* Dry run of a stored pair on its own (lowering and sv_check, as `katana check`): what the
+ * rules of this version refuse is found before it can fail the first apply. */
+static int check_stored(const up_node *nd, const ag_node_config *nc, sv_error *err)
+{
+    ag_node_state st = {.tag = nd->tag, .listen = nc->listen, .node = nd->node,
+                        .users = nd->users}; /* borrowed: never freed here */
+    ag_fleet fleet = {.nodes = &st, .n = 1};
+    sv_spec spec;
+    int rc = ag_lower_fleet(&fleet, &spec, err);
+    if (rc == 0) {
+        rc = sv_check(&spec, err);
+        sv_spec_free(&spec);
+    }
+    return rc;
+}
+
+/* Serve from the stored last good state until the panel answers. A stored pair this version
+ * refuses (issue 15: stored by an older version, or under other rules) is skipped with one
+ * warning: the node waits for the panel instead of failing the start. */
+static void seed(up_node *nd, const ag_node_config *nc)
+{
+    char *etags[2] = {NULL, NULL};
     for (int kind = 0; kind < 2; kind++) {
-        char *etag = NULL, *body = NULL;
+        char *body = NULL;
         size_t len = 0;
         sv_error err = {0};
         if (db_state_get(nd->u->db, nd->tag, kind == 0 ? DB_STATE_CONFIG : DB_STATE_USERS,
-                         &etag, &body, &len, &err) != 0)
+                         &etags[kind], &body, &len, &err) != 0)
             continue;
         json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
         int rc = j == NULL ? -EINVAL
-                 : kind == 0 ? pn_node_parse(j, node_type, 0, &nd->node, &err)
+                 : kind == 0 ? pn_node_parse(j, nc->panel.node_type, 0, &nd->node, &err)
                              : pn_users_parse(j, 0, &nd->users, &err);
-        if (rc == 0) {
+        if (rc == 0)
             *(kind == 0 ? &nd->has_node : &nd->has_users) = true;
-            pn_uniproxy_set_etag(nd->client, kind == 0 ? PN_BODY_CONFIG : PN_BODY_USERS, etag);
-        } else {
+        else
             SV_LOG(SV_LOG_WARN, MOD, "node %s: stored state unusable, ignored", nd->tag);
-        }
         json_decref(j);
-        free(etag);
         free(body);
     }
+    sv_error err = {0};
+    if (nd->has_node && nd->has_users && check_stored(nd, nc, &err) != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: stored panel state skipped, waiting for the panel: "
+               "%s", nd->tag, err.msg);
+        forget_state(nd);
+    }
+    if (nd->has_node)
+        pn_uniproxy_set_etag(nd->client, PN_BODY_CONFIG, etags[0]);
+    if (nd->has_users)
+        pn_uniproxy_set_etag(nd->client, PN_BODY_USERS, etags[1]);
+    free(etags[0]);
+    free(etags[1]);
+    nd->from_store = nd->has_node || nd->has_users;
     if (nd->has_users)
         index_users(nd);
     if (nd->has_node && nd->has_users)
@@ -842,7 +875,7 @@ static int node_start(ag_uplink *u, up_node *nd, const ag_node_config *nc, sv_er
     uv_timer_init(u->loop, &nd->pull_timer);
     uv_timer_init(u->loop, &nd->push_timer);
     nd->pull_timer.data = nd->push_timer.data = nd;
-    seed(nd, nc->panel.node_type);
+    seed(nd, nc);
     uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
     uv_timer_start(&nd->push_timer, on_push_timer, 0, 0); /* resend what is pending */
     return 0;
@@ -884,6 +917,59 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     uv_timer_start(&u->flush_timer, on_flush_timer, 1000u * u->flush_s, 1000u * u->flush_s);
     publish(u); /* what an earlier run left pending */
     return 0;
+}
+
+/* The bodies of @p nd pulled since the last store, in one transaction. */
+static void store_pair(up_node *nd)
+{
+    db_state_body b[2] = {{0}};
+    for (int k = 0; k < 2; k++)
+        if (nd->unstored[k])
+            b[k].body = pn_uniproxy_body(nd->client, (enum pn_body_kind)k, &b[k].len,
+                                         &b[k].etag);
+    sv_error err = {0};
+    if (db_state_put_pair(nd->u->db, nd->tag, &b[0], &b[1], now_ms(), &err) != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: last good state not stored: %s", nd->tag, err.msg);
+        return; /* tried again after the next apply */
+    }
+    nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
+}
+
+void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
+{
+    for (size_t i = 0; u != NULL && i < u->n; i++) {
+        up_node *nd = &u->nodes[i];
+        const ag_node_state *st = NULL;
+        for (size_t k = 0; running != NULL && k < running->n && st == NULL; k++)
+            if (strcmp(running->nodes[k].tag, nd->tag) == 0)
+                st = &running->nodes[k];
+        /* what runs must be what the uplink holds: not a refused answer still held */
+        if (st == NULL || !nd->has_node || !nd->has_users ||
+            !pn_node_equal(&st->node, &nd->node) || !pn_users_equal(&st->users, &nd->users))
+            continue;
+        nd->from_store = false;
+        if (nd->unstored[PN_BODY_CONFIG] || nd->unstored[PN_BODY_USERS])
+            store_pair(nd);
+    }
+}
+
+size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why)
+{
+    size_t n = 0;
+    for (size_t i = 0; u != NULL && i < u->n; i++) {
+        up_node *nd = &u->nodes[i];
+        if (!nd->from_store)
+            continue;
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: stored panel state did not apply, waiting for the "
+               "panel: %s", nd->tag, why != NULL ? why->msg : "");
+        forget_state(nd);
+        if (nd->pulls_pending == 0) /* ask now rather than after a backoff */
+            uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
+        n++;
+    }
+    if (n > 0)
+        publish(u);
+    return n;
 }
 
 static void closed(ag_uplink *u)

@@ -1,8 +1,17 @@
 /*
  * The panel uplink (issue #3): for every node whose panel is "uniproxy", a persistent UniProxy
- * client that pulls node settings and users on the panel's pull_interval, keeps the last good
- * state (in memory and in the SQLite store), and a usage outbox that is flushed from the
- * supervisor every db.flush_interval and pushed every push_interval.
+ * client that pulls node settings and users on the panel's pull_interval, keeps the panel's
+ * latest state in memory (what the node manager is offered) and the last state that applied in
+ * the SQLite store, and a usage outbox that is flushed from the supervisor every
+ * db.flush_interval and pushed every push_interval.
+ *
+ * Refused panel answers (issue 15): a pulled state is stored only after the node manager applied
+ * it (ag_uplink_applied), so a refused answer never becomes the state a restart loads. A refused
+ * answer stays held with its ETag: the next pulls get 304 and the same refused state is not
+ * offered again at every pull, only when the panel changes it (a new ETag, a full body) or a
+ * reload (SIGHUP, POST /v1/nodes/{tag}/sync) asks for it. At start, a stored state
+ * that this version refuses is skipped with one warning (its ETags dropped, so the next pull
+ * fetches full bodies) and the node waits for the panel; katana keeps running.
  *
  * Accounting guarantee: usage is taken from the supervisor (sv_take_usage) and written to the
  * outbox in one transaction, every flush interval, before every push, before every apply that
@@ -24,6 +33,7 @@
 #include <uv.h>
 
 #include "agent/config.h"
+#include "agent/lower.h"
 #include "api/api.h"
 #include "db/db.h"
 #include "panel/panel.h"
@@ -47,6 +57,26 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
 
 /** Whether every uniproxy node has a node and a user list (stored or pulled). */
 bool ag_uplink_ready(const ag_uplink *u);
+
+/**
+ * A load of the node manager succeeded and @p running (borrowed, the manager's running fleet)
+ * now runs: for every uniproxy node whose running node and users equal the uplink's held state,
+ * write the bodies pulled since the last store, with their ETags, to the store in one
+ * transaction (issue 15: only a state that applied becomes the last good state). Nodes whose
+ * held state differs (a refused answer still held) are left alone. A store error is logged and
+ * the write is tried again after the next successful load.
+ */
+void ag_uplink_applied(ag_uplink *u, const ag_fleet *running);
+
+/**
+ * The first load, made from the stored state, was refused (@p why; e.g. a bind error the
+ * per-node check at start cannot see): forget the held state of every node served from the store
+ * together with its ETags, log one warning per such node naming it and @p why, and pull at once,
+ * so the node waits for the panel instead of katana exiting (issue 15).
+ * @return the number of such nodes; 0 when the refused state did not come from the store (the
+ *         caller then fails as before).
+ */
+size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why);
 
 /**
  * Take the supervisor's usage and write it to the outbox (one transaction per node). On a store

@@ -451,6 +451,22 @@ int db_state_put(db_store *d, const char *node, enum db_state_kind kind, const c
     return rc;
 }
 
+int db_state_put_pair(db_store *d, const char *node, const db_state_body *config,
+                      const db_state_body *users, int64_t now_ms, sv_error *err)
+{
+    const db_state_body *b[2] = {config, users};
+    int rc = exec(d, "BEGIN IMMEDIATE", err);
+    for (int k = 0; rc == 0 && k < 2; k++)
+        if (b[k] != NULL && b[k]->body != NULL)
+            rc = db_state_put(d, node, k == 0 ? DB_STATE_CONFIG : DB_STATE_USERS, b[k]->etag,
+                              b[k]->body, b[k]->len, now_ms, err);
+    if (rc == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0)
+        rollback(d);
+    return rc;
+}
+
 static int copy_row(sqlite3_stmt *st, char **etag, char **body, size_t *body_len, sv_error *err)
 {
     const unsigned char *e = sqlite3_column_text(st, 0);

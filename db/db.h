@@ -119,6 +119,23 @@ enum db_state_kind {
 int db_state_put(db_store *d, const char *node, enum db_state_kind kind, const char *etag,
                  const char *body, size_t body_len, int64_t now_ms, sv_error *err);
 
+/** One body for db_state_put_pair(). */
+typedef struct db_state_body {
+    const char *etag; /**< the panel's ETag as received, or NULL */
+    const char *body; /**< the JSON text; NULL leaves the stored body of this kind as it is */
+    size_t len;
+} db_state_body;
+
+/**
+ * Store the config and users bodies of @p node in one transaction: the pair that applied
+ * together (issue 15: a panel state is stored only after it applied, so a crash never leaves
+ * half of a newer pair). A NULL @p config / @p users, or one whose body is NULL, keeps the stored
+ * body of that kind.
+ * @return 0, or db_state_put()'s errors (nothing written).
+ */
+int db_state_put_pair(db_store *d, const char *node, const db_state_body *config,
+                      const db_state_body *users, int64_t now_ms, sv_error *err);
+
 /**
  * Read the last good body of one kind for @p node.
  * @param etag  receives a malloc'ed copy or NULL (none stored)

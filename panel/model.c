@@ -321,6 +321,45 @@ static int parse_intervals(const json_t *body, unsigned flags, pn_node *out, sv_
     return 0;
 }
 
+/* Whether a member holds a value (see enum pn_node_set). */
+static bool is_set(const json_t *v)
+{
+    if (v == NULL || json_is_null(v) || json_is_false(v))
+        return false;
+    if (json_is_integer(v))
+        return json_integer_value(v) != 0;
+    if (json_is_real(v))
+        return json_real_value(v) != 0.0;
+    if (json_is_string(v))
+        return json_string_length(v) > 0 && strcmp(json_string_value(v), "0") != 0;
+    if (json_is_object(v))
+        return json_object_size(v) > 0;
+    if (json_is_array(v))
+        return json_array_size(v) > 0;
+    return true;
+}
+
+/* The PN_SET_* bits of a node body. */
+static unsigned node_set_bits(const json_t *body)
+{
+    static const struct {
+        const char *key;
+        unsigned bit;
+    } keys[] = {{"networkSettings", PN_SET_NETWORK_SETTINGS},
+                {"network_settings", PN_SET_NETWORK_SETTINGS_ALT},
+                {"tls", PN_SET_TLS},
+                {"custom_outbounds", PN_SET_CUSTOM_OUTBOUNDS},
+                {"custom_routes", PN_SET_CUSTOM_ROUTES}};
+    unsigned bits = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (is_set(json_object_get(body, keys[i].key)))
+            bits |= keys[i].bit;
+    const json_t *mux = json_object_get(body, "multiplex");
+    if (json_is_object(mux) ? is_set(json_object_get(mux, "enabled")) : is_set(mux))
+        bits |= PN_SET_MULTIPLEX;
+    return bits;
+}
+
 static int parse_node_strings(const json_t *body, const char *node_type, pn_node *out,
                               sv_error *err)
 {
@@ -342,6 +381,13 @@ static int parse_node_strings(const json_t *body, const char *node_type, pn_node
         rc = opt_string(body, "obfs", &out->obfs, err);
     if (rc == 0)
         rc = opt_string(body, "plugin", &out->plugin, err);
+    if (rc == 0)
+        rc = opt_string(body, "network", &out->network, err);
+    if (rc == 0 && out->network != NULL && out->network[0] == '\0') {
+        free(out->network);
+        out->network = NULL;
+    }
+    out->set = node_set_bits(body);
     return rc;
 }
 
@@ -384,6 +430,7 @@ void pn_node_free(pn_node *node)
         return;
     free(node->protocol);
     free(node->listen_ip);
+    free(node->network);
     free(node->cipher);
     free(node->server_key);
     free(node->obfs);
@@ -500,6 +547,7 @@ static int route_clone(pn_route *d, const pn_route *s)
 static int node_clone_parts(pn_node *d, const pn_node *s)
 {
     if (dup_opt(&d->protocol, s->protocol) != 0 || dup_opt(&d->listen_ip, s->listen_ip) != 0 ||
+        dup_opt(&d->network, s->network) != 0 ||
         dup_opt(&d->cipher, s->cipher) != 0 || dup_opt(&d->server_key, s->server_key) != 0 ||
         dup_opt(&d->obfs, s->obfs) != 0 || dup_opt(&d->plugin, s->plugin) != 0)
         return -ENOMEM;
@@ -519,6 +567,7 @@ int pn_node_clone(pn_node *dst, const pn_node *src)
 {
     memset(dst, 0, sizeof *dst);
     dst->server_port = src->server_port;
+    dst->set = src->set;
     dst->push_interval = src->push_interval;
     dst->pull_interval = src->pull_interval;
     int rc = node_clone_parts(dst, src);
@@ -567,7 +616,8 @@ static bool route_eq(const pn_route *a, const pn_route *b)
 bool pn_node_equal(const pn_node *a, const pn_node *b)
 {
     if (!str_eq(a->protocol, b->protocol) || !str_eq(a->listen_ip, b->listen_ip) ||
-        a->server_port != b->server_port || !str_eq(a->cipher, b->cipher) ||
+        a->server_port != b->server_port || !str_eq(a->network, b->network) ||
+        a->set != b->set || !str_eq(a->cipher, b->cipher) ||
         !str_eq(a->server_key, b->server_key) || !str_eq(a->obfs, b->obfs) ||
         !str_eq(a->plugin, b->plugin) || a->push_interval != b->push_interval ||
         a->pull_interval != b->pull_interval || a->n_routes != b->n_routes)
@@ -595,7 +645,7 @@ bool pn_users_equal(const pn_users *a, const pn_users *b)
 /* files                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-/* Read at most max bytes; one byte more means "too big" (fstat is not trusted: /proc, pipes). */
+/* Read at most max bytes; one byte more means "too big" (st_size is not trusted: /proc). */
 static int read_bounded(int fd, size_t max, char **out, size_t *len)
 {
     size_t cap = 4096, n = 0;
@@ -638,17 +688,44 @@ static int read_bounded(int fd, size_t max, char **out, size_t *len)
     return 0;
 }
 
+/* What a non-regular file is, for the error text. */
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "a special file";
+}
+
 int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err)
 {
     char *buf = NULL;
     size_t len = 0;
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (issue 15); no effect on a file */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return sv_error_set(err, -errno, "%s: %s", path, strerror(errno));
     struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return sv_error_set(err, -e, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return sv_error_set(err, -EINVAL, "%s: %s, not a regular file", path,
+                            file_kind(st.st_mode));
+    }
     int rc = 0;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes)
+    if ((uint64_t)st.st_size > max_bytes)
         rc = -EMSGSIZE;
     else
         rc = read_bounded(fd, max_bytes, &buf, &len);

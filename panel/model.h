@@ -32,11 +32,28 @@ typedef struct pn_route {
     char *action_value;  /**< NULL when null or absent */
 } pn_route;
 
+/**
+ * Body keys whose value changes what clients speak or where their traffic goes, recorded in
+ * pn_node.set when their value is set — anything but absent, null, false, 0, "", "0", {} and []
+ * (for `multiplex`: its `enabled` member) — so that lowering can refuse what katana does not
+ * serve instead of ignoring it (issue 15; PANEL.md §1.4).
+ */
+enum pn_node_set {
+    PN_SET_NETWORK_SETTINGS = 1u << 0,     /**< `networkSettings` (transport options) */
+    PN_SET_NETWORK_SETTINGS_ALT = 1u << 1, /**< `network_settings` (the same, §4.6) */
+    PN_SET_TLS = 1u << 2,                  /**< `tls`: 1 TLS, 2 REALITY */
+    PN_SET_MULTIPLEX = 1u << 3,            /**< `multiplex.enabled` */
+    PN_SET_CUSTOM_OUTBOUNDS = 1u << 4,     /**< `custom_outbounds` (newer Xboard) */
+    PN_SET_CUSTOM_ROUTES = 1u << 5,        /**< `custom_routes` (newer Xboard) */
+};
+
 /** A node's settings from `GET config` (PANEL.md §1.4). Unknown keys are ignored. */
 typedef struct pn_node {
     char *protocol;       /**< body `protocol`, else the node type the panel was asked for */
     char *listen_ip;      /**< body `listen_ip`; NULL when absent or null */
     uint16_t server_port; /**< 1..65535; an int or a numeric string in the body */
+    char *network;        /**< `network` ("tcp", "ws", "grpc", ...); NULL when absent, null, "" */
+    unsigned set;         /**< PN_SET_* bits */
     char *cipher;         /**< shadowsocks method; NULL when absent */
     char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
     char *obfs;           /**< v1.7 `obfs` (e.g. "http"); NULL when absent or null */
@@ -111,11 +128,15 @@ bool pn_node_equal(const pn_node *a, const pn_node *b);
 bool pn_users_equal(const pn_users *a, const pn_users *b);
 
 /**
- * Read a JSON file of at most @p max_bytes bytes and parse it (duplicate keys rejected).
+ * Read a JSON file of at most @p max_bytes bytes and parse it (duplicate keys rejected). Only a
+ * regular file is read: a FIFO, directory, device or socket is refused without blocking (the
+ * open never waits for a FIFO's writer; issue 15). Used for the config file and the local
+ * panel's node_file / users_file.
  * @param out  receives a new reference on success
- * @param err  "<path>: <reason>" or "<path>: line L, column C: <jansson text>"
+ * @param err  "<path>: <reason>" or "<path>: line L, column C: <jansson text>"; for a
+ *             non-regular file "<path>: a FIFO, not a regular file"
  * @return 0, -ENOENT/-EACCES/... from open/read, -EMSGSIZE when the file is larger than
- *         @p max_bytes, -EINVAL when it is not valid JSON, -ENOMEM.
+ *         @p max_bytes, -EINVAL when it is not a regular file or not valid JSON, -ENOMEM.
  */
 int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err);
 

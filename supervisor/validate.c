@@ -14,8 +14,9 @@
  *     then its inbounds list); then the default outbound;
  *  3. per-resource rules: inbounds (address, port, bind overlap with an earlier inbound,
  *     protocol, cipher, user set present), outbounds (kind), user sets (count, then per user:
- *     duplicate id, secret), route (rule count, then per rule: matcher count, each matcher),
- *     policies.
+ *     duplicate id, secret, secret shared with an earlier user — a secret names its user, so two
+ *     users with one secret would be told apart by nothing; issue 15), route (rule count, then
+ *     per rule: matcher count, each matcher), policies.
  * Rule and matcher numbers in texts are 0-based indexes, like sv_flow_info.rule.
  */
 #include "config.h"
@@ -121,6 +122,17 @@ static bool user_eq(const void *ctx, size_t i, size_t j)
 {
     const sv_user_set *set = ctx;
     return set->users[i].id == set->users[j].id;
+}
+
+static uint64_t secret_hash(const void *ctx, size_t i)
+{
+    return str_hash(((const sv_user_set *)ctx)->users[i].secret);
+}
+
+static bool secret_eq(const void *ctx, size_t i, size_t j)
+{
+    const sv_user_set *set = ctx;
+    return strcmp(set->users[i].secret, set->users[j].secret) == 0;
 }
 
 /* ----------------------------------------------------------------------------------------- */
@@ -353,17 +365,23 @@ static int check_user_set(const sv_user_set *set, sv_error *err)
 {
     if (set->n_users > SV_USERS_MAX)
         return INVALID(err, "user set %s: more than %d users", set->tag, SV_USERS_MAX);
-    seen_set seen;
-    if (seen_init(&seen, set->n_users, set, user_hash, user_eq) < 0)
+    seen_set seen, secrets;
+    int rc = seen_init(&seen, set->n_users, set, user_hash, user_eq);
+    if (rc == 0 && (rc = seen_init(&secrets, set->n_users, set, secret_hash, secret_eq)) < 0)
+        free(seen.slots);
+    if (rc < 0)
         return sv_error_set(err, -ENOMEM, "validating the spec: out of memory");
-    int rc = 0;
     for (size_t i = 0; i < set->n_users && rc == 0; i++) {
+        size_t other = SIZE_MAX;
         if (seen_insert(&seen, i) != SIZE_MAX)
             rc = INVALID(err, "user set %s: duplicate user %" PRIu64, set->tag, set->users[i].id);
-        else
-            rc = check_user(set, &set->users[i], err);
+        else if ((rc = check_user(set, &set->users[i], err)) == 0 &&
+                 (other = seen_insert(&secrets, i)) != SIZE_MAX) /* one key, two users (#15) */
+            rc = INVALID(err, "user set %s: users %" PRIu64 " and %" PRIu64 " have the same "
+                         "secret", set->tag, set->users[other].id, set->users[i].id);
     }
     free(seen.slots);
+    free(secrets.slots);
     return rc;
 }
 

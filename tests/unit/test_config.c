@@ -308,6 +308,30 @@ static void config__missing_file__names_it(void **state)
     assert_string_equal(err.msg, "/nonexistent/katana.json: No such file or directory");
 }
 
+/* Issue 15: a FIFO would block the control loop until someone writes; a directory or a device
+ * is no config either. Each is refused at once, naming what it is. (A test that hangs on the
+ * FIFO's open fails by the test runner's timeout.) */
+static void config__non_regular_file__is_refused_without_blocking(void **state)
+{
+    char dir[64], path[128];
+    ag_config cfg;
+    sv_error err = {0};
+    json_t *j = NULL;
+    tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/fifo.json", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    assert_int_equal(ag_config_load_file(path, &cfg, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "fifo.json: a FIFO, not a regular file"));
+    assert_int_equal(pn_json_load_file(path, 100, &j, &err), -EINVAL); /* node_file/users_file */
+    assert_null(j);
+    assert_int_equal(ag_config_load_file(dir, &cfg, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, ": a directory, not a regular file"));
+    assert_int_equal(ag_config_load_file("/dev/null", &cfg, &err), -EINVAL);
+    assert_string_equal(err.msg, "/dev/null: a character device, not a regular file");
+    unlink(path);
+    rmdir(dir);
+}
+
 static void config__relative_files__resolve_against_config_dir(void **state)
 {
     char dir[64], path[128], want[160], cwd[PATH_MAX];
@@ -375,6 +399,7 @@ int main(void)
         cmocka_unit_test(config__syntax_error__quotes_no_value),
         cmocka_unit_test(config__file_too_big__is_refused),
         cmocka_unit_test(config__missing_file__names_it),
+        cmocka_unit_test(config__non_regular_file__is_refused_without_blocking),
         cmocka_unit_test(config__relative_files__resolve_against_config_dir),
         cmocka_unit_test(config__api__keys_are_strict_and_public_needs_a_token),
     };

@@ -430,6 +430,43 @@ static void db__state__stores_body_and_etag_per_node_and_kind(void **state)
     db_close(d);
 }
 
+/* Issue 15: the pair that applied is stored in one transaction; a failure writes neither. */
+static void db__state_pair__is_written_together_or_not_at_all(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    char *etag = NULL, *body = NULL;
+    size_t len = 0;
+    db_state_body cfg = {"\"c1\"", "{\"server_port\":1}", 17};
+    db_state_body users = {"\"u1\"", "{\"users\":[]}", 12};
+    assert_int_equal(db_state_put_pair(d, "a", &cfg, &users, 1, &err), 0);
+    /* users only (the config came from the store): the stored config stays */
+    db_state_body users2 = {"\"u2\"", "{\"users\":[{}]}", 14};
+    db_state_body none = {NULL, NULL, 0};
+    assert_int_equal(db_state_put_pair(d, "a", &none, &users2, 2, &err), 0);
+    /* an ETag over the limit fails the second write: the first is rolled back */
+    char long_etag[DB_KEY_MAX + 2];
+    memset(long_etag, 'e', sizeof long_etag - 1);
+    long_etag[sizeof long_etag - 1] = '\0';
+    db_state_body cfg3 = {"\"c3\"", "{\"server_port\":3}", 17};
+    db_state_body users3 = {long_etag, "{\"users\":[]}", 12};
+    assert_int_equal(db_state_put_pair(d, "a", &cfg3, &users3, 3, &err), -EINVAL);
+    db_close(d);
+    d = open_ok(t);
+    assert_int_equal(db_state_get(d, "a", DB_STATE_CONFIG, &etag, &body, &len, &err), 0);
+    assert_string_equal(etag, "\"c1\"");
+    assert_string_equal(body, "{\"server_port\":1}");
+    free(etag);
+    free(body);
+    assert_int_equal(db_state_get(d, "a", DB_STATE_USERS, &etag, &body, &len, &err), 0);
+    assert_string_equal(etag, "\"u2\"");
+    assert_string_equal(body, "{\"users\":[{}]}");
+    free(etag);
+    free(body);
+    db_close(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -452,6 +489,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(db__killed_writer__keeps_every_committed_merge, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(db__state_pair__is_written_together_or_not_at_all,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(db__state__stores_body_and_etag_per_node_and_kind,
                                         setup, teardown),
     };

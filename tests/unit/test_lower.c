@@ -164,6 +164,12 @@ static void lower__v17_fixture__gives_the_expected_spec(void **state)
     assert_int_equal(st.node.push_interval, 60);
     assert_int_equal(st.node.pull_interval, 60);
     assert_string_equal(st.node.obfs, "http");
+    sv_error err = {0};
+    ag_fleet f = {.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL); /* issue 15: obfs not served */
+    assert_string_equal(err.msg, "node ss1: obfs \"http\": not served (no obfuscation)");
+    free(st.node.obfs); /* the same node without obfs */
+    st.node.obfs = NULL;
     lower_one(&st, &s);
     check_shared(&s);
     assert_int_equal(s.n_inbounds, 1);
@@ -299,6 +305,62 @@ static void lower__other_protocols__are_refused(void **state)
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
     assert_string_equal(err.msg, "node vm: unsupported protocol \"vmess\"");
     free_state(&st);
+}
+
+/* Issue 15: settings a shadowsocks node cannot serve are refused naming the field; their empty
+ * forms (null, "", false, 0, {}, [], multiplex disabled, network "tcp") are accepted. */
+static void lower__unserved_settings__are_refused_naming_the_field(void **state)
+{
+    static const struct {
+        const char *extra, *msg;
+    } refused[] = {
+        {"\"network\":\"grpc\"", "node n: network \"grpc\": not served (shadowsocks over plain "
+                                  "TCP and UDP only)"},
+        {"\"network\":\"ws\"", "node n: network \"ws\": not served (shadowsocks over plain TCP "
+                                "and UDP only)"},
+        {"\"networkSettings\":{\"path\":\"/x\"}", "node n: networkSettings: not served (no "
+                                                  "transport settings)"},
+        {"\"network\":\"tcp\",\"network_settings\":{\"header\":{\"type\":\"http\"}}",
+         "node n: network_settings: not served (no transport settings)"},
+        {"\"tls\":1", "node n: tls: not served (no TLS or REALITY on a shadowsocks node)"},
+        {"\"tls\":\"2\"", "node n: tls: not served (no TLS or REALITY on a shadowsocks node)"},
+        {"\"multiplex\":{\"enabled\":true,\"protocol\":\"smux\"}",
+         "node n: multiplex: not served (no multiplexing)"},
+        {"\"obfs\":\"tls\"", "node n: obfs \"tls\": not served (no obfuscation)"},
+        {"\"plugin\":\"obfs\",\"plugin_opts\":\"obfs=http\"",
+         "node n: plugin \"obfs\": not served (no SIP003 plugins)"},
+        {"\"custom_outbounds\":[{\"tag\":\"warp\"}]",
+         "node n: custom_outbounds: not served (traffic leaves directly)"},
+        {"\"custom_routes\":[{\"outbound\":\"warp\"}]",
+         "node n: custom_routes: not served (only block routes)"},
+    };
+    static const char *const accepted[] = {
+        "\"network\":null,\"networkSettings\":null,\"plugin\":null,\"plugin_opts\":null",
+        "\"network\":\"tcp\",\"network_settings\":{},\"tls\":0,\"obfs\":\"\",\"plugin\":\"\"",
+        "\"network\":\"\",\"networkSettings\":[],\"tls\":false,\"multiplex\":{\"enabled\":false}",
+        "\"custom_outbounds\":[],\"custom_routes\":null,\"tls_settings\":{\"server_name\":\"x\"}",
+    };
+    char json[512];
+    ag_node_state st;
+    sv_spec s;
+    sv_error err = {0};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(json, sizeof json, "{\"server_port\":9,\"cipher\":\"aes-128-gcm\",%s}",
+                 refused[i].extra);
+        state_from_json(&st, "n", json, "{\"users\":[]}");
+        ag_fleet f = {.nodes = &st, .n = 1};
+        assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+        assert_string_equal(err.msg, refused[i].msg);
+        free_state(&st);
+    }
+    for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+        snprintf(json, sizeof json, "{\"server_port\":9,\"cipher\":\"aes-128-gcm\",%s}",
+                 accepted[i]);
+        state_from_json(&st, "n", json, "{\"users\":[]}");
+        lower_one(&st, &s);
+        sv_spec_free(&s);
+        free_state(&st);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -532,6 +594,15 @@ static void lower__settings_and_transport_equality(void **state)
     b.node.server_port = 1;
     b.listen = strdup("127.0.0.1");
     assert_false(ag_node_transport_equal(&a, &b));
+    free(b.listen);
+    b.listen = NULL;
+    b.node.set = PN_SET_TLS; /* issue 15: the recorded transport settings count too */
+    assert_false(ag_node_transport_equal(&a, &b));
+    assert_false(pn_node_equal(&a.node, &b.node));
+    b.node.set = 0;
+    b.node.network = strdup("tcp");
+    assert_false(ag_node_transport_equal(&a, &b));
+    assert_false(pn_node_equal(&a.node, &b.node));
     free_state(&a);
     free_state(&b);
 }
@@ -652,6 +723,7 @@ int main(void)
         cmocka_unit_test(lower__null_or_missing_limits__are_unlimited),
         cmocka_unit_test(lower__unknown_cipher__is_named),
         cmocka_unit_test(lower__other_protocols__are_refused),
+        cmocka_unit_test(lower__unserved_settings__are_refused_naming_the_field),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),
         cmocka_unit_test(lower__every_match_form),
         cmocka_unit_test(lower__bad_regexps_protocols_and_other_actions__are_skipped),

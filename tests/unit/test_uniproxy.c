@@ -399,6 +399,44 @@ static void uniproxy__field_variants__are_accepted(void **state)
     pn_users_free(&g.users);
 }
 
+/* Issue 15: what a panel says about the transport is recorded (not dropped as an unknown key)
+ * so that lowering refuses what katana does not serve; Xboard's nulls record nothing. */
+static void uniproxy__transport_settings__are_recorded(void **state)
+{
+    fixture *f = *state;
+    got g;
+    answer_file(NULL, "v2board-config-shadowsocks.json"); /* network, plugin ... all null */
+    fetch_node(f, &g);
+    assert_int_equal(g.rc, PN_OK);
+    assert_null(g.node.network);
+    assert_null(g.node.plugin);
+    assert_int_equal(g.node.set, 0);
+    pn_node_free(&g.node);
+    answer(200, "application/json", NULL,
+           "{\"protocol\":\"shadowsocks\",\"server_port\":443,\"cipher\":\"aes-128-gcm\","
+           "\"network\":\"grpc\",\"networkSettings\":{\"serviceName\":\"x\"},"
+           "\"network_settings\":{\"serviceName\":\"x\"},\"tls\":1,"
+           "\"multiplex\":{\"enabled\":true},\"plugin\":\"obfs\",\"obfs\":\"http\","
+           "\"custom_outbounds\":[{}],\"custom_routes\":{\"a\":1}}");
+    fetch_node(f, &g);
+    assert_int_equal(g.rc, PN_OK);
+    assert_string_equal(g.node.network, "grpc");
+    assert_string_equal(g.node.plugin, "obfs");
+    assert_string_equal(g.node.obfs, "http");
+    assert_int_equal(g.node.set, PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT |
+                                     PN_SET_TLS | PN_SET_MULTIPLEX | PN_SET_CUSTOM_OUTBOUNDS |
+                                     PN_SET_CUSTOM_ROUTES);
+    pn_node copy;
+    assert_int_equal(pn_node_clone(&copy, &g.node), 0);
+    assert_true(pn_node_equal(&copy, &g.node));
+    pn_node_free(&copy);
+    pn_node_free(&g.node);
+    answer(200, "application/json", NULL, "{\"server_port\":1,\"network\":7}");
+    fetch_node(f, &g);
+    assert_true(g.rc < 0);
+    assert_non_null(strstr(g.err, "network: expected a string"));
+}
+
 static void uniproxy__push__body_and_acks(void **state)
 {
     fixture *f = *state;
@@ -513,6 +551,7 @@ int main(void)
         T(uniproxy__error_envelopes__give_the_panel_message),
         T(uniproxy__timeout__is_an_error),
         T(uniproxy__field_variants__are_accepted),
+        T(uniproxy__transport_settings__are_recorded),
         T(uniproxy__push__body_and_acks),
         T(uniproxy__alive_status_alivelist),
         cmocka_unit_test(uniproxy__check_ack__without_a_server),

@@ -342,6 +342,19 @@ static void a_duplicate_user_id_is_refused(void **state)
     expect_invalid(&f, "user set u: duplicate user 1");
 }
 
+/* Issue 15: two users with one secret (the Shadowsocks password) cannot be told apart; the
+ * text names both ids, never the secret. */
+static void a_secret_shared_by_two_users_is_refused(void **state)
+{
+    fx f;
+    fx_init(&f);
+    f.users[2] = (sv_user){.id = 3, .secret = "secret-1"};
+    f.sets[0].n_users = 3;
+    expect_invalid(&f, "user set u: users 1 and 3 have the same secret");
+    f.users[2].secret = "secret-3";
+    expect_valid(&f);
+}
+
 static void a_user_needs_a_secret(void **state)
 {
     fx f;
@@ -365,14 +378,25 @@ static void a_secret_longer_than_the_limit_is_refused(void **state)
     expect_valid(&f);
 }
 
-/** A set of @p n users with ids 1..n (secrets are one shared literal). */
+/** A set of @p n users with ids 1..n and secrets "s<id>" (free with free_users). */
 static sv_user *many_users(size_t n)
 {
     sv_user *users = calloc(n, sizeof *users);
     assert_non_null(users);
-    for (size_t i = 0; i < n; i++)
-        users[i] = (sv_user){.id = i + 1, .secret = "s"};
+    for (size_t i = 0; i < n; i++) {
+        char secret[32];
+        snprintf(secret, sizeof secret, "s%zu", i + 1);
+        users[i] = (sv_user){.id = i + 1, .secret = strdup(secret)};
+        assert_non_null(users[i].secret);
+    }
     return users;
+}
+
+static void free_users(sv_user *users, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(users[i].secret);
+    free(users);
 }
 
 static void a_user_set_at_the_limit_passes_and_one_more_is_refused(void **state)
@@ -389,7 +413,11 @@ static void a_user_set_at_the_limit_passes_and_one_more_is_refused(void **state)
     f.sets[0].n_users = SV_USERS_MAX;
     users[SV_USERS_MAX - 1].id = 777;
     expect_invalid(&f, "user set u: duplicate user 777");
-    free(users);
+    /* So is a shared secret. */
+    users[SV_USERS_MAX - 1].id = SV_USERS_MAX;
+    strcpy(users[SV_USERS_MAX - 1].secret, "s5");
+    expect_invalid(&f, "user set u: users 5 and 100000 have the same secret");
+    free_users(users, SV_USERS_MAX + 1);
 }
 
 /* ---- 3. route ---------------------------------------------------------------------------- */
@@ -604,6 +632,7 @@ int main(void)
         cmocka_unit_test(an_unknown_outbound_kind_is_refused),
         cmocka_unit_test(a_duplicate_user_id_is_refused),
         cmocka_unit_test(a_user_needs_a_secret),
+        cmocka_unit_test(a_secret_shared_by_two_users_is_refused),
         cmocka_unit_test(a_secret_longer_than_the_limit_is_refused),
         cmocka_unit_test(a_user_set_at_the_limit_passes_and_one_more_is_refused),
         cmocka_unit_test(too_many_rules_are_refused),
