@@ -327,10 +327,25 @@ static bool is_ip_literal(const char *s)
     return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
 }
 
+/* An optional boolean member (absent: *out stays as it is). */
+static int get_bool(const json_t *obj, const char *parent, const char *key, bool *out,
+                    sv_error *err)
+{
+    char p[PATH_MAX_TEXT];
+    const json_t *v = json_object_get(obj, key);
+    if (v == NULL)
+        return 0;
+    path_key(p, sizeof p, parent, key);
+    if (!json_is_boolean(v))
+        return sv_error_set(err, -EINVAL, "%s: expected true or false", p);
+    *out = json_is_true(v);
+    return 0;
+}
+
 static int parse_node(const json_t *node, size_t idx, const char *base_dir,
                       ag_node_config *nc, sv_error *err)
 {
-    static const char *const keys[] = {"tag", "listen", "panel", NULL};
+    static const char *const keys[] = {"tag", "listen", "allow_private", "panel", NULL};
     char path[PATH_MAX_TEXT];
     const char *tag, *listen;
     snprintf(path, sizeof path, "nodes[%zu]", idx);
@@ -345,6 +360,8 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
         rc = get_string(node, path, "listen", false, &listen, err);
     if (rc == 0 && listen != NULL && !is_ip_literal(listen))
         rc = sv_error_set(err, -EINVAL, "%s.listen: not an IP address \"%.64s\"", path, listen);
+    if (rc == 0) /* issue 15: users may reach internal addresses only when the node says so */
+        rc = get_bool(node, path, "allow_private", &nc->allow_private, err);
     if (rc != 0)
         return rc;
     nc->tag = strdup(tag);

@@ -2,7 +2,7 @@
  * The agent's JSON configuration (`katana run -c FILE`):
  *
  *   { "log": {"level": "info"}, "workers": 0, "shutdown_grace": 5,
- *     "nodes": [ { "tag": "demo", "listen": "127.0.0.1",
+ *     "nodes": [ { "tag": "demo", "listen": "127.0.0.1", "allow_private": false,
  *                  "panel": { "type": "local",
  *                             "node": {...} | "node_file": "path",
  *                             "users": {...} | "users_file": "path" } } ] }
@@ -18,6 +18,7 @@
 #ifndef AG_CONFIG_H
 #define AG_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <jansson.h>
@@ -56,6 +57,8 @@ typedef struct ag_panel_config {
 typedef struct ag_node_config {
     char *tag;    /**< non-empty, at most 64 bytes; unique tags are checked by sv_validate */
     char *listen; /**< IP literal overriding the panel's listen_ip, or NULL */
+    bool allow_private; /**< `allow_private` (issue 15): users may reach loopback, private and
+                             link-local addresses and the node's own; default false */
     ag_panel_config panel;
 } ag_node_config;
 

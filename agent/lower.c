@@ -408,6 +408,7 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     in->udp = true;
     in->protocol = SV_INBOUND_SHADOWSOCKS;
     in->ss_cipher = cipher;
+    in->allow_private = n->allow_private;
     in->tag = strdup(n->tag);
     in->bind.address = strdup(ag_node_listen(n));
     in->users = strdup(n->tag);
@@ -487,7 +488,7 @@ static bool str_eq(const char *a, const char *b)
 bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
 {
     return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
-           pn_node_equal(&a->node, &b->node);
+           a->allow_private == b->allow_private && pn_node_equal(&a->node, &b->node);
 }
 
 bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b)

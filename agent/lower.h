@@ -24,6 +24,7 @@
 typedef struct ag_node_state {
     char *tag;      /**< node tag from the config */
     char *listen;   /**< config `listen` override, or NULL */
+    bool allow_private; /**< config `allow_private` (issue 15) → sv_inbound_spec.allow_private */
     pn_node node;   /**< the panel's node settings */
     pn_users users; /**< the panel's user list */
 } ag_node_state;
@@ -48,7 +49,7 @@ int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err);
 
 /**
  * Append one node to @p spec: inbound {tag, bind = listen override / panel listen_ip /
- * "0.0.0.0" : server_port, udp, shadowsocks, cipher, users = tag}, the user set (see
+ * "0.0.0.0" : server_port, udp, shadowsocks, cipher, users = tag, allow_private}, the user set (see
  * ag_lower_user_set()) and one rule per `block` route (see ag_lower_match()). Other route
  * actions are ignored with a warning each. Settings katana does not serve are refused naming the
  * field (issue 15): a `network` other than "tcp", `networkSettings` / `network_settings`, `tls`,
@@ -112,7 +113,8 @@ const char *ag_node_listen(const ag_node_state *node);
 
 /**
  * Whether two node states lower to the same inbound and rules, i.e. differ at most in users
- * (then a user edit, sv_set_users, is enough). Compares tag, effective listen and the panel node.
+ * (then a user edit, sv_set_users, is enough). Compares tag, effective listen, allow_private and
+ * the panel node.
  */
 bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b);
 

@@ -170,6 +170,7 @@ static int job_new(const ag_config *cfg, fetch_job **out, sv_error *err)
         j->slots[i] = (fetch_slot){.job = j, .idx = i};
         st->tag = strdup(nc->tag);
         st->listen = nc->listen != NULL ? strdup(nc->listen) : NULL;
+        st->allow_private = nc->allow_private;
         if (st->tag == NULL || (nc->listen != NULL && st->listen == NULL)) {
             job_free(j);
             return sv_error_set(err, -ENOMEM, "out of memory");

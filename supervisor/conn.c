@@ -50,6 +50,7 @@ typedef struct sv_conn {
     struct sockaddr_storage peer;
     bool remote_inited, dialing, connected, client_eof, remote_eof, remote_shut, client_shut;
     bool writing_remote, writing_client, draining, closing;
+    bool names_dest; /**< the route named the destination (issue 15, sv_dest_refused) */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
 } sv_conn;
 
@@ -368,10 +369,23 @@ static void dial(sv_conn *c, const struct sockaddr *sa)
     c->pending++;
 }
 
+/* Issue 15: is any address the name resolved to one a user may not reach? Checks every
+ * address, not only the one dialled, so a name is judged by all it resolves to. */
+static bool any_refused(const sv_conn *c, const struct addrinfo *res)
+{
+    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        sv_ip16 ip;
+        if (sv_ip16_from_sockaddr(ai->ai_addr, &ip) &&
+            sv_dest_refused(c->handler->allow_private, c->names_dest, &ip, c->w->own_addrs))
+            return true;
+    }
+    return false;
+}
+
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     sv_conn *c = req->data;
-    if (status == 0 && res != NULL && !c->closing) {
+    if (status == 0 && res != NULL && !c->closing && !any_refused(c, res)) {
         dial(c, res->ai_addr);
     } else {
         c->dialing = false;
@@ -381,7 +395,25 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     conn_release(c);
 }
 
-/* Connector steps 3-8 (seed 002): route on the current plane, refuse blackhole, dial. */
+/* The socket address of an IP destination. */
+static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof *ss);
+    if (d->atyp == SV_ATYP_IPV4) {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        memcpy(&a->sin_addr, d->ip, 4);
+        a->sin_port = htons(d->port);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        memcpy(&a->sin6_addr, d->ip, 16);
+        a->sin6_port = htons(d->port);
+    }
+}
+
+/* Connector steps 3-8 (seed 002): route on the current plane, refuse blackhole and (issue 15)
+ * internal destinations the route did not name, dial. A name is checked once resolved. */
 static bool open_flow(sv_conn *c, const sv_dest *d)
 {
     sv_worker *w = c->w;
@@ -394,6 +426,17 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
     if (t->kind != SV_OUTBOUND_DIRECT) {
         conn_close(c); /* refused: no log, no answer */
         return false;
+    }
+    c->names_dest = dec.names_dest;
+    struct sockaddr_storage ss;
+    sv_ip16 ip;
+    if (d->atyp != SV_ATYP_DOMAIN) {
+        dest_sockaddr(d, &ss);
+        if (sv_ip16_from_sockaddr((struct sockaddr *)&ss, &ip) &&
+            sv_dest_refused(c->handler->allow_private, c->names_dest, &ip, w->own_addrs)) {
+            conn_close(c); /* refused like a blocked route */
+            return false;
+        }
     }
     sv_flow_rec *f = calloc(1, sizeof *f);
     if (f == NULL) {
@@ -416,18 +459,6 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
         }
         c->pending++;
         return true;
-    }
-    struct sockaddr_storage ss = {0};
-    if (d->atyp == SV_ATYP_IPV4) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        memcpy(&a->sin_addr, d->ip, 4);
-        a->sin_port = htons(d->port);
-    } else {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        memcpy(&a->sin6_addr, d->ip, 16);
-        a->sin6_port = htons(d->port);
     }
     dial(c, (struct sockaddr *)&ss);
     return !c->closing;

@@ -60,6 +60,7 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users, 
         goto fail;
     free(pw);
     h->n_users = n;
+    h->allow_private = in->allow_private;
     snprintf(h->tag, sizeof h->tag, "%s", in->tag);
     atomic_fetch_add(&replay->refs, 1);
     h->replay = replay;

@@ -17,6 +17,8 @@
  * Destination choices: a domain destination matches CIDR rules only when its text is an IP
  * literal ("10.0.0.1", "::1"); an IP destination never matches domain rules (only the sniffed
  * name can). Missing fields (no destination, no source, no inbound) never match.
+ * A decision also says whether the rule matched through a destination matcher (names_dest,
+ * issue 15): those are tried first in each rule, the others only when none of them matches.
  */
 #include "supervisor/router.h"
 
@@ -627,30 +629,40 @@ static bool rt_name_matches(const rt_rule *rr, const char *name)
     return rt_regex_matches(rr, name);
 }
 
-static bool rt_rule_matches(const rt_rule *rr, const rt_target *t)
+/** How a rule matched: not at all, through its destination matchers, or through others. */
+enum rt_hit { RT_MISS = 0, RT_HIT_DEST, RT_HIT_OTHER };
+
+/* The destination matchers go first, so that a rule that matches both ways names the
+ * destination (sv_decision.names_dest); the order does not change whether the rule matches. */
+static enum rt_hit rt_rule_matches(const rt_rule *rr, const rt_target *t)
 {
     const sv_route_query *q = t->q;
     if (rr->only_inbounds.n > 0 && (!q->inbound || !rt_strs_has(&rr->only_inbounds, q->inbound)))
-        return false;
+        return RT_MISS;
+    if (rt_ipset_has(&rr->cidr, &t->dest_ip) || rt_name_matches(rr, t->host))
+        return RT_HIT_DEST;
     if ((unsigned)q->network < 32 && (rr->networks & (1u << q->network)))
-        return true;
+        return RT_HIT_OTHER;
     if (t->has_port)
         for (size_t i = 0; i < rr->n_ports; i++)
             if (t->port >= rr->ports[i].lo && t->port <= rr->ports[i].hi)
-                return true;
+                return RT_HIT_OTHER;
     if (q->inbound && rt_strs_has(&rr->inbound_tags, q->inbound))
-        return true;
-    if (rt_ipset_has(&rr->source, &t->src_ip) || rt_ipset_has(&rr->cidr, &t->dest_ip))
-        return true;
-    return rt_name_matches(rr, t->host) || rt_name_matches(rr, t->sniff);
+        return RT_HIT_OTHER;
+    if (rt_ipset_has(&rr->source, &t->src_ip) || rt_name_matches(rr, t->sniff))
+        return RT_HIT_OTHER;
+    return RT_MISS;
 }
 
 sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q)
 {
     rt_target t;
     rt_target_init(&t, q);
-    for (size_t i = 0; i < r->n_rules; i++)
-        if (rt_rule_matches(&r->rules[i], &t))
-            return (sv_decision){.slot = r->rules[i].slot, .rule = (int)i};
-    return (sv_decision){.slot = r->default_slot, .rule = -1};
+    for (size_t i = 0; i < r->n_rules; i++) {
+        enum rt_hit hit = rt_rule_matches(&r->rules[i], &t);
+        if (hit != RT_MISS)
+            return (sv_decision){.slot = r->rules[i].slot, .rule = (int)i,
+                                 .names_dest = hit == RT_HIT_DEST};
+    }
+    return (sv_decision){.slot = r->default_slot, .rule = -1, .names_dest = false};
 }

@@ -8,6 +8,7 @@
 #ifndef SV_ROUTER_H
 #define SV_ROUTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -26,10 +27,17 @@ typedef struct sv_route_query {
     enum sv_network network;       /**< always set */
 } sv_route_query;
 
-/** The outcome: a slot, and the index of the rule that matched (-1 = the default route). */
+/**
+ * The outcome: a slot, the index of the rule that matched (-1 = the default route), and whether
+ * that rule named the requested destination itself (issue 15: such a rule lets a flow reach an
+ * internal address, see sv_dest_refused()): one of its domain, domain_suffix, domain_keyword or
+ * regex matchers matched the destination's name, or one of its cidr matchers its IP. A rule
+ * that matched only on port, network, inbound, source or the sniffed name does not name it.
+ */
 typedef struct sv_decision {
     uint32_t slot;
     int rule;
+    bool names_dest;
 } sv_decision;
 
 /**
@@ -50,7 +58,7 @@ const char *sv_routes_slot_tag(const sv_routes *r, size_t slot);
 
 /**
  * Route one flow or datagram: the first rule (in order) that applies to q->inbound and has a
- * matching matcher, else the default (rule -1). Thread-safe (reads only); never allocates,
+ * matching matcher, else the default (rule -1, names_dest false). Thread-safe (reads only); never allocates,
  * except one PCRE2 match-data block per thread on that thread's first regex match.
  * Matching: domain names ignore ASCII case and one trailing dot, and q->sniffed is tried as a
  * second name (regexes too, searched unanchored and caseless); a domain destination matches

@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "supervisor/crypto/replay.h"
+#include "supervisor/netclass.h"
 #include "supervisor/proto/shadowsocks.h"
 #include "supervisor/router.h"
 #include "supervisor/supervisor.h"
@@ -29,6 +30,7 @@
 #define SV_IDLE_SWEEP_MS 10000          /**< how often a worker looks for idle relays */
 #define SV_PROBE_DRAIN_MIN_MS 5000      /**< a failed client is drained for a random time ... */
 #define SV_PROBE_DRAIN_SPAN_MS 25000    /**< ... in [min, min + span) before the close */
+#define SV_OWN_ADDRS_REFRESH_MS 30000   /**< how often the control loop re-reads the host's addresses */
 
 /** A salt replay filter shared by every handler of one inbound. */
 typedef struct sv_replay_ref {
@@ -48,6 +50,7 @@ typedef struct sv_handler {
     uint32_t *device_limits; /**< sv_user.device_limit, parallel to user_ids (0 = unlimited) */
     size_t n_users;
     sv_replay_ref *replay;
+    bool allow_private; /**< sv_inbound_spec.allow_private (issue 15) */
 } sv_handler;
 
 /** One outbound version (seed 000 "targets"): what a plane slot points at. */
@@ -112,6 +115,7 @@ enum sv_msg_kind {
     SV_MSG_SWAP_HANDLER,       /**< id, handler (ref moves), revoke = close sessions of users gone */
     SV_MSG_STOP_LISTENER,      /**< id */
     SV_MSG_PUBLISH_PLANE,      /**< plane (ref moves) */
+    SV_MSG_SET_OWN_ADDRS,      /**< own_addrs (ref moves): the node's own addresses (issue 15) */
     SV_MSG_EXIT,               /**< close everything and leave the loop */
 };
 
@@ -121,6 +125,7 @@ typedef struct sv_msg {
     int tcp_fd, udp_fd;
     sv_handler *handler;
     sv_plane *plane;
+    sv_addrset *own_addrs;
     bool revoke;
     sv_list link;
 } sv_msg;
@@ -154,6 +159,7 @@ struct sv_worker {
     sv_list inbox;          /**< sv_msg, under mu */
     _Atomic bool flags_set; /**< a kill/close flag was set somewhere on this worker */
     sv_plane *plane;        /**< current plane (worker-owned reference) */
+    sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
     sv_list listeners;      /**< sv_wlistener */
     sv_list conns;          /**< TCP connections (sv_conn) */
     sv_list assocs;         /**< UDP associations */

@@ -246,7 +246,8 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
 {
     return str_eq(a->tag, b->tag) && str_eq(a->bind.address, b->bind.address) &&
            a->bind.port == b->bind.port && a->udp == b->udp && a->protocol == b->protocol &&
-           a->ss_cipher == b->ss_cipher && str_eq(a->users, b->users);
+           a->ss_cipher == b->ss_cipher && str_eq(a->users, b->users) &&
+           a->allow_private == b->allow_private;
 }
 
 bool sv_outbound_spec_equal(const sv_outbound_spec *a, const sv_outbound_spec *b)

@@ -46,6 +46,9 @@ struct sv_supervisor {
     uint32_t next_listener_id;
     uv_timer_t *sampler;
     uint64_t last_tick_ns;
+    sv_addrset *own_addrs;      /**< the node's own addresses the workers have (issue 15) */
+    uint64_t own_addrs_read_ns; /**< when they were last read (uv_hrtime) */
+    bool own_addrs_failing;     /**< the last read failed (logged once per episode) */
     bool shut;
 };
 
@@ -100,6 +103,49 @@ static void publish_plane(sv_supervisor *sv, sv_plane *p)
     sv_plane_unref(sv->plane);
     sv->plane = p;
     atomic_store(&sv->shared.epoch, p->epoch);
+}
+
+/* Re-read the node's own addresses (the host's interfaces and every inbound's listen address,
+ * issue 15) and give the workers the new set when it changed. A failed read keeps the old set
+ * and is logged once until a read succeeds again. */
+static void refresh_own_addrs(sv_supervisor *sv)
+{
+    size_t n = sv->has_running ? sv->running.n_inbounds : 0;
+    const char **binds = calloc(n ? n : 1, sizeof *binds);
+    sv_addrset *set = NULL;
+    int rc = binds != NULL ? 0 : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        binds[i] = sv->running.inbounds[i].bind.address;
+    if (rc == 0)
+        rc = sv_addrset_from_host(binds, n, &set);
+    free(binds);
+    sv->own_addrs_read_ns = uv_hrtime();
+    if (rc != 0) {
+        if (!sv->own_addrs_failing)
+            SV_LOG(SV_LOG_WARN, "sv.actor", "reading the host's addresses failed: %s; keeping the "
+                   "last known ones", strerror(-rc));
+        sv->own_addrs_failing = true;
+        return;
+    }
+    sv->own_addrs_failing = false;
+    if (sv->own_addrs != NULL && sv_addrset_equal(set, sv->own_addrs)) {
+        sv_addrset_unref(set);
+        return;
+    }
+    for (unsigned w = 0; w < sv->n_workers; w++) {
+        sv_msg *m = calloc(1, sizeof *m);
+        if (m == NULL) {
+            SV_LOG(SV_LOG_ERROR, "sv.actor", "out of memory posting to worker %u", w);
+            continue;
+        }
+        m->kind = SV_MSG_SET_OWN_ADDRS;
+        m->tcp_fd = m->udp_fd = -1;
+        sv_addrset_ref(set);
+        m->own_addrs = set;
+        sv_worker_post(sv->workers[w], m);
+    }
+    sv_addrset_unref(sv->own_addrs);
+    sv->own_addrs = set;
 }
 
 /* ---- sockets ------------------------------------------------------------------------------------ */
@@ -480,6 +526,7 @@ static int commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, p
     sv_spec_free(&sv->running);
     sv->running = copy;
     sv->has_running = true;
+    refresh_own_addrs(sv); /* an inbound may listen on a new address */
     return 0;
 }
 
@@ -705,6 +752,8 @@ static void on_sample(uv_timer_t *t)
     uint64_t now = uv_hrtime();
     sv_tracker_tick(sv->shared.tracker, now - sv->last_tick_ns);
     sv->last_tick_ns = now;
+    if (now - sv->own_addrs_read_ns >= (uint64_t)SV_OWN_ADDRS_REFRESH_MS * 1000000u)
+        refresh_own_addrs(sv);
 }
 
 static int empty_plane(sv_supervisor *sv)
@@ -753,6 +802,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         sv_supervisor_free(sv);
         return -ENOMEM;
     }
+    refresh_own_addrs(sv);
     uint32_t every = opts != NULL && opts->sample_interval_ms ? opts->sample_interval_ms : 1000;
     sv->sampler = calloc(1, sizeof *sv->sampler);
     if (sv->sampler != NULL) {
@@ -816,6 +866,7 @@ void sv_supervisor_free(sv_supervisor *sv)
     free(sv->versions);
     sv_routes_ref_unref(sv->routes);
     sv_plane_unref(sv->plane);
+    sv_addrset_unref(sv->own_addrs);
     while (sv->n_listeners > 0)
         remove_listener_at(sv, sv->n_listeners - 1);
     free(sv->listeners);

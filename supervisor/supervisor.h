@@ -68,6 +68,9 @@ typedef struct sv_inbound_spec {
     enum sv_inbound_protocol protocol;
     enum sv_ss_cipher ss_cipher;       /**< SV_INBOUND_SHADOWSOCKS */
     char *users;                       /**< user set tag; required for Shadowsocks */
+    bool allow_private;                /**< issue 15: its users' flows may reach internal
+                                            destinations (loopback, private, link-local ...
+                                            and the node's own addresses); default false */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {

@@ -32,8 +32,11 @@ typedef struct sv_sublink {
     bool resolving;
     uint8_t *held;
     size_t held_len;
+    bool held_names_dest;  /**< the held datagram's route named its destination (issue 15) */
     char cached_host[256];
     struct sockaddr_storage cached_addr;
+    bool cached_refused;   /**< cached_host resolved to an address this association may reach
+                                only through a route that names it (issue 15) */
 } sv_sublink;
 
 struct sv_assoc {
@@ -185,6 +188,20 @@ static void sub_send(sv_sublink *s, const struct sockaddr *to, const uint8_t *p,
         sv_meter_add(&s->flow->bytes.up, n);
 }
 
+/* Issue 15: is any address of @p res refused to a datagram of this association whose route
+ * did not name its destination? Every address counts, not only the one sent to. */
+static bool any_refused(const sv_sublink *s, const struct addrinfo *res)
+{
+    const sv_assoc *a = s->a;
+    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        sv_ip16 ip;
+        if (sv_ip16_from_sockaddr(ai->ai_addr, &ip) &&
+            sv_dest_refused(a->handler->allow_private, false, &ip, a->w->own_addrs))
+            return true;
+    }
+    return false;
+}
+
 static void on_sub_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     sv_sublink *s = req->data;
@@ -195,6 +212,7 @@ static void on_sub_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *
         return;
     }
     if (status == 0 && res != NULL) {
+        s->cached_refused = any_refused(s, res);
         struct sockaddr_in6 to;
         if (res->ai_family == AF_INET) {
             const struct sockaddr_in *a = (const struct sockaddr_in *)res->ai_addr;
@@ -203,7 +221,7 @@ static void on_sub_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *
             memcpy(&to, res->ai_addr, sizeof to);
         }
         memcpy(&s->cached_addr, &to, sizeof to);
-        if (s->held != NULL)
+        if (s->held != NULL && !(s->cached_refused && !s->held_names_dest))
             sub_send(s, (struct sockaddr *)&to, s->held, s->held_len);
     }
     free(s->held);
@@ -211,7 +229,11 @@ static void on_sub_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *
     uv_freeaddrinfo(res);
 }
 
-static void send_to_dest(sv_sublink *s, const sv_dest *d, const uint8_t *p, size_t n)
+/* Send one datagram to @p d, resolving a name first (one at a time, the answer cached for the
+ * next datagrams to the same name). A name that resolved to an internal address (issue 15) is
+ * sent to only when @p names_dest exempts it; an IP destination was checked by the caller. */
+static void send_to_dest(sv_sublink *s, const sv_dest *d, const uint8_t *p, size_t n,
+                         bool names_dest)
 {
     struct sockaddr_in6 to;
     if (d->atyp == SV_ATYP_IPV4) {
@@ -222,6 +244,8 @@ static void send_to_dest(sv_sublink *s, const sv_dest *d, const uint8_t *p, size
         to.sin6_port = htons(d->port);
         memcpy(&to.sin6_addr, d->ip, 16);
     } else if (strcmp(s->cached_host, d->host) == 0 && s->cached_addr.ss_family == AF_INET6) {
+        if (s->cached_refused && !names_dest)
+            return; /* refused like a blocked route */
         memcpy(&to, &s->cached_addr, sizeof to);
         to.sin6_port = htons(d->port);
     } else {
@@ -232,6 +256,7 @@ static void send_to_dest(sv_sublink *s, const sv_dest *d, const uint8_t *p, size
             return;
         memcpy(s->held, p, n);
         s->held_len = n;
+        s->held_names_dest = names_dest;
         snprintf(s->cached_host, sizeof s->cached_host, "%s", d->host);
         s->cached_addr.ss_family = AF_UNSPEC;
         char port[8];
@@ -295,6 +320,11 @@ static void route_datagram(sv_assoc *a, const sv_dest *d, const uint8_t *p, size
     sv_target *t = plane->targets[dec.slot];
     if (t->kind != SV_OUTBOUND_DIRECT)
         return; /* blocked: dropped, not billed (seed 002) */
+    sv_ip16 ip;
+    if (d->atyp != SV_ATYP_DOMAIN &&
+        sv_ip16_from(d->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, d->ip, &ip) &&
+        sv_dest_refused(a->handler->allow_private, dec.names_dest, &ip, a->w->own_addrs))
+        return; /* issue 15: an internal address, dropped like a blocked datagram */
     sv_sublink *s = NULL;
     for (unsigned i = 0; i < a->n_subs; i++)
         if (a->subs[i]->target == t)
@@ -304,7 +334,7 @@ static void route_datagram(sv_assoc *a, const sv_dest *d, const uint8_t *p, size
     if (s == NULL)
         return;
     s->last_used = ++a->clock;
-    send_to_dest(s, d, p, n);
+    send_to_dest(s, d, p, n, dec.names_dest);
 }
 
 static sv_assoc *assoc_find(sv_worker *w, sv_wlistener *l, const struct sockaddr *from)

@@ -121,6 +121,10 @@ static void handle_msg(sv_worker *w, sv_msg *m)
         sv_plane_unref(w->plane);
         w->plane = m->plane;
         break;
+    case SV_MSG_SET_OWN_ADDRS:
+        sv_addrset_unref(w->own_addrs);
+        w->own_addrs = m->own_addrs;
+        break;
     case SV_MSG_EXIT:
         w->exiting = true;
         break;
@@ -174,6 +178,8 @@ static void *worker_main(void *arg)
     uv_run(&w->loop, UV_RUN_DEFAULT);
     sv_plane_unref(w->plane);
     w->plane = NULL;
+    sv_addrset_unref(w->own_addrs);
+    w->own_addrs = NULL;
     sv_aead_deinit(&w->udp_open);
     sv_aead_deinit(&w->udp_seal);
     int rc = uv_loop_close(&w->loop);
@@ -253,6 +259,7 @@ void sv_worker_join(sv_worker *w)
         }
         sv_handler_unref(left->handler);
         sv_plane_unref(left->plane);
+        sv_addrset_unref(left->own_addrs);
         free(left);
     }
     pthread_mutex_destroy(&w->mu);

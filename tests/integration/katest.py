@@ -9,7 +9,8 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
   tcp       --socks P --dest-port D [...]    SOCKS5 CONNECT, send a seeded pattern, check the echo
   udp       --socks P --dest-port D [...]    SOCKS5 UDP ASSOCIATE round trips
   garbage   --port P [--udp]                 random bytes to a port; nothing may come back
-  mkconfig  ...                              write a katana config (JSON)
+  mkconfig  ...                              write a katana config (JSON; allow_private unless
+                                             --no-allow-private)
   usage     --log F [--offset N]             last "usage user" line per user after byte N
   ssplan    --config F                       (self-check mode) ss-server parameters of a config
   sse       --file F                         events of a captured SSE stream, one JSON line each
@@ -299,6 +300,12 @@ def judge_tcp(a, idx, got, reason, secs):
         print("%s tcp %s: expected refusal, got %d echoed bytes (%s)" %
               ("OK" if ok else "FAIL", what, got, reason))
         return ok
+    if a.expect == "closed":
+        # refused by the server: closed (EOF or reset) without a byte, not left hanging
+        ok = got == 0 and (reason == "eof" or reason.startswith("reset"))
+        print("%s tcp %s: expected a close without data, %s after %d bytes (%.2fs)" %
+              ("OK" if ok else "FAIL", what, reason, got, secs))
+        return ok
     # cut: the connection must end early (EOF/reset), and what did come back was intact
     ok = reason != "complete" and reason != "timeout"
     print("%s tcp %s: expected a cut, %s after %d identical bytes (%.2fs)" %
@@ -512,9 +519,14 @@ def cmd_mkconfig(a):
         panel["users_file"] = a.users_file
     else:
         panel["users"] = users
+    node_cfg = {"tag": "t1", "listen": "127.0.0.1", "panel": panel}
+    if not a.no_allow_private:
+        # the tests' echo servers are on loopback, which katana refuses to proxy users to
+        # unless the node allows it (issue 15)
+        node_cfg["allow_private"] = True
     cfg = {"log": {"level": a.log_level}, "workers": a.workers,
            "api": {"listen": "127.0.0.1:%d" % (a.api_port or any_free_port())},
-           "nodes": [{"tag": "t1", "listen": "127.0.0.1", "panel": panel}]}
+           "nodes": [node_cfg]}
     write_json(a.out, cfg)
     return 0
 
@@ -628,7 +640,7 @@ def main():
         c.add_argument("--dest-host", default="127.0.0.1")
         c.add_argument("--dest-port", type=int, required=True)
         c.add_argument("--seed", default="katest")
-        c.add_argument("--expect", choices=("ok", "refused", "cut") if name == "tcp"
+        c.add_argument("--expect", choices=("ok", "refused", "cut", "closed") if name == "tcp"
                        else ("ok", "refused"), default="ok")
         c.add_argument("--timeout", type=float, default=10, help="idle timeout, seconds")
         c.add_argument("--label", default=name)
@@ -661,6 +673,8 @@ def main():
     c.add_argument("--workers", type=int, default=1)
     c.add_argument("--log-level", default="info")
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
+    c.add_argument("--no-allow-private", action="store_true",
+                   help="leave allow_private out: users may not reach loopback (katana default)")
     c = sub.add_parser("relay")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--to", type=int, required=True)

@@ -312,7 +312,7 @@ ss_apply() {
 # --- traffic helpers --------------------------------------------------------------------
 
 # tcp_rt SOCKS_PORT EXPECT [katest tcp options]: one SOCKS5 CONNECT round trip to the echo
-# server (EXPECT: ok | refused | cut); 0 when the outcome is as expected.
+# server (EXPECT: ok | refused | cut | closed); 0 when the outcome is as expected.
 tcp_rt() {
     local port=$1 expect=$2; shift 2
     local t=10; [ "$expect" = refused ] && t=2

@@ -56,12 +56,13 @@ panel_hits() {
     panel_ctl state | python3 -c 'import json, sys; print(json.load(sys.stdin)["hits"].get(sys.argv[1], 0))' "$1"
 }
 
-# kat_config FILE [FLUSH_S]: a katana config for the emulator's node.
+# kat_config FILE [FLUSH_S]: a katana config for the emulator's node (allow_private: the echo
+# server the tests relay to is on loopback, issue 15).
 kat_config() {
     cat >"$1" <<EOF
 {"log": {"level": "debug"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
  "db": {"path": "$T/katana.db", "flush_interval": ${2:-1}},
- "nodes": [{"tag": "n1", "listen": "127.0.0.1",
+ "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
             "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
                       "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "shadowsocks",
                       "timeout": ${KAT_TIMEOUT:-2}}}]}

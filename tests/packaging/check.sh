@@ -3,7 +3,9 @@
 #  1. make deb (from `make dist`): katana + katana-dbgsym; the binary is stripped, the config
 #     is a conffile; lintian reports no error (warnings are printed);
 #  2. dpkg -i; the katana user, the modes of /etc/katana/config.json and /var/lib/katana;
-#     `katana check -c /etc/katana/config.json`; systemd-analyze verify on the installed unit;
+#     `katana check -c /etc/katana/config.json`; the API token postinst put in place of the
+#     packaged placeholder is 64 random hex digits and stays over a reinstall, as does a token
+#     the operator set (issue 15); systemd-analyze verify on the installed unit;
 #  3. tests/packaging/t-installed.sh: the installed binary as the katana user with a real
 #     ss-local, SIGHUP and SIGTERM;
 #  4. make rpm: katana + katana-debuginfo, `rpm -qpl`, rpmlint without errors;
@@ -23,7 +25,7 @@ pass() { echo "PASS: packaging: $*"; }
 fail() { echo "FAIL: packaging: $*"; FAILS=$((FAILS + 1)); }
 check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
 
-for tool in dpkg-buildpackage dh rpmbuild lintian; do
+for tool in dpkg-buildpackage dh rpmbuild lintian jq; do
     command -v "$tool" >/dev/null 2>&1 || { echo "packaging: $tool is missing (tests/setup-deps.sh)"; exit 1; }
 done
 
@@ -54,6 +56,9 @@ check ".deb holds the binary, config, unit and both man pages" bash -c "
     done"
 check "/etc/katana/config.json is a conffile" bash -c \
     "dpkg-deb --ctrl-tarfile '$DEB' | tar -xO ./conffiles | grep -q -x /etc/katana/config.json"
+check "the packaged config has the API token placeholder, never an empty token" bash -c \
+    "dpkg-deb --fsys-tarfile '$DEB' | tar -xO ./etc/katana/config.json |
+     jq -e '.api.token == \"@KATANA_API_TOKEN@\"' >/dev/null"
 check "debug symbols are split out (katana-dbgsym with a .debug file)" bash -c \
     "[ -n '$DBG' ] && dpkg-deb -c '$DBG' | grep -q '/usr/lib/debug/.build-id/.*\.debug$'"
 dpkg-deb -I "$DEB" | sed -n '/Depends/p'
@@ -74,6 +79,23 @@ check "/etc/katana/config.json is root:katana 0640" \
 check "/var/lib/katana is katana:katana 0750" \
     test "$(stat -c '%U:%G %a' /var/lib/katana)" = "katana:katana 750"
 check "katana check -c /etc/katana/config.json" /usr/bin/katana check -c /etc/katana/config.json
+api_token() { $SUDO jq -r '.api.token // ""' /etc/katana/config.json 2>/dev/null || true; }
+TOKEN1=$(api_token)
+check "postinst set a random API token: 64 hex digits (${#TOKEN1} characters)" \
+    grep -q -x -E '[0-9a-f]{64}' <<<"$TOKEN1"
+check "dpkg -i again (reinstall)" $SUDO env DEBIAN_FRONTEND=noninteractive dpkg -i "$DEB"
+check "a reinstall keeps the API token" test "$(api_token)" = "$TOKEN1"
+OPERATOR_TOKEN=operator-token-$$-$RANDOM
+$SUDO sh -c "jq --arg t '$OPERATOR_TOKEN' '.api.token = \$t' /etc/katana/config.json \
+    >/etc/katana/config.json.new && cat /etc/katana/config.json.new >/etc/katana/config.json &&
+    rm -f /etc/katana/config.json.new"
+check "dpkg -i over a config whose token the operator set" \
+    $SUDO env DEBIAN_FRONTEND=noninteractive dpkg -i "$DEB"
+check "the operator's API token stays" test "$(api_token)" = "$OPERATOR_TOKEN"
+check "/etc/katana/config.json is still root:katana 0640" \
+    test "$(stat -c '%U:%G %a' /etc/katana/config.json)" = "root:katana 640"
+check "katana check -c /etc/katana/config.json (operator's token)" \
+    /usr/bin/katana check -c /etc/katana/config.json
 check "man katana.json(5) is installed" bash -c "man -w 5 katana.json >/dev/null"
 
 if command -v systemd-analyze >/dev/null 2>&1; then

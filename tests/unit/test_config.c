@@ -359,6 +359,46 @@ static void config__relative_files__resolve_against_config_dir(void **state)
     rmdir(dir);
 }
 
+/* "allow_private" (issue 15): per node, false unless set, strictly a boolean. */
+static void config__allow_private__defaults_to_false_and_is_a_boolean(void **state)
+{
+    (void)state;
+    static const char t[] = "{\"nodes\":[" NODE_OK ",{\"tag\":\"b\",\"allow_private\":true,"
+                            "\"panel\":" PANEL_OK "},{\"tag\":\"c\",\"allow_private\":false,"
+                            "\"panel\":" PANEL_OK "}]}";
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(t, strlen(t), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.n_nodes, 3);
+    assert_false(cfg.nodes[0].allow_private);
+    assert_true(cfg.nodes[1].allow_private);
+    assert_false(cfg.nodes[2].allow_private);
+    ag_config_free(&cfg);
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"allow_private\":\"yes\",\"panel\":" PANEL_OK
+                 "}]}", -EINVAL, "nodes[0].allow_private: expected true or false");
+    expect_error("{\"nodes\":[" NODE_OK ",{\"tag\":\"b\",\"allow_private\":1,\"panel\":"
+                 PANEL_OK "}]}", -EINVAL, "nodes[1].allow_private: expected true or false");
+    expect_error("{\"allow_private\":true,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "allow_private: unknown key");
+}
+
+/* The packaged config (issue 15): never an empty API token; the package installs a random one. */
+static void config__packaged_example__has_an_api_token(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    ag_config cfg;
+    sv_error err = {0};
+    snprintf(path, sizeof path, "%s/packaging/examples/config.json", srcdir());
+    int rc = ag_config_load_file(path, &cfg, &err);
+    if (rc != 0)
+        fail_msg("%s", err.msg);
+    assert_non_null(cfg.api_token);
+    assert_true(strlen(cfg.api_token) >= 16);
+    assert_false(cfg.nodes[0].allow_private);
+    ag_config_free(&cfg);
+}
+
 /* "api" (issue 4): listen and token; unknown keys named; beyond loopback a token is required. */
 static void config__api__keys_are_strict_and_public_needs_a_token(void **state)
 {
@@ -402,6 +442,8 @@ int main(void)
         cmocka_unit_test(config__non_regular_file__is_refused_without_blocking),
         cmocka_unit_test(config__relative_files__resolve_against_config_dir),
         cmocka_unit_test(config__api__keys_are_strict_and_public_needs_a_token),
+        cmocka_unit_test(config__allow_private__defaults_to_false_and_is_a_boolean),
+        cmocka_unit_test(config__packaged_example__has_an_api_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -217,6 +217,37 @@ static void lower__listen__override_then_panel_then_default(void **state)
     free_state(&st);
 }
 
+/* issue 15: allow_private goes to the node's inbound only; a change of it is a settings change
+ * (an apply that swaps the handler), not a transport change (no session is closed). */
+static void lower__allow_private__reaches_the_inbound_and_is_a_setting(void **state)
+{
+    (void)state;
+    const char *node = "{\"server_port\":1,\"cipher\":\"aes-128-gcm\"}";
+    ag_node_state two[2];
+    state_from_json(&two[0], "a", node, "{\"users\":[]}");
+    state_from_json(&two[1], "b", "{\"server_port\":2,\"cipher\":\"aes-128-gcm\"}",
+                    "{\"users\":[]}");
+    two[1].allow_private = true;
+    ag_fleet f = {.nodes = two, .n = 2};
+    sv_spec s;
+    sv_error err = {0};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), 0);
+    assert_int_equal(s.n_inbounds, 2);
+    assert_false(s.inbounds[0].allow_private);
+    assert_true(s.inbounds[1].allow_private);
+    sv_spec_free(&s);
+
+    ag_node_state b;
+    state_from_json(&b, "a", node, "{\"users\":[]}");
+    assert_true(ag_node_settings_equal(&two[0], &b));
+    b.allow_private = true;
+    assert_false(ag_node_settings_equal(&two[0], &b));
+    assert_true(ag_node_transport_equal(&two[0], &b));
+    free_state(&b);
+    free_state(&two[0]);
+    free_state(&two[1]);
+}
+
 static void lower__speed_limit__mbps_to_bytes_per_second(void **state)
 {
     ag_node_state st;
@@ -719,6 +750,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lower__v17_fixture__gives_the_expected_spec),
         cmocka_unit_test(lower__listen__override_then_panel_then_default),
+        cmocka_unit_test(lower__allow_private__reaches_the_inbound_and_is_a_setting),
         cmocka_unit_test(lower__speed_limit__mbps_to_bytes_per_second),
         cmocka_unit_test(lower__null_or_missing_limits__are_unlimited),
         cmocka_unit_test(lower__unknown_cipher__is_named),

@@ -373,13 +373,15 @@ static void an_inbound_settings_change_swaps_its_handler(void **state)
     sv_plan_free(&p);
     f.sets[1] = (sv_user_set){.tag = "v"};
     f.spec.n_user_sets = 2;
-    for (int change = 0; change < 3; change++) {
+    for (int change = 0; change < 4; change++) {
         if (change == 0)
             f.in[0].ss_cipher = SV_SS_CHACHA20_POLY1305;
         else if (change == 1)
             f.in[0].udp = false;
-        else
+        else if (change == 2)
             f.in[0].users = "v";
+        else
+            f.in[0].allow_private = true; /* issue 15: new flows follow the new handler */
         p = plan_and_commit(&rs, &f.spec);
         EXPECT_STEPS(&p,
                      {SV_STEP_REUSE, OUT, "direct", 1, NULL},
@@ -633,7 +635,7 @@ static void a_user_set_clone_round_trips(void **state)
 
 static void every_inbound_field_takes_part_in_equality(void **state)
 {
-    for (int field = 0; field < 7; field++) {
+    for (int field = 0; field < 8; field++) {
         fx f, g;
         fx_init(&f);
         fx_init(&g);
@@ -645,7 +647,8 @@ static void every_inbound_field_takes_part_in_equality(void **state)
         case 3: x->udp = !x->udp; break;
         case 4: x->protocol = 0; break;
         case 5: x->ss_cipher = SV_SS_AES_256_GCM; break;
-        default: x->users = "v"; break;
+        case 6: x->users = "v"; break;
+        default: x->allow_private = true; break;
         }
         assert_true(sv_inbound_spec_equal(&f.in[0], &f.in[0]));
         if (sv_inbound_spec_equal(&f.in[0], x))
