@@ -152,6 +152,11 @@ static int parse_api(const json_t *root, ag_config *cfg, sv_error *err)
         rc = get_string(api, "api", "token", false, &token, err);
     if (rc == 0 && listen != NULL)
         rc = api_listen_parse(listen, NULL, &loopback, err); /* err: "api.listen: ..." */
+    /* the packaged config's placeholder, which postinst / %post replace (issue 15): a copy that
+     * kept it would protect the API with a token everyone knows */
+    if (rc == 0 && token != NULL && strcmp(token, AG_API_TOKEN_PLACEHOLDER) == 0)
+        rc = sv_error_set(err, -EINVAL, "api.token: still the package placeholder %s; set a "
+                          "random token", AG_API_TOKEN_PLACEHOLDER);
     if (rc == 0 && token != NULL && strlen(token) > API_TOKEN_MAX)
         rc = sv_error_set(err, -EINVAL, "api.token: longer than %d bytes", API_TOKEN_MAX);
     if (rc == 0 && listen != NULL && !loopback && token == NULL)

@@ -30,6 +30,8 @@
 #define AG_CONFIG_WORKERS_MAX 1024u     /**< largest `workers` value */
 #define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds (issue #5) */
 #define AG_CONFIG_GRACE_MAX 3600u       /**< largest `shutdown_grace`, seconds */
+/** The packaged config's `api.token`, replaced by a random one at install; refused as a token. */
+#define AG_API_TOKEN_PLACEHOLDER "@KATANA_API_TOKEN@"
 
 enum ag_panel_type { AG_PANEL_LOCAL = 1, AG_PANEL_UNIPROXY = 2 };
 

@@ -382,7 +382,9 @@ static void config__allow_private__defaults_to_false_and_is_a_boolean(void **sta
                  "allow_private: unknown key");
 }
 
-/* The packaged config (issue 15): never an empty API token; the package installs a random one. */
+/* The packaged config (issue 15): never an empty API token but the placeholder the package
+ * replaces with a random one at install; a copy that kept the placeholder is refused. With a
+ * token in its place the file is valid and keeps internal destinations closed. */
 static void config__packaged_example__has_an_api_token(void **state)
 {
     (void)state;
@@ -391,10 +393,22 @@ static void config__packaged_example__has_an_api_token(void **state)
     sv_error err = {0};
     snprintf(path, sizeof path, "%s/packaging/examples/config.json", srcdir());
     int rc = ag_config_load_file(path, &cfg, &err);
+    assert_int_equal(rc, -EINVAL);
+    if (strstr(err.msg, "api.token: still the package placeholder @KATANA_API_TOKEN@") == NULL)
+        fail_msg("unexpected error: %s", err.msg);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    char *at = strstr(text, AG_API_TOKEN_PLACEHOLDER);
+    assert_non_null(at);
+    memcpy(at, "0123456789abcdef01", strlen(AG_API_TOKEN_PLACEHOLDER)); /* same length */
+    rc = ag_config_parse(text, n, NULL, &cfg, &err);
     if (rc != 0)
         fail_msg("%s", err.msg);
-    assert_non_null(cfg.api_token);
-    assert_true(strlen(cfg.api_token) >= 16);
+    assert_string_equal(cfg.api_token, "0123456789abcdef01");
     assert_false(cfg.nodes[0].allow_private);
     ag_config_free(&cfg);
 }
