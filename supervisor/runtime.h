@@ -192,8 +192,8 @@ struct sv_wlistener {
     uint32_t id;
     int tcp_fd;             /**< the listening socket (owned; closed with the listener) */
     uv_poll_t accept;       /**< readiness of tcp_fd; stopped while the worker pauses */
-    bool has_accept;        /**< accept is initialised (closed with the listener) */
-    bool can_accept;        /**< tcp_fd listens and accept is polled unless the worker pauses */
+    bool has_accept;        /**< tcp_fd listens and accept is initialised: it is polled unless
+                                 the worker pauses, and closed with the listener */
     uv_udp_t udp;
     bool has_udp;
     int open_handles;

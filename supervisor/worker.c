@@ -59,7 +59,7 @@ static void set_polling(sv_worker *w, bool on)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->listeners) {
         sv_wlistener *l = sv_container_of(pos, sv_wlistener, link);
-        if (!l->can_accept)
+        if (!l->has_accept)
             continue;
         if (on)
             uv_poll_start(&l->accept, UV_READABLE, on_acceptable);
@@ -128,13 +128,35 @@ void sv__worker_conn_gone(sv_worker *w)
     }
 }
 
+/* accept(2) errors that concern one queued connection only: take the next one. */
+static bool accept_error_is_transient(int err)
+{
+    switch (err) {
+    case ECONNABORTED: case EINTR: case EPROTO: case EPERM: case ENETDOWN: case ENOPROTOOPT:
+    case EHOSTDOWN: case ENONET: case EHOSTUNREACH: case EOPNOTSUPP: case ENETUNREACH:
+    case ETIMEDOUT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Readiness of a listening socket: accept up to SV_ACCEPT_BATCH connections. Running out of
+ * descriptors or memory, the cap, or any other failure pauses the worker: no error is ever
+ * retried in a loop (issue 15). */
 static void on_acceptable(uv_poll_t *p, int status, int events)
 {
     sv_wlistener *l = p->data;
     sv_worker *w = l->w;
     char why[96];
     (void)events;
-    for (int i = 0; status == 0 && i < SV_ACCEPT_BATCH && !w->accept_paused; i++) {
+    if (status < 0) {
+        snprintf(why, sizeof why, "inbound %s: poll failed (%s)", l->handler->tag,
+                 uv_strerror(status));
+        accept_pause(w, why);
+        return;
+    }
+    for (int i = 0; i < SV_ACCEPT_BATCH && !w->accept_paused; i++) {
         if (w->n_conns >= w->shared->conn_cap) {
             snprintf(why, sizeof why, "reached its share of max_connections (%u)", w->n_conns);
             accept_pause(w, why);
@@ -145,24 +167,15 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
             int err = errno;
             if (err == EAGAIN || err == EWOULDBLOCK)
                 return;
-            if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-                snprintf(why, sizeof why, "out of %s (%s)",
-                         err == EMFILE || err == ENFILE ? "file descriptors" : "memory",
-                         strerror(err));
-                accept_pause(w, why);
-                return;
-            }
-            /* ECONNABORTED, EINTR, EPROTO and the network errors accept(2) passes on: the next
-             * connection may be fine. Anything else means a broken socket: leave it. */
-            if (err == EBADF || err == EINVAL || err == ENOTSOCK || err == EOPNOTSUPP ||
-                err == EFAULT) {
-                SV_LOG(SV_LOG_ERROR, "sv.listener", "inbound %s: accept failed: %s; listener "
-                       "stopped", l->handler->tag, strerror(err));
-                l->can_accept = false;
-                uv_poll_stop(&l->accept);
-                return;
-            }
-            continue;
+            if (accept_error_is_transient(err))
+                continue;
+            snprintf(why, sizeof why, "%s (%s)",
+                     err == EMFILE || err == ENFILE   ? "out of file descriptors"
+                     : err == ENOBUFS || err == ENOMEM ? "out of memory"
+                                                       : "accept failed",
+                     uv_strerror(-err));
+            accept_pause(w, why);
+            return;
         }
         if (w->in_episode)
             w->episode_accepted++;
@@ -170,12 +183,6 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
             accept_pause(w, "out of memory");
             return;
         }
-    }
-    if (status < 0) {
-        SV_LOG(SV_LOG_ERROR, "sv.listener", "inbound %s: poll failed: %s; listener stopped",
-               l->handler->tag, uv_strerror(status));
-        l->can_accept = false;
-        uv_poll_stop(&l->accept);
     }
 }
 
@@ -220,7 +227,7 @@ static void start_listener(sv_worker *w, sv_msg *m)
     if (rc == 0) {
         l->accept.data = l;
         l->open_handles++;
-        l->has_accept = l->can_accept = true;
+        l->has_accept = true;
         if (!w->accept_paused)
             rc = uv_poll_start(&l->accept, UV_READABLE, on_acceptable);
     }
