@@ -220,6 +220,8 @@ void sv_apply_report_free(sv_apply_report *report);
 /**
  * Create a supervisor on @p control (the control loop) and start its workers. Nothing listens
  * until the first apply; the plane before it is the empty plane (drops everything, epoch 0).
+ * Each worker's connection cap is fixed here from opts->max_connections and the descriptor
+ * limit, and logged once (issue 15).
  * @param out  receives the supervisor, owned by the caller until sv_supervisor_free()
  * @return 0, -ENOMEM, or a libuv error from thread start.
  */
