@@ -14,6 +14,7 @@
 #include "agent/config.h"
 #include "api/api.h"
 #include "panel/model.h"
+#include "supervisor/supervisor.h"
 #include "supervisor/util/log.h"
 
 #define PATH_MAX_TEXT 192
@@ -114,6 +115,23 @@ static int parse_workers(const json_t *root, ag_config *cfg, sv_error *err)
         return sv_error_set(err, -EINVAL, "workers: must be between 0 and %u",
                             AG_CONFIG_WORKERS_MAX);
     cfg->workers = (unsigned)v;
+    return 0;
+}
+
+/* "max_connections": TCP connections of the process, 0 = sized from the descriptor limit
+ * (issue 15 "File descriptors run out"). */
+static int parse_max_connections(const json_t *root, ag_config *cfg, sv_error *err)
+{
+    const json_t *m = json_object_get(root, "max_connections");
+    if (m == NULL)
+        return 0;
+    if (!json_is_integer(m))
+        return sv_error_set(err, -EINVAL, "max_connections: expected an integer");
+    json_int_t v = json_integer_value(m);
+    if (v < 0 || v > SV_MAX_CONNECTIONS_MAX)
+        return sv_error_set(err, -EINVAL, "max_connections: must be between 0 and %u",
+                            SV_MAX_CONNECTIONS_MAX);
+    cfg->max_connections = (uint32_t)v;
     return 0;
 }
 
@@ -402,8 +420,8 @@ static int parse_nodes(const json_t *root, const char *base_dir, ag_config *cfg,
 
 static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
 {
-    static const char *const keys[] = {"log", "workers", "shutdown_grace", "api", "db",
-                                       "nodes", NULL};
+    static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
+                                       "api", "db", "nodes", NULL};
     if (!json_is_object(root))
         return sv_error_set(err, -EINVAL, "config: expected an object");
     int rc = check_keys(root, "", keys, err);
@@ -411,6 +429,8 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
         rc = parse_log(root, cfg, err);
     if (rc == 0)
         rc = parse_workers(root, cfg, err);
+    if (rc == 0)
+        rc = parse_max_connections(root, cfg, err);
     if (rc == 0)
         rc = parse_grace(root, cfg, err);
     if (rc == 0)

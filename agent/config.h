@@ -1,7 +1,7 @@
 /*
  * The agent's JSON configuration (`katana run -c FILE`):
  *
- *   { "log": {"level": "info"}, "workers": 0, "shutdown_grace": 5,
+ *   { "log": {"level": "info"}, "workers": 0, "max_connections": 0, "shutdown_grace": 5,
  *     "nodes": [ { "tag": "demo", "listen": "127.0.0.1", "allow_private": false,
  *                  "panel": { "type": "local",
  *                             "node": {...} | "node_file": "path",
@@ -20,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -67,6 +68,7 @@ typedef struct ag_node_config {
 typedef struct ag_config {
     int log_level;    /**< an sv_log_level; default SV_LOG_INFO */
     unsigned workers; /**< 0 = number of CPUs */
+    uint32_t max_connections; /**< TCP connections of the process; 0 = from the fd limit */
     unsigned shutdown_grace; /**< seconds live connections get on SIGTERM/SIGINT */
     char *api_listen; /**< REST API address, "ip:port"; NULL = API_DEFAULT_LISTEN (issue 4) */
     char *api_token;  /**< REST API bearer token, or NULL (then listen must be loopback) */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <openssl/rand.h>
 
@@ -78,7 +79,10 @@ static void conn_release(sv_conn *c)
     free(c->to_client);
     sv_list_unlink(&c->link);
     sv__wlistener_release(c->listener);
+    sv_worker *w = c->w;
     free(c);
+    w->n_conns--;
+    sv__worker_conn_gone(w);
 }
 
 static void on_handle_closed(uv_handle_t *h) { conn_release(h->data); }
@@ -614,26 +618,21 @@ static void on_handshake_timeout(uv_timer_t *t)
         conn_close(c);
 }
 
-void sv__conn_on_accept(uv_stream_t *server, int status)
+int sv__conn_open(sv_wlistener *l, int fd)
 {
-    sv_wlistener *l = server->data;
     sv_worker *w = l->w;
-    if (status < 0)
-        return;
     sv_conn *c = calloc(1, sizeof *c);
     sv_session_rec *sess = calloc(1, sizeof *sess);
     if (c == NULL || sess == NULL || sv_ss_tcp_init(&c->ss, l->handler->ring.cipher) != 0) {
         free(c);
         free(sess);
-        uv_tcp_t tmp;
-        uv_tcp_init(&w->loop, &tmp);
-        if (uv_accept(server, (uv_stream_t *)&tmp) == 0)
-            uv_close((uv_handle_t *)&tmp, NULL);
-        return;
+        close(fd);
+        return -ENOMEM;
     }
     c->w = w;
     c->listener = l;
     l->n_users_of++;
+    w->n_conns++;
     c->handler = l->handler;
     sv_handler_ref(c->handler);
     c->sess = sess;
@@ -642,11 +641,12 @@ void sv__conn_on_accept(uv_stream_t *server, int status)
     c->client.data = c->timer.data = c;
     c->pending = 2;
     sv_list_insert_tail(&w->conns, &c->link);
-    if (uv_accept(server, (uv_stream_t *)&c->client) != 0) {
+    if (uv_tcp_open(&c->client, fd) != 0) {
+        close(fd); /* the handle never owned it */
         sess->info.id = 0;
         sv_tracker_session_open(w->shared->tracker, sess);
         conn_close(c);
-        return;
+        return 0;
     }
     int len = sizeof c->peer;
     uv_tcp_getpeername(&c->client, (struct sockaddr *)&c->peer, &len);
@@ -659,6 +659,7 @@ void sv__conn_on_accept(uv_stream_t *server, int status)
     sv_tracker_session_open(w->shared->tracker, sess);
     uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
     client_read_start(c);
+    return 0;
 }
 
 void sv__conn_scan_flags(sv_worker *w)

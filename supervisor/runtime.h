@@ -31,6 +31,9 @@
 #define SV_PROBE_DRAIN_MIN_MS 5000      /**< a failed client is drained for a random time ... */
 #define SV_PROBE_DRAIN_SPAN_MS 25000    /**< ... in [min, min + span) before the close */
 #define SV_OWN_ADDRS_REFRESH_MS 30000   /**< how often the control loop re-reads the host's addresses */
+#define SV_LISTEN_BACKLOG 1024          /**< accept queue of each worker's listening socket */
+#define SV_ACCEPT_BATCH 64              /**< accepts per readiness callback (then the loop turns) */
+#define SV_ACCEPT_RETRY_MS 200          /**< a paused worker retries accepting this often */
 
 /** A salt replay filter shared by every handler of one inbound. */
 typedef struct sv_replay_ref {
@@ -133,10 +136,23 @@ typedef struct sv_msg {
 typedef struct sv_worker sv_worker;
 typedef struct sv_wlistener sv_wlistener;
 
+/**
+ * Process-wide accounting of accept pauses (issue 15 "File descriptors run out"): an episode
+ * runs from the first worker that pauses to the last one that is accepting freely again, and
+ * takes two log lines whatever the number of workers and listeners.
+ */
+typedef struct sv_accept_episode {
+    _Atomic unsigned workers;    /**< workers inside an episode */
+    _Atomic uint64_t started_ms; /**< loop-independent start (sv__wall_ms) of the episode */
+    _Atomic uint64_t waited;     /**< connections accepted late during the episode */
+} sv_accept_episode;
+
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
     _Atomic uint64_t epoch;
+    uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
+    sv_accept_episode pause;
 } sv_shared;
 
 /** Start worker @p index (a thread with its own loop). @return 0 or a negative errno. */
@@ -165,6 +181,12 @@ struct sv_worker {
     sv_list assocs;         /**< UDP associations */
     bool exiting;
     uv_timer_t sweep;       /**< SV_IDLE_SWEEP_MS: closes idle relays */
+    uint32_t n_conns;       /**< live TCP connections (sv_conn), at most shared->conn_cap */
+    bool accept_paused;     /**< no listener of this worker polls its socket */
+    bool paused_this_tick;  /**< paused since the last retry tick */
+    bool in_episode;        /**< counted in shared->pause (the retry timer runs) */
+    uint64_t episode_accepted; /**< connections accepted since the episode began */
+    uv_timer_t accept_retry; /**< SV_ACCEPT_RETRY_MS while in an episode */
     sv_aead udp_open, udp_seal; /**< cipher contexts re-keyed per datagram (never reallocated) */
     uint8_t scratch[SV_SCRATCH + SV_SS_SALT_MAX + SV_SS_NEED_MAX + 64];
     uint8_t sealed[SV_SS_SEALED_MAX(SV_SCRATCH)]; /**< downstream wire built from one remote read */
@@ -174,7 +196,10 @@ struct sv_wlistener {
     sv_list link;
     sv_worker *w;
     uint32_t id;
-    uv_tcp_t tcp;
+    int tcp_fd;             /**< the listening socket (owned; closed with the listener) */
+    uv_poll_t accept;       /**< readiness of tcp_fd; stopped while the worker pauses */
+    bool has_accept;        /**< tcp_fd listens and accept is initialised: it is polled unless
+                                 the worker pauses, and closed with the listener */
     uv_udp_t udp;
     bool has_udp;
     int open_handles;
@@ -183,8 +208,14 @@ struct sv_wlistener {
     sv_handler *handler;
 };
 
-/** Accept callback of a worker's TCP listener (conn.c). */
-void sv__conn_on_accept(uv_stream_t *server, int status);
+/**
+ * Start serving the accepted client socket @p fd on listener @p l (conn.c): the connection
+ * counts in l->w->n_conns until its last handle closes. Takes ownership of @p fd.
+ * @return 0, or -ENOMEM (the socket is closed: the client sees the connection end).
+ */
+int sv__conn_open(sv_wlistener *l, int fd);
+/** Worker hook: one of @p w's connections is gone (conn.c calls it; worker.c resumes accepting). */
+void sv__worker_conn_gone(sv_worker *w);
 /** Close every connection whose session/flow was asked to close (conn.c). */
 void sv__conn_scan_flags(sv_worker *w);
 /** Close every TCP connection of @p l whose user is no longer in l->handler (conn.c). */

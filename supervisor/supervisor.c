@@ -7,10 +7,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -775,6 +777,30 @@ static int empty_plane(sv_supervisor *sv)
     return 0;
 }
 
+/* Each worker's share of max_connections (issue 15); logs the budget once at start. */
+static uint32_t connection_cap(uint32_t configured, unsigned workers)
+{
+    struct rlimit rl;
+    uint64_t limit = UINT64_MAX;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        limit = (uint64_t)rl.rlim_cur;
+    uint32_t total = configured ? configured : sv_max_connections_default(limit);
+    uint32_t share = total / workers > 0 ? total / workers : 1;
+    uint64_t need = (uint64_t)total * SV_FDS_PER_CONN + SV_FD_RESERVE;
+    if (configured && need > limit)
+        SV_LOG(SV_LOG_WARN, "sv.supervisor", "max_connections %u needs about %" PRIu64 " file "
+               "descriptors but the limit is %" PRIu64 ": when they run out, accepting pauses",
+               total, need, limit);
+    if (configured)
+        SV_LOG(SV_LOG_INFO, "sv.supervisor", "up to %u TCP connections per worker "
+               "(max_connections %u)", share, total);
+    else
+        SV_LOG(SV_LOG_INFO, "sv.supervisor", "up to %u TCP connections per worker "
+               "(max_connections %u, from the file descriptor limit %" PRIu64 ")", share, total,
+               limit);
+    return share;
+}
+
 int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor **out)
 {
     sv_supervisor *sv = calloc(1, sizeof *sv);
@@ -784,6 +810,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     sv->n_workers = n < 1 ? 1 : (n > SV_WORKERS_MAX ? SV_WORKERS_MAX : n);
     sv->control = control;
     sv->next_version = 1;
+    sv->shared.conn_cap = connection_cap(opts != NULL ? opts->max_connections : 0, sv->n_workers);
     sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
     if (sv->shared.tracker == NULL) {
         free(sv);

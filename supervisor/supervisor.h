@@ -180,10 +180,32 @@ int sv_validate(const sv_spec *spec, sv_error *err);
 
 typedef struct sv_supervisor sv_supervisor;
 
+#define SV_FD_RESERVE 128u    /**< descriptors kept for API, DB, panel, DNS, UDP, listeners */
+#define SV_FDS_PER_CONN 2u    /**< a relayed TCP connection: its client and its remote socket */
+#define SV_MAX_CONNECTIONS_MAX (1u << 24) /**< largest max_connections */
+
 typedef struct sv_options {
     unsigned workers;            /**< worker threads; 0 = number of CPUs */
     uint32_t sample_interval_ms; /**< sampler tick; 0 = 1000 */
+    /** TCP connections the process serves at once, split evenly over the workers (each at least
+     * one); past its share a worker stops accepting until one of its connections ends. 0 = the
+     * default from the descriptor limit, sv_max_connections_default(). */
+    uint32_t max_connections;
 } sv_options;
+
+/**
+ * The default max_connections of a process allowed @p fd_limit open descriptors (the soft
+ * RLIMIT_NOFILE; UINT64_MAX for none): (fd_limit - SV_FD_RESERVE) / SV_FDS_PER_CONN, at least 1
+ * and at most SV_MAX_CONNECTIONS_MAX, so that connections alone never exhaust the descriptors
+ * (issue 15 "File descriptors run out").
+ */
+static inline uint32_t sv_max_connections_default(uint64_t fd_limit)
+{
+    if (fd_limit <= SV_FD_RESERVE + SV_FDS_PER_CONN)
+        return 1;
+    uint64_t n = (fd_limit - SV_FD_RESERVE) / SV_FDS_PER_CONN;
+    return n > SV_MAX_CONNECTIONS_MAX ? SV_MAX_CONNECTIONS_MAX : (uint32_t)n;
+}
 
 typedef struct sv_apply_options {
     bool allow_disruptive;
@@ -201,6 +223,8 @@ void sv_apply_report_free(sv_apply_report *report);
 /**
  * Create a supervisor on @p control (the control loop) and start its workers. Nothing listens
  * until the first apply; the plane before it is the empty plane (drops everything, epoch 0).
+ * Each worker's connection cap is fixed here from opts->max_connections and the descriptor
+ * limit, and logged once (issue 15).
  * @param out  receives the supervisor, owned by the caller until sv_supervisor_free()
  * @return 0, -ENOMEM, or a libuv error from thread start.
  */

@@ -2,12 +2,21 @@
  * Workers: one thread and one uv loop each. Every listener has one SO_REUSEPORT socket per worker
  * (bound by the control loop in prepare), so a connection lives on one worker from accept to
  * close. The control loop talks to a worker only by message (DESIGN.md "Threads and loops").
+ *
+ * Accepting (issue 15 "File descriptors run out"): the worker polls each listening socket and
+ * calls accept4 itself, so that it can stop. It pauses every listener when accept fails for lack
+ * of descriptors or memory, or when it serves its share of max_connections (shared->conn_cap);
+ * connections then wait in the kernel's accept queue, nothing is accepted only to be closed. It
+ * resumes when one of its connections ends or, at the latest, on the next retry tick
+ * (SV_ACCEPT_RETRY_MS). One pause episode of the whole process logs two lines.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "supervisor/runtime.h"
@@ -41,6 +50,144 @@ static sv_wlistener *find_listener(sv_worker *w, uint32_t id)
     return NULL;
 }
 
+/* ---- accept: pause, resume, one log line at each end of an episode ------------------------- */
+
+static void on_acceptable(uv_poll_t *p, int status, int events);
+
+static void set_polling(sv_worker *w, bool on)
+{
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->listeners) {
+        sv_wlistener *l = sv_container_of(pos, sv_wlistener, link);
+        if (!l->has_accept)
+            continue;
+        if (on)
+            uv_poll_start(&l->accept, UV_READABLE, on_acceptable);
+        else
+            uv_poll_stop(&l->accept);
+    }
+}
+
+static void episode_end(sv_worker *w)
+{
+    sv_accept_episode *e = &w->shared->pause;
+    w->in_episode = false;
+    uv_timer_stop(&w->accept_retry);
+    atomic_fetch_add(&e->waited, w->episode_accepted);
+    if (atomic_fetch_sub(&e->workers, 1) != 1)
+        return; /* another worker is still paused: it logs the end */
+    uint64_t took = sv__wall_ms() - atomic_load(&e->started_ms);
+    SV_LOG(SV_LOG_WARN, "sv.listener", "accepting resumed on every worker after %" PRIu64
+           " ms; %" PRIu64 " connections had to wait", took, atomic_exchange(&e->waited, 0));
+}
+
+/* Retry tick: resume below the cap; end the episode after a whole tick without a pause. */
+static void on_accept_retry(uv_timer_t *t)
+{
+    sv_worker *w = t->data;
+    if (w->accept_paused) {
+        if (w->n_conns < w->shared->conn_cap) {
+            w->accept_paused = false;
+            set_polling(w, true);
+        }
+        return;
+    }
+    if (w->paused_this_tick) {
+        w->paused_this_tick = false;
+        return;
+    }
+    episode_end(w);
+}
+
+/* Stop polling every listener of @p w; @p why is logged if this starts the process's episode. */
+static void accept_pause(sv_worker *w, const char *why)
+{
+    w->paused_this_tick = true;
+    if (!w->accept_paused) {
+        w->accept_paused = true;
+        set_polling(w, false);
+    }
+    if (w->in_episode)
+        return;
+    w->in_episode = true;
+    w->episode_accepted = 0;
+    uv_timer_start(&w->accept_retry, on_accept_retry, SV_ACCEPT_RETRY_MS, SV_ACCEPT_RETRY_MS);
+    sv_accept_episode *e = &w->shared->pause;
+    if (atomic_fetch_add(&e->workers, 1) != 0)
+        return;
+    atomic_store(&e->started_ms, sv__wall_ms());
+    SV_LOG(SV_LOG_WARN, "sv.listener", "worker %u: %s: accepting paused, new connections wait "
+           "(retry every %d ms)", w->index, why, SV_ACCEPT_RETRY_MS);
+}
+
+void sv__worker_conn_gone(sv_worker *w)
+{
+    if (w->accept_paused && !w->exiting && w->n_conns < w->shared->conn_cap) {
+        w->accept_paused = false;
+        set_polling(w, true);
+    }
+}
+
+/* accept(2) errors that concern one queued connection only: take the next one. */
+static bool accept_error_is_transient(int err)
+{
+    switch (err) {
+    case ECONNABORTED: case EINTR: case EPROTO: case EPERM: case ENETDOWN: case ENOPROTOOPT:
+    case EHOSTDOWN: case ENONET: case EHOSTUNREACH: case EOPNOTSUPP: case ENETUNREACH:
+    case ETIMEDOUT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Readiness of a listening socket: accept up to SV_ACCEPT_BATCH connections. Running out of
+ * descriptors or memory, the cap, or any other failure pauses the worker: no error is ever
+ * retried in a loop (issue 15). */
+static void on_acceptable(uv_poll_t *p, int status, int events)
+{
+    sv_wlistener *l = p->data;
+    sv_worker *w = l->w;
+    char why[96];
+    (void)events;
+    if (status < 0) {
+        snprintf(why, sizeof why, "inbound %s: poll failed (%s)", l->handler->tag,
+                 uv_strerror(status));
+        accept_pause(w, why);
+        return;
+    }
+    for (int i = 0; i < SV_ACCEPT_BATCH && !w->accept_paused; i++) {
+        if (w->n_conns >= w->shared->conn_cap) {
+            snprintf(why, sizeof why, "reached its share of max_connections (%u)", w->n_conns);
+            accept_pause(w, why);
+            return;
+        }
+        int fd = accept4(l->tcp_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (err == EAGAIN || err == EWOULDBLOCK)
+                return;
+            if (accept_error_is_transient(err))
+                continue;
+            snprintf(why, sizeof why, "%s (%s)",
+                     err == EMFILE || err == ENFILE   ? "out of file descriptors"
+                     : err == ENOBUFS || err == ENOMEM ? "out of memory"
+                                                       : "accept failed",
+                     uv_strerror(-err));
+            accept_pause(w, why);
+            return;
+        }
+        if (w->in_episode)
+            w->episode_accepted++;
+        if (sv__conn_open(l, fd) != 0) {
+            accept_pause(w, "out of memory");
+            return;
+        }
+    }
+}
+
+/* ---- listeners -------------------------------------------------------------------------------- */
+
 static void stop_listener(sv_wlistener *l)
 {
     if (l->stopped)
@@ -50,7 +197,10 @@ static void stop_listener(sv_wlistener *l)
     sv__udp_close_listener(l->w, l);
     /* Pin the listener while its handles close, so a release in between cannot free it. */
     l->n_users_of++;
-    uv_close((uv_handle_t *)&l->tcp, wlistener_on_close);
+    if (l->has_accept)
+        uv_close((uv_handle_t *)&l->accept, wlistener_on_close); /* leaves epoll: fd may go */
+    close(l->tcp_fd);
+    l->tcp_fd = -1;
     if (l->has_udp)
         uv_close((uv_handle_t *)&l->udp, wlistener_on_close);
     sv__wlistener_release(l);
@@ -70,12 +220,17 @@ static void start_listener(sv_worker *w, sv_msg *m)
     l->w = w;
     l->id = m->listener;
     l->handler = m->handler;
-    uv_tcp_init(&w->loop, &l->tcp);
-    l->tcp.data = l;
-    l->open_handles++;
-    int rc = uv_tcp_open(&l->tcp, m->tcp_fd);
+    l->tcp_fd = m->tcp_fd;
+    int rc = listen(l->tcp_fd, SV_LISTEN_BACKLOG) == 0 ? 0 : -errno;
     if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&l->tcp, 1024, sv__conn_on_accept);
+        rc = uv_poll_init_socket(&w->loop, &l->accept, l->tcp_fd);
+    if (rc == 0) {
+        l->accept.data = l;
+        l->open_handles++;
+        l->has_accept = true;
+        if (!w->accept_paused)
+            rc = uv_poll_start(&l->accept, UV_READABLE, on_acceptable);
+    }
     if (rc != 0)
         SV_LOG(SV_LOG_ERROR, "sv.listener", "inbound %s: listen failed: %s", l->handler->tag, uv_strerror(rc));
     if (m->udp_fd >= 0) {
@@ -138,6 +293,10 @@ static void close_everything(sv_worker *w)
         stop_listener(sv_container_of(pos, sv_wlistener, link));
     sv__conn_close_all(w);
     sv__udp_close_all(w);
+    if (w->in_episode) /* the process stops: no "resumed" line */
+        atomic_fetch_sub(&w->shared->pause.workers, 1);
+    w->in_episode = false;
+    uv_close((uv_handle_t *)&w->accept_retry, NULL);
     uv_close((uv_handle_t *)&w->sweep, NULL);
     uv_close((uv_handle_t *)&w->async, NULL);
 }
@@ -212,8 +371,11 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
     w->sweep.data = w;
     uv_timer_start(&w->sweep, on_sweep, SV_IDLE_SWEEP_MS, SV_IDLE_SWEEP_MS);
     uv_unref((uv_handle_t *)&w->sweep);
+    uv_timer_init(&w->loop, &w->accept_retry);
+    w->accept_retry.data = w;
     rc = pthread_create(&w->thread, NULL, worker_main, w);
     if (rc != 0) {
+        uv_close((uv_handle_t *)&w->accept_retry, NULL);
         uv_close((uv_handle_t *)&w->sweep, NULL);
         uv_close((uv_handle_t *)&w->async, NULL);
         uv_run(&w->loop, UV_RUN_DEFAULT);

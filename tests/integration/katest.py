@@ -14,6 +14,9 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
   usage     --log F [--offset N]             last "usage user" line per user after byte N
   ssplan    --config F                       (self-check mode) ss-server parameters of a config
   sse       --file F                         events of a captured SSE stream, one JSON line each
+  hold      --port P --conns N [...]         N connections that send a few bytes and stay open
+  cpu       --pid PID [--secs S] [--max PCT] CPU use of a process over S seconds (/proc)
+  sockets   --pid PID --port P               TCP connections PID holds on local port P (/proc)
 """
 
 import argparse
@@ -21,6 +24,7 @@ import ipaddress
 import json
 import os
 import random
+import resource
 import socket
 import struct
 import sys
@@ -444,6 +448,84 @@ def cmd_garbage(a):
     return 1 if bad else 0
 
 
+# --- held connections and CPU use (t-fd-exhaustion.sh, t-conn-cap.sh) -----------------
+
+def cmd_hold(a):
+    """Open --conns TCP connections to 127.0.0.1:PORT one after the other, send --bytes random
+    bytes on each, and keep them all open until --release-file exists (or --max-secs pass);
+    then close them all (FIN). The count connected and failed goes to --ready-file and stdout.
+    A connection that the server never accepts still completes in its accept queue."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = a.conns + 64
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+    rnd = random.Random(a.seed)
+    socks, failed = [], 0
+    for _ in range(a.conns):
+        try:
+            s = socket.create_connection(("127.0.0.1", a.port), timeout=a.connect_timeout)
+            s.sendall(rnd.randbytes(a.bytes))
+            socks.append(s)
+        except OSError:
+            failed += 1
+    text = "connected %d failed %d\n" % (len(socks), failed)
+    touch(a.ready_file, text)
+    print(text, end="", flush=True)
+    deadline = time.monotonic() + a.max_secs
+    while time.monotonic() < deadline and not (a.release_file and os.path.exists(a.release_file)):
+        time.sleep(0.02)
+    for s in socks:
+        s.close()
+    return 0
+
+
+def proc_ticks(pid):
+    """utime + stime of a process, in clock ticks (/proc/PID/stat fields 14 and 15)."""
+    with open("/proc/%d/stat" % pid) as f:
+        text = f.read()
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def cmd_cpu(a):
+    """CPU use of --pid over --secs seconds, in percent of one core; fails above --max."""
+    hz = os.sysconf("SC_CLK_TCK")
+    t0, c0 = time.monotonic(), proc_ticks(a.pid)
+    time.sleep(a.secs)
+    t1, c1 = time.monotonic(), proc_ticks(a.pid)
+    pct = 100.0 * (c1 - c0) / hz / (t1 - t0)
+    ok = a.max is None or pct <= a.max
+    print("%s cpu %.1f%% over %.1f s" % ("OK" if ok else "FAIL", pct, t1 - t0), flush=True)
+    return 0 if ok else 1
+
+
+def cmd_sockets(a):
+    """Print how many TCP connections (any state but LISTEN) process --pid holds whose local
+    port is --port: its socket inodes (/proc/PID/fd) matched against /proc/net/tcp{,6}."""
+    inodes = set()
+    fd_dir = "/proc/%d/fd" % a.pid
+    for name in os.listdir(fd_dir):
+        try:
+            target = os.readlink(os.path.join(fd_dir, name))
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.readlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            w = row.split()
+            if int(w[1].rsplit(":", 1)[1], 16) == a.port and w[3] != "0A" and w[9] in inodes:
+                count += 1
+    print(count)
+    return 0
+
+
 # --- configs -------------------------------------------------------------------------
 
 def parse_user(text):
@@ -527,6 +609,10 @@ def cmd_mkconfig(a):
     cfg = {"log": {"level": a.log_level}, "workers": a.workers,
            "api": {"listen": "127.0.0.1:%d" % (a.api_port or any_free_port())},
            "nodes": [node_cfg]}
+    if a.grace is not None:
+        cfg["shutdown_grace"] = a.grace
+    if a.max_connections is not None:
+        cfg["max_connections"] = a.max_connections
     write_json(a.out, cfg)
     return 0
 
@@ -671,6 +757,8 @@ def main():
     c.add_argument("--node-file")
     c.add_argument("--users-file")
     c.add_argument("--workers", type=int, default=1)
+    c.add_argument("--grace", type=int, help="shutdown_grace, seconds")
+    c.add_argument("--max-connections", type=int, help="max_connections")
     c.add_argument("--log-level", default="info")
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
     c.add_argument("--no-allow-private", action="store_true",
@@ -688,6 +776,22 @@ def main():
     c.add_argument("--config", required=True)
     c = sub.add_parser("sse")
     c.add_argument("--file", required=True)
+    c = sub.add_parser("hold")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--conns", type=int, default=1)
+    c.add_argument("--bytes", type=int, default=10)
+    c.add_argument("--seed", default="hold")
+    c.add_argument("--connect-timeout", type=float, default=3)
+    c.add_argument("--ready-file")
+    c.add_argument("--release-file")
+    c.add_argument("--max-secs", type=float, default=60)
+    c = sub.add_parser("cpu")
+    c.add_argument("--pid", type=int, required=True)
+    c.add_argument("--secs", type=float, default=2)
+    c.add_argument("--max", type=float)
+    c = sub.add_parser("sockets")
+    c.add_argument("--pid", type=int, required=True)
+    c.add_argument("--port", type=int, required=True)
     a = p.parse_args()
     if a.cmd in ("tcp", "udp") and not (a.socks or getattr(a, "direct", None)):
         die("need --socks or --direct", 2)
@@ -695,7 +799,8 @@ def main():
         die("--size must be 8..1400", 2)
     fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
           "tcp": cmd_tcp, "udp": cmd_udp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
-          "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay}[a.cmd]
+          "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
+          "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets}[a.cmd]
     sys.exit(fn(a))
 
 

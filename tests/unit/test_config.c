@@ -17,6 +17,7 @@
 
 #include "agent/config.h"
 #include "panel/model.h"
+#include "supervisor/supervisor.h"
 #include "supervisor/util/log.h"
 
 #ifndef TOP_SRCDIR
@@ -260,6 +261,40 @@ static void config__shutdown_grace__default_and_bounds(void **state)
                  "shutdown_grace: must be between 0 and 3600");
 }
 
+/* max_connections (issue 15): 0 (from the fd limit) when absent, an integer in [0, 2^24]. */
+static void config__max_connections__default_and_bounds(void **state)
+{
+    const char *dflt = "{\"nodes\":[" NODE_OK "]}";
+    const char *set = "{\"max_connections\":16777216,\"nodes\":[" NODE_OK "]}";
+    ag_config cfg;
+    sv_error err = {0};
+    (void)state;
+    assert_int_equal(ag_config_parse(dflt, strlen(dflt), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.max_connections, 0);
+    ag_config_free(&cfg);
+    assert_int_equal(ag_config_parse(set, strlen(set), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.max_connections, 16777216);
+    ag_config_free(&cfg);
+    expect_error("{\"max_connections\":\"100\",\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "max_connections: expected an integer");
+    expect_error("{\"max_connections\":-1,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "max_connections: must be between 0 and 16777216");
+    expect_error("{\"max_connections\":16777217,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "max_connections: must be between 0 and 16777216");
+}
+
+/* The default budget (issue 15): 128 descriptors kept, 2 per relayed connection, at least 1. */
+static void config__max_connections__default_from_fd_limit(void **state)
+{
+    (void)state;
+    assert_int_equal(sv_max_connections_default(256), 64);
+    assert_int_equal(sv_max_connections_default(1024), 448);
+    assert_int_equal(sv_max_connections_default(1048576), 524224);
+    assert_int_equal(sv_max_connections_default(130), 1);
+    assert_int_equal(sv_max_connections_default(0), 1);
+    assert_int_equal(sv_max_connections_default(UINT64_MAX), SV_MAX_CONNECTIONS_MAX);
+}
+
 /* Make a unique temporary directory for one test. */
 static void tmpdir(char *buf, size_t cap)
 {
@@ -458,6 +493,8 @@ int main(void)
         cmocka_unit_test(config__api__keys_are_strict_and_public_needs_a_token),
         cmocka_unit_test(config__allow_private__defaults_to_false_and_is_a_boolean),
         cmocka_unit_test(config__packaged_example__has_an_api_token),
+        cmocka_unit_test(config__max_connections__default_and_bounds),
+        cmocka_unit_test(config__max_connections__default_from_fd_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
