@@ -5,7 +5,8 @@
  * live in the session: `in` holds ciphertext fed by the runtime, `out` the records OpenSSL
  * produced. Owning the queues lets this layer bound input (SV_TLS_IN_MAX), count the bytes a
  * handshake reads, hand out pending output by pointer, and free both queues whenever they are
- * empty, so an idle session holds only OpenSSL's state.
+ * empty, so an idle session holds only OpenSSL's state. The SSL object itself is made only once a
+ * whole ClientHello is buffered: a client that connects and stalls costs the bytes it sent.
  */
 #include "config.h"
 
@@ -36,7 +37,7 @@
     "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 
 #define SELF_DAYS 365
-#define QUEUE_MIN 2048
+#define QUEUE_MIN 256
 
 /* A byte queue: data at p[off .. off+len); the buffer is freed whenever it becomes empty. */
 typedef struct tls_queue {
@@ -254,6 +255,9 @@ static int validate_config(const sv_tls_config *cfg, sv_error *err)
     default:
         return sv_error_set(err, -EINVAL, "cert mode: unknown");
     }
+    if (cfg->handshake_max > SV_TLS_HANDSHAKE_MAX_LIMIT)
+        return sv_error_set(err, -EINVAL, "handshake_max: more than %u bytes",
+                            SV_TLS_HANDSHAKE_MAX_LIMIT);
     if (cfg->alpn_count > SV_TLS_ALPN_MAX)
         return sv_error_set(err, -EINVAL, "alpn: more than %d protocols", SV_TLS_ALPN_MAX);
     for (size_t i = 0; i < cfg->alpn_count; i++) {
@@ -820,19 +824,24 @@ int sv_tls_session_new(sv_tls_ctx *ctx, sv_tls_session **out)
     sv_tls_session *s = OPENSSL_zalloc(sizeof *s);
     if (s == NULL)
         return -ENOMEM;
-    s->ssl = SSL_new(ctx->ssl_ctx);
-    BIO *b = s->ssl != NULL ? BIO_new(ctx->bio_method) : NULL;
+    s->ctx = sv_tls_ctx_ref(ctx);
+    *out = s;
+    return 0;
+}
+
+/* Make the SSL object, once a whole ClientHello is buffered (see scan_client_hello()). */
+static int session_attach_ssl(sv_tls_session *s)
+{
+    s->ssl = SSL_new(s->ctx->ssl_ctx);
+    BIO *b = s->ssl != NULL ? BIO_new(s->ctx->bio_method) : NULL;
     if (b == NULL) {
         SSL_free(s->ssl);
-        OPENSSL_free(s);
-        ERR_clear_error();
+        s->ssl = NULL;
         return -ENOMEM;
     }
     BIO_set_data(b, s);
     SSL_set_bio(s->ssl, b, b); /* one reference, owned by the SSL */
     SSL_set_accept_state(s->ssl);
-    s->ctx = sv_tls_ctx_ref(ctx);
-    *out = s;
     return 0;
 }
 
@@ -847,10 +856,13 @@ void sv_tls_session_free(sv_tls_session *s)
     OPENSSL_free(s);
 }
 
+/* Record a terminal error; buffered input is dropped (pending output may hold an alert). */
 static int session_fail(sv_tls_session *s, int code, const char *reason)
 {
     s->err = code;
     s->err_reason = reason;
+    OPENSSL_free(s->in.p);
+    s->in = (tls_queue){0};
     ERR_clear_error();
     return code;
 }
@@ -877,8 +889,67 @@ static int ssl_failure(sv_tls_session *s, int ret)
     return session_fail(s, -EPROTO, ERR_reason_error_string(ERR_peek_last_error()));
 }
 
+enum hello_scan { HELLO_PARTIAL, HELLO_READY, HELLO_BAD, HELLO_TOO_BIG };
+
+/*
+ * Does @p p (the client's first @p n bytes) hold a whole ClientHello yet? Handshake records
+ * (RFC 8446 §5.1: type 22, version 3.x, 1..2^14 bytes) are walked and the first handshake
+ * message's type and length read (§4). Until the answer is READY no SSL object exists, so a
+ * client that stalls before its ClientHello is complete costs only the bytes it sent; anything
+ * else (an HTTP request, an SSLv2-style hello, another record type) is BAD at once instead of
+ * making OpenSSL wait for a record that may never end.
+ */
+static enum hello_scan scan_client_hello(const uint8_t *p, size_t n, size_t max)
+{
+    uint8_t head[4];
+    size_t head_len = 0, body = 0, need = 0, pos = 0;
+    if (n >= SV_TLS_IN_MAX)
+        return HELLO_READY; /* a bound above SV_TLS_IN_MAX: OpenSSL takes and bounds the rest */
+    while (n - pos >= 5) {
+        const uint8_t *r = p + pos;
+        size_t rlen = (size_t)r[3] << 8 | r[4];
+        if (r[0] != 0x16 || r[1] != 0x03 || rlen == 0 || rlen > 16384)
+            return HELLO_BAD;
+        size_t frag = rlen < n - pos - 5 ? rlen : n - pos - 5;
+        for (size_t i = 0; i < frag && head_len < 4; i++)
+            head[head_len++] = r[5 + i];
+        body += frag;
+        if (head_len == 4 && need == 0) {
+            if (head[0] != 1) /* not client_hello */
+                return HELLO_BAD;
+            need = 4 + ((size_t)head[1] << 16 | (size_t)head[2] << 8 | head[3]);
+            if (need + 5 > max) /* cannot fit in the handshake byte bound */
+                return HELLO_TOO_BIG;
+        }
+        if (need != 0 && body >= need)
+            return HELLO_READY;
+        if (pos + 5 + frag >= max) /* incomplete, and the bound is reached (many tiny records) */
+            return HELLO_TOO_BIG;
+        if (frag < rlen)
+            break;
+        pos += 5 + rlen;
+    }
+    return HELLO_PARTIAL;
+}
+
 static int advance_handshake(sv_tls_session *s)
 {
+    if (s->ssl == NULL) {
+        const uint8_t *in = s->in.len > 0 ? s->in.p + s->in.off : NULL;
+        switch (scan_client_hello(in, s->in.len, s->ctx->handshake_max)) {
+        case HELLO_PARTIAL:
+            return 0;
+        case HELLO_BAD:
+            return session_fail(s, -EPROTO, "not a TLS ClientHello");
+        case HELLO_TOO_BIG:
+            s->hs_over = true;
+            return session_fail(s, -EMSGSIZE, "handshake too large");
+        case HELLO_READY:
+            break;
+        }
+        if (session_attach_ssl(s) != 0)
+            return session_fail(s, -ENOMEM, "out of memory");
+    }
     ERR_clear_error();
     int r = SSL_do_handshake(s->ssl);
     if (r == 1) {

@@ -27,6 +27,8 @@
 
 /** Default bound on the ciphertext bytes a handshake may read from the client (issue 8). */
 #define SV_TLS_HANDSHAKE_MAX_DEFAULT (16u * 1024u)
+/** Largest handshake_max a context accepts. */
+#define SV_TLS_HANDSHAKE_MAX_LIMIT (64u * 1024u)
 /** Ciphertext from the client buffered before sv_tls_feed() refuses more: one TLS 1.2 record
  *  (5-byte header + 2^14 + 2048, RFC 5246 §6.2.3) so that any record can be completed. */
 #define SV_TLS_IN_MAX (5u + 16384u + 2048u)
@@ -51,7 +53,7 @@ enum sv_tls_cert_mode {
 typedef struct sv_tls_config {
     enum sv_tls_cert_mode mode;
     const char *cert_file;   /**< FILE: path of the PEM certificate chain, leaf first */
-    const char *key_file;    /**< FILE: path of the PEM private key (unencrypted; may be cert_file) */
+    const char *key_file;    /**< FILE: path of the unencrypted PEM key (may equal cert_file) */
     const uint8_t *cert_pem; /**< PEM: certificate chain bytes */
     size_t cert_pem_len;
     const uint8_t *key_pem;  /**< PEM: private key bytes */
@@ -59,7 +61,8 @@ typedef struct sv_tls_config {
     const char *server_name; /**< SELF: subject CN and SAN (DNS, or IP when it is an address) */
     const char *const *alpn; /**< protocols in server preference order, e.g. {"h2", "http/1.1"} */
     size_t alpn_count;       /**< 0 = no ALPN; at most SV_TLS_ALPN_MAX */
-    size_t handshake_max;    /**< bytes; 0 = SV_TLS_HANDSHAKE_MAX_DEFAULT */
+    size_t handshake_max;    /**< bytes; 0 = SV_TLS_HANDSHAKE_MAX_DEFAULT; at most
+                                  SV_TLS_HANDSHAKE_MAX_LIMIT */
 } sv_tls_config;
 
 /** Facts about a context's leaf certificate, for logs and the API. */
@@ -111,10 +114,12 @@ int sv_tls_ctx_reload_if_changed(const sv_tls_ctx *old, const sv_tls_config *cfg
 
 /**
  * Make a server session for one connection. Takes a reference on @p ctx until
- * sv_tls_session_free(). Buffers grow while bytes are in flight and are released when empty
- * (SSL_MODE_RELEASE_BUFFERS, and the same for this layer's own queues): an established idle
- * session holds about 14 KB with OpenSSL 3.0 (7.6 KB of it the SSL object, 2 KB the AEAD
- * contexts), measured by tests/unit/test_tls.c.
+ * sv_tls_session_free(). Memory (measured by tests/unit/test_tls.c, OpenSSL 3.0): about 100
+ * bytes until a whole ClientHello has arrived (the SSL object is made only then; a partial
+ * ClientHello costs the bytes received, at most SV_TLS_IN_MAX); about 44 KB while the handshake
+ * waits for the client's Finished (OpenSSL's handshake buffers); about 14 KB for an established
+ * idle session (buffers are released when empty: SSL_MODE_RELEASE_BUFFERS, and the same for this
+ * layer's own queues).
  * Time bound: none here; the runtime drops a session whose handshake is not done in its time
  * (issue 8), without a log line per session.
  * @return 0 with *out set, or -ENOMEM.
@@ -145,7 +150,8 @@ ssize_t sv_tls_feed(sv_tls_session *s, const uint8_t *p, size_t n)
  *         handshake is not done, or the client sent close_notify (sv_tls_is_peer_closed(): EOF
  *         for the layer above, RFC 8446 §6.1); or a negative errno as for sv_tls_feed().
  */
-ssize_t sv_tls_read(sv_tls_session *s, uint8_t *buf, size_t cap) __attribute__((warn_unused_result));
+ssize_t sv_tls_read(sv_tls_session *s, uint8_t *buf, size_t cap)
+    __attribute__((warn_unused_result));
 
 /**
  * Encrypt @p n bytes of plaintext towards the client; the records become pending output.

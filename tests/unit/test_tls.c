@@ -7,7 +7,9 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,7 +37,7 @@ typedef union alloc_hdr {
     max_align_t align;
 } alloc_hdr;
 
-static long g_live_bytes;
+static _Atomic long g_live_bytes; /* atomic: the thread test allocates from several threads */
 
 static void *count_malloc(size_t n, const char *file, int line)
 {
@@ -554,6 +556,66 @@ static void tls__client_hello_cut_in_half__waits_then_completes(void **state)
     pair_free(&p);
 }
 
+/* Re-frame the client's first flight @p in (records) as records carrying @p frag bytes each. */
+static void reframe(const buf *in, size_t frag, buf *out)
+{
+    buf payload = {0};
+    uint8_t type = in->p[0], v1 = in->p[1], v2 = in->p[2];
+    for (size_t at = 0; at + 5 <= in->len;) {
+        size_t len = (size_t)in->p[at + 3] << 8 | in->p[at + 4];
+        assert_true(at + 5 + len <= in->len);
+        buf_put(&payload, in->p + at + 5, len);
+        at += 5 + len;
+    }
+    out->len = 0;
+    for (size_t at = 0; at < payload.len; at += frag) {
+        size_t k = payload.len - at < frag ? payload.len - at : frag;
+        uint8_t h[5] = {type, v1, v2, (uint8_t)(k >> 8), (uint8_t)k};
+        buf_put(out, h, 5);
+        buf_put(out, payload.p + at, k);
+    }
+    free(payload.p);
+}
+
+/* A ClientHello fragmented into 1-byte records (legal, RFC 8446 §5.1) completes; spread over
+ * more records than the handshake byte bound allows, it fails with -EMSGSIZE. */
+static void tls__client_hello_in_tiny_records__completes_or_bounded(void **state)
+{
+    for (int version = 0; version < 2; version++) {
+        pair p;
+        client_opts o = {.max_version = version ? v12 : v13};
+        pair_start(&p, g_self, &o);
+        (void)pump_client(&p);
+        buf tiny = {0};
+        reframe(&p.up, 1, &tiny);
+        assert_true(tiny.len > 5 * p.up.len);
+        p.up.len = 0;
+        buf_put(&p.up, tiny.p, tiny.len);
+        p.piece = 7;
+        handshake(&p);
+        free(tiny.p);
+        pair_free(&p);
+    }
+    sv_tls_config cfg = {.mode = SV_TLS_CERT_SELF, .server_name = "small.test",
+                         .handshake_max = 1000};
+    sv_tls_ctx *ctx;
+    sv_error err = {0};
+    assert_int_equal(sv_tls_ctx_new(&cfg, &ctx, &err), 0);
+    pair p;
+    pair_start(&p, ctx, NULL);
+    (void)pump_client(&p);
+    assert_true(p.up.len < 1000 && 6 * (p.up.len - 5) > 1000);
+    buf tiny = {0};
+    reframe(&p.up, 1, &tiny);
+    p.up.len = 0;
+    buf_put(&p.up, tiny.p, tiny.len);
+    pump(&p);
+    assert_int_equal(p.srv_rc, -EMSGSIZE);
+    free(tiny.p);
+    pair_free(&p);
+    sv_tls_ctx_unref(ctx);
+}
+
 /* ---------- ALPN and SNI ---------- */
 
 typedef struct alpn_case {
@@ -1066,6 +1128,70 @@ static void tls__reload__unchanged_swapped_broken(void **state)
     cert_free(&b);
 }
 
+/* A client's TLS 1.2 renegotiation is refused (OpenSSL 3 servers refuse it unless
+ * SSL_OP_ALLOW_CLIENT_RENEGOTIATION; the context also sets SSL_OP_NO_RENEGOTIATION): the attempt
+ * fails and no second handshake runs outside the handshake byte bound. */
+static void tls__renegotiation__refused(void **state)
+{
+    pair p;
+    client_opts o = {.max_version = v12};
+    pair_start(&p, g_self, &o);
+    handshake(&p);
+    assert_int_equal(SSL_renegotiate(p.cli), 1);
+    ERR_clear_error();
+    assert_int_equal(SSL_do_handshake(p.cli), -1); /* its new ClientHello is on the way */
+    pump(&p);
+    /* The server answered no_renegotiation; the OpenSSL client gives up with a fatal alert. */
+    assert_false(SSL_is_init_finished(p.cli));
+    assert_int_equal(p.srv_rc, -EPROTO);
+    pair_free(&p);
+}
+
+/* ---------- one context shared by worker threads ---------- */
+
+enum { THREADS = 4, THREAD_SESSIONS = 16 };
+
+static void *thread_sessions(void *arg)
+{
+    sv_tls_ctx *ctx = arg;
+    uintptr_t ok = 1;
+    for (int i = 0; i < THREAD_SESSIONS && ok; i++) {
+        pair p;
+        client_opts o = {.max_version = i % 2 ? v12 : v13, .sni = "thread.test",
+                         .alpn_wire = "\x02h2"};
+        pair_start(&p, ctx, &o);
+        pump(&p);
+        size_t len;
+        ok = p.srv_rc == 0 && sv_tls_is_established(p.srv) && sv_tls_alpn(p.srv, &len) != NULL &&
+             len == 2;
+        uint8_t *up = pattern(20000, (uint32_t)i);
+        client_write(&p, up, 20000);
+        pump(&p);
+        ok = ok && p.srv_plain.len == 20000 && memcmp(p.srv_plain.p, up, 20000) == 0;
+        free(up);
+        pair_free(&p);
+    }
+    sv_tls_ctx_unref(ctx);
+    return (void *)ok;
+}
+
+/* Sessions made from one context on several threads at once (DESIGN.md: workers share the
+ * context read-only); each thread holds its own reference, the creator drops its own early. */
+static void tls__context_shared_by_threads__sessions_work(void **state)
+{
+    const char *alpn[] = {"h2", "http/1.1"};
+    sv_tls_ctx *ctx = self_ctx("thread.test", alpn, 2);
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, thread_sessions, sv_tls_ctx_ref(ctx)), 0);
+    sv_tls_ctx_unref(ctx);
+    for (int i = 0; i < THREADS; i++) {
+        void *ok;
+        assert_int_equal(pthread_join(t[i], &ok), 0);
+        assert_true(ok == (void *)1);
+    }
+}
+
 /* ---------- memory per idle session ---------- */
 
 /* Bytes held per session after its handshake and a short exchange, with the clients gone. */
@@ -1092,6 +1218,38 @@ static long idle_bytes_per_session(int version)
     for (int i = 0; i < N; i++)
         sv_tls_session_free(srv[i]);
     return per;
+}
+
+/* Clients that connect and stall before their ClientHello is complete cost only what they sent
+ * (issue 8: 10 000 connections that never finish the handshake, bounded memory). */
+static void tls__stalled_before_client_hello__costs_bytes_sent(void **state)
+{
+    enum { N = 100 };
+    pair c;
+    pair_start(&c, g_self, NULL);
+    (void)pump_client(&c);
+    size_t half = c.up.len / 2;
+    sv_tls_session *s[N];
+    long before = g_live_bytes;
+    for (int i = 0; i < N; i++)
+        assert_int_equal(sv_tls_session_new(g_self, &s[i]), 0);
+    long fresh = (g_live_bytes - before) / N;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(sv_tls_feed(s[i], c.up.p, half), (ssize_t)half);
+        assert_int_equal(sv_tls_out_pending(s[i]), 0);
+    }
+    long partial = (g_live_bytes - before) / N;
+    print_message("stalled session: %ld bytes fresh, %ld bytes with %zu bytes of ClientHello\n",
+                  fresh, partial, half);
+    assert_true(fresh < 512);
+    assert_true(partial < fresh + 2 * (long)half + 256);
+    /* The last byte arrives for one of them: it answers. */
+    assert_int_equal(sv_tls_feed(s[0], c.up.p + half, c.up.len - half),
+                     (ssize_t)(c.up.len - half));
+    assert_true(sv_tls_out_pending(s[0]) > 0);
+    for (int i = 0; i < N; i++)
+        sv_tls_session_free(s[i]);
+    pair_free(&c);
 }
 
 static void tls__idle_session__small(void **state)
@@ -1131,6 +1289,7 @@ int main(void)
         cmocka_unit_test(tls__feed_over_input_bound__partial_then_rest),
         cmocka_unit_test(tls__write_over_output_bound__backpressure),
         cmocka_unit_test(tls__client_hello_cut_in_half__waits_then_completes),
+        cmocka_unit_test(tls__client_hello_in_tiny_records__completes_or_bounded),
         cmocka_unit_test(tls__alpn__server_preference_or_none),
         cmocka_unit_test_prestate(tls__sni__recorded_or_null, (void *)&v13),
         cmocka_unit_test_prestate(tls__sni__recorded_or_null, (void *)&v12),
@@ -1144,6 +1303,9 @@ int main(void)
         cmocka_unit_test(tls__bad_pair__clear_error),
         cmocka_unit_test(tls__expired_cert__accepted_and_noted),
         cmocka_unit_test(tls__reload__unchanged_swapped_broken),
+        cmocka_unit_test(tls__renegotiation__refused),
+        cmocka_unit_test(tls__context_shared_by_threads__sessions_work),
+        cmocka_unit_test(tls__stalled_before_client_hello__costs_bytes_sent),
         cmocka_unit_test(tls__idle_session__small),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
