@@ -903,8 +903,6 @@ static enum hello_scan scan_client_hello(const uint8_t *p, size_t n, size_t max)
 {
     uint8_t head[4];
     size_t head_len = 0, body = 0, need = 0, pos = 0;
-    if (n >= SV_TLS_IN_MAX)
-        return HELLO_READY; /* a bound above SV_TLS_IN_MAX: OpenSSL takes and bounds the rest */
     while (n - pos >= 5) {
         const uint8_t *r = p + pos;
         size_t rlen = (size_t)r[3] << 8 | r[4];
@@ -929,7 +927,8 @@ static enum hello_scan scan_client_hello(const uint8_t *p, size_t n, size_t max)
             break;
         pos += 5 + rlen;
     }
-    return HELLO_PARTIAL;
+    /* A full queue (a bound above SV_TLS_IN_MAX): OpenSSL takes and bounds the rest. */
+    return n >= SV_TLS_IN_MAX ? HELLO_READY : HELLO_PARTIAL;
 }
 
 static int advance_handshake(sv_tls_session *s)

@@ -14,6 +14,9 @@
  *
  * Protocol: TLS 1.2 (RFC 5246) and TLS 1.3 (RFC 8446) only; ECDHE AEAD suites for 1.2; no
  * renegotiation, no 0-RTT, no server-side session cache (stateless tickets only).
+ * Bounds (issue 8): the handshake may read at most handshake_max bytes from the client; the
+ * OpenSSL object is made only once a whole ClientHello has arrived, so a client that stalls
+ * before that costs about 100 bytes plus what it sent; the time bound is the runtime's.
  */
 #ifndef SV_TRANSPORT_TLS_H
 #define SV_TRANSPORT_TLS_H
@@ -135,10 +138,12 @@ void sv_tls_session_free(sv_tls_session *s);
  * buffered input and, while the handshake runs, advances it (its replies become pending output).
  * A return below @p n means: read plaintext with sv_tls_read(), then feed the rest.
  * Handshake size bound: a handshake that needs more than the context's handshake_max bytes from
- * the client fails with -EMSGSIZE (issue 8); bytes after the client's Finished do not count.
- * @return bytes consumed (0..n), or a negative errno, terminal for the session: -EPROTO (not TLS,
- *         a bad record, a failed handshake, an alert from the peer), -EMSGSIZE, -ENOMEM. After an
- *         error the pending output may hold a fatal alert: send it or drop it, then close.
+ * the client fails with -EMSGSIZE (issue 8), a ClientHello announcing more as soon as its length
+ * arrives; bytes after the client's Finished do not count.
+ * @return bytes consumed (0..n), or a negative errno, terminal for the session: -EPROTO (the
+ *         first record is not a handshake record with a ClientHello, e.g. plain HTTP; a bad
+ *         record; a failed handshake; an alert from the peer), -EMSGSIZE, -ENOMEM. After an error
+ *         the pending output may hold a fatal alert: send it or drop it, then close.
  */
 ssize_t sv_tls_feed(sv_tls_session *s, const uint8_t *p, size_t n)
     __attribute__((warn_unused_result));

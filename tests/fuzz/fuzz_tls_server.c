@@ -2,7 +2,9 @@
  * Fuzz harness: TLS server session (supervisor/transport/tls.c) fed arbitrary client bytes.
  * Input: byte 0 picks the split pattern, the rest is what a client sends. The seeds in
  * fuzz_tls_server.in are ClientHellos captured from OpenSSL 3 clients (TLS 1.3, TLS 1.2 only,
- * SNI + ALPN), a whole client flight, an HTTP request and cut or corrupted hellos.
+ * SNI + ALPN), whole client flights, an HTTP request, cut, corrupted or oversized hellos; they
+ * were written by a throwaway program driving an OpenSSL client against this layer, plus one
+ * input libFuzzer found (hello-length-huge-split: the same outcome whole and split).
  * Checks: never a crash; feed consumes at most what it was given; buffered input stays within
  * SV_TLS_IN_MAX and pending output within a handshake flight; an error is terminal and sticky;
  * the same outcome (error, established) whether the input comes whole or in pieces.

@@ -777,6 +777,25 @@ static void tls__handshake_over_byte_bound__emsgsize(void **state)
     pair_free(&p);
     sv_tls_ctx_unref(ctx);
 
+    /* A bound the ClientHello fits in but the client's second flight does not (the handshake
+     * "keeps going" past it), for both versions. */
+    for (int version = 0; version < 2; version++) {
+        client_opts o = {.max_version = version ? v12 : v13};
+        pair_start(&p, g_self, &o);
+        (void)pump_client(&p);
+        size_t hello = p.up.len;
+        pair_free(&p);
+        sv_tls_config fits = {.mode = SV_TLS_CERT_SELF, .server_name = "small.test",
+                              .handshake_max = hello + 20};
+        assert_int_equal(sv_tls_ctx_new(&fits, &ctx, &err), 0);
+        pair_start(&p, ctx, &o);
+        pump(&p);
+        assert_int_equal(p.srv_rc, -EMSGSIZE);
+        assert_false(sv_tls_is_established(p.srv));
+        pair_free(&p);
+        sv_tls_ctx_unref(ctx);
+    }
+
     /* The default 16 KiB bound: a ClientHello announcing 65 280 bytes, sent in full records. */
     size_t n = 3 * (5 + 16384);
     uint8_t *wire = calloc(1, n);
