@@ -2,7 +2,8 @@
 # The REST API and file descriptors (issue 15), real daemon, real ss-local:
 # - 2 000 open relays (ulimit -n 8192): katana holds over 4 000 descriptors, so every new API
 #   connection gets one above 1024; /healthz answers in < 1 s, /metrics answers.
-# - a katana limited to 64 descriptors, exhausted by connections to its data-plane port: a
+# - a katana limited to 64 descriptors, exhausted by connections to its data-plane port (and
+#   idle API connections, should the data plane keep a reserve): a
 #   /healthz request made meanwhile is answered within 5 s of the connections leaving; the
 #   API's threads stay below 5% CPU while exhausted and log at most 4 lines (the pause and the
 #   recovery), never one per accept() attempt (at most 10 lines in all, data plane included);
@@ -71,6 +72,12 @@ kt_bg exhaust "${LOAD[@]}" hold --port "$NODE_PORT" --count 200 --send 012345678
     --ready-file "$T/exhaust.ready"
 EXHAUST_PID=$BG_PID
 kt_wait_file "$T/exhaust.ready" 30 || { fail "exhaust: no summary"; exit 1; }
+# Should the data plane keep descriptors in reserve, idle API connections take the rest (they
+# wait in the listen backlog when the data plane took everything).
+kt_bg topup "${LOAD[@]}" hold --port "$API_PORT" --count 100 --sources 127.0.0.3,127.0.0.4 \
+    --ready-file "$T/topup.ready"
+TOPUP_PID=$BG_PID
+kt_wait_file "$T/topup.ready" 30 || { fail "topup: no summary"; exit 1; }
 for _ in $(seq 1 50); do [ "$(fds "$SRV_PID")" -ge "$FD_LIMIT" ] && break; sleep 0.1; done
 N=$(fds "$SRV_PID"); echo "katana holds $N descriptors (limit $FD_LIMIT)"
 check "katana is out of descriptors" test "$N" -ge "$FD_LIMIT"
@@ -80,7 +87,7 @@ CPU0=$(api_cpu_ticks "$SRV_PID"); sleep 3; CPU1=$(api_cpu_ticks "$SRV_PID")
 TCK=$(getconf CLK_TCK)
 echo "API threads used $((CPU1 - CPU0)) ticks of $((3 * TCK)) in 3 s while exhausted"
 check "API threads below 5% CPU while exhausted" test $(((CPU1 - CPU0) * 100)) -lt $((5 * 3 * TCK))
-kill -TERM "$EXHAUST_PID" 2>/dev/null || true
+kill -TERM "$EXHAUST_PID" "$TOPUP_PID" 2>/dev/null || true
 T0=$(date +%s%N)
 if kt_wait_exit "$HEALTHZ_PID" 10; then :; fi
 T1=$(date +%s%N)
