@@ -7,7 +7,8 @@
 # - 500 SSE subscribers from ten addresses, answered ones kept open: each is served (200 and
 #   the stream's first comment) or refused with 503 {"error": ...}, exactly API_SSE_STREAMS_MAX
 #   are served, /healthz, /metrics and a stream opened before them keep answering, and the
-#   daemon still exits 0 on SIGTERM with every stream open.
+#   daemon still exits 0 on SIGTERM with every stream open;
+# - that first stream, opened at the start, outlives the idle timeout (keepalive comments).
 # The limits are read from api/api.h.
 . "$(dirname "$0")/lib.sh"
 kt_need ss-local curl jq
@@ -52,6 +53,13 @@ report() {
     grep '"report"' "$T/$1.log" | tail -n 1
 }
 
+# A stream open from the start: it stays idle longer than API_IDLE_TIMEOUT_S (keepalives only).
+kt_bg curl-ev curl -sS -N -m 100 -H "Authorization: Bearer $TOKEN" -o "$T/ev.sse" \
+    "$A/v1/connections/events"
+CURL_EV_PID=$BG_PID
+for _ in $(seq 1 100); do grep -q '^: katana stream' "$T/ev.sse" 2>/dev/null && break; sleep 0.1; done
+check "a first stream is open" grep -q '^: katana stream' "$T/ev.sse"
+
 # --- idle, unauthenticated connections -------------------------------------------------
 kt_bg idle-silent "${LOAD[@]}" hold --port "$API_PORT" --count 100 \
     --sources 127.0.0.3,127.0.0.4 --report-after $((IDLE_S + 5)) --ready-file "$T/idle-silent.ready"
@@ -81,10 +89,8 @@ check "$((PER_IP + 16)) connections from one address: $PER_IP stay open, 16 are 
     jq -e ".open == $PER_IP and .closed == 16" <<<"${R3:-null}"
 
 # --- SSE subscribers -------------------------------------------------------------------
-kt_bg curl-ev curl -sS -N -m 100 -H "Authorization: Bearer $TOKEN" -o "$T/ev.sse" \
-    "$A/v1/connections/events"
-for _ in $(seq 1 100); do grep -q '^: katana stream' "$T/ev.sse" 2>/dev/null && break; sleep 0.1; done
-check "a first stream is open" grep -q '^: katana stream' "$T/ev.sse"
+check "the first stream, idle for over $((IDLE_S + 5)) s, got keepalives and is still open" \
+    bash -c "grep -q '^: keepalive' '$T/ev.sse' && kill -0 $CURL_EV_PID"
 kt_bg sse-events "${LOAD[@]}" sse --port "$API_PORT" --count 250 --token "$TOKEN" \
     --sources 127.0.0.8,127.0.0.9,127.0.0.10,127.0.0.11,127.0.0.12 \
     --path /v1/connections/events --timeout 20 --ready-file "$T/sse-events.ready"
