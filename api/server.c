@@ -7,9 +7,9 @@
  * socket of its own. The accept thread here owns the listen socket and hands each connection
  * over with MHD_add_connection() (which applies the global and per-IP limits), because
  * libmicrohttpd, out of descriptors with no connection open, retries accept() in a busy loop
- * and logs every try. Out of descriptors, this thread stops polling the listen socket (new
- * clients wait in its backlog), tries again every ACCEPT_RETRY_MS, and logs the pause and the
- * recovery once each. It also drives the SSE pump (sse.c) and reports suppressed log lines.
+ * and logs every try. Out of descriptors (or on any error of the listen socket itself), this
+ * thread stops polling the listen socket (new clients wait in its backlog), tries again every
+ * ACCEPT_RETRY_MS, and logs the pause and the recovery once each. It also drives the SSE pump (sse.c) and reports suppressed log lines.
  */
 #include <config.h>
 
@@ -226,15 +226,19 @@ static int check_options(const api_options *o, struct sockaddr_storage *sa, sv_e
 /* Accept thread                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-static bool out_of_descriptors(int e)
+/* An accept() error that concerns only the connection being accepted (accept(2), Linux). */
+static bool connection_error(int e)
 {
-    return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
+    return e == EINTR || e == ECONNABORTED || e == EPROTO || e == EPERM || e == ENETDOWN ||
+           e == ENOPROTOOPT || e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH ||
+           e == EOPNOTSUPP || e == ENETUNREACH;
 }
 
 /*
  * Take up to ACCEPT_BATCH pending connections and hand them to libmicrohttpd.
- * @return 0 (the queue is empty or the batch is done) or the errno of a failed accept() that is
- *         a shortage of descriptors or memory.
+ * @return 0 (the queue is empty or the batch is done) or the errno of a failed accept() that
+ *         is not about one connection: out of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+ *         ENOMEM), or anything else wrong with the socket. The caller pauses on it.
  */
 static int accept_some(api_server *s)
 {
@@ -245,13 +249,11 @@ static int accept_some(api_server *s)
                          SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             int e = errno;
-            if (out_of_descriptors(e))
-                return e;
             if (e == EAGAIN || e == EWOULDBLOCK)
                 return 0;
-            if (e != EINTR && e != ECONNABORTED && e != EPROTO && e != EPERM)
-                log_limited(s, "accept: %s", strerror(e));
-            continue;
+            if (connection_error(e))
+                continue;
+            return e;
         }
         /* closes fd itself when refused (limits) or failing; it logs within the budget */
         MHD_add_connection(s->daemon, fd, (struct sockaddr *)&sa, len);
@@ -281,7 +283,7 @@ static void *accept_main(void *arg)
             (void)r;
         }
         now = api_now_ms();
-        if ((!paused && (p[1].revents & POLLIN)) || (paused && now >= retry_at)) {
+        if ((!paused && p[1].revents != 0) || (paused && now >= retry_at)) {
             int e = accept_some(s);
             if (e != 0 && !paused) {
                 paused = true;
