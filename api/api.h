@@ -1,6 +1,8 @@
 /*
  * katana operator REST API (issue 4; DESIGN.md "api/", "Threads and loops"; seed 003, "REST
- * API"): a libmicrohttpd server in its own threads. Reads come from the supervisor's published
+ * API"): a libmicrohttpd server in two threads of its own (issue 15): libmicrohttpd's epoll
+ * thread serves every connection, and an accept thread takes connections (pausing while the
+ * process is out of descriptors) and wakes suspended SSE streams. Reads come from the supervisor's published
  * snapshots and flow registry (sv_flows, sv_sessions, sv_stats_get, sv_events_next, ...);
  * kills and closes use the supervisor's any-thread entry points; node status, sync requests,
  * per node usage and panel request counters go through callbacks the agent provides (which read
@@ -30,7 +32,30 @@
 #define API_QUERY_VALUE_MAX 256 /**< bytes in a decoded query value */
 #define API_PATH_SEGMENTS_MAX 8 /**< path segments */
 #define API_SEGMENT_MAX 128    /**< bytes in a decoded path segment */
-#define API_SSE_STREAMS_MAX 32 /**< live SSE streams at a time (more: 503) */
+/**
+ * Live SSE streams at a time (issue 15). A stream holds a connection slot but no thread: it is
+ * suspended while it has nothing to send. One more is answered 503 {"error":"too many streams"}.
+ */
+#define API_SSE_STREAMS_MAX 256
+/**
+ * Open API connections at a time, streams included (issue 15): each costs one descriptor and at
+ * most libmicrohttpd's 32 KiB connection pool. Beyond it a new connection is closed unanswered.
+ */
+#define API_CONNECTIONS_MAX 512
+/** Open API connections from one IP address (issue 15); beyond it, closed unanswered. */
+#define API_PER_IP_CONNECTIONS_MAX 64
+/**
+ * Seconds a connection may stay silent (no request bytes in, no response bytes out) before it is
+ * closed (issue 15: a short timeout for connections that have not sent a full request). Streams
+ * send a comment every API_SSE_KEEPALIVE_S, and a suspended stream does not time out.
+ */
+#define API_IDLE_TIMEOUT_S 10
+/** Seconds between ": keepalive" comments on a stream that has nothing else to send. */
+#define API_SSE_KEEPALIVE_S 5
+/** Lines the API logs (its own and libmicrohttpd's) per API_LOG_WINDOW_S; more are counted. */
+#define API_LOG_BURST 5
+/** The window of API_LOG_BURST, seconds (issue 15: never a log line in a loop). */
+#define API_LOG_WINDOW_S 60
 
 /* ------------------------------------------------------------------------------------------ */
 /* Node status (filled by the agent)                                                           */
@@ -126,10 +151,16 @@ typedef struct api_options {
 typedef struct api_server api_server;
 
 /**
- * Parse and check @p opts, bind and start serving in libmicrohttpd's threads.
+ * Parse and check @p opts, bind and start serving: libmicrohttpd on epoll in one thread (no
+ * thread per connection, descriptors >= 1024 are fine) and the accept thread. Limits: the
+ * API_CONNECTIONS_MAX, API_PER_IP_CONNECTIONS_MAX, API_IDLE_TIMEOUT_S and API_SSE_STREAMS_MAX
+ * above. When accept() fails for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM) the accept
+ * thread stops accepting, retries every 250 ms and logs the pause and the recovery once each
+ * (issue 15); libmicrohttpd's messages go to the log within the API_LOG_BURST budget.
  * @return 0; -EINVAL (bad listen, err: "api.listen: ..."); -EPERM when listen is not a loopback
  *         address and no token is set (err says so, nothing is bound); -EADDRINUSE or another
- *         bind error; -ENOMEM.
+ *         bind error; -ENOMEM; another negative errno when a thread or libmicrohttpd cannot
+ *         start.
  */
 int api_server_start(const api_options *opts, api_server **out, sv_error *err);
 
@@ -137,13 +168,13 @@ int api_server_start(const api_options *opts, api_server **out, sv_error *err);
 uint16_t api_server_port(const api_server *s);
 
 /**
- * End every stream, stop the threads and free the server. Blocks until libmicrohttpd's threads
- * are gone (SSE streams notice within about 100 ms). NULL-safe.
+ * End every stream, stop the threads and free the server. Blocks until both threads are gone
+ * (streams end at once: suspended ones are resumed to finish). NULL-safe.
  */
 void api_server_stop(api_server *s);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Pure helpers (api/query.c), exposed for tests and fuzzing                                   */
+/* Pure helpers (api/query.c, api/logbudget.c), exposed for tests and fuzzing                 */
 /* ------------------------------------------------------------------------------------------ */
 
 /** A parsed request target: decoded path segments and query parameters, heap-free. */
@@ -196,6 +227,30 @@ int api_listen_parse(const char *text, struct sockaddr_storage *sa, bool *loopba
  * @return true when they match; false for NULL, another scheme or another token.
  */
 bool api_auth_ok(const char *header, const char *token);
+
+/** A log budget: API_LOG_BURST lines per window of API_LOG_WINDOW_S; the rest are counted. */
+typedef struct api_log_budget {
+    bool open;           /**< a window is running */
+    uint64_t start_ms;   /**< when it began (monotonic ms) */
+    unsigned used;       /**< lines written in it */
+    uint64_t suppressed; /**< lines dropped in it */
+} api_log_budget;
+
+/**
+ * Whether one more line may be written at @p now_ms (monotonic milliseconds). A line arriving
+ * after the window ended opens a new one.
+ * @param suppressed  receives the lines dropped in a window that this call ended (0 if none):
+ *                    the caller reports them before its line
+ * @return true to write the line; false when it is dropped (and counted).
+ */
+bool api_log_budget_take(api_log_budget *b, uint64_t now_ms, uint64_t *suppressed);
+
+/**
+ * End the window if it is over at @p now_ms (called periodically, so that the count of a burst
+ * is reported even when nothing else is logged afterwards).
+ * @return the lines the ended window dropped; 0 when it is still running or dropped nothing.
+ */
+uint64_t api_log_budget_flush(api_log_budget *b, uint64_t now_ms);
 
 /**
  * Format wall-clock milliseconds as RFC 3339 UTC with milliseconds ("2024-05-01T12:00:00.123Z").

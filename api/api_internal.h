@@ -5,15 +5,22 @@
 #ifndef API_API_INTERNAL_H
 #define API_API_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include <jansson.h>
 #include <microhttpd.h>
 
 #include "api/api.h"
+#include "supervisor/util/list.h"
 
 struct api_server {
     struct MHD_Daemon *daemon;
+    int listen_fd;        /* ours: the accept thread hands connections to libmicrohttpd */
+    int wake_fd;          /* eventfd: wakes the accept thread (a new stream, stop) */
+    pthread_t acceptor;
+    pthread_mutex_t log_lock; /* guards log_budget */
+    api_log_budget log_budget;
     sv_supervisor *sv;
     api_nodes_fn nodes;
     api_sync_fn sync;
@@ -22,8 +29,11 @@ struct api_server {
     void *arg;
     char token[API_TOKEN_MAX + 1]; /* "" = no token */
     uint16_t port;
-    atomic_bool stopping; /* streams end when set */
+    atomic_bool stopping; /* streams end when set (under stream_lock) */
     atomic_int streams;   /* live SSE streams */
+    atomic_int traffic_streams; /* of which /v1/traffic (the pump reads the tick for them) */
+    pthread_mutex_t stream_lock; /* guards stream_list and each stream's suspended flag */
+    sv_list stream_list;  /* every live stream (sse.c) */
 };
 
 /** What a handler answers: a status and either a JSON value, a text body or a response. */
@@ -34,6 +44,7 @@ typedef struct api_reply {
     size_t text_len;
     const char *content_type;      /* for text */
     struct MHD_Response *response; /* a ready response (SSE streams) */
+    struct MHD_Connection *conn;   /* the request's connection (a stream suspends it) */
 } api_reply;
 
 /** Set an error reply {"error": msg} with @p status. @return 0. */
@@ -50,9 +61,24 @@ json_t *api_json_time(uint64_t ms); /* RFC 3339 string, or null for 0 */
 /* routes.c */
 void api_route(api_server *s, const char *method, const api_uri *uri, api_reply *r);
 
-/* sse.c: a streaming response for the events / traffic stream, or NULL (503 / ENOMEM). */
-struct MHD_Response *api_sse_events(api_server *s);
-struct MHD_Response *api_sse_traffic(api_server *s);
+/* sse.c: a streaming response on connection @p c for the events / traffic stream, or NULL
+ * (API_SSE_STREAMS_MAX reached, or ENOMEM: the caller answers 503). */
+struct MHD_Response *api_sse_events(api_server *s, struct MHD_Connection *c);
+struct MHD_Response *api_sse_traffic(api_server *s, struct MHD_Connection *c);
+
+/* sse.c, accept thread: resume the suspended streams that have something to send at @p now_ms
+ * (a new event, a new tick, a keepalive due). */
+void api_sse_pump(api_server *s, uint64_t now_ms);
+
+/* sse.c: set s->stopping and resume every suspended stream so that it ends (before
+ * MHD_stop_daemon, which must not meet a suspended connection). */
+void api_sse_stop(api_server *s);
+
+/* server.c: monotonic milliseconds. */
+uint64_t api_now_ms(void);
+
+/* server.c: wake the accept thread (a stream started: pump every step from now on). */
+void api_wake(api_server *s);
 
 /* metrics.c: the Prometheus text page. @return 0 or -ENOMEM. */
 int api_metrics_render(api_server *s, char **out, size_t *len);

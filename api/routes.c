@@ -392,7 +392,7 @@ static void route_connections(api_server *s, bool get, bool del, const api_uri *
     } else if (u->n_segments == 3 && seg_is(u, 2, "events")) {
         if (!get)
             method_not_allowed(r);
-        else if (no_query(u, r) == 0 && (r->response = api_sse_events(s)) == NULL)
+        else if (no_query(u, r) == 0 && (r->response = api_sse_events(s, r->conn)) == NULL)
             api_reply_error(r, 503, "too many streams");
     } else if (u->n_segments == 3) {
         if (!del)
@@ -433,7 +433,7 @@ static void route_v1(api_server *s, bool get, bool del, bool post, const api_uri
     } else if (seg_is(u, 1, "traffic") && u->n_segments == 2) {
         if (!get)
             method_not_allowed(r);
-        else if ((r->response = api_sse_traffic(s)) == NULL)
+        else if ((r->response = api_sse_traffic(s, r->conn)) == NULL)
             api_reply_error(r, 503, "too many streams");
     } else if (seg_is(u, 1, "usage") && u->n_segments == 2) {
         if (!get)

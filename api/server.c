@@ -2,12 +2,27 @@
  * The API's libmicrohttpd server (api/api.h): start/stop, per-request state, bearer auth (every
  * route but /healthz when a token is set; 401 {"error":"unauthorized"}), the request target
  * parsed by api_uri_parse() from the raw URI, and replies serialised to JSON.
+ *
+ * Threads (issue 15): libmicrohttpd runs on epoll in its one internal thread, without a listen
+ * socket of its own. The accept thread here owns the listen socket and hands each connection
+ * over with MHD_add_connection() (which applies the global and per-IP limits), because
+ * libmicrohttpd, out of descriptors with no connection open, retries accept() in a busy loop
+ * and logs every try. Out of descriptors (or on any error of the listen socket itself), this
+ * thread stops polling the listen socket (new clients wait in its backlog), tries again every
+ * ACCEPT_RETRY_MS, and logs the pause and the recovery once each. It also drives the SSE pump (sse.c) and reports suppressed log lines.
  */
 #include <config.h>
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "api/api_internal.h"
 #include "supervisor/util/holder.h"
@@ -15,8 +30,74 @@
 
 #define MOD "api"
 #define BODY_MAX 65536u       /* request bodies are ignored, but bounded */
-#define CONNECTIONS_MAX 64u
-#define IDLE_TIMEOUT_S 60u
+#define LISTEN_BACKLOG 128
+#define ACCEPT_BATCH 64       /* connections taken per wakeup before polling again */
+#define ACCEPT_RETRY_MS 250   /* out of descriptors: try accept() again after this */
+#define SSE_STEP_MS 50        /* how often suspended streams are checked for news */
+#define IDLE_POLL_MS 1000     /* the accept thread's wakeup with no stream (log flush) */
+
+uint64_t api_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void api_wake(api_server *s)
+{
+    uint64_t one = 1;
+    ssize_t w = write(s->wake_fd, &one, sizeof one); /* EAGAIN: already signalled */
+    (void)w;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Logging within the budget                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+static void report_suppressed(uint64_t n)
+{
+    if (n > 0)
+        SV_LOG(SV_LOG_WARN, MOD, "%llu more API log lines suppressed (at most %d per %d s)",
+               (unsigned long long)n, API_LOG_BURST, API_LOG_WINDOW_S);
+}
+
+/* One WARN line within the API's log budget (any thread). */
+static void log_limited(api_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_limited(api_server *s, const char *fmt, ...)
+{
+    if (SV_LOG_WARN > sv_log_threshold)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    uint64_t dropped;
+    pthread_mutex_lock(&s->log_lock);
+    bool ok = api_log_budget_take(&s->log_budget, api_now_ms(), &dropped);
+    report_suppressed(dropped);
+    if (ok)
+        sv_log_write(SV_LOG_WARN, MOD, "%s", msg);
+    pthread_mutex_unlock(&s->log_lock);
+}
+
+static void flush_log(api_server *s, uint64_t now_ms)
+{
+    pthread_mutex_lock(&s->log_lock);
+    report_suppressed(api_log_budget_flush(&s->log_budget, now_ms));
+    pthread_mutex_unlock(&s->log_lock);
+}
+
+/* MHD_OPTION_EXTERNAL_LOGGER: libmicrohttpd's messages, one line each, within the budget. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[400];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    log_limited(cls, "libmicrohttpd: %s", msg);
+}
 
 /** One request: the raw target (from the URI log callback) and how much body was seen. */
 typedef struct api_request {
@@ -118,6 +199,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     api_uri uri;
     sv_error err = {0};
+    r.conn = c;
     if (api_uri_parse(req->target, strlen(req->target), &uri, &err) != 0)
         api_reply_error(&r, 400, "%s", err.msg);
     else
@@ -141,6 +223,134 @@ static int check_options(const api_options *o, struct sockaddr_storage *sa, sv_e
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Accept thread                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* An accept() error that concerns only the connection being accepted (accept(2), Linux). */
+static bool connection_error(int e)
+{
+    return e == EINTR || e == ECONNABORTED || e == EPROTO || e == EPERM || e == ENETDOWN ||
+           e == ENOPROTOOPT || e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH ||
+           e == EOPNOTSUPP || e == ENETUNREACH;
+}
+
+/*
+ * Take up to ACCEPT_BATCH pending connections and hand them to libmicrohttpd.
+ * @return 0 (the queue is empty or the batch is done) or the errno of a failed accept() that
+ *         is not about one connection: out of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+ *         ENOMEM), or anything else wrong with the socket. The caller pauses on it.
+ */
+static int accept_some(api_server *s)
+{
+    for (int i = 0; i < ACCEPT_BATCH; i++) {
+        struct sockaddr_storage sa;
+        socklen_t len = sizeof sa;
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &len,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            if (e == EAGAIN || e == EWOULDBLOCK)
+                return 0;
+            if (connection_error(e))
+                continue;
+            return e;
+        }
+        /* closes fd itself when refused (limits) or failing; it logs within the budget */
+        MHD_add_connection(s->daemon, fd, (struct sockaddr *)&sa, len);
+    }
+    return 0;
+}
+
+static void *accept_main(void *arg)
+{
+    api_server *s = arg;
+    pthread_setname_np(pthread_self(), "api-accept");
+    bool paused = false;
+    uint64_t paused_at = 0, retry_at = 0, pumped_at = 0;
+    while (!atomic_load(&s->stopping)) {
+        uint64_t now = api_now_ms();
+        bool streams = atomic_load(&s->streams) > 0;
+        uint64_t wait = streams ? SSE_STEP_MS : IDLE_POLL_MS;
+        if (paused)
+            wait = retry_at > now ? (retry_at - now < wait ? retry_at - now : wait) : 0;
+        struct pollfd p[2] = {{.fd = s->wake_fd, .events = POLLIN},
+                              {.fd = paused ? -1 : s->listen_fd, .events = POLLIN}};
+        if (poll(p, 2, (int)wait) < 0 && errno != EINTR)
+            log_limited(s, "poll: %s", strerror(errno));
+        if (p[0].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(s->wake_fd, &v, sizeof v);
+            (void)r;
+        }
+        now = api_now_ms();
+        if ((!paused && p[1].revents != 0) || (paused && now >= retry_at)) {
+            int e = accept_some(s);
+            if (e != 0 && !paused) {
+                paused = true;
+                paused_at = now;
+                log_limited(s, "accept: %s: not accepting API connections (they wait in the "
+                            "backlog), retrying every %d ms", strerror(e), ACCEPT_RETRY_MS);
+            } else if (e == 0 && paused) {
+                paused = false;
+                log_limited(s, "accepting API connections again after %.1f s",
+                            (double)(now - paused_at) / 1000.0);
+            }
+            if (paused)
+                retry_at = now + ACCEPT_RETRY_MS;
+        }
+        if (streams && now - pumped_at >= SSE_STEP_MS) {
+            api_sse_pump(s, now);
+            pumped_at = now;
+        }
+        flush_log(s, now);
+    }
+    return NULL;
+}
+
+static int listen_on(const struct sockaddr_storage *sa, int *out)
+{
+    int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    socklen_t len = sa->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                              : sizeof(struct sockaddr_in);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        (sa->ss_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) ||
+        bind(fd, (const struct sockaddr *)sa, len) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    *out = fd;
+    return 0;
+}
+
+static uint16_t bound_port(int fd)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        return 0;
+    if (sa.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&sa)->sin_port);
+}
+
+/* Free what api_server_start() set up (threads already stopped). */
+static void server_free(api_server *s)
+{
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    if (s->wake_fd >= 0)
+        close(s->wake_fd);
+    pthread_mutex_destroy(&s->stream_lock);
+    pthread_mutex_destroy(&s->log_lock);
+    free(s);
+}
+
 int api_server_start(const api_options *o, api_server **out, sv_error *err)
 {
     struct sockaddr_storage sa;
@@ -159,27 +369,50 @@ int api_server_start(const api_options *o, api_server **out, sv_error *err)
     s->arg = o->arg;
     if (o->token != NULL)
         strcpy(s->token, o->token);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ERROR_LOG | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    s->listen_fd = -1;
+    pthread_mutex_init(&s->stream_lock, NULL);
+    pthread_mutex_init(&s->log_lock, NULL);
+    sv_list_init(&s->stream_list);
+    const char *listen = o->listen != NULL ? o->listen : API_DEFAULT_LISTEN;
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->wake_fd < 0) {
+        rc = -errno;
+        server_free(s);
+        return sv_error_set(err, rc, "api: eventfd: %s", strerror(-rc));
+    }
+    rc = listen_on(&sa, &s->listen_fd);
+    if (rc != 0) {
+        char who[128];
+        server_free(s);
+        if (rc == -EADDRINUSE &&
+            sv_addr_held_elsewhere((struct sockaddr *)&sa, SOCK_STREAM, who, sizeof who) != 0)
+            return sv_error_set(err, rc, "api: cannot listen on %s: the port is held by %s",
+                                listen, who);
+        return sv_error_set(err, rc, "api: cannot listen on %s: %s", listen, strerror(-rc));
+    }
+    s->port = bound_port(s->listen_fd);
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_NO_LISTEN_SOCKET |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
-                                 MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                                 MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                                  MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_done, s,
-                                 MHD_OPTION_CONNECTION_LIMIT, CONNECTIONS_MAX,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, IDLE_TIMEOUT_S,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONNECTIONS_MAX,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                                 (unsigned)API_PER_IP_CONNECTIONS_MAX,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_IDLE_TIMEOUT_S,
                                  MHD_OPTION_END);
     if (s->daemon == NULL) {
-        int e = errno != 0 ? errno : EADDRINUSE;
-        char who[128];
-        free(s);
-        if (sv_addr_held_elsewhere((struct sockaddr *)&sa, SOCK_STREAM, who, sizeof who) != 0)
-            return sv_error_set(err, -EADDRINUSE, "api: cannot listen on %s: the port is held "
-                                "by %s", o->listen != NULL ? o->listen : API_DEFAULT_LISTEN, who);
-        return sv_error_set(err, -e, "api: cannot listen on %s: %s",
-                            o->listen != NULL ? o->listen : API_DEFAULT_LISTEN, strerror(e));
+        rc = errno != 0 ? -errno : -ENOMEM;
+        server_free(s);
+        return sv_error_set(err, rc, "api: libmicrohttpd did not start: %s", strerror(-rc));
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info != NULL ? info->port : 0;
+    rc = -pthread_create(&s->acceptor, NULL, accept_main, s);
+    if (rc != 0) {
+        MHD_stop_daemon(s->daemon);
+        server_free(s);
+        return sv_error_set(err, rc, "api: cannot start the accept thread: %s", strerror(-rc));
+    }
     *out = s;
     return 0;
 }
@@ -193,7 +426,10 @@ void api_server_stop(api_server *s)
 {
     if (s == NULL)
         return;
-    atomic_store(&s->stopping, true);
+    api_sse_stop(s); /* sets stopping: the accept thread ends, streams end */
+    api_wake(s);
+    pthread_join(s->acceptor, NULL);
     MHD_stop_daemon(s->daemon);
-    free(s);
+    flush_log(s, UINT64_MAX);
+    server_free(s);
 }

@@ -2,41 +2,39 @@
  * Server-Sent Events streams (issue 4): GET /v1/connections/events (opened / closed / lagged
  * from the supervisor's event ring) and GET /v1/traffic (one `traffic` event per sampler tick).
  *
- * libmicrohttpd runs one thread per connection, so a stream's reader callback may wait (in
- * 50 ms steps) without touching any other request or the data plane. A slow client is never
- * waited for by anyone else: while its socket is full the callback is not called, its ring
- * cursor falls behind and it gets `lagged` {"missed": n} instead of the lost events (ticks
- * likewise). Streams end within one step once the server stops.
+ * No stream holds a thread (issue 15). libmicrohttpd's single epoll thread calls the reader
+ * whenever the socket can take more; a reader with nothing to send suspends its connection
+ * (MHD_suspend_connection) and returns 0 at once. The accept thread calls api_sse_pump() every
+ * STEP_MS while streams live and resumes those that have something new: an event past their
+ * cursor, a tick past their last one, or a keepalive comment due. A slow client is never waited
+ * for by anyone else: while its socket is full its reader is not called, its ring cursor falls
+ * behind and it gets `lagged` {"missed": n} instead of the lost events (ticks likewise).
  */
 #include <config.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/api_internal.h"
 
-#define STEP_MS 50
-#define KEEPALIVE_MS 10000
+#define KEEPALIVE_MS ((uint64_t)API_SSE_KEEPALIVE_S * 1000u)
 
 enum stream_kind { STREAM_EVENTS = 1, STREAM_TRAFFIC };
 
 typedef struct sse_stream {
+    sv_list link;       /* in srv->stream_list */
     api_server *srv;
+    struct MHD_Connection *conn;
     enum stream_kind kind;
+    bool suspended;     /* under srv->stream_lock */
     uint64_t cursor;    /* events: seq of the last event read */
     uint64_t last_tick; /* traffic: last tick sent */
+    uint64_t last_write_ms; /* when bytes were last handed to libmicrohttpd */
     char *buf;          /* pending bytes of the current event */
     size_t len, off;
     bool started;
 } sse_stream;
-
-static void nap(void)
-{
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = STEP_MS * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* Queue "event: NAME\ndata: JSON\n\n" (consumes v). @return 0 or -1. */
 static int queue_event(sse_stream *st, const char *name, json_t *v)
@@ -102,10 +100,27 @@ static int next_tick(sse_stream *st)
     return rc;
 }
 
+/* The stream's next bytes into its buffer. @return 1 queued, 0 nothing to send, -1 error. */
+static int produce(sse_stream *st, uint64_t now_ms)
+{
+    if (!st->started) {
+        st->started = true; /* a first comment, so the client sees the stream is open */
+        return queue_text(st, ": katana stream\n\n") == 0 ? 1 : -1;
+    }
+    int got = st->kind == STREAM_EVENTS ? next_flow_event(st) : next_tick(st);
+    if (got == 0 && now_ms - st->last_write_ms >= KEEPALIVE_MS)
+        got = queue_text(st, ": keepalive\n\n") == 0 ? 1 : -1;
+    return got;
+}
+
+/*
+ * libmicrohttpd's reader, on its own thread: hand over pending bytes, or produce the next ones,
+ * or suspend the connection until api_sse_pump() resumes it. Never waits.
+ */
 static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
 {
     sse_stream *st = cls;
-    unsigned waited = 0;
+    api_server *s = st->srv;
     for (;;) {
         if (st->off < st->len) {
             size_t n = st->len - st->off < max ? st->len - st->off : max;
@@ -116,41 +131,100 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
                 st->buf = NULL;
                 st->len = st->off = 0;
             }
+            st->last_write_ms = api_now_ms();
             return (ssize_t)n;
         }
-        if (atomic_load(&st->srv->stopping))
+        if (atomic_load(&s->stopping))
             return MHD_CONTENT_READER_END_OF_STREAM;
-        int got;
-        if (!st->started) {
-            st->started = true; /* a first comment, so the client sees the stream is open */
-            got = queue_text(st, ": katana stream\n\n") == 0 ? 1 : -1;
-        } else {
-            got = st->kind == STREAM_EVENTS ? next_flow_event(st) : next_tick(st);
-        }
+        int got = produce(st, api_now_ms());
         if (got < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (got > 0)
             continue;
-        if (waited >= KEEPALIVE_MS) {
-            if (queue_text(st, ": keepalive\n\n") != 0)
-                return MHD_CONTENT_READER_END_WITH_ERROR;
-            continue;
+        /* Nothing to send. Suspend under the lock that api_sse_stop() takes to set stopping,
+         * so that no stream is left suspended once the server stops. */
+        pthread_mutex_lock(&s->stream_lock);
+        bool stopping = atomic_load(&s->stopping);
+        if (!stopping) {
+            st->suspended = true;
+            MHD_suspend_connection(st->conn);
         }
-        nap();
-        waited += STEP_MS;
+        pthread_mutex_unlock(&s->stream_lock);
+        return stopping ? MHD_CONTENT_READER_END_OF_STREAM : 0;
     }
+}
+
+/* Whether a suspended stream has something to send at @p now_ms (under stream_lock). */
+static bool has_news(const sse_stream *st, uint64_t head, uint64_t tick, uint64_t now_ms)
+{
+    if (now_ms - st->last_write_ms >= KEEPALIVE_MS)
+        return true;
+    return st->kind == STREAM_EVENTS ? st->cursor != head : tick > st->last_tick;
+}
+
+void api_sse_pump(api_server *s, uint64_t now_ms)
+{
+    struct MHD_Connection *wake[API_SSE_STREAMS_MAX];
+    size_t n = 0;
+    uint64_t head = sv_events_head(s->sv), tick = 0;
+    sv_stats stats;
+    if (atomic_load(&s->traffic_streams) > 0 && sv_stats_get(s->sv, &stats) == 0) {
+        tick = stats.tick;
+        sv_stats_free(&stats);
+    }
+    pthread_mutex_lock(&s->stream_lock);
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &s->stream_list) {
+        sse_stream *st = sv_container_of(pos, sse_stream, link);
+        if (st->suspended && n < API_SSE_STREAMS_MAX && has_news(st, head, tick, now_ms)) {
+            st->suspended = false;
+            wake[n++] = st->conn;
+        }
+    }
+    pthread_mutex_unlock(&s->stream_lock);
+    /* Outside the lock: a suspended connection is not freed until it is resumed. */
+    for (size_t i = 0; i < n; i++)
+        MHD_resume_connection(wake[i]);
+}
+
+void api_sse_stop(api_server *s)
+{
+    struct MHD_Connection *wake[API_SSE_STREAMS_MAX];
+    size_t n = 0;
+    pthread_mutex_lock(&s->stream_lock);
+    atomic_store(&s->stopping, true);
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &s->stream_list) {
+        sse_stream *st = sv_container_of(pos, sse_stream, link);
+        if (st->suspended && n < API_SSE_STREAMS_MAX) {
+            st->suspended = false;
+            wake[n++] = st->conn;
+        }
+    }
+    pthread_mutex_unlock(&s->stream_lock);
+    for (size_t i = 0; i < n; i++)
+        MHD_resume_connection(wake[i]);
 }
 
 static void sse_free(void *cls)
 {
     sse_stream *st = cls;
-    atomic_fetch_sub(&st->srv->streams, 1);
+    api_server *s = st->srv;
+    pthread_mutex_lock(&s->stream_lock);
+    sv_list_unlink(&st->link);
+    pthread_mutex_unlock(&s->stream_lock);
+    atomic_fetch_sub(&s->streams, 1);
+    if (st->kind == STREAM_TRAFFIC)
+        atomic_fetch_sub(&s->traffic_streams, 1);
     free(st->buf);
     free(st);
 }
 
-static struct MHD_Response *sse_new(api_server *s, enum stream_kind kind)
+static struct MHD_Response *sse_new(api_server *s, struct MHD_Connection *c,
+                                    enum stream_kind kind)
 {
+    if (c == NULL)
+        return NULL;
     if (atomic_fetch_add(&s->streams, 1) >= API_SSE_STREAMS_MAX) {
         atomic_fetch_sub(&s->streams, 1);
         return NULL;
@@ -161,7 +235,9 @@ static struct MHD_Response *sse_new(api_server *s, enum stream_kind kind)
         return NULL;
     }
     st->srv = s;
+    st->conn = c;
     st->kind = kind;
+    st->last_write_ms = api_now_ms();
     if (kind == STREAM_EVENTS) {
         st->cursor = sv_events_head(s->sv); /* from now on, none missed */
     } else {
@@ -171,6 +247,11 @@ static struct MHD_Response *sse_new(api_server *s, enum stream_kind kind)
             sv_stats_free(&now);
         }
     }
+    if (kind == STREAM_TRAFFIC)
+        atomic_fetch_add(&s->traffic_streams, 1);
+    pthread_mutex_lock(&s->stream_lock);
+    sv_list_insert_tail(&s->stream_list, &st->link);
+    pthread_mutex_unlock(&s->stream_lock);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read,
                                                                st, sse_free);
     if (r == NULL) {
@@ -179,15 +260,16 @@ static struct MHD_Response *sse_new(api_server *s, enum stream_kind kind)
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
+    api_wake(s);
     return r;
 }
 
-struct MHD_Response *api_sse_events(api_server *s)
+struct MHD_Response *api_sse_events(api_server *s, struct MHD_Connection *c)
 {
-    return sse_new(s, STREAM_EVENTS);
+    return sse_new(s, c, STREAM_EVENTS);
 }
 
-struct MHD_Response *api_sse_traffic(api_server *s)
+struct MHD_Response *api_sse_traffic(api_server *s, struct MHD_Connection *c)
 {
-    return sse_new(s, STREAM_TRAFFIC);
+    return sse_new(s, c, STREAM_TRAFFIC);
 }
