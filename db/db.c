@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,8 +31,22 @@ struct db_store {
  * when any descriptor of the file closes. */
 static int lock_instance(db_store *d, sv_error *err)
 {
-    char lock[4096];
-    if ((size_t)snprintf(lock, sizeof lock, "%s.lock", d->path) >= sizeof lock)
+    char lock[PATH_MAX + 8], real[PATH_MAX];
+    /* the database's real path, so that a symlink to it takes the same lock */
+    if (realpath(d->path, real) == NULL) {
+        char dir[PATH_MAX];
+        const char *slash = strrchr(d->path, '/');
+        const char *base = slash != NULL ? slash + 1 : d->path;
+        int dlen = slash == NULL ? 1 : slash == d->path ? 1 : (int)(slash - d->path);
+        snprintf(dir, sizeof dir, "%.*s", dlen, slash == NULL ? "." : d->path);
+        if (strlen(d->path) >= sizeof real || realpath(dir, real) == NULL ||
+            strlen(real) + 1 + strlen(base) >= sizeof real)
+            snprintf(real, sizeof real, "%s", d->path); /* open() will say what is wrong */
+        else
+            snprintf(real + strlen(real), sizeof real - strlen(real), "%s%s",
+                     real[strlen(real) - 1] == '/' ? "" : "/", base);
+    }
+    if ((size_t)snprintf(lock, sizeof lock, "%s.lock", real) >= sizeof lock)
         return sv_error_set(err, -ENAMETOOLONG, "%s: path too long", d->path);
     d->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (d->lock_fd < 0)

@@ -42,7 +42,8 @@ typedef struct db_batch {
 /**
  * Open (creating if needed) the store at @p path: WAL journal, synchronous=FULL, then run the
  * migrations up to DB_SCHEMA_VERSION (each in its own transaction; re-running is a no-op).
- * One process per database (issue 15): an exclusive flock on "<path>.lock" (created 0600, holding
+ * One process per database (issue 15): an exclusive flock on "<real path>.lock" (symlinks resolved,
+ * so every name of one file takes the same lock; created 0600, holding
  * the pid) is taken first and held until db_close(); another process holding it is refused.
  * @param out  receives the store, freed with db_close()
  * @param err  "<path>: <sqlite text>", or "database <path> is in use by another katana (pid N)"

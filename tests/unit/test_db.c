@@ -191,6 +191,13 @@ static void db__second_process__is_refused_until_the_holder_dies(void **state)
     sv_error err = {0};
     assert_int_equal(db_open(t->path, &d, &err), -EBUSY);
     assert_null(d);
+    /* another name of the same file takes the same lock */
+    char alias[sizeof t->path + 16];
+    snprintf(alias, sizeof alias, "%s/alias.db", t->dir);
+    assert_int_equal(symlink("katana.db", alias), 0);
+    sv_error err2 = {0};
+    assert_int_equal(db_open(alias, &d, &err2), -EBUSY);
+    assert_null(d);
     char want[64];
     snprintf(want, sizeof want, "in use by another katana (pid %ld)", (long)pid);
     if (strstr(err.msg, want) == NULL)
