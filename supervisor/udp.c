@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "supervisor/proto/ss_ops.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/log.h"
 
@@ -45,6 +46,7 @@ struct sv_assoc {
     sv_wlistener *l;
     sv_handler *handler;
     int user_idx;
+    sv_principal *principal; /**< a reference */
     uint64_t user;
     struct sockaddr_storage client;
     sv_session_rec *sess;
@@ -61,6 +63,7 @@ static void assoc_release(sv_assoc *a)
     if (--a->pending > 0)
         return;
     sv_tracker_session_close(a->w->shared->tracker, a->sess);
+    sv_principal_unref(a->principal);
     sv_handler_unref(a->handler);
     sv_list_unlink(&a->link);
     sv__wlistener_release(a->l);
@@ -157,7 +160,8 @@ static void on_sub_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struc
     sv_dest src;
     sockaddr_to_dest(from, &src);
     uint8_t *out = a->w->scratch;
-    ssize_t len = sv_ss_udp_seal_ctx(a->handler->ring.cipher, a->handler->ring.keys[a->user_idx],
+    const sv_ss_keyring *ring = sv_ss_creds_ring(a->handler->creds);
+    ssize_t len = sv_ss_udp_seal_ctx(ring->cipher, ring->keys[a->user_idx],
                                      &src, (const uint8_t *)buf->base, (size_t)n, out,
                                      SV_SCRATCH / 2, NULL, &a->w->udp_seal);
     if (len < 0)
@@ -355,8 +359,8 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     sv_handler *h = l->handler;
     char source[sizeof ((sv_session_info *)0)->source];
     sv__addr_format(from, source, sizeof source);
-    if (!sv_tracker_device_admit(w->shared->tracker, h->user_ids[user_idx],
-                                 h->device_limits[user_idx], source))
+    sv_principal *p = h->principals[user_idx];
+    if (!sv_tracker_device_admit(w->shared->tracker, p->id, sv_principal_device_limit(p), source))
         return NULL; /* issue 3: a new IP over the device limit; silent, counted */
     sv_assoc *a = calloc(1, sizeof *a);
     sv_session_rec *sess = calloc(1, sizeof *sess);
@@ -371,7 +375,9 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     a->handler = h;
     sv_handler_ref(h);
     a->user_idx = user_idx;
-    a->user = h->user_ids[user_idx];
+    a->principal = p;
+    sv_principal_ref(p);
+    a->user = p->id;
     memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
     a->sess = sess;
     sess->worker = w->index;
@@ -401,7 +407,7 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
     int user = -1;
     sv_dest d;
     uint8_t *payload = NULL;
-    ssize_t plen = sv_ss_udp_open_ctx(&hd->ring, (uint8_t *)buf->base, (size_t)n, &user, &d,
+    ssize_t plen = sv_ss_udp_open_ctx(sv_ss_creds_ring(hd->creds), (uint8_t *)buf->base, (size_t)n, &user, &d,
                                       &payload, &l->w->udp_open);
     if (plen < 0)
         return; /* not ours: no answer, no log */
@@ -443,7 +449,7 @@ void sv__udp_revoke(sv_worker *w, sv_wlistener *l)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->assocs) {
         sv_assoc *a = sv_container_of(pos, sv_assoc, link);
-        if (a->l == l && sv_handler_find(l->handler, a->user, a->handler->ring.keys[a->user_idx]) < 0)
+        if (a->l == l && sv_handler_find(l->handler, a->handler, a->principal) < 0)
             assoc_close(a);
     }
 }
