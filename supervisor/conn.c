@@ -58,6 +58,7 @@ typedef struct sv_conn {
     bool tls_bye;        /**< its close_notify is queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
     bool to_fallback;    /**< the remote is the inbound's fallback (an operator target) */
+    sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
@@ -103,6 +104,10 @@ static void conn_close(sv_conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    if (c->assoc != NULL) { /* its release comes back as conn_release (on_assoc_released) */
+        sv__assoc_close(c->assoc);
+        c->assoc = NULL;
+    }
     uv_close((uv_handle_t *)&c->client, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     if (c->remote_inited)
@@ -142,7 +147,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 
 static void shutdown_remote(sv_conn *c)
 {
-    if (c->remote_shut || c->closing || !c->connected)
+    if (c->remote_shut || c->closing || !c->connected || !c->remote_inited)
         return;
     c->remote_shut = true;
     c->sd_remote.data = c;
@@ -409,7 +414,7 @@ static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 static void remote_read_start(sv_conn *c)
 {
-    if (!c->remote_eof && !c->closing)
+    if (c->remote_inited && !c->remote_eof && !c->closing)
         uv_read_start((uv_stream_t *)&c->remote, remote_alloc, on_remote_read);
 }
 
@@ -727,6 +732,41 @@ static void client_failed(sv_conn *c, const sv_effect *e)
         conn_close(c);
 }
 
+/* A reply datagram of the connection's association: framed by the core and sent like any
+ * bytes towards the client; dropped while the client does not keep up (UDP may drop). */
+static void on_assoc_reply(void *ctx, const sv_dest *from, const uint8_t *p, size_t n)
+{
+    sv_conn *c = ctx;
+    if (c->closing || c->writing_client || c->client_shut)
+        return;
+    ssize_t len = c->handler->ops->frame_datagram(c->state, c->handler->creds, 0, from, p, n,
+                                                  c->w->sealed, sizeof c->w->sealed);
+    if (len <= 0)
+        return;
+    c->last_active = uv_now(&c->w->loop);
+    write_client(c, c->w->sealed, (size_t)len);
+}
+
+static void on_assoc_released(void *ctx) { conn_release(ctx); }
+
+static const sv_dgram_source conn_dgram = {on_assoc_reply, on_assoc_released};
+
+/* SV_FX_OPEN for UDP: the connection becomes a datagram source of the UDP fan-out. */
+static bool open_assoc(sv_conn *c)
+{
+    if (c->handler->ops->frame_datagram == NULL)
+        return false;
+    c->assoc = sv__assoc_open_in_stream(c->w, c->handler, c->principal, c->sess,
+                                        (const struct sockaddr *)&c->peer, &conn_dgram, c);
+    if (c->assoc == NULL)
+        return false;
+    c->pending++;
+    c->connected = true;
+    c->last_active = uv_now(&c->w->loop);
+    uv_timer_stop(&c->timer);
+    return true;
+}
+
 /* Apply the effects of one feed() call in order. @return false when the connection closed or
  * stopped taking client bytes. */
 static bool apply_effects(sv_conn *c, const sv_effects *fx)
@@ -743,12 +783,21 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             }
             break;
         case SV_FX_OPEN:
-            if (c->principal == NULL || c->flow != NULL || e->dest.network != SV_NET_TCP) {
-                conn_close(c); /* one TCP flow per connection for now */
+            if (c->principal == NULL || c->flow != NULL || c->assoc != NULL) {
+                conn_close(c); /* one flow per connection for now */
                 return false;
             }
-            if (!open_flow(c, &e->dest))
+            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !open_flow(c, &e->dest)) {
+                conn_close(c);
                 return false;
+            }
+            break;
+        case SV_FX_DATAGRAM:
+            if (c->assoc == NULL) {
+                conn_close(c);
+                return false;
+            }
+            sv__assoc_send(c->assoc, &e->dest, e->data, e->len);
             break;
         case SV_FX_TO_OUTBOUND:
             if (c->flow == NULL) {
@@ -763,7 +812,6 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
                 return false;
             niov = 0;
             break;
-        case SV_FX_DATAGRAM:
         case SV_FX_CLOSE:
         case SV_FX_FINISH:
             conn_close(c);
@@ -817,7 +865,7 @@ static void process_plain(sv_conn *c, uint8_t *data, size_t len)
 
 static void client_eof(sv_conn *c)
 {
-    if (c->draining || !c->connected) {
+    if (c->draining || !c->connected || c->assoc != NULL) {
         conn_close(c);
         return;
     }

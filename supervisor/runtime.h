@@ -251,6 +251,34 @@ void sv__conn_close_all(sv_worker *w);
 /** Drop a listener user reference; frees a stopped listener when none is left (worker.c). */
 void sv__wlistener_release(sv_wlistener *l);
 
+/**
+ * A datagram source carried inside a stream (issue 8: Trojan UDP ASSOCIATE; later VLESS, VMess,
+ * Mux): where the UDP fan-out sends the replies of an association it does not own the socket of.
+ */
+typedef struct sv_dgram_source {
+    /** One reply datagram from @p from (@p p, @p n bytes; borrowed for the call). */
+    void (*reply)(void *ctx, const sv_dest *from, const uint8_t *p, size_t n);
+    /** The association is gone (all its sub-links closed): @p ctx may go too. */
+    void (*released)(void *ctx);
+} sv_dgram_source;
+
+typedef struct sv_assoc sv_assoc;
+
+/**
+ * Open an association of principal @p p inside a stream of worker @p w (udp.c): it shares the
+ * connection's session @p sess (which must outlive it: @p src->released says when it may go),
+ * routes, refuses and bills each datagram like Shadowsocks UDP, and sends replies to @p src.
+ * @param client  the connection's peer (the route's source)
+ * @return the association, or NULL on allocation failure.
+ */
+sv_assoc *sv__assoc_open_in_stream(sv_worker *w, sv_handler *h, sv_principal *p,
+                                   sv_session_rec *sess, const struct sockaddr *client,
+                                   const sv_dgram_source *src, void *ctx);
+/** Route and send one datagram of @p a to @p d (dropped silently when refused or blocked). */
+void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n);
+/** Close @p a: no reply is sent after this; src->released follows once its sockets closed. */
+void sv__assoc_close(sv_assoc *a);
+
 /** UDP receive callback of a worker's listener (udp.c). */
 void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
                      unsigned flags);

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Trojan over TLS end to end (issue 8), the smoke test of the runtime seams: trojan-gfw's
-# forward client through katana to a loopback echo moves 1 MiB byte-identical, the user is
-# billed for it; `curl -k https://` gets the fallback web server's page on a node with a
+# forward client through katana to a loopback echo moves 1 MiB byte-identical and UDP datagrams
+# (UDP ASSOCIATE inside the TLS stream, through the shared UDP fan-out), the user is billed; `curl -k https://` gets the fallback web server's page on a node with a
 # fallback, and an HTTP 404 on a node without one. The interop matrix is in t-trojan-*.sh.
 . "$(dirname "$0")/lib.sh"
 kt_need trojan curl
@@ -48,6 +48,26 @@ kt_wait_port "$FWD" 10 || { fail "trojan client did not listen"; exit 1; }
 check "trojan-gfw: 1 MiB through katana, echo identical" \
     timeout 60 "${KT_PY[@]}" tcp --direct "$FWD" --dest-port "$ECHO_PORT" --expect ok \
     --bytes "$MIB" --timeout 10 --label trojan
+
+# UDP: trojan-gfw's forward mode carries the port's datagrams as Trojan UDP ASSOCIATE.
+udp_echo() {
+    python3 - "$FWD" <<'PY'
+import os, socket, sys
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(3)
+ok = 0
+for i in range(20):
+    d = os.urandom(1 + i * 400)
+    u.sendto(d, ("127.0.0.1", int(sys.argv[1])))
+    try:
+        ok += u.recvfrom(65536)[0] == d
+    except socket.timeout:
+        pass
+print("udp: %d of 20 datagrams echoed identical" % ok)
+sys.exit(0 if ok >= 18 else 1)
+PY
+}
+check "trojan-gfw: UDP datagrams through katana, echo identical" udp_echo
 
 BODY=$(curl -sk --max-time 10 "https://127.0.0.1:$P1/" || true)
 echo "curl on the node with a fallback: '$BODY'"
