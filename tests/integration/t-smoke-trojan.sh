@@ -78,6 +78,54 @@ CODE=$(curl -sk --max-time 10 -o /dev/null -w '%{http_code}' "https://127.0.0.1:
 echo "curl on the node without a fallback: HTTP $CODE"
 check "curl -k on a node without a fallback gets HTTP 404" test "$CODE" = 404
 
+# Bad input at the TLS layer: a garbage record is closed at once; 300 clients that stop halfway
+# through a ClientHello are dropped after the handshake bound (10 s) without a log line each,
+# and a client is served meanwhile.
+LINES0=$(wc -l <"$SRV_LOG")
+bad_tls() {
+    python3 - "$P2" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+g = socket.create_connection(("127.0.0.1", port), timeout=5)
+g.sendall(b"\x16\x03\x01\x00\x20" + bytes(range(32)))   # a handshake record that is no ClientHello
+try:
+    closed = g.recv(100) is not None   # an alert or EOF, not a hang
+except socket.timeout:
+    closed = False
+hello = bytes.fromhex("16030100f4010000f00303") + bytes(32)
+stalled = []
+for _ in range(300):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(hello[:len(hello) // 2])
+    stalled.append(s)
+t0 = time.monotonic()
+dropped = 0
+for s in stalled:
+    s.settimeout(max(0.1, 16 - (time.monotonic() - t0)))
+    try:
+        if s.recv(100) == b"":
+            dropped += 1
+    except (socket.timeout, ConnectionResetError):
+        pass
+print("garbage record closed: %s; %d of 300 stalled handshakes dropped in %.1fs"
+      % (closed, dropped, time.monotonic() - t0))
+sys.exit(0 if closed and dropped == 300 else 1)
+PY
+}
+bad_tls_served() { # a client is served while the stalled handshakes wait
+    CODE=$(curl -sk --max-time 10 -o /dev/null -w '%{http_code}' "https://127.0.0.1:$P2/" || true)
+    test "$CODE" = 404
+}
+bad_tls >"$T/bad.out" 2>&1 & BAD=$!
+sleep 2
+check "a client is served while 300 handshakes stall" bad_tls_served
+R=0; wait "$BAD" || R=$?
+cat "$T/bad.out"
+check "garbage record closed, stalled handshakes dropped within the bound" test "$R" = 0
+LINES1=$(wc -l <"$SRV_LOG")
+echo "server log: $((LINES1 - LINES0)) new lines during the bad input"
+check "no log line per bad or stalled connection" test $((LINES1 - LINES0)) -lt 20
+
 # Billing: the user moved 1 MiB each way through the echo (the fallback requests are nobody's).
 sleep 1.5   # the sampler folds flow counters every second
 srv_usage_mark
