@@ -49,6 +49,9 @@ typedef struct sv_conn {
     uint32_t carry_len;
     uint8_t *to_remote, *to_client;
     size_t to_remote_len, to_client_len;
+    uint8_t *remote_more;  /**< bytes for the remote that came while to_remote was being written
+                                (the rest of the read that filled the socket; reading stopped) */
+    size_t remote_more_len;
     struct sockaddr_storage peer;
     bool remote_inited, dialing, connected, client_eof, remote_eof, remote_shut, client_shut;
     bool writing_remote, writing_client, draining, closing;
@@ -88,6 +91,7 @@ static void conn_release(sv_conn *c)
     sv_plane_unref(c->plane);
     free(c->carry);
     free(c->to_remote);
+    free(c->remote_more);
     free(c->to_client);
     sv_list_unlink(&c->link);
     sv__wlistener_release(c->listener);
@@ -213,9 +217,20 @@ static void on_remote_written(uv_write_t *req, int status)
     sv_conn *c = req->data;
     c->writing_remote = false;
     free(c->to_remote);
-    c->to_remote = NULL;
-    c->to_remote_len = 0;
-    if (status < 0) {
+    c->to_remote = c->remote_more;
+    c->to_remote_len = c->remote_more_len;
+    c->remote_more = NULL;
+    c->remote_more_len = 0;
+    if (status >= 0 && !c->closing && c->to_remote_len > 0) {
+        /* what came while writing goes next, in order; client reading stays stopped */
+        uv_buf_t b = uv_buf_init((char *)c->to_remote, (unsigned)c->to_remote_len);
+        if (uv_write(&c->wr_remote, (uv_stream_t *)&c->remote, &b, 1, on_remote_written) != 0) {
+            conn_close(c);
+        } else {
+            c->pending++;
+            c->writing_remote = true;
+        }
+    } else if (status < 0) {
         conn_close(c);
     } else if (!c->closing) {
         if (c->client_eof)
@@ -283,8 +298,22 @@ static bool write_remote(sv_conn *c, const uv_buf_t *iov, unsigned n)
 {
     if (n == 0)
         return true;
+    size_t total = iov_total(iov, n);
     if (c->flow != NULL)
-        sv_meter_add(&c->flow->bytes.up, iov_total(iov, n));
+        sv_meter_add(&c->flow->bytes.up, total);
+    if (c->writing_remote) { /* behind a write in flight: append, on_remote_written sends it */
+        uint8_t *grown = realloc(c->remote_more, c->remote_more_len + total);
+        if (grown == NULL) {
+            conn_close(c);
+            return false;
+        }
+        for (unsigned i = 0; i < n; i++) {
+            memcpy(grown + c->remote_more_len, iov[i].base, iov[i].len);
+            c->remote_more_len += iov[i].len;
+        }
+        c->remote_more = grown;
+        return true;
+    }
     return write_side(c, (uv_stream_t *)&c->remote, (uv_stream_t *)&c->client, iov, n, &c->to_remote,
                       &c->to_remote_len, &c->wr_remote, &c->writing_remote, on_remote_written);
 }
