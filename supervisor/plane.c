@@ -88,6 +88,7 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     h->in = *in;
     h->in.tag = h->tag;
     h->in.users = NULL;
+    h->in.bind.address = NULL; /* borrowed from the spec: not kept */
     h->allow_private = in->allow_private;
     if (in->fallback != NULL) {
         if (sv_dest_parse_hostport(in->fallback, &h->fallback) != 0) {

@@ -60,7 +60,7 @@ typedef struct sv_handler {
     char tag[SV_TAG_MAX + 1];
     const sv_proto_ops *ops;   /**< the inbound's protocol core */
     void *creds;               /**< ops->creds_new() of the user set (immutable, shared) */
-    sv_inbound_spec in;        /**< the inbound's settings (tag points at .tag; users NULL) */
+    sv_inbound_spec in;        /**< the inbound's scalar settings (tag points at .tag; strings NULL) */
     sv_principal **principals; /**< one reference per user, indexed like the credential table */
     size_t n_users;
     sv_replay_ref *replay;
