@@ -14,6 +14,7 @@
 #include "agent/config.h"
 #include "api/api.h"
 #include "panel/model.h"
+#include "supervisor/proto/core.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/util/log.h"
 
@@ -285,9 +286,10 @@ static int parse_uniproxy(const json_t *panel, const char *path, ag_panel_config
 static int parse_panel(const json_t *node, const char *npath, const char *base_dir,
                        ag_panel_config *pc, sv_error *err)
 {
-    static const char *const keys[] = {"type", "node", "node_file", "users", "users_file", NULL};
+    static const char *const keys[] = {"type", "node_type", "node", "node_file", "users",
+                                       "users_file", NULL};
     char path[PATH_MAX_TEXT];
-    const char *type;
+    const char *type, *node_type = NULL;
     path_key(path, sizeof path, npath, "panel");
     const json_t *panel = json_object_get(node, "panel");
     if (panel == NULL)
@@ -304,6 +306,14 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
                             type);
     pc->type = AG_PANEL_LOCAL;
     rc = check_keys(panel, path, keys, err);
+    if (rc == 0) /* issue 8: the protocol a body without "protocol" has (default shadowsocks) */
+        rc = get_string(panel, path, "node_type", false, &node_type, err);
+    if (rc == 0 && node_type != NULL && strcmp(node_type, "shadowsocks") != 0 &&
+        strcmp(node_type, "trojan") != 0)
+        rc = sv_error_set(err, -EINVAL, "%s.node_type: expected \"shadowsocks\" or \"trojan\", "
+                          "got \"%.32s\"", path, node_type);
+    if (rc == 0 && node_type != NULL && (pc->node_type = strdup(node_type)) == NULL)
+        rc = sv_error_set(err, -ENOMEM, "%s: out of memory", path);
     if (rc == 0)
         rc = parse_body(panel, path, "node", "node_file", base_dir, &pc->node, &pc->node_file,
                         err);
@@ -365,10 +375,67 @@ static int get_bool(const json_t *obj, const char *parent, const char *key, bool
     return 0;
 }
 
+/* "cert": {"mode": "file", "cert_file", "key_file"} or {"mode": "self"} (issue 8). */
+static int parse_cert(const json_t *node, const char *npath, const char *base_dir,
+                      ag_cert_config *cc, sv_error *err)
+{
+    static const char *const keys[] = {"mode", "cert_file", "key_file", NULL};
+    const json_t *cert = json_object_get(node, "cert");
+    if (cert == NULL)
+        return 0;
+    char path[PATH_MAX_TEXT + 8];
+    const char *mode, *cf = NULL, *kf = NULL;
+    snprintf(path, sizeof path, "%s.cert", npath);
+    int rc = expect_object(cert, path, err);
+    if (rc == 0)
+        rc = check_keys(cert, path, keys, err);
+    if (rc == 0)
+        rc = get_string(cert, path, "mode", true, &mode, err);
+    if (rc == 0)
+        rc = get_string(cert, path, "cert_file", false, &cf, err);
+    if (rc == 0)
+        rc = get_string(cert, path, "key_file", false, &kf, err);
+    if (rc != 0)
+        return rc;
+    if (strcmp(mode, "self") == 0) {
+        if (cf != NULL || kf != NULL)
+            return sv_error_set(err, -EINVAL, "%s: mode self takes no cert_file or key_file",
+                                path);
+        cc->mode = AG_CERT_SELF;
+        return 0;
+    }
+    if (strcmp(mode, "file") != 0)
+        return sv_error_set(err, -EINVAL, "%s.mode: expected \"file\" or \"self\", got "
+                            "\"%.32s\"", path, mode);
+    if (cf == NULL || kf == NULL || cf[0] == '\0' || kf[0] == '\0')
+        return sv_error_set(err, -EINVAL, "%s: mode file needs cert_file and key_file", path);
+    cc->mode = AG_CERT_FILE;
+    if (resolve_path(cf, base_dir, &cc->cert_file) != 0 ||
+        resolve_path(kf, base_dir, &cc->key_file) != 0)
+        return sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+    return 0;
+}
+
+/* "fallback": "HOST:PORT" (issue 8). */
+static int parse_fallback(const json_t *node, const char *npath, char **out, sv_error *err)
+{
+    const char *fb = NULL;
+    int rc = get_string(node, npath, "fallback", false, &fb, err);
+    if (rc != 0 || fb == NULL)
+        return rc;
+    sv_dest d;
+    if (sv_dest_parse_hostport(fb, &d) != 0)
+        return sv_error_set(err, -EINVAL, "%s.fallback: expected \"HOST:PORT\", got \"%.64s\"",
+                            npath, fb);
+    *out = strdup(fb);
+    return *out != NULL ? 0 : sv_error_set(err, -ENOMEM, "%s: out of memory", npath);
+}
+
 static int parse_node(const json_t *node, size_t idx, const char *base_dir,
                       ag_node_config *nc, sv_error *err)
 {
-    static const char *const keys[] = {"tag", "listen", "allow_private", "panel", NULL};
+    static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
+                                       "panel", NULL};
     char path[PATH_MAX_TEXT];
     const char *tag, *listen;
     snprintf(path, sizeof path, "nodes[%zu]", idx);
@@ -391,6 +458,11 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
     nc->listen = listen != NULL ? strdup(listen) : NULL;
     if (nc->tag == NULL || (listen != NULL && nc->listen == NULL))
         return sv_error_set(err, -ENOMEM, "%s: out of memory", path);
+    rc = parse_cert(node, path, base_dir, &nc->cert, err);
+    if (rc == 0)
+        rc = parse_fallback(node, path, &nc->fallback, err);
+    if (rc != 0)
+        return rc;
     return parse_panel(node, path, base_dir, &nc->panel, err);
 }
 
@@ -501,6 +573,9 @@ void ag_config_free(ag_config *cfg)
         ag_node_config *n = &cfg->nodes[i];
         free(n->tag);
         free(n->listen);
+        free(n->cert.cert_file);
+        free(n->cert.key_file);
+        free(n->fallback);
         json_decref(n->panel.node);
         json_decref(n->panel.users);
         free(n->panel.node_file);

@@ -57,11 +57,26 @@ typedef struct ag_panel_config {
     unsigned timeout_s; /**< per request, default AG_CONFIG_TIMEOUT_DEFAULT */
 } ag_panel_config;
 
+/** `cert` of a node (issue 8): where its TLS certificate comes from. */
+enum ag_cert_mode {
+    AG_CERT_NONE = 0, /**< no `cert`: the node serves no TLS */
+    AG_CERT_FILE,     /**< "mode": "file": cert_file and key_file (PEM), re-read when changed */
+    AG_CERT_SELF,     /**< "mode": "self": a self-signed pair for the node's server_name */
+};
+
+typedef struct ag_cert_config {
+    enum ag_cert_mode mode;
+    char *cert_file; /**< AG_CERT_FILE: resolved against the config's directory */
+    char *key_file;  /**< AG_CERT_FILE: resolved against the config's directory */
+} ag_cert_config;
+
 typedef struct ag_node_config {
     char *tag;    /**< non-empty, at most 64 bytes; unique tags are checked by sv_validate */
     char *listen; /**< IP literal overriding the panel's listen_ip, or NULL */
     bool allow_private; /**< `allow_private` (issue 15): users may reach loopback, private and
                              link-local addresses and the node's own; default false */
+    ag_cert_config cert; /**< `cert` (issue 8): required by a trojan node */
+    char *fallback;      /**< `fallback` "HOST:PORT" (issue 8, trojan), or NULL */
     ag_panel_config panel;
 } ag_node_config;
 

@@ -26,6 +26,9 @@ void ag_fleet_free(ag_fleet *fleet)
     for (size_t i = 0; i < fleet->n; i++) {
         free(fleet->nodes[i].tag);
         free(fleet->nodes[i].listen);
+        free(fleet->nodes[i].cert_file);
+        free(fleet->nodes[i].key_file);
+        free(fleet->nodes[i].fallback);
         pn_node_free(&fleet->nodes[i].node);
         pn_users_free(&fleet->nodes[i].users);
     }
@@ -382,12 +385,51 @@ static int check_unserved(const ag_node_state *n, sv_error *err)
     return 0;
 }
 
+/*
+ * A trojan node (PANEL.md §1.4: server_port, server_name, host, network tcp) is served over TLS
+ * with the agent config's certificate. Transports and REALITY are refused naming the field until
+ * their issues land; the node keeps its last good state.
+ */
+static int check_trojan(const ag_node_state *n, sv_error *err)
+{
+    static const struct {
+        unsigned bit;
+        const char *field, *why;
+    } set[] = {
+        {PN_SET_NETWORK_SETTINGS, "networkSettings", "no transport settings"},
+        {PN_SET_NETWORK_SETTINGS_ALT, "network_settings", "no transport settings"},
+        {PN_SET_MULTIPLEX, "multiplex", "no multiplexing"},
+        {PN_SET_CUSTOM_OUTBOUNDS, "custom_outbounds", "traffic leaves directly"},
+        {PN_SET_CUSTOM_ROUTES, "custom_routes", "only block routes"},
+    };
+    const pn_node *p = &n->node;
+    if (p->network != NULL && strcmp(p->network, "tcp") != 0)
+        return sv_error_set(err, -EINVAL, "node %s: network \"%.32s\": not served (trojan over "
+                            "TLS on TCP only)", n->tag, p->network);
+    if (p->tls == 2)
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (trojan over "
+                            "TLS only)", n->tag);
+    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
+        if (p->set & set[i].bit)
+            return sv_error_set(err, -EINVAL, "node %s: %s: not served (%s)", n->tag,
+                                set[i].field, set[i].why);
+    if (n->cert == SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: a trojan node needs \"cert\" in the agent "
+                            "config (mode file or self)", n->tag);
+    return 0;
+}
+
 static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_error *err)
 {
     const pn_node *p = &n->node;
+    if (p->protocol != NULL && strcmp(p->protocol, "trojan") == 0)
+        return check_trojan(n, err);
     if (p->protocol == NULL || strcmp(p->protocol, "shadowsocks") != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported protocol \"%.32s\"", n->tag,
                             p->protocol != NULL ? p->protocol : "");
+    if (n->cert != SV_CERT_NONE || n->fallback != NULL)
+        return sv_error_set(err, -EINVAL, "node %s: \"cert\" and \"fallback\" apply to trojan "
+                            "nodes only", n->tag);
     if (p->cipher == NULL)
         return sv_error_set(err, -EINVAL, "node %s: shadowsocks node without a cipher", n->tag);
     if (ag_lower_cipher(p->cipher, cipher) != 0)
@@ -405,14 +447,25 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     sv_inbound_spec *in = &v[spec->n_inbounds++];
     memset(in, 0, sizeof *in);
     in->bind.port = n->node.server_port;
-    in->udp = true;
-    in->protocol = SV_INBOUND_SHADOWSOCKS;
-    in->ss_cipher = cipher;
     in->allow_private = n->allow_private;
     in->tag = strdup(n->tag);
     in->bind.address = strdup(ag_node_listen(n));
     in->users = strdup(n->tag);
     if (in->tag == NULL || in->bind.address == NULL || in->users == NULL)
+        return -ENOMEM;
+    if (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0) {
+        in->udp = true;
+        in->protocol = SV_INBOUND_SHADOWSOCKS;
+        in->ss_cipher = cipher;
+        return 0;
+    }
+    in->protocol = SV_INBOUND_TROJAN;
+    in->tls.cert = n->cert;
+    const char *name = n->node.server_name != NULL ? n->node.server_name : n->node.host;
+    if ((n->cert_file != NULL && (in->tls.cert_file = strdup(n->cert_file)) == NULL) ||
+        (n->key_file != NULL && (in->tls.key_file = strdup(n->key_file)) == NULL) ||
+        (name != NULL && (in->tls.server_name = strdup(name)) == NULL) ||
+        (n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL))
         return -ENOMEM;
     return 0;
 }
@@ -431,7 +484,7 @@ static int add_user_set(const ag_node_state *n, sv_spec *spec, sv_error *err)
 
 int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err)
 {
-    enum sv_ss_cipher cipher;
+    enum sv_ss_cipher cipher = SV_SS_AES_128_GCM;
     int rc = check_node(node, &cipher, err);
     if (rc != 0)
         return rc;
@@ -488,7 +541,9 @@ static bool str_eq(const char *a, const char *b)
 bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
 {
     return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
-           a->allow_private == b->allow_private && pn_node_equal(&a->node, &b->node);
+           a->allow_private == b->allow_private && pn_node_equal(&a->node, &b->node) &&
+           a->cert == b->cert && str_eq(a->cert_file, b->cert_file) &&
+           str_eq(a->key_file, b->key_file) && str_eq(a->fallback, b->fallback);
 }
 
 bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b)

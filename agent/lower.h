@@ -25,6 +25,10 @@ typedef struct ag_node_state {
     char *tag;      /**< node tag from the config */
     char *listen;   /**< config `listen` override, or NULL */
     bool allow_private; /**< config `allow_private` (issue 15) → sv_inbound_spec.allow_private */
+    enum sv_cert_source cert; /**< config `cert.mode` (issue 8) → sv_inbound_spec.tls */
+    char *cert_file;          /**< config `cert.cert_file` (resolved), or NULL */
+    char *key_file;           /**< config `cert.key_file` (resolved), or NULL */
+    char *fallback;           /**< config `fallback` "HOST:PORT" (issue 8), or NULL */
     pn_node node;   /**< the panel's node settings */
     pn_users users; /**< the panel's user list */
 } ag_node_state;

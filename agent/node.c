@@ -35,6 +35,7 @@ int ag_panel_new(const ag_node_config *nc, pn_client **out, sv_error *err)
             .node_file = nc->panel.node_file,
             .users = nc->panel.users,
             .users_file = nc->panel.users_file,
+            .node_type = nc->panel.node_type,
         };
         int rc = pn_local_new(&o, out, err);
         if (rc != 0) {
@@ -171,7 +172,16 @@ static int job_new(const ag_config *cfg, fetch_job **out, sv_error *err)
         st->tag = strdup(nc->tag);
         st->listen = nc->listen != NULL ? strdup(nc->listen) : NULL;
         st->allow_private = nc->allow_private;
-        if (st->tag == NULL || (nc->listen != NULL && st->listen == NULL)) {
+        st->cert = nc->cert.mode == AG_CERT_FILE   ? SV_CERT_FILE
+                   : nc->cert.mode == AG_CERT_SELF ? SV_CERT_SELF
+                                                   : SV_CERT_NONE;
+        st->cert_file = nc->cert.cert_file != NULL ? strdup(nc->cert.cert_file) : NULL;
+        st->key_file = nc->cert.key_file != NULL ? strdup(nc->cert.key_file) : NULL;
+        st->fallback = nc->fallback != NULL ? strdup(nc->fallback) : NULL;
+        if (st->tag == NULL || (nc->listen != NULL && st->listen == NULL) ||
+            (nc->cert.cert_file != NULL && st->cert_file == NULL) ||
+            (nc->cert.key_file != NULL && st->key_file == NULL) ||
+            (nc->fallback != NULL && st->fallback == NULL)) {
             job_free(j);
             return sv_error_set(err, -ENOMEM, "out of memory");
         }
@@ -555,8 +565,14 @@ static int reconcile_apply(ag_manager *m, ag_fleet *next, sv_error *err)
 
 int ag_manager_reconcile(ag_manager *m, ag_fleet *next, sv_error *err)
 {
-    if (m->running.n > 0 && same_settings(&m->running, next))
-        return reconcile_users(m, next, err);
+    if (m->running.n > 0 && same_settings(&m->running, next)) {
+        int rc = reconcile_users(m, next, err);
+        sv_error cerr = {0};
+        /* issue 8: certificates are re-read on every sync; a bad new pair keeps the old one */
+        if (rc == 0 && sv_reload_certs(m->sv, &cerr) < 0 && cerr.code != -ESHUTDOWN)
+            SV_LOG(SV_LOG_ERROR, MOD, "%s", cerr.msg);
+        return rc;
+    }
     return reconcile_apply(m, next, err);
 }
 

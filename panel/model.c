@@ -360,6 +360,18 @@ static unsigned node_set_bits(const json_t *body)
     return bits;
 }
 
+/* The `tls` value (PANEL.md §1.4: 1 TLS, 2 REALITY). */
+static unsigned tls_value(const json_t *v, unsigned set)
+{
+    if (!(set & PN_SET_TLS))
+        return 0;
+    if (json_is_integer(v))
+        return json_integer_value(v) == 2 ? 2 : 1;
+    if (json_is_string(v))
+        return strcmp(json_string_value(v), "2") == 0 ? 2 : 1;
+    return 1;
+}
+
 static int parse_node_strings(const json_t *body, const char *node_type, pn_node *out,
                               sv_error *err)
 {
@@ -387,7 +399,12 @@ static int parse_node_strings(const json_t *body, const char *node_type, pn_node
         free(out->network);
         out->network = NULL;
     }
+    if (rc == 0)
+        rc = opt_string(body, "server_name", &out->server_name, err);
+    if (rc == 0)
+        rc = opt_string(body, "host", &out->host, err);
     out->set = node_set_bits(body);
+    out->tls = tls_value(json_object_get(body, "tls"), out->set);
     return rc;
 }
 
@@ -435,6 +452,8 @@ void pn_node_free(pn_node *node)
     free(node->server_key);
     free(node->obfs);
     free(node->plugin);
+    free(node->server_name);
+    free(node->host);
     for (size_t i = 0; i < node->n_routes; i++)
         route_free(&node->routes[i]);
     free(node->routes);
@@ -549,7 +568,8 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
     if (dup_opt(&d->protocol, s->protocol) != 0 || dup_opt(&d->listen_ip, s->listen_ip) != 0 ||
         dup_opt(&d->network, s->network) != 0 ||
         dup_opt(&d->cipher, s->cipher) != 0 || dup_opt(&d->server_key, s->server_key) != 0 ||
-        dup_opt(&d->obfs, s->obfs) != 0 || dup_opt(&d->plugin, s->plugin) != 0)
+        dup_opt(&d->obfs, s->obfs) != 0 || dup_opt(&d->plugin, s->plugin) != 0 ||
+        dup_opt(&d->server_name, s->server_name) != 0 || dup_opt(&d->host, s->host) != 0)
         return -ENOMEM;
     if (s->n_routes == 0)
         return 0;
@@ -568,6 +588,7 @@ int pn_node_clone(pn_node *dst, const pn_node *src)
     memset(dst, 0, sizeof *dst);
     dst->server_port = src->server_port;
     dst->set = src->set;
+    dst->tls = src->tls;
     dst->push_interval = src->push_interval;
     dst->pull_interval = src->pull_interval;
     int rc = node_clone_parts(dst, src);
@@ -619,7 +640,8 @@ bool pn_node_equal(const pn_node *a, const pn_node *b)
         a->server_port != b->server_port || !str_eq(a->network, b->network) ||
         a->set != b->set || !str_eq(a->cipher, b->cipher) ||
         !str_eq(a->server_key, b->server_key) || !str_eq(a->obfs, b->obfs) ||
-        !str_eq(a->plugin, b->plugin) || a->push_interval != b->push_interval ||
+        !str_eq(a->plugin, b->plugin) || !str_eq(a->server_name, b->server_name) ||
+        !str_eq(a->host, b->host) || a->tls != b->tls || a->push_interval != b->push_interval ||
         a->pull_interval != b->pull_interval || a->n_routes != b->n_routes)
         return false;
     for (size_t i = 0; i < a->n_routes; i++)

@@ -58,6 +58,10 @@ typedef struct pn_node {
     char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
     char *obfs;           /**< v1.7 `obfs` (e.g. "http"); NULL when absent or null */
     char *plugin;         /**< Xboard `plugin`; NULL when absent or null */
+    char *server_name;    /**< `server_name` (trojan: the TLS name, SNI); NULL when absent or null */
+    char *host;           /**< `host` (trojan: the address clients dial); NULL when absent or null */
+    unsigned tls;         /**< `tls` value: 0 absent/none, 1 TLS, 2 REALITY (int, numeric string or
+                               bool; anything else counts as 1 when PN_SET_TLS is set) */
     pn_route *routes;
     size_t n_routes;
     uint32_t push_interval; /**< seconds from base_config; 0 = not given */

@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,7 @@ typedef struct sv_conn {
     uv_write_t wr_remote, wr_client;
     uv_shutdown_t sd_remote, sd_client;
     int pending;  /**< open handles + in-flight requests that hold the connection */
-    sv_ss_tcp ss;
+    sv_principal *principal; /**< who the connection acts for, once authenticated (a reference) */
     sv_session_rec *sess;
     sv_flow_rec *flow;
     bool flow_registered;
@@ -48,16 +49,28 @@ typedef struct sv_conn {
     uint32_t carry_len;
     uint8_t *to_remote, *to_client;
     size_t to_remote_len, to_client_len;
+    uint8_t *remote_more;  /**< bytes for the remote that came while to_remote was being written
+                                (the rest of the read that filled the socket; reading stopped) */
+    size_t remote_more_len;
     struct sockaddr_storage peer;
     bool remote_inited, dialing, connected, client_eof, remote_eof, remote_shut, client_shut;
     bool writing_remote, writing_client, draining, closing;
     bool names_dest; /**< the route named the destination (issue 15, sv_dest_refused) */
+    sv_tls_session *tls; /**< the TLS layer over the client socket, or NULL (plain TCP) */
+    bool tls_up;         /**< its handshake completed */
+    bool tls_bye;        /**< its close_notify is queued */
+    bool raw;            /**< fallback relay: client bytes go to the remote as they are */
+    bool to_fallback;    /**< the remote is the inbound's fallback (an operator target) */
+    sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
+    _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 
 static void conn_close(sv_conn *c);
 static void client_read_start(sv_conn *c);
 static void remote_read_start(sv_conn *c);
+static bool flush_tls(sv_conn *c);
+static void on_handshake_timeout(uv_timer_t *t);
 
 static void conn_release(sv_conn *c)
 {
@@ -71,11 +84,14 @@ static void conn_release(sv_conn *c)
             free(c->flow);
     }
     sv_tracker_session_close(t, c->sess);
-    sv_ss_tcp_deinit(&c->ss);
+    c->handler->ops->deinit(c->state);
+    sv_tls_session_free(c->tls);
+    sv_principal_unref(c->principal);
     sv_handler_unref(c->handler);
     sv_plane_unref(c->plane);
     free(c->carry);
     free(c->to_remote);
+    free(c->remote_more);
     free(c->to_client);
     sv_list_unlink(&c->link);
     sv__wlistener_release(c->listener);
@@ -92,6 +108,10 @@ static void conn_close(sv_conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    if (c->assoc != NULL) { /* its release comes back as conn_release (on_assoc_released) */
+        sv__assoc_close(c->assoc);
+        c->assoc = NULL;
+    }
     uv_close((uv_handle_t *)&c->client, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     if (c->remote_inited)
@@ -131,7 +151,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 
 static void shutdown_remote(sv_conn *c)
 {
-    if (c->remote_shut || c->closing || !c->connected)
+    if (c->remote_shut || c->closing || !c->connected || !c->remote_inited)
         return;
     c->remote_shut = true;
     c->sd_remote.data = c;
@@ -143,6 +163,13 @@ static void shutdown_client(sv_conn *c)
 {
     if (c->client_shut || c->closing)
         return;
+    if (c->tls != NULL && !c->tls_bye) {
+        c->tls_bye = true; /* close_notify first (RFC 8446 §6.1), then the TCP half-close */
+        if (sv_tls_shutdown(c->tls) == 0 && !flush_tls(c))
+            return;
+    }
+    if (c->writing_client)
+        return; /* on_client_written comes back here */
     c->client_shut = true;
     c->sd_client.data = c;
     if (uv_shutdown(&c->sd_client, (uv_stream_t *)&c->client, on_shutdown) == 0)
@@ -190,9 +217,20 @@ static void on_remote_written(uv_write_t *req, int status)
     sv_conn *c = req->data;
     c->writing_remote = false;
     free(c->to_remote);
-    c->to_remote = NULL;
-    c->to_remote_len = 0;
-    if (status < 0) {
+    c->to_remote = c->remote_more;
+    c->to_remote_len = c->remote_more_len;
+    c->remote_more = NULL;
+    c->remote_more_len = 0;
+    if (status >= 0 && !c->closing && c->to_remote_len > 0) {
+        /* what came while writing goes next, in order; client reading stays stopped */
+        uv_buf_t b = uv_buf_init((char *)c->to_remote, (unsigned)c->to_remote_len);
+        if (uv_write(&c->wr_remote, (uv_stream_t *)&c->remote, &b, 1, on_remote_written) != 0) {
+            conn_close(c);
+        } else {
+            c->pending++;
+            c->writing_remote = true;
+        }
+    } else if (status < 0) {
         conn_close(c);
     } else if (!c->closing) {
         if (c->client_eof)
@@ -213,7 +251,7 @@ static void on_client_written(uv_write_t *req, int status)
     c->to_client_len = 0;
     if (status < 0) {
         conn_close(c);
-    } else if (!c->closing) {
+    } else if (!c->closing && (c->tls == NULL || (flush_tls(c) && !c->writing_client))) {
         if (c->remote_eof)
             shutdown_client(c);
         else
@@ -260,13 +298,98 @@ static bool write_remote(sv_conn *c, const uv_buf_t *iov, unsigned n)
 {
     if (n == 0)
         return true;
-    sv_meter_add(&c->flow->bytes.up, iov_total(iov, n));
+    size_t total = iov_total(iov, n);
+    if (c->flow != NULL)
+        sv_meter_add(&c->flow->bytes.up, total);
+    if (c->writing_remote) { /* behind a write in flight: append, on_remote_written sends it */
+        uint8_t *grown = realloc(c->remote_more, c->remote_more_len + total);
+        if (grown == NULL) {
+            conn_close(c);
+            return false;
+        }
+        for (unsigned i = 0; i < n; i++) {
+            memcpy(grown + c->remote_more_len, iov[i].base, iov[i].len);
+            c->remote_more_len += iov[i].len;
+        }
+        c->remote_more = grown;
+        return true;
+    }
     return write_side(c, (uv_stream_t *)&c->remote, (uv_stream_t *)&c->client, iov, n, &c->to_remote,
                       &c->to_remote_len, &c->wr_remote, &c->writing_remote, on_remote_written);
 }
 
+/*
+ * Send the TLS layer's pending ciphertext: the kernel first, the rest copied to to_client and
+ * written with uv_write (reading the remote stops until it drains). While such a write is in
+ * flight, new ciphertext stays queued in the layer; on_client_written sends it.
+ * @return false when the connection was closed.
+ */
+static bool flush_tls(sv_conn *c)
+{
+    if (c->writing_client || c->closing)
+        return !c->closing;
+    size_t len = 0;
+    const uint8_t *p = sv_tls_out_peek(c->tls, &len);
+    if (len == 0)
+        return true;
+    sv_meter_add(&c->sess->wire.down, len);
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+    int r = uv_try_write((uv_stream_t *)&c->client, &b, 1);
+    if (r == UV_EAGAIN)
+        r = 0;
+    if (r < 0) {
+        conn_close(c);
+        return false;
+    }
+    if ((size_t)r == len) {
+        sv_tls_out_consume(c->tls, len);
+        return true;
+    }
+    size_t rest = len - (size_t)r;
+    c->to_client = malloc(rest);
+    if (c->to_client == NULL) {
+        conn_close(c);
+        return false;
+    }
+    memcpy(c->to_client, p + r, rest);
+    c->to_client_len = rest;
+    sv_tls_out_consume(c->tls, len);
+    b = uv_buf_init((char *)c->to_client, (unsigned)rest);
+    c->wr_client.data = c;
+    if (uv_write(&c->wr_client, (uv_stream_t *)&c->client, &b, 1, on_client_written) != 0) {
+        conn_close(c);
+        return false;
+    }
+    c->pending++;
+    c->writing_client = true;
+    if (c->remote_inited)
+        uv_read_stop((uv_stream_t *)&c->remote);
+    return true;
+}
+
+/* Plaintext towards the client through the TLS layer. A remote read (at most
+ * SV_TLS_PLAIN_READ bytes) fits its empty output queue whole; a queue that is still full means
+ * a client that does not read, and the connection ends. */
+static bool write_client_tls(sv_conn *c, const uint8_t *p, size_t len)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t a = sv_tls_write(c->tls, p + off, len - off);
+        if (a < 0 || (a == 0 && c->writing_client)) {
+            conn_close(c);
+            return false;
+        }
+        off += (size_t)a;
+        if (!flush_tls(c))
+            return false;
+    }
+    return true;
+}
+
 static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
 {
+    if (c->tls != NULL)
+        return write_client_tls(c, wire, len);
     uv_buf_t b = uv_buf_init((char *)wire, (unsigned)len);
     sv_meter_add(&c->sess->wire.down, len);
     return write_side(c, (uv_stream_t *)&c->client, (uv_stream_t *)&c->remote, &b, 1, &c->to_client,
@@ -279,7 +402,8 @@ static void remote_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     sv_conn *c = h->data;
     buf->base = (char *)c->w->scratch;
-    buf->len = SV_SCRATCH;
+    /* over TLS, one read must fit the layer's output queue whole (flush_tls) */
+    buf->len = c->tls != NULL ? SV_TLS_PLAIN_READ : SV_SCRATCH;
     (void)suggested;
 }
 
@@ -300,11 +424,16 @@ static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         maybe_finish(c);
         return;
     }
-    sv_meter_add(&c->flow->bytes.down, (uint64_t)n);
+    if (c->flow != NULL)
+        sv_meter_add(&c->flow->bytes.down, (uint64_t)n);
     c->last_active = uv_now(&c->w->loop);
+    if (c->raw) {
+        write_client(c, (uint8_t *)buf->base, (size_t)n);
+        return;
+    }
     uint8_t *wire = c->w->sealed;
-    ssize_t len = sv_ss_tcp_seal_to(&c->ss, &c->handler->ring, (const uint8_t *)buf->base,
-                                    (size_t)n, wire, sizeof c->w->sealed);
+    ssize_t len = c->handler->ops->frame(c->state, c->handler->creds, 0, (const uint8_t *)buf->base,
+                                         (size_t)n, wire, sizeof c->w->sealed);
     if (len < 0) {
         conn_close(c);
         return;
@@ -314,7 +443,7 @@ static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 static void remote_read_start(sv_conn *c)
 {
-    if (!c->remote_eof && !c->closing)
+    if (c->remote_inited && !c->remote_eof && !c->closing)
         uv_read_start((uv_stream_t *)&c->remote, remote_alloc, on_remote_read);
 }
 
@@ -323,7 +452,7 @@ static void on_connected(uv_connect_t *req, int status)
     sv_conn *c = req->data;
     c->dialing = false;
     if (status < 0 || c->closing) {
-        if (status < 0)
+        if (status < 0 && c->flow != NULL)
             SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: dial %s failed: %s",
                    (unsigned long long)c->sess->info.id, c->flow->info.destination, uv_strerror(status));
         conn_close(c);
@@ -334,12 +463,15 @@ static void on_connected(uv_connect_t *req, int status)
     c->last_active = uv_now(&c->w->loop);
     uv_timer_stop(&c->timer);
     uv_tcp_nodelay(&c->remote, 1);
-    sv_tracker_flow_open(c->w->shared->tracker, c->flow);
-    c->flow_registered = true;
+    if (c->flow != NULL) {
+        sv_tracker_flow_open(c->w->shared->tracker, c->flow);
+        c->flow_registered = true;
+    }
     remote_read_start(c);
     if (c->to_remote_len > 0) {
         uv_buf_t b = uv_buf_init((char *)c->to_remote, (unsigned)c->to_remote_len);
-        sv_meter_add(&c->flow->bytes.up, c->to_remote_len);
+        if (c->flow != NULL)
+            sv_meter_add(&c->flow->bytes.up, c->to_remote_len);
         c->wr_remote.data = c;
         if (uv_write(&c->wr_remote, (uv_stream_t *)&c->remote, &b, 1, on_remote_written) != 0) {
             conn_close(c);
@@ -389,7 +521,7 @@ static bool any_refused(const sv_conn *c, const struct addrinfo *res)
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 {
     sv_conn *c = req->data;
-    if (status == 0 && res != NULL && !c->closing && !any_refused(c, res)) {
+    if (status == 0 && res != NULL && !c->closing && (c->to_fallback || !any_refused(c, res))) {
         dial(c, res->ai_addr);
     } else {
         c->dialing = false;
@@ -468,22 +600,48 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
     return !c->closing;
 }
 
+/* Dial the inbound's fallback: an operator's target, so neither routed nor refused as internal. */
+static void dial_fallback(sv_conn *c)
+{
+    const sv_dest *d = &c->handler->fallback;
+    c->to_fallback = true;
+    c->dialing = true;
+    uv_read_stop((uv_stream_t *)&c->client);
+    if (d->atyp == SV_ATYP_DOMAIN) {
+        char port[8];
+        snprintf(port, sizeof port, "%u", d->port);
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        c->gai.data = c;
+        if (uv_getaddrinfo(&c->w->loop, &c->gai, on_resolved, d->host, port, &hints) != 0) {
+            c->dialing = false;
+            conn_close(c);
+            return;
+        }
+        c->pending++;
+        return;
+    }
+    struct sockaddr_storage ss;
+    dest_sockaddr(d, &ss);
+    dial(c, (struct sockaddr *)&ss);
+}
+
 /* Connector steps 1-2: the principal must still be admitted by its listener's current handler,
  * and (issue 3) a session from a new IP must fit the user's current device_limit. */
-static bool admit(sv_conn *c)
+static bool admit(sv_conn *c, int idx)
 {
-    int idx = c->ss.user;
-    c->user_id = c->handler->user_ids[idx];
+    if (idx < 0 || (size_t)idx >= c->handler->n_users || c->principal != NULL)
+        return false;
+    sv_principal *p = c->handler->principals[idx];
+    sv_principal_ref(p);
+    c->principal = p;
+    c->user_id = p->id;
     sv_handler *now = c->listener->handler;
     if (c->listener->stopped)
         return false;
-    int now_idx = now == c->handler
-                      ? idx
-                      : sv_handler_find(now, c->user_id, c->handler->ring.keys[idx]);
-    if (now_idx < 0)
+    if (now != c->handler && sv_handler_find(now, c->handler, p) < 0)
         return false;
     sv_tracker *t = c->w->shared->tracker;
-    if (!sv_tracker_device_admit(t, c->user_id, now->device_limits[now_idx], c->sess->info.source))
+    if (!sv_tracker_device_admit(t, c->user_id, sv_principal_device_limit(p), c->sess->info.source))
         return false;
     sv_tracker_session_bind_user(t, c->sess, c->user_id);
     return true;
@@ -494,6 +652,11 @@ static bool admit(sv_conn *c)
 static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     sv_conn *c = h->data;
+    if (c->tls != NULL) { /* ciphertext; the plaintext goes to scratch (client_tls_read) */
+        buf->base = (char *)c->w->sealed;
+        buf->len = SV_SCRATCH;
+        return;
+    }
     uint8_t *s = c->w->scratch;
     if (c->carry_len > 0)
         memcpy(s, c->carry, c->carry_len);
@@ -512,10 +675,10 @@ static bool keep_carry(sv_conn *c, const uint8_t *p, size_t n)
         c->carry_len = 0;
         return true;
     }
-    if (n > SV_SS_SALT_MAX + SV_SS_NEED_MAX)
+    if (n > c->handler->ops->carry_max)
         return false;
     if (c->carry == NULL) {
-        c->carry = malloc(SV_SS_SALT_MAX + SV_SS_NEED_MAX);
+        c->carry = malloc(c->handler->ops->carry_max);
         if (c->carry == NULL)
             return false;
     }
@@ -524,60 +687,274 @@ static bool keep_carry(sv_conn *c, const uint8_t *p, size_t n)
     return true;
 }
 
-/* Feed the core until it needs more bytes; relay what it decrypted. */
-static void process_client(sv_conn *c, uint8_t *data, size_t len)
+/* Queue @p len bytes for the outbound: batched in @p iov once connected (flushed when full),
+ * else appended to the bytes held until the dial completes. @return false when closed. */
+static bool to_outbound(sv_conn *c, uv_buf_t *iov, unsigned *niov, uint8_t *data, size_t len)
+{
+    if (!c->connected) {
+        uint8_t *grown = realloc(c->to_remote, c->to_remote_len + len);
+        if (grown == NULL) {
+            conn_close(c);
+            return false;
+        }
+        memcpy(grown + c->to_remote_len, data, len);
+        c->to_remote = grown;
+        c->to_remote_len += len;
+        return true;
+    }
+    iov[(*niov)++] = uv_buf_init((char *)data, (unsigned)len);
+    if (*niov < IOV_MAX_BATCH)
+        return true;
+    unsigned n = *niov;
+    *niov = 0;
+    return write_remote(c, iov, n);
+}
+
+/* Without a fallback, a client that is not a valid request is answered like a plain HTTP/1.1
+ * server would answer an unknown path (issue 8), then the connection ends. */
+static void answer_not_found(sv_conn *c)
+{
+    static const char resp[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                               "Connection: close\r\n\r\n";
+    c->draining = true; /* later client bytes are read and dropped */
+    free(c->carry);
+    c->carry = NULL;
+    c->carry_len = 0;
+    uv_timer_start(&c->timer, on_drain_timeout, SV_REFUSE_LINGER_MS, 0);
+    if (!write_client(c, (uint8_t *)resp, sizeof resp - 1))
+        return;
+    c->remote_eof = true; /* nothing more comes: the close follows the answer */
+    shutdown_client(c);
+}
+
+static void dial_fallback(sv_conn *c);
+
+/* Issue 8 fallback: relay every byte received so far (@p data, @p len), then both ways, to the
+ * inbound's fallback, unmetered for users (no principal, no flow). */
+static void start_fallback(sv_conn *c, const uint8_t *data, size_t len)
+{
+    c->raw = true;
+    c->to_remote = malloc(len ? len : 1);
+    if (c->to_remote == NULL) {
+        conn_close(c);
+        return;
+    }
+    memcpy(c->to_remote, data, len);
+    c->to_remote_len = len;
+    free(c->carry);
+    c->carry = NULL;
+    c->carry_len = 0;
+    dial_fallback(c);
+}
+
+/* The client failed the protocol: do what the core's policy says (PROTOCOLS.md §1.4, §4.4). */
+static void client_failed(sv_conn *c, const sv_effect *e)
+{
+    if (e->policy == SV_PROBE_DRAIN)
+        start_drain(c);
+    else if (e->policy == SV_PROBE_FALLBACK && c->principal == NULL && c->flow == NULL &&
+             c->handler->has_fallback)
+        start_fallback(c, e->data, e->len);
+    else if (e->policy == SV_PROBE_FALLBACK && c->principal == NULL && c->flow == NULL)
+        answer_not_found(c);
+    else
+        conn_close(c);
+}
+
+/* A reply datagram of the connection's association: framed by the core and sent like any
+ * bytes towards the client; dropped while the client does not keep up (UDP may drop). */
+static void on_assoc_reply(void *ctx, const sv_dest *from, const uint8_t *p, size_t n)
+{
+    sv_conn *c = ctx;
+    if (c->closing || c->writing_client || c->client_shut)
+        return;
+    ssize_t len = c->handler->ops->frame_datagram(c->state, c->handler->creds, 0, from, p, n,
+                                                  c->w->sealed, sizeof c->w->sealed);
+    if (len <= 0)
+        return;
+    c->last_active = uv_now(&c->w->loop);
+    write_client(c, c->w->sealed, (size_t)len);
+}
+
+static void on_assoc_released(void *ctx) { conn_release(ctx); }
+
+static const sv_dgram_source conn_dgram = {on_assoc_reply, on_assoc_released};
+
+/* SV_FX_OPEN for UDP: the connection becomes a datagram source of the UDP fan-out. */
+static bool open_assoc(sv_conn *c)
+{
+    if (c->handler->ops->frame_datagram == NULL)
+        return false;
+    c->assoc = sv__assoc_open_in_stream(c->w, c->handler, c->principal, c->sess,
+                                        (const struct sockaddr *)&c->peer, &conn_dgram, c);
+    if (c->assoc == NULL)
+        return false;
+    c->pending++;
+    c->connected = true;
+    c->last_active = uv_now(&c->w->loop);
+    uv_timer_stop(&c->timer);
+    return true;
+}
+
+/* Apply the effects of one feed() call in order. @return false when the connection closed or
+ * stopped taking client bytes. */
+static bool apply_effects(sv_conn *c, const sv_effects *fx)
 {
     uv_buf_t iov[IOV_MAX_BATCH];
     unsigned niov = 0;
-    size_t off = 0;
-    while (off < len && !c->closing) {
-        sv_ss_out out;
-        out.authenticated = out.open = false;
-        out.data = NULL;
-        out.len = 0;
-        enum sv_ss_state before = c->ss.state;
-        ssize_t r = sv_ss_tcp_feed(&c->ss, &c->handler->ring, c->handler->replay->filter, data + off,
-                                   len - off, &out);
-        if (r < 0) {
-            if (before == SV_SS_RELAY)
+    for (unsigned i = 0; i < fx->n && !c->closing; i++) {
+        const sv_effect *e = &fx->v[i];
+        switch (e->kind) {
+        case SV_FX_AUTHENTICATED:
+            if (!admit(c, e->principal)) {
                 conn_close(c);
-            else
-                start_drain(c);
+                return false;
+            }
+            break;
+        case SV_FX_OPEN:
+            if (c->principal == NULL || c->flow != NULL || c->assoc != NULL) {
+                conn_close(c); /* one flow per connection for now */
+                return false;
+            }
+            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !open_flow(c, &e->dest)) {
+                conn_close(c);
+                return false;
+            }
+            break;
+        case SV_FX_DATAGRAM:
+            if (c->assoc == NULL) {
+                conn_close(c);
+                return false;
+            }
+            sv__assoc_send(c->assoc, &e->dest, e->data, e->len);
+            break;
+        case SV_FX_TO_OUTBOUND:
+            if (c->flow == NULL) {
+                conn_close(c);
+                return false;
+            }
+            if (e->len > 0 && !to_outbound(c, iov, &niov, e->data, e->len))
+                return false;
+            break;
+        case SV_FX_TO_CLIENT:
+            if (!write_remote(c, iov, niov) || !write_client(c, e->data, e->len))
+                return false;
+            niov = 0;
+            break;
+        case SV_FX_CLOSE:
+        case SV_FX_FINISH:
+            conn_close(c);
+            return false;
+        case SV_FX_ERROR:
+            if (!write_remote(c, iov, niov))
+                return false;
+            client_failed(c, e);
+            return false;
+        }
+    }
+    return !c->closing && write_remote(c, iov, niov);
+}
+
+/* Feed the core until it needs more bytes; apply what it produced. */
+static void process_client(sv_conn *c, uint8_t *data, size_t len)
+{
+    const sv_proto_ops *ops = c->handler->ops;
+    size_t off = 0;
+    sv_effects fx;
+    while (off < len && !c->closing && !c->draining) {
+        ssize_t r = ops->feed(c->state, c->handler->creds, data + off, len - off, &fx);
+        if (!apply_effects(c, &fx))
+            return;
+        if (r < 0) {
+            conn_close(c); /* a core error always comes with an SV_FX_ERROR effect */
             return;
         }
         if (r == 0)
             break;
         off += (size_t)r;
-        if (out.authenticated && !admit(c)) {
-            conn_close(c);
-            return;
-        }
-        if (out.open && !open_flow(c, &out.dest))
-            return;
-        if (out.len == 0)
-            continue;
-        if (!c->connected) {
-            uint8_t *grown = realloc(c->to_remote, c->to_remote_len + out.len);
-            if (grown == NULL) {
-                conn_close(c);
-                return;
-            }
-            memcpy(grown + c->to_remote_len, out.data, out.len);
-            c->to_remote = grown;
-            c->to_remote_len += out.len;
-            continue;
-        }
-        iov[niov++] = uv_buf_init((char *)out.data, (unsigned)out.len);
-        if (niov == IOV_MAX_BATCH) {
-            if (!write_remote(c, iov, niov))
-                return;
-            niov = 0;
-        }
     }
-    if (c->closing || !write_remote(c, iov, niov))
+    if (c->closing || c->draining)
         return;
     if (!keep_carry(c, data + off, len - off))
         conn_close(c);
+}
+
+/* Client bytes after the transport layers: to the core, or as they are to the fallback. */
+static void process_plain(sv_conn *c, uint8_t *data, size_t len)
+{
+    if (!c->raw) {
+        process_client(c, data, len);
+        return;
+    }
+    uv_buf_t iov[IOV_MAX_BATCH];
+    unsigned niov = 0;
+    if (to_outbound(c, iov, &niov, data, len))
+        write_remote(c, iov, niov);
+}
+
+static void client_eof(sv_conn *c)
+{
+    if (c->draining || !c->connected || c->assoc != NULL) {
+        conn_close(c);
+        return;
+    }
+    c->client_eof = true;
+    uv_read_stop((uv_stream_t *)&c->client);
+    if (!c->writing_remote)
+        shutdown_remote(c);
+    maybe_finish(c);
+}
+
+/*
+ * The TLS layer's unwrap: feed @p n bytes of ciphertext, decrypt what completes into the scratch
+ * buffer after the core's carry, send the layer's answers, then pass the plaintext up. A failed
+ * or oversized handshake ends the connection without a log line (issue 8).
+ */
+static void client_tls_read(sv_conn *c, const uint8_t *cipher, size_t n)
+{
+    uint8_t *plain = c->w->scratch;
+    size_t cap = sizeof c->w->scratch, base = 0, have;
+    if (!c->raw && !c->draining && c->carry_len > 0) {
+        memcpy(plain, c->carry, c->carry_len);
+        base = c->carry_len;
+    }
+    have = base;
+    size_t off = 0;
+    for (;;) {
+        ssize_t r = 0;
+        if (off < n) {
+            r = sv_tls_feed(c->tls, cipher + off, n - off);
+            if (r < 0) {
+                conn_close(c);
+                return;
+            }
+            off += (size_t)r;
+        }
+        size_t before = have;
+        ssize_t m = 0;
+        while (have < cap && (m = sv_tls_read(c->tls, plain + have, cap - have)) > 0)
+            have += (size_t)m;
+        if (have < cap && m < 0) {
+            conn_close(c);
+            return;
+        }
+        if (off >= n)
+            break;
+        if (r == 0 && have == before) { /* no progress: cannot happen with whole records */
+            conn_close(c);
+            return;
+        }
+    }
+    if (!flush_tls(c))
+        return;
+    if (!c->tls_up && sv_tls_is_established(c->tls)) {
+        c->tls_up = true; /* the protocol's own bound from here */
+        uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
+    }
+    if (have > base && !c->draining)
+        process_plain(c, plain, have);
+    if (!c->closing && sv_tls_is_peer_closed(c->tls) && !c->client_eof)
+        client_eof(c);
 }
 
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -586,23 +963,21 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     if (n == 0 || c->closing)
         return;
     if (n < 0) {
-        if (n != UV_EOF || c->draining || !c->connected) {
+        if (n != UV_EOF)
             conn_close(c);
-            return;
-        }
-        c->client_eof = true;
-        uv_read_stop(s);
-        if (!c->writing_remote)
-            shutdown_remote(c);
-        maybe_finish(c);
+        else
+            client_eof(c);
         return;
     }
     sv_meter_add(&c->sess->wire.up, (uint64_t)n);
     c->last_active = uv_now(&c->w->loop);
+    if (c->tls != NULL) {
+        client_tls_read(c, (const uint8_t *)buf->base, (size_t)n);
+        return;
+    }
     if (c->draining)
         return;
-    process_client(c, c->w->scratch, c->carry_len + (size_t)n);
-    (void)buf;
+    process_plain(c, c->w->scratch, c->carry_len + (size_t)n);
 }
 
 static void client_read_start(sv_conn *c)
@@ -621,9 +996,12 @@ static void on_handshake_timeout(uv_timer_t *t)
 int sv__conn_open(sv_wlistener *l, int fd)
 {
     sv_worker *w = l->w;
-    sv_conn *c = calloc(1, sizeof *c);
+    const sv_proto_ops *ops = l->handler->ops;
+    sv_conn *c = calloc(1, sizeof *c + ops->state_size);
     sv_session_rec *sess = calloc(1, sizeof *sess);
-    if (c == NULL || sess == NULL || sv_ss_tcp_init(&c->ss, l->handler->ring.cipher) != 0) {
+    if (c == NULL || sess == NULL || ops->init(c->state, &l->handler->in) != 0) {
+        if (c != NULL)
+            ops->deinit(c->state);
         free(c);
         free(sess);
         close(fd);
@@ -636,12 +1014,14 @@ int sv__conn_open(sv_wlistener *l, int fd)
     c->handler = l->handler;
     sv_handler_ref(c->handler);
     c->sess = sess;
+    if (l->handler->tls != NULL && sv_tls_session_new(l->handler->tls, &c->tls) != 0)
+        c->tls = NULL; /* closed below, once the handles exist */
     uv_tcp_init(&w->loop, &c->client);
     uv_timer_init(&w->loop, &c->timer);
     c->client.data = c->timer.data = c;
     c->pending = 2;
     sv_list_insert_tail(&w->conns, &c->link);
-    if (uv_tcp_open(&c->client, fd) != 0) {
+    if ((l->handler->tls != NULL && c->tls == NULL) || uv_tcp_open(&c->client, fd) != 0) {
         close(fd); /* the handle never owned it */
         sess->info.id = 0;
         sv_tracker_session_open(w->shared->tracker, sess);
@@ -657,7 +1037,8 @@ int sv__conn_open(sv_wlistener *l, int fd)
     sv__addr_format((struct sockaddr *)&c->peer, sess->info.source, sizeof sess->info.source);
     sess->info.started_ms = sv__wall_ms();
     sv_tracker_session_open(w->shared->tracker, sess);
-    uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
+    uv_timer_start(&c->timer, on_handshake_timeout,
+                   c->tls != NULL ? SV_TLS_HANDSHAKE_MS : SV_HANDSHAKE_MS, 0);
     client_read_start(c);
     return 0;
 }
@@ -678,9 +1059,9 @@ void sv__conn_revoke(sv_worker *w, sv_wlistener *l)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->conns) {
         sv_conn *c = sv_container_of(pos, sv_conn, link);
-        if (c->listener != l || c->closing || c->ss.user < 0)
+        if (c->listener != l || c->closing || c->principal == NULL)
             continue;
-        if (sv_handler_find(l->handler, c->user_id, c->handler->ring.keys[c->ss.user]) < 0)
+        if (sv_handler_find(l->handler, c->handler, c->principal) < 0)
             conn_close(c);
     }
 }

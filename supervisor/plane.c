@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "supervisor/proto/ss_ops.h"
+#include "supervisor/proto/trojan.h"
 #include "supervisor/runtime.h"
 
 #define REPLAY_CAPACITY 65536
@@ -40,37 +42,80 @@ void sv_replay_ref_unref(sv_replay_ref *r)
     free(r);
 }
 
-sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users, sv_replay_ref *replay)
+const sv_proto_ops *sv_proto_ops_for(enum sv_inbound_protocol protocol)
+{
+    switch (protocol) {
+    case SV_INBOUND_SHADOWSOCKS:
+        return &sv_shadowsocks_ops;
+    case SV_INBOUND_TROJAN:
+        return &sv_trojan_ops;
+    }
+    return NULL;
+}
+
+sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
+                           sv_replay_ref *replay, sv_tls_ctx *tls, sv_error *err)
 {
     size_t n = users != NULL ? users->n_users : 0;
     sv_handler *h = calloc(1, sizeof *h);
-    const char **pw = calloc(n ? n : 1, sizeof *pw);
-    if (h == NULL || pw == NULL)
-        goto fail;
-    h->user_ids = calloc(n ? n : 1, sizeof *h->user_ids);
-    h->device_limits = calloc(n ? n : 1, sizeof *h->device_limits);
-    if (h->user_ids == NULL || h->device_limits == NULL)
-        goto fail;
-    for (size_t i = 0; i < n; i++) {
-        pw[i] = users->users[i].secret;
-        h->user_ids[i] = users->users[i].id;
-        h->device_limits[i] = users->users[i].device_limit;
+    if (h == NULL)
+        goto oom;
+    h->ops = sv_proto_ops_for(in->protocol);
+    if (h->ops == NULL || h->ops->carry_max > SV_CARRY_MAX ||
+        h->ops->frame_max(SV_SCRATCH) > sizeof ((sv_worker *)0)->sealed) {
+        free(h);
+        sv_error_set(err, -EINVAL, "inbound %s: no protocol core", in->tag);
+        return NULL;
     }
-    if (sv_ss_keyring_init(&h->ring, in->ss_cipher, pw, n) != 0)
+    h->principals = calloc(n ? n : 1, sizeof *h->principals);
+    if (h->principals == NULL)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        h->principals[i] = sv_principal_acquire(users->tag, &users->users[i]);
+        if (h->principals[i] == NULL)
+            goto oom;
+        h->n_users = i + 1;
+    }
+    sv_user_set none = {.tag = in->users};
+    int rc = h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
+    if (rc != 0) {
+        h->creds = NULL;
+        if (rc == -ENOMEM)
+            goto oom;
         goto fail;
-    free(pw);
-    h->n_users = n;
-    h->allow_private = in->allow_private;
+    }
     snprintf(h->tag, sizeof h->tag, "%s", in->tag);
+    h->in = *in;
+    h->in.tag = h->tag;
+    h->in.users = NULL;
+    h->in.bind.address = NULL; /* borrowed from the spec: not kept */
+    h->allow_private = in->allow_private;
+    if (in->fallback != NULL) {
+        if (sv_dest_parse_hostport(in->fallback, &h->fallback) != 0) {
+            sv_error_set(err, -EINVAL, "inbound %s: fallback is not HOST:PORT", in->tag);
+            goto fail;
+        }
+        h->has_fallback = true;
+    }
+    h->in.tls = (sv_inbound_tls){.cert = in->tls.cert};
+    h->in.fallback = NULL;
+    if (tls != NULL)
+        h->tls = sv_tls_ctx_ref(tls);
     atomic_fetch_add(&replay->refs, 1);
     h->replay = replay;
+    if (h->ops->attach_replay != NULL)
+        h->ops->attach_replay(h->creds, replay->filter);
     atomic_init(&h->refs, 1);
     return h;
+oom:
+    sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
 fail:
-    free(pw);
     if (h != NULL) {
-        free(h->user_ids);
-        free(h->device_limits);
+        if (h->creds != NULL)
+            h->ops->creds_free(h->creds);
+        for (size_t i = 0; i < h->n_users; i++)
+            sv_principal_unref(h->principals[i]);
+        free(h->principals);
     }
     free(h);
     return NULL;
@@ -82,18 +127,22 @@ void sv_handler_unref(sv_handler *h)
 {
     if (h == NULL || atomic_fetch_sub(&h->refs, 1) != 1)
         return;
-    sv_ss_keyring_deinit(&h->ring);
-    free(h->user_ids);
-    free(h->device_limits);
+    h->ops->creds_free(h->creds);
+    sv_tls_ctx_unref(h->tls);
+    for (size_t i = 0; i < h->n_users; i++)
+        sv_principal_unref(h->principals[i]);
+    free(h->principals);
     sv_replay_ref_unref(h->replay);
     free(h);
 }
 
-int sv_handler_find(const sv_handler *h, uint64_t user, const uint8_t *key)
+int sv_handler_find(const sv_handler *now, const sv_handler *was, const sv_principal *p)
 {
-    size_t klen = sv_ss_key_len(h->ring.cipher);
-    for (size_t i = 0; i < h->n_users; i++)
-        if (h->user_ids[i] == user && memcmp(h->ring.keys[i], key, klen) == 0)
+    if (now->ops != was->ops || now->in.protocol != was->in.protocol ||
+        now->in.ss_cipher != was->in.ss_cipher)
+        return -1;
+    for (size_t i = 0; i < now->n_users; i++)
+        if (now->principals[i] == p)
             return (int)i;
     return -1;
 }

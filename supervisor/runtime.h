@@ -15,17 +15,26 @@
 
 #include "supervisor/crypto/replay.h"
 #include "supervisor/netclass.h"
+#include "supervisor/principal.h"
+#include "supervisor/proto/proto.h"
 #include "supervisor/proto/shadowsocks.h"
 #include "supervisor/router.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/track/tracker.h"
+#include "supervisor/transport/tls.h"
 #include "supervisor/util/list.h"
 
 #define SV_WORKERS_MAX 64
 #define SV_SCRATCH (64 * 1024)         /**< per-worker read buffer */
+/** Most unconsumed client bytes any protocol core keeps between reads (its carry_max). */
+#define SV_CARRY_MAX (SV_SS_SALT_MAX + SV_SS_NEED_MAX)
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
 #define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */
+#define SV_TLS_HANDSHAKE_MS 10000       /**< issue 8: a TLS handshake not done by then is dropped */
+#define SV_TLS_PLAIN_READ (3 * 16384)   /**< remote read size under TLS: its records fit the
+                                             layer's output queue (SV_TLS_OUT_MAX) whole */
+#define SV_REFUSE_LINGER_MS 5000        /**< a client answered 404 is closed after this at most */
 #define SV_TCP_IDLE_MS 300000           /**< a relay that moved nothing either way for this long ends */
 #define SV_IDLE_SWEEP_MS 10000          /**< how often a worker looks for idle relays */
 #define SV_PROBE_DRAIN_MIN_MS 5000      /**< a failed client is drained for a random time ... */
@@ -42,18 +51,23 @@ typedef struct sv_replay_ref {
 } sv_replay_ref;
 
 /**
- * What serves new connections of one inbound: its protocol settings and user table. Immutable
- * and reference-counted; a listener swaps it without touching live connections.
+ * What serves new connections of one inbound: its protocol core, the core's credential table and
+ * the principals of its users. Immutable and reference-counted; a listener swaps it without
+ * touching live connections.
  */
 typedef struct sv_handler {
     _Atomic int refs;
     char tag[SV_TAG_MAX + 1];
-    sv_ss_keyring ring;    /**< one key per user */
-    uint64_t *user_ids;    /**< frontend ids, parallel to ring.keys */
-    uint32_t *device_limits; /**< sv_user.device_limit, parallel to user_ids (0 = unlimited) */
+    const sv_proto_ops *ops;   /**< the inbound's protocol core */
+    void *creds;               /**< ops->creds_new() of the user set (immutable, shared) */
+    sv_inbound_spec in;        /**< the inbound's scalar settings (tag points at .tag; strings NULL) */
+    sv_principal **principals; /**< one reference per user, indexed like the credential table */
     size_t n_users;
     sv_replay_ref *replay;
     bool allow_private; /**< sv_inbound_spec.allow_private (issue 15) */
+    sv_tls_ctx *tls;    /**< the inbound's TLS context (a reference), or NULL: plain TCP */
+    bool has_fallback;  /**< sv_inbound_spec.fallback was given: fallback is where it points */
+    sv_dest fallback;
 } sv_handler;
 
 /** One outbound version (seed 000 "targets"): what a plane slot points at. */
@@ -79,17 +93,27 @@ typedef struct sv_plane {
     uint64_t epoch;
 } sv_plane;
 
+/** The protocol core serving inbounds of @p protocol, or NULL when none does. */
+const sv_proto_ops *sv_proto_ops_for(enum sv_inbound_protocol protocol);
+
 /**
- * Build the handler of inbound @p in for @p users (may be NULL: no user is admitted): derives one
- * master key per user (PROTOCOLS.md §2.2) and takes a reference on @p replay.
- * @return a handler with one reference, or NULL on allocation failure.
+ * Build the handler of inbound @p in for @p users (may be NULL: no user is admitted): the core's
+ * credential table (e.g. one master key per user, PROTOCOLS.md §2.2), one principal per user from
+ * the registry (principal.h), and a reference on @p replay, shared with the table.
+ * @return a handler with one reference, or NULL with @p err set (out of memory, or a user set
+ *         the protocol refuses, e.g. two Trojan users with one password).
  */
-sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users, sv_replay_ref *replay);
+sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
+                           sv_replay_ref *replay, sv_tls_ctx *tls, sv_error *err);
 /** Take / drop a reference (any thread); the last unref frees the keys. NULL-safe unref. */
 void sv_handler_ref(sv_handler *h);
 void sv_handler_unref(sv_handler *h);
-/** Index of @p user in @p h whose key equals @p key, or -1. */
-int sv_handler_find(const sv_handler *h, uint64_t user, const uint8_t *key);
+/**
+ * Does @p now still admit a session that @p was admitted as principal @p p? Yes when @p now has
+ * the same protocol settings as @p was (a changed cipher changes every key) and lists @p p (the
+ * same user with the same secret). @return the principal's index in @p now, or -1.
+ */
+int sv_handler_find(const sv_handler *now, const sv_handler *was, const sv_principal *p);
 
 /** A new salt filter with one reference, or NULL on allocation failure. */
 sv_replay_ref *sv_replay_ref_new(void);
@@ -188,7 +212,7 @@ struct sv_worker {
     uint64_t episode_accepted; /**< connections accepted since the episode began */
     uv_timer_t accept_retry; /**< SV_ACCEPT_RETRY_MS while in an episode */
     sv_aead udp_open, udp_seal; /**< cipher contexts re-keyed per datagram (never reallocated) */
-    uint8_t scratch[SV_SCRATCH + SV_SS_SALT_MAX + SV_SS_NEED_MAX + 64];
+    uint8_t scratch[SV_SCRATCH + SV_CARRY_MAX + 64]; /**< carry, then one read */
     uint8_t sealed[SV_SS_SEALED_MAX(SV_SCRATCH)]; /**< downstream wire built from one remote read */
 };
 
@@ -226,6 +250,34 @@ void sv__conn_sweep_idle(sv_worker *w);
 void sv__conn_close_all(sv_worker *w);
 /** Drop a listener user reference; frees a stopped listener when none is left (worker.c). */
 void sv__wlistener_release(sv_wlistener *l);
+
+/**
+ * A datagram source carried inside a stream (issue 8: Trojan UDP ASSOCIATE; later VLESS, VMess,
+ * Mux): where the UDP fan-out sends the replies of an association it does not own the socket of.
+ */
+typedef struct sv_dgram_source {
+    /** One reply datagram from @p from (@p p, @p n bytes; borrowed for the call). */
+    void (*reply)(void *ctx, const sv_dest *from, const uint8_t *p, size_t n);
+    /** The association is gone (all its sub-links closed): @p ctx may go too. */
+    void (*released)(void *ctx);
+} sv_dgram_source;
+
+typedef struct sv_assoc sv_assoc;
+
+/**
+ * Open an association of principal @p p inside a stream of worker @p w (udp.c): it shares the
+ * connection's session @p sess (which must outlive it: @p src->released says when it may go),
+ * routes, refuses and bills each datagram like Shadowsocks UDP, and sends replies to @p src.
+ * @param client  the connection's peer (the route's source)
+ * @return the association, or NULL on allocation failure.
+ */
+sv_assoc *sv__assoc_open_in_stream(sv_worker *w, sv_handler *h, sv_principal *p,
+                                   sv_session_rec *sess, const struct sockaddr *client,
+                                   const sv_dgram_source *src, void *ctx);
+/** Route and send one datagram of @p a to @p d (dropped silently when refused or blocked). */
+void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n);
+/** Close @p a: no reply is sent after this; src->released follows once its sockets closed. */
+void sv__assoc_close(sv_assoc *a);
 
 /** UDP receive callback of a worker's listener (udp.c). */
 void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,

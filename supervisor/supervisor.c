@@ -339,6 +339,36 @@ static int prepare_routes(sv_supervisor *sv, const sv_plan *plan, const sv_spec 
     return sv_routes_compile(&spec->route, &p->routes->routes, err);
 }
 
+/*
+ * The TLS context inbound @p in needs (issue 8 "TLS"): NULL without TLS; else @p old when its
+ * certificate and settings are unchanged (files compared by content), or a new one. A new pair
+ * that does not load is refused with the reason and the old context stays.
+ * @return 0 (unchanged or no TLS: *out is a reference on @p old or NULL), 1 (*out is new), or a
+ *         negative errno with @p err set.
+ */
+static int inbound_tls(const sv_inbound_spec *in, sv_tls_ctx *old, sv_tls_ctx **out, sv_error *err)
+{
+    static const char *const alpn[] = {"http/1.1"};
+    *out = NULL;
+    if (in->tls.cert == SV_CERT_NONE)
+        return 0;
+    sv_tls_config cfg = {
+        .mode = in->tls.cert == SV_CERT_FILE ? SV_TLS_CERT_FILE : SV_TLS_CERT_SELF,
+        .cert_file = in->tls.cert_file,
+        .key_file = in->tls.key_file,
+        .server_name = in->tls.server_name != NULL ? in->tls.server_name : "localhost",
+        .alpn = alpn,
+        .alpn_count = 1,
+    };
+    sv_error terr = {0};
+    int rc = sv_tls_ctx_reload_if_changed(old, &cfg, out, &terr);
+    if (rc < 0)
+        return sv_error_set(err, rc, "inbound %s: certificate refused: %s", in->tag, terr.msg);
+    if (rc == 0 && old != NULL)
+        *out = sv_tls_ctx_ref(old);
+    return rc;
+}
+
 /* Stage one inbound: a new listener (BIND), or a new handler for a running one when its
  * settings or its users changed. Unchanged inbounds stage nothing. */
 static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec,
@@ -352,11 +382,17 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
     ctl_listener *run = sv == NULL ? NULL : swap ? listener_by_bind(sv, where) : running_listener(sv, in->tag);
     bool bind = find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
     bool users_changed = false;
+    sv_tls_ctx *tls = NULL;
+    int rc = inbound_tls(in, run != NULL && !bind ? run->handler->tls : NULL, &tls, err);
+    if (rc < 0)
+        return rc;
     if (!bind && !swap) {
         const sv_user_set *old = sv_spec_user_set(&sv->running, in->users);
         users_changed = old == NULL || set == NULL || !sv_user_set_equal(old, set);
-        if (!users_changed)
+        if (!users_changed && rc == 0) {
+            sv_tls_ctx_unref(tls);
             return 0;
+        }
     }
     staged_listener *s = &p->ls[p->n_ls++];
     memset(s, 0, sizeof *s);
@@ -367,14 +403,18 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
     s->is_new = bind;
     s->revoke = !bind;
     s->l.replay = run != NULL && !bind ? run->replay : sv_replay_ref_new();
-    if (s->l.replay == NULL)
+    if (s->l.replay == NULL) {
+        sv_tls_ctx_unref(tls);
         return -ENOMEM;
+    }
     if (run != NULL && !bind)
         atomic_fetch_add(&s->l.replay->refs, 1);
     s->l.id = run != NULL && !bind ? run->id : 0;
-    s->l.handler = sv_handler_new(in, set, s->l.replay);
+    sv_error herr = {0};
+    s->l.handler = sv_handler_new(in, set, s->l.replay, tls, &herr);
+    sv_tls_ctx_unref(tls);
     if (s->l.handler == NULL)
-        return sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
+        return sv_error_set(err, herr.code, "%s", herr.msg);
     if (bind && sv != NULL)
         return bind_all(sv, s, in, err);
     return 0;
@@ -667,6 +707,34 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
     prepared_free(sv, &p, 0);
     sv_spec_free(&next);
     return rc;
+}
+
+int sv_reload_certs(sv_supervisor *sv, sv_error *err)
+{
+    if (sv->shut || !sv->has_running)
+        return sv_error_set(err, -ESHUTDOWN, "the supervisor has shut down");
+    prepared p = {0};
+    sv_plan none = {0};
+    int first = 0;
+    if ((p.ls = calloc(sv->running.n_inbounds ? sv->running.n_inbounds : 1, sizeof *p.ls)) == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < sv->running.n_inbounds; i++) {
+        const sv_inbound_spec *in = &sv->running.inbounds[i];
+        if (in->tls.cert == SV_CERT_NONE || running_listener(sv, in->tag) == NULL)
+            continue;
+        sv_error one = {0};
+        int rc = prepare_inbound(sv, &none, &sv->running, in, &p, &one);
+        if (rc < 0 && first == 0)
+            first = sv_error_set(err, rc, "%s", one.msg);
+    }
+    for (size_t i = 0; i < p.n_ls; i++) {
+        if (p.ls[i].l.handler == NULL)
+            continue;
+        SV_LOG(SV_LOG_INFO, "sv.listener", "inbound %s: certificate reloaded", p.ls[i].l.tag);
+        swap_listener(sv, &p.ls[i], false);
+    }
+    prepared_free(sv, &p, 0);
+    return first;
 }
 
 int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, size_t n_users,

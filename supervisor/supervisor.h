@@ -46,7 +46,22 @@ typedef struct sv_user_set {
     size_t n_users;
 } sv_user_set;
 
-enum sv_inbound_protocol { SV_INBOUND_SHADOWSOCKS = 1 };
+enum sv_inbound_protocol { SV_INBOUND_SHADOWSOCKS = 1, SV_INBOUND_TROJAN };
+
+/** Where an inbound's TLS certificate comes from (issue 8, agent config "cert"). */
+enum sv_cert_source {
+    SV_CERT_NONE = 0, /**< no TLS */
+    SV_CERT_FILE,     /**< PEM chain and key read from cert_file / key_file */
+    SV_CERT_SELF,     /**< a self-signed pair for server_name, made when the inbound starts */
+};
+
+/** TLS settings of an inbound (issue 8 "TLS"). ALPN offered: "http/1.1". */
+typedef struct sv_inbound_tls {
+    enum sv_cert_source cert;
+    char *cert_file;   /**< SV_CERT_FILE: path of the PEM certificate chain, leaf first */
+    char *key_file;    /**< SV_CERT_FILE: path of the unencrypted PEM key */
+    char *server_name; /**< SV_CERT_SELF: the certificate's name; may be NULL ("localhost") */
+} sv_inbound_tls;
 
 /** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */
 enum sv_ss_cipher {
@@ -71,6 +86,9 @@ typedef struct sv_inbound_spec {
     bool allow_private;                /**< issue 15: its users' flows may reach internal
                                             destinations (loopback, private, link-local ...
                                             and the node's own addresses); default false */
+    sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan */
+    char *fallback;                    /**< Trojan: "HOST:PORT" that gets every client which is
+                                            not a valid request (issue 8); NULL = answer 404 */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {
@@ -247,6 +265,16 @@ int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opt
  * @return 0 or the error apply would give, with err->msg set.
  */
 int sv_check(const sv_spec *spec, sv_error *err);
+
+/**
+ * Re-read the certificates of every running TLS inbound (issue 8: on SIGHUP and on every panel
+ * sync) and swap in a new context where their content changed. Live connections keep the
+ * context they started with; no session is closed. A pair that does not load is refused and the
+ * inbound keeps its current certificate.
+ * @return 0; or the first error, e.g. -EINVAL "inbound n1: certificate refused: key_file does
+ *         not match cert_file" (the other inbounds were still reloaded); -ESHUTDOWN.
+ */
+int sv_reload_certs(sv_supervisor *sv, sv_error *err);
 
 /**
  * Replace every user of set @p set_tag (seed 001 "user edits"): no re-plan, the epoch is

@@ -1,10 +1,15 @@
 /*
- * Shadowsocks UDP: every client (address, port) is an association (a session) bound to the user
- * whose key opened its first datagram. Each datagram is routed on the current plane (seed 000
- * "UDP: per-packet routing"), refused silently when blocked, and sent through a sub-link keyed by
- * the outbound version (seed 002 fan-out: at most 64, the least recently used is evicted). A
+ * The UDP fan-out (seed 002) and its datagram sources. An association is one client's UDP
+ * traffic, bound to one principal. Each datagram is routed on the current plane (seed 000 "UDP:
+ * per-packet routing"), refused silently when blocked or internal (issue 15), and sent through a
+ * sub-link keyed by the outbound version (at most 64, the least recently used is evicted). A
  * direct sub-link is one dual-stack "resolving" socket that sends to any destination; each
- * sub-link is a tracked flow. Replies are sealed with the user's key and sent from the listener.
+ * sub-link is a tracked flow. Replies go back through the association's source:
+ *  - Shadowsocks UDP: every client (address, port) on the listener's UDP socket is an
+ *    association (a session of its own) of the user whose key opened its first datagram;
+ *    replies are sealed with that key and sent from the listener.
+ *  - UDP inside a stream (Trojan UDP ASSOCIATE, issue 8): the connection's session owns the
+ *    association; replies go to the connection (sv_dgram_source), which frames them.
  */
 #include "config.h"
 
@@ -14,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "supervisor/proto/ss_ops.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/log.h"
 
@@ -42,9 +48,12 @@ typedef struct sv_sublink {
 struct sv_assoc {
     sv_list link;
     sv_worker *w;
-    sv_wlistener *l;
+    sv_wlistener *l;                 /**< Shadowsocks UDP: its listener; NULL inside a stream */
+    const sv_dgram_source *src;      /**< inside a stream: where replies go; NULL for SS-UDP */
+    void *src_ctx;
     sv_handler *handler;
     int user_idx;
+    sv_principal *principal; /**< a reference */
     uint64_t user;
     struct sockaddr_storage client;
     sv_session_rec *sess;
@@ -60,10 +69,15 @@ static void assoc_release(sv_assoc *a)
 {
     if (--a->pending > 0)
         return;
-    sv_tracker_session_close(a->w->shared->tracker, a->sess);
+    if (a->src == NULL)
+        sv_tracker_session_close(a->w->shared->tracker, a->sess);
+    sv_principal_unref(a->principal);
     sv_handler_unref(a->handler);
     sv_list_unlink(&a->link);
-    sv__wlistener_release(a->l);
+    if (a->l != NULL)
+        sv__wlistener_release(a->l);
+    if (a->src != NULL)
+        a->src->released(a->src_ctx);
     free(a);
 }
 
@@ -105,6 +119,8 @@ static void assoc_close(sv_assoc *a)
     a->n_subs = 0;
     uv_close((uv_handle_t *)&a->idle, on_idle_closed);
 }
+
+void sv__assoc_close(sv_assoc *a) { assoc_close(a); }
 
 static void on_idle(uv_timer_t *t) { assoc_close(t->data); }
 
@@ -156,8 +172,14 @@ static void on_sub_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struc
         return;
     sv_dest src;
     sockaddr_to_dest(from, &src);
+    if (a->src != NULL) { /* inside a stream: the connection frames and meters the wire */
+        sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
+        a->src->reply(a->src_ctx, &src, (const uint8_t *)buf->base, (size_t)n);
+        return;
+    }
     uint8_t *out = a->w->scratch;
-    ssize_t len = sv_ss_udp_seal_ctx(a->handler->ring.cipher, a->handler->ring.keys[a->user_idx],
+    const sv_ss_keyring *ring = sv_ss_creds_ring(a->handler->creds);
+    ssize_t len = sv_ss_udp_seal_ctx(ring->cipher, ring->keys[a->user_idx],
                                      &src, (const uint8_t *)buf->base, (size_t)n, out,
                                      SV_SCRATCH / 2, NULL, &a->w->udp_seal);
     if (len < 0)
@@ -311,8 +333,10 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rul
     return s;
 }
 
-static void route_datagram(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
+void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
 {
+    if (a->closing)
+        return;
     sv_plane *plane = a->w->plane;
     sv_route_query q = {.dest = d, .inbound = a->handler->tag,
                         .source = (const struct sockaddr *)&a->client, .network = SV_NET_UDP};
@@ -355,8 +379,8 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     sv_handler *h = l->handler;
     char source[sizeof ((sv_session_info *)0)->source];
     sv__addr_format(from, source, sizeof source);
-    if (!sv_tracker_device_admit(w->shared->tracker, h->user_ids[user_idx],
-                                 h->device_limits[user_idx], source))
+    sv_principal *p = h->principals[user_idx];
+    if (!sv_tracker_device_admit(w->shared->tracker, p->id, sv_principal_device_limit(p), source))
         return NULL; /* issue 3: a new IP over the device limit; silent, counted */
     sv_assoc *a = calloc(1, sizeof *a);
     sv_session_rec *sess = calloc(1, sizeof *sess);
@@ -371,7 +395,9 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     a->handler = h;
     sv_handler_ref(h);
     a->user_idx = user_idx;
-    a->user = h->user_ids[user_idx];
+    a->principal = p;
+    sv_principal_ref(p);
+    a->user = p->id;
     memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
     a->sess = sess;
     sess->worker = w->index;
@@ -401,7 +427,7 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
     int user = -1;
     sv_dest d;
     uint8_t *payload = NULL;
-    ssize_t plen = sv_ss_udp_open_ctx(&hd->ring, (uint8_t *)buf->base, (size_t)n, &user, &d,
+    ssize_t plen = sv_ss_udp_open_ctx(sv_ss_creds_ring(hd->creds), (uint8_t *)buf->base, (size_t)n, &user, &d,
                                       &payload, &l->w->udp_open);
     if (plen < 0)
         return; /* not ours: no answer, no log */
@@ -415,7 +441,33 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
     sv_meter_add(&a->sess->wire.up, (uint64_t)n);
     uv_timer_again(&a->idle);
     d.network = SV_NET_UDP;
-    route_datagram(a, &d, payload, (size_t)plen);
+    sv__assoc_send(a, &d, payload, (size_t)plen);
+}
+
+sv_assoc *sv__assoc_open_in_stream(sv_worker *w, sv_handler *h, sv_principal *p,
+                                   sv_session_rec *sess, const struct sockaddr *client,
+                                   const sv_dgram_source *src, void *ctx)
+{
+    sv_assoc *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return NULL;
+    a->w = w;
+    a->src = src;
+    a->src_ctx = ctx;
+    a->handler = h;
+    sv_handler_ref(h);
+    a->principal = p;
+    sv_principal_ref(p);
+    a->user = p->id;
+    a->user_idx = -1;
+    memcpy(&a->client, client, client->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                              : sizeof(struct sockaddr_in));
+    a->sess = sess;
+    uv_timer_init(&w->loop, &a->idle); /* the connection bounds idleness; never started */
+    a->idle.data = a;
+    a->pending = 1;
+    sv_list_insert_tail(&w->assocs, &a->link);
+    return a;
 }
 
 void sv__udp_scan_flags(sv_worker *w)
@@ -423,7 +475,7 @@ void sv__udp_scan_flags(sv_worker *w)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->assocs) {
         sv_assoc *a = sv_container_of(pos, sv_assoc, link);
-        if (atomic_load(&a->sess->close_requested)) {
+        if (a->src == NULL && atomic_load(&a->sess->close_requested)) {
             assoc_close(a);
             continue;
         }
@@ -443,7 +495,7 @@ void sv__udp_revoke(sv_worker *w, sv_wlistener *l)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->assocs) {
         sv_assoc *a = sv_container_of(pos, sv_assoc, link);
-        if (a->l == l && sv_handler_find(l->handler, a->user, a->handler->ring.keys[a->user_idx]) < 0)
+        if (a->l == l && sv_handler_find(l->handler, a->handler, a->principal) < 0)
             assoc_close(a);
     }
 }

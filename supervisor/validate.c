@@ -31,6 +31,8 @@
 #include <string.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+
+#include "supervisor/proto/core.h"
 #include <sys/socket.h>
 
 #include "supervisor/plan.h"
@@ -317,6 +319,27 @@ static bool cipher_known(enum sv_ss_cipher c)
     return c == SV_SS_AES_128_GCM || c == SV_SS_AES_256_GCM || c == SV_SS_CHACHA20_POLY1305;
 }
 
+/* Trojan (issue 8): over TLS, TCP only (UDP travels inside the stream), a user set, and a
+ * fallback that parses as HOST:PORT when there is one. */
+static int check_trojan(const sv_inbound_spec *in, sv_error *err)
+{
+    if (is_empty(in->users))
+        return INVALID(err, "inbound %s: a trojan inbound needs a user set", in->tag);
+    if (in->udp)
+        return INVALID(err, "inbound %s: a trojan inbound carries UDP inside its TLS stream; "
+                       "udp must be false", in->tag);
+    if (in->tls.cert == SV_CERT_FILE && (is_empty(in->tls.cert_file) || is_empty(in->tls.key_file)))
+        return INVALID(err, "inbound %s: cert mode file needs cert_file and key_file", in->tag);
+    if (in->tls.cert != SV_CERT_FILE && in->tls.cert != SV_CERT_SELF)
+        return INVALID(err, "inbound %s: a trojan inbound needs a TLS certificate (cert mode "
+                       "file or self)", in->tag);
+    sv_dest d;
+    if (in->fallback != NULL && sv_dest_parse_hostport(in->fallback, &d) != 0)
+        return INVALID(err, "inbound %s: fallback \"%.64s\" is not HOST:PORT", in->tag,
+                       in->fallback);
+    return 0;
+}
+
 static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
 {
     const sv_inbound_spec *in = &spec->inbounds[i];
@@ -331,8 +354,13 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
     int rc = check_bind_overlap(spec, i, &addr, err);
     if (rc < 0)
         return rc;
+    if (in->protocol == SV_INBOUND_TROJAN)
+        return check_trojan(in, err);
     if (in->protocol != SV_INBOUND_SHADOWSOCKS)
         return INVALID(err, "inbound %s: unknown protocol", in->tag);
+    if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL)
+        return INVALID(err, "inbound %s: TLS and fallback are not served on a shadowsocks "
+                       "inbound", in->tag);
     if (!cipher_known(in->ss_cipher))
         return INVALID(err, "inbound %s: unknown cipher", in->tag);
     if (is_empty(in->users))

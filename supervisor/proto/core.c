@@ -87,3 +87,55 @@ int sv_dest_format(const sv_dest *d, char *buf, size_t cap)
         return snprintf(buf, cap, "%.255s:%u", d->host, (unsigned)d->port);
     }
 }
+
+int sv_dest_parse_hostport(const char *s, sv_dest *d)
+{
+    if (s == NULL)
+        return -EINVAL;
+    const char *colon = strrchr(s, ':');
+    if (colon == NULL || colon == s)
+        return -EINVAL;
+    const char *ps = colon + 1;
+    unsigned port = 0;
+    if (*ps == '\0' || strlen(ps) > 5)
+        return -EINVAL;
+    for (; *ps != '\0'; ps++) {
+        if (*ps < '0' || *ps > '9')
+            return -EINVAL;
+        port = port * 10 + (unsigned)(*ps - '0');
+    }
+    if (port == 0 || port > 65535)
+        return -EINVAL;
+    memset(d, 0, sizeof *d);
+    d->port = (uint16_t)port;
+    d->network = SV_NET_TCP;
+    size_t hlen = (size_t)(colon - s);
+    char host[256];
+    if (s[0] == '[') {
+        if (hlen < 3 || s[hlen - 1] != ']' || hlen - 2 >= sizeof host)
+            return -EINVAL;
+        memcpy(host, s + 1, hlen - 2);
+        host[hlen - 2] = '\0';
+        if (inet_pton(AF_INET6, host, d->ip) != 1)
+            return -EINVAL;
+        d->atyp = SV_ATYP_IPV6;
+        return 0;
+    }
+    if (hlen > 253)
+        return -EINVAL;
+    memcpy(host, s, hlen);
+    host[hlen] = '\0';
+    if (inet_pton(AF_INET, host, d->ip) == 1) {
+        d->atyp = SV_ATYP_IPV4;
+        return 0;
+    }
+    for (size_t i = 0; i < hlen; i++) {
+        char c = host[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '.' || c == '_'))
+            return -EINVAL;
+    }
+    d->atyp = SV_ATYP_DOMAIN;
+    memcpy(d->host, host, hlen + 1);
+    return 0;
+}

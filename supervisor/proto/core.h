@@ -35,6 +35,14 @@ ssize_t sv_dest_parse(const uint8_t *p, size_t n, sv_dest *d);
 /** Encode @p d in SOCKS5 style into @p out (at least SV_DEST_WIRE_MAX bytes). @return length. */
 size_t sv_dest_encode(const sv_dest *d, uint8_t *out);
 
+/**
+ * Parse an operator's "HOST:PORT" (the Trojan fallback, issue 8): HOST an IPv4 address, a
+ * bracketed IPv6 address ("[::1]:80") or a name of 1..253 bytes of letters, digits, '-', '.',
+ * '_'; PORT 1..65535. network is set to TCP.
+ * @return 0, or -EINVAL with nothing else said (the caller names the setting).
+ */
+int sv_dest_parse_hostport(const char *s, sv_dest *d);
+
 /** Format "host:port" ("[v6]:port" for IPv6) into @p buf. @return snprintf's result. */
 int sv_dest_format(const sv_dest *d, char *buf, size_t cap);
 

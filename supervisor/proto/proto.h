@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "supervisor/crypto/replay.h"
 #include "supervisor/proto/core.h"
 #include "supervisor/supervisor.h"
 
@@ -79,6 +80,11 @@ typedef struct sv_proto_ops {
     int (*creds_new)(const sv_inbound_spec *in, const sv_user_set *users, void **out,
                      sv_error *err);
     void (*creds_free)(void *creds);
+    /**
+     * Optional: share the inbound's replay filter @p filter (borrowed; it outlives the table)
+     * with the credential table, for protocols whose handshakes carry a salt (Shadowsocks).
+     */
+    void (*attach_replay)(void *creds, sv_replay *filter);
 
     size_t state_size; /**< bytes of per-connection state */
     /** Prepare zeroed @p state for a connection of inbound @p in. @return 0 or -ENOMEM. */

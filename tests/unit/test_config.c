@@ -417,6 +417,46 @@ static void config__allow_private__defaults_to_false_and_is_a_boolean(void **sta
                  "allow_private: unknown key");
 }
 
+/* "cert", "fallback" and the local panel's "node_type" (issue 8): strict, errors name the path. */
+static void config__cert_fallback_node_type__parse_strictly(void **state)
+{
+    (void)state;
+    static const char t[] =
+        "{\"nodes\":[{\"tag\":\"a\",\"cert\":{\"mode\":\"file\",\"cert_file\":\"c.pem\","
+        "\"key_file\":\"/k.pem\"},\"fallback\":\"[::1]:80\",\"panel\":{\"type\":\"local\","
+        "\"node_type\":\"trojan\",\"node\":{\"server_port\":1},\"users\":{\"users\":[]}}},"
+        "{\"tag\":\"b\",\"cert\":{\"mode\":\"self\"},\"panel\":" PANEL_OK "}," NODE_OK "]}";
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(t, strlen(t), "/etc/k", &cfg, &err), 0);
+    assert_int_equal(cfg.nodes[0].cert.mode, AG_CERT_FILE);
+    assert_string_equal(cfg.nodes[0].cert.cert_file, "/etc/k/c.pem");
+    assert_string_equal(cfg.nodes[0].cert.key_file, "/k.pem");
+    assert_string_equal(cfg.nodes[0].fallback, "[::1]:80");
+    assert_string_equal(cfg.nodes[0].panel.node_type, "trojan");
+    assert_int_equal(cfg.nodes[1].cert.mode, AG_CERT_SELF);
+    assert_null(cfg.nodes[1].fallback);
+    assert_int_equal(cfg.nodes[2].cert.mode, AG_CERT_NONE);
+    ag_config_free(&cfg);
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"cert\":{\"mode\":\"acme\"},\"panel\":"
+                 PANEL_OK "}]}", -EINVAL,
+                 "nodes[0].cert.mode: expected \"file\" or \"self\", got \"acme\"");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"cert\":{\"mode\":\"file\",\"cert_file\":"
+                 "\"c\"},\"panel\":" PANEL_OK "}]}", -EINVAL,
+                 "nodes[0].cert: mode file needs cert_file and key_file");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"cert\":{\"mode\":\"self\",\"key_file\":"
+                 "\"k\"},\"panel\":" PANEL_OK "}]}", -EINVAL,
+                 "nodes[0].cert: mode self takes no cert_file or key_file");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"cert\":{\"mode\":\"self\",\"sni\":1},"
+                 "\"panel\":" PANEL_OK "}]}", -EINVAL, "nodes[0].cert.sni: unknown key");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"fallback\":\"web\",\"panel\":" PANEL_OK
+                 "}]}", -EINVAL, "nodes[0].fallback: expected \"HOST:PORT\", got \"web\"");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\",\"node_type\":"
+                 "\"vmess\",\"node\":{\"server_port\":1},\"users\":{\"users\":[]}}}]}",
+                 -EINVAL, "nodes[0].panel.node_type: expected \"shadowsocks\" or \"trojan\", "
+                 "got \"vmess\"");
+}
+
 /* The packaged config (issue 15): never an empty API token but the placeholder the package
  * replaces with a random one at install; a copy that kept the placeholder is refused. With a
  * token in its place the file is valid and keeps internal destinations closed. */
@@ -493,6 +533,7 @@ int main(void)
         cmocka_unit_test(config__api__keys_are_strict_and_public_needs_a_token),
         cmocka_unit_test(config__allow_private__defaults_to_false_and_is_a_boolean),
         cmocka_unit_test(config__packaged_example__has_an_api_token),
+        cmocka_unit_test(config__cert_fallback_node_type__parse_strictly),
         cmocka_unit_test(config__max_connections__default_and_bounds),
         cmocka_unit_test(config__max_connections__default_from_fd_limit),
     };

@@ -394,6 +394,68 @@ static void lower__unserved_settings__are_refused_naming_the_field(void **state)
     }
 }
 
+/* Issue 8: a trojan node (PANEL.md §1.4) lowers to a Trojan inbound over TLS with the config's
+ * certificate and fallback; ws/grpc, REALITY and a missing certificate are refused naming the
+ * field, and a shadowsocks node refuses cert and fallback. */
+static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
+{
+    (void)state;
+    ag_node_state st;
+    sv_spec s;
+    sv_error err = {0};
+    state_from_json(&st, "tj", "{\"protocol\":\"trojan\",\"server_port\":443,\"tls\":1,"
+                    "\"server_name\":\"node.test\",\"host\":\"h.example\",\"network\":\"tcp\"}",
+                    "{\"users\":[{\"id\":1,\"uuid\":\"u1\"}]}");
+    st.cert = SV_CERT_SELF;
+    st.fallback = strdup("127.0.0.1:8080");
+    lower_one(&st, &s);
+    assert_int_equal(s.n_inbounds, 1);
+    const sv_inbound_spec *in = &s.inbounds[0];
+    assert_int_equal(in->protocol, SV_INBOUND_TROJAN);
+    assert_false(in->udp);
+    assert_int_equal(in->bind.port, 443);
+    assert_int_equal(in->tls.cert, SV_CERT_SELF);
+    assert_string_equal(in->tls.server_name, "node.test");
+    assert_string_equal(in->fallback, "127.0.0.1:8080");
+    assert_string_equal(in->users, "tj");
+    sv_spec_free(&s);
+    free_state(&st);
+
+    static const struct {
+        const char *extra, *msg;
+    } refused[] = {
+        {"\"network\":\"ws\"", "node tj: network \"ws\": not served (trojan over TLS on TCP only)"},
+        {"\"network\":\"grpc\"", "node tj: network \"grpc\": not served (trojan over TLS on TCP "
+                                 "only)"},
+        {"\"tls\":2", "node tj: tls 2 (REALITY): not served (trojan over TLS only)"},
+        {"\"networkSettings\":{\"path\":\"/x\"}", "node tj: networkSettings: not served (no "
+                                                  "transport settings)"},
+    };
+    char json[256];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(json, sizeof json, "{\"protocol\":\"trojan\",\"server_port\":9,%s}",
+                 refused[i].extra);
+        state_from_json(&st, "tj", json, "{\"users\":[]}");
+        st.cert = SV_CERT_SELF;
+        ag_fleet f = {.nodes = &st, .n = 1};
+        assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+        assert_string_equal(err.msg, refused[i].msg);
+        free_state(&st);
+    }
+    state_from_json(&st, "tj", "{\"protocol\":\"trojan\",\"server_port\":9}", "{\"users\":[]}");
+    ag_fleet f = {.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node tj: a trojan node needs \"cert\" in the agent config "
+                                 "(mode file or self)");
+    free_state(&st);
+    state_from_json(&st, "ss", "{\"server_port\":9,\"cipher\":\"aes-128-gcm\"}", "{\"users\":[]}");
+    st.fallback = strdup("127.0.0.1:80");
+    f.nodes = &st;
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node ss: \"cert\" and \"fallback\" apply to trojan nodes only");
+    free_state(&st);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* routes and matchers                                                                          */
 /* ------------------------------------------------------------------------------------------ */
@@ -756,6 +818,7 @@ int main(void)
         cmocka_unit_test(lower__unknown_cipher__is_named),
         cmocka_unit_test(lower__other_protocols__are_refused),
         cmocka_unit_test(lower__unserved_settings__are_refused_naming_the_field),
+        cmocka_unit_test(lower__trojan_node__inbound_over_tls_and_refusals),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),
         cmocka_unit_test(lower__every_match_form),
         cmocka_unit_test(lower__bad_regexps_protocols_and_other_actions__are_skipped),

@@ -1,0 +1,27 @@
+/*
+ * Shadowsocks AEAD (PROTOCOLS.md §2) on the protocol-core seam of proto.h.
+ */
+#ifndef SV_PROTO_SS_OPS_H
+#define SV_PROTO_SS_OPS_H
+
+#include "supervisor/proto/proto.h"
+#include "supervisor/proto/shadowsocks.h"
+
+/**
+ * The Shadowsocks core (proto.h's contract) over the sv_ss_tcp API:
+ *  - creds_new: one master key per user from its secret (§2.2); -ENOMEM only.
+ *  - attach_replay: the inbound's salt filter, checked after the first chunk authenticates.
+ *  - feed: one chunk per inner step, decrypted in place; SV_FX_AUTHENTICATED (principal = key
+ *    index), SV_FX_OPEN (stream 0, TCP), SV_FX_TO_OUTBOUND pointing into @p p. A failure before
+ *    the relay (wrong key, probe, replayed salt, bad address) is SV_FX_ERROR with
+ *    SV_PROBE_DRAIN (PROTOCOLS.md §1.4 (b)); a failure while relaying has SV_PROBE_CLOSE.
+ *  - frame: sv_ss_tcp_seal_to() (salt on the first call, chunks of at most 0x3FFF bytes);
+ *    frame_max(len) = SV_SS_SEALED_MAX(len). No datagram framing: SS-UDP is a datagram source of
+ *    its own (udp.c).
+ */
+extern const sv_proto_ops sv_shadowsocks_ops;
+
+/** The keyring inside a credential table made by sv_shadowsocks_ops.creds_new (SS-UDP). */
+const sv_ss_keyring *sv_ss_creds_ring(const void *creds);
+
+#endif

@@ -1,0 +1,233 @@
+/*
+ * Unit tests of the runtime seams (issue 8): the Shadowsocks core through its ops table
+ * (supervisor/proto/ss_ops.c), the principal registry (supervisor/principal.c) and the
+ * operator's HOST:PORT parser (sv_dest_parse_hostport, supervisor/proto/core.c).
+ *
+ * A client stream is made with the core's own frame(): the AEAD stream format is the same in
+ * both directions (PROTOCOLS.md §2.3), so sealing "address ‖ payload" with a user's key gives
+ * the bytes a client of that user sends.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "supervisor/principal.h"
+#include "supervisor/proto/ss_ops.h"
+
+static const sv_proto_ops *const ops = &sv_shadowsocks_ops;
+
+static char pw_a[] = "password-a", pw_b[] = "password-b";
+static sv_user k_users[] = {{.id = 7, .secret = pw_a}, {.id = 9, .secret = pw_b}};
+static sv_user_set k_set = {.tag = (char *)"s", .users = k_users, .n_users = 2};
+static sv_inbound_spec k_in = {.tag = (char *)"in", .protocol = SV_INBOUND_SHADOWSOCKS,
+                               .ss_cipher = SV_SS_AES_256_GCM};
+
+/* What a driver saw, concatenated over all feed() calls. */
+typedef struct seen {
+    int principal;
+    int opens;
+    sv_dest dest;
+    uint8_t out[8192];
+    size_t out_len;
+    int error;
+    enum sv_probe_policy policy;
+} seen;
+
+/* Client wire of user @p user: address of 10.0.0.1:8080, then @p n payload bytes. */
+static size_t client_wire(const void *creds, int user, const uint8_t *payload, size_t n,
+                          uint8_t *wire, size_t cap)
+{
+    sv_ss_tcp st = {0};
+    assert_int_equal(ops->init(&st, &k_in), 0);
+    st.user = user;
+    uint8_t plain[4096] = {0x01, 10, 0, 0, 1, 0x1f, 0x90};
+    memcpy(plain + 7, payload, n);
+    ssize_t len = ops->frame(&st, creds, 0, plain, 7 + n, wire, cap);
+    ops->deinit(&st);
+    assert_true(len > 0);
+    return (size_t)len;
+}
+
+/* Feed @p wire in pieces of @p step bytes like the runtime: keep the unconsumed carry and
+ * feed it again with the next bytes appended. */
+static void drive(const void *creds, const uint8_t *wire, size_t n, size_t step, seen *s)
+{
+    uint8_t st[sizeof(sv_ss_tcp)] __attribute__((aligned(16))) = {0};
+    uint8_t buf[16384 + 4096];
+    size_t have = 0, off = 0;
+    memset(s, 0, sizeof *s);
+    s->principal = -1;
+    assert_int_equal(ops->init(st, &k_in), 0);
+    while (off < n && s->error == 0) {
+        size_t take = n - off < step ? n - off : step;
+        memcpy(buf + have, wire + off, take);
+        have += take;
+        off += take;
+        for (;;) {
+            sv_effects fx;
+            ssize_t r = ops->feed(st, creds, buf, have, &fx);
+            for (unsigned i = 0; i < fx.n; i++) {
+                const sv_effect *e = &fx.v[i];
+                if (e->kind == SV_FX_AUTHENTICATED)
+                    s->principal = e->principal;
+                else if (e->kind == SV_FX_OPEN) {
+                    s->opens++;
+                    s->dest = e->dest;
+                } else if (e->kind == SV_FX_TO_OUTBOUND) {
+                    assert_true(s->out_len + e->len <= sizeof s->out);
+                    memcpy(s->out + s->out_len, e->data, e->len);
+                    s->out_len += e->len;
+                } else if (e->kind == SV_FX_ERROR) {
+                    s->error = e->error;
+                    s->policy = e->policy;
+                }
+            }
+            if (r < 0) {
+                assert_int_not_equal(s->error, 0); /* an error comes with its effect */
+                break;
+            }
+            if (r == 0)
+                break;
+            memmove(buf, buf + r, have - (size_t)r);
+            have -= (size_t)r;
+            assert_true(have <= ops->carry_max);
+        }
+    }
+    ops->deinit(st);
+}
+
+static void ss_ops__whole_and_byte_at_a_time__same_effects(void **state)
+{
+    (void)state;
+    void *creds = NULL;
+    assert_int_equal(ops->creds_new(&k_in, &k_set, &creds, NULL), 0);
+    uint8_t payload[3000], wire[8192];
+    for (size_t i = 0; i < sizeof payload; i++)
+        payload[i] = (uint8_t)(i * 7);
+    size_t n = client_wire(creds, 1, payload, sizeof payload, wire, sizeof wire);
+    static seen whole, bytes;
+    drive(creds, wire, n, n, &whole);
+    drive(creds, wire, n, 1, &bytes);
+    const seen *v[] = {&whole, &bytes};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(v[i]->error, 0);
+        assert_int_equal(v[i]->principal, 1);
+        assert_int_equal(v[i]->opens, 1);
+        assert_int_equal(v[i]->dest.atyp, SV_ATYP_IPV4);
+        assert_int_equal(v[i]->dest.port, 8080);
+        assert_int_equal(v[i]->dest.network, SV_NET_TCP);
+        assert_int_equal(v[i]->out_len, sizeof payload);
+        assert_memory_equal(v[i]->out, payload, sizeof payload);
+    }
+    ops->creds_free(creds);
+}
+
+static void ss_ops__unknown_key__error_with_drain(void **state)
+{
+    (void)state;
+    void *creds = NULL;
+    assert_int_equal(ops->creds_new(&k_in, &k_set, &creds, NULL), 0);
+    uint8_t junk[200];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(i * 31 + 5);
+    static seen s;
+    drive(creds, junk, sizeof junk, sizeof junk, &s);
+    assert_int_equal(s.error, -EBADMSG);
+    assert_int_equal(s.policy, SV_PROBE_DRAIN);
+    assert_int_equal(s.principal, -1);
+    ops->creds_free(creds);
+}
+
+static void ss_ops__corrupt_chunk_while_relaying__error_with_close(void **state)
+{
+    (void)state;
+    void *creds = NULL;
+    assert_int_equal(ops->creds_new(&k_in, &k_set, &creds, NULL), 0);
+    uint8_t payload[100] = {1, 2, 3}, wire[8192];
+    size_t n = client_wire(creds, 0, payload, sizeof payload, wire, sizeof wire);
+    /* a second stream's chunks appended after the salt of the first are garbage for it */
+    uint8_t more[8192];
+    size_t m = client_wire(creds, 0, payload, sizeof payload, more, sizeof more);
+    memcpy(wire + n, more + 32, m - 32);
+    static seen s;
+    drive(creds, wire, n + m - 32, n + m - 32, &s);
+    assert_int_equal(s.principal, 0);
+    assert_int_equal(s.out_len, sizeof payload);
+    assert_int_equal(s.error, -EBADMSG);
+    assert_int_equal(s.policy, SV_PROBE_CLOSE);
+    ops->creds_free(creds);
+}
+
+static void ss_ops__declared_bounds__fit_the_runtime(void **state)
+{
+    (void)state;
+    assert_true(ops->frame_max(1) >= 1 + 32 + 2 + 16 + 16);
+    assert_int_equal(ops->frame_max(65536), SV_SS_SEALED_MAX(65536));
+    assert_int_equal(ops->carry_max, SV_SS_SALT_MAX + SV_SS_NEED_MAX);
+    assert_non_null(ops->attach_replay);
+}
+
+static void principal__same_user__same_principal_until_released(void **state)
+{
+    (void)state;
+    sv_user u = {.id = 42, .secret = pw_a, .device_limit = 2};
+    sv_principal *a = sv_principal_acquire("set1", &u);
+    assert_non_null(a);
+    u.device_limit = 5; /* an edit of the limit updates the principal in place */
+    sv_principal *b = sv_principal_acquire("set1", &u);
+    assert_ptr_equal(a, b);
+    assert_int_equal(sv_principal_device_limit(a), 5);
+    assert_int_equal(a->id, 42);
+    u.secret = pw_b; /* a new secret is a new principal: live sessions of the old one differ */
+    sv_principal *c = sv_principal_acquire("set1", &u);
+    assert_ptr_not_equal(a, c);
+    u.secret = pw_a; /* the same user in another set is another principal */
+    sv_principal *d = sv_principal_acquire("set2", &u);
+    assert_ptr_not_equal(a, d);
+    sv_principal_unref(b);
+    sv_principal_unref(a);
+    sv_principal_unref(c);
+    sv_principal_unref(d);
+    sv_principal_unref(NULL);
+}
+
+static void hostport__forms__parsed_or_refused(void **state)
+{
+    (void)state;
+    sv_dest d;
+    assert_int_equal(sv_dest_parse_hostport("127.0.0.1:80", &d), 0);
+    assert_int_equal(d.atyp, SV_ATYP_IPV4);
+    assert_int_equal(d.port, 80);
+    assert_int_equal(sv_dest_parse_hostport("[::1]:8443", &d), 0);
+    assert_int_equal(d.atyp, SV_ATYP_IPV6);
+    assert_int_equal(d.port, 8443);
+    assert_int_equal(sv_dest_parse_hostport("web.example:65535", &d), 0);
+    assert_int_equal(d.atyp, SV_ATYP_DOMAIN);
+    assert_string_equal(d.host, "web.example");
+    const char *bad[] = {"", "80", ":80", "host:", "host:0", "host:65536", "host:8x",
+                         "[::1:80", "[nope]:80", "a b:80", "host:123456", NULL};
+    for (size_t i = 0; bad[i] != NULL; i++)
+        assert_int_equal(sv_dest_parse_hostport(bad[i], &d), -EINVAL);
+    assert_int_equal(sv_dest_parse_hostport(NULL, &d), -EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(ss_ops__whole_and_byte_at_a_time__same_effects),
+        cmocka_unit_test(ss_ops__unknown_key__error_with_drain),
+        cmocka_unit_test(ss_ops__corrupt_chunk_while_relaying__error_with_close),
+        cmocka_unit_test(ss_ops__declared_bounds__fit_the_runtime),
+        cmocka_unit_test(principal__same_user__same_principal_until_released),
+        cmocka_unit_test(hostport__forms__parsed_or_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
