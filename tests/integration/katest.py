@@ -783,8 +783,9 @@ def probe_bytes(mode, server_name, seed):
 
 def cmd_tlsprobe(a):
     """One connection to 127.0.0.1:PORT that sends a bad-input probe (see probe_bytes) and reads
-    until the server closes or --wait seconds pass. OK when the server closed the connection
-    (EOF or reset) within --wait and sent no HTTP answer (a TLS alert record is fine)."""
+    until the server closes or --wait seconds pass. --expect closed: OK when the server closed
+    the connection (EOF or reset) within --wait and sent no HTTP answer (a TLS alert record is
+    fine); --expect silent: OK when not a byte came back (closed or still open)."""
     data = probe_bytes(a.mode, a.server_name, a.seed)
     try:
         s = socket.create_connection(("127.0.0.1", a.port), timeout=a.wait)
@@ -807,7 +808,10 @@ def cmd_tlsprobe(a):
             end = "reset (%s)" % e.__class__.__name__
     kind = "nothing" if not got else ("TLS alert" if got[:1] == b"\x15" else
                                       "HTTP answer" if got[:5] == b"HTTP/" else "other bytes")
-    ok = end != "timeout" and kind != "HTTP answer" and kind != "other bytes"
+    if a.expect == "silent":
+        ok = not got
+    else:
+        ok = end != "timeout" and kind != "HTTP answer" and kind != "other bytes"
     print("%s tlsprobe %s (%d bytes sent): %s after %.2fs, got %d bytes (%s) %s" %
           ("OK" if ok else "FAIL", a.mode, len(data), end, time.monotonic() - t0, len(got),
            kind, got[:40].hex()), flush=True)
@@ -984,6 +988,8 @@ def main():
         c.add_argument("--server-name", default="node.test")
         c.add_argument("--seed", default=name)
     sub.choices["tlsprobe"].add_argument("--wait", type=float, default=10)
+    sub.choices["tlsprobe"].add_argument("--expect", choices=("closed", "silent"),
+                                         default="closed")
     c = sub.choices["stall"]
     c.add_argument("--conns", type=int, default=1000)
     c.add_argument("--connect-timeout", type=float, default=3)

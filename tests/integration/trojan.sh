@@ -170,3 +170,13 @@ tj_log_lines() { wc -l <"$SRV_LOG"; }
 
 # tj_rss_kib PID: resident memory of a process, KiB.
 tj_rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+# tj_reload: SIGHUP to the server under test (katana: lib.sh srv_reload, which sets
+# SRV_RELOAD_LOG; trojan-gfw restarts its service on SIGHUP). Not for KT_SERVER=v2ray.
+tj_reload() {
+    if [ "$KT_SERVER" = katana ]; then srv_reload; return; fi
+    local mark; mark=$(stat -c %s "$SRV_LOG")
+    kill -HUP "$SRV_PID"
+    sleep "${KT_RELOAD_WAIT:-1}"
+    SRV_RELOAD_LOG=$(tail -c +"$((mark + 1))" "$SRV_LOG")
+}
