@@ -8,7 +8,7 @@ set -euo pipefail
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
             libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libcmocka-dev
             libpcre2-dev)
-CLIENTS=(shadowsocks-libev v2ray iperf3 netcat-openbsd curl openssl python3 clang
+CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
          sqlite3)      # sqlite3: the panel tests read the usage outbox (issue #3)
 # tests/packaging/check.sh: make deb / make rpm, lintian, rpmlint, debuginfo split (eu-strip),
@@ -31,6 +31,7 @@ fi
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     for unit in shadowsocks-libev.service shadowsocks-libev-server@ shadowsocks-libev-local@ \
                 shadowsocks-libev-redir@ shadowsocks-libev-tunnel@ v2ray.service v2ray@ \
+                trojan.service \
                 prometheus.service; do  # prometheus would hold 9090, the API's default port
         case $unit in
             *@) for u in $(systemctl list-units --plain --no-legend "${unit}*" 2>/dev/null |
@@ -44,10 +45,10 @@ fi
 
 # Stray daemons the packages started without systemd: only processes of the packaged
 # binaries that run from the packaged config directories, killed by pid.
-for pid in $(pgrep -x 'ss-server|ss-local|ss-manager|v2ray' 2>/dev/null || true); do
+for pid in $(pgrep -x 'ss-server|ss-local|ss-manager|v2ray|trojan' 2>/dev/null || true); do
     args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
     case $args in
-        *"/etc/shadowsocks-libev/"* | *"/etc/v2ray/"*)
+        *"/etc/shadowsocks-libev/"* | *"/etc/v2ray/"* | *"/etc/trojan/"*)
             echo "== stopping packaged daemon $pid: $args"
             $SUDO kill -TERM "$pid" 2>/dev/null || true ;;
     esac

@@ -7,8 +7,13 @@
 # Per server (BENCH_IDLE_CIPHERS): resident memory per idle connection with BENCH_CONNS
 # connections open (VmRSS before/after, divided by the count).
 #
+# Trojan over TLS (issue 8), a second table: katana vs trojan-gfw's server vs v2ray's
+# trojan-tls inbound, the same client (trojan-gfw in forward mode) for all: bulk throughput and
+# server CPU s/GB. A server that cannot serve Trojan (exits at start) gets a "-" row and a note.
+#
 # Environment: BENCH_SECONDS (10), BENCH_CONNS (10000), BENCH_CIPHERS (all three),
 # BENCH_IDLE_CIPHERS (aes-256-gcm), BENCH_SERVERS ("katana ss-server v2ray"),
+# BENCH_TROJAN_SERVERS ("katana trojan v2ray"; empty: no Trojan table),
 # BENCH_WORKERS (katana workers, 1: ss-server is single-threaded too), KATANA_BIN.
 # Not part of `make check`; run with `make bench`.
 set -euo pipefail
@@ -22,6 +27,7 @@ CONNS=${BENCH_CONNS:-10000}
 CIPHERS=${BENCH_CIPHERS:-aes-128-gcm aes-256-gcm chacha20-ietf-poly1305}
 IDLE_CIPHERS=${BENCH_IDLE_CIPHERS:-aes-256-gcm}
 SERVERS=${BENCH_SERVERS:-katana ss-server v2ray}
+TROJAN_SERVERS=${BENCH_TROJAN_SERVERS-katana trojan v2ray}
 WORKERS=${BENCH_WORKERS:-1}
 PASS=$(cat /proc/sys/kernel/random/uuid)
 TCK=$(getconf CLK_TCK)
@@ -157,6 +163,84 @@ for cipher in $CIPHERS; do
     done
 done
 
+# --- Trojan over TLS: katana vs trojan-gfw's server vs v2ray's trojan-tls inbound -------------
+# The same client for every server: trojan-gfw in forward mode (bulk sender -> forward ->
+# server -> sink), certificate from a test CA, 1 katana worker.
+declare -A TGBPS TCPU
+TROJAN_ROWS=()
+if [ -n "$TROJAN_SERVERS" ] && command -v trojan >/dev/null && command -v openssl >/dev/null; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout "$T/ca.key" -out "$T/ca.crt" -days 30 -subj "/CN=bench CA" \
+        -addext "basicConstraints=critical,CA:TRUE" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$T/srv.key" \
+        -out "$T/srv.csr" -subj "/CN=node.test" 2>/dev/null
+    printf 'subjectAltName=DNS:node.test,IP:127.0.0.1\n' >"$T/srv.ext"
+    openssl x509 -req -in "$T/srv.csr" -CA "$T/ca.crt" -CAkey "$T/ca.key" -CAcreateserial \
+        -out "$T/srv.crt" -days 30 -extfile "$T/srv.ext" 2>/dev/null
+    for name in $TROJAN_SERVERS; do
+        TROJAN_ROWS+=("$name")
+        TGBPS[$name]=-; TCPU[$name]=-
+        read -r SP TP <<<"$("${KATEST[@]}" freeport --count 2)"
+        case $name in
+        katana)
+            [ -x "$KATANA" ] || { note "trojan katana: no binary at $KATANA"; continue; }
+            "${KATEST[@]}" mkconfig --out "$T/katana-trojan.json" --port "$SP" --protocol trojan \
+                --cert-file "$T/srv.crt" --key-file "$T/srv.key" --user "1:$PASS" \
+                --workers "$WORKERS" --log-level warn
+            bg "$T/trojan-katana.log" "$KATANA" run -c "$T/katana-trojan.json" ;;
+        trojan)
+            cat >"$T/trojan-server.json" <<EOF
+{"run_type": "server", "local_addr": "127.0.0.1", "local_port": $SP,
+ "remote_addr": "127.0.0.1", "remote_port": 9, "password": ["$PASS"], "log_level": 3,
+ "ssl": {"cert": "$T/srv.crt", "key": "$T/srv.key", "key_password": "", "alpn": ["http/1.1"],
+         "reuse_session": true, "session_ticket": false, "session_timeout": 600},
+ "tcp": {"no_delay": true, "keep_alive": true, "fast_open": false}}
+EOF
+            bg "$T/trojan-trojan.log" trojan -c "$T/trojan-server.json" ;;
+        v2ray)
+            command -v v2ray >/dev/null || { note "trojan v2ray: not installed"; continue; }
+            cat >"$T/v2ray-trojan.json" <<EOF
+{"log": {"loglevel": "warning", "access": "none"},
+ "inbounds": [{"listen": "127.0.0.1", "port": $SP, "protocol": "trojan",
+   "settings": {"clients": [{"password": "$PASS"}]},
+   "streamSettings": {"network": "tcp", "security": "tls",
+     "tlsSettings": {"alpn": ["http/1.1"],
+       "certificates": [{"certificateFile": "$T/srv.crt", "keyFile": "$T/srv.key"}]}}}],
+ "outbounds": [{"protocol": "freedom", "settings": {}}]}
+EOF
+            bg "$T/trojan-v2ray.log" v2ray -config "$T/v2ray-trojan.json" ;;
+        *) note "trojan $name: unknown server"; continue ;;
+        esac
+        SRV=$BG
+        if ! "${KATEST[@]}" wait-port --port "$SP" --timeout 10 >/dev/null 2>&1; then
+            if kill -0 "$SRV" 2>/dev/null; then
+                note "trojan $name: did not listen on $SP"; kill -KILL "$SRV" 2>/dev/null || true
+            else
+                note "trojan $name: skipped, it exited at start (cannot serve Trojan):" \
+                     "$(tail -n 1 "$T/trojan-$name.log" 2>/dev/null)"
+            fi
+            continue
+        fi
+        cat >"$T/trojan-forward.json" <<EOF
+{"run_type": "forward", "local_addr": "127.0.0.1", "local_port": $TP,
+ "remote_addr": "127.0.0.1", "remote_port": $SP, "target_addr": "127.0.0.1",
+ "target_port": $SINK_PORT, "password": ["$PASS"], "udp_timeout": 60, "log_level": 3,
+ "ssl": {"verify": true, "verify_hostname": true, "cert": "$T/ca.crt", "sni": "node.test",
+         "alpn": ["h2", "http/1.1"], "reuse_session": true, "session_ticket": false},
+ "tcp": {"no_delay": true, "keep_alive": true, "fast_open": false}}
+EOF
+        bg "$T/trojan-forward.log" trojan -c "$T/trojan-forward.json"
+        TUN=$BG
+        "${KATEST[@]}" wait-port --port "$TP" >/dev/null
+        note "trojan $name: bulk ${SECONDS_RUN}s"
+        read -r g c <<<"$(throughput "$TP")"
+        TGBPS[$name]=$g; TCPU[$name]=$c
+        stop "$TUN" "$SRV"
+    done
+elif [ -n "$TROJAN_SERVERS" ]; then
+    note "trojan or openssl is not installed: no Trojan table"
+fi
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f\n", a / b }'; }
 
 echo
@@ -177,3 +261,19 @@ for cipher in $CIPHERS; do
     done
 done
 echo "(k/X = katana / X: above 1 is better for Gbit/s, below 1 is better for CPU and RSS)"
+
+if [ "${#TROJAN_ROWS[@]}" -gt 0 ]; then
+    echo
+    echo "Trojan over TLS: loopback, client trojan-gfw forward (verifying the certificate)," \
+         "${SECONDS_RUN}s one-way bulk per run, katana workers=$WORKERS, $(nproc) CPUs"
+    printf '%-10s %10s %12s\n' server "Gbit/s" "CPU s/GB"
+    for name in "${TROJAN_ROWS[@]}"; do
+        printf '%-10s %10s %12s\n' "$name" "${TGBPS[$name]}" "${TCPU[$name]}"
+    done
+    for other in trojan v2ray; do
+        [[ " ${TROJAN_ROWS[*]} " == *" katana "* && " ${TROJAN_ROWS[*]} " == *" $other "* ]] || continue
+        printf '%-10s %10s %12s\n' "k/$other" "$(ratio "${TGBPS[katana]}" "${TGBPS[$other]}")" \
+            "$(ratio "${TCPU[katana]}" "${TCPU[$other]}")"
+    done
+    echo "(issue 8 goal: katana's CPU s/GB at most 0.5x the best of trojan and v2ray)"
+fi

@@ -12,10 +12,15 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
   mkconfig  ...                              write a katana config (JSON; allow_private unless
                                              --no-allow-private)
   usage     --log F [--offset N]             last "usage user" line per user after byte N
-  ssplan    --config F                       (self-check mode) ss-server parameters of a config
+  ssplan    --config F                       (self-check mode) ss-server / Trojan reference
+                                             server parameters of a config
   sse       --file F                         events of a captured SSE stream, one JSON line each
   hold      --port P --conns N [...]         N connections that send a few bytes and stay open
   cpu       --pid PID [--secs S] [--max PCT] CPU use of a process over S seconds (/proc)
+  httpd     --port P --body B [--status N]   fixed-answer HTTP server (the Trojan fallback)
+  tlsprobe  --port P --mode M [--wait S]     one bad-input connection (half ClientHello, garbage
+                                             TLS record, plain HTTP); OK when closed, no HTTP back
+  stall     --port P --conns N --mode M ...  N connections that never finish a TLS handshake
   sockets   --pid PID --port P               TCP connections PID holds on local port P (/proc)
 """
 
@@ -586,11 +591,17 @@ def cmd_relay(a):
 
 
 def cmd_mkconfig(a):
-    node = {"server_port": a.port, "cipher": a.cipher,
-            "routes": [{"id": 1, "match": a.block or ["domain:blocked.test", "10.9.0.0/16"],
-                        "action": "block"}]}
+    if a.protocol == "trojan":
+        # the UniProxy trojan node (PANEL.md 1.4); routes are left out
+        node = {"server_port": a.port, "server_name": a.server_name, "network": "tcp"}
+    else:
+        node = {"server_port": a.port, "cipher": a.cipher,
+                "routes": [{"id": 1, "match": a.block or ["domain:blocked.test", "10.9.0.0/16"],
+                            "action": "block"}]}
     users = {"users": [parse_user(u) for u in a.user]}
     panel = {"type": "local"}
+    if a.protocol != "shadowsocks":
+        panel["node_type"] = a.protocol
     if a.node_file:
         write_json(a.node_file, node)
         panel["node_file"] = a.node_file
@@ -606,6 +617,16 @@ def cmd_mkconfig(a):
         # the tests' echo servers are on loopback, which katana refuses to proxy users to
         # unless the node allows it (issue 15)
         node_cfg["allow_private"] = True
+    if a.protocol == "trojan":
+        # issue 8: a certificate per node (files, or self-signed at start), optional fallback
+        if a.cert_self:
+            node_cfg["cert"] = {"mode": "self"}
+        elif a.cert_file and a.key_file:
+            node_cfg["cert"] = {"mode": "file", "cert_file": a.cert_file, "key_file": a.key_file}
+        else:
+            die("mkconfig --protocol trojan needs --cert-file and --key-file, or --cert-self", 2)
+        if a.fallback:
+            node_cfg["fallback"] = a.fallback
     cfg = {"log": {"level": a.log_level}, "workers": a.workers,
            "api": {"listen": "127.0.0.1:%d" % (a.api_port or any_free_port())},
            "nodes": [node_cfg]}
@@ -642,7 +663,20 @@ def cmd_ssplan(a):
     rel = lambda p: p if os.path.isabs(p) else os.path.join(base, p)
     node = panel["node"] if "node" in panel else load_json(rel(panel["node_file"]))
     users = panel["users"] if "users" in panel else load_json(rel(panel["users_file"]))
-    print("node %d %s" % (node["server_port"], node["cipher"]))
+    if panel.get("node_type", "shadowsocks") == "trojan":
+        # (KT_SERVER=trojan|v2ray) the reference servers' parameters
+        ncfg = cfg["nodes"][0]
+        cert = ncfg.get("cert", {})
+        print("node %d trojan" % node["server_port"])
+        print("sni %s" % node.get("server_name", ""))
+        if cert.get("mode") == "file":
+            print("cert %s %s" % (rel(cert["cert_file"]), rel(cert["key_file"])))
+        else:
+            print("cert self")
+        if ncfg.get("fallback"):
+            print("fallback %s" % ncfg["fallback"])
+    else:
+        print("node %d %s" % (node["server_port"], node["cipher"]))
     for u in users["users"]:
         print("user %d %s" % (u["id"], u["uuid"]))
     for r in node.get("routes", []):
@@ -671,6 +705,156 @@ def cmd_usage(a):
             last[uid] = (up, down)
     for uid in sorted(last):
         print("%d %d %d" % (uid, last[uid][0], last[uid][1]))
+    return 0
+
+
+# --- Trojan / TLS helpers (t-trojan-*.sh) ---------------------------------------------
+
+HTTP_REASONS = {200: "OK", 404: "Not Found"}
+
+
+def _httpd_conn(c, answer):
+    """Read the request (until a blank line, 64 KiB or 2 s of silence), send ANSWER, close."""
+    got = b""
+    c.settimeout(2)
+    try:
+        while b"\r\n\r\n" not in got and len(got) < 65536:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+    except OSError:
+        pass
+    try:
+        if got:
+            c.sendall(answer)
+    except OSError:
+        pass
+    finally:
+        c.close()
+
+
+def cmd_httpd(a):
+    """A fixed-answer HTTP/1.1 server on 127.0.0.1:PORT (the Trojan fallback web server): every
+    request, whatever its bytes, gets the same status and body, then the connection closes."""
+    body = a.body.encode()
+    answer = ("HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+              "Connection: close\r\n\r\n" % (a.status, HTTP_REASONS.get(a.status, "Status"),
+                                                 len(body))).encode() + body
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", a.port))
+    ls.listen(512)
+    touch(a.ready_file)
+    while True:
+        c, _ = ls.accept()
+        threading.Thread(target=_httpd_conn, args=(c, answer), daemon=True).start()
+
+
+def client_hello(server_name):
+    """The bytes of a real TLS ClientHello (Python's ssl, SNI SERVER_NAME, ALPN h2/http1.1)."""
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname=server_name)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
+
+
+def probe_bytes(mode, server_name, seed):
+    """What a bad-input probe sends: half a ClientHello, a TLS handshake record of random
+    bytes, a plain-HTTP request, or nothing."""
+    if mode == "half":
+        hello = client_hello(server_name)
+        return hello[:len(hello) // 2]
+    if mode == "garbage":
+        body = random.Random(seed).randbytes(512)
+        return b"\x16\x03\x01" + struct.pack("!H", len(body)) + body
+    if mode == "plain":
+        return b"GET / HTTP/1.1\r\nHost: node.test\r\nConnection: close\r\n\r\n"
+    return b""
+
+
+def cmd_tlsprobe(a):
+    """One connection to 127.0.0.1:PORT that sends a bad-input probe (see probe_bytes) and reads
+    until the server closes or --wait seconds pass. --expect closed: OK when the server closed
+    the connection (EOF or reset) within --wait and sent no HTTP answer (a TLS alert record is
+    fine); --expect silent: OK when not a byte came back (closed or still open)."""
+    data = probe_bytes(a.mode, a.server_name, a.seed)
+    try:
+        s = socket.create_connection(("127.0.0.1", a.port), timeout=a.wait)
+    except OSError as e:
+        die("tlsprobe %s: cannot connect: %s" % (a.mode, e))
+    got, end, t0 = b"", "timeout", time.monotonic()
+    with s:
+        try:
+            s.sendall(data)
+            s.settimeout(a.wait)
+            while len(got) < 65536:
+                d = s.recv(65536)
+                if not d:
+                    end = "eof"
+                    break
+                got += d
+        except socket.timeout:
+            end = "timeout"
+        except OSError as e:
+            end = "reset (%s)" % e.__class__.__name__
+    kind = "nothing" if not got else ("TLS alert" if got[:1] == b"\x15" else
+                                      "HTTP answer" if got[:5] == b"HTTP/" else "other bytes")
+    if a.expect == "silent":
+        ok = not got
+    else:
+        ok = end != "timeout" and kind != "HTTP answer" and kind != "other bytes"
+    print("%s tlsprobe %s (%d bytes sent): %s after %.2fs, got %d bytes (%s) %s" %
+          ("OK" if ok else "FAIL", a.mode, len(data), end, time.monotonic() - t0, len(got),
+           kind, got[:40].hex()), flush=True)
+    return 0 if ok else 1
+
+
+def cmd_stall(a):
+    """Open --conns connections to 127.0.0.1:PORT that never finish a TLS handshake (each sends
+    a probe, see probe_bytes, then stays silent) and hold them until --release-file exists or
+    --max-secs pass. --ready-file gets 'connected N failed M'; at release, prints how many the
+    server had already closed ('closed K of N')."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < a.conns + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(a.conns + 64, hard), hard))
+    data = probe_bytes(a.mode, a.server_name, "stall")
+    socks, failed = [], 0
+    for _ in range(a.conns):
+        try:
+            s = socket.create_connection(("127.0.0.1", a.port), timeout=a.connect_timeout)
+            if data:
+                s.sendall(data)
+            socks.append(s)
+        except OSError:
+            failed += 1
+    text = "connected %d failed %d\n" % (len(socks), failed)
+    touch(a.ready_file, text)
+    print(text, end="", flush=True)
+    deadline = time.monotonic() + a.max_secs
+    while time.monotonic() < deadline and not (a.release_file and os.path.exists(a.release_file)):
+        time.sleep(0.05)
+    closed = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            while s.recv(65536):
+                pass
+            closed += 1
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+        s.close()
+    print("closed %d of %d" % (closed, len(socks)), flush=True)
     return 0
 
 
@@ -763,6 +947,13 @@ def main():
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
     c.add_argument("--no-allow-private", action="store_true",
                    help="leave allow_private out: users may not reach loopback (katana default)")
+    c.add_argument("--protocol", choices=("shadowsocks", "trojan"), default="shadowsocks",
+                   help="panel node_type (shadowsocks is the default and leaves node_type out)")
+    c.add_argument("--server-name", default="node.test", help="trojan: the node's server_name")
+    c.add_argument("--cert-file", help="trojan: PEM certificate chain (cert mode file)")
+    c.add_argument("--key-file", help="trojan: PEM private key (cert mode file)")
+    c.add_argument("--cert-self", action="store_true", help="trojan: cert mode self")
+    c.add_argument("--fallback", help="trojan: HOST:PORT that non-Trojan traffic is relayed to")
     c = sub.add_parser("relay")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--to", type=int, required=True)
@@ -785,6 +976,26 @@ def main():
     c.add_argument("--ready-file")
     c.add_argument("--release-file")
     c.add_argument("--max-secs", type=float, default=60)
+    c = sub.add_parser("httpd")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--body", required=True)
+    c.add_argument("--status", type=int, default=200)
+    c.add_argument("--ready-file")
+    for name in ("tlsprobe", "stall"):
+        c = sub.add_parser(name)
+        c.add_argument("--port", type=int, required=True)
+        c.add_argument("--mode", choices=("half", "garbage", "plain", "none"), required=True)
+        c.add_argument("--server-name", default="node.test")
+        c.add_argument("--seed", default=name)
+    sub.choices["tlsprobe"].add_argument("--wait", type=float, default=10)
+    sub.choices["tlsprobe"].add_argument("--expect", choices=("closed", "silent"),
+                                         default="closed")
+    c = sub.choices["stall"]
+    c.add_argument("--conns", type=int, default=1000)
+    c.add_argument("--connect-timeout", type=float, default=3)
+    c.add_argument("--ready-file")
+    c.add_argument("--release-file")
+    c.add_argument("--max-secs", type=float, default=60)
     c = sub.add_parser("cpu")
     c.add_argument("--pid", type=int, required=True)
     c.add_argument("--secs", type=float, default=2)
@@ -800,7 +1011,8 @@ def main():
     fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
           "tcp": cmd_tcp, "udp": cmd_udp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
-          "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets}[a.cmd]
+          "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
+          "tlsprobe": cmd_tlsprobe, "stall": cmd_stall}[a.cmd]
     sys.exit(fn(a))
 
 
