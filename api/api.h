@@ -45,6 +45,13 @@
 /** Open API connections from one IP address (issue 15); beyond it, closed unanswered. */
 #define API_PER_IP_CONNECTIONS_MAX 64
 /**
+ * Seconds a new connection has to deliver its whole first request (headers and body) before it
+ * is closed unanswered, however steadily it trickles bytes (issue 15: a short timeout for
+ * connections that have not sent a full request). On a kept-alive connection the next request
+ * must be complete within API_IDLE_TIMEOUT_S + API_REQUEST_DEADLINE_S of the previous answer.
+ */
+#define API_REQUEST_DEADLINE_S 5
+/**
  * Seconds a connection may stay silent (no request bytes in, no response bytes out) before it is
  * closed (issue 15: a short timeout for connections that have not sent a full request). Streams
  * send a comment every API_SSE_KEEPALIVE_S, and a suspended stream does not time out.
