@@ -45,9 +45,17 @@
 /** Open API connections from one IP address (issue 15); beyond it, closed unanswered. */
 #define API_PER_IP_CONNECTIONS_MAX 64
 /**
+ * Seconds a new connection has to deliver its whole first request (headers and body) before it
+ * is closed unanswered, however steadily it trickles bytes (issue 15: a short timeout for
+ * connections that have not sent a full request). On a kept-alive connection the next request
+ * must be complete within API_IDLE_TIMEOUT_S + API_REQUEST_DEADLINE_S of the previous answer.
+ */
+#define API_REQUEST_DEADLINE_S 5
+/**
  * Seconds a connection may stay silent (no request bytes in, no response bytes out) before it is
- * closed (issue 15: a short timeout for connections that have not sent a full request). Streams
- * send a comment every API_SSE_KEEPALIVE_S, and a suspended stream does not time out.
+ * closed: an idle kept-alive connection, a stream whose client stopped reading (issue 15; an
+ * unfinished request meets API_REQUEST_DEADLINE_S first). Streams send a comment every
+ * API_SSE_KEEPALIVE_S, and a suspended stream does not time out.
  */
 #define API_IDLE_TIMEOUT_S 10
 /** Seconds between ": keepalive" comments on a stream that has nothing else to send. */

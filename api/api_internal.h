@@ -6,6 +6,9 @@
 #define API_API_INTERNAL_H
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 
 #include <jansson.h>
@@ -13,6 +16,26 @@
 
 #include "api/api.h"
 #include "supervisor/util/list.h"
+
+/**
+ * One API connection as the accept thread tracks it (issue 15): katana enforces the connection
+ * limits and the request deadline itself, so libmicrohttpd never reaches its own limit paths.
+ * Slots are guarded by api_server.conn_lock; a slot is free when fd < 0.
+ */
+typedef struct api_conn {
+    int fd;                        /* -1: free */
+    struct sockaddr_storage peer;  /* the client's address (per-IP limit) */
+    uint64_t deadline_ms;          /* close it unanswered after this; UINT64_MAX: none */
+    bool started;                  /* libmicrohttpd owns it (NOTIFY_STARTED seen) */
+    bool cut;                      /* shut down at its deadline; libmicrohttpd closes it */
+} api_conn;
+
+/** Accept thread: a count of closed connections, logged at most once per API_LOG_WINDOW_S. */
+typedef struct api_tally {
+    uint64_t n;       /* so far */
+    uint64_t logged;  /* of which already reported */
+    uint64_t log_ms;  /* when last reported (0: never) */
+} api_tally;
 
 struct api_server {
     struct MHD_Daemon *daemon;
@@ -34,6 +57,10 @@ struct api_server {
     atomic_int traffic_streams; /* of which /v1/traffic (the pump reads the tick for them) */
     pthread_mutex_t stream_lock; /* guards stream_list and each stream's suspended flag */
     sv_list stream_list;  /* every live stream (sse.c) */
+    pthread_mutex_t conn_lock; /* guards conns: taken by the accept thread and in callbacks */
+    api_conn conns[API_CONNECTIONS_MAX];
+    api_tally refused;         /* accept thread: new connections closed at the limits */
+    api_tally late;            /* accept thread: connections cut at their request deadline */
 };
 
 /** What a handler answers: a status and either a JSON value, a text body or a response. */

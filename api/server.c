@@ -5,11 +5,14 @@
  *
  * Threads (issue 15): libmicrohttpd runs on epoll in its one internal thread, without a listen
  * socket of its own. The accept thread here owns the listen socket and hands each connection
- * over with MHD_add_connection() (which applies the global and per-IP limits), because
- * libmicrohttpd, out of descriptors with no connection open, retries accept() in a busy loop
- * and logs every try. Out of descriptors (or on any error of the listen socket itself), this
+ * over with MHD_add_connection(), because libmicrohttpd, out of descriptors with no connection
+ * open, retries accept() in a busy loop and logs every try. The accept thread also enforces the
+ * connection limits itself (libmicrohttpd 0.9.75 can deadlock its thread when a connection handed
+ * over this way meets its own global limit) and the request deadline (API_REQUEST_DEADLINE_S),
+ * in a table of the open connections (api_conn) shared with libmicrohttpd's callbacks. Out of descriptors (or on any error of the listen socket itself), this
  * thread stops polling the listen socket (new clients wait in its backlog), tries again every
- * ACCEPT_RETRY_MS, and logs the pause and the recovery once each. It also drives the SSE pump (sse.c) and reports suppressed log lines.
+ * ACCEPT_RETRY_MS, and logs the pause and the recovery once each. It also drives the SSE pump
+ * (sse.c) and reports suppressed log lines.
  */
 #include <config.h>
 
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +39,12 @@
 #define ACCEPT_RETRY_MS 250   /* out of descriptors: try accept() again after this */
 #define SSE_STEP_MS 50        /* how often suspended streams are checked for news */
 #define IDLE_POLL_MS 1000     /* the accept thread's wakeup with no stream (log flush) */
+#define DEADLINE_MS ((uint64_t)API_REQUEST_DEADLINE_S * 1000u)
+#define NEXT_REQUEST_MS ((uint64_t)(API_IDLE_TIMEOUT_S + API_REQUEST_DEADLINE_S) * 1000u)
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define REFUSED_LOG_MS ((uint64_t)API_LOG_WINDOW_S * 1000u) /* refusals: one line at most per */
+#define MHD_CONNECTIONS_MAX (2u * API_CONNECTIONS_MAX) /* a backstop never reached */
 
 uint64_t api_now_ms(void)
 {
@@ -96,8 +106,147 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
+    /* a client that went away mid-request (or was cut at its deadline): not the server's fault,
+     * and one line per connection */
+    static const char gone[] = "Connection socket is closed", left[] = "Connection was closed by";
+    if (strncmp(msg, gone, sizeof gone - 1) == 0 || strncmp(msg, left, sizeof left - 1) == 0)
+        return;
     log_limited(cls, "libmicrohttpd: %s", msg);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Connection table: the limits and the request deadline (issue 15)                            */
+/* ------------------------------------------------------------------------------------------ */
+
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+    return true;
+}
+
+/*
+ * Accept thread: a slot for the new connection @p fd from @p peer, due to deliver its request
+ * by @p now_ms + DEADLINE_MS, or NULL when API_CONNECTIONS_MAX are open or
+ * API_PER_IP_CONNECTIONS_MAX from that address. A slot that libmicrohttpd never started and
+ * that holds the same descriptor number is stale (the number was closed and reused): freed.
+ */
+static api_conn *conn_take(api_server *s, int fd, const struct sockaddr_storage *peer,
+                           uint64_t now_ms)
+{
+    api_conn *slot = NULL;
+    int from_peer = 0;
+    pthread_mutex_lock(&s->conn_lock);
+    for (size_t i = 0; i < API_CONNECTIONS_MAX; i++) {
+        api_conn *c = &s->conns[i];
+        if (c->fd == fd && !c->started)
+            c->fd = -1;
+        if (c->fd < 0) {
+            if (slot == NULL)
+                slot = c;
+        } else if (same_host(&c->peer, peer)) {
+            from_peer++;
+        }
+    }
+    if (slot != NULL && from_peer < API_PER_IP_CONNECTIONS_MAX)
+        *slot = (api_conn){.fd = fd, .peer = *peer, .deadline_ms = now_ms + DEADLINE_MS};
+    else
+        slot = NULL;
+    pthread_mutex_unlock(&s->conn_lock);
+    return slot;
+}
+
+/* Accept thread: free @p slot of @p fd, which libmicrohttpd refused (and closed) at once. */
+static void conn_forget(api_server *s, api_conn *slot, int fd)
+{
+    pthread_mutex_lock(&s->conn_lock);
+    if (slot->fd == fd && !slot->started)
+        slot->fd = -1;
+    pthread_mutex_unlock(&s->conn_lock);
+}
+
+/*
+ * Accept thread: shut down (both ways) every started connection past its deadline; libmicrohttpd
+ * then reads the end of the stream and closes it. The descriptor is still open while conn_lock
+ * is held: libmicrohttpd reports NOTIFY_CLOSED (on_connection takes the lock) before it closes
+ * the socket. A slot past its deadline that libmicrohttpd never started is only forgotten.
+ * @return the earliest deadline still ahead (UINT64_MAX: none).
+ */
+static uint64_t conn_sweep(api_server *s, uint64_t now_ms)
+{
+    uint64_t next = UINT64_MAX;
+    pthread_mutex_lock(&s->conn_lock);
+    for (size_t i = 0; i < API_CONNECTIONS_MAX; i++) {
+        api_conn *c = &s->conns[i];
+        if (c->fd < 0 || c->cut)
+            continue;
+        if (c->deadline_ms > now_ms) {
+            next = c->deadline_ms < next ? c->deadline_ms : next;
+        } else if (!c->started) {
+            c->fd = -1;
+        } else {
+            shutdown(c->fd, SHUT_RDWR);
+            c->cut = true;
+            s->late.n++;
+        }
+    }
+    pthread_mutex_unlock(&s->conn_lock);
+    return next;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION (libmicrohttpd's thread): link a started connection to its slot
+ * (in *ctx), free the slot when it closes. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    api_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *ctx = NULL;
+        if (info == NULL)
+            return;
+        pthread_mutex_lock(&s->conn_lock);
+        for (size_t i = 0; i < API_CONNECTIONS_MAX; i++) {
+            api_conn *slot = &s->conns[i];
+            if (slot->fd == info->connect_fd && !slot->started) {
+                slot->started = true;
+                *ctx = slot;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&s->conn_lock);
+    } else if (*ctx != NULL) {
+        api_conn *slot = *ctx;
+        pthread_mutex_lock(&s->conn_lock);
+        *slot = (api_conn){.fd = -1};
+        pthread_mutex_unlock(&s->conn_lock);
+        *ctx = NULL;
+    }
+}
+
+/* libmicrohttpd's thread: the deadline of connection @p c from now on (UINT64_MAX: none). */
+static void conn_set_deadline(api_server *s, struct MHD_Connection *c, uint64_t deadline_ms)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    api_conn *slot = info != NULL ? info->socket_context : NULL;
+    if (slot == NULL)
+        return;
+    pthread_mutex_lock(&s->conn_lock);
+    slot->deadline_ms = deadline_ms;
+    pthread_mutex_unlock(&s->conn_lock);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Requests                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
 
 /** One request: the raw target (from the URI log callback) and how much body was seen. */
 typedef struct api_request {
@@ -117,6 +266,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
                     enum MHD_RequestTerminationCode code)
 {
+    /* answered: a kept-alive connection's next request is due in time too */
+    conn_set_deadline(cls, c, api_now_ms() + NEXT_REQUEST_MS);
     api_request *req = *con_cls;
     if (req != NULL) {
         free(req->target);
@@ -183,6 +334,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (req->body <= BODY_MAX)
             return MHD_YES;
     }
+    conn_set_deadline(s, c, UINT64_MAX); /* the request is complete: answering it */
     if (req->body > BODY_MAX) {
         api_reply_error(&r, 413, "request body larger than %u bytes", BODY_MAX);
         return send_reply(c, &r, false);
@@ -256,10 +408,28 @@ static int accept_some(api_server *s)
                 continue;
             return e;
         }
-        /* closes fd itself when refused (limits) or failing; it logs within the budget */
-        MHD_add_connection(s->daemon, fd, (struct sockaddr *)&sa, len);
+        api_conn *slot = conn_take(s, fd, &sa, api_now_ms());
+        if (slot == NULL) { /* at a limit: closed unanswered, counted, logged by the tick */
+            close(fd);
+            s->refused.n++;
+            continue;
+        }
+        /* closes fd itself when it fails; it logs within the budget */
+        if (MHD_add_connection(s->daemon, fd, (struct sockaddr *)&sa, len) != MHD_YES)
+            conn_forget(s, slot, fd);
     }
     return 0;
+}
+
+/* Accept thread: one line "closed N <what>" for the connections counted in @p t since it was
+ * last reported, at most one per REFUSED_LOG_MS (issue 15: no log line per connection). */
+static void log_tally(api_server *s, api_tally *t, uint64_t now_ms, const char *what)
+{
+    if (t->n == t->logged || (t->log_ms != 0 && now_ms - t->log_ms < REFUSED_LOG_MS))
+        return;
+    log_limited(s, "closed %llu %s", (unsigned long long)(t->n - t->logged), what);
+    t->logged = t->n;
+    t->log_ms = now_ms;
 }
 
 static void *accept_main(void *arg)
@@ -267,11 +437,14 @@ static void *accept_main(void *arg)
     api_server *s = arg;
     pthread_setname_np(pthread_self(), "api-accept");
     bool paused = false;
-    uint64_t paused_at = 0, retry_at = 0, pumped_at = 0;
+    uint64_t paused_at = 0, retry_at = 0, pumped_at = 0, next_deadline = UINT64_MAX;
     while (!atomic_load(&s->stopping)) {
         uint64_t now = api_now_ms();
         bool streams = atomic_load(&s->streams) > 0;
         uint64_t wait = streams ? SSE_STEP_MS : IDLE_POLL_MS;
+        if (next_deadline != UINT64_MAX)
+            wait = next_deadline > now ? (next_deadline - now < wait ? next_deadline - now : wait)
+                                       : 0;
         if (paused)
             wait = retry_at > now ? (retry_at - now < wait ? retry_at - now : wait) : 0;
         struct pollfd p[2] = {{.fd = s->wake_fd, .events = POLLIN},
@@ -303,6 +476,12 @@ static void *accept_main(void *arg)
             api_sse_pump(s, now);
             pumped_at = now;
         }
+        next_deadline = conn_sweep(s, now);
+        log_tally(s, &s->refused, now, "new API connections unanswered at the connection "
+                  "limits (" STR(API_CONNECTIONS_MAX) " open, "
+                  STR(API_PER_IP_CONNECTIONS_MAX) " from one address)");
+        log_tally(s, &s->late, now, "API connections that had not sent a full request "
+                  "within " STR(API_REQUEST_DEADLINE_S) " s");
         flush_log(s, now);
     }
     return NULL;
@@ -348,6 +527,7 @@ static void server_free(api_server *s)
         close(s->wake_fd);
     pthread_mutex_destroy(&s->stream_lock);
     pthread_mutex_destroy(&s->log_lock);
+    pthread_mutex_destroy(&s->conn_lock);
     free(s);
 }
 
@@ -372,6 +552,9 @@ int api_server_start(const api_options *o, api_server **out, sv_error *err)
     s->listen_fd = -1;
     pthread_mutex_init(&s->stream_lock, NULL);
     pthread_mutex_init(&s->log_lock, NULL);
+    pthread_mutex_init(&s->conn_lock, NULL);
+    for (size_t i = 0; i < API_CONNECTIONS_MAX; i++)
+        s->conns[i].fd = -1;
     sv_list_init(&s->stream_list);
     const char *listen = o->listen != NULL ? o->listen : API_DEFAULT_LISTEN;
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -397,9 +580,9 @@ int api_server_start(const api_options *o, api_server **out, sv_error *err)
                                  MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
                                  MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_done, s,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)API_CONNECTIONS_MAX,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                                 (unsigned)API_PER_IP_CONNECTIONS_MAX,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                 /* the limits are the accept thread's (conn_take) */
+                                 MHD_OPTION_CONNECTION_LIMIT, MHD_CONNECTIONS_MAX,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)API_IDLE_TIMEOUT_S,
                                  MHD_OPTION_END);
     if (s->daemon == NULL) {

@@ -17,6 +17,14 @@ killed (SIGTERM), unless --report-after is given.
          N concurrent stream requests. Each ends up as one of: served (200 and the stream's
          first comment), refused (503 with a JSON {"error": ...} body), closed (EOF or reset
          with no answer), silent (nothing within S seconds), other (any other answer).
+  trickle --port P --count N [--sources A,B] [--interval S] [--max S]
+         N connections that send a request line and then one more header byte every S seconds,
+         never finishing the request. Prints {"report": true, "closed": C, "open": O,
+         "seconds": [...]} (seconds from connect to the server closing each one, the open ones
+         left out) once all are closed or --max seconds have passed, and exits.
+  keepalive --port P [--source A] [--path PATH] [--token T] [--pause S]
+         One connection: a full GET, its answer, S seconds of silence, the same GET again.
+         Prints {"report": true, "first": CODE, "second": CODE or null} and exits.
 """
 
 import argparse
@@ -233,6 +241,83 @@ def cmd_sse(a):
     hold_forever()
 
 
+# --- trickle ---------------------------------------------------------------------------
+
+def cmd_trickle(a):
+    src = sources(a)
+    conns = []
+    for i in range(a.count):
+        s = connect("127.0.0.1", a.port, src[i % len(src)], 5)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        s.setblocking(False)
+        conns.append([s, time.monotonic(), None])   # socket, connected at, closed after
+    end = time.monotonic() + a.max
+    next_byte = time.monotonic() + a.interval
+    while time.monotonic() < end and any(c[2] is None for c in conns):
+        now = time.monotonic()
+        for c in conns:
+            if c[2] is not None:
+                continue
+            gone = peer_closed(c[0])
+            if not gone and now >= next_byte:
+                try:
+                    c[0].send(b"a")
+                except OSError:
+                    gone = True
+            if gone:
+                c[2] = round(now - c[1], 2)
+                c[0].close()
+        if now >= next_byte:
+            next_byte += a.interval
+        time.sleep(0.05)
+    closed = [c[2] for c in conns if c[2] is not None]
+    print(json.dumps({"report": True, "closed": len(closed), "open": len(conns) - len(closed),
+                      "seconds": closed}), flush=True)
+    return 0
+
+
+# --- keepalive -------------------------------------------------------------------------
+
+def read_answer(s):
+    """The status code of one HTTP/1.1 answer with a Content-Length body, or None."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = s.recv(4096)
+        if not d:
+            return None
+        buf += d
+    head, _, body = buf.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            length = int(v.strip())
+    while len(body) < length:
+        d = s.recv(4096)
+        if not d:
+            return None
+        body += d
+    status = head.split(b"\r\n", 1)[0].split(b" ")
+    return int(status[1]) if len(status) > 1 and status[1].isdigit() else None
+
+
+def cmd_keepalive(a):
+    auth = "Authorization: Bearer %s\r\n" % a.token if a.token else ""
+    request = ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n" % (a.path, auth)).encode()
+    s = connect("127.0.0.1", a.port, loopback(a.source), 10)
+    codes = []
+    for i in range(2):
+        if i:
+            time.sleep(a.pause)
+        try:
+            s.sendall(request)
+            codes.append(read_answer(s))
+        except OSError:
+            codes.append(None)
+    print(json.dumps({"report": True, "first": codes[0], "second": codes[1]}), flush=True)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -257,10 +342,24 @@ def main():
     c.add_argument("--token", default="")
     c.add_argument("--timeout", type=float, default=10)
     c.add_argument("--ready-file")
+    c = sub.add_parser("trickle")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--count", type=int, required=True)
+    c.add_argument("--sources", default="127.0.0.1")
+    c.add_argument("--interval", type=float, default=1.0)
+    c.add_argument("--max", type=float, default=15.0)
+    c = sub.add_parser("keepalive")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--count", type=int, default=1)
+    c.add_argument("--source", default="127.0.0.1")
+    c.add_argument("--path", default="/healthz")
+    c.add_argument("--token", default="")
+    c.add_argument("--pause", type=float, default=1.0)
     a = p.parse_args()
     if not 1 <= a.count <= 5000:
         die("--count must be 1..5000")
-    sys.exit({"hold": cmd_hold, "relays": cmd_relays, "sse": cmd_sse}[a.cmd](a))
+    sys.exit({"hold": cmd_hold, "relays": cmd_relays, "sse": cmd_sse, "trickle": cmd_trickle,
+              "keepalive": cmd_keepalive}[a.cmd](a))
 
 
 if __name__ == "__main__":

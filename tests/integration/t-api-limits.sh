@@ -2,7 +2,7 @@
 # REST API connection limits (issue 15, "The REST API falls over"), real daemon, real sockets:
 # - 200 idle unauthenticated connections (100 silent, 100 with half a request) from four
 #   loopback addresses: a token holder's request from 127.0.0.2 still answers, and the server
-#   closes every idle one after API_IDLE_TIMEOUT_S;
+#   closes every idle one (at API_REQUEST_DEADLINE_S, within API_IDLE_TIMEOUT_S + 5 s);
 # - one address gets API_PER_IP_CONNECTIONS_MAX connections, the rest are closed at once;
 # - 500 SSE subscribers from ten addresses, answered ones kept open: each is served (200 and
 #   the stream's first comment) or refused with 503 {"error": ...}, exactly API_SSE_STREAMS_MAX
