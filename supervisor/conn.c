@@ -785,7 +785,7 @@ static bool open_assoc(sv_conn *c)
 {
     if (c->handler->ops->frame_datagram == NULL)
         return false;
-    c->assoc = sv__assoc_open_in_stream(c->w, c->handler, c->principal, c->sess,
+    c->assoc = sv__assoc_open_in_stream(c->w, c->listener, c->handler, c->principal, c->sess,
                                         (const struct sockaddr *)&c->peer, &conn_dgram, c);
     if (c->assoc == NULL)
         return false;

@@ -268,12 +268,15 @@ typedef struct sv_assoc sv_assoc;
  * Open an association of principal @p p inside a stream of worker @p w (udp.c): it shares the
  * connection's session @p sess (which must outlive it: @p src->released says when it may go),
  * routes, refuses and bills each datagram like Shadowsocks UDP, and sends replies to @p src.
+ * @param l       the connection's listener (it outlives the connection): its current handler's
+ *                allow_private decides each datagram (issue 15)
  * @param client  the connection's peer (the route's source)
  * @return the association, or NULL on allocation failure.
  */
-sv_assoc *sv__assoc_open_in_stream(sv_worker *w, sv_handler *h, sv_principal *p,
-                                   sv_session_rec *sess, const struct sockaddr *client,
-                                   const sv_dgram_source *src, void *ctx);
+sv_assoc *sv__assoc_open_in_stream(sv_worker *w, const sv_wlistener *l, sv_handler *h,
+                                   sv_principal *p, sv_session_rec *sess,
+                                   const struct sockaddr *client, const sv_dgram_source *src,
+                                   void *ctx);
 /** Route and send one datagram of @p a to @p d (dropped silently when refused or blocked). */
 void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n);
 /** Close @p a: no reply is sent after this; src->released follows once its sockets closed. */

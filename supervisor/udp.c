@@ -41,8 +41,8 @@ typedef struct sv_sublink {
     bool held_names_dest;  /**< the held datagram's route named its destination (issue 15) */
     char cached_host[256];
     struct sockaddr_storage cached_addr;
-    bool cached_refused;   /**< cached_host resolved to an address this association may reach
-                                only through a route that names it (issue 15) */
+    bool cached_internal;  /**< cached_host resolved to an internal address (issue 15): sent to
+                                only with allow_private or a route that names it */
 } sv_sublink;
 
 struct sv_assoc {
@@ -52,6 +52,8 @@ struct sv_assoc {
     const sv_dgram_source *src;      /**< inside a stream: where replies go; NULL for SS-UDP */
     void *src_ctx;
     sv_handler *handler;
+    const sv_wlistener *settings_from; /**< its current handler's allow_private applies to every
+                                            datagram, so a reload reaches live associations */
     int user_idx;
     sv_principal *principal; /**< a reference */
     uint64_t user;
@@ -210,15 +212,21 @@ static void sub_send(sv_sublink *s, const struct sockaddr *to, const uint8_t *p,
         sv_meter_add(&s->flow->bytes.up, n);
 }
 
-/* Issue 15: is any address of @p res refused to a datagram of this association whose route
- * did not name its destination? Every address counts, not only the one sent to. */
-static bool any_refused(const sv_sublink *s, const struct addrinfo *res)
+/* Issue 15: the inbound's allow_private as its listener has it now (not when the association
+ * opened), so a reload that closes internal destinations reaches live associations too. */
+static bool allow_private_now(const sv_assoc *a)
+{
+    return a->settings_from->handler->allow_private;
+}
+
+/* Issue 15: is any address of @p res internal? Every address counts, not only the one sent to. */
+static bool any_internal(const sv_sublink *s, const struct addrinfo *res)
 {
     const sv_assoc *a = s->a;
     for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
         sv_ip16 ip;
         if (sv_ip16_from_sockaddr(ai->ai_addr, &ip) &&
-            sv_dest_refused(a->handler->allow_private, false, &ip, a->w->own_addrs))
+            sv_dest_refused(false, false, &ip, a->w->own_addrs))
             return true;
     }
     return false;
@@ -234,7 +242,7 @@ static void on_sub_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *
         return;
     }
     if (status == 0 && res != NULL) {
-        s->cached_refused = any_refused(s, res);
+        s->cached_internal = any_internal(s, res);
         struct sockaddr_in6 to;
         if (res->ai_family == AF_INET) {
             const struct sockaddr_in *a = (const struct sockaddr_in *)res->ai_addr;
@@ -243,7 +251,8 @@ static void on_sub_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *
             memcpy(&to, res->ai_addr, sizeof to);
         }
         memcpy(&s->cached_addr, &to, sizeof to);
-        if (s->held != NULL && !(s->cached_refused && !s->held_names_dest))
+        if (s->held != NULL &&
+            !(s->cached_internal && !allow_private_now(s->a) && !s->held_names_dest))
             sub_send(s, (struct sockaddr *)&to, s->held, s->held_len);
     }
     free(s->held);
@@ -266,7 +275,7 @@ static void send_to_dest(sv_sublink *s, const sv_dest *d, const uint8_t *p, size
         to.sin6_port = htons(d->port);
         memcpy(&to.sin6_addr, d->ip, 16);
     } else if (strcmp(s->cached_host, d->host) == 0 && s->cached_addr.ss_family == AF_INET6) {
-        if (s->cached_refused && !names_dest)
+        if (s->cached_internal && !allow_private_now(s->a) && !names_dest)
             return; /* refused like a blocked route */
         memcpy(&to, &s->cached_addr, sizeof to);
         to.sin6_port = htons(d->port);
@@ -347,7 +356,7 @@ void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
     sv_ip16 ip;
     if (d->atyp != SV_ATYP_DOMAIN &&
         sv_ip16_from(d->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, d->ip, &ip) &&
-        sv_dest_refused(a->handler->allow_private, dec.names_dest, &ip, a->w->own_addrs))
+        sv_dest_refused(allow_private_now(a), dec.names_dest, &ip, a->w->own_addrs))
         return; /* issue 15: an internal address, dropped like a blocked datagram */
     sv_sublink *s = NULL;
     for (unsigned i = 0; i < a->n_subs; i++)
@@ -392,6 +401,7 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     a->w = w;
     a->l = l;
     l->n_users_of++;
+    a->settings_from = l;
     a->handler = h;
     sv_handler_ref(h);
     a->user_idx = user_idx;
@@ -444,14 +454,16 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
     sv__assoc_send(a, &d, payload, (size_t)plen);
 }
 
-sv_assoc *sv__assoc_open_in_stream(sv_worker *w, sv_handler *h, sv_principal *p,
-                                   sv_session_rec *sess, const struct sockaddr *client,
-                                   const sv_dgram_source *src, void *ctx)
+sv_assoc *sv__assoc_open_in_stream(sv_worker *w, const sv_wlistener *l, sv_handler *h,
+                                   sv_principal *p, sv_session_rec *sess,
+                                   const struct sockaddr *client, const sv_dgram_source *src,
+                                   void *ctx)
 {
     sv_assoc *a = calloc(1, sizeof *a);
     if (a == NULL)
         return NULL;
     a->w = w;
+    a->settings_from = l;
     a->src = src;
     a->src_ctx = ctx;
     a->handler = h;

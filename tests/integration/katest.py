@@ -384,14 +384,32 @@ def cmd_udp(a):
     require_loopback(bhost)
     u = socket.socket(socket.AF_INET6 if ":" in bhost else socket.AF_INET, socket.SOCK_DGRAM)
     u.bind(("127.0.0.1", 0) if ":" not in bhost else ("::1", 0))
+    ok = udp_phase(u, (bhost, bport), a, 0)
+    if a.then_expect:
+        # the same association (same client socket) after something changed on the server:
+        # tell the caller we are ready, wait for its go, then expect a.then_expect
+        if a.ready_file:
+            touch(a.ready_file)
+        end = time.monotonic() + 30
+        while not os.path.exists(a.go_file) and time.monotonic() < end:
+            time.sleep(0.05)
+        if not os.path.exists(a.go_file):
+            die("udp: no go file %s within 30 s" % a.go_file)
+        a.expect = a.then_expect
+        ok = udp_phase(u, (bhost, bport), a, a.count) and ok
+    ctl.close()
+    return 0 if ok else 1
+
+
+def udp_phase(u, relay, a, first):
+    """a.count round trips from datagram number @first on; print one OK/FAIL line."""
     echoed = 0
-    for i in range(a.count):
+    for i in range(first, first + a.count):
         payload = struct.pack("!Q", i) + pattern("%s/%d" % (a.seed, i), a.size - 8)
-        body = udp_exchange(u, (bhost, bport), a, payload)
+        body = udp_exchange(u, relay, a, payload)
         if body is not None and body != payload:
             die("udp datagram #%d came back altered" % i)
         echoed += body is not None
-    ctl.close()
     what = "%d datagrams x %d bytes via %d -> %s:%d" % (a.count, a.size, a.socks,
                                                        a.dest_host, a.dest_port)
     if a.expect == "ok":
@@ -400,7 +418,7 @@ def cmd_udp(a):
     else:
         ok = echoed == 0
         print("%s udp %s: expected refusal, %d echoed" % ("OK" if ok else "FAIL", what, echoed))
-    return 0 if ok else 1
+    return ok
 
 
 # --- random bytes at a port ------------------------------------------------------------
@@ -925,6 +943,11 @@ def main():
     c.add_argument("--count", type=int, default=20)
     c.add_argument("--size", type=int, default=1200)
     c.add_argument("--wait", type=float, default=1.0, help="seconds to wait per try")
+    c.add_argument("--then-expect", choices=("ok", "refused"),
+                   help="keep the association: write --ready-file, wait for --go-file, then "
+                        "run the round trips again expecting this")
+    c.add_argument("--ready-file")
+    c.add_argument("--go-file")
     c = sub.add_parser("garbage")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--udp", action="store_true")

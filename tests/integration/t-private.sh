@@ -96,9 +96,20 @@ check "allow_private: UDP to 127.0.0.1" udp_rt "$C1" ok --count 3
 check "allow_private: UDP to localhost" udp_rt "$C1" ok --dest-host localhost --count 3
 
 # --- and back ---------------------------------------------------------------------------
+# A UDP association opened while allow_private holds stays open across the reload back; its
+# next datagrams to loopback must be dropped too (QA: the setting is read per datagram).
+rm -f "$T/udp.ready" "$T/udp.go"
+timeout 60 "${KT_PY[@]}" udp --socks "$C1" --dest-port "$ECHO_PORT" --expect ok --count 3 \
+    --wait 1 --then-expect refused --ready-file "$T/udp.ready" --go-file "$T/udp.go" \
+    >"$T/udp-live.out" 2>&1 & UDP_LIVE=$!
+kt_wait_file "$T/udp.ready" 20 || fail "the live UDP association did not start"
 write_config --no-allow-private
 srv_reload
 check "reload back to the default applied" reload_applied
+touch "$T/udp.go"
+R=0; wait "$UDP_LIVE" || R=$?
+cat "$T/udp-live.out"
+check "a UDP association open across the reload: echoed before, dropped after" test "$R" = 0
 check "default again: TCP to 127.0.0.1 refused" tcp_rt "$C1" closed --bytes 4096
 check "default again: the API is out of reach" refused_via_proxy "$C1" "$API/v1/connections"
 
