@@ -1,7 +1,8 @@
 #!/bin/bash
-# tests/run-demo.sh: set up (deps, build in build/) and run the demo node
-# packaging/examples/local-shadowsocks.json in the foreground, after printing an ss-local
-# command for each of its users. Ctrl-C (SIGINT) stops it; it logs the usage per user.
+# tests/run-demo.sh [CONFIG]: set up (deps, build in build/) and run the demo node
+# packaging/examples/local-shadowsocks.json (or CONFIG, e.g. packaging/examples/local-trojan.json)
+# in the foreground, after printing a client command for each of its users. Ctrl-C (SIGINT)
+# stops it; it logs the usage per user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOP=$PWD
@@ -28,6 +29,17 @@ for n in cfg["nodes"]:
     host = n.get("listen") or "127.0.0.1"
     if host in ("0.0.0.0", "::"):
         host = "127.0.0.1"
+    if p.get("node_type") == "trojan":
+        print("\nNode %s: Trojan over TLS on %s:%d (SNI %s). Clients, one per user (trojan-gfw's"
+              " client.json: run_type client, remote_addr %s, remote_port %d, local_port 1080,"
+              " ssl.sni %s, ssl.verify false for a self-signed cert), password:" %
+              (n["tag"], host, node["server_port"], node["server_name"], host,
+               node["server_port"], node["server_name"]))
+        for u in users["users"]:
+            print("  user %d:  %s" % (u["id"], u["uuid"]))
+        print("  a browser or a wrong password: curl -k https://%s:%d/  (404, or the fallback)\n" %
+              (host, node["server_port"]))
+        continue
     print("\nNode %s: Shadowsocks %s on %s:%d (TCP+UDP). Clients, one per user:" %
           (n["tag"], node["cipher"], host, node["server_port"]))
     for i, u in enumerate(users["users"]):
