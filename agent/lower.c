@@ -350,39 +350,50 @@ nomem:
 }
 
 /*
- * Settings a shadowsocks node cannot serve (issue 15): ignoring them would leave clients set up
- * from the panel unable to connect (they would speak a transport, TLS, mux, obfs or plugin
- * katana does not) or send their traffic elsewhere than the panel's outbounds, so the node is
- * refused naming the field.
+ * Panel settings that change what clients speak or where their traffic goes (issue 15): a node
+ * whose protocol does not serve one is refused naming the field, never served as if it were
+ * absent (clients set up from the panel would speak a transport, TLS, mux, obfs or plugin katana
+ * does not, or expect their traffic to leave through the panel's outbounds).
  */
-static int check_unserved(const ag_node_state *n, sv_error *err)
+static const struct {
+    unsigned bit;
+    const char *field, *why;
+} unserved_fields[] = {
+    {PN_SET_NETWORK_SETTINGS, "networkSettings", "no transport settings"},
+    {PN_SET_NETWORK_SETTINGS_ALT, "network_settings", "no transport settings"},
+    {PN_SET_TLS, "tls", "no TLS or REALITY on a shadowsocks node"},
+    {PN_SET_MULTIPLEX, "multiplex", "no multiplexing"},
+    {PN_SET_CUSTOM_OUTBOUNDS, "custom_outbounds", "traffic leaves directly"},
+    {PN_SET_CUSTOM_ROUTES, "custom_routes", "only block routes"},
+};
+
+/* Refuse a `network` other than tcp and every unserved_fields entry but the @p served bits;
+ * @p what says what the node serves ("trojan over TLS on TCP"). */
+static int check_unserved(const ag_node_state *n, const char *what, unsigned served,
+                          sv_error *err)
 {
-    static const struct {
-        unsigned bit;
-        const char *field, *why;
-    } set[] = {
-        {PN_SET_NETWORK_SETTINGS, "networkSettings", "no transport settings"},
-        {PN_SET_NETWORK_SETTINGS_ALT, "network_settings", "no transport settings"},
-        {PN_SET_TLS, "tls", "no TLS or REALITY on a shadowsocks node"},
-        {PN_SET_MULTIPLEX, "multiplex", "no multiplexing"},
-        {PN_SET_CUSTOM_OUTBOUNDS, "custom_outbounds", "traffic leaves directly"},
-        {PN_SET_CUSTOM_ROUTES, "custom_routes", "only block routes"},
-    };
     const pn_node *p = &n->node;
     if (p->network != NULL && strcmp(p->network, "tcp") != 0)
-        return sv_error_set(err, -EINVAL, "node %s: network \"%.32s\": not served (shadowsocks "
-                            "over plain TCP and UDP only)", n->tag, p->network);
+        return sv_error_set(err, -EINVAL, "node %s: network \"%.32s\": not served (%s only)",
+                            n->tag, p->network, what);
+    for (size_t i = 0; i < sizeof unserved_fields / sizeof unserved_fields[0]; i++)
+        if ((p->set & unserved_fields[i].bit) && !(served & unserved_fields[i].bit))
+            return sv_error_set(err, -EINVAL, "node %s: %s: not served (%s)", n->tag,
+                                unserved_fields[i].field, unserved_fields[i].why);
+    return 0;
+}
+
+/* A shadowsocks node: plain TCP and UDP, no obfs or SIP003 plugin. */
+static int check_shadowsocks(const ag_node_state *n, sv_error *err)
+{
+    const pn_node *p = &n->node;
     if (p->obfs != NULL && p->obfs[0] != '\0')
         return sv_error_set(err, -EINVAL, "node %s: obfs \"%.32s\": not served (no "
                             "obfuscation)", n->tag, p->obfs);
     if (p->plugin != NULL && p->plugin[0] != '\0')
         return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served (no SIP003 "
                             "plugins)", n->tag, p->plugin);
-    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
-        if (p->set & set[i].bit)
-            return sv_error_set(err, -EINVAL, "node %s: %s: not served (%s)", n->tag,
-                                set[i].field, set[i].why);
-    return 0;
+    return check_unserved(n, "shadowsocks over plain TCP and UDP", 0, err);
 }
 
 /*
@@ -392,31 +403,14 @@ static int check_unserved(const ag_node_state *n, sv_error *err)
  */
 static int check_trojan(const ag_node_state *n, sv_error *err)
 {
-    static const struct {
-        unsigned bit;
-        const char *field, *why;
-    } set[] = {
-        {PN_SET_NETWORK_SETTINGS, "networkSettings", "no transport settings"},
-        {PN_SET_NETWORK_SETTINGS_ALT, "network_settings", "no transport settings"},
-        {PN_SET_MULTIPLEX, "multiplex", "no multiplexing"},
-        {PN_SET_CUSTOM_OUTBOUNDS, "custom_outbounds", "traffic leaves directly"},
-        {PN_SET_CUSTOM_ROUTES, "custom_routes", "only block routes"},
-    };
-    const pn_node *p = &n->node;
-    if (p->network != NULL && strcmp(p->network, "tcp") != 0)
-        return sv_error_set(err, -EINVAL, "node %s: network \"%.32s\": not served (trojan over "
-                            "TLS on TCP only)", n->tag, p->network);
-    if (p->tls == 2)
+    if (n->node.tls == 2)
         return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (trojan over "
                             "TLS only)", n->tag);
-    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++)
-        if (p->set & set[i].bit)
-            return sv_error_set(err, -EINVAL, "node %s: %s: not served (%s)", n->tag,
-                                set[i].field, set[i].why);
-    if (n->cert == SV_CERT_NONE)
+    int rc = check_unserved(n, "trojan over TLS on TCP", PN_SET_TLS, err);
+    if (rc == 0 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a trojan node needs \"cert\" in the agent "
                             "config (mode file or self)", n->tag);
-    return 0;
+    return rc;
 }
 
 static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_error *err)
@@ -435,7 +429,7 @@ static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_erro
     if (ag_lower_cipher(p->cipher, cipher) != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported shadowsocks cipher \"%.64s\"",
                             n->tag, p->cipher);
-    return check_unserved(n, err);
+    return check_shadowsocks(n, err);
 }
 
 static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec *spec)

@@ -548,6 +548,32 @@ static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
     }
 }
 
+/* Dial @p d: a name is resolved first (on_resolved dials, or refuses an internal address of a
+ * user flow), an IP is dialed at once. Reading the client stops until the remote is there.
+ * @return false when the connection is closing (it was closed here or by dial()). */
+static bool dial_dest(sv_conn *c, const sv_dest *d)
+{
+    c->dialing = true;
+    uv_read_stop((uv_stream_t *)&c->client);
+    if (d->atyp == SV_ATYP_DOMAIN) {
+        char port[8];
+        snprintf(port, sizeof port, "%u", d->port);
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        c->gai.data = c;
+        if (uv_getaddrinfo(&c->w->loop, &c->gai, on_resolved, d->host, port, &hints) != 0) {
+            c->dialing = false;
+            conn_close(c);
+            return false;
+        }
+        c->pending++;
+        return true;
+    }
+    struct sockaddr_storage ss;
+    dest_sockaddr(d, &ss);
+    dial(c, (struct sockaddr *)&ss);
+    return !c->closing;
+}
+
 /* Connector steps 3-8 (seed 002): route on the current plane, refuse blackhole and (issue 15)
  * internal destinations the route did not name, dial. A name is checked once resolved. */
 static bool open_flow(sv_conn *c, const sv_dest *d)
@@ -581,48 +607,14 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
     }
     c->flow = f;
     sv__flow_describe(f, w->index, c, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule, c->plane->epoch);
-    c->dialing = true;
-    uv_read_stop((uv_stream_t *)&c->client);
-    if (d->atyp == SV_ATYP_DOMAIN) {
-        char port[8];
-        snprintf(port, sizeof port, "%u", d->port);
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-        c->gai.data = c;
-        if (uv_getaddrinfo(&w->loop, &c->gai, on_resolved, d->host, port, &hints) != 0) {
-            c->dialing = false;
-            conn_close(c);
-            return false;
-        }
-        c->pending++;
-        return true;
-    }
-    dial(c, (struct sockaddr *)&ss);
-    return !c->closing;
+    return dial_dest(c, d);
 }
 
 /* Dial the inbound's fallback: an operator's target, so neither routed nor refused as internal. */
 static void dial_fallback(sv_conn *c)
 {
-    const sv_dest *d = &c->handler->fallback;
     c->to_fallback = true;
-    c->dialing = true;
-    uv_read_stop((uv_stream_t *)&c->client);
-    if (d->atyp == SV_ATYP_DOMAIN) {
-        char port[8];
-        snprintf(port, sizeof port, "%u", d->port);
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-        c->gai.data = c;
-        if (uv_getaddrinfo(&c->w->loop, &c->gai, on_resolved, d->host, port, &hints) != 0) {
-            c->dialing = false;
-            conn_close(c);
-            return;
-        }
-        c->pending++;
-        return;
-    }
-    struct sockaddr_storage ss;
-    dest_sockaddr(d, &ss);
-    dial(c, (struct sockaddr *)&ss);
+    dial_dest(c, &c->handler->fallback);
 }
 
 /* Connector steps 1-2: the principal must still be admitted by its listener's current handler,
