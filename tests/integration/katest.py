@@ -473,21 +473,22 @@ def cmd_garbage(a):
 
 # --- held connections and CPU use (t-fd-exhaustion.sh, t-conn-cap.sh) -----------------
 
-def cmd_hold(a):
-    """Open --conns TCP connections to 127.0.0.1:PORT one after the other, send --bytes random
-    bytes on each, and keep them all open until --release-file exists (or --max-secs pass);
-    then close them all (FIN). The count connected and failed goes to --ready-file and stdout.
-    A connection that the server never accepts still completes in its accept queue."""
+def hold_conns(a, first_bytes):
+    """Open --conns TCP connections to 127.0.0.1:PORT one after the other, send first_bytes()
+    on each (nothing when it returns b""), and keep them all open until --release-file exists
+    (or --max-secs pass). 'connected N failed M' goes to --ready-file and stdout. Returns the
+    open sockets; the caller closes them."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = a.conns + 64
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
-    rnd = random.Random(a.seed)
     socks, failed = [], 0
     for _ in range(a.conns):
         try:
             s = socket.create_connection(("127.0.0.1", a.port), timeout=a.connect_timeout)
-            s.sendall(rnd.randbytes(a.bytes))
+            data = first_bytes()
+            if data:
+                s.sendall(data)
             socks.append(s)
         except OSError:
             failed += 1
@@ -497,7 +498,14 @@ def cmd_hold(a):
     deadline = time.monotonic() + a.max_secs
     while time.monotonic() < deadline and not (a.release_file and os.path.exists(a.release_file)):
         time.sleep(0.02)
-    for s in socks:
+    return socks
+
+
+def cmd_hold(a):
+    """hold_conns with --bytes random bytes on each connection, then close them all (FIN).
+    A connection that the server never accepts still completes in its accept queue."""
+    rnd = random.Random(a.seed)
+    for s in hold_conns(a, lambda: rnd.randbytes(a.bytes)):
         s.close()
     return 0
 
@@ -837,29 +845,11 @@ def cmd_tlsprobe(a):
 
 
 def cmd_stall(a):
-    """Open --conns connections to 127.0.0.1:PORT that never finish a TLS handshake (each sends
-    a probe, see probe_bytes, then stays silent) and hold them until --release-file exists or
-    --max-secs pass. --ready-file gets 'connected N failed M'; at release, prints how many the
-    server had already closed ('closed K of N')."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < a.conns + 64:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(a.conns + 64, hard), hard))
+    """hold_conns with connections that never finish a TLS handshake (each sends a probe, see
+    probe_bytes, then stays silent); at release, prints how many the server had already closed
+    ('closed K of N')."""
     data = probe_bytes(a.mode, a.server_name, "stall")
-    socks, failed = [], 0
-    for _ in range(a.conns):
-        try:
-            s = socket.create_connection(("127.0.0.1", a.port), timeout=a.connect_timeout)
-            if data:
-                s.sendall(data)
-            socks.append(s)
-        except OSError:
-            failed += 1
-    text = "connected %d failed %d\n" % (len(socks), failed)
-    touch(a.ready_file, text)
-    print(text, end="", flush=True)
-    deadline = time.monotonic() + a.max_secs
-    while time.monotonic() < deadline and not (a.release_file and os.path.exists(a.release_file)):
-        time.sleep(0.05)
+    socks = hold_conns(a, lambda: data)
     closed = 0
     for s in socks:
         s.setblocking(False)
