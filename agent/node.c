@@ -2,7 +2,7 @@
  * Node manager (agent/node.h): fetch every node through its panel client, then reconcile the
  * supervisor with the result. Control loop only.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,7 +1,7 @@
 /*
  * The panel uplink (agent/uplink.h): pulls, last good state, usage outbox, pushes.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <errno.h>
 #include <inttypes.h>
