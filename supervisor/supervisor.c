@@ -88,6 +88,7 @@ typedef struct prepared {
     bool publish;
     staged_listener *ls;
     size_t n_ls;
+    bool certs_only; /**< sv_reload_certs: a pair that does not load is an error to report */
 } prepared;
 
 static void wake_worker(void *ctx, unsigned worker)
@@ -400,10 +401,17 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
     ctl_listener *run = sv == NULL ? NULL : swap ? listener_by_bind(sv, where) : running_listener(sv, in->tag);
     bool bind = find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
     bool users_changed = false;
-    sv_tls_ctx *tls = NULL;
-    int rc = inbound_tls(in, run != NULL && !bind ? run->handler->tls : NULL, &tls, err);
+    sv_tls_ctx *tls = NULL, *old_tls = run != NULL && !bind ? run->handler->tls : NULL;
+    sv_error terr = {0};
+    int rc = inbound_tls(in, old_tls, &tls, &terr);
+    if (rc < 0 && old_tls != NULL && !p->certs_only) {
+        /* issue 8: a pair that does not load keeps the running one, and an edit of users or
+         * settings still applies; sv_reload_certs reports the refusal */
+        tls = sv_tls_ctx_ref(old_tls);
+        rc = 0;
+    }
     if (rc < 0)
-        return rc;
+        return sv_error_set(err, rc, "%s", terr.msg);
     if (!bind && !swap) {
         const sv_user_set *old = sv_spec_user_set(&sv->running, in->users);
         users_changed = old == NULL || set == NULL || !sv_user_set_equal(old, set);
@@ -764,7 +772,7 @@ int sv_reload_certs(sv_supervisor *sv, sv_error *err)
 {
     if (sv->shut || !sv->has_running)
         return sv_error_set(err, -ESHUTDOWN, "the supervisor has shut down");
-    prepared p = {0};
+    prepared p = {.certs_only = true};
     sv_plan none = {0};
     int first = 0;
     if ((p.ls = calloc(sv->running.n_inbounds ? sv->running.n_inbounds : 1, sizeof *p.ls)) == NULL)

@@ -7,6 +7,7 @@
 #  - a broken new pair (garbage PEM) is refused with one log line naming the inbound, and not
 #    logged again over the next pulls while the files stay the same; the old certificate is still
 #    served and clients still served;
+#    a user the panel adds meanwhile is served (a user edit does not depend on the files);
 #  - a different broken pair (key of another certificate) is reported again, once;
 #  - a good pair put back is served again.
 # SIGHUP is covered by t-trojan-cert-reload.sh.
@@ -104,6 +105,19 @@ n=$(refusals_since "$mark")
 check "garbage certificate: logged once across 4 more pulls (got $n)" test "$n" = 1
 check "garbage certificate: the old certificate is still served" served_is "$FP_B"
 check "garbage certificate: clients still served" tcp_rt "$C2" ok --bytes 65536 --seed garbage
+# the panel adds a user while the broken file is on disk: the user edit still applies
+U2=$(kt_uuid)
+panel_ctl users "{\"users\": [{\"id\": 1, \"uuid\": \"$U1\"}, {\"id\": 2, \"uuid\": \"$U2\"}]}"
+tj_trojan_client c4 "$U2" "$PORT"; C4=$CL_PORT
+user2_served() {
+    local i
+    for ((i = 0; i < 20; i++)); do
+        tcp_rt "$C4" ok --bytes 4096 --seed u2 >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    return 1
+}
+check "garbage certificate: a user the panel adds meanwhile is served within 10 s" user2_served
 
 # a different broken pair: the certificate of a with the key of b -> reported again, once
 mark=$(stat -c %s "$SRV_LOG")
