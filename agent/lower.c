@@ -2,7 +2,7 @@
  * Panel model → spec (agent/lower.h). Allocation uses malloc/realloc so that sv_spec_free()
  * releases everything.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

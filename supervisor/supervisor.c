@@ -14,12 +14,29 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "supervisor/plan.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/holder.h"
 #include "supervisor/util/log.h"
+
+/** Identity of a certificate or key file as stat() sees it; all zero when it cannot be read. */
+typedef struct file_id {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    long long mtime_ns;
+} file_id;
+
+/** The last certificate reload refused for a listener: the same files failing the same way are
+ *  reported once, not on every sync (issue 8). */
+typedef struct cert_refusal {
+    bool set;
+    file_id cert, key;
+    char msg[sizeof ((sv_error *)0)->msg];
+} cert_refusal;
 
 /** A listener as the control loop knows it: one socket per worker lives on the workers. */
 typedef struct ctl_listener {
@@ -28,6 +45,7 @@ typedef struct ctl_listener {
     char bind[80];
     sv_handler *handler; /**< the control loop's reference to the current handler */
     sv_replay_ref *replay;
+    cert_refusal refused; /**< sv_reload_certs' last refusal (control loop only) */
 } ctl_listener;
 
 struct sv_supervisor {
@@ -70,6 +88,7 @@ typedef struct prepared {
     bool publish;
     staged_listener *ls;
     size_t n_ls;
+    bool certs_only; /**< sv_reload_certs: a pair that does not load is an error to report */
 } prepared;
 
 static void wake_worker(void *ctx, unsigned worker)
@@ -382,10 +401,17 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
     ctl_listener *run = sv == NULL ? NULL : swap ? listener_by_bind(sv, where) : running_listener(sv, in->tag);
     bool bind = find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
     bool users_changed = false;
-    sv_tls_ctx *tls = NULL;
-    int rc = inbound_tls(in, run != NULL && !bind ? run->handler->tls : NULL, &tls, err);
+    sv_tls_ctx *tls = NULL, *old_tls = run != NULL && !bind ? run->handler->tls : NULL;
+    sv_error terr = {0};
+    int rc = inbound_tls(in, old_tls, &tls, &terr);
+    if (rc < 0 && old_tls != NULL && !p->certs_only) {
+        /* issue 8: a pair that does not load keeps the running one, and an edit of users or
+         * settings still applies; sv_reload_certs reports the refusal */
+        tls = sv_tls_ctx_ref(old_tls);
+        rc = 0;
+    }
     if (rc < 0)
-        return rc;
+        return sv_error_set(err, rc, "%s", terr.msg);
     if (!bind && !swap) {
         const sv_user_set *old = sv_spec_user_set(&sv->running, in->users);
         users_changed = old == NULL || set == NULL || !sv_user_set_equal(old, set);
@@ -709,23 +735,62 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
     return rc;
 }
 
+static file_id file_id_of(const char *path)
+{
+    file_id id = {0};
+    struct stat st;
+    if (path != NULL && stat(path, &st) == 0) {
+        id.dev = st.st_dev;
+        id.ino = st.st_ino;
+        id.size = st.st_size;
+        id.mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    }
+    return id;
+}
+
+static bool file_id_equal(const file_id *a, const file_id *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns;
+}
+
+/* Log a refused certificate reload of listener @p l, unless it is the one already logged: the
+ * same message for files with the same identity (rename, size and mtime unchanged). */
+static void cert_refusal_note(ctl_listener *l, const sv_inbound_spec *in, const sv_error *why)
+{
+    file_id cert = file_id_of(in->tls.cert_file), key = file_id_of(in->tls.key_file);
+    if (l->refused.set && file_id_equal(&cert, &l->refused.cert) &&
+        file_id_equal(&key, &l->refused.key) && strcmp(why->msg, l->refused.msg) == 0)
+        return;
+    l->refused.set = true;
+    l->refused.cert = cert;
+    l->refused.key = key;
+    snprintf(l->refused.msg, sizeof l->refused.msg, "%s", why->msg);
+    SV_LOG(SV_LOG_ERROR, "sv.listener", "%s (the current certificate stays)", why->msg);
+}
+
 int sv_reload_certs(sv_supervisor *sv, sv_error *err)
 {
     if (sv->shut || !sv->has_running)
         return sv_error_set(err, -ESHUTDOWN, "the supervisor has shut down");
-    prepared p = {0};
+    prepared p = {.certs_only = true};
     sv_plan none = {0};
     int first = 0;
     if ((p.ls = calloc(sv->running.n_inbounds ? sv->running.n_inbounds : 1, sizeof *p.ls)) == NULL)
         return sv_error_set(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < sv->running.n_inbounds; i++) {
         const sv_inbound_spec *in = &sv->running.inbounds[i];
-        if (in->tls.cert == SV_CERT_NONE || running_listener(sv, in->tag) == NULL)
+        ctl_listener *run = running_listener(sv, in->tag);
+        if (in->tls.cert == SV_CERT_NONE || run == NULL)
             continue;
         sv_error one = {0};
         int rc = prepare_inbound(sv, &none, &sv->running, in, &p, &one);
-        if (rc < 0 && first == 0)
-            first = sv_error_set(err, rc, "%s", one.msg);
+        if (rc < 0) {
+            cert_refusal_note(run, in, &one);
+            if (first == 0)
+                first = sv_error_set(err, rc, "%s", one.msg);
+        } else {
+            run->refused.set = false;
+        }
     }
     for (size_t i = 0; i < p.n_ls; i++) {
         if (p.ls[i].l.handler == NULL)

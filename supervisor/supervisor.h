@@ -270,9 +270,13 @@ int sv_check(const sv_spec *spec, sv_error *err);
  * Re-read the certificates of every running TLS inbound (issue 8: on SIGHUP and on every panel
  * sync) and swap in a new context where their content changed. Live connections keep the
  * context they started with; no session is closed. A pair that does not load is refused and the
- * inbound keeps its current certificate.
+ * inbound keeps its current certificate. Logs each reload and each refusal itself, a refusal once
+ * while the files and the reason stay the same (not on every sync): callers need not log.
+ * (sv_apply and the user edits also keep a running inbound's certificate when its files do not
+ * load, so that they still apply; only a new listener needs a pair that loads.)
  * @return 0; or the first error, e.g. -EINVAL "inbound n1: certificate refused: key_file does
- *         not match cert_file" (the other inbounds were still reloaded); -ESHUTDOWN.
+ *         not match cert_file" (the other inbounds were still reloaded), also when it was already
+ *         logged; -ESHUTDOWN.
  */
 int sv_reload_certs(sv_supervisor *sv, sv_error *err);
 

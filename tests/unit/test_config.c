@@ -1,4 +1,4 @@
-/* Unit tests: agent config parser (agent/config.c). */
+/* Unit tests: agent config parser (agent/agent_config.c). */
 #include "config.h"
 
 #include <errno.h>
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "agent/config.h"
+#include "agent/agent_config.h"
 #include "panel/model.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/util/log.h"

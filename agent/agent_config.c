@@ -1,8 +1,8 @@
 /*
- * Agent config parser (agent/config.h). Pure apart from ag_config_load_file's read. Every error
+ * Agent config parser (agent/agent_config.h). Pure apart from ag_config_load_file's read. Every error
  * names the JSON path of the offending value.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/config.h"
+#include "agent/agent_config.h"
 #include "api/api.h"
 #include "panel/model.h"
 #include "supervisor/proto/core.h"
