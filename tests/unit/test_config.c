@@ -473,8 +473,8 @@ static void config__cert_fallback_node_type__parse_strictly(void **state)
                  "}]}", -EINVAL, "nodes[0].fallback: expected \"HOST:PORT\", got \"web\"");
     expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\",\"node_type\":"
                  "\"vmess\",\"node\":{\"server_port\":1},\"users\":{\"users\":[]}}}]}",
-                 -EINVAL, "nodes[0].panel.node_type: expected \"shadowsocks\" or \"trojan\", "
-                 "got \"vmess\"");
+                 -EINVAL, "nodes[0].panel.node_type: expected \"shadowsocks\", \"trojan\" or "
+                 "\"vless\", got \"vmess\"");
 }
 
 /* The packaged config (issue 15): never an empty API token but the placeholder the package
