@@ -263,51 +263,6 @@ static int check_addons(const uint8_t *p, size_t n)
 }
 
 /*
- * Parse an address in style B (port, type, address; §1.1) at the start of @p p into @p d.
- * @return bytes used; 0 when @p n is too short to tell; -EPROTO for an unknown type, an empty
- *         domain or one holding a NUL (host is a C string: a name cut at the NUL would be routed
- *         as another name).
- */
-static ssize_t parse_dest_b(const uint8_t *p, size_t n, sv_dest *d)
-{
-    size_t need;
-    if (n < 3)
-        return 0;
-    switch (p[2]) {
-    case 1:
-        need = 3 + 4;
-        break;
-    case 3:
-        need = 3 + 16;
-        break;
-    case 2:
-        if (n < 4)
-            return 0;
-        if (p[3] == 0)
-            return -EPROTO;
-        need = 4 + (size_t)p[3];
-        break;
-    default:
-        return -EPROTO;
-    }
-    if (n < need)
-        return 0;
-    memset(d, 0, sizeof *d);
-    d->port = (uint16_t)(p[0] << 8 | p[1]);
-    if (p[2] == 2) {
-        if (memchr(p + 4, 0, p[3]) != NULL)
-            return -EPROTO;
-        d->atyp = SV_ATYP_DOMAIN;
-        memcpy(d->host, p + 4, p[3]);
-        d->host[p[3]] = '\0';
-    } else {
-        d->atyp = p[2] == 1 ? SV_ATYP_IPV4 : SV_ATYP_IPV6;
-        memcpy(d->ip, p + 3, need - 3);
-    }
-    return (ssize_t)need;
-}
-
-/*
  * Parse the request header (§5.1), checking each field as soon as its bytes are there, in wire
  * order, so that whole and piecewise input fail with the same error. *@p user is set once the
  * UUID is known (an error after that is a client's, not a prober's).
@@ -340,7 +295,7 @@ static ssize_t parse_request(const void *creds, const uint8_t *p, size_t n, int 
     *cmd = p[at++];
     if (*cmd != SV_VLESS_TCP && *cmd != SV_VLESS_UDP)
         return -EPROTONOSUPPORT;
-    ssize_t a = parse_dest_b(p + at, n - at, d);
+    ssize_t a = sv_dest_parse_b(p + at, n - at, d);
     if (a <= 0)
         return a;
     return (ssize_t)(at + (size_t)a);
