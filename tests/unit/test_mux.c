@@ -222,6 +222,8 @@ typedef struct wire {
 
 static void put(wire *w, const void *p, size_t n)
 {
+    if (n == 0)
+        return;
     assert_true(w->n + n <= sizeof w->b);
     memcpy(w->b + w->n, p, n);
     w->n += n;
