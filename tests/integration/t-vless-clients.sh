@@ -5,9 +5,9 @@
 # ASSOCIATE, and each user is billed the bytes its client moved: in clear exactly (usage counts
 # the client's wire bytes: payload, the 26-byte request and 2-byte response header per
 # connection, a 2-byte length per datagram), over TLS within [that, +5% + 4 KiB] (records); an
-# idle user is billed nothing. A client with a
-# wrong UUID gets no echo and no log line, and the daemon serves the others unaffected. Over
-# TLS with a fallback, a browser's request reaches the fallback web server.
+# idle user is billed nothing. A client with a wrong UUID gets no echo and no log line, and the
+# daemon serves the others unaffected; requests naming their destination (localhost) are
+# served. Over TLS with a fallback, a browser's request reaches the fallback web server.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 kt_need v2ray openssl curl
@@ -124,6 +124,11 @@ scenario() {
     check "$name: daemon still runs" srv_alive
     check "$name: user 1 served afterwards (TCP)" tcp_rt "$c1" ok --bytes 262144 --seed after
     check "$name: user 2 served afterwards (UDP)" udp_rt "$c2" ok --count 3 --seed after2
+    # a name in the request (address type 2), resolved by katana
+    check "$name: TCP to a name (localhost): 64 KiB echoed identical" \
+        tcp_rt "$c1" ok --bytes 65536 --dest-host localhost --seed name
+    check "$name: UDP to a name (localhost): 3 datagrams echoed identical" \
+        udp_rt "$c2" ok --count 3 --dest-host localhost --seed name2
 }
 
 scenario vless-tcp 0
