@@ -440,7 +440,7 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
 {
     (void)creds, (void)stream, (void)from;
     vless_conn *c = state;
-    if (len > UINT16_MAX)
+    if (len > SV_VLESS_UDP_PAYLOAD_MAX)
         return -EINVAL;
     size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
     if (cap < head + 2 + len)

@@ -33,9 +33,10 @@ enum sv_vless_cmd { SV_VLESS_TCP = 0x01, SV_VLESS_UDP = 0x02, SV_VLESS_MUX = 0x0
 
 /**
  * Largest datagram delivered, either direction (§5.3 "bound length"): v2ray 4.34 sends at most
- * 2046 bytes and Xray about 8 KiB, so 16 KiB covers both and keeps a whole datagram within the
- * runtime's carry. A longer one (up to 65535, which the wire allows) is read and dropped; the
- * connection goes on.
+ * 2046 bytes and Xray about 8 KiB, so 16 KiB covers both, keeps a whole datagram within the
+ * runtime's carry and a framed reply within the TLS layer's output queue. A longer one from the
+ * client (up to 65535, which the wire allows) is read and dropped, a longer reply is dropped;
+ * the connection goes on.
  */
 #define SV_VLESS_UDP_PAYLOAD_MAX 16384
 
@@ -72,8 +73,9 @@ enum sv_vless_cmd { SV_VLESS_TCP = 0x01, SV_VLESS_UDP = 0x02, SV_VLESS_MUX = 0x0
  *  - frame: the response header before the first bytes, then a plain copy
  *    (frame_max(len) = len + SV_VLESS_RESPONSE_LEN).
  *  - frame_datagram: [response header on the first] u16be length | payload; @p from is not
- *    written (the destination is the request's). -EINVAL for a payload above 65535 bytes (the
- *    runtime drops that datagram), -EMSGSIZE when @p cap is too small.
+ *    written (the destination is the request's). -EINVAL for a payload above
+ *    SV_VLESS_UDP_PAYLOAD_MAX (the runtime drops that datagram), -EMSGSIZE when @p cap is too
+ *    small.
  */
 extern const sv_proto_ops sv_vless_ops;
 

@@ -482,12 +482,14 @@ static void frame__bounds(void **state)
 
     st = conn_new();
     sv_dest from = {.atyp = SV_ATYP_DOMAIN, .host = "dns.test", .port = 53};
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, in, 65536, out, sizeof out),
+    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, in, SV_VLESS_UDP_PAYLOAD_MAX + 1,
+                                         out, sizeof out),
                      -EINVAL);
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, in, 65535, out, sizeof out),
-                     2 + 2 + 65535);
-    assert_int_equal(out[2], 0xff);
-    assert_int_equal(out[3], 0xff);
+    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, in, SV_VLESS_UDP_PAYLOAD_MAX,
+                                         out, sizeof out),
+                     2 + 2 + SV_VLESS_UDP_PAYLOAD_MAX);
+    assert_int_equal(out[2], SV_VLESS_UDP_PAYLOAD_MAX >> 8);
+    assert_int_equal(out[3], SV_VLESS_UDP_PAYLOAD_MAX & 0xff);
     assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, in, 0, out, sizeof out), 2);
     conn_free(st);
 }
