@@ -7,7 +7,9 @@
 # connection, a 2-byte length per datagram), over TLS within [that, +5% + 4 KiB] (records); an
 # idle user is billed nothing. A client with a wrong UUID gets no echo and no log line, and the
 # daemon serves the others unaffected; requests naming their destination (localhost) are
-# served. Over TLS with a fallback, a browser's request reaches the fallback web server.
+# served. Over TLS with a fallback, a browser's request reaches the fallback web server. First,
+# `katana check` refuses what is not served (REALITY, flow, VLESS encryption, grpc, a uuid that
+# is not a UUID) naming it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 kt_need v2ray openssl curl
@@ -130,6 +132,40 @@ scenario() {
     check "$name: UDP to a name (localhost): 3 datagrams echoed identical" \
         udp_rt "$c2" ok --count 3 --dest-host localhost --seed name2
 }
+
+# Refused through `katana check`, naming the field (the node keeps its last good state when a
+# panel sends these): REALITY, a flow, VLESS encryption, grpc, a uuid that is no UUID.
+kt_ports 1
+mkconfig "$T/base.json" "${PORTS[0]}" - --protocol vless --user "1:$U1"
+python3 - "$T" <<'PY'
+import json, sys
+d = sys.argv[1]
+base = json.load(open(d + "/base.json"))
+def variant(name, edit):
+    c = json.loads(json.dumps(base)); edit(c)
+    json.dump(c, open("%s/%s.json" % (d, name), "w"))
+node = lambda c: c["nodes"][0]["panel"]["node"]
+variant("reality", lambda c: node(c).update(tls=2))
+variant("flow", lambda c: node(c).update(flow="xtls-rprx-vision"))
+variant("decryption", lambda c: node(c).update(decryption="mlkem768x25519plus.native.600s.x"))
+variant("grpc", lambda c: node(c).update(network="grpc"))
+variant("notuuid", lambda c: c["nodes"][0]["panel"]["users"]["users"].append(
+    {"id": 7, "uuid": "not-a-uuid"}))
+PY
+refused() {
+    local out rc=0
+    out=$(timeout 10 "$(katana_bin)" check -c "$T/$1.json" 2>&1) || rc=$?
+    echo "$1: exit $rc: $out"
+    [ "$rc" = 1 ] && grep -qF -- "$2" <<<"$out"
+}
+check "katana check: the base vless config is accepted" \
+    timeout 10 "$(katana_bin)" check -c "$T/base.json"
+check "tls 2 (REALITY) refused naming it" refused reality "tls 2 (REALITY): not served"
+check "a flow refused naming it" refused flow "flow: not served"
+check "VLESS encryption refused naming it" refused decryption "decryption: not served"
+check "network grpc refused naming it" refused grpc 'network "grpc": not served'
+check "a uuid that is not a UUID refused naming the user" refused notuuid \
+    "user 7 has a uuid that is not a UUID"
 
 scenario vless-tcp 0
 srv_stop
