@@ -149,10 +149,11 @@ int sv_handler_find(const sv_handler *now, const sv_handler *was, const sv_princ
 
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version)
 {
-    sv_target *t = calloc(1, sizeof *t);
+    const sv_outbound_ops *ops = sv_outbound_ops_for(kind);
+    sv_target *t = ops != NULL ? calloc(1, sizeof *t) : NULL;
     if (t == NULL)
         return NULL;
-    t->kind = kind;
+    t->ops = ops;
     t->version = version;
     snprintf(t->tag, sizeof t->tag, "%s", tag);
     snprintf(t->id, sizeof t->id, "%s@v%u", tag, version);

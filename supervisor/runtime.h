@@ -15,6 +15,7 @@
 
 #include "supervisor/crypto/replay.h"
 #include "supervisor/netclass.h"
+#include "supervisor/outbound/outbound.h"
 #include "supervisor/principal.h"
 #include "supervisor/proto/proto.h"
 #include "supervisor/proto/shadowsocks.h"
@@ -73,7 +74,7 @@ typedef struct sv_handler {
 /** One outbound version (seed 000 "targets"): what a plane slot points at. */
 typedef struct sv_target {
     _Atomic int refs;
-    enum sv_outbound_kind kind;
+    const sv_outbound_ops *ops; /**< its implementation (outbound/): the connector opens through it */
     char id[SV_TAG_MAX + 16]; /**< "tag@vN" */
     char tag[SV_TAG_MAX + 1];
     uint32_t version;
@@ -120,7 +121,8 @@ sv_replay_ref *sv_replay_ref_new(void);
 /** Drop a reference; the last frees the filter. NULL-safe. */
 void sv_replay_ref_unref(sv_replay_ref *r);
 
-/** A target "tag@vN" of @p kind with one reference, or NULL on allocation failure. */
+/** A target "tag@vN" of @p kind with one reference, or NULL on allocation failure (or a kind
+ *  sv_outbound_ops_for() does not know). */
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version);
 /** Take / drop a reference (any thread). NULL-safe unref. */
 void sv_target_ref(sv_target *t);
