@@ -98,7 +98,7 @@ static void conn_release(sv_conn *c)
     sv_worker *w = c->w;
     free(c);
     w->n_conns--;
-    sv__worker_conn_gone(w);
+    w->conn_gone(w);
 }
 
 static void on_handle_closed(uv_handle_t *h) { conn_release(h->data); }

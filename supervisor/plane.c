@@ -147,6 +147,14 @@ int sv_handler_find(const sv_handler *now, const sv_handler *was, const sv_princ
     return -1;
 }
 
+void sv__wlistener_release(sv_wlistener *l)
+{
+    if (--l->n_users_of == 0 && l->stopped && l->open_handles == 0) {
+        sv_handler_unref(l->handler);
+        free(l);
+    }
+}
+
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version)
 {
     const sv_outbound_ops *ops = sv_outbound_ops_for(kind);

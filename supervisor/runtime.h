@@ -199,6 +199,9 @@ struct sv_worker {
     pthread_t thread;
     pthread_mutex_t mu;
     sv_list inbox;          /**< sv_msg, under mu */
+    /** worker.c's hook, called by conn.c when one of its connections is gone (resume
+     *  accepting): a pointer, so that conn.c does not call back into worker.c */
+    void (*conn_gone)(sv_worker *w);
     _Atomic bool flags_set; /**< a kill/close flag was set somewhere on this worker */
     sv_plane *plane;        /**< current plane (worker-owned reference) */
     sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
@@ -240,8 +243,6 @@ struct sv_wlistener {
  * @return 0, or -ENOMEM (the socket is closed: the client sees the connection end).
  */
 int sv__conn_open(sv_wlistener *l, int fd);
-/** Worker hook: one of @p w's connections is gone (conn.c calls it; worker.c resumes accepting). */
-void sv__worker_conn_gone(sv_worker *w);
 /** Close every connection whose session/flow was asked to close (conn.c). */
 void sv__conn_scan_flags(sv_worker *w);
 /** Close every TCP connection of @p l whose user is no longer in l->handler (conn.c). */
@@ -250,7 +251,8 @@ void sv__conn_revoke(sv_worker *w, sv_wlistener *l);
 void sv__conn_sweep_idle(sv_worker *w);
 /** Close every TCP connection (shutdown / exit). */
 void sv__conn_close_all(sv_worker *w);
-/** Drop a listener user reference; frees a stopped listener when none is left (worker.c). */
+/** Drop a listener user reference; frees a stopped listener whose handles are closed when none
+ *  is left (plane.c, so that conn.c and udp.c need nothing of worker.c). */
 void sv__wlistener_release(sv_wlistener *l);
 
 /**
