@@ -44,6 +44,8 @@
 #define SV_LISTEN_BACKLOG 1024          /**< accept queue of each worker's listening socket */
 #define SV_ACCEPT_BATCH 64              /**< accepts per readiness callback (then the loop turns) */
 #define SV_ACCEPT_RETRY_MS 200          /**< a paused worker retries accepting this often */
+#define SV_ADOPT_WAIT_MS 2000           /**< sv_apply waits this long at most for every worker to
+                                             adopt its plane (they do within a loop turn) */
 
 /** A salt replay filter shared by every handler of one inbound. */
 typedef struct sv_replay_ref {
@@ -176,10 +178,32 @@ typedef struct sv_accept_episode {
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
-    _Atomic uint64_t epoch;
     uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
     sv_accept_episode pause;
+    /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
+    unsigned n_workers;          /**< workers started (set by the control loop as they start) */
+    pthread_mutex_t adopt_mu;    /**< with adopt_cv: a worker adopted a plane */
+    pthread_cond_t adopt_cv;
+    _Atomic uint64_t adopted[SV_WORKERS_MAX];
 } sv_shared;
+
+/** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
+void sv__epoch_adopted(sv_shared *s, unsigned index, uint64_t epoch);
+/** The newest epoch every started worker has adopted (the lowest of them). Any thread. */
+uint64_t sv__epoch_now(sv_shared *s);
+/** Wait up to @p ms for sv__epoch_now(@p s) >= @p epoch. @return true when it is. */
+bool sv__epoch_wait(sv_shared *s, uint64_t epoch, unsigned ms);
+
+/**
+ * Test seams (tests/unit/test_supervisor.c); NULL in the daemon. alloc_fails: supervisor.c asks
+ * it before allocating a worker message (true = the allocation fails). adopting: a worker calls
+ * it just before it adopts the plane of @p epoch.
+ */
+typedef struct sv_test_hooks {
+    bool (*alloc_fails)(void);
+    void (*adopting)(unsigned worker, uint64_t epoch);
+} sv_test_hooks;
+extern sv_test_hooks sv__test_hooks;
 
 /** Start worker @p index (a thread with its own loop). @return 0 or a negative errno. */
 int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared);

@@ -266,8 +266,11 @@ static void handle_msg(sv_worker *w, sv_msg *m)
             stop_listener(l);
         break;
     case SV_MSG_PUBLISH_PLANE:
+        if (sv__test_hooks.adopting != NULL)
+            sv__test_hooks.adopting(w->index, m->plane->epoch);
         sv_plane_unref(w->plane);
         w->plane = m->plane;
+        sv__epoch_adopted(w->shared, w->index, w->plane->epoch);
         break;
     case SV_MSG_SET_OWN_ADDRS:
         sv_addrset_unref(w->own_addrs);
