@@ -179,6 +179,7 @@ static void a_failed_message_allocation_fails_the_apply_not_a_worker(void **stat
 
 int main(void)
 {
+    alarm(60); /* bounded: a lost event must not hang the suite */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(apply_returns_once_every_worker_adopted_the_plane, setup,
                                         teardown),
