@@ -256,7 +256,10 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
 
 /**
  * Reconcile the running state to @p spec: validate → plan → prepare → commit (seed 001 "apply").
- * A refused spec changes nothing. @p spec is copied; the caller keeps it.
+ * A refused spec changes nothing: everything that can fail (also running out of memory) happens
+ * in prepare. When the spec publishes a new plane, returns once every worker has adopted it
+ * (at most about 2 s), so a kill_where(epoch < sv_epoch()) that follows reaches every flow of
+ * an older plane that is registered by then (issue 8). @p spec is copied; the caller keeps it.
  * @param report  optional; filled on success
  * @param err     optional; on failure holds the seed's text ("duplicate inbound tag x",
  *                "route references unknown outbound y", "inbound x: binding 127.0.0.1:1 failed: ...")
@@ -339,7 +342,10 @@ typedef struct sv_session_info {
  */
 long sv_sessions(sv_supervisor *sv, sv_session_info **out);
 
-/** Number of planes published so far (0 before the first apply). Any thread. */
+/**
+ * The epoch of the newest plane that every worker has adopted (issue 8): each flow opened from
+ * now on carries at least this epoch. 0 before the first apply. Any thread.
+ */
 uint64_t sv_epoch(sv_supervisor *sv);
 
 /** Wire bytes of one user. */
