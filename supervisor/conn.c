@@ -407,6 +407,21 @@ static void remote_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     (void)suggested;
 }
 
+/* The outbound closed: the core's end-of-stream bytes, if it has any (proto.h frame_end).
+ * @return false when the connection was closed. */
+static bool end_downstream(sv_conn *c)
+{
+    const sv_proto_ops *ops = c->handler->ops;
+    if (ops->frame_end == NULL)
+        return true;
+    ssize_t len = ops->frame_end(c->state, c->handler->creds, 0, c->w->sealed, sizeof c->w->sealed);
+    if (len < 0) {
+        conn_close(c);
+        return false;
+    }
+    return len == 0 || write_client(c, c->w->sealed, (size_t)len);
+}
+
 static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     sv_conn *c = s->data;
@@ -419,6 +434,8 @@ static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         }
         c->remote_eof = true;
         uv_read_stop(s);
+        if (!c->raw && !end_downstream(c))
+            return;
         if (!c->writing_client)
             shutdown_client(c);
         maybe_finish(c);
@@ -854,6 +871,8 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
     size_t off = 0;
     sv_effects fx;
     while (off < len && !c->closing && !c->draining) {
+        if (ops->set_time != NULL && c->principal == NULL)
+            ops->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
         ssize_t r = ops->feed(c->state, c->handler->creds, data + off, len - off, &fx);
         if (!apply_effects(c, &fx))
             return;

@@ -25,6 +25,13 @@
 #include "supervisor/util/list.h"
 
 #define SV_WORKERS_MAX 64
+/**
+ * Room for the wire framed from one remote read of SV_SCRATCH bytes: every core's
+ * frame_max(SV_SCRATCH) must fit (sv_handler_new checks). Shadowsocks needs
+ * SV_SS_SEALED_MAX(SV_SCRATCH) (202 bytes over the payload); VMess (PROTOCOLS.md §6.6) a
+ * response header and nine chunks of up to 97 bytes of overhead each.
+ */
+#define SV_SEALED_MAX (SV_SCRATCH + 4096)
 #define SV_SCRATCH (64 * 1024)         /**< per-worker read buffer */
 /** Most unconsumed client bytes any protocol core keeps between reads (its carry_max). */
 #define SV_CARRY_MAX (SV_SS_SALT_MAX + SV_SS_NEED_MAX)
@@ -43,6 +50,8 @@
 #define SV_LISTEN_BACKLOG 1024          /**< accept queue of each worker's listening socket */
 #define SV_ACCEPT_BATCH 64              /**< accepts per readiness callback (then the loop turns) */
 #define SV_ACCEPT_RETRY_MS 200          /**< a paused worker retries accepting this often */
+
+_Static_assert(SV_SEALED_MAX >= SV_SS_SEALED_MAX(SV_SCRATCH), "sealed buffer too small");
 
 /** A salt replay filter shared by every handler of one inbound. */
 typedef struct sv_replay_ref {
@@ -213,7 +222,7 @@ struct sv_worker {
     uv_timer_t accept_retry; /**< SV_ACCEPT_RETRY_MS while in an episode */
     sv_aead udp_open, udp_seal; /**< cipher contexts re-keyed per datagram (never reallocated) */
     uint8_t scratch[SV_SCRATCH + SV_CARRY_MAX + 64]; /**< carry, then one read */
-    uint8_t sealed[SV_SS_SEALED_MAX(SV_SCRATCH)]; /**< downstream wire built from one remote read */
+    uint8_t sealed[SV_SEALED_MAX]; /**< downstream wire built from one remote read */
 };
 
 struct sv_wlistener {

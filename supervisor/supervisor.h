@@ -46,7 +46,7 @@ typedef struct sv_user_set {
     size_t n_users;
 } sv_user_set;
 
-enum sv_inbound_protocol { SV_INBOUND_SHADOWSOCKS = 1, SV_INBOUND_TROJAN };
+enum sv_inbound_protocol { SV_INBOUND_SHADOWSOCKS = 1, SV_INBOUND_TROJAN, SV_INBOUND_VMESS };
 
 /** Where an inbound's TLS certificate comes from (issue 8, agent config "cert"). */
 enum sv_cert_source {
@@ -86,7 +86,8 @@ typedef struct sv_inbound_spec {
     bool allow_private;                /**< issue 15: its users' flows may reach internal
                                             destinations (loopback, private, link-local ...
                                             and the node's own addresses); default false */
-    sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan */
+    sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan,
+                                            optional for VMess */
     char *fallback;                    /**< Trojan: "HOST:PORT" that gets every client which is
                                             not a valid request (issue 8); NULL = answer 404 */
 } sv_inbound_spec;
