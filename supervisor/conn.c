@@ -759,6 +759,9 @@ static void start_fallback(sv_conn *c, const uint8_t *data, size_t len)
 /* The client failed the protocol: do what the core's policy says (PROTOCOLS.md §1.4, §4.4). */
 static void client_failed(sv_conn *c, const sv_effect *e)
 {
+    if (c->principal == NULL && e->policy >= SV_PROBE_CLOSE && e->policy <= SV_PROBE_FALLBACK)
+        atomic_fetch_add_explicit(&c->w->shared->refused[e->policy - 1], 1,
+                                  memory_order_relaxed);
     if (e->policy == SV_PROBE_DRAIN)
         start_drain(c);
     else if (e->policy == SV_PROBE_FALLBACK && c->principal == NULL && c->flow == NULL &&

@@ -186,6 +186,9 @@ typedef struct sv_shared {
     _Atomic uint64_t epoch;
     uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
     sv_accept_episode pause;
+    /** Clients refused before authentication, by policy (index enum sv_probe_policy - 1):
+     *  drained, closed, sent to the fallback or answered 404 (sv_refused_clients). */
+    _Atomic uint64_t refused[3];
 } sv_shared;
 
 /** Start worker @p index (a thread with its own loop). @return 0 or a negative errno. */

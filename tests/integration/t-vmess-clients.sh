@@ -5,11 +5,11 @@
 # ASSOCIATE (command 2). Each user is billed for its own bytes (wire bytes: within 5% + 4 KiB
 # of the payload); an idle user 3 is billed nothing. Negative (hand-made requests, katest.py vmess): a replayed auth ID, a timestamp
 # five minutes old and an unknown UUID get no byte back and no close (drained), while the daemon
-# and both clients keep working. Then the same node with tls 1 (cert from the agent config) and a
+# and both clients keep working; /metrics counts them as drained. Then the same node with tls 1 (cert from the agent config) and a
 # client with security none.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
-kt_need v2ray openssl
+kt_need v2ray openssl curl jq
 [ "$KT_SERVER" = katana ] || skip_all "VMess is served by katana only here (KT_SERVER=$KT_SERVER)"
 python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
 
@@ -60,11 +60,20 @@ no_usage() {
     [ -z "$l" ] || [ "$l" = "$2 0 0" ]
 }
 
-kt_ports 1
+kt_ports 2; API_PORT=${PORTS[1]}; TOKEN=vmess-$$
 mkconfig "$T/config.json" "${PORTS[0]}" - --protocol vmess \
     --user "1:$U1" --user "2:$U2" --user "3:$U3"
+jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" '.api = {listen: $l, token: $t}' \
+    "$T/config.json" >"$T/c.tmp" && mv "$T/c.tmp" "$T/config.json"
 srv_start "$T/config.json"
 PORT=${PORTS[0]}
+# drained N: GET /metrics counts N clients drained before authentication.
+drained() {
+    curl -sS -m 10 -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$API_PORT/metrics" \
+        >"$T/metrics.txt"
+    grep '^katana_refused_clients_total' "$T/metrics.txt"
+    grep -q -x "katana_refused_clients_total{action=\"drain\"} $1" "$T/metrics.txt"
+}
 vm_client u1 "$U1" aes-128-gcm "$PORT"; C1=$CL_PORT
 vm_client u2 "$U2" chacha20-poly1305 "$PORT"; C2=$CL_PORT
 
@@ -93,6 +102,7 @@ check "usage: user 2 billed for TCP + UDP each way (totals)" billed "$SNAP" 2 $(
 
 # Negative: hand-made requests (aes-128-gcm, to the echo server).
 vm() { timeout 30 "${KT_PY[@]}" vmess --port "$PORT" --dest-port "$ECHO_PORT" "$@"; }
+check "/metrics: no client refused yet" drained 0
 LOG0=$(tj_log_lines)
 check "a hand-made request of user 3 is served (the probe itself works)" vm --uuid "$U3" --expect ok
 check "a replayed auth ID gets no byte and no close (drained)" \
@@ -100,6 +110,7 @@ check "a replayed auth ID gets no byte and no close (drained)" \
 check "a timestamp five minutes old: drained" vm --uuid "$U2" --age 300 --expect refused
 check "a timestamp 100 s old is inside the window" vm --uuid "$U2" --age 100 --expect ok
 check "an unknown UUID: drained" vm --uuid "$(kt_uuid)" --expect refused
+check "/metrics: the three refused requests counted as drained" drained 3
 check "no log line per refused attempt" test "$(tj_log_lines)" -le $((LOG0 + 0))
 check "server still runs" srv_alive
 check "user 1 still served after the refusals" tcp_rt "$C1" ok --bytes 65536 --seed after1
