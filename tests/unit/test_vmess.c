@@ -352,7 +352,8 @@ static size_t tc_header(tclient *t, const char *uuid, int64_t ts, uint8_t opt, u
     h[L++] = (uint8_t)(3 << 4 | sec);
     h[L++] = 0;
     h[L++] = cmd;
-    memcpy(h + L, addr, alen);
+    if (alen > 0)
+        memcpy(h + L, addr, alen);
     L += alen;
     memset(h + L, 0xcc, 3);
     L += 3;
@@ -437,7 +438,8 @@ static size_t tc_chunk(tclient *t, const uint8_t *p, size_t len, uint8_t *out)
         at = 2;
     }
     if (!aeadsec) {
-        memcpy(out + at, p, len);
+        if (len > 0)
+            memcpy(out + at, p, len);
         return at + len;
     }
     chunk_nonce(t->iv, t->up_count++, nonce);
