@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
 
 #define TAG 16
@@ -143,19 +144,33 @@ uint16_t sv_vmess_shake_next(sv_vmess_shake *s)
 #define KDF_OUT 32
 #define KDF_DEPTH 3
 
+static const char kdf_root_key[] = "VMess AEAD KDF";
+
+/* HMAC-SHA256 keyed "VMess AEAD KDF" over @p m: a copy of @p root (already keyed, read only:
+ * EVP_MAC_CTX_dup takes it const) when given, which skips fetching HMAC and SHA-256 by name
+ * on each of a handshake's 40 calls, else OpenSSL's one-shot HMAC(). */
+static int kdf_root(const EVP_MAC_CTX *root, const uint8_t *m, size_t mlen, uint8_t out[KDF_OUT])
+{
+    if (root == NULL) {
+        unsigned ol = 0;
+        return HMAC(EVP_sha256(), kdf_root_key, (int)(sizeof kdf_root_key - 1), m, mlen, out,
+                    &ol) != NULL && ol == KDF_OUT ? 0 : -EIO;
+    }
+    EVP_MAC_CTX *d = EVP_MAC_CTX_dup(root);
+    size_t ol = 0;
+    int ok = d != NULL && EVP_MAC_update(d, m, mlen) == 1 &&
+             EVP_MAC_final(d, out, &ol, KDF_OUT) == 1 && ol == KDF_OUT;
+    EVP_MAC_CTX_free(d);
+    return ok ? 0 : -EIO;
+}
+
 /* Level @p level of the nested HMAC over @p m: level 0 is HMAC-SHA256 keyed with the constant,
  * level i is the HMAC construction (RFC 2104) over level i - 1 keyed with path[i - 1]. */
-static int kdf_level(const sv_vmess_bytes *path, size_t level, const uint8_t *m, size_t mlen,
-                     uint8_t out[KDF_OUT])
+static int kdf_level(const EVP_MAC_CTX *root, const sv_vmess_bytes *path, size_t level,
+                     const uint8_t *m, size_t mlen, uint8_t out[KDF_OUT])
 {
-    static const char root[] = "VMess AEAD KDF";
-    if (level == 0) {
-        unsigned ol = 0;
-        return HMAC(EVP_sha256(), root, (int)(sizeof root - 1), m, mlen, out, &ol) != NULL &&
-                       ol == KDF_OUT
-                   ? 0
-                   : -EIO;
-    }
+    if (level == 0)
+        return kdf_root(root, m, mlen, out);
     uint8_t buf[KDF_BLOCK + KDF_BLOCK * KDF_DEPTH + KDF_OUT];
     uint8_t inner[KDF_OUT];
     const sv_vmess_bytes *k = &path[level - 1];
@@ -169,7 +184,7 @@ static int kdf_level(const sv_vmess_bytes *path, size_t level, const uint8_t *m,
         const uint8_t *tail = pass == 0 ? m : inner;
         size_t tl = pass == 0 ? mlen : KDF_OUT;
         memcpy(buf + KDF_BLOCK, tail, tl);
-        int rc = kdf_level(path, level - 1, buf, KDF_BLOCK + tl, pass == 0 ? inner : out);
+        int rc = kdf_level(root, path, level - 1, buf, KDF_BLOCK + tl, pass == 0 ? inner : out);
         if (rc != 0)
             return rc;
     }
@@ -185,17 +200,19 @@ int sv_vmess_kdf(const uint8_t *key, size_t key_len, const sv_vmess_bytes *path,
     for (size_t i = 0; i < n; i++)
         if (path[i].len > KDF_BLOCK)
             return -EINVAL;
-    return kdf_level(path, n, key, key_len, out);
+    return kdf_level(NULL, path, n, key, key_len, out);
 }
 
-/* KDF with text path elements; writes @p out_len (≤ 32) bytes. */
-static int kdf_text(const uint8_t *key, size_t key_len, const char *p1, const void *p2,
-                    size_t l2, const void *p3, size_t l3, uint8_t *out, size_t out_len)
+/* KDF (with @p root, see kdf_root) of a text element and up to two byte strings; writes
+ * @p out_len (≤ 32) bytes. */
+static int kdf_text(const EVP_MAC_CTX *root, const uint8_t *key, size_t key_len, const char *p1,
+                    const void *p2, size_t l2, const void *p3, size_t l3, uint8_t *out,
+                    size_t out_len)
 {
     sv_vmess_bytes path[3] = {{p1, strlen(p1)}, {p2, l2}, {p3, l3}};
     size_t n = p3 != NULL ? 3 : p2 != NULL ? 2 : 1;
     uint8_t full[KDF_OUT];
-    int rc = sv_vmess_kdf(key, key_len, path, n, full);
+    int rc = kdf_level(root, path, n, key, key_len, full);
     memcpy(out, full, out_len);
     OPENSSL_cleanse(full, sizeof full);
     return rc;
@@ -250,6 +267,7 @@ typedef struct vmess_creds {
     vmess_user *users;
     sv_replay *replay; /* the inbound's filter of auth IDs (borrowed), or NULL */
     EVP_CIPHER *ecb, *gcm, *chacha;
+    EVP_MAC_CTX *kdf_root; /* HMAC-SHA256 keyed "VMess AEAD KDF", copied for each use */
 } vmess_creds;
 
 static void creds_free(void *creds)
@@ -263,6 +281,7 @@ static void creds_free(void *creds)
     EVP_CIPHER_free(t->ecb);
     EVP_CIPHER_free(t->gcm);
     EVP_CIPHER_free(t->chacha);
+    EVP_MAC_CTX_free(t->kdf_root);
     free(t);
 }
 
@@ -304,6 +323,22 @@ static int check_duplicates(const vmess_creds *t, const sv_user_set *users, sv_e
     return rc;
 }
 
+/* The keyed HMAC of the KDF's level 0, or NULL. */
+static EVP_MAC_CTX *kdf_root_new(void)
+{
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
+    EVP_MAC_free(mac); /* the context keeps its own reference */
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", (char *)"SHA256", 0),
+                           OSSL_PARAM_construct_end()};
+    if (ctx != NULL && EVP_MAC_init(ctx, (const unsigned char *)kdf_root_key,
+                                    sizeof kdf_root_key - 1, params) != 1) {
+        EVP_MAC_CTX_free(ctx);
+        ctx = NULL;
+    }
+    return ctx;
+}
+
 static int creds_new(const sv_inbound_spec *in, const sv_user_set *users, void **out,
                      sv_error *err)
 {
@@ -325,7 +360,8 @@ static int creds_new(const sv_inbound_spec *in, const sv_user_set *users, void *
     t->ecb = EVP_CIPHER_fetch(NULL, "AES-128-ECB", NULL);
     t->gcm = EVP_CIPHER_fetch(NULL, "AES-128-GCM", NULL);
     t->chacha = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
-    if (t->ecb == NULL || t->gcm == NULL || t->chacha == NULL)
+    t->kdf_root = kdf_root_new();
+    if (t->ecb == NULL || t->gcm == NULL || t->chacha == NULL || t->kdf_root == NULL)
         rc = sv_error_set(err, -EIO, "user set %s: AES-128-GCM or ChaCha20-Poly1305 is not "
                           "available", set);
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -335,8 +371,8 @@ static int creds_new(const sv_inbound_spec *in, const sv_user_set *users, void *
         if (r == -EINVAL)
             rc = sv_error_set(err, -EINVAL, "user set %s: user %" PRIu64 " has no valid UUID",
                               set, u->id);
-        else if (r != 0 || kdf_text(v->cmd_key, 16, "AES Auth ID Encryption", NULL, 0, NULL, 0,
-                                    v->auth_key, 16) != 0)
+        else if (r != 0 || kdf_text(t->kdf_root, v->cmd_key, 16, "AES Auth ID Encryption", NULL,
+                                    0, NULL, 0, v->auth_key, 16) != 0)
             rc = sv_error_set(err, -EIO, "user set %s: key derivation failed", set);
     }
     if (rc == 0)
@@ -349,7 +385,10 @@ static int creds_new(const sv_inbound_spec *in, const sv_user_set *users, void *
     return 0;
 }
 
-static void attach_replay(void *creds, sv_replay *filter) { ((vmess_creds *)creds)->replay = filter; }
+static void attach_replay(void *creds, sv_replay *filter)
+{
+    ((vmess_creds *)creds)->replay = filter;
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* AEAD helpers                                                                              */
@@ -546,10 +585,10 @@ static int check_auth(vmess_conn *c, const vmess_creds *k, const uint8_t *p)
     memcpy(c->auth_id, p, 16);
     memcpy(c->conn_nonce, p + 34, 8);
     uint8_t key[16], nonce[12], len[2];
-    rc = kdf_text(cmd_key, 16, "VMess Header AEAD Key_Length", c->auth_id, 16, c->conn_nonce, 8,
-                  key, 16);
+    rc = kdf_text(k->kdf_root, cmd_key, 16, "VMess Header AEAD Key_Length", c->auth_id, 16,
+                  c->conn_nonce, 8, key, 16);
     if (rc == 0)
-        rc = kdf_text(cmd_key, 16, "VMess Header AEAD Nonce_Length", c->auth_id, 16,
+        rc = kdf_text(k->kdf_root, cmd_key, 16, "VMess Header AEAD Nonce_Length", c->auth_id, 16,
                       c->conn_nonce, 8, nonce, 12);
     if (rc == 0)
         rc = gcm_once(k->gcm, key, nonce, c->auth_id, 16, p + 16, 2, len, false);
@@ -587,15 +626,17 @@ static int make_response(vmess_conn *c, const vmess_creds *k, const uint8_t rkey
                          const uint8_t riv[16], uint8_t v)
 {
     uint8_t key[16], nonce[12], len[2] = {0, 4}, hdr[4] = {v, 0, 0, 0};
-    int rc = kdf_text(rkey, 16, "AEAD Resp Header Len Key", NULL, 0, NULL, 0, key, 16);
+    int rc = kdf_text(k->kdf_root, rkey, 16, "AEAD Resp Header Len Key", NULL, 0, NULL, 0, key,
+                      16);
     if (rc == 0)
-        rc = kdf_text(riv, 16, "AEAD Resp Header Len IV", NULL, 0, NULL, 0, nonce, 12);
+        rc = kdf_text(k->kdf_root, riv, 16, "AEAD Resp Header Len IV", NULL, 0, NULL, 0, nonce,
+                      12);
     if (rc == 0)
         rc = gcm_once(k->gcm, key, nonce, NULL, 0, len, 2, c->resp, true);
     if (rc == 0)
-        rc = kdf_text(rkey, 16, "AEAD Resp Header Key", NULL, 0, NULL, 0, key, 16);
+        rc = kdf_text(k->kdf_root, rkey, 16, "AEAD Resp Header Key", NULL, 0, NULL, 0, key, 16);
     if (rc == 0)
-        rc = kdf_text(riv, 16, "AEAD Resp Header IV", NULL, 0, NULL, 0, nonce, 12);
+        rc = kdf_text(k->kdf_root, riv, 16, "AEAD Resp Header IV", NULL, 0, NULL, 0, nonce, 12);
     if (rc == 0)
         rc = gcm_once(k->gcm, key, nonce, NULL, 0, hdr, 4, c->resp + 18, true);
     OPENSSL_cleanse(key, sizeof key);
@@ -615,7 +656,7 @@ static int dir_init(vmess_conn *c, const vmess_creds *k, vmess_dir *d, const uin
         return -EIO;
     if (c->authlen) {
         uint8_t lk[16];
-        if (kdf_text(key, 16, "auth_len", NULL, 0, NULL, 0, lk, 16) != 0)
+        if (kdf_text(k->kdf_root, key, 16, "auth_len", NULL, 0, NULL, 0, lk, 16) != 0)
             return -EIO;
         d->len = keyed_ctx(k, c->sec, lk, enc);
         OPENSSL_cleanse(lk, sizeof lk);
@@ -666,11 +707,11 @@ static int open_header(vmess_conn *c, const vmess_creds *k, uint8_t *p, bool *mu
 {
     const uint8_t *cmd_key = k->users[c->user].cmd_key;
     uint8_t key[16], nonce[12];
-    int rc = kdf_text(cmd_key, 16, "VMess Header AEAD Key", c->auth_id, 16, c->conn_nonce, 8,
-                      key, 16);
+    int rc = kdf_text(k->kdf_root, cmd_key, 16, "VMess Header AEAD Key", c->auth_id, 16,
+                      c->conn_nonce, 8, key, 16);
     if (rc == 0)
-        rc = kdf_text(cmd_key, 16, "VMess Header AEAD Nonce", c->auth_id, 16, c->conn_nonce, 8,
-                      nonce, 12);
+        rc = kdf_text(k->kdf_root, cmd_key, 16, "VMess Header AEAD Nonce", c->auth_id, 16,
+                      c->conn_nonce, 8, nonce, 12);
     if (rc == 0)
         rc = gcm_once(k->gcm, key, nonce, c->auth_id, 16, p, c->hlen, p, false);
     OPENSSL_cleanse(key, sizeof key);

@@ -133,7 +133,10 @@ static size_t hex_to(const char *s, uint8_t *out, size_t cap)
     return n;
 }
 
-static size_t jhex(const char *path, uint8_t *out, size_t cap) { return hex_to(jstr(path), out, cap); }
+static size_t jhex(const char *path, uint8_t *out, size_t cap)
+{
+    return hex_to(jstr(path), out, cap);
+}
 
 static const char *cpath(int i, const char *rest)
 {
@@ -144,7 +147,10 @@ static const char *cpath(int i, const char *rest)
     return buf[k];
 }
 
-static int64_t case_ts(int i) { return json_integer_value(jget(cpath(i, "request.auth_id.timestamp"))); }
+static int64_t case_ts(int i)
+{
+    return json_integer_value(jget(cpath(i, "request.auth_id.timestamp")));
+}
 
 #define N_CASES 6
 
@@ -418,8 +424,8 @@ static size_t tc_chunk(tclient *t, const uint8_t *p, size_t len, uint8_t *out)
 {
     bool aeadsec = t->sec == SV_VMESS_SEC_AES_128_GCM || t->sec == SV_VMESS_SEC_CHACHA20_POLY1305;
     bool al = aeadsec && (t->opt & SV_VMESS_OPT_AUTH_LENGTH);
-    size_t pad = aeadsec && (t->opt & SV_VMESS_OPT_GLOBAL_PADDING) ? sv_vmess_shake_next(&t->up) % 64
-                                                                     : 0;
+    bool padded = aeadsec && (t->opt & SV_VMESS_OPT_GLOBAL_PADDING);
+    size_t pad = padded ? sv_vmess_shake_next(&t->up) % 64 : 0;
     size_t total = aeadsec ? len + 16 + pad : len;
     size_t at;
     bool ok;
@@ -488,7 +494,8 @@ static size_t tc_read(tclient *t, const uint8_t *w, size_t n, bool header, uint8
             size = (size_t)(sz[0] << 8 | sz[1]) + 16;
             at += 18;
         } else {
-            uint16_t mask = (t->opt & SV_VMESS_OPT_CHUNK_MASKING) ? sv_vmess_shake_next(&t->down) : 0;
+            bool masked = t->opt & SV_VMESS_OPT_CHUNK_MASKING;
+            uint16_t mask = masked ? sv_vmess_shake_next(&t->down) : 0;
             size = (uint16_t)((w[at] << 8 | w[at + 1]) ^ mask);
             at += 2;
         }
