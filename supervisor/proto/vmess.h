@@ -63,8 +63,11 @@ enum sv_vmess_option {
  *    Errors: -EINVAL "user set T: user A has no valid UUID", "user set T: users A and B have the
  *    same UUID", "user set T: more than SV_USERS_MAX users"; -ENOMEM; -EIO when OpenSSL lacks a
  *    primitive. @p in is not used and may be NULL.
- *  - attach_replay: the inbound's filter remembers each accepted auth ID (§6.3 step 2). Without
- *    one (unit tests may leave it out) no replay is detected.
+ *  - attach_replay: the inbound's filter remembers each auth ID whose length opened (§6.3 step
+ *    2, after the first AEAD proved the key). The filter forgets by count, not time (replay.h):
+ *    an auth ID stays for at least the filter's capacity (65536, plane.c) further handshakes of
+ *    the inbound, which covers its 240 s of validity below about 270 handshakes per second.
+ *    Without a filter (unit tests may leave it out) no replay is detected.
  *  - set_time: the Unix time in seconds that the auth window is checked against. Until it is
  *    called, now is 0 and every real client is stale.
  *  - feed: waits for SV_VMESS_PREFIX bytes, finds the user, opens the length (then remembers the
