@@ -18,17 +18,25 @@ U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 echo_start
 
 # vm_client NAME UUID SECURITY SERVER_PORT [tls]: v2ray with a SOCKS5 inbound (UDP on) and a
-# vmess outbound (alterId 0) from the shared template; sets CL_PORT, CL_PID.
+# vmess outbound (alterId 0), over TLS verified against $TJ_CA for node.test with "tls" (the
+# shape of ../shared/interop/templates/v2ray/client-vmess-{tcp,tls}.json); sets CL_PORT, CL_PID.
 vm_client() {
-    local tpl=${KT_INTEROP:-$KT_DIR/../../../shared/interop}/templates/v2ray/client-vmess-${5:-tcp}.json
-    [ -r "$tpl" ] || tpl=/work/shared/interop/templates/v2ray/client-vmess-${5:-tcp}.json
+    local stream='{"network": "tcp", "security": "none"}'
+    if [ "${5:-}" = tls ]; then
+        stream='{"network": "tcp", "security": "tls", "tlsSettings": {"serverName": "'$TJ_SNI'",
+                 "allowInsecure": false,
+                 "certificates": [{"usage": "verify", "certificateFile": "'$TJ_CA'"}]}}'
+    fi
     kt_ports 1; CL_PORT=${PORTS[0]}
-    sed -e "s|@LOG_LEVEL@|warning|; s|@LOCAL_ADDR@|127.0.0.1|; s|@LOCAL_PORT@|$CL_PORT|" \
-        -e 's|@INBOUND_PROTOCOL@|socks|' \
-        -e 's|@INBOUND_SETTINGS@|{"auth": "noauth", "udp": true, "ip": "127.0.0.1"}|' \
-        -e "s|@SERVER_ADDR@|127.0.0.1|; s|@SERVER_PORT@|$4|; s|@UUID@|$2|" \
-        -e "s|@VMESS_SECURITY@|$3|; s|@SNI@|$TJ_SNI|; s|@ALLOW_INSECURE@|false|" \
-        -e "s|@CA_FILE@|${TJ_CA:-}|" "$tpl" >"$T/client-$1.json"
+    cat >"$T/client-$1.json" <<EOF
+{"log": {"loglevel": "warning", "access": "none"},
+ "inbounds": [{"listen": "127.0.0.1", "port": $CL_PORT, "protocol": "socks",
+   "settings": {"auth": "noauth", "udp": true, "ip": "127.0.0.1"}}],
+ "outbounds": [{"protocol": "vmess",
+   "settings": {"vnext": [{"address": "127.0.0.1", "port": $4,
+     "users": [{"id": "$2", "alterId": 0, "security": "$3"}]}]},
+   "streamSettings": $stream}]}
+EOF
     kt_bg "client-$1" v2ray -config "$T/client-$1.json"
     CL_PID=$BG_PID
     kt_wait_port "$CL_PORT" 10 || { fail "v2ray client $1 did not listen on $CL_PORT"; exit 1; }
