@@ -5,7 +5,7 @@
 # ASSOCIATE (command 2). Each user is billed for its own bytes (wire bytes: within 5% + 4 KiB
 # of the payload); an idle user 3 is billed nothing. Negative (hand-made requests, katest.py vmess): a replayed auth ID, a timestamp
 # five minutes old and an unknown UUID get no byte back and no close (drained), while the daemon
-# and both clients keep working; /metrics counts them as drained. Then the same node with tls 1 (cert from the agent config) and a
+# and both clients keep working; /metrics counts them as drained. A Mux.Cool client is closed. Then the same node with tls 1 (cert from the agent config) and a
 # client with security none.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
@@ -17,8 +17,9 @@ MIB=1048576
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 echo_start
 
-# vm_client NAME UUID SECURITY SERVER_PORT [tls]: v2ray with a SOCKS5 inbound (UDP on) and a
-# vmess outbound (alterId 0), over TLS verified against $TJ_CA for node.test with "tls" (the
+# vm_client NAME UUID SECURITY SERVER_PORT [tls|tcp [mux]]: v2ray with a SOCKS5 inbound (UDP on)
+# and a vmess outbound (alterId 0), over TLS verified against $TJ_CA for node.test with "tls",
+# with Mux.Cool on with "mux" (the
 # shape of ../shared/interop/templates/v2ray/client-vmess-{tcp,tls}.json); sets CL_PORT, CL_PID.
 vm_client() {
     local stream='{"network": "tcp", "security": "none"}'
@@ -27,12 +28,14 @@ vm_client() {
                  "allowInsecure": false,
                  "certificates": [{"usage": "verify", "certificateFile": "'$TJ_CA'"}]}}'
     fi
+    local mux=''
+    [ "${6:-}" = mux ] && mux='"mux": {"enabled": true, "concurrency": 8},'
     kt_ports 1; CL_PORT=${PORTS[0]}
     cat >"$T/client-$1.json" <<EOF
 {"log": {"loglevel": "warning", "access": "none"},
  "inbounds": [{"listen": "127.0.0.1", "port": $CL_PORT, "protocol": "socks",
    "settings": {"auth": "noauth", "udp": true, "ip": "127.0.0.1"}}],
- "outbounds": [{"protocol": "vmess",
+ "outbounds": [{"protocol": "vmess", $mux
    "settings": {"vnext": [{"address": "127.0.0.1", "port": $4,
      "users": [{"id": "$2", "alterId": 0, "security": "$3"}]}]},
    "streamSettings": $stream}]}
@@ -120,6 +123,15 @@ check "a timestamp 100 s old is inside the window" vm --uuid "$U2" --age 100 --e
 check "an unknown UUID: drained" vm --uuid "$(kt_uuid)" --expect refused
 check "/metrics: the three refused requests counted as drained" drained 3
 check "no log line per refused attempt" test "$(tj_log_lines)" -le $((LOG0 + 0))
+# Mux.Cool (command 3) is not served yet: the connection is closed, nothing else changes.
+vm_client mx "$U3" aes-128-gcm "$PORT" tcp mux; CM=$CL_PORT
+check "a Mux.Cool client (user 3) is closed without data" tcp_rt "$CM" closed --bytes 1000
+closed_some() {
+    curl -sS -m 10 -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$API_PORT/metrics" |
+        awk '$1 == "katana_refused_clients_total{action=\"close\"}" && $2 >= 1 { f = 1 }
+             END { exit !f }'
+}
+check "/metrics: the Mux.Cool connection counted as closed" closed_some
 check "server still runs" srv_alive
 check "user 1 still served after the refusals" tcp_rt "$C1" ok --bytes 65536 --seed after1
 check "user 2 still served after the refusals" tcp_rt "$C2" ok --bytes 65536 --seed after2
