@@ -309,9 +309,10 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
     if (rc == 0) /* issue 8: the protocol a body without "protocol" has (default shadowsocks) */
         rc = get_string(panel, path, "node_type", false, &node_type, err);
     if (rc == 0 && node_type != NULL && strcmp(node_type, "shadowsocks") != 0 &&
-        strcmp(node_type, "trojan") != 0 && strcmp(node_type, "vless") != 0)
-        rc = sv_error_set(err, -EINVAL, "%s.node_type: expected \"shadowsocks\", \"trojan\" or "
-                          "\"vless\", got \"%.32s\"", path, node_type);
+        strcmp(node_type, "trojan") != 0 && strcmp(node_type, "vless") != 0 &&
+        strcmp(node_type, "vmess") != 0)
+        rc = sv_error_set(err, -EINVAL, "%s.node_type: expected \"shadowsocks\", \"trojan\", "
+                          "\"vless\" or \"vmess\", got \"%.32s\"", path, node_type);
     if (rc == 0 && node_type != NULL && (pc->node_type = strdup(node_type)) == NULL)
         rc = sv_error_set(err, -ENOMEM, "%s: out of memory", path);
     if (rc == 0)

@@ -432,6 +432,29 @@ static int check_vless(const ag_node_state *n, sv_error *err)
     return rc;
 }
 
+/*
+ * A vmess node (PANEL.md §1.4: server_port, network tcp, tls 0/1) is served on plain TCP, or over
+ * TLS with the agent config's certificate when tls is 1 (issue 9). Other transports and REALITY
+ * are refused naming the field until their issues land.
+ */
+static int check_vmess(const ag_node_state *n, sv_error *err)
+{
+    if (n->node.tls == 2)
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vmess over TCP "
+                            "or TLS only)", n->tag);
+    int rc = check_unserved(n, "vmess over TCP or TLS", PN_SET_TLS, err);
+    if (rc == 0 && n->fallback != NULL)
+        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan nodes only",
+                            n->tag);
+    if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: a vmess node with tls 1 needs \"cert\" in "
+                            "the agent config (mode file or self)", n->tag);
+    if (rc == 0 && n->node.tls == 0 && n->cert != SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: \"cert\" is set but the vmess node has "
+                            "tls 0", n->tag);
+    return rc;
+}
+
 static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_error *err)
 {
     const pn_node *p = &n->node;
@@ -439,6 +462,8 @@ static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_erro
         return check_trojan(n, err);
     if (p->protocol != NULL && strcmp(p->protocol, "vless") == 0)
         return check_vless(n, err);
+    if (p->protocol != NULL && strcmp(p->protocol, "vmess") == 0)
+        return check_vmess(n, err);
     if (p->protocol == NULL || strcmp(p->protocol, "shadowsocks") != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported protocol \"%.32s\"", n->tag,
                             p->protocol != NULL ? p->protocol : "");
@@ -469,14 +494,15 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     if (in->tag == NULL || in->bind.address == NULL || in->users == NULL)
         return -ENOMEM;
     bool vless = n->node.protocol != NULL && strcmp(n->node.protocol, "vless") == 0;
-    if (!vless && (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0)) {
+    bool vmess = n->node.protocol != NULL && strcmp(n->node.protocol, "vmess") == 0;
+    if (!vless && !vmess && (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0)) {
         in->udp = true;
         in->protocol = SV_INBOUND_SHADOWSOCKS;
         in->ss_cipher = cipher;
         return 0;
     }
-    in->protocol = vless ? SV_INBOUND_VLESS : SV_INBOUND_TROJAN;
-    in->tls.cert = vless && n->node.tls != 1 ? SV_CERT_NONE : n->cert;
+    in->protocol = vless ? SV_INBOUND_VLESS : vmess ? SV_INBOUND_VMESS : SV_INBOUND_TROJAN;
+    in->tls.cert = (vless || vmess) && n->node.tls != 1 ? SV_CERT_NONE : n->cert;
     if (in->tls.cert == SV_CERT_NONE)
         return n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL ? -ENOMEM : 0;
     const char *name = n->node.server_name != NULL ? n->node.server_name : n->node.host;

@@ -189,6 +189,13 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
              nodes, n, offsetof(api_node_status, outbox_pending_bytes));
     free(nodes);
     panel_requests(&p, s);
+    sv_refused_counts rc = sv_refused_clients(s->sv);
+    family(&p, "katana_refused_clients_total", "counter",
+           "Clients refused before authentication (wrong key, replayed or stale auth, malformed "
+           "request), by what was done with them.");
+    put(&p, "katana_refused_clients_total{action=\"drain\"} %" PRIu64 "\n", rc.drained);
+    put(&p, "katana_refused_clients_total{action=\"close\"} %" PRIu64 "\n", rc.closed);
+    put(&p, "katana_refused_clients_total{action=\"fallback\"} %" PRIu64 "\n", rc.fallback);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

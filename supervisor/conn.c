@@ -426,6 +426,21 @@ static void remote_alloc(void *owner, uv_buf_t *buf)
     buf->len = c->tls != NULL ? SV_TLS_PLAIN_READ : SV_SCRATCH;
 }
 
+/* The outbound closed: the core's end-of-stream bytes, if it has any (proto.h frame_end).
+ * @return false when the connection was closed. */
+static bool end_downstream(sv_conn *c)
+{
+    const sv_proto_ops *ops = c->handler->ops;
+    if (ops->frame_end == NULL)
+        return true;
+    ssize_t len = ops->frame_end(c->state, c->handler->creds, 0, c->w->sealed, sizeof c->w->sealed);
+    if (len < 0) {
+        conn_close(c);
+        return false;
+    }
+    return len == 0 || write_client(c, c->w->sealed, (size_t)len);
+}
+
 static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
 {
     sv_conn *c = owner;
@@ -438,6 +453,8 @@ static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
         }
         c->remote_eof = true;
         remote_read_stop(c);
+        if (!c->raw && !end_downstream(c))
+            return;
         if (!c->writing_client)
             shutdown_client(c);
         maybe_finish(c);
@@ -713,6 +730,9 @@ static void start_fallback(sv_conn *c, const uint8_t *data, size_t len)
 /* The client failed the protocol: do what the core's policy says (PROTOCOLS.md §1.4, §4.4). */
 static void client_failed(sv_conn *c, const sv_effect *e)
 {
+    if (c->principal == NULL && e->policy >= SV_PROBE_CLOSE && e->policy <= SV_PROBE_FALLBACK)
+        atomic_fetch_add_explicit(&c->w->shared->refused[e->policy - 1], 1,
+                                  memory_order_relaxed);
     if (e->policy == SV_PROBE_DRAIN)
         start_drain(c);
     else if (e->policy == SV_PROBE_FALLBACK && c->principal == NULL && c->flow == NULL &&
@@ -825,6 +845,8 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
     size_t off = 0;
     sv_effects fx;
     while (off < len && !c->closing && !c->draining) {
+        if (ops->set_time != NULL && c->principal == NULL)
+            ops->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
         ssize_t r = ops->feed(c->state, c->handler->creds, data + off, len - off, &fx);
         if (!apply_effects(c, &fx))
             return;

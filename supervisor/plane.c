@@ -11,6 +11,7 @@
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
 #include "supervisor/proto/vless.h"
+#include "supervisor/proto/vmess.h"
 #include "supervisor/runtime.h"
 
 #define REPLAY_CAPACITY 65536
@@ -53,6 +54,8 @@ const sv_proto_ops *sv_proto_ops_for(enum sv_inbound_protocol protocol)
         return &sv_trojan_ops;
     case SV_INBOUND_VLESS:
         return &sv_vless_ops;
+    case SV_INBOUND_VMESS:
+        return &sv_vmess_ops;
     }
     return NULL;
 }

@@ -26,6 +26,13 @@
 #include "supervisor/util/list.h"
 
 #define SV_WORKERS_MAX 64
+/**
+ * Room for the wire framed from one remote read of SV_SCRATCH bytes: every core's
+ * frame_max(SV_SCRATCH) must fit (sv_handler_new checks). Shadowsocks needs
+ * SV_SS_SEALED_MAX(SV_SCRATCH) (202 bytes over the payload); VMess (PROTOCOLS.md §6.6) a
+ * response header and nine chunks of up to 97 bytes of overhead each.
+ */
+#define SV_SEALED_MAX (SV_SCRATCH + 4096)
 #define SV_SCRATCH (64 * 1024)         /**< per-worker read buffer */
 /** Most unconsumed client bytes any protocol core keeps between reads (its carry_max). */
 #define SV_CARRY_MAX (SV_SS_SALT_MAX + SV_SS_NEED_MAX)
@@ -46,6 +53,8 @@
 #define SV_ACCEPT_RETRY_MS 200          /**< a paused worker retries accepting this often */
 #define SV_ADOPT_WAIT_MS 2000           /**< sv_apply waits this long at most for every worker to
                                              adopt its plane (they do within a loop turn) */
+
+_Static_assert(SV_SEALED_MAX >= SV_SS_SEALED_MAX(SV_SCRATCH), "sealed buffer too small");
 
 /** A salt replay filter shared by every handler of one inbound. */
 typedef struct sv_replay_ref {
@@ -185,6 +194,9 @@ typedef struct sv_shared {
     pthread_mutex_t adopt_mu;    /**< with adopt_cv: a worker adopted a plane */
     pthread_cond_t adopt_cv;
     _Atomic uint64_t adopted[SV_WORKERS_MAX];
+    /** Clients refused before authentication, by policy (index enum sv_probe_policy - 1):
+     *  drained, closed, sent to the fallback or answered 404 (sv_refused_clients). */
+    _Atomic uint64_t refused[3];
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
@@ -242,7 +254,7 @@ struct sv_worker {
     uv_timer_t accept_retry; /**< SV_ACCEPT_RETRY_MS while in an episode */
     sv_aead udp_open, udp_seal; /**< cipher contexts re-keyed per datagram (never reallocated) */
     uint8_t scratch[SV_SCRATCH + SV_CARRY_MAX + 64]; /**< carry, then one read */
-    uint8_t sealed[SV_SS_SEALED_MAX(SV_SCRATCH)]; /**< downstream wire built from one remote read */
+    uint8_t sealed[SV_SEALED_MAX]; /**< downstream wire built from one remote read */
 };
 
 struct sv_wlistener {

@@ -939,6 +939,15 @@ int sv_set_remote_devices(sv_supervisor *sv, const sv_device_count *v, size_t n)
 {
     return sv_tracker_set_remote_devices(sv->shared.tracker, v, n);
 }
+sv_refused_counts sv_refused_clients(sv_supervisor *sv)
+{
+    _Atomic uint64_t *r = sv->shared.refused;
+    return (sv_refused_counts){
+        .drained = atomic_load_explicit(&r[SV_PROBE_DRAIN - 1], memory_order_relaxed),
+        .closed = atomic_load_explicit(&r[SV_PROBE_CLOSE - 1], memory_order_relaxed),
+        .fallback = atomic_load_explicit(&r[SV_PROBE_FALLBACK - 1], memory_order_relaxed),
+    };
+}
 uint64_t sv_device_refusals(sv_supervisor *sv)
 {
     return sv_tracker_device_refusals(sv->shared.tracker);

@@ -50,6 +50,7 @@ enum sv_inbound_protocol {
     SV_INBOUND_SHADOWSOCKS = 1,
     SV_INBOUND_TROJAN,
     SV_INBOUND_VLESS, /**< issue 9: VLESS, no flow (PROTOCOLS.md §5); TLS optional */
+    SV_INBOUND_VMESS, /**< issue 9: VMess AEAD, alterId 0 (PROTOCOLS.md §6); TLS optional */
 };
 
 /** Where an inbound's TLS certificate comes from (issue 8, agent config "cert"). */
@@ -91,7 +92,7 @@ typedef struct sv_inbound_spec {
                                             destinations (loopback, private, link-local ...
                                             and the node's own addresses); default false */
     sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan,
-                                            optional for VLESS */
+                                            optional for VLESS and VMess */
     char *fallback;                    /**< Trojan, VLESS: "HOST:PORT" that gets every client
                                             which is not a valid request (issue 8); NULL =
                                             Trojan answers 404, VLESS drains */
@@ -380,6 +381,17 @@ int sv_set_remote_devices(sv_supervisor *sv, const sv_device_count *v, size_t n)
 
 /** Sessions refused by the device limit since start (refusals are silent: no log line). */
 uint64_t sv_device_refusals(sv_supervisor *sv);
+
+/** Clients refused before authentication since start (issue 9: a wrong key, a replayed or
+ *  stale VMess auth ID, a malformed request; no log line each), by what was done with them. */
+typedef struct sv_refused_counts {
+    uint64_t drained;  /**< read and dropped for a random time, then closed (Shadowsocks, VMess) */
+    uint64_t closed;   /**< closed at once */
+    uint64_t fallback; /**< relayed to the inbound's fallback, or answered 404 (Trojan) */
+} sv_refused_counts;
+
+/** The counts of sv_refused_counts since start. Any thread. */
+sv_refused_counts sv_refused_clients(sv_supervisor *sv);
 
 /** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);

@@ -361,6 +361,25 @@ static int check_vless(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
+/* VMess (issue 9, PROTOCOLS.md §6): a user set (each secret a UUID, checked when the inbound is
+ * built), TCP only (UDP travels inside the stream), TLS optional, no fallback. */
+static int check_vmess(const sv_inbound_spec *in, sv_error *err)
+{
+    if (is_empty(in->users))
+        return INVALID(err, "inbound %s: a vmess inbound needs a user set", in->tag);
+    if (in->udp)
+        return INVALID(err, "inbound %s: a vmess inbound carries UDP inside its stream; "
+                       "udp must be false", in->tag);
+    if (in->tls.cert == SV_CERT_FILE && (is_empty(in->tls.cert_file) || is_empty(in->tls.key_file)))
+        return INVALID(err, "inbound %s: cert mode file needs cert_file and key_file", in->tag);
+    if (in->tls.cert != SV_CERT_NONE && in->tls.cert != SV_CERT_FILE &&
+        in->tls.cert != SV_CERT_SELF)
+        return INVALID(err, "inbound %s: unknown cert mode", in->tag);
+    if (in->fallback != NULL)
+        return INVALID(err, "inbound %s: fallback is not served on a vmess inbound", in->tag);
+    return 0;
+}
+
 static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
 {
     const sv_inbound_spec *in = &spec->inbounds[i];
@@ -379,6 +398,8 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
         return check_trojan(in, err);
     if (in->protocol == SV_INBOUND_VLESS)
         return check_vless(in, err);
+    if (in->protocol == SV_INBOUND_VMESS)
+        return check_vmess(in, err);
     if (in->protocol != SV_INBOUND_SHADOWSOCKS)
         return INVALID(err, "inbound %s: unknown protocol", in->tag);
     if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL)

@@ -87,6 +87,13 @@ typedef struct sv_proto_ops {
      */
     void (*attach_replay)(void *creds, sv_replay *filter);
 
+    /**
+     * Optional: the wall clock for a core that checks client timestamps (VMess auth ID window,
+     * PROTOCOLS.md §6.3), in Unix seconds. The runtime calls it before every feed() until the
+     * connection is authenticated; a core reads no clock of its own, so tests drive time here.
+     */
+    void (*set_time)(void *state, int64_t unix_s);
+
     size_t state_size; /**< bytes of per-connection state */
     /** Prepare zeroed @p state for a connection of inbound @p in. @return 0 or -ENOMEM. */
     int (*init)(void *state, const sv_inbound_spec *in);
@@ -120,6 +127,16 @@ typedef struct sv_proto_ops {
     ssize_t (*frame_datagram)(void *state, const void *creds, uint32_t stream,
                               const sv_dest *from, const uint8_t *payload, size_t len,
                               uint8_t *out, size_t cap);
+
+    /**
+     * Optional: the bytes that end stream @p stream's downstream once its outbound has closed,
+     * written before the runtime half-closes the client (VMess: the response header if none went
+     * yet, then the end-of-stream chunk, PROTOCOLS.md §6.6).
+     * @return wire length (0 = nothing), or a negative errno (-EMSGSIZE when @p cap <
+     *         frame_max(0)); the runtime then closes the connection.
+     */
+    ssize_t (*frame_end)(void *state, const void *creds, uint32_t stream, uint8_t *out,
+                         size_t cap);
 } sv_proto_ops;
 
 /** Append an effect to @p fx. @return the new effect (zeroed but for kind), or NULL when full. */

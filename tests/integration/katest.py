@@ -22,6 +22,10 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
                                              TLS record, plain HTTP); OK when closed, no HTTP back
   stall     --port P --conns N --mode M ...  N connections that never finish a TLS handshake
   sockets   --pid PID --port P               TCP connections PID holds on local port P (/proc)
+  vmess     --port P --uuid U --dest-port D  one hand-made VMess AEAD request (aes-128-gcm) to
+            [--age S] [--replay] --expect E  the echo server: ok = echoed; refused = no byte back
+                                             and no close for --wait s (drained); --replay sends
+                                             an accepted request's bytes again, expecting refusal
 """
 
 import argparse
@@ -625,6 +629,10 @@ def cmd_mkconfig(a):
         tls = 1 if a.cert_self or a.cert_file else 0
         node = {"server_port": a.port, "network": "tcp", "tls": tls, "flow": None,
                 "decryption": None}
+    elif a.protocol == "vmess":
+        # the UniProxy vmess node (PANEL.md 1.4): TLS when a certificate is given
+        tls = 1 if (a.cert_self or a.cert_file) else 0
+        node = {"server_port": a.port, "network": "tcp", "tls": tls, "networkSettings": None}
     else:
         node = {"server_port": a.port, "cipher": a.cipher,
                 "routes": [{"id": 1, "match": a.block or ["domain:blocked.test", "10.9.0.0/16"],
@@ -648,6 +656,9 @@ def cmd_mkconfig(a):
         # the tests' echo servers are on loopback, which katana refuses to proxy users to
         # unless the node allows it (issue 15)
         node_cfg["allow_private"] = True
+    if a.protocol == "vmess" and (a.cert_self or a.cert_file):
+        node_cfg["cert"] = ({"mode": "self"} if a.cert_self else
+                            {"mode": "file", "cert_file": a.cert_file, "key_file": a.key_file})
     if a.protocol == "trojan":
         # issue 8: a certificate per node (files, or self-signed at start), optional fallback
         if a.cert_self:
@@ -675,6 +686,138 @@ def cmd_mkconfig(a):
         cfg["max_connections"] = a.max_connections
     write_json(a.out, cfg)
     return 0
+
+
+# --- VMess AEAD client (PROTOCOLS.md §6; issue 9 negative tests) ------------------------------
+
+def vmess_kdf(key, *path):
+    """KDF(key, p1..pn): HMAC-SHA256 keyed "VMess AEAD KDF", each path element an HMAC over the
+    previous level (PROTOCOLS.md §6.2)."""
+    import hashlib
+    import hmac
+
+    def level(i, m):
+        if i == 0:
+            return hmac.new(b"VMess AEAD KDF", m, hashlib.sha256).digest()
+        k = path[i - 1].ljust(64, b"\0")
+        inner = level(i - 1, bytes(x ^ 0x36 for x in k) + m)
+        return level(i - 1, bytes(x ^ 0x5c for x in k) + inner)
+    return level(len(path), key)
+
+
+def vmess_request(uuid_text, ts, dest_port, payload):
+    """The wire bytes of one TCP request to 127.0.0.1:DEST_PORT with one aes-128-gcm chunk
+    (options S|M, no padding), and (body key, body IV, V) to read the answer."""
+    import hashlib
+    import zlib
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    uid = bytes.fromhex(uuid_text.replace("-", ""))
+    cmd_key = hashlib.md5(uid + b"c48619fe-8f02-49e0-b9e9-edf763e17e21").digest()
+    key, iv, v = os.urandom(16), os.urandom(16), os.urandom(1)[0]
+    addr = struct.pack(">HB", dest_port, 1) + socket.inet_aton("127.0.0.1")
+    h = bytes([1]) + iv + key + bytes([v, 0x05, 0x03, 0, 1]) + addr
+    h += struct.pack(">I", vmess_fnv1a(h))
+    plain = struct.pack(">Q", ts) + os.urandom(4)
+    plain += struct.pack(">I", zlib.crc32(plain) & 0xffffffff)
+    enc = Cipher(algorithms.AES(vmess_kdf(cmd_key, b"AES Auth ID Encryption")[:16]),
+                 modes.ECB()).encryptor()
+    auth_id = enc.update(plain) + enc.finalize()
+    nonce = os.urandom(8)
+    k = lambda p: vmess_kdf(cmd_key, p, auth_id, nonce)
+    wire = auth_id
+    wire += AESGCM(k(b"VMess Header AEAD Key_Length")[:16]).encrypt(
+        k(b"VMess Header AEAD Nonce_Length")[:12], struct.pack(">H", len(h)), auth_id)
+    wire += nonce
+    wire += AESGCM(k(b"VMess Header AEAD Key")[:16]).encrypt(
+        k(b"VMess Header AEAD Nonce")[:12], h, auth_id)
+    mask = struct.unpack(">H", hashlib.shake_128(iv).digest(2))[0]
+    ct = AESGCM(key).encrypt(b"\0\0" + iv[2:12], payload, None)
+    wire += struct.pack(">H", len(ct) ^ mask) + ct
+    return wire, key, iv, v
+
+
+def vmess_fnv1a(b):
+    x = 0x811c9dc5
+    for c in b:
+        x = ((x ^ c) * 0x01000193) & 0xffffffff
+    return x
+
+
+def vmess_read_reply(s, key, iv, v, want, timeout):
+    """Read the response header and chunks until len(want) payload bytes came. @return the
+    payload, or None when the server closed or said nothing."""
+    import hashlib
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    rk, riv = hashlib.sha256(key).digest()[:16], hashlib.sha256(iv).digest()[:16]
+    buf = b""
+    s.settimeout(timeout)
+
+    def need(n):
+        nonlocal buf
+        while len(buf) < n:
+            d = s.recv(65536)
+            if not d:
+                raise EOFError
+            buf += d
+        out, buf = buf[:n], buf[n:]
+        return out
+    try:
+        hl = AESGCM(vmess_kdf(rk, b"AEAD Resp Header Len Key")[:16]).decrypt(
+            vmess_kdf(riv, b"AEAD Resp Header Len IV")[:12], need(18), None)
+        hdr = AESGCM(vmess_kdf(rk, b"AEAD Resp Header Key")[:16]).decrypt(
+            vmess_kdf(riv, b"AEAD Resp Header IV")[:12], need(struct.unpack(">H", hl)[0] + 16),
+            None)
+        if hdr[0] != v:
+            return None
+        shake = hashlib.shake_128(riv).digest(4096)
+        got, n = b"", 0
+        while len(got) < len(want):
+            mask = struct.unpack(">H", shake[2 * n:2 * n + 2])[0]
+            size = struct.unpack(">H", need(2))[0] ^ mask
+            got += AESGCM(rk).decrypt(struct.pack(">H", n) + riv[2:12], need(size), None)
+            n += 1
+        return got
+    except (EOFError, socket.timeout, OSError):
+        return None
+
+
+def vmess_try(a, wire, key, iv, v, payload):
+    """Send WIRE on a new connection. @return "ok" (echoed), "refused" (no byte back, still
+    open after --wait s) or a description of anything else."""
+    s = socket.create_connection(("127.0.0.1", a.port), timeout=5)
+    try:
+        s.sendall(wire)
+        if a.expect == "ok":
+            got = vmess_read_reply(s, key, iv, v, payload, a.timeout)
+            return "ok" if got == payload else "no echo (%r)" % (got and got[:16])
+        s.settimeout(a.wait)
+        try:
+            d = s.recv(1)
+        except socket.timeout:
+            return "refused"
+        return "closed at once" if not d else "answered %d bytes" % len(d)
+    finally:
+        s.close()
+
+
+def cmd_vmess(a):
+    require_loopback("127.0.0.1")
+    payload = b"vmess probe " + os.urandom(24).hex().encode()
+    wire, key, iv, v = vmess_request(a.uuid, int(time.time()) - a.age, a.dest_port, payload)
+    if a.replay:
+        first = vmess_try(argparse.Namespace(**dict(vars(a), expect="ok")), wire, key, iv, v,
+                          payload)
+        if first != "ok":
+            print("FAIL vmess: the request to replay was not accepted: %s" % first)
+            return 1
+    got = vmess_try(a, wire, key, iv, v, payload)
+    if got != a.expect:
+        print("FAIL vmess: expected %s, got %s" % (a.expect, got))
+        return 1
+    print("ok vmess: %s%s" % (got, " (replayed auth ID)" if a.replay else ""))
+    return 0
+
 
 
 def write_json(path, obj):
@@ -716,6 +859,8 @@ def cmd_ssplan(a):
             print("fallback %s" % ncfg["fallback"])
     elif panel.get("node_type") == "vless":
         print("node %d vless" % node["server_port"])
+    elif panel.get("node_type") == "vmess":
+        print("node %d vmess" % node["server_port"])
     else:
         print("node %d %s" % (node["server_port"], node["cipher"]))
     for u in users["users"]:
@@ -975,13 +1120,23 @@ def main():
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
     c.add_argument("--no-allow-private", action="store_true",
                    help="leave allow_private out: users may not reach loopback (katana default)")
-    c.add_argument("--protocol", choices=("shadowsocks", "trojan", "vless"), default="shadowsocks",
+    c.add_argument("--protocol", choices=("shadowsocks", "trojan", "vless", "vmess"),
+                   default="shadowsocks",
                    help="panel node_type (shadowsocks is the default and leaves node_type out)")
     c.add_argument("--server-name", default="node.test", help="trojan: the node's server_name")
-    c.add_argument("--cert-file", help="trojan, vless (tls 1): PEM certificate chain (cert mode file)")
-    c.add_argument("--key-file", help="trojan, vless (tls 1): PEM private key (cert mode file)")
-    c.add_argument("--cert-self", action="store_true", help="trojan, vless (tls 1): cert mode self")
+    c.add_argument("--cert-file", help="trojan, vless, vmess (tls 1): PEM certificate chain (cert mode file)")
+    c.add_argument("--key-file", help="trojan, vless, vmess (tls 1): PEM private key (cert mode file)")
+    c.add_argument("--cert-self", action="store_true", help="trojan, vless, vmess (tls 1): cert mode self")
     c.add_argument("--fallback", help="trojan, vless: HOST:PORT that failed clients are relayed to")
+    c = sub.add_parser("vmess")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--uuid", required=True)
+    c.add_argument("--dest-port", type=int, required=True)
+    c.add_argument("--age", type=int, default=0, help="seconds the auth ID's timestamp lags")
+    c.add_argument("--replay", action="store_true")
+    c.add_argument("--expect", choices=("ok", "refused"), required=True)
+    c.add_argument("--wait", type=float, default=2)
+    c.add_argument("--timeout", type=float, default=10)
     c = sub.add_parser("relay")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--to", type=int, required=True)
@@ -1040,7 +1195,7 @@ def main():
           "tcp": cmd_tcp, "udp": cmd_udp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
           "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
-          "tlsprobe": cmd_tlsprobe, "stall": cmd_stall}[a.cmd]
+          "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess}[a.cmd]
     sys.exit(fn(a))
 
 

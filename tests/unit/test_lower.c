@@ -333,8 +333,13 @@ static void lower__other_protocols__are_refused(void **state)
     ag_node_state st = {.tag = strdup("vm"), .node = node};
     ag_fleet f = {.nodes = &st, .n = 1};
     sv_spec s;
+    /* issue 9: vmess is served, but not this body's TCP header obfuscation */
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
-    assert_string_equal(err.msg, "node vm: unsupported protocol \"vmess\"");
+    assert_string_equal(err.msg, "node vm: networkSettings: not served (no transport settings)");
+    free(st.node.protocol);
+    st.node.protocol = strdup("hysteria");
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node vm: unsupported protocol \"hysteria\"");
     free_state(&st);
 }
 
@@ -531,6 +536,70 @@ static void lower__vless_node__inbound_and_refusals(void **state)
     assert_string_equal(err.msg, "node vl: a vless node with tls 1 needs \"cert\" in the agent "
                                  "config (mode file or self)");
     free_state(&st);
+}
+
+/* Issue 9: a vmess node (PANEL.md §1.4) lowers to a VMess inbound, on plain TCP for tls 0 and
+ * over TLS with the config's certificate for tls 1; other networks, REALITY, transport settings,
+ * tls 1 without a certificate, a certificate with tls 0 and a fallback are refused naming them. */
+static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
+{
+    (void)state;
+    ag_node_state st;
+    sv_spec s;
+    sv_error err = {0};
+    state_from_json(&st, "vm", "{\"protocol\":\"vmess\",\"server_port\":443,\"tls\":0,"
+                    "\"network\":\"tcp\",\"networkSettings\":null}",
+                    "{\"users\":[{\"id\":1,\"uuid\":\"27848739-7e62-4138-9fd3-098a63964b6b\"}]}");
+    lower_one(&st, &s);
+    assert_int_equal(s.n_inbounds, 1);
+    assert_int_equal(s.inbounds[0].protocol, SV_INBOUND_VMESS);
+    assert_false(s.inbounds[0].udp);
+    assert_int_equal(s.inbounds[0].tls.cert, SV_CERT_NONE);
+    assert_null(s.inbounds[0].fallback);
+    sv_spec_free(&s);
+    free_state(&st);
+    state_from_json(&st, "vm", "{\"protocol\":\"vmess\",\"server_port\":443,\"tls\":1,"
+                    "\"host\":\"h.example\"}", "{\"users\":[]}");
+    st.cert = SV_CERT_SELF;
+    lower_one(&st, &s);
+    assert_int_equal(s.inbounds[0].protocol, SV_INBOUND_VMESS);
+    assert_int_equal(s.inbounds[0].tls.cert, SV_CERT_SELF);
+    assert_string_equal(s.inbounds[0].tls.server_name, "h.example");
+    sv_spec_free(&s);
+    free_state(&st);
+
+    static const struct {
+        const char *extra, *msg;
+        enum sv_cert_source cert;
+        bool fallback;
+    } refused[] = {
+        {"\"network\":\"ws\"", "node vm: network \"ws\": not served (vmess over TCP or TLS only)",
+         SV_CERT_NONE, false},
+        {"\"network\":\"grpc\"", "node vm: network \"grpc\": not served (vmess over TCP or TLS "
+                                   "only)", SV_CERT_NONE, false},
+        {"\"tls\":2", "node vm: tls 2 (REALITY): not served (vmess over TCP or TLS only)",
+         SV_CERT_SELF, false},
+        {"\"networkSettings\":{\"path\":\"/x\"}", "node vm: networkSettings: not served (no "
+                                                    "transport settings)", SV_CERT_NONE, false},
+        {"\"tls\":1", "node vm: a vmess node with tls 1 needs \"cert\" in the agent config (mode "
+                      "file or self)", SV_CERT_NONE, false},
+        {"\"tls\":0", "node vm: \"cert\" is set but the vmess node has tls 0", SV_CERT_SELF,
+         false},
+        {"\"tls\":0", "node vm: \"fallback\" applies to trojan nodes only", SV_CERT_NONE, true},
+    };
+    char json[256];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(json, sizeof json, "{\"protocol\":\"vmess\",\"server_port\":9,%s}",
+                 refused[i].extra);
+        state_from_json(&st, "vm", json, "{\"users\":[]}");
+        st.cert = refused[i].cert;
+        if (refused[i].fallback)
+            st.fallback = strdup("127.0.0.1:80");
+        ag_fleet f = {.nodes = &st, .n = 1};
+        assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+        assert_string_equal(err.msg, refused[i].msg);
+        free_state(&st);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -897,6 +966,7 @@ int main(void)
         cmocka_unit_test(lower__unserved_settings__are_refused_naming_the_field),
         cmocka_unit_test(lower__trojan_node__inbound_over_tls_and_refusals),
         cmocka_unit_test(lower__vless_node__inbound_and_refusals),
+        cmocka_unit_test(lower__vmess_node__tcp_or_tls_and_refusals),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),
         cmocka_unit_test(lower__every_match_form),
         cmocka_unit_test(lower__bad_regexps_protocols_and_other_actions__are_skipped),

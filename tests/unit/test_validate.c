@@ -258,6 +258,31 @@ static void port_zero_is_refused(void **state)
     expect_invalid(&f, "inbound ss2: port must be between 1 and 65535");
 }
 
+/* Issue 9: a vmess inbound needs a user set, carries UDP in its stream, may have TLS (with both
+ * files in mode file) and has no fallback. */
+static void a_vmess_inbound_is_checked(void **state)
+{
+    fx f;
+    fx_init(&f);
+    f.in[1] = (sv_inbound_spec){.tag = "vm", .bind = {"::1", 8389},
+                                .protocol = SV_INBOUND_VMESS, .users = "u"};
+    expect_valid(&f);
+    f.in[1].tls.cert = SV_CERT_SELF;
+    expect_valid(&f);
+    f.in[1].tls = (sv_inbound_tls){.cert = SV_CERT_FILE, .cert_file = "c.pem"};
+    expect_invalid(&f, "inbound vm: cert mode file needs cert_file and key_file");
+    f.in[1].tls = (sv_inbound_tls){.cert = SV_CERT_NONE};
+    f.in[1].udp = true;
+    expect_invalid(&f, "inbound vm: a vmess inbound carries UDP inside its stream; udp must be "
+                       "false");
+    f.in[1].udp = false;
+    f.in[1].fallback = "127.0.0.1:80";
+    expect_invalid(&f, "inbound vm: fallback is not served on a vmess inbound");
+    f.in[1].fallback = NULL;
+    f.in[1].users = NULL;
+    expect_invalid(&f, "inbound vm: a vmess inbound needs a user set");
+}
+
 static void two_inbounds_on_one_bind_are_refused(void **state)
 {
     fx f;
@@ -652,6 +677,7 @@ int main(void)
         cmocka_unit_test(an_empty_bind_address_is_refused),
         cmocka_unit_test(a_bind_address_must_be_an_ip_literal),
         cmocka_unit_test(port_zero_is_refused),
+        cmocka_unit_test(a_vmess_inbound_is_checked),
         cmocka_unit_test(two_inbounds_on_one_bind_are_refused),
         cmocka_unit_test(a_bind_spelled_differently_is_still_the_same_bind),
         cmocka_unit_test(a_wildcard_bind_overlaps_a_specific_one_on_its_port),
