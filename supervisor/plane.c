@@ -99,8 +99,10 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     }
     h->in.tls = (sv_inbound_tls){.cert = in->tls.cert};
     h->in.fallback = NULL;
-    if (tls != NULL)
+    if (tls != NULL) {
         h->tls = sv_tls_ctx_ref(tls);
+        h->layers[h->n_layers++] = (sv_layer_conf){&sv_tls_layer_ops, h->tls};
+    }
     atomic_fetch_add(&replay->refs, 1);
     h->replay = replay;
     if (h->ops->attach_replay != NULL)

@@ -1104,3 +1104,58 @@ unsigned sv_tls_version(const sv_tls_session *s)
 {
     return s->established ? (unsigned)SSL_version(s->ssl) : 0;
 }
+
+/* ---- the TLS layer of a transport chain (layer.h) ---- */
+
+static int layer_open(const void *conf, void **state)
+{
+    /* the context is shared read-only; the session only takes a reference on it */
+    return sv_tls_session_new((sv_tls_ctx *)(uintptr_t)conf, (sv_tls_session **)state);
+}
+
+static void layer_free(void *state) { sv_tls_session_free(state); }
+
+static ssize_t layer_unwrap(void *state, const uint8_t *in, size_t n, size_t *used, uint8_t *out,
+                            size_t cap)
+{
+    *used = 0;
+    if (n > 0) {
+        ssize_t r = sv_tls_feed(state, in, n);
+        if (r < 0)
+            return r;
+        *used = (size_t)r;
+    }
+    return sv_tls_read(state, out, cap);
+}
+
+static ssize_t layer_wrap(void *state, const uint8_t *p, size_t n)
+{
+    return sv_tls_write(state, p, n);
+}
+
+static int layer_shutdown(void *state) { return sv_tls_shutdown(state); }
+
+static const uint8_t *layer_out_peek(const void *state, size_t *len)
+{
+    return sv_tls_out_peek(state, len);
+}
+
+static void layer_out_consume(void *state, size_t n) { sv_tls_out_consume(state, n); }
+
+static unsigned layer_status(const void *state)
+{
+    const sv_tls_session *s = state;
+    return (s->established ? SV_LAYER_UP : 0u) | (s->peer_closed ? SV_LAYER_EOF : 0u);
+}
+
+const sv_layer_ops sv_tls_layer_ops = {
+    .name = "tls",
+    .open = layer_open,
+    .free = layer_free,
+    .unwrap = layer_unwrap,
+    .wrap = layer_wrap,
+    .shutdown = layer_shutdown,
+    .out_peek = layer_out_peek,
+    .out_consume = layer_out_consume,
+    .status = layer_status,
+};
