@@ -941,6 +941,20 @@ static bool chain_deliver(void *ctx, uint8_t *p, size_t n)
     return !c->closing;
 }
 
+/* A layer failed: give the kernel what it queued last (a TLS alert, a WebSocket Close), once
+ * and without waiting, before the connection closes. */
+static void send_last_words(sv_conn *c)
+{
+    size_t len = 0;
+    if (c->writing_client || c->closing || sv_chain_pump(&c->chain) < 0)
+        return;
+    const uint8_t *p = sv_chain_out_peek(&c->chain, &len);
+    if (len == 0)
+        return;
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+    (void)uv_try_write((uv_stream_t *)&c->client, &b, 1);
+}
+
 /*
  * Client bytes under transport layers: push them up the chain (each piece that leaves the top
  * goes to chain_deliver), send the layers' answers, then act on their events. A failed or
@@ -949,6 +963,7 @@ static bool chain_deliver(void *ctx, uint8_t *p, size_t n)
 static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
 {
     if (sv_chain_unwrap(&c->chain, in, n, c->w->stage, chain_alloc, chain_deliver, c) < 0) {
+        send_last_words(c);
         conn_close(c);
         return;
     }
