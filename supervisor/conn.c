@@ -71,6 +71,7 @@ static void client_read_start(sv_conn *c);
 static void remote_read_start(sv_conn *c);
 static bool flush_chain(sv_conn *c);
 static void on_handshake_timeout(uv_timer_t *t);
+static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 
 static void conn_release(sv_conn *c)
 {
@@ -975,8 +976,13 @@ static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
         if (!c->connected && !c->draining && !c->raw)
             uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
     }
-    if ((st & SV_LAYER_EOF) && !c->client_eof)
+    if ((st & SV_LAYER_EOF) && !c->client_eof) {
         client_eof(c);
+        /* the layers below the one that ended still have their ends to read (a TLS
+         * close_notify after a WebSocket Close): keep reading until TCP's EOF */
+        if (!c->closing && c->client_eof)
+            uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
+    }
 }
 
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
