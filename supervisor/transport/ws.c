@@ -56,6 +56,7 @@ typedef struct ws_session {
     uint8_t ctl_len;
     uint8_t ctl[CTRL_MAX];
     uint16_t close_code;  /* the peer's Close code, 0 when none */
+    int err;              /* FAILED: the negative errno, returned from then on */
     bool in_frame, fin, in_message, peer_closed, shut;
 } ws_session;
 
@@ -154,6 +155,7 @@ static int fail(ws_session *s, uint16_t code, int err)
         (void)queue_close(s, code); /* best effort: the connection ends anyway */
     s->shut = true;
     s->phase = WS_FAILED;
+    s->err = err;
     return err;
 }
 
@@ -511,10 +513,10 @@ static ssize_t unwrap_frames(ws_session *s, const uint8_t *in, size_t n, size_t 
             if (s->hdr_len < need)
                 break;
             int rc = start_frame(s);
+            if (rc == 0 && s->remain == 0)
+                rc = end_frame(s);
             if (rc < 0)
-                return rc;
-            if (s->remain == 0 && (rc = end_frame(s)) < 0)
-                return rc;
+                goto failed;
             continue;
         }
         size_t k = n - off;
@@ -534,14 +536,14 @@ static ssize_t unwrap_frames(ws_session *s, const uint8_t *in, size_t n, size_t 
         off += k;
         s->key_pos = (uint8_t)((s->key_pos + k) & 3u);
         s->remain -= k;
-        if (s->remain == 0) {
-            int rc = end_frame(s);
-            if (rc < 0)
-                return rc;
-        }
+        if (s->remain == 0 && end_frame(s) < 0)
+            goto failed;
     }
     *used = off;
     return (ssize_t)w;
+failed: /* the bytes before the error go up first; the error comes with the next call */
+    *used = off;
+    return w > 0 ? (ssize_t)w : s->err;
 }
 
 /* ---- layer ops ---- */
@@ -596,7 +598,8 @@ static ssize_t ws_unwrap(void *state, const uint8_t *in, size_t n, size_t *used,
             return (ssize_t)k;
         }
         *used = n < cap ? n : cap;
-        memcpy(out, in, *used);
+        if (*used > 0)
+            memcpy(out, in, *used);
         return (ssize_t)*used;
     case WS_OPEN:
         if (s->early != NULL) {
@@ -607,7 +610,7 @@ static ssize_t ws_unwrap(void *state, const uint8_t *in, size_t n, size_t *used,
         }
         return unwrap_frames(s, in, n, used, out, cap);
     case WS_FAILED:
-        break;
+        return s->err;
     }
     return -EPROTO;
 }

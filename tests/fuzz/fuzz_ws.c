@@ -63,7 +63,8 @@ static void take_down(sv_chain *ch, run *r)
     /* the down stream is bounded by the 101 answer plus one control frame per 6 input bytes */
     if (r->down_len + len > r->cap * 24 + 4096)
         abort();
-    memcpy(r->down + r->down_len, p, len);
+    if (len > 0)
+        memcpy(r->down + r->down_len, p, len);
     r->down_len += len;
     sv_chain_out_consume(ch, len);
 }
