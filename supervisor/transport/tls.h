@@ -122,8 +122,8 @@ int sv_tls_ctx_reload_if_changed(const sv_tls_ctx *old, const sv_tls_config *cfg
  * bytes until a whole ClientHello has arrived (the SSL object is made only then; a partial
  * ClientHello costs the bytes received, at most SV_TLS_IN_MAX); about 44 KB while the handshake
  * waits for the client's Finished (OpenSSL's handshake buffers); about 14 KB for an established
- * idle session (buffers are released when empty: SSL_MODE_RELEASE_BUFFERS, and the same for this
- * layer's own queues).
+ * idle session (OpenSSL's record buffers are released when empty at the end of each read burst
+ * and after each write, and this layer's own queues whenever empty).
  * Time bound: none here; the runtime drops a session whose handshake is not done in its time
  * (issue 8), without a log line per session.
  * @return 0 with *out set, or -ENOMEM.
