@@ -37,7 +37,9 @@ void sv_chain_free(sv_chain *ch)
     ch->n = 0;
 }
 
-/* Unwrap @p n bytes at layer @p i and push what it produces further up. */
+/* Unwrap @p n bytes at layer @p i and push what it produces further up. Each buffer is filled
+ * as far as the layer goes before it moves up, so that the protocol above gets one piece per
+ * read (one write to the outbound), not one per TLS record or WebSocket frame. */
 static int push_up(sv_chain *ch, unsigned i, const uint8_t *in, size_t n, uint8_t *stage,
                    sv_chain_alloc_cb alloc, sv_chain_deliver_cb deliver, void *ctx, bool *stop)
 {
@@ -46,26 +48,35 @@ static int push_up(sv_chain *ch, unsigned i, const uint8_t *in, size_t n, uint8_
     size_t off = 0;
     for (;;) {
         uint8_t *out = stage + (size_t)i * SV_CHAIN_STAGE;
-        size_t cap = SV_CHAIN_STAGE, used = 0;
+        size_t cap = SV_CHAIN_STAGE, w = 0;
+        int err = 0;
         if (top)
             out = alloc(ctx, &cap);
-        ssize_t m = ops->unwrap(ch->state[i], in + off, n - off, &used, out, cap);
-        if (m < 0)
-            return (int)m;
-        off += used;
-        if (m > 0) {
-            if (top && !deliver(ctx, out, (size_t)m)) {
-                *stop = true;
-                return 0;
+        while (w < cap) {
+            size_t used = 0;
+            ssize_t m = ops->unwrap(ch->state[i], in + off, n - off, &used, out + w, cap - w);
+            if (m < 0) {
+                err = (int)m; /* what came before the error still goes up first */
+                break;
             }
-            if (!top) {
-                int rc = push_up(ch, i + 1, out, (size_t)m, stage, alloc, deliver, ctx, stop);
-                if (rc < 0 || *stop)
-                    return rc;
-            }
-        } else if (used == 0) {
-            return off < n ? -EPROTO : 0; /* stuck: a unit larger than the layer's bound */
+            off += used;
+            w += (size_t)m;
+            if (m == 0 && used == 0)
+                break; /* the layer needs more bytes */
         }
+        if (w == 0)
+            return err < 0 ? err : off < n ? -EPROTO : 0; /* stuck: a unit over the bound */
+        if (top && !deliver(ctx, out, w)) {
+            *stop = true;
+            return 0;
+        }
+        if (!top) {
+            int rc = push_up(ch, i + 1, out, w, stage, alloc, deliver, ctx, stop);
+            if (rc < 0 || *stop)
+                return rc;
+        }
+        if (err < 0)
+            return err;
     }
 }
 
