@@ -486,6 +486,121 @@ static void test_backpressure(void **state)
     drv_free(d);
 }
 
+/* ---- two layers: WebSocket over a stand-in lower layer ---- */
+
+/* An identity layer that moves at most 7 bytes per unwrap and holds at most 100 bytes of
+ * output, so that the chain's loops, stage buffer and pump run in small pieces. */
+typedef struct slow {
+    uint8_t out[100];
+    size_t len;
+    bool eof_seen;
+} slow;
+
+static int slow_open(const void *conf, void **st)
+{
+    (void)conf;
+    *st = calloc(1, sizeof(slow));
+    return *st != NULL ? 0 : -ENOMEM;
+}
+static void slow_free(void *st) { free(st); }
+static ssize_t slow_unwrap(void *st, const uint8_t *in, size_t n, size_t *used, uint8_t *out,
+                           size_t cap)
+{
+    (void)st;
+    size_t k = n < 7 ? n : 7;
+    if (k > cap)
+        k = cap;
+    memcpy(out, in, k);
+    *used = k;
+    return (ssize_t)k;
+}
+static ssize_t slow_wrap(void *st, const uint8_t *p, size_t n)
+{
+    slow *s = st;
+    size_t k = n < sizeof s->out - s->len ? n : sizeof s->out - s->len;
+    memcpy(s->out + s->len, p, k);
+    s->len += k;
+    return (ssize_t)k;
+}
+static int slow_shutdown(void *st)
+{
+    ((slow *)st)->eof_seen = true;
+    return 0;
+}
+static const uint8_t *slow_peek(const void *st, size_t *len)
+{
+    const slow *s = st;
+    *len = s->len;
+    return s->out;
+}
+static void slow_consume(void *st, size_t n)
+{
+    slow *s = st;
+    memmove(s->out, s->out + n, s->len - n);
+    s->len -= n;
+}
+static unsigned slow_status(const void *st)
+{
+    (void)st;
+    return SV_LAYER_UP;
+}
+static const sv_layer_ops slow_ops = {"slow", slow_open, slow_free, slow_unwrap, slow_wrap,
+                                      slow_shutdown, slow_peek, slow_consume, slow_status};
+
+/* The same bytes come up through two layers as through one, whole and byte at a time; bytes
+ * going down pass the lower layer's bound through the pump; shutdown ends both, top first. */
+static void test_two_layers(void **state)
+{
+    (void)state;
+    static uint8_t in[4096], big[3000];
+    for (size_t i = 0; i < sizeof big; i++)
+        big[i] = (uint8_t)(i * 13);
+    size_t n = strlen(k_req);
+    memcpy(in, k_req, n);
+    n += client_frame(in + n, 0x02, big, 1000);
+    n += client_frame(in + n, 0x89, (const uint8_t *)"pi", 2);
+    n += client_frame(in + n, 0x80, big + 1000, 2000);
+    for (size_t step = 0; step <= 1; step++) {
+        drv *d = drv_new("/ws", NULL);
+        sv_chain_free(&d->ch);
+        sv_layer_conf two[2] = {{&slow_ops, NULL}, {&sv_ws_layer_ops, d->wc}};
+        assert_int_equal(sv_chain_open(&d->ch, two, 2), 0);
+        size_t off = 0;
+        while (off < n) { /* drain the lower layer's output as TCP would, between reads */
+            size_t k = step == 0 ? n : 1;
+            if (k > n - off)
+                k = n - off;
+            assert_int_equal(sv_chain_unwrap(&d->ch, in + off, k, d->stage, drv_alloc,
+                                             drv_deliver, d), 0);
+            off += k;
+            for (int i = 0; i < 10; i++)
+                drv_take_down(d);
+        }
+        assert_int_equal(d->up_len, sizeof big);
+        assert_memory_equal(d->up, big, sizeof big);
+        assert_true(d->down_len > 100); /* the 101 answer passed the 100-byte bound in pieces */
+        assert_memory_equal(d->down, "HTTP/1.1 101 ", 13);
+        assert_memory_equal(d->down + d->down_len - 4, "\x8a\x02pi", 4);
+        d->down_len = 0;
+        size_t sent = 0;
+        while (sent < sizeof big) {
+            ssize_t a = sv_chain_wrap(&d->ch, big + sent, sizeof big - sent);
+            assert_true(a >= 0);
+            sent += (size_t)a;
+            drv_take_down(d);
+        }
+        for (int i = 0; i < 100; i++)
+            drv_take_down(d);
+        assert_int_equal(d->down_len, 4 + sizeof big); /* one 126-form header per wrap */
+        assert_int_equal(sv_chain_shutdown(&d->ch), 0);
+        for (int i = 0; i < 10; i++)
+            drv_take_down(d);
+        assert_memory_equal(d->down + d->down_len - 4, "\x88\x02\x03\xe8", 4);
+        assert_true(((slow *)d->ch.state[0])->eof_seen);
+        drv_free(d);
+    }
+}
+
 static void test_conf(void **state)
 {
     (void)state;
@@ -507,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_frames),         cmocka_unit_test(test_server_headers),
         cmocka_unit_test(test_close),          cmocka_unit_test(test_errors),
         cmocka_unit_test(test_backpressure),   cmocka_unit_test(test_conf),
+        cmocka_unit_test(test_two_layers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
