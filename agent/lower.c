@@ -2,7 +2,7 @@
  * Panel model → spec (agent/lower.h). Allocation uses malloc/realloc so that sv_spec_free()
  * releases everything.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -365,6 +365,8 @@ static const struct {
     {PN_SET_MULTIPLEX, "multiplex", "no multiplexing"},
     {PN_SET_CUSTOM_OUTBOUNDS, "custom_outbounds", "traffic leaves directly"},
     {PN_SET_CUSTOM_ROUTES, "custom_routes", "only block routes"},
+    {PN_SET_FLOW, "flow", "no VLESS flow such as xtls-rprx-vision"},
+    {PN_SET_DECRYPTION, "decryption", "no VLESS encryption"},
 };
 
 /* Refuse a `network` other than tcp (and @p also_network when not NULL) and every
@@ -425,17 +427,36 @@ static int check_trojan(const ag_node_state *n, sv_error *err)
     return rc;
 }
 
+/*
+ * A vless node (PANEL.md §1.4: tls 0/1, flow, decryption; issue 9) is served on TCP, over TLS
+ * with the agent config's certificate when tls is 1, in clear when 0 (the config's "cert" is
+ * then unused). REALITY, a flow, VLESS encryption and transports are refused naming the field.
+ */
+static int check_vless(const ag_node_state *n, sv_error *err)
+{
+    if (n->node.tls == 2)
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vless over "
+                            "TCP or TLS only)", n->tag);
+    int rc = check_unserved(n, "vless over TCP or TLS", PN_SET_TLS, NULL, err);
+    if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: a vless node with tls 1 needs \"cert\" in "
+                            "the agent config (mode file or self)", n->tag);
+    return rc;
+}
+
 static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_error *err)
 {
     const pn_node *p = &n->node;
     if (p->protocol != NULL && strcmp(p->protocol, "trojan") == 0)
         return check_trojan(n, err);
+    if (p->protocol != NULL && strcmp(p->protocol, "vless") == 0)
+        return check_vless(n, err);
     if (p->protocol == NULL || strcmp(p->protocol, "shadowsocks") != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported protocol \"%.32s\"", n->tag,
                             p->protocol != NULL ? p->protocol : "");
     if (n->cert != SV_CERT_NONE || n->fallback != NULL)
         return sv_error_set(err, -EINVAL, "node %s: \"cert\" and \"fallback\" apply to trojan "
-                            "nodes only", n->tag);
+                            "and vless nodes only", n->tag);
     if (p->cipher == NULL)
         return sv_error_set(err, -EINVAL, "node %s: shadowsocks node without a cipher", n->tag);
     if (ag_lower_cipher(p->cipher, cipher) != 0)
@@ -459,14 +480,17 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     in->users = strdup(n->tag);
     if (in->tag == NULL || in->bind.address == NULL || in->users == NULL)
         return -ENOMEM;
-    if (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0) {
+    bool vless = n->node.protocol != NULL && strcmp(n->node.protocol, "vless") == 0;
+    if (!vless && (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0)) {
         in->udp = true;
         in->protocol = SV_INBOUND_SHADOWSOCKS;
         in->ss_cipher = cipher;
         return 0;
     }
-    in->protocol = SV_INBOUND_TROJAN;
-    in->tls.cert = n->cert;
+    in->protocol = vless ? SV_INBOUND_VLESS : SV_INBOUND_TROJAN;
+    in->tls.cert = vless && n->node.tls != 1 ? SV_CERT_NONE : n->cert;
+    if (in->tls.cert == SV_CERT_NONE)
+        return n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL ? -ENOMEM : 0;
     const char *name = n->node.server_name != NULL ? n->node.server_name : n->node.host;
     if ((n->cert_file != NULL && (in->tls.cert_file = strdup(n->cert_file)) == NULL) ||
         (n->key_file != NULL && (in->tls.key_file = strdup(n->key_file)) == NULL) ||

@@ -6,7 +6,7 @@
  *   katana version
  * Exit codes: 0 success, 1 configuration/runtime failure, 2 usage error.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -19,7 +19,7 @@
 
 #include <uv.h>
 
-#include "agent/config.h"
+#include "agent/agent_config.h"
 #include "agent/lower.h"
 #include "agent/node.h"
 #include "agent/uplink.h"

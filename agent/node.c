@@ -2,7 +2,7 @@
  * Node manager (agent/node.h): fetch every node through its panel client, then reconcile the
  * supervisor with the result. Control loop only.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -568,9 +568,10 @@ int ag_manager_reconcile(ag_manager *m, ag_fleet *next, sv_error *err)
     if (m->running.n > 0 && same_settings(&m->running, next)) {
         int rc = reconcile_users(m, next, err);
         sv_error cerr = {0};
-        /* issue 8: certificates are re-read on every sync; a bad new pair keeps the old one */
-        if (rc == 0 && sv_reload_certs(m->sv, &cerr) < 0 && cerr.code != -ESHUTDOWN)
-            SV_LOG(SV_LOG_ERROR, MOD, "%s", cerr.msg);
+        /* issue 8: certificates are re-read on every sync; a bad new pair keeps the old one
+         * (the supervisor logs a refusal, once while the files stay the same) */
+        if (rc == 0)
+            (void)sv_reload_certs(m->sv, &cerr);
         return rc;
     }
     return reconcile_apply(m, next, err);

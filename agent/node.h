@@ -14,7 +14,7 @@
 
 #include <uv.h>
 
-#include "agent/config.h"
+#include "agent/agent_config.h"
 #include "agent/lower.h"
 #include "api/api.h"
 #include "panel/panel.h"

@@ -1,7 +1,7 @@
 /*
  * The panel uplink (agent/uplink.h): pulls, last good state, usage outbox, pushes.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -622,6 +622,12 @@ static void pull_answered(up_node *nd)
     if (nd->pull_changed && nd->has_node && nd->has_users && nd->u->on_change != NULL) {
         ag_uplink_flush(nd->u); /* usage of users about to be removed is queued first */
         nd->u->on_change(nd->u->arg);
+    } else if (!nd->pull_failed && nd->has_node && nd->has_users) {
+        /* issue 8: certificate files are re-read on every panel sync, also when the panel's
+         * data did not change (a change reloads them through on_change); a refusal is logged
+         * by the supervisor, once while the files stay the same */
+        sv_error err = {0};
+        (void)sv_reload_certs(nd->u->sv, &err);
     }
 }
 

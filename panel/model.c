@@ -349,7 +349,8 @@ static unsigned node_set_bits(const json_t *body)
                 {"network_settings", PN_SET_NETWORK_SETTINGS_ALT},
                 {"tls", PN_SET_TLS},
                 {"custom_outbounds", PN_SET_CUSTOM_OUTBOUNDS},
-                {"custom_routes", PN_SET_CUSTOM_ROUTES}};
+                {"custom_routes", PN_SET_CUSTOM_ROUTES},
+                {"flow", PN_SET_FLOW}};
     unsigned bits = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (is_set(json_object_get(body, keys[i].key)))
@@ -357,6 +358,9 @@ static unsigned node_set_bits(const json_t *body)
     const json_t *mux = json_object_get(body, "multiplex");
     if (json_is_object(mux) ? is_set(json_object_get(mux, "enabled")) : is_set(mux))
         bits |= PN_SET_MULTIPLEX;
+    const json_t *dec = json_object_get(body, "decryption");
+    if (is_set(dec) && !(json_is_string(dec) && strcmp(json_string_value(dec), "none") == 0))
+        bits |= PN_SET_DECRYPTION;
     return bits;
 }
 

@@ -45,6 +45,9 @@ enum pn_node_set {
     PN_SET_MULTIPLEX = 1u << 3,            /**< `multiplex.enabled` */
     PN_SET_CUSTOM_OUTBOUNDS = 1u << 4,     /**< `custom_outbounds` (newer Xboard) */
     PN_SET_CUSTOM_ROUTES = 1u << 5,        /**< `custom_routes` (newer Xboard) */
+    PN_SET_FLOW = 1u << 6,                 /**< `flow` (vless: "xtls-rprx-vision") */
+    PN_SET_DECRYPTION = 1u << 7,           /**< `decryption` other than "none" (VLESS
+                                                encryption) */
 };
 
 /** A node's settings from `GET config` (PANEL.md §1.4). Unknown keys are ignored. */

@@ -7,7 +7,8 @@
  * and seals each remote read (up to 64 KiB) into the worker's sealed buffer as consecutive chunks;
  * both directions go to the kernel with uv_try_write. Only a write the kernel did not take whole is
  * copied to a per-connection buffer (and reading that side stops until it drains). An idle
- * connection holds no buffer. Connector order: seed 002 (admit, route, refuse, dial, register).
+ * connection holds no buffer. Connector order: seed 002 (admit, route, refuse, dial, register);
+ * the remote side is the routed target's outbound stream (outbound/outbound.h).
  */
 #include "config.h"
 
@@ -32,12 +33,11 @@ typedef struct sv_conn {
     sv_worker *w;
     sv_wlistener *listener;
     sv_handler *handler;
-    uv_tcp_t client, remote;
+    uv_tcp_t client;
+    sv_ob_stream ob; /**< the remote side: the routed target's outbound stream */
     uv_timer_t timer;
-    uv_getaddrinfo_t gai;
-    uv_connect_t connect;
-    uv_write_t wr_remote, wr_client;
-    uv_shutdown_t sd_remote, sd_client;
+    uv_write_t wr_client;
+    uv_shutdown_t sd_client;
     int pending;  /**< open handles + in-flight requests that hold the connection */
     sv_principal *principal; /**< who the connection acts for, once authenticated (a reference) */
     sv_session_rec *sess;
@@ -53,14 +53,13 @@ typedef struct sv_conn {
                                 (the rest of the read that filled the socket; reading stopped) */
     size_t remote_more_len;
     struct sockaddr_storage peer;
-    bool remote_inited, dialing, connected, client_eof, remote_eof, remote_shut, client_shut;
+    bool ob_opened; /**< ob was opened: it is closed with the connection (on_ob_closed) */
+    bool connected, client_eof, remote_eof, remote_shut, client_shut;
     bool writing_remote, writing_client, draining, closing;
-    bool names_dest; /**< the route named the destination (issue 15, sv_dest_refused) */
     sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
     bool chain_up;       /**< their handshakes completed */
     bool chain_bye;      /**< their ends of stream (close_notify ...) are queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
-    bool to_fallback;    /**< the remote is the inbound's fallback (an operator target) */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
@@ -69,6 +68,7 @@ typedef struct sv_conn {
 static void conn_close(sv_conn *c);
 static void client_read_start(sv_conn *c);
 static void remote_read_start(sv_conn *c);
+static void remote_read_stop(sv_conn *c);
 static bool flush_chain(sv_conn *c);
 static void on_handshake_timeout(uv_timer_t *t);
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
@@ -99,7 +99,7 @@ static void conn_release(sv_conn *c)
     sv_worker *w = c->w;
     free(c);
     w->n_conns--;
-    sv__worker_conn_gone(w);
+    w->conn_gone(w);
 }
 
 static void on_handle_closed(uv_handle_t *h) { conn_release(h->data); }
@@ -115,10 +115,8 @@ static void conn_close(sv_conn *c)
     }
     uv_close((uv_handle_t *)&c->client, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-    if (c->remote_inited)
-        uv_close((uv_handle_t *)&c->remote, on_handle_closed);
-    if (c->dialing && !c->remote_inited)
-        uv_cancel((uv_req_t *)&c->gai);
+    if (c->ob_opened) /* its release comes back as conn_release (on_ob_closed) */
+        c->ob.ops->close(&c->ob);
 }
 
 /* A client that failed authentication gets no answer and no tell-tale close: read and discard
@@ -152,12 +150,10 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 
 static void shutdown_remote(sv_conn *c)
 {
-    if (c->remote_shut || c->closing || !c->connected || !c->remote_inited)
+    if (c->remote_shut || c->closing || !c->connected || !c->ob_opened)
         return;
     c->remote_shut = true;
-    c->sd_remote.data = c;
-    if (uv_shutdown(&c->sd_remote, (uv_stream_t *)&c->remote, on_shutdown) == 0)
-        c->pending++;
+    c->ob.ops->shutdown(&c->ob);
 }
 
 static void shutdown_client(sv_conn *c)
@@ -214,9 +210,9 @@ static uint8_t *iov_rest(const uv_buf_t *iov, unsigned n, size_t skip, size_t *l
     return buf;
 }
 
-static void on_remote_written(uv_write_t *req, int status)
+static void on_remote_written(void *owner, int status)
 {
-    sv_conn *c = req->data;
+    sv_conn *c = owner;
     c->writing_remote = false;
     free(c->to_remote);
     c->to_remote = c->remote_more;
@@ -226,12 +222,10 @@ static void on_remote_written(uv_write_t *req, int status)
     if (status >= 0 && !c->closing && c->to_remote_len > 0) {
         /* what came while writing goes next, in order; client reading stays stopped */
         uv_buf_t b = uv_buf_init((char *)c->to_remote, (unsigned)c->to_remote_len);
-        if (uv_write(&c->wr_remote, (uv_stream_t *)&c->remote, &b, 1, on_remote_written) != 0) {
+        if (c->ob.ops->write(&c->ob, &b, 1) != 0)
             conn_close(c);
-        } else {
-            c->pending++;
+        else
             c->writing_remote = true;
-        }
     } else if (status < 0) {
         conn_close(c);
     } else if (!c->closing) {
@@ -241,7 +235,6 @@ static void on_remote_written(uv_write_t *req, int status)
             client_read_start(c);
         maybe_finish(c);
     }
-    conn_release(c);
 }
 
 static void on_client_written(uv_write_t *req, int status)
@@ -263,9 +256,9 @@ static void on_client_written(uv_write_t *req, int status)
     conn_release(c);
 }
 
-/* Hand @p iov to @p stream; queue the rest in *@p held and pause @p source when the kernel
+/* Hand @p iov to @p stream; queue the rest in *@p held and pause the source side when the kernel
  * does not take it all. @return false when the connection was closed. */
-static bool write_side(sv_conn *c, uv_stream_t *stream, uv_stream_t *source, const uv_buf_t *iov,
+static bool write_side(sv_conn *c, uv_stream_t *stream, void (*pause)(sv_conn *), const uv_buf_t *iov,
                        unsigned n, uint8_t **held, size_t *held_len, uv_write_t *req, bool *writing,
                        uv_write_cb cb)
 {
@@ -292,7 +285,36 @@ static bool write_side(sv_conn *c, uv_stream_t *stream, uv_stream_t *source, con
     }
     c->pending++;
     *writing = true;
-    uv_read_stop(source);
+    pause(c);
+    return true;
+}
+
+static void client_read_stop(sv_conn *c) { uv_read_stop((uv_stream_t *)&c->client); }
+
+/* The remote side of write_side: the outbound stream takes what it can now, the rest is copied
+ * to to_remote and queued (reading the client stops until on_remote_written). */
+static bool write_remote_now(sv_conn *c, const uv_buf_t *iov, unsigned n)
+{
+    size_t total = iov_total(iov, n);
+    int r = c->ob.ops->try_write(&c->ob, iov, n);
+    if (r < 0) {
+        conn_close(c);
+        return false;
+    }
+    if ((size_t)r == total)
+        return true;
+    c->to_remote = iov_rest(iov, n, (size_t)r, &c->to_remote_len);
+    if (c->to_remote == NULL) {
+        conn_close(c);
+        return false;
+    }
+    uv_buf_t b = uv_buf_init((char *)c->to_remote, (unsigned)c->to_remote_len);
+    if (c->ob.ops->write(&c->ob, &b, 1) != 0) {
+        conn_close(c);
+        return false;
+    }
+    c->writing_remote = true;
+    client_read_stop(c);
     return true;
 }
 
@@ -316,8 +338,7 @@ static bool write_remote(sv_conn *c, const uv_buf_t *iov, unsigned n)
         c->remote_more = grown;
         return true;
     }
-    return write_side(c, (uv_stream_t *)&c->remote, (uv_stream_t *)&c->client, iov, n, &c->to_remote,
-                      &c->to_remote_len, &c->wr_remote, &c->writing_remote, on_remote_written);
+    return write_remote_now(c, iov, n);
 }
 
 /*
@@ -374,8 +395,7 @@ static bool flush_chain(sv_conn *c)
     }
     c->pending++;
     c->writing_client = true;
-    if (c->remote_inited)
-        uv_read_stop((uv_stream_t *)&c->remote);
+    remote_read_stop(c);
     return true;
 }
 
@@ -404,24 +424,23 @@ static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
         return write_client_chain(c, wire, len);
     uv_buf_t b = uv_buf_init((char *)wire, (unsigned)len);
     sv_meter_add(&c->sess->wire.down, len);
-    return write_side(c, (uv_stream_t *)&c->client, (uv_stream_t *)&c->remote, &b, 1, &c->to_client,
+    return write_side(c, (uv_stream_t *)&c->client, remote_read_stop, &b, 1, &c->to_client,
                       &c->to_client_len, &c->wr_client, &c->writing_client, on_client_written);
 }
 
 /* ---- remote side ------------------------------------------------------------------------------ */
 
-static void remote_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void remote_alloc(void *owner, uv_buf_t *buf)
 {
-    sv_conn *c = h->data;
+    sv_conn *c = owner;
     buf->base = (char *)c->w->scratch;
     /* under layers, one read must fit their output queues whole (write_client_chain) */
     buf->len = c->chain.n > 0 ? SV_TLS_PLAIN_READ : SV_SCRATCH;
-    (void)suggested;
 }
 
-static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
 {
-    sv_conn *c = s->data;
+    sv_conn *c = owner;
     if (n == 0 || c->closing)
         return;
     if (n < 0) {
@@ -430,7 +449,7 @@ static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
             return;
         }
         c->remote_eof = true;
-        uv_read_stop(s);
+        remote_read_stop(c);
         if (!c->writing_client)
             shutdown_client(c);
         maybe_finish(c);
@@ -455,26 +474,29 @@ static void on_remote_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 static void remote_read_start(sv_conn *c)
 {
-    if (c->remote_inited && !c->remote_eof && !c->closing)
-        uv_read_start((uv_stream_t *)&c->remote, remote_alloc, on_remote_read);
+    if (c->ob_opened && c->connected && !c->remote_eof && !c->closing)
+        c->ob.ops->read(&c->ob, true);
 }
 
-static void on_connected(uv_connect_t *req, int status)
+static void remote_read_stop(sv_conn *c)
 {
-    sv_conn *c = req->data;
-    c->dialing = false;
+    if (c->ob_opened && c->connected)
+        c->ob.ops->read(&c->ob, false);
+}
+
+static void on_connected(void *owner, int status)
+{
+    sv_conn *c = owner;
     if (status < 0 || c->closing) {
         if (status < 0 && c->flow != NULL)
             SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: dial %s failed: %s",
                    (unsigned long long)c->sess->info.id, c->flow->info.destination, uv_strerror(status));
         conn_close(c);
-        conn_release(c);
         return;
     }
     c->connected = true;
     c->last_active = uv_now(&c->w->loop);
     uv_timer_stop(&c->timer);
-    uv_tcp_nodelay(&c->remote, 1);
     if (c->flow != NULL) {
         sv_tracker_flow_open(c->w->shared->tracker, c->flow);
         c->flow_registered = true;
@@ -484,66 +506,44 @@ static void on_connected(uv_connect_t *req, int status)
         uv_buf_t b = uv_buf_init((char *)c->to_remote, (unsigned)c->to_remote_len);
         if (c->flow != NULL)
             sv_meter_add(&c->flow->bytes.up, c->to_remote_len);
-        c->wr_remote.data = c;
-        if (uv_write(&c->wr_remote, (uv_stream_t *)&c->remote, &b, 1, on_remote_written) != 0) {
+        if (c->ob.ops->write(&c->ob, &b, 1) != 0)
             conn_close(c);
-        } else {
-            c->pending++;
+        else
             c->writing_remote = true;
-        }
     } else if (c->client_eof) {
         shutdown_remote(c);
     } else {
         client_read_start(c);
     }
-    conn_release(c);
 }
 
-static void dial(sv_conn *c, const struct sockaddr *sa)
+static void on_ob_closed(void *owner) { conn_release(owner); }
+
+static const sv_ob_stream_events ob_events = {on_connected, remote_alloc, on_remote_read,
+                                              on_remote_written, on_ob_closed};
+
+/* Open the remote side through @p ops to @p d (issue 15: @p allow_internal lets a name that
+ * resolves to an internal address be dialled). Reading the client stops until it is there.
+ * @return false when the connection is closing (refused or failed now). */
+static bool open_stream(sv_conn *c, const sv_outbound_ops *ops, const sv_dest *d,
+                        bool allow_internal)
 {
-    int rc = uv_tcp_init(&c->w->loop, &c->remote);
-    if (rc == 0) {
-        c->remote.data = c;
-        c->remote_inited = true;
-        c->pending++;
-        c->connect.data = c;
-        rc = uv_tcp_connect(&c->connect, &c->remote, sa, on_connected);
+    c->ob.ops = ops;
+    c->ob.ev = &ob_events;
+    c->ob.owner = c;
+    c->ob.env = (sv_ob_env){&c->w->loop, &c->w->own_addrs};
+    c->ob.allow_internal = allow_internal;
+    c->ob_opened = true;
+    c->pending++; /* released by on_ob_closed */
+    uv_read_stop((uv_stream_t *)&c->client);
+    if (ops->open(&c->ob, d) != 0) {
+        conn_close(c); /* refused (blackhole) or failed: no log, no answer */
+        return false;
     }
-    if (rc != 0) {
-        c->dialing = false;
-        conn_close(c);
-        return;
-    }
-    c->pending++;
+    return true;
 }
 
-/* Issue 15: is any address the name resolved to one a user may not reach? Checks every
- * address, not only the one dialled, so a name is judged by all it resolves to. */
-static bool any_refused(const sv_conn *c, const struct addrinfo *res)
-{
-    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
-        sv_ip16 ip;
-        if (sv_ip16_from_sockaddr(ai->ai_addr, &ip) &&
-            sv_dest_refused(c->handler->allow_private, c->names_dest, &ip, c->w->own_addrs))
-            return true;
-    }
-    return false;
-}
-
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
-{
-    sv_conn *c = req->data;
-    if (status == 0 && res != NULL && !c->closing && (c->to_fallback || !any_refused(c, res))) {
-        dial(c, res->ai_addr);
-    } else {
-        c->dialing = false;
-        conn_close(c);
-    }
-    uv_freeaddrinfo(res);
-    conn_release(c);
-}
-
-/* The socket address of an IP destination. */
+/* The socket address of an IP destination (the internal-address check). */
 static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
 {
     memset(ss, 0, sizeof *ss);
@@ -560,34 +560,9 @@ static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
     }
 }
 
-/* Dial @p d: a name is resolved first (on_resolved dials, or refuses an internal address of a
- * user flow), an IP is dialed at once. Reading the client stops until the remote is there.
- * @return false when the connection is closing (it was closed here or by dial()). */
-static bool dial_dest(sv_conn *c, const sv_dest *d)
-{
-    c->dialing = true;
-    uv_read_stop((uv_stream_t *)&c->client);
-    if (d->atyp == SV_ATYP_DOMAIN) {
-        char port[8];
-        snprintf(port, sizeof port, "%u", d->port);
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-        c->gai.data = c;
-        if (uv_getaddrinfo(&c->w->loop, &c->gai, on_resolved, d->host, port, &hints) != 0) {
-            c->dialing = false;
-            conn_close(c);
-            return false;
-        }
-        c->pending++;
-        return true;
-    }
-    struct sockaddr_storage ss;
-    dest_sockaddr(d, &ss);
-    dial(c, (struct sockaddr *)&ss);
-    return !c->closing;
-}
-
-/* Connector steps 3-8 (seed 002): route on the current plane, refuse blackhole and (issue 15)
- * internal destinations the route did not name, dial. A name is checked once resolved. */
+/* Connector steps 3-8 (seed 002): route on the current plane, refuse (issue 15) an internal IP
+ * the route did not name, open through the target's outbound (a blackhole refuses there; a
+ * name is checked once resolved). The flow is registered once the stream is connected. */
 static bool open_flow(sv_conn *c, const sv_dest *d)
 {
     sv_worker *w = c->w;
@@ -597,21 +572,18 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
                         .source = (const struct sockaddr *)&c->peer, .network = SV_NET_TCP};
     sv_decision dec = sv_routes_decide(c->plane->routes->routes, &q);
     sv_target *t = c->plane->targets[dec.slot];
-    if (t->kind != SV_OUTBOUND_DIRECT) {
-        conn_close(c); /* refused: no log, no answer */
-        return false;
-    }
-    c->names_dest = dec.names_dest;
     struct sockaddr_storage ss;
     sv_ip16 ip;
     if (d->atyp != SV_ATYP_DOMAIN) {
         dest_sockaddr(d, &ss);
         if (sv_ip16_from_sockaddr((struct sockaddr *)&ss, &ip) &&
-            sv_dest_refused(c->handler->allow_private, c->names_dest, &ip, w->own_addrs)) {
+            sv_dest_refused(c->handler->allow_private, dec.names_dest, &ip, w->own_addrs)) {
             conn_close(c); /* refused like a blocked route */
             return false;
         }
     }
+    if (!open_stream(c, t->ops, d, c->handler->allow_private || dec.names_dest))
+        return false;
     sv_flow_rec *f = calloc(1, sizeof *f);
     if (f == NULL) {
         conn_close(c);
@@ -619,14 +591,13 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
     }
     c->flow = f;
     sv__flow_describe(f, w->index, c, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule, c->plane->epoch);
-    return dial_dest(c, d);
+    return true;
 }
 
 /* Dial the inbound's fallback: an operator's target, so neither routed nor refused as internal. */
 static void dial_fallback(sv_conn *c)
 {
-    c->to_fallback = true;
-    dial_dest(c, &c->handler->fallback);
+    open_stream(c, &sv_ob_direct, &c->handler->fallback, true);
 }
 
 /* Connector steps 1-2: the principal must still be admitted by its listener's current handler,

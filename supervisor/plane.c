@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
+#include "supervisor/proto/vless.h"
 #include "supervisor/runtime.h"
 
 #define REPLAY_CAPACITY 65536
@@ -49,6 +51,8 @@ const sv_proto_ops *sv_proto_ops_for(enum sv_inbound_protocol protocol)
         return &sv_shadowsocks_ops;
     case SV_INBOUND_TROJAN:
         return &sv_trojan_ops;
+    case SV_INBOUND_VLESS:
+        return &sv_vless_ops;
     }
     return NULL;
 }
@@ -159,12 +163,60 @@ int sv_handler_find(const sv_handler *now, const sv_handler *was, const sv_princ
     return -1;
 }
 
+sv_test_hooks sv__test_hooks;
+
+void sv__epoch_adopted(sv_shared *s, unsigned index, uint64_t epoch)
+{
+    pthread_mutex_lock(&s->adopt_mu);
+    atomic_store(&s->adopted[index], epoch);
+    pthread_cond_broadcast(&s->adopt_cv);
+    pthread_mutex_unlock(&s->adopt_mu);
+}
+
+uint64_t sv__epoch_now(sv_shared *s)
+{
+    uint64_t low = UINT64_MAX;
+    for (unsigned i = 0; i < s->n_workers; i++) {
+        uint64_t e = atomic_load(&s->adopted[i]);
+        low = e < low ? e : low;
+    }
+    return s->n_workers > 0 ? low : 0;
+}
+
+bool sv__epoch_wait(sv_shared *s, uint64_t epoch, unsigned ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&s->adopt_mu);
+    int rc = 0;
+    while (sv__epoch_now(s) < epoch && rc == 0)
+        rc = pthread_cond_timedwait(&s->adopt_cv, &s->adopt_mu, &until);
+    bool ok = sv__epoch_now(s) >= epoch;
+    pthread_mutex_unlock(&s->adopt_mu);
+    return ok;
+}
+
+void sv__wlistener_release(sv_wlistener *l)
+{
+    if (--l->n_users_of == 0 && l->stopped && l->open_handles == 0) {
+        sv_handler_unref(l->handler);
+        free(l);
+    }
+}
+
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version)
 {
-    sv_target *t = calloc(1, sizeof *t);
+    const sv_outbound_ops *ops = sv_outbound_ops_for(kind);
+    sv_target *t = ops != NULL ? calloc(1, sizeof *t) : NULL;
     if (t == NULL)
         return NULL;
-    t->kind = kind;
+    t->ops = ops;
     t->version = version;
     snprintf(t->tag, sizeof t->tag, "%s", tag);
     snprintf(t->id, sizeof t->id, "%s@v%u", tag, version);

@@ -15,6 +15,7 @@
 
 #include "supervisor/crypto/replay.h"
 #include "supervisor/netclass.h"
+#include "supervisor/outbound/outbound.h"
 #include "supervisor/principal.h"
 #include "supervisor/proto/proto.h"
 #include "supervisor/proto/shadowsocks.h"
@@ -45,6 +46,8 @@
 #define SV_LISTEN_BACKLOG 1024          /**< accept queue of each worker's listening socket */
 #define SV_ACCEPT_BATCH 64              /**< accepts per readiness callback (then the loop turns) */
 #define SV_ACCEPT_RETRY_MS 200          /**< a paused worker retries accepting this often */
+#define SV_ADOPT_WAIT_MS 2000           /**< sv_apply waits this long at most for every worker to
+                                             adopt its plane (they do within a loop turn) */
 
 /** A salt replay filter shared by every handler of one inbound. */
 typedef struct sv_replay_ref {
@@ -79,7 +82,7 @@ typedef struct sv_handler {
 /** One outbound version (seed 000 "targets"): what a plane slot points at. */
 typedef struct sv_target {
     _Atomic int refs;
-    enum sv_outbound_kind kind;
+    const sv_outbound_ops *ops; /**< its implementation (outbound/): the connector opens through it */
     char id[SV_TAG_MAX + 16]; /**< "tag@vN" */
     char tag[SV_TAG_MAX + 1];
     uint32_t version;
@@ -126,7 +129,8 @@ sv_replay_ref *sv_replay_ref_new(void);
 /** Drop a reference; the last frees the filter. NULL-safe. */
 void sv_replay_ref_unref(sv_replay_ref *r);
 
-/** A target "tag@vN" of @p kind with one reference, or NULL on allocation failure. */
+/** A target "tag@vN" of @p kind with one reference, or NULL on allocation failure (or a kind
+ *  sv_outbound_ops_for() does not know). */
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version);
 /** Take / drop a reference (any thread). NULL-safe unref. */
 void sv_target_ref(sv_target *t);
@@ -180,10 +184,32 @@ typedef struct sv_accept_episode {
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
-    _Atomic uint64_t epoch;
     uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
     sv_accept_episode pause;
+    /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
+    unsigned n_workers;          /**< workers started (set by the control loop as they start) */
+    pthread_mutex_t adopt_mu;    /**< with adopt_cv: a worker adopted a plane */
+    pthread_cond_t adopt_cv;
+    _Atomic uint64_t adopted[SV_WORKERS_MAX];
 } sv_shared;
+
+/** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
+void sv__epoch_adopted(sv_shared *s, unsigned index, uint64_t epoch);
+/** The newest epoch every started worker has adopted (the lowest of them). Any thread. */
+uint64_t sv__epoch_now(sv_shared *s);
+/** Wait up to @p ms for sv__epoch_now(@p s) >= @p epoch. @return true when it is. */
+bool sv__epoch_wait(sv_shared *s, uint64_t epoch, unsigned ms);
+
+/**
+ * Test seams (tests/unit/test_supervisor.c); NULL in the daemon. alloc_fails: supervisor.c asks
+ * it before allocating a worker message (true = the allocation fails). adopting: a worker calls
+ * it just before it adopts the plane of @p epoch.
+ */
+typedef struct sv_test_hooks {
+    bool (*alloc_fails)(void);
+    void (*adopting)(unsigned worker, uint64_t epoch);
+} sv_test_hooks;
+extern sv_test_hooks sv__test_hooks;
 
 /** Start worker @p index (a thread with its own loop). @return 0 or a negative errno. */
 int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared);
@@ -203,6 +229,9 @@ struct sv_worker {
     pthread_t thread;
     pthread_mutex_t mu;
     sv_list inbox;          /**< sv_msg, under mu */
+    /** worker.c's hook, called by conn.c when one of its connections is gone (resume
+     *  accepting): a pointer, so that conn.c does not call back into worker.c */
+    void (*conn_gone)(sv_worker *w);
     _Atomic bool flags_set; /**< a kill/close flag was set somewhere on this worker */
     sv_plane *plane;        /**< current plane (worker-owned reference) */
     sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
@@ -246,8 +275,6 @@ struct sv_wlistener {
  * @return 0, or -ENOMEM (the socket is closed: the client sees the connection end).
  */
 int sv__conn_open(sv_wlistener *l, int fd);
-/** Worker hook: one of @p w's connections is gone (conn.c calls it; worker.c resumes accepting). */
-void sv__worker_conn_gone(sv_worker *w);
 /** Close every connection whose session/flow was asked to close (conn.c). */
 void sv__conn_scan_flags(sv_worker *w);
 /** Close every TCP connection of @p l whose user is no longer in l->handler (conn.c). */
@@ -256,7 +283,8 @@ void sv__conn_revoke(sv_worker *w, sv_wlistener *l);
 void sv__conn_sweep_idle(sv_worker *w);
 /** Close every TCP connection (shutdown / exit). */
 void sv__conn_close_all(sv_worker *w);
-/** Drop a listener user reference; frees a stopped listener when none is left (worker.c). */
+/** Drop a listener user reference; frees a stopped listener whose handles are closed when none
+ *  is left (plane.c, so that conn.c and udp.c need nothing of worker.c). */
 void sv__wlistener_release(sv_wlistener *l);
 
 /**

@@ -2,6 +2,9 @@
  * The supervisor actor (seed 001): runs on the control loop, one command at a time. apply =
  * validate → plan → prepare (everything that can fail; nothing running is touched) → commit
  * (cannot fail: publish the plane, start/swap/stop listeners, close sessions, keep state).
+ * Prepare allocates everything commit needs: the plane, the copy of the spec, room in the
+ * listener table and every worker message (the spare list), so commit only sends (issue 8).
+ * sv_apply returns once every worker has adopted the new plane, so sv_epoch() is a fact.
  */
 #include "config.h"
 
@@ -14,12 +17,29 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "supervisor/plan.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/holder.h"
 #include "supervisor/util/log.h"
+
+/** Identity of a certificate or key file as stat() sees it; all zero when it cannot be read. */
+typedef struct file_id {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    long long mtime_ns;
+} file_id;
+
+/** The last certificate reload refused for a listener: the same files failing the same way are
+ *  reported once, not on every sync (issue 8). */
+typedef struct cert_refusal {
+    bool set;
+    file_id cert, key;
+    char msg[sizeof ((sv_error *)0)->msg];
+} cert_refusal;
 
 /** A listener as the control loop knows it: one socket per worker lives on the workers. */
 typedef struct ctl_listener {
@@ -28,6 +48,7 @@ typedef struct ctl_listener {
     char bind[80];
     sv_handler *handler; /**< the control loop's reference to the current handler */
     sv_replay_ref *replay;
+    cert_refusal refused; /**< sv_reload_certs' last refusal (control loop only) */
 } ctl_listener;
 
 struct sv_supervisor {
@@ -44,7 +65,9 @@ struct sv_supervisor {
     sv_plane *plane;
     uint64_t epoch;
     ctl_listener *listeners;
-    size_t n_listeners;
+    size_t n_listeners, cap_listeners;
+    sv_list spare;  /**< worker messages allocated ahead (sv_msg), so that commit cannot fail */
+    size_t n_spare;
     uint32_t next_listener_id;
     uv_timer_t *sampler;
     uint64_t last_tick_ns;
@@ -68,8 +91,12 @@ typedef struct prepared {
     uint32_t *versions;
     sv_routes_ref *routes;
     bool publish;
+    sv_plane *plane;     /**< the plane to publish (when publish), built in prepare */
+    sv_spec spec;        /**< the copy of the spec that becomes the running one */
+    bool has_spec;
     staged_listener *ls;
     size_t n_ls;
+    bool certs_only; /**< sv_reload_certs: a pair that does not load is an error to report */
 } prepared;
 
 static void wake_worker(void *ctx, unsigned worker)
@@ -78,10 +105,45 @@ static void wake_worker(void *ctx, unsigned worker)
     sv_worker_wake(sv->workers[worker]);
 }
 
+/* ---- worker messages: allocated ahead, so that commit only sends --------------------------- */
+
+static sv_msg *msg_alloc(void)
+{
+    if (sv__test_hooks.alloc_fails != NULL && sv__test_hooks.alloc_fails())
+        return NULL;
+    return calloc(1, sizeof(sv_msg));
+}
+
+/* Have @p n messages on the spare list. @return 0 or -ENOMEM (what was allocated stays). */
+static int reserve_msgs(sv_supervisor *sv, size_t n)
+{
+    while (sv->n_spare < n) {
+        sv_msg *m = msg_alloc();
+        if (m == NULL)
+            return -ENOMEM;
+        sv_list_insert_tail(&sv->spare, &m->link);
+        sv->n_spare++;
+    }
+    return 0;
+}
+
+/* A spare message, else a new one (only outside commit: shutdown). NULL when none. */
+static sv_msg *take_msg(sv_supervisor *sv)
+{
+    if (sv->n_spare == 0)
+        return msg_alloc();
+    sv_list *first = sv->spare.next;
+    sv_list_unlink(first);
+    sv->n_spare--;
+    sv_msg *m = sv_container_of(first, sv_msg, link);
+    memset(m, 0, sizeof *m);
+    return m;
+}
+
 static void post(sv_supervisor *sv, unsigned w, enum sv_msg_kind kind, uint32_t listener,
                  sv_handler *h, sv_plane *p, int tcp_fd, int udp_fd, bool revoke)
 {
-    sv_msg *m = calloc(1, sizeof *m);
+    sv_msg *m = take_msg(sv);
     if (m == NULL) {
         SV_LOG(SV_LOG_ERROR, "sv.actor", "out of memory posting to worker %u", w);
         return;
@@ -104,7 +166,6 @@ static void publish_plane(sv_supervisor *sv, sv_plane *p)
     }
     sv_plane_unref(sv->plane);
     sv->plane = p;
-    atomic_store(&sv->shared.epoch, p->epoch);
 }
 
 /* Re-read the node's own addresses (the host's interfaces and every inbound's listen address,
@@ -134,12 +195,13 @@ static void refresh_own_addrs(sv_supervisor *sv)
         sv_addrset_unref(set);
         return;
     }
+    if (reserve_msgs(sv, sv->n_workers) != 0) { /* every worker or none: the next read retries */
+        SV_LOG(SV_LOG_ERROR, "sv.actor", "out of memory giving the workers the host's addresses");
+        sv_addrset_unref(set);
+        return;
+    }
     for (unsigned w = 0; w < sv->n_workers; w++) {
-        sv_msg *m = calloc(1, sizeof *m);
-        if (m == NULL) {
-            SV_LOG(SV_LOG_ERROR, "sv.actor", "out of memory posting to worker %u", w);
-            continue;
-        }
+        sv_msg *m = take_msg(sv);
         m->kind = SV_MSG_SET_OWN_ADDRS;
         m->tcp_fd = m->udp_fd = -1;
         sv_addrset_ref(set);
@@ -271,6 +333,9 @@ static ctl_listener *listener_by_bind(sv_supervisor *sv, const char *bind)
 
 static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
 {
+    sv_plane_unref(p->plane);
+    if (p->has_spec)
+        sv_spec_free(&p->spec);
     for (size_t i = 0; p->targets != NULL && i < n_outbounds; i++)
         sv_target_unref(p->targets[i]);
     free(p->targets);
@@ -382,10 +447,17 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
     ctl_listener *run = sv == NULL ? NULL : swap ? listener_by_bind(sv, where) : running_listener(sv, in->tag);
     bool bind = find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
     bool users_changed = false;
-    sv_tls_ctx *tls = NULL;
-    int rc = inbound_tls(in, run != NULL && !bind ? run->handler->tls : NULL, &tls, err);
+    sv_tls_ctx *tls = NULL, *old_tls = run != NULL && !bind ? run->handler->tls : NULL;
+    sv_error terr = {0};
+    int rc = inbound_tls(in, old_tls, &tls, &terr);
+    if (rc < 0 && old_tls != NULL && !p->certs_only) {
+        /* issue 8: a pair that does not load keeps the running one, and an edit of users or
+         * settings still applies; sv_reload_certs reports the refusal */
+        tls = sv_tls_ctx_ref(old_tls);
+        rc = 0;
+    }
     if (rc < 0)
-        return rc;
+        return sv_error_set(err, rc, "%s", terr.msg);
     if (!bind && !swap) {
         const sv_user_set *old = sv_spec_user_set(&sv->running, in->users);
         users_changed = old == NULL || set == NULL || !sv_user_set_equal(old, set);
@@ -420,6 +492,34 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
     return 0;
 }
 
+static sv_plane *build_plane(sv_supervisor *sv, const sv_spec *spec, prepared *p);
+
+/* What commit will need of the running supervisor: room for the new listeners and one message
+ * per worker for the plane and for each listener it starts, swaps or stops. */
+static int prepare_commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p)
+{
+    size_t stops = 0, added = 0;
+    for (size_t i = 0; i < plan->n_steps; i++)
+        stops += plan->steps[i].kind == SV_STEP_STOP_ACCEPTING;
+    for (size_t i = 0; i < p->n_ls; i++)
+        added += p->ls[i].is_new;
+    if (sv->n_listeners + added > sv->cap_listeners) {
+        ctl_listener *grown = realloc(sv->listeners, (sv->n_listeners + added) * sizeof *grown);
+        if (grown == NULL)
+            return -ENOMEM;
+        sv->listeners = grown;
+        sv->cap_listeners = sv->n_listeners + added;
+    }
+    if (reserve_msgs(sv, sv->n_workers * ((p->publish ? 1 : 0) + p->n_ls + stops)) != 0)
+        return -ENOMEM;
+    if (p->publish && (p->plane = build_plane(sv, spec, p)) == NULL)
+        return -ENOMEM;
+    if (sv_spec_clone(&p->spec, spec) != 0)
+        return -ENOMEM;
+    p->has_spec = true;
+    return 0;
+}
+
 static int prepare(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p,
                    sv_error *err)
 {
@@ -434,6 +534,8 @@ static int prepare(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, 
     }
     for (size_t i = 0; rc == 0 && i < spec->n_inbounds; i++)
         rc = prepare_inbound(sv, plan, spec, &spec->inbounds[i], p, err);
+    if (rc == 0 && sv != NULL)
+        rc = prepare_commit(sv, plan, spec, p);
     if (rc == -ENOMEM && (err == NULL || err->code != -ENOMEM))
         sv_error_set(err, rc, "out of memory");
     if (rc != 0)
@@ -464,12 +566,9 @@ static sv_plane *build_plane(sv_supervisor *sv, const sv_spec *spec, prepared *p
     return plane;
 }
 
-static int add_listener(sv_supervisor *sv, staged_listener *s)
+/* Start a listener bound in prepare (room for it was made there). */
+static void add_listener(sv_supervisor *sv, staged_listener *s)
 {
-    ctl_listener *grown = realloc(sv->listeners, (sv->n_listeners + 1) * sizeof *grown);
-    if (grown == NULL)
-        return -ENOMEM;
-    sv->listeners = grown;
     s->l.id = ++sv->next_listener_id;
     for (unsigned w = 0; w < sv->n_workers; w++) {
         sv_handler_ref(s->l.handler);
@@ -479,7 +578,6 @@ static int add_listener(sv_supervisor *sv, staged_listener *s)
     sv->listeners[sv->n_listeners++] = s->l;
     SV_LOG(SV_LOG_INFO, "sv.listener", "inbound %s listening on %s", s->l.tag, s->l.bind);
     memset(&s->l, 0, sizeof s->l);
-    return 0;
 }
 
 static void remove_listener_at(sv_supervisor *sv, size_t i)
@@ -526,27 +624,19 @@ static void commit_steps(sv_supervisor *sv, const sv_plan *plan)
     }
 }
 
-static int commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p)
+/* Cannot fail: prepare allocated the plane, the spec copy, the listener room and the messages. */
+static void commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p)
 {
-    sv_spec copy;
-    if (sv_spec_clone(&copy, spec) != 0)
-        return -ENOMEM;
-    sv_plane *plane = p->publish ? build_plane(sv, spec, p) : NULL;
-    if (p->publish && plane == NULL) {
-        sv_spec_free(&copy);
-        return -ENOMEM;
-    }
-    /* Everything below cannot fail (a failed message allocation is logged). */
-    if (plane != NULL) {
+    if (p->plane != NULL) {
         sv->epoch++;
-        publish_plane(sv, plane);
+        publish_plane(sv, p->plane);
+        p->plane = NULL;
     }
     commit_steps(sv, plan);
     for (size_t i = 0; i < p->n_ls; i++) {
         staged_listener *s = &p->ls[i];
         if (s->is_new) {
-            if (add_listener(sv, s) != 0)
-                SV_LOG(SV_LOG_ERROR, "sv.actor", "inbound %s: out of memory", s->l.tag);
+            add_listener(sv, s);
         } else {
             swap_listener(sv, s, spec->user_removal == SV_REMOVAL_CLOSE && s->revoke);
         }
@@ -566,10 +656,10 @@ static int commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, p
         if (sv->versions[i] >= sv->next_version)
             sv->next_version = sv->versions[i] + 1;
     sv_spec_free(&sv->running);
-    sv->running = copy;
+    sv->running = p->spec;
+    p->has_spec = false;
     sv->has_running = true;
     refresh_own_addrs(sv); /* an inbound may listen on a new address */
-    return 0;
 }
 
 /* ---- report ------------------------------------------------------------------------------------- */
@@ -637,13 +727,13 @@ int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opt
     rc = prepare(sv, &plan, spec, &p, err);
     if (rc != 0)
         goto out;
-    rc = commit(sv, &plan, spec, &p);
-    if (rc != 0) {
-        sv_error_set(err, rc, "out of memory");
-        prepared_free(sv, &p, spec->n_outbounds);
-        goto out;
-    }
+    bool published = p.plane != NULL;
+    commit(sv, &plan, spec, &p);
     prepared_free(sv, &p, spec->n_outbounds);
+    /* issue 8: sv_epoch() is the plane every worker serves new flows with */
+    if (published && !sv__epoch_wait(&sv->shared, sv->epoch, SV_ADOPT_WAIT_MS))
+        SV_LOG(SV_LOG_WARN, "sv.actor", "epoch %" PRIu64 ": not every worker adopted the plane "
+               "within %d ms", sv->epoch, SV_ADOPT_WAIT_MS);
     if (report != NULL)
         fill_report(&plan, report);
     SV_LOG(SV_LOG_DEBUG, "sv.actor", "applied: epoch %llu", (unsigned long long)sv->epoch);
@@ -697,6 +787,8 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
         if (next.inbounds[i].users != NULL && strcmp(next.inbounds[i].users, set_tag) == 0 &&
             running_listener(sv, next.inbounds[i].tag) != NULL)
             rc = prepare_inbound(sv, &none, &next, &next.inbounds[i], &p, err);
+    if (rc == 0 && reserve_msgs(sv, p.n_ls * sv->n_workers) != 0)
+        rc = sv_error_set(err, -ENOMEM, "out of memory");
     if (rc == 0) {
         for (size_t i = 0; i < p.n_ls; i++)
             swap_listener(sv, &p.ls[i], next.user_removal == SV_REMOVAL_CLOSE);
@@ -709,23 +801,66 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
     return rc;
 }
 
+static file_id file_id_of(const char *path)
+{
+    file_id id = {0};
+    struct stat st;
+    if (path != NULL && stat(path, &st) == 0) {
+        id.dev = st.st_dev;
+        id.ino = st.st_ino;
+        id.size = st.st_size;
+        id.mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    }
+    return id;
+}
+
+static bool file_id_equal(const file_id *a, const file_id *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns;
+}
+
+/* Log a refused certificate reload of listener @p l, unless it is the one already logged: the
+ * same message for files with the same identity (rename, size and mtime unchanged). */
+static void cert_refusal_note(ctl_listener *l, const sv_inbound_spec *in, const sv_error *why)
+{
+    file_id cert = file_id_of(in->tls.cert_file), key = file_id_of(in->tls.key_file);
+    if (l->refused.set && file_id_equal(&cert, &l->refused.cert) &&
+        file_id_equal(&key, &l->refused.key) && strcmp(why->msg, l->refused.msg) == 0)
+        return;
+    l->refused.set = true;
+    l->refused.cert = cert;
+    l->refused.key = key;
+    snprintf(l->refused.msg, sizeof l->refused.msg, "%s", why->msg);
+    SV_LOG(SV_LOG_ERROR, "sv.listener", "%s (the current certificate stays)", why->msg);
+}
+
 int sv_reload_certs(sv_supervisor *sv, sv_error *err)
 {
     if (sv->shut || !sv->has_running)
         return sv_error_set(err, -ESHUTDOWN, "the supervisor has shut down");
-    prepared p = {0};
+    prepared p = {.certs_only = true};
     sv_plan none = {0};
     int first = 0;
     if ((p.ls = calloc(sv->running.n_inbounds ? sv->running.n_inbounds : 1, sizeof *p.ls)) == NULL)
         return sv_error_set(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < sv->running.n_inbounds; i++) {
         const sv_inbound_spec *in = &sv->running.inbounds[i];
-        if (in->tls.cert == SV_CERT_NONE || running_listener(sv, in->tag) == NULL)
+        ctl_listener *run = running_listener(sv, in->tag);
+        if (in->tls.cert == SV_CERT_NONE || run == NULL)
             continue;
         sv_error one = {0};
         int rc = prepare_inbound(sv, &none, &sv->running, in, &p, &one);
-        if (rc < 0 && first == 0)
-            first = sv_error_set(err, rc, "%s", one.msg);
+        if (rc < 0) {
+            cert_refusal_note(run, in, &one);
+            if (first == 0)
+                first = sv_error_set(err, rc, "%s", one.msg);
+        } else {
+            run->refused.set = false;
+        }
+    }
+    if (reserve_msgs(sv, p.n_ls * sv->n_workers) != 0) {
+        prepared_free(sv, &p, 0);
+        return sv_error_set(err, -ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < p.n_ls; i++) {
         if (p.ls[i].l.handler == NULL)
@@ -799,7 +934,7 @@ size_t sv_close(sv_supervisor *sv, const sv_selector *sel)
 
 long sv_sessions(sv_supervisor *sv, sv_session_info **out) { return sv_tracker_sessions(sv->shared.tracker, out); }
 long sv_flows(sv_supervisor *sv, sv_flow_info **out) { return sv_tracker_flows(sv->shared.tracker, out); }
-uint64_t sv_epoch(sv_supervisor *sv) { return atomic_load(&sv->shared.epoch); }
+uint64_t sv_epoch(sv_supervisor *sv) { return sv__epoch_now(&sv->shared); }
 int sv_set_remote_devices(sv_supervisor *sv, const sv_device_count *v, size_t n)
 {
     return sv_tracker_set_remote_devices(sv->shared.tracker, v, n);
@@ -830,7 +965,8 @@ static int empty_plane(sv_supervisor *sv)
 {
     sv_routes_ref *r = calloc(1, sizeof *r);
     sv_target *t = sv_target_new(SV_OUTBOUND_BLACKHOLE, "", 0);
-    if (r == NULL || t == NULL || (r->routes = sv_routes_single("")) == NULL) {
+    if (r == NULL || t == NULL || (r->routes = sv_routes_single("")) == NULL ||
+        reserve_msgs(sv, sv->n_workers) != 0) {
         free(r);
         sv_target_unref(t);
         return -ENOMEM;
@@ -878,9 +1014,14 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     sv->n_workers = n < 1 ? 1 : (n > SV_WORKERS_MAX ? SV_WORKERS_MAX : n);
     sv->control = control;
     sv->next_version = 1;
+    sv_list_init(&sv->spare);
+    pthread_mutex_init(&sv->shared.adopt_mu, NULL);
+    pthread_cond_init(&sv->shared.adopt_cv, NULL);
     sv->shared.conn_cap = connection_cap(opts != NULL ? opts->max_connections : 0, sv->n_workers);
     sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
     if (sv->shared.tracker == NULL) {
+        pthread_cond_destroy(&sv->shared.adopt_cv);
+        pthread_mutex_destroy(&sv->shared.adopt_mu);
         free(sv);
         return -ENOMEM;
     }
@@ -891,6 +1032,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
             sv_supervisor_free(sv);
             return rc;
         }
+        sv->shared.n_workers = i + 1;
     }
     if (empty_plane(sv) != 0) {
         sv_shutdown(sv, 0);
@@ -965,7 +1107,11 @@ void sv_supervisor_free(sv_supervisor *sv)
     while (sv->n_listeners > 0)
         remove_listener_at(sv, sv->n_listeners - 1);
     free(sv->listeners);
+    while (sv->n_spare > 0)
+        free(take_msg(sv));
     sv_spec_free(&sv->running);
     sv_tracker_free(sv->shared.tracker);
+    pthread_cond_destroy(&sv->shared.adopt_cv);
+    pthread_mutex_destroy(&sv->shared.adopt_mu);
     free(sv);
 }

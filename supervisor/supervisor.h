@@ -46,7 +46,11 @@ typedef struct sv_user_set {
     size_t n_users;
 } sv_user_set;
 
-enum sv_inbound_protocol { SV_INBOUND_SHADOWSOCKS = 1, SV_INBOUND_TROJAN };
+enum sv_inbound_protocol {
+    SV_INBOUND_SHADOWSOCKS = 1,
+    SV_INBOUND_TROJAN,
+    SV_INBOUND_VLESS, /**< issue 9: VLESS, no flow (PROTOCOLS.md §5); TLS optional */
+};
 
 /** Where an inbound's TLS certificate comes from (issue 8, agent config "cert"). */
 enum sv_cert_source {
@@ -96,9 +100,11 @@ typedef struct sv_inbound_spec {
     bool allow_private;                /**< issue 15: its users' flows may reach internal
                                             destinations (loopback, private, link-local ...
                                             and the node's own addresses); default false */
-    sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan */
-    char *fallback;                    /**< Trojan: "HOST:PORT" that gets every client which is
-                                            not a valid request (issue 8); NULL = answer 404 */
+    sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan,
+                                            optional for VLESS */
+    char *fallback;                    /**< Trojan, VLESS: "HOST:PORT" that gets every client
+                                            which is not a valid request (issue 8); NULL =
+                                            Trojan answers 404, VLESS drains */
     sv_inbound_ws ws;                  /**< WebSocket over TCP or TLS (Trojan; issue 9) */
 } sv_inbound_spec;
 
@@ -261,7 +267,10 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
 
 /**
  * Reconcile the running state to @p spec: validate → plan → prepare → commit (seed 001 "apply").
- * A refused spec changes nothing. @p spec is copied; the caller keeps it.
+ * A refused spec changes nothing: everything that can fail (also running out of memory) happens
+ * in prepare. When the spec publishes a new plane, returns once every worker has adopted it
+ * (at most about 2 s), so a kill_where(epoch < sv_epoch()) that follows reaches every flow of
+ * an older plane that is registered by then (issue 8). @p spec is copied; the caller keeps it.
  * @param report  optional; filled on success
  * @param err     optional; on failure holds the seed's text ("duplicate inbound tag x",
  *                "route references unknown outbound y", "inbound x: binding 127.0.0.1:1 failed: ...")
@@ -281,9 +290,13 @@ int sv_check(const sv_spec *spec, sv_error *err);
  * Re-read the certificates of every running TLS inbound (issue 8: on SIGHUP and on every panel
  * sync) and swap in a new context where their content changed. Live connections keep the
  * context they started with; no session is closed. A pair that does not load is refused and the
- * inbound keeps its current certificate.
+ * inbound keeps its current certificate. Logs each reload and each refusal itself, a refusal once
+ * while the files and the reason stay the same (not on every sync): callers need not log.
+ * (sv_apply and the user edits also keep a running inbound's certificate when its files do not
+ * load, so that they still apply; only a new listener needs a pair that loads.)
  * @return 0; or the first error, e.g. -EINVAL "inbound n1: certificate refused: key_file does
- *         not match cert_file" (the other inbounds were still reloaded); -ESHUTDOWN.
+ *         not match cert_file" (the other inbounds were still reloaded), also when it was already
+ *         logged; -ESHUTDOWN.
  */
 int sv_reload_certs(sv_supervisor *sv, sv_error *err);
 
@@ -340,7 +353,10 @@ typedef struct sv_session_info {
  */
 long sv_sessions(sv_supervisor *sv, sv_session_info **out);
 
-/** Number of planes published so far (0 before the first apply). Any thread. */
+/**
+ * The epoch of the newest plane that every worker has adopted (issue 8): each flow opened from
+ * now on carries at least this epoch. 0 before the first apply. Any thread.
+ */
 uint64_t sv_epoch(sv_supervisor *sv);
 
 /** Wire bytes of one user. */

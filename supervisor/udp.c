@@ -3,8 +3,9 @@
  * traffic, bound to one principal. Each datagram is routed on the current plane (seed 000 "UDP:
  * per-packet routing"), refused silently when blocked or internal (issue 15), and sent through a
  * sub-link keyed by the outbound version (at most 64, the least recently used is evicted). A
- * direct sub-link is one dual-stack "resolving" socket that sends to any destination; each
- * sub-link is a tracked flow. Replies go back through the association's source:
+ * sub-link carries its datagrams through its target's outbound (outbound.h datagram ops; direct
+ * sends from one socket per address family to any destination); each sub-link is a tracked flow.
+ * Replies go back through the association's source:
  *  - Shadowsocks UDP: every client (address, port) on the listener's UDP socket is an
  *    association (a session of its own) of the user whose key opened its first datagram;
  *    replies are sealed with that key and sent from the listener.
@@ -29,20 +30,10 @@ typedef struct sv_sublink {
     sv_assoc *a;
     sv_target *target;
     sv_flow_rec *flow;
-    uv_udp_t sock;
+    sv_ob_dgram link;      /**< the target's datagram link */
     uint64_t last_used;
     bool closing;
     bool registered; /**< the flow is in the tracker (else it is freed here) */
-    /* one pending name resolution with the datagram that asked for it */
-    uv_getaddrinfo_t gai;
-    bool resolving;
-    uint8_t *held;
-    size_t held_len;
-    bool held_names_dest;  /**< the held datagram's route named its destination (issue 15) */
-    char cached_host[256];
-    struct sockaddr_storage cached_addr;
-    bool cached_internal;  /**< cached_host resolved to an internal address (issue 15): sent to
-                                only with allow_private or a route that names it */
 } sv_sublink;
 
 struct sv_assoc {
@@ -83,20 +74,17 @@ static void assoc_release(sv_assoc *a)
     free(a);
 }
 
-static void on_sub_closed(uv_handle_t *h)
+static void on_sub_closed(void *owner)
 {
-    sv_sublink *s = h->data;
+    sv_sublink *s = owner;
     sv_assoc *a = s->a;
-    if (!s->resolving) {
-        if (s->registered)
-            sv_tracker_flow_close(a->w->shared->tracker, s->flow);
-        else
-            free(s->flow);
-        sv_target_unref(s->target);
-        free(s->held);
-        free(s);
-        assoc_release(a);
-    }
+    if (s->registered)
+        sv_tracker_flow_close(a->w->shared->tracker, s->flow);
+    else
+        free(s->flow);
+    sv_target_unref(s->target);
+    free(s);
+    assoc_release(a);
 }
 
 static void sub_close(sv_sublink *s)
@@ -104,9 +92,7 @@ static void sub_close(sv_sublink *s)
     if (s->closing)
         return;
     s->closing = true;
-    if (s->resolving)
-        uv_cancel((uv_req_t *)&s->gai);
-    uv_close((uv_handle_t *)&s->sock, on_sub_closed);
+    s->link.ops->dgram_close(&s->link);
 }
 
 static void on_idle_closed(uv_handle_t *h) { assoc_release(h->data); }
@@ -134,13 +120,12 @@ void sv__udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     (void)suggested;
 }
 
-static void sub_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+static void sub_alloc(void *owner, uv_buf_t *buf)
 {
-    sv_sublink *s = h->data;
+    sv_sublink *s = owner;
     /* room before the payload for salt + address, after it for the tag: sealed out of place */
     buf->base = (char *)s->a->w->scratch + SV_SCRATCH / 2;
     buf->len = SV_SCRATCH / 2 - SV_DEST_WIRE_MAX - SV_SS_SALT_MAX - SV_SS_TAG;
-    (void)suggested;
 }
 
 static void sockaddr_to_dest(const struct sockaddr *sa, sv_dest *d)
@@ -165,25 +150,23 @@ static void sockaddr_to_dest(const struct sockaddr *sa, sv_dest *d)
     }
 }
 
-static void on_sub_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
-                        unsigned flags)
+static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t *p, size_t n)
 {
-    sv_sublink *s = h->data;
+    sv_sublink *s = owner;
     sv_assoc *a = s->a;
-    if (n <= 0 || from == NULL || a->closing)
+    if (a->closing)
         return;
     sv_dest src;
     sockaddr_to_dest(from, &src);
     if (a->src != NULL) { /* inside a stream: the connection frames and meters the wire */
         sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
-        a->src->reply(a->src_ctx, &src, (const uint8_t *)buf->base, (size_t)n);
+        a->src->reply(a->src_ctx, &src, p, n);
         return;
     }
     uint8_t *out = a->w->scratch;
     const sv_ss_keyring *ring = sv_ss_creds_ring(a->handler->creds);
     ssize_t len = sv_ss_udp_seal_ctx(ring->cipher, ring->keys[a->user_idx],
-                                     &src, (const uint8_t *)buf->base, (size_t)n, out,
-                                     SV_SCRATCH / 2, NULL, &a->w->udp_seal);
+                                     &src, p, n, out, SV_SCRATCH / 2, NULL, &a->w->udp_seal);
     if (len < 0)
         return;
     uv_buf_t b = uv_buf_init((char *)out, (unsigned)len);
@@ -192,24 +175,6 @@ static void on_sub_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struc
         sv_meter_add(&a->sess->wire.down, (uint64_t)len);
     }
     uv_timer_again(&a->idle);
-    (void)flags;
-}
-
-static void v4_mapped(const uint8_t ip4[4], uint16_t port, struct sockaddr_in6 *out)
-{
-    memset(out, 0, sizeof *out);
-    out->sin6_family = AF_INET6;
-    out->sin6_port = htons(port);
-    out->sin6_addr.s6_addr[10] = 0xff;
-    out->sin6_addr.s6_addr[11] = 0xff;
-    memcpy(&out->sin6_addr.s6_addr[12], ip4, 4);
-}
-
-static void sub_send(sv_sublink *s, const struct sockaddr *to, const uint8_t *p, size_t n)
-{
-    uv_buf_t b = uv_buf_init((char *)p, (unsigned)n);
-    if (uv_udp_try_send(&s->sock, &b, 1, to) >= 0)
-        sv_meter_add(&s->flow->bytes.up, n);
 }
 
 /* Issue 15: the inbound's allow_private as its listener has it now (not when the association
@@ -219,91 +184,13 @@ static bool allow_private_now(const sv_assoc *a)
     return a->settings_from->handler->allow_private;
 }
 
-/* Issue 15: is any address of @p res internal? Every address counts, not only the one sent to. */
-static bool any_internal(const sv_sublink *s, const struct addrinfo *res)
+static void on_sub_sent(void *owner, size_t n)
 {
-    const sv_assoc *a = s->a;
-    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
-        sv_ip16 ip;
-        if (sv_ip16_from_sockaddr(ai->ai_addr, &ip) &&
-            sv_dest_refused(false, false, &ip, a->w->own_addrs))
-            return true;
-    }
-    return false;
+    sv_sublink *s = owner;
+    sv_meter_add(&s->flow->bytes.up, n);
 }
 
-static void on_sub_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
-{
-    sv_sublink *s = req->data;
-    s->resolving = false;
-    if (s->closing) {
-        uv_freeaddrinfo(res);
-        on_sub_closed((uv_handle_t *)&s->sock);
-        return;
-    }
-    if (status == 0 && res != NULL) {
-        s->cached_internal = any_internal(s, res);
-        struct sockaddr_in6 to;
-        if (res->ai_family == AF_INET) {
-            const struct sockaddr_in *a = (const struct sockaddr_in *)res->ai_addr;
-            v4_mapped((const uint8_t *)&a->sin_addr, ntohs(a->sin_port), &to);
-        } else {
-            memcpy(&to, res->ai_addr, sizeof to);
-        }
-        memcpy(&s->cached_addr, &to, sizeof to);
-        if (s->held != NULL &&
-            !(s->cached_internal && !allow_private_now(s->a) && !s->held_names_dest))
-            sub_send(s, (struct sockaddr *)&to, s->held, s->held_len);
-    }
-    free(s->held);
-    s->held = NULL;
-    uv_freeaddrinfo(res);
-}
-
-/* Send one datagram to @p d, resolving a name first (one at a time, the answer cached for the
- * next datagrams to the same name). A name that resolved to an internal address (issue 15) is
- * sent to only when @p names_dest exempts it; an IP destination was checked by the caller. */
-static void send_to_dest(sv_sublink *s, const sv_dest *d, const uint8_t *p, size_t n,
-                         bool names_dest)
-{
-    struct sockaddr_in6 to;
-    if (d->atyp == SV_ATYP_IPV4) {
-        v4_mapped(d->ip, d->port, &to);
-    } else if (d->atyp == SV_ATYP_IPV6) {
-        memset(&to, 0, sizeof to);
-        to.sin6_family = AF_INET6;
-        to.sin6_port = htons(d->port);
-        memcpy(&to.sin6_addr, d->ip, 16);
-    } else if (strcmp(s->cached_host, d->host) == 0 && s->cached_addr.ss_family == AF_INET6) {
-        if (s->cached_internal && !allow_private_now(s->a) && !names_dest)
-            return; /* refused like a blocked route */
-        memcpy(&to, &s->cached_addr, sizeof to);
-        to.sin6_port = htons(d->port);
-    } else {
-        if (s->resolving)
-            return; /* one resolution at a time; UDP may drop */
-        s->held = malloc(n ? n : 1);
-        if (s->held == NULL)
-            return;
-        memcpy(s->held, p, n);
-        s->held_len = n;
-        s->held_names_dest = names_dest;
-        snprintf(s->cached_host, sizeof s->cached_host, "%s", d->host);
-        s->cached_addr.ss_family = AF_UNSPEC;
-        char port[8];
-        snprintf(port, sizeof port, "%u", d->port);
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
-        s->gai.data = s;
-        if (uv_getaddrinfo(&s->a->w->loop, &s->gai, on_sub_resolved, d->host, port, &hints) == 0) {
-            s->resolving = true;
-        } else {
-            free(s->held);
-            s->held = NULL;
-        }
-        return;
-    }
-    sub_send(s, (struct sockaddr *)&to, p, n);
-}
+static const sv_ob_dgram_events sub_events = {sub_alloc, on_sub_recv, on_sub_sent, on_sub_closed};
 
 static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rule, uint64_t epoch)
 {
@@ -317,22 +204,22 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rul
     }
     sv_sublink *s = calloc(1, sizeof *s);
     sv_flow_rec *f = calloc(1, sizeof *f);
-    struct sockaddr_in6 any = {.sin6_family = AF_INET6};
-    if (s == NULL || f == NULL || uv_udp_init(&a->w->loop, &s->sock) != 0) {
+    if (s == NULL || f == NULL) {
         free(s);
         free(f);
         return NULL;
     }
     s->a = a;
-    s->sock.data = s;
     s->flow = f;
     s->target = t;
     sv_target_ref(t);
-    a->pending++;
-    if (uv_udp_bind(&s->sock, (struct sockaddr *)&any, 0) != 0 ||
-        uv_udp_recv_start(&s->sock, sub_alloc, on_sub_recv) != 0) {
-        s->closing = true;
-        uv_close((uv_handle_t *)&s->sock, on_sub_closed);
+    a->pending++; /* released by on_sub_closed */
+    s->link.ops = t->ops;
+    s->link.ev = &sub_events;
+    s->link.owner = s;
+    s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs};
+    if (t->ops->dgram_open(&s->link) != 0) {
+        sub_close(s); /* seed 002: no family bound; the datagram is dropped */
         return NULL;
     }
     sv__flow_describe(f, a->w->index, s, a->sess, a->user, d, SV_NET_UDP, t, rule, epoch);
@@ -351,8 +238,8 @@ void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
                         .source = (const struct sockaddr *)&a->client, .network = SV_NET_UDP};
     sv_decision dec = sv_routes_decide(plane->routes->routes, &q);
     sv_target *t = plane->targets[dec.slot];
-    if (t->kind != SV_OUTBOUND_DIRECT)
-        return; /* blocked: dropped, not billed (seed 002) */
+    if (t->ops->dgram_send == NULL)
+        return; /* an outbound without datagrams (blackhole): dropped, not billed (seed 002) */
     sv_ip16 ip;
     if (d->atyp != SV_ATYP_DOMAIN &&
         sv_ip16_from(d->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, d->ip, &ip) &&
@@ -367,7 +254,7 @@ void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
     if (s == NULL)
         return;
     s->last_used = ++a->clock;
-    send_to_dest(s, d, p, n, dec.names_dest);
+    s->link.ops->dgram_send(&s->link, d, p, n, allow_private_now(a) || dec.names_dest);
 }
 
 static sv_assoc *assoc_find(sv_worker *w, sv_wlistener *l, const struct sockaddr *from)

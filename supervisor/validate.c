@@ -374,6 +374,27 @@ static int check_trojan(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
+/* VLESS (issue 9): a user set, UDP inside the stream, TLS optional (a certificate when set; the
+ * UUID travels in clear without it, PROTOCOLS.md §5.4), a fallback that parses when set. */
+static int check_vless(const sv_inbound_spec *in, sv_error *err)
+{
+    if (is_empty(in->users))
+        return INVALID(err, "inbound %s: a vless inbound needs a user set", in->tag);
+    if (in->udp)
+        return INVALID(err, "inbound %s: a vless inbound carries UDP inside its stream; "
+                       "udp must be false", in->tag);
+    if (in->tls.cert == SV_CERT_FILE && (is_empty(in->tls.cert_file) || is_empty(in->tls.key_file)))
+        return INVALID(err, "inbound %s: cert mode file needs cert_file and key_file", in->tag);
+    if (in->tls.cert != SV_CERT_NONE && in->tls.cert != SV_CERT_FILE &&
+        in->tls.cert != SV_CERT_SELF)
+        return INVALID(err, "inbound %s: unknown cert mode", in->tag);
+    sv_dest d;
+    if (in->fallback != NULL && sv_dest_parse_hostport(in->fallback, &d) != 0)
+        return INVALID(err, "inbound %s: fallback \"%.64s\" is not HOST:PORT", in->tag,
+                       in->fallback);
+    return 0;
+}
+
 static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
 {
     const sv_inbound_spec *in = &spec->inbounds[i];
@@ -390,6 +411,8 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
         return rc;
     if (in->protocol == SV_INBOUND_TROJAN)
         return check_trojan(in, err);
+    if (in->protocol == SV_INBOUND_VLESS)
+        return check_vless(in, err);
     if (in->protocol != SV_INBOUND_SHADOWSOCKS)
         return INVALID(err, "inbound %s: unknown protocol", in->tag);
     if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL || in->ws.path != NULL ||

@@ -31,14 +31,6 @@ static void wlistener_on_close(uv_handle_t *h)
     }
 }
 
-void sv__wlistener_release(sv_wlistener *l)
-{
-    if (--l->n_users_of == 0 && l->stopped && l->open_handles == 0) {
-        sv_handler_unref(l->handler);
-        free(l);
-    }
-}
-
 static sv_wlistener *find_listener(sv_worker *w, uint32_t id)
 {
     sv_list *pos, *tmp;
@@ -120,7 +112,8 @@ static void accept_pause(sv_worker *w, const char *why)
            "(retry every %d ms)", w->index, why, SV_ACCEPT_RETRY_MS);
 }
 
-void sv__worker_conn_gone(sv_worker *w)
+/* sv_worker.conn_gone: a connection ended; resume accepting below the cap. */
+static void on_conn_gone(sv_worker *w)
 {
     if (w->accept_paused && !w->exiting && w->n_conns < w->shared->conn_cap) {
         w->accept_paused = false;
@@ -273,8 +266,11 @@ static void handle_msg(sv_worker *w, sv_msg *m)
             stop_listener(l);
         break;
     case SV_MSG_PUBLISH_PLANE:
+        if (sv__test_hooks.adopting != NULL)
+            sv__test_hooks.adopting(w->index, m->plane->epoch);
         sv_plane_unref(w->plane);
         w->plane = m->plane;
+        sv__epoch_adopted(w->shared, w->index, w->plane->epoch);
         break;
     case SV_MSG_SET_OWN_ADDRS:
         sv_addrset_unref(w->own_addrs);
@@ -354,6 +350,7 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
         return -ENOMEM;
     w->index = index;
     w->shared = shared;
+    w->conn_gone = on_conn_gone;
     sv_list_init(&w->inbox);
     sv_list_init(&w->listeners);
     sv_list_init(&w->conns);

@@ -40,6 +40,17 @@ for n in cfg["nodes"]:
         print("  a browser or a wrong password: curl -k https://%s:%d/  (404, or the fallback)\n" %
               (host, node["server_port"]))
         continue
+    if p.get("node_type") == "vless":
+        tls = node.get("tls") == 1
+        print("\nNode %s: VLESS %s on %s:%d. Clients, one per user (v2ray: a vless outbound to"
+              " %s:%d, encryption none%s), id:" %
+              (n["tag"], "over TLS" if tls else "in clear", host, node["server_port"], host,
+               node["server_port"], ", security tls, allowInsecure for a self-signed cert"
+               if tls else ""))
+        for u in users["users"]:
+            print("  user %d:  %s" % (u["id"], u["uuid"]))
+        print()
+        continue
     print("\nNode %s: Shadowsocks %s on %s:%d (TCP+UDP). Clients, one per user:" %
           (n["tag"], node["cipher"], host, node["server_port"]))
     for i, u in enumerate(users["users"]):

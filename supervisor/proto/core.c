@@ -139,3 +139,44 @@ int sv_dest_parse_hostport(const char *s, sv_dest *d)
     memcpy(d->host, host, hlen + 1);
     return 0;
 }
+
+/* The NUL check is sv_dest_parse's: host is a C string, and a name cut short at the NUL would
+ * be routed as a different name. */
+ssize_t sv_dest_parse_b(const uint8_t *p, size_t n, sv_dest *d)
+{
+    size_t need;
+    if (n < 3)
+        return 0;
+    switch (p[2]) {
+    case 1:
+        need = 3 + 4;
+        break;
+    case 3:
+        need = 3 + 16;
+        break;
+    case 2:
+        if (n < 4)
+            return 0;
+        if (p[3] == 0)
+            return -EPROTO;
+        need = 4 + (size_t)p[3];
+        break;
+    default:
+        return -EPROTO;
+    }
+    if (n < need)
+        return 0;
+    memset(d, 0, sizeof *d);
+    d->port = (uint16_t)(p[0] << 8 | p[1]);
+    if (p[2] == 2) {
+        if (memchr(p + 4, 0, p[3]) != NULL)
+            return -EPROTO;
+        d->atyp = SV_ATYP_DOMAIN;
+        memcpy(d->host, p + 4, p[3]);
+        d->host[p[3]] = '\0';
+    } else {
+        d->atyp = p[2] == 1 ? SV_ATYP_IPV4 : SV_ATYP_IPV6;
+        memcpy(d->ip, p + 3, need - 3);
+    }
+    return (ssize_t)need;
+}

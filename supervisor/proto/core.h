@@ -46,4 +46,13 @@ int sv_dest_parse_hostport(const char *s, sv_dest *d);
 /** Format "host:port" ("[v6]:port" for IPv6) into @p buf. @return snprintf's result. */
 int sv_dest_format(const sv_dest *d, char *buf, size_t cap);
 
+/**
+ * Parse a v2ray-style address (PROTOCOLS.md §1.1 B: PORT u16be, TYPE 1 IPv4 / 2 domain /
+ * 3 IPv6, ADDR) at the start of @p p, as used by VLESS, VMess and Mux.Cool. @p d gets the SOCKS5
+ * type codes of enum sv_atyp (network unset: 0).
+ * @return bytes consumed (> 0); 0 when @p n is too short to tell; -EPROTO for an unknown TYPE,
+ *         an empty domain or one holding a NUL.
+ */
+ssize_t sv_dest_parse_b(const uint8_t *p, size_t n, sv_dest *d);
+
 #endif

@@ -75,7 +75,8 @@ typedef struct sv_proto_ops {
 
     /**
      * Build the credential table of @p users for inbound @p in (keys, hashes, lookup index).
-     * @return 0, -ENOMEM, or -EINVAL with @p err set (e.g. a secret the protocol cannot use).
+     * @return 0, -ENOMEM, or -EINVAL/-EIO with @p err set (e.g. a secret the protocol cannot use,
+     *         a digest OpenSSL cannot compute).
      */
     int (*creds_new)(const sv_inbound_spec *in, const sv_user_set *users, void **out,
                      sv_error *err);

@@ -44,26 +44,31 @@ size_t sv_ss_key_len(enum sv_ss_cipher cipher)
     return 0;
 }
 
-void sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out)
+int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out)
 {
     size_t klen = sv_ss_key_len(cipher), have = 0, pwlen = strlen(password);
     uint8_t d[EVP_MAX_MD_SIZE];
     unsigned dlen = 0;
+    int rc = 0;
     EVP_MD_CTX *md = EVP_MD_CTX_new();
-    memset(out, 0, klen);
     if (md == NULL)
-        return;
+        return -ENOMEM;
     while (have < klen) {
         if (EVP_DigestInit_ex(md, EVP_md5(), NULL) != 1 ||
             (have > 0 && EVP_DigestUpdate(md, d, dlen) != 1) ||
-            EVP_DigestUpdate(md, password, pwlen) != 1 || EVP_DigestFinal_ex(md, d, &dlen) != 1)
+            EVP_DigestUpdate(md, password, pwlen) != 1 || EVP_DigestFinal_ex(md, d, &dlen) != 1) {
+            rc = -EIO;
             break;
+        }
         size_t take = klen - have < dlen ? klen - have : dlen;
         memcpy(out + have, d, take);
         have += take;
     }
     EVP_MD_CTX_free(md);
     OPENSSL_cleanse(d, sizeof d);
+    if (rc != 0)
+        OPENSSL_cleanse(out, klen);
+    return rc;
 }
 
 int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char *const *passwords,
@@ -79,9 +84,14 @@ int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char
     ring->keys = calloc(n, sizeof *ring->keys);
     if (ring->keys == NULL)
         return -ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        sv_ss_password_to_key(cipher, passwords[i], ring->keys[i]);
     ring->n = n;
+    for (size_t i = 0; i < n; i++) {
+        int rc = sv_ss_password_to_key(cipher, passwords[i], ring->keys[i]);
+        if (rc != 0) {
+            sv_ss_keyring_deinit(ring);
+            return rc;
+        }
+    }
     return 0;
 }
 

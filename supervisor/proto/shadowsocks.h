@@ -41,12 +41,16 @@ size_t sv_ss_key_len(enum sv_ss_cipher cipher);
 
 /**
  * Derive a master key from a password: EVP_BytesToKey(MD5, no salt, 1 round) (§2.2).
- * @param out  key_len bytes
+ * @param out  key_len bytes; zeroed on failure, never a usable key then
+ * @return 0, -ENOMEM, or -EIO when OpenSSL cannot compute MD5 (e.g. a FIPS-only provider
+ *         configuration): the caller must refuse the user, not serve it with a zero key (issue 8).
  */
-void sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out);
+int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out);
 
 /**
- * Build a keyring from @p n passwords. @return 0 or -ENOMEM. Free with sv_ss_keyring_deinit().
+ * Build a keyring from @p n passwords. Free with sv_ss_keyring_deinit().
+ * @return 0, -EINVAL (unknown cipher), or sv_ss_password_to_key()'s -ENOMEM/-EIO; on failure the
+ *         ring holds no keys.
  */
 int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char *const *passwords,
                        size_t n);

@@ -33,6 +33,13 @@ static int ss_creds_new(const sv_inbound_spec *in, const sv_user_set *users, voi
     free(pw);
     if (rc != 0) {
         free(c);
+        if (rc == -EIO)
+            return sv_error_set(err, rc,
+                                "inbound %s: cannot derive Shadowsocks keys: MD5 is not available "
+                                "in OpenSSL (provider configuration)",
+                                in->tag);
+        if (rc == -EINVAL)
+            return sv_error_set(err, rc, "inbound %s: unknown Shadowsocks cipher", in->tag);
         return sv_error_set(err, rc, "out of memory");
     }
     *out = c;

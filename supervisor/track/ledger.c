@@ -20,15 +20,15 @@ static bool account_eq(const void *entry, const void *key)
     return ((const sv__account *)entry)->user == *(const uint64_t *)key;
 }
 
-void sv__ledger_init(sv_tracker *t) { sv__table_init(&t->accounts, sizeof(sv__account)); }
+void sv__ledger_init(sv_tracker *t) { sv_table_init(&t->accounts, sizeof(sv__account)); }
 
-void sv__ledger_free(sv_tracker *t) { sv__table_free(&t->accounts); }
+void sv__ledger_free(sv_tracker *t) { sv_table_free(&t->accounts); }
 
 /** Add bytes to @p user's pending and total. -ENOMEM when the account cannot be created. */
 static int charge(sv_tracker *t, uint64_t user, uint64_t up, uint64_t down)
 {
     bool added;
-    sv__account *a = sv__table_get(&t->accounts, sv__hash_u64(user), &user, account_eq, &added);
+    sv__account *a = sv_table_get(&t->accounts, sv_hash_u64(user), &user, account_eq, &added);
     if (!a)
         return -ENOMEM;
     a->user = user;
@@ -96,7 +96,7 @@ static long collect(sv_tracker *t, bool take, sv_usage **out)
     pthread_mutex_lock(&t->ledger_lock);
     size_t n = 0;
     for (size_t i = 0; i < t->accounts.n; i++) {
-        const sv__account *a = sv__table_at(&t->accounts, i);
+        const sv__account *a = sv_table_at(&t->accounts, i);
         n += take ? (a->pend_up || a->pend_down) : (a->total_up || a->total_down);
     }
     sv_usage *v = n ? calloc(n, sizeof *v) : NULL;
@@ -106,7 +106,7 @@ static long collect(sv_tracker *t, bool take, sv_usage **out)
     }
     size_t k = 0;
     for (size_t i = 0; i < t->accounts.n; i++) {
-        sv__account *a = sv__table_at(&t->accounts, i);
+        sv__account *a = sv_table_at(&t->accounts, i);
         if (take && (a->pend_up || a->pend_down)) {
             v[k++] = (sv_usage){.user = a->user, .up = a->pend_up, .down = a->pend_down};
             a->pend_up = a->pend_down = 0;

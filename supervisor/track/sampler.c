@@ -34,16 +34,16 @@ static bool group_eq_user(const void *entry, const void *key)
 
 void sv__sampler_init(sv_tracker *t)
 {
-    sv__table_init(&t->inbounds, sizeof(sv__group));
-    sv__table_init(&t->outbounds, sizeof(sv__group));
-    sv__table_init(&t->users, sizeof(sv__group));
+    sv_table_init(&t->inbounds, sizeof(sv__group));
+    sv_table_init(&t->outbounds, sizeof(sv__group));
+    sv_table_init(&t->users, sizeof(sv__group));
 }
 
 void sv__sampler_free(sv_tracker *t)
 {
-    sv__table_free(&t->inbounds);
-    sv__table_free(&t->outbounds);
-    sv__table_free(&t->users);
+    sv_table_free(&t->inbounds);
+    sv_table_free(&t->outbounds);
+    sv_table_free(&t->users);
     sv_stats_free(&t->stats);
 }
 
@@ -58,7 +58,7 @@ static void group_add(sv__group *g, uint64_t up, uint64_t down, bool live)
 }
 
 /** The group of tag @p tag (the first @p n bytes), created on first use. NULL on OOM. */
-static sv__group *group_of_tag(sv__table *tab, const char *tag, size_t n)
+static sv__group *group_of_tag(sv_table *tab, const char *tag, size_t n)
 {
     char key[SV_TAG_MAX + 1];
     if (n > SV_TAG_MAX)
@@ -66,16 +66,16 @@ static sv__group *group_of_tag(sv__table *tab, const char *tag, size_t n)
     memcpy(key, tag, n);
     key[n] = '\0';
     bool added;
-    sv__group *g = sv__table_get(tab, sv__hash_str(key), key, group_eq_tag, &added);
+    sv__group *g = sv_table_get(tab, sv_hash_str(key), key, group_eq_tag, &added);
     if (g && added)
         memcpy(g->s.tag, key, n + 1);
     return g;
 }
 
-static sv__group *group_of_user(sv__table *tab, uint64_t user)
+static sv__group *group_of_user(sv_table *tab, uint64_t user)
 {
     bool added;
-    sv__group *g = sv__table_get(tab, sv__hash_u64(user), &user, group_eq_user, &added);
+    sv__group *g = sv_table_get(tab, sv_hash_u64(user), &user, group_eq_user, &added);
     if (g && added) {
         g->user = user;
         snprintf(g->s.tag, sizeof g->s.tag, "%" PRIu64, user);
@@ -114,10 +114,10 @@ static void reset_tick(sv__group *g)
     g->s.flows = 0;
 }
 
-static void reset_table(sv__table *tab)
+static void reset_table(sv_table *tab)
 {
     for (size_t i = 0; i < tab->n; i++)
-        reset_tick(sv__table_at(tab, i));
+        reset_tick(sv_table_at(tab, i));
 }
 
 /** Steps 3 and 4: live flows first, then the closed queue. */
@@ -185,7 +185,7 @@ static int cmp_user_tag(const void *a, const void *b)
 }
 
 /** Copy a group table into a sorted array; users only when active this tick. */
-static int export_groups(const sv__table *tab, uint64_t interval_ns, bool users, sv_tag_stats **out,
+static int export_groups(const sv_table *tab, uint64_t interval_ns, bool users, sv_tag_stats **out,
                          size_t *n_out)
 {
     *out = NULL;
@@ -197,7 +197,7 @@ static int export_groups(const sv__table *tab, uint64_t interval_ns, bool users,
         return -ENOMEM;
     size_t n = 0;
     for (size_t i = 0; i < tab->n; i++) {
-        const sv__group *g = sv__table_at(tab, i);
+        const sv__group *g = sv_table_at(tab, i);
         if (users && g->s.flows == 0 && g->tick_up == 0 && g->tick_down == 0)
             continue;
         v[n++] = group_stats(g, interval_ns);

@@ -13,39 +13,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "supervisor/track/tracker.h"
+#include "supervisor/util/table.h"
 
 /** Highest worker count: a flow id keeps its worker in the low 8 bits. */
 #define SV__TRACK_MAX_WORKERS 256u
-
-/** A small open-addressing hash table over a growable array of fixed-size entries. */
-typedef struct sv__table {
-    char *v;          /**< entries, elem bytes each, in insertion order */
-    size_t elem, n, cap;
-    uint64_t *hashes; /**< the hash of each entry (for rehashing) */
-    uint32_t *slots;  /**< entry index + 1; 0 = empty; n_slots is a power of two */
-    size_t n_slots;
-} sv__table;
-
-/** Key comparison: true when @p entry has key @p key. */
-typedef bool (*sv__table_eq)(const void *entry, const void *key);
-
-/** Make @p t an empty table of @p elem-byte entries (no allocation yet). */
-void sv__table_init(sv__table *t, size_t elem);
-/** Free the table's memory and leave it empty. */
-void sv__table_free(sv__table *t);
-/** Entry @p i (0 <= i < t->n), in insertion order. */
-void *sv__table_at(const sv__table *t, size_t i);
-/**
- * Find the entry with @p key, or append a zeroed one (*added = true; the caller fills its key).
- * The pointer is valid until the next insertion. NULL on allocation failure.
- */
-void *sv__table_get(sv__table *t, uint64_t hash, const void *key, sv__table_eq eq, bool *added);
-
-/** Hashes for sv__table keys: FNV-1a over a string, splitmix64 over an integer. */
-uint64_t sv__hash_str(const char *s);
-uint64_t sv__hash_u64(uint64_t x);
 
 /** One worker's registry: live records and records unregistered since the last count. */
 typedef struct sv__worker {
@@ -83,13 +57,13 @@ struct sv_tracker {
     pthread_mutex_t sample_lock; /**< the sampler's aggregation state */
     uint64_t tick;
     sv__group total;
-    sv__table inbounds, outbounds, users; /**< of sv__group */
+    sv_table inbounds, outbounds, users; /**< of sv__group */
 
     pthread_mutex_t stats_lock; /**< the published snapshot */
     sv_stats stats;
 
     pthread_mutex_t ledger_lock;
-    sv__table accounts; /**< of sv__account */
+    sv_table accounts; /**< of sv__account */
 
     pthread_mutex_t dev_lock;  /**< the remote device table (devices.c) */
     sv_device_count *remote;   /**< sorted by user, unique */
@@ -97,11 +71,36 @@ struct sv_tracker {
     _Atomic uint64_t dev_refused;
 };
 
+/* Pure string helpers shared by tracker.c, sampler.c and devices.c, inline so that no file
+ * of track/ calls back into another one (no cycle, supervisor/README.md "Include direction"). */
+
 /** Length of the tag part of an outbound id: "tag@v3" → 3; without "@vN" the whole length. */
-size_t sv__outbound_tag_len(const char *outbound);
+static inline size_t sv__outbound_tag_len(const char *outbound)
+{
+    const char *at = strrchr(outbound, '@');
+    size_t n = strlen(outbound);
+    if (!at || at[1] != 'v' || at[2] == '\0')
+        return n;
+    for (const char *p = at + 2; *p; p++)
+        if (*p < '0' || *p > '9')
+            return n;
+    return (size_t)(at - outbound);
+}
 
 /** The IP part of an "ip:port" or "[v6]:port" source, copied into @p out (NUL-terminated). */
-void sv__source_ip(const char *source, char out[64]);
+static inline void sv__source_ip(const char *source, char out[64])
+{
+    const char *colon = strrchr(source, ':');
+    size_t n = colon ? (size_t)(colon - source) : strlen(source);
+    if (n >= 2 && source[0] == '[' && source[n - 1] == ']') {
+        source++;
+        n -= 2;
+    }
+    if (n > 63)
+        n = 63;
+    memcpy(out, source, n);
+    out[n] = '\0';
+}
 
 /** Sampler state and ledger setup/teardown (called by sv_tracker_new / sv_tracker_free). */
 void sv__sampler_init(sv_tracker *t);

@@ -1,5 +1,5 @@
 /*
- * Fuzz harness: the agent config parser (agent/config.c) and, for configs it accepts, the
+ * Fuzz harness: the agent config parser (agent/agent_config.c) and, for configs it accepts, the
  * inline panel bodies (panel/model.c) and their lowering (agent/lower.c).
  * Checks: a refusal has a negative code, a message and leaves the config empty; an accepted
  * config has 1..AG_CONFIG_NODES_MAX nodes with non-empty tags and exactly one source per body;
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/config.h"
+#include "agent/agent_config.h"
 #include "agent/lower.h"
 #include "panel/model.h"
 #include "supervisor/util/log.h"

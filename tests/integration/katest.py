@@ -653,6 +653,11 @@ def cmd_mkconfig(a):
             node["networkSettings"] = {"path": a.ws_path}
             if a.ws_host:
                 node["networkSettings"]["headers"] = {"Host": a.ws_host}
+    elif a.protocol == "vless":
+        # the UniProxy vless node (PANEL.md 1.4): TLS when a certificate is given
+        tls = 1 if a.cert_self or a.cert_file else 0
+        node = {"server_port": a.port, "network": "tcp", "tls": tls, "flow": None,
+                "decryption": None}
     else:
         node = {"server_port": a.port, "cipher": a.cipher,
                 "routes": [{"id": 1, "match": a.block or ["domain:blocked.test", "10.9.0.0/16"],
@@ -684,6 +689,14 @@ def cmd_mkconfig(a):
             node_cfg["cert"] = {"mode": "file", "cert_file": a.cert_file, "key_file": a.key_file}
         else:
             die("mkconfig --protocol trojan needs --cert-file and --key-file, or --cert-self", 2)
+        if a.fallback:
+            node_cfg["fallback"] = a.fallback
+    if a.protocol == "vless":
+        # issue 9: the certificate when the node has tls 1, optional fallback
+        if a.cert_self:
+            node_cfg["cert"] = {"mode": "self"}
+        elif a.cert_file and a.key_file:
+            node_cfg["cert"] = {"mode": "file", "cert_file": a.cert_file, "key_file": a.key_file}
         if a.fallback:
             node_cfg["fallback"] = a.fallback
     cfg = {"log": {"level": a.log_level}, "workers": a.workers,
@@ -734,6 +747,8 @@ def cmd_ssplan(a):
             print("cert self")
         if ncfg.get("fallback"):
             print("fallback %s" % ncfg["fallback"])
+    elif panel.get("node_type") == "vless":
+        print("node %d vless" % node["server_port"])
     else:
         print("node %d %s" % (node["server_port"], node["cipher"]))
     for u in users["users"]:
@@ -993,13 +1008,13 @@ def main():
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
     c.add_argument("--no-allow-private", action="store_true",
                    help="leave allow_private out: users may not reach loopback (katana default)")
-    c.add_argument("--protocol", choices=("shadowsocks", "trojan"), default="shadowsocks",
+    c.add_argument("--protocol", choices=("shadowsocks", "trojan", "vless"), default="shadowsocks",
                    help="panel node_type (shadowsocks is the default and leaves node_type out)")
     c.add_argument("--server-name", default="node.test", help="trojan: the node's server_name")
-    c.add_argument("--cert-file", help="trojan: PEM certificate chain (cert mode file)")
-    c.add_argument("--key-file", help="trojan: PEM private key (cert mode file)")
-    c.add_argument("--cert-self", action="store_true", help="trojan: cert mode self")
-    c.add_argument("--fallback", help="trojan: HOST:PORT that non-Trojan traffic is relayed to")
+    c.add_argument("--cert-file", help="trojan, vless (tls 1): PEM certificate chain (cert mode file)")
+    c.add_argument("--key-file", help="trojan, vless (tls 1): PEM private key (cert mode file)")
+    c.add_argument("--cert-self", action="store_true", help="trojan, vless (tls 1): cert mode self")
+    c.add_argument("--fallback", help="trojan, vless: HOST:PORT that failed clients are relayed to")
     c.add_argument("--ws-path", help="trojan: network ws with this networkSettings.path")
     c.add_argument("--ws-host", help="trojan: networkSettings.headers.Host (with --ws-path)")
     c = sub.add_parser("relay")

@@ -2,7 +2,7 @@
 # t-man.sh: katana.json(5) explains every configuration key the parser accepts, and both
 # generated man pages are clean roff.
 #  - keys: every string in a `keys[] = {...}` list and every json_object_get(..., "key") of
-#    agent/config.c must appear as a path component (`a.key`, `key`, `x[].key`) in a ": term"
+#    agent/agent_config.c must appear as a path component (`a.key`, `key`, `x[].key`) in a ": term"
 #    line of the katana.json page of packaging/man/katana.man.md;
 #  - roff: groff -ww reports no warning for katana.8 and katana.json.5 (from the build tree).
 # Exit: 0 pass, 1 fail, 77 skip (no groff).
@@ -12,18 +12,18 @@ BLD=${KATANA_TOP_BUILDDIR:-$SRC}
 MAN_MD=$SRC/packaging/man/katana.man.md
 fails=0
 
-keys=$( { grep -E 'keys\[\] *= *\{' -A3 "$SRC/agent/config.c" |
+keys=$( { grep -E 'keys\[\] *= *\{' -A3 "$SRC/agent/agent_config.c" |
           sed -n '/keys\[\]/,/NULL/p' | grep -o '"[a-z_]*"' ;
-        grep -o 'json_object_get([^,]*, *"[a-z_]*")' "$SRC/agent/config.c" |
+        grep -o 'json_object_get([^,]*, *"[a-z_]*")' "$SRC/agent/agent_config.c" |
           grep -o '"[a-z_]*"' ; } | tr -d '"' | sort -u)
-[ -n "$keys" ] || { echo "FAIL: t-man: no keys found in agent/config.c"; exit 1; }
+[ -n "$keys" ] || { echo "FAIL: t-man: no keys found in agent/agent_config.c"; exit 1; }
 
 terms=$(awk '/^%page /{ p = ($2 == "katana.json") } p && /^: /' "$MAN_MD")
 for k in $keys; do
     if grep -q -E "(^: |[\`.]|\[\]\.)$k([\`.[]|\$)" <<<"$terms"; then
         echo "PASS: t-man: key $k is explained in katana.json(5)"
     else
-        echo "FAIL: t-man: key $k (agent/config.c) has no entry in katana.json(5) ($MAN_MD)"
+        echo "FAIL: t-man: key $k (agent/agent_config.c) has no entry in katana.json(5) ($MAN_MD)"
         fails=$((fails + 1))
     fi
 done

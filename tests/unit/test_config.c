@@ -1,4 +1,4 @@
-/* Unit tests: agent config parser (agent/config.c). */
+/* Unit tests: agent config parser (agent/agent_config.c). */
 #include "config.h"
 
 #include <errno.h>
@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "agent/config.h"
+#include "agent/agent_config.h"
 #include "panel/model.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/util/log.h"
@@ -63,6 +63,25 @@ static void config__trojan_example__parses(void **state)
     assert_int_equal(n->panel.type, AG_PANEL_LOCAL);
     assert_string_equal(n->panel.node_type, "trojan");
     assert_int_equal(json_integer_value(json_object_get(n->panel.node, "server_port")), 8443);
+    ag_config_free(&cfg);
+}
+
+/* The VLESS demo (issue 9): a local vless node over TLS with a self-signed certificate. */
+static void config__vless_example__parses(void **state)
+{
+    (void)state;
+    char path[PATH_MAX];
+    ag_config cfg;
+    sv_error err = {0};
+    snprintf(path, sizeof path, "%s/packaging/examples/local-vless.json", srcdir());
+    int rc = ag_config_load_file(path, &cfg, &err);
+    if (rc != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(cfg.n_nodes, 1);
+    const ag_node_config *n = &cfg.nodes[0];
+    assert_int_equal(n->cert.mode, AG_CERT_SELF);
+    assert_string_equal(n->panel.node_type, "vless");
+    assert_int_equal(json_integer_value(json_object_get(n->panel.node, "tls")), 1);
     ag_config_free(&cfg);
 }
 
@@ -473,8 +492,8 @@ static void config__cert_fallback_node_type__parse_strictly(void **state)
                  "}]}", -EINVAL, "nodes[0].fallback: expected \"HOST:PORT\", got \"web\"");
     expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\",\"node_type\":"
                  "\"vmess\",\"node\":{\"server_port\":1},\"users\":{\"users\":[]}}}]}",
-                 -EINVAL, "nodes[0].panel.node_type: expected \"shadowsocks\" or \"trojan\", "
-                 "got \"vmess\"");
+                 -EINVAL, "nodes[0].panel.node_type: expected \"shadowsocks\", \"trojan\" or "
+                 "\"vless\", got \"vmess\"");
 }
 
 /* The packaged config (issue 15): never an empty API token but the placeholder the package
@@ -537,6 +556,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(config__example__parses),
         cmocka_unit_test(config__trojan_example__parses),
+        cmocka_unit_test(config__vless_example__parses),
         cmocka_unit_test(config__full_settings__parse),
         cmocka_unit_test(config__unknown_keys__name_their_path),
         cmocka_unit_test(config__wrong_types__are_named),

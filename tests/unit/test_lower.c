@@ -453,7 +453,84 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     st.fallback = strdup("127.0.0.1:80");
     f.nodes = &st;
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
-    assert_string_equal(err.msg, "node ss: \"cert\" and \"fallback\" apply to trojan nodes only");
+    assert_string_equal(err.msg, "node ss: \"cert\" and \"fallback\" apply to trojan and vless "
+                                 "nodes only");
+    free_state(&st);
+}
+
+/* Issue 9: a vless node (PANEL.md §1.4) lowers to a VLESS inbound, over TLS with the config's
+ * certificate when tls is 1, in clear when 0; transports, REALITY, a flow and VLESS encryption
+ * are refused naming the field. */
+static void lower__vless_node__inbound_and_refusals(void **state)
+{
+    (void)state;
+    ag_node_state st;
+    sv_spec s;
+    sv_error err = {0};
+    state_from_json(&st, "vl", "{\"protocol\":\"vless\",\"server_port\":443,\"tls\":1,"
+                    "\"network\":\"tcp\",\"flow\":null,\"decryption\":\"none\"}",
+                    "{\"users\":[{\"id\":1,\"uuid\":\"27848739-7e62-4138-9fd3-098a63964b6b\"}]}");
+    st.cert = SV_CERT_SELF;
+    st.fallback = strdup("127.0.0.1:8080");
+    lower_one(&st, &s);
+    assert_int_equal(s.n_inbounds, 1);
+    const sv_inbound_spec *in = &s.inbounds[0];
+    assert_int_equal(in->protocol, SV_INBOUND_VLESS);
+    assert_false(in->udp);
+    assert_int_equal(in->bind.port, 443);
+    assert_int_equal(in->tls.cert, SV_CERT_SELF);
+    assert_string_equal(in->fallback, "127.0.0.1:8080");
+    assert_string_equal(in->users, "vl");
+    sv_spec_free(&s);
+    free_state(&st);
+
+    /* tls 0: in clear, the config's certificate unused; the fallback still applies. */
+    state_from_json(&st, "vl", "{\"protocol\":\"vless\",\"server_port\":8443,\"flow\":\"\"}",
+                    "{\"users\":[]}");
+    st.cert = SV_CERT_SELF;
+    st.fallback = strdup("127.0.0.1:8080");
+    lower_one(&st, &s);
+    assert_int_equal(s.inbounds[0].protocol, SV_INBOUND_VLESS);
+    assert_int_equal(s.inbounds[0].tls.cert, SV_CERT_NONE);
+    assert_null(s.inbounds[0].tls.server_name);
+    assert_string_equal(s.inbounds[0].fallback, "127.0.0.1:8080");
+    sv_spec_free(&s);
+    free_state(&st);
+
+    static const struct {
+        const char *extra, *msg;
+    } refused[] = {
+        {"\"network\":\"ws\"", "node vl: network \"ws\": not served (vless over TCP or TLS only)"},
+        {"\"network\":\"grpc\"", "node vl: network \"grpc\": not served (vless over TCP or TLS "
+                                 "only)"},
+        {"\"network\":\"httpupgrade\"", "node vl: network \"httpupgrade\": not served (vless "
+                                        "over TCP or TLS only)"},
+        {"\"network\":\"xhttp\"", "node vl: network \"xhttp\": not served (vless over TCP or TLS "
+                                  "only)"},
+        {"\"tls\":2", "node vl: tls 2 (REALITY): not served (vless over TCP or TLS only)"},
+        {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow: not served (no VLESS flow such as "
+                                          "xtls-rprx-vision)"},
+        {"\"decryption\":\"mlkem768x25519plus.native.600s.x\"",
+         "node vl: decryption: not served (no VLESS encryption)"},
+        {"\"multiplex\":{\"enabled\":true}", "node vl: multiplex: not served (no multiplexing)"},
+    };
+    char json[256];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(json, sizeof json, "{\"protocol\":\"vless\",\"server_port\":9,\"tls\":1,%s}",
+                 refused[i].extra);
+        state_from_json(&st, "vl", json, "{\"users\":[]}");
+        st.cert = SV_CERT_SELF;
+        ag_fleet f = {.nodes = &st, .n = 1};
+        assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+        assert_string_equal(err.msg, refused[i].msg);
+        free_state(&st);
+    }
+    state_from_json(&st, "vl", "{\"protocol\":\"vless\",\"server_port\":9,\"tls\":1}",
+                    "{\"users\":[]}");
+    ag_fleet f = {.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node vl: a vless node with tls 1 needs \"cert\" in the agent "
+                                 "config (mode file or self)");
     free_state(&st);
 }
 
@@ -855,6 +932,7 @@ int main(void)
         cmocka_unit_test(lower__unserved_settings__are_refused_naming_the_field),
         cmocka_unit_test(lower__trojan_node__inbound_over_tls_and_refusals),
         cmocka_unit_test(lower__trojan_ws_node__ws_settings),
+        cmocka_unit_test(lower__vless_node__inbound_and_refusals),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),
         cmocka_unit_test(lower__every_match_form),
         cmocka_unit_test(lower__bad_regexps_protocols_and_other_actions__are_skipped),

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 
 #include "supervisor/principal.h"
 #include "supervisor/proto/ss_ops.h"
@@ -175,6 +176,27 @@ static void ss_ops__declared_bounds__fit_the_runtime(void **state)
     assert_non_null(ops->attach_replay);
 }
 
+/* A failed MD5 (here: OpenSSL restricted to FIPS-approved algorithms, as on a FIPS host) must
+ * refuse the user set; it used to leave an all-zero master key that authenticated clients
+ * (issue 8, "Fixes found in review"). */
+static void ss_ops__md5_unavailable__creds_refused_with_reason(void **state)
+{
+    (void)state;
+    void *creds = NULL;
+    sv_error err = {0};
+    assert_int_equal(EVP_set_default_properties(NULL, "fips=yes"), 1);
+    int rc = ops->creds_new(&k_in, &k_set, &creds, &err);
+    assert_int_equal(EVP_set_default_properties(NULL, ""), 1);
+    assert_int_equal(rc, -EIO);
+    assert_null(creds);
+    assert_int_equal(err.code, -EIO);
+    assert_string_equal(err.msg, "inbound in: cannot derive Shadowsocks keys: MD5 is not available "
+                                 "in OpenSSL (provider configuration)");
+    /* the normal configuration still builds the table */
+    assert_int_equal(ops->creds_new(&k_in, &k_set, &creds, &err), 0);
+    ops->creds_free(creds);
+}
+
 static void principal__same_user__same_principal_until_released(void **state)
 {
     (void)state;
@@ -226,6 +248,7 @@ int main(void)
         cmocka_unit_test(ss_ops__unknown_key__error_with_drain),
         cmocka_unit_test(ss_ops__corrupt_chunk_while_relaying__error_with_close),
         cmocka_unit_test(ss_ops__declared_bounds__fit_the_runtime),
+        cmocka_unit_test(ss_ops__md5_unavailable__creds_refused_with_reason),
         cmocka_unit_test(principal__same_user__same_principal_until_released),
         cmocka_unit_test(hostport__forms__parsed_or_refused),
     };

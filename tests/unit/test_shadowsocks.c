@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 #include <openssl/core_names.h>
+#include <openssl/evp.h>
 #include <openssl/kdf.h>
 
 #include "supervisor/proto/shadowsocks.h"
@@ -360,9 +361,30 @@ static void vectors__password__gives_master_key(void **state)
         size_t kl = jhex(c, "master_key", want, sizeof want);
         assert_int_equal(kl, sv_ss_key_len(vcipher(c)));
         assert_int_equal(kl, json_integer_value(jget(c, "key_len")));
-        sv_ss_password_to_key(vcipher(c), vpass(c), got);
+        assert_int_equal(sv_ss_password_to_key(vcipher(c), vpass(c), got), 0);
         assert_memory_equal(got, want, kl);
     }
+}
+
+/* MD5 unavailable (OpenSSL restricted to FIPS-approved algorithms): an error and no key, and a
+ * keyring is not built (it used to hold all-zero keys, issue 8). */
+static void password__md5_unavailable__eio_and_no_key(void **state)
+{
+    (void)state;
+    uint8_t key[SV_SS_KEY_MAX], zero[SV_SS_KEY_MAX] = {0};
+    memset(key, 0xAA, sizeof key);
+    const char *pw[] = {"pw"};
+    sv_ss_keyring ring;
+    assert_int_equal(EVP_set_default_properties(NULL, "fips=yes"), 1);
+    int rc_key = sv_ss_password_to_key(SV_SS_AES_256_GCM, "pw", key);
+    int rc_ring = sv_ss_keyring_init(&ring, SV_SS_AES_256_GCM, pw, 1);
+    assert_int_equal(EVP_set_default_properties(NULL, ""), 1);
+    assert_int_equal(rc_key, -EIO);
+    assert_memory_equal(key, zero, 32);
+    assert_int_equal(rc_ring, -EIO);
+    assert_int_equal(ring.n, 0);
+    assert_null(ring.keys);
+    sv_ss_keyring_deinit(&ring);
 }
 
 static void vectors__salt__gives_subkey(void **state)
@@ -1133,6 +1155,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(vectors__password__gives_master_key),
+        cmocka_unit_test(password__md5_unavailable__eio_and_no_key),
         cmocka_unit_test(vectors__salt__gives_subkey),
         cmocka_unit_test(subkey__random_inputs__equal_to_evp_kdf_hkdf),
         cmocka_unit_test(vectors__tcp_client_wire__gives_address_and_payload),

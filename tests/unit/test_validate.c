@@ -305,6 +305,36 @@ static void an_unknown_protocol_is_refused(void **state)
     expect_invalid(&f, "inbound ss1: unknown protocol");
 }
 
+/* Issue 9: a vless inbound needs a user set and UDP in its stream; TLS is optional, a
+ * certificate file needs both paths, a fallback must be HOST:PORT. */
+static void vless_inbound_rules(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f);
+    f.in[1] = (sv_inbound_spec){.tag = "vl", .bind = {"::1", 8389},
+                                .protocol = SV_INBOUND_VLESS, .users = "u"};
+    expect_valid(&f);
+    f.in[1].tls.cert = SV_CERT_SELF;
+    f.in[1].fallback = "127.0.0.1:80";
+    expect_valid(&f);
+    f.in[1].fallback = "web";
+    expect_invalid(&f, "inbound vl: fallback \"web\" is not HOST:PORT");
+    f.in[1].fallback = NULL;
+    f.in[1].tls.cert = SV_CERT_FILE;
+    f.in[1].tls.cert_file = "c.pem";
+    expect_invalid(&f, "inbound vl: cert mode file needs cert_file and key_file");
+    f.in[1].tls.cert = SV_CERT_SELF + 1;
+    expect_invalid(&f, "inbound vl: unknown cert mode");
+    f.in[1].tls.cert = SV_CERT_NONE;
+    f.in[1].udp = true;
+    expect_invalid(&f, "inbound vl: a vless inbound carries UDP inside its stream; udp must be "
+                       "false");
+    f.in[1].udp = false;
+    f.in[1].users = NULL;
+    expect_invalid(&f, "inbound vl: a vless inbound needs a user set");
+}
+
 static void an_unknown_cipher_is_refused(void **state)
 {
     fx f;
@@ -657,6 +687,7 @@ int main(void)
         cmocka_unit_test(binds_on_other_ports_or_families_do_not_overlap),
         cmocka_unit_test(an_unknown_protocol_is_refused),
         cmocka_unit_test(an_unknown_cipher_is_refused),
+        cmocka_unit_test(vless_inbound_rules),
         cmocka_unit_test(a_shadowsocks_inbound_needs_a_user_set),
         cmocka_unit_test(an_unknown_outbound_kind_is_refused),
         cmocka_unit_test(a_duplicate_user_id_is_refused),

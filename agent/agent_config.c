@@ -1,8 +1,8 @@
 /*
- * Agent config parser (agent/config.h). Pure apart from ag_config_load_file's read. Every error
+ * Agent config parser (agent/agent_config.h). Pure apart from ag_config_load_file's read. Every error
  * names the JSON path of the offending value.
  */
-#include <config.h> /* autoconf; "config.h" here would be agent/config.h */
+#include "config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/config.h"
+#include "agent/agent_config.h"
 #include "api/api.h"
 #include "panel/model.h"
 #include "supervisor/proto/core.h"
@@ -309,9 +309,9 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
     if (rc == 0) /* issue 8: the protocol a body without "protocol" has (default shadowsocks) */
         rc = get_string(panel, path, "node_type", false, &node_type, err);
     if (rc == 0 && node_type != NULL && strcmp(node_type, "shadowsocks") != 0 &&
-        strcmp(node_type, "trojan") != 0)
-        rc = sv_error_set(err, -EINVAL, "%s.node_type: expected \"shadowsocks\" or \"trojan\", "
-                          "got \"%.32s\"", path, node_type);
+        strcmp(node_type, "trojan") != 0 && strcmp(node_type, "vless") != 0)
+        rc = sv_error_set(err, -EINVAL, "%s.node_type: expected \"shadowsocks\", \"trojan\" or "
+                          "\"vless\", got \"%.32s\"", path, node_type);
     if (rc == 0 && node_type != NULL && (pc->node_type = strdup(node_type)) == NULL)
         rc = sv_error_set(err, -ENOMEM, "%s: out of memory", path);
     if (rc == 0)

@@ -1,0 +1,162 @@
+/*
+ * The outbound seam (issue 8 "Outbounds", DESIGN.md "The data plane"): what carries a flow once
+ * the connector has routed it. The connector is route → the target's ops → open; it never asks
+ * which kind of outbound it holds.
+ *
+ *  - direct (direct.c): dials the destination (a name is resolved first), and sends datagrams
+ *    from one socket per address family (seed 002 "直连出站的 UDP socket").
+ *  - blackhole (blackhole.c): refuses every stream and carries no datagram.
+ *  - a proxy outbound (later issues) is one more file filling sv_outbound_ops and one entry in
+ *    sv_outbound_ops_for() (outbound.c).
+ *
+ * A stream or datagram link is embedded in its owner (a connection, a UDP sub-link), lives on one
+ * worker loop and reports back through an events table. Nothing is copied or allocated per read
+ * or write: reads land where the owner's alloc event points (the worker's scratch buffer), writes
+ * take the owner's buffers. Include direction: this header sits below runtime.h (it knows
+ * destinations and the node's own addresses, not workers, planes or connections).
+ */
+#ifndef SV_OUTBOUND_OUTBOUND_H
+#define SV_OUTBOUND_OUTBOUND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "supervisor/netclass.h"
+#include "supervisor/proto/core.h"
+#include "supervisor/supervisor.h"
+
+typedef struct sv_outbound_ops sv_outbound_ops;
+
+/** Where a link runs: the worker's loop and its current own addresses (issue 15). */
+typedef struct sv_ob_env {
+    uv_loop_t *loop;
+    sv_addrset *const *own_addrs; /**< the worker's field: read at each check, may hold NULL */
+} sv_ob_env;
+
+/** What a stream reports to its owner (all on the worker loop). */
+typedef struct sv_ob_stream_events {
+    /** Once after a successful open(): 0 = ready for bytes, < 0 = dial failed or refused. */
+    void (*connected)(void *owner, int status);
+    /** Where the next read lands (the owner's buffer; never allocated per read). */
+    void (*alloc)(void *owner, uv_buf_t *buf);
+    /** @p n > 0 bytes in @p buf, UV_EOF at the peer's half-close, or another negative error. */
+    void (*read)(void *owner, ssize_t n, const uv_buf_t *buf);
+    /** The one write() in flight completed (< 0: failed or cancelled by close). */
+    void (*written)(void *owner, int status);
+    /** After close(): nothing of the stream is in flight any more; its memory may go. */
+    void (*closed)(void *owner);
+} sv_ob_stream_events;
+
+/**
+ * One outbound stream. The owner zeroes it, sets ops/ev/owner/env and calls ops->open; the
+ * fields below `allow_internal` belong to the implementation.
+ */
+typedef struct sv_ob_stream {
+    const sv_outbound_ops *ops;
+    const sv_ob_stream_events *ev;
+    void *owner;
+    sv_ob_env env;
+    /** A name that resolves to an internal address may be dialled (issue 15: the inbound's
+     *  allow_private, a route that named the destination, or the operator's fallback). */
+    bool allow_internal;
+    int pending;  /**< handles and requests in flight */
+    bool closing, tcp_inited, resolving;
+    uv_tcp_t tcp;
+    uv_getaddrinfo_t gai;
+    uv_connect_t connect;
+    uv_write_t wr;
+    uv_shutdown_t sd;
+    void *impl;   /**< an implementation's own state (a proxy's cipher); NULL for direct */
+} sv_ob_stream;
+
+/** What a datagram link reports to its owner (all on the worker loop). */
+typedef struct sv_ob_dgram_events {
+    /** Where the next reply lands (the owner's buffer). */
+    void (*alloc)(void *owner, uv_buf_t *buf);
+    /** One reply of @p n bytes from @p from (borrowed for the call). */
+    void (*recv)(void *owner, const struct sockaddr *from, const uint8_t *p, size_t n);
+    /** A datagram of @p n payload bytes was handed to the kernel (billing, seed 002). */
+    void (*sent)(void *owner, size_t n);
+    /** After dgram_close(): nothing of the link is in flight any more; its memory may go. */
+    void (*closed)(void *owner);
+} sv_ob_dgram_events;
+
+/** Names a direct datagram link remembers (seed 002 MAX_RESOLVED_NAMES is 256; one here). */
+#define SV_OB_DGRAM_HOST_MAX 256
+
+/**
+ * One outbound datagram link (a UDP sub-link's carrier). The owner zeroes it, sets
+ * ops/ev/owner/env and calls ops->dgram_open; the fields below `env` belong to the
+ * implementation.
+ */
+typedef struct sv_ob_dgram {
+    const sv_outbound_ops *ops;
+    const sv_ob_dgram_events *ev;
+    void *owner;
+    sv_ob_env env;
+    int pending;       /**< open handles and requests */
+    bool closing, resolving;
+    uv_udp_t sock[2];  /**< [0] AF_INET, [1] AF_INET6 */
+    bool inited[2];    /**< that socket's handle is initialised (closed by dgram_close) */
+    bool has[2];       /**< that family's socket is bound and receiving: it can send */
+    uv_getaddrinfo_t gai;
+    uint8_t *held;     /**< the datagram waiting for the resolution (one at a time) */
+    size_t held_len;
+    bool held_allow_internal;
+    char cached_host[SV_OB_DGRAM_HOST_MAX];
+    struct sockaddr_storage cached_addr; /**< AF_UNSPEC: none usable */
+    bool cached_internal; /**< cached_host resolved to an internal address (issue 15) */
+    void *impl;
+} sv_ob_dgram;
+
+/**
+ * The ops table every outbound fills. Streams: open, then (once connected) any of
+ * read/try_write/write/shutdown, then close exactly once whatever open returned. Datagrams:
+ * dgram_open, dgram_send, then dgram_close exactly once whatever dgram_open returned. No event
+ * but `closed` follows close; `closed` may come from inside close when nothing was in flight.
+ * An outbound that carries no datagram leaves the three dgram ops NULL: the fan-out drops what is
+ * routed to it, unbilled (seed 002).
+ */
+struct sv_outbound_ops {
+    const char *name;
+    /**
+     * Open a stream to @p d (borrowed for the call). @return 0: ev->connected follows once;
+     * < 0: refused or failed now (-ECONNREFUSED for a blackhole); close it all the same.
+     */
+    int (*open)(sv_ob_stream *s, const sv_dest *d);
+    /** Start (@p on) or stop delivering reads; starting after EOF or close does nothing. */
+    void (*read)(sv_ob_stream *s, bool on);
+    /** Write what the kernel takes now. @return bytes taken (0..total), or < 0 (failed). */
+    int (*try_write)(sv_ob_stream *s, const uv_buf_t *iov, unsigned n);
+    /** Queue @p n buffers (kept alive by the owner until ev->written). One at a time. @return 0
+     *  or < 0 (then no event follows). */
+    int (*write)(sv_ob_stream *s, const uv_buf_t *iov, unsigned n);
+    /** Half-close after the queued write. @return 0 or < 0. */
+    int (*shutdown)(sv_ob_stream *s);
+    /** Close: cancel a pending dial or resolution; ev->closed follows once. */
+    void (*close)(sv_ob_stream *s);
+    /** Open a datagram link. @return 0, or < 0 (seed 002: direct fails only when no address
+     *  family binds, -EADDRNOTAVAIL); close it all the same. */
+    int (*dgram_open)(sv_ob_dgram *g);
+    /**
+     * Send @p n bytes to @p d; dropped silently when no socket can reach it, while another name
+     * resolves, or when a name resolves to an internal address and @p allow_internal is false
+     * (issue 15). ev->sent reports what left.
+     */
+    void (*dgram_send)(sv_ob_dgram *g, const sv_dest *d, const uint8_t *p, size_t n,
+                       bool allow_internal);
+    /** Close the link; ev->closed follows once. */
+    void (*dgram_close)(sv_ob_dgram *g);
+};
+
+/** direct (direct.c) and blackhole (blackhole.c). */
+extern const sv_outbound_ops sv_ob_direct;
+extern const sv_outbound_ops sv_ob_blackhole;
+
+/** The implementation of outbounds of @p kind, or NULL for a kind no file implements. */
+const sv_outbound_ops *sv_outbound_ops_for(enum sv_outbound_kind kind);
+
+#endif

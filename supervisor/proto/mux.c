@@ -1,0 +1,280 @@
+/* Mux.Cool server side (PROTOCOLS.md §7): frame decoder and encoder, sans-I/O. */
+#include "config.h"
+
+#include "supervisor/proto/mux.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What the data block of the current frame is for. */
+enum mux_action { ACT_DROP = 0, ACT_TCP, ACT_DATAGRAM };
+
+typedef struct mux_session {
+    bool used;
+    uint16_t id;
+    uint8_t network; /* enum sv_network */
+    sv_dest *udp;    /* a UDP session's destination (every datagram's) */
+} mux_session;
+
+struct sv_mux {
+    bool in_data;   /* reading the current frame's data block */
+    uint8_t action; /* enum mux_action */
+    uint16_t id;    /* the current frame's session */
+    uint32_t left;  /* data bytes of the current frame still to come */
+    const sv_dest *udp;
+    unsigned n_ends;
+    uint8_t ends[SV_EFFECTS_MAX][SV_MUX_END_LEN]; /* End frames answered in this feed() */
+    mux_session s[SV_MUX_SESSIONS_MAX];
+};
+
+sv_mux *sv_mux_new(void)
+{
+    return calloc(1, sizeof(sv_mux));
+}
+
+void sv_mux_free(sv_mux *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < SV_MUX_SESSIONS_MAX; i++)
+        free(m->s[i].udp);
+    free(m);
+}
+
+static uint16_t be16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static mux_session *find(sv_mux *m, uint16_t id)
+{
+    for (size_t i = 0; i < SV_MUX_SESSIONS_MAX; i++)
+        if (m->s[i].used && m->s[i].id == id)
+            return &m->s[i];
+    return NULL;
+}
+
+static mux_session *free_slot(sv_mux *m)
+{
+    for (size_t i = 0; i < SV_MUX_SESSIONS_MAX; i++)
+        if (!m->s[i].used)
+            return &m->s[i];
+    return NULL;
+}
+
+static void forget(mux_session *s)
+{
+    free(s->udp);
+    memset(s, 0, sizeof *s);
+}
+
+void sv_mux_session_gone(sv_mux *m, uint16_t id)
+{
+    mux_session *s = find(m, id);
+    if (s == NULL)
+        return;
+    if (m->in_data && m->id == id)
+        m->action = ACT_DROP; /* the rest of its data block has nowhere to go */
+    forget(s);
+}
+
+size_t sv_mux_frame_end(uint16_t id, bool error, uint8_t *out)
+{
+    out[0] = 0;
+    out[1] = 4; /* meta_len */
+    out[2] = (uint8_t)(id >> 8);
+    out[3] = (uint8_t)id;
+    out[4] = SV_MUX_END;
+    out[5] = error ? 0x02 : 0x00;
+    return SV_MUX_END_LEN;
+}
+
+/* Answer session @p id with an End frame (an unknown session, or no room for a new one). */
+static void answer_end(sv_mux *m, uint16_t id, sv_effects *fx)
+{
+    uint8_t *f = m->ends[m->n_ends++];
+    sv_mux_frame_end(id, false, f);
+    sv_effect *e = sv_effects_push(fx, SV_FX_TO_CLIENT);
+    e->data = f;
+    e->len = SV_MUX_END_LEN;
+}
+
+/*
+ * A New frame's metadata (@p meta, @p ml bytes, ml >= 4): open the session. Its data block, if
+ * any, goes to the new session (or is dropped when it cannot be opened).
+ * @return 0, -EPROTO (bad network or address, a session already open) or -ENOMEM.
+ */
+static int open_session(sv_mux *m, const uint8_t *meta, size_t ml, sv_effects *fx)
+{
+    uint16_t id = be16(meta);
+    sv_dest d;
+    if (ml < 5 || (meta[4] != SV_NET_TCP && meta[4] != SV_NET_UDP))
+        return -EPROTO;
+    ssize_t a = sv_dest_parse_b(meta + 5, ml - 5, &d);
+    if (a <= 0 || find(m, id) != NULL) /* trailing bytes (Xray's XUDP global ID) are ignored */
+        return -EPROTO;
+    d.network = meta[4];
+    mux_session *s = free_slot(m);
+    if (s == NULL) {
+        answer_end(m, id, fx);
+        m->action = ACT_DROP;
+        return 0;
+    }
+    if (d.network == SV_NET_UDP) {
+        s->udp = malloc(sizeof *s->udp);
+        if (s->udp == NULL)
+            return -ENOMEM;
+        *s->udp = d;
+    }
+    s->used = true;
+    s->id = id;
+    s->network = (uint8_t)d.network;
+    sv_effect *e = sv_effects_push(fx, SV_FX_OPEN);
+    e->stream = id;
+    e->dest = d;
+    m->action = d.network == SV_NET_TCP ? ACT_TCP : ACT_DATAGRAM;
+    m->udp = s->udp;
+    return 0;
+}
+
+/*
+ * Decode one frame header at @p p (status, session, the length of its data block); an empty
+ * datagram is delivered with it.
+ * @return header bytes consumed; 0 when incomplete; -EPROTO or -ENOMEM.
+ */
+static ssize_t read_header(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx)
+{
+    if (n < 2)
+        return 0;
+    size_t ml = be16(p);
+    if (ml < 4 || ml > SV_MUX_META_MAX)
+        return -EPROTO;
+    if (n < 2 + ml)
+        return 0;
+    const uint8_t *meta = p + 2;
+    uint8_t status = meta[2], option = meta[3];
+    if (status < SV_MUX_NEW || status > SV_MUX_KEEPALIVE)
+        return -EPROTO;
+    size_t hl = 2 + ml + ((option & 0x01) ? 2 : 0);
+    if (n < hl)
+        return 0;
+    uint16_t id = be16(meta);
+    m->id = id;
+    m->action = ACT_DROP;
+    mux_session *s;
+    switch ((enum sv_mux_status)status) {
+    case SV_MUX_NEW: {
+        int rc = open_session(m, meta, ml, fx);
+        if (rc < 0)
+            return rc;
+        break;
+    }
+    case SV_MUX_KEEP:
+        s = find(m, id);
+        if (s == NULL) {
+            answer_end(m, id, fx);
+        } else {
+            m->action = s->network == SV_NET_TCP ? ACT_TCP : ACT_DATAGRAM;
+            m->udp = s->udp;
+        }
+        break;
+    case SV_MUX_END:
+        s = find(m, id);
+        if (s != NULL) {
+            forget(s);
+            sv_effect *e = sv_effects_push(fx, SV_FX_CLOSE);
+            e->stream = id;
+        }
+        break;
+    case SV_MUX_KEEPALIVE:
+        break;
+    }
+    m->left = (option & 0x01) ? be16(p + 2 + ml) : 0;
+    if (m->action == ACT_DATAGRAM && m->left > SV_MUX_UDP_PAYLOAD_MAX)
+        m->action = ACT_DROP;
+    if ((option & 0x01) && m->left == 0 && m->action == ACT_DATAGRAM) {
+        sv_effect *e = sv_effects_push(fx, SV_FX_DATAGRAM); /* an empty datagram is one */
+        e->stream = id;
+        e->dest = *m->udp;
+        e->data = p + hl;
+    }
+    m->in_data = m->left > 0;
+    return (ssize_t)hl;
+}
+
+/* Deliver what there is of the current data block. @return bytes consumed (0: need more). */
+static size_t read_data(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx)
+{
+    size_t k = n < m->left ? n : m->left;
+    if (m->action == ACT_DATAGRAM) {
+        if (n < m->left)
+            return 0; /* a datagram goes whole (at most SV_MUX_UDP_PAYLOAD_MAX bytes) */
+        sv_effect *e = sv_effects_push(fx, SV_FX_DATAGRAM);
+        e->stream = m->id;
+        e->dest = *m->udp;
+        e->data = p;
+        e->len = k;
+    } else if (m->action == ACT_TCP && k > 0) {
+        sv_effect *e = sv_effects_push(fx, SV_FX_TO_OUTBOUND);
+        e->stream = m->id;
+        e->data = p;
+        e->len = k;
+    }
+    m->left -= (uint32_t)k;
+    if (m->left == 0)
+        m->in_data = false;
+    return k;
+}
+
+ssize_t sv_mux_feed(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx)
+{
+    size_t at = 0;
+    m->n_ends = 0;
+    /* room for a header's two effects, and one slot stays for the caller's error effect */
+    while (fx->n + 3 <= SV_EFFECTS_MAX) {
+        if (m->in_data) {
+            size_t k = read_data(m, p + at, n - at, fx);
+            if (k == 0)
+                break;
+            at += k;
+            continue;
+        }
+        ssize_t h = read_header(m, p + at, n - at, fx);
+        if (h < 0)
+            return h;
+        if (h == 0)
+            break;
+        at += (size_t)h;
+    }
+    return (ssize_t)at;
+}
+
+size_t sv_mux_frame_max(size_t len)
+{
+    size_t blocks = len == 0 ? 1 : (len + SV_MUX_DATA_MAX - 1) / SV_MUX_DATA_MAX;
+    return len + blocks * 8;
+}
+
+ssize_t sv_mux_frame_data(uint16_t id, const uint8_t *in, size_t len, uint8_t *out, size_t cap)
+{
+    if (cap < sv_mux_frame_max(len))
+        return -EMSGSIZE;
+    size_t at = 0, off = 0;
+    do {
+        size_t k = len - off < SV_MUX_DATA_MAX ? len - off : SV_MUX_DATA_MAX;
+        uint8_t *f = out + at;
+        f[0] = 0;
+        f[1] = 4; /* meta_len */
+        f[2] = (uint8_t)(id >> 8);
+        f[3] = (uint8_t)id;
+        f[4] = SV_MUX_KEEP;
+        f[5] = 0x01; /* data follows */
+        f[6] = (uint8_t)(k >> 8);
+        f[7] = (uint8_t)k;
+        memcpy(f + 8, in + off, k);
+        at += 8 + k;
+        off += k;
+    } while (off < len);
+    return (ssize_t)at;
+}

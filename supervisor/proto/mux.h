@@ -1,0 +1,88 @@
+/*
+ * Mux.Cool server side (PROTOCOLS.md §7), sans-I/O: the frame codec that VLESS and VMess cores
+ * run on their body once the client asked for command 3. Each mux session is one stream of the
+ * protocol-core seam (proto.h): stream = session ID.
+ *
+ * Not wired yet: the runtime (conn.c) keeps one flow per connection, so the cores still refuse
+ * command 3. What it lacks is listed in supervisor/README.md ("Mux.Cool").
+ *
+ * Frame: u16be meta_len | metadata | (option & 0x01) u16be data_len | data. Metadata: session
+ * ID u16be, status (1 New, 2 Keep, 3 End, 4 KeepAlive), option (1 data, 2 error), and for New
+ * the network (1 TCP, 2 UDP) and an address in style B (§1.1). The decoder consumes a frame's
+ * header whole, then its data as it comes (TCP data is forwarded piecewise; a UDP datagram is
+ * delivered whole), so it never needs more than SV_MUX_CARRY_MAX bytes buffered although data
+ * blocks go up to 65535 bytes.
+ */
+#ifndef SV_PROTO_MUX_H
+#define SV_PROTO_MUX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "supervisor/proto/core.h"
+#include "supervisor/proto/proto.h"
+
+enum sv_mux_status { SV_MUX_NEW = 1, SV_MUX_KEEP, SV_MUX_END, SV_MUX_KEEPALIVE };
+
+#define SV_MUX_META_MAX 512      /**< longer metadata is a protocol error (§7.3) */
+#define SV_MUX_SESSIONS_MAX 128  /**< open sessions per connection; a New beyond gets End */
+/** Largest UDP datagram either way: v2ray 4.34's reader refuses more than 2048 bytes (§7.3);
+ *  a longer datagram from the client is read and dropped. */
+#define SV_MUX_UDP_PAYLOAD_MAX 2048
+/** Largest data block of one frame (the u16be length). */
+#define SV_MUX_DATA_MAX 65535
+/** Most bytes sv_mux_feed() leaves unconsumed: a frame header, or a whole datagram. */
+#define SV_MUX_CARRY_MAX (2 + SV_MUX_META_MAX + 2 > SV_MUX_UDP_PAYLOAD_MAX                        \
+                              ? 2 + SV_MUX_META_MAX + 2 : SV_MUX_UDP_PAYLOAD_MAX)
+/** Bytes of an End frame (sv_mux_frame_end). */
+#define SV_MUX_END_LEN 6
+
+typedef struct sv_mux sv_mux;
+
+/** A decoder for one connection (about 2 KiB). @return it, or NULL when out of memory. */
+sv_mux *sv_mux_new(void);
+/** Free @p m (NULL-safe). */
+void sv_mux_free(sv_mux *m);
+
+/**
+ * Decode client frames from @p p (@p n bytes) and append their effects to @p fx (not emptied;
+ * it stops when fewer than 3 effect slots are left): New → SV_FX_OPEN (stream = session ID,
+ * dest with network TCP or UDP); data of a TCP session → SV_FX_TO_OUTBOUND pointing into @p p;
+ * a UDP session's data block → one SV_FX_DATAGRAM to the session's destination (dropped when
+ * above SV_MUX_UDP_PAYLOAD_MAX); End → SV_FX_CLOSE. A Keep for an unknown session, and a New
+ * beyond SV_MUX_SESSIONS_MAX sessions, get an End frame back (SV_FX_TO_CLIENT, data in @p m,
+ * valid until the next call) and their data is dropped; KeepAlive data is dropped.
+ * @return bytes consumed (0 = need more: call again with more appended; never more than
+ *         SV_MUX_CARRY_MAX bytes are left), or -EPROTO for metadata shorter than 4 bytes or
+ *         longer than SV_MUX_META_MAX, an unknown status, network or address, or a New for a
+ *         session that is open: the whole connection ends (effects already appended stand).
+ */
+ssize_t sv_mux_feed(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx);
+
+/**
+ * Forget session @p id (its outbound ended; the runtime sends its End frame): a later Keep for
+ * it gets an End back. Unknown ids are ignored.
+ */
+void sv_mux_session_gone(sv_mux *m, uint16_t id);
+
+/** Most wire bytes sv_mux_frame_data() writes for @p len payload bytes. */
+size_t sv_mux_frame_max(size_t len);
+
+/**
+ * Frame @p len bytes of session @p id's outbound for the client as Keep frames with data (blocks
+ * of at most SV_MUX_DATA_MAX bytes; one block per datagram for UDP, so a UDP caller passes one
+ * datagram of at most SV_MUX_UDP_PAYLOAD_MAX bytes). @p in and @p out may not overlap.
+ * @return wire length, or -EMSGSIZE when @p cap < sv_mux_frame_max(len).
+ */
+ssize_t sv_mux_frame_data(uint16_t id, const uint8_t *in, size_t len, uint8_t *out, size_t cap);
+
+/**
+ * Write the End frame of session @p id (option 0x02 when @p error: the outbound failed).
+ * @param out  SV_MUX_END_LEN bytes
+ * @return SV_MUX_END_LEN.
+ */
+size_t sv_mux_frame_end(uint16_t id, bool error, uint8_t *out);
+
+#endif

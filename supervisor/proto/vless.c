@@ -1,0 +1,467 @@
+/* VLESS server core (PROTOCOLS.md §5): UUID table, request, addons and UDP datagram parsing. */
+#include "config.h"
+
+#include "supervisor/proto/vless.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+/* ---------------------------------------------------------------------------------------- */
+/* Credential table: 16-byte UUID → user index                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+/* One slot of the open-addressing table: user index + 1 (0 = empty) and 32 bits of the hash. */
+typedef struct vless_slot {
+    uint32_t tag;
+    uint32_t user1;
+} vless_slot;
+
+typedef struct vless_creds {
+    size_t n;    /* users */
+    size_t mask; /* slots - 1 (a power of two, at least 2n) */
+    vless_slot *slots;
+    uint8_t (*id)[SV_VLESS_UUID_LEN]; /* each user's UUID, by user index */
+    bool fallback;                    /* the inbound has a fallback: failed clients go there */
+} vless_creds;
+
+/*
+ * Hash of the 16 bytes. The keys are ids the panel made (random v4 UUIDs), not ids the client
+ * chooses, so a probe's cost is bounded by the table's own clusters whatever the query is.
+ */
+static uint64_t hash_id(const uint8_t *id)
+{
+    uint64_t a, b;
+    memcpy(&a, id, 8);
+    memcpy(&b, id + 8, 8);
+    uint64_t x = (a ^ 0x243f6a8885a308d3u) * 0x9e3779b97f4a7c15u;
+    x ^= x >> 29;
+    x = (x ^ b) * 0xbf58476d1ce4e5b9u;
+    x ^= x >> 31;
+    return x;
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int sv_vless_uuid_parse(const char *text, uint8_t *out)
+{
+    size_t len = text != NULL ? strlen(text) : 0;
+    bool dashed = len == 36;
+    memset(out, 0, SV_VLESS_UUID_LEN);
+    if (len != 36 && len != 32)
+        return -EINVAL;
+    size_t at = 0;
+    for (size_t i = 0; i < SV_VLESS_UUID_LEN; i++) {
+        if (dashed && (at == 8 || at == 13 || at == 18 || at == 23)) {
+            if (text[at] != '-')
+                goto bad;
+            at++;
+        }
+        int hi = hex_value(text[at]), lo = hex_value(text[at + 1]);
+        if (hi < 0 || lo < 0)
+            goto bad;
+        out[i] = (uint8_t)(hi << 4 | lo);
+        at += 2;
+    }
+    return 0;
+bad:
+    memset(out, 0, SV_VLESS_UUID_LEN);
+    return -EINVAL;
+}
+
+int sv_vless_creds_lookup(const void *creds, const uint8_t *uuid)
+{
+    const vless_creds *t = creds;
+    if (t == NULL)
+        return -1;
+    uint64_t h = hash_id(uuid);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (size_t i = (size_t)h & t->mask;; i = (i + 1) & t->mask) {
+        const vless_slot *s = &t->slots[i];
+        if (s->user1 == 0)
+            return -1;
+        if (s->tag == tag && CRYPTO_memcmp(t->id[s->user1 - 1], uuid, SV_VLESS_UUID_LEN) == 0)
+            return (int)(s->user1 - 1);
+    }
+}
+
+static void creds_free(void *creds)
+{
+    vless_creds *t = creds;
+    if (t == NULL)
+        return;
+    if (t->id != NULL)
+        OPENSSL_cleanse(t->id, t->n * SV_VLESS_UUID_LEN);
+    free(t->id);
+    free(t->slots);
+    free(t);
+}
+
+/* Insert user @p u. @return 0, or the index + 1 of a user with the same UUID. */
+static uint32_t creds_insert(vless_creds *t, uint32_t u)
+{
+    uint64_t h = hash_id(t->id[u]);
+    uint32_t tag = (uint32_t)(h >> 32);
+    size_t i = (size_t)h & t->mask;
+    for (; t->slots[i].user1 != 0; i = (i + 1) & t->mask) {
+        const vless_slot *s = &t->slots[i];
+        if (s->tag == tag && memcmp(t->id[s->user1 - 1], t->id[u], SV_VLESS_UUID_LEN) == 0)
+            return s->user1;
+    }
+    t->slots[i].tag = tag;
+    t->slots[i].user1 = u + 1;
+    return 0;
+}
+
+static int creds_fill(vless_creds *t, const sv_user_set *users, sv_error *err)
+{
+    const char *set = users->tag != NULL ? users->tag : "";
+    for (size_t i = 0; i < users->n_users; i++) {
+        const sv_user *u = &users->users[i];
+        if (sv_vless_uuid_parse(u->secret, t->id[i]) != 0)
+            return sv_error_set(err, -EINVAL, "user set %s: user %" PRIu64 " has a uuid that "
+                                "is not a UUID", set, u->id);
+        uint32_t dup = creds_insert(t, (uint32_t)i);
+        if (dup != 0)
+            return sv_error_set(err, -EINVAL, "user set %s: users %" PRIu64 " and %" PRIu64
+                                " have the same uuid", set, users->users[dup - 1].id, u->id);
+    }
+    return 0;
+}
+
+static int creds_new(const sv_inbound_spec *in, const sv_user_set *users, void **out,
+                     sv_error *err)
+{
+    *out = NULL;
+    size_t n = users->n_users;
+    const char *set = users->tag != NULL ? users->tag : "";
+    if (n > SV_USERS_MAX)
+        return sv_error_set(err, -EINVAL, "user set %s: more than %d users", set, SV_USERS_MAX);
+    size_t cap = 16;
+    while (cap < 2 * n)
+        cap <<= 1;
+    vless_creds *t = calloc(1, sizeof *t);
+    if (t != NULL) {
+        t->n = n;
+        t->mask = cap - 1;
+        t->slots = calloc(cap, sizeof *t->slots);
+        t->id = calloc(n > 0 ? n : 1, sizeof *t->id);
+        t->fallback = in != NULL && in->fallback != NULL;
+    }
+    if (t == NULL || t->slots == NULL || t->id == NULL) {
+        creds_free(t);
+        return sv_error_set(err, -ENOMEM, "user set %s: out of memory", set);
+    }
+    int rc = creds_fill(t, users, err);
+    if (rc < 0) {
+        creds_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Per-connection state and feed                                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+enum vless_phase { PH_REQUEST = 0, PH_TCP, PH_UDP, PH_FAILED };
+
+typedef struct vless_conn {
+    uint8_t phase;  /* enum vless_phase */
+    bool replied;   /* the response header went out */
+    int error;      /* PH_FAILED: the error that ended the connection */
+    uint32_t skip;  /* PH_UDP: bytes of an oversized datagram still to drop */
+    sv_dest dest;   /* PH_UDP: the request's destination, every datagram's */
+} vless_conn;
+
+static int conn_init(void *state, const sv_inbound_spec *in)
+{
+    (void)in;
+    memset(state, 0, sizeof(vless_conn));
+    return 0;
+}
+
+static void conn_deinit(void *state)
+{
+    (void)state;
+}
+
+/*
+ * Parse a protobuf varint at @p p (at most 10 bytes, within @p n).
+ * @return its length, or -EPROTO when it does not end within @p n bytes.
+ */
+static ssize_t varint(const uint8_t *p, size_t n, uint64_t *v)
+{
+    *v = 0;
+    for (size_t i = 0; i < n && i < 10; i++) {
+        *v |= (uint64_t)(p[i] & 0x7f) << (7 * i);
+        if (!(p[i] & 0x80))
+            return (ssize_t)(i + 1);
+    }
+    return -EPROTO;
+}
+
+/*
+ * Check the addons (§5.4): protobuf Addons{string Flow = 1; bytes Seed = 2;}, unknown fields
+ * skipped. @return 0, -EPROTONOSUPPORT for a non-empty Flow (we serve none), -EPROTO when
+ * malformed.
+ */
+static int check_addons(const uint8_t *p, size_t n)
+{
+    size_t at = 0;
+    while (at < n) {
+        uint64_t key, len;
+        ssize_t k = varint(p + at, n - at, &key);
+        if (k < 0)
+            return (int)k;
+        at += (size_t)k;
+        if (key >> 3 == 0)
+            return -EPROTO;
+        switch (key & 7) {
+        case 0:
+            k = varint(p + at, n - at, &len);
+            if (k < 0)
+                return (int)k;
+            at += (size_t)k;
+            break;
+        case 1:
+        case 5:
+            len = (key & 7) == 1 ? 8 : 4;
+            if (n - at < len)
+                return -EPROTO;
+            at += len;
+            break;
+        case 2:
+            k = varint(p + at, n - at, &len);
+            if (k < 0 || n - at - (size_t)k < len)
+                return -EPROTO;
+            at += (size_t)k + len;
+            if (key >> 3 == 1 && len > 0)
+                return -EPROTONOSUPPORT;
+            break;
+        default:
+            return -EPROTO;
+        }
+        if (key >> 3 == 1 && (key & 7) != 2)
+            return -EPROTO;
+    }
+    return 0;
+}
+
+/*
+ * Parse the request header (§5.1), checking each field as soon as its bytes are there, in wire
+ * order, so that whole and piecewise input fail with the same error. *@p user is set once the
+ * UUID is known (an error after that is a client's, not a prober's).
+ * @return header length; 0 when more bytes are needed; -EPROTO, -EACCES or -EPROTONOSUPPORT.
+ */
+static ssize_t parse_request(const void *creds, const uint8_t *p, size_t n, int *user,
+                             uint8_t *cmd, sv_dest *d)
+{
+    if (n < 1)
+        return 0;
+    if (p[0] != 0)
+        return -EPROTO;
+    size_t at = 1 + SV_VLESS_UUID_LEN;
+    if (n < at)
+        return 0;
+    *user = sv_vless_creds_lookup(creds, p + 1);
+    if (*user < 0)
+        return -EACCES;
+    if (n < at + 1)
+        return 0;
+    size_t m = p[at++];
+    if (n < at + m)
+        return 0;
+    int r = check_addons(p + at, m);
+    if (r < 0)
+        return r;
+    at += m;
+    if (n < at + 1)
+        return 0;
+    *cmd = p[at++];
+    if (*cmd != SV_VLESS_TCP && *cmd != SV_VLESS_UDP)
+        return -EPROTONOSUPPORT;
+    ssize_t a = sv_dest_parse_b(p + at, n - at, d);
+    if (a <= 0)
+        return a;
+    return (ssize_t)(at + (size_t)a);
+}
+
+static ssize_t fail(vless_conn *c, sv_effects *fx, int error, enum sv_probe_policy policy,
+                    uint8_t *data, size_t len)
+{
+    c->phase = PH_FAILED;
+    c->error = error;
+    sv_effect *e = sv_effects_push(fx, SV_FX_ERROR);
+    if (e != NULL) {
+        e->error = error;
+        e->policy = policy;
+        e->data = data;
+        e->len = len;
+    }
+    return error;
+}
+
+/* Emit whole datagrams from @p p + @p at while @p fx has room; drop oversized ones as they
+ * come. @return bytes consumed. */
+static ssize_t feed_datagrams(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
+{
+    while (fx->n < SV_EFFECTS_MAX) {
+        if (c->skip > 0) {
+            size_t k = n - at < c->skip ? n - at : c->skip;
+            c->skip -= (uint32_t)k;
+            at += k;
+            if (c->skip > 0)
+                break;
+            continue;
+        }
+        if (n - at < 2)
+            break;
+        size_t len = (size_t)p[at] << 8 | p[at + 1];
+        if (len > SV_VLESS_UDP_PAYLOAD_MAX) {
+            c->skip = (uint32_t)len;
+            at += 2;
+            continue;
+        }
+        if (n - at - 2 < len)
+            break;
+        sv_effect *e = sv_effects_push(fx, SV_FX_DATAGRAM);
+        e->dest = c->dest;
+        e->data = p + at + 2;
+        e->len = len;
+        at += 2 + len;
+    }
+    return (ssize_t)at;
+}
+
+static void push_data(sv_effects *fx, uint8_t *p, size_t n)
+{
+    if (n > 0) {
+        sv_effect *e = sv_effects_push(fx, SV_FX_TO_OUTBOUND);
+        e->data = p;
+        e->len = n;
+    }
+}
+
+static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx)
+{
+    vless_conn *c = state;
+    fx->n = 0;
+    switch ((enum vless_phase)c->phase) {
+    case PH_FAILED:
+        return fail(c, fx, c->error, SV_PROBE_CLOSE, NULL, 0);
+    case PH_TCP:
+        push_data(fx, p, n);
+        return (ssize_t)n;
+    case PH_UDP:
+        return feed_datagrams(c, p, n, 0, fx);
+    case PH_REQUEST:
+        break;
+    }
+
+    int user = -1;
+    uint8_t cmd = 0;
+    sv_dest d;
+    ssize_t h = parse_request(creds, p, n, &user, &cmd, &d);
+    if (h < 0 && user < 0) {
+        const vless_creds *t = creds;
+        bool fb = t != NULL && t->fallback;
+        return fail(c, fx, (int)h, fb ? SV_PROBE_FALLBACK : SV_PROBE_DRAIN, p, n);
+    }
+    if (h < 0)
+        return fail(c, fx, (int)h, SV_PROBE_CLOSE, NULL, 0);
+    if (h == 0)
+        return 0;
+    sv_effect *e = sv_effects_push(fx, SV_FX_AUTHENTICATED);
+    e->principal = user;
+    d.network = cmd == SV_VLESS_TCP ? SV_NET_TCP : SV_NET_UDP;
+    e = sv_effects_push(fx, SV_FX_OPEN);
+    e->dest = d;
+    if (cmd == SV_VLESS_TCP) {
+        c->phase = PH_TCP;
+        push_data(fx, p + h, n - (size_t)h);
+        return (ssize_t)n;
+    }
+    c->phase = PH_UDP;
+    c->dest = d;
+    return feed_datagrams(c, p, n, (size_t)h, fx);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Downstream                                                                                */
+/* ---------------------------------------------------------------------------------------- */
+
+static size_t frame_max(size_t len)
+{
+    return len + SV_VLESS_RESPONSE_LEN;
+}
+
+/* Write the response header at @p out unless it went out already. @return its length. */
+static size_t put_response(vless_conn *c, uint8_t *out)
+{
+    if (c->replied)
+        return 0;
+    c->replied = true;
+    out[0] = 0; /* version */
+    out[1] = 0; /* addons length */
+    return SV_VLESS_RESPONSE_LEN;
+}
+
+static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
+                     size_t len, uint8_t *out, size_t cap)
+{
+    (void)creds, (void)stream;
+    vless_conn *c = state;
+    size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+    if (cap < head + len)
+        return -EMSGSIZE;
+    memmove(out + head, in, len);
+    put_response(c, out);
+    return (ssize_t)(head + len);
+}
+
+static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
+                              const sv_dest *from, const uint8_t *payload, size_t len,
+                              uint8_t *out, size_t cap)
+{
+    (void)creds, (void)stream, (void)from;
+    vless_conn *c = state;
+    if (len > SV_VLESS_UDP_PAYLOAD_MAX)
+        return -EINVAL;
+    size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+    if (cap < head + 2 + len)
+        return -EMSGSIZE;
+    memmove(out + head + 2, payload, len);
+    put_response(c, out);
+    out[head] = (uint8_t)(len >> 8);
+    out[head + 1] = (uint8_t)(len & 0xff);
+    return (ssize_t)(head + 2 + len);
+}
+
+const sv_proto_ops sv_vless_ops = {
+    .name = "vless",
+    .creds_new = creds_new,
+    .creds_free = creds_free,
+    .state_size = sizeof(vless_conn),
+    .init = conn_init,
+    .deinit = conn_deinit,
+    .feed = conn_feed,
+    .carry_max = SV_VLESS_CARRY_MAX,
+    .frame = frame,
+    .frame_max = frame_max,
+    .frame_datagram = frame_datagram,
+};

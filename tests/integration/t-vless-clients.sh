@@ -1,0 +1,181 @@
+#!/bin/bash
+# VLESS with the real v2ray 4.34 client (issue 9, PROTOCOLS.md §5): a vless node in clear
+# (tls 0) and one over TLS (tls 1, verified against a test CA). On each: two users at the same
+# time move 1 MiB byte-identical each way, UDP (command 2) goes through the client's SOCKS5 UDP
+# ASSOCIATE, and each user is billed the bytes its client moved: in clear exactly (usage counts
+# the client's wire bytes: payload, the 26-byte request and 2-byte response header per
+# connection, a 2-byte length per datagram), over TLS within [that, +5% + 4 KiB] (records); an
+# idle user is billed nothing. A client with a wrong UUID gets no echo and no log line, and the
+# daemon serves the others unaffected; requests naming their destination (localhost) are
+# served. Over TLS with a fallback, a browser's request reaches the fallback web server. First,
+# `katana check` refuses what is not served (REALITY, flow, VLESS encryption, grpc, a uuid that
+# is not a UUID) naming it.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/trojan.sh"
+kt_need v2ray openssl curl
+[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: no reference VLESS server mode"
+
+MIB=1048576
+U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid); WRONG=$(kt_uuid)
+tj_certs "$T/pki" server
+echo_start
+
+# vl_client NAME UUID SERVER_PORT TLS: v2ray with a SOCKS5 inbound (UDP on) and a vless
+# outbound (encryption none), over TLS for node.test verified against $TJ_CA when TLS is 1;
+# sets CL_PORT.
+vl_client() {
+    local stream='{"network": "tcp", "security": "none"}'
+    if [ "$4" = 1 ]; then
+        stream='{"network": "tcp", "security": "tls", "tlsSettings": {"serverName": "'$TJ_SNI'",
+          "allowInsecure": false, "certificates": [{"usage": "verify",
+          "certificateFile": "'$TJ_CA'"}]}}'
+    fi
+    kt_ports 1; CL_PORT=${PORTS[0]}
+    cat >"$T/client-$1.json" <<EOF
+{"log": {"loglevel": "warning", "access": "none"},
+ "inbounds": [{"listen": "127.0.0.1", "port": $CL_PORT, "protocol": "socks",
+   "settings": {"auth": "noauth", "udp": true, "ip": "127.0.0.1"}}],
+ "outbounds": [{"protocol": "vless",
+   "settings": {"vnext": [{"address": "127.0.0.1", "port": $3,
+                           "users": [{"id": "$2", "encryption": "none"}]}]},
+   "streamSettings": $stream}]}
+EOF
+    kt_bg "client-$1" v2ray -config "$T/client-$1.json"
+    kt_wait_port "$CL_PORT" 10 || { fail "v2ray client $1 did not listen on $CL_PORT"; exit 1; }
+}
+
+# usage_snapshot: SIGUSR1 and the usage lines it logs (as in t-trojan-clients.sh).
+usage_snapshot() {
+    sleep 1.5   # the sampler folds flow counters every second
+    srv_usage_mark
+    kill -USR1 "$SRV_PID"
+    for _ in $(seq 1 40); do [ -n "$(srv_usage)" ] && break; sleep 0.1; done
+    sleep 0.3
+    srv_usage
+}
+# billed LINES UID UP DOWN TLS: the user's usage is UP and DOWN bytes, exactly in clear (TLS
+# 0), each within [it, it + 5% + 4 KiB] over TLS.
+billed() {
+    local up down
+    read -r _ up down <<<"$(awk -v u="$2" '$1 == u' <<<"$1")"
+    echo "user $2: up ${up:-none} down ${down:-none}, expected $3 and $4 (TLS $5)"
+    [ -n "${up:-}" ] || return 1
+    if [ "$5" = 0 ]; then
+        [ "$up" = "$3" ] && [ "$down" = "$4" ]
+    else
+        [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 4096)) ] &&
+            [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
+    fi
+}
+no_usage() {
+    local l; l=$(awk -v u="$2" '$1 == u' <<<"$1")
+    echo "user $2: '${l:-no line}'"
+    [ -z "$l" ] || [ "$l" = "$2 0 0" ]
+}
+
+# scenario NAME TLS [mkconfig options]
+scenario() {
+    local name=$1 tls=$2; shift 2
+    kt_ports 1
+    mkconfig "$T/config-$name.json" "${PORTS[0]}" - --protocol vless --user "1:$U1" \
+        --user "2:$U2" --user "3:$U3" "$@"
+    srv_start "$T/config-$name.json"
+    local port=${PORTS[0]} c1 c2 bad
+    VL_PORT=$port
+    vl_client "$name-u1" "$U1" "$port" "$tls"; c1=$CL_PORT
+    vl_client "$name-u2" "$U2" "$port" "$tls"; c2=$CL_PORT
+    vl_client "$name-bad" "$WRONG" "$port" "$tls"; bad=$CL_PORT
+
+    local r1=0 r2=0 p1 p2
+    tcp_rt "$c1" ok --bytes "$MIB" --seed "$name-u1" --label "$name-u1" >"$T/$name-u1.out" 2>&1 &
+    p1=$!
+    tcp_rt "$c2" ok --bytes "$MIB" --seed "$name-u2" --label "$name-u2" >"$T/$name-u2.out" 2>&1 &
+    p2=$!
+    wait "$p1" || r1=$?
+    wait "$p2" || r2=$?
+    cat "$T/$name-u1.out" "$T/$name-u2.out"
+    check "$name: user 1, 1 MiB each way, echo identical" test "$r1" = 0
+    check "$name: user 2 at the same time, 1 MiB each way, echo identical" test "$r2" = 0
+    local snap
+    snap=$(usage_snapshot)
+    echo "SIGUSR1 snapshot:"; echo "$snap"
+    # one connection each: the request header (26 bytes for 127.0.0.1) up, 00 00 down
+    local up=$((MIB + 26)) down=$((MIB + 2))
+    check "$name: usage of user 1 is the bytes moved" billed "$snap" 1 "$up" "$down" "$tls"
+    check "$name: usage of user 2 is the bytes moved" billed "$snap" 2 "$up" "$down" "$tls"
+    check "$name: idle user 3 billed nothing" no_usage "$snap" 3
+
+    check "$name: UDP (command 2) via v2ray: 20 x 1200-byte datagrams echoed identical" \
+        udp_rt "$c1" ok --count 20 --size 1200 --seed "$name-udp"
+    check "$name: UDP: 8-byte and 1400-byte datagrams" \
+        eval 'udp_rt "$c2" ok --count 2 --size 8 --seed s && udp_rt "$c2" ok --count 2 --size 1400 --seed b'
+    snap=$(usage_snapshot)
+    echo "SIGUSR1 snapshot:"; echo "$snap"
+    # one VLESS connection per SOCKS5 association (udp_rt call): its headers once, a 2-byte
+    # length per datagram
+    check "$name: usage of user 1 after UDP is the bytes moved" \
+        billed "$snap" 1 $((up + 26 + 20 * 1202)) $((down + 2 + 20 * 1202)) "$tls"
+    check "$name: usage of user 2 after UDP is the bytes moved" \
+        billed "$snap" 2 $((up + 2 * 26 + 2 * 10 + 2 * 1402)) \
+        $((down + 2 * 2 + 2 * 10 + 2 * 1402)) "$tls"
+
+    local lines0; lines0=$(tj_log_lines)
+    check "$name: wrong UUID: TCP gets no echo" tcp_rt "$bad" refused --bytes 4096 --conns 3
+    check "$name: wrong UUID: UDP gets no echo" udp_rt "$bad" refused --count 2
+    check "$name: wrong UUID: no log line per attempt" test "$(tj_log_lines)" = "$lines0"
+    check "$name: daemon still runs" srv_alive
+    check "$name: user 1 served afterwards (TCP)" tcp_rt "$c1" ok --bytes 262144 --seed after
+    check "$name: user 2 served afterwards (UDP)" udp_rt "$c2" ok --count 3 --seed after2
+    # a name in the request (address type 2), resolved by katana
+    check "$name: TCP to a name (localhost): 64 KiB echoed identical" \
+        tcp_rt "$c1" ok --bytes 65536 --dest-host localhost --seed name
+    check "$name: UDP to a name (localhost): 3 datagrams echoed identical" \
+        udp_rt "$c2" ok --count 3 --dest-host localhost --seed name2
+}
+
+# Refused through `katana check`, naming the field (the node keeps its last good state when a
+# panel sends these): REALITY, a flow, VLESS encryption, grpc, a uuid that is no UUID.
+kt_ports 1
+mkconfig "$T/base.json" "${PORTS[0]}" - --protocol vless --user "1:$U1"
+python3 - "$T" <<'PY'
+import json, sys
+d = sys.argv[1]
+base = json.load(open(d + "/base.json"))
+def variant(name, edit):
+    c = json.loads(json.dumps(base)); edit(c)
+    json.dump(c, open("%s/%s.json" % (d, name), "w"))
+node = lambda c: c["nodes"][0]["panel"]["node"]
+variant("reality", lambda c: node(c).update(tls=2))
+variant("flow", lambda c: node(c).update(flow="xtls-rprx-vision"))
+variant("decryption", lambda c: node(c).update(decryption="mlkem768x25519plus.native.600s.x"))
+variant("grpc", lambda c: node(c).update(network="grpc"))
+variant("notuuid", lambda c: c["nodes"][0]["panel"]["users"]["users"].append(
+    {"id": 7, "uuid": "not-a-uuid"}))
+PY
+refused() {
+    local out rc=0
+    out=$(timeout 10 "$(katana_bin)" check -c "$T/$1.json" 2>&1) || rc=$?
+    echo "$1: exit $rc: $out"
+    [ "$rc" = 1 ] && grep -qF -- "$2" <<<"$out"
+}
+check "katana check: the base vless config is accepted" \
+    timeout 10 "$(katana_bin)" check -c "$T/base.json"
+check "tls 2 (REALITY) refused naming it" refused reality "tls 2 (REALITY): not served"
+check "a flow refused naming it" refused flow "flow: not served"
+check "VLESS encryption refused naming it" refused decryption "decryption: not served"
+check "network grpc refused naming it" refused grpc 'network "grpc": not served'
+check "a uuid that is not a UUID refused naming the user" refused notuuid \
+    "user 7 has a uuid that is not a UUID"
+
+scenario vless-tcp 0
+srv_stop
+check "vless-tcp: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
+tj_httpd fallback "fallback web page"
+scenario vless-tls 1 --cert-file "$TJ_CERT" --key-file "$TJ_KEY" --fallback "127.0.0.1:$HTTPD_PORT"
+check "vless-tls: a browser's request reaches the fallback" \
+    eval 'curl -s --max-time 10 --cacert "$TJ_CA" --resolve "$TJ_SNI:$VL_PORT:127.0.0.1" \
+        "https://$TJ_SNI:$VL_PORT/" | grep -q "fallback web page"'
+srv_stop
+check "vless-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+kt_finish

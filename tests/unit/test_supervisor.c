@@ -1,0 +1,190 @@
+/*
+ * The supervisor actor with real worker threads (issue 8 "Fixes found in review"):
+ *  - sv_epoch() is an epoch every worker has adopted: sv_apply returns only once they all did,
+ *    even when a worker is slow to take the plane (the test hook makes it slow);
+ *  - commit cannot fail: every message it sends is allocated in prepare, so a failed
+ *    allocation fails the apply (nothing changes) instead of dropping a worker's message.
+ * Listeners bind a free port on 127.0.0.1 only.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <uv.h>
+
+#include "supervisor/runtime.h"
+
+#define WORKERS 2
+
+/* ---- fixture ------------------------------------------------------------------------------ */
+
+static _Atomic uint64_t seen[WORKERS]; /**< the epoch each worker adopted last (test hook) */
+
+typedef struct fx {
+    uv_loop_t loop;
+    sv_supervisor *sv;
+    sv_spec spec;
+    sv_inbound_spec in[1];
+    sv_outbound_spec out[2];
+    sv_user_set sets[1];
+    sv_user users[1];
+    uint16_t port;
+} fx;
+
+/* A port free on 127.0.0.1 right now (the kernel's pick). */
+static uint16_t free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Outbounds direct and direct2; @p listen: inbound ss1 on 127.0.0.1:port for user 1;
+ * @p variant picks the default route (each change of it publishes a plane). */
+static void fx_spec(fx *f, bool listen, int variant)
+{
+    f->in[0] = (sv_inbound_spec){.tag = "ss1", .bind = {"127.0.0.1", f->port},
+                                 .protocol = SV_INBOUND_SHADOWSOCKS,
+                                 .ss_cipher = SV_SS_AES_128_GCM, .users = "u"};
+    f->out[0] = (sv_outbound_spec){.tag = "direct", .kind = SV_OUTBOUND_DIRECT};
+    f->out[1] = (sv_outbound_spec){.tag = "direct2", .kind = SV_OUTBOUND_DIRECT};
+    f->users[0] = (sv_user){.id = 1, .secret = "secret-1"};
+    f->sets[0] = (sv_user_set){.tag = "u", .users = f->users, .n_users = 1};
+    f->spec = (sv_spec){.inbounds = f->in, .n_inbounds = listen ? 1 : 0, .outbounds = f->out,
+                        .n_outbounds = 2, .user_sets = f->sets, .n_user_sets = 1,
+                        .route = {.default_outbound = variant % 2 ? "direct2" : "direct"}};
+}
+
+static int setup(void **state)
+{
+    static fx f;
+    memset(&f, 0, sizeof f);
+    memset(&sv__test_hooks, 0, sizeof sv__test_hooks);
+    for (unsigned w = 0; w < WORKERS; w++)
+        atomic_store(&seen[w], 0);
+    assert_int_equal(uv_loop_init(&f.loop), 0);
+    sv_options opts = {.workers = WORKERS};
+    assert_int_equal(sv_supervisor_new(&f.loop, &opts, &f.sv), 0);
+    f.port = free_port();
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    memset(&sv__test_hooks, 0, sizeof sv__test_hooks);
+    sv_supervisor_free(f->sv);
+    uv_run(&f->loop, UV_RUN_DEFAULT); /* the sampler's timer closes */
+    assert_int_equal(uv_loop_close(&f->loop), 0);
+    return 0;
+}
+
+/* ---- sv_epoch() is adopted by every worker --------------------------------------------------- */
+
+/* A worker that takes its time before adopting a plane (as a busy loop would). */
+static void slow_adopting(unsigned worker, uint64_t epoch)
+{
+    usleep(100 * 1000);
+    atomic_store(&seen[worker], epoch);
+}
+
+static void apply_returns_once_every_worker_adopted_the_plane(void **state)
+{
+    fx *f = *state;
+    sv__test_hooks.adopting = slow_adopting;
+    for (int round = 0; round < 3; round++) {
+        fx_spec(f, round > 0, round);
+        sv_error err = {0};
+        assert_int_equal(sv_apply(f->sv, &f->spec, NULL, NULL, &err), 0);
+        uint64_t epoch = sv_epoch(f->sv);
+        assert_int_equal(epoch, (uint64_t)round + 1);
+        for (unsigned w = 0; w < WORKERS; w++)
+            assert_int_equal(atomic_load(&seen[w]), epoch); /* the worker has it, not only sv */
+    }
+}
+
+/* ---- commit sends only what prepare allocated ------------------------------------------------ */
+
+static _Atomic int allocs_left; /* the allocation after this many fails; < 0: none fails */
+
+static bool countdown_fails(void)
+{
+    int left = atomic_load(&allocs_left);
+    if (left < 0)
+        return false;
+    atomic_store(&allocs_left, left - 1);
+    return left == 0;
+}
+
+/* Record the plane each worker adopts. */
+static void note_adopting(unsigned worker, uint64_t epoch) { atomic_store(&seen[worker], epoch); }
+
+static void a_failed_message_allocation_fails_the_apply_not_a_worker(void **state)
+{
+    fx *f = *state;
+    sv__test_hooks.alloc_fails = countdown_fails;
+    sv__test_hooks.adopting = note_adopting;
+    uint64_t epoch = sv_epoch(f->sv);
+    int failed = 0, published = 0;
+    /* fail the 1st, 2nd, ... allocation of an apply: listeners start and stop, planes change */
+    for (int k = 0; k < 20; k++) {
+        if (k % 4 == 0) /* a new port: a stopped listener's socket may still close on a worker */
+            f->port = free_port();
+        fx_spec(f, k % 4 < 2, k);
+        atomic_store(&allocs_left, k % 5);
+        sv_error err = {0};
+        int rc = sv_apply(f->sv, &f->spec, NULL, NULL, &err);
+        atomic_store(&allocs_left, -1);
+        uint64_t now = sv_epoch(f->sv);
+        if (rc != 0) {
+            failed++;
+            assert_int_equal(rc, -ENOMEM);
+            assert_int_equal(now, epoch); /* nothing was published */
+        } else {
+            assert_true(now >= epoch);
+            published += now > epoch;
+        }
+        /* every worker took every plane that was published: none missed its message */
+        for (unsigned w = 0; w < WORKERS; w++)
+            assert_int_equal(atomic_load(&seen[w]), now);
+        epoch = now;
+    }
+    assert_true(failed > 0);
+    assert_true(published > 0);
+    fx_spec(f, true, 1);
+    f->out[1].tag = "direct3"; /* a new outbound: a new plane */
+    f->spec.route.default_outbound = "direct3";
+    sv_error err = {0};
+    assert_int_equal(sv_apply(f->sv, &f->spec, NULL, NULL, &err), 0);
+    assert_int_equal(sv_epoch(f->sv), epoch + 1);
+    for (unsigned w = 0; w < WORKERS; w++)
+        assert_int_equal(atomic_load(&seen[w]), epoch + 1);
+}
+
+int main(void)
+{
+    alarm(60); /* bounded: a lost event must not hang the suite */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(apply_returns_once_every_worker_adopted_the_plane, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_failed_message_allocation_fails_the_apply_not_a_worker,
+                                        setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
