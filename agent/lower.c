@@ -369,13 +369,15 @@ static const struct {
     {PN_SET_DECRYPTION, "decryption", "no VLESS encryption"},
 };
 
-/* Refuse a `network` other than tcp and every unserved_fields entry but the @p served bits;
- * @p what says what the node serves ("trojan over TLS on TCP"). */
+/* Refuse a `network` other than tcp (and @p also_network when not NULL) and every
+ * unserved_fields entry but the @p served bits; @p what says what the node serves ("trojan over
+ * TLS on TCP"). */
 static int check_unserved(const ag_node_state *n, const char *what, unsigned served,
-                          sv_error *err)
+                          const char *also_network, sv_error *err)
 {
     const pn_node *p = &n->node;
-    if (p->network != NULL && strcmp(p->network, "tcp") != 0)
+    if (p->network != NULL && strcmp(p->network, "tcp") != 0 &&
+        (also_network == NULL || strcmp(p->network, also_network) != 0))
         return sv_error_set(err, -EINVAL, "node %s: network \"%.32s\": not served (%s only)",
                             n->tag, p->network, what);
     for (size_t i = 0; i < sizeof unserved_fields / sizeof unserved_fields[0]; i++)
@@ -395,20 +397,30 @@ static int check_shadowsocks(const ag_node_state *n, sv_error *err)
     if (p->plugin != NULL && p->plugin[0] != '\0')
         return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served (no SIP003 "
                             "plugins)", n->tag, p->plugin);
-    return check_unserved(n, "shadowsocks over plain TCP and UDP", 0, err);
+    return check_unserved(n, "shadowsocks over plain TCP and UDP", 0, NULL, err);
+}
+
+/* Is the node's transport WebSocket (`network` "ws", issue 9)? */
+static bool is_ws(const pn_node *p)
+{
+    return p->network != NULL && strcmp(p->network, "ws") == 0;
 }
 
 /*
- * A trojan node (PANEL.md §1.4: server_port, server_name, host, network tcp) is served over TLS
- * with the agent config's certificate. Transports and REALITY are refused naming the field until
- * their issues land; the node keeps its last good state.
+ * A trojan node (PANEL.md §1.4: server_port, server_name, host, network tcp or ws with
+ * networkSettings path and headers.Host) is served over TLS with the agent config's certificate
+ * (issue 8, issue 9). Other transports, transport settings on tcp, and REALITY are refused naming
+ * the field until their issues land; the node keeps its last good state.
  */
 static int check_trojan(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
         return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (trojan over "
                             "TLS only)", n->tag);
-    int rc = check_unserved(n, "trojan over TLS on TCP", PN_SET_TLS, err);
+    unsigned served = PN_SET_TLS;
+    if (is_ws(&n->node))
+        served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
+    int rc = check_unserved(n, "trojan over TLS on TCP or WebSocket", served, "ws", err);
     if (rc == 0 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a trojan node needs \"cert\" in the agent "
                             "config (mode file or self)", n->tag);
@@ -425,7 +437,7 @@ static int check_vless(const ag_node_state *n, sv_error *err)
     if (n->node.tls == 2)
         return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vless over "
                             "TCP or TLS only)", n->tag);
-    int rc = check_unserved(n, "vless over TCP or TLS", PN_SET_TLS, err);
+    int rc = check_unserved(n, "vless over TCP or TLS", PN_SET_TLS, NULL, err);
     if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a vless node with tls 1 needs \"cert\" in "
                             "the agent config (mode file or self)", n->tag);
@@ -442,7 +454,7 @@ static int check_vmess(const ag_node_state *n, sv_error *err)
     if (n->node.tls == 2)
         return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vmess over TCP "
                             "or TLS only)", n->tag);
-    int rc = check_unserved(n, "vmess over TCP or TLS", PN_SET_TLS, err);
+    int rc = check_unserved(n, "vmess over TCP or TLS", PN_SET_TLS, NULL, err);
     if (rc == 0 && n->fallback != NULL)
         return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan nodes only",
                             n->tag);
@@ -511,6 +523,12 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
         (name != NULL && (in->tls.server_name = strdup(name)) == NULL) ||
         (n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL))
         return -ENOMEM;
+    if (is_ws(&n->node)) { /* an empty path is "/", as v2ray and Xray take it */
+        const char *path = n->node.ws_path, *host = n->node.ws_host;
+        if ((in->ws.path = strdup(path != NULL && path[0] != '\0' ? path : "/")) == NULL ||
+            (host != NULL && host[0] != '\0' && (in->ws.host = strdup(host)) == NULL))
+            return -ENOMEM;
+    }
     return 0;
 }
 
@@ -597,5 +615,6 @@ bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b)
            x->server_port == y->server_port && str_eq(x->protocol, y->protocol) &&
            str_eq(x->network, y->network) && x->set == y->set &&
            str_eq(x->cipher, y->cipher) && str_eq(x->server_key, y->server_key) &&
-           str_eq(x->obfs, y->obfs) && str_eq(x->plugin, y->plugin);
+           str_eq(x->obfs, y->obfs) && str_eq(x->plugin, y->plugin) &&
+           str_eq(x->ws_path, y->ws_path) && str_eq(x->ws_host, y->ws_host);
 }

@@ -376,6 +376,25 @@ static unsigned tls_value(const json_t *v, unsigned set)
     return 1;
 }
 
+/* `networkSettings` (or `network_settings`) of a ws node: `path` and `headers.Host`
+ * (PANEL.md §1.4). Other members and other transports' settings are not read here. */
+static int parse_network_settings(const json_t *body, pn_node *out, sv_error *err)
+{
+    const json_t *ns = json_object_get(body, "networkSettings");
+    if (ns == NULL || json_is_null(ns))
+        ns = json_object_get(body, "network_settings");
+    if (!json_is_object(ns))
+        return 0;
+    int rc = opt_string(ns, "path", &out->ws_path, err);
+    const json_t *h = json_object_get(ns, "headers");
+    if (rc == 0 && json_is_object(h)) {
+        rc = opt_string(h, "Host", &out->ws_host, err);
+        if (rc == 0 && out->ws_host == NULL)
+            rc = opt_string(h, "host", &out->ws_host, err);
+    }
+    return rc;
+}
+
 static int parse_node_strings(const json_t *body, const char *node_type, pn_node *out,
                               sv_error *err)
 {
@@ -407,6 +426,8 @@ static int parse_node_strings(const json_t *body, const char *node_type, pn_node
         rc = opt_string(body, "server_name", &out->server_name, err);
     if (rc == 0)
         rc = opt_string(body, "host", &out->host, err);
+    if (rc == 0)
+        rc = parse_network_settings(body, out, err);
     out->set = node_set_bits(body);
     out->tls = tls_value(json_object_get(body, "tls"), out->set);
     return rc;
@@ -458,6 +479,8 @@ void pn_node_free(pn_node *node)
     free(node->plugin);
     free(node->server_name);
     free(node->host);
+    free(node->ws_path);
+    free(node->ws_host);
     for (size_t i = 0; i < node->n_routes; i++)
         route_free(&node->routes[i]);
     free(node->routes);
@@ -573,7 +596,8 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
         dup_opt(&d->network, s->network) != 0 ||
         dup_opt(&d->cipher, s->cipher) != 0 || dup_opt(&d->server_key, s->server_key) != 0 ||
         dup_opt(&d->obfs, s->obfs) != 0 || dup_opt(&d->plugin, s->plugin) != 0 ||
-        dup_opt(&d->server_name, s->server_name) != 0 || dup_opt(&d->host, s->host) != 0)
+        dup_opt(&d->server_name, s->server_name) != 0 || dup_opt(&d->host, s->host) != 0 ||
+        dup_opt(&d->ws_path, s->ws_path) != 0 || dup_opt(&d->ws_host, s->ws_host) != 0)
         return -ENOMEM;
     if (s->n_routes == 0)
         return 0;
@@ -645,7 +669,8 @@ bool pn_node_equal(const pn_node *a, const pn_node *b)
         a->set != b->set || !str_eq(a->cipher, b->cipher) ||
         !str_eq(a->server_key, b->server_key) || !str_eq(a->obfs, b->obfs) ||
         !str_eq(a->plugin, b->plugin) || !str_eq(a->server_name, b->server_name) ||
-        !str_eq(a->host, b->host) || a->tls != b->tls || a->push_interval != b->push_interval ||
+        !str_eq(a->host, b->host) || !str_eq(a->ws_path, b->ws_path) ||
+        !str_eq(a->ws_host, b->ws_host) || a->tls != b->tls || a->push_interval != b->push_interval ||
         a->pull_interval != b->pull_interval || a->n_routes != b->n_routes)
         return false;
     for (size_t i = 0; i < a->n_routes; i++)

@@ -57,6 +57,9 @@ typedef struct pn_node {
     uint16_t server_port; /**< 1..65535; an int or a numeric string in the body */
     char *network;        /**< `network` ("tcp", "ws", "grpc", ...); NULL when absent, null, "" */
     unsigned set;         /**< PN_SET_* bits */
+    char *ws_path;        /**< `networkSettings.path` (or `network_settings.path`); NULL when
+                               absent or null */
+    char *ws_host;        /**< `networkSettings.headers.Host`; NULL when absent or null */
     char *cipher;         /**< shadowsocks method; NULL when absent */
     char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
     char *obfs;           /**< v1.7 `obfs` (e.g. "http"); NULL when absent or null */

@@ -56,9 +56,9 @@ typedef struct sv_conn {
     bool ob_opened; /**< ob was opened: it is closed with the connection (on_ob_closed) */
     bool connected, client_eof, remote_eof, remote_shut, client_shut;
     bool writing_remote, writing_client, draining, closing;
-    sv_tls_session *tls; /**< the TLS layer over the client socket, or NULL (plain TCP) */
-    bool tls_up;         /**< its handshake completed */
-    bool tls_bye;        /**< its close_notify is queued */
+    sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
+    bool chain_up;       /**< their handshakes completed */
+    bool chain_bye;      /**< their ends of stream (close_notify ...) are queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
@@ -69,8 +69,9 @@ static void conn_close(sv_conn *c);
 static void client_read_start(sv_conn *c);
 static void remote_read_start(sv_conn *c);
 static void remote_read_stop(sv_conn *c);
-static bool flush_tls(sv_conn *c);
+static bool flush_chain(sv_conn *c);
 static void on_handshake_timeout(uv_timer_t *t);
+static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 
 static void conn_release(sv_conn *c)
 {
@@ -85,7 +86,7 @@ static void conn_release(sv_conn *c)
     }
     sv_tracker_session_close(t, c->sess);
     c->handler->ops->deinit(c->state);
-    sv_tls_session_free(c->tls);
+    sv_chain_free(&c->chain);
     sv_principal_unref(c->principal);
     sv_handler_unref(c->handler);
     sv_plane_unref(c->plane);
@@ -159,9 +160,10 @@ static void shutdown_client(sv_conn *c)
 {
     if (c->client_shut || c->closing)
         return;
-    if (c->tls != NULL && !c->tls_bye) {
-        c->tls_bye = true; /* close_notify first (RFC 8446 §6.1), then the TCP half-close */
-        if (sv_tls_shutdown(c->tls) == 0 && !flush_tls(c))
+    if (c->chain.n > 0 && !c->chain_bye) {
+        c->chain_bye = true; /* the layers' ends first (TLS close_notify, RFC 8446 §6.1), then
+                                the TCP half-close */
+        if (sv_chain_shutdown(&c->chain) == 0 && !flush_chain(c))
             return;
     }
     if (c->writing_client)
@@ -244,7 +246,7 @@ static void on_client_written(uv_write_t *req, int status)
     c->to_client_len = 0;
     if (status < 0) {
         conn_close(c);
-    } else if (!c->closing && (c->tls == NULL || (flush_tls(c) && !c->writing_client))) {
+    } else if (!c->closing && (c->chain.n == 0 || (flush_chain(c) && !c->writing_client))) {
         if (c->remote_eof)
             shutdown_client(c);
         else
@@ -340,42 +342,52 @@ static bool write_remote(sv_conn *c, const uv_buf_t *iov, unsigned n)
 }
 
 /*
- * Send the TLS layer's pending ciphertext: the kernel first, the rest copied to to_client and
- * written with uv_write (reading the remote stops until it drains). While such a write is in
- * flight, new ciphertext stays queued in the layer; on_client_written sends it.
- * @return false when the connection was closed.
+ * Send what the transport chain has for TCP: pump the layers' output down, the kernel first,
+ * the rest copied to to_client and written with uv_write (reading the remote stops until it
+ * drains). While such a write is in flight, new output stays queued in the layers;
+ * on_client_written sends it. @return false when the connection was closed.
  */
-static bool flush_tls(sv_conn *c)
+static bool flush_chain(sv_conn *c)
 {
-    if (c->writing_client || c->closing)
-        return !c->closing;
     size_t len = 0;
-    const uint8_t *p = sv_tls_out_peek(c->tls, &len);
-    if (len == 0)
-        return true;
-    sv_meter_add(&c->sess->wire.down, len);
-    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
-    int r = uv_try_write((uv_stream_t *)&c->client, &b, 1);
-    if (r == UV_EAGAIN)
-        r = 0;
-    if (r < 0) {
-        conn_close(c);
-        return false;
+    const uint8_t *p = NULL;
+    for (;;) {
+        if (c->writing_client || c->closing)
+            return !c->closing;
+        if (sv_chain_pump(&c->chain) < 0) {
+            conn_close(c);
+            return false;
+        }
+        p = sv_chain_out_peek(&c->chain, &len);
+        if (len == 0)
+            return true;
+        sv_meter_add(&c->sess->wire.down, len);
+        uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+        int r = uv_try_write((uv_stream_t *)&c->client, &b, 1);
+        if (r == UV_EAGAIN)
+            r = 0;
+        if (r < 0) {
+            conn_close(c);
+            return false;
+        }
+        if ((size_t)r < len) {
+            p += r;
+            len -= (size_t)r;
+            sv_chain_out_consume(&c->chain, (size_t)r);
+            break;
+        }
+        sv_chain_out_consume(&c->chain, (size_t)r);
     }
-    if ((size_t)r == len) {
-        sv_tls_out_consume(c->tls, len);
-        return true;
-    }
-    size_t rest = len - (size_t)r;
+    size_t rest = len;
     c->to_client = malloc(rest);
     if (c->to_client == NULL) {
         conn_close(c);
         return false;
     }
-    memcpy(c->to_client, p + r, rest);
+    memcpy(c->to_client, p, rest);
     c->to_client_len = rest;
-    sv_tls_out_consume(c->tls, len);
-    b = uv_buf_init((char *)c->to_client, (unsigned)rest);
+    sv_chain_out_consume(&c->chain, rest);
+    uv_buf_t b = uv_buf_init((char *)c->to_client, (unsigned)rest);
     c->wr_client.data = c;
     if (uv_write(&c->wr_client, (uv_stream_t *)&c->client, &b, 1, on_client_written) != 0) {
         conn_close(c);
@@ -387,20 +399,20 @@ static bool flush_tls(sv_conn *c)
     return true;
 }
 
-/* Plaintext towards the client through the TLS layer. A remote read (at most
- * SV_TLS_PLAIN_READ bytes) fits its empty output queue whole; a queue that is still full means
- * a client that does not read, and the connection ends. */
-static bool write_client_tls(sv_conn *c, const uint8_t *p, size_t len)
+/* Bytes towards the client through the transport chain. A remote read (at most
+ * SV_TLS_PLAIN_READ bytes) fits the layers' empty output queues whole; queues that are still
+ * full mean a client that does not read, and the connection ends. */
+static bool write_client_chain(sv_conn *c, const uint8_t *p, size_t len)
 {
     size_t off = 0;
     while (off < len) {
-        ssize_t a = sv_tls_write(c->tls, p + off, len - off);
+        ssize_t a = sv_chain_wrap(&c->chain, p + off, len - off);
         if (a < 0 || (a == 0 && c->writing_client)) {
             conn_close(c);
             return false;
         }
         off += (size_t)a;
-        if (!flush_tls(c))
+        if (!flush_chain(c))
             return false;
     }
     return true;
@@ -408,8 +420,8 @@ static bool write_client_tls(sv_conn *c, const uint8_t *p, size_t len)
 
 static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
 {
-    if (c->tls != NULL)
-        return write_client_tls(c, wire, len);
+    if (c->chain.n > 0)
+        return write_client_chain(c, wire, len);
     uv_buf_t b = uv_buf_init((char *)wire, (unsigned)len);
     sv_meter_add(&c->sess->wire.down, len);
     return write_side(c, (uv_stream_t *)&c->client, remote_read_stop, &b, 1, &c->to_client,
@@ -422,8 +434,8 @@ static void remote_alloc(void *owner, uv_buf_t *buf)
 {
     sv_conn *c = owner;
     buf->base = (char *)c->w->scratch;
-    /* over TLS, one read must fit the layer's output queue whole (flush_tls) */
-    buf->len = c->tls != NULL ? SV_TLS_PLAIN_READ : SV_SCRATCH;
+    /* under layers, one read must fit their output queues whole (write_client_chain) */
+    buf->len = c->chain.n > 0 ? SV_TLS_PLAIN_READ : SV_SCRATCH;
 }
 
 /* The outbound closed: the core's end-of-stream bytes, if it has any (proto.h frame_end).
@@ -632,7 +644,7 @@ static bool admit(sv_conn *c, int idx)
 static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     sv_conn *c = h->data;
-    if (c->tls != NULL) { /* ciphertext; the plaintext goes to scratch (client_tls_read) */
+    if (c->chain.n > 0) { /* wrapped bytes; the unwrapped go to scratch (chain_alloc) */
         buf->base = (char *)c->w->sealed;
         buf->len = SV_SCRATCH;
         return;
@@ -890,56 +902,80 @@ static void client_eof(sv_conn *c)
     maybe_finish(c);
 }
 
-/*
- * The TLS layer's unwrap: feed @p n bytes of ciphertext, decrypt what completes into the scratch
- * buffer after the core's carry, send the layer's answers, then pass the plaintext up. A failed
- * or oversized handshake ends the connection without a log line (issue 8).
- */
-static void client_tls_read(sv_conn *c, const uint8_t *cipher, size_t n)
+/* Where the chain's top layer unwraps to: the scratch buffer after the core's carry, as a
+ * plain TCP read lands (client_alloc). */
+static uint8_t *chain_alloc(void *ctx, size_t *cap)
 {
-    uint8_t *plain = c->w->scratch;
-    size_t cap = sizeof c->w->scratch, base = 0, have;
+    sv_conn *c = ctx;
+    size_t base = 0;
     if (!c->raw && !c->draining && c->carry_len > 0) {
-        memcpy(plain, c->carry, c->carry_len);
+        memcpy(c->w->scratch, c->carry, c->carry_len);
         base = c->carry_len;
     }
-    have = base;
-    size_t off = 0;
-    for (;;) {
-        ssize_t r = 0;
-        if (off < n) {
-            r = sv_tls_feed(c->tls, cipher + off, n - off);
-            if (r < 0) {
-                conn_close(c);
-                return;
-            }
-            off += (size_t)r;
-        }
-        size_t before = have;
-        ssize_t m = 0;
-        while (have < cap && (m = sv_tls_read(c->tls, plain + have, cap - have)) > 0)
-            have += (size_t)m;
-        if (have < cap && m < 0) {
-            conn_close(c);
-            return;
-        }
-        if (off >= n)
-            break;
-        if (r == 0 && have == before) { /* no progress: cannot happen with whole records */
-            conn_close(c);
-            return;
-        }
+    *cap = sizeof c->w->scratch - base;
+    return c->w->scratch + base;
+}
+
+/* Unwrapped client bytes: to the core (after its carry), to the fallback, or refused. */
+static bool chain_deliver(void *ctx, uint8_t *p, size_t n)
+{
+    sv_conn *c = ctx;
+    if (c->closing || c->draining)
+        return !c->closing;
+    if (!c->raw && c->principal == NULL && c->flow == NULL &&
+        (sv_chain_status(&c->chain) & SV_LAYER_REFUSED)) {
+        /* a layer refused the peer (e.g. a WebSocket upgrade on another path): the fallback
+         * gets its bytes, else a 404, as for a request the protocol refuses (issue 9) */
+        sv_effect e = {.kind = SV_FX_ERROR, .policy = SV_PROBE_FALLBACK, .data = p, .len = n};
+        client_failed(c, &e);
+        return !c->closing;
     }
-    if (!flush_tls(c))
+    size_t base = c->raw ? 0 : c->carry_len;
+    process_plain(c, p - base, base + n);
+    return !c->closing;
+}
+
+/* A layer failed: give the kernel what it queued last (a TLS alert, a WebSocket Close), once
+ * and without waiting, before the connection closes. */
+static void send_last_words(sv_conn *c)
+{
+    size_t len = 0;
+    if (c->writing_client || c->closing || sv_chain_pump(&c->chain) < 0)
         return;
-    if (!c->tls_up && sv_tls_is_established(c->tls)) {
-        c->tls_up = true; /* the protocol's own bound from here */
-        uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
+    const uint8_t *p = sv_chain_out_peek(&c->chain, &len);
+    if (len == 0)
+        return;
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+    (void)uv_try_write((uv_stream_t *)&c->client, &b, 1);
+}
+
+/*
+ * Client bytes under transport layers: push them up the chain (each piece that leaves the top
+ * goes to chain_deliver), send the layers' answers, then act on their events. A failed or
+ * oversized handshake ends the connection without a log line (issue 8).
+ */
+static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
+{
+    if (sv_chain_unwrap(&c->chain, in, n, c->w->stage, chain_alloc, chain_deliver, c) < 0) {
+        send_last_words(c);
+        conn_close(c);
+        return;
     }
-    if (have > base && !c->draining)
-        process_plain(c, plain, have);
-    if (!c->closing && sv_tls_is_peer_closed(c->tls) && !c->client_eof)
+    if (c->closing || !flush_chain(c))
+        return;
+    unsigned st = sv_chain_status(&c->chain);
+    if (!c->chain_up && (st & SV_LAYER_UP)) {
+        c->chain_up = true; /* the protocol's own bound from here */
+        if (!c->connected && !c->draining && !c->raw)
+            uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
+    }
+    if ((st & SV_LAYER_EOF) && !c->client_eof) {
         client_eof(c);
+        /* the layers below the one that ended still have their ends to read (a TLS
+         * close_notify after a WebSocket Close): keep reading until TCP's EOF */
+        if (!c->closing && c->client_eof)
+            uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
+    }
 }
 
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -956,8 +992,8 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     }
     sv_meter_add(&c->sess->wire.up, (uint64_t)n);
     c->last_active = uv_now(&c->w->loop);
-    if (c->tls != NULL) {
-        client_tls_read(c, (const uint8_t *)buf->base, (size_t)n);
+    if (c->chain.n > 0) {
+        client_chain_read(c, (const uint8_t *)buf->base, (size_t)n);
         return;
     }
     if (c->draining)
@@ -999,14 +1035,13 @@ int sv__conn_open(sv_wlistener *l, int fd)
     c->handler = l->handler;
     sv_handler_ref(c->handler);
     c->sess = sess;
-    if (l->handler->tls != NULL && sv_tls_session_new(l->handler->tls, &c->tls) != 0)
-        c->tls = NULL; /* closed below, once the handles exist */
+    int chain_rc = sv_chain_open(&c->chain, l->handler->layers, l->handler->n_layers);
     uv_tcp_init(&w->loop, &c->client);
     uv_timer_init(&w->loop, &c->timer);
     c->client.data = c->timer.data = c;
     c->pending = 2;
     sv_list_insert_tail(&w->conns, &c->link);
-    if ((l->handler->tls != NULL && c->tls == NULL) || uv_tcp_open(&c->client, fd) != 0) {
+    if (chain_rc != 0 || uv_tcp_open(&c->client, fd) != 0) { /* closed once the handles exist */
         close(fd); /* the handle never owned it */
         sess->info.id = 0;
         sv_tracker_session_open(w->shared->tracker, sess);
@@ -1023,7 +1058,7 @@ int sv__conn_open(sv_wlistener *l, int fd)
     sess->info.started_ms = sv__wall_ms();
     sv_tracker_session_open(w->shared->tracker, sess);
     uv_timer_start(&c->timer, on_handshake_timeout,
-                   c->tls != NULL ? SV_TLS_HANDSHAKE_MS : SV_HANDSHAKE_MS, 0);
+                   c->chain.n > 0 ? SV_TLS_HANDSHAKE_MS : SV_HANDSHAKE_MS, 0);
     client_read_start(c);
     return 0;
 }

@@ -106,8 +106,17 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     }
     h->in.tls = (sv_inbound_tls){.cert = in->tls.cert};
     h->in.fallback = NULL;
-    if (tls != NULL)
+    h->in.ws = (sv_inbound_ws){0};
+    if (tls != NULL) {
         h->tls = sv_tls_ctx_ref(tls);
+        h->layers[h->n_layers++] = (sv_layer_conf){&sv_tls_layer_ops, h->tls};
+    }
+    if (in->ws.path != NULL) {
+        h->ws = sv_ws_conf_new(in->ws.path, in->ws.host);
+        if (h->ws == NULL)
+            goto oom; /* the path was validated */
+        h->layers[h->n_layers++] = (sv_layer_conf){&sv_ws_layer_ops, h->ws};
+    }
     atomic_fetch_add(&replay->refs, 1);
     h->replay = replay;
     if (h->ops->attach_replay != NULL)
@@ -123,6 +132,8 @@ fail:
         for (size_t i = 0; i < h->n_users; i++)
             sv_principal_unref(h->principals[i]);
         free(h->principals);
+        sv_tls_ctx_unref(h->tls);
+        sv_ws_conf_free(h->ws);
     }
     free(h);
     return NULL;
@@ -136,6 +147,7 @@ void sv_handler_unref(sv_handler *h)
         return;
     h->ops->creds_free(h->creds);
     sv_tls_ctx_unref(h->tls);
+    sv_ws_conf_free(h->ws);
     for (size_t i = 0; i < h->n_users; i++)
         sv_principal_unref(h->principals[i]);
     free(h->principals);

@@ -23,6 +23,7 @@
 #include "supervisor/supervisor.h"
 #include "supervisor/track/tracker.h"
 #include "supervisor/transport/tls.h"
+#include "supervisor/transport/ws.h"
 #include "supervisor/util/list.h"
 
 #define SV_WORKERS_MAX 64
@@ -39,9 +40,10 @@
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
 #define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */
-#define SV_TLS_HANDSHAKE_MS 10000       /**< issue 8: a TLS handshake not done by then is dropped */
-#define SV_TLS_PLAIN_READ (3 * 16384)   /**< remote read size under TLS: its records fit the
-                                             layer's output queue (SV_TLS_OUT_MAX) whole */
+#define SV_TLS_HANDSHAKE_MS 10000       /**< issue 8: a transport handshake (TLS, WebSocket
+                                             upgrade ...) not done by then is dropped */
+#define SV_TLS_PLAIN_READ (3 * 16384)   /**< remote read size under transport layers: its
+                                             wrapping fits their output queues (SV_TLS_OUT_MAX) */
 #define SV_REFUSE_LINGER_MS 5000        /**< a client answered 404 is closed after this at most */
 #define SV_TCP_IDLE_MS 300000           /**< a relay that moved nothing either way for this long ends */
 #define SV_IDLE_SWEEP_MS 10000          /**< how often a worker looks for idle relays */
@@ -78,6 +80,10 @@ typedef struct sv_handler {
     sv_replay_ref *replay;
     bool allow_private; /**< sv_inbound_spec.allow_private (issue 15) */
     sv_tls_ctx *tls;    /**< the inbound's TLS context (a reference), or NULL: plain TCP */
+    sv_ws_conf *ws;     /**< the inbound's WebSocket settings, or NULL: no WebSocket */
+    sv_layer_conf layers[SV_CHAIN_MAX]; /**< the inbound's transport layers above TCP, bottom
+                                             first (their confs are owned by this handler) */
+    unsigned n_layers;                  /**< 0 = plain TCP */
     bool has_fallback;  /**< sv_inbound_spec.fallback was given: fallback is where it points */
     sv_dest fallback;
 } sv_handler;
@@ -254,7 +260,9 @@ struct sv_worker {
     uv_timer_t accept_retry; /**< SV_ACCEPT_RETRY_MS while in an episode */
     sv_aead udp_open, udp_seal; /**< cipher contexts re-keyed per datagram (never reallocated) */
     uint8_t scratch[SV_SCRATCH + SV_CARRY_MAX + 64]; /**< carry, then one read */
-    uint8_t sealed[SV_SEALED_MAX]; /**< downstream wire built from one remote read */
+    uint8_t sealed[SV_SEALED_MAX]; /**< downstream wire built from one remote read; also the
+                                        client read under layers */
+    uint8_t stage[SV_CHAIN_STAGE_BYTES]; /**< boundaries between transport layers (layer.h) */
 };
 
 struct sv_wlistener {

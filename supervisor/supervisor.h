@@ -68,6 +68,16 @@ typedef struct sv_inbound_tls {
     char *server_name; /**< SV_CERT_SELF: the certificate's name; may be NULL ("localhost") */
 } sv_inbound_tls;
 
+/** Longest WebSocket path or Host an inbound takes (as the WebSocket layer's SV_WS_PATH_MAX). */
+#define SV_INBOUND_WS_TEXT_MAX 256
+
+/** WebSocket transport of an inbound (issue 9, PROTOCOLS.md §8): on when path is set. */
+typedef struct sv_inbound_ws {
+    char *path; /**< the upgrade path, starting with '/' (a "?ed=N" query is ignored); NULL =
+                     no WebSocket */
+    char *host; /**< the Host header clients must send (port ignored), or NULL for any */
+} sv_inbound_ws;
+
 /** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */
 enum sv_ss_cipher {
     SV_SS_AES_128_GCM = 1,
@@ -96,6 +106,7 @@ typedef struct sv_inbound_spec {
     char *fallback;                    /**< Trojan, VLESS: "HOST:PORT" that gets every client
                                             which is not a valid request (issue 8); NULL =
                                             Trojan answers 404, VLESS drains */
+    sv_inbound_ws ws;                  /**< WebSocket over TCP or TLS (Trojan; issue 9) */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {

@@ -319,6 +319,37 @@ static bool cipher_known(enum sv_ss_cipher c)
     return c == SV_SS_AES_128_GCM || c == SV_SS_AES_256_GCM || c == SV_SS_CHACHA20_POLY1305;
 }
 
+/* WebSocket settings (issue 9, PROTOCOLS.md §8.1): a path that starts with '/', printable
+ * ASCII without spaces, and an optional Host of the same kind, each at most
+ * SV_INBOUND_WS_TEXT_MAX bytes. */
+static bool ws_text_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n > SV_INBOUND_WS_TEXT_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= ' ' || s[i] > '~')
+            return false;
+    return true;
+}
+
+static int check_ws(const sv_inbound_spec *in, sv_error *err)
+{
+    if (in->ws.path == NULL) {
+        if (in->ws.host != NULL)
+            return INVALID(err, "inbound %s: ws host needs a ws path", in->tag);
+        return 0;
+    }
+    if (in->ws.path[0] != '/' || !ws_text_ok(in->ws.path))
+        return INVALID(err, "inbound %s: ws path \"%.64s\" must start with '/' and be at most "
+                       "%u printable characters without spaces", in->tag, in->ws.path,
+                       SV_INBOUND_WS_TEXT_MAX);
+    if (in->ws.host != NULL && (in->ws.host[0] == '\0' || !ws_text_ok(in->ws.host)))
+        return INVALID(err, "inbound %s: ws host \"%.64s\" must be a host name of at most %u "
+                       "printable characters", in->tag, in->ws.host, SV_INBOUND_WS_TEXT_MAX);
+    return 0;
+}
+
 /* Trojan (issue 8): over TLS, TCP only (UDP travels inside the stream), a user set, and a
  * fallback that parses as HOST:PORT when there is one. */
 static int check_trojan(const sv_inbound_spec *in, sv_error *err)
@@ -333,6 +364,9 @@ static int check_trojan(const sv_inbound_spec *in, sv_error *err)
     if (in->tls.cert != SV_CERT_FILE && in->tls.cert != SV_CERT_SELF)
         return INVALID(err, "inbound %s: a trojan inbound needs a TLS certificate (cert mode "
                        "file or self)", in->tag);
+    int rc = check_ws(in, err);
+    if (rc < 0)
+        return rc;
     sv_dest d;
     if (in->fallback != NULL && sv_dest_parse_hostport(in->fallback, &d) != 0)
         return INVALID(err, "inbound %s: fallback \"%.64s\" is not HOST:PORT", in->tag,
@@ -402,9 +436,10 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
         return check_vmess(in, err);
     if (in->protocol != SV_INBOUND_SHADOWSOCKS)
         return INVALID(err, "inbound %s: unknown protocol", in->tag);
-    if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL)
-        return INVALID(err, "inbound %s: TLS and fallback are not served on a shadowsocks "
-                       "inbound", in->tag);
+    if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL || in->ws.path != NULL ||
+        in->ws.host != NULL)
+        return INVALID(err, "inbound %s: TLS, WebSocket and fallback are not served on a "
+                       "shadowsocks inbound", in->tag);
     if (!cipher_known(in->ss_cipher))
         return INVALID(err, "inbound %s: unknown cipher", in->tag);
     if (is_empty(in->users))

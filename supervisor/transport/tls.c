@@ -7,6 +7,9 @@
  * handshake reads, hand out pending output by pointer, and free both queues whenever they are
  * empty, so an idle session holds only OpenSSL's state. The SSL object itself is made only once a
  * whole ClientHello is buffered: a client that connects and stalls costs the bytes it sent.
+ * Hot path (the chain's unwrap of an established session with nothing queued): OpenSSL reads the
+ * ciphertext in place from the caller's buffer (`lent`), so ciphertext is copied once (into
+ * OpenSSL's record buffer) and plaintext once (out of it).
  */
 #include "config.h"
 
@@ -63,6 +66,8 @@ struct sv_tls_session {
     sv_tls_ctx *ctx; /* one reference */
     tls_queue in, out;
     size_t hs_read; /* ciphertext bytes the handshake took from `in` */
+    const uint8_t *lent; /* the layer's unwrap: ciphertext OpenSSL reads in place, after `in` */
+    size_t lent_len, lent_off;
     const char *err_reason;
     int err;
     bool established, peer_closed, shut, hs_over, oom;
@@ -144,6 +149,13 @@ static int bio_read_ex(BIO *b, char *data, size_t n, size_t *readbytes)
         }
         s->hs_read += k;
     }
+    if (k == 0 && s->lent != NULL && s->lent_off < s->lent_len) {
+        k = s->lent_len - s->lent_off < n ? s->lent_len - s->lent_off : n;
+        memcpy(data, s->lent + s->lent_off, k);
+        s->lent_off += k;
+        *readbytes = k;
+        return 1;
+    }
     if (k == 0) {
         BIO_set_retry_read(b);
         return 0;
@@ -161,7 +173,8 @@ static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
     case BIO_CTRL_FLUSH:
         return 1;
     case BIO_CTRL_PENDING:
-        return s != NULL ? (long)s->in.len : 0;
+        return s != NULL ? (long)(s->in.len + (s->lent != NULL ? s->lent_len - s->lent_off : 0))
+                         : 0;
     case BIO_CTRL_WPENDING:
         return s != NULL ? (long)s->out.len : 0;
     default:
@@ -672,9 +685,9 @@ static int ssl_ctx_setup(sv_tls_ctx *c)
         !SSL_CTX_set_cipher_list(sc, TLS12_CIPHERS))
         return -ENOMEM;
     SSL_CTX_set_options(sc, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
-    /* Record buffers are freed whenever empty; without partial writes SSL_write() encrypts all
-     * it is given (our BIO never refuses output). */
-    SSL_CTX_set_mode(sc, SSL_MODE_RELEASE_BUFFERS);
+    /* Record buffers are freed when empty at the end of each burst (release_buffers()), not
+     * after every record as SSL_MODE_RELEASE_BUFFERS would; without partial writes SSL_write()
+     * encrypts all it is given (our BIO never refuses output). */
     SSL_CTX_clear_mode(sc, SSL_MODE_ENABLE_PARTIAL_WRITE);
     /* No server-side cache: it would be shared, locked state across workers; resumption works
      * through stateless tickets. */
@@ -958,6 +971,15 @@ static int advance_handshake(sv_tls_session *s)
     return ssl_failure(s, r);
 }
 
+/* Free OpenSSL's record buffers when they hold nothing (an idle session keeps none): called
+ * at the end of every read burst and after every write, so that a burst of records reuses one
+ * buffer instead of allocating it per record. */
+static void release_buffers(sv_tls_session *s)
+{
+    if (s->ssl != NULL && s->established)
+        (void)SSL_free_buffers(s->ssl); /* 0 when a buffer still holds a partial record */
+}
+
 ssize_t sv_tls_feed(sv_tls_session *s, const uint8_t *p, size_t n)
 {
     if (s->err != 0)
@@ -990,7 +1012,10 @@ ssize_t sv_tls_read(sv_tls_session *s, uint8_t *buf, size_t cap)
     int r = SSL_read_ex(s->ssl, buf, cap, &got);
     if (r == 1)
         return (ssize_t)got;
-    return ssl_failure(s, r);
+    int rc = ssl_failure(s, r);
+    if (rc == 0 && s->in.len == 0 && (s->lent == NULL || s->lent_off == s->lent_len))
+        release_buffers(s); /* the burst is over */
+    return rc;
 }
 
 ssize_t sv_tls_write(sv_tls_session *s, const uint8_t *p, size_t n)
@@ -1008,8 +1033,10 @@ ssize_t sv_tls_write(sv_tls_session *s, const uint8_t *p, size_t n)
     size_t done = 0;
     ERR_clear_error();
     int r = SSL_write_ex(s->ssl, p, k, &done);
-    if (r == 1)
+    if (r == 1) {
+        release_buffers(s);
         return (ssize_t)done;
+    }
     int rc = ssl_failure(s, r);
     return rc < 0 ? rc : 0;
 }
@@ -1104,3 +1131,70 @@ unsigned sv_tls_version(const sv_tls_session *s)
 {
     return s->established ? (unsigned)SSL_version(s->ssl) : 0;
 }
+
+/* ---- the TLS layer of a transport chain (layer.h) ---- */
+
+static int layer_open(const void *conf, void **state)
+{
+    /* the context is shared read-only; the session only takes a reference on it */
+    return sv_tls_session_new((sv_tls_ctx *)(uintptr_t)conf, (sv_tls_session **)state);
+}
+
+static void layer_free(void *state) { sv_tls_session_free(state); }
+
+static ssize_t layer_unwrap(void *state, const uint8_t *in, size_t n, size_t *used, uint8_t *out,
+                            size_t cap)
+{
+    sv_tls_session *s = state;
+    *used = 0;
+    if (s->established && s->err == 0 && !s->peer_closed && s->in.len == 0 && n > 0) {
+        /* OpenSSL reads the ciphertext straight from @p in (no copy into `in`); what it takes
+         * of a partial record waits in its own record buffer */
+        s->lent = in;
+        s->lent_len = n;
+        s->lent_off = 0;
+        ssize_t m = sv_tls_read(s, out, cap);
+        *used = s->lent_off;
+        s->lent = NULL;
+        return m;
+    }
+    if (n > 0) {
+        ssize_t r = sv_tls_feed(state, in, n);
+        if (r < 0)
+            return r;
+        *used = (size_t)r;
+    }
+    return sv_tls_read(state, out, cap);
+}
+
+static ssize_t layer_wrap(void *state, const uint8_t *p, size_t n)
+{
+    return sv_tls_write(state, p, n);
+}
+
+static int layer_shutdown(void *state) { return sv_tls_shutdown(state); }
+
+static const uint8_t *layer_out_peek(const void *state, size_t *len)
+{
+    return sv_tls_out_peek(state, len);
+}
+
+static void layer_out_consume(void *state, size_t n) { sv_tls_out_consume(state, n); }
+
+static unsigned layer_status(const void *state)
+{
+    const sv_tls_session *s = state;
+    return (s->established ? SV_LAYER_UP : 0u) | (s->peer_closed ? SV_LAYER_EOF : 0u);
+}
+
+const sv_layer_ops sv_tls_layer_ops = {
+    .name = "tls",
+    .open = layer_open,
+    .free = layer_free,
+    .unwrap = layer_unwrap,
+    .wrap = layer_wrap,
+    .shutdown = layer_shutdown,
+    .out_peek = layer_out_peek,
+    .out_consume = layer_out_consume,
+    .status = layer_status,
+};

@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "supervisor/transport/layer.h"
 #include "supervisor/util/err.h"
 
 /** Default bound on the ciphertext bytes a handshake may read from the client (issue 8). */
@@ -121,8 +122,8 @@ int sv_tls_ctx_reload_if_changed(const sv_tls_ctx *old, const sv_tls_config *cfg
  * bytes until a whole ClientHello has arrived (the SSL object is made only then; a partial
  * ClientHello costs the bytes received, at most SV_TLS_IN_MAX); about 44 KB while the handshake
  * waits for the client's Finished (OpenSSL's handshake buffers); about 14 KB for an established
- * idle session (buffers are released when empty: SSL_MODE_RELEASE_BUFFERS, and the same for this
- * layer's own queues).
+ * idle session (OpenSSL's record buffers are released when empty at the end of each read burst
+ * and after each write, and this layer's own queues whenever empty).
  * Time bound: none here; the runtime drops a session whose handshake is not done in its time
  * (issue 8), without a log line per session.
  * @return 0 with *out set, or -ENOMEM.
@@ -225,5 +226,12 @@ const char *sv_tls_sni(const sv_tls_session *s);
 /** @return the negotiated version (0x0303 TLS 1.2, 0x0304 TLS 1.3), or 0 before the handshake
  *  is done. */
 unsigned sv_tls_version(const sv_tls_session *s);
+
+/**
+ * The TLS layer of a transport chain (layer.h): its conf is the inbound's sv_tls_ctx, each
+ * connection gets a session (sv_tls_session_new); unwrap = sv_tls_feed + sv_tls_read, wrap =
+ * sv_tls_write, shutdown = close_notify; UP once the handshake is done, EOF on close_notify.
+ */
+extern const sv_layer_ops sv_tls_layer_ops;
 
 #endif

@@ -572,20 +572,41 @@ def parse_user(text):
 
 # --- source-address relay -------------------------------------------------------------
 
-def relay_pipe(src, dst):
+RELAY_COUNT = {"up": 0, "down": 0}
+RELAY_LOCK = threading.Lock()
+
+
+def relay_pipe(src, dst, count=None):
+    """Copy src to dst until EOF. With count ("up" or "down", relay --count-file), add the bytes
+    to that total and write both totals to the file, and pass EOF on as a half-close."""
     try:
         while True:
             d = src.recv(65536)
             if not d:
                 break
             dst.sendall(d)
+            if count is not None:
+                with RELAY_LOCK:
+                    RELAY_COUNT[count] += len(d)
+                    with open(count_file_path + ".tmp", "w") as f:
+                        f.write("%d %d\n" % (RELAY_COUNT["up"], RELAY_COUNT["down"]))
+                    os.rename(count_file_path + ".tmp", count_file_path)
     except OSError:
         pass
+    if count is not None:
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        return
     for s in (dst, src):
         try:
             s.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+count_file_path = None
 
 
 def relay_one(c, a):
@@ -597,9 +618,11 @@ def relay_one(c, a):
         return
     u.settimeout(None)
     c.settimeout(None)
-    t = threading.Thread(target=relay_pipe, args=(u, c), daemon=True)
+    counting = a.count_file is not None
+    t = threading.Thread(target=relay_pipe, args=(u, c, "down" if counting else None),
+                         daemon=True)
     t.start()
-    relay_pipe(c, u)
+    relay_pipe(c, u, "up" if counting else None)
     t.join()
     c.close()
     u.close()
@@ -607,7 +630,11 @@ def relay_one(c, a):
 
 def cmd_relay(a):
     """Plain TCP relay 127.0.0.1:PORT -> 127.0.0.1:TO whose outgoing side is bound to SOURCE,
-    so that a client behind it (ss-local) reaches the server from another loopback address."""
+    so that a client behind it (ss-local) reaches the server from another loopback address.
+    With --count-file, the bytes relayed each way (all connections) are kept in that file as
+    "UP DOWN" (up = towards TO), and EOF passes as a half-close."""
+    global count_file_path
+    count_file_path = a.count_file
     require_loopback(a.source)
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -624,6 +651,12 @@ def cmd_mkconfig(a):
     if a.protocol == "trojan":
         # the UniProxy trojan node (PANEL.md 1.4); routes are left out
         node = {"server_port": a.port, "server_name": a.server_name, "network": "tcp"}
+        if a.ws_path is not None:
+            # issue 9: network ws with the panel's networkSettings (path, headers.Host)
+            node["network"] = "ws"
+            node["networkSettings"] = {"path": a.ws_path}
+            if a.ws_host:
+                node["networkSettings"]["headers"] = {"Host": a.ws_host}
     elif a.protocol == "vless":
         # the UniProxy vless node (PANEL.md 1.4): TLS when a certificate is given
         tls = 1 if a.cert_self or a.cert_file else 0
@@ -1128,6 +1161,8 @@ def main():
     c.add_argument("--key-file", help="trojan, vless, vmess (tls 1): PEM private key (cert mode file)")
     c.add_argument("--cert-self", action="store_true", help="trojan, vless, vmess (tls 1): cert mode self")
     c.add_argument("--fallback", help="trojan, vless: HOST:PORT that failed clients are relayed to")
+    c.add_argument("--ws-path", help="trojan: network ws with this networkSettings.path")
+    c.add_argument("--ws-host", help="trojan: networkSettings.headers.Host (with --ws-path)")
     c = sub.add_parser("vmess")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--uuid", required=True)
@@ -1141,6 +1176,7 @@ def main():
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--to", type=int, required=True)
     c.add_argument("--source", required=True)
+    c.add_argument("--count-file", help="keep 'UP DOWN' byte totals here (half-close relay)")
     c.add_argument("--timeout", type=float, default=10)
     c.add_argument("--ready-file")
     c = sub.add_parser("usage")

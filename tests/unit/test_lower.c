@@ -400,7 +400,7 @@ static void lower__unserved_settings__are_refused_naming_the_field(void **state)
 }
 
 /* Issue 8: a trojan node (PANEL.md §1.4) lowers to a Trojan inbound over TLS with the config's
- * certificate and fallback; ws/grpc, REALITY and a missing certificate are refused naming the
+ * certificate and fallback; grpc, REALITY and a missing certificate are refused naming the
  * field, and a shadowsocks node refuses cert and fallback. */
 static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
 {
@@ -429,9 +429,10 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     static const struct {
         const char *extra, *msg;
     } refused[] = {
-        {"\"network\":\"ws\"", "node tj: network \"ws\": not served (trojan over TLS on TCP only)"},
         {"\"network\":\"grpc\"", "node tj: network \"grpc\": not served (trojan over TLS on TCP "
-                                 "only)"},
+                                 "or WebSocket only)"},
+        {"\"network\":\"httpupgrade\",\"networkSettings\":{\"path\":\"/x\"}",
+         "node tj: network \"httpupgrade\": not served (trojan over TLS on TCP or WebSocket only)"},
         {"\"tls\":2", "node tj: tls 2 (REALITY): not served (trojan over TLS only)"},
         {"\"networkSettings\":{\"path\":\"/x\"}", "node tj: networkSettings: not served (no "
                                                   "transport settings)"},
@@ -598,6 +599,40 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
         ag_fleet f = {.nodes = &st, .n = 1};
         assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
         assert_string_equal(err.msg, refused[i].msg);
+        free_state(&st);
+    }
+}
+
+/* Issue 9: a trojan node with network ws lowers its networkSettings path and headers.Host (or
+ * network_settings), an empty path to "/"; the ?ed= form stays in the path for the layer. */
+static void lower__trojan_ws_node__ws_settings(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *extra, *path, *host;
+    } cases[] = {
+        {"\"networkSettings\":{\"path\":\"/tj?ed=2048\",\"headers\":{\"Host\":\"cdn.test\"}}",
+         "/tj?ed=2048", "cdn.test"},
+        {"\"network_settings\":{\"path\":\"/p\"}", "/p", NULL},
+        {"\"networkSettings\":{\"path\":\"\",\"headers\":{\"Host\":\"\"}}", "/", NULL},
+        {"\"networkSettings\":null", "/", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[256];
+        ag_node_state st;
+        sv_spec s;
+        snprintf(json, sizeof json, "{\"protocol\":\"trojan\",\"server_port\":443,\"tls\":1,"
+                 "\"network\":\"ws\",%s}", cases[i].extra);
+        state_from_json(&st, "tj", json, "{\"users\":[{\"id\":1,\"uuid\":\"u1\"}]}");
+        st.cert = SV_CERT_SELF;
+        lower_one(&st, &s);
+        assert_int_equal(s.n_inbounds, 1);
+        assert_string_equal(s.inbounds[0].ws.path, cases[i].path);
+        if (cases[i].host == NULL)
+            assert_null(s.inbounds[0].ws.host);
+        else
+            assert_string_equal(s.inbounds[0].ws.host, cases[i].host);
+        sv_spec_free(&s);
         free_state(&st);
     }
 }
@@ -965,6 +1000,7 @@ int main(void)
         cmocka_unit_test(lower__other_protocols__are_refused),
         cmocka_unit_test(lower__unserved_settings__are_refused_naming_the_field),
         cmocka_unit_test(lower__trojan_node__inbound_over_tls_and_refusals),
+        cmocka_unit_test(lower__trojan_ws_node__ws_settings),
         cmocka_unit_test(lower__vless_node__inbound_and_refusals),
         cmocka_unit_test(lower__vmess_node__tcp_or_tls_and_refusals),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),

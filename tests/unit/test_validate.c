@@ -656,6 +656,35 @@ static void within_a_phase_spec_order_decides(void **state)
     expect_invalid(&f, "duplicate inbound tag dup");
 }
 
+/* Issue 9: a WebSocket transport on a trojan inbound: path starting with '/', printable, Host
+ * only with a path; shadowsocks refuses it. */
+static void websocket_settings_are_checked(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f);
+    f.in[2] = (sv_inbound_spec){.tag = "tj", .bind = {"127.0.0.1", 8443},
+                                .protocol = SV_INBOUND_TROJAN, .users = "u",
+                                .tls = {.cert = SV_CERT_SELF}, .ws = {"/ws?ed=2048", "cdn.test"}};
+    f.spec.n_inbounds = 3;
+    expect_valid(&f);
+    f.in[2].ws.path = "ws";
+    expect_invalid(&f, "inbound tj: ws path \"ws\" must start with '/' and be at most 256 "
+                       "printable characters without spaces");
+    f.in[2].ws.path = "/a b";
+    expect_invalid(&f, "inbound tj: ws path \"/a b\" must start with '/' and be at most 256 "
+                       "printable characters without spaces");
+    f.in[2].ws = (sv_inbound_ws){.path = "/ws", .host = ""};
+    expect_invalid(&f, "inbound tj: ws host \"\" must be a host name of at most 256 printable "
+                       "characters");
+    f.in[2].ws = (sv_inbound_ws){.host = "cdn.test"};
+    expect_invalid(&f, "inbound tj: ws host needs a ws path");
+    fx_init(&f);
+    f.in[0].ws.path = "/ws";
+    expect_invalid(&f, "inbound ss1: TLS, WebSocket and fallback are not served on a shadowsocks "
+                       "inbound");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -707,6 +736,7 @@ int main(void)
         cmocka_unit_test(inbound_tags_are_checked_before_outbound_tags),
         cmocka_unit_test(references_are_checked_before_resource_rules),
         cmocka_unit_test(within_a_phase_spec_order_decides),
+        cmocka_unit_test(websocket_settings_are_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
