@@ -584,13 +584,13 @@ def relay_pipe(src, dst, count=None):
             d = src.recv(65536)
             if not d:
                 break
-            dst.sendall(d)
-            if count is not None:
+            if count is not None:  # what the sender put on the wire, delivered or not
                 with RELAY_LOCK:
                     RELAY_COUNT[count] += len(d)
                     with open(count_file_path + ".tmp", "w") as f:
                         f.write("%d %d\n" % (RELAY_COUNT["up"], RELAY_COUNT["down"]))
                     os.rename(count_file_path + ".tmp", count_file_path)
+            dst.sendall(d)
     except OSError:
         pass
     if count is not None:

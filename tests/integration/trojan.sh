@@ -215,15 +215,20 @@ tj_wire_is() {
     [ "$l" = "$2 $up $down" ] || [ "$l" = "$2 $((up - ${4:-0})) $down" ]
 }
 
-# tj_ws_status PORT PATH TLS [curl options]: the HTTP status of a WebSocket upgrade request on
-# PATH to the node (https for node.test when TLS is 1, verified against $TJ_CA); 000 on failure.
-tj_ws_status() {
+# tj_http_status PORT PATH TLS [curl options]: the HTTP status of a request on PATH to the node
+# (https for node.test when TLS is 1, verified against $TJ_CA); 000 on failure.
+tj_http_status() {
     local port=$1 path=$2 scheme=http; shift 2
     [ "$1" = 1 ] && scheme=https
     shift
     timeout 15 curl -s -o /dev/null -w '%{http_code}' --max-time 10 --http1.1 \
-        --cacert "$TJ_CA" --resolve "$TJ_SNI:$port:127.0.0.1" -H "Connection: Upgrade" \
-        -H "Upgrade: websocket" -H "Sec-WebSocket-Version: 13" \
-        -H "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==" "$@" "$scheme://$TJ_SNI:$port$path" ||
+        --cacert "$TJ_CA" --resolve "$TJ_SNI:$port:127.0.0.1" "$@" "$scheme://$TJ_SNI:$port$path" ||
         true
+}
+
+# tj_ws_status PORT PATH TLS [curl options]: the same for a WebSocket upgrade request.
+tj_ws_status() {
+    local port=$1 path=$2 tls=$3; shift 3
+    tj_http_status "$port" "$path" "$tls" -H "Connection: Upgrade" -H "Upgrade: websocket" \
+        -H "Sec-WebSocket-Version: 13" -H "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==" "$@"
 }
