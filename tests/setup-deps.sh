@@ -11,7 +11,8 @@ BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libs
 CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
          sqlite3       # sqlite3: the panel tests read the usage outbox (issue #3)
-         python3-cryptography) # katest.py vmess: hand-made VMess requests (issue 9)
+         python3-cryptography  # katest.py vmess: hand-made VMess requests (issue 9)
+         shadowsocks-v2ray-plugin) # ss-v2ray-plugin: ss-local inside WebSocket (issue 9)
 # tests/packaging/check.sh: make deb / make rpm, lintian, rpmlint, debuginfo split (eu-strip),
 # groff and man for the man pages
 PACKAGING=(dpkg-dev debhelper fakeroot rpm rpmlint debugedit elfutils cpio lintian groff-base

@@ -18,7 +18,7 @@ if [ -z "${KT_UNDER_TIMEOUT:-}" ]; then
     exec timeout -k 5 "$KT_LIMIT" bash "$0" "$@"
 fi
 
-KT_NAME=$(basename "$0" .sh)
+KT_NAME=${KT_NAME:-$(basename "$0" .sh)}  # a wrapper running another script names itself
 KT_DIR=$(cd "$(dirname "$0")" && pwd)
 KT_PY=(python3 "$KT_DIR/katest.py")
 KT_SERVER=${KT_SERVER:-katana}

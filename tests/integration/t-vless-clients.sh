@@ -14,6 +14,8 @@
 # served. Over TLS with a fallback, a browser's request reaches the fallback web server. First,
 # `katana check` refuses what is not served (REALITY, flow, VLESS encryption, grpc, a uuid that
 # is not a UUID) naming it.
+# KT_NETS selects the transport: tcp (default: the refusals, vless-tcp, vless-tls) or ws
+# (vless-ws, vless-ws-tls; t-vless-ws.sh runs this script so).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 kt_need v2ray openssl curl
@@ -164,6 +166,8 @@ scenario() {
         udp_rt "$c2" ok --count 3 --dest-host localhost --seed name2
 }
 
+NETS=${KT_NETS:-tcp}
+if [ "$NETS" = tcp ]; then
 # Refused through `katana check`, naming the field (the node keeps its last good state when a
 # panel sends these): REALITY, a flow, VLESS encryption, grpc, a uuid that is no UUID.
 kt_ports 1
@@ -201,12 +205,6 @@ check "a uuid that is not a UUID refused naming the user" refused notuuid \
 scenario vless-tcp 0 tcp
 srv_stop
 check "vless-tcp: SIGTERM: katana exits 0" test "$SRV_RC" = 0
-scenario vless-ws 0 ws
-srv_stop
-check "vless-ws: SIGTERM: katana exits 0" test "$SRV_RC" = 0
-scenario vless-ws-tls 1 ws --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
-srv_stop
-check "vless-ws-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 
 tj_httpd fallback "fallback web page"
 scenario vless-tls 1 tcp --cert-file "$TJ_CERT" --key-file "$TJ_KEY" --fallback "127.0.0.1:$HTTPD_PORT"
@@ -215,4 +213,12 @@ check "vless-tls: a browser's request reaches the fallback" \
         "https://$TJ_SNI:$VL_PORT/" | grep -q "fallback web page"'
 srv_stop
 check "vless-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+else
+scenario vless-ws 0 ws
+srv_stop
+check "vless-ws: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+scenario vless-ws-tls 1 ws --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+srv_stop
+check "vless-ws-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+fi
 kt_finish

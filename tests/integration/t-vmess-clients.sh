@@ -10,6 +10,8 @@
 # and over TLS (scenarios vmess-ws, vmess-ws-tls): two users at the same time, 1 MiB each way,
 # UDP, each billed exactly the wire bytes a relay between its client and katana counted (less
 # the client's close_notify over TLS); an upgrade on another path gets HTTP 404.
+# KT_NETS selects the transport: tcp (default: all but WebSocket) or ws (vmess-ws and
+# vmess-ws-tls only; t-vmess-ws.sh runs this script so).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 kt_need v2ray openssl curl jq
@@ -81,6 +83,8 @@ no_usage() {
     [ -z "$l" ] || [ "$l" = "$2 0 0" ]
 }
 
+NETS=${KT_NETS:-tcp}
+if [ "$NETS" = tcp ]; then
 kt_ports 2; API_PORT=${PORTS[1]}; TOKEN=vmess-$$
 mkconfig "$T/config.json" "${PORTS[0]}" - --protocol vmess \
     --user "1:$U1" --user "2:$U2" --user "3:$U3"
@@ -171,6 +175,8 @@ check "usage over TLS: user 2 billed for 1 MiB + the UDP payload each way" \
 srv_stop
 check "SIGTERM: katana exits 0" test "$SRV_RC" = 0
 
+fi
+
 # ws_scenario NAME TLS [mkconfig options]: the node on WebSocket; users 1 (aes-128-gcm) and 2
 # (chacha20-poly1305, or none over TLS) through counting relays.
 ws_scenario() {
@@ -215,6 +221,9 @@ ws_scenario() {
     srv_stop
     check "$name: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 }
-ws_scenario vmess-ws 0
-ws_scenario vmess-ws-tls 1 --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+if [ "$NETS" = ws ]; then
+    tj_certs "$T/pki" server
+    ws_scenario vmess-ws 0
+    ws_scenario vmess-ws-tls 1 --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+fi
 kt_finish
