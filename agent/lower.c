@@ -535,8 +535,8 @@ static int check_trojan(const ag_node_state *n, sv_error *err)
 static int check_vless(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
-        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vless over "
-                            "TCP or TLS only)", n->tag);
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vless in "
+                            "clear or over TLS only)", n->tag);
     unsigned served = PN_SET_TLS;
     if (is_ws(&n->node))
         served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
@@ -556,8 +556,8 @@ static int check_vless(const ag_node_state *n, sv_error *err)
 static int check_vmess(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
-        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vmess over TCP "
-                            "or TLS only)", n->tag);
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vmess in "
+                            "clear or over TLS only)", n->tag);
     unsigned served = PN_SET_TLS;
     if (is_ws(&n->node))
         served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;

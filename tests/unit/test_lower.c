@@ -528,7 +528,8 @@ static void lower__vless_node__inbound_and_refusals(void **state)
                                         "on TCP or WebSocket only)"},
         {"\"network\":\"xhttp\"", "node vl: network \"xhttp\": not served (vless on TCP or "
                                   "WebSocket only)"},
-        {"\"tls\":2", "node vl: tls 2 (REALITY): not served (vless over TCP or TLS only)"},
+        {"\"tls\":2", "node vl: tls 2 (REALITY): not served (vless in clear or over TLS "
+                      "only)"},
         {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow: not served (no VLESS flow such as "
                                           "xtls-rprx-vision)"},
         {"\"decryption\":\"mlkem768x25519plus.native.600s.x\"",
@@ -592,8 +593,8 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
     } refused[] = {
         {"\"network\":\"grpc\"", "node vm: network \"grpc\": not served (vmess on TCP or "
                                    "WebSocket only)", SV_CERT_NONE, false},
-        {"\"tls\":2", "node vm: tls 2 (REALITY): not served (vmess over TCP or TLS only)",
-         SV_CERT_SELF, false},
+        {"\"tls\":2", "node vm: tls 2 (REALITY): not served (vmess in clear or over TLS "
+                      "only)", SV_CERT_SELF, false},
         {"\"networkSettings\":{\"path\":\"/x\"}", "node vm: networkSettings: not served (no "
                                                     "transport settings)", SV_CERT_NONE, false},
         {"\"tls\":1", "node vm: a vmess node with tls 1 needs \"cert\" in the agent config (mode "
