@@ -208,20 +208,20 @@ static long api_nodes(void *arg, api_node_status **out)
     ag_main *am = arg;
     long n = ag_manager_status(am->mgr, out);
     if (n > 0)
-        ag_uplink_status_merge(*out, n); /* push and outbox: the uplink's published snapshot */
+        ag_uplink_status_merge(am->uplink, *out, n); /* push and outbox: the uplink's published snapshot */
     return n;
 }
 
 static long api_usage(void *arg, api_usage_row **out)
 {
     ag_main *am = arg;
-    return ag_uplink_usage(am->sv, out);
+    return ag_uplink_usage(am->uplink, out);
 }
 
 static long api_requests(void *arg, api_panel_requests **out)
 {
-    (void)arg;
-    return ag_uplink_requests(out);
+    ag_main *am = arg;
+    return ag_uplink_requests(am->uplink, out);
 }
 
 static int api_sync(void *arg, const char *tag)
@@ -277,6 +277,15 @@ static void on_panel_change(void *arg)
         start_reload(am);
 }
 
+/* The node manager's remote panel clients: the uplink's (issue 14: no process-wide hook). */
+static int remote_client(void *arg, const ag_node_config *nc, pn_client **out, sv_error *err)
+{
+    ag_main *am = arg;
+    if (am->uplink == NULL)
+        return sv_error_set(err, -ENOTSUP, "node %s: panel uplink not running", nc->tag);
+    return ag_uplink_client(am->uplink, nc, out, err);
+}
+
 /* Start everything on the loop; returns non-zero when nothing could start. */
 static int run_start(ag_main *am, const ag_config *cfg)
 {
@@ -287,7 +296,8 @@ static int run_start(ag_main *am, const ag_config *cfg)
         fprintf(stderr, "katana: cannot start the supervisor: %s\n", uv_strerror(rc));
         return rc;
     }
-    rc = ag_manager_new(&am->loop, am->sv, &am->mgr);
+    ag_remote_source remote = {.client = remote_client, .arg = am};
+    rc = ag_manager_new(&am->loop, am->sv, &remote, &am->mgr);
     if (rc == 0)
         rc = start_signals(am);
     if (rc != 0) {
@@ -303,7 +313,6 @@ static int run_start(ag_main *am, const ag_config *cfg)
     rc = start_api(am, cfg);
     if (rc != 0)
         return rc;
-    ag_uniproxy_client_hook = ag_uplink_client;
     if (!ag_uplink_ready(am->uplink)) { /* never exit on a panel answer: wait for one */
         SV_LOG(SV_LOG_INFO, MOD, "katana %s waiting for the panel's first answer",
                PACKAGE_VERSION);
@@ -347,7 +356,6 @@ static int cmd_run(const char *path)
     api_server_stop(am.api); /* before what its threads read */
     ag_manager_free(am.mgr);
     ag_uplink_free(am.uplink);
-    ag_uniproxy_client_hook = NULL;
     if (am.sv != NULL)
         sv_supervisor_free(am.sv);
     uv_run(&am.loop, UV_RUN_DEFAULT); /* finish the closes */
@@ -397,7 +405,7 @@ static int cmd_check(const char *path)
         return 1;
     }
     /* the callback may run before ag_fetch returns: its verdict is c.status, not rc */
-    int rc = ag_fetch(&loop, &cfg, NULL, on_check_fetched, &c, &c.err);
+    int rc = ag_fetch(&loop, &cfg, NULL, NULL, on_check_fetched, &c, &c.err);
     ag_config_free(&cfg);
     if (rc == 0)
         uv_run(&loop, UV_RUN_DEFAULT);
