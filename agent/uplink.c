@@ -558,6 +558,22 @@ static void read_mem(pn_status *st)
     st->swap_used = st->swap_total > swap_free ? st->swap_total - swap_free : 0;
 }
 
+/* Uptime from /proc/uptime and load averages from /proc/loadavg (0 when unreadable). */
+static void read_load(pn_status *st)
+{
+    double up = 0;
+    FILE *f = fopen("/proc/uptime", "r");
+    if (f != NULL && fscanf(f, "%lf", &up) == 1 && up > 0)
+        st->uptime_s = (uint64_t)up;
+    if (f != NULL)
+        fclose(f);
+    f = fopen("/proc/loadavg", "r");
+    if (f != NULL && fscanf(f, "%lf %lf %lf", &st->load[0], &st->load[1], &st->load[2]) != 3)
+        st->load[0] = st->load[1] = st->load[2] = 0;
+    if (f != NULL)
+        fclose(f);
+}
+
 static void report_status(up_node *nd)
 {
     ag_uplink *u = nd->u;
@@ -570,6 +586,7 @@ static void report_status(up_node *nd)
         u->cpu_total = total;
     }
     read_mem(&st);
+    read_load(&st);
     struct statvfs vfs;
     if (statvfs("/", &vfs) == 0) {
         st.disk_total = (uint64_t)vfs.f_blocks * vfs.f_frsize;

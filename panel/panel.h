@@ -68,12 +68,14 @@ typedef struct pn_alive_count {
 typedef void (*pn_alivelist_cb)(pn_client *c, int result, const pn_alive_count *items, size_t n,
                                 const sv_error *err, void *arg);
 
-/** Node load for a status report (PANEL.md §1.9). Sizes in bytes. */
+/** Node load for a status report (PANEL.md §1.9, §2.1). Sizes in bytes. */
 typedef struct pn_status {
     double cpu; /**< percent, 0..100 */
     uint64_t mem_total, mem_used;
     uint64_t swap_total, swap_used;
     uint64_t disk_total, disk_used;
+    uint64_t uptime_s; /**< seconds since boot (/proc/uptime; mod_mu's legacy load report) */
+    double load[3];    /**< 1, 5 and 15 minute load averages (/proc/loadavg) */
 } pn_status;
 
 /** Bodies a remote client remembers (last good, for the store and for If-None-Match). */
