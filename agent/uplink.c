@@ -64,6 +64,7 @@ typedef struct up_node {
     unsigned pull_fails, push_fails;
     int pulls_pending;
     bool pull_changed, pull_failed;
+    char pull_error[160]; /* the last pull error logged as a warning ("" after a good pull) */
     bool pushing;
     int64_t batch; /* the batch in flight */
     uint64_t last_push_ms; /* end of the last push (REST API), 0 = never */
@@ -650,6 +651,8 @@ static void pull_answered(up_node *nd)
         d = backoff_ms(++nd->pull_fails, nd->has_node && nd->has_users ? d : 60000u);
     else
         nd->pull_fails = 0;
+    if (!nd->pull_failed)
+        nd->pull_error[0] = '\0';
     uv_timer_start(&nd->pull_timer, on_pull_timer, d, 0);
     publish(nd->u);
     if (nd->pull_changed && nd->has_node && nd->has_users && nd->u->on_change != NULL) {
@@ -662,6 +665,18 @@ static void pull_answered(up_node *nd)
         sv_error err = {0};
         (void)sv_reload_certs(nd->u->sv, &err);
     }
+}
+
+/* A refused pull answer: one warning while the panel keeps giving the same error (issue 14:
+ * "one clear error"), the repeats at debug level; a good pull re-arms the warning. */
+static void pull_error(up_node *nd, const sv_error *err)
+{
+    if (strncmp(nd->pull_error, err->msg, sizeof nd->pull_error - 1) == 0) {
+        SV_LOG(SV_LOG_DEBUG, MOD, "node %s: %s (again)", nd->tag, err->msg);
+        return;
+    }
+    snprintf(nd->pull_error, sizeof nd->pull_error, "%.159s", err->msg);
+    SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
 }
 
 static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, void *arg)
@@ -686,7 +701,7 @@ static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, vo
             uv_timer_start(&nd->push_timer, on_push_timer, push_ms(nd), 0);
     } else if (rc < 0) {
         nd->pull_failed = true;
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
+        pull_error(nd, err);
     }
     pull_answered(nd);
 }
@@ -706,7 +721,7 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
         nd->unstored[PN_BODY_USERS] = true;
     } else if (rc < 0) {
         nd->pull_failed = true;
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
+        pull_error(nd, err);
     }
     pull_answered(nd);
 }

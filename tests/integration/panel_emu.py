@@ -28,7 +28,8 @@ control endpoints stay in UniProxy shapes: the config and users set through /_em
 device_limit -> node_iplimit), endpoint names for faults and hits are the UniProxy ones
 (config, user, push, alive, status), and pushes are recorded as {uid: [up, down]}. Extra controls:
   POST /_emu/raw      {"endpoint":"config"|"user","body":<raw answer or null>, "status":200}:
-                      answer that endpoint with this body from now on (null: back to translating)
+                      answer that endpoint with this body from now on (null: back to translating);
+                      {"endpoint":...,"huge":N}: a 200 whose JSON body is N bytes long
   POST /_emu/deleted  {"ids":[uid,...]}: users deleted from the panel: a traffic entry for one
                       is fatal after the earlier entries were applied (HTTP 500, PANEL.md §2.6)
 
@@ -189,6 +190,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, {"ret": 0, "msg": "Node not found."})
         if fault and self.pre_fault(fault):
             return None
+        if raw_answer is not None and raw_answer.get("huge"):
+            return self.send_huge(int(raw_answer["huge"]))
         if raw_answer is not None:
             body = raw_answer["body"]
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -213,6 +216,24 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 STATE["status"].append(json.loads(raw))
         return self.send(200, {"ret": 1, "msg": "ok"})
+
+    def send_huge(self, n):
+        """A 200 of n bytes, a JSON array that never ends; the client may hang up early."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(n))
+        self.end_headers()
+        chunk = b'{"id":1,"uuid":"x"},' * 3276
+        try:
+            self.wfile.write(b'{"ret":1,"data":[')
+            sent = 17
+            while sent < n:
+                part = chunk[:n - sent]
+                self.wfile.write(part)
+                sent += len(part)
+        except OSError:
+            pass
+        self.close_connection = True
 
     def ss_traffic(self, items, fault):
         """Applied entry by entry without a transaction (PANEL.md §2.6)."""
@@ -329,7 +350,8 @@ class Handler(BaseHTTPRequestHandler):
             elif what == "alivelist":  # {"<uid>": count}: the alivelist answer from now on
                 STATE["alivelist"] = body
             elif what == "raw":  # sspanel: a raw answer for config/user (null: translate again)
-                STATE["raw"][body["endpoint"]] = body if body.get("body") is not None else None
+                keep = body.get("body") is not None or body.get("huge")
+                STATE["raw"][body["endpoint"]] = body if keep else None
             elif what == "deleted":
                 STATE["deleted"] = list(body["ids"])
             else:
