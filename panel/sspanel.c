@@ -543,6 +543,12 @@ struct pn_sspanel {
     size_t n_alive;
     size_t skipped; /* users left out of the last answer (another method) */
     call *calls;
+    /* a users answer that came before the node answer it depends on (its secrets follow the
+     * node's sort): held until the node answer is delivered, then parsed */
+    call *deferred;
+    pn_http_response deferred_resp; /* body and etag malloc'ed */
+    unsigned delivering;            /* callbacks running: a free waits for them */
+    bool free_pending;
     pn_request_count counts[PN_REQUEST_COUNTS_MAX];
     size_t n_counts;
 };
@@ -662,12 +668,58 @@ static void count_request(pn_sspanel *s, const char *what, long status)
         s->counts[s->n_counts++] = (pn_request_count){what, status, 1};
 }
 
+static bool node_in_flight(const pn_sspanel *s)
+{
+    for (const call *k = s->calls; k != NULL; k = k->next)
+        if (k->kind == CALL_NODE)
+            return true;
+    return false;
+}
+
+/* Hold a 2xx users answer until the node answer in flight is delivered. false: no room. */
+static bool defer_users(pn_sspanel *s, call *k, const pn_http_response *r)
+{
+    char *body = malloc(r->len + 1), *etag = r->etag != NULL ? strdup(r->etag) : NULL;
+    if (body == NULL || (r->etag != NULL && etag == NULL)) {
+        free(body);
+        free(etag);
+        return false;
+    }
+    memcpy(body, r->body, r->len);
+    body[r->len] = '\0';
+    s->deferred = k;
+    s->deferred_resp = (pn_http_response){.status = r->status, .body = body, .len = r->len,
+                                          .etag = etag};
+    return true;
+}
+
+static void drop_deferred(pn_sspanel *s)
+{
+    free(s->deferred);
+    free((char *)s->deferred_resp.body);
+    free((char *)s->deferred_resp.etag);
+    s->deferred = NULL;
+    memset(&s->deferred_resp, 0, sizeof s->deferred_resp);
+}
+
+static void real_free(pn_sspanel *s);
+
 static void on_http(int rc, const pn_http_response *r, const sv_error *herr, void *arg)
 {
     call *k = arg;
-    call_unlink(k); /* the callback below may free the client and its list */
-    count_request(k->s, k->what, rc == 0 && r != NULL ? r->status : 0);
-    if (k->kind != CALL_REPORT) {
+    pn_sspanel *s = k->s;
+    call_unlink(k);
+    count_request(s, k->what, rc == 0 && r != NULL ? r->status : 0);
+    if (k->kind == CALL_USERS && rc == 0 && r->status >= 200 && r->status <= 299 &&
+        !s->has_meta && s->deferred == NULL && node_in_flight(s) && defer_users(s, k, r))
+        return; /* delivered right after the node answer */
+    s->delivering++; /* a free from a callback below waits until they all ran */
+    if (k->kind == CALL_NODE) {
+        deliver_fetch(k, rc, r, herr);
+        if (s->deferred != NULL && !s->free_pending)
+            deliver_fetch(s->deferred, 0, &s->deferred_resp, NULL);
+        drop_deferred(s);
+    } else if (k->kind == CALL_USERS) {
         deliver_fetch(k, rc, r, herr);
     } else {
         sv_error err = {0};
@@ -677,9 +729,11 @@ static void on_http(int rc, const pn_http_response *r, const sv_error *herr, voi
             sv_error inner = err;
             sv_error_set(&err, rc, "panel %s: %s", k->what, inner.msg);
         }
-        k->cb.report(&k->s->base, rc, rc != 0 ? &err : NULL, k->arg);
+        k->cb.report(&s->base, rc, rc != 0 ? &err : NULL, k->arg);
     }
     free(k);
+    if (--s->delivering == 0 && s->free_pending)
+        real_free(s);
 }
 
 /* Start one request to /mod_mu/@p path; on success the call is owned by the request. */
@@ -866,10 +920,23 @@ static size_t ss_requests(pn_client *c, pn_request_count *out, size_t cap)
     return n;
 }
 
+/* Free now, or (from inside a callback) once the callbacks of this answer have run. */
 static void ss_free(pn_client *c)
 {
     pn_sspanel *s = (pn_sspanel *)c;
+    if (s->delivering > 0) {
+        s->free_pending = true;
+        pn_http_free(s->http); /* pending requests end without callbacks */
+        s->http = NULL;
+        return;
+    }
+    real_free(s);
+}
+
+static void real_free(pn_sspanel *s)
+{
     pn_http_free(s->http); /* pending requests end without callbacks */
+    drop_deferred(s);
     while (s->calls != NULL) {
         call *k = s->calls;
         s->calls = k->next;
