@@ -487,6 +487,80 @@ out:
     return rc;
 }
 
+static int route_block_regex(pn_route *r, int64_t id, const char *regex)
+{
+    size_t n = strlen(regex);
+    r->id = id;
+    r->match = calloc(1, sizeof *r->match);
+    r->action = strdup("block");
+    if (r->match != NULL && (r->match[0] = malloc(n + 8)) != NULL) {
+        memcpy(r->match[0], "regexp:", 7);
+        memcpy(r->match[0] + 7, regex, n + 1);
+        r->n_match = 1;
+    }
+    return r->action != NULL && r->n_match == 1 ? 0 : -ENOMEM;
+}
+
+int pn_sspanel_parse_rules(const json_t *body, pn_route **out, size_t *n, size_t *skipped,
+                           sv_error *err)
+{
+    const json_t *data = NULL;
+    *out = NULL;
+    *n = *skipped = 0;
+    int rc = envelope(body, &data, err);
+    if (rc != 0)
+        return rc;
+    if (json_is_null(data) || (json_is_object(data) && json_object_size(data) == 0))
+        return 0;
+    if (!json_is_array(data))
+        return sv_error_set(err, -EINVAL, "data: expected an array of rules");
+    size_t total = json_array_size(data);
+    if (total > PN_ROUTES_MAX)
+        return sv_error_set(err, -EMSGSIZE, "data: more than %u rules", PN_ROUTES_MAX);
+    pn_route *v = total > 0 ? calloc(total, sizeof *v) : NULL;
+    if (total > 0 && v == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < total && rc == 0; i++) {
+        const json_t *e = json_array_get(data, i);
+        char path[64];
+        uint64_t id = 0, type = 0;
+        const char *regex = NULL;
+        snprintf(path, sizeof path, "data[%zu]", i);
+        if (!json_is_object(e)) {
+            rc = sv_error_set(err, -EINVAL, "%s: expected an object", path);
+            break;
+        }
+        snprintf(path, sizeof path, "data[%zu].id", i);
+        rc = get_uint(json_object_get(e, "id"), path, INT64_MAX, &id, err);
+        snprintf(path, sizeof path, "data[%zu].type", i);
+        const json_t *t = json_object_get(e, "type");
+        if (rc == 0 && t != NULL && !json_is_null(t))
+            rc = get_uint(t, path, 1000, &type, err);
+        snprintf(path, sizeof path, "data[%zu].regex", i);
+        if (rc == 0)
+            rc = opt_text(e, "regex", path, PN_TEXT_MAX, &regex, err);
+        if (rc != 0)
+            break;
+        if (type != 1 || regex == NULL || regex[0] == '\0') { /* hex rules match bytes */
+            (*skipped)++;
+            continue;
+        }
+        rc = route_block_regex(&v[k++], (int64_t)id, regex);
+        if (rc != 0)
+            sv_error_set(err, rc, "out of memory");
+    }
+    if (rc != 0) {
+        pn_node tmp = {.routes = v, .n_routes = k};
+        pn_node_free(&tmp);
+        *skipped = 0;
+        return rc;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
 /* Error text of a non-2xx answer or a body that is not JSON: mod_mu's `msg`, else the start. */
 int pn_sspanel_check_ack(long status, const char *body, size_t len, sv_error *err)
 {
@@ -517,7 +591,7 @@ typedef struct pn_sspanel pn_sspanel;
 
 typedef struct call {
     pn_sspanel *s;
-    enum { CALL_NODE, CALL_USERS, CALL_REPORT } kind;
+    enum { CALL_NODE, CALL_RULES, CALL_USERS, CALL_REPORT } kind;
     const char *what; /* endpoint name for messages and counters (static) */
     union {
         pn_node_cb node;
@@ -536,7 +610,12 @@ struct pn_sspanel {
     char *node_id;  /* digits only */
     long timeout_ms;
     uint32_t pull, push;
-    last_good good[2];
+    last_good good[2];   /* raw info and users bodies with their ETags */
+    last_good rules;      /* raw detect_rules body and ETag (body NULL: none) */
+    char *combined;       /* {"info","detect_rules","detect_rules_etag"}: the stored node body */
+    size_t combined_len;
+    pn_http_response info; /* the info answer while its detect_rules request runs (copies) */
+    size_t rules_skipped;   /* detect rules katana cannot express (hex matches) */
     bool has_meta;
     pn_sspanel_meta meta; /* from the last good node answer */
     pn_alive_count *alive; /* legacy alive_ip counts of the last good users answer */
@@ -671,9 +750,161 @@ static void count_request(pn_sspanel *s, const char *what, long status)
 static bool node_in_flight(const pn_sspanel *s)
 {
     for (const call *k = s->calls; k != NULL; k = k->next)
-        if (k->kind == CALL_NODE)
+        if (k->kind == CALL_NODE || k->kind == CALL_RULES)
             return true;
     return false;
+}
+
+static void response_clear(pn_http_response *r)
+{
+    free((char *)r->body);
+    free((char *)r->etag);
+    memset(r, 0, sizeof *r);
+}
+
+/* A malloc'ed copy of @p r's status, body and ETag in @p dst; false when out of memory. */
+static bool response_copy(pn_http_response *dst, const pn_http_response *r)
+{
+    char *body = malloc(r->len + 1), *etag = r->etag != NULL ? strdup(r->etag) : NULL;
+    if (body == NULL || (r->etag != NULL && etag == NULL)) {
+        free(body);
+        free(etag);
+        return false;
+    }
+    memcpy(body, r->body, r->len);
+    body[r->len] = '\0';
+    *dst = (pn_http_response){.status = r->status, .body = body, .len = r->len, .etag = etag};
+    return true;
+}
+
+/* The node body the store keeps: info and detect rules together (parsed by ss_parse_body). */
+static void build_combined(pn_sspanel *s)
+{
+    json_t *info = s->good[PN_BODY_CONFIG].body != NULL
+                   ? json_loadb(s->good[PN_BODY_CONFIG].body, s->good[PN_BODY_CONFIG].len, 0,
+                                NULL) : NULL;
+    json_t *rules = s->rules.body != NULL ? json_loadb(s->rules.body, s->rules.len, 0, NULL)
+                                          : NULL;
+    json_t *o = info != NULL ? json_pack("{s:O, s:O?, s:s?}", "info", info, "detect_rules",
+                                         rules, "detect_rules_etag", s->rules.etag) : NULL;
+    char *text = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (text != NULL) { /* else the old one stays (stored at the next change) */
+        free(s->combined);
+        s->combined = text;
+        s->combined_len = strlen(text);
+    }
+    json_decref(o);
+    json_decref(info);
+    json_decref(rules);
+}
+
+/* Append detect rules (a detect_rules answer, PANEL.md §2.6) to @p node as block routes. */
+static int add_rules(pn_sspanel *s, const json_t *j, pn_node *node, sv_error *err)
+{
+    pn_route *routes = NULL;
+    size_t n = 0, skipped = 0;
+    int rc = pn_sspanel_parse_rules(j, &routes, &n, &skipped, err);
+    if (rc != 0)
+        return rc;
+    if (skipped != s->rules_skipped && skipped > 0) /* once per change, not per pull */
+        SV_LOG(SV_LOG_WARN, "pn.sspanel", "panel detect_rules: %zu rules skipped: only "
+               "plaintext (type 1) rules are served, as block routes", skipped);
+    s->rules_skipped = skipped;
+    if (n == 0)
+        return 0;
+    pn_route *v = realloc(node->routes, (node->n_routes + n) * sizeof *v);
+    if (v == NULL) {
+        pn_node tmp = {.routes = routes, .n_routes = n};
+        pn_node_free(&tmp);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    memcpy(v + node->n_routes, routes, n * sizeof *v);
+    node->routes = v;
+    node->n_routes += n;
+    free(routes);
+    return 0;
+}
+
+/* The detect_rules answer (after a 2xx or 304 info answer held in s->info): PN_NOT_MODIFIED
+ * when both were 304, else the node from the info body (new or held) with the rules (new or
+ * held; a 404 means a panel without detect rules) as block routes, or an error. */
+static void finish_node(call *k, int rc, const pn_http_response *r, const sv_error *herr)
+{
+    pn_sspanel *s = k->s;
+    sv_error err = {0};
+    pn_node node = {0};
+    json_t *ij = NULL, *rj = NULL;
+    bool info_new = s->info.status != 304, rules_new = false, rules_none = false;
+    const char *what = "detect_rules";
+    if (rc != 0)
+        sv_error_set(&err, rc, "%s", herr->msg);
+    else if (r->status == 404)
+        rules_none = rules_new = true;
+    else if (r->status != 304 && (r->status < 200 || r->status > 299))
+        rc = pn_uniproxy_error(r->status, r->body, r->len, &err);
+    else
+        rules_new = r->status != 304;
+    if (rc == 0 && !info_new && !rules_new)
+        rc = PN_NOT_MODIFIED;
+    const last_good *gi = &s->good[PN_BODY_CONFIG];
+    const char *ib = info_new ? s->info.body : gi->body;
+    size_t il = info_new ? s->info.len : gi->len;
+    if (rc == 0 && ib == NULL) {
+        what = "info";
+        rc = sv_error_set(&err, -EPROTO, "HTTP 304 but no body held");
+    }
+    if (rc == 0 && (rc = parse_json(ib, il, info_new ? s->info.status : 200, NULL, &ij,
+                                    &err)) != 0)
+        what = "info";
+    if (rc == 0 && (rc = parse_kind(s, PN_BODY_CONFIG, ij, &node, NULL, &err)) != 0)
+        what = "info";
+    const char *rb = rules_none ? NULL : rules_new ? r->body : s->rules.body;
+    size_t rl = rules_none ? 0 : rules_new ? r->len : s->rules.len;
+    if (rc == 0 && rb != NULL && (rc = parse_json(rb, rl, 200, NULL, &rj, &err)) == 0)
+        rc = add_rules(s, rj, &node, &err);
+    if (rc == 0) {
+        if (info_new)
+            set_good(&s->good[PN_BODY_CONFIG], s->info.body, s->info.len, s->info.etag);
+        if (rules_none) {
+            free(s->rules.body);
+            free(s->rules.etag);
+            memset(&s->rules, 0, sizeof s->rules);
+        } else if (rules_new) {
+            set_good(&s->rules, r->body, r->len, r->etag);
+        }
+        build_combined(s);
+    }
+    response_clear(&s->info);
+    if (rc < 0) {
+        sv_error inner = err;
+        sv_error_set(&err, rc, "panel %s: %s", what, inner.msg);
+        pn_node_free(&node);
+    }
+    k->cb.node(&s->base, rc, rc == PN_OK ? &node : NULL, rc < 0 ? &err : NULL, k->arg);
+    pn_node_free(&node);
+    json_decref(ij);
+    json_decref(rj);
+}
+
+static int start(pn_sspanel *s, call *k, const char *method, const char *path, bool node_q,
+                 const char *body, size_t len);
+static call *call_new(int kind, const char *what, void *arg);
+
+/* A 2xx or 304 info answer: hold it and ask for the detect rules. false: not started (the
+ * caller delivers the info answer as it is, or an error). */
+static bool start_rules(pn_sspanel *s, call *k, const pn_http_response *r)
+{
+    call *rk = call_new(CALL_RULES, "detect_rules", k->arg);
+    if (rk == NULL || !response_copy(&s->info, r)) {
+        free(rk);
+        return false;
+    }
+    rk->cb.node = k->cb.node;
+    if (start(s, rk, "GET", "func/detect_rules", false, NULL, 0) != 0) {
+        response_clear(&s->info);
+        return false;
+    }
+    return true;
 }
 
 /* Hold a 2xx users answer until the node answer in flight is delivered. false: no room. */
@@ -713,9 +944,18 @@ static void on_http(int rc, const pn_http_response *r, const sv_error *herr, voi
     if (k->kind == CALL_USERS && rc == 0 && r->status >= 200 && r->status <= 299 &&
         !s->has_meta && s->deferred == NULL && node_in_flight(s) && defer_users(s, k, r))
         return; /* delivered right after the node answer */
+    if (k->kind == CALL_NODE && rc == 0 && (r->status == 304 ||
+                                             (r->status >= 200 && r->status <= 299)) &&
+        start_rules(s, k, r)) {
+        free(k);
+        return; /* the node is delivered with its detect rules */
+    }
     s->delivering++; /* a free from a callback below waits until they all ran */
-    if (k->kind == CALL_NODE) {
-        deliver_fetch(k, rc, r, herr);
+    if (k->kind == CALL_NODE || k->kind == CALL_RULES) {
+        if (k->kind == CALL_NODE)
+            deliver_fetch(k, rc, r, herr);
+        else
+            finish_node(k, rc, r, herr);
         if (s->deferred != NULL && !s->free_pending)
             deliver_fetch(s->deferred, 0, &s->deferred_resp, NULL);
         drop_deferred(s);
@@ -748,6 +988,7 @@ static int start(pn_sspanel *s, call *k, const char *method, const char *path, b
         return -ENAMETOOLONG;
     }
     const char *inm = k->kind == CALL_NODE    ? s->good[PN_BODY_CONFIG].etag
+                      : k->kind == CALL_RULES ? s->rules.etag
                       : k->kind == CALL_USERS ? s->good[PN_BODY_USERS].etag
                                               : NULL;
     pn_http_request req = {.method = method, .url = url, .body = body, .body_len = len,
@@ -893,11 +1134,12 @@ static const char *ss_last_body(pn_client *c, enum pn_body_kind kind, size_t *le
                                 const char **etag)
 {
     pn_sspanel *s = (pn_sspanel *)c;
+    bool node = kind == PN_BODY_CONFIG; /* the info and detect rules pair (build_combined) */
     if (len != NULL)
-        *len = s->good[kind].len;
+        *len = node ? s->combined_len : s->good[kind].len;
     if (etag != NULL)
         *etag = s->good[kind].etag;
-    return s->good[kind].body;
+    return node ? s->combined : s->good[kind].body;
 }
 
 static int ss_parse_body(pn_client *c, enum pn_body_kind kind, const char *body, size_t len,
@@ -907,7 +1149,29 @@ static int ss_parse_body(pn_client *c, enum pn_body_kind kind, const char *body,
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
     if (j == NULL)
         return sv_error_set(err, -EINVAL, "stored body is not JSON");
-    int rc = parse_kind(s, kind, j, node, users, err);
+    const json_t *info = kind == PN_BODY_CONFIG ? json_object_get(j, "info") : NULL;
+    if (info == NULL) { /* users, or an info body on its own */
+        int rc = parse_kind(s, kind, j, node, users, err);
+        json_decref(j);
+        return rc;
+    }
+    /* the stored pair: the held bodies come back too, so a 304 after the restart is served */
+    const json_t *rules = json_object_get(j, "detect_rules");
+    const json_t *rules_etag = json_object_get(j, "detect_rules_etag");
+    int rc = parse_kind(s, kind, info, node, users, err);
+    if (rc == 0 && rules != NULL && !json_is_null(rules) &&
+        (rc = add_rules(s, rules, node, err)) != 0)
+        pn_node_free(node);
+    char *it = rc == 0 ? json_dumps(info, JSON_COMPACT) : NULL;
+    char *rt = rc == 0 && json_is_object(rules) ? json_dumps(rules, JSON_COMPACT) : NULL;
+    if (it != NULL) {
+        set_good(&s->good[PN_BODY_CONFIG], it, strlen(it), s->good[PN_BODY_CONFIG].etag);
+        if (rt != NULL)
+            set_good(&s->rules, rt, strlen(rt), json_string_value(rules_etag));
+        build_combined(s);
+    }
+    free(it);
+    free(rt);
     json_decref(j);
     return rc;
 }
@@ -946,6 +1210,10 @@ static void real_free(pn_sspanel *s)
         free(s->good[i].etag);
         free(s->good[i].body);
     }
+    free(s->rules.etag);
+    free(s->rules.body);
+    free(s->combined);
+    response_clear(&s->info);
     free(s->alive);
     free(s->base_url);
     free(s->key_q);

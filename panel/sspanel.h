@@ -10,6 +10,10 @@
  * (HTTP 200 business errors such as "Node not found."), another status, an HTML page or a
  * body that does not parse is an error and the caller keeps its running state.
  *
+ * The node is delivered with the panel's detect rules (GET func/detect_rules, after the info
+ * answer; a 404 means none) as block routes; PN_NOT_MODIFIED only when both answers were 304.
+ * The stored node body holds both (last_body / parse_body).
+ *
  * Node types (the `sort` of §2.4) are lowered to the UniProxy model: 0 Shadowsocks (the
  * method from custom_config), 1 Shadowsocks 2022, 11 VMess (VLESS with enable_vless "1"), 14
  * Trojan; any other sort is refused naming it. The user's secret is `passwd` on Shadowsocks
@@ -84,6 +88,19 @@ int pn_sspanel_parse_node(const json_t *body, uint32_t pull, uint32_t push,
  */
 int pn_sspanel_parse_users(const json_t *body, const pn_sspanel_meta *meta, pn_users *out,
                            size_t *skipped, pn_alive_count **alive, size_t *n_alive,
+                           sv_error *err);
+
+/**
+ * Parse a `GET /mod_mu/func/detect_rules` answer `{"ret":1,"data":[{id, name, text, regex,
+ * type}]}` (PANEL.md §2.6) into block routes: each plaintext rule (type 1) becomes a route with
+ * its id and the one match "regexp:<regex>" (lowered like a UniProxy block route: searched in
+ * the destination name; an invalid or empty-matching regex is skipped there with a warning).
+ * Other types match packet bytes, which katana cannot express: counted in @p skipped.
+ * @param out  malloc'ed routes (NULL when none), freed like pn_node's routes
+ * @return 0; -EPROTO for `ret` ≠ 1; -EINVAL naming the entry; -EMSGSIZE over PN_ROUTES_MAX
+ *         rules or PN_TEXT_MAX bytes of regex; -ENOMEM. Outputs zeroed on error.
+ */
+int pn_sspanel_parse_rules(const json_t *body, pn_route **out, size_t *n, size_t *skipped,
                            sv_error *err);
 
 /**

@@ -84,6 +84,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         FUZZ_CHECK(err.msg[0] != '\0' && node.protocol == NULL && meta.sort == 0);
     }
+    pn_route *routes = NULL;
+    size_t n_routes = 0, skipped = 0;
+    rc = pn_sspanel_parse_rules(j, &routes, &n_routes, &skipped, &err);
+    FUZZ_CHECK(rc <= 0);
+    FUZZ_CHECK(rc == 0 || (routes == NULL && n_routes == 0));
+    FUZZ_CHECK(n_routes <= PN_ROUTES_MAX);
+    for (size_t i = 0; i < n_routes; i++)
+        FUZZ_CHECK(routes[i].n_match == 1 && strncmp(routes[i].match[0], "regexp:", 7) == 0 &&
+                   strcmp(routes[i].action, "block") == 0);
+    pn_node holder = {.routes = routes, .n_routes = n_routes};
+    pn_node_free(&holder);
     pn_sspanel_meta picked = {.sort = sorts[(data[0] >> 3) % 4], .speed_mbps = data[0] >> 5,
                               .method = "aes-128-gcm"};
     check_users(j, &picked);

@@ -30,6 +30,7 @@ device_limit -> node_iplimit), endpoint names for faults and hits are the UniPro
   POST /_emu/raw      {"endpoint":"config"|"user","body":<raw answer or null>, "status":200}:
                       answer that endpoint with this body from now on (null: back to translating);
                       {"endpoint":...,"huge":N}: a 200 whose JSON body is N bytes long
+  POST /_emu/detect_rules  [{"id","name","text","regex","type"}...]: GET func/detect_rules
   POST /_emu/deleted  {"ids":[uid,...]}: users deleted from the panel: a traffic entry for one
                       is fatal after the earlier entries were applied (HTTP 500, PANEL.md §2.6)
 
@@ -50,7 +51,7 @@ API = "/api/v1/server/UniProxy/"
 LOCK = threading.Lock()
 STATE = {"config": {}, "users": {"users": []}, "totals": {}, "pushes": [], "hits": {},
          "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": [],
-         "alivelist": {}, "raw": {}, "deleted": []}
+         "alivelist": {}, "raw": {}, "deleted": [], "detect_rules": []}
 ARGS = None
 
 
@@ -108,6 +109,7 @@ def ss_endpoint(method, path):
     if len(parts) == 4 and parts[:2] == ["mod_mu", "nodes"] and parts[3] == "info":
         return "config" if method == "GET" else "status"
     return {"/mod_mu/users": "user", "/mod_mu/users/traffic": "push",
+            "/mod_mu/func/detect_rules": "detect_rules",
             "/mod_mu/users/aliveip": "alive"}.get(path)
 
 
@@ -196,6 +198,10 @@ class Handler(BaseHTTPRequestHandler):
             body = raw_answer["body"]
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             return self.send(raw_answer.get("status", 200), data)
+        if ep == "detect_rules":
+            with LOCK:
+                rules = STATE["detect_rules"]
+            return self.fetch({"ret": 1, "data": rules})
         if ep in ("config", "user"):
             with LOCK:
                 cfg, users = STATE["config"], STATE["users"]
@@ -352,6 +358,8 @@ class Handler(BaseHTTPRequestHandler):
             elif what == "raw":  # sspanel: a raw answer for config/user (null: translate again)
                 keep = body.get("body") is not None or body.get("huge")
                 STATE["raw"][body["endpoint"]] = body if keep else None
+            elif what == "detect_rules":  # sspanel: [{"id","name","text","regex","type"}]
+                STATE["detect_rules"] = body
             elif what == "deleted":
                 STATE["deleted"] = list(body["ids"])
             else:

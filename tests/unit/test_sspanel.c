@@ -240,6 +240,33 @@ static void sspanel__bad_users__are_refused_naming_the_entry(void **state)
     json_decref(j);
 }
 
+static void sspanel__detect_rules__become_block_routes(void **state)
+{
+    (void)state;
+    json_t *j = fixture("sspanel-detect-rules.json");
+    pn_route *routes;
+    size_t n, skipped;
+    sv_error err = {0};
+    assert_int_equal(pn_sspanel_parse_rules(j, &routes, &n, &skipped, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(skipped, 0);
+    assert_int_equal(routes[1].id, 3);
+    assert_string_equal(routes[1].action, "block");
+    assert_string_equal(routes[1].match[0], "regexp:(.+\\.|^)ads\\.example\\.(com|net)");
+    pn_node holder = {.routes = routes, .n_routes = n};
+    pn_node_free(&holder);
+    json_decref(j);
+    j = text("{\"ret\":1,\"data\":[{\"id\":4,\"regex\":\"474554\",\"type\":2}]}");
+    assert_int_equal(pn_sspanel_parse_rules(j, &routes, &n, &skipped, &err), 0);
+    assert_int_equal(n, 0); /* a hex rule matches bytes: not expressible */
+    assert_int_equal(skipped, 1);
+    json_decref(j);
+    j = text("{\"ret\":1,\"data\":[{\"regex\":\"x\",\"type\":1}]}");
+    assert_int_equal(pn_sspanel_parse_rules(j, &routes, &n, &skipped, &err), -EINVAL);
+    assert_string_equal(err.msg, "data[0].id: expected a number");
+    json_decref(j);
+}
+
 static void sspanel__acks(void **state)
 {
     (void)state;
@@ -265,6 +292,7 @@ int main(void)
         cmocka_unit_test(sspanel__users__secret_by_sort_and_limits),
         cmocka_unit_test(sspanel__legacy_users__iplimit_and_alive_ip),
         cmocka_unit_test(sspanel__bad_users__are_refused_naming_the_entry),
+        cmocka_unit_test(sspanel__detect_rules__become_block_routes),
         cmocka_unit_test(sspanel__acks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
