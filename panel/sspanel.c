@@ -556,6 +556,10 @@ int pn_sspanel_parse_rules(const json_t *body, pn_route **out, size_t *n, size_t
         *skipped = 0;
         return rc;
     }
+    if (k == 0) {
+        free(v);
+        v = NULL;
+    }
     *out = v;
     *n = k;
     return 0;
