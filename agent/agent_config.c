@@ -371,8 +371,7 @@ static int parse_db(const json_t *root, const char *base_dir, ag_config *cfg, sv
         if (cfg->nodes[i].panel.type == AG_PANEL_UNIPROXY ||
             cfg->nodes[i].panel.type == AG_PANEL_SSPANEL)
             return sv_error_set(err, -EINVAL, "db.path: required with a %s panel "
-                                "(nodes[%zu])", cfg->nodes[i].panel.type == AG_PANEL_SSPANEL
-                                ? "sspanel" : "uniproxy", i);
+                                "(nodes[%zu])", ag_panel_type_name(cfg->nodes[i].panel.type), i);
     if (path != NULL && resolve_path(path, base_dir, &cfg->db_path) != 0)
         return sv_error_set(err, -ENOMEM, "db: out of memory");
     return 0;
@@ -587,6 +586,19 @@ int ag_config_load_file(const char *path, ag_config *out, sv_error *err)
     if (rc != 0)
         ag_config_free(out);
     return rc;
+}
+
+const char *ag_panel_type_name(enum ag_panel_type type)
+{
+    switch (type) {
+    case AG_PANEL_LOCAL:
+        return "local";
+    case AG_PANEL_UNIPROXY:
+        return "uniproxy";
+    case AG_PANEL_SSPANEL:
+        return "sspanel";
+    }
+    return "unknown";
 }
 
 void ag_config_free(ag_config *cfg)

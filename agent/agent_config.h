@@ -117,6 +117,9 @@ int ag_config_parse(const char *text, size_t len, const char *base_dir, ag_confi
  */
 int ag_config_load_file(const char *path, ag_config *out, sv_error *err);
 
+/** The config spelling of a panel type ("local", "uniproxy", "sspanel"; "unknown"). */
+const char *ag_panel_type_name(enum ag_panel_type type);
+
 /** Free what a config owns and zero it. NULL-safe. */
 void ag_config_free(ag_config *cfg);
 

@@ -48,7 +48,7 @@ typedef struct ag_main {
     bool stopping;
     int exit_code;
     api_server *api;    /* the REST API (issue 4); its settings need a restart to change */
-    ag_uplink *uplink;  /* uniproxy pulls, usage outbox and pushes (issue #3) */
+    ag_uplink *uplink;  /* remote panel pulls, usage outbox and pushes (issue #3, issue 14) */
 } ag_main;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -208,7 +208,7 @@ static long api_nodes(void *arg, api_node_status **out)
     ag_main *am = arg;
     long n = ag_manager_status(am->mgr, out);
     if (n > 0)
-        ag_uplink_status_merge(am->uplink, *out, n); /* push and outbox: the uplink's published snapshot */
+        ag_uplink_status_merge(am->uplink, *out, n); /* push and outbox: its published snapshot */
     return n;
 }
 
@@ -400,7 +400,7 @@ static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_er
 static int check_client(void *arg, const ag_node_config *nc, pn_client **out, sv_error *err)
 {
     pn_remote_options o = {.loop = arg,
-                           .type = nc->panel.type == AG_PANEL_SSPANEL ? "sspanel" : "uniproxy",
+                           .type = ag_panel_type_name(nc->panel.type),
                            .url = nc->panel.url, .token = nc->panel.token,
                            .node_id = nc->panel.node_id, .node_type = nc->panel.node_type,
                            .timeout_ms = 1000L * nc->panel.timeout_s,
@@ -428,7 +428,7 @@ static size_t check_offline(ag_config *cfg)
     }
     for (size_t i = k; i < cfg->n_nodes; i++)
         printf("node %s: %s panel not contacted (--offline)\n", cfg->nodes[i].tag,
-               cfg->nodes[i].panel.type == AG_PANEL_SSPANEL ? "sspanel" : "uniproxy");
+               ag_panel_type_name(cfg->nodes[i].panel.type));
     return k;
 }
 

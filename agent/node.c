@@ -29,7 +29,7 @@ int ag_panel_new(const ag_node_config *nc, const ag_remote_source *remote, pn_cl
             return remote->client(remote->arg, nc, out, err);
         return sv_error_set(err, -ENOTSUP, "node %s: %s panel not running (katana check "
                             "--offline does not contact the panel)", nc->tag,
-                            nc->panel.type == AG_PANEL_SSPANEL ? "sspanel" : "uniproxy");
+                            ag_panel_type_name(nc->panel.type));
     case AG_PANEL_LOCAL: {
         pn_local_options o = {
             .node = nc->panel.node,
@@ -317,7 +317,7 @@ static void panel_describe(const ag_node_config *nc, api_node_status *st)
     case AG_PANEL_UNIPROXY: /* the token is a separate key; drop user info and any query too */
     case AG_PANEL_SSPANEL:
         snprintf(st->panel_type, sizeof st->panel_type, "%s",
-                 nc->panel.type == AG_PANEL_SSPANEL ? "sspanel" : "uniproxy");
+                 ag_panel_type_name(nc->panel.type));
         url_public(nc->panel.url != NULL ? nc->panel.url : "", st->panel_url,
                    sizeof st->panel_url);
         return;

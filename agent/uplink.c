@@ -15,7 +15,6 @@
 
 #include "agent/lower.h"
 #include "agent/uplink.h"
-#include "panel/uniproxy.h"
 #include "supervisor/util/log.h"
 
 #define MOD "ag.uplink"
@@ -826,7 +825,7 @@ int ag_uplink_client(void *uplink, const ag_node_config *nc, pn_client **out, sv
     if (find_node(u, nc->tag) == NULL)
         return sv_error_set(err, -ENOENT, "node %s: %s panel not started (its settings "
                             "changed: restart katana)", nc->tag,
-                            nc->panel.type == AG_PANEL_SSPANEL ? "sspanel" : "uniproxy");
+                            ag_panel_type_name(nc->panel.type));
     snap_client *s = calloc(1, sizeof *s);
     if (s == NULL || (s->tag = strdup(nc->tag)) == NULL) {
         free(s);
@@ -935,7 +934,7 @@ static int node_prepare(ag_uplink *u, up_node *nd, const ag_node_config *nc, sv_
     if (nd->tag == NULL)
         return sv_error_set(err, -ENOMEM, "out of memory");
     pn_remote_options o = {.loop = u->loop,
-                           .type = nc->panel.type == AG_PANEL_SSPANEL ? "sspanel" : "uniproxy",
+                           .type = ag_panel_type_name(nc->panel.type),
                            .url = nc->panel.url, .token = nc->panel.token,
                            .node_id = nc->panel.node_id, .node_type = nc->panel.node_type,
                            .timeout_ms = 1000L * nc->panel.timeout_s,

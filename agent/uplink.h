@@ -66,7 +66,7 @@ bool ag_uplink_ready(const ag_uplink *u);
 
 /**
  * A load of the node manager succeeded and @p running (borrowed, the manager's running fleet)
- * now runs: for every uniproxy node whose running node and users equal the uplink's held state,
+ * now runs: for every remote node whose running node and users equal the uplink's held state,
  * write the bodies pulled since the last store, with their ETags, to the store in one
  * transaction (issue 15: only a state that applied becomes the last good state). Nodes whose
  * held state differs (a refused answer still held) are left alone. A store error is logged and
@@ -92,7 +92,7 @@ size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why);
 int ag_uplink_flush(ag_uplink *u);
 
 /**
- * The client the node manager uses for a uniproxy node: it answers at once from the uplink's
+ * The client the node manager uses for a remote panel node: it answers at once from the uplink's
  * last good state (never PN_NOT_MODIFIED). Fits ag_remote_source.client with the uplink as arg.
  * @return 0; -ENOENT when no uplink serves this tag; -ENOMEM.
  */
@@ -100,7 +100,7 @@ int ag_uplink_client(void *uplink, const ag_node_config *nc, pn_client **out, sv
 
 /**
  * Fill the push and outbox fields (last_push_*, outbox_pending_bytes, outbox_oldest_ms) of the
- * uniproxy nodes in @p v from the snapshot the control loop publishes after every flush, push
+ * remote nodes in @p v from the snapshot the control loop publishes after every flush, push
  * and pull (issue 4). Other nodes are left as they are. Any thread.
  */
 void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n);
@@ -113,7 +113,7 @@ void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n);
  * included) + bytes taken but not yet written (store error) + bytes the supervisor counted that
  * no flush has taken yet (at most one db.flush_interval, clamped at 0). Any thread; reads the
  * published snapshot (never the store).
- * @return the count (0 without uniproxy nodes), -ENOMEM or the supervisor's error.
+ * @return the count (0 without remote nodes), -ENOMEM or the supervisor's error.
  */
 long ag_uplink_usage(ag_uplink *u, api_usage_row **out);
 
