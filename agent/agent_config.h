@@ -34,12 +34,13 @@
 /** The packaged config's `api.token`, replaced by a random one at install; refused as a token. */
 #define AG_API_TOKEN_PLACEHOLDER "@KATANA_API_TOKEN@"
 
-enum ag_panel_type { AG_PANEL_LOCAL = 1, AG_PANEL_UNIPROXY = 2 };
+enum ag_panel_type { AG_PANEL_LOCAL = 1, AG_PANEL_UNIPROXY = 2, AG_PANEL_SSPANEL = 3 };
 
 #define AG_CONFIG_FLUSH_DEFAULT 5u    /**< `db.flush_interval` when absent, seconds (issue #3) */
 #define AG_CONFIG_FLUSH_MAX 3600u     /**< largest `db.flush_interval`, seconds */
 #define AG_CONFIG_TIMEOUT_DEFAULT 10u /**< uniproxy `timeout` when absent, seconds */
 #define AG_CONFIG_TIMEOUT_MAX 300u    /**< largest uniproxy `timeout`, seconds */
+#define AG_CONFIG_INTERVAL_MAX 86400u /**< largest sspanel pull/push interval, seconds */
 
 /** A node's panel. Paths are already resolved against the config file's directory. */
 typedef struct ag_panel_config {
@@ -55,6 +56,11 @@ typedef struct ag_panel_config {
     char *node_id;      /**< numeric id or node code */
     char *node_type;    /**< "shadowsocks" */
     unsigned timeout_s; /**< per request, default AG_CONFIG_TIMEOUT_DEFAULT */
+    /* AG_PANEL_SSPANEL (PANEL.md §2, issue 14): url, token (sent as mod_mu's `key`), node_id
+     * (a positive integer), timeout, and the intervals the panel does not give (node_type is
+     * "sspanel"). */
+    uint32_t pull_interval_s; /**< 0 = default (60 s) */
+    uint32_t push_interval_s; /**< 0 = default (60 s) */
 } ag_panel_config;
 
 /** `cert` of a node (issue 8): where its TLS certificate comes from. */
@@ -110,6 +116,9 @@ int ag_config_parse(const char *text, size_t len, const char *base_dir, ag_confi
  * name, plus open/read errors (-ENOENT ...).
  */
 int ag_config_load_file(const char *path, ag_config *out, sv_error *err);
+
+/** The config spelling of a panel type ("local", "uniproxy", "sspanel"; "unknown"). */
+const char *ag_panel_type_name(enum ag_panel_type type);
 
 /** Free what a config owns and zero it. NULL-safe. */
 void ag_config_free(ag_config *cfg);

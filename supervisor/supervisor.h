@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "supervisor/util/err.h"
+#include "supervisor/util/usage.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Spec: the desired state. Plain data; every string is heap-owned by the spec.                 */
@@ -360,11 +361,6 @@ long sv_sessions(sv_supervisor *sv, sv_session_info **out);
  */
 uint64_t sv_epoch(sv_supervisor *sv);
 
-/** Wire bytes of one user. */
-typedef struct sv_usage {
-    uint64_t user; /**< frontend id */
-    uint64_t up, down;
-} sv_usage;
 
 /**
  * Per-user wire bytes moved since the previous take (at most one entry per user, none for users

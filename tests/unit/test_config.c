@@ -200,8 +200,39 @@ static void config__missing_keys__are_named(void **state)
 
 static void config__other_panel_types__are_refused(void **state)
 {
-    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"sspanel\"}}]}", -EINVAL,
-                 "nodes[0].panel.type: unsupported panel type \"sspanel\"");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"ppanel\"}}]}", -EINVAL,
+                 "nodes[0].panel.type: unsupported panel type \"ppanel\"");
+}
+
+#define SS_CONFIG(db, extra) "{" db "\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"sspanel\"," \
+                             "\"url\":\"https://p.example\",\"token\":\"k\"" extra "}}]}"
+
+/* issue 14: the sspanel panel (mod_mu), strict like uniproxy, with its own intervals. */
+static void config__sspanel_panel__parses_and_errors_name_their_path(void **state)
+{
+    (void)state;
+    const char *text = SS_CONFIG("\"db\":{\"path\":\"k.db\"},", ",\"node_id\":7,\"timeout\":3,"
+                                 "\"pull_interval\":30,\"push_interval\":90");
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(text, strlen(text), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.nodes[0].panel.type, AG_PANEL_SSPANEL);
+    assert_string_equal(cfg.nodes[0].panel.node_id, "7");
+    assert_string_equal(cfg.nodes[0].panel.token, "k");
+    assert_int_equal(cfg.nodes[0].panel.timeout_s, 3);
+    assert_int_equal(cfg.nodes[0].panel.pull_interval_s, 30);
+    assert_int_equal(cfg.nodes[0].panel.push_interval_s, 90);
+    ag_config_free(&cfg);
+    expect_error(SS_CONFIG("", ",\"node_id\":1"), -EINVAL,
+                 "db.path: required with a sspanel panel (nodes[0])");
+    expect_error(SS_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":\"hk\""), -EINVAL,
+                 "nodes[0].panel.node_id: expected a positive integer");
+    expect_error(SS_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"node_type\":\"x\""),
+                 -EINVAL, "nodes[0].panel.node_type: unknown key");
+    expect_error(SS_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"pull_interval\":0"),
+                 -EINVAL, "nodes[0].panel.pull_interval: expected seconds between 1 and 86400");
+    expect_error(SS_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"push_interval\":\"60\""),
+                 -EINVAL, "nodes[0].panel.push_interval: expected seconds between 1 and 86400");
 }
 
 #define UP_PANEL(extra) "{\"type\":\"uniproxy\",\"url\":\"https://p.example\",\"token\":\"t\"," \
@@ -562,6 +593,7 @@ int main(void)
         cmocka_unit_test(config__wrong_types__are_named),
         cmocka_unit_test(config__missing_keys__are_named),
         cmocka_unit_test(config__other_panel_types__are_refused),
+        cmocka_unit_test(config__sspanel_panel__parses_and_errors_name_their_path),
         cmocka_unit_test(config__uniproxy_panel__parses_with_db),
         cmocka_unit_test(config__uniproxy_panel__errors_name_their_path),
         cmocka_unit_test(config__bad_json__gives_position),
