@@ -87,6 +87,14 @@ typedef struct sv_proto_ops {
      */
     void (*attach_replay)(void *creds, sv_replay *filter);
 
+    /**
+     * Optional: the wall clock for a core that checks client timestamps (VMess auth ID window,
+     * PROTOCOLS.md §6.3; Shadowsocks 2022 ±30 s, §3.4), in Unix seconds. The runtime calls it
+     * before every feed() until the connection is authenticated; a core reads no clock of its
+     * own, so tests drive time here.
+     */
+    void (*set_time)(void *state, int64_t unix_s);
+
     size_t state_size; /**< bytes of per-connection state */
     /** Prepare zeroed @p state for a connection of inbound @p in. @return 0 or -ENOMEM. */
     int (*init)(void *state, const sv_inbound_spec *in);
