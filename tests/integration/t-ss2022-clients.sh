@@ -2,7 +2,8 @@
 # Shadowsocks 2022 with the real Xray-core client (issue 10, PROTOCOLS.md §3): a
 # 2022-blake3-aes-128-gcm node with Xboard's server_key and three users (identity headers, the
 # client password "server_key:user_key" with user_key = base64 of the first 16 characters of
-# the UUID, PANEL.md §1.4), and a single-user 2022-blake3-aes-256-gcm node (password = the
+# the UUID, PANEL.md §1.4; the client config is first checked against Xray-core's own server),
+# and a single-user 2022-blake3-aes-256-gcm node (password = the
 # user key). Two users at the same time move 1 MiB byte-identical each way and each is billed
 # the bytes its client moved (payload plus at most the per-connection headers and per-chunk
 # tags); an idle user is billed nothing; a client whose user the node does not know gets no
@@ -75,8 +76,25 @@ probe() { timeout 30 python3 "$KT_DIR/ss22probe.py" --helper "$B3" --port "$SS_P
     --dest-port "$ECHO_PORT" "$@"; }
 answered_all() { ! grep -q '^answered 0$' <<<"$1" && [ -n "$1" ]; }
 
-# --- multi-user node (EIH), aes-128 ---------------------------------------------------------
+# --- self-test: the client configs against Xray-core's own SS2022 server ---------------------
 M=2022-blake3-aes-128-gcm
+kt_ports 1; XS_PORT=${PORTS[0]}
+cat >"$T/xray-server.json" <<EOF2
+{"log": {"loglevel": "warning", "access": "none"},
+ "inbounds": [{"listen": "127.0.0.1", "port": $XS_PORT, "protocol": "shadowsocks",
+   "settings": {"method": "$M", "password": "$SKEY", "network": "tcp",
+                "clients": [{"password": "$(ukey "$U1" 16)", "email": "u1@test"}]}}],
+ "outbounds": [{"protocol": "freedom"}]}
+EOF2
+kt_bg xray-server "$XRAY" run -c "$T/xray-server.json"
+XS_PID=$BG_PID
+kt_wait_port "$XS_PORT" 10 || { fail "xray server did not listen on $XS_PORT"; exit 1; }
+xr_client self "$M" "$SKEY:$(ukey "$U1" 16)" "$XS_PORT"
+check "self-test: the multi-user client config works with Xray-core's own server" \
+    tcp_rt "$CL_PORT" ok --bytes 65536 --seed self
+kill "$XS_PID" 2>/dev/null
+
+# --- multi-user node (EIH), aes-128 ---------------------------------------------------------
 kt_ports 1; SS_PORT=${PORTS[0]}
 mkconfig "$T/multi.json" "$SS_PORT" "$M" --server-key "$SKEY" \
     --user "1:$U1" --user "2:$U2" --user "3:$U3"
