@@ -101,8 +101,10 @@ static void run(const sv_ss22_creds *c, enum sv_ss_cipher ci, const uint8_t *wir
                 char kind = (char)('0' + e->kind);
                 put(tr, &kind, 1);
                 if (e->kind == SV_FX_TO_OUTBOUND) {
-                    FUZZ_CHECK(k > 0 && e->data >= buf + used &&
-                               e->data + e->len <= buf + used + (size_t)k);
+                    /* inside the consumed bytes; after an error (effects of earlier steps of
+                     * the same call stand) inside the input */
+                    size_t bound = k > 0 ? (size_t)k : have - used;
+                    FUZZ_CHECK(e->data >= buf + used && e->data + e->len <= buf + used + bound);
                     put(tr, e->data, e->len);
                 } else if (e->kind == SV_FX_OPEN) {
                     char d[300];
