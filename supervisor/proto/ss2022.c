@@ -444,6 +444,160 @@ ssize_t sv_ss22_tcp_frame(sv_ss22_tcp *t, const sv_ss22_creds *c, const uint8_t 
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* UDP (AES methods)                                                                          */
+
+bool sv_ss22_window_accept(sv_ss22_window *w, uint64_t id)
+{
+    const uint64_t size = SV_SS22_UDP_WINDOW;
+    if (id == UINT64_MAX)
+        return false;
+    if (id >= w->top) { /* ahead: forget the slots the window slides past */
+        uint64_t from = w->top, steps = id + 1 - w->top;
+        if (steps >= size)
+            memset(w->bits, 0, sizeof w->bits);
+        else
+            for (uint64_t i = from; i <= id; i++)
+                w->bits[(i % size) / 64] &= ~(1ull << (i % 64));
+        w->top = id + 1;
+    } else if (w->top - id > size) {
+        return false; /* too old */
+    }
+    uint64_t *word = &w->bits[(id % size) / 64], bit = 1ull << (id % 64);
+    if (*word & bit)
+        return false;
+    *word |= bit;
+    return true;
+}
+
+static int aes_block(const uint8_t *key, size_t k, const uint8_t in[16], uint8_t out[16], bool enc)
+{
+    if (enc) {
+        EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+        int len = 0, ok = ctx != NULL &&
+                          EVP_EncryptInit_ex(ctx, k == 16 ? EVP_aes_128_ecb() : EVP_aes_256_ecb(),
+                                             NULL, key, NULL) == 1 &&
+                          EVP_CIPHER_CTX_set_padding(ctx, 0) == 1 &&
+                          EVP_EncryptUpdate(ctx, out, &len, in, 16) == 1 && len == 16;
+        EVP_CIPHER_CTX_free(ctx);
+        return ok ? 0 : -ENOMEM;
+    }
+    return aes_block_decrypt(key, k, in, out);
+}
+
+static bool fresh(uint64_t ts, int64_t now)
+{
+    int64_t skew = (int64_t)ts - now;
+    return ts <= (uint64_t)INT64_MAX && skew <= SV_SS22_WINDOW_S && skew >= -SV_SS22_WINDOW_S;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+/* Key the AEAD @p ctx with derive_key(key ‖ session ID) and nonce = header[4:16]. */
+static int udp_key(const sv_ss22_creds *c, const uint8_t *key, const uint8_t hdr[16], bool enc,
+                   sv_aead *ctx)
+{
+    uint8_t material[SV_SS22_KEY_MAX + 8], sub[SV_SS22_KEY_MAX];
+    memcpy(material, key, c->key_len);
+    memcpy(material + c->key_len, hdr, 8);
+    sv_blake3_derive_key(CTX_SESSION, material, c->key_len + 8, sub, c->key_len);
+    int rc = sv_aead_init(ctx, c->cipher, sub, enc);
+    OPENSSL_cleanse(sub, sizeof sub);
+    if (rc == 0)
+        memcpy(ctx->nonce, hdr + 4, 12);
+    return rc;
+}
+
+int sv_ss22_udp_open(const sv_ss22_creds *c, int64_t now, uint8_t *pkt, size_t n,
+                     sv_ss22_udp_in *out, sv_aead *ctx)
+{
+    if (c->cipher == SV_SS_2022_CHACHA20_POLY1305)
+        return -EOPNOTSUPP;
+    size_t eih = c->multi ? SV_SS22_EIH : 0, head = 16 + eih;
+    if (n < head + 1 + 8 + 2 + SV_SS22_TAG || c->n == 0)
+        return -EPROTO;
+    uint8_t hdr[16];
+    int rc = aes_block(c->multi ? c->ipsk : c->upsk[0], c->key_len, pkt, hdr, false);
+    if (rc != 0)
+        return rc;
+    int user = 0;
+    if (c->multi) {
+        uint8_t hash[16];
+        if ((rc = aes_block(c->ipsk, c->key_len, pkt + 16, hash, false)) != 0)
+            return rc;
+        for (int i = 0; i < 16; i++)
+            hash[i] ^= hdr[i];
+        user = sv_ss22_lookup(c, hash);
+        if (user < 0)
+            return -EBADMSG;
+    }
+    if ((rc = udp_key(c, c->upsk[user], hdr, false, ctx)) != 0)
+        return rc;
+    uint8_t *b = pkt + head;
+    size_t len = n - head - SV_SS22_TAG;
+    if (sv_aead_open(ctx, b, len) != 0)
+        return -EBADMSG;
+    if (b[0] != 0)
+        return -EPROTO;
+    if (!fresh(get_u64(b + 1), now))
+        return -ETIME;
+    size_t pad = get_u16(b + 9), off = 11 + pad;
+    if (pad > SV_SS22_PADDING_MAX || off > len)
+        return -EPROTO;
+    ssize_t a = sv_dest_parse(b + off, len - off, &out->dest);
+    if (a <= 0)
+        return -EPROTO;
+    out->dest.network = SV_NET_UDP;
+    out->user = user;
+    memcpy(out->session_id, hdr, 8);
+    out->packet_id = get_u64(hdr + 8);
+    out->payload = b + off + (size_t)a;
+    out->len = len - off - (size_t)a;
+    return 0;
+}
+
+ssize_t sv_ss22_udp_seal(const sv_ss22_creds *c, int user, const uint8_t server_sid[8],
+                         uint64_t packet_id, const uint8_t client_sid[8], int64_t now,
+                         const sv_dest *from, const uint8_t *payload, size_t n, uint8_t *out,
+                         size_t cap, sv_aead *ctx)
+{
+    if (user < 0 || (size_t)user >= c->n || c->cipher == SV_SS_2022_CHACHA20_POLY1305)
+        return -EINVAL;
+    if (cap < n + SV_SS22_UDP_OVERHEAD)
+        return -EMSGSIZE;
+    uint8_t hdr[16];
+    memcpy(hdr, server_sid, 8);
+    put_u64(hdr + 8, packet_id);
+    int rc = udp_key(c, c->upsk[user], hdr, true, ctx);
+    if (rc == 0)
+        rc = aes_block(c->upsk[user], c->key_len, hdr, out, true);
+    if (rc != 0)
+        return rc;
+    uint8_t *b = out + 16;
+    b[0] = 1;
+    put_u64(b + 1, now > 0 ? (uint64_t)now : 0);
+    memcpy(b + 9, client_sid, 8);
+    put_u16(b + 17, 0);
+    size_t len = 19 + sv_dest_encode(from, b + 19);
+    memmove(b + len, payload, n);
+    len += n;
+    if (sv_aead_seal(ctx, b, len) != 0)
+        return -EINVAL;
+    return (ssize_t)(16 + len + SV_SS22_TAG);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* proto.h seam                                                                               */
 
 static int ops_creds_new(const sv_inbound_spec *in, const sv_user_set *users, void **out,

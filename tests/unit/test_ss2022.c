@@ -414,6 +414,114 @@ static void test_keys_and_creds(void **state)
     sv_ss22_creds_free(c);
 }
 
+/* UDP, AES methods: the vectors' client datagrams open, their replies are built byte for byte. */
+static void check_udp(const json_t *c2s, const json_t *s2c, const sv_ss22_creds *c, int user,
+                      const char *dest, const char *payload)
+{
+    uint8_t pkt[512], out[512], want[512], sid[8], csid[8];
+    size_t n = unhex(str(c2s, "wire_hex"), pkt, sizeof pkt);
+    sv_aead ctx = {0};
+    sv_ss22_udp_in in;
+    memset(&in, 0, sizeof in);
+    uint8_t copy[512];
+    memcpy(copy, pkt, n);
+    assert_int_equal(sv_ss22_udp_open(c, TS + 60, copy, n, &in, &ctx), -ETIME);
+    memcpy(copy, pkt, n);
+    copy[n - 1] ^= 1;
+    assert_int_equal(sv_ss22_udp_open(c, TS, copy, n, &in, &ctx), -EBADMSG);
+    assert_int_equal(sv_ss22_udp_open(c, TS, pkt, n, &in, &ctx), 0);
+    assert_int_equal(in.user, user);
+    unhex(str(c2s, "client_session_id"), csid, sizeof csid);
+    assert_memory_equal(in.session_id, csid, 8);
+    assert_int_equal(in.packet_id, json_integer_value(json_object_get(c2s, "packet_id")));
+    char d[300];
+    sv_dest_format(&in.dest, d, sizeof d);
+    assert_string_equal(d, dest);
+    assert_int_equal(in.dest.network, SV_NET_UDP);
+    assert_int_equal(in.len, strlen(payload));
+    assert_memory_equal(in.payload, payload, in.len);
+
+    /* the reply: from the destination, the server's own session ID */
+    uint8_t plain[512];
+    size_t pn = unhex(str(s2c, "body_plain"), plain, sizeof plain);
+    uint8_t sep[16];
+    unhex(str(s2c, "separate_header_plain"), sep, sizeof sep);
+    memcpy(sid, sep, 8); /* the server's session ID, packet ID 0 */
+    sv_dest from = in.dest;
+    size_t addr_at = 1 + 8 + 8 + 2;
+    ssize_t a = sv_dest_parse(plain + addr_at, pn - addr_at, &from);
+    assert_true(a > 0);
+    ssize_t w = sv_ss22_udp_seal(c, user, sid, 0, csid, TS, &from, plain + addr_at + a,
+                                 pn - addr_at - (size_t)a, out, sizeof out, &ctx);
+    size_t wn = unhex(str(s2c, "wire_hex"), want, sizeof want);
+    assert_int_equal(w, (ssize_t)wn);
+    assert_memory_equal(out, want, wn);
+    assert_int_equal(sv_ss22_udp_seal(c, user, sid, 0, csid, TS, &from, plain, 100, out, 100,
+                                      &ctx),
+                     -EMSGSIZE);
+    sv_aead_deinit(&ctx);
+}
+
+static void test_udp_vectors(void **state)
+{
+    (void)state;
+    const json_t *udp = json_object_get(g_vec, "udp_aes");
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *v = json_array_get(udp, i);
+        sv_ss22_creds *c = NULL;
+        sv_error err;
+        uint8_t key[32] = {0};
+        enum sv_ss_cipher ci = cipher_of(str(v, "method"));
+        assert_int_equal(sv_ss22_key_decode(str(v, "psk_base64"), sv_ss22_key_len(ci), key), 0);
+        assert_int_equal(sv_ss22_creds_from_keys("t", ci, NULL, (const uint8_t(*)[32])key, 1, &c,
+                                                 &err),
+                         0);
+        check_udp(json_object_get(v, "client_to_server"), json_object_get(v, "server_to_client"),
+                  c, 0, "127.0.0.1:53", "udp ping 2022");
+        sv_ss22_creds_free(c);
+    }
+    const json_t *v = json_object_get(g_vec, "udp_eih_aes128");
+    sv_ss22_creds *c = multi(v, true);
+    check_udp(json_object_get(v, "client_to_server"), json_object_get(v, "server_to_client"), c,
+              1, "example.test:53", "eih udp");
+    sv_ss22_creds_free(c);
+    /* an identity header of nobody known */
+    c = multi(v, false);
+    uint8_t pkt[512];
+    size_t n = unhex(str(v, "client_to_server.wire_hex"), pkt, sizeof pkt);
+    sv_aead ctx = {0};
+    sv_ss22_udp_in in;
+    assert_int_equal(sv_ss22_udp_open(c, TS, pkt, n, &in, &ctx), -EBADMSG);
+    assert_int_equal(sv_ss22_udp_open(c, TS, pkt, 20, &in, &ctx), -EPROTO);
+    sv_aead_deinit(&ctx);
+    sv_ss22_creds_free(c);
+}
+
+/* The packet-ID window: each ID once, out of order within the window, nothing too old. */
+static void test_udp_window(void **state)
+{
+    (void)state;
+    sv_ss22_window w;
+    memset(&w, 0, sizeof w);
+    assert_true(sv_ss22_window_accept(&w, 0));
+    assert_false(sv_ss22_window_accept(&w, 0));
+    assert_true(sv_ss22_window_accept(&w, 5));
+    assert_true(sv_ss22_window_accept(&w, 3));
+    assert_false(sv_ss22_window_accept(&w, 3));
+    assert_true(sv_ss22_window_accept(&w, 5 + SV_SS22_UDP_WINDOW - 1));
+    assert_false(sv_ss22_window_accept(&w, 4)); /* now SV_SS22_UDP_WINDOW below the top */
+    assert_true(sv_ss22_window_accept(&w, 6));
+    assert_false(sv_ss22_window_accept(&w, 6));
+    assert_true(sv_ss22_window_accept(&w, 100000));
+    assert_false(sv_ss22_window_accept(&w, 6));
+    assert_true(sv_ss22_window_accept(&w, 100000 - SV_SS22_UDP_WINDOW + 1));
+    assert_false(sv_ss22_window_accept(&w, 100000 - SV_SS22_UDP_WINDOW));
+    assert_false(sv_ss22_window_accept(&w, UINT64_MAX));
+    /* a slot reused by the sliding window is free again */
+    assert_true(sv_ss22_window_accept(&w, 100000 + SV_SS22_UDP_WINDOW));
+    assert_false(sv_ss22_window_accept(&w, 100000 + SV_SS22_UDP_WINDOW));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -421,6 +529,8 @@ int main(void)
         cmocka_unit_test(test_eih_vectors),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_keys_and_creds),
+        cmocka_unit_test(test_udp_vectors),
+        cmocka_unit_test(test_udp_window),
     };
     return cmocka_run_group_tests(tests, load_vectors, free_vectors);
 }
