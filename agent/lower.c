@@ -479,9 +479,11 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
         in->ss_cipher = cipher;
         if (cipher == SV_SS_2022_AES_128_GCM || cipher == SV_SS_2022_AES_256_GCM ||
             cipher == SV_SS_2022_CHACHA20_POLY1305) {
-            /* issue 10: Shadowsocks 2022, TCP (its UDP is not served yet); users told apart by
-             * identity headers under server_key (PANEL.md §1.4) */
+            /* issue 10: Shadowsocks 2022, users told apart by identity headers under
+             * server_key (PANEL.md §1.4); UDP for the AES methods (chacha20's XChaCha20 UDP
+             * is not served yet) */
             in->protocol = SV_INBOUND_SS2022;
+            in->udp = cipher != SV_SS_2022_CHACHA20_POLY1305;
             const char *key = n->node.server_key;
             return key != NULL && (in->ss_server_key = strdup(key)) == NULL ? -ENOMEM : 0;
         }

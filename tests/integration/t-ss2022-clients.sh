@@ -6,7 +6,8 @@
 # and a single-user 2022-blake3-aes-256-gcm node (password = the
 # user key). Two users at the same time move 1 MiB byte-identical each way and each is billed
 # the bytes its client moved (payload plus at most the per-connection headers and per-chunk
-# tags); an idle user is billed nothing; a client whose user the node does not know gets no
+# tags); UDP datagrams of both users come back identical and are billed; an idle user is
+# billed nothing; a client whose user the node does not know gets no
 # echo. Crafted requests (tests/integration/ss22probe.py): a fresh one is answered; one 60 s
 # old, a replay of the same bytes, an identity header of an unknown user get no byte back and
 # no log line. Skips (77) without Xray-core: it is built by tests/setup-deps.sh with the Go
@@ -38,7 +39,7 @@ xr_client() {
     cat >"$T/client-$1.json" <<EOF2
 {"log": {"loglevel": "warning", "access": "none"},
  "inbounds": [{"listen": "127.0.0.1", "port": $CL_PORT, "protocol": "socks",
-   "settings": {"auth": "noauth", "udp": false}}],
+   "settings": {"auth": "noauth", "udp": true, "ip": "127.0.0.1"}}],
  "outbounds": [{"protocol": "shadowsocks",
    "settings": {"servers": [{"address": "127.0.0.1", "port": $4, "method": "$2",
                              "password": "$3"}]}}]}
@@ -119,6 +120,29 @@ check "multi: usage of user 1 is the bytes moved" billed "$SNAP" 1 "$MIB" 1
 check "multi: usage of user 2 is the bytes moved" billed "$SNAP" 2 "$MIB" 1
 check "multi: idle user 3 billed nothing" no_usage "$SNAP" 3
 
+# UDP (§3.5): a session per client session ID, replies with the server's own session ID
+check "multi: UDP via Xray-core, user 1: 20 x 1200-byte datagrams echoed identical" \
+    udp_rt "$C1" ok --count 20 --size 1200 --seed mu1
+check "multi: UDP, user 2: 8-byte and 1400-byte datagrams" \
+    eval 'udp_rt "$C2" ok --count 2 --size 8 --seed s && udp_rt "$C2" ok --count 2 --size 1400 --seed b'
+SNAP2=$(usage_snapshot)
+echo "SIGUSR1 snapshot after UDP:"; echo "$SNAP2"
+# udp_billed LINES UID BEFORE_LINES PAYLOAD DATAGRAMS: the growth of up and down each lies in
+# [payload, payload + datagrams * (header 16, EIH 16, body fields 11..27, padding <= 900,
+# address <= 259, tag 16)]
+udp_billed() {
+    local up0 down0 up down hi
+    read -r _ up0 down0 <<<"$(awk -v u="$2" '$1 == u' <<<"$3")"
+    read -r _ up down <<<"$(awk -v u="$2" '$1 == u' <<<"$1")"
+    hi=$(($4 + $5 * 1300))
+    echo "user $2: UDP up $((up - up0)) down $((down - down0)), expected each in [$4, $hi]"
+    [ $((up - up0)) -ge "$4" ] && [ $((up - up0)) -le "$hi" ] &&
+        [ $((down - down0)) -ge "$4" ] && [ $((down - down0)) -le "$hi" ]
+}
+check "multi: UDP usage of user 1 is the bytes moved" udp_billed "$SNAP2" 1 "$SNAP" $((20 * 1200)) 20
+check "multi: UDP usage of user 2 is the bytes moved" udp_billed "$SNAP2" 2 "$SNAP" \
+    $((2 * 8 + 2 * 1400)) 4
+
 LINES0=$(tj_log_lines)
 check "multi: a user the node does not know gets no echo" \
     tcp_rt "$CS" refused --bytes 4096 --conns 3
@@ -150,9 +174,11 @@ xr_client s1 "$M" "$(ukey "$U1" 32)" "$SS_PORT"; C1=$CL_PORT
 check "single: 1 MiB each way through Xray-core, echo identical" \
     tcp_rt "$C1" ok --bytes "$MIB" --seed s1
 check "single: three connections at once" tcp_rt "$C1" ok --bytes 65536 --conns 3 --seed s3
+check "single: UDP via Xray-core: 10 datagrams echoed identical" \
+    udp_rt "$C1" ok --count 10 --size 1000 --seed su1
 SNAP=$(usage_snapshot)
 echo "SIGUSR1 snapshot:"; echo "$SNAP"
-check "single: usage of user 1 is the bytes moved" billed "$SNAP" 1 $((MIB + 3 * 65536)) 4
+check "single: usage of user 1 is the bytes moved" billed "$SNAP" 1 $((MIB + 3 * 65536 + 10000)) 14
 OUT=$(probe --upsk "$(ukey "$U1" 32)" --age 60)
 check "single: a request 60 s old gets no byte" test "$OUT" = "answered 0"
 OUT=$(probe --upsk "$(ukey "$U1" 32)")

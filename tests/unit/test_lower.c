@@ -291,9 +291,9 @@ static void lower__null_or_missing_limits__are_unlimited(void **state)
     free_state(&st);
 }
 
-/* Issue 10: a Shadowsocks 2022 node (Xboard's fixture) lowers to an SS2022 inbound on TCP with
- * the panel's server_key; its users' secrets stay their UUIDs (the core takes the key from them),
- * (validation: test_validate). */
+/* Issue 10: a Shadowsocks 2022 node (Xboard's fixture) lowers to an SS2022 inbound on TCP and
+ * UDP with the panel's server_key; its users' secrets stay their UUIDs (the core takes the key
+ * from them). Validation: test_validate. */
 static void lower__ss2022_node__served_with_server_key(void **state)
 {
     (void)state;
@@ -308,7 +308,7 @@ static void lower__ss2022_node__served_with_server_key(void **state)
     assert_int_equal(in->protocol, SV_INBOUND_SS2022);
     assert_int_equal(in->ss_cipher, SV_SS_2022_AES_128_GCM);
     assert_string_equal(in->ss_server_key, "NzhhN2QwMWMwMmQxYTlkMA==");
-    assert_false(in->udp);
+    assert_true(in->udp);
     assert_string_equal(s.user_sets[0].users[0].secret, "167dd41a-347a-4e47-8e5a-c63a43514e2e");
     sv_spec_free(&s);
     free_state(&st);
@@ -325,6 +325,7 @@ static void lower__ss2022_node__served_with_server_key(void **state)
     assert_int_equal(ag_lower_fleet(&f, &s, &err), 0);
     assert_int_equal(s.inbounds[0].protocol, SV_INBOUND_SS2022);
     assert_null(s.inbounds[0].ss_server_key);
+    assert_false(s.inbounds[0].udp); /* its XChaCha20 UDP is not served */
     sv_spec_free(&s);
     free_state(&st);
 }
