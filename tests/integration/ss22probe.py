@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Shadowsocks 2022 TCP requests crafted for t-ss2022-clients.sh (PROTOCOLS.md §3.2, §3.7):
-a request to 127.0.0.1:DEST with a chosen timestamp age, an EIH for a chosen user key, sent
-once or twice with the same bytes (a replay). Prints, per connection, how many bytes the server
+a request (or with --udp a datagram) to 127.0.0.1:DEST with a chosen timestamp age, an EIH for
+a chosen user key, sent once or twice with the same bytes (a replay). Prints, per connection, how many bytes the server
 answered within --wait seconds ("answered N"); a refused request gets 0. BLAKE3 derive_key comes
 from the b3derive helper (katana's blake3.c); AES from python3-cryptography. Loopback only."""
 import argparse
@@ -50,6 +50,39 @@ def build(a):
     return wire + aead.encrypt(nonce(0), fixed, None) + aead.encrypt(nonce(1), var, None)
 
 
+def build_udp(a):
+    """One client datagram (AES methods, PROTOCOLS.md 3.5/3.7): separate header, EIH, body."""
+    upsk = base64.b64decode(a.upsk)
+    k = len(upsk)
+    sep = os.urandom(8) + struct.pack(">Q", 0)
+    hkey = base64.b64decode(a.ipsk) if a.ipsk else upsk
+    wire = Cipher(algorithms.AES(hkey), modes.ECB()).encryptor().update(sep)
+    if a.ipsk:
+        h = blake3_16(a.helper, upsk)
+        wire += Cipher(algorithms.AES(hkey), modes.ECB()).encryptor().update(
+            bytes(x ^ y for x, y in zip(h, sep)))
+    key = derive(a.helper, "shadowsocks 2022 session subkey", upsk + sep[:8], k)
+    body = (bytes([0]) + struct.pack(">QH", int(time.time()) - a.age, 0) +
+            bytes([1, 127, 0, 0, 1]) + struct.pack(">H", a.dest_port) + b"ping")
+    return wire + AESGCM(key).encrypt(sep[4:], body, None)
+
+
+def send_udp(a, wire):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(wire, ("127.0.0.1", a.port))
+    got = 0
+    deadline = time.time() + a.wait
+    try:
+        while time.time() < deadline:
+            s.settimeout(max(0.05, deadline - time.time()))
+            s.recvfrom(65536)
+            got += 1
+    except socket.timeout:
+        pass
+    s.close()
+    return got
+
+
 def send(a, wire):
     s = socket.create_connection(("127.0.0.1", a.port), timeout=a.wait)
     s.sendall(wire)
@@ -78,10 +111,12 @@ def main():
     p.add_argument("--age", type=int, default=0, help="seconds the timestamp lies in the past")
     p.add_argument("--times", type=int, default=1, help="send the same bytes this many times")
     p.add_argument("--wait", type=float, default=2.0)
+    p.add_argument("--udp", action="store_true",
+                   help="a UDP datagram instead; prints the datagrams answered per send")
     a = p.parse_args()
-    wire = build(a)
+    wire = build_udp(a) if a.udp else build(a)
     for _ in range(a.times):
-        print("answered %d" % send(a, wire))
+        print("answered %d" % (send_udp(a, wire) if a.udp else send(a, wire)))
     return 0
 
 

@@ -10,7 +10,7 @@
 # billed nothing; a client whose user the node does not know gets no
 # echo. Crafted requests (tests/integration/ss22probe.py): a fresh one is answered; one 60 s
 # old, a replay of the same bytes, an identity header of an unknown user get no byte back and
-# no log line. Skips (77) without Xray-core: it is built by tests/setup-deps.sh with the Go
+# no log line; the same for UDP datagrams (a replayed packet ID). Skips (77) without Xray-core: it is built by tests/setup-deps.sh with the Go
 # toolchain (KT_XRAY overrides the path).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
@@ -159,6 +159,14 @@ check "multi: the same bytes twice: the first answered, the replay gets no byte"
 OUT=$(probe --ipsk "$SKEY" --upsk "$(ukey "$STRANGER" 16)")
 echo "unknown identity header: $OUT"
 check "multi: an unknown identity header gets no byte" test "$OUT" = "answered 0"
+OUT=$(probe --udp --ipsk "$SKEY" --upsk "$(ukey "$U1" 16)" --times 2)
+echo "UDP datagram twice: $OUT"
+check "multi: UDP: a datagram is answered once, its replay (same packet ID) not" \
+    test "$OUT" = "$(printf 'answered 1\nanswered 0')"
+OUT=$(probe --udp --ipsk "$SKEY" --upsk "$(ukey "$U1" 16)" --age 60)
+check "multi: UDP: a datagram 60 s old gets no answer" test "$OUT" = "answered 0"
+OUT=$(probe --udp --ipsk "$SKEY" --upsk "$(ukey "$STRANGER" 16)")
+check "multi: UDP: an unknown identity header gets no answer" test "$OUT" = "answered 0"
 check "multi: no log line per refused attempt" test "$(tj_log_lines)" = "$LINES0"
 check "multi: daemon still runs" srv_alive
 check "multi: user 2 served afterwards" tcp_rt "$C2" ok --bytes 262144 --seed after
