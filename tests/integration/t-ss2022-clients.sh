@@ -10,7 +10,8 @@
 # billed nothing; a client whose user the node does not know gets no
 # echo. Crafted requests (tests/integration/ss22probe.py): a fresh one is answered; one 60 s
 # old, a replay of the same bytes, an identity header of an unknown user get no byte back and
-# no log line; the same for UDP datagrams (a replayed packet ID). Skips (77) without Xray-core: it is built by tests/setup-deps.sh with the Go
+# no log line; the same for UDP datagrams (a replayed packet ID). With sing-box in the same
+# folder, its client (user 3) moves 1 MiB and UDP through the multi-user node too. Skips (77) without Xray-core: it is built by tests/setup-deps.sh with the Go
 # toolchain (KT_XRAY overrides the path).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
@@ -46,6 +47,20 @@ xr_client() {
 EOF2
     kt_bg "client-$1" "$XRAY" run -c "$T/client-$1.json"
     kt_wait_port "$CL_PORT" 10 || { fail "xray client $1 did not listen on $CL_PORT"; exit 1; }
+}
+
+# sb_client NAME METHOD PASSWORD SERVER_PORT: sing-box with a SOCKS5 inbound and a
+# shadowsocks outbound; sets CL_PORT.
+sb_client() {
+    kt_ports 1; CL_PORT=${PORTS[0]}
+    cat >"$T/sb-$1.json" <<EOF2
+{"log": {"level": "warn"},
+ "inbounds": [{"type": "socks", "listen": "127.0.0.1", "listen_port": $CL_PORT}],
+ "outbounds": [{"type": "shadowsocks", "server": "127.0.0.1", "server_port": $4,
+                "method": "$2", "password": "$3"}]}
+EOF2
+    kt_bg "sb-$1" "$SINGBOX" run -c "$T/sb-$1.json"
+    kt_wait_port "$CL_PORT" 10 || { fail "sing-box client $1 did not listen on $CL_PORT"; exit 1; }
 }
 
 usage_snapshot() {
@@ -170,6 +185,21 @@ check "multi: UDP: an unknown identity header gets no answer" test "$OUT" = "ans
 check "multi: no log line per refused attempt" test "$(tj_log_lines)" = "$LINES0"
 check "multi: daemon still runs" srv_alive
 check "multi: user 2 served afterwards" tcp_rt "$C2" ok --bytes 262144 --seed after
+# sing-box, when its binary is there (a bonus client; the same node, user 3)
+SINGBOX=${KT_SINGBOX:-$(dirname "$XRAY")/sing-box}
+if [ -x "$SINGBOX" ]; then
+    sb_client u3 "$M" "$SKEY:$(ukey "$U3" 16)" "$SS_PORT"
+    check "multi: sing-box client, user 3: 1 MiB each way, echo identical" \
+        tcp_rt "$CL_PORT" ok --bytes "$MIB" --seed sb3
+    check "multi: sing-box client, user 3: UDP datagrams echoed identical" \
+        udp_rt "$CL_PORT" ok --count 10 --size 1200 --seed sb3u
+    SNAP3=$(usage_snapshot)
+    echo "SIGUSR1 snapshot after sing-box:"; echo "$SNAP3"
+    check "multi: sing-box: usage of user 3 is the bytes moved" \
+        billed "$SNAP3" 3 $((MIB + 12000)) 11
+else
+    echo "no sing-box at $SINGBOX: its scenario is left out"
+fi
 srv_stop
 check "multi: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 
