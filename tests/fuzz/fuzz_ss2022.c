@@ -1,8 +1,10 @@
 /*
  * Fuzz harness: Shadowsocks 2022 TCP server core (sv_ss22_tcp_feed / sv_ss22_tcp_frame).
  * Input: byte 0 picks the table (bit 0: AES-128 or AES-256; bit 1: single user or EIH with the
- * vectors' keys, so seeds made from tests/unit/vectors/shadowsocks-2022.json go deep), byte 1
- * the split pattern, the rest is client wire bytes; the clock is the vectors' timestamp.
+ * vectors' keys, so seeds made from tests/unit/vectors/shadowsocks-2022.json go deep) and
+ * (bit 2) a UDP datagram instead of a TCP stream, byte 1 the split pattern, the rest is client
+ * wire bytes; the clock is the vectors' timestamp. UDP: an opened datagram's payload lies in
+ * the packet, its reply seals within SV_SS22_UDP_OVERHEAD, the packet-ID window takes it once.
  * Checks (STYLE.md §11): consumed <= len; effect data inside the consumed bytes; the core never
  * keeps more than carry_max bytes; the same outcome whole and split; frame() after
  * authentication fits frame_max.
@@ -132,12 +134,38 @@ static void run(const sv_ss22_creds *c, enum sv_ss_cipher ci, const uint8_t *wir
     sv_ss22_tcp_deinit(&t);
 }
 
+static void run_udp(const sv_ss22_creds *c, const uint8_t *data, size_t n)
+{
+    static uint8_t pkt[1 << 16], out[(1 << 16) + SV_SS22_UDP_OVERHEAD];
+    if (n > sizeof pkt)
+        return;
+    memcpy(pkt, data, n);
+    sv_aead ctx = {0};
+    sv_ss22_udp_in in;
+    if (sv_ss22_udp_open(c, 1700000000, pkt, n, &in, &ctx) == 0) {
+        FUZZ_CHECK(in.payload >= pkt && in.payload + in.len <= pkt + n);
+        sv_ss22_window w;
+        memset(&w, 0, sizeof w);
+        FUZZ_CHECK(sv_ss22_window_accept(&w, in.packet_id) == (in.packet_id != UINT64_MAX));
+        FUZZ_CHECK(!sv_ss22_window_accept(&w, in.packet_id));
+        static const uint8_t sid[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        ssize_t len = sv_ss22_udp_seal(c, in.user, sid, 0, in.session_id, 1700000000, &in.dest,
+                                       in.payload, in.len, out, sizeof out, &ctx);
+        FUZZ_CHECK(len > 0 && (size_t)len <= in.len + SV_SS22_UDP_OVERHEAD);
+    }
+    sv_aead_deinit(&ctx);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
     make_creds();
     unsigned pick = data[0] & 3;
+    if (data[0] & 4) {
+        run_udp(g_creds[pick], data + 2, size - 2);
+        return 0;
+    }
     size_t step = 1 + data[1] % 64;
     enum sv_ss_cipher ci = pick & 1 ? SV_SS_2022_AES_256_GCM : SV_SS_2022_AES_128_GCM;
     static transcript whole, split;
