@@ -479,11 +479,10 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
         in->ss_cipher = cipher;
         if (cipher == SV_SS_2022_AES_128_GCM || cipher == SV_SS_2022_AES_256_GCM ||
             cipher == SV_SS_2022_CHACHA20_POLY1305) {
-            /* issue 10: Shadowsocks 2022, users told apart by identity headers under
-             * server_key (PANEL.md §1.4); UDP for the AES methods (chacha20's XChaCha20 UDP
-             * is not served yet) */
+            /* issue 10: Shadowsocks 2022 on TCP and UDP, users told apart by identity headers
+             * under server_key (PANEL.md §1.4) */
             in->protocol = SV_INBOUND_SS2022;
-            in->udp = cipher != SV_SS_2022_CHACHA20_POLY1305;
+            in->udp = true;
             const char *key = n->node.server_key;
             return key != NULL && (in->ss_server_key = strdup(key)) == NULL ? -ENOMEM : 0;
         }

@@ -9,7 +9,7 @@
  *  - Shadowsocks UDP: every client (address, port) on the listener's UDP socket is an
  *    association (a session of its own) of the user whose key opened its first datagram;
  *    replies are sealed with that key and sent from the listener.
- *  - Shadowsocks 2022 UDP (AES methods, PROTOCOLS.md §3.5): an association per client session
+ *  - Shadowsocks 2022 UDP (PROTOCOLS.md §3.5, §3.6): an association per client session
  *    ID; its packet IDs pass a sliding window; replies carry the association's own session ID
  *    and packet counter and go to the client's latest source address (clients may roam).
  *  - UDP inside a stream (Trojan UDP ASSOCIATE, issue 8): the connection's session owns the
@@ -179,7 +179,7 @@ static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t 
     if (a->ss22) {
         len = sv_ss22_udp_seal(a->handler->creds, a->user_idx, a->ss22_ssid, a->ss22_pid++,
                                a->ss22_csid, (int64_t)(sv__wall_ms() / 1000), &src, p, n, out,
-                               SV_SCRATCH / 2, &a->w->udp_seal);
+                               SV_SCRATCH / 2, &a->w->udp_seal, NULL);
     } else {
         const sv_ss_keyring *ring = sv_ss_creds_ring(a->handler->creds);
         len = sv_ss_udp_seal_ctx(ring->cipher, ring->keys[a->user_idx], &src, p, n, out,

@@ -361,7 +361,7 @@ static int check_vless(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
-/* Shadowsocks 2022 (issue 10, PROTOCOLS.md §3): UDP with the AES methods only, a 2022 method, a user set, and
+/* Shadowsocks 2022 (issue 10, PROTOCOLS.md §3): a 2022 method, a user set, and
  * a server key (base64 of the method's key length) unless the inbound has one user. */
 static size_t ss2022_key_len(enum sv_ss_cipher c)
 {
@@ -394,9 +394,6 @@ static int check_ss2022(const sv_inbound_spec *in, sv_error *err)
     if (k == 0)
         return INVALID(err, "inbound %s: a shadowsocks-2022 inbound needs a 2022-blake3 cipher",
                        in->tag);
-    if (in->udp && in->ss_cipher == SV_SS_2022_CHACHA20_POLY1305)
-        return INVALID(err, "inbound %s: udp: not served yet with 2022-blake3-chacha20-poly1305 "
-                       "(XChaCha20); udp must be false", in->tag);
     if (is_empty(in->users))
         return INVALID(err, "inbound %s: a shadowsocks-2022 inbound needs a user set", in->tag);
     if (in->ss_server_key != NULL && in->ss_cipher == SV_SS_2022_CHACHA20_POLY1305)

@@ -519,11 +519,108 @@ static int udp_key(const sv_ss22_creds *c, const uint8_t *key, const uint8_t hdr
     return rc;
 }
 
+static uint32_t rotl32(uint32_t x, unsigned n) { return (x << n) | (x >> (32 - n)); }
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+#define QR(a, b, c, d)                                                                             \
+    do {                                                                                           \
+        a += b, d = rotl32(d ^ a, 16), c += d, b = rotl32(b ^ c, 12);                              \
+        a += b, d = rotl32(d ^ a, 8), c += d, b = rotl32(b ^ c, 7);                                \
+    } while (0)
+
+/* HChaCha20 (draft-irtf-cfrg-xchacha §2.2): the subkey of XChaCha20 from @p key and the first
+ * 16 bytes of its 24-byte nonce. */
+static void hchacha20(const uint8_t key[32], const uint8_t nonce16[16], uint8_t out[32])
+{
+    uint32_t s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u};
+    for (int i = 0; i < 8; i++)
+        s[4 + i] = le32(key + 4 * i);
+    for (int i = 0; i < 4; i++)
+        s[12 + i] = le32(nonce16 + 4 * i);
+    for (int r = 0; r < 10; r++) {
+        QR(s[0], s[4], s[8], s[12]);
+        QR(s[1], s[5], s[9], s[13]);
+        QR(s[2], s[6], s[10], s[14]);
+        QR(s[3], s[7], s[11], s[15]);
+        QR(s[0], s[5], s[10], s[15]);
+        QR(s[1], s[6], s[11], s[12]);
+        QR(s[2], s[7], s[8], s[13]);
+        QR(s[3], s[4], s[9], s[14]);
+    }
+    const int pick[8] = {0, 1, 2, 3, 12, 13, 14, 15};
+    for (int i = 0; i < 8; i++) {
+        uint32_t v = s[pick[i]];
+        out[4 * i] = (uint8_t)v;
+        out[4 * i + 1] = (uint8_t)(v >> 8);
+        out[4 * i + 2] = (uint8_t)(v >> 16);
+        out[4 * i + 3] = (uint8_t)(v >> 24);
+    }
+}
+
+/* Key @p ctx for XChaCha20-Poly1305 with the PSK and a 24-byte nonce (§3.6, PROTOCOLS.md §1.2). */
+static int xchacha_key(const sv_ss22_creds *c, const uint8_t nonce[24], bool enc, sv_aead *ctx)
+{
+    uint8_t sub[32];
+    hchacha20(c->upsk[0], nonce, sub);
+    int rc = sv_aead_init(ctx, c->cipher, sub, enc);
+    OPENSSL_cleanse(sub, sizeof sub);
+    if (rc == 0) {
+        memset(ctx->nonce, 0, 4);
+        memcpy(ctx->nonce + 4, nonce + 16, 8);
+    }
+    return rc;
+}
+
+/* Body after the header fields: padding, address, payload (both methods). */
+static int parse_body_rest(uint8_t *b, size_t len, size_t off, sv_ss22_udp_in *out)
+{
+    if (off + 2 > len)
+        return -EPROTO;
+    size_t pad = get_u16(b + off);
+    off += 2 + pad;
+    if (pad > SV_SS22_PADDING_MAX || off > len)
+        return -EPROTO;
+    ssize_t a = sv_dest_parse(b + off, len - off, &out->dest);
+    if (a <= 0)
+        return -EPROTO;
+    out->dest.network = SV_NET_UDP;
+    out->payload = b + off + (size_t)a;
+    out->len = len - off - (size_t)a;
+    return 0;
+}
+
+/* §3.6: nonce 24 | XChaCha20-Poly1305(PSK; session ID, packet ID, type, timestamp, ...). */
+static int xchacha_open(const sv_ss22_creds *c, int64_t now, uint8_t *pkt, size_t n,
+                        sv_ss22_udp_in *out, sv_aead *ctx)
+{
+    if (n < 24 + 8 + 8 + 1 + 8 + 2 + SV_SS22_TAG || c->n == 0)
+        return -EPROTO;
+    int rc = xchacha_key(c, pkt, false, ctx);
+    if (rc != 0)
+        return rc;
+    uint8_t *b = pkt + 24;
+    size_t len = n - 24 - SV_SS22_TAG;
+    if (sv_aead_open(ctx, b, len) != 0)
+        return -EBADMSG;
+    if (b[16] != 0)
+        return -EPROTO;
+    if (!fresh(get_u64(b + 17), now))
+        return -ETIME;
+    out->user = 0;
+    memcpy(out->session_id, b, 8);
+    out->packet_id = get_u64(b + 8);
+    return parse_body_rest(b, len, 25, out);
+}
+
 int sv_ss22_udp_open(const sv_ss22_creds *c, int64_t now, uint8_t *pkt, size_t n,
                      sv_ss22_udp_in *out, sv_aead *ctx)
 {
     if (c->cipher == SV_SS_2022_CHACHA20_POLY1305)
-        return -EOPNOTSUPP;
+        return xchacha_open(c, now, pkt, n, out, ctx);
     size_t eih = c->multi ? SV_SS22_EIH : 0, head = 16 + eih;
     if (n < head + 1 + 8 + 2 + SV_SS22_TAG || c->n == 0)
         return -EPROTO;
@@ -552,30 +649,43 @@ int sv_ss22_udp_open(const sv_ss22_creds *c, int64_t now, uint8_t *pkt, size_t n
         return -EPROTO;
     if (!fresh(get_u64(b + 1), now))
         return -ETIME;
-    size_t pad = get_u16(b + 9), off = 11 + pad;
-    if (pad > SV_SS22_PADDING_MAX || off > len)
-        return -EPROTO;
-    ssize_t a = sv_dest_parse(b + off, len - off, &out->dest);
-    if (a <= 0)
-        return -EPROTO;
-    out->dest.network = SV_NET_UDP;
     out->user = user;
     memcpy(out->session_id, hdr, 8);
     out->packet_id = get_u64(hdr + 8);
-    out->payload = b + off + (size_t)a;
-    out->len = len - off - (size_t)a;
-    return 0;
+    return parse_body_rest(b, len, 9, out);
 }
 
 ssize_t sv_ss22_udp_seal(const sv_ss22_creds *c, int user, const uint8_t server_sid[8],
                          uint64_t packet_id, const uint8_t client_sid[8], int64_t now,
                          const sv_dest *from, const uint8_t *payload, size_t n, uint8_t *out,
-                         size_t cap, sv_aead *ctx)
+                         size_t cap, sv_aead *ctx, void (*rng)(uint8_t *buf, size_t n))
 {
-    if (user < 0 || (size_t)user >= c->n || c->cipher == SV_SS_2022_CHACHA20_POLY1305)
+    if (user < 0 || (size_t)user >= c->n)
         return -EINVAL;
     if (cap < n + SV_SS22_UDP_OVERHEAD)
         return -EMSGSIZE;
+    if (c->cipher == SV_SS_2022_CHACHA20_POLY1305) { /* §3.6 */
+        if (rng != NULL)
+            rng(out, 24);
+        else if (RAND_bytes(out, 24) != 1)
+            return -EINVAL;
+        int rc = xchacha_key(c, out, true, ctx);
+        if (rc != 0)
+            return rc;
+        uint8_t *b = out + 24;
+        size_t addr = sv_dest_encode(from, b + 8 + 8 + 1 + 8 + 8 + 2);
+        memmove(b + 35 + addr, payload, n);
+        memcpy(b, server_sid, 8);
+        put_u64(b + 8, packet_id);
+        b[16] = 1;
+        put_u64(b + 17, now > 0 ? (uint64_t)now : 0);
+        memcpy(b + 25, client_sid, 8);
+        put_u16(b + 33, 0);
+        size_t len = 35 + addr + n;
+        if (sv_aead_seal(ctx, b, len) != 0)
+            return -EINVAL;
+        return (ssize_t)(24 + len + SV_SS22_TAG);
+    }
     uint8_t hdr[16];
     memcpy(hdr, server_sid, 8);
     put_u64(hdr + 8, packet_id);

@@ -114,11 +114,11 @@ ssize_t sv_ss22_tcp_feed(sv_ss22_tcp *t, const sv_ss22_creds *c, uint8_t *p, siz
 ssize_t sv_ss22_tcp_frame(sv_ss22_tcp *t, const sv_ss22_creds *c, const uint8_t *in, size_t len,
                           uint8_t *out, size_t cap);
 
-/* ---- UDP, AES methods (§3.5, §3.7) ---------------------------------------------------- */
+/* ---- UDP (§3.5–§3.7) ------------------------------------------------------------------- */
 
 #define SV_SS22_UDP_WINDOW 2048 /**< packet IDs remembered below the highest seen (§3.5) */
 /** Bytes of a reply around its payload: header, body fields, address, tag. */
-#define SV_SS22_UDP_OVERHEAD (16 + 1 + 8 + 8 + 2 + SV_DEST_WIRE_MAX + SV_SS22_TAG)
+#define SV_SS22_UDP_OVERHEAD (24 + 8 + 8 + 1 + 8 + 8 + 2 + SV_DEST_WIRE_MAX + SV_SS22_TAG)
 
 /** Sliding window over one session's packet IDs (WireGuard style). Zero it to start. */
 typedef struct sv_ss22_window {
@@ -143,27 +143,31 @@ typedef struct sv_ss22_udp_in {
 } sv_ss22_udp_in;
 
 /**
- * Open one client datagram in place (AES methods): separate header with AES(iPSK or the PSK),
+ * Open one client datagram in place. AES methods: separate header with AES(iPSK or the PSK),
  * the EIH to find the user (multi-user), the body with derive_key(uPSK ‖ session ID) and nonce
  * header[4:16]; type 0, timestamp within ±30 s of @p now. The packet ID is not checked here
- * (the caller's per-session window). @p ctx is a caller-owned AEAD context (zeroed the first
- * time, re-keyed on every call, freed with sv_aead_deinit()).
- * @return 0; -EBADMSG (no user, AEAD fails), -ETIME, -EPROTO (short, type, padding, address),
- *         -EOPNOTSUPP for the chacha20 method.
+ * (the caller's per-session window). chacha20 (§3.6, single user): a 24-byte nonce, the body
+ * with XChaCha20-Poly1305 under the PSK, the session and packet IDs inside it. @p ctx is a
+ * caller-owned AEAD context (zeroed the first time, re-keyed on every call, freed with
+ * sv_aead_deinit()).
+ * @return 0; -EBADMSG (no user, AEAD fails), -ETIME, -EPROTO (short, type, padding, address).
  */
 int sv_ss22_udp_open(const sv_ss22_creds *c, int64_t now, uint8_t *pkt, size_t n,
                      sv_ss22_udp_in *out, sv_aead *ctx);
 
 /**
- * Seal one reply of user @p user (§3.5, server → client): separate header (server session ID,
- * packet ID) with AES(uPSK), body type 1, timestamp @p now, the client's session ID, no
- * padding, the address of @p from, the payload; key derive_key(uPSK ‖ server session ID).
+ * Seal one reply of user @p user (server → client): body type 1, timestamp @p now, the client's
+ * session ID, no padding, the address of @p from, the payload. AES methods (§3.5): separate
+ * header (server session ID, packet ID) with AES(uPSK), key derive_key(uPSK ‖ server session
+ * ID). chacha20 (§3.6): a random 24-byte nonce from @p rng (NULL = RAND_bytes), XChaCha20-
+ * Poly1305 under the PSK over server session ID, packet ID and the body. @p payload may lie in
+ * @p out past the header room.
  * @return wire length; -EMSGSIZE when @p cap < n + SV_SS22_UDP_OVERHEAD; -EINVAL.
  */
 ssize_t sv_ss22_udp_seal(const sv_ss22_creds *c, int user, const uint8_t server_sid[8],
                          uint64_t packet_id, const uint8_t client_sid[8], int64_t now,
                          const sv_dest *from, const uint8_t *payload, size_t n, uint8_t *out,
-                         size_t cap, sv_aead *ctx);
+                         size_t cap, sv_aead *ctx, void (*rng)(uint8_t *buf, size_t n));
 
 /** The core on the proto.h seam (set_time, attach_replay; no datagram framing). */
 extern const sv_proto_ops sv_ss2022_ops;

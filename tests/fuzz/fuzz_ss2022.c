@@ -2,7 +2,7 @@
  * Fuzz harness: Shadowsocks 2022 TCP server core (sv_ss22_tcp_feed / sv_ss22_tcp_frame).
  * Input: byte 0 picks the table (bit 0: AES-128 or AES-256; bit 1: single user or EIH with the
  * vectors' keys, so seeds made from tests/unit/vectors/shadowsocks-2022.json go deep) and
- * (bit 2) a UDP datagram instead of a TCP stream, byte 1 the split pattern, the rest is client
+ * (bit 2) a UDP datagram instead of a TCP stream, (bit 3) the chacha20 single-user table, byte 1 the split pattern, the rest is client
  * wire bytes; the clock is the vectors' timestamp. UDP: an opened datagram's payload lies in
  * the packet, its reply seals within SV_SS22_UDP_OVERHEAD, the packet-ID window takes it once.
  * Checks (STYLE.md §11): consumed <= len; effect data inside the consumed bytes; the core never
@@ -41,7 +41,7 @@ static void put(transcript *t, const void *p, size_t n)
     t->len += n;
 }
 
-static sv_ss22_creds *g_creds[4];
+static sv_ss22_creds *g_creds[5];
 
 static void hexkey(const char *hex, uint8_t *out)
 {
@@ -65,6 +65,8 @@ static void make_creds(void)
     hexkey("925983cdb0c1a272c4f9c9f642a937aece6ab80bc4b2bb837ffb651d08605cfd", k[0]);
     FUZZ_CHECK(sv_ss22_creds_from_keys("f", SV_SS_2022_AES_256_GCM, NULL,
                                        (const uint8_t(*)[32])k, 1, &g_creds[1], &err) == 0);
+    FUZZ_CHECK(sv_ss22_creds_from_keys("f", SV_SS_2022_CHACHA20_POLY1305, NULL,
+                                       (const uint8_t(*)[32])k, 1, &g_creds[4], &err) == 0);
     /* EIH: tcp_eih[0] / tcp_eih[1] */
     FUZZ_CHECK(sv_ss22_key_decode("TIwPP/x/E3TqXSGwplOWJw==", 16, ipsk) == 0);
     FUZZ_CHECK(sv_ss22_key_decode("A3bIgrUbfoiTlWimvGMqAA==", 16, k[1]) == 0);
@@ -150,7 +152,7 @@ static void run_udp(const sv_ss22_creds *c, const uint8_t *data, size_t n)
         FUZZ_CHECK(!sv_ss22_window_accept(&w, in.packet_id));
         static const uint8_t sid[8] = {1, 2, 3, 4, 5, 6, 7, 8};
         ssize_t len = sv_ss22_udp_seal(c, in.user, sid, 0, in.session_id, 1700000000, &in.dest,
-                                       in.payload, in.len, out, sizeof out, &ctx);
+                                       in.payload, in.len, out, sizeof out, &ctx, NULL);
         FUZZ_CHECK(len > 0 && (size_t)len <= in.len + SV_SS22_UDP_OVERHEAD);
     }
     sv_aead_deinit(&ctx);
@@ -161,13 +163,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2)
         return 0;
     make_creds();
-    unsigned pick = data[0] & 3;
+    unsigned pick = data[0] & 8 ? 4 : data[0] & 3;
     if (data[0] & 4) {
         run_udp(g_creds[pick], data + 2, size - 2);
         return 0;
     }
     size_t step = 1 + data[1] % 64;
-    enum sv_ss_cipher ci = pick & 1 ? SV_SS_2022_AES_256_GCM : SV_SS_2022_AES_128_GCM;
+    enum sv_ss_cipher ci = pick == 4 ? SV_SS_2022_CHACHA20_POLY1305
+                           : pick & 1 ? SV_SS_2022_AES_256_GCM
+                                      : SV_SS_2022_AES_128_GCM;
     static transcript whole, split;
     uint8_t *a = malloc(size), *b = malloc(size);
     FUZZ_CHECK(a != NULL && b != NULL);

@@ -3,12 +3,12 @@
 # 2022-blake3-aes-128-gcm node with Xboard's server_key and three users (identity headers, the
 # client password "server_key:user_key" with user_key = base64 of the first 16 characters of
 # the UUID, PANEL.md §1.4; the client config is first checked against Xray-core's own server),
-# and a single-user 2022-blake3-aes-256-gcm node (password = the
-# user key). Two users at the same time move 1 MiB byte-identical each way and each is billed
-# the bytes its client moved (payload plus at most the per-connection headers and per-chunk
-# tags); UDP datagrams of both users come back identical and are billed; an idle user is
-# billed nothing; a client whose user the node does not know gets no
-# echo. Crafted requests (tests/integration/ss22probe.py): a fresh one is answered; one 60 s
+# a single-user 2022-blake3-aes-256-gcm node (password = the user key) and a single-user
+# 2022-blake3-chacha20-poly1305 node (its UDP in XChaCha20-Poly1305). Two users at the same
+# time move 1 MiB byte-identical each way and each is billed the bytes its client moved
+# (payload plus at most the per-connection headers and per-chunk tags); UDP datagrams of both
+# users come back identical and are billed; an idle user is billed nothing; a client whose
+# user the node does not know gets no echo. Crafted requests (tests/integration/ss22probe.py): a fresh one is answered; one 60 s
 # old, a replay of the same bytes, an identity header of an unknown user get no byte back and
 # no log line; the same for UDP datagrams (a replayed packet ID). With sing-box in the same
 # folder, its client (user 3) moves 1 MiB and UDP through the multi-user node too. Skips (77) without Xray-core: it is built by tests/setup-deps.sh with the Go
@@ -223,4 +223,17 @@ OUT=$(probe --upsk "$(ukey "$U1" 32)")
 check "single: a fresh crafted request is answered" answered_all "$OUT"
 srv_stop
 check "single: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
+# --- single-user node, chacha20 (UDP in XChaCha20-Poly1305, §3.6) ------------------------------
+M=2022-blake3-chacha20-poly1305
+kt_ports 1; SS_PORT=${PORTS[0]}
+mkconfig "$T/chacha.json" "$SS_PORT" "$M" --user "1:$U2"
+srv_start "$T/chacha.json"
+xr_client c1 "$M" "$(ukey "$U2" 32)" "$SS_PORT"; C1=$CL_PORT
+check "chacha20: 1 MiB each way through Xray-core, echo identical" \
+    tcp_rt "$C1" ok --bytes "$MIB" --seed c1
+check "chacha20: UDP via Xray-core: 10 datagrams echoed identical" \
+    udp_rt "$C1" ok --count 10 --size 1000 --seed cu1
+srv_stop
+check "chacha20: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 kt_finish

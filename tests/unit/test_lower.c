@@ -325,7 +325,7 @@ static void lower__ss2022_node__served_with_server_key(void **state)
     assert_int_equal(ag_lower_fleet(&f, &s, &err), 0);
     assert_int_equal(s.inbounds[0].protocol, SV_INBOUND_SS2022);
     assert_null(s.inbounds[0].ss_server_key);
-    assert_false(s.inbounds[0].udp); /* its XChaCha20 UDP is not served */
+    assert_true(s.inbounds[0].udp);
     sv_spec_free(&s);
     free_state(&st);
 }

@@ -452,12 +452,12 @@ static void check_udp(const json_t *c2s, const json_t *s2c, const sv_ss22_creds 
     ssize_t a = sv_dest_parse(plain + addr_at, pn - addr_at, &from);
     assert_true(a > 0);
     ssize_t w = sv_ss22_udp_seal(c, user, sid, 0, csid, TS, &from, plain + addr_at + a,
-                                 pn - addr_at - (size_t)a, out, sizeof out, &ctx);
+                                 pn - addr_at - (size_t)a, out, sizeof out, &ctx, NULL);
     size_t wn = unhex(str(s2c, "wire_hex"), want, sizeof want);
     assert_int_equal(w, (ssize_t)wn);
     assert_memory_equal(out, want, wn);
     assert_int_equal(sv_ss22_udp_seal(c, user, sid, 0, csid, TS, &from, plain, 100, out, 100,
-                                      &ctx),
+                                      &ctx, NULL),
                      -EMSGSIZE);
     sv_aead_deinit(&ctx);
 }
@@ -497,6 +497,50 @@ static void test_udp_vectors(void **state)
     sv_ss22_creds_free(c);
 }
 
+/* chacha20 (§3.6): XChaCha20-Poly1305 under the PSK, session and packet IDs in the body. */
+static void test_udp_chacha_vectors(void **state)
+{
+    (void)state;
+    const json_t *v = json_object_get(g_vec, "udp_chacha20");
+    uint8_t key[32] = {0}, pkt[512], copy[512], out[512], want[512], nonce[24], sid[8];
+    assert_int_equal(sv_ss22_key_decode(str(v, "psk_base64"), 32, key), 0);
+    sv_ss22_creds *c = NULL;
+    sv_error err;
+    assert_int_equal(sv_ss22_creds_from_keys("t", SV_SS_2022_CHACHA20_POLY1305, NULL,
+                                             (const uint8_t(*)[32])key, 1, &c, &err),
+                     0);
+    size_t n = unhex(str(v, "client_to_server.wire_hex"), pkt, sizeof pkt);
+    sv_aead ctx = {0};
+    sv_ss22_udp_in in;
+    memcpy(copy, pkt, n);
+    assert_int_equal(sv_ss22_udp_open(c, TS - 31, copy, n, &in, &ctx), -ETIME);
+    memcpy(copy, pkt, n);
+    copy[3] ^= 1; /* the nonce */
+    assert_int_equal(sv_ss22_udp_open(c, TS, copy, n, &in, &ctx), -EBADMSG);
+    assert_int_equal(sv_ss22_udp_open(c, TS, pkt, n, &in, &ctx), 0);
+    uint8_t csid[8];
+    unhex(str(v, "client_to_server.client_session_id"), csid, sizeof csid);
+    assert_memory_equal(in.session_id, csid, 8);
+    assert_int_equal(in.packet_id, 0);
+    char d[300];
+    sv_dest_format(&in.dest, d, sizeof d);
+    assert_string_equal(d, "127.0.0.1:53");
+    assert_int_equal(in.len, strlen("udp ping chacha"));
+    assert_memory_equal(in.payload, "udp ping chacha", in.len);
+
+    unhex(str(v, "server_to_client.nonce"), nonce, sizeof nonce);
+    unhex(str(v, "server_to_client.server_session_id"), sid, sizeof sid);
+    g_salt = nonce;
+    ssize_t w = sv_ss22_udp_seal(c, 0, sid, 0, csid, TS, &in.dest,
+                                 (const uint8_t *)"udp pong chacha", 15, out, sizeof out, &ctx,
+                                 fixed_salt);
+    size_t wn = unhex(str(v, "server_to_client.wire_hex"), want, sizeof want);
+    assert_int_equal(w, (ssize_t)wn);
+    assert_memory_equal(out, want, wn);
+    sv_aead_deinit(&ctx);
+    sv_ss22_creds_free(c);
+}
+
 /* The packet-ID window: each ID once, out of order within the window, nothing too old. */
 static void test_udp_window(void **state)
 {
@@ -531,6 +575,7 @@ int main(void)
         cmocka_unit_test(test_keys_and_creds),
         cmocka_unit_test(test_udp_vectors),
         cmocka_unit_test(test_udp_window),
+        cmocka_unit_test(test_udp_chacha_vectors),
     };
     return cmocka_run_group_tests(tests, load_vectors, free_vectors);
 }
