@@ -54,6 +54,12 @@ int ag_lower_cipher(const char *name, enum sv_ss_cipher *out)
     else if (strcmp(name, "chacha20-ietf-poly1305") == 0 ||
              strcmp(name, "chacha20-poly1305") == 0)
         *out = SV_SS_CHACHA20_POLY1305;
+    else if (strcmp(name, "2022-blake3-aes-128-gcm") == 0)
+        *out = SV_SS_2022_AES_128_GCM;
+    else if (strcmp(name, "2022-blake3-aes-256-gcm") == 0)
+        *out = SV_SS_2022_AES_256_GCM;
+    else if (strcmp(name, "2022-blake3-chacha20-poly1305") == 0)
+        *out = SV_SS_2022_CHACHA20_POLY1305;
     else
         return -EINVAL;
     return 0;
@@ -508,9 +514,18 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     bool vless = n->node.protocol != NULL && strcmp(n->node.protocol, "vless") == 0;
     bool vmess = n->node.protocol != NULL && strcmp(n->node.protocol, "vmess") == 0;
     if (!vless && !vmess && (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0)) {
+        in->ss_cipher = cipher;
+        if (cipher == SV_SS_2022_AES_128_GCM || cipher == SV_SS_2022_AES_256_GCM ||
+            cipher == SV_SS_2022_CHACHA20_POLY1305) {
+            /* issue 10: Shadowsocks 2022 on TCP and UDP, users told apart by identity headers
+             * under server_key (PANEL.md §1.4) */
+            in->protocol = SV_INBOUND_SS2022;
+            in->udp = true;
+            const char *key = n->node.server_key;
+            return key != NULL && (in->ss_server_key = strdup(key)) == NULL ? -ENOMEM : 0;
+        }
         in->udp = true;
         in->protocol = SV_INBOUND_SHADOWSOCKS;
-        in->ss_cipher = cipher;
         return 0;
     }
     in->protocol = vless ? SV_INBOUND_VLESS : vmess ? SV_INBOUND_VMESS : SV_INBOUND_TROJAN;

@@ -19,6 +19,7 @@
 #include "supervisor/principal.h"
 #include "supervisor/proto/proto.h"
 #include "supervisor/proto/shadowsocks.h"
+#include "supervisor/proto/ss2022.h"
 #include "supervisor/router.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/track/tracker.h"
@@ -35,8 +36,9 @@
  */
 #define SV_SEALED_MAX (SV_SCRATCH + 4096)
 #define SV_SCRATCH (64 * 1024)         /**< per-worker read buffer */
-/** Most unconsumed client bytes any protocol core keeps between reads (its carry_max). */
-#define SV_CARRY_MAX (SV_SS_SALT_MAX + SV_SS_NEED_MAX)
+/** Most unconsumed client bytes any protocol core keeps between reads (its carry_max): a whole
+ *  Shadowsocks 2022 chunk (0xFFFF + tag, PROTOCOLS.md §3.2), the largest of the cores. */
+#define SV_CARRY_MAX SV_SS22_CARRY_MAX
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
 #define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */

@@ -52,6 +52,7 @@ enum sv_inbound_protocol {
     SV_INBOUND_TROJAN,
     SV_INBOUND_VLESS, /**< issue 9: VLESS, no flow (PROTOCOLS.md §5); TLS optional */
     SV_INBOUND_VMESS, /**< issue 9: VMess AEAD, alterId 0 (PROTOCOLS.md §6); TLS optional */
+    SV_INBOUND_SS2022, /**< issue 10: Shadowsocks 2022 (PROTOCOLS.md §3), TCP; ss_cipher 2022 */
 };
 
 /** Where an inbound's TLS certificate comes from (issue 8, agent config "cert"). */
@@ -84,6 +85,9 @@ enum sv_ss_cipher {
     SV_SS_AES_128_GCM = 1,
     SV_SS_AES_256_GCM,
     SV_SS_CHACHA20_POLY1305,
+    SV_SS_2022_AES_128_GCM,        /**< issue 10: 2022-blake3-aes-128-gcm (PROTOCOLS.md §3.1) */
+    SV_SS_2022_AES_256_GCM,        /**< 2022-blake3-aes-256-gcm */
+    SV_SS_2022_CHACHA20_POLY1305,  /**< 2022-blake3-chacha20-poly1305 (single user: no EIH) */
 };
 
 /** Where an inbound listens: an IP literal and a port, TCP and (when udp) UDP on the same port. */
@@ -97,7 +101,14 @@ typedef struct sv_inbound_spec {
     sv_bind bind;
     bool udp;                          /**< also serve UDP on bind */
     enum sv_inbound_protocol protocol;
-    enum sv_ss_cipher ss_cipher;       /**< SV_INBOUND_SHADOWSOCKS */
+    enum sv_ss_cipher ss_cipher;       /**< SV_INBOUND_SHADOWSOCKS (AEAD methods) and
+                                            SV_INBOUND_SS2022 (the 2022 methods) */
+    char *ss_server_key;               /**< SV_INBOUND_SS2022: the server's identity key (iPSK),
+                                            standard base64 of 16/32 bytes (PANEL.md §1.4
+                                            server_key): users are told apart by their identity
+                                            header (EIH, §3.7). NULL: single user, whose key is
+                                            the PSK. A user's key is the first 16/32 bytes of
+                                            its secret (Xboard's uuidToBase64) */
     char *users;                       /**< user set tag; required for Shadowsocks */
     bool allow_private;                /**< issue 15: its users' flows may reach internal
                                             destinations (loopback, private, link-local ...

@@ -670,6 +670,8 @@ def cmd_mkconfig(a):
         node = {"server_port": a.port, "cipher": a.cipher,
                 "routes": [{"id": 1, "match": a.block or ["domain:blocked.test", "10.9.0.0/16"],
                             "action": "block"}]}
+        if a.server_key:
+            node["server_key"] = a.server_key  # Shadowsocks 2022 (PANEL.md 1.4)
     users = {"users": [parse_user(u) for u in a.user]}
     panel = {"type": "local"}
     if a.protocol != "shadowsocks":
@@ -1141,6 +1143,7 @@ def main():
     c.add_argument("--out", required=True)
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--cipher", default="aes-256-gcm")
+    c.add_argument("--server-key", help="shadowsocks 2022: the node's server_key (base64)")
     c.add_argument("--user", action="append", default=[],
                    help="ID:UUID[:DEVICE_LIMIT] (repeatable)")
     c.add_argument("--block", action="append", help="route block match (repeatable)")
