@@ -53,3 +53,10 @@ for pid in $(pgrep -x 'ss-server|ss-local|ss-manager|v2ray|trojan' 2>/dev/null |
             $SUDO kill -TERM "$pid" 2>/dev/null || true ;;
     esac
 done
+
+# Test peers built from source (issue 10): pinned Xray-core and sing-box, built once per
+# machine with the Go toolchain into ${KATANA_PEERS:-/var/cache/katana-peers}/bin, rebuilt
+# when a pin in tests/interop/peers.sh changes. Without Go the tests that need them skip.
+. "$(dirname "$0")/interop/peers.sh"
+pr_build xray
+pr_build sing-box
