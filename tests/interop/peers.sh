@@ -31,9 +31,11 @@ PR_SINGBOX_LDFLAGS="-X github.com/sagernet/sing-box/constant.Version=${PR_SINGBO
 PEERS_DIR=${KATANA_PEERS:-/var/cache/katana-peers}
 PR_TEMPLATES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-# pr_go: print the go command (PATH, then /usr/local/go/bin/go); false when there is none.
+# pr_go: print the go command ($KATANA_GO if set, else go on PATH, else
+# /usr/local/go/bin/go); false when there is none.
 pr_go() {
-    if command -v go >/dev/null 2>&1; then command -v go
+    if [ -n "${KATANA_GO:-}" ]; then command -v "$KATANA_GO" || return 1
+    elif command -v go >/dev/null 2>&1; then command -v go
     elif [ -x /usr/local/go/bin/go ]; then echo /usr/local/go/bin/go
     else return 1; fi
 }
