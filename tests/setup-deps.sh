@@ -2,7 +2,8 @@
 # tests/setup-deps.sh [--update]: install what katana needs to build and test on Debian 12
 # (idempotent: apt runs only when a package is missing, or always with --update), then make
 # sure no packaged shadowsocks-libev / v2ray service is left running (they would hold ports
-# such as the demo's 8388).
+# such as the demo's 8388); then build the pinned Xray-core and sing-box test peers (issue 10)
+# once per machine.
 set -euo pipefail
 
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
