@@ -2,7 +2,8 @@
 # tests/setup-deps.sh [--update]: install what katana needs to build and test on Debian 12
 # (idempotent: apt runs only when a package is missing, or always with --update), then make
 # sure no packaged shadowsocks-libev / v2ray service is left running (they would hold ports
-# such as the demo's 8388).
+# such as the demo's 8388); then build the pinned Xray-core and sing-box test peers (issue 10)
+# once per machine.
 set -euo pipefail
 
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
@@ -54,3 +55,10 @@ for pid in $(pgrep -x 'ss-server|ss-local|ss-manager|v2ray|trojan' 2>/dev/null |
             $SUDO kill -TERM "$pid" 2>/dev/null || true ;;
     esac
 done
+
+# Test peers built from source (issue 10): pinned Xray-core and sing-box, built once per
+# machine with the Go toolchain into ${KATANA_PEERS:-/var/cache/katana-peers}/bin, rebuilt
+# when a pin in tests/interop/peers.sh changes. Without Go the tests that need them skip.
+. "$(dirname "$0")/interop/peers.sh"
+pr_build xray
+pr_build sing-box
