@@ -1,0 +1,127 @@
+#!/bin/bash
+# Issue 13 "DNS": katana resolves names on its workers' loops with the servers of its "dns"
+# config, here a real dnsmasq on 127.0.0.1 (a port of its own, an addn-hosts file, --local-ttl 2,
+# every query logged):
+#  - a name with several A records of which the first ones refuse connections still connects
+#    (every address is tried, Happy Eyeballs);
+#  - a name whose server never answers (dnsmasq forwards *.slow.test to a UDP socket that reads
+#    and never replies) costs one timeout for every flow waiting for it, one query in all, and
+#    other names are served meanwhile;
+#  - a cached answer is used until its TTL, then the name is asked again;
+#  - UDP datagrams to a name being resolved are relayed, not dropped;
+#  - strategy ipv4_only / ipv6_only: a name with only an address of the other family fails.
+. "$(dirname "$0")/lib.sh"
+kt_need ss-local jq
+command -v dnsmasq >/dev/null 2>&1 || skip_all "dnsmasq (dnsmasq-base) is not installed"
+needs_katana "the dns config is katana's" || skip_all "needs katana"
+
+CIPHER=aes-256-gcm
+U1=$(kt_uuid)
+echo_start
+HAVE_V6=0; grep -q '::1' "$T/echo.log" && HAVE_V6=1
+kt_ports 3; PORT=${PORTS[0]}; DNS_PORT=${PORTS[1]}; SILENT_PORT=${PORTS[2]}
+
+# The silent upstream: reads datagrams, never answers.
+kt_bg silent python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+while True:
+    s.recvfrom(2048)
+' "$SILENT_PORT"
+
+# 127.0.0.3-5 refuse (nothing listens there); 127.0.0.1 and ::1 run the echo server.
+cat >"$T/hosts" <<HOSTS
+127.0.0.3 two.test
+127.0.0.4 two.test
+127.0.0.5 two.test
+127.0.0.1 two.test
+127.0.0.1 ttl.test
+127.0.0.1 udp.test
+127.0.0.1 only4.test
+::1 only6.test
+HOSTS
+kt_bg dnsmasq dnsmasq --keep-in-foreground --conf-file=/dev/null --no-resolv --no-hosts \
+    --addn-hosts="$T/hosts" --listen-address=127.0.0.1 --bind-interfaces --port="$DNS_PORT" \
+    --local-ttl=2 --log-queries --log-facility="$T/queries.txt" --pid-file= --user=root \
+    --server="/slow.test/127.0.0.1#$SILENT_PORT"
+for ((i = 0; i < 100; i++)); do grep -q 'started' "$T/queries.txt" 2>/dev/null && break; sleep 0.05; done
+kt_alive "$BG_PID" || { fail "dnsmasq did not start: $(cat "$T/dnsmasq.log")"; exit 1; }
+
+# queries NAME: A queries dnsmasq received for NAME so far
+queries() { grep -c "query\[A\] $1 from" "$T/queries.txt" || true; }
+
+# write_config STRATEGY: one worker (one cache), the dns config pointing at dnsmasq
+write_config() {
+    mkconfig "$T/c.json" "$PORT" "$CIPHER" --user "1:$U1" --workers 1
+    jq --arg s "127.0.0.1:$DNS_PORT" --arg st "$1" \
+        '.dns = {servers: [$s], timeout: 2, strategy: $st}' "$T/c.json" >"$T/config.json"
+}
+
+write_config prefer_ipv4
+srv_start "$T/config.json"
+cl_start u1 "$CIPHER" "$U1" "$PORT"; C1=$CL_PORT
+
+check "a name whose first three addresses refuse connects to the fourth" \
+    tcp_rt "$C1" ok --dest-host two.test --bytes 65536
+check "... and again (from the cache)" tcp_rt "$C1" ok --dest-host two.test --bytes 4096
+
+# --- a server that never answers ---------------------------------------------------------------
+SLOW=()
+for i in 1 2 3 4 5 6; do
+    timeout 30 "${KT_PY[@]}" tcp --socks "$C1" --dest-host x.slow.test --dest-port "$ECHO_PORT" \
+        --expect closed --timeout 10 --bytes 1024 >"$T/slow$i.out" 2>&1 &
+    SLOW+=($!)
+done
+START=$(date +%s%N)
+sleep 0.3
+check "another name is served while x.slow.test waits" \
+    tcp_rt "$C1" ok --dest-host ttl.test --bytes 65536
+running=0
+for p in "${SLOW[@]}"; do kill -0 "$p" 2>/dev/null && running=$((running + 1)); done
+check "the 6 flows to x.slow.test were still waiting meanwhile ($running)" test "$running" = 6
+ok=0
+for p in "${SLOW[@]}"; do wait "$p" && ok=$((ok + 1)); done
+ELAPSED=$((($(date +%s%N) - START) / 1000000))
+check "all 6 flows to the silent name end closed ($ok)" test "$ok" = 6
+# one timeout (2 s) for all of them, not one per flow (generous bound)
+check "they cost one timeout together: ${ELAPSED} ms < 6000" test "$ELAPSED" -lt 6000
+check "one query for x.slow.test however many flows waited ($(queries x.slow.test))" \
+    test "$(queries x.slow.test)" = 1
+
+# --- TTL ---------------------------------------------------------------------------------------
+# ttl.test was answered above (TTL 2 s) at least 1 s ago: wait it out, then ask twice quickly
+sleep 2.2
+before=$(queries ttl.test)
+check "ttl.test after its TTL" tcp_rt "$C1" ok --dest-host ttl.test --bytes 4096
+check "ttl.test once more, at once" tcp_rt "$C1" ok --dest-host ttl.test --bytes 4096
+after=$(queries ttl.test)
+check "expired answer re-queried once, then cached ($before -> $after)" \
+    test "$after" = $((before + 1))
+
+# --- UDP ---------------------------------------------------------------------------------------
+check "UDP datagrams to a name being resolved are relayed, not dropped" \
+    udp_rt "$C1" ok --dest-host udp.test --count 5 --size 300 --wait 3
+check "one query for udp.test ($(queries udp.test))" test "$(queries udp.test)" = 1
+srv_stop
+check "katana exits 0 on SIGTERM" test "$SRV_RC" = 0
+
+# --- strategies ---------------------------------------------------------------------------------
+write_config ipv4_only
+srv_start "$T/config.json"
+check "ipv4_only: an A-only name connects" tcp_rt "$C1" ok --dest-host only4.test --bytes 4096
+check "ipv4_only: an AAAA-only name fails" tcp_rt "$C1" closed --dest-host only6.test --bytes 1024
+srv_stop
+if [ "$HAVE_V6" = 1 ]; then
+    write_config ipv6_only
+    srv_start "$T/config.json"
+    check "ipv6_only: an AAAA-only name connects" tcp_rt "$C1" ok --dest-host only6.test --bytes 4096
+    check "ipv6_only: an A-only name fails" tcp_rt "$C1" closed --dest-host only4.test --bytes 1024
+    check "ipv6_only: two.test (A records only) fails" \
+        tcp_rt "$C1" closed --dest-host two.test --bytes 1024
+    srv_stop
+else
+    echo "SKIP: $KT_NAME: no IPv6 loopback, ipv6_only not checked"
+fi
+check "katana exits 0 on SIGTERM" test "$SRV_RC" = 0
+kt_finish
