@@ -282,6 +282,26 @@ static void a_silent_server_costs_one_timeout_for_all_waiters(void **state)
     (void)state;
 }
 
+/* Every server form the agent config accepts (agent_config.c dns_server_ok) starts a resolver. */
+static void every_configured_server_form_is_taken(void **state)
+{
+    static const char *const forms[] = {"127.0.0.53", "127.0.0.1:5353", "::1", "[::1]:53"};
+    sv_dns_options o = {.n_servers = 4};
+    for (size_t i = 0; i < 4; i++)
+        snprintf(o.servers[i], sizeof o.servers[i], "%s", forms[i]);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    sv_resolver *r = NULL;
+    assert_int_equal(sv_resolver_new(&loop, &o, &r), 0);
+    sv_resolver_close(r);
+    snprintf(o.servers[0], sizeof o.servers[0], "not-an-ip");
+    o.n_servers = 1;
+    assert_int_equal(sv_resolver_new(&loop, &o, &r), -EINVAL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    (void)state;
+}
+
 static sv_dns_addr v4(uint8_t last) { return (sv_dns_addr){AF_INET, {10, 0, 0, last}}; }
 static sv_dns_addr v6(uint8_t last)
 {
@@ -326,6 +346,7 @@ int main(void)
         cmocka_unit_test(a_cancelled_waiter_hears_nothing_and_close_cancels_the_rest),
         cmocka_unit_test(a_silent_server_costs_one_timeout_for_all_waiters),
         cmocka_unit_test(happy_eyeballs_alternates_families_from_the_preferred_one),
+        cmocka_unit_test(every_configured_server_form_is_taken),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
