@@ -533,18 +533,24 @@ static void direct_dgram_send(sv_ob_dgram *g, const sv_dest *d, const uint8_t *p
         send_to(g, (struct sockaddr *)&to, p, n);
         return;
     }
-    if (g->held == NULL) {
-        sv_dns_result res;
-        g->dns.data = g;
-        int rc = sv_dns_resolve(g->env.resolver, &g->dns, d->host, on_dgram_resolved, &res);
-        if (rc == 0)
-            send_resolved(g, &res, d->port, allow_internal, p, n);
-        if (rc != 1)
-            return; /* sent, or a negative answer: dropped */
-        g->resolving = true;
-        g->pending++;
+    if (g->held != NULL) { /* behind the queue, in order */
+        hold(g, d, p, n, allow_internal);
+        return;
     }
+    sv_dns_result res;
+    g->dns.data = g;
+    int rc = sv_dns_resolve(g->env.resolver, &g->dns, d->host, on_dgram_resolved, &res);
+    if (rc == 0)
+        send_resolved(g, &res, d->port, allow_internal, p, n);
+    if (rc != 1)
+        return; /* sent, or a negative answer: dropped */
     hold(g, d, p, n, allow_internal);
+    if (g->held == NULL) { /* not held (no memory): nothing waits for the answer */
+        sv_dns_cancel(&g->dns);
+        return;
+    }
+    g->resolving = true; /* the queue's head is the name asked (drain_held relies on it) */
+    g->pending++;
 }
 
 static void direct_dgram_close(sv_ob_dgram *g)
