@@ -56,9 +56,10 @@ cat >"$T/hosts" <<HOSTS
 127.0.0.1 only4.test
 ::1 only6.test
 HOSTS
+AS_ROOT=; [ "$(id -u)" = 0 ] && AS_ROOT=--user=root # else dnsmasq keeps our user
 kt_bg dnsmasq dnsmasq --keep-in-foreground --conf-file=/dev/null --no-resolv --no-hosts \
     --addn-hosts="$T/hosts" --listen-address=127.0.0.1 --bind-interfaces --port="$DNS_PORT" \
-    --local-ttl=2 --log-queries --log-facility="$T/queries.txt" --pid-file= --user=root \
+    --local-ttl=2 --log-queries --log-facility="$T/queries.txt" --pid-file= $AS_ROOT \
     --server="/slow.test/127.0.0.1#$SILENT_PORT" --server="/delay.test/127.0.0.1#$SILENT_PORT"
 for ((i = 0; i < 100; i++)); do grep -q 'started' "$T/queries.txt" 2>/dev/null && break; sleep 0.05; done
 kt_alive "$BG_PID" || { fail "dnsmasq did not start: $(cat "$T/dnsmasq.log")"; exit 1; }
