@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,12 +62,13 @@ static void addr_sockaddr(const sv_dns_addr *a, uint16_t port, struct sockaddr_s
 
 /* ---- streams -------------------------------------------------------------------------------- */
 
-/* A name's connection attempts (RFC 8305 §5), allocated per dial and freed after closed. */
+/* One connection attempt (RFC 8305 §5): allocated when it starts, freed once its handle is
+ * closed, so a connection keeps only its winner. */
 typedef struct he_attempt {
     uv_tcp_t tcp;
     uv_connect_t req;
     struct sv_ob_eyeballs *he;
-    bool open;          /* the handle is initialised and not yet closed */
+    size_t idx;         /* in he->at */
 } he_attempt;
 
 struct sv_ob_eyeballs {
@@ -78,7 +80,7 @@ struct sv_ob_eyeballs {
     bool starting;      /* inside he_start: a failure is returned, not reported */
     uint16_t port;
     sv_dns_result addrs;
-    he_attempt at[];
+    he_attempt *at[SV_DNS_ADDRS_MAX]; /* started and not yet closed */
 };
 
 static void stream_release(sv_ob_stream *s)
@@ -119,12 +121,19 @@ static int dial(sv_ob_stream *s, const struct sockaddr *sa)
     return rc;
 }
 
+static void on_attempt_closed(uv_handle_t *h)
+{
+    he_attempt *a = (he_attempt *)(void *)((char *)h - offsetof(he_attempt, tcp));
+    sv_ob_stream *s = h->data;
+    a->he->at[a->idx] = NULL;
+    free(a);
+    stream_release(s);
+}
+
 static void attempt_close(he_attempt *a)
 {
-    if (a->open) {
-        a->open = false;
-        uv_close((uv_handle_t *)&a->tcp, on_tcp_closed);
-    }
+    if (a != NULL && !uv_is_closing((uv_handle_t *)&a->tcp))
+        uv_close((uv_handle_t *)&a->tcp, on_attempt_closed);
 }
 
 static void he_fail(struct sv_ob_eyeballs *he)
@@ -143,17 +152,19 @@ static void he_next(struct sv_ob_eyeballs *he)
 {
     sv_ob_stream *s = he->s;
     while (he->next < he->n) {
-        he_attempt *a = &he->at[he->next];
         struct sockaddr_storage ss;
         addr_sockaddr(&he->addrs.addrs[he->next], he->port, &ss);
-        he->next++;
-        int rc = uv_tcp_init(s->env.loop, &a->tcp);
+        size_t idx = he->next++;
+        he_attempt *a = calloc(1, sizeof *a);
+        int rc = a == NULL ? -ENOMEM : uv_tcp_init(s->env.loop, &a->tcp);
         if (rc != 0) {
+            free(a);
             he->last_err = rc;
             continue;
         }
-        a->tcp.data = s;
-        a->open = true;
+        a->tcp.data = s; /* the stream's read callbacks take it from the winner's handle */
+        a->idx = idx;
+        he->at[idx] = a;
         s->pending++;
         a->he = he;
         a->req.data = a;
@@ -191,8 +202,8 @@ static void on_attempt(uv_connect_t *req, int status)
             he->done = true;
             uv_timer_stop(&he->timer);
             for (size_t i = 0; i < he->next; i++)
-                if (&he->at[i] != a)
-                    attempt_close(&he->at[i]); /* the others' connects end cancelled */
+                if (he->at[i] != a)
+                    attempt_close(he->at[i]); /* the others' connects end cancelled */
             s->sock = &a->tcp;
             uv_tcp_nodelay(s->sock, 1);
             s->ev->connected(s->owner, 0);
@@ -222,7 +233,7 @@ static int he_start(sv_ob_stream *s, int status, const sv_dns_result *res, uint1
         ordered = *res;
         sv_dns_order(&ordered, sv_resolver_strategy(s->env.resolver));
     }
-    struct sv_ob_eyeballs *he = calloc(1, sizeof *he + ordered.n * sizeof(he_attempt));
+    struct sv_ob_eyeballs *he = calloc(1, sizeof *he);
     if (he == NULL)
         return -ENOMEM;
     he->s = s;
@@ -358,7 +369,7 @@ static void direct_close(sv_ob_stream *s)
         uv_close((uv_handle_t *)&s->tcp, on_tcp_closed);
     if (s->he != NULL) {
         for (size_t i = 0; i < s->he->next; i++)
-            attempt_close(&s->he->at[i]);
+            attempt_close(s->he->at[i]);
         uv_close((uv_handle_t *)&s->he->timer, on_he_timer_closed);
     }
     stream_release(s);
