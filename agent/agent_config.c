@@ -153,6 +153,96 @@ static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
     return 0;
 }
 
+/* One "dns.servers" entry: "ip", "ipv4:port" or "[ipv6]:port" (issue 13), port 1..65535. */
+static bool dns_server_ok(const char *s)
+{
+    char host[SV_DNS_SERVER_LEN];
+    const char *port = NULL;
+    uint8_t buf[16];
+    size_t len = strlen(s);
+    if (len == 0 || len >= sizeof host)
+        return false;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return false;
+        memcpy(host, s + 1, (size_t)(close - s - 1));
+        host[close - s - 1] = '\0';
+        if (inet_pton(AF_INET6, host, buf) != 1)
+            return false;
+        port = close + 2;
+    } else {
+        const char *colon = strchr(s, ':');
+        if (colon == NULL)
+            return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
+        if (strchr(colon + 1, ':') != NULL) /* a bare IPv6 address */
+            return inet_pton(AF_INET6, s, buf) == 1;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+        if (inet_pton(AF_INET, host, buf) != 1)
+            return false;
+        port = colon + 1;
+    }
+    char *end;
+    long p = strtol(port, &end, 10);
+    return *port >= '0' && *port <= '9' && *end == '\0' && p >= 1 && p <= 65535;
+}
+
+/* "dns": {"servers", "timeout", "strategy"} (issue 13 "DNS"). */
+static int parse_dns(const json_t *root, ag_config *cfg, sv_error *err)
+{
+    static const char *const keys[] = {"servers", "timeout", "strategy", NULL};
+    static const char *const strategies[] = {"prefer_ipv4", "prefer_ipv6", "ipv4_only",
+                                             "ipv6_only"};
+    const json_t *dns = json_object_get(root, "dns");
+    if (dns == NULL)
+        return 0;
+    int rc = expect_object(dns, "dns", err);
+    if (rc == 0)
+        rc = check_keys(dns, "dns", keys, err);
+    if (rc != 0)
+        return rc;
+    const json_t *servers = json_object_get(dns, "servers");
+    if (servers != NULL) {
+        if (!json_is_array(servers))
+            return sv_error_set(err, -EINVAL, "dns.servers: expected an array");
+        if (json_array_size(servers) > SV_DNS_SERVERS_MAX)
+            return sv_error_set(err, -EINVAL, "dns.servers: at most %u servers",
+                                SV_DNS_SERVERS_MAX);
+        for (size_t i = 0; i < json_array_size(servers); i++) {
+            const json_t *v = json_array_get(servers, i);
+            if (!json_is_string(v) || !dns_server_ok(json_string_value(v)))
+                return sv_error_set(err, -EINVAL,
+                                    "dns.servers[%zu]: expected \"ip\", \"ipv4:port\" or "
+                                    "\"[ipv6]:port\"", i);
+            snprintf(cfg->dns.servers[i], sizeof cfg->dns.servers[i], "%s",
+                     json_string_value(v));
+            cfg->dns.n_servers = (unsigned)i + 1;
+        }
+    }
+    const json_t *t = json_object_get(dns, "timeout");
+    if (t != NULL) {
+        if (!json_is_number(t))
+            return sv_error_set(err, -EINVAL, "dns.timeout: expected a number of seconds");
+        double v = json_number_value(t);
+        if (!(v >= 0.1 && v <= AG_CONFIG_DNS_TIMEOUT_MAX))
+            return sv_error_set(err, -EINVAL, "dns.timeout: must be between 0.1 and %u seconds",
+                                AG_CONFIG_DNS_TIMEOUT_MAX);
+        cfg->dns.timeout_ms = (uint32_t)(v * 1000.0 + 0.5);
+    }
+    const char *strategy;
+    rc = get_string(dns, "dns", "strategy", false, &strategy, err);
+    if (rc != 0 || strategy == NULL)
+        return rc;
+    for (size_t i = 0; i < sizeof strategies / sizeof strategies[0]; i++)
+        if (strcmp(strategy, strategies[i]) == 0) {
+            cfg->dns.strategy = (enum sv_dns_strategy)i;
+            return 0;
+        }
+    return sv_error_set(err, -EINVAL, "dns.strategy: unknown strategy \"%.32s\" (prefer_ipv4, "
+                        "prefer_ipv6, ipv4_only, ipv6_only)", strategy);
+}
+
 /* "api": {"listen", "token"} (issue 4): a listen address beyond loopback needs a token. */
 static int parse_api(const json_t *root, ag_config *cfg, sv_error *err)
 {
@@ -517,7 +607,7 @@ static int parse_nodes(const json_t *root, const char *base_dir, ag_config *cfg,
 static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
-                                       "api", "db", "nodes", NULL};
+                                       "api", "db", "nodes", "dns", NULL};
     if (!json_is_object(root))
         return sv_error_set(err, -EINVAL, "config: expected an object");
     int rc = check_keys(root, "", keys, err);
@@ -531,6 +621,8 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
         rc = parse_grace(root, cfg, err);
     if (rc == 0)
         rc = parse_api(root, cfg, err);
+    if (rc == 0)
+        rc = parse_dns(root, cfg, err);
     if (rc == 0)
         rc = parse_nodes(root, base_dir, cfg, err);
     if (rc == 0)

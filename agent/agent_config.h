@@ -14,6 +14,11 @@
  *
  * "api": {"listen": "127.0.0.1:9090", "token": "..."} configures the REST API (issue 4):
  * listen is "ip:port" or "[ipv6]:port"; a listen address beyond loopback requires a token.
+ *
+ * "dns": {"servers": ["127.0.0.53", "[::1]:5353"], "timeout": 5, "strategy": "prefer_ipv4"}
+ * configures the workers' resolver (issue 13): servers are "ip", "ipv4:port" or "[ipv6]:port"
+ * (none: /etc/resolv.conf); timeout is the seconds one server gets to answer; strategy is
+ * prefer_ipv4, prefer_ipv6, ipv4_only or ipv6_only. Fixed at start (a reload warns).
  */
 #ifndef AG_CONFIG_H
 #define AG_CONFIG_H
@@ -24,6 +29,7 @@
 
 #include <jansson.h>
 
+#include "supervisor/supervisor.h"
 #include "supervisor/util/err.h"
 
 #define AG_CONFIG_MAX_BYTES (16u << 20) /**< largest config file accepted */
@@ -31,6 +37,7 @@
 #define AG_CONFIG_WORKERS_MAX 1024u     /**< largest `workers` value */
 #define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds (issue #5) */
 #define AG_CONFIG_GRACE_MAX 3600u       /**< largest `shutdown_grace`, seconds */
+#define AG_CONFIG_DNS_TIMEOUT_MAX 60u   /**< largest `dns.timeout`, seconds */
 /** The packaged config's `api.token`, replaced by a random one at install; refused as a token. */
 #define AG_API_TOKEN_PLACEHOLDER "@KATANA_API_TOKEN@"
 
@@ -91,6 +98,7 @@ typedef struct ag_config {
     unsigned workers; /**< 0 = number of CPUs */
     uint32_t max_connections; /**< TCP connections of the process; 0 = from the fd limit */
     unsigned shutdown_grace; /**< seconds live connections get on SIGTERM/SIGINT */
+    sv_dns_options dns; /**< `dns` (issue 13); zero = resolv.conf, 5 s, prefer_ipv4 */
     char *api_listen; /**< REST API address, "ip:port"; NULL = API_DEFAULT_LISTEN (issue 4) */
     char *api_token;  /**< REST API bearer token, or NULL (then listen must be loopback) */
     char *db_path;    /**< `db.path`: the SQLite store (issue #3); required with a uniproxy panel */

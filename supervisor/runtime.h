@@ -195,6 +195,7 @@ typedef struct sv_accept_episode {
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
+    sv_dns_options dns;          /**< each worker's resolver (set before workers start) */
     uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
     sv_accept_episode pause;
     /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
@@ -249,6 +250,7 @@ struct sv_worker {
     _Atomic bool flags_set; /**< a kill/close flag was set somewhere on this worker */
     sv_plane *plane;        /**< current plane (worker-owned reference) */
     sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
+    sv_resolver *resolver;  /**< names of direct flows are resolved here (issue 13) */
     sv_list listeners;      /**< sv_wlistener */
     sv_list conns;          /**< TCP connections (sv_conn) */
     sv_list assocs;         /**< UDP associations */

@@ -232,6 +232,25 @@ typedef struct sv_supervisor sv_supervisor;
 #define SV_FDS_PER_CONN 2u    /**< a relayed TCP connection: its client and its remote socket */
 #define SV_MAX_CONNECTIONS_MAX (1u << 24) /**< largest max_connections */
 
+/** Address families a name is resolved to and dialled in (issue 13 "DNS" strategy). */
+enum sv_dns_strategy {
+    SV_DNS_PREFER_IPV4 = 0, /**< both families, IPv4 first (the default) */
+    SV_DNS_PREFER_IPV6,
+    SV_DNS_IPV4_ONLY,
+    SV_DNS_IPV6_ONLY,
+};
+
+#define SV_DNS_SERVERS_MAX 8    /**< configured DNS servers */
+#define SV_DNS_SERVER_LEN 64    /**< "IP", "IPv4:port" or "[IPv6]:port", with its NUL */
+
+/** The workers' resolver (issue 13 "DNS"): fixed at start; a plain value (copyable). */
+typedef struct sv_dns_options {
+    char servers[SV_DNS_SERVERS_MAX][SV_DNS_SERVER_LEN]; /**< none: /etc/resolv.conf's */
+    unsigned n_servers;
+    uint32_t timeout_ms;        /**< one server's answer; 0 = 5000 */
+    enum sv_dns_strategy strategy;
+} sv_dns_options;
+
 typedef struct sv_options {
     unsigned workers;            /**< worker threads; 0 = number of CPUs */
     uint32_t sample_interval_ms; /**< sampler tick; 0 = 1000 */
@@ -239,6 +258,7 @@ typedef struct sv_options {
      * one); past its share a worker stops accepting until one of its connections ends. 0 = the
      * default from the descriptor limit, sv_max_connections_default(). */
     uint32_t max_connections;
+    sv_dns_options dns; /**< the workers' resolver (zero = resolv.conf, 5 s, prefer_ipv4) */
 } sv_options;
 
 /**

@@ -8,11 +8,12 @@ set -euo pipefail
 
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
             libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libcmocka-dev
-            libpcre2-dev)
+            libpcre2-dev libc-ares-dev)
 CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
          sqlite3       # sqlite3: the panel tests read the usage outbox (issue #3)
-         python3-cryptography) # katest.py vmess: hand-made VMess requests (issue 9)
+         python3-cryptography  # katest.py vmess: hand-made VMess requests (issue 9)
+         dnsmasq-base)         # dnsmasq: the resolver tests' DNS server (issue 13)
 # tests/packaging/check.sh: make deb / make rpm, lintian, rpmlint, debuginfo split (eu-strip),
 # groff and man for the man pages
 PACKAGING=(dpkg-dev debhelper fakeroot rpm rpmlint debugedit elfutils cpio lintian groff-base

@@ -353,6 +353,51 @@ static void config__max_connections__default_and_bounds(void **state)
                  "max_connections: must be between 0 and 16777216");
 }
 
+/* dns (issue 13): servers, timeout and strategy, strictly. */
+static void config__dns__parses_and_refuses_bad_values(void **state)
+{
+    const char *dflt = "{\"nodes\":[" NODE_OK "]}";
+    const char *set = "{\"dns\":{\"servers\":[\"127.0.0.53\",\"127.0.0.1:5353\",\"[::1]:53\","
+                      "\"::1\"],\"timeout\":1.5,\"strategy\":\"ipv6_only\"},\"nodes\":[" NODE_OK
+                      "]}";
+    ag_config cfg;
+    sv_error err = {0};
+    (void)state;
+    assert_int_equal(ag_config_parse(dflt, strlen(dflt), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.dns.n_servers, 0);
+    assert_int_equal(cfg.dns.timeout_ms, 0);
+    assert_int_equal(cfg.dns.strategy, SV_DNS_PREFER_IPV4);
+    ag_config_free(&cfg);
+    assert_int_equal(ag_config_parse(set, strlen(set), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.dns.n_servers, 4);
+    assert_string_equal(cfg.dns.servers[1], "127.0.0.1:5353");
+    assert_string_equal(cfg.dns.servers[2], "[::1]:53");
+    assert_int_equal(cfg.dns.timeout_ms, 1500);
+    assert_int_equal(cfg.dns.strategy, SV_DNS_IPV6_ONLY);
+    ag_config_free(&cfg);
+    expect_error("{\"dns\":{\"server\":[]},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.server: unknown key");
+    expect_error("{\"dns\":[],\"nodes\":[" NODE_OK "]}", -EINVAL, "dns: expected an object");
+    expect_error("{\"dns\":{\"servers\":\"1.1.1.1\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.servers: expected an array");
+    static const char *const bad[] = {"dns.example", "1.2.3.4:0", "1.2.3.4:65536", "[::1]",
+                                      "[::1]:x", "1.2.3:53", "::1:53:", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"dns\":{\"servers\":[\"%s\"]},\"nodes\":[" NODE_OK "]}",
+                 bad[i]);
+        expect_error(text, -EINVAL,
+                     "dns.servers[0]: expected \"ip\", \"ipv4:port\" or \"[ipv6]:port\"");
+    }
+    expect_error("{\"dns\":{\"timeout\":0},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.timeout: must be between 0.1 and 60 seconds");
+    expect_error("{\"dns\":{\"timeout\":\"5\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.timeout: expected a number of seconds");
+    expect_error("{\"dns\":{\"strategy\":\"ipv4\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.strategy: unknown strategy \"ipv4\" (prefer_ipv4, prefer_ipv6, ipv4_only, "
+                 "ipv6_only)");
+}
+
 /* The default budget (issue 15): 128 descriptors kept, 2 per relayed connection, at least 1. */
 static void config__max_connections__default_from_fd_limit(void **state)
 {
@@ -608,6 +653,7 @@ int main(void)
         cmocka_unit_test(config__packaged_example__has_an_api_token),
         cmocka_unit_test(config__cert_fallback_node_type__parse_strictly),
         cmocka_unit_test(config__max_connections__default_and_bounds),
+        cmocka_unit_test(config__dns__parses_and_refuses_bad_values),
         cmocka_unit_test(config__max_connections__default_from_fd_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
