@@ -153,6 +153,96 @@ static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
     return 0;
 }
 
+/* One "dns.servers" entry: "ip", "ipv4:port" or "[ipv6]:port" (issue 13), port 1..65535. */
+static bool dns_server_ok(const char *s)
+{
+    char host[SV_DNS_SERVER_LEN];
+    const char *port = NULL;
+    uint8_t buf[16];
+    size_t len = strlen(s);
+    if (len == 0 || len >= sizeof host)
+        return false;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return false;
+        memcpy(host, s + 1, (size_t)(close - s - 1));
+        host[close - s - 1] = '\0';
+        if (inet_pton(AF_INET6, host, buf) != 1)
+            return false;
+        port = close + 2;
+    } else {
+        const char *colon = strchr(s, ':');
+        if (colon == NULL)
+            return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
+        if (strchr(colon + 1, ':') != NULL) /* a bare IPv6 address */
+            return inet_pton(AF_INET6, s, buf) == 1;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+        if (inet_pton(AF_INET, host, buf) != 1)
+            return false;
+        port = colon + 1;
+    }
+    char *end;
+    long p = strtol(port, &end, 10);
+    return *port >= '0' && *port <= '9' && *end == '\0' && p >= 1 && p <= 65535;
+}
+
+/* "dns": {"servers", "timeout", "strategy"} (issue 13 "DNS"). */
+static int parse_dns(const json_t *root, ag_config *cfg, sv_error *err)
+{
+    static const char *const keys[] = {"servers", "timeout", "strategy", NULL};
+    static const char *const strategies[] = {"prefer_ipv4", "prefer_ipv6", "ipv4_only",
+                                             "ipv6_only"};
+    const json_t *dns = json_object_get(root, "dns");
+    if (dns == NULL)
+        return 0;
+    int rc = expect_object(dns, "dns", err);
+    if (rc == 0)
+        rc = check_keys(dns, "dns", keys, err);
+    if (rc != 0)
+        return rc;
+    const json_t *servers = json_object_get(dns, "servers");
+    if (servers != NULL) {
+        if (!json_is_array(servers))
+            return sv_error_set(err, -EINVAL, "dns.servers: expected an array");
+        if (json_array_size(servers) > SV_DNS_SERVERS_MAX)
+            return sv_error_set(err, -EINVAL, "dns.servers: at most %u servers",
+                                SV_DNS_SERVERS_MAX);
+        for (size_t i = 0; i < json_array_size(servers); i++) {
+            const json_t *v = json_array_get(servers, i);
+            if (!json_is_string(v) || !dns_server_ok(json_string_value(v)))
+                return sv_error_set(err, -EINVAL,
+                                    "dns.servers[%zu]: expected \"ip\", \"ipv4:port\" or "
+                                    "\"[ipv6]:port\"", i);
+            snprintf(cfg->dns.servers[i], sizeof cfg->dns.servers[i], "%s",
+                     json_string_value(v));
+            cfg->dns.n_servers = (unsigned)i + 1;
+        }
+    }
+    const json_t *t = json_object_get(dns, "timeout");
+    if (t != NULL) {
+        if (!json_is_number(t))
+            return sv_error_set(err, -EINVAL, "dns.timeout: expected a number of seconds");
+        double v = json_number_value(t);
+        if (!(v >= 0.1 && v <= AG_CONFIG_DNS_TIMEOUT_MAX))
+            return sv_error_set(err, -EINVAL, "dns.timeout: must be between 0.1 and %u seconds",
+                                AG_CONFIG_DNS_TIMEOUT_MAX);
+        cfg->dns.timeout_ms = (uint32_t)(v * 1000.0 + 0.5);
+    }
+    const char *strategy;
+    rc = get_string(dns, "dns", "strategy", false, &strategy, err);
+    if (rc != 0 || strategy == NULL)
+        return rc;
+    for (size_t i = 0; i < sizeof strategies / sizeof strategies[0]; i++)
+        if (strcmp(strategy, strategies[i]) == 0) {
+            cfg->dns.strategy = (enum sv_dns_strategy)i;
+            return 0;
+        }
+    return sv_error_set(err, -EINVAL, "dns.strategy: unknown strategy \"%.32s\" (prefer_ipv4, "
+                        "prefer_ipv6, ipv4_only, ipv6_only)", strategy);
+}
+
 /* "api": {"listen", "token"} (issue 4): a listen address beyond loopback needs a token. */
 static int parse_api(const json_t *root, ag_config *cfg, sv_error *err)
 {
@@ -232,24 +322,43 @@ static int parse_body(const json_t *panel, const char *path, const char *key,
     return 0;
 }
 
-/* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (issue #3, PANEL.md §1). */
-static int parse_uniproxy(const json_t *panel, const char *path, ag_panel_config *pc,
-                          sv_error *err)
+/* Seconds between 1 and AG_CONFIG_INTERVAL_MAX under @p key, when present. */
+static int opt_seconds(const json_t *panel, const char *path, const char *key, unsigned max,
+                       uint32_t *out, sv_error *err)
 {
-    static const char *const keys[] = {"type", "url", "token", "node_id", "node_type",
-                                       "timeout", NULL};
-    const char *url, *token, *node_type, *node_id = NULL;
+    char p[PATH_MAX_TEXT];
+    const json_t *t = json_object_get(panel, key);
+    if (t == NULL)
+        return 0;
+    path_key(p, sizeof p, path, key);
+    if (!json_is_integer(t) || json_integer_value(t) < 1 || json_integer_value(t) > max)
+        return sv_error_set(err, -EINVAL, "%s: expected seconds between 1 and %u", p, max);
+    *out = (uint32_t)json_integer_value(t);
+    return 0;
+}
+
+/* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (issue #3, PANEL.md §1), or
+ * {"type":"sspanel","url","token","node_id","timeout","pull_interval","push_interval"}
+ * (issue 14, PANEL.md §2: mod_mu has no interval setting of its own, no node_type). */
+static int parse_remote(const json_t *panel, const char *path, bool sspanel,
+                        ag_panel_config *pc, sv_error *err)
+{
+    static const char *const up_keys[] = {"type", "url", "token", "node_id", "node_type",
+                                          "timeout", NULL};
+    static const char *const ss_keys[] = {"type", "url", "token", "node_id", "timeout",
+                                          "pull_interval", "push_interval", NULL};
+    const char *url, *token, *node_type = "sspanel", *node_id = NULL;
     char idbuf[24], p[PATH_MAX_TEXT];
-    pc->type = AG_PANEL_UNIPROXY;
+    pc->type = sspanel ? AG_PANEL_SSPANEL : AG_PANEL_UNIPROXY;
     pc->timeout_s = AG_CONFIG_TIMEOUT_DEFAULT;
-    int rc = check_keys(panel, path, keys, err);
+    int rc = check_keys(panel, path, sspanel ? ss_keys : up_keys, err);
     if (rc == 0)
         rc = get_string(panel, path, "url", true, &url, err);
     if (rc == 0 && strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
         rc = sv_error_set(err, -EINVAL, "%s.url: must start with http:// or https://", path);
     if (rc == 0)
         rc = get_string(panel, path, "token", true, &token, err);
-    if (rc == 0)
+    if (rc == 0 && !sspanel)
         rc = get_string(panel, path, "node_type", true, &node_type, err);
     if (rc != 0)
         return rc;
@@ -258,22 +367,25 @@ static int parse_uniproxy(const json_t *panel, const char *path, ag_panel_config
     if (json_is_integer(id) && json_integer_value(id) > 0) {
         snprintf(idbuf, sizeof idbuf, "%lld", (long long)json_integer_value(id));
         node_id = idbuf;
-    } else if (json_is_string(id) && json_string_length(id) > 0 &&
+    } else if (!sspanel && json_is_string(id) && json_string_length(id) > 0 &&
                json_string_length(id) <= 64) {
         node_id = json_string_value(id);
     } else {
         return sv_error_set(err, -EINVAL, "%s: %s", p, id == NULL ? "missing required key"
-                            : "expected a positive integer or a non-empty string");
+                            : sspanel ? "expected a positive integer"
+                                      : "expected a positive integer or a non-empty string");
     }
-    const json_t *t = json_object_get(panel, "timeout");
-    if (t != NULL) {
-        path_key(p, sizeof p, path, "timeout");
-        if (!json_is_integer(t) || json_integer_value(t) < 1 ||
-            json_integer_value(t) > AG_CONFIG_TIMEOUT_MAX)
-            return sv_error_set(err, -EINVAL, "%s: expected seconds between 1 and %u", p,
-                                AG_CONFIG_TIMEOUT_MAX);
-        pc->timeout_s = (unsigned)json_integer_value(t);
-    }
+    uint32_t timeout = AG_CONFIG_TIMEOUT_DEFAULT;
+    rc = opt_seconds(panel, path, "timeout", AG_CONFIG_TIMEOUT_MAX, &timeout, err);
+    pc->timeout_s = timeout;
+    if (rc == 0 && sspanel)
+        rc = opt_seconds(panel, path, "pull_interval", AG_CONFIG_INTERVAL_MAX,
+                         &pc->pull_interval_s, err);
+    if (rc == 0 && sspanel)
+        rc = opt_seconds(panel, path, "push_interval", AG_CONFIG_INTERVAL_MAX,
+                         &pc->push_interval_s, err);
+    if (rc != 0)
+        return rc;
     pc->url = strdup(url);
     pc->token = strdup(token);
     pc->node_id = strdup(node_id);
@@ -299,8 +411,8 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
         rc = get_string(panel, path, "type", true, &type, err);
     if (rc != 0)
         return rc;
-    if (strcmp(type, "uniproxy") == 0)
-        return parse_uniproxy(panel, path, pc, err);
+    if (strcmp(type, "uniproxy") == 0 || strcmp(type, "sspanel") == 0)
+        return parse_remote(panel, path, type[0] == 's', pc, err);
     if (strcmp(type, "local") != 0)
         return sv_error_set(err, -EINVAL, "%s.type: unsupported panel type \"%.32s\"", path,
                             type);
@@ -347,9 +459,10 @@ static int parse_db(const json_t *root, const char *base_dir, ag_config *cfg, sv
     if (rc != 0)
         return rc;
     for (size_t i = 0; path == NULL && i < cfg->n_nodes; i++)
-        if (cfg->nodes[i].panel.type == AG_PANEL_UNIPROXY)
-            return sv_error_set(err, -EINVAL, "db.path: required with a uniproxy panel "
-                                "(nodes[%zu])", i);
+        if (cfg->nodes[i].panel.type == AG_PANEL_UNIPROXY ||
+            cfg->nodes[i].panel.type == AG_PANEL_SSPANEL)
+            return sv_error_set(err, -EINVAL, "db.path: required with a %s panel "
+                                "(nodes[%zu])", ag_panel_type_name(cfg->nodes[i].panel.type), i);
     if (path != NULL && resolve_path(path, base_dir, &cfg->db_path) != 0)
         return sv_error_set(err, -ENOMEM, "db: out of memory");
     return 0;
@@ -494,7 +607,7 @@ static int parse_nodes(const json_t *root, const char *base_dir, ag_config *cfg,
 static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
-                                       "api", "db", "nodes", NULL};
+                                       "api", "db", "nodes", "dns", NULL};
     if (!json_is_object(root))
         return sv_error_set(err, -EINVAL, "config: expected an object");
     int rc = check_keys(root, "", keys, err);
@@ -508,6 +621,8 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
         rc = parse_grace(root, cfg, err);
     if (rc == 0)
         rc = parse_api(root, cfg, err);
+    if (rc == 0)
+        rc = parse_dns(root, cfg, err);
     if (rc == 0)
         rc = parse_nodes(root, base_dir, cfg, err);
     if (rc == 0)
@@ -564,6 +679,19 @@ int ag_config_load_file(const char *path, ag_config *out, sv_error *err)
     if (rc != 0)
         ag_config_free(out);
     return rc;
+}
+
+const char *ag_panel_type_name(enum ag_panel_type type)
+{
+    switch (type) {
+    case AG_PANEL_LOCAL:
+        return "local";
+    case AG_PANEL_UNIPROXY:
+        return "uniproxy";
+    case AG_PANEL_SSPANEL:
+        return "sspanel";
+    }
+    return "unknown";
 }
 
 void ag_config_free(ag_config *cfg)

@@ -14,6 +14,11 @@
  *
  * "api": {"listen": "127.0.0.1:9090", "token": "..."} configures the REST API (issue 4):
  * listen is "ip:port" or "[ipv6]:port"; a listen address beyond loopback requires a token.
+ *
+ * "dns": {"servers": ["127.0.0.53", "[::1]:5353"], "timeout": 5, "strategy": "prefer_ipv4"}
+ * configures the workers' resolver (issue 13): servers are "ip", "ipv4:port" or "[ipv6]:port"
+ * (none: /etc/resolv.conf); timeout is the seconds one server gets to answer; strategy is
+ * prefer_ipv4, prefer_ipv6, ipv4_only or ipv6_only. Fixed at start (a reload warns).
  */
 #ifndef AG_CONFIG_H
 #define AG_CONFIG_H
@@ -24,6 +29,7 @@
 
 #include <jansson.h>
 
+#include "supervisor/supervisor.h"
 #include "supervisor/util/err.h"
 
 #define AG_CONFIG_MAX_BYTES (16u << 20) /**< largest config file accepted */
@@ -31,15 +37,17 @@
 #define AG_CONFIG_WORKERS_MAX 1024u     /**< largest `workers` value */
 #define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds (issue #5) */
 #define AG_CONFIG_GRACE_MAX 3600u       /**< largest `shutdown_grace`, seconds */
+#define AG_CONFIG_DNS_TIMEOUT_MAX 60u   /**< largest `dns.timeout`, seconds */
 /** The packaged config's `api.token`, replaced by a random one at install; refused as a token. */
 #define AG_API_TOKEN_PLACEHOLDER "@KATANA_API_TOKEN@"
 
-enum ag_panel_type { AG_PANEL_LOCAL = 1, AG_PANEL_UNIPROXY = 2 };
+enum ag_panel_type { AG_PANEL_LOCAL = 1, AG_PANEL_UNIPROXY = 2, AG_PANEL_SSPANEL = 3 };
 
 #define AG_CONFIG_FLUSH_DEFAULT 5u    /**< `db.flush_interval` when absent, seconds (issue #3) */
 #define AG_CONFIG_FLUSH_MAX 3600u     /**< largest `db.flush_interval`, seconds */
 #define AG_CONFIG_TIMEOUT_DEFAULT 10u /**< uniproxy `timeout` when absent, seconds */
 #define AG_CONFIG_TIMEOUT_MAX 300u    /**< largest uniproxy `timeout`, seconds */
+#define AG_CONFIG_INTERVAL_MAX 86400u /**< largest sspanel pull/push interval, seconds */
 
 /** A node's panel. Paths are already resolved against the config file's directory. */
 typedef struct ag_panel_config {
@@ -55,6 +63,11 @@ typedef struct ag_panel_config {
     char *node_id;      /**< numeric id or node code */
     char *node_type;    /**< "shadowsocks" */
     unsigned timeout_s; /**< per request, default AG_CONFIG_TIMEOUT_DEFAULT */
+    /* AG_PANEL_SSPANEL (PANEL.md §2, issue 14): url, token (sent as mod_mu's `key`), node_id
+     * (a positive integer), timeout, and the intervals the panel does not give (node_type is
+     * "sspanel"). */
+    uint32_t pull_interval_s; /**< 0 = default (60 s) */
+    uint32_t push_interval_s; /**< 0 = default (60 s) */
 } ag_panel_config;
 
 /** `cert` of a node (issue 8): where its TLS certificate comes from. */
@@ -85,6 +98,7 @@ typedef struct ag_config {
     unsigned workers; /**< 0 = number of CPUs */
     uint32_t max_connections; /**< TCP connections of the process; 0 = from the fd limit */
     unsigned shutdown_grace; /**< seconds live connections get on SIGTERM/SIGINT */
+    sv_dns_options dns; /**< `dns` (issue 13); zero = resolv.conf, 5 s, prefer_ipv4 */
     char *api_listen; /**< REST API address, "ip:port"; NULL = API_DEFAULT_LISTEN (issue 4) */
     char *api_token;  /**< REST API bearer token, or NULL (then listen must be loopback) */
     char *db_path;    /**< `db.path`: the SQLite store (issue #3); required with a uniproxy panel */
@@ -110,6 +124,9 @@ int ag_config_parse(const char *text, size_t len, const char *base_dir, ag_confi
  * name, plus open/read errors (-ENOENT ...).
  */
 int ag_config_load_file(const char *path, ag_config *out, sv_error *err);
+
+/** The config spelling of a panel type ("local", "uniproxy", "sspanel"; "unknown"). */
+const char *ag_panel_type_name(enum ag_panel_type type);
 
 /** Free what a config owns and zero it. NULL-safe. */
 void ag_config_free(ag_config *cfg);

@@ -54,6 +54,12 @@ int ag_lower_cipher(const char *name, enum sv_ss_cipher *out)
     else if (strcmp(name, "chacha20-ietf-poly1305") == 0 ||
              strcmp(name, "chacha20-poly1305") == 0)
         *out = SV_SS_CHACHA20_POLY1305;
+    else if (strcmp(name, "2022-blake3-aes-128-gcm") == 0)
+        *out = SV_SS_2022_AES_128_GCM;
+    else if (strcmp(name, "2022-blake3-aes-256-gcm") == 0)
+        *out = SV_SS_2022_AES_256_GCM;
+    else if (strcmp(name, "2022-blake3-chacha20-poly1305") == 0)
+        *out = SV_SS_2022_CHACHA20_POLY1305;
     else
         return -EINVAL;
     return 0;
@@ -467,14 +473,26 @@ static bool is_v2ray_plugin(const pn_node *p)
     return p->plugin != NULL && strcmp(p->plugin, "v2ray-plugin") == 0;
 }
 
-/* A shadowsocks node: plain TCP and UDP, or TCP inside WebSocket (over TLS or not) with the
- * v2ray-plugin (mux=0); no obfs or other SIP003 plugin. TLS needs the agent config's "cert". */
-static int check_shadowsocks(const ag_node_state *n, sv_error *err)
+/* Is @p cipher one of the Shadowsocks 2022 (2022-blake3-*) methods (issue 10)? */
+static bool is_ss2022(enum sv_ss_cipher cipher)
+{
+    return cipher == SV_SS_2022_AES_128_GCM || cipher == SV_SS_2022_AES_256_GCM ||
+           cipher == SV_SS_2022_CHACHA20_POLY1305;
+}
+
+/* A shadowsocks node with @p cipher: plain TCP and UDP, or (classic ciphers only) TCP inside
+ * WebSocket (over TLS or not) with the v2ray-plugin (mux=0); no obfs or other SIP003 plugin.
+ * TLS needs the agent config's "cert". */
+static int check_shadowsocks(const ag_node_state *n, enum sv_ss_cipher cipher, sv_error *err)
 {
     const pn_node *p = &n->node;
     if (p->obfs != NULL && p->obfs[0] != '\0')
         return sv_error_set(err, -EINVAL, "node %s: obfs \"%.32s\": not served (no "
                             "obfuscation)", n->tag, p->obfs);
+    if (is_ss2022(cipher) && p->plugin != NULL && p->plugin[0] != '\0')
+        return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served with a "
+                            "2022-blake3 cipher (v2ray-plugin with classic ciphers only)", n->tag,
+                            p->plugin);
     if (p->plugin != NULL && p->plugin[0] != '\0' && !is_v2ray_plugin(p))
         return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served (v2ray-plugin "
                             "only)", n->tag, p->plugin);
@@ -591,7 +609,7 @@ static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_erro
     if (ag_lower_cipher(p->cipher, cipher) != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported shadowsocks cipher \"%.64s\"",
                             n->tag, p->cipher);
-    return check_shadowsocks(n, err);
+    return check_shadowsocks(n, *cipher, err);
 }
 
 /* The node's WebSocket path (an empty one is "/", as v2ray and Xray take it) and Host into
@@ -609,8 +627,15 @@ static int set_ws(sv_inbound_spec *in, const char *path, const char *host)
 static int add_ss_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_inbound_spec *in)
 {
     in->udp = true;
-    in->protocol = SV_INBOUND_SHADOWSOCKS;
     in->ss_cipher = cipher;
+    if (is_ss2022(cipher)) {
+        /* issue 10: Shadowsocks 2022 on TCP and UDP, users told apart by identity headers
+         * under server_key (PANEL.md §1.4); check_shadowsocks refused a plugin */
+        in->protocol = SV_INBOUND_SS2022;
+        const char *key = n->node.server_key;
+        return key != NULL && (in->ss_server_key = strdup(key)) == NULL ? -ENOMEM : 0;
+    }
+    in->protocol = SV_INBOUND_SHADOWSOCKS;
     if (!is_v2ray_plugin(&n->node))
         return 0;
     ss_ws_plugin w;

@@ -79,7 +79,8 @@ uint64_t ag_lower_speed(uint64_t mbps);
 
 /**
  * Map a Shadowsocks method name: aes-128-gcm, aes-256-gcm, chacha20-ietf-poly1305 (also
- * "chacha20-poly1305") (PROTOCOLS.md §2.1).
+ * "chacha20-poly1305") (PROTOCOLS.md §2.1), and the Shadowsocks 2022 methods
+ * 2022-blake3-aes-128-gcm, 2022-blake3-aes-256-gcm, 2022-blake3-chacha20-poly1305 (§3.1; issue 10).
  * @return 0, or -EINVAL for any other name.
  */
 int ag_lower_cipher(const char *name, enum sv_ss_cipher *out);

@@ -30,7 +30,7 @@
 #define MOD "ag.main"
 
 static const char usage_text[] =
-    "usage: katana run -c FILE | katana check -c FILE | katana version\n";
+    "usage: katana run -c FILE | katana check [--offline] -c FILE | katana version\n";
 
 typedef struct ag_main {
     uv_loop_t loop;
@@ -39,6 +39,7 @@ typedef struct ag_main {
     const char *config_path;
     unsigned workers;   /* as started: a change needs a restart */
     uint32_t max_connections; /* as started: a change needs a restart */
+    sv_dns_options dns; /* as started: a change needs a restart */
     int pending_level;  /* log level of the config being reloaded */
     unsigned grace_s;   /* shutdown_grace in force (seed 001 default 5 s, issue #5) */
     unsigned pending_grace; /* shutdown_grace of the config being reloaded */
@@ -48,7 +49,7 @@ typedef struct ag_main {
     bool stopping;
     int exit_code;
     api_server *api;    /* the REST API (issue 4); its settings need a restart to change */
-    ag_uplink *uplink;  /* uniproxy pulls, usage outbox and pushes (issue #3) */
+    ag_uplink *uplink;  /* remote panel pulls, usage outbox and pushes (issue #3, issue 14) */
 } ag_main;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -132,6 +133,8 @@ static void start_reload(ag_main *am)
     if (cfg.max_connections != am->max_connections)
         SV_LOG(SV_LOG_WARN, MOD, "max_connections changed from %" PRIu32 " to %" PRIu32
                ": restart to apply it", am->max_connections, cfg.max_connections);
+    if (memcmp(&cfg.dns, &am->dns, sizeof cfg.dns) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "dns changed: restart to apply it");
     am->pending_level = cfg.log_level;
     am->pending_grace = cfg.shutdown_grace;
     rc = ag_manager_load(am->mgr, &cfg, on_reloaded, am, &err);
@@ -208,20 +211,20 @@ static long api_nodes(void *arg, api_node_status **out)
     ag_main *am = arg;
     long n = ag_manager_status(am->mgr, out);
     if (n > 0)
-        ag_uplink_status_merge(*out, n); /* push and outbox: the uplink's published snapshot */
+        ag_uplink_status_merge(am->uplink, *out, n); /* push and outbox: its published snapshot */
     return n;
 }
 
 static long api_usage(void *arg, api_usage_row **out)
 {
     ag_main *am = arg;
-    return ag_uplink_usage(am->sv, out);
+    return ag_uplink_usage(am->uplink, out);
 }
 
 static long api_requests(void *arg, api_panel_requests **out)
 {
-    (void)arg;
-    return ag_uplink_requests(out);
+    ag_main *am = arg;
+    return ag_uplink_requests(am->uplink, out);
 }
 
 static int api_sync(void *arg, const char *tag)
@@ -277,17 +280,28 @@ static void on_panel_change(void *arg)
         start_reload(am);
 }
 
+/* The node manager's remote panel clients: the uplink's (issue 14: no process-wide hook). */
+static int remote_client(void *arg, const ag_node_config *nc, pn_client **out, sv_error *err)
+{
+    ag_main *am = arg;
+    if (am->uplink == NULL)
+        return sv_error_set(err, -ENOTSUP, "node %s: panel uplink not running", nc->tag);
+    return ag_uplink_client(am->uplink, nc, out, err);
+}
+
 /* Start everything on the loop; returns non-zero when nothing could start. */
 static int run_start(ag_main *am, const ag_config *cfg)
 {
     sv_error err = {0};
-    sv_options opts = {.workers = cfg->workers, .max_connections = cfg->max_connections};
+    sv_options opts = {.workers = cfg->workers, .max_connections = cfg->max_connections,
+                       .dns = cfg->dns};
     int rc = sv_supervisor_new(&am->loop, &opts, &am->sv);
     if (rc != 0) {
         fprintf(stderr, "katana: cannot start the supervisor: %s\n", uv_strerror(rc));
         return rc;
     }
-    rc = ag_manager_new(&am->loop, am->sv, &am->mgr);
+    ag_remote_source remote = {.client = remote_client, .arg = am};
+    rc = ag_manager_new(&am->loop, am->sv, &remote, &am->mgr);
     if (rc == 0)
         rc = start_signals(am);
     if (rc != 0) {
@@ -303,7 +317,6 @@ static int run_start(ag_main *am, const ag_config *cfg)
     rc = start_api(am, cfg);
     if (rc != 0)
         return rc;
-    ag_uniproxy_client_hook = ag_uplink_client;
     if (!ag_uplink_ready(am->uplink)) { /* never exit on a panel answer: wait for one */
         SV_LOG(SV_LOG_INFO, MOD, "katana %s waiting for the panel's first answer",
                PACKAGE_VERSION);
@@ -327,6 +340,7 @@ static int cmd_run(const char *path)
     sv_log_threshold = cfg.log_level;
     am.workers = cfg.workers;
     am.max_connections = cfg.max_connections;
+    am.dns = cfg.dns;
     am.grace_s = cfg.shutdown_grace;
     signal(SIGPIPE, SIG_IGN);
     int rc = uv_loop_init(&am.loop);
@@ -347,7 +361,6 @@ static int cmd_run(const char *path)
     api_server_stop(am.api); /* before what its threads read */
     ag_manager_free(am.mgr);
     ag_uplink_free(am.uplink);
-    ag_uniproxy_client_hook = NULL;
     if (am.sv != NULL)
         sv_supervisor_free(am.sv);
     uv_run(&am.loop, UV_RUN_DEFAULT); /* finish the closes */
@@ -381,12 +394,53 @@ static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_er
         return;
     c->status = sv_check(&spec, &c->err);
     sv_spec_free(&spec);
+    for (size_t i = 0; c->status == 0 && i < fleet->n; i++) /* what a run would apply */
+        printf("node %s: %s on port %u, %zu users\n", fleet->nodes[i].tag,
+               fleet->nodes[i].node.protocol, (unsigned)fleet->nodes[i].node.server_port,
+               fleet->nodes[i].users.n);
 }
 
-static int cmd_check(const char *path)
+/* `katana check` (issue 14): a remote panel node gets a real client that fetches the panel
+ * once on the check's loop; nothing is stored, pushed or bound. */
+static int check_client(void *arg, const ag_node_config *nc, pn_client **out, sv_error *err)
+{
+    pn_remote_options o = {.loop = arg,
+                           .type = ag_panel_type_name(nc->panel.type),
+                           .url = nc->panel.url, .token = nc->panel.token,
+                           .node_id = nc->panel.node_id, .node_type = nc->panel.node_type,
+                           .timeout_ms = 1000L * nc->panel.timeout_s,
+                           .pull_interval = nc->panel.pull_interval_s,
+                           .push_interval = nc->panel.push_interval_s};
+    int rc = pn_remote_new(&o, out, err);
+    if (rc != 0) {
+        sv_error inner = *err;
+        sv_error_set(err, rc, "node %s: %s", nc->tag, inner.msg);
+    }
+    return rc;
+}
+
+/* --offline: remote panel nodes are moved past cfg->n_nodes (restored by the caller from
+ * @p n_all) and named on stdout; @return how many nodes remain to fetch. */
+static size_t check_offline(ag_config *cfg)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < cfg->n_nodes; i++) {
+        if (cfg->nodes[i].panel.type == AG_PANEL_LOCAL) {
+            ag_node_config t = cfg->nodes[k];
+            cfg->nodes[k++] = cfg->nodes[i];
+            cfg->nodes[i] = t;
+        }
+    }
+    for (size_t i = k; i < cfg->n_nodes; i++)
+        printf("node %s: %s panel not contacted (--offline)\n", cfg->nodes[i].tag,
+               ag_panel_type_name(cfg->nodes[i].panel.type));
+    return k;
+}
+
+static int cmd_check(const char *path, bool offline)
 {
     ag_config cfg;
-    check_ctx c = {0};
+    check_ctx c = {.done = true};
     uv_loop_t loop;
     if (ag_config_load_file(path, &cfg, &c.err) != 0)
         goto invalid;
@@ -397,7 +451,16 @@ static int cmd_check(const char *path)
         return 1;
     }
     /* the callback may run before ag_fetch returns: its verdict is c.status, not rc */
-    int rc = ag_fetch(&loop, &cfg, NULL, on_check_fetched, &c, &c.err);
+    ag_remote_source remote = {.client = check_client, .arg = &loop};
+    size_t n_all = cfg.n_nodes;
+    int rc = 0;
+    if (offline)
+        cfg.n_nodes = check_offline(&cfg);
+    if (cfg.n_nodes > 0) {
+        c.done = false;
+        rc = ag_fetch(&loop, &cfg, NULL, offline ? NULL : &remote, on_check_fetched, &c, &c.err);
+    }
+    cfg.n_nodes = n_all;
     ag_config_free(&cfg);
     if (rc == 0)
         uv_run(&loop, UV_RUN_DEFAULT);
@@ -416,16 +479,22 @@ invalid:
 /* command line                                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
-/* "-c FILE" / "--config FILE" after the command word; NULL (usage error) otherwise. */
-static const char *config_arg(int argc, char **argv)
+/* "-c FILE" / "--config FILE" after the command word, and "--offline" when @p offline is not
+ * NULL (check only); NULL (usage error) otherwise. */
+static const char *config_arg(int argc, char **argv, bool *offline)
 {
     static const struct option longs[] = {{"config", required_argument, NULL, 'c'},
+                                          {"offline", no_argument, NULL, 'o'},
                                           {NULL, 0, NULL, 0}};
     const char *path = NULL;
     int ch;
     opterr = 0;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "c:", longs, NULL)) != -1) {
+        if (ch == 'o' && offline != NULL) {
+            *offline = true;
+            continue;
+        }
         if (ch != 'c')
             return NULL;
         path = optarg;
@@ -451,10 +520,11 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0) {
-        const char *path = config_arg(argc - 1, argv + 1);
+        bool offline = false;
+        const char *path = config_arg(argc - 1, argv + 1, cmd[0] == 'c' ? &offline : NULL);
         if (path == NULL)
             goto usage;
-        return cmd[0] == 'r' ? cmd_run(path) : cmd_check(path);
+        return cmd[0] == 'r' ? cmd_run(path) : cmd_check(path, offline);
     }
 usage:
     fputs(usage_text, stderr);

@@ -18,17 +18,18 @@
 
 #define MOD "ag.node"
 
-int (*ag_uniproxy_client_hook)(const ag_node_config *nc, pn_client **out, sv_error *err);
-
-int ag_panel_new(const ag_node_config *nc, pn_client **out, sv_error *err)
+int ag_panel_new(const ag_node_config *nc, const ag_remote_source *remote, pn_client **out,
+                 sv_error *err)
 {
     *out = NULL;
     switch (nc->panel.type) {
     case AG_PANEL_UNIPROXY:
-        if (ag_uniproxy_client_hook != NULL)
-            return ag_uniproxy_client_hook(nc, out, err);
-        return sv_error_set(err, -ENOTSUP, "node %s: uniproxy panel not running (katana check "
-                            "does not contact the panel)", nc->tag);
+    case AG_PANEL_SSPANEL:
+        if (remote != NULL && remote->client != NULL)
+            return remote->client(remote->arg, nc, out, err);
+        return sv_error_set(err, -ENOTSUP, "node %s: %s panel not running (katana check "
+                            "--offline does not contact the panel)", nc->tag,
+                            ag_panel_type_name(nc->panel.type));
     case AG_PANEL_LOCAL: {
         pn_local_options o = {
             .node = nc->panel.node,
@@ -150,7 +151,8 @@ static void on_users(pn_client *c, int result, pn_users *users, const sv_error *
 }
 
 /* Allocate the job and one client per node; nothing is asked yet. */
-static int job_new(const ag_config *cfg, fetch_job **out, sv_error *err)
+static int job_new(const ag_config *cfg, const ag_remote_source *remote, fetch_job **out,
+                   sv_error *err)
 {
     size_t n = cfg->n_nodes;
     fetch_job *j = calloc(1, sizeof *j);
@@ -185,7 +187,7 @@ static int job_new(const ag_config *cfg, fetch_job **out, sv_error *err)
             job_free(j);
             return sv_error_set(err, -ENOMEM, "out of memory");
         }
-        int rc = ag_panel_new(nc, &j->clients[i], err);
+        int rc = ag_panel_new(nc, remote, &j->clients[i], err);
         if (rc != 0) {
             job_free(j);
             return rc;
@@ -195,11 +197,12 @@ static int job_new(const ag_config *cfg, fetch_job **out, sv_error *err)
     return 0;
 }
 
-static int fetch_start(const ag_config *cfg, const ag_fleet *running, ag_fetch_cb cb, void *arg,
+static int fetch_start(const ag_config *cfg, const ag_fleet *running,
+                       const ag_remote_source *remote, ag_fetch_cb cb, void *arg,
                        fetch_job **job_out, sv_error *err)
 {
     fetch_job *j = NULL;
-    int rc = job_new(cfg, &j, err);
+    int rc = job_new(cfg, remote, &j, err);
     if (rc != 0)
         return rc;
     j->running = running;
@@ -224,11 +227,11 @@ static int fetch_start(const ag_config *cfg, const ag_fleet *running, ag_fetch_c
     return 0;
 }
 
-int ag_fetch(uv_loop_t *loop, const ag_config *cfg, const ag_fleet *running, ag_fetch_cb cb,
-             void *arg, sv_error *err)
+int ag_fetch(uv_loop_t *loop, const ag_config *cfg, const ag_fleet *running,
+             const ag_remote_source *remote, ag_fetch_cb cb, void *arg, sv_error *err)
 {
-    (void)loop; /* HTTP clients will run on it; the local panel needs none */
-    return fetch_start(cfg, running, cb, arg, NULL, err);
+    (void)loop; /* remote clients come from @p remote, already on their loop */
+    return fetch_start(cfg, running, remote, cb, arg, NULL, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -246,6 +249,7 @@ typedef struct node_entry {
 struct ag_manager {
     uv_loop_t *loop;
     sv_supervisor *sv;
+    ag_remote_source remote; /* remote panel clients (the uplink's); zero: refused */
     ag_fleet running;
     fetch_job *job; /* the load in flight, or NULL */
     bool loading;
@@ -262,13 +266,16 @@ struct ag_manager {
     size_t n_sync;
 };
 
-int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, ag_manager **out)
+int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, const ag_remote_source *remote,
+                   ag_manager **out)
 {
     ag_manager *m = calloc(1, sizeof *m);
     if (m == NULL)
         return -ENOMEM;
     m->loop = loop;
     m->sv = sv;
+    if (remote != NULL)
+        m->remote = *remote;
     pthread_mutex_init(&m->lock, NULL);
     *out = m;
     return 0;
@@ -308,7 +315,9 @@ static void panel_describe(const ag_node_config *nc, api_node_status *st)
                  nc->panel.node_file != NULL ? nc->panel.node_file : "");
         return;
     case AG_PANEL_UNIPROXY: /* the token is a separate key; drop user info and any query too */
-        snprintf(st->panel_type, sizeof st->panel_type, "uniproxy");
+    case AG_PANEL_SSPANEL:
+        snprintf(st->panel_type, sizeof st->panel_type, "%s",
+                 ag_panel_type_name(nc->panel.type));
         url_public(nc->panel.url != NULL ? nc->panel.url : "", st->panel_url,
                    sizeof st->panel_url);
         return;
@@ -605,7 +614,7 @@ int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *ar
     m->cb = cb;
     m->arg = arg;
     status_begin(m, cfg);
-    int rc = fetch_start(cfg, &m->running, on_loaded, m, &m->job, err);
+    int rc = fetch_start(cfg, &m->running, &m->remote, on_loaded, m, &m->job, err);
     if (rc != 0)
         m->loading = false;
     return rc;

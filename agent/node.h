@@ -21,17 +21,24 @@
 #include "supervisor/supervisor.h"
 
 /**
- * Create the panel client a node's config asks for (today: the local panel).
- * @return 0, or the panel's error (err set, prefixed with "node <tag>: ").
+ * Where the node manager gets the client of a remote panel node ("uniproxy", "sspanel"; issue
+ * 14): the uplink that owns that node's pulls (agent/uplink.c, ag_uplink_client) answers from its
+ * held state, so the node manager needs no link to HTTP or the store and no process-wide hook.
+ * @p client NULL (or a NULL source): such nodes are refused ("panel not running", e.g. in
+ * `katana check --offline`).
  */
-int ag_panel_new(const ag_node_config *nc, pn_client **out, sv_error *err);
+typedef struct ag_remote_source {
+    int (*client)(void *arg, const ag_node_config *nc, pn_client **out, sv_error *err);
+    void *arg;
+} ag_remote_source;
 
 /**
- * How ag_panel_new() makes the client of a "uniproxy" node (issue #3): set by the panel uplink
- * (agent/uplink.c, ag_uplink_client) so the node manager needs no link to HTTP or the store.
- * NULL: such nodes are refused ("uniproxy panel not running", e.g. in `katana check`).
+ * Create the panel client a node's config asks for: the local panel, or a remote panel's client
+ * from @p remote (may be NULL).
+ * @return 0, or the panel's error (err set, prefixed with "node <tag>: ").
  */
-extern int (*ag_uniproxy_client_hook)(const ag_node_config *nc, pn_client **out, sv_error *err);
+int ag_panel_new(const ag_node_config *nc, const ag_remote_source *remote, pn_client **out,
+                 sv_error *err);
 
 /**
  * A fetch of every node finished.
@@ -46,20 +53,23 @@ typedef void (*ag_fetch_cb)(void *arg, int status, ag_fleet *fleet, const sv_err
  * Fetch node settings and users of every node of @p cfg from newly created panel clients, which
  * are freed when the fetch ends. A PN_NOT_MODIFIED answer reuses the data of the node with the
  * same tag in @p running. @p cfg is only read during this call; @p running (may be NULL) must
- * stay valid until the callback.
+ * stay valid until the callback. Remote panel nodes get their client from @p remote (may be NULL:
+ * they are refused).
  * @return 0 (then @p cb runs exactly once, possibly before this returns), or a negative error
  *         (err set; @p cb never runs).
  */
-int ag_fetch(uv_loop_t *loop, const ag_config *cfg, const ag_fleet *running, ag_fetch_cb cb,
-             void *arg, sv_error *err);
+int ag_fetch(uv_loop_t *loop, const ag_config *cfg, const ag_fleet *running,
+             const ag_remote_source *remote, ag_fetch_cb cb, void *arg, sv_error *err);
 
 typedef struct ag_manager ag_manager;
 
 /**
- * Create a node manager driving @p sv (borrowed, must outlive the manager) on @p loop.
+ * Create a node manager driving @p sv (borrowed, must outlive the manager) on @p loop. Remote
+ * panel nodes get their clients from @p remote (copied; may be NULL: such nodes are refused).
  * @return 0 or -ENOMEM.
  */
-int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, ag_manager **out);
+int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, const ag_remote_source *remote,
+                   ag_manager **out);
 
 /** A load finished: 0 when the new state runs, else the reason (the old state keeps running). */
 typedef void (*ag_load_cb)(void *arg, int status, const sv_error *err);

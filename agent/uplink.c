@@ -15,13 +15,39 @@
 
 #include "agent/lower.h"
 #include "agent/uplink.h"
-#include "panel/uniproxy.h"
 #include "supervisor/util/log.h"
 
 #define MOD "ag.uplink"
 #define INTERVAL_DEFAULT 60u   /* s, PANEL.md §1.4 base_config defaults */
 #define BACKOFF_FIRST_MS 1000u
 #define BACKOFF_MAX_MS 300000u
+
+/* ---------------------------------------------------------------------------------------- */
+/* the snapshot the REST API reads (issue 4): published by the control loop under a mutex   */
+/* ---------------------------------------------------------------------------------------- */
+
+typedef struct snap_node {
+    char tag[SV_TAG_MAX + 1];
+    uint64_t last_push_ms;
+    int last_push_status;
+    char last_push_error[160];
+    uint64_t pending_bytes; /* outbox rows not yet acknowledged */
+    int64_t oldest_ms;
+    sv_usage *pending;      /* the same per uid, sorted */
+    size_t n_pending;
+    uint64_t *uids;         /* the node's user ids, sorted (usage attribution) */
+    size_t n_uids;
+    pn_request_count req[PN_REQUEST_COUNTS_MAX];
+    size_t n_req;
+} snap_node;
+
+typedef struct snap_state {
+    snap_node *nodes;
+    size_t n;
+    sv_usage *taken, *carry; /* copies of the uplink's */
+    size_t n_taken, n_carry;
+} snap_state;
+
 
 typedef struct up_node {
     ag_uplink *u;
@@ -37,11 +63,14 @@ typedef struct up_node {
     unsigned pull_fails, push_fails;
     int pulls_pending;
     bool pull_changed, pull_failed;
+    char pull_error[160]; /* the last pull error logged as a warning ("" after a good pull) */
     bool pushing;
     int64_t batch; /* the batch in flight */
     uint64_t last_push_ms; /* end of the last push (REST API), 0 = never */
     int last_push_status;
     char last_push_error[160];
+    sv_device_count *remote; /* this node's alivelist answer, others' IPs per user (sorted) */
+    size_t n_remote;
 } up_node;
 
 struct ag_uplink {
@@ -60,9 +89,9 @@ struct ag_uplink {
     void *arg;
     int closing;
     uint64_t cpu_busy, cpu_total; /* /proc/stat at the previous status report */
+    pthread_mutex_t snap_lock; /* the REST API's snapshot (issue 4), per uplink (issue 14) */
+    snap_state snap;           /* under snap_lock */
 };
-
-static ag_uplink *current; /* for ag_uplink_client(); one uplink per process */
 
 static int64_t now_ms(void)
 {
@@ -94,35 +123,6 @@ static uint64_t push_ms(const up_node *nd)
     return 1000u * (nd->has_node && nd->node.push_interval > 0 ? nd->node.push_interval
                                                                : INTERVAL_DEFAULT);
 }
-
-/* ---------------------------------------------------------------------------------------- */
-/* the snapshot the REST API reads (issue 4): published by the control loop under a mutex   */
-/* ---------------------------------------------------------------------------------------- */
-
-typedef struct snap_node {
-    char tag[SV_TAG_MAX + 1];
-    uint64_t last_push_ms;
-    int last_push_status;
-    char last_push_error[160];
-    uint64_t pending_bytes; /* outbox rows not yet acknowledged */
-    int64_t oldest_ms;
-    db_usage *pending;      /* the same per uid, sorted */
-    size_t n_pending;
-    uint64_t *uids;         /* the node's user ids, sorted (usage attribution) */
-    size_t n_uids;
-    pn_request_count req[PN_REQUEST_COUNTS_MAX];
-    size_t n_req;
-} snap_node;
-
-typedef struct snap_state {
-    snap_node *nodes;
-    size_t n;
-    sv_usage *taken, *carry; /* copies of the uplink's */
-    size_t n_taken, n_carry;
-} snap_state;
-
-static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
-static snap_state snap; /* under snap_lock */
 
 static int cmp_usage_user(const void *a, const void *b)
 {
@@ -192,8 +192,7 @@ static int snap_node_fill(ag_uplink *u, up_node *nd, snap_node *s)
     }
     s->uids = dup_array(nd->uids, nd->uids != NULL ? nd->users.n : 0, sizeof *s->uids);
     s->n_uids = s->uids != NULL ? nd->users.n : 0;
-    s->n_req = nd->client != NULL ? pn_uniproxy_requests(nd->client, s->req,
-                                                         PN_REQUEST_COUNTS_MAX) : 0;
+    s->n_req = nd->client != NULL ? pn_requests(nd->client, s->req, PN_REQUEST_COUNTS_MAX) : 0;
     return 0;
 }
 
@@ -213,19 +212,19 @@ static void publish(ag_uplink *u)
     st.n_taken = st.taken != NULL ? u->n_taken : 0;
     st.carry = dup_array(u->carry, u->n_carry, sizeof *u->carry);
     st.n_carry = st.carry != NULL ? u->n_carry : 0;
-    pthread_mutex_lock(&snap_lock);
-    old = snap;
-    snap = st;
-    pthread_mutex_unlock(&snap_lock);
+    pthread_mutex_lock(&u->snap_lock);
+    old = u->snap;
+    u->snap = st;
+    pthread_mutex_unlock(&u->snap_lock);
     snap_clear(&old);
 }
 
-static void unpublish(void)
+static void unpublish(ag_uplink *u)
 {
-    pthread_mutex_lock(&snap_lock);
-    snap_state old = snap;
-    memset(&snap, 0, sizeof snap);
-    pthread_mutex_unlock(&snap_lock);
+    pthread_mutex_lock(&u->snap_lock);
+    snap_state old = u->snap;
+    memset(&u->snap, 0, sizeof u->snap);
+    pthread_mutex_unlock(&u->snap_lock);
     snap_clear(&old);
 }
 
@@ -275,13 +274,13 @@ static void carry_add(ag_uplink *u, const sv_usage *items, size_t n)
 /* Write one node's share of @p all in one transaction. */
 static int write_node(ag_uplink *u, size_t idx, const sv_usage *all, size_t n, int64_t t)
 {
-    db_usage *items = malloc((n > 0 ? n : 1) * sizeof *items);
+    sv_usage *items = malloc((n > 0 ? n : 1) * sizeof *items);
     if (items == NULL)
         return -ENOMEM;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (owner(u, all[i].user) == idx)
-            items[k++] = (db_usage){all[i].user, all[i].up, all[i].down};
+            items[k++] = all[i];
     sv_error err = {0};
     int rc = db_usage_add(u->db, u->nodes[idx].tag, items, k, t, &err);
     if (rc != 0)
@@ -374,15 +373,9 @@ static void on_pushed(pn_client *c, int rc, const sv_error *perr, void *arg)
 
 static int push_batch(up_node *nd, const db_batch *b)
 {
-    pn_traffic *t = malloc(b->n * sizeof *t);
-    if (t == NULL)
-        return -ENOMEM;
-    for (size_t i = 0; i < b->n; i++)
-        t[i] = (pn_traffic){b->items[i].user, b->items[i].up, b->items[i].down};
     nd->batch = b->id;
     nd->pushing = true;
-    int rc = nd->client->ops->report_usage(nd->client, t, b->n, on_pushed, nd);
-    free(t);
+    int rc = nd->client->ops->report_usage(nd->client, b->items, b->n, on_pushed, nd);
     if (rc != 0)
         nd->pushing = false;
     return rc;
@@ -469,6 +462,25 @@ static uint32_t local_ips(const sv_session_info *ss, size_t k, uint64_t user)
     return n;
 }
 
+/* The supervisor's one remote device table from every node's own alivelist answer (issue 14:
+ * the alivelist is per node; a node's answer replaces only its own part). A user listed by two
+ * nodes keeps the larger count (sv_set_remote_devices). 0 or -ENOMEM (the old table stays). */
+static int remote_devices_apply(ag_uplink *u)
+{
+    size_t total = 0, k = 0;
+    for (size_t i = 0; i < u->n; i++)
+        total += u->nodes[i].n_remote;
+    sv_device_count *all = total > 0 ? malloc(total * sizeof *all) : NULL;
+    if (total > 0 && all == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < u->n; i++)
+        for (size_t j = 0; j < u->nodes[i].n_remote; j++)
+            all[k++] = u->nodes[i].remote[j];
+    int rc = sv_set_remote_devices(u->sv, all, k);
+    free(all);
+    return rc;
+}
+
 /* alivelist answered (issue 3, device limit): the panel counts this node's reported IPs too, so
  * each user's local distinct IPs are taken off (floor 0) before the table goes to the
  * supervisor, which adds the live local IPs back at admission. A failure keeps the old table. */
@@ -495,7 +507,11 @@ static void on_alivelist(pn_client *c, int rc, const pn_alive_count *items, size
             uint32_t others = items[i].count > mine ? items[i].count - mine : 0;
             v[i] = (sv_device_count){.user = items[i].user, .count = others};
         }
-        if (sv_set_remote_devices(nd->u->sv, v, n) != 0)
+        free(nd->remote);
+        nd->remote = v;
+        nd->n_remote = n;
+        v = NULL;
+        if (remote_devices_apply(nd->u) != 0)
             SV_LOG(SV_LOG_WARN, MOD, "node %s: alivelist: out of memory", nd->tag);
     }
     free(v);
@@ -542,6 +558,22 @@ static void read_mem(pn_status *st)
     st->swap_used = st->swap_total > swap_free ? st->swap_total - swap_free : 0;
 }
 
+/* Uptime from /proc/uptime and load averages from /proc/loadavg (0 when unreadable). */
+static void read_load(pn_status *st)
+{
+    double up = 0;
+    FILE *f = fopen("/proc/uptime", "r");
+    if (f != NULL && fscanf(f, "%lf", &up) == 1 && up > 0)
+        st->uptime_s = (uint64_t)up;
+    if (f != NULL)
+        fclose(f);
+    f = fopen("/proc/loadavg", "r");
+    if (f != NULL && fscanf(f, "%lf %lf %lf", &st->load[0], &st->load[1], &st->load[2]) != 3)
+        st->load[0] = st->load[1] = st->load[2] = 0;
+    if (f != NULL)
+        fclose(f);
+}
+
 static void report_status(up_node *nd)
 {
     ag_uplink *u = nd->u;
@@ -554,6 +586,7 @@ static void report_status(up_node *nd)
         u->cpu_total = total;
     }
     read_mem(&st);
+    read_load(&st);
     struct statvfs vfs;
     if (statvfs("/", &vfs) == 0) {
         st.disk_total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
@@ -617,6 +650,8 @@ static void pull_answered(up_node *nd)
         d = backoff_ms(++nd->pull_fails, nd->has_node && nd->has_users ? d : 60000u);
     else
         nd->pull_fails = 0;
+    if (!nd->pull_failed)
+        nd->pull_error[0] = '\0';
     uv_timer_start(&nd->pull_timer, on_pull_timer, d, 0);
     publish(nd->u);
     if (nd->pull_changed && nd->has_node && nd->has_users && nd->u->on_change != NULL) {
@@ -629,6 +664,18 @@ static void pull_answered(up_node *nd)
         sv_error err = {0};
         (void)sv_reload_certs(nd->u->sv, &err);
     }
+}
+
+/* A refused pull answer: one warning while the panel keeps giving the same error (issue 14:
+ * "one clear error"), the repeats at debug level; a good pull re-arms the warning. */
+static void pull_error(up_node *nd, const sv_error *err)
+{
+    if (strncmp(nd->pull_error, err->msg, sizeof nd->pull_error - 1) == 0) {
+        SV_LOG(SV_LOG_DEBUG, MOD, "node %s: %s (again)", nd->tag, err->msg);
+        return;
+    }
+    snprintf(nd->pull_error, sizeof nd->pull_error, "%.159s", err->msg);
+    SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
 }
 
 static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, void *arg)
@@ -653,7 +700,7 @@ static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, vo
             uv_timer_start(&nd->push_timer, on_push_timer, push_ms(nd), 0);
     } else if (rc < 0) {
         nd->pull_failed = true;
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
+        pull_error(nd, err);
     }
     pull_answered(nd);
 }
@@ -673,7 +720,7 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
         nd->unstored[PN_BODY_USERS] = true;
     } else if (rc < 0) {
         nd->pull_failed = true;
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
+        pull_error(nd, err);
     }
     pull_answered(nd);
 }
@@ -702,24 +749,32 @@ static void on_pull_timer(uv_timer_t *t)
 
 typedef struct snap_client {
     pn_client base;
+    ag_uplink *u; /* borrowed: the node manager's clients live within one load */
     char *tag;
 } snap_client;
 
-static up_node *find_node(const char *tag)
+static up_node *find_node(ag_uplink *u, const char *tag)
 {
-    for (size_t i = 0; current != NULL && i < current->n; i++)
-        if (strcmp(current->nodes[i].tag, tag) == 0)
-            return &current->nodes[i];
+    for (size_t i = 0; u != NULL && i < u->n; i++)
+        if (strcmp(u->nodes[i].tag, tag) == 0)
+            return &u->nodes[i];
     return NULL;
+}
+
+static const char *client_type(const up_node *nd)
+{
+    return nd->client != NULL ? nd->client->ops->type : "remote";
 }
 
 static int snap_fetch_node(pn_client *c, pn_node_cb cb, void *arg)
 {
-    up_node *nd = find_node(((snap_client *)c)->tag);
+    snap_client *sc = (snap_client *)c;
+    up_node *nd = find_node(sc->u, sc->tag);
     sv_error err = {0};
     pn_node copy;
     if (nd == NULL || !nd->has_node) {
-        sv_error_set(&err, -EAGAIN, "uniproxy panel: no node settings yet");
+        sv_error_set(&err, -EAGAIN, "%s panel: no node settings yet",
+                     nd != NULL ? client_type(nd) : "remote");
         cb(c, -EAGAIN, NULL, &err, arg);
         return 0;
     }
@@ -732,11 +787,13 @@ static int snap_fetch_node(pn_client *c, pn_node_cb cb, void *arg)
 
 static int snap_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
 {
-    up_node *nd = find_node(((snap_client *)c)->tag);
+    snap_client *sc = (snap_client *)c;
+    up_node *nd = find_node(sc->u, sc->tag);
     sv_error err = {0};
     pn_users copy;
     if (nd == NULL || !nd->has_users) {
-        sv_error_set(&err, -EAGAIN, "uniproxy panel: no user list yet");
+        sv_error_set(&err, -EAGAIN, "%s panel: no user list yet",
+                     nd != NULL ? client_type(nd) : "remote");
         cb(c, -EAGAIN, NULL, &err, arg);
         return 0;
     }
@@ -755,23 +812,26 @@ static void snap_free(pn_client *c)
 }
 
 static const pn_client_ops snap_ops = {
-    .type = "uniproxy",
+    .type = "uplink",
     .fetch_node = snap_fetch_node,
     .fetch_users = snap_fetch_users,
     .free = snap_free,
 };
 
-int ag_uplink_client(const ag_node_config *nc, pn_client **out, sv_error *err)
+int ag_uplink_client(void *uplink, const ag_node_config *nc, pn_client **out, sv_error *err)
 {
+    ag_uplink *u = uplink;
     *out = NULL;
-    if (find_node(nc->tag) == NULL)
-        return sv_error_set(err, -ENOENT, "node %s: uniproxy panel not started (its settings "
-                            "changed: restart katana)", nc->tag);
+    if (find_node(u, nc->tag) == NULL)
+        return sv_error_set(err, -ENOENT, "node %s: %s panel not started (its settings "
+                            "changed: restart katana)", nc->tag,
+                            ag_panel_type_name(nc->panel.type));
     snap_client *s = calloc(1, sizeof *s);
     if (s == NULL || (s->tag = strdup(nc->tag)) == NULL) {
         free(s);
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
+    s->u = u;
     s->base.ops = &snap_ops;
     *out = &s->base;
     return 0;
@@ -798,8 +858,8 @@ static void forget_state(up_node *nd)
     nd->has_node = nd->has_users = false;
     nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
     nd->from_store = false;
-    pn_uniproxy_set_etag(nd->client, PN_BODY_CONFIG, NULL);
-    pn_uniproxy_set_etag(nd->client, PN_BODY_USERS, NULL);
+    pn_set_etag(nd->client, PN_BODY_CONFIG, NULL);
+    pn_set_etag(nd->client, PN_BODY_USERS, NULL);
     index_users(nd);
 }
 
@@ -832,15 +892,13 @@ static void seed(up_node *nd, const ag_node_config *nc)
         if (db_state_get(nd->u->db, nd->tag, kind == 0 ? DB_STATE_CONFIG : DB_STATE_USERS,
                          &etags[kind], &body, &len, &err) != 0)
             continue;
-        json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
-        int rc = j == NULL ? -EINVAL
-                 : kind == 0 ? pn_node_parse(j, nc->panel.node_type, 0, &nd->node, &err)
-                             : pn_users_parse(j, 0, &nd->users, &err);
+        int rc = nd->client->ops->parse_body == NULL ? -ENOTSUP
+                 : nd->client->ops->parse_body(nd->client, (enum pn_body_kind)kind, body, len,
+                                               &nd->node, &nd->users, &err);
         if (rc == 0)
             *(kind == 0 ? &nd->has_node : &nd->has_users) = true;
         else
             SV_LOG(SV_LOG_WARN, MOD, "node %s: stored state unusable, ignored", nd->tag);
-        json_decref(j);
         free(body);
     }
     sv_error err = {0};
@@ -850,9 +908,9 @@ static void seed(up_node *nd, const ag_node_config *nc)
         forget_state(nd);
     }
     if (nd->has_node)
-        pn_uniproxy_set_etag(nd->client, PN_BODY_CONFIG, etags[0]);
+        pn_set_etag(nd->client, PN_BODY_CONFIG, etags[0]);
     if (nd->has_users)
-        pn_uniproxy_set_etag(nd->client, PN_BODY_USERS, etags[1]);
+        pn_set_etag(nd->client, PN_BODY_USERS, etags[1]);
     free(etags[0]);
     free(etags[1]);
     nd->from_store = nd->has_node || nd->has_users;
@@ -863,63 +921,99 @@ static void seed(up_node *nd, const ag_node_config *nc)
                "panel answers", nd->tag, nd->users.n);
 }
 
-static int node_start(ag_uplink *u, up_node *nd, const ag_node_config *nc, sv_error *err)
+static bool is_remote(const ag_node_config *nc)
+{
+    return nc->panel.type == AG_PANEL_UNIPROXY || nc->panel.type == AG_PANEL_SSPANEL;
+}
+
+/* The node's client and its stored state; no libuv handle yet (nothing to close on failure). */
+static int node_prepare(ag_uplink *u, up_node *nd, const ag_node_config *nc, sv_error *err)
 {
     nd->u = u;
     nd->tag = strdup(nc->tag);
     if (nd->tag == NULL)
         return sv_error_set(err, -ENOMEM, "out of memory");
-    pn_uniproxy_options o = {.loop = u->loop, .url = nc->panel.url, .token = nc->panel.token,
-                             .node_id = nc->panel.node_id, .node_type = nc->panel.node_type,
-                             .timeout_ms = 1000L * nc->panel.timeout_s};
-    int rc = pn_uniproxy_new(&o, &nd->client, err);
-    if (rc != 0) {
-        free(nd->tag);
-        nd->tag = NULL;
+    pn_remote_options o = {.loop = u->loop,
+                           .type = ag_panel_type_name(nc->panel.type),
+                           .url = nc->panel.url, .token = nc->panel.token,
+                           .node_id = nc->panel.node_id, .node_type = nc->panel.node_type,
+                           .timeout_ms = 1000L * nc->panel.timeout_s,
+                           .pull_interval = nc->panel.pull_interval_s,
+                           .push_interval = nc->panel.push_interval_s};
+    int rc = pn_remote_new(&o, &nd->client, err);
+    if (rc != 0)
         return rc;
-    }
+    seed(nd, nc);
+    return 0;
+}
+
+/* Free what node_prepare made (before any timer exists). */
+static void node_unprepare(up_node *nd)
+{
+    pn_client_free(nd->client);
+    pn_node_free(&nd->node);
+    pn_users_free(&nd->users);
+    free(nd->uids);
+    free(nd->tag);
+    memset(nd, 0, sizeof *nd);
+}
+
+static void node_start(ag_uplink *u, up_node *nd)
+{
     uv_timer_init(u->loop, &nd->pull_timer);
     uv_timer_init(u->loop, &nd->push_timer);
     nd->pull_timer.data = nd->push_timer.data = nd;
-    seed(nd, nc);
     uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
     uv_timer_start(&nd->push_timer, on_push_timer, 0, 0); /* resend what is pending */
-    return 0;
 }
 
 int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
                   ag_uplink_change_cb on_change, void *arg, ag_uplink **out, sv_error *err)
 {
     *out = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->n_nodes; i++)
+        n += is_remote(&cfg->nodes[i]);
     ag_uplink *u = calloc(1, sizeof *u);
-    if (u == NULL)
+    up_node *nodes = n > 0 ? calloc(n, sizeof *nodes) : NULL;
+    if (u == NULL || (n > 0 && nodes == NULL)) {
+        free(u);
+        free(nodes);
         return sv_error_set(err, -ENOMEM, "out of memory");
+    }
     u->loop = loop;
     u->sv = sv;
     u->on_change = on_change;
     u->arg = arg;
     u->flush_s = cfg->db_flush_s > 0 ? cfg->db_flush_s : AG_CONFIG_FLUSH_DEFAULT;
-    size_t n = 0;
-    for (size_t i = 0; i < cfg->n_nodes; i++)
-        n += cfg->nodes[i].panel.type == AG_PANEL_UNIPROXY;
+    u->nodes = nodes;
+    int rc = n > 0 ? db_open(cfg->db_path, &u->db, err) : 0;
+    for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
+        if (!is_remote(&cfg->nodes[i]))
+            continue;
+        rc = node_prepare(u, &u->nodes[u->n], &cfg->nodes[i], err);
+        if (rc == 0)
+            u->n++;
+        else
+            node_unprepare(&u->nodes[u->n]);
+    }
+    if (rc != 0) { /* nothing is left for the caller to undo (issue 14) */
+        for (size_t i = 0; i < u->n; i++)
+            node_unprepare(&u->nodes[i]);
+        db_close(u->db);
+        free(u->nodes);
+        free(u);
+        return rc;
+    }
+    pthread_mutex_init(&u->snap_lock, NULL);
     uv_timer_init(loop, &u->flush_timer);
     u->flush_timer.data = u;
-    current = u;
     *out = u;
     if (n == 0)
         return 0;
     srand((unsigned)now_ms());
-    int rc = db_open(cfg->db_path, &u->db, err);
-    if (rc == 0 && (u->nodes = calloc(n, sizeof *u->nodes)) == NULL)
-        rc = sv_error_set(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
-        if (cfg->nodes[i].panel.type != AG_PANEL_UNIPROXY)
-            continue;
-        rc = node_start(u, &u->nodes[u->n], &cfg->nodes[i], err);
-        u->n += rc == 0;
-    }
-    if (rc != 0)
-        return rc; /* the caller frees the uplink */
+    for (size_t i = 0; i < u->n; i++)
+        node_start(u, &u->nodes[i]);
     uv_timer_start(&u->flush_timer, on_flush_timer, 1000u * u->flush_s, 1000u * u->flush_s);
     publish(u); /* what an earlier run left pending */
     return 0;
@@ -931,8 +1025,8 @@ static void store_pair(up_node *nd)
     db_state_body b[2] = {{0}};
     for (int k = 0; k < 2; k++)
         if (nd->unstored[k])
-            b[k].body = pn_uniproxy_body(nd->client, (enum pn_body_kind)k, &b[k].len,
-                                         &b[k].etag);
+            b[k].body = pn_last_body(nd->client, (enum pn_body_kind)k, &b[k].len,
+                                     &b[k].etag);
     sv_error err = {0};
     if (db_state_put_pair(nd->u->db, nd->tag, &b[0], &b[1], now_ms(), &err) != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "node %s: last good state not stored: %s", nd->tag, err.msg);
@@ -987,10 +1081,12 @@ static void closed(ag_uplink *u)
         pn_users_free(&u->nodes[i].users);
         free(u->nodes[i].uids);
         free(u->nodes[i].tag);
+        free(u->nodes[i].remote);
     }
     free(u->nodes);
     free(u->carry);
     free(u->taken);
+    pthread_mutex_destroy(&u->snap_lock);
     free(u);
 }
 
@@ -1008,9 +1104,7 @@ void ag_uplink_free(ag_uplink *u)
 {
     if (u == NULL)
         return;
-    if (current == u)
-        current = NULL;
-    unpublish();
+    unpublish(u);
     if (u->n_carry > 0)
         SV_LOG(SV_LOG_ERROR, MOD, "usage of %zu users could not be written to the outbox",
                u->n_carry);
@@ -1032,12 +1126,15 @@ void ag_uplink_free(ag_uplink *u)
 /* REST API readers (any thread): they only read the published snapshot                     */
 /* ---------------------------------------------------------------------------------------- */
 
-void ag_uplink_status_merge(api_node_status *v, long n)
+void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n)
 {
-    pthread_mutex_lock(&snap_lock);
+    if (u == NULL)
+        return;
+    const snap_state *snap = &u->snap;
+    pthread_mutex_lock(&u->snap_lock);
     for (long i = 0; i < n; i++)
-        for (size_t j = 0; j < snap.n; j++) {
-            const snap_node *s = &snap.nodes[j];
+        for (size_t j = 0; j < snap->n; j++) {
+            const snap_node *s = &snap->nodes[j];
             if (strcmp(s->tag, v[i].tag) != 0)
                 continue;
             v[i].last_push_ms = s->last_push_ms;
@@ -1047,15 +1144,15 @@ void ag_uplink_status_merge(api_node_status *v, long n)
             v[i].outbox_pending_bytes = s->pending_bytes;
             v[i].outbox_oldest_ms = s->oldest_ms > 0 ? (uint64_t)s->oldest_ms : 0;
         }
-    pthread_mutex_unlock(&snap_lock);
+    pthread_mutex_unlock(&u->snap_lock);
 }
 
 /* The node billing @p uid: the first whose user list holds it, else the first (as owner()). */
-static size_t snap_owner(uint64_t uid)
+static size_t snap_owner(const snap_state *snap, uint64_t uid)
 {
-    for (size_t i = 0; i < snap.n; i++)
-        if (snap.nodes[i].uids != NULL &&
-            bsearch(&uid, snap.nodes[i].uids, snap.nodes[i].n_uids, sizeof uid, cmp_u64) != NULL)
+    for (size_t i = 0; i < snap->n; i++)
+        if (snap->nodes[i].uids != NULL &&
+            bsearch(&uid, snap->nodes[i].uids, snap->nodes[i].n_uids, sizeof uid, cmp_u64) != NULL)
             return i;
     return 0;
 }
@@ -1087,56 +1184,62 @@ static long rows_merge(api_usage_row *r, long n)
 
 /* One row per user the supervisor counted: totals, and what the uplink has not taken yet plus
  * what it took but could not write (the carry), under the user's billing node. */
-static long rows_from_totals(const sv_usage *tot, long nt, api_usage_row *rows)
+static long rows_from_totals(const snap_state *snap, const sv_usage *tot, long nt,
+                             api_usage_row *rows)
 {
     for (long i = 0; i < nt; i++) {
         api_usage_row *r = &rows[i];
-        snprintf(r->node, sizeof r->node, "%s", snap.nodes[snap_owner(tot[i].user)].tag);
+        snprintf(r->node, sizeof r->node, "%s", snap->nodes[snap_owner(snap, tot[i].user)].tag);
         r->user = tot[i].user;
         r->up = tot[i].up;
         r->down = tot[i].down;
-        const sv_usage *t = bsearch(&tot[i], snap.taken, snap.n_taken, sizeof *t,
+        const sv_usage *t = bsearch(&tot[i], snap->taken, snap->n_taken, sizeof *t,
                                     cmp_usage_user);
         r->unreported_up = t == NULL ? tot[i].up : tot[i].up > t->up ? tot[i].up - t->up : 0;
         r->unreported_down = t == NULL ? tot[i].down
                              : tot[i].down > t->down ? tot[i].down - t->down : 0;
-        for (size_t c = 0; c < snap.n_carry; c++)
-            if (snap.carry[c].user == tot[i].user) {
-                r->unreported_up += snap.carry[c].up;
-                r->unreported_down += snap.carry[c].down;
+        for (size_t c = 0; c < snap->n_carry; c++)
+            if (snap->carry[c].user == tot[i].user) {
+                r->unreported_up += snap->carry[c].up;
+                r->unreported_down += snap->carry[c].down;
             }
     }
     return nt;
 }
 
-long ag_uplink_usage(sv_supervisor *sv, api_usage_row **out)
+long ag_uplink_usage(ag_uplink *u, api_usage_row **out)
 {
+    if (u == NULL) {
+        *out = NULL;
+        return 0;
+    }
+    const snap_state *snap = &u->snap;
     sv_usage *tot = NULL;
     api_usage_row *rows = NULL;
     long k = 0;
     *out = NULL;
-    pthread_mutex_lock(&snap_lock); /* held across the totals: no publish in between */
-    if (snap.n == 0)
+    pthread_mutex_lock(&u->snap_lock); /* held across the totals: no publish in between */
+    if (snap->n == 0)
         goto out;
-    long nt = sv_usage_snapshot(sv, &tot);
+    long nt = sv_usage_snapshot(u->sv, &tot);
     size_t cap = nt > 0 ? (size_t)nt : 0;
-    for (size_t j = 0; j < snap.n; j++)
-        cap += snap.nodes[j].n_pending;
+    for (size_t j = 0; j < snap->n; j++)
+        cap += snap->nodes[j].n_pending;
     if (nt < 0 || (rows = calloc(cap > 0 ? cap : 1, sizeof *rows)) == NULL) {
         k = nt < 0 ? nt : -ENOMEM;
         goto out;
     }
-    k = rows_from_totals(tot, nt, rows);
-    for (size_t j = 0; j < snap.n; j++)
-        for (size_t p = 0; p < snap.nodes[j].n_pending; p++, k++) {
-            snprintf(rows[k].node, sizeof rows[k].node, "%s", snap.nodes[j].tag);
-            rows[k].user = snap.nodes[j].pending[p].user;
-            rows[k].unreported_up = snap.nodes[j].pending[p].up;
-            rows[k].unreported_down = snap.nodes[j].pending[p].down;
+    k = rows_from_totals(snap, tot, nt, rows);
+    for (size_t j = 0; j < snap->n; j++)
+        for (size_t p = 0; p < snap->nodes[j].n_pending; p++, k++) {
+            snprintf(rows[k].node, sizeof rows[k].node, "%s", snap->nodes[j].tag);
+            rows[k].user = snap->nodes[j].pending[p].user;
+            rows[k].unreported_up = snap->nodes[j].pending[p].up;
+            rows[k].unreported_down = snap->nodes[j].pending[p].down;
         }
     k = rows_merge(rows, k);
 out:
-    pthread_mutex_unlock(&snap_lock);
+    pthread_mutex_unlock(&u->snap_lock);
     free(tot);
     if (k > 0)
         *out = rows;
@@ -1145,26 +1248,31 @@ out:
     return k;
 }
 
-long ag_uplink_requests(api_panel_requests **out)
+long ag_uplink_requests(ag_uplink *u, api_panel_requests **out)
 {
+    if (u == NULL) {
+        *out = NULL;
+        return 0;
+    }
+    const snap_state *snap = &u->snap;
     long k = 0;
     *out = NULL;
-    pthread_mutex_lock(&snap_lock);
+    pthread_mutex_lock(&u->snap_lock);
     size_t n = 0;
-    for (size_t j = 0; j < snap.n; j++)
-        n += snap.nodes[j].n_req;
+    for (size_t j = 0; j < snap->n; j++)
+        n += snap->nodes[j].n_req;
     api_panel_requests *v = n > 0 ? calloc(n, sizeof *v) : NULL;
     if (n > 0 && v == NULL)
         k = -ENOMEM;
-    for (size_t j = 0; v != NULL && j < snap.n; j++)
-        for (size_t i = 0; i < snap.nodes[j].n_req; i++, k++) {
-            const pn_request_count *c = &snap.nodes[j].req[i];
-            snprintf(v[k].node, sizeof v[k].node, "%s", snap.nodes[j].tag);
+    for (size_t j = 0; v != NULL && j < snap->n; j++)
+        for (size_t i = 0; i < snap->nodes[j].n_req; i++, k++) {
+            const pn_request_count *c = &snap->nodes[j].req[i];
+            snprintf(v[k].node, sizeof v[k].node, "%s", snap->nodes[j].tag);
             snprintf(v[k].endpoint, sizeof v[k].endpoint, "%s", c->endpoint);
             v[k].status = c->status;
             v[k].count = c->n;
         }
-    pthread_mutex_unlock(&snap_lock);
+    pthread_mutex_unlock(&u->snap_lock);
     *out = v;
     return k;
 }

@@ -1,6 +1,7 @@
 /*
- * The panel uplink (issue #3): for every node whose panel is "uniproxy", a persistent UniProxy
- * client that pulls node settings and users on the panel's pull_interval, keeps the panel's
+ * The panel uplink (issue #3, issue 14): for every node whose panel is remote ("uniproxy",
+ * "sspanel"), a persistent client made by pn_remote_new() and driven only through the ops of
+ * panel/panel.h, that pulls node settings and users on the node's pull_interval, keeps the panel's
  * latest state in memory (what the node manager is offered) and the last state that applied in
  * the SQLite store, and a usage outbox that is flushed from the supervisor every
  * db.flush_interval and pushed every push_interval.
@@ -22,8 +23,12 @@
  * sent again and billed twice. That window is one request round trip plus one SQLite commit.
  *
  * Usage is per panel user id (the supervisor meters users, not nodes): each uid is billed
- * through the first uniproxy node whose user list holds it (the first uniproxy node when none
- * does any more). Control loop only.
+ * through the first remote node whose user list holds it (the first remote node when none
+ * does any more). Each node keeps its own alivelist answer; the supervisor gets their union.
+ *
+ * No process-wide state (issue 14): everything, the REST API's snapshot included, hangs on the
+ * ag_uplink, so several uplinks (or several nodes on different panels in one) run side by side.
+ * Control loop only, except the API readers.
  */
 #ifndef AG_UPLINK_H
 #define AG_UPLINK_H
@@ -45,22 +50,23 @@ typedef struct ag_uplink ag_uplink;
 typedef void (*ag_uplink_change_cb)(void *arg);
 
 /**
- * Start the uplink for the uniproxy nodes of @p cfg (none: a no-op uplink). Opens db.path,
+ * Start the uplink for the remote panel nodes of @p cfg (none: a no-op uplink). Opens db.path,
  * seeds each node with its stored last good state and ETags, resends pending usage at once,
  * and starts pulling. Panel settings (url, token, node_id, node_type, timeout) and db settings
  * are read here only: changing them needs a restart.
  * @param sv  borrowed; must outlive the uplink
- * @return 0, or the store's error (err set). Never fails because of a panel answer.
+ * @return 0, or the store's or a client's error (err set; *out NULL and nothing left to undo).
+ *         Never fails because of a panel answer.
  */
 int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
                   ag_uplink_change_cb on_change, void *arg, ag_uplink **out, sv_error *err);
 
-/** Whether every uniproxy node has a node and a user list (stored or pulled). */
+/** Whether every remote node has a node and a user list (stored or pulled). */
 bool ag_uplink_ready(const ag_uplink *u);
 
 /**
  * A load of the node manager succeeded and @p running (borrowed, the manager's running fleet)
- * now runs: for every uniproxy node whose running node and users equal the uplink's held state,
+ * now runs: for every remote node whose running node and users equal the uplink's held state,
  * write the bodies pulled since the last store, with their ETags, to the store in one
  * transaction (issue 15: only a state that applied becomes the last good state). Nodes whose
  * held state differs (a refused answer still held) are left alone. A store error is logged and
@@ -86,36 +92,37 @@ size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why);
 int ag_uplink_flush(ag_uplink *u);
 
 /**
- * The client the node manager uses for a uniproxy node: it answers at once from the uplink's
- * last good state (never PN_NOT_MODIFIED). Fits ag_uniproxy_client_hook.
+ * The client the node manager uses for a remote panel node: it answers at once from the uplink's
+ * last good state (never PN_NOT_MODIFIED). Fits ag_remote_source.client with the uplink as arg.
  * @return 0; -ENOENT when no uplink serves this tag; -ENOMEM.
  */
-int ag_uplink_client(const ag_node_config *nc, pn_client **out, sv_error *err);
+int ag_uplink_client(void *uplink, const ag_node_config *nc, pn_client **out, sv_error *err);
 
 /**
  * Fill the push and outbox fields (last_push_*, outbox_pending_bytes, outbox_oldest_ms) of the
- * uniproxy nodes in @p v from the snapshot the control loop publishes after every flush, push
+ * remote nodes in @p v from the snapshot the control loop publishes after every flush, push
  * and pull (issue 4). Other nodes are left as they are. Any thread.
  */
-void ag_uplink_status_merge(api_node_status *v, long n);
+void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n);
 
 /**
- * Per node, per user usage for GET /v1/usage (fits api_usage_fn with the supervisor as state).
+ * Per node, per user usage for GET /v1/usage (the uplink may be NULL: nothing).
  * Totals are the supervisor's wire bytes since start (sv_usage_snapshot); each user goes under
  * the node that bills it (see above). Unreported = the node's outbox rows for the user not yet
  * acknowledged by a 2xx push (open rows and batches in flight; rows left by an earlier run
  * included) + bytes taken but not yet written (store error) + bytes the supervisor counted that
  * no flush has taken yet (at most one db.flush_interval, clamped at 0). Any thread; reads the
  * published snapshot (never the store).
- * @return the count (0 without uniproxy nodes), -ENOMEM or the supervisor's error.
+ * @return the count (0 without remote nodes), -ENOMEM or the supervisor's error.
  */
-long ag_uplink_usage(sv_supervisor *sv, api_usage_row **out);
+long ag_uplink_usage(ag_uplink *u, api_usage_row **out);
 
 /**
- * Panel request counters by node, endpoint and HTTP status, as published (any thread).
+ * Panel request counters by node, endpoint and HTTP status, as published (any thread; the
+ * uplink may be NULL: nothing).
  * @return the count or -ENOMEM.
  */
-long ag_uplink_requests(api_panel_requests **out);
+long ag_uplink_requests(ag_uplink *u, api_panel_requests **out);
 
 /** Stop the timers, drop requests in flight (their batches stay pending), close the store. */
 void ag_uplink_free(ag_uplink *u);

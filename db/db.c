@@ -226,7 +226,7 @@ static int check_key(const char *node, sv_error *err)
 
 /* Merge one delta into the open row of (node, uid). */
 static int add_one(db_store *d, sqlite3_stmt *get, sqlite3_stmt *put, const char *node,
-                   const db_usage *u, int64_t now_ms, sv_error *err)
+                   const sv_usage *u, int64_t now_ms, sv_error *err)
 {
     uint64_t up = u->up, down = u->down;
     sqlite3_reset(get);
@@ -258,7 +258,7 @@ static int add_one(db_store *d, sqlite3_stmt *get, sqlite3_stmt *put, const char
     return 0;
 }
 
-int db_usage_add(db_store *d, const char *node, const db_usage *items, size_t n, int64_t now_ms,
+int db_usage_add(db_store *d, const char *node, const sv_usage *items, size_t n, int64_t now_ms,
                  sv_error *err)
 {
     int rc = check_key(node, err);
@@ -322,7 +322,7 @@ static int read_batch(db_store *d, db_batch *b, sv_error *err)
     while ((s = sqlite3_step(st)) == SQLITE_ROW) {
         if (b->n == cap) {
             size_t ncap = cap == 0 ? 64 : 2 * cap;
-            db_usage *p = realloc(b->items, ncap * sizeof *p);
+            sv_usage *p = realloc(b->items, ncap * sizeof *p);
             if (p == NULL) {
                 rc = sv_error_set(err, -ENOMEM, "out of memory");
                 break;
@@ -330,7 +330,7 @@ static int read_batch(db_store *d, db_batch *b, sv_error *err)
             b->items = p;
             cap = ncap;
         }
-        b->items[b->n++] = (db_usage){.user = (uint64_t)sqlite3_column_int64(st, 0),
+        b->items[b->n++] = (sv_usage){.user = (uint64_t)sqlite3_column_int64(st, 0),
                                       .up = (uint64_t)sqlite3_column_int64(st, 1),
                                       .down = (uint64_t)sqlite3_column_int64(st, 2)};
     }
@@ -403,7 +403,7 @@ int db_usage_pending(db_store *d, const char *node, uint64_t *bytes, int64_t *ol
     return rc;
 }
 
-int db_usage_pending_users(db_store *d, const char *node, db_usage **out, size_t *n,
+int db_usage_pending_users(db_store *d, const char *node, sv_usage **out, size_t *n,
                            sv_error *err)
 {
     *out = NULL;
@@ -418,14 +418,14 @@ int db_usage_pending_users(db_store *d, const char *node, db_usage **out, size_t
     int rc = 0, step;
     while ((step = sqlite3_step(st)) == SQLITE_ROW) {
         if (*n == cap) {
-            db_usage *p = realloc(*out, (cap = cap ? 2 * cap : 16) * sizeof *p);
+            sv_usage *p = realloc(*out, (cap = cap ? 2 * cap : 16) * sizeof *p);
             if (p == NULL) {
                 rc = sv_error_set(err, -ENOMEM, "out of memory");
                 break;
             }
             *out = p;
         }
-        (*out)[(*n)++] = (db_usage){(uint64_t)sqlite3_column_int64(st, 0),
+        (*out)[(*n)++] = (sv_usage){(uint64_t)sqlite3_column_int64(st, 0),
                                     (uint64_t)sqlite3_column_int64(st, 1),
                                     (uint64_t)sqlite3_column_int64(st, 2)};
     }

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "supervisor/util/err.h"
+#include "supervisor/util/usage.h"
 
 #define DB_SCHEMA_VERSION 1       /**< the version the migrations bring a file to */
 #define DB_BODY_MAX (32u << 20)   /**< largest stored panel body (= PN_BODY_MAX) */
@@ -25,17 +26,10 @@
 
 typedef struct db_store db_store;
 
-/** One user's bytes (an outbox delta or a batch total). */
-typedef struct db_usage {
-    uint64_t user; /**< panel user id */
-    uint64_t up;   /**< bytes from the client */
-    uint64_t down; /**< bytes to the client */
-} db_usage;
-
 /** What one claimed batch holds: the total per uid of every pending row of one node. */
 typedef struct db_batch {
     int64_t id;     /**< batch id to pass to db_batch_done(); 0 when the batch is empty */
-    db_usage *items; /**< one entry per uid, sorted by uid; malloc'ed, freed by db_batch_free */
+    sv_usage *items; /**< one entry per uid, sorted by uid; malloc'ed, freed by db_batch_free */
     size_t n;
 } db_batch;
 
@@ -65,7 +59,7 @@ int db_schema_version(db_store *d);
  * @return 0, -EINVAL (key too long), -EIO (nothing was written), -EOVERFLOW (a sum would pass
  *         INT64_MAX; nothing was written).
  */
-int db_usage_add(db_store *d, const char *node, const db_usage *items, size_t n, int64_t now_ms,
+int db_usage_add(db_store *d, const char *node, const sv_usage *items, size_t n, int64_t now_ms,
                  sv_error *err);
 
 /**
@@ -102,7 +96,7 @@ int db_usage_pending(db_store *d, const char *node, uint64_t *bytes, int64_t *ol
  * @param out  malloc'ed array (NULL when nothing is pending) for the caller to free()
  * @return 0, -ENOMEM or -EIO.
  */
-int db_usage_pending_users(db_store *d, const char *node, db_usage **out, size_t *n,
+int db_usage_pending_users(db_store *d, const char *node, sv_usage **out, size_t *n,
                            sv_error *err);
 
 /** The kinds of stored panel bodies. */

@@ -16,9 +16,11 @@
 #include <stdint.h>
 
 #include <jansson.h>
+#include <uv.h>
 
 #include "panel/model.h"
 #include "supervisor/util/err.h"
+#include "supervisor/util/usage.h"
 
 /** Result of a fetch, passed to its callback; a negative value is an error (-errno). */
 enum pn_result {
@@ -46,13 +48,6 @@ typedef void (*pn_users_cb)(pn_client *c, int result, pn_users *users, const sv_
 /** A report finished: 0 when the panel accepted it, else a negative error with err set. */
 typedef void (*pn_report_cb)(pn_client *c, int result, const sv_error *err, void *arg);
 
-/** One user's traffic for a usage report (PANEL.md §1.6: wire bytes since the last report). */
-typedef struct pn_traffic {
-    uint64_t user; /**< panel user id */
-    uint64_t up;   /**< bytes from the client */
-    uint64_t down; /**< bytes to the client */
-} pn_traffic;
-
 /** One user's online IPs for an alive report (PANEL.md §1.7). Strings are borrowed. */
 typedef struct pn_alive {
     uint64_t user;
@@ -73,28 +68,60 @@ typedef struct pn_alive_count {
 typedef void (*pn_alivelist_cb)(pn_client *c, int result, const pn_alive_count *items, size_t n,
                                 const sv_error *err, void *arg);
 
-/** Node load for a status report (PANEL.md §1.9). Sizes in bytes. */
+/** Node load for a status report (PANEL.md §1.9, §2.1). Sizes in bytes. */
 typedef struct pn_status {
     double cpu; /**< percent, 0..100 */
     uint64_t mem_total, mem_used;
     uint64_t swap_total, swap_used;
     uint64_t disk_total, disk_used;
+    uint64_t uptime_s; /**< seconds since boot (/proc/uptime; mod_mu's legacy load report) */
+    double load[3];    /**< 1, 5 and 15 minute load averages (/proc/loadavg) */
 } pn_status;
+
+/** Bodies a remote client remembers (last good, for the store and for If-None-Match). */
+enum pn_body_kind {
+    PN_BODY_CONFIG = 0, /**< node settings (UniProxy `GET config`, mod_mu `nodes/{id}/info`) */
+    PN_BODY_USERS = 1,  /**< user list (UniProxy `GET user`, mod_mu `users`) */
+};
+
+#define PN_REQUEST_COUNTS_MAX 64 /**< (endpoint, status) pairs counted per client */
+
+/** Finished requests of one endpoint with one outcome (issue 4, /metrics). */
+typedef struct pn_request_count {
+    const char *endpoint; /**< "config", "user", "push", ... (static, the client's names) */
+    long status;          /**< HTTP status, 0 when no answer arrived (transport error, timeout) */
+    uint64_t n;           /**< requests since the client was created */
+} pn_request_count;
 
 /**
  * What a panel client implements. A NULL report hook means the panel takes no such report
- * (the local panel takes none). fetch_node and fetch_users are required.
+ * (the local panel takes none). fetch_node and fetch_users are required; the last three hooks
+ * are for remote clients (issue 14: the uplink drives every remote panel through them alone).
  */
 typedef struct pn_client_ops {
     const char *type; /**< "local", "uniproxy", ... */
     int (*fetch_node)(pn_client *c, pn_node_cb cb, void *arg);
     int (*fetch_users)(pn_client *c, pn_users_cb cb, void *arg);
-    int (*report_usage)(pn_client *c, const pn_traffic *items, size_t n, pn_report_cb cb,
+    int (*report_usage)(pn_client *c, const sv_usage *items, size_t n, pn_report_cb cb,
                         void *arg);
     int (*report_alive)(pn_client *c, const pn_alive *items, size_t n, pn_report_cb cb,
                         void *arg);
     int (*report_status)(pn_client *c, const pn_status *status, pn_report_cb cb, void *arg);
     int (*fetch_alivelist)(pn_client *c, pn_alivelist_cb cb, void *arg);
+    /** Remember @p etag (may be NULL) as the ETag of the last good body of @p kind, sent as
+     *  If-None-Match by the next fetch (e.g. from the store after a restart). 0 or -ENOMEM. */
+    int (*set_etag)(pn_client *c, enum pn_body_kind kind, const char *etag);
+    /** The raw body and ETag of the last PN_OK fetch of @p kind (to store as last good state);
+     *  valid until the next fetch of that kind ends or the client is freed; NULL when none. */
+    const char *(*last_body)(pn_client *c, enum pn_body_kind kind, size_t *len,
+                             const char **etag);
+    /** Parse a body of @p kind that an earlier last_body() returned (from the store after a
+     *  restart) into @p node (PN_BODY_CONFIG) or @p users (PN_BODY_USERS), as a fetch would.
+     *  0, -EINVAL (err set), -EMSGSIZE or -ENOMEM; the output is zeroed on failure. */
+    int (*parse_body)(pn_client *c, enum pn_body_kind kind, const char *body, size_t len,
+                      pn_node *node, pn_users *users, sv_error *err);
+    /** Copy at most @p cap request counters; @return the number written. */
+    size_t (*requests)(pn_client *c, pn_request_count *out, size_t cap);
     /** Release the client; pending requests end without their callbacks. Must be safe to call
      *  from inside one of this client's callbacks (an HTTP client defers the release). */
     void (*free)(pn_client *c);
@@ -117,12 +144,57 @@ static inline int pn_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
     return c->ops->fetch_users(c, cb, arg);
 }
 
+/** ops->set_etag, or 0 for a client that keeps no ETag. */
+static inline int pn_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag)
+{
+    return c->ops->set_etag != NULL ? c->ops->set_etag(c, kind, etag) : 0;
+}
+
+/** ops->last_body, or NULL for a client that keeps no body. */
+static inline const char *pn_last_body(pn_client *c, enum pn_body_kind kind, size_t *len,
+                                       const char **etag)
+{
+    if (c->ops->last_body != NULL)
+        return c->ops->last_body(c, kind, len, etag);
+    if (len != NULL)
+        *len = 0;
+    if (etag != NULL)
+        *etag = NULL;
+    return NULL;
+}
+
+/** ops->requests, or 0 for a client that counts none. */
+static inline size_t pn_requests(pn_client *c, pn_request_count *out, size_t cap)
+{
+    return c->ops->requests != NULL ? c->ops->requests(c, out, cap) : 0;
+}
+
 /** Release a client. NULL-safe. */
 static inline void pn_client_free(pn_client *c)
 {
     if (c != NULL)
         c->ops->free(c);
 }
+
+/** Options of a remote panel client; every pointer is borrowed for the pn_remote_new() call. */
+typedef struct pn_remote_options {
+    uv_loop_t *loop;       /**< the control loop */
+    const char *type;      /**< "uniproxy" (PANEL.md §1) or "sspanel" (mod_mu, PANEL.md §2) */
+    const char *url;       /**< panel base URL ("https://panel.example.com"), no API path */
+    const char *token;     /**< UniProxy token / mod_mu key (never logged) */
+    const char *node_id;   /**< numeric id (or an Xboard node code) */
+    const char *node_type; /**< UniProxy node_type ("shadowsocks", ...); unused by sspanel */
+    long timeout_ms;       /**< per request; 0 = PN_HTTP_TIMEOUT_MS */
+    uint32_t pull_interval; /**< s, sspanel: the panel has none of its own; 0 = default */
+    uint32_t push_interval; /**< s, sspanel; 0 = default */
+} pn_remote_options;
+
+/**
+ * Create the client of a remote panel of type @p o->type (issue 14: the one constructor the
+ * uplink calls, whatever the panel). A failure leaves nothing to free.
+ * @return 0, -EINVAL (unknown type or a missing option, err names it), -ENOMEM, -EIO (curl).
+ */
+int pn_remote_new(const pn_remote_options *o, pn_client **out, sv_error *err);
 
 /** Options of the local panel; every pointer is borrowed for the call only. */
 typedef struct pn_local_options {

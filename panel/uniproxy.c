@@ -274,7 +274,7 @@ static void count_request(pn_uniproxy *u, const char *what, long status)
         u->counts[u->n_counts++] = (pn_request_count){what, status, 1};
 }
 
-size_t pn_uniproxy_requests(pn_client *c, pn_request_count *out, size_t cap)
+static size_t up_requests(pn_client *c, pn_request_count *out, size_t cap)
 {
     pn_uniproxy *u = (pn_uniproxy *)c;
     size_t n = u->n_counts < cap ? u->n_counts : cap;
@@ -389,7 +389,7 @@ static int post(pn_client *c, const char *what, json_t *body, pn_report_cb cb, v
     return rc;
 }
 
-static int up_report_usage(pn_client *c, const pn_traffic *items, size_t n, pn_report_cb cb,
+static int up_report_usage(pn_client *c, const sv_usage *items, size_t n, pn_report_cb cb,
                            void *arg)
 {
     json_t *o = json_object();
@@ -459,6 +459,24 @@ static void up_free(pn_client *c)
     free(u);
 }
 
+static int up_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag);
+
+static int up_parse_body(pn_client *c, enum pn_body_kind kind, const char *body, size_t len,
+                         pn_node *node, pn_users *users, sv_error *err)
+{
+    pn_uniproxy *u = (pn_uniproxy *)c;
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (j == NULL)
+        return sv_error_set(err, -EINVAL, "stored body is not JSON");
+    int rc = kind == PN_BODY_CONFIG ? pn_node_parse(j, u->node_type, 0, node, err)
+                                    : pn_users_parse(j, 0, users, err);
+    json_decref(j);
+    return rc;
+}
+static const char *up_last_body(pn_client *c, enum pn_body_kind kind, size_t *len,
+                                const char **etag);
+
 static const pn_client_ops uniproxy_ops = {
     .type = "uniproxy",
     .fetch_node = up_fetch_node,
@@ -467,6 +485,10 @@ static const pn_client_ops uniproxy_ops = {
     .report_alive = up_report_alive,
     .report_status = up_report_status,
     .fetch_alivelist = up_fetch_alivelist,
+    .set_etag = up_set_etag,
+    .last_body = up_last_body,
+    .parse_body = up_parse_body,
+    .requests = up_requests,
     .free = up_free,
 };
 
@@ -559,7 +581,7 @@ int pn_uniproxy_new(const pn_uniproxy_options *o, pn_client **out, sv_error *err
     return 0;
 }
 
-int pn_uniproxy_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag)
+static int up_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag)
 {
     pn_uniproxy *u = (pn_uniproxy *)c;
     char *e = etag != NULL ? strdup(etag) : NULL;
@@ -570,8 +592,8 @@ int pn_uniproxy_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag)
     return 0;
 }
 
-const char *pn_uniproxy_body(pn_client *c, enum pn_body_kind kind, size_t *len,
-                             const char **etag)
+static const char *up_last_body(pn_client *c, enum pn_body_kind kind, size_t *len,
+                                const char **etag)
 {
     pn_uniproxy *u = (pn_uniproxy *)c;
     if (len != NULL)

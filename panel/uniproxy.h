@@ -20,12 +20,6 @@
 
 #include "panel/panel.h"
 
-/** Bodies a UniProxy client remembers (last good, for the store and for If-None-Match). */
-enum pn_body_kind {
-    PN_BODY_CONFIG = 0, /**< `GET config` */
-    PN_BODY_USERS = 1,  /**< `GET user` */
-};
-
 /** Options; every pointer is borrowed for the pn_uniproxy_new() call only. */
 typedef struct pn_uniproxy_options {
     uv_loop_t *loop;       /**< the control loop */
@@ -41,37 +35,6 @@ typedef struct pn_uniproxy_options {
  * @return 0, -EINVAL (missing option, err names it), -ENOMEM, -EIO (curl).
  */
 int pn_uniproxy_new(const pn_uniproxy_options *opts, pn_client **out, sv_error *err);
-
-/**
- * Remember @p etag (may be NULL) as the ETag of the last good body of @p kind, so the next fetch
- * sends it verbatim as If-None-Match (PANEL.md §1.3), e.g. from the store after a restart.
- * @return 0 or -ENOMEM.
- */
-int pn_uniproxy_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag);
-
-/**
- * The raw body and ETag of the last PN_OK fetch of @p kind (to store as last good state).
- * Valid until the next fetch of that kind ends or the client is freed. NULL when none.
- */
-const char *pn_uniproxy_body(pn_client *c, enum pn_body_kind kind, size_t *len,
-                             const char **etag);
-
-#define PN_REQUEST_COUNTS_MAX 64 /**< (endpoint, status) pairs counted per client */
-
-/** Finished requests of one endpoint with one outcome (issue 4, /metrics). */
-typedef struct pn_request_count {
-    const char *endpoint; /**< "config", "user", "push", "alive", "alivelist", "status" (static) */
-    long status;          /**< HTTP status, 0 when no answer arrived (transport error, timeout) */
-    uint64_t n;           /**< requests since the client was created */
-} pn_request_count;
-
-/**
- * Copy the request counters of a UniProxy client @p c (at most @p cap entries; pairs past
- * PN_REQUEST_COUNTS_MAX are not counted). Requests dropped by pn_client_free() are not counted.
- * Control loop only.
- * @return the number of entries written.
- */
-size_t pn_uniproxy_requests(pn_client *c, pn_request_count *out, size_t cap);
 
 /**
  * Judge a report answer (push / alive / status): accepted when the status is 2xx and the body

@@ -548,7 +548,7 @@ static bool open_stream(sv_conn *c, const sv_outbound_ops *ops, const sv_dest *d
     c->ob.ops = ops;
     c->ob.ev = &ob_events;
     c->ob.owner = c;
-    c->ob.env = (sv_ob_env){&c->w->loop, &c->w->own_addrs};
+    c->ob.env = (sv_ob_env){&c->w->loop, &c->w->own_addrs, c->w->resolver};
     c->ob.allow_internal = allow_internal;
     c->ob_opened = true;
     c->pending++; /* released by on_ob_closed */

@@ -8,6 +8,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "supervisor/proto/ss2022.h"
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
 #include "supervisor/proto/vless.h"
@@ -56,6 +57,8 @@ const sv_proto_ops *sv_proto_ops_for(enum sv_inbound_protocol protocol)
         return &sv_vless_ops;
     case SV_INBOUND_VMESS:
         return &sv_vmess_ops;
+    case SV_INBOUND_SS2022:
+        return &sv_ss2022_ops;
     }
     return NULL;
 }

@@ -19,6 +19,7 @@
 #include "supervisor/principal.h"
 #include "supervisor/proto/proto.h"
 #include "supervisor/proto/shadowsocks.h"
+#include "supervisor/proto/ss2022.h"
 #include "supervisor/router.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/track/tracker.h"
@@ -35,8 +36,9 @@
  */
 #define SV_SEALED_MAX (SV_SCRATCH + 4096)
 #define SV_SCRATCH (64 * 1024)         /**< per-worker read buffer */
-/** Most unconsumed client bytes any protocol core keeps between reads (its carry_max). */
-#define SV_CARRY_MAX (SV_SS_SALT_MAX + SV_SS_NEED_MAX)
+/** Most unconsumed client bytes any protocol core keeps between reads (its carry_max): a whole
+ *  Shadowsocks 2022 chunk (0xFFFF + tag, PROTOCOLS.md §3.2), the largest of the cores. */
+#define SV_CARRY_MAX SV_SS22_CARRY_MAX
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
 #define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */
@@ -193,6 +195,7 @@ typedef struct sv_accept_episode {
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
+    sv_dns_options dns;          /**< each worker's resolver (set before workers start) */
     uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
     sv_accept_episode pause;
     /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
@@ -247,6 +250,7 @@ struct sv_worker {
     _Atomic bool flags_set; /**< a kill/close flag was set somewhere on this worker */
     sv_plane *plane;        /**< current plane (worker-owned reference) */
     sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
+    sv_resolver *resolver;  /**< names of direct flows are resolved here (issue 13) */
     sv_list listeners;      /**< sv_wlistener */
     sv_list conns;          /**< TCP connections (sv_conn) */
     sv_list assocs;         /**< UDP associations */

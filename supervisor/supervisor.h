@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "supervisor/util/err.h"
+#include "supervisor/util/usage.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Spec: the desired state. Plain data; every string is heap-owned by the spec.                 */
@@ -51,6 +52,7 @@ enum sv_inbound_protocol {
     SV_INBOUND_TROJAN,
     SV_INBOUND_VLESS, /**< issue 9: VLESS, no flow (PROTOCOLS.md §5); TLS optional */
     SV_INBOUND_VMESS, /**< issue 9: VMess AEAD, alterId 0 (PROTOCOLS.md §6); TLS optional */
+    SV_INBOUND_SS2022, /**< issue 10: Shadowsocks 2022 (PROTOCOLS.md §3), TCP; ss_cipher 2022 */
 };
 
 /** Where an inbound's TLS certificate comes from (issue 8, agent config "cert"). */
@@ -83,6 +85,9 @@ enum sv_ss_cipher {
     SV_SS_AES_128_GCM = 1,
     SV_SS_AES_256_GCM,
     SV_SS_CHACHA20_POLY1305,
+    SV_SS_2022_AES_128_GCM,        /**< issue 10: 2022-blake3-aes-128-gcm (PROTOCOLS.md §3.1) */
+    SV_SS_2022_AES_256_GCM,        /**< 2022-blake3-aes-256-gcm */
+    SV_SS_2022_CHACHA20_POLY1305,  /**< 2022-blake3-chacha20-poly1305 (single user: no EIH) */
 };
 
 /** Where an inbound listens: an IP literal and a port, TCP and (when udp) UDP on the same port. */
@@ -96,7 +101,14 @@ typedef struct sv_inbound_spec {
     sv_bind bind;
     bool udp;                          /**< also serve UDP on bind */
     enum sv_inbound_protocol protocol;
-    enum sv_ss_cipher ss_cipher;       /**< SV_INBOUND_SHADOWSOCKS */
+    enum sv_ss_cipher ss_cipher;       /**< SV_INBOUND_SHADOWSOCKS (AEAD methods) and
+                                            SV_INBOUND_SS2022 (the 2022 methods) */
+    char *ss_server_key;               /**< SV_INBOUND_SS2022: the server's identity key (iPSK),
+                                            standard base64 of 16/32 bytes (PANEL.md §1.4
+                                            server_key): users are told apart by their identity
+                                            header (EIH, §3.7). NULL: single user, whose key is
+                                            the PSK. A user's key is the first 16/32 bytes of
+                                            its secret (Xboard's uuidToBase64) */
     char *users;                       /**< user set tag; required for Shadowsocks */
     bool allow_private;                /**< issue 15: its users' flows may reach internal
                                             destinations (loopback, private, link-local ...
@@ -220,6 +232,25 @@ typedef struct sv_supervisor sv_supervisor;
 #define SV_FDS_PER_CONN 2u    /**< a relayed TCP connection: its client and its remote socket */
 #define SV_MAX_CONNECTIONS_MAX (1u << 24) /**< largest max_connections */
 
+/** Address families a name is resolved to and dialled in (issue 13 "DNS" strategy). */
+enum sv_dns_strategy {
+    SV_DNS_PREFER_IPV4 = 0, /**< both families, IPv4 first (the default) */
+    SV_DNS_PREFER_IPV6,
+    SV_DNS_IPV4_ONLY,
+    SV_DNS_IPV6_ONLY,
+};
+
+#define SV_DNS_SERVERS_MAX 8    /**< configured DNS servers */
+#define SV_DNS_SERVER_LEN 64    /**< "IP", "IPv4:port" or "[IPv6]:port", with its NUL */
+
+/** The workers' resolver (issue 13 "DNS"): fixed at start; a plain value (copyable). */
+typedef struct sv_dns_options {
+    char servers[SV_DNS_SERVERS_MAX][SV_DNS_SERVER_LEN]; /**< none: /etc/resolv.conf's */
+    unsigned n_servers;
+    uint32_t timeout_ms;        /**< one server's answer; 0 = 5000 */
+    enum sv_dns_strategy strategy;
+} sv_dns_options;
+
 typedef struct sv_options {
     unsigned workers;            /**< worker threads; 0 = number of CPUs */
     uint32_t sample_interval_ms; /**< sampler tick; 0 = 1000 */
@@ -227,6 +258,7 @@ typedef struct sv_options {
      * one); past its share a worker stops accepting until one of its connections ends. 0 = the
      * default from the descriptor limit, sv_max_connections_default(). */
     uint32_t max_connections;
+    sv_dns_options dns; /**< the workers' resolver (zero = resolv.conf, 5 s, prefer_ipv4) */
 } sv_options;
 
 /**
@@ -360,11 +392,6 @@ long sv_sessions(sv_supervisor *sv, sv_session_info **out);
  */
 uint64_t sv_epoch(sv_supervisor *sv);
 
-/** Wire bytes of one user. */
-typedef struct sv_usage {
-    uint64_t user; /**< frontend id */
-    uint64_t up, down;
-} sv_usage;
 
 /**
  * Per-user wire bytes moved since the previous take (at most one entry per user, none for users

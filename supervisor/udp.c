@@ -9,6 +9,9 @@
  *  - Shadowsocks UDP: every client (address, port) on the listener's UDP socket is an
  *    association (a session of its own) of the user whose key opened its first datagram;
  *    replies are sealed with that key and sent from the listener.
+ *  - Shadowsocks 2022 UDP (PROTOCOLS.md §3.5, §3.6): an association per client session
+ *    ID; its packet IDs pass a sliding window; replies carry the association's own session ID
+ *    and packet counter and go to the client's latest source address (clients may roam).
  *  - UDP inside a stream (Trojan UDP ASSOCIATE, issue 8): the connection's session owns the
  *    association; replies go to the connection (sv_dgram_source), which frames them.
  */
@@ -20,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/rand.h>
+
+#include "supervisor/proto/ss2022.h"
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/log.h"
@@ -56,6 +62,11 @@ struct sv_assoc {
     int pending;
     uint64_t clock;
     bool closing;
+    bool ss22;                 /**< a Shadowsocks 2022 session, found by ss22_csid */
+    uint8_t ss22_csid[8];      /**< the client's session ID */
+    uint8_t ss22_ssid[8];      /**< ours (random; never the client's, §3.5) */
+    uint64_t ss22_pid;         /**< packet ID of our next reply */
+    sv_ss22_window ss22_win;   /**< the client's packet IDs seen */
 };
 
 static void assoc_release(sv_assoc *a)
@@ -125,7 +136,7 @@ static void sub_alloc(void *owner, uv_buf_t *buf)
     sv_sublink *s = owner;
     /* room before the payload for salt + address, after it for the tag: sealed out of place */
     buf->base = (char *)s->a->w->scratch + SV_SCRATCH / 2;
-    buf->len = SV_SCRATCH / 2 - SV_DEST_WIRE_MAX - SV_SS_SALT_MAX - SV_SS_TAG;
+    buf->len = SV_SCRATCH / 2 - SV_SS22_UDP_OVERHEAD - SV_SS_SALT_MAX; /* either framing fits */
 }
 
 static void sockaddr_to_dest(const struct sockaddr *sa, sv_dest *d)
@@ -164,9 +175,16 @@ static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t 
         return;
     }
     uint8_t *out = a->w->scratch;
-    const sv_ss_keyring *ring = sv_ss_creds_ring(a->handler->creds);
-    ssize_t len = sv_ss_udp_seal_ctx(ring->cipher, ring->keys[a->user_idx],
-                                     &src, p, n, out, SV_SCRATCH / 2, NULL, &a->w->udp_seal);
+    ssize_t len;
+    if (a->ss22) {
+        len = sv_ss22_udp_seal(a->handler->creds, a->user_idx, a->ss22_ssid, a->ss22_pid++,
+                               a->ss22_csid, (int64_t)(sv__wall_ms() / 1000), &src, p, n, out,
+                               SV_SCRATCH / 2, &a->w->udp_seal, NULL);
+    } else {
+        const sv_ss_keyring *ring = sv_ss_creds_ring(a->handler->creds);
+        len = sv_ss_udp_seal_ctx(ring->cipher, ring->keys[a->user_idx], &src, p, n, out,
+                                 SV_SCRATCH / 2, NULL, &a->w->udp_seal);
+    }
     if (len < 0)
         return;
     uv_buf_t b = uv_buf_init((char *)out, (unsigned)len);
@@ -217,7 +235,7 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rul
     s->link.ops = t->ops;
     s->link.ev = &sub_events;
     s->link.owner = s;
-    s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs};
+    s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs, a->w->resolver};
     if (t->ops->dgram_open(&s->link) != 0) {
         sub_close(s); /* seed 002: no family bound; the datagram is dropped */
         return NULL;
@@ -313,12 +331,55 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     return a;
 }
 
+/* A Shadowsocks 2022 datagram (§3.5): opened with the listener's current keys; its session's
+ * association (new: the user's, with our own random session ID) checks the packet ID after
+ * the packet authenticated, and follows the client to its latest source address. */
+static void ss22_on_recv(sv_wlistener *l, uint8_t *p, size_t n, const struct sockaddr *from)
+{
+    const sv_handler *hd = l->handler;
+    sv_ss22_udp_in in;
+    if (sv_ss22_udp_open(hd->creds, (int64_t)(sv__wall_ms() / 1000), p, n, &in,
+                         &l->w->udp_open) != 0)
+        return; /* not ours, stale or refused: no answer, no log */
+    sv_assoc *a = NULL;
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &l->w->assocs) {
+        sv_assoc *x = sv_container_of(pos, sv_assoc, link);
+        if (x->l == l && x->ss22 && !x->closing && memcmp(x->ss22_csid, in.session_id, 8) == 0)
+            a = x;
+    }
+    if (a != NULL && a->principal != hd->principals[in.user])
+        return;
+    if (a == NULL) {
+        a = assoc_new(l, from, in.user);
+        if (a == NULL)
+            return;
+        a->ss22 = true;
+        memcpy(a->ss22_csid, in.session_id, 8);
+        if (RAND_bytes(a->ss22_ssid, sizeof a->ss22_ssid) != 1) {
+            assoc_close(a);
+            return;
+        }
+    }
+    if (!sv_ss22_window_accept(&a->ss22_win, in.packet_id))
+        return; /* a replayed or too old packet */
+    memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                         : sizeof(struct sockaddr_in));
+    sv_meter_add(&a->sess->wire.up, (uint64_t)n);
+    uv_timer_again(&a->idle);
+    sv__assoc_send(a, &in.dest, in.payload, in.len);
+}
+
 void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
                      unsigned flags)
 {
     sv_wlistener *l = h->data;
     if (n <= 0 || from == NULL || (flags & UV_UDP_PARTIAL))
         return;
+    if (l->handler->in.protocol == SV_INBOUND_SS2022) {
+        ss22_on_recv(l, (uint8_t *)buf->base, (size_t)n, from);
+        return;
+    }
     sv_assoc *a = assoc_find(l->w, l, from);
     const sv_handler *hd = a != NULL ? a->handler : l->handler;
     int user = -1;

@@ -447,6 +447,51 @@ static int check_shadowsocks(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
+/* Shadowsocks 2022 (issue 10, PROTOCOLS.md §3): a 2022 method, a user set, and
+ * a server key (base64 of the method's key length) unless the inbound has one user. */
+static size_t ss2022_key_len(enum sv_ss_cipher c)
+{
+    return c == SV_SS_2022_AES_128_GCM ? 16
+           : c == SV_SS_2022_AES_256_GCM || c == SV_SS_2022_CHACHA20_POLY1305 ? 32
+                                                                              : 0;
+}
+
+/* Standard base64 of @p k bytes, padded: its length and alphabet (the core decodes it). */
+static bool base64_of(const char *s, size_t k)
+{
+    size_t len = strlen(s), pad = (3 - k % 3) % 3;
+    if (len != (k + 2) / 3 * 4)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        bool alnum = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+        if (!alnum && ch != '+' && ch != '/' && !(ch == '=' && i >= len - pad))
+            return false;
+    }
+    return true;
+}
+
+static int check_ss2022(const sv_inbound_spec *in, sv_error *err)
+{
+    size_t k = ss2022_key_len(in->ss_cipher);
+    if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL || in->ws.path != NULL ||
+        in->ws.host != NULL)
+        return INVALID(err, "inbound %s: TLS, WebSocket and fallback are not served on a "
+                       "shadowsocks-2022 inbound", in->tag);
+    if (k == 0)
+        return INVALID(err, "inbound %s: a shadowsocks-2022 inbound needs a 2022-blake3 cipher",
+                       in->tag);
+    if (is_empty(in->users))
+        return INVALID(err, "inbound %s: a shadowsocks-2022 inbound needs a user set", in->tag);
+    if (in->ss_server_key != NULL && in->ss_cipher == SV_SS_2022_CHACHA20_POLY1305)
+        return INVALID(err, "inbound %s: server_key: 2022-blake3-chacha20-poly1305 has no "
+                       "identity headers (single user only)", in->tag);
+    if (in->ss_server_key != NULL && !base64_of(in->ss_server_key, k))
+        return INVALID(err, "inbound %s: server_key is not the standard base64 of %zu bytes",
+                       in->tag, k);
+    return 0;
+}
+
 static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
 {
     const sv_inbound_spec *in = &spec->inbounds[i];
@@ -467,6 +512,8 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
         return check_vless(in, err);
     if (in->protocol == SV_INBOUND_VMESS)
         return check_vmess(in, err);
+    if (in->protocol == SV_INBOUND_SS2022)
+        return check_ss2022(in, err);
     if (in->protocol != SV_INBOUND_SHADOWSOCKS)
         return INVALID(err, "inbound %s: unknown protocol", in->tag);
     return check_shadowsocks(in, err);

@@ -289,6 +289,8 @@ static void close_everything(sv_worker *w)
         stop_listener(sv_container_of(pos, sv_wlistener, link));
     sv__conn_close_all(w);
     sv__udp_close_all(w);
+    sv_resolver_close(w->resolver); /* after the flows: none waits for it any more */
+    w->resolver = NULL;
     if (w->in_episode) /* the process stops: no "resumed" line */
         atomic_fetch_sub(&w->shared->pause.workers, 1);
     w->in_episode = false;
@@ -364,6 +366,14 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
         return rc;
     }
     w->async.data = w;
+    rc = sv_resolver_new(&w->loop, &shared->dns, &w->resolver);
+    if (rc != 0) {
+        uv_close((uv_handle_t *)&w->async, NULL);
+        uv_run(&w->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&w->loop);
+        free(w);
+        return rc;
+    }
     uv_timer_init(&w->loop, &w->sweep);
     w->sweep.data = w;
     uv_timer_start(&w->sweep, on_sweep, SV_IDLE_SWEEP_MS, SV_IDLE_SWEEP_MS);
@@ -375,6 +385,7 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
         uv_close((uv_handle_t *)&w->accept_retry, NULL);
         uv_close((uv_handle_t *)&w->sweep, NULL);
         uv_close((uv_handle_t *)&w->async, NULL);
+        sv_resolver_close(w->resolver);
         uv_run(&w->loop, UV_RUN_DEFAULT);
         uv_loop_close(&w->loop);
         free(w);

@@ -2,17 +2,19 @@
 # tests/setup-deps.sh [--update]: install what katana needs to build and test on Debian 12
 # (idempotent: apt runs only when a package is missing, or always with --update), then make
 # sure no packaged shadowsocks-libev / v2ray service is left running (they would hold ports
-# such as the demo's 8388).
+# such as the demo's 8388); then build the pinned Xray-core and sing-box test peers (issue 10)
+# once per machine.
 set -euo pipefail
 
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
             libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libcmocka-dev
-            libpcre2-dev)
+            libpcre2-dev libc-ares-dev)
 CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
          sqlite3       # sqlite3: the panel tests read the usage outbox (issue #3)
          python3-cryptography  # katest.py vmess: hand-made VMess requests (issue 9)
-         shadowsocks-v2ray-plugin) # ss-v2ray-plugin: ss-local inside WebSocket (issue 9)
+         shadowsocks-v2ray-plugin  # ss-v2ray-plugin: ss-local inside WebSocket (issue 9)
+         dnsmasq-base)         # dnsmasq: the resolver tests' DNS server (issue 13)
 # tests/packaging/check.sh: make deb / make rpm, lintian, rpmlint, debuginfo split (eu-strip),
 # groff and man for the man pages
 PACKAGING=(dpkg-dev debhelper fakeroot rpm rpmlint debugedit elfutils cpio lintian groff-base
@@ -55,3 +57,10 @@ for pid in $(pgrep -x 'ss-server|ss-local|ss-manager|v2ray|trojan' 2>/dev/null |
             $SUDO kill -TERM "$pid" 2>/dev/null || true ;;
     esac
 done
+
+# Test peers built from source (issue 10): pinned Xray-core and sing-box, built once per
+# machine with the Go toolchain into ${KATANA_PEERS:-/var/cache/katana-peers}/bin, rebuilt
+# when a pin in tests/interop/peers.sh changes. Without Go the tests that need them skip.
+. "$(dirname "$0")/interop/peers.sh"
+pr_build xray
+pr_build sing-box

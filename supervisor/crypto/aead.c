@@ -49,10 +49,13 @@ static const EVP_CIPHER *aead_cipher(enum sv_ss_cipher cipher)
     pthread_once(&g_once, aead_fetch_once);
     switch (cipher) {
     case SV_SS_AES_128_GCM:
+    case SV_SS_2022_AES_128_GCM: /* a 2022 method's TCP AEAD (PROTOCOLS.md §3.1) */
         return g_aes128;
     case SV_SS_AES_256_GCM:
+    case SV_SS_2022_AES_256_GCM:
         return g_aes256;
     case SV_SS_CHACHA20_POLY1305:
+    case SV_SS_2022_CHACHA20_POLY1305:
         return g_chacha;
     }
     return NULL;

@@ -1,15 +1,19 @@
 /*
  * The direct outbound ("freedom"): a stream dials the requested destination, resolving a name
- * first; a datagram link is one socket per address family that sends to any destination
- * (seed 002 "直连出站的 UDP socket"). Issue 15: a name that resolves to an internal address is
- * dialled or sent to only when the owner allows it (allow_internal); IP destinations are the
- * connector's to check before it opens.
+ * first on the worker's resolver and then trying every address, staggered as Happy Eyeballs v2
+ * (RFC 8305 §5: SV_OB_ATTEMPT_DELAY_MS between attempts, families alternating, the next attempt
+ * at once when one fails; issue 13); a datagram link is one socket per address family that sends
+ * to any destination (seed 002 "直连出站的 UDP socket"), holding datagrams to a name in a bounded
+ * queue while it resolves. Issue 15: a name that resolves to an internal address is dialled or
+ * sent to only when the owner allows it (allow_internal); IP destinations are the connector's to
+ * check before it opens.
  */
 #include "config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,22 +41,55 @@ static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
 
 /* Issue 15: is any address of @p res internal (or the node's own)? Every address counts, not only
  * the one used, so a name is judged by all it resolves to. */
-static bool any_internal(const struct addrinfo *res, const sv_addrset *own)
+static bool any_internal(const sv_dns_result *res, const sv_addrset *own)
 {
-    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+    for (size_t i = 0; i < res->n; i++) {
         sv_ip16 ip;
-        if (sv_ip16_from_sockaddr(ai->ai_addr, &ip) && sv_dest_refused(false, false, &ip, own))
+        if (sv_ip16_from(res->addrs[i].family, res->addrs[i].ip, &ip) &&
+            sv_dest_refused(false, false, &ip, own))
             return true;
     }
     return false;
 }
 
+/* The socket address of @p a, port @p port. */
+static void addr_sockaddr(const sv_dns_addr *a, uint16_t port, struct sockaddr_storage *ss)
+{
+    sv_dest d = {.atyp = a->family == AF_INET ? SV_ATYP_IPV4 : SV_ATYP_IPV6, .port = port};
+    memcpy(d.ip, a->ip, a->family == AF_INET ? 4 : 16);
+    dest_sockaddr(&d, ss);
+}
+
 /* ---- streams -------------------------------------------------------------------------------- */
+
+/* One connection attempt (RFC 8305 §5): allocated when it starts, freed once its handle is
+ * closed, so a connection keeps only its winner. */
+typedef struct he_attempt {
+    uv_tcp_t tcp;
+    uv_connect_t req;
+    struct sv_ob_eyeballs *he;
+    size_t idx;         /* in he->at */
+} he_attempt;
+
+struct sv_ob_eyeballs {
+    sv_ob_stream *s;
+    uv_timer_t timer;   /* SV_OB_ATTEMPT_DELAY_MS to the next attempt */
+    size_t n, next, live; /* attempts, the next to start, connects in flight */
+    int last_err;
+    bool done;          /* connected or failed */
+    bool starting;      /* inside he_start: a failure is returned, not reported */
+    uint16_t port;
+    sv_dns_result addrs;
+    he_attempt *at[SV_DNS_ADDRS_MAX]; /* started and not yet closed */
+};
 
 static void stream_release(sv_ob_stream *s)
 {
-    if (--s->pending == 0 && s->closing)
+    if (--s->pending == 0 && s->closing) {
+        free(s->he);
+        s->he = NULL;
         s->ev->closed(s->owner);
+    }
 }
 
 static void on_tcp_closed(uv_handle_t *h) { stream_release(h->data); }
@@ -75,6 +112,7 @@ static int dial(sv_ob_stream *s, const struct sockaddr *sa)
         return rc;
     s->tcp.data = s;
     s->tcp_inited = true;
+    s->sock = &s->tcp;
     s->pending++;
     s->connect.data = s;
     rc = uv_tcp_connect(&s->connect, &s->tcp, sa, on_connect);
@@ -83,20 +121,150 @@ static int dial(sv_ob_stream *s, const struct sockaddr *sa)
     return rc;
 }
 
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+static void on_attempt_closed(uv_handle_t *h)
+{
+    he_attempt *a = (he_attempt *)(void *)((char *)h - offsetof(he_attempt, tcp));
+    sv_ob_stream *s = h->data;
+    a->he->at[a->idx] = NULL;
+    free(a);
+    stream_release(s);
+}
+
+static void attempt_close(he_attempt *a)
+{
+    if (a != NULL && !uv_is_closing((uv_handle_t *)&a->tcp))
+        uv_close((uv_handle_t *)&a->tcp, on_attempt_closed);
+}
+
+static void he_fail(struct sv_ob_eyeballs *he)
+{
+    he->done = true;
+    uv_timer_stop(&he->timer);
+    if (!he->starting)
+        he->s->ev->connected(he->s->owner, he->last_err);
+}
+
+static void on_attempt(uv_connect_t *req, int status);
+static void on_attempt_timer(uv_timer_t *t);
+
+/* Start the next attempt that can start; report the failure when none is left. */
+static void he_next(struct sv_ob_eyeballs *he)
+{
+    sv_ob_stream *s = he->s;
+    while (he->next < he->n) {
+        struct sockaddr_storage ss;
+        addr_sockaddr(&he->addrs.addrs[he->next], he->port, &ss);
+        size_t idx = he->next++;
+        he_attempt *a = calloc(1, sizeof *a);
+        int rc = a == NULL ? -ENOMEM : uv_tcp_init(s->env.loop, &a->tcp);
+        if (rc != 0) {
+            free(a);
+            he->last_err = rc;
+            continue;
+        }
+        a->tcp.data = s; /* the stream's read callbacks take it from the winner's handle */
+        a->idx = idx;
+        he->at[idx] = a;
+        s->pending++;
+        a->he = he;
+        a->req.data = a;
+        rc = uv_tcp_connect(&a->req, &a->tcp, (struct sockaddr *)&ss, on_attempt);
+        if (rc != 0) { /* e.g. no route for this family: the next one at once */
+            he->last_err = rc;
+            attempt_close(a);
+            continue;
+        }
+        s->pending++;
+        he->live++;
+        if (he->next < he->n)
+            uv_timer_start(&he->timer, on_attempt_timer, SV_OB_ATTEMPT_DELAY_MS, 0);
+        return;
+    }
+    if (he->live == 0 && !he->done)
+        he_fail(he);
+}
+
+static void on_attempt_timer(uv_timer_t *t)
+{
+    struct sv_ob_eyeballs *he = t->data;
+    if (!he->done && !he->s->closing)
+        he_next(he);
+}
+
+static void on_attempt(uv_connect_t *req, int status)
+{
+    he_attempt *a = req->data;
+    struct sv_ob_eyeballs *he = a->he;
+    sv_ob_stream *s = he->s;
+    he->live--;
+    if (!s->closing && !he->done) {
+        if (status == 0) {
+            he->done = true;
+            uv_timer_stop(&he->timer);
+            for (size_t i = 0; i < he->next; i++)
+                if (he->at[i] != a)
+                    attempt_close(he->at[i]); /* the others' connects end cancelled */
+            s->sock = &a->tcp;
+            uv_tcp_nodelay(s->sock, 1);
+            s->ev->connected(s->owner, 0);
+        } else {
+            he->last_err = status;
+            attempt_close(a);
+            he_next(he);
+        }
+    }
+    stream_release(s);
+}
+
+static void on_failed_timer(uv_timer_t *t)
+{
+    struct sv_ob_eyeballs *he = t->data;
+    if (!he->s->closing)
+        he->s->ev->connected(he->s->owner, he->last_err);
+}
+
+/* Dial a name that resolved with @p status (@p res when 0): refused when any address is internal
+ * (issue 15), else Happy Eyeballs. A failure is reported by ev->connected from the loop, never
+ * from inside open. @return 0, or -ENOMEM (nothing reported). */
+static int he_start(sv_ob_stream *s, int status, const sv_dns_result *res, uint16_t port)
+{
+    sv_dns_result ordered = {0};
+    if (status == 0) {
+        ordered = *res;
+        sv_dns_order(&ordered, sv_resolver_strategy(s->env.resolver));
+    }
+    struct sv_ob_eyeballs *he = calloc(1, sizeof *he);
+    if (he == NULL)
+        return -ENOMEM;
+    he->s = s;
+    he->n = ordered.n;
+    he->port = port;
+    he->addrs = ordered;
+    he->last_err = status != 0 ? status : ordered.n == 0 ? -ENOENT : -ECONNREFUSED;
+    s->he = he;
+    uv_timer_init(s->env.loop, &he->timer);
+    he->timer.data = he;
+    s->pending++;
+    if (status == 0 && !s->allow_internal && any_internal(res, *s->env.own_addrs))
+        he->last_err = -EACCES; /* refused like a blocked route */
+    else if (he->n > 0) {
+        he->starting = true;
+        he_next(he);
+        he->starting = false;
+        if (!he->done)
+            return 0;
+    }
+    he->done = true;
+    uv_timer_start(&he->timer, on_failed_timer, 0, 0);
+    return 0;
+}
+
+static void on_resolved(sv_dns_req *req, int status, const sv_dns_result *res)
 {
     sv_ob_stream *s = req->data;
     s->resolving = false;
-    if (!s->closing) {
-        int rc = status == 0 && res != NULL ? 0 : (status < 0 ? status : UV_EAI_NONAME);
-        if (rc == 0 && !s->allow_internal && any_internal(res, *s->env.own_addrs))
-            rc = -EACCES; /* refused like a blocked route */
-        if (rc == 0)
-            rc = dial(s, res->ai_addr);
-        if (rc != 0)
-            s->ev->connected(s->owner, rc);
-    }
-    uv_freeaddrinfo(res);
+    if (!s->closing && he_start(s, status, res, s->port) != 0)
+        s->ev->connected(s->owner, -ENOMEM);
     stream_release(s);
 }
 
@@ -107,16 +275,15 @@ static int direct_open(sv_ob_stream *s, const sv_dest *d)
         dest_sockaddr(d, &ss);
         return dial(s, (struct sockaddr *)&ss);
     }
-    char port[8];
-    snprintf(port, sizeof port, "%u", d->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    s->gai.data = s;
-    int rc = uv_getaddrinfo(s->env.loop, &s->gai, on_resolved, d->host, port, &hints);
-    if (rc == 0) {
-        s->resolving = true;
-        s->pending++;
-    }
-    return rc;
+    sv_dns_result res;
+    s->dns.data = s;
+    s->port = d->port;
+    int rc = sv_dns_resolve(s->env.resolver, &s->dns, d->host, on_resolved, &res);
+    if (rc != 1) /* answered now: dial (or report the failure) from the loop */
+        return he_start(s, rc, &res, d->port);
+    s->resolving = true;
+    s->pending++;
+    return 0;
 }
 
 static void stream_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -135,17 +302,17 @@ static void stream_read_cb(uv_stream_t *h, ssize_t n, const uv_buf_t *buf)
 
 static void direct_read(sv_ob_stream *s, bool on)
 {
-    if (!s->tcp_inited || s->closing)
+    if (s->sock == NULL || s->closing)
         return;
     if (on)
-        uv_read_start((uv_stream_t *)&s->tcp, stream_alloc, stream_read_cb);
+        uv_read_start((uv_stream_t *)s->sock, stream_alloc, stream_read_cb);
     else
-        uv_read_stop((uv_stream_t *)&s->tcp);
+        uv_read_stop((uv_stream_t *)s->sock);
 }
 
 static int direct_try_write(sv_ob_stream *s, const uv_buf_t *iov, unsigned n)
 {
-    int r = uv_try_write((uv_stream_t *)&s->tcp, iov, n);
+    int r = uv_try_write((uv_stream_t *)s->sock, iov, n);
     return r == UV_EAGAIN ? 0 : r;
 }
 
@@ -160,7 +327,7 @@ static void on_written(uv_write_t *req, int status)
 static int direct_write(sv_ob_stream *s, const uv_buf_t *iov, unsigned n)
 {
     s->wr.data = s;
-    int rc = uv_write(&s->wr, (uv_stream_t *)&s->tcp, iov, n, on_written);
+    int rc = uv_write(&s->wr, (uv_stream_t *)s->sock, iov, n, on_written);
     if (rc == 0)
         s->pending++;
     return rc;
@@ -175,10 +342,16 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 static int direct_shutdown(sv_ob_stream *s)
 {
     s->sd.data = s;
-    int rc = uv_shutdown(&s->sd, (uv_stream_t *)&s->tcp, on_shutdown);
+    int rc = uv_shutdown(&s->sd, (uv_stream_t *)s->sock, on_shutdown);
     if (rc == 0)
         s->pending++;
     return rc;
+}
+
+static void on_he_timer_closed(uv_handle_t *h)
+{
+    struct sv_ob_eyeballs *he = h->data;
+    stream_release(he->s);
 }
 
 static void direct_close(sv_ob_stream *s)
@@ -187,10 +360,18 @@ static void direct_close(sv_ob_stream *s)
         return;
     s->closing = true;
     s->pending++; /* held while the close is issued, so closed comes once, last */
-    if (s->resolving)
-        uv_cancel((uv_req_t *)&s->gai);
+    if (s->resolving) {
+        s->resolving = false;
+        sv_dns_cancel(&s->dns);
+        s->pending--; /* the resolution's hold; ours keeps the count above zero */
+    }
     if (s->tcp_inited)
         uv_close((uv_handle_t *)&s->tcp, on_tcp_closed);
+    if (s->he != NULL) {
+        for (size_t i = 0; i < s->he->next; i++)
+            attempt_close(s->he->at[i]);
+        uv_close((uv_handle_t *)&s->he->timer, on_he_timer_closed);
+    }
     stream_release(s);
 }
 
@@ -252,79 +433,135 @@ static void send_to(sv_ob_dgram *g, const struct sockaddr *to, const uint8_t *p,
         g->ev->sent(g->owner, n);
 }
 
-static void on_dgram_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+/* A datagram waiting for its name (issue 13), in the link's queue. */
+struct sv_ob_held {
+    struct sv_ob_held *next;
+    uint16_t port;
+    bool allow_internal;
+    size_t len;
+    char host[256];
+    uint8_t data[];
+};
+
+/* Send to a resolved name: dropped when any address is internal and not allowed (issue 15), or
+ * when no address has a socket; else to the first of the strategy's order that has one. */
+static void send_resolved(sv_ob_dgram *g, const sv_dns_result *res, uint16_t port,
+                          bool allow_internal, const uint8_t *p, size_t n)
+{
+    if (!allow_internal && any_internal(res, *g->env.own_addrs))
+        return; /* refused like a blocked route */
+    sv_dns_result ordered = *res;
+    sv_dns_order(&ordered, sv_resolver_strategy(g->env.resolver));
+    for (size_t i = 0; i < ordered.n; i++)
+        if (g->has[family_slot(ordered.addrs[i].family)]) {
+            struct sockaddr_storage to;
+            addr_sockaddr(&ordered.addrs[i], port, &to);
+            send_to(g, (struct sockaddr *)&to, p, n);
+            return;
+        }
+}
+
+static void on_dgram_resolved(sv_dns_req *req, int status, const sv_dns_result *res);
+
+/* Send the queued datagrams in order while their names are answered; stop at the first name
+ * that needs a query (seed 002: one query in flight per link) and start it. @p answer is the
+ * answer just received for @p host (NULL: none). */
+static void drain_held(sv_ob_dgram *g, const char *host, int status, const sv_dns_result *answer)
+{
+    while (g->held != NULL && !g->closing) {
+        struct sv_ob_held *h = g->held;
+        sv_dns_result res;
+        int rc;
+        if (host != NULL && strcmp(host, h->host) == 0) {
+            rc = status;
+            if (rc == 0)
+                res = *answer;
+        } else {
+            g->dns.data = g;
+            rc = sv_dns_resolve(g->env.resolver, &g->dns, h->host, on_dgram_resolved, &res);
+        }
+        if (rc == 1) {
+            g->resolving = true;
+            g->pending++;
+            return;
+        }
+        if (rc == 0)
+            send_resolved(g, &res, h->port, h->allow_internal, h->data, h->len);
+        g->held = h->next;
+        if (g->held == NULL)
+            g->held_tail = NULL;
+        g->n_held--;
+        g->held_bytes -= h->len;
+        free(h);
+    }
+}
+
+static void on_dgram_resolved(sv_dns_req *req, int status, const sv_dns_result *res)
 {
     sv_ob_dgram *g = req->data;
     g->resolving = false;
-    if (!g->closing && status == 0 && res != NULL) {
-        g->cached_internal = any_internal(res, *g->env.own_addrs);
-        /* seed 002: the first address of a family that has a socket */
-        for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
-            if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
-                g->has[family_slot(ai->ai_family)]) {
-                memcpy(&g->cached_addr, ai->ai_addr, ai->ai_addrlen);
-                break;
-            }
-        if (g->held != NULL && g->cached_addr.ss_family != AF_UNSPEC &&
-            !(g->cached_internal && !g->held_allow_internal))
-            send_to(g, (struct sockaddr *)&g->cached_addr, g->held, g->held_len);
+    if (!g->closing && g->held != NULL) {
+        char host[256];
+        snprintf(host, sizeof host, "%s", g->held->host);
+        drain_held(g, host, status, res);
     }
-    free(g->held);
-    g->held = NULL;
-    uv_freeaddrinfo(res);
     dgram_release(g);
 }
 
-static void set_port(struct sockaddr_storage *ss, uint16_t port)
+/* Queue one datagram for a name; dropped past SV_OB_DGRAM_QUEUE_MAX / _BYTES. */
+static void hold(sv_ob_dgram *g, const sv_dest *d, const uint8_t *p, size_t n, bool allow_internal)
 {
-    if (ss->ss_family == AF_INET)
-        ((struct sockaddr_in *)ss)->sin_port = htons(port);
+    if (g->n_held >= SV_OB_DGRAM_QUEUE_MAX || g->held_bytes + n > SV_OB_DGRAM_QUEUE_BYTES)
+        return;
+    struct sv_ob_held *h = malloc(sizeof *h + n);
+    if (h == NULL)
+        return;
+    h->next = NULL;
+    h->port = d->port;
+    h->allow_internal = allow_internal;
+    h->len = n;
+    snprintf(h->host, sizeof h->host, "%s", d->host);
+    memcpy(h->data, p, n);
+    if (g->held_tail != NULL)
+        g->held_tail->next = h;
     else
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
+        g->held = h;
+    g->held_tail = h;
+    g->n_held++;
+    g->held_bytes += n;
 }
 
-/* Send one datagram to @p d, resolving a name first (one at a time, the answer cached for the
- * next datagrams to the same name). */
+/* Send one datagram to @p d; a name is resolved on the worker's resolver, and while a name's
+ * query is in flight, datagrams to names wait in order in the link's bounded queue. */
 static void direct_dgram_send(sv_ob_dgram *g, const sv_dest *d, const uint8_t *p, size_t n,
                               bool allow_internal)
 {
     if (g->closing)
         return;
-    struct sockaddr_storage to;
     if (d->atyp != SV_ATYP_DOMAIN) {
+        struct sockaddr_storage to;
         dest_sockaddr(d, &to);
         send_to(g, (struct sockaddr *)&to, p, n);
         return;
     }
-    if (strcmp(g->cached_host, d->host) == 0 && g->cached_addr.ss_family != AF_UNSPEC) {
-        if (g->cached_internal && !allow_internal)
-            return; /* refused like a blocked route */
-        to = g->cached_addr;
-        set_port(&to, d->port);
-        send_to(g, (struct sockaddr *)&to, p, n);
+    if (g->held != NULL) { /* behind the queue, in order */
+        hold(g, d, p, n, allow_internal);
         return;
     }
-    if (g->resolving)
-        return; /* one resolution at a time; UDP may drop */
-    g->held = malloc(n ? n : 1);
-    if (g->held == NULL)
+    sv_dns_result res;
+    g->dns.data = g;
+    int rc = sv_dns_resolve(g->env.resolver, &g->dns, d->host, on_dgram_resolved, &res);
+    if (rc == 0)
+        send_resolved(g, &res, d->port, allow_internal, p, n);
+    if (rc != 1)
+        return; /* sent, or a negative answer: dropped */
+    hold(g, d, p, n, allow_internal);
+    if (g->held == NULL) { /* not held (no memory): nothing waits for the answer */
+        sv_dns_cancel(&g->dns);
         return;
-    memcpy(g->held, p, n);
-    g->held_len = n;
-    g->held_allow_internal = allow_internal;
-    snprintf(g->cached_host, sizeof g->cached_host, "%s", d->host);
-    memset(&g->cached_addr, 0, sizeof g->cached_addr);
-    char port[8];
-    snprintf(port, sizeof port, "%u", d->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM};
-    g->gai.data = g;
-    if (uv_getaddrinfo(g->env.loop, &g->gai, on_dgram_resolved, d->host, port, &hints) == 0) {
-        g->resolving = true;
-        g->pending++;
-    } else {
-        free(g->held);
-        g->held = NULL;
     }
+    g->resolving = true; /* the queue's head is the name asked (drain_held relies on it) */
+    g->pending++;
 }
 
 static void direct_dgram_close(sv_ob_dgram *g)
@@ -333,8 +570,18 @@ static void direct_dgram_close(sv_ob_dgram *g)
         return;
     g->closing = true;
     g->pending++; /* held while the close is issued, so closed comes once, last */
-    if (g->resolving)
-        uv_cancel((uv_req_t *)&g->gai);
+    if (g->resolving) {
+        g->resolving = false;
+        sv_dns_cancel(&g->dns);
+        g->pending--;
+    }
+    while (g->held != NULL) {
+        struct sv_ob_held *h = g->held;
+        g->held = h->next;
+        free(h);
+    }
+    g->held_tail = NULL;
+    g->n_held = g->held_bytes = 0;
     for (int i = 0; i < 2; i++)
         if (g->inited[i])
             uv_close((uv_handle_t *)&g->sock[i], on_sock_closed);

@@ -24,17 +24,23 @@
 
 #include <uv.h>
 
+#include "supervisor/dns/resolver.h"
 #include "supervisor/netclass.h"
 #include "supervisor/proto/core.h"
 #include "supervisor/supervisor.h"
 
 typedef struct sv_outbound_ops sv_outbound_ops;
 
-/** Where a link runs: the worker's loop and its current own addresses (issue 15). */
+/** Where a link runs: the worker's loop, its current own addresses (issue 15) and its resolver
+ *  (issue 13). */
 typedef struct sv_ob_env {
     uv_loop_t *loop;
     sv_addrset *const *own_addrs; /**< the worker's field: read at each check, may hold NULL */
+    sv_resolver *resolver;        /**< the worker's; names are resolved here */
 } sv_ob_env;
+
+/** Happy Eyeballs v2 "Connection Attempt Delay" (RFC 8305 §5, recommended 250 ms). */
+#define SV_OB_ATTEMPT_DELAY_MS 250
 
 /** What a stream reports to its owner (all on the worker loop). */
 typedef struct sv_ob_stream_events {
@@ -64,8 +70,11 @@ typedef struct sv_ob_stream {
     bool allow_internal;
     int pending;  /**< handles and requests in flight */
     bool closing, tcp_inited, resolving;
-    uv_tcp_t tcp;
-    uv_getaddrinfo_t gai;
+    uv_tcp_t tcp;           /**< an IP destination's socket */
+    uv_tcp_t *sock;         /**< the connected socket: &tcp, or a name's winning attempt */
+    sv_dns_req dns;
+    uint16_t port;          /**< the destination's, while its name resolves */
+    struct sv_ob_eyeballs *he; /**< a name's connection attempts (direct.c) */
     uv_connect_t connect;
     uv_write_t wr;
     uv_shutdown_t sd;
@@ -84,8 +93,10 @@ typedef struct sv_ob_dgram_events {
     void (*closed)(void *owner);
 } sv_ob_dgram_events;
 
-/** Names a direct datagram link remembers (seed 002 MAX_RESOLVED_NAMES is 256; one here). */
-#define SV_OB_DGRAM_HOST_MAX 256
+/** Datagrams (and their bytes) a direct link holds while a name resolves (issue 13: waiting
+ *  instead of dropped); past either bound a datagram is dropped. */
+#define SV_OB_DGRAM_QUEUE_MAX 32
+#define SV_OB_DGRAM_QUEUE_BYTES 65536
 
 /**
  * One outbound datagram link (a UDP sub-link's carrier). The owner zeroes it, sets
@@ -102,13 +113,9 @@ typedef struct sv_ob_dgram {
     uv_udp_t sock[2];  /**< [0] AF_INET, [1] AF_INET6 */
     bool inited[2];    /**< that socket's handle is initialised (closed by dgram_close) */
     bool has[2];       /**< that family's socket is bound and receiving: it can send */
-    uv_getaddrinfo_t gai;
-    uint8_t *held;     /**< the datagram waiting for the resolution (one at a time) */
-    size_t held_len;
-    bool held_allow_internal;
-    char cached_host[SV_OB_DGRAM_HOST_MAX];
-    struct sockaddr_storage cached_addr; /**< AF_UNSPEC: none usable */
-    bool cached_internal; /**< cached_host resolved to an internal address (issue 15) */
+    sv_dns_req dns;    /**< the one query in flight (seed 002: one per sub-link) */
+    struct sv_ob_held *held, *held_tail; /**< datagrams waiting for a name, in order */
+    size_t n_held, held_bytes;
     void *impl;
 } sv_ob_dgram;
 
@@ -142,9 +149,9 @@ struct sv_outbound_ops {
      *  family binds, -EADDRNOTAVAIL); close it all the same. */
     int (*dgram_open)(sv_ob_dgram *g);
     /**
-     * Send @p n bytes to @p d; dropped silently when no socket can reach it, while another name
-     * resolves, or when a name resolves to an internal address and @p allow_internal is false
-     * (issue 15). ev->sent reports what left.
+     * Send @p n bytes to @p d; dropped silently when no socket can reach it, when a name
+     * resolves to an internal address and @p allow_internal is false (issue 15), or when the
+     * queue of datagrams waiting for a name is full (issue 13). ev->sent reports what left.
      */
     void (*dgram_send)(sv_ob_dgram *g, const sv_dest *d, const uint8_t *p, size_t n,
                        bool allow_internal);

@@ -89,8 +89,9 @@ typedef struct sv_proto_ops {
 
     /**
      * Optional: the wall clock for a core that checks client timestamps (VMess auth ID window,
-     * PROTOCOLS.md §6.3), in Unix seconds. The runtime calls it before every feed() until the
-     * connection is authenticated; a core reads no clock of its own, so tests drive time here.
+     * PROTOCOLS.md §6.3; Shadowsocks 2022 ±30 s, §3.4), in Unix seconds. The runtime calls it
+     * before every feed() until the connection is authenticated; a core reads no clock of its
+     * own, so tests drive time here.
      */
     void (*set_time)(void *state, int64_t unix_s);
 

@@ -231,15 +231,24 @@ def socks_open(socks_port, cmd, host, port, timeout):
 
 class Stream:
     """One connection: a sender thread writes the pattern (optionally paced),
-    the caller's thread reads the echo and compares it byte by byte."""
+    the caller's thread reads the echo and compares it byte by byte. With first > 0 the
+    sender writes the first `first` bytes alone and waits for their echo before the rest
+    (an application's request before its bulk, as a browser's ClientHello)."""
 
-    def __init__(self, sock, data, rate, chunk):
+    def __init__(self, sock, data, rate, chunk, first=0):
         self.s, self.data, self.rate, self.chunk = sock, data, rate, chunk
+        self.first = min(first, len(data))
+        self.first_echoed = threading.Event()
         self.sent, self.send_err = 0, None
 
     def _send(self):
         t0 = time.monotonic()
         try:
+            if self.first:
+                self.s.sendall(self.data[:self.first])
+                self.sent = self.first
+                if not self.first_echoed.wait(60):
+                    return
             while self.sent < len(self.data):
                 n = min(self.chunk, len(self.data) - self.sent)
                 self.s.sendall(self.data[self.sent:self.sent + n])
@@ -275,6 +284,9 @@ class Stream:
             if got == 0:
                 touch(ready_file)
             got += len(d)
+            if got >= self.first:
+                self.first_echoed.set()
+        self.first_echoed.set()
         return got, reason
 
 
@@ -291,7 +303,7 @@ def one_tcp(a, idx, results):
         results[idx] = (0, "connect failed: %s" % e, 0.0)
         return
     try:
-        got, reason = Stream(s, data, a.rate, a.chunk).run(a.timeout, a.ready_file)
+        got, reason = Stream(s, data, a.rate, a.chunk, a.first_echo).run(a.timeout, a.ready_file)
     finally:
         s.close()
     results[idx] = (got, reason, time.monotonic() - t0)
@@ -668,6 +680,8 @@ def cmd_mkconfig(a):
             # issue 9: the Xboard shadowsocks node with the SIP003 v2ray-plugin
             node["plugin"] = "v2ray-plugin"
             node["plugin_opts"] = a.plugin_opts
+        if a.server_key:
+            node["server_key"] = a.server_key  # Shadowsocks 2022 (PANEL.md 1.4)
     if a.ws_path is not None and a.protocol != "shadowsocks":
         # issue 9: network ws with the panel's networkSettings (path, headers.Host)
         node["network"] = "ws"
@@ -1125,6 +1139,8 @@ def main():
     c.add_argument("--conns", type=int, default=1)
     c.add_argument("--rate", type=float, default=0, help="bytes/s per connection, 0 = no pacing")
     c.add_argument("--chunk", type=int, default=65536)
+    c.add_argument("--first-echo", type=int, default=0,
+                   help="send this many bytes alone and wait for their echo before the rest")
     c.add_argument("--ready-file", help="written once the first echoed bytes arrive")
     c = sub.choices["udp"]
     c.add_argument("--count", type=int, default=20)
@@ -1145,6 +1161,7 @@ def main():
     c.add_argument("--out", required=True)
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--cipher", default="aes-256-gcm")
+    c.add_argument("--server-key", help="shadowsocks 2022: the node's server_key (base64)")
     c.add_argument("--user", action="append", default=[],
                    help="ID:UUID[:DEVICE_LIMIT] (repeatable)")
     c.add_argument("--block", action="append", help="route block match (repeatable)")

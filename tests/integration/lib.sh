@@ -18,7 +18,11 @@ if [ -z "${KT_UNDER_TIMEOUT:-}" ]; then
     exec timeout -k 5 "$KT_LIMIT" bash "$0" "$@"
 fi
 
-KT_NAME=${KT_NAME:-$(basename "$0" .sh)}  # a wrapper running another script names itself
+# KT_CLIENT (v2ray | xray | sing-box) picks the client of the tests that run with several
+# (t-trojan-clients.sh, t-vless-clients.sh); it names the test too. A wrapper running another
+# script names itself with KT_NAME.
+KT_CLIENT=${KT_CLIENT:-}
+KT_NAME=${KT_NAME:-$(basename "$0" .sh)${KT_CLIENT:+-$KT_CLIENT}}
 KT_DIR=$(cd "$(dirname "$0")" && pwd)
 KT_PY=(python3 "$KT_DIR/katest.py")
 KT_SERVER=${KT_SERVER:-katana}

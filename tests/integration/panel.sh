@@ -2,7 +2,11 @@
 # panel.sh: helpers for the panel tests (t-panel-*.sh), sourced after lib.sh. A UniProxy panel
 # emulator (panel_emu.py) on loopback, a katana config pointing at it, and the accounting
 # checks: the panel's recorded totals, the outbox's pending rows, katana's usage lines.
+# PANEL_TYPE=sspanel (issue 14) runs the same test against the emulator's SSPanel mod_mu mode
+# (the t-sspanel-*.sh wrappers): the emulator translates its state, katana's config names the
+# sspanel panel with the intervals the panel_start call gave.
 
+PANEL_TYPE=${PANEL_TYPE:-uniproxy}
 CIPHER=aes-256-gcm
 MIB=1048576
 PANEL_TOKEN=test-token-$$
@@ -10,6 +14,7 @@ PANEL_TOKEN=test-token-$$
 # panel_start PUSH_S PULL_S UID:UUID...: start the emulator serving one shadowsocks node.
 panel_start() {
     local push=$1 pull=$2; shift 2
+    PANEL_PUSH=$push; PANEL_PULL=$pull
     kt_ports 3; PANEL_PORT=${PORTS[0]}; NODE_PORT=${PORTS[1]}; API_PORT=${PORTS[2]}
     python3 - "$T/panel-config.json" "$T/panel-users.json" "$NODE_PORT" "$CIPHER" "$push" \
         "$pull" "$@" <<'EOF'
@@ -27,7 +32,7 @@ json.dump({"users": us}, open(users, "w"))
 EOF
     kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
         --config "$T/panel-config.json" --users "$T/panel-users.json" \
-        --ready-file "$T/panel.ready" --hold "${PANEL_HOLD:-4}"
+        --ready-file "$T/panel.ready" --hold "${PANEL_HOLD:-4}" --mode "$PANEL_TYPE"
     PANEL_PID=$BG_PID
     kt_wait_file "$T/panel.ready" 10 || { fail "panel emulator did not start"; exit 1; }
 }
@@ -59,6 +64,17 @@ panel_hits() {
 # kat_config FILE [FLUSH_S]: a katana config for the emulator's node (allow_private: the echo
 # server the tests relay to is on loopback, issue 15).
 kat_config() {
+    if [ "$PANEL_TYPE" = sspanel ]; then
+        cat >"$1" <<EOF
+{"log": {"level": "debug"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
+ "db": {"path": "$T/katana.db", "flush_interval": ${2:-1}},
+ "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
+            "panel": {"type": "sspanel", "url": "http://127.0.0.1:$PANEL_PORT",
+                      "token": "$PANEL_TOKEN", "node_id": 1, "timeout": ${KAT_TIMEOUT:-2},
+                      "pull_interval": $PANEL_PULL, "push_interval": $PANEL_PUSH}}]}
+EOF
+        return
+    fi
     cat >"$1" <<EOF
 {"log": {"level": "debug"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
  "db": {"path": "$T/katana.db", "flush_interval": ${2:-1}},

@@ -18,7 +18,24 @@ Faults: 500 = JSON 500 {"message":...}; 502 = HTML 502; timeout = hold the reque
 the push, then close the connection without an answer; slow:S = answer normally after S s;
 apply_hang:S (push only) = apply the push, then answer only after S s.
 
+--mode sspanel (issue 14) speaks SSPanel-UIM mod_mu instead (PANEL.md §2): GET
+/mod_mu/nodes/{id}/info and /mod_mu/users (key/muKey query, W/"..." ETags, 304, {"ret":1,...}
+envelopes, 401 {"ret":0,"msg":"Invalid request."} on a bad key), POST /mod_mu/users/traffic,
+/mod_mu/users/aliveip and the legacy POST /mod_mu/nodes/{id}/info load report. The state and the
+control endpoints stay in UniProxy shapes: the config and users set through /_emu/ are translated
+(shadowsocks -> sort 0 with custom_config.method and offset_port_node, trojan -> sort 14, vless
+-> sort 11 with enable_vless; uuid -> passwd on sort 0; speed_limit -> node_speedlimit,
+device_limit -> node_iplimit), endpoint names for faults and hits are the UniProxy ones
+(config, user, push, alive, status), and pushes are recorded as {uid: [up, down]}. Extra controls:
+  POST /_emu/raw      {"endpoint":"config"|"user","body":<raw answer or null>, "status":200}:
+                      answer that endpoint with this body from now on (null: back to translating);
+                      {"endpoint":...,"huge":N}: a 200 whose JSON body is N bytes long
+  POST /_emu/detect_rules  [{"id","name","text","regex","type"}...]: GET func/detect_rules
+  POST /_emu/deleted  {"ids":[uid,...]}: users deleted from the panel: a traffic entry for one
+                      is fatal after the earlier entries were applied (HTTP 500, PANEL.md §2.6)
+
 usage: panel_emu.py --port P --token T --config FILE --users FILE [--ready-file F] [--hold S]
+                    [--mode uniproxy|sspanel]
 """
 
 import argparse
@@ -34,13 +51,66 @@ API = "/api/v1/server/UniProxy/"
 LOCK = threading.Lock()
 STATE = {"config": {}, "users": {"users": []}, "totals": {}, "pushes": [], "hits": {},
          "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": [],
-         "alivelist": {}}
+         "alivelist": {}, "raw": {}, "deleted": [], "detect_rules": []}
 ARGS = None
 
 
 def body_etag(obj):
     text = json.dumps(obj, separators=(",", ":")).encode()
-    return text, '"%s"' % hashlib.sha1(text).hexdigest()
+    etag = '"%s"' % hashlib.sha1(text).hexdigest()
+    return text, ("W/" + etag) if ARGS.mode == "sspanel" else etag
+
+
+SORTS = {"shadowsocks": 0, "vmess": 11, "vless": 11, "trojan": 14}
+
+
+def ss_info(cfg):
+    """A UniProxy config object as mod_mu's node info (PANEL.md §2.5)."""
+    proto = cfg.get("protocol", "shadowsocks")
+    sort = SORTS.get(proto, 2)
+    cc = {"offset_port_node": str(cfg.get("server_port", 0)),
+          "offset_port_user": str(cfg.get("server_port", 0))}
+    if cfg.get("cipher"):
+        cc["method"] = cfg["cipher"]
+        if cfg["cipher"].startswith("2022-"):
+            sort = 1
+            cc["server_key"] = cfg.get("server_key") or ""
+    if proto == "vless":
+        cc["enable_vless"] = "1"
+    if proto == "trojan" and cfg.get("server_name"):
+        cc["host"] = cfg["server_name"]
+    if cfg.get("network") not in (None, "", "tcp"):
+        cc["network"] = cfg["network"]
+    return {"ret": 1, "data": {"node_speedlimit": 0, "sort": sort, "server": "127.0.0.1",
+                               "custom_config": cc, "type": "SSPanel-UIM",
+                               "version": "2025.1.0"}}
+
+
+def ss_users(cfg, users):
+    """A UniProxy user list as mod_mu's users answer (PANEL.md §2.4)."""
+    sort = ss_info(cfg)["data"]["sort"]
+    out = []
+    for u in users.get("users", []):
+        e = {"id": u["id"], "node_speedlimit": u.get("speed_limit") or 0}
+        if sort <= 1:
+            e.update({"passwd": u["uuid"], "method": cfg.get("cipher"),
+                      "port": cfg.get("server_port", 0)})
+        else:
+            e["uuid"] = u["uuid"]
+        if u.get("device_limit"):
+            e["node_iplimit"] = u["device_limit"]
+        out.append(e)
+    return {"ret": 1, "data": out}
+
+
+def ss_endpoint(method, path):
+    """The UniProxy name of a mod_mu route, or None."""
+    parts = path.strip("/").split("/")
+    if len(parts) == 4 and parts[:2] == ["mod_mu", "nodes"] and parts[3] == "info":
+        return "config" if method == "GET" else "status"
+    return {"/mod_mu/users": "user", "/mod_mu/users/traffic": "push",
+            "/mod_mu/func/detect_rules": "detect_rules",
+            "/mod_mu/users/aliveip": "alive"}.get(path)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -74,6 +144,8 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.read_body()
         if url.path.startswith("/_emu/"):
             return self.control(method, url.path[6:], raw)
+        if ARGS.mode == "sspanel":
+            return self.sspanel(method, url, raw)
         if not url.path.startswith(API):
             return self.send(404, {"message": "not found"})
         ep = url.path[len(API):]
@@ -99,6 +171,97 @@ class Handler(BaseHTTPRequestHandler):
         if handler is None:
             return self.send(404, {"message": "not found"})
         return handler(raw, fault)
+
+    def sspanel(self, method, url, raw):
+        ep = ss_endpoint(method, url.path)
+        q = parse_qs(url.query)
+        if ep is None:
+            return self.send(404, {"ret": 0, "msg": "Not found."})
+        with LOCK:
+            STATE["hits"][ep] = STATE["hits"].get(ep, 0) + 1
+            STATE["hit_times"].setdefault(ep, []).append(time.time())
+            queue = STATE["faults"].get(ep) or []
+            fault = queue.pop(0) if queue else None
+            down = STATE["down"]
+            raw_answer = STATE["raw"].get(ep)
+        if down:
+            return self.send(502, b"<html>502 Bad Gateway</html>", "text/html")
+        if q.get("key", [""])[0] != ARGS.token:
+            return self.send(401, {"ret": 0, "msg": "Invalid request."})
+        if ep in ("user", "push", "alive") and not q.get("node_id", [""])[0]:
+            return self.send(200, {"ret": 0, "msg": "Node not found."})
+        if fault and self.pre_fault(fault):
+            return None
+        if raw_answer is not None and raw_answer.get("huge"):
+            return self.send_huge(int(raw_answer["huge"]))
+        if raw_answer is not None:
+            body = raw_answer["body"]
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            return self.send(raw_answer.get("status", 200), data)
+        if ep == "detect_rules":
+            with LOCK:
+                rules = STATE["detect_rules"]
+            return self.fetch({"ret": 1, "data": rules})
+        if ep in ("config", "user"):
+            with LOCK:
+                cfg, users = STATE["config"], STATE["users"]
+            return self.fetch(ss_info(cfg) if ep == "config" else ss_users(cfg, users))
+        try:
+            items = json.loads(raw or b"{}")["data"]
+            assert isinstance(items, list)
+        except (ValueError, KeyError, TypeError, AssertionError):
+            return self.send(200, {"ret": 0, "msg": "Invalid data."})
+        if ep == "push":
+            return self.ss_traffic(items, fault)
+        with LOCK:
+            if ep == "alive":
+                alive = {}
+                for e in items:
+                    alive.setdefault(str(e["user_id"]), []).append(e["ip"])
+                STATE["alive"].append(alive)
+            else:
+                STATE["status"].append(json.loads(raw))
+        return self.send(200, {"ret": 1, "msg": "ok"})
+
+    def send_huge(self, n):
+        """A 200 of n bytes, a JSON array that never ends; the client may hang up early."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(n))
+        self.end_headers()
+        chunk = b'{"id":1,"uuid":"x"},' * 3276
+        try:
+            self.wfile.write(b'{"ret":1,"data":[')
+            sent = 17
+            while sent < n:
+                part = chunk[:n - sent]
+                self.wfile.write(part)
+                sent += len(part)
+        except OSError:
+            pass
+        self.close_connection = True
+
+    def ss_traffic(self, items, fault):
+        """Applied entry by entry without a transaction (PANEL.md §2.6)."""
+        body = {}
+        with LOCK:
+            for e in items:
+                if e["user_id"] in STATE["deleted"]:
+                    STATE["pushes"].append({"t": time.time(), "body": body, "fault": "deleted"})
+                    return self.send(500, b"<html>Whoops, looks like something went wrong.</html>",
+                                     "text/html")
+                uid = str(e["user_id"])
+                t = STATE["totals"].setdefault(uid, [0, 0])
+                t[0] += int(e["u"])
+                t[1] += int(e["d"])
+                body[uid] = [int(e["u"]), int(e["d"])]
+            STATE["pushes"].append({"t": time.time(), "body": body, "fault": fault})
+        if fault == "apply_close":
+            self.close_connection = True
+            return None
+        if fault and fault.startswith("apply_hang:"):
+            time.sleep(float(fault[len("apply_hang:"):]))
+        return self.send(200, {"ret": 1, "msg": "ok"})
 
     def pre_fault(self, fault):
         """Faults that replace the answer; True when the request was answered here."""
@@ -192,6 +355,13 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["down"] = bool(body.get("down"))
             elif what == "alivelist":  # {"<uid>": count}: the alivelist answer from now on
                 STATE["alivelist"] = body
+            elif what == "raw":  # sspanel: a raw answer for config/user (null: translate again)
+                keep = body.get("body") is not None or body.get("huge")
+                STATE["raw"][body["endpoint"]] = body if keep else None
+            elif what == "detect_rules":  # sspanel: [{"id","name","text","regex","type"}]
+                STATE["detect_rules"] = body
+            elif what == "deleted":
+                STATE["deleted"] = list(body["ids"])
             else:
                 return self.send(404, {"message": "unknown control"})
         return self.send(200, {"ok": True})
@@ -206,6 +376,7 @@ def main():
     p.add_argument("--users", required=True)
     p.add_argument("--ready-file")
     p.add_argument("--hold", type=float, default=5.0)
+    p.add_argument("--mode", choices=("uniproxy", "sspanel"), default="uniproxy")
     ARGS = p.parse_args()
     with open(ARGS.config) as f:
         STATE["config"] = json.load(f)

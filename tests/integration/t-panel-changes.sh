@@ -33,7 +33,8 @@ import json, sys
 alive = json.loads(sys.argv[1])["alive"]
 sys.exit(0 if any("127.0.0.1" in a.get("1", []) for a in alive) else 1)' "$(panel_ctl state)"
 
-# pull interval 1 s -> 3 s
+# pull interval 1 s -> 3 s (UniProxy's base_config; mod_mu has no interval: katana's config sets it)
+if [ "$PANEL_TYPE" != sspanel ]; then
 panel_ctl config "$(python3 -c '
 import json, sys
 c = json.load(open(sys.argv[1])); c["base_config"]["pull_interval"] = 3; print(json.dumps(c))' \
@@ -51,6 +52,7 @@ import sys
 gaps, since = sys.argv[1].split("|")
 g = [float(x) for x in gaps.split()]
 sys.exit(0 if g and min(g) > 2.0 and float(since.split(":")[1]) < 6 else 1)' "$GAPS"
+fi
 
 sleep 2.5
 srv_usage_mark

@@ -200,8 +200,39 @@ static void config__missing_keys__are_named(void **state)
 
 static void config__other_panel_types__are_refused(void **state)
 {
-    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"sspanel\"}}]}", -EINVAL,
-                 "nodes[0].panel.type: unsupported panel type \"sspanel\"");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"ppanel\"}}]}", -EINVAL,
+                 "nodes[0].panel.type: unsupported panel type \"ppanel\"");
+}
+
+#define SS_CONFIG(db, extra) "{" db "\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"sspanel\"," \
+                             "\"url\":\"https://p.example\",\"token\":\"k\"" extra "}}]}"
+
+/* issue 14: the sspanel panel (mod_mu), strict like uniproxy, with its own intervals. */
+static void config__sspanel_panel__parses_and_errors_name_their_path(void **state)
+{
+    (void)state;
+    const char *text = SS_CONFIG("\"db\":{\"path\":\"k.db\"},", ",\"node_id\":7,\"timeout\":3,"
+                                 "\"pull_interval\":30,\"push_interval\":90");
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(text, strlen(text), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.nodes[0].panel.type, AG_PANEL_SSPANEL);
+    assert_string_equal(cfg.nodes[0].panel.node_id, "7");
+    assert_string_equal(cfg.nodes[0].panel.token, "k");
+    assert_int_equal(cfg.nodes[0].panel.timeout_s, 3);
+    assert_int_equal(cfg.nodes[0].panel.pull_interval_s, 30);
+    assert_int_equal(cfg.nodes[0].panel.push_interval_s, 90);
+    ag_config_free(&cfg);
+    expect_error(SS_CONFIG("", ",\"node_id\":1"), -EINVAL,
+                 "db.path: required with a sspanel panel (nodes[0])");
+    expect_error(SS_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":\"hk\""), -EINVAL,
+                 "nodes[0].panel.node_id: expected a positive integer");
+    expect_error(SS_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"node_type\":\"x\""),
+                 -EINVAL, "nodes[0].panel.node_type: unknown key");
+    expect_error(SS_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"pull_interval\":0"),
+                 -EINVAL, "nodes[0].panel.pull_interval: expected seconds between 1 and 86400");
+    expect_error(SS_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"push_interval\":\"60\""),
+                 -EINVAL, "nodes[0].panel.push_interval: expected seconds between 1 and 86400");
 }
 
 #define UP_PANEL(extra) "{\"type\":\"uniproxy\",\"url\":\"https://p.example\",\"token\":\"t\"," \
@@ -320,6 +351,51 @@ static void config__max_connections__default_and_bounds(void **state)
                  "max_connections: must be between 0 and 16777216");
     expect_error("{\"max_connections\":16777217,\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "max_connections: must be between 0 and 16777216");
+}
+
+/* dns (issue 13): servers, timeout and strategy, strictly. */
+static void config__dns__parses_and_refuses_bad_values(void **state)
+{
+    const char *dflt = "{\"nodes\":[" NODE_OK "]}";
+    const char *set = "{\"dns\":{\"servers\":[\"127.0.0.53\",\"127.0.0.1:5353\",\"[::1]:53\","
+                      "\"::1\"],\"timeout\":1.5,\"strategy\":\"ipv6_only\"},\"nodes\":[" NODE_OK
+                      "]}";
+    ag_config cfg;
+    sv_error err = {0};
+    (void)state;
+    assert_int_equal(ag_config_parse(dflt, strlen(dflt), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.dns.n_servers, 0);
+    assert_int_equal(cfg.dns.timeout_ms, 0);
+    assert_int_equal(cfg.dns.strategy, SV_DNS_PREFER_IPV4);
+    ag_config_free(&cfg);
+    assert_int_equal(ag_config_parse(set, strlen(set), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.dns.n_servers, 4);
+    assert_string_equal(cfg.dns.servers[1], "127.0.0.1:5353");
+    assert_string_equal(cfg.dns.servers[2], "[::1]:53");
+    assert_int_equal(cfg.dns.timeout_ms, 1500);
+    assert_int_equal(cfg.dns.strategy, SV_DNS_IPV6_ONLY);
+    ag_config_free(&cfg);
+    expect_error("{\"dns\":{\"server\":[]},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.server: unknown key");
+    expect_error("{\"dns\":[],\"nodes\":[" NODE_OK "]}", -EINVAL, "dns: expected an object");
+    expect_error("{\"dns\":{\"servers\":\"1.1.1.1\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.servers: expected an array");
+    static const char *const bad[] = {"dns.example", "1.2.3.4:0", "1.2.3.4:65536", "[::1]",
+                                      "[::1]:x", "1.2.3:53", "::1:53:", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"dns\":{\"servers\":[\"%s\"]},\"nodes\":[" NODE_OK "]}",
+                 bad[i]);
+        expect_error(text, -EINVAL,
+                     "dns.servers[0]: expected \"ip\", \"ipv4:port\" or \"[ipv6]:port\"");
+    }
+    expect_error("{\"dns\":{\"timeout\":0},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.timeout: must be between 0.1 and 60 seconds");
+    expect_error("{\"dns\":{\"timeout\":\"5\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.timeout: expected a number of seconds");
+    expect_error("{\"dns\":{\"strategy\":\"ipv4\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.strategy: unknown strategy \"ipv4\" (prefer_ipv4, prefer_ipv6, ipv4_only, "
+                 "ipv6_only)");
 }
 
 /* The default budget (issue 15): 128 descriptors kept, 2 per relayed connection, at least 1. */
@@ -562,6 +638,7 @@ int main(void)
         cmocka_unit_test(config__wrong_types__are_named),
         cmocka_unit_test(config__missing_keys__are_named),
         cmocka_unit_test(config__other_panel_types__are_refused),
+        cmocka_unit_test(config__sspanel_panel__parses_and_errors_name_their_path),
         cmocka_unit_test(config__uniproxy_panel__parses_with_db),
         cmocka_unit_test(config__uniproxy_panel__errors_name_their_path),
         cmocka_unit_test(config__bad_json__gives_position),
@@ -576,6 +653,7 @@ int main(void)
         cmocka_unit_test(config__packaged_example__has_an_api_token),
         cmocka_unit_test(config__cert_fallback_node_type__parse_strictly),
         cmocka_unit_test(config__max_connections__default_and_bounds),
+        cmocka_unit_test(config__dns__parses_and_refuses_bad_values),
         cmocka_unit_test(config__max_connections__default_from_fd_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

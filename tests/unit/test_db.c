@@ -60,7 +60,7 @@ static db_store *open_ok(const tmp *t)
 
 static void add(db_store *d, const char *node, uint64_t uid, uint64_t up, uint64_t down)
 {
-    db_usage u = {uid, up, down};
+    sv_usage u = {uid, up, down};
     sv_error err = {0};
     int rc = db_usage_add(d, node, &u, 1, 1000, &err);
     if (rc != 0)
@@ -119,7 +119,7 @@ static void db__pending_users__sums_open_and_claimed_rows_per_uid(void **state)
     tmp *t = *state;
     db_store *d = open_ok(t);
     sv_error err = {0};
-    db_usage *v = NULL;
+    sv_usage *v = NULL;
     size_t n = 99;
     assert_int_equal(db_usage_pending_users(d, "a", &v, &n, &err), 0);
     assert_int_equal(n, 0);
@@ -224,7 +224,7 @@ static void db__add__merges_per_node_and_uid(void **state)
 {
     tmp *t = *state;
     db_store *d = open_ok(t);
-    db_usage batch[] = {{1, 100, 200}, {2, 5, 0}, {1, 1, 2}, {3, 0, 0}};
+    sv_usage batch[] = {{1, 100, 200}, {2, 5, 0}, {1, 1, 2}, {3, 0, 0}};
     sv_error err = {0};
     assert_int_equal(db_usage_add(d, "a", batch, 4, 1000, &err), 0);
     add(d, "b", 1, 1000, 1000);
@@ -327,9 +327,9 @@ static void db__overflow__is_refused_and_writes_nothing(void **state)
     db_store *d = open_ok(t);
     sv_error err = {0};
     add(d, "a", 1, (uint64_t)INT64_MAX - 1, 0);
-    db_usage two[] = {{2, 1, 1}, {1, 2, 0}};
+    sv_usage two[] = {{2, 1, 1}, {1, 2, 0}};
     assert_int_equal(db_usage_add(d, "a", two, 2, 1000, &err), -EOVERFLOW);
-    db_usage big = {3, UINT64_MAX, 0};
+    sv_usage big = {3, UINT64_MAX, 0};
     assert_int_equal(db_usage_add(d, "a", &big, 1, 1000, &err), -EOVERFLOW);
     db_batch b;
     assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
@@ -370,7 +370,7 @@ static void db__killed_writer__keeps_every_committed_merge(void **state)
         if (db_open(t->path, &d, NULL) != 0)
             _exit(2);
         for (int i = 0; i < 100000; i++) {
-            db_usage u = {1, 1, 2};
+            sv_usage u = {1, 1, 2};
             if (db_usage_add(d, "a", &u, 1, 1000, NULL) != 0)
                 _exit(3);
             if (write(fds[1], "x", 1) != 1)

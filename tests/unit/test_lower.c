@@ -291,17 +291,64 @@ static void lower__null_or_missing_limits__are_unlimited(void **state)
     free_state(&st);
 }
 
-static void lower__unknown_cipher__is_named(void **state)
+/* Issue 10: a Shadowsocks 2022 node (Xboard's fixture) lowers to an SS2022 inbound on TCP and
+ * UDP with the panel's server_key; its users' secrets stay their UUIDs (the core takes the key
+ * from them). Validation: test_validate. */
+static void lower__ss2022_node__served_with_server_key(void **state)
 {
+    (void)state;
     ag_node_state st;
     sv_spec s;
     sv_error err = {0};
     state_from_fixtures(&st, "ss22", NULL, "v2board-config-shadowsocks-2022.json",
                         "v2board-user-basic.json");
     ag_fleet f = {.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), 0);
+    const sv_inbound_spec *in = &s.inbounds[0];
+    assert_int_equal(in->protocol, SV_INBOUND_SS2022);
+    assert_int_equal(in->ss_cipher, SV_SS_2022_AES_128_GCM);
+    assert_string_equal(in->ss_server_key, "NzhhN2QwMWMwMmQxYTlkMA==");
+    assert_true(in->udp);
+    assert_string_equal(s.user_sets[0].users[0].secret, "167dd41a-347a-4e47-8e5a-c63a43514e2e");
+    sv_spec_free(&s);
+    free_state(&st);
+
+    enum sv_ss_cipher c;
+    assert_int_equal(ag_lower_cipher("2022-blake3-aes-256-gcm", &c), 0);
+    assert_int_equal(c, SV_SS_2022_AES_256_GCM);
+    assert_int_equal(ag_lower_cipher("2022-blake3-chacha20-poly1305", &c), 0);
+    assert_int_equal(c, SV_SS_2022_CHACHA20_POLY1305);
+    /* chacha20: Xboard sends no server_key (PANEL.md §1.4 gap): a single-user inbound */
+    state_from_json(&st, "c", "{\"server_port\":9,\"cipher\":\"2022-blake3-chacha20-poly1305\","
+                    "\"server_key\":null}", "{\"users\":[]}");
+    f.nodes = &st;
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), 0);
+    assert_int_equal(s.inbounds[0].protocol, SV_INBOUND_SS2022);
+    assert_null(s.inbounds[0].ss_server_key);
+    assert_true(s.inbounds[0].udp);
+    sv_spec_free(&s);
+    free_state(&st);
+
+    /* the v2ray-plugin is served with the classic ciphers only (issue 9): refused naming it */
+    state_from_json(&st, "p", "{\"server_port\":9,\"cipher\":\"2022-blake3-aes-128-gcm\","
+                    "\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=0\"}",
+                    "{\"users\":[]}");
+    f.nodes = &st;
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
-    assert_string_equal(err.msg, "node ss22: unsupported shadowsocks cipher "
-                                 "\"2022-blake3-aes-128-gcm\"");
+    assert_string_equal(err.msg, "node p: plugin \"v2ray-plugin\": not served with a "
+                                 "2022-blake3 cipher (v2ray-plugin with classic ciphers only)");
+    free_state(&st);
+}
+
+static void lower__unknown_cipher__is_named(void **state)
+{
+    ag_node_state st;
+    sv_spec s;
+    sv_error err = {0};
+    state_from_json(&st, "rc", "{\"server_port\":9,\"cipher\":\"rc4-md5\"}", "{\"users\":[]}");
+    ag_fleet f = {.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node rc: unsupported shadowsocks cipher \"rc4-md5\"");
     assert_null(s.inbounds); /* nothing left to free */
     assert_null(s.outbounds);
     free_state(&st);
@@ -1058,6 +1105,7 @@ int main(void)
         cmocka_unit_test(lower__speed_limit__mbps_to_bytes_per_second),
         cmocka_unit_test(lower__null_or_missing_limits__are_unlimited),
         cmocka_unit_test(lower__unknown_cipher__is_named),
+        cmocka_unit_test(lower__ss2022_node__served_with_server_key),
         cmocka_unit_test(lower__other_protocols__are_refused),
         cmocka_unit_test(lower__unserved_settings__are_refused_naming_the_field),
         cmocka_unit_test(lower__trojan_node__inbound_over_tls_and_refusals),

@@ -113,7 +113,7 @@ static int setup(void **state)
     snprintf(cfg, sizeof cfg, "{\"nodes\":[{\"tag\":\"demo\",\"panel\":{\"type\":\"local\","
              "\"node_file\":\"node.json\",\"users_file\":\"users.json\"}}]}");
     assert_int_equal(ag_config_parse(cfg, strlen(cfg), f->dir, &f->cfg, &err), 0);
-    assert_int_equal(ag_manager_new(NULL, NULL, &f->m), 0);
+    assert_int_equal(ag_manager_new(NULL, NULL, NULL, &f->m), 0);
     *state = f;
     return 0;
 }
@@ -258,7 +258,7 @@ static void node__fetch_alone__gives_the_fleet(void **state)
     fx *f = *state;
     int calls = 0;
     sv_error err = {0};
-    assert_int_equal(ag_fetch(NULL, &f->cfg, NULL, on_fetch, &calls, &err), 0);
+    assert_int_equal(ag_fetch(NULL, &f->cfg, NULL, NULL, on_fetch, &calls, &err), 0);
     assert_int_equal(calls, 1);
     assert_int_equal(rec.applies, 0);
 }
@@ -276,7 +276,7 @@ static void node__uniproxy_status__shows_the_url_without_secrets(void **state)
                        "/base?key=s3cret#frag\",\"token\":\"tok-secret\",\"node_id\":3,"
                        "\"node_type\":\"shadowsocks\"}}]}";
     assert_int_equal(ag_config_parse(text, strlen(text), f->dir, &cfg, &err), 0);
-    ag_manager_load(f->m, &cfg, on_load, f, &err); /* refused: no uniproxy client hook */
+    ag_manager_load(f->m, &cfg, on_load, f, &err); /* refused: no remote client source */
     api_node_status *st = NULL;
     long n = ag_manager_status(f->m, &st);
     assert_int_equal(n, 1);

@@ -87,6 +87,8 @@ static void o_closed(void *ctx)
     o->closed++;
     if (o->server != NULL && o->closed == 1)
         uv_close((uv_handle_t *)o->server, NULL);
+    if (o->closed == 1) /* the link's resolver goes with it */
+        sv_resolver_close(o->s.env.resolver);
 }
 
 static const sv_ob_stream_events events = {o_connected, o_alloc, o_read, o_written, o_closed};
@@ -97,7 +99,9 @@ static void owner_init(owner *o, uv_loop_t *loop, const sv_outbound_ops *ops, bo
     o->s.ops = ops;
     o->s.ev = &events;
     o->s.owner = o;
-    o->s.env = (sv_ob_env){loop, &o->own};
+    sv_resolver *r = NULL;
+    assert_int_equal(sv_resolver_new(loop, NULL, &r), 0);
+    o->s.env = (sv_ob_env){loop, &o->own, r};
     o->s.allow_internal = allow_internal;
 }
 
@@ -295,6 +299,8 @@ static void d_closed(void *ctx)
 {
     downer *o = ctx;
     o->closed++;
+    if (o->closed == 1)
+        sv_resolver_close(o->g.env.resolver);
 }
 
 static const sv_ob_dgram_events devents = {d_alloc, d_recv, d_sent, d_closed};
@@ -351,7 +357,9 @@ static void a_direct_datagram_link_answers_from_the_destination_family(void **st
         o.g.ops = &sv_ob_direct;
         o.g.ev = &devents;
         o.g.owner = &o;
-        o.g.env = (sv_ob_env){&loop, &o.own};
+        sv_resolver *r = NULL;
+        assert_int_equal(sv_resolver_new(&loop, NULL, &r), 0);
+        o.g.env = (sv_ob_env){&loop, &o.own, r};
         assert_int_equal(o.g.ops->dgram_open(&o.g), 0);
         assert_true(o.g.has[cases[i].family == AF_INET ? 0 : 1]);
         sv_dest d = {.network = SV_NET_UDP};

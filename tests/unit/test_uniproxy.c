@@ -252,7 +252,7 @@ static void fetch_users(fixture *f, got *g)
     assert_int_equal(g->calls, 1);
 }
 
-static void push(fixture *f, const pn_traffic *items, size_t n, got *g)
+static void push(fixture *f, const sv_usage *items, size_t n, got *g)
 {
     memset(g, 0, sizeof *g);
     assert_int_equal(f->c->ops->report_usage(f->c, items, n, on_report, g), 0);
@@ -280,7 +280,7 @@ static void uniproxy__config__sends_query_and_parses(void **state)
     assert_string_equal(srv.inm, "(none)");
     size_t len = 0;
     const char *etag = NULL;
-    const char *body = pn_uniproxy_body(f->c, PN_BODY_CONFIG, &len, &etag);
+    const char *body = pn_last_body(f->c, PN_BODY_CONFIG, &len, &etag);
     assert_non_null(body);
     assert_int_equal(len, strlen(srv.body));
     assert_string_equal(etag, "\"e1\"");
@@ -307,7 +307,7 @@ static void uniproxy__seeded_etag__is_sent(void **state)
 {
     fixture *f = *state;
     got g;
-    assert_int_equal(pn_uniproxy_set_etag(f->c, PN_BODY_CONFIG, "\"stored\""), 0);
+    assert_int_equal(pn_set_etag(f->c, PN_BODY_CONFIG, "\"stored\""), 0);
     answer(304, "text/plain", NULL, "");
     fetch_node(f, &g);
     assert_int_equal(g.rc, PN_NOT_MODIFIED);
@@ -335,7 +335,7 @@ static void uniproxy__html_200__is_an_error_and_keeps_the_etag(void **state)
     assert_true(g.rc < 0);
     assert_non_null(strstr(g.err, "panel user: HTTP 200 body is not JSON (text/html)"));
     const char *etag = NULL;
-    pn_uniproxy_body(f->c, PN_BODY_USERS, NULL, &etag);
+    pn_last_body(f->c, PN_BODY_USERS, NULL, &etag);
     assert_string_equal(etag, "\"good\"");
     answer(200, "application/json", NULL, "{\"users\":{}}"); /* JSON, wrong shape */
     fetch_users(f, &g);
@@ -441,7 +441,7 @@ static void uniproxy__push__body_and_acks(void **state)
 {
     fixture *f = *state;
     got g;
-    pn_traffic t[] = {{1, 10, 20}, {5000000000ull, 4294967296000ull, 1}};
+    sv_usage t[] = {{1, 10, 20}, {5000000000ull, 4294967296000ull, 1}};
     answer(200, "application/json", NULL,
            "{\"status\":\"success\",\"message\":\"\\u64cd\\u4f5c\\u6210\\u529f\",\"data\":true,"
            "\"error\":null}");

@@ -368,6 +368,47 @@ static void an_unknown_cipher_is_refused(void **state)
     expect_invalid(&f, "inbound ss1: unknown cipher");
 }
 
+/* Issue 10: a Shadowsocks 2022 inbound: a 2022 cipher, TCP only, a user set, a server key of the
+ * cipher's length in base64, no server key with chacha20 (no identity headers). */
+static void a_shadowsocks_2022_inbound_is_checked(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f);
+    f.in[1].protocol = SV_INBOUND_SS2022;
+    f.in[1].ss_cipher = SV_SS_2022_AES_128_GCM;
+    f.in[1].ss_server_key = "NzhhN2QwMWMwMmQxYTlkMA==";
+    expect_valid(&f);
+    f.in[1].ss_server_key = NULL; /* single user: the core refuses a second user */
+    expect_valid(&f);
+    f.in[1].ss_server_key = "NzhhN2QwMWMwMmQxYTlkMA";
+    expect_invalid(&f, "inbound ss2: server_key is not the standard base64 of 16 bytes");
+    f.in[1].ss_server_key = "NzhhN2QwMWMwMmQxYTlk*A==";
+    expect_invalid(&f, "inbound ss2: server_key is not the standard base64 of 16 bytes");
+    f.in[1].ss_cipher = SV_SS_2022_AES_256_GCM;
+    f.in[1].ss_server_key = "NzhhN2QwMWMwMmQxYTlkMA==";
+    expect_invalid(&f, "inbound ss2: server_key is not the standard base64 of 32 bytes");
+    f.in[1].ss_cipher = SV_SS_2022_CHACHA20_POLY1305;
+    f.in[1].ss_server_key = "klmDzbDBonLE+cn2Qqk3rs5quAvEsruDf/tlHQhgXP0=";
+    expect_invalid(&f, "inbound ss2: server_key: 2022-blake3-chacha20-poly1305 has no identity "
+                       "headers (single user only)");
+    f.in[1].ss_server_key = NULL;
+    f.in[1].ss_cipher = SV_SS_AES_128_GCM;
+    expect_invalid(&f, "inbound ss2: a shadowsocks-2022 inbound needs a 2022-blake3 cipher");
+    f.in[1].ss_cipher = SV_SS_2022_AES_128_GCM;
+    f.in[1].udp = true;
+    expect_valid(&f);
+    f.in[1].ss_cipher = SV_SS_2022_CHACHA20_POLY1305;
+    expect_valid(&f);
+    f.in[1].ss_cipher = SV_SS_2022_AES_128_GCM;
+    f.in[1].udp = false;
+    f.in[1].users = NULL;
+    expect_invalid(&f, "inbound ss2: a shadowsocks-2022 inbound needs a user set");
+    fx_init(&f);
+    f.in[0].ss_cipher = SV_SS_2022_AES_128_GCM; /* a 2022 method on an AEAD inbound */
+    expect_invalid(&f, "inbound ss1: unknown cipher");
+}
+
 static void a_shadowsocks_inbound_needs_a_user_set(void **state)
 {
     fx f;
@@ -736,6 +777,7 @@ int main(void)
         cmocka_unit_test(binds_on_other_ports_or_families_do_not_overlap),
         cmocka_unit_test(an_unknown_protocol_is_refused),
         cmocka_unit_test(an_unknown_cipher_is_refused),
+        cmocka_unit_test(a_shadowsocks_2022_inbound_is_checked),
         cmocka_unit_test(vless_inbound_rules),
         cmocka_unit_test(a_shadowsocks_inbound_needs_a_user_set),
         cmocka_unit_test(an_unknown_outbound_kind_is_refused),
