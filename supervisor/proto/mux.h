@@ -3,8 +3,8 @@
  * run on their body once the client asked for command 3. Each mux session is one stream of the
  * protocol-core seam (proto.h): stream = session ID.
  *
- * Not wired yet: the runtime (conn.c) keeps one flow per connection, so the cores still refuse
- * command 3. What it lacks is listed in supervisor/README.md ("Mux.Cool").
+ * Wired for VLESS: the runtime (conn.c) keeps a table of sub-flows on a connection whose core
+ * said "multiplexed" (supervisor/README.md "Mux.Cool").
  *
  * Frame: u16be meta_len | metadata | (option & 0x01) u16be data_len | data. Metadata: session
  * ID u16be, status (1 New, 2 Keep, 3 End, 4 KeepAlive), option (1 data, 2 error), and for New

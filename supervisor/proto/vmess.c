@@ -953,10 +953,10 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
     return frame(state, creds, stream, payload, len, out, cap);
 }
 
-static ssize_t frame_end(void *state, const void *creds, uint32_t stream, uint8_t *out,
-                         size_t cap)
+static ssize_t frame_end(void *state, const void *creds, uint32_t stream, bool abort,
+                         uint8_t *out, size_t cap)
 {
-    (void)creds, (void)stream;
+    (void)creds, (void)stream, (void)abort;
     vmess_conn *c = state;
     if (c->phase != PH_BODY && c->phase != PH_END)
         return 0;

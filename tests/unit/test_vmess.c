@@ -649,7 +649,7 @@ static void response__vectors(void **state)
                                      sizeof out);
         assert_true(w > 0 && (size_t)w <= ops->frame_max(strlen(text)));
         /* TCP ends with the end-of-stream chunk; the UDP captures have none */
-        ssize_t e = udp ? 0 : ops->frame_end(st, g_creds, 0, out + w, sizeof out - (size_t)w);
+        ssize_t e = udp ? 0 : ops->frame_end(st, g_creds, 0, false, out + w, sizeof out - (size_t)w);
         assert_true(udp || (e > 0 && (size_t)e <= ops->frame_max(0)));
         size_t total = (size_t)(w + e);
         size_t wl = jhex(cpath(i, "server_to_client.wire_hex"), want, sizeof want);
@@ -728,7 +728,7 @@ static void roundtrip(uint8_t opt, uint8_t sec, uint8_t cmd, size_t body, size_t
                                                sizeof frame_out)
                          : ops->frame(st, g_creds, 0, reply, rl, frame_out, sizeof frame_out);
     assert_true(w > 0 && (size_t)w <= ops->frame_max(rl));
-    ssize_t e = ops->frame_end(st, g_creds, 0, frame_out + w, sizeof frame_out - (size_t)w);
+    ssize_t e = ops->frame_end(st, g_creds, 0, false, frame_out + w, sizeof frame_out - (size_t)w);
     assert_true(e >= 0);
     bool eof;
     if (raw) {
@@ -994,7 +994,7 @@ static void frame__bounds(void **state)
     assert_int_equal(run(st, wire, n, n, o), 0);
     uint8_t in[10] = {0};
     assert_int_equal(ops->frame(st, g_creds, 0, in, 10, out, ops->frame_max(10) - 1), -EMSGSIZE);
-    assert_int_equal(ops->frame_end(st, g_creds, 0, out, ops->frame_max(0) - 1), -EMSGSIZE);
+    assert_int_equal(ops->frame_end(st, g_creds, 0, false, out, ops->frame_max(0) - 1), -EMSGSIZE);
     /* TCP connection: no datagrams */
     assert_int_equal(ops->frame_datagram(st, g_creds, 0, &o->dest, in, 10, out, sizeof out),
                      -EINVAL);
