@@ -118,4 +118,5 @@ scenario() {
 }
 
 scenario vless
+scenario vmess
 kt_finish
