@@ -849,11 +849,13 @@ static bool open_assoc(sv_conn *c)
  * reading it for the others (README "Mux.Cool"). */
 #define SUB_HELD_MAX (512 * 1024)
 
-/* One stream of a multiplexed connection: its own outbound stream and flow record. */
+/* One stream of a multiplexed connection: its own outbound stream and flow record, or for a
+ * UDP session its own association (whose sub-links are the flows). */
 struct sv_subflow {
     sv_conn *c;
     uint32_t stream;
     sv_ob_stream ob;
+    sv_assoc *assoc;
     sv_flow_rec *flow;
     bool registered, connected, writing, client_done, ended;
     uint8_t *out;   /* the write in flight */
@@ -884,17 +886,41 @@ static void sub_end(sv_subflow *s, bool tell, bool abort)
     unsigned at = 0;
     if (sub_find(c, s->stream, &at) == s)
         c->subs[at] = c->subs[--c->n_subs];
-    s->ob.ops->close(&s->ob);
-    if (!tell || c->closing || c->client_shut)
-        return;
-    const sv_proto_ops *ops = c->handler->ops;
-    ssize_t len = ops->frame_end(c->state, c->handler->creds, s->stream, abort, c->w->sealed,
-                                 sizeof c->w->sealed);
-    if (len < 0)
-        conn_close(c);
-    else if (len > 0)
-        write_client(c, c->w->sealed, (size_t)len);
+    if (tell && !c->closing && !c->client_shut) {
+        const sv_proto_ops *ops = c->handler->ops;
+        ssize_t len = ops->frame_end(c->state, c->handler->creds, s->stream, abort,
+                                     c->w->sealed, sizeof c->w->sealed);
+        if (len < 0)
+            conn_close(c);
+        else if (len > 0)
+            write_client(c, c->w->sealed, (size_t)len);
+    }
+    /* last: sub_closed (which frees s) may come from inside */
+    if (s->assoc != NULL)
+        sv__assoc_close(s->assoc);
+    else
+        s->ob.ops->close(&s->ob);
 }
+
+/* A UDP session's reply datagram: one frame towards the client; dropped while the client does
+ * not keep up (UDP may drop). */
+static void sub_dgram_reply(void *ctx, const sv_dest *from, const uint8_t *p, size_t n)
+{
+    sv_subflow *s = ctx;
+    sv_conn *c = s->c;
+    if (s->ended || c->closing || c->writing_client || c->client_shut)
+        return;
+    ssize_t len = c->handler->ops->frame_datagram(c->state, c->handler->creds, s->stream, from,
+                                                  p, n, c->w->sealed, sizeof c->w->sealed);
+    if (len <= 0)
+        return;
+    c->last_active = uv_now(&c->w->loop);
+    write_client(c, c->w->sealed, (size_t)len);
+}
+
+static void sub_closed(void *owner);
+static void sub_assoc_released(void *ctx) { sub_closed(ctx); }
+static const sv_dgram_source sub_dgram = {sub_dgram_reply, sub_assoc_released};
 
 static void sub_closed(void *owner)
 {
@@ -995,7 +1021,7 @@ static const sv_ob_stream_events sub_events = {sub_connected, sub_alloc, sub_rea
 static void subs_read(sv_conn *c, bool on)
 {
     for (unsigned i = 0; i < c->n_subs; i++)
-        if (c->subs[i]->connected)
+        if (c->subs[i]->connected && c->subs[i]->assoc == NULL)
             c->subs[i]->ob.ops->read(&c->subs[i]->ob, on);
 }
 
@@ -1009,7 +1035,7 @@ static void subs_close(sv_conn *c)
 static void subs_scan_kill(sv_conn *c)
 {
     for (unsigned i = c->n_subs; i-- > 0;)
-        if (i < c->n_subs && atomic_load(&c->subs[i]->flow->kill))
+        if (i < c->n_subs && c->subs[i]->flow != NULL && atomic_load(&c->subs[i]->flow->kill))
             sub_end(c->subs[i], true, true);
 }
 
@@ -1029,7 +1055,8 @@ static bool mux_start(sv_conn *c)
 }
 
 /* A new stream (SV_FX_OPEN): connector steps 3-8 as open_flow, with the sub-flow's own
- * outbound stream and flow record. A refused, failed or UDP stream gets its End at once. */
+ * outbound stream and flow record; a UDP session gets its own association (datagrams routed,
+ * billed and listed per destination by udp.c). A refused or failed stream gets its End. */
 static void sub_open(sv_conn *c, const sv_effect *e)
 {
     sv_worker *w = c->w;
@@ -1052,9 +1079,17 @@ static void sub_open(sv_conn *c, const sv_effect *e)
     c->subs[c->n_subs++] = s;
     c->pending++; /* released by sub_closed */
     const sv_dest *d = &e->dest;
-    if (d->network != SV_NET_TCP) { /* UDP sub-sessions: not served yet */
-        s->ob.ops->open(&s->ob, d);
-        sub_end(s, true, true);
+    if (d->network == SV_NET_UDP) {
+        if (c->handler->ops->frame_datagram != NULL)
+            s->assoc = sv__assoc_open_in_stream(w, c->listener, c->handler, c->principal,
+                                                c->sess, (const struct sockaddr *)&c->peer,
+                                                &sub_dgram, s);
+        if (s->assoc == NULL) {
+            s->ob.ops->open(&s->ob, d);
+            sub_end(s, true, true);
+            return;
+        }
+        s->connected = true;
         return;
     }
     sv_route_query q = {.dest = d, .inbound = c->handler->tag,
@@ -1088,7 +1123,7 @@ static void sub_open(sv_conn *c, const sv_effect *e)
 static void sub_write(sv_conn *c, uint32_t stream, uint8_t *data, size_t len)
 {
     sv_subflow *s = sub_find(c, stream, NULL);
-    if (s == NULL || len == 0 || s->client_done)
+    if (s == NULL || len == 0 || s->client_done || s->assoc != NULL)
         return;
     if (s->connected && !s->writing) {
         uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
@@ -1159,8 +1194,12 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             }
             break;
         case SV_FX_DATAGRAM:
-            if (c->subs != NULL)
-                break; /* UDP sub-sessions are not served yet: sub_open ended them */
+            if (c->subs != NULL) {
+                sv_subflow *s = sub_find(c, e->stream, NULL);
+                if (s != NULL && s->assoc != NULL)
+                    sv__assoc_send(s->assoc, &e->dest, e->data, e->len);
+                break;
+            }
             if (c->assoc == NULL) {
                 conn_close(c);
                 return false;

@@ -3,9 +3,10 @@
 # and VMess in clear: three paced transfers through one client's SOCKS port share one
 # connection (one session) and are three flows in GET /v1/connections; killing one flow
 # (DELETE /v1/connections/<id>) cuts that transfer only, the other two complete byte-identical
-# and the session stays. Then 3 x 256 KiB at once through a second user's mux client are
-# echoed identical and billed to that user within [payload, payload + 5% + 4 KiB] each way
-# (usage counts the client's wire bytes: the protocol's header and Mux.Cool's frame headers).
+# and the session stays; a UDP sub-session (SOCKS5 UDP ASSOCIATE through the client) echoes.
+# Then 3 x 256 KiB at once through a second user's mux client are echoed identical and billed
+# to that user within [payload, payload + 5% + 4 KiB] each way (usage counts the client's wire
+# bytes: the protocol's header and Mux.Cool's frame headers).
 . "$(dirname "$0")/lib.sh"
 kt_need v2ray curl jq
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: Mux.Cool is served by katana only"
@@ -22,7 +23,7 @@ mux_client() {
     cat >"$T/client-$1.json" <<JSON
 {"log": {"loglevel": "warning", "access": "none"},
  "inbounds": [{"listen": "127.0.0.1", "port": $CL_PORT, "protocol": "socks",
-   "settings": {"auth": "noauth", "udp": false, "ip": "127.0.0.1"}}],
+   "settings": {"auth": "noauth", "udp": true, "ip": "127.0.0.1"}}],
  "outbounds": [{"protocol": "$2", "mux": {"enabled": true, "concurrency": 8},
    "settings": {"vnext": [{"address": "127.0.0.1", "port": $4, "users": [$user]}]},
    "streamSettings": {"network": "tcp", "security": "none"}}]}
@@ -105,6 +106,8 @@ scenario() {
     stream_wait "$p-a" "$pa" 30 "$p: sub-flow a completes byte-identical"
     stream_wait "$p-b" "$pb" 30 "$p: sub-flow b completes byte-identical"
     check "$p: the mux connection outlives its sub-flows" srv_alive
+    check "$p: a UDP sub-session: 10 x 1200-byte datagrams echoed identical" \
+        udp_rt "$c1" ok --count 10 --size 1200 --seed "$p-udp"
 
     usage_snapshot >/dev/null
     check "$p: user 2, 3 x 256 KiB at once over one mux connection, echo identical" \
