@@ -23,6 +23,7 @@
 
 #include <openssl/rand.h>
 
+#include "supervisor/proto/sniff.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/log.h"
 
@@ -61,6 +62,8 @@ typedef struct sv_conn {
     bool chain_bye;      /**< their ends of stream (close_notify ...) are queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
+    sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
+                              or NULL; its payload collects in to_remote meanwhile */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
@@ -94,6 +97,7 @@ static void conn_release(sv_conn *c)
     free(c->to_remote);
     free(c->remote_more);
     free(c->to_client);
+    free(c->held);
     sv_list_unlink(&c->link);
     sv__wlistener_release(c->listener);
     sv_worker *w = c->w;
@@ -580,12 +584,12 @@ static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
 /* Connector steps 3-8 (seed 002): route on the current plane, refuse (issue 15) an internal IP
  * the route did not name, open through the target's outbound (a blackhole refuses there; a
  * name is checked once resolved). The flow is registered once the stream is connected. */
-static bool open_flow(sv_conn *c, const sv_dest *d)
+static bool open_flow(sv_conn *c, const sv_dest *d, const char *sniffed)
 {
     sv_worker *w = c->w;
     c->plane = w->plane;
     sv_plane_ref(c->plane);
-    sv_route_query q = {.dest = d, .inbound = c->handler->tag,
+    sv_route_query q = {.dest = d, .sniffed = sniffed, .inbound = c->handler->tag,
                         .source = (const struct sockaddr *)&c->peer, .network = SV_NET_TCP};
     sv_decision dec = sv_routes_decide(c->plane->routes->routes, &q);
     sv_target *t = c->plane->targets[dec.slot];
@@ -608,7 +612,55 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
     }
     c->flow = f;
     sv__flow_describe(f, w->index, c, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule, c->plane->epoch);
+    if (sniffed != NULL)
+        snprintf(f->info.sniffed, sizeof f->info.sniffed, "%s", sniffed);
     return true;
+}
+
+/* ---- sniffing (issue 9, Xray's routeOnly) ------------------------------------------------------
+ * A TCP open is held until the client's first payload names a host (TLS SNI, HTTP Host), proves
+ * not to, passes SV_SNIFF_MAX bytes, or SV_SNIFF_MS pass (servers-speak-first protocols); the
+ * flow is then routed with that name as an extra domain candidate and dials the requested
+ * destination, sending the held bytes first. */
+
+static void on_sniff_timeout(uv_timer_t *t);
+
+/* SV_FX_OPEN for TCP: hold it for sniffing; the connection's timer bounds the wait. */
+static bool hold_open(sv_conn *c, const sv_dest *d)
+{
+    c->held = malloc(sizeof *c->held);
+    if (c->held == NULL)
+        return false;
+    *c->held = *d;
+    uv_timer_start(&c->timer, on_sniff_timeout, SV_SNIFF_MS, 0);
+    return true;
+}
+
+/* Sniff what the held open collected; open the flow once the answer is final or @p now.
+ * @return false when the connection is closing. */
+static bool sniff_and_open(sv_conn *c, bool now)
+{
+    char name[SV_SNIFF_NAME_CAP];
+    sv_sniff_result r = c->to_remote_len == 0 ? SV_SNIFF_NEED_MORE
+                                              : sv_sniff(c->to_remote, c->to_remote_len, name);
+    if (!now && r == SV_SNIFF_NEED_MORE && c->to_remote_len < SV_SNIFF_MAX)
+        return true;
+    sv_dest *d = c->held;
+    c->held = NULL;
+    /* the protocol's bound again, now for the dial */
+    uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
+    bool ok = open_flow(c, d, r == SV_SNIFF_FOUND ? name : NULL);
+    free(d);
+    if (!ok)
+        conn_close(c);
+    return ok;
+}
+
+static void on_sniff_timeout(uv_timer_t *t)
+{
+    sv_conn *c = t->data;
+    if (c->held != NULL && !c->closing)
+        sniff_and_open(c, true);
 }
 
 /* Dial the inbound's fallback: an operator's target, so neither routed nor refused as internal. */
@@ -807,11 +859,11 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             }
             break;
         case SV_FX_OPEN:
-            if (c->principal == NULL || c->flow != NULL || c->assoc != NULL) {
+            if (c->principal == NULL || c->flow != NULL || c->held != NULL || c->assoc != NULL) {
                 conn_close(c); /* one flow per connection for now */
                 return false;
             }
-            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !open_flow(c, &e->dest)) {
+            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !hold_open(c, &e->dest)) {
                 conn_close(c);
                 return false;
             }
@@ -824,7 +876,7 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             sv__assoc_send(c->assoc, &e->dest, e->data, e->len);
             break;
         case SV_FX_TO_OUTBOUND:
-            if (c->flow == NULL) {
+            if (c->flow == NULL && c->held == NULL) {
                 conn_close(c);
                 return false;
             }
@@ -847,6 +899,8 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             return false;
         }
     }
+    if (c->held != NULL && !c->closing && !sniff_and_open(c, false))
+        return false;
     return !c->closing && write_remote(c, iov, niov);
 }
 
@@ -966,7 +1020,7 @@ static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
     unsigned st = sv_chain_status(&c->chain);
     if (!c->chain_up && (st & SV_LAYER_UP)) {
         c->chain_up = true; /* the protocol's own bound from here */
-        if (!c->connected && !c->draining && !c->raw)
+        if (!c->connected && !c->draining && !c->raw && c->held == NULL)
             uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
     }
     if ((st & SV_LAYER_EOF) && !c->client_eof) {
