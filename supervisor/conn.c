@@ -24,6 +24,7 @@
 #include <openssl/rand.h>
 
 #include "supervisor/proto/mux.h"
+#include "supervisor/proto/sniff.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/log.h"
 
@@ -64,6 +65,8 @@ typedef struct sv_conn {
     bool chain_bye;      /**< their ends of stream (close_notify ...) are queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
+    sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
+                              or NULL; its payload collects in to_remote meanwhile */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
     uint8_t *client_more; /**< bytes for the client that came while to_client was being
                                written (a multiplexed connection's End frames) */
@@ -106,6 +109,7 @@ static void conn_release(sv_conn *c)
     free(c->to_client);
     free(c->client_more);
     free(c->subs);
+    free(c->held);
     sv_list_unlink(&c->link);
     sv__wlistener_release(c->listener);
     sv_worker *w = c->w;
@@ -631,24 +635,35 @@ static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
 /* Connector steps 3-8 (seed 002): route on the current plane, refuse (issue 15) an internal IP
  * the route did not name, open through the target's outbound (a blackhole refuses there; a
  * name is checked once resolved). The flow is registered once the stream is connected. */
-static bool open_flow(sv_conn *c, const sv_dest *d)
+/* Connector steps 3-4 for a TCP flow of @p c (its plane already held): route @p d (with the
+ * sniffed name as an extra domain candidate, or NULL) into @p dec. @return the target, or NULL
+ * when the destination is an internal IP the route did not name (issue 15). */
+static sv_target *route_stream(sv_conn *c, const sv_dest *d, const char *sniffed, sv_decision *dec)
 {
-    sv_worker *w = c->w;
-    c->plane = w->plane;
-    sv_plane_ref(c->plane);
-    sv_route_query q = {.dest = d, .inbound = c->handler->tag,
+    sv_route_query q = {.dest = d, .sniffed = sniffed, .inbound = c->handler->tag,
                         .source = (const struct sockaddr *)&c->peer, .network = SV_NET_TCP};
-    sv_decision dec = sv_routes_decide(c->plane->routes->routes, &q);
-    sv_target *t = c->plane->targets[dec.slot];
+    *dec = sv_routes_decide(c->plane->routes->routes, &q);
     struct sockaddr_storage ss;
     sv_ip16 ip;
     if (d->atyp != SV_ATYP_DOMAIN) {
         dest_sockaddr(d, &ss);
         if (sv_ip16_from_sockaddr((struct sockaddr *)&ss, &ip) &&
-            sv_dest_refused(c->handler->allow_private, dec.names_dest, &ip, w->own_addrs)) {
-            conn_close(c); /* refused like a blocked route */
-            return false;
-        }
+            sv_dest_refused(c->handler->allow_private, dec->names_dest, &ip, c->w->own_addrs))
+            return NULL;
+    }
+    return c->plane->targets[dec->slot];
+}
+
+static bool open_flow(sv_conn *c, const sv_dest *d, const char *sniffed)
+{
+    sv_worker *w = c->w;
+    c->plane = w->plane;
+    sv_plane_ref(c->plane);
+    sv_decision dec;
+    sv_target *t = route_stream(c, d, sniffed, &dec);
+    if (t == NULL) {
+        conn_close(c); /* refused like a blocked route */
+        return false;
     }
     if (!open_stream(c, t->ops, d, c->handler->allow_private || dec.names_dest))
         return false;
@@ -659,7 +674,55 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
     }
     c->flow = f;
     sv__flow_describe(f, w->index, c, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule, c->plane->epoch);
+    if (sniffed != NULL)
+        snprintf(f->info.sniffed, sizeof f->info.sniffed, "%s", sniffed);
     return true;
+}
+
+/* ---- sniffing (issue 9, Xray's routeOnly) ------------------------------------------------------
+ * A TCP open is held until the client's first payload names a host (TLS SNI, HTTP Host), proves
+ * not to, passes SV_SNIFF_MAX bytes, or SV_SNIFF_MS pass (servers-speak-first protocols); the
+ * flow is then routed with that name as an extra domain candidate and dials the requested
+ * destination, sending the held bytes first. */
+
+static void on_sniff_timeout(uv_timer_t *t);
+
+/* SV_FX_OPEN for TCP: hold it for sniffing; the connection's timer bounds the wait. */
+static bool hold_open(sv_conn *c, const sv_dest *d)
+{
+    c->held = malloc(sizeof *c->held);
+    if (c->held == NULL)
+        return false;
+    *c->held = *d;
+    uv_timer_start(&c->timer, on_sniff_timeout, SV_SNIFF_MS, 0);
+    return true;
+}
+
+/* Sniff what the held open collected; open the flow once the answer is final or @p now.
+ * @return false when the connection is closing. */
+static bool sniff_and_open(sv_conn *c, bool now)
+{
+    char name[SV_SNIFF_NAME_CAP];
+    sv_sniff_result r = c->to_remote_len == 0 ? SV_SNIFF_NEED_MORE
+                                              : sv_sniff(c->to_remote, c->to_remote_len, name);
+    if (!now && r == SV_SNIFF_NEED_MORE && c->to_remote_len < SV_SNIFF_MAX)
+        return true;
+    sv_dest *d = c->held;
+    c->held = NULL;
+    /* the protocol's bound again, now for the dial */
+    uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
+    bool ok = open_flow(c, d, r == SV_SNIFF_FOUND ? name : NULL);
+    free(d);
+    if (!ok)
+        conn_close(c);
+    return ok;
+}
+
+static void on_sniff_timeout(uv_timer_t *t)
+{
+    sv_conn *c = t->data;
+    if (c->held != NULL && !c->closing)
+        sniff_and_open(c, true);
 }
 
 /* Dial the inbound's fallback: an operator's target, so neither routed nor refused as internal. */
@@ -1074,7 +1137,7 @@ static void sub_open(sv_conn *c, const sv_effect *e)
     s->stream = e->stream;
     s->ob.ev = &sub_events;
     s->ob.owner = s;
-    s->ob.env = (sv_ob_env){&w->loop, &w->own_addrs};
+    s->ob.env = (sv_ob_env){&w->loop, &w->own_addrs, w->resolver};
     s->ob.ops = &sv_ob_blackhole;
     c->subs[c->n_subs++] = s;
     c->pending++; /* released by sub_closed */
@@ -1092,20 +1155,10 @@ static void sub_open(sv_conn *c, const sv_effect *e)
         s->connected = true;
         return;
     }
-    sv_route_query q = {.dest = d, .inbound = c->handler->tag,
-                        .source = (const struct sockaddr *)&c->peer, .network = SV_NET_TCP};
-    sv_decision dec = sv_routes_decide(c->plane->routes->routes, &q);
-    sv_target *t = c->plane->targets[dec.slot];
-    struct sockaddr_storage ss;
-    sv_ip16 ip;
-    bool refused = false;
-    if (d->atyp != SV_ATYP_DOMAIN) {
-        dest_sockaddr(d, &ss);
-        refused = sv_ip16_from_sockaddr((struct sockaddr *)&ss, &ip) &&
-                  sv_dest_refused(c->handler->allow_private, dec.names_dest, &ip, w->own_addrs);
-    }
-    s->flow = calloc(1, sizeof *s->flow);
-    if (refused || s->flow == NULL) { /* refused like a blocked route: no dial */
+    sv_decision dec;
+    sv_target *t = route_stream(c, d, NULL, &dec);
+    s->flow = t != NULL ? calloc(1, sizeof *s->flow) : NULL;
+    if (s->flow == NULL) { /* refused like a blocked route (or no memory): no dial */
         s->ob.ops->open(&s->ob, d);
         sub_end(s, true, true);
         return;
@@ -1184,11 +1237,11 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
                 sub_open(c, e);
                 break;
             }
-            if (c->principal == NULL || c->flow != NULL || c->assoc != NULL) {
+            if (c->principal == NULL || c->flow != NULL || c->held != NULL || c->assoc != NULL) {
                 conn_close(c); /* one flow per connection for now */
                 return false;
             }
-            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !open_flow(c, &e->dest)) {
+            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !hold_open(c, &e->dest)) {
                 conn_close(c);
                 return false;
             }
@@ -1211,7 +1264,7 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
                 sub_write(c, e->stream, e->data, e->len);
                 break;
             }
-            if (c->flow == NULL) {
+            if (c->flow == NULL && c->held == NULL) {
                 conn_close(c);
                 return false;
             }
@@ -1239,6 +1292,8 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             return false;
         }
     }
+    if (c->held != NULL && !c->closing && !sniff_and_open(c, false))
+        return false;
     return !c->closing && write_remote(c, iov, niov);
 }
 
@@ -1358,7 +1413,7 @@ static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
     unsigned st = sv_chain_status(&c->chain);
     if (!c->chain_up && (st & SV_LAYER_UP)) {
         c->chain_up = true; /* the protocol's own bound from here */
-        if (!c->connected && !c->draining && !c->raw)
+        if (!c->connected && !c->draining && !c->raw && c->held == NULL)
             uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
     }
     if ((st & SV_LAYER_EOF) && !c->client_eof) {
