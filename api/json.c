@@ -29,11 +29,12 @@ json_t *api_json_flow(const sv_flow_info *f)
     if (f->has_user)
         user = json_pack("{s:o, s:s}", "uid", u64(f->user), "label", f->user_label);
     /* katana lowers each node to one inbound tagged with the node's tag (agent/lower.h) */
-    return json_pack("{s:o, s:o, s:s, s:s, s:o, s:s, s:s, s:n, s:s, s:s, s:o, s:o, s:o, s:o, "
+    return json_pack("{s:o, s:o, s:s, s:s, s:o, s:s, s:s, s:o, s:s, s:s, s:o, s:o, s:o, s:o, "
                      "s:o}",
                      "id", u64(f->id), "session", u64(f->session), "node", f->inbound,
                      "inbound", f->inbound, "user", user, "source", f->source,
                      "destination", f->destination, "sniffed_host",
+                     f->sniffed[0] ? json_string(f->sniffed) : json_null(),
                      "network", f->network == SV_NET_UDP ? "udp" : "tcp",
                      "outbound", f->outbound,
                      "rule", f->rule < 0 ? json_null() : json_integer(f->rule),

@@ -23,10 +23,14 @@
 
 #include <openssl/rand.h>
 
+#include "supervisor/proto/mux.h"
+#include "supervisor/proto/sniff.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/log.h"
 
 #define IOV_MAX_BATCH 16
+
+typedef struct sv_subflow sv_subflow;
 
 typedef struct sv_conn {
     sv_list link;
@@ -61,7 +65,14 @@ typedef struct sv_conn {
     bool chain_bye;      /**< their ends of stream (close_notify ...) are queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
+    sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
+                              or NULL; its payload collects in to_remote meanwhile */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
+    uint8_t *client_more; /**< bytes for the client that came while to_client was being
+                               written (a multiplexed connection's End frames) */
+    size_t client_more_len;
+    sv_subflow **subs;    /**< multiplexed (Mux.Cool) only: the open sub-flows, or NULL */
+    unsigned n_subs;
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 
@@ -72,6 +83,8 @@ static void remote_read_stop(sv_conn *c);
 static bool flush_chain(sv_conn *c);
 static void on_handshake_timeout(uv_timer_t *t);
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static void subs_read(sv_conn *c, bool on);
+static void subs_close(sv_conn *c);
 
 static void conn_release(sv_conn *c)
 {
@@ -94,6 +107,9 @@ static void conn_release(sv_conn *c)
     free(c->to_remote);
     free(c->remote_more);
     free(c->to_client);
+    free(c->client_more);
+    free(c->subs);
+    free(c->held);
     sv_list_unlink(&c->link);
     sv__wlistener_release(c->listener);
     sv_worker *w = c->w;
@@ -117,6 +133,8 @@ static void conn_close(sv_conn *c)
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
     if (c->ob_opened) /* its release comes back as conn_release (on_ob_closed) */
         c->ob.ops->close(&c->ob);
+    if (c->subs != NULL)
+        subs_close(c);
 }
 
 /* A client that failed authentication gets no answer and no tell-tale close: read and discard
@@ -237,6 +255,8 @@ static void on_remote_written(void *owner, int status)
     }
 }
 
+static bool write_client(sv_conn *c, uint8_t *wire, size_t len);
+
 static void on_client_written(uv_write_t *req, int status)
 {
     sv_conn *c = req->data;
@@ -244,6 +264,18 @@ static void on_client_written(uv_write_t *req, int status)
     free(c->to_client);
     c->to_client = NULL;
     c->to_client_len = 0;
+    if (status >= 0 && !c->closing && c->client_more != NULL) {
+        uint8_t *more = c->client_more; /* in order, before reads resume */
+        size_t more_len = c->client_more_len;
+        c->client_more = NULL;
+        c->client_more_len = 0;
+        bool ok = write_client(c, more, more_len);
+        free(more);
+        if (!ok || c->writing_client) {
+            conn_release(c);
+            return;
+        }
+    }
     if (status < 0) {
         conn_close(c);
     } else if (!c->closing && (c->chain.n == 0 || (flush_chain(c) && !c->writing_client))) {
@@ -422,6 +454,21 @@ static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
 {
     if (c->chain.n > 0)
         return write_client_chain(c, wire, len);
+    if (c->writing_client) { /* behind a write in flight: on_client_written sends it next */
+        if (c->client_more_len + len > SV_SEALED_MAX) {
+            conn_close(c); /* a client that does not read */
+            return false;
+        }
+        uint8_t *grown = realloc(c->client_more, c->client_more_len + len);
+        if (grown == NULL) {
+            conn_close(c);
+            return false;
+        }
+        memcpy(grown + c->client_more_len, wire, len);
+        c->client_more = grown;
+        c->client_more_len += len;
+        return true;
+    }
     uv_buf_t b = uv_buf_init((char *)wire, (unsigned)len);
     sv_meter_add(&c->sess->wire.down, len);
     return write_side(c, (uv_stream_t *)&c->client, remote_read_stop, &b, 1, &c->to_client,
@@ -445,7 +492,7 @@ static bool end_downstream(sv_conn *c)
     const sv_proto_ops *ops = c->handler->ops;
     if (ops->frame_end == NULL)
         return true;
-    ssize_t len = ops->frame_end(c->state, c->handler->creds, 0, c->w->sealed, sizeof c->w->sealed);
+    ssize_t len = ops->frame_end(c->state, c->handler->creds, 0, false, c->w->sealed, sizeof c->w->sealed);
     if (len < 0) {
         conn_close(c);
         return false;
@@ -491,12 +538,20 @@ static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
 
 static void remote_read_start(sv_conn *c)
 {
+    if (c->subs != NULL) {
+        subs_read(c, true);
+        return;
+    }
     if (c->ob_opened && c->connected && !c->remote_eof && !c->closing)
         c->ob.ops->read(&c->ob, true);
 }
 
 static void remote_read_stop(sv_conn *c)
 {
+    if (c->subs != NULL) {
+        subs_read(c, false);
+        return;
+    }
     if (c->ob_opened && c->connected)
         c->ob.ops->read(&c->ob, false);
 }
@@ -580,24 +635,35 @@ static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
 /* Connector steps 3-8 (seed 002): route on the current plane, refuse (issue 15) an internal IP
  * the route did not name, open through the target's outbound (a blackhole refuses there; a
  * name is checked once resolved). The flow is registered once the stream is connected. */
-static bool open_flow(sv_conn *c, const sv_dest *d)
+/* Connector steps 3-4 for a TCP flow of @p c (its plane already held): route @p d (with the
+ * sniffed name as an extra domain candidate, or NULL) into @p dec. @return the target, or NULL
+ * when the destination is an internal IP the route did not name (issue 15). */
+static sv_target *route_stream(sv_conn *c, const sv_dest *d, const char *sniffed, sv_decision *dec)
 {
-    sv_worker *w = c->w;
-    c->plane = w->plane;
-    sv_plane_ref(c->plane);
-    sv_route_query q = {.dest = d, .inbound = c->handler->tag,
+    sv_route_query q = {.dest = d, .sniffed = sniffed, .inbound = c->handler->tag,
                         .source = (const struct sockaddr *)&c->peer, .network = SV_NET_TCP};
-    sv_decision dec = sv_routes_decide(c->plane->routes->routes, &q);
-    sv_target *t = c->plane->targets[dec.slot];
+    *dec = sv_routes_decide(c->plane->routes->routes, &q);
     struct sockaddr_storage ss;
     sv_ip16 ip;
     if (d->atyp != SV_ATYP_DOMAIN) {
         dest_sockaddr(d, &ss);
         if (sv_ip16_from_sockaddr((struct sockaddr *)&ss, &ip) &&
-            sv_dest_refused(c->handler->allow_private, dec.names_dest, &ip, w->own_addrs)) {
-            conn_close(c); /* refused like a blocked route */
-            return false;
-        }
+            sv_dest_refused(c->handler->allow_private, dec->names_dest, &ip, c->w->own_addrs))
+            return NULL;
+    }
+    return c->plane->targets[dec->slot];
+}
+
+static bool open_flow(sv_conn *c, const sv_dest *d, const char *sniffed)
+{
+    sv_worker *w = c->w;
+    c->plane = w->plane;
+    sv_plane_ref(c->plane);
+    sv_decision dec;
+    sv_target *t = route_stream(c, d, sniffed, &dec);
+    if (t == NULL) {
+        conn_close(c); /* refused like a blocked route */
+        return false;
     }
     if (!open_stream(c, t->ops, d, c->handler->allow_private || dec.names_dest))
         return false;
@@ -608,7 +674,55 @@ static bool open_flow(sv_conn *c, const sv_dest *d)
     }
     c->flow = f;
     sv__flow_describe(f, w->index, c, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule, c->plane->epoch);
+    if (sniffed != NULL)
+        snprintf(f->info.sniffed, sizeof f->info.sniffed, "%s", sniffed);
     return true;
+}
+
+/* ---- sniffing (issue 9, Xray's routeOnly) ------------------------------------------------------
+ * A TCP open is held until the client's first payload names a host (TLS SNI, HTTP Host), proves
+ * not to, passes SV_SNIFF_MAX bytes, or SV_SNIFF_MS pass (servers-speak-first protocols); the
+ * flow is then routed with that name as an extra domain candidate and dials the requested
+ * destination, sending the held bytes first. */
+
+static void on_sniff_timeout(uv_timer_t *t);
+
+/* SV_FX_OPEN for TCP: hold it for sniffing; the connection's timer bounds the wait. */
+static bool hold_open(sv_conn *c, const sv_dest *d)
+{
+    c->held = malloc(sizeof *c->held);
+    if (c->held == NULL)
+        return false;
+    *c->held = *d;
+    uv_timer_start(&c->timer, on_sniff_timeout, SV_SNIFF_MS, 0);
+    return true;
+}
+
+/* Sniff what the held open collected; open the flow once the answer is final or @p now.
+ * @return false when the connection is closing. */
+static bool sniff_and_open(sv_conn *c, bool now)
+{
+    char name[SV_SNIFF_NAME_CAP];
+    sv_sniff_result r = c->to_remote_len == 0 ? SV_SNIFF_NEED_MORE
+                                              : sv_sniff(c->to_remote, c->to_remote_len, name);
+    if (!now && r == SV_SNIFF_NEED_MORE && c->to_remote_len < SV_SNIFF_MAX)
+        return true;
+    sv_dest *d = c->held;
+    c->held = NULL;
+    /* the protocol's bound again, now for the dial */
+    uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
+    bool ok = open_flow(c, d, r == SV_SNIFF_FOUND ? name : NULL);
+    free(d);
+    if (!ok)
+        conn_close(c);
+    return ok;
+}
+
+static void on_sniff_timeout(uv_timer_t *t)
+{
+    sv_conn *c = t->data;
+    if (c->held != NULL && !c->closing)
+        sniff_and_open(c, true);
 }
 
 /* Dial the inbound's fallback: an operator's target, so neither routed nor refused as internal. */
@@ -791,6 +905,318 @@ static bool open_assoc(sv_conn *c)
     return true;
 }
 
+/* ---- Mux.Cool: one sub-flow per stream (issue 9, PROTOCOLS.md §7) ---------------------------- */
+
+/* Bytes a sub-flow holds for its outbound (dialling, or behind a write in flight) before it is
+ * ended towards the client: the client socket is shared, so one slow outbound cannot stop
+ * reading it for the others (README "Mux.Cool"). */
+#define SUB_HELD_MAX (512 * 1024)
+
+/* One stream of a multiplexed connection: its own outbound stream and flow record, or for a
+ * UDP session its own association (whose sub-links are the flows). */
+struct sv_subflow {
+    sv_conn *c;
+    uint32_t stream;
+    sv_ob_stream ob;
+    sv_assoc *assoc;
+    sv_flow_rec *flow;
+    bool registered, connected, writing, client_done, ended;
+    uint8_t *out;   /* the write in flight */
+    uint8_t *held;  /* bytes waiting for the dial or for the write in flight */
+    size_t held_len;
+};
+
+static sv_subflow *sub_find(sv_conn *c, uint32_t stream, unsigned *at)
+{
+    for (unsigned i = 0; i < c->n_subs; i++)
+        if (c->subs[i]->stream == stream) {
+            if (at != NULL)
+                *at = i;
+            return c->subs[i];
+        }
+    return NULL;
+}
+
+/* End @p s: out of the table, its outbound closed (sub_closed frees it). With @p tell, the
+ * client gets the stream's End frame (frame_end; @p abort: the outbound failed, was killed or
+ * overflowed) unless the connection is closing. */
+static void sub_end(sv_subflow *s, bool tell, bool abort)
+{
+    sv_conn *c = s->c;
+    if (s->ended)
+        return;
+    s->ended = true;
+    unsigned at = 0;
+    if (sub_find(c, s->stream, &at) == s)
+        c->subs[at] = c->subs[--c->n_subs];
+    if (tell && !c->closing && !c->client_shut) {
+        const sv_proto_ops *ops = c->handler->ops;
+        ssize_t len = ops->frame_end(c->state, c->handler->creds, s->stream, abort,
+                                     c->w->sealed, sizeof c->w->sealed);
+        if (len < 0)
+            conn_close(c);
+        else if (len > 0)
+            write_client(c, c->w->sealed, (size_t)len);
+    }
+    /* last: sub_closed (which frees s) may come from inside */
+    if (s->assoc != NULL)
+        sv__assoc_close(s->assoc);
+    else
+        s->ob.ops->close(&s->ob);
+}
+
+/* A UDP session's reply datagram: one frame towards the client; dropped while the client does
+ * not keep up (UDP may drop). */
+static void sub_dgram_reply(void *ctx, const sv_dest *from, const uint8_t *p, size_t n)
+{
+    sv_subflow *s = ctx;
+    sv_conn *c = s->c;
+    if (s->ended || c->closing || c->writing_client || c->client_shut)
+        return;
+    ssize_t len = c->handler->ops->frame_datagram(c->state, c->handler->creds, s->stream, from,
+                                                  p, n, c->w->sealed, sizeof c->w->sealed);
+    if (len <= 0)
+        return;
+    c->last_active = uv_now(&c->w->loop);
+    write_client(c, c->w->sealed, (size_t)len);
+}
+
+static void sub_closed(void *owner);
+static void sub_assoc_released(void *ctx) { sub_closed(ctx); }
+static const sv_dgram_source sub_dgram = {sub_dgram_reply, sub_assoc_released};
+
+static void sub_closed(void *owner)
+{
+    sv_subflow *s = owner;
+    sv_conn *c = s->c;
+    if (s->flow != NULL) {
+        if (s->registered)
+            sv_tracker_flow_close(c->w->shared->tracker, s->flow);
+        else
+            free(s->flow);
+    }
+    free(s->out);
+    free(s->held);
+    free(s);
+    conn_release(c);
+}
+
+/* Hand the held bytes to the outbound (one write in flight), or end the sub-flow once the
+ * client ended the stream and nothing is left. */
+static void sub_flush(sv_subflow *s)
+{
+    if (s->ended || !s->connected || s->writing)
+        return;
+    if (s->held_len == 0) {
+        if (s->client_done)
+            sub_end(s, false, false);
+        return;
+    }
+    free(s->out);
+    s->out = s->held;
+    uv_buf_t b = uv_buf_init((char *)s->out, (unsigned)s->held_len);
+    sv_meter_add(&s->flow->bytes.up, s->held_len);
+    s->held = NULL;
+    s->held_len = 0;
+    if (s->ob.ops->write(&s->ob, &b, 1) != 0)
+        sub_end(s, true, true);
+    else
+        s->writing = true;
+}
+
+static void sub_written(void *owner, int status)
+{
+    sv_subflow *s = owner;
+    s->writing = false;
+    free(s->out);
+    s->out = NULL;
+    if (status < 0)
+        sub_end(s, true, true);
+    else
+        sub_flush(s);
+}
+
+static void sub_connected(void *owner, int status)
+{
+    sv_subflow *s = owner;
+    sv_conn *c = s->c;
+    if (status < 0 || s->ended) {
+        sub_end(s, true, true);
+        return;
+    }
+    s->connected = true;
+    sv_tracker_flow_open(c->w->shared->tracker, s->flow);
+    s->registered = true;
+    if (!c->writing_client)
+        s->ob.ops->read(&s->ob, true);
+    sub_flush(s);
+}
+
+static void sub_alloc(void *owner, uv_buf_t *buf) { remote_alloc(((sv_subflow *)owner)->c, buf); }
+
+/* Outbound bytes of the stream: Keep frames to the client; its end: the End frame. */
+static void sub_read(void *owner, ssize_t n, const uv_buf_t *buf)
+{
+    sv_subflow *s = owner;
+    sv_conn *c = s->c;
+    if (n == 0 || s->ended || c->closing)
+        return;
+    if (n < 0) {
+        sub_end(s, true, n != UV_EOF); /* a clean end, or a failed outbound */
+        return;
+    }
+    sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
+    c->last_active = uv_now(&c->w->loop);
+    ssize_t len = c->handler->ops->frame(c->state, c->handler->creds, s->stream,
+                                         (const uint8_t *)buf->base, (size_t)n, c->w->sealed,
+                                         sizeof c->w->sealed);
+    if (len < 0)
+        conn_close(c);
+    else
+        write_client(c, c->w->sealed, (size_t)len);
+}
+
+static const sv_ob_stream_events sub_events = {sub_connected, sub_alloc, sub_read, sub_written,
+                                               sub_closed};
+
+/* Start (@p on) or stop reading every sub-flow's outbound: the downstream backpressure of the
+ * shared client socket. */
+static void subs_read(sv_conn *c, bool on)
+{
+    for (unsigned i = 0; i < c->n_subs; i++)
+        if (c->subs[i]->connected && c->subs[i]->assoc == NULL)
+            c->subs[i]->ob.ops->read(&c->subs[i]->ob, on);
+}
+
+static void subs_close(sv_conn *c)
+{
+    while (c->n_subs > 0)
+        sub_end(c->subs[c->n_subs - 1], false, false);
+}
+
+/* A killed sub-flow (DELETE /v1/connections/<id>) ends alone; the client gets its End. */
+static void subs_scan_kill(sv_conn *c)
+{
+    for (unsigned i = c->n_subs; i-- > 0;)
+        if (i < c->n_subs && c->subs[i]->flow != NULL && atomic_load(&c->subs[i]->flow->kill))
+            sub_end(c->subs[i], true, true);
+}
+
+/* The client asked for Mux.Cool: the connection holds a table of sub-flows from here, and
+ * lives until the client closes it. @return false when out of memory. */
+static bool mux_start(sv_conn *c)
+{
+    if (c->subs != NULL || c->handler->ops->frame_end == NULL)
+        return false;
+    c->subs = calloc(SV_MUX_SESSIONS_MAX, sizeof *c->subs);
+    if (c->subs == NULL)
+        return false;
+    c->connected = true;
+    c->last_active = uv_now(&c->w->loop);
+    uv_timer_stop(&c->timer);
+    return true;
+}
+
+/* A new stream (SV_FX_OPEN): connector steps 3-8 as open_flow, with the sub-flow's own
+ * outbound stream and flow record; a UDP session gets its own association (datagrams routed,
+ * billed and listed per destination by udp.c). A refused or failed stream gets its End. */
+static void sub_open(sv_conn *c, const sv_effect *e)
+{
+    sv_worker *w = c->w;
+    if (c->plane == NULL) {
+        c->plane = w->plane;
+        sv_plane_ref(c->plane);
+    }
+    sv_subflow *s = calloc(1, sizeof *s);
+    if (s == NULL || c->n_subs >= SV_MUX_SESSIONS_MAX || sub_find(c, e->stream, NULL) != NULL) {
+        free(s);
+        conn_close(c);
+        return;
+    }
+    s->c = c;
+    s->stream = e->stream;
+    s->ob.ev = &sub_events;
+    s->ob.owner = s;
+    s->ob.env = (sv_ob_env){&w->loop, &w->own_addrs, w->resolver};
+    s->ob.ops = &sv_ob_blackhole;
+    c->subs[c->n_subs++] = s;
+    c->pending++; /* released by sub_closed */
+    const sv_dest *d = &e->dest;
+    if (d->network == SV_NET_UDP) {
+        if (c->handler->ops->frame_datagram != NULL)
+            s->assoc = sv__assoc_open_in_stream(w, c->listener, c->handler, c->principal,
+                                                c->sess, (const struct sockaddr *)&c->peer,
+                                                &sub_dgram, s);
+        if (s->assoc == NULL) {
+            s->ob.ops->open(&s->ob, d);
+            sub_end(s, true, true);
+            return;
+        }
+        s->connected = true;
+        return;
+    }
+    sv_decision dec;
+    sv_target *t = route_stream(c, d, NULL, &dec);
+    s->flow = t != NULL ? calloc(1, sizeof *s->flow) : NULL;
+    if (s->flow == NULL) { /* refused like a blocked route (or no memory): no dial */
+        s->ob.ops->open(&s->ob, d);
+        sub_end(s, true, true);
+        return;
+    }
+    sv__flow_describe(s->flow, w->index, s, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule,
+                      c->plane->epoch);
+    s->ob.ops = t->ops;
+    s->ob.allow_internal = c->handler->allow_private || dec.names_dest;
+    if (s->ob.ops->open(&s->ob, d) != 0)
+        sub_end(s, true, true); /* refused (blackhole) or failed */
+}
+
+/* Client bytes of a stream (SV_FX_TO_OUTBOUND): to its outbound now, or held (bounded). Bytes
+ * of a stream ended here are dropped (the core answers its later frames with End). */
+static void sub_write(sv_conn *c, uint32_t stream, uint8_t *data, size_t len)
+{
+    sv_subflow *s = sub_find(c, stream, NULL);
+    if (s == NULL || len == 0 || s->client_done || s->assoc != NULL)
+        return;
+    if (s->connected && !s->writing) {
+        uv_buf_t b = uv_buf_init((char *)data, (unsigned)len);
+        int r = s->ob.ops->try_write(&s->ob, &b, 1);
+        if (r < 0) {
+            sub_end(s, true, true);
+            return;
+        }
+        sv_meter_add(&s->flow->bytes.up, (uint64_t)r);
+        data += r;
+        len -= (size_t)r;
+        if (len == 0)
+            return;
+    }
+    if (s->held_len + len > SUB_HELD_MAX) {
+        sub_end(s, true, true);
+        return;
+    }
+    uint8_t *grown = realloc(s->held, s->held_len + len);
+    if (grown == NULL) {
+        sub_end(s, true, true);
+        return;
+    }
+    memcpy(grown + s->held_len, data, len);
+    s->held = grown;
+    s->held_len += len;
+    sub_flush(s);
+}
+
+/* The client ended a stream (End frame): its outbound gets what is held, then closes. */
+static void sub_client_end(sv_conn *c, uint32_t stream)
+{
+    sv_subflow *s = sub_find(c, stream, NULL);
+    if (s == NULL)
+        return;
+    s->client_done = true;
+    if (s->connected && !s->writing && s->held_len == 0)
+        sub_end(s, false, false);
+}
+
 /* Apply the effects of one feed() call in order. @return false when the connection closed or
  * stopped taking client bytes. */
 static bool apply_effects(sv_conn *c, const sv_effects *fx)
@@ -801,22 +1227,32 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
         const sv_effect *e = &fx->v[i];
         switch (e->kind) {
         case SV_FX_AUTHENTICATED:
-            if (!admit(c, e->principal)) {
+            if (!admit(c, e->principal) || (e->multiplexed && !mux_start(c))) {
                 conn_close(c);
                 return false;
             }
             break;
         case SV_FX_OPEN:
-            if (c->principal == NULL || c->flow != NULL || c->assoc != NULL) {
+            if (c->subs != NULL) {
+                sub_open(c, e);
+                break;
+            }
+            if (c->principal == NULL || c->flow != NULL || c->held != NULL || c->assoc != NULL) {
                 conn_close(c); /* one flow per connection for now */
                 return false;
             }
-            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !open_flow(c, &e->dest)) {
+            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !hold_open(c, &e->dest)) {
                 conn_close(c);
                 return false;
             }
             break;
         case SV_FX_DATAGRAM:
+            if (c->subs != NULL) {
+                sv_subflow *s = sub_find(c, e->stream, NULL);
+                if (s != NULL && s->assoc != NULL)
+                    sv__assoc_send(s->assoc, &e->dest, e->data, e->len);
+                break;
+            }
             if (c->assoc == NULL) {
                 conn_close(c);
                 return false;
@@ -824,7 +1260,11 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             sv__assoc_send(c->assoc, &e->dest, e->data, e->len);
             break;
         case SV_FX_TO_OUTBOUND:
-            if (c->flow == NULL) {
+            if (c->subs != NULL) {
+                sub_write(c, e->stream, e->data, e->len);
+                break;
+            }
+            if (c->flow == NULL && c->held == NULL) {
                 conn_close(c);
                 return false;
             }
@@ -837,6 +1277,11 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             niov = 0;
             break;
         case SV_FX_CLOSE:
+            if (c->subs != NULL) {
+                sub_client_end(c, e->stream);
+                break;
+            }
+            /* fall through */
         case SV_FX_FINISH:
             conn_close(c);
             return false;
@@ -847,6 +1292,8 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             return false;
         }
     }
+    if (c->held != NULL && !c->closing && !sniff_and_open(c, false))
+        return false;
     return !c->closing && write_remote(c, iov, niov);
 }
 
@@ -891,7 +1338,7 @@ static void process_plain(sv_conn *c, uint8_t *data, size_t len)
 
 static void client_eof(sv_conn *c)
 {
-    if (c->draining || !c->connected || c->assoc != NULL) {
+    if (c->draining || !c->connected || c->assoc != NULL || c->subs != NULL) {
         conn_close(c);
         return;
     }
@@ -966,7 +1413,7 @@ static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
     unsigned st = sv_chain_status(&c->chain);
     if (!c->chain_up && (st & SV_LAYER_UP)) {
         c->chain_up = true; /* the protocol's own bound from here */
-        if (!c->connected && !c->draining && !c->raw)
+        if (!c->connected && !c->draining && !c->raw && c->held == NULL)
             uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
     }
     if ((st & SV_LAYER_EOF) && !c->client_eof) {
@@ -1071,6 +1518,8 @@ void sv__conn_scan_flags(sv_worker *w)
         if (atomic_load(&c->sess->close_requested) ||
             (c->flow != NULL && atomic_load(&c->flow->kill)))
             conn_close(c);
+        else if (c->subs != NULL)
+            subs_scan_kill(c);
     }
 }
 

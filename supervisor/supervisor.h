@@ -444,6 +444,8 @@ typedef struct sv_flow_info {
     char user_label[SV_TAG_MAX + 1];
     char source[64];      /**< client "ip:port" */
     char destination[300]; /**< requested "host:port" */
+    char sniffed[256];    /**< host name sniffed from the first client bytes (TLS SNI, HTTP
+                               Host; issue 9), routed on but not dialled; "" when none */
     enum sv_network network;
     char outbound[SV_TAG_MAX + 16]; /**< "tag@vN" */
     int rule;             /**< index of the matching rule, -1 = default route */

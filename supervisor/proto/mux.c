@@ -256,6 +256,19 @@ size_t sv_mux_frame_max(size_t len)
     return len + blocks * 8;
 }
 
+size_t sv_mux_frame_head(uint16_t id, size_t len, uint8_t *out)
+{
+    out[0] = 0;
+    out[1] = 4; /* meta_len */
+    out[2] = (uint8_t)(id >> 8);
+    out[3] = (uint8_t)id;
+    out[4] = SV_MUX_KEEP;
+    out[5] = 0x01; /* data follows */
+    out[6] = (uint8_t)(len >> 8);
+    out[7] = (uint8_t)len;
+    return SV_MUX_HEAD_LEN;
+}
+
 ssize_t sv_mux_frame_data(uint16_t id, const uint8_t *in, size_t len, uint8_t *out, size_t cap)
 {
     if (cap < sv_mux_frame_max(len))
@@ -264,14 +277,7 @@ ssize_t sv_mux_frame_data(uint16_t id, const uint8_t *in, size_t len, uint8_t *o
     do {
         size_t k = len - off < SV_MUX_DATA_MAX ? len - off : SV_MUX_DATA_MAX;
         uint8_t *f = out + at;
-        f[0] = 0;
-        f[1] = 4; /* meta_len */
-        f[2] = (uint8_t)(id >> 8);
-        f[3] = (uint8_t)id;
-        f[4] = SV_MUX_KEEP;
-        f[5] = 0x01; /* data follows */
-        f[6] = (uint8_t)(k >> 8);
-        f[7] = (uint8_t)k;
+        sv_mux_frame_head(id, k, f);
         memcpy(f + 8, in + off, k);
         at += 8 + k;
         off += k;

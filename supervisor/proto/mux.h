@@ -3,8 +3,8 @@
  * run on their body once the client asked for command 3. Each mux session is one stream of the
  * protocol-core seam (proto.h): stream = session ID.
  *
- * Not wired yet: the runtime (conn.c) keeps one flow per connection, so the cores still refuse
- * command 3. What it lacks is listed in supervisor/README.md ("Mux.Cool").
+ * Wired for VLESS and VMess: the runtime (conn.c) keeps a table of sub-flows on a connection whose core
+ * said "multiplexed" (supervisor/README.md "Mux.Cool").
  *
  * Frame: u16be meta_len | metadata | (option & 0x01) u16be data_len | data. Metadata: session
  * ID u16be, status (1 New, 2 Keep, 3 End, 4 KeepAlive), option (1 data, 2 error), and for New
@@ -77,6 +77,17 @@ size_t sv_mux_frame_max(size_t len);
  * @return wire length, or -EMSGSIZE when @p cap < sv_mux_frame_max(len).
  */
 ssize_t sv_mux_frame_data(uint16_t id, const uint8_t *in, size_t len, uint8_t *out, size_t cap);
+
+/** Bytes of a Keep frame's header (sv_mux_frame_head). */
+#define SV_MUX_HEAD_LEN 8
+
+/**
+ * Write the header of a Keep frame of session @p id announcing @p len (<= SV_MUX_DATA_MAX) data
+ * bytes, for a caller that frames the data itself (VMess seals it in place of a copy).
+ * @param out  SV_MUX_HEAD_LEN bytes
+ * @return SV_MUX_HEAD_LEN.
+ */
+size_t sv_mux_frame_head(uint16_t id, size_t len, uint8_t *out);
 
 /**
  * Write the End frame of session @p id (option 0x02 when @p error: the outbound failed).

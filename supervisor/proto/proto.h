@@ -20,12 +20,14 @@
 #include "supervisor/supervisor.h"
 
 enum sv_effect_kind {
-    SV_FX_AUTHENTICATED = 1, /**< principal: index of the user in the credential table */
+    SV_FX_AUTHENTICATED = 1, /**< principal: index of the user in the credential table;
+                                  multiplexed: the connection carries several streams (Mux.Cool) */
     SV_FX_OPEN,              /**< stream, dest (dest.network TCP, or UDP for an association) */
     SV_FX_TO_OUTBOUND,       /**< stream, data/len: bytes for that stream's outbound */
     SV_FX_DATAGRAM,          /**< stream, dest, data/len: one datagram of a UDP association */
     SV_FX_TO_CLIENT,         /**< data/len: bytes to send to the client as they are */
-    SV_FX_CLOSE,             /**< stream: that flow ends (the connection stays) */
+    SV_FX_CLOSE,             /**< stream: that flow ends (the connection stays when multiplexed,
+                                  else it ends) */
     SV_FX_FINISH,            /**< the client ended the connection cleanly */
     SV_FX_ERROR,             /**< error (negative errno) and policy: what the runtime does next */
 };
@@ -53,6 +55,10 @@ typedef struct sv_effect {
     size_t len;
     int error;
     enum sv_probe_policy policy;
+    /** SV_FX_AUTHENTICATED: streams come and go with SV_FX_OPEN / SV_FX_CLOSE (Mux.Cool,
+     *  PROTOCOLS.md §7): the runtime keeps one sub-flow per stream and ends one towards the
+     *  client with frame_end(). Otherwise one flow, stream 0. */
+    bool multiplexed;
 } sv_effect;
 
 #define SV_EFFECTS_MAX 16 /**< bound of one feed() call's effects */
@@ -132,12 +138,15 @@ typedef struct sv_proto_ops {
     /**
      * Optional: the bytes that end stream @p stream's downstream once its outbound has closed,
      * written before the runtime half-closes the client (VMess: the response header if none went
-     * yet, then the end-of-stream chunk, PROTOCOLS.md §6.6).
+     * yet, then the end-of-stream chunk, PROTOCOLS.md §6.6). On a multiplexed connection: the
+     * stream's End frame (Mux.Cool, §7.3), written when its outbound ended, failed or was killed
+     * or its pending bytes overflowed (@p abort: it did not end cleanly, option 0x02, so the
+     * client drops the stream at once); the core forgets the stream, the connection goes on.
      * @return wire length (0 = nothing), or a negative errno (-EMSGSIZE when @p cap <
      *         frame_max(0)); the runtime then closes the connection.
      */
-    ssize_t (*frame_end)(void *state, const void *creds, uint32_t stream, uint8_t *out,
-                         size_t cap);
+    ssize_t (*frame_end)(void *state, const void *creds, uint32_t stream, bool abort,
+                         uint8_t *out, size_t cap);
 } sv_proto_ops;
 
 /** Append an effect to @p fx. @return the new effect (zeroed but for kind), or NULL when full. */

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "supervisor/proto/vless.h"
+#include "supervisor/proto/mux.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -178,7 +179,7 @@ static int creds_new(const sv_inbound_spec *in, const sv_user_set *users, void *
 /* Per-connection state and feed                                                             */
 /* ---------------------------------------------------------------------------------------- */
 
-enum vless_phase { PH_REQUEST = 0, PH_TCP, PH_UDP, PH_FAILED };
+enum vless_phase { PH_REQUEST = 0, PH_TCP, PH_UDP, PH_MUX, PH_FAILED };
 
 typedef struct vless_conn {
     uint8_t phase;  /* enum vless_phase */
@@ -186,6 +187,7 @@ typedef struct vless_conn {
     int error;      /* PH_FAILED: the error that ended the connection */
     uint32_t skip;  /* PH_UDP: bytes of an oversized datagram still to drop */
     sv_dest dest;   /* PH_UDP: the request's destination, every datagram's */
+    sv_mux *mux;    /* PH_MUX: the Mux.Cool decoder of the body (command 3) */
 } vless_conn;
 
 static int conn_init(void *state, const sv_inbound_spec *in)
@@ -197,7 +199,9 @@ static int conn_init(void *state, const sv_inbound_spec *in)
 
 static void conn_deinit(void *state)
 {
-    (void)state;
+    vless_conn *c = state;
+    sv_mux_free(c->mux);
+    c->mux = NULL;
 }
 
 /*
@@ -293,6 +297,8 @@ static ssize_t parse_request(const void *creds, const uint8_t *p, size_t n, int 
     if (n < at + 1)
         return 0;
     *cmd = p[at++];
+    if (*cmd == SV_VLESS_MUX)
+        return (ssize_t)at; /* no address: the frames name each session's (§7.1) */
     if (*cmd != SV_VLESS_TCP && *cmd != SV_VLESS_UDP)
         return -EPROTONOSUPPORT;
     ssize_t a = sv_dest_parse_b(p + at, n - at, d);
@@ -357,6 +363,16 @@ static void push_data(sv_effects *fx, uint8_t *p, size_t n)
     }
 }
 
+/* Mux.Cool frames from @p p + @p at (§7): the decoder's effects, stream = session ID.
+ * @return bytes consumed (including @p at), or -EPROTO with an error effect. */
+static ssize_t feed_mux(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
+{
+    ssize_t r = sv_mux_feed(c->mux, p + at, n - at, fx);
+    if (r < 0)
+        return fail(c, fx, (int)r, SV_PROBE_CLOSE, NULL, 0);
+    return (ssize_t)at + r;
+}
+
 static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx)
 {
     vless_conn *c = state;
@@ -369,6 +385,8 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
         return (ssize_t)n;
     case PH_UDP:
         return feed_datagrams(c, p, n, 0, fx);
+    case PH_MUX:
+        return feed_mux(c, p, n, 0, fx);
     case PH_REQUEST:
         break;
     }
@@ -388,6 +406,14 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
         return 0;
     sv_effect *e = sv_effects_push(fx, SV_FX_AUTHENTICATED);
     e->principal = user;
+    if (cmd == SV_VLESS_MUX) {
+        c->mux = sv_mux_new();
+        if (c->mux == NULL)
+            return fail(c, fx, -ENOMEM, SV_PROBE_CLOSE, NULL, 0);
+        e->multiplexed = true;
+        c->phase = PH_MUX;
+        return feed_mux(c, p, n, (size_t)h, fx);
+    }
     d.network = cmd == SV_VLESS_TCP ? SV_NET_TCP : SV_NET_UDP;
     e = sv_effects_push(fx, SV_FX_OPEN);
     e->dest = d;
@@ -407,7 +433,7 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
 
 static size_t frame_max(size_t len)
 {
-    return len + SV_VLESS_RESPONSE_LEN;
+    return sv_mux_frame_max(len) + SV_VLESS_RESPONSE_LEN; /* room for Mux.Cool framing */
 }
 
 /* Write the response header at @p out unless it went out already. @return its length. */
@@ -424,9 +450,18 @@ static size_t put_response(vless_conn *c, uint8_t *out)
 static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
                      size_t len, uint8_t *out, size_t cap)
 {
-    (void)creds, (void)stream;
+    (void)creds;
     vless_conn *c = state;
     size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+    if (c->mux != NULL) { /* Keep frames of that session (§7.3) */
+        if (cap < head)
+            return -EMSGSIZE;
+        ssize_t w = sv_mux_frame_data((uint16_t)stream, in, len, out + head, cap - head);
+        if (w < 0)
+            return w;
+        put_response(c, out);
+        return (ssize_t)head + w;
+    }
     if (cap < head + len)
         return -EMSGSIZE;
     memmove(out + head, in, len);
@@ -438,8 +473,11 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
                               const sv_dest *from, const uint8_t *payload, size_t len,
                               uint8_t *out, size_t cap)
 {
-    (void)creds, (void)stream, (void)from;
+    (void)creds, (void)from;
     vless_conn *c = state;
+    if (c->mux != NULL) /* one Keep frame per datagram, no address (§7.4) */
+        return len > SV_MUX_UDP_PAYLOAD_MAX ? -EINVAL
+                                            : frame(state, creds, stream, payload, len, out, cap);
     if (len > SV_VLESS_UDP_PAYLOAD_MAX)
         return -EINVAL;
     size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
@@ -450,6 +488,23 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
     out[head] = (uint8_t)(len >> 8);
     out[head + 1] = (uint8_t)(len & 0xff);
     return (ssize_t)(head + 2 + len);
+}
+
+/* Mux.Cool only: the End frame of @p stream once its outbound is done (§7.3); the decoder
+ * forgets the session. Single-flow VLESS has no end-of-stream bytes. */
+static ssize_t frame_end(void *state, const void *creds, uint32_t stream, bool abort,
+                         uint8_t *out, size_t cap)
+{
+    (void)creds;
+    vless_conn *c = state;
+    if (c->mux == NULL)
+        return 0;
+    size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+    if (cap < head + SV_MUX_END_LEN)
+        return -EMSGSIZE;
+    sv_mux_session_gone(c->mux, (uint16_t)stream);
+    put_response(c, out);
+    return (ssize_t)(head + sv_mux_frame_end((uint16_t)stream, abort, out + head));
 }
 
 const sv_proto_ops sv_vless_ops = {
@@ -464,4 +519,5 @@ const sv_proto_ops sv_vless_ops = {
     .frame = frame,
     .frame_max = frame_max,
     .frame_datagram = frame_datagram,
+    .frame_end = frame_end,
 };

@@ -24,7 +24,7 @@
 /** Bytes of a user id on the wire (§5.1). */
 #define SV_VLESS_UUID_LEN 16
 
-/** VLESS commands (§5.1); Mux.Cool is refused for now. */
+/** VLESS commands (§5.1). */
 enum sv_vless_cmd { SV_VLESS_TCP = 0x01, SV_VLESS_UDP = 0x02, SV_VLESS_MUX = 0x03 };
 
 /** Longest request header: version, UUID, M, 255 bytes of addons, command, port, type, the
@@ -63,17 +63,22 @@ enum sv_vless_cmd { SV_VLESS_TCP = 0x01, SV_VLESS_UDP = 0x02, SV_VLESS_MUX = 0x0
  *    -EACCES (UUID). Once the UUID matched, a bad rest of the header fails with SV_PROBE_CLOSE
  *    and no data: the peer holds a user's secret, so it is a client to fail fast, not a prober:
  *    -EPROTO (malformed addons or address), -EPROTONOSUPPORT (a non-empty flow in the addons,
- *    command 3 Mux.Cool, an unknown command). A complete request gives SV_FX_AUTHENTICATED
+ *    an unknown command). Command 3 (Mux.Cool, §7.1, no address) gives SV_FX_AUTHENTICATED
+ *    with multiplexed set; the body then goes through the Mux.Cool decoder (mux.h: streams =
+ *    session IDs, its -EPROTO ends the connection with SV_PROBE_CLOSE). A complete request gives SV_FX_AUTHENTICATED
  *    (principal = user index) and SV_FX_OPEN (stream 0, the request's address, network TCP or
  *    UDP); then, for TCP, every later byte is SV_FX_TO_OUTBOUND (stream 0) pointing into @p p;
  *    for UDP, each whole length-prefixed datagram of at most SV_VLESS_UDP_PAYLOAD_MAX bytes is one
  *    SV_FX_DATAGRAM (stream 0, to the request's address, payload in @p p), a longer one is
  *    consumed and dropped, and an incomplete one stays unconsumed.
  *  - carry_max: SV_VLESS_CARRY_MAX.
- *  - frame: the response header before the first bytes, then a plain copy
- *    (frame_max(len) = len + SV_VLESS_RESPONSE_LEN).
+ *  - frame: the response header before the first bytes, then a plain copy, or under Mux.Cool
+ *    Keep frames of the stream (frame_max(len) = sv_mux_frame_max(len) +
+ *    SV_VLESS_RESPONSE_LEN).
+ *  - frame_end: nothing, or under Mux.Cool the stream's End frame (option 0x02 with abort);
+ *    the decoder forgets the session.
  *  - frame_datagram: [response header on the first] u16be length | payload; @p from is not
- *    written (the destination is the request's). -EINVAL for a payload above
+ *    written (the destination is the request's; under Mux.Cool one Keep frame). -EINVAL for a payload above
  *    SV_VLESS_UDP_PAYLOAD_MAX (the runtime drops that datagram), -EMSGSIZE when @p cap is too
  *    small.
  */

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "supervisor/proto/vmess.h"
+#include "supervisor/proto/mux.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -506,7 +507,14 @@ typedef struct vmess_conn {
     uint8_t resp[SV_VMESS_RESP_HEADER];
     sv_dest dest;
     vmess_dir up, down;
+    sv_mux *mux;      /* command 3: the Mux.Cool decoder of the body (§7) */
+    uint8_t *mbuf;    /* mux, chunked modes: decrypted body bytes not decoded yet (MBUF_CAP) */
+    uint32_t moff, mlen; /* mbuf[moff, mlen) is undecoded; [0, moff) went out last call */
 } vmess_conn;
+
+/* Plaintext held for the Mux.Cool decoder: what it left (a frame header, a datagram, or the
+ * rest of a chunk when the effects were full) and one more chunk. */
+#define MBUF_CAP (SV_MUX_CARRY_MAX + 2 * SV_VMESS_CHUNK_MAX)
 
 static int conn_init(void *state, const sv_inbound_spec *in)
 {
@@ -523,6 +531,10 @@ static void conn_deinit(void *state)
     vmess_conn *c = state;
     dir_deinit(&c->up);
     dir_deinit(&c->down);
+    sv_mux_free(c->mux);
+    c->mux = NULL;
+    free(c->mbuf);
+    c->mbuf = NULL;
 }
 
 static void set_time(void *state, int64_t unix_s) { ((vmess_conn *)state)->now = unix_s; }
@@ -737,9 +749,12 @@ static int open_header(vmess_conn *c, const vmess_creds *k, uint8_t *p, bool *mu
     rc = choose_mode(c, h[34], h[35] & 0x0f);
     if (rc != 0)
         return rc;
-    if (cmd == 3) {
+    if (cmd == 3) { /* Mux.Cool (§7.1): the body is frames, each session a stream */
         *mux = true;
-        return -EPROTONOSUPPORT;
+        c->mux = sv_mux_new();
+        c->mbuf = c->mode == MODE_RAW ? NULL : malloc(MBUF_CAP);
+        if (c->mux == NULL || (c->mode != MODE_RAW && c->mbuf == NULL))
+            return -ENOMEM;
     }
     /* response key and IV: SHA-256 truncations (§6.6) */
     uint8_t rk[32], riv[32];
@@ -782,8 +797,61 @@ static int read_size(vmess_conn *c, uint8_t *p)
     return 0;
 }
 
-/* Body chunks from @p p + @p at while @p fx has room. @return bytes consumed or an error. */
+/* Body chunks from @p p + @p at while @p fx has room. Each chunk's plaintext becomes an effect,
+ * or under Mux.Cool is appended to mbuf (@p to_mbuf) and one chunk at most is opened.
+ * @return bytes consumed or an error. */
+static ssize_t feed_chunks(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx,
+                           bool to_mbuf);
+
+/* The body under Mux.Cool: decode what mbuf holds, then one more chunk at a time while the
+ * effects have room. A chunk holding more frames than one call's effects leaves the rest in
+ * mbuf until the client's next bytes (v2ray puts a few frames in a chunk).
+ * @return bytes of @p p consumed or an error. */
+static ssize_t feed_mux(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
+{
+    if (c->mode == MODE_RAW) { /* the body is the frames: decode in place */
+        ssize_t r = sv_mux_feed(c->mux, p + at, n - at, fx);
+        return r < 0 ? fail(c, fx, (int)r, SV_PROBE_CLOSE) : (ssize_t)at + r;
+    }
+    if (c->moff > 0) { /* the last call's effects are applied: drop what they pointed at */
+        memmove(c->mbuf, c->mbuf + c->moff, c->mlen - c->moff);
+        c->mlen -= c->moff;
+        c->moff = 0;
+    }
+    for (;;) {
+        if (c->moff < c->mlen) {
+            ssize_t r = sv_mux_feed(c->mux, c->mbuf + c->moff, c->mlen - c->moff, fx);
+            if (r < 0)
+                return fail(c, fx, (int)r, SV_PROBE_CLOSE);
+            c->moff += (uint32_t)r;
+            if (fx->n + 3 > SV_EFFECTS_MAX)
+                break;
+        }
+        if (c->phase != PH_BODY || c->mlen + SV_VMESS_CHUNK_MAX > MBUF_CAP)
+            break;
+        size_t before = at;
+        uint32_t had = c->mlen;
+        ssize_t r = feed_chunks(c, p, n, at, fx, true);
+        if (r < 0)
+            return r;
+        at = (size_t)r;
+        if (at == before || (c->mlen == had && c->phase != PH_BODY))
+            break;
+    }
+    if (c->phase == PH_END && at < n)
+        return fail(c, fx, -EPROTO, SV_PROBE_CLOSE);
+    return (ssize_t)at;
+}
+
 static ssize_t feed_body(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
+{
+    if (c->mux != NULL)
+        return feed_mux(c, p, n, at, fx);
+    return feed_chunks(c, p, n, at, fx, false);
+}
+
+static ssize_t feed_chunks(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx,
+                           bool to_mbuf)
 {
     if (c->mode == MODE_RAW) {
         if (n > at) {
@@ -823,7 +891,14 @@ static ssize_t feed_body(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effe
         c->have_size = false;
         if (plen == 0) { /* end of stream; the client half-closes next */
             c->phase = PH_END;
+            if (to_mbuf)
+                break;
             continue;
+        }
+        if (to_mbuf) { /* one chunk for the Mux.Cool decoder */
+            memcpy(c->mbuf + c->mlen, chunk, plen);
+            c->mlen += (uint32_t)plen;
+            break;
         }
         sv_effect *e = sv_effects_push(fx, c->udp ? SV_FX_DATAGRAM : SV_FX_TO_OUTBOUND);
         if (c->udp)
@@ -860,9 +935,11 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
             return fail(c, fx, rc, mux ? SV_PROBE_CLOSE : SV_PROBE_DRAIN);
         at += (size_t)c->hlen + TAG;
         c->phase = PH_BODY;
-        sv_effects_push(fx, SV_FX_AUTHENTICATED)->principal = c->user;
-        sv_effect *e = sv_effects_push(fx, SV_FX_OPEN);
-        e->dest = c->dest;
+        sv_effect *e = sv_effects_push(fx, SV_FX_AUTHENTICATED);
+        e->principal = c->user;
+        e->multiplexed = c->mux != NULL;
+        if (c->mux == NULL)
+            sv_effects_push(fx, SV_FX_OPEN)->dest = c->dest;
     }
     return feed_body(c, p, n, at, fx);
 }
@@ -873,8 +950,10 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
 
 static size_t frame_max(size_t len)
 {
-    size_t chunks = len / SV_VMESS_DOWN_PAYLOAD + 1;
-    return SV_VMESS_RESP_HEADER + chunks * (2 + TAG + TAG + 63) + len;
+    /* room for Mux.Cool: a Keep header, sealed as a chunk of its own, per data block */
+    size_t blocks = len / SV_MUX_DATA_MAX + 1;
+    size_t chunks = len / SV_VMESS_DOWN_PAYLOAD + 1 + blocks;
+    return SV_VMESS_RESP_HEADER + chunks * (2 + TAG + TAG + 63) + len + blocks * SV_MUX_HEAD_LEN;
 }
 
 /* The response header, once, before anything else. @return its length written (0 or 38). */
@@ -917,20 +996,15 @@ static ssize_t seal_chunk(vmess_conn *c, const uint8_t *in, size_t len, uint8_t 
     return (ssize_t)(sb + total);
 }
 
-static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
-                     size_t len, uint8_t *out, size_t cap)
+/* @p len body bytes at @p out (chunks, or a copy without chunking). @return wire length or
+ * -EIO. */
+static ssize_t seal_body(vmess_conn *c, const uint8_t *in, size_t len, uint8_t *out)
 {
-    (void)creds, (void)stream;
-    vmess_conn *c = state;
-    if (c->phase != PH_BODY && c->phase != PH_END)
-        return -EINVAL;
-    if (cap < frame_max(len))
-        return -EMSGSIZE;
-    size_t at = put_response(c, out);
     if (c->mode == MODE_RAW) {
-        memmove(out + at, in, len);
-        return (ssize_t)(at + len);
+        memmove(out, in, len);
+        return (ssize_t)len;
     }
+    size_t at = 0;
     for (size_t off = 0; off < len;) {
         size_t piece = len - off < SV_VMESS_DOWN_PAYLOAD ? len - off : SV_VMESS_DOWN_PAYLOAD;
         ssize_t w = seal_chunk(c, in + off, piece, out + at);
@@ -942,27 +1016,67 @@ static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint
     return (ssize_t)at;
 }
 
+static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
+                     size_t len, uint8_t *out, size_t cap)
+{
+    (void)creds;
+    vmess_conn *c = state;
+    if (c->phase != PH_BODY && c->phase != PH_END)
+        return -EINVAL;
+    if (cap < frame_max(len))
+        return -EMSGSIZE;
+    size_t at = put_response(c, out);
+    if (c->mux == NULL) {
+        ssize_t w = seal_body(c, in, len, out + at);
+        return w < 0 ? w : (ssize_t)at + w;
+    }
+    size_t off = 0;
+    do { /* Keep frames of the stream (§7.3): header, then its data sealed from @p in */
+        size_t k = len - off < SV_MUX_DATA_MAX ? len - off : SV_MUX_DATA_MAX;
+        uint8_t head[SV_MUX_HEAD_LEN];
+        ssize_t w = seal_body(c, head, sv_mux_frame_head((uint16_t)stream, k, head), out + at);
+        if (w < 0)
+            return w;
+        at += (size_t)w;
+        w = seal_body(c, in + off, k, out + at);
+        if (w < 0)
+            return w;
+        at += (size_t)w;
+        off += k;
+    } while (off < len);
+    return (ssize_t)at;
+}
+
 static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
                               const sv_dest *from, const uint8_t *payload, size_t len,
                               uint8_t *out, size_t cap)
 {
     (void)from;
     vmess_conn *c = state;
+    if (c->mux != NULL) /* one Keep frame per datagram, no address (§7.4) */
+        return len > SV_MUX_UDP_PAYLOAD_MAX ? -EINVAL
+                                            : frame(state, creds, stream, payload, len, out, cap);
     if (!c->udp || len > SV_VMESS_UDP_PAYLOAD_MAX || len == 0)
         return -EINVAL;
     return frame(state, creds, stream, payload, len, out, cap);
 }
 
-static ssize_t frame_end(void *state, const void *creds, uint32_t stream, uint8_t *out,
-                         size_t cap)
+static ssize_t frame_end(void *state, const void *creds, uint32_t stream, bool abort,
+                         uint8_t *out, size_t cap)
 {
-    (void)creds, (void)stream;
+    (void)creds;
     vmess_conn *c = state;
     if (c->phase != PH_BODY && c->phase != PH_END)
         return 0;
     if (cap < frame_max(0))
         return -EMSGSIZE;
     size_t at = put_response(c, out);
+    if (c->mux != NULL) { /* the stream's End frame (§7.3); the decoder forgets it */
+        uint8_t end[SV_MUX_END_LEN];
+        sv_mux_session_gone(c->mux, (uint16_t)stream);
+        ssize_t w = seal_body(c, end, sv_mux_frame_end((uint16_t)stream, abort, end), out + at);
+        return w < 0 ? w : (ssize_t)at + w;
+    }
     if (c->mode == MODE_RAW)
         return (ssize_t)at;
     ssize_t w = seal_chunk(c, NULL, 0, out + at);

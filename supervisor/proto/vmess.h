@@ -77,7 +77,9 @@ enum sv_vmess_option {
  *    -EALREADY (auth ID seen before), -EPROTO (version, length, address, FNV-1a),
  *    -EPROTONOSUPPORT (security 0-2 or above 6, a command other than 1-3, chunk stream off for an
  *    AEAD security, padding without masking or with authenticated length, UDP with security
- *    zero). Command 3 (Mux.Cool) is refused with -EPROTONOSUPPORT and SV_PROBE_CLOSE. A good
+ *    zero). Command 3 (Mux.Cool, §7.1, no address) gives SV_FX_AUTHENTICATED with multiplexed
+ *    set and no SV_FX_OPEN: the body's plaintext goes through the Mux.Cool decoder (mux.h,
+ *    streams = session IDs; its -EPROTO ends the connection, SV_PROBE_CLOSE). A good
  *    header gives SV_FX_AUTHENTICATED (principal = user index) and SV_FX_OPEN (stream 0, the
  *    header's address; network UDP for command 2); then each body chunk gives SV_FX_TO_OUTBOUND
  *    (TCP) or one SV_FX_DATAGRAM to that address (UDP), decrypted in place in @p p. Security zero
@@ -87,7 +89,9 @@ enum sv_vmess_option {
  *  - carry_max: SV_VMESS_CARRY_MAX.
  *  - frame / frame_datagram / frame_end: the response header before the first bytes, then chunks
  *    of at most SV_VMESS_DOWN_PAYLOAD (one per datagram, the source address is not sent), then
- *    the end-of-stream chunk; padding bytes are random. -EINVAL before the header was accepted
+ *    the end-of-stream chunk; padding bytes are random. Under Mux.Cool the chunks carry Keep
+ *    frames of @p stream (each header sealed as a chunk of its own) and frame_end the stream's
+ *    End frame (option 0x02 with abort). -EINVAL before the header was accepted
  *    or for a datagram above SV_VMESS_UDP_PAYLOAD_MAX, -EMSGSIZE when @p cap is too small, -EIO
  *    when the cipher fails.
  */

@@ -78,7 +78,7 @@ static void check_reframe(void *down, const void *creds, const sv_effect *e, con
 }
 
 typedef struct run_state {
-    bool authed, tcp, udp, fallback, replied;
+    bool authed, tcp, udp, mux, fallback, replied;
     void *down; /* a second connection state for the downstream checks */
 } run_state;
 
@@ -89,18 +89,26 @@ static void check_effects(void *st, const void *creds, const sv_effects *fx, ssi
     FUZZ_CHECK(fx->n <= SV_EFFECTS_MAX);
     for (unsigned i = 0; i < fx->n; i++) {
         const sv_effect *e = &fx->v[i];
-        if (e->data != NULL)
+        if (e->data != NULL && e->kind != SV_FX_TO_CLIENT)
             FUZZ_CHECK(inside(e->data, e->len, buf, have) ||
                        inside(e->data, e->len, (const uint8_t *)st, sv_vless_ops.state_size));
         switch (e->kind) {
         case SV_FX_AUTHENTICATED:
             FUZZ_CHECK(!rs->authed && i == 0 && e->principal >= 0 && e->principal < 3);
-            FUZZ_CHECK(fx->n >= 2 && fx->v[1].kind == SV_FX_OPEN);
+            FUZZ_CHECK(e->multiplexed || (fx->n >= 2 && fx->v[1].kind == SV_FX_OPEN));
             rs->authed = true;
+            rs->mux = e->multiplexed;
             tr_put(ev, "A", 1);
             tr_put(ev, &e->principal, sizeof e->principal);
             break;
         case SV_FX_OPEN:
+            if (rs->mux) { /* a Mux.Cool session (command 3) */
+                FUZZ_CHECK(e->stream <= 0xffff);
+                tr_put(ev, "o", 1);
+                tr_put(ev, &e->stream, sizeof e->stream);
+                tr_dest(ev, &e->dest);
+                break;
+            }
             FUZZ_CHECK(rs->authed && !rs->tcp && !rs->udp && e->stream == 0);
             FUZZ_CHECK(e->dest.network == SV_NET_TCP || e->dest.network == SV_NET_UDP);
             rs->tcp = e->dest.network == SV_NET_TCP;
@@ -109,11 +117,18 @@ static void check_effects(void *st, const void *creds, const sv_effects *fx, ssi
             tr_dest(ev, &e->dest);
             break;
         case SV_FX_TO_OUTBOUND:
-            FUZZ_CHECK(rs->tcp && e->stream == 0 && e->len > 0 && e->data != NULL);
+            FUZZ_CHECK((rs->mux || (rs->tcp && e->stream == 0)) && e->len > 0 && e->data != NULL);
             FUZZ_CHECK(inside(e->data, e->len, buf, have));
             tr_put(out, e->data, e->len);
             break;
         case SV_FX_DATAGRAM:
+            if (rs->mux) {
+                FUZZ_CHECK(e->len <= 2048 && inside(e->data, e->len, buf, have));
+                tr_put(ev, "d", 1);
+                tr_put(ev, &e->len, sizeof e->len);
+                tr_put(ev, e->data, e->len);
+                break;
+            }
             FUZZ_CHECK(rs->udp && e->stream == 0 && e->dest.network == SV_NET_UDP);
             FUZZ_CHECK(e->len <= SV_VLESS_UDP_PAYLOAD_MAX && inside(e->data, e->len, buf, have));
             check_reframe(rs->down, creds, e, buf, !rs->replied);
@@ -122,6 +137,16 @@ static void check_effects(void *st, const void *creds, const sv_effects *fx, ssi
             tr_dest(ev, &e->dest);
             tr_put(ev, &e->len, sizeof e->len);
             tr_put(ev, e->data, e->len);
+            break;
+        case SV_FX_TO_CLIENT: /* Mux.Cool End frames for unknown sessions */
+            FUZZ_CHECK(rs->mux && e->len == 6 && e->data != NULL);
+            tr_put(ev, "T", 1);
+            tr_put(ev, e->data, e->len);
+            break;
+        case SV_FX_CLOSE:
+            FUZZ_CHECK(rs->mux);
+            tr_put(ev, "c", 1);
+            tr_put(ev, &e->stream, sizeof e->stream);
             break;
         case SV_FX_ERROR:
             FUZZ_CHECK(i == fx->n - 1 && r < 0 && e->error == (int)r);

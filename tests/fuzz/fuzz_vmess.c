@@ -142,7 +142,7 @@ static void check_frames(void *st)
     FUZZ_CHECK(w == -EINVAL || (w > 0 && (size_t)w <= ops->frame_max(100)));
     w = ops->frame(st, g_creds, 0, reply, sizeof reply, out, sizeof out);
     FUZZ_CHECK(w > 0 && (size_t)w <= ops->frame_max(sizeof reply));
-    w = ops->frame_end(st, g_creds, 0, out, sizeof out);
+    w = ops->frame_end(st, g_creds, 0, false, out, sizeof out);
     FUZZ_CHECK(w >= 0 && (size_t)w <= ops->frame_max(0));
 }
 

@@ -172,7 +172,8 @@ static size_t request(uint8_t *out, const char *uuid, uint8_t cmd, const uint8_t
     n += SV_VLESS_UUID_LEN;
     out[n++] = 0;
     out[n++] = cmd;
-    memcpy(out + n, addr, alen);
+    if (alen > 0)
+        memcpy(out + n, addr, alen);
     return n + alen;
 }
 
@@ -469,7 +470,7 @@ static void frame__bounds(void **state)
     (void)state;
     static uint8_t in[70000], out[70010];
     memset(in, 0x42, sizeof in);
-    assert_int_equal(ops->frame_max(100), 102);
+    assert_int_equal(ops->frame_max(100), 2 + 8 + 100); /* room for a Mux.Cool Keep header */
     void *st = conn_new();
     assert_int_equal(ops->frame(st, g_creds, 0, in, 100, out, 101), -EMSGSIZE);
     assert_int_equal(ops->frame(st, g_creds, 0, in, 100, out, 102), 102);
@@ -771,11 +772,6 @@ static void refuse__after_the_uuid(void **state)
     b.decide = 18 + 4, b.error = -EPROTO, b.policy = SV_PROBE_CLOSE;
     assert_refused_at(&b);
 
-    bad_start(&b, "mux command", UUID_B);
-    bad_add(&b, "\x00\x03", 2);
-    b.decide = 19, b.error = -EPROTONOSUPPORT, b.policy = SV_PROBE_CLOSE;
-    assert_refused_at(&b);
-
     bad_start(&b, "command 4", UUID_B);
     bad_add(&b, "\x00\x04\x00\x50\x01\x7f\x00\x00\x01", 9);
     b.decide = 19, b.error = -EPROTONOSUPPORT, b.policy = SV_PROBE_CLOSE;
@@ -795,6 +791,64 @@ static void refuse__after_the_uuid(void **state)
     bad_add(&b, "\x00\x01\x00\x50\x02\x03" "a\0b", 9);
     b.decide = 26, b.error = -EPROTO, b.policy = SV_PROBE_CLOSE; /* once the name is whole */
     assert_refused_at(&b);
+}
+
+/* Command 3 (§5.4, §7.1): no address in the header; the body is Mux.Cool frames, one stream
+ * per session; downstream bytes become Keep frames after the response header, and frame_end
+ * writes the session's End frame. A later Keep for that session gets End back. */
+static void mux__sessions_and_end(void **state)
+{
+    (void)state;
+    static const uint8_t new_tcp[] = {0x00, 0x0c, 0x00, 0x01, 0x01, 0x01, 0x01, 0x00, 0x50,
+                                      0x01, 127,  0,    0,    1,    0x00, 0x03, 'a',  'b', 'c'};
+    static const uint8_t keep2[] = {0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x02, 'd', 'e'};
+    static const uint8_t end1[] = {0x00, 0x04, 0x00, 0x01, 0x03, 0x00};
+    uint8_t p[256];
+    size_t n = request(p, UUID_B, SV_VLESS_MUX, NULL, 0);
+    size_t hl = n;
+    memcpy(p + n, new_tcp, sizeof new_tcp);
+    n += sizeof new_tcp;
+    void *st = conn_new();
+    sv_effects fx;
+    assert_int_equal(feed(st, p, hl, &fx), hl); /* the header alone is consumed */
+    assert_int_equal(fx.n, 1);
+    assert_int_equal(fx.v[0].kind, SV_FX_AUTHENTICATED);
+    assert_true(fx.v[0].multiplexed);
+    assert_int_equal(feed(st, p + hl, n - hl, &fx), n - hl);
+    assert_int_equal(fx.n, 2);
+    assert_int_equal(fx.v[0].kind, SV_FX_OPEN);
+    assert_int_equal(fx.v[0].stream, 1);
+    assert_dest(&fx.v[0].dest, SV_ATYP_IPV4, "127.0.0.1:80", SV_NET_TCP);
+    assert_int_equal(fx.v[1].kind, SV_FX_TO_OUTBOUND);
+    assert_int_equal(fx.v[1].stream, 1);
+    assert_int_equal(fx.v[1].len, 3);
+    assert_memory_equal(fx.v[1].data, "abc", 3);
+
+    uint8_t out[64];
+    ssize_t w = ops->frame(st, g_creds, 1, (const uint8_t *)"xyz", 3, out, sizeof out);
+    static const uint8_t want[] = {0x00, 0x00, 0x00, 0x04, 0x00, 0x01, 0x02,
+                                   0x01, 0x00, 0x03, 'x',  'y',  'z'};
+    assert_int_equal(w, sizeof want);
+    assert_memory_equal(out, want, sizeof want);
+    w = ops->frame_end(st, g_creds, 1, false, out, sizeof out);
+    assert_int_equal(w, sizeof end1);
+    assert_memory_equal(out, end1, sizeof end1);
+
+    memcpy(p, keep2, sizeof keep2); /* the session is gone: End back, data dropped */
+    assert_int_equal(feed(st, p, sizeof keep2, &fx), sizeof keep2);
+    assert_int_equal(fx.n, 1);
+    assert_int_equal(fx.v[0].kind, SV_FX_TO_CLIENT);
+    assert_int_equal(fx.v[0].len, sizeof end1);
+    assert_memory_equal(fx.v[0].data, end1, sizeof end1);
+    conn_free(st);
+
+    /* single-flow VLESS has no end-of-stream bytes */
+    st = conn_new();
+    n = request(p, UUID_B, SV_VLESS_TCP, k_addr_v4, sizeof k_addr_v4);
+    assert_int_equal(feed(st, p, n, &fx), n);
+    assert_false(fx.v[0].multiplexed);
+    assert_int_equal(ops->frame_end(st, g_creds, 0, false, out, sizeof out), 0);
+    conn_free(st);
 }
 
 static void addons__seed_and_empty_flow_accepted(void **state)
@@ -937,6 +991,7 @@ int main(void)
         cmocka_unit_test(refuse__before_the_uuid),
         cmocka_unit_test(refuse__after_the_uuid),
         cmocka_unit_test(addons__seed_and_empty_flow_accepted),
+        cmocka_unit_test(mux__sessions_and_end),
         cmocka_unit_test(refuse__empty_user_set),
         cmocka_unit_test(creds__duplicates_and_bad_secrets_refused),
         cmocka_unit_test(creds__100k_users_build_and_look_up),

@@ -649,7 +649,7 @@ static void response__vectors(void **state)
                                      sizeof out);
         assert_true(w > 0 && (size_t)w <= ops->frame_max(strlen(text)));
         /* TCP ends with the end-of-stream chunk; the UDP captures have none */
-        ssize_t e = udp ? 0 : ops->frame_end(st, g_creds, 0, out + w, sizeof out - (size_t)w);
+        ssize_t e = udp ? 0 : ops->frame_end(st, g_creds, 0, false, out + w, sizeof out - (size_t)w);
         assert_true(udp || (e > 0 && (size_t)e <= ops->frame_max(0)));
         size_t total = (size_t)(w + e);
         size_t wl = jhex(cpath(i, "server_to_client.wire_hex"), want, sizeof want);
@@ -728,7 +728,7 @@ static void roundtrip(uint8_t opt, uint8_t sec, uint8_t cmd, size_t body, size_t
                                                sizeof frame_out)
                          : ops->frame(st, g_creds, 0, reply, rl, frame_out, sizeof frame_out);
     assert_true(w > 0 && (size_t)w <= ops->frame_max(rl));
-    ssize_t e = ops->frame_end(st, g_creds, 0, frame_out + w, sizeof frame_out - (size_t)w);
+    ssize_t e = ops->frame_end(st, g_creds, 0, false, frame_out + w, sizeof frame_out - (size_t)w);
     assert_true(e >= 0);
     bool eof;
     if (raw) {
@@ -877,9 +877,65 @@ static void refuse__auth_window_wrong_user_and_broken_fields(void **state)
     n = tc_header(&t, VEC_UUID, NOW, S | M, gcm, 4, ADDR_DOMAIN, sizeof ADDR_DOMAIN, BREAK_NONE,
                   wire);
     expect_refused(wire, n, NOW, -EPROTONOSUPPORT, SV_PROBE_DRAIN);
-    /* Mux.Cool (command 3, no address) is refused with a plain close */
-    n = tc_header(&t, VEC_UUID, NOW, S | M, gcm, 3, NULL, 0, BREAK_NONE, wire);
-    expect_refused(wire, n, NOW, -EPROTONOSUPPORT, SV_PROBE_CLOSE);
+}
+
+/* Mux.Cool (command 3, no address, §7.1): the body's frames are decoded across chunks (a frame
+ * header split between two chunks, two frames in one chunk), whole and byte at a time; the
+ * reply is Keep frames then the End frame, sealed as chunks the client reads back. */
+static void mux__frames_across_chunks(void **state)
+{
+    (void)state;
+    static uint8_t wire[4096], out[4096], got[4096];
+    static const uint8_t frames[] = {
+        0x00, 0x0c, 0x00, 0x01, 0x01, 0x01, 0x01, 0x00, 0x50, 0x01, 127, 0, 0, 1, /* New 1 */
+        0x00, 0x03, 'a', 'b', 'c',
+        0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x02, 'd', 'e', /* Keep 1 */
+        0x00, 0x04, 0x00, 0x01, 0x03, 0x00}; /* End 1 */
+    const uint8_t S = SV_VMESS_OPT_CHUNK_STREAM, M = SV_VMESS_OPT_CHUNK_MASKING;
+    for (size_t pi = 0, piece = 1; pi < 2; pi++, piece = 4096) {
+        tclient t;
+        size_t n = tc_header(&t, VEC_UUID, NOW, S | M, SV_VMESS_SEC_AES_128_GCM, 3, NULL, 0,
+                             BREAK_NONE, wire);
+        n += tc_chunk(&t, frames, 6, wire + n);                       /* half a header */
+        n += tc_chunk(&t, frames + 6, sizeof frames - 6, wire + n);   /* the rest, 3 frames */
+        void *st = conn_new(NOW);
+        sv_effects fx;
+        size_t have = 0, off = 0;
+        char log[256] = "";
+        while (off < n) {
+            have = have + piece > n - off ? n - off : have + piece;
+            ssize_t r = ops->feed(st, g_creds, wire + off, have, &fx);
+            assert_true(r >= 0);
+            for (unsigned i = 0; i < fx.n; i++) {
+                const sv_effect *e = &fx.v[i];
+                char one[64];
+                if (e->kind == SV_FX_AUTHENTICATED)
+                    snprintf(one, sizeof one, "auth %d mux %d;", e->principal, e->multiplexed);
+                else if (e->kind == SV_FX_OPEN)
+                    snprintf(one, sizeof one, "open %u port %u;", e->stream, e->dest.port);
+                else if (e->kind == SV_FX_TO_OUTBOUND)
+                    snprintf(one, sizeof one, "data %u %.*s;", e->stream, (int)e->len,
+                             (const char *)e->data);
+                else
+                    snprintf(one, sizeof one, "kind %d %u;", e->kind, e->stream);
+                strncat(log, one, sizeof log - strlen(log) - 1);
+            }
+            off += (size_t)r;
+            have -= (size_t)r;
+        }
+        assert_string_equal(log, "auth 1 mux 1;open 1 port 80;data 1 abc;data 1 de;kind 6 1;");
+        ssize_t w = ops->frame(st, g_creds, 1, (const uint8_t *)"xyz", 3, out, sizeof out);
+        assert_true(w > 0 && (size_t)w <= ops->frame_max(3));
+        ssize_t e = ops->frame_end(st, g_creds, 1, true, out + w, sizeof out - (size_t)w);
+        assert_true(e > 0);
+        bool eof = false;
+        size_t gl = tc_read(&t, out, (size_t)(w + e), true, got, &eof);
+        static const uint8_t want[] = {0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x03, 'x', 'y',
+                                       'z', 0x00, 0x04, 0x00, 0x01, 0x03, 0x02};
+        assert_int_equal(gl, sizeof want);
+        assert_memory_equal(got, want, sizeof want);
+        conn_free(st);
+    }
 }
 
 /* The same auth ID twice: the second is a replay, refused like a wrong user; a request whose
@@ -994,7 +1050,7 @@ static void frame__bounds(void **state)
     assert_int_equal(run(st, wire, n, n, o), 0);
     uint8_t in[10] = {0};
     assert_int_equal(ops->frame(st, g_creds, 0, in, 10, out, ops->frame_max(10) - 1), -EMSGSIZE);
-    assert_int_equal(ops->frame_end(st, g_creds, 0, out, ops->frame_max(0) - 1), -EMSGSIZE);
+    assert_int_equal(ops->frame_end(st, g_creds, 0, false, out, ops->frame_max(0) - 1), -EMSGSIZE);
     /* TCP connection: no datagrams */
     assert_int_equal(ops->frame_datagram(st, g_creds, 0, &o->dest, in, 10, out, sizeof out),
                      -EINVAL);
@@ -1038,6 +1094,7 @@ int main(void)
         cmocka_unit_test(response__vectors),
         cmocka_unit_test(options__every_security_and_option),
         cmocka_unit_test(refuse__auth_window_wrong_user_and_broken_fields),
+        cmocka_unit_test(mux__frames_across_chunks),
         cmocka_unit_test_setup_teardown(refuse__replayed_auth_id, replay_setup, replay_teardown),
         cmocka_unit_test(body__errors_close),
         cmocka_unit_test(body__many_chunks_fill_the_effects),
