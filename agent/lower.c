@@ -393,16 +393,127 @@ static int check_unserved(const ag_node_state *n, const char *what, unsigned ser
     return 0;
 }
 
-/* A shadowsocks node: plain TCP and UDP, no obfs or SIP003 plugin. */
-static int check_shadowsocks(const ag_node_state *n, sv_error *err)
+/* A shadowsocks node's SIP003 v2ray-plugin in WebSocket mode (issue 9): TLS or not, the
+ * path (default "/") and the Host clients send (NULL: not checked), each NULL when absent. */
+typedef struct {
+    bool tls;
+    char *path, *host;
+} ss_ws_plugin;
+
+static void ss_ws_plugin_free(ss_ws_plugin *w)
+{
+    free(w->path);
+    free(w->host);
+    *w = (ss_ws_plugin){0};
+}
+
+static int plugin_opt_text(const ag_node_state *n, const char *key, const char *val, char **out,
+                           sv_error *err)
+{
+    if (val == NULL || val[0] == '\0')
+        return sv_error_set(err, -EINVAL, "node %s: plugin_opts: %s needs a value", n->tag, key);
+    free(*out);
+    if ((*out = strdup(val)) == NULL)
+        return sv_error_set(err, -ENOMEM, "node %s: out of memory", n->tag);
+    return 0;
+}
+
+/*
+ * Parse the `plugin_opts` of a shadowsocks node with `plugin` "v2ray-plugin" (PANEL.md §1.4;
+ * the SIP003 option string "key=value;flag;..." of shadowsocks/v2ray-plugin) into @p out
+ * (owned by the caller, ss_ws_plugin_free). Served: mode websocket, tls, path, host, server;
+ * cert, key, loglevel and fastopen are ignored (the certificate is the agent config's "cert").
+ * Clients multiplex with Mux.Cool unless the options say mux=0, which katana does not serve yet
+ * (issue 9): anything but an explicit mux=0 is refused, as are mode quic and unknown keys.
+ */
+static int parse_ws_plugin(const ag_node_state *n, ss_ws_plugin *out, sv_error *err)
+{
+    *out = (ss_ws_plugin){0};
+    const char *opts = n->node.plugin_opts != NULL ? n->node.plugin_opts : "";
+    char *buf = strdup(opts), *save = NULL;
+    if (buf == NULL)
+        return sv_error_set(err, -ENOMEM, "node %s: out of memory", n->tag);
+    bool mux0 = false;
+    int rc = 0;
+    for (char *it = strtok_r(buf, ";", &save); rc == 0 && it != NULL;
+         it = strtok_r(NULL, ";", &save)) {
+        char *val = strchr(it, '=');
+        if (val != NULL)
+            *val++ = '\0';
+        if (strcmp(it, "tls") == 0 || strcmp(it, "server") == 0)
+            out->tls |= strcmp(it, "tls") == 0;
+        else if (strcmp(it, "path") == 0)
+            rc = plugin_opt_text(n, it, val, &out->path, err);
+        else if (strcmp(it, "host") == 0)
+            rc = plugin_opt_text(n, it, val, &out->host, err);
+        else if (strcmp(it, "mode") == 0 && (val == NULL || strcmp(val, "websocket") != 0))
+            rc = sv_error_set(err, -EINVAL, "node %s: plugin_opts: mode \"%.32s\": not served "
+                              "(websocket only)", n->tag, val != NULL ? val : "");
+        else if (strcmp(it, "mux") == 0)
+            mux0 = val != NULL && strcmp(val, "0") == 0;
+        else if (strcmp(it, "mode") != 0 && strcmp(it, "cert") != 0 && strcmp(it, "key") != 0 &&
+                 strcmp(it, "loglevel") != 0 && strcmp(it, "fastopen") != 0)
+            rc = sv_error_set(err, -EINVAL, "node %s: plugin_opts: \"%.32s\": not served", n->tag,
+                              it);
+    }
+    free(buf);
+    if (rc == 0 && !mux0)
+        rc = sv_error_set(err, -EINVAL, "node %s: plugin_opts: mux: not served (Mux.Cool; "
+                          "v2ray-plugin clients need mux=0)", n->tag);
+    if (rc == 0 && out->path == NULL && (out->path = strdup("/")) == NULL)
+        rc = sv_error_set(err, -ENOMEM, "node %s: out of memory", n->tag);
+    if (rc != 0)
+        ss_ws_plugin_free(out);
+    return rc;
+}
+
+/* Does the shadowsocks node use the SIP003 v2ray-plugin (`plugin` "v2ray-plugin", issue 9)? */
+static bool is_v2ray_plugin(const pn_node *p)
+{
+    return p->plugin != NULL && strcmp(p->plugin, "v2ray-plugin") == 0;
+}
+
+/* Is @p cipher one of the Shadowsocks 2022 (2022-blake3-*) methods (issue 10)? */
+static bool is_ss2022(enum sv_ss_cipher cipher)
+{
+    return cipher == SV_SS_2022_AES_128_GCM || cipher == SV_SS_2022_AES_256_GCM ||
+           cipher == SV_SS_2022_CHACHA20_POLY1305;
+}
+
+/* A shadowsocks node with @p cipher: plain TCP and UDP, or (classic ciphers only) TCP inside
+ * WebSocket (over TLS or not) with the v2ray-plugin (mux=0); no obfs or other SIP003 plugin.
+ * TLS needs the agent config's "cert". */
+static int check_shadowsocks(const ag_node_state *n, enum sv_ss_cipher cipher, sv_error *err)
 {
     const pn_node *p = &n->node;
     if (p->obfs != NULL && p->obfs[0] != '\0')
         return sv_error_set(err, -EINVAL, "node %s: obfs \"%.32s\": not served (no "
                             "obfuscation)", n->tag, p->obfs);
-    if (p->plugin != NULL && p->plugin[0] != '\0')
-        return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served (no SIP003 "
-                            "plugins)", n->tag, p->plugin);
+    if (is_ss2022(cipher) && p->plugin != NULL && p->plugin[0] != '\0')
+        return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served with a "
+                            "2022-blake3 cipher (v2ray-plugin with classic ciphers only)", n->tag,
+                            p->plugin);
+    if (p->plugin != NULL && p->plugin[0] != '\0' && !is_v2ray_plugin(p))
+        return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served (v2ray-plugin "
+                            "only)", n->tag, p->plugin);
+    if (n->fallback != NULL)
+        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan and vless "
+                            "nodes only", n->tag);
+    bool tls = false;
+    if (is_v2ray_plugin(p)) {
+        ss_ws_plugin w;
+        int rc = parse_ws_plugin(n, &w, err);
+        if (rc != 0)
+            return rc;
+        tls = w.tls;
+        ss_ws_plugin_free(&w);
+    }
+    if (tls && n->cert == SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: v2ray-plugin with tls needs \"cert\" in the "
+                            "agent config (mode file or self)", n->tag);
+    if (!tls && n->cert != SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: \"cert\" applies to a shadowsocks node only "
+                            "with v2ray-plugin tls", n->tag);
     return check_unserved(n, "shadowsocks over plain TCP and UDP", 0, NULL, err);
 }
 
@@ -434,16 +545,20 @@ static int check_trojan(const ag_node_state *n, sv_error *err)
 }
 
 /*
- * A vless node (PANEL.md §1.4: tls 0/1, flow, decryption; issue 9) is served on TCP, over TLS
- * with the agent config's certificate when tls is 1, in clear when 0 (the config's "cert" is
- * then unused). REALITY, a flow, VLESS encryption and transports are refused naming the field.
+ * A vless node (PANEL.md §1.4: tls 0/1, flow, decryption, network tcp or ws with networkSettings
+ * path and headers.Host; issue 9) is served on TCP or WebSocket, over TLS with the agent
+ * config's certificate when tls is 1, in clear when 0 (the config's "cert" is then unused).
+ * REALITY, a flow, VLESS encryption and other transports are refused naming the field.
  */
 static int check_vless(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
-        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vless over "
-                            "TCP or TLS only)", n->tag);
-    int rc = check_unserved(n, "vless over TCP or TLS", PN_SET_TLS, NULL, err);
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vless in "
+                            "clear or over TLS only)", n->tag);
+    unsigned served = PN_SET_TLS;
+    if (is_ws(&n->node))
+        served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
+    int rc = check_unserved(n, "vless on TCP or WebSocket", served, "ws", err);
     if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a vless node with tls 1 needs \"cert\" in "
                             "the agent config (mode file or self)", n->tag);
@@ -451,16 +566,20 @@ static int check_vless(const ag_node_state *n, sv_error *err)
 }
 
 /*
- * A vmess node (PANEL.md §1.4: server_port, network tcp, tls 0/1) is served on plain TCP, or over
- * TLS with the agent config's certificate when tls is 1 (issue 9). Other transports and REALITY
- * are refused naming the field until their issues land.
+ * A vmess node (PANEL.md §1.4: server_port, network tcp or ws with networkSettings path and
+ * headers.Host, tls 0/1) is served on TCP or WebSocket, in clear or over TLS with the agent
+ * config's certificate when tls is 1 (issue 9). Other transports and REALITY are refused naming
+ * the field until their issues land.
  */
 static int check_vmess(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
-        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vmess over TCP "
-                            "or TLS only)", n->tag);
-    int rc = check_unserved(n, "vmess over TCP or TLS", PN_SET_TLS, NULL, err);
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vmess in "
+                            "clear or over TLS only)", n->tag);
+    unsigned served = PN_SET_TLS;
+    if (is_ws(&n->node))
+        served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
+    int rc = check_unserved(n, "vmess on TCP or WebSocket", served, "ws", err);
     if (rc == 0 && n->fallback != NULL)
         return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan nodes only",
                             n->tag);
@@ -485,15 +604,54 @@ static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_erro
     if (p->protocol == NULL || strcmp(p->protocol, "shadowsocks") != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported protocol \"%.32s\"", n->tag,
                             p->protocol != NULL ? p->protocol : "");
-    if (n->cert != SV_CERT_NONE || n->fallback != NULL)
-        return sv_error_set(err, -EINVAL, "node %s: \"cert\" and \"fallback\" apply to trojan "
-                            "and vless nodes only", n->tag);
     if (p->cipher == NULL)
         return sv_error_set(err, -EINVAL, "node %s: shadowsocks node without a cipher", n->tag);
     if (ag_lower_cipher(p->cipher, cipher) != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported shadowsocks cipher \"%.64s\"",
                             n->tag, p->cipher);
-    return check_shadowsocks(n, err);
+    return check_shadowsocks(n, *cipher, err);
+}
+
+/* The node's WebSocket path (an empty one is "/", as v2ray and Xray take it) and Host into
+ * @p in (issue 9). */
+static int set_ws(sv_inbound_spec *in, const char *path, const char *host)
+{
+    if ((in->ws.path = strdup(path != NULL && path[0] != '\0' ? path : "/")) == NULL ||
+        (host != NULL && host[0] != '\0' && (in->ws.host = strdup(host)) == NULL))
+        return -ENOMEM;
+    return 0;
+}
+
+/* A shadowsocks inbound: UDP on its port; with the v2ray-plugin, TCP inside WebSocket, over TLS
+ * with the agent config's certificate when the plugin options say tls (issue 9). */
+static int add_ss_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_inbound_spec *in)
+{
+    in->udp = true;
+    in->ss_cipher = cipher;
+    if (is_ss2022(cipher)) {
+        /* issue 10: Shadowsocks 2022 on TCP and UDP, users told apart by identity headers
+         * under server_key (PANEL.md §1.4); check_shadowsocks refused a plugin */
+        in->protocol = SV_INBOUND_SS2022;
+        const char *key = n->node.server_key;
+        return key != NULL && (in->ss_server_key = strdup(key)) == NULL ? -ENOMEM : 0;
+    }
+    in->protocol = SV_INBOUND_SHADOWSOCKS;
+    if (!is_v2ray_plugin(&n->node))
+        return 0;
+    ss_ws_plugin w;
+    sv_error err = {0};
+    if (parse_ws_plugin(n, &w, &err) != 0)
+        return -ENOMEM; /* checked by check_node: only memory can fail here */
+    int rc = set_ws(in, w.path, w.host);
+    if (rc == 0 && w.tls) {
+        in->tls.cert = n->cert;
+        if ((n->cert_file != NULL && (in->tls.cert_file = strdup(n->cert_file)) == NULL) ||
+            (n->key_file != NULL && (in->tls.key_file = strdup(n->key_file)) == NULL) ||
+            (w.host != NULL && (in->tls.server_name = strdup(w.host)) == NULL))
+            rc = -ENOMEM;
+    }
+    ss_ws_plugin_free(&w);
+    return rc;
 }
 
 static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec *spec)
@@ -513,22 +671,11 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
         return -ENOMEM;
     bool vless = n->node.protocol != NULL && strcmp(n->node.protocol, "vless") == 0;
     bool vmess = n->node.protocol != NULL && strcmp(n->node.protocol, "vmess") == 0;
-    if (!vless && !vmess && (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0)) {
-        in->ss_cipher = cipher;
-        if (cipher == SV_SS_2022_AES_128_GCM || cipher == SV_SS_2022_AES_256_GCM ||
-            cipher == SV_SS_2022_CHACHA20_POLY1305) {
-            /* issue 10: Shadowsocks 2022 on TCP and UDP, users told apart by identity headers
-             * under server_key (PANEL.md §1.4) */
-            in->protocol = SV_INBOUND_SS2022;
-            in->udp = true;
-            const char *key = n->node.server_key;
-            return key != NULL && (in->ss_server_key = strdup(key)) == NULL ? -ENOMEM : 0;
-        }
-        in->udp = true;
-        in->protocol = SV_INBOUND_SHADOWSOCKS;
-        return 0;
-    }
+    if (!vless && !vmess && (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0))
+        return add_ss_inbound(n, cipher, in);
     in->protocol = vless ? SV_INBOUND_VLESS : vmess ? SV_INBOUND_VMESS : SV_INBOUND_TROJAN;
+    if (is_ws(&n->node) && set_ws(in, n->node.ws_path, n->node.ws_host) != 0)
+        return -ENOMEM;
     in->tls.cert = (vless || vmess) && n->node.tls != 1 ? SV_CERT_NONE : n->cert;
     if (in->tls.cert == SV_CERT_NONE)
         return n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL ? -ENOMEM : 0;
@@ -538,12 +685,6 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
         (name != NULL && (in->tls.server_name = strdup(name)) == NULL) ||
         (n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL))
         return -ENOMEM;
-    if (is_ws(&n->node)) { /* an empty path is "/", as v2ray and Xray take it */
-        const char *path = n->node.ws_path, *host = n->node.ws_host;
-        if ((in->ws.path = strdup(path != NULL && path[0] != '\0' ? path : "/")) == NULL ||
-            (host != NULL && host[0] != '\0' && (in->ws.host = strdup(host)) == NULL))
-            return -ENOMEM;
-    }
     return 0;
 }
 
@@ -631,5 +772,6 @@ bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b)
            str_eq(x->network, y->network) && x->set == y->set &&
            str_eq(x->cipher, y->cipher) && str_eq(x->server_key, y->server_key) &&
            str_eq(x->obfs, y->obfs) && str_eq(x->plugin, y->plugin) &&
+           str_eq(x->plugin_opts, y->plugin_opts) &&
            str_eq(x->ws_path, y->ws_path) && str_eq(x->ws_host, y->ws_host);
 }

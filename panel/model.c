@@ -417,6 +417,8 @@ static int parse_node_strings(const json_t *body, const char *node_type, pn_node
     if (rc == 0)
         rc = opt_string(body, "plugin", &out->plugin, err);
     if (rc == 0)
+        rc = opt_string(body, "plugin_opts", &out->plugin_opts, err);
+    if (rc == 0)
         rc = opt_string(body, "network", &out->network, err);
     if (rc == 0 && out->network != NULL && out->network[0] == '\0') {
         free(out->network);
@@ -477,6 +479,7 @@ void pn_node_free(pn_node *node)
     free(node->server_key);
     free(node->obfs);
     free(node->plugin);
+    free(node->plugin_opts);
     free(node->server_name);
     free(node->host);
     free(node->ws_path);
@@ -596,6 +599,7 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
         dup_opt(&d->network, s->network) != 0 ||
         dup_opt(&d->cipher, s->cipher) != 0 || dup_opt(&d->server_key, s->server_key) != 0 ||
         dup_opt(&d->obfs, s->obfs) != 0 || dup_opt(&d->plugin, s->plugin) != 0 ||
+        dup_opt(&d->plugin_opts, s->plugin_opts) != 0 ||
         dup_opt(&d->server_name, s->server_name) != 0 || dup_opt(&d->host, s->host) != 0 ||
         dup_opt(&d->ws_path, s->ws_path) != 0 || dup_opt(&d->ws_host, s->ws_host) != 0)
         return -ENOMEM;
@@ -668,7 +672,8 @@ bool pn_node_equal(const pn_node *a, const pn_node *b)
         a->server_port != b->server_port || !str_eq(a->network, b->network) ||
         a->set != b->set || !str_eq(a->cipher, b->cipher) ||
         !str_eq(a->server_key, b->server_key) || !str_eq(a->obfs, b->obfs) ||
-        !str_eq(a->plugin, b->plugin) || !str_eq(a->server_name, b->server_name) ||
+        !str_eq(a->plugin, b->plugin) || !str_eq(a->plugin_opts, b->plugin_opts) ||
+        !str_eq(a->server_name, b->server_name) ||
         !str_eq(a->host, b->host) || !str_eq(a->ws_path, b->ws_path) ||
         !str_eq(a->ws_host, b->ws_host) || a->tls != b->tls || a->push_interval != b->push_interval ||
         a->pull_interval != b->pull_interval || a->n_routes != b->n_routes)

@@ -64,6 +64,8 @@ typedef struct pn_node {
     char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
     char *obfs;           /**< v1.7 `obfs` (e.g. "http"); NULL when absent or null */
     char *plugin;         /**< Xboard `plugin`; NULL when absent or null */
+    char *plugin_opts;    /**< Xboard `plugin_opts` (SIP003 options, "k=v;flag;..."); NULL when
+                               absent or null */
     char *server_name;    /**< `server_name` (trojan: the TLS name, SNI); NULL when absent or null */
     char *host;           /**< `host` (trojan: the address clients dial); NULL when absent or null */
     unsigned tls;         /**< `tls` value: 0 absent/none, 1 TLS, 2 REALITY (int, numeric string or

@@ -375,7 +375,8 @@ static int check_trojan(const sv_inbound_spec *in, sv_error *err)
 }
 
 /* VLESS (issue 9): a user set, UDP inside the stream, TLS optional (a certificate when set; the
- * UUID travels in clear without it, PROTOCOLS.md §5.4), a fallback that parses when set. */
+ * UUID travels in clear without it, PROTOCOLS.md §5.4), WebSocket settings as check_ws, a
+ * fallback that parses when set. */
 static int check_vless(const sv_inbound_spec *in, sv_error *err)
 {
     if (is_empty(in->users))
@@ -388,6 +389,9 @@ static int check_vless(const sv_inbound_spec *in, sv_error *err)
     if (in->tls.cert != SV_CERT_NONE && in->tls.cert != SV_CERT_FILE &&
         in->tls.cert != SV_CERT_SELF)
         return INVALID(err, "inbound %s: unknown cert mode", in->tag);
+    int rc = check_ws(in, err);
+    if (rc < 0)
+        return rc;
     sv_dest d;
     if (in->fallback != NULL && sv_dest_parse_hostport(in->fallback, &d) != 0)
         return INVALID(err, "inbound %s: fallback \"%.64s\" is not HOST:PORT", in->tag,
@@ -396,7 +400,8 @@ static int check_vless(const sv_inbound_spec *in, sv_error *err)
 }
 
 /* VMess (issue 9, PROTOCOLS.md §6): a user set (each secret a UUID, checked when the inbound is
- * built), TCP only (UDP travels inside the stream), TLS optional, no fallback. */
+ * built), TCP only (UDP travels inside the stream), TLS and WebSocket (check_ws) optional, no
+ * fallback. */
 static int check_vmess(const sv_inbound_spec *in, sv_error *err)
 {
     if (is_empty(in->users))
@@ -409,8 +414,36 @@ static int check_vmess(const sv_inbound_spec *in, sv_error *err)
     if (in->tls.cert != SV_CERT_NONE && in->tls.cert != SV_CERT_FILE &&
         in->tls.cert != SV_CERT_SELF)
         return INVALID(err, "inbound %s: unknown cert mode", in->tag);
+    int rc = check_ws(in, err);
+    if (rc < 0)
+        return rc;
     if (in->fallback != NULL)
         return INVALID(err, "inbound %s: fallback is not served on a vmess inbound", in->tag);
+    return 0;
+}
+
+/* Shadowsocks: a known cipher and a user set; TCP inside WebSocket (check_ws) as the SIP003
+ * v2ray-plugin serves it, over TLS only then (issue 9); no fallback. */
+static int check_shadowsocks(const sv_inbound_spec *in, sv_error *err)
+{
+    if (in->fallback != NULL)
+        return INVALID(err, "inbound %s: fallback is not served on a shadowsocks inbound",
+                       in->tag);
+    if (in->tls.cert != SV_CERT_NONE && in->ws.path == NULL)
+        return INVALID(err, "inbound %s: TLS on a shadowsocks inbound needs a ws path (the "
+                       "v2ray-plugin's WebSocket over TLS)", in->tag);
+    if (in->tls.cert == SV_CERT_FILE && (is_empty(in->tls.cert_file) || is_empty(in->tls.key_file)))
+        return INVALID(err, "inbound %s: cert mode file needs cert_file and key_file", in->tag);
+    if (in->tls.cert != SV_CERT_NONE && in->tls.cert != SV_CERT_FILE &&
+        in->tls.cert != SV_CERT_SELF)
+        return INVALID(err, "inbound %s: unknown cert mode", in->tag);
+    int rc = check_ws(in, err);
+    if (rc < 0)
+        return rc;
+    if (!cipher_known(in->ss_cipher))
+        return INVALID(err, "inbound %s: unknown cipher", in->tag);
+    if (is_empty(in->users))
+        return INVALID(err, "inbound %s: a shadowsocks inbound needs a user set", in->tag);
     return 0;
 }
 
@@ -441,9 +474,10 @@ static bool base64_of(const char *s, size_t k)
 static int check_ss2022(const sv_inbound_spec *in, sv_error *err)
 {
     size_t k = ss2022_key_len(in->ss_cipher);
-    if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL)
-        return INVALID(err, "inbound %s: TLS and fallback are not served on a shadowsocks-2022 "
-                       "inbound", in->tag);
+    if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL || in->ws.path != NULL ||
+        in->ws.host != NULL)
+        return INVALID(err, "inbound %s: TLS, WebSocket and fallback are not served on a "
+                       "shadowsocks-2022 inbound", in->tag);
     if (k == 0)
         return INVALID(err, "inbound %s: a shadowsocks-2022 inbound needs a 2022-blake3 cipher",
                        in->tag);
@@ -482,15 +516,7 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
         return check_ss2022(in, err);
     if (in->protocol != SV_INBOUND_SHADOWSOCKS)
         return INVALID(err, "inbound %s: unknown protocol", in->tag);
-    if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL || in->ws.path != NULL ||
-        in->ws.host != NULL)
-        return INVALID(err, "inbound %s: TLS, WebSocket and fallback are not served on a "
-                       "shadowsocks inbound", in->tag);
-    if (!cipher_known(in->ss_cipher))
-        return INVALID(err, "inbound %s: unknown cipher", in->tag);
-    if (is_empty(in->users))
-        return INVALID(err, "inbound %s: a shadowsocks inbound needs a user set", in->tag);
-    return 0;
+    return check_shadowsocks(in, err);
 }
 
 /* ----------------------------------------------------------------------------------------- */

@@ -13,6 +13,7 @@ CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl pytho
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
          sqlite3       # sqlite3: the panel tests read the usage outbox (issue #3)
          python3-cryptography  # katest.py vmess: hand-made VMess requests (issue 9)
+         shadowsocks-v2ray-plugin  # ss-v2ray-plugin: ss-local inside WebSocket (issue 9)
          dnsmasq-base)         # dnsmasq: the resolver tests' DNS server (issue 13)
 # tests/packaging/check.sh: make deb / make rpm, lintian, rpmlint, debuginfo split (eu-strip),
 # groff and man for the man pages

@@ -596,13 +596,13 @@ def relay_pipe(src, dst, count=None):
             d = src.recv(65536)
             if not d:
                 break
-            dst.sendall(d)
-            if count is not None:
+            if count is not None:  # what the sender put on the wire, delivered or not
                 with RELAY_LOCK:
                     RELAY_COUNT[count] += len(d)
                     with open(count_file_path + ".tmp", "w") as f:
                         f.write("%d %d\n" % (RELAY_COUNT["up"], RELAY_COUNT["down"]))
                     os.rename(count_file_path + ".tmp", count_file_path)
+            dst.sendall(d)
     except OSError:
         pass
     if count is not None:
@@ -663,12 +663,6 @@ def cmd_mkconfig(a):
     if a.protocol == "trojan":
         # the UniProxy trojan node (PANEL.md 1.4); routes are left out
         node = {"server_port": a.port, "server_name": a.server_name, "network": "tcp"}
-        if a.ws_path is not None:
-            # issue 9: network ws with the panel's networkSettings (path, headers.Host)
-            node["network"] = "ws"
-            node["networkSettings"] = {"path": a.ws_path}
-            if a.ws_host:
-                node["networkSettings"]["headers"] = {"Host": a.ws_host}
     elif a.protocol == "vless":
         # the UniProxy vless node (PANEL.md 1.4): TLS when a certificate is given
         tls = 1 if a.cert_self or a.cert_file else 0
@@ -682,8 +676,18 @@ def cmd_mkconfig(a):
         node = {"server_port": a.port, "cipher": a.cipher,
                 "routes": [{"id": 1, "match": a.block or ["domain:blocked.test", "10.9.0.0/16"],
                             "action": "block"}]}
+        if a.plugin_opts is not None:
+            # issue 9: the Xboard shadowsocks node with the SIP003 v2ray-plugin
+            node["plugin"] = "v2ray-plugin"
+            node["plugin_opts"] = a.plugin_opts
         if a.server_key:
             node["server_key"] = a.server_key  # Shadowsocks 2022 (PANEL.md 1.4)
+    if a.ws_path is not None and a.protocol != "shadowsocks":
+        # issue 9: network ws with the panel's networkSettings (path, headers.Host)
+        node["network"] = "ws"
+        node["networkSettings"] = {"path": a.ws_path}
+        if a.ws_host:
+            node["networkSettings"]["headers"] = {"Host": a.ws_host}
     users = {"users": [parse_user(u) for u in a.user]}
     panel = {"type": "local"}
     if a.protocol != "shadowsocks":
@@ -703,7 +707,7 @@ def cmd_mkconfig(a):
         # the tests' echo servers are on loopback, which katana refuses to proxy users to
         # unless the node allows it (issue 15)
         node_cfg["allow_private"] = True
-    if a.protocol == "vmess" and (a.cert_self or a.cert_file):
+    if a.protocol in ("vmess", "shadowsocks") and (a.cert_self or a.cert_file):
         node_cfg["cert"] = ({"mode": "self"} if a.cert_self else
                             {"mode": "file", "cert_file": a.cert_file, "key_file": a.key_file})
     if a.protocol == "trojan":
@@ -1178,8 +1182,12 @@ def main():
     c.add_argument("--key-file", help="trojan, vless, vmess (tls 1): PEM private key (cert mode file)")
     c.add_argument("--cert-self", action="store_true", help="trojan, vless, vmess (tls 1): cert mode self")
     c.add_argument("--fallback", help="trojan, vless: HOST:PORT that failed clients are relayed to")
-    c.add_argument("--ws-path", help="trojan: network ws with this networkSettings.path")
-    c.add_argument("--ws-host", help="trojan: networkSettings.headers.Host (with --ws-path)")
+    c.add_argument("--ws-path", help="trojan, vless, vmess: network ws with this "
+                   "networkSettings.path")
+    c.add_argument("--ws-host", help="trojan, vless, vmess: networkSettings.headers.Host (with "
+                   "--ws-path)")
+    c.add_argument("--plugin-opts", help="shadowsocks: plugin v2ray-plugin with these plugin_opts "
+                   "(a certificate with --cert-file/--cert-self for tls)")
     c = sub.add_parser("vmess")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--uuid", required=True)

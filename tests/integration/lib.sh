@@ -19,9 +19,10 @@ if [ -z "${KT_UNDER_TIMEOUT:-}" ]; then
 fi
 
 # KT_CLIENT (v2ray | xray | sing-box) picks the client of the tests that run with several
-# (t-trojan-clients.sh, t-vless-clients.sh); it names the test too.
+# (t-trojan-clients.sh, t-vless-clients.sh); it names the test too. A wrapper running another
+# script names itself with KT_NAME.
 KT_CLIENT=${KT_CLIENT:-}
-KT_NAME=$(basename "$0" .sh)${KT_CLIENT:+-$KT_CLIENT}
+KT_NAME=${KT_NAME:-$(basename "$0" .sh)${KT_CLIENT:+-$KT_CLIENT}}
 KT_DIR=$(cd "$(dirname "$0")" && pwd)
 KT_PY=(python3 "$KT_DIR/katest.py")
 KT_SERVER=${KT_SERVER:-katana}

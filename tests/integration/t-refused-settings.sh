@@ -1,7 +1,8 @@
 #!/bin/bash
 # Panel data katana refuses instead of serving it wrongly (issue 15), through a local panel:
 # two users sharing one uuid (one key, two users: usage would go to whichever comes first), and
-# node settings katana does not serve (network grpc / ws, tls, obfs, plugin, multiplex).
+# node settings katana does not serve (network grpc / ws, tls, obfs, a plugin other than
+# v2ray-plugin, v2ray-plugin with Mux.Cool, multiplex).
 # Checks: `katana check` exits 1 naming both user ids, or naming the field; a running katana
 # given a shared uuid by SIGHUP refuses the reload naming both users and keeps serving.
 . "$(dirname "$0")/lib.sh"
@@ -26,7 +27,9 @@ variant("grpc", lambda c: node(c).update(network="grpc", networkSettings={"servi
 variant("ws", lambda c: node(c).update(network="ws"))
 variant("tls", lambda c: node(c).update(tls=1))
 variant("obfs", lambda c: node(c).update(obfs="http", obfs_settings={"host": "a.test"}))
-variant("plugin", lambda c: node(c).update(plugin="v2ray-plugin", plugin_opts="server"))
+variant("plugin", lambda c: node(c).update(plugin="obfs-local", plugin_opts="obfs=http"))
+# the v2ray-plugin is served with mux=0 only (its clients multiplex with Mux.Cool otherwise)
+variant("plugin-mux", lambda c: node(c).update(plugin="v2ray-plugin", plugin_opts="server"))
 variant("multiplex", lambda c: node(c).update(multiplex={"enabled": True}))
 # the Xboard shape of a plain shadowsocks node: every such key null
 variant("xboard-nulls", lambda c: node(c).update(network=None, networkSettings=None, plugin=None,
@@ -55,7 +58,8 @@ expect_refused grpc 'node t1: network "grpc": not served'
 expect_refused ws 'node t1: network "ws": not served'
 expect_refused tls 'node t1: tls: not served'
 expect_refused obfs 'node t1: obfs "http": not served'
-expect_refused plugin 'node t1: plugin "v2ray-plugin": not served'
+expect_refused plugin 'node t1: plugin "obfs-local": not served'
+expect_refused plugin-mux 'node t1: plugin_opts: mux: not served (Mux.Cool'
 expect_refused multiplex 'node t1: multiplex: not served'
 
 cp "$T/users.json" "$T/users.good"

@@ -1,17 +1,23 @@
 #!/bin/bash
 # VLESS with real clients (issue 9, PROTOCOLS.md §5; issue 10): v2ray 4.34 by default, or
 # KT_CLIENT=xray or sing-box (tests/interop/, proven by t-peers-selftest.sh; both send UDP as
-# plain VLESS UDP, not XUDP, which katana does not serve yet). A vless node in clear
-# (tls 0) and one over TLS (tls 1, verified against a test CA). On each: two users at the same
+# plain VLESS UDP, not XUDP, which katana does not serve yet). A vless node in clear (tls 0) and
+# one over TLS (tls 1, verified against a test CA), each on TCP and (v2ray only) on WebSocket
+# (network ws, networkSettings path /vl-ws and headers.Host node.test; scenarios vless-tcp,
+# vless-tls, vless-ws, vless-ws-tls). On each: two users at the same
 # time move 1 MiB byte-identical each way, UDP (command 2) goes through the client's SOCKS5 UDP
-# ASSOCIATE, and each user is billed the bytes its client moved: in clear exactly (usage counts
-# the client's wire bytes: payload, the 26-byte request and 2-byte response header per
-# connection, a 2-byte length per datagram), over TLS within [that, +5% + 4 KiB] (records); an
-# idle user is billed nothing. A client with a wrong UUID gets no echo and no log line, and the
+# ASSOCIATE, and each user is billed the bytes its client moved: on TCP in clear exactly (usage
+# counts the client's wire bytes: payload, the 26-byte request and 2-byte response header per
+# connection, a 2-byte length per datagram), over TLS within [that, +5% + 4 KiB] (records); on
+# WebSocket exactly the wire bytes a relay between client and katana counted (less the
+# client's close_notify over TLS); an idle user is billed nothing. On WebSocket an upgrade on
+# another path gets HTTP 404. A client with a wrong UUID gets no echo and no log line, and the
 # daemon serves the others unaffected; requests naming their destination (localhost) are
 # served. Over TLS with a fallback, a browser's request reaches the fallback web server. First,
 # `katana check` refuses what is not served (REALITY, flow, VLESS encryption, grpc, a uuid that
 # is not a UUID) naming it.
+# KT_NETS selects the transport: tcp (default: the refusals, vless-tcp, vless-tls) or ws
+# (vless-ws, vless-ws-tls; t-vless-ws.sh runs this script so).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/../interop/peers.sh"
@@ -21,6 +27,8 @@ case $KT_CLIENT in
     *) skip_all "KT_CLIENT=$KT_CLIENT: no VLESS client of that name" ;;
 esac
 pr_tcp_opts "$CLIENT" vless-tcp
+[ "${KT_NETS:-tcp}" = tcp ] || [ "$CLIENT" = v2ray ] ||
+    skip_all "KT_NETS=$KT_NETS with KT_CLIENT=$CLIENT: the WebSocket runs use v2ray only"
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: no reference VLESS server mode"
 
 MIB=1048576
@@ -28,16 +36,20 @@ U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid); WRONG=$(kt_uuid)
 tj_certs "$T/pki" server
 echo_start
 
-# vl_client NAME UUID SERVER_PORT TLS: v2ray with a SOCKS5 inbound (UDP on) and a vless
-# outbound (encryption none), over TLS for node.test verified against $TJ_CA when TLS is 1;
-# sets CL_PORT.
+WS_PATH=/vl-ws
+# vl_client NAME UUID SERVER_PORT TLS NET: v2ray with a SOCKS5 inbound (UDP on) and a vless
+# outbound (encryption none) on NET (tcp, or ws: path $WS_PATH, Host node.test), over TLS for
+# node.test verified against $TJ_CA when TLS is 1 (the shape of
+# ../shared/interop/templates/v2ray/client-vless-{tcp,tls,ws,ws-tls}.json); sets CL_PORT.
 vl_client() {
-    local stream='{"network": "tcp", "security": "none"}'
+    local ws='' sec='"security": "none"'
+    [ "$5" = ws ] && ws=', "wsSettings": {"path": "'$WS_PATH'", "headers": {"Host": "'$TJ_SNI'"}}'
     if [ "$4" = 1 ]; then
-        stream='{"network": "tcp", "security": "tls", "tlsSettings": {"serverName": "'$TJ_SNI'",
+        sec='"security": "tls", "tlsSettings": {"serverName": "'$TJ_SNI'",
           "allowInsecure": false, "certificates": [{"usage": "verify",
-          "certificateFile": "'$TJ_CA'"}]}}'
+          "certificateFile": "'$TJ_CA'"}]}'
     fi
+    local stream='{"network": "'$5'", '$sec$ws'}'
     kt_ports 1; CL_PORT=${PORTS[0]}
     cat >"$T/client-$1.json" <<EOF
 {"log": {"loglevel": "warning", "access": "none"},
@@ -52,7 +64,8 @@ EOF
     kt_wait_port "$CL_PORT" 10 || { fail "v2ray client $1 did not listen on $CL_PORT"; exit 1; }
 }
 
-# client NAME UUID SERVER_PORT TLS: the client under test ($CLIENT); sets CL_PORT.
+# client NAME UUID SERVER_PORT TLS NET: the client under test ($CLIENT; NET ws with v2ray
+# only); sets CL_PORT.
 client() {
     if [ "$CLIENT" = v2ray ]; then vl_client "$@"; return; fi
     local scen=vless-tcp; [ "$4" = 1 ] && scen=vless-tls
@@ -88,18 +101,35 @@ no_usage() {
     [ -z "$l" ] || [ "$l" = "$2 0 0" ]
 }
 
-# scenario NAME TLS [mkconfig options]
+# usage_is LINES UID UP DOWN TLS NET: on tcp, billed as above; on ws, the wire bytes the
+# relay of that user ($name-uUID) counted.
+usage_is() {
+    if [ "$6" = ws ]; then
+        tj_relays_settle "$name-u$2"
+        tj_wire_is "$1" "$2" "$name-u$2" $(($5 * 24))
+    else
+        billed "$1" "$2" "$3" "$4" "$5"
+    fi
+}
+
+# scenario NAME TLS NET [mkconfig options]: NET tcp, or ws (the clients of users 1 and 2 then
+# reach katana through counting relays).
 scenario() {
-    local name=$1 tls=$2; shift 2
+    local name=$1 tls=$2 net=$3; shift 3
     kt_ports 1
+    [ "$net" = ws ] && set -- "$@" --ws-path "$WS_PATH" --ws-host "$TJ_SNI"
     mkconfig "$T/config-$name.json" "${PORTS[0]}" - --protocol vless --user "1:$U1" \
         --user "2:$U2" --user "3:$U3" "$@"
     srv_start "$T/config-$name.json"
-    local port=${PORTS[0]} c1 c2 bad
+    local port=${PORTS[0]} c1 c2 bad to1=${PORTS[0]} to2=${PORTS[0]}
     VL_PORT=$port
-    client "$name-u1" "$U1" "$port" "$tls"; c1=$CL_PORT
-    client "$name-u2" "$U2" "$port" "$tls"; c2=$CL_PORT
-    client "$name-bad" "$WRONG" "$port" "$tls"; bad=$CL_PORT
+    if [ "$net" = ws ]; then
+        tj_counting_relay "$name-u1" "$port"; to1=$RELAY_PORT
+        tj_counting_relay "$name-u2" "$port"; to2=$RELAY_PORT
+    fi
+    client "$name-u1" "$U1" "$to1" "$tls" "$net"; c1=$CL_PORT
+    client "$name-u2" "$U2" "$to2" "$tls" "$net"; c2=$CL_PORT
+    client "$name-bad" "$WRONG" "$port" "$tls" "$net"; bad=$CL_PORT
 
     local r1=0 r2=0 p1 p2
     tcp_rt "$c1" ok --bytes "$MIB" --seed "$name-u1" --label "$name-u1" "${PR_TCP[@]}" >"$T/$name-u1.out" 2>&1 &
@@ -116,8 +146,8 @@ scenario() {
     echo "SIGUSR1 snapshot:"; echo "$snap"
     # one connection each: the request header (26 bytes for 127.0.0.1) up, 00 00 down
     local up=$((MIB + 26)) down=$((MIB + 2))
-    check "$name: usage of user 1 is the bytes moved" billed "$snap" 1 "$up" "$down" "$tls"
-    check "$name: usage of user 2 is the bytes moved" billed "$snap" 2 "$up" "$down" "$tls"
+    check "$name: usage of user 1 is the bytes moved" usage_is "$snap" 1 "$up" "$down" "$tls" "$net"
+    check "$name: usage of user 2 is the bytes moved" usage_is "$snap" 2 "$up" "$down" "$tls" "$net"
     check "$name: idle user 3 billed nothing" no_usage "$snap" 3
 
     check "$name: UDP (command 2) via $CLIENT: 20 x 1200-byte datagrams echoed identical" \
@@ -129,15 +159,21 @@ scenario() {
     # one VLESS connection per SOCKS5 association (udp_rt call): its headers once, a 2-byte
     # length per datagram
     check "$name: usage of user 1 after UDP is the bytes moved" \
-        billed "$snap" 1 $((up + 26 + 20 * 1202)) $((down + 2 + 20 * 1202)) "$tls"
+        usage_is "$snap" 1 $((up + 26 + 20 * 1202)) $((down + 2 + 20 * 1202)) "$tls" "$net"
     check "$name: usage of user 2 after UDP is the bytes moved" \
-        billed "$snap" 2 $((up + 2 * 26 + 2 * 10 + 2 * 1402)) \
-        $((down + 2 * 2 + 2 * 10 + 2 * 1402)) "$tls"
+        usage_is "$snap" 2 $((up + 2 * 26 + 2 * 10 + 2 * 1402)) \
+        $((down + 2 * 2 + 2 * 10 + 2 * 1402)) "$tls" "$net"
 
     local lines0; lines0=$(tj_log_lines)
     check "$name: wrong UUID: TCP gets no echo" tcp_rt "$bad" refused --bytes 4096 --conns 3
     check "$name: wrong UUID: UDP gets no echo" udp_rt "$bad" refused --count 2
-    check "$name: wrong UUID: no log line per attempt" test "$(tj_log_lines)" = "$lines0"
+    if [ "$net" = ws ]; then
+        check "$name: a WebSocket upgrade on another path gets HTTP 404" \
+            test "$(tj_ws_status "$port" /other "$tls")" = 404
+        check "$name: an upgrade on the path with another Host gets HTTP 404" \
+            test "$(tj_ws_status "$port" "$WS_PATH" "$tls" -H "Host: other.test")" = 404
+    fi
+    check "$name: wrong UUID (and 404s): no log line per attempt" test "$(tj_log_lines)" = "$lines0"
     check "$name: daemon still runs" srv_alive
     check "$name: user 1 served afterwards (TCP)" tcp_rt "$c1" ok --bytes 262144 --seed after "${PR_TCP[@]}"
     check "$name: user 2 served afterwards (UDP)" udp_rt "$c2" ok --count 3 --seed after2
@@ -154,6 +190,8 @@ scenario() {
     fi
 }
 
+NETS=${KT_NETS:-tcp}
+if [ "$NETS" = tcp ]; then
 # Refused through `katana check`, naming the field (the node keeps its last good state when a
 # panel sends these): REALITY, a flow, VLESS encryption, grpc, a uuid that is no UUID.
 kt_ports 1
@@ -188,15 +226,23 @@ check "network grpc refused naming it" refused grpc 'network "grpc": not served'
 check "a uuid that is not a UUID refused naming the user" refused notuuid \
     "user 7 has a uuid that is not a UUID"
 
-scenario vless-tcp 0
+scenario vless-tcp 0 tcp
 srv_stop
 check "vless-tcp: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 
 tj_httpd fallback "fallback web page"
-scenario vless-tls 1 --cert-file "$TJ_CERT" --key-file "$TJ_KEY" --fallback "127.0.0.1:$HTTPD_PORT"
+scenario vless-tls 1 tcp --cert-file "$TJ_CERT" --key-file "$TJ_KEY" --fallback "127.0.0.1:$HTTPD_PORT"
 check "vless-tls: a browser's request reaches the fallback" \
     eval 'curl -s --max-time 10 --cacert "$TJ_CA" --resolve "$TJ_SNI:$VL_PORT:127.0.0.1" \
         "https://$TJ_SNI:$VL_PORT/" | grep -q "fallback web page"'
 srv_stop
 check "vless-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+else
+scenario vless-ws 0 ws
+srv_stop
+check "vless-ws: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+scenario vless-ws-tls 1 ws --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+srv_stop
+check "vless-ws-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+fi
 kt_finish

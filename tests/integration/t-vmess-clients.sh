@@ -6,7 +6,12 @@
 # of the payload); an idle user 3 is billed nothing. Negative (hand-made requests, katest.py vmess): a replayed auth ID, a timestamp
 # five minutes old and an unknown UUID get no byte back and no close (drained), while the daemon
 # and both clients keep working; /metrics counts them as drained. A Mux.Cool client is served. Then the same node with tls 1 (cert from the agent config) and a
-# client with security none.
+# client with security none. Then WebSocket (network ws, path /vm-ws, Host node.test) in clear
+# and over TLS (scenarios vmess-ws, vmess-ws-tls): two users at the same time, 1 MiB each way,
+# UDP, each billed exactly the wire bytes a relay between its client and katana counted (less
+# the client's close_notify over TLS); an upgrade on another path gets HTTP 404.
+# KT_NETS selects the transport: tcp (default: all but WebSocket) or ws (vmess-ws and
+# vmess-ws-tls only; t-vmess-ws.sh runs this script so).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 kt_need v2ray openssl curl jq
@@ -17,17 +22,24 @@ MIB=1048576
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 echo_start
 
-# vm_client NAME UUID SECURITY SERVER_PORT [tls|tcp [mux]]: v2ray with a SOCKS5 inbound (UDP on)
-# and a vmess outbound (alterId 0), over TLS verified against $TJ_CA for node.test with "tls",
-# with Mux.Cool on with "mux" (the
-# shape of ../shared/interop/templates/v2ray/client-vmess-{tcp,tls}.json); sets CL_PORT, CL_PID.
+WS_PATH=/vm-ws
+# vm_client NAME UUID SECURITY SERVER_PORT [tcp|tls|ws|ws-tls [mux]]: v2ray with a SOCKS5 inbound
+# (UDP on) and a vmess outbound (alterId 0), on WebSocket (path $WS_PATH, Host node.test) with
+# "ws*", over TLS verified against $TJ_CA for node.test with "*tls", with Mux.Cool on with "mux"
+# (the shape of ../shared/interop/templates/v2ray/client-vmess-{tcp,tls,ws,ws-tls}.json); sets
+# CL_PORT, CL_PID.
 vm_client() {
-    local stream='{"network": "tcp", "security": "none"}'
-    if [ "${5:-}" = tls ]; then
-        stream='{"network": "tcp", "security": "tls", "tlsSettings": {"serverName": "'$TJ_SNI'",
-                 "allowInsecure": false,
-                 "certificates": [{"usage": "verify", "certificateFile": "'$TJ_CA'"}]}}'
-    fi
+    local net=tcp ws='' sec='"security": "none"'
+    case ${5:-tcp} in
+        ws*) net=ws
+             ws=', "wsSettings": {"path": "'$WS_PATH'", "headers": {"Host": "'$TJ_SNI'"}}' ;;
+    esac
+    case ${5:-tcp} in
+        *tls) sec='"security": "tls", "tlsSettings": {"serverName": "'$TJ_SNI'",
+                   "allowInsecure": false,
+                   "certificates": [{"usage": "verify", "certificateFile": "'$TJ_CA'"}]}' ;;
+    esac
+    local stream='{"network": "'$net'", '$sec$ws'}'
     local mux=''
     [ "${6:-}" = mux ] && mux='"mux": {"enabled": true, "concurrency": 8},'
     kt_ports 1; CL_PORT=${PORTS[0]}
@@ -71,6 +83,8 @@ no_usage() {
     [ -z "$l" ] || [ "$l" = "$2 0 0" ]
 }
 
+NETS=${KT_NETS:-tcp}
+if [ "$NETS" = tcp ]; then
 kt_ports 2; API_PORT=${PORTS[1]}; TOKEN=vmess-$$
 mkconfig "$T/config.json" "${PORTS[0]}" - --protocol vmess \
     --user "1:$U1" --user "2:$U2" --user "3:$U3"
@@ -154,4 +168,56 @@ check "usage over TLS: user 2 billed for 1 MiB + the UDP payload each way" \
     billed "$SNAP" 2 $((MIB + 10000))
 srv_stop
 check "SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
+fi
+
+# ws_scenario NAME TLS [mkconfig options]: the node on WebSocket; users 1 (aes-128-gcm) and 2
+# (chacha20-poly1305, or none over TLS) through counting relays.
+ws_scenario() {
+    local name=$1 tls=$2 kind=ws sec2=chacha20-poly1305; shift 2
+    [ "$tls" = 1 ] && kind=ws-tls && sec2=none
+    kt_ports 1
+    mkconfig "$T/config-$name.json" "${PORTS[0]}" - --protocol vmess --ws-path "$WS_PATH" \
+        --ws-host "$TJ_SNI" --user "1:$U1" --user "2:$U2" --user "3:$U3" "$@"
+    srv_start "$T/config-$name.json"
+    local port=${PORTS[0]} c1 c2 r1=0 r2=0 p1 p2 snap
+    tj_counting_relay "$name-u1" "$port"; vm_client "$name-u1" "$U1" aes-128-gcm "$RELAY_PORT" "$kind"
+    c1=$CL_PORT
+    tj_counting_relay "$name-u2" "$port"; vm_client "$name-u2" "$U2" "$sec2" "$RELAY_PORT" "$kind"
+    c2=$CL_PORT
+    tcp_rt "$c1" ok --bytes "$MIB" --seed "$name-u1" --label "$name-u1" >"$T/$name-u1.out" 2>&1 &
+    p1=$!
+    tcp_rt "$c2" ok --bytes "$MIB" --seed "$name-u2" --label "$name-u2" >"$T/$name-u2.out" 2>&1 &
+    p2=$!
+    wait "$p1" || r1=$?
+    wait "$p2" || r2=$?
+    cat "$T/$name-u1.out" "$T/$name-u2.out"
+    check "$name: user 1 (aes-128-gcm), 1 MiB each way, echo identical" test "$r1" = 0
+    check "$name: user 2 ($sec2) at the same time, 1 MiB each way, echo identical" test "$r2" = 0
+    check "$name: UDP via user 1: 20 x 1200-byte datagrams echoed identical" \
+        udp_rt "$c1" ok --count 20 --size 1200 --seed "$name-udp"
+    tj_relays_settle "$name-u1" "$name-u2"
+    snap=$(usage_snapshot)
+    echo "SIGUSR1 snapshot:"; echo "$snap"
+    check "$name: usage of user 1 is its wire bytes" tj_wire_is "$snap" 1 "$name-u1" $((tls * 24))
+    check "$name: usage of user 2 is its wire bytes" tj_wire_is "$snap" 2 "$name-u2" $((tls * 24))
+    check "$name: usage: both above the 1 MiB moved each way" \
+        eval 'read -r a b <"$T/$name-u1.count"; read -r c d <"$T/$name-u2.count";
+              [ "$a" -gt "$MIB" ] && [ "$b" -gt "$MIB" ] && [ "$c" -gt "$MIB" ] && [ "$d" -gt "$MIB" ]'
+    check "$name: idle user 3 billed nothing" no_usage "$snap" 3
+    local lines0; lines0=$(tj_log_lines)
+    check "$name: a WebSocket upgrade on another path gets HTTP 404" \
+        test "$(tj_ws_status "$port" /other "$tls")" = 404
+    check "$name: a plain GET on the path gets HTTP 404" \
+        test "$(tj_http_status "$port" "$WS_PATH" "$tls")" = 404
+    check "$name: no log line per probe" test "$(tj_log_lines)" = "$lines0"
+    check "$name: user 1 served afterwards" tcp_rt "$c1" ok --bytes 65536 --seed "$name-after"
+    srv_stop
+    check "$name: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+}
+if [ "$NETS" = ws ]; then
+    tj_certs "$T/pki" server
+    ws_scenario vmess-ws 0
+    ws_scenario vmess-ws-tls 1 --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+fi
 kt_finish

@@ -180,3 +180,55 @@ tj_reload() {
     sleep "${KT_RELOAD_WAIT:-1}"
     SRV_RELOAD_LOG=$(tail -c +"$((mark + 1))" "$SRV_LOG")
 }
+
+# --- WebSocket scenarios (issue 9): usage checked against what a relay counted ----------------
+
+# tj_counting_relay NAME TO_PORT: a relay on a free port to 127.0.0.1:TO_PORT that keeps the
+# bytes it moved each way (all connections) in $T/NAME.count as "UP DOWN"; sets RELAY_PORT.
+tj_counting_relay() {
+    kt_ports 1; RELAY_PORT=${PORTS[0]}
+    kt_bg "relay-$1" "${KT_PY[@]}" relay --port "$RELAY_PORT" --to "$2" --source 127.0.0.1 \
+        --count-file "$T/$1.count" --ready-file "$T/relay-$1.ready"
+    kt_wait_file "$T/relay-$1.ready" 10 || { fail "relay $1 did not start"; exit 1; }
+}
+
+# tj_relays_settle NAME...: wait (at most 20 s) until the named relays' counts stay put for a
+# second: the clients end their connections (WebSocket Close, TLS close_notify) after the echo.
+tj_relays_settle() {
+    local before now
+    for _ in $(seq 1 20); do
+        before=$(for r in "$@"; do cat "$T/$r.count" 2>/dev/null; done); sleep 1
+        now=$(for r in "$@"; do cat "$T/$r.count" 2>/dev/null; done)
+        [ "$before" = "$now" ] && return 0
+    done
+    return 1
+}
+
+# tj_wire_is USAGE_LINES UID RELAY [SLACK]: the user's usage line is the wire bytes relay RELAY
+# counted (what katana bills: protocol, WebSocket and TLS bytes): down exactly, up exactly or
+# up - SLACK (a client's last record, such as its 24-byte TLS close_notify, may arrive after
+# katana closed the connection and is then not billed).
+tj_wire_is() {
+    local l up down; l=$(awk -v u="$2" '$1 == u' <<<"$1")
+    read -r up down <"$T/$3.count"
+    echo "user $2: '${l:-no line}', relay $3 counted up $up down $down"
+    [ "$l" = "$2 $up $down" ] || [ "$l" = "$2 $((up - ${4:-0})) $down" ]
+}
+
+# tj_http_status PORT PATH TLS [curl options]: the HTTP status of a request on PATH to the node
+# (https for node.test when TLS is 1, verified against $TJ_CA); 000 on failure.
+tj_http_status() {
+    local port=$1 path=$2 scheme=http; shift 2
+    [ "$1" = 1 ] && scheme=https
+    shift
+    timeout 15 curl -s -o /dev/null -w '%{http_code}' --max-time 10 --http1.1 \
+        --cacert "$TJ_CA" --resolve "$TJ_SNI:$port:127.0.0.1" "$@" "$scheme://$TJ_SNI:$port$path" ||
+        true
+}
+
+# tj_ws_status PORT PATH TLS [curl options]: the same for a WebSocket upgrade request.
+tj_ws_status() {
+    local port=$1 path=$2 tls=$3; shift 3
+    tj_http_status "$port" "$path" "$tls" -H "Connection: Upgrade" -H "Upgrade: websocket" \
+        -H "Sec-WebSocket-Version: 13" -H "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==" "$@"
+}

@@ -328,6 +328,16 @@ static void lower__ss2022_node__served_with_server_key(void **state)
     assert_true(s.inbounds[0].udp);
     sv_spec_free(&s);
     free_state(&st);
+
+    /* the v2ray-plugin is served with the classic ciphers only (issue 9): refused naming it */
+    state_from_json(&st, "p", "{\"server_port\":9,\"cipher\":\"2022-blake3-aes-128-gcm\","
+                    "\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=0\"}",
+                    "{\"users\":[]}");
+    f.nodes = &st;
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node p: plugin \"v2ray-plugin\": not served with a "
+                                 "2022-blake3 cipher (v2ray-plugin with classic ciphers only)");
+    free_state(&st);
 }
 
 static void lower__unknown_cipher__is_named(void **state)
@@ -401,7 +411,19 @@ static void lower__unserved_settings__are_refused_naming_the_field(void **state)
          "node n: multiplex: not served (no multiplexing)"},
         {"\"obfs\":\"tls\"", "node n: obfs \"tls\": not served (no obfuscation)"},
         {"\"plugin\":\"obfs\",\"plugin_opts\":\"obfs=http\"",
-         "node n: plugin \"obfs\": not served (no SIP003 plugins)"},
+         "node n: plugin \"obfs\": not served (v2ray-plugin only)"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"path=/ss\"",
+         "node n: plugin_opts: mux: not served (Mux.Cool; v2ray-plugin clients need mux=0)"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=1;path=/ss\"",
+         "node n: plugin_opts: mux: not served (Mux.Cool; v2ray-plugin clients need mux=0)"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mode=quic;mux=0\"",
+         "node n: plugin_opts: mode \"quic\": not served (websocket only)"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=0;path\"",
+         "node n: plugin_opts: path needs a value"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=0;obfs=http\"",
+         "node n: plugin_opts: \"obfs\": not served"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"tls;mux=0\"",
+         "node n: v2ray-plugin with tls needs \"cert\" in the agent config (mode file or self)"},
         {"\"custom_outbounds\":[{\"tag\":\"warp\"}]",
          "node n: custom_outbounds: not served (traffic leaves directly)"},
         {"\"custom_routes\":[{\"outbound\":\"warp\"}]",
@@ -495,8 +517,13 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     st.fallback = strdup("127.0.0.1:80");
     f.nodes = &st;
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
-    assert_string_equal(err.msg, "node ss: \"cert\" and \"fallback\" apply to trojan and vless "
-                                 "nodes only");
+    assert_string_equal(err.msg, "node ss: \"fallback\" applies to trojan and vless nodes only");
+    free(st.fallback);
+    st.fallback = NULL;
+    st.cert = SV_CERT_SELF;
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node ss: \"cert\" applies to a shadowsocks node only with "
+                                 "v2ray-plugin tls");
     free_state(&st);
 }
 
@@ -542,14 +569,14 @@ static void lower__vless_node__inbound_and_refusals(void **state)
     static const struct {
         const char *extra, *msg;
     } refused[] = {
-        {"\"network\":\"ws\"", "node vl: network \"ws\": not served (vless over TCP or TLS only)"},
-        {"\"network\":\"grpc\"", "node vl: network \"grpc\": not served (vless over TCP or TLS "
-                                 "only)"},
+        {"\"network\":\"grpc\"", "node vl: network \"grpc\": not served (vless on TCP or "
+                                 "WebSocket only)"},
         {"\"network\":\"httpupgrade\"", "node vl: network \"httpupgrade\": not served (vless "
-                                        "over TCP or TLS only)"},
-        {"\"network\":\"xhttp\"", "node vl: network \"xhttp\": not served (vless over TCP or TLS "
-                                  "only)"},
-        {"\"tls\":2", "node vl: tls 2 (REALITY): not served (vless over TCP or TLS only)"},
+                                        "on TCP or WebSocket only)"},
+        {"\"network\":\"xhttp\"", "node vl: network \"xhttp\": not served (vless on TCP or "
+                                  "WebSocket only)"},
+        {"\"tls\":2", "node vl: tls 2 (REALITY): not served (vless in clear or over TLS "
+                      "only)"},
         {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow: not served (no VLESS flow such as "
                                           "xtls-rprx-vision)"},
         {"\"decryption\":\"mlkem768x25519plus.native.600s.x\"",
@@ -611,12 +638,10 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
         enum sv_cert_source cert;
         bool fallback;
     } refused[] = {
-        {"\"network\":\"ws\"", "node vm: network \"ws\": not served (vmess over TCP or TLS only)",
-         SV_CERT_NONE, false},
-        {"\"network\":\"grpc\"", "node vm: network \"grpc\": not served (vmess over TCP or TLS "
-                                   "only)", SV_CERT_NONE, false},
-        {"\"tls\":2", "node vm: tls 2 (REALITY): not served (vmess over TCP or TLS only)",
-         SV_CERT_SELF, false},
+        {"\"network\":\"grpc\"", "node vm: network \"grpc\": not served (vmess on TCP or "
+                                   "WebSocket only)", SV_CERT_NONE, false},
+        {"\"tls\":2", "node vm: tls 2 (REALITY): not served (vmess in clear or over TLS "
+                      "only)", SV_CERT_SELF, false},
         {"\"networkSettings\":{\"path\":\"/x\"}", "node vm: networkSettings: not served (no "
                                                     "transport settings)", SV_CERT_NONE, false},
         {"\"tls\":1", "node vm: a vmess node with tls 1 needs \"cert\" in the agent config (mode "
@@ -640,9 +665,10 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
     }
 }
 
-/* Issue 9: a trojan node with network ws lowers its networkSettings path and headers.Host (or
- * network_settings), an empty path to "/"; the ?ed= form stays in the path for the layer. */
-static void lower__trojan_ws_node__ws_settings(void **state)
+/* Issue 9: a trojan, vless or vmess node with network ws lowers its networkSettings path and
+ * headers.Host (or network_settings), an empty path to "/"; the ?ed= form stays in the path for
+ * the layer. vless and vmess keep it with tls 0 (WebSocket in clear). */
+static void lower__ws_node__ws_settings(void **state)
 {
     (void)state;
     static const struct {
@@ -654,21 +680,66 @@ static void lower__trojan_ws_node__ws_settings(void **state)
         {"\"networkSettings\":{\"path\":\"\",\"headers\":{\"Host\":\"\"}}", "/", NULL},
         {"\"networkSettings\":null", "/", NULL},
     };
+    static const struct {
+        const char *protocol;
+        int tls;
+    } protos[] = {{"trojan", 1}, {"vless", 0}, {"vless", 1}, {"vmess", 0}, {"vmess", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] * 5; i++) {
+        size_t c = i % 4, pr = i / 4;
+        char json[256];
+        ag_node_state st;
+        sv_spec s;
+        snprintf(json, sizeof json, "{\"protocol\":\"%s\",\"server_port\":443,\"tls\":%d,"
+                 "\"network\":\"ws\",%s}", protos[pr].protocol, protos[pr].tls, cases[c].extra);
+        state_from_json(&st, "tj", json, "{\"users\":[{\"id\":1,\"uuid\":"
+                        "\"27848739-7e62-4138-9fd3-098a63964b6b\"}]}");
+        st.cert = protos[pr].tls ? SV_CERT_SELF : SV_CERT_NONE;
+        lower_one(&st, &s);
+        assert_int_equal(s.inbounds[0].tls.cert, st.cert);
+        assert_int_equal(s.n_inbounds, 1);
+        assert_string_equal(s.inbounds[0].ws.path, cases[c].path);
+        if (cases[c].host == NULL)
+            assert_null(s.inbounds[0].ws.host);
+        else
+            assert_string_equal(s.inbounds[0].ws.host, cases[c].host);
+        sv_spec_free(&s);
+        free_state(&st);
+    }
+}
+
+/* Issue 9: a shadowsocks node with the SIP003 v2ray-plugin (mux=0) lowers to a shadowsocks
+ * inbound with a WebSocket path (default "/") and Host, over TLS with the config's certificate
+ * when plugin_opts says tls; UDP stays on the port. */
+static void lower__ss_v2ray_plugin__websocket_inbound(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *opts, *path, *host;
+        bool tls;
+    } cases[] = {
+        {"mux=0", "/", NULL, false},
+        {"path=/ss;host=cdn.test;mux=0;loglevel=none", "/ss", "cdn.test", false},
+        {"server;tls;host=node.test;path=/s?ed=2048;mux=0;mode=websocket;", "/s?ed=2048",
+         "node.test", true},
+    };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[256];
         ag_node_state st;
         sv_spec s;
-        snprintf(json, sizeof json, "{\"protocol\":\"trojan\",\"server_port\":443,\"tls\":1,"
-                 "\"network\":\"ws\",%s}", cases[i].extra);
-        state_from_json(&st, "tj", json, "{\"users\":[{\"id\":1,\"uuid\":\"u1\"}]}");
-        st.cert = SV_CERT_SELF;
+        snprintf(json, sizeof json, "{\"server_port\":8388,\"cipher\":\"aes-128-gcm\","
+                 "\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"%s\"}", cases[i].opts);
+        state_from_json(&st, "ss", json, "{\"users\":[{\"id\":1,\"uuid\":\"u1\"}]}");
+        st.cert = cases[i].tls ? SV_CERT_SELF : SV_CERT_NONE;
         lower_one(&st, &s);
-        assert_int_equal(s.n_inbounds, 1);
-        assert_string_equal(s.inbounds[0].ws.path, cases[i].path);
+        const sv_inbound_spec *in = &s.inbounds[0];
+        assert_int_equal(in->protocol, SV_INBOUND_SHADOWSOCKS);
+        assert_true(in->udp);
+        assert_string_equal(in->ws.path, cases[i].path);
         if (cases[i].host == NULL)
-            assert_null(s.inbounds[0].ws.host);
+            assert_null(in->ws.host);
         else
-            assert_string_equal(s.inbounds[0].ws.host, cases[i].host);
+            assert_string_equal(in->ws.host, cases[i].host);
+        assert_int_equal(in->tls.cert, st.cert);
         sv_spec_free(&s);
         free_state(&st);
     }
@@ -1038,7 +1109,8 @@ int main(void)
         cmocka_unit_test(lower__other_protocols__are_refused),
         cmocka_unit_test(lower__unserved_settings__are_refused_naming_the_field),
         cmocka_unit_test(lower__trojan_node__inbound_over_tls_and_refusals),
-        cmocka_unit_test(lower__trojan_ws_node__ws_settings),
+        cmocka_unit_test(lower__ws_node__ws_settings),
+        cmocka_unit_test(lower__ss_v2ray_plugin__websocket_inbound),
         cmocka_unit_test(lower__vless_node__inbound_and_refusals),
         cmocka_unit_test(lower__vmess_node__tcp_or_tls_and_refusals),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),

@@ -720,10 +720,33 @@ static void websocket_settings_are_checked(void **state)
                        "characters");
     f.in[2].ws = (sv_inbound_ws){.host = "cdn.test"};
     expect_invalid(&f, "inbound tj: ws host needs a ws path");
+    f.in[2] = (sv_inbound_spec){.tag = "vl", .bind = {"127.0.0.1", 8443},
+                                .protocol = SV_INBOUND_VLESS, .users = "u", .ws = {"/vl"}};
+    expect_valid(&f);
+    f.in[2].ws.path = "vl";
+    expect_invalid(&f, "inbound vl: ws path \"vl\" must start with '/' and be at most 256 "
+                       "printable characters without spaces");
+    f.in[2] = (sv_inbound_spec){.tag = "vm", .bind = {"127.0.0.1", 8443},
+                                .protocol = SV_INBOUND_VMESS, .users = "u",
+                                .tls = {.cert = SV_CERT_SELF}, .ws = {.host = "cdn.test"}};
+    expect_invalid(&f, "inbound vm: ws host needs a ws path");
+    f.in[2].ws.path = "/vm";
+    expect_valid(&f);
+    /* shadowsocks: WebSocket (the v2ray-plugin), TLS only with it, never a fallback */
     fx_init(&f);
     f.in[0].ws.path = "/ws";
-    expect_invalid(&f, "inbound ss1: TLS, WebSocket and fallback are not served on a shadowsocks "
-                       "inbound");
+    expect_valid(&f);
+    f.in[0].tls.cert = SV_CERT_SELF;
+    expect_valid(&f);
+    f.in[0].ws.path = "ws";
+    expect_invalid(&f, "inbound ss1: ws path \"ws\" must start with '/' and be at most 256 "
+                       "printable characters without spaces");
+    f.in[0].ws.path = NULL;
+    expect_invalid(&f, "inbound ss1: TLS on a shadowsocks inbound needs a ws path (the "
+                       "v2ray-plugin's WebSocket over TLS)");
+    f.in[0].tls.cert = SV_CERT_NONE;
+    f.in[0].fallback = "127.0.0.1:80";
+    expect_invalid(&f, "inbound ss1: fallback is not served on a shadowsocks inbound");
 }
 
 int main(void)
