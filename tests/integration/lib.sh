@@ -133,11 +133,21 @@ kt_wait_exit() {
 }
 
 # echo_start: TCP+UDP echo on 127.0.0.1, 127.0.0.2 and ::1 if present (port ECHO_PORT, set here).
+# A port found free can be taken (by another test's outgoing connection) before the echo server
+# binds it: then the server exits at once and another port is tried, at most 5 times.
 echo_start() {
-    kt_ports 1; ECHO_PORT=${PORTS[0]}
-    kt_bg echo "${KT_PY[@]}" echo --port "$ECHO_PORT" --hosts 127.0.0.1,127.0.0.2,::1 \
-        --ready-file "$T/echo.ready"
-    kt_wait_file "$T/echo.ready" 10 || { fail "echo server did not start"; exit 1; }
+    local try i
+    for ((try = 0; try < 5; try++)); do
+        kt_ports 1; ECHO_PORT=${PORTS[0]}
+        kt_bg echo "${KT_PY[@]}" echo --port "$ECHO_PORT" --hosts 127.0.0.1,127.0.0.2,::1 \
+            --ready-file "$T/echo.ready"
+        for ((i = 0; i < 200; i++)); do
+            [ -e "$T/echo.ready" ] && break 2
+            kt_alive "$BG_PID" || break
+            sleep 0.05
+        done
+    done
+    [ -e "$T/echo.ready" ] || { fail "echo server did not start"; exit 1; }
 }
 
 # cl_start NAME CIPHER PASSWORD SERVER_PORT: ss-local (SOCKS5 + UDP) on a free port;
