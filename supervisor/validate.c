@@ -350,76 +350,54 @@ static int check_ws(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
-/* Trojan (issue 8): over TLS, TCP only (UDP travels inside the stream), a user set, and a
- * fallback that parses as HOST:PORT when there is one. */
+/* The inbounds whose protocol runs inside a stream (issue 8, 9): a user set, UDP only inside
+ * the stream, a certificate (required when @p tls_required, else optional), WebSocket settings
+ * as check_ws, and a fallback that parses as HOST:PORT where @p fallback_served, else none.
+ * @p name is the protocol's name in the error texts. */
+static int check_stream_inbound(const sv_inbound_spec *in, const char *name, bool tls_required,
+                                bool fallback_served, sv_error *err)
+{
+    if (is_empty(in->users))
+        return INVALID(err, "inbound %s: a %s inbound needs a user set", in->tag, name);
+    if (in->udp)
+        return INVALID(err, "inbound %s: a %s inbound carries UDP inside its %sstream; "
+                       "udp must be false", in->tag, name, tls_required ? "TLS " : "");
+    if (in->tls.cert == SV_CERT_FILE && (is_empty(in->tls.cert_file) || is_empty(in->tls.key_file)))
+        return INVALID(err, "inbound %s: cert mode file needs cert_file and key_file", in->tag);
+    if (tls_required && in->tls.cert != SV_CERT_FILE && in->tls.cert != SV_CERT_SELF)
+        return INVALID(err, "inbound %s: a %s inbound needs a TLS certificate (cert mode "
+                       "file or self)", in->tag, name);
+    if (in->tls.cert != SV_CERT_NONE && in->tls.cert != SV_CERT_FILE &&
+        in->tls.cert != SV_CERT_SELF)
+        return INVALID(err, "inbound %s: unknown cert mode", in->tag);
+    int rc = check_ws(in, err);
+    if (rc < 0)
+        return rc;
+    sv_dest d;
+    if (!fallback_served && in->fallback != NULL)
+        return INVALID(err, "inbound %s: fallback is not served on a %s inbound", in->tag, name);
+    if (in->fallback != NULL && sv_dest_parse_hostport(in->fallback, &d) != 0)
+        return INVALID(err, "inbound %s: fallback \"%.64s\" is not HOST:PORT", in->tag,
+                       in->fallback);
+    return 0;
+}
+
+/* Trojan (issue 8): over TLS, with an optional fallback. VLESS (issue 9): TLS optional (the
+ * UUID travels in clear without it, PROTOCOLS.md §5.4), optional fallback. VMess (issue 9,
+ * PROTOCOLS.md §6): TLS optional, no fallback. */
 static int check_trojan(const sv_inbound_spec *in, sv_error *err)
 {
-    if (is_empty(in->users))
-        return INVALID(err, "inbound %s: a trojan inbound needs a user set", in->tag);
-    if (in->udp)
-        return INVALID(err, "inbound %s: a trojan inbound carries UDP inside its TLS stream; "
-                       "udp must be false", in->tag);
-    if (in->tls.cert == SV_CERT_FILE && (is_empty(in->tls.cert_file) || is_empty(in->tls.key_file)))
-        return INVALID(err, "inbound %s: cert mode file needs cert_file and key_file", in->tag);
-    if (in->tls.cert != SV_CERT_FILE && in->tls.cert != SV_CERT_SELF)
-        return INVALID(err, "inbound %s: a trojan inbound needs a TLS certificate (cert mode "
-                       "file or self)", in->tag);
-    int rc = check_ws(in, err);
-    if (rc < 0)
-        return rc;
-    sv_dest d;
-    if (in->fallback != NULL && sv_dest_parse_hostport(in->fallback, &d) != 0)
-        return INVALID(err, "inbound %s: fallback \"%.64s\" is not HOST:PORT", in->tag,
-                       in->fallback);
-    return 0;
+    return check_stream_inbound(in, "trojan", true, true, err);
 }
 
-/* VLESS (issue 9): a user set, UDP inside the stream, TLS optional (a certificate when set; the
- * UUID travels in clear without it, PROTOCOLS.md §5.4), WebSocket settings as check_ws, a
- * fallback that parses when set. */
 static int check_vless(const sv_inbound_spec *in, sv_error *err)
 {
-    if (is_empty(in->users))
-        return INVALID(err, "inbound %s: a vless inbound needs a user set", in->tag);
-    if (in->udp)
-        return INVALID(err, "inbound %s: a vless inbound carries UDP inside its stream; "
-                       "udp must be false", in->tag);
-    if (in->tls.cert == SV_CERT_FILE && (is_empty(in->tls.cert_file) || is_empty(in->tls.key_file)))
-        return INVALID(err, "inbound %s: cert mode file needs cert_file and key_file", in->tag);
-    if (in->tls.cert != SV_CERT_NONE && in->tls.cert != SV_CERT_FILE &&
-        in->tls.cert != SV_CERT_SELF)
-        return INVALID(err, "inbound %s: unknown cert mode", in->tag);
-    int rc = check_ws(in, err);
-    if (rc < 0)
-        return rc;
-    sv_dest d;
-    if (in->fallback != NULL && sv_dest_parse_hostport(in->fallback, &d) != 0)
-        return INVALID(err, "inbound %s: fallback \"%.64s\" is not HOST:PORT", in->tag,
-                       in->fallback);
-    return 0;
+    return check_stream_inbound(in, "vless", false, true, err);
 }
 
-/* VMess (issue 9, PROTOCOLS.md §6): a user set (each secret a UUID, checked when the inbound is
- * built), TCP only (UDP travels inside the stream), TLS and WebSocket (check_ws) optional, no
- * fallback. */
 static int check_vmess(const sv_inbound_spec *in, sv_error *err)
 {
-    if (is_empty(in->users))
-        return INVALID(err, "inbound %s: a vmess inbound needs a user set", in->tag);
-    if (in->udp)
-        return INVALID(err, "inbound %s: a vmess inbound carries UDP inside its stream; "
-                       "udp must be false", in->tag);
-    if (in->tls.cert == SV_CERT_FILE && (is_empty(in->tls.cert_file) || is_empty(in->tls.key_file)))
-        return INVALID(err, "inbound %s: cert mode file needs cert_file and key_file", in->tag);
-    if (in->tls.cert != SV_CERT_NONE && in->tls.cert != SV_CERT_FILE &&
-        in->tls.cert != SV_CERT_SELF)
-        return INVALID(err, "inbound %s: unknown cert mode", in->tag);
-    int rc = check_ws(in, err);
-    if (rc < 0)
-        return rc;
-    if (in->fallback != NULL)
-        return INVALID(err, "inbound %s: fallback is not served on a vmess inbound", in->tag);
-    return 0;
+    return check_stream_inbound(in, "vmess", false, false, err);
 }
 
 /* Shadowsocks: a known cipher and a user set; TCP inside WebSocket (check_ws) as the SIP003
