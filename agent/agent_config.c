@@ -337,10 +337,11 @@ static int opt_seconds(const json_t *panel, const char *path, const char *key, u
     return 0;
 }
 
-/* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (issue #3, PANEL.md §1), or
+/* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (issue #3, PANEL.md §1);
+ * {"type":"xboard", the same keys} (issue 14, Xboard API v2 and its node channel); or
  * {"type":"sspanel","url","token","node_id","timeout","pull_interval","push_interval"}
  * (issue 14, PANEL.md §2: mod_mu has no interval setting of its own, no node_type). */
-static int parse_remote(const json_t *panel, const char *path, bool sspanel,
+static int parse_remote(const json_t *panel, const char *path, enum ag_panel_type type,
                         ag_panel_config *pc, sv_error *err)
 {
     static const char *const up_keys[] = {"type", "url", "token", "node_id", "node_type",
@@ -349,7 +350,8 @@ static int parse_remote(const json_t *panel, const char *path, bool sspanel,
                                           "pull_interval", "push_interval", NULL};
     const char *url, *token, *node_type = "sspanel", *node_id = NULL;
     char idbuf[24], p[PATH_MAX_TEXT];
-    pc->type = sspanel ? AG_PANEL_SSPANEL : AG_PANEL_UNIPROXY;
+    bool sspanel = type == AG_PANEL_SSPANEL;
+    pc->type = type;
     pc->timeout_s = AG_CONFIG_TIMEOUT_DEFAULT;
     int rc = check_keys(panel, path, sspanel ? ss_keys : up_keys, err);
     if (rc == 0)
@@ -411,8 +413,12 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
         rc = get_string(panel, path, "type", true, &type, err);
     if (rc != 0)
         return rc;
-    if (strcmp(type, "uniproxy") == 0 || strcmp(type, "sspanel") == 0)
-        return parse_remote(panel, path, type[0] == 's', pc, err);
+    if (strcmp(type, "uniproxy") == 0)
+        return parse_remote(panel, path, AG_PANEL_UNIPROXY, pc, err);
+    if (strcmp(type, "sspanel") == 0)
+        return parse_remote(panel, path, AG_PANEL_SSPANEL, pc, err);
+    if (strcmp(type, "xboard") == 0)
+        return parse_remote(panel, path, AG_PANEL_XBOARD, pc, err);
     if (strcmp(type, "local") != 0)
         return sv_error_set(err, -EINVAL, "%s.type: unsupported panel type \"%.32s\"", path,
                             type);
@@ -460,7 +466,8 @@ static int parse_db(const json_t *root, const char *base_dir, ag_config *cfg, sv
         return rc;
     for (size_t i = 0; path == NULL && i < cfg->n_nodes; i++)
         if (cfg->nodes[i].panel.type == AG_PANEL_UNIPROXY ||
-            cfg->nodes[i].panel.type == AG_PANEL_SSPANEL)
+            cfg->nodes[i].panel.type == AG_PANEL_SSPANEL ||
+            cfg->nodes[i].panel.type == AG_PANEL_XBOARD)
             return sv_error_set(err, -EINVAL, "db.path: required with a %s panel "
                                 "(nodes[%zu])", ag_panel_type_name(cfg->nodes[i].panel.type), i);
     if (path != NULL && resolve_path(path, base_dir, &cfg->db_path) != 0)
@@ -690,6 +697,8 @@ const char *ag_panel_type_name(enum ag_panel_type type)
         return "uniproxy";
     case AG_PANEL_SSPANEL:
         return "sspanel";
+    case AG_PANEL_XBOARD:
+        return "xboard";
     }
     return "unknown";
 }

@@ -41,7 +41,12 @@
 /** The packaged config's `api.token`, replaced by a random one at install; refused as a token. */
 #define AG_API_TOKEN_PLACEHOLDER "@KATANA_API_TOKEN@"
 
-enum ag_panel_type { AG_PANEL_LOCAL = 1, AG_PANEL_UNIPROXY = 2, AG_PANEL_SSPANEL = 3 };
+enum ag_panel_type {
+    AG_PANEL_LOCAL = 1,
+    AG_PANEL_UNIPROXY = 2,
+    AG_PANEL_SSPANEL = 3,
+    AG_PANEL_XBOARD = 4, /**< Xboard API v2 with its node channel (issue 14), uniproxy's keys */
+};
 
 #define AG_CONFIG_FLUSH_DEFAULT 5u    /**< `db.flush_interval` when absent, seconds (issue #3) */
 #define AG_CONFIG_FLUSH_MAX 3600u     /**< largest `db.flush_interval`, seconds */
@@ -125,7 +130,8 @@ int ag_config_parse(const char *text, size_t len, const char *base_dir, ag_confi
  */
 int ag_config_load_file(const char *path, ag_config *out, sv_error *err);
 
-/** The config spelling of a panel type ("local", "uniproxy", "sspanel"; "unknown"). */
+/** The config spelling of a panel type ("local", "uniproxy", "sspanel", "xboard";
+ *  "unknown"). */
 const char *ag_panel_type_name(enum ag_panel_type type);
 
 /** Free what a config owns and zero it. NULL-safe. */

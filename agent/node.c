@@ -25,6 +25,7 @@ int ag_panel_new(const ag_node_config *nc, const ag_remote_source *remote, pn_cl
     switch (nc->panel.type) {
     case AG_PANEL_UNIPROXY:
     case AG_PANEL_SSPANEL:
+    case AG_PANEL_XBOARD:
         if (remote != NULL && remote->client != NULL)
             return remote->client(remote->arg, nc, out, err);
         return sv_error_set(err, -ENOTSUP, "node %s: %s panel not running (katana check "
@@ -316,6 +317,7 @@ static void panel_describe(const ag_node_config *nc, api_node_status *st)
         return;
     case AG_PANEL_UNIPROXY: /* the token is a separate key; drop user info and any query too */
     case AG_PANEL_SSPANEL:
+    case AG_PANEL_XBOARD:
         snprintf(st->panel_type, sizeof st->panel_type, "%s",
                  ag_panel_type_name(nc->panel.type));
         url_public(nc->panel.url != NULL ? nc->panel.url : "", st->panel_url,

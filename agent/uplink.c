@@ -744,6 +744,159 @@ static void on_pull_timer(uv_timer_t *t)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* pushed changes (issue 14: Xboard's node channel, PROTOCOLS-2.md §6)                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Offer a pushed change to the node manager now. The REST ETag of that body is dropped, so the
+ * next pull fetches the panel's full body: that body, not the pushed one, becomes the stored
+ * last good state once it applies (until then the store keeps the older state). */
+static void pushed_change(up_node *nd, enum pn_body_kind kind)
+{
+    pn_set_etag(nd->client, kind, NULL);
+    nd->unstored[kind] = false;
+    publish(nd->u);
+    if (nd->has_node && nd->has_users && nd->u->on_change != NULL) {
+        ag_uplink_flush(nd->u); /* usage of users about to be removed is queued first */
+        nd->u->on_change(nd->u->arg);
+    }
+}
+
+static void pull_now(up_node *nd)
+{
+    if (nd->pulls_pending == 0)
+        uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
+}
+
+static void ev_node(void *arg, pn_node *node)
+{
+    up_node *nd = arg;
+    node->pull_interval = nd->node.pull_interval; /* sync.config has no intervals: keep REST's */
+    node->push_interval = nd->node.push_interval;
+    if (nd->has_node && pn_node_equal(&nd->node, node))
+        return;
+    pn_node_free(&nd->node);
+    nd->node = *node;
+    memset(node, 0, sizeof *node);
+    nd->has_node = true;
+    SV_LOG(SV_LOG_INFO, MOD, "node %s: node settings pushed by the panel", nd->tag);
+    pushed_change(nd, PN_BODY_CONFIG);
+}
+
+static void ev_users(void *arg, pn_users *users)
+{
+    up_node *nd = arg;
+    if (nd->has_users && pn_users_equal(&nd->users, users))
+        return;
+    pn_users_free(&nd->users);
+    nd->users = *users;
+    memset(users, 0, sizeof *users);
+    nd->has_users = true;
+    index_users(nd);
+    SV_LOG(SV_LOG_INFO, MOD, "node %s: %zu users pushed by the panel", nd->tag, nd->users.n);
+    pushed_change(nd, PN_BODY_USERS);
+}
+
+static void ev_resync(void *arg, const sv_error *why)
+{
+    up_node *nd = arg;
+    pull_error(nd, why);
+    pn_set_etag(nd->client, PN_BODY_CONFIG, NULL);
+    pn_set_etag(nd->client, PN_BODY_USERS, NULL);
+    pull_now(nd);
+}
+
+/* Apply a delta to a copy of the held list: add replaces a user with the same id or appends;
+ * remove must name held users. -ENOENT (a removed id not held), -ENOMEM. */
+static int delta_apply(const pn_users *held, const pn_users *add, const uint64_t *remove,
+                       size_t n_remove, pn_users *out, uint64_t *bad)
+{
+    int rc = pn_users_clone(out, held);
+    if (rc != 0)
+        return rc;
+    for (size_t r = 0; r < n_remove; r++) {
+        size_t i = 0;
+        while (i < out->n && out->users[i].id != remove[r])
+            i++;
+        if (i == out->n) {
+            *bad = remove[r];
+            pn_users_free(out);
+            return -ENOENT;
+        }
+        free(out->users[i].uuid);
+        memmove(&out->users[i], &out->users[i + 1], (out->n - i - 1) * sizeof *out->users);
+        out->n--;
+    }
+    if (add->n > 0) {
+        pn_user *p = realloc(out->users, (out->n + add->n) * sizeof *p);
+        if (p == NULL) {
+            pn_users_free(out);
+            return -ENOMEM;
+        }
+        out->users = p;
+    }
+    for (size_t a = 0; a < add->n; a++) {
+        char *uuid = strdup(add->users[a].uuid);
+        if (uuid == NULL) {
+            pn_users_free(out);
+            return -ENOMEM;
+        }
+        size_t i = 0;
+        while (i < out->n && out->users[i].id != add->users[a].id)
+            i++;
+        if (i < out->n)
+            free(out->users[i].uuid);
+        else
+            out->n++;
+        out->users[i] = add->users[a];
+        out->users[i].uuid = uuid;
+    }
+    return 0;
+}
+
+/* sync.user.delta: a delta that does not apply cleanly triggers a full pull (issue 14). */
+static void ev_delta(void *arg, const pn_users *add, const uint64_t *remove, size_t n_remove)
+{
+    up_node *nd = arg;
+    pn_users next;
+    uint64_t bad = 0;
+    sv_error err = {0};
+    int rc = nd->has_users ? delta_apply(&nd->users, add, remove, n_remove, &next, &bad)
+                           : -EAGAIN;
+    if (rc != 0) {
+        if (rc == -ENOENT)
+            sv_error_set(&err, rc, "node channel: user delta removes user %" PRIu64 ", not "
+                         "held: pulling everything", bad);
+        else
+            sv_error_set(&err, rc, "node channel: user delta not applied (%s): pulling "
+                         "everything", rc == -EAGAIN ? "no user list yet" : "out of memory");
+        ev_resync(nd, &err);
+        return;
+    }
+    pn_users_free(&nd->users);
+    nd->users = next;
+    index_users(nd);
+    SV_LOG(SV_LOG_INFO, MOD, "node %s: user delta pushed by the panel: %zu added or changed, "
+           "%zu removed", nd->tag, add->n, n_remove);
+    pushed_change(nd, PN_BODY_USERS);
+}
+
+/* The channel dropped: poll over REST at once (it reconnects on its own). */
+static void ev_channel(void *arg, bool up, const sv_error *why)
+{
+    (void)why;
+    if (!up)
+        pull_now(arg);
+}
+
+static const pn_push_events push_events = {
+    .node = ev_node,
+    .users = ev_users,
+    .delta = ev_delta,
+    .resync = ev_resync,
+    .channel = ev_channel,
+};
+
+/* ---------------------------------------------------------------------------------------- */
 /* the node manager's view: a client answering from the last good state                       */
 /* ---------------------------------------------------------------------------------------- */
 
@@ -923,7 +1076,8 @@ static void seed(up_node *nd, const ag_node_config *nc)
 
 static bool is_remote(const ag_node_config *nc)
 {
-    return nc->panel.type == AG_PANEL_UNIPROXY || nc->panel.type == AG_PANEL_SSPANEL;
+    return nc->panel.type == AG_PANEL_UNIPROXY || nc->panel.type == AG_PANEL_SSPANEL ||
+           nc->panel.type == AG_PANEL_XBOARD;
 }
 
 /* The node's client and its stored state; no libuv handle yet (nothing to close on failure). */
@@ -965,6 +1119,10 @@ static void node_start(ag_uplink *u, up_node *nd)
     nd->pull_timer.data = nd->push_timer.data = nd;
     uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
     uv_timer_start(&nd->push_timer, on_push_timer, 0, 0); /* resend what is pending */
+    if (nd->client->ops->watch != NULL && nd->client->ops->watch(nd->client, &push_events,
+                                                                 nd) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: panel push channel not started, polling only",
+               nd->tag);
 }
 
 int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,

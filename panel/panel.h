@@ -12,6 +12,7 @@
 #ifndef PN_PANEL_H
 #define PN_PANEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -94,6 +95,25 @@ typedef struct pn_request_count {
 } pn_request_count;
 
 /**
+ * What a panel that pushes (Xboard's node channel, PROTOCOLS-2.md §6) tells its watcher, on the
+ * control loop. Data pointers are valid during the call; node and users may be taken (copy the
+ * struct, then zero it). Every member is required.
+ */
+typedef struct pn_push_events {
+    /** `sync.config`: new node settings (no intervals: those come from REST only). */
+    void (*node)(void *arg, pn_node *node);
+    /** `sync.users`: the full user list (an empty list revokes everyone). */
+    void (*users)(void *arg, pn_users *users);
+    /** `sync.user.delta`: users to add or replace (same id), and ids to remove. */
+    void (*delta)(void *arg, const pn_users *add, const uint64_t *remove, size_t n_remove);
+    /** A push that could not be read (@p why): the watcher pulls everything over REST. */
+    void (*resync)(void *arg, const sv_error *why);
+    /** The channel came up (authenticated) or went down (@p why, NULL when up); when down
+     *  the watcher polls over REST while the client reconnects on its own. */
+    void (*channel)(void *arg, bool up, const sv_error *why);
+} pn_push_events;
+
+/**
  * What a panel client implements. A NULL report hook means the panel takes no such report
  * (the local panel takes none). fetch_node and fetch_users are required; the last three hooks
  * are for remote clients (issue 14: the uplink drives every remote panel through them alone).
@@ -122,6 +142,10 @@ typedef struct pn_client_ops {
                       pn_node *node, pn_users *users, sv_error *err);
     /** Copy at most @p cap request counters; @return the number written. */
     size_t (*requests)(pn_client *c, pn_request_count *out, size_t cap);
+    /** Start the panel's push channel (optional; issue 14, PROTOCOLS-2.md §6): @p ev (borrowed,
+     *  must outlive the client) gets every pushed change until the client is freed. The client
+     *  keeps the channel up by itself (handshake, reconnects). 0, -EALREADY or -ENOMEM. */
+    int (*watch)(pn_client *c, const pn_push_events *ev, void *arg);
     /** Release the client; pending requests end without their callbacks. Must be safe to call
      *  from inside one of this client's callbacks (an HTTP client defers the release). */
     void (*free)(pn_client *c);
@@ -179,7 +203,8 @@ static inline void pn_client_free(pn_client *c)
 /** Options of a remote panel client; every pointer is borrowed for the pn_remote_new() call. */
 typedef struct pn_remote_options {
     uv_loop_t *loop;       /**< the control loop */
-    const char *type;      /**< "uniproxy" (PANEL.md §1) or "sspanel" (mod_mu, PANEL.md §2) */
+    const char *type;      /**< "uniproxy" (PANEL.md §1), "xboard" (Xboard API v2 with its node
+                                channel, PANEL.md §1.1) or "sspanel" (mod_mu, PANEL.md §2) */
     const char *url;       /**< panel base URL ("https://panel.example.com"), no API path */
     const char *token;     /**< UniProxy token / mod_mu key (never logged) */
     const char *node_id;   /**< numeric id (or an Xboard node code) */

@@ -9,6 +9,7 @@
 #include "panel/panel.h"
 #include "panel/sspanel.h"
 #include "panel/uniproxy.h"
+#include "panel/xboard.h"
 
 int pn_remote_new(const pn_remote_options *o, pn_client **out, sv_error *err)
 {
@@ -19,6 +20,12 @@ int pn_remote_new(const pn_remote_options *o, pn_client **out, sv_error *err)
                                  .node_id = o->node_id, .node_type = o->node_type,
                                  .timeout_ms = o->timeout_ms};
         return pn_uniproxy_new(&u, out, err);
+    }
+    if (strcmp(type, "xboard") == 0) {
+        pn_xboard_options x = {.loop = o->loop, .url = o->url, .token = o->token,
+                               .node_id = o->node_id, .node_type = o->node_type,
+                               .timeout_ms = o->timeout_ms};
+        return pn_xboard_new(&x, out, err);
     }
     if (strcmp(type, "sspanel") == 0) {
         pn_sspanel_options s = {.loop = o->loop, .url = o->url, .key = o->token,

@@ -45,6 +45,7 @@ struct pn_uniproxy {
     char *base_url;  /* without trailing '/' */
     char *query;     /* "token=..&node_id=..&node_type=.." */
     char *node_type;
+    const char *api_path; /* API_PATH, or the caller's (static) path: Xboard API v2 */
     long timeout_ms;
     last_good good[2];
     call *calls;
@@ -308,7 +309,8 @@ static void on_http(int rc, const pn_http_response *r, const sv_error *herr, voi
 static int start(pn_uniproxy *u, call *k, const char *method, const char *body, size_t len)
 {
     char url[URL_MAX];
-    int n = snprintf(url, sizeof url, "%s" API_PATH "%s?%s", u->base_url, k->what, u->query);
+    int n = snprintf(url, sizeof url, "%s%s%s?%s", u->base_url, u->api_path, k->what,
+                     u->query);
     if (n < 0 || (size_t)n >= sizeof url) {
         free(k);
         return -ENAMETOOLONG;
@@ -523,7 +525,8 @@ static int build_query(pn_uniproxy *u, const pn_uniproxy_options *o)
     size_t pos = 0;
     const char *names[] = {"token=", "&node_id=", "&node_type="};
     const char *values[] = {o->token, o->node_id, o->node_type};
-    for (int i = 0; i < 3; i++) {
+    int n_params = o->api_path != NULL ? 2 : 3; /* API v2 takes no node_type (PANEL.md §1.1) */
+    for (int i = 0; i < n_params; i++) {
         size_t k = strlen(names[i]);
         if (pos + k >= sizeof q)
             return -ENAMETOOLONG;
@@ -563,6 +566,7 @@ int pn_uniproxy_new(const pn_uniproxy_options *o, pn_client **out, sv_error *err
         return sv_error_set(err, -ENOMEM, "out of memory");
     u->base.ops = &uniproxy_ops;
     u->timeout_ms = o->timeout_ms;
+    u->api_path = o->api_path != NULL ? o->api_path : API_PATH;
     u->base_url = strdup(o->url);
     u->node_type = strdup(o->node_type);
     if (u->base_url == NULL || u->node_type == NULL)

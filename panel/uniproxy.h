@@ -28,6 +28,9 @@ typedef struct pn_uniproxy_options {
     const char *node_id;   /**< numeric id or Xboard node code */
     const char *node_type; /**< "shadowsocks", ... (also the protocol when config has none) */
     long timeout_ms;       /**< per request; 0 = PN_HTTP_TIMEOUT_MS */
+    const char *api_path;  /**< NULL: "/api/v1/server/UniProxy/"; else a static path ending in
+                                '/' ("/api/v2/server/", Xboard API v2, PANEL.md §1.1), and then
+                                node_type is not sent */
 } pn_uniproxy_options;
 
 /**

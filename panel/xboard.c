@@ -1,0 +1,971 @@
+/*
+ * The Xboard API v2 client and its node channel (panel/xboard.h).
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libwebsockets.h>
+
+#include "panel/http.h"
+#include "panel/uniproxy.h"
+#include "panel/xboard.h"
+#include "supervisor/util/log.h"
+
+#define MOD "pn.xboard"
+#define URL_MAX 2048u
+#define RECONNECT_FIRST_MS 1000u   /* PROTOCOLS-2.md §6.6 */
+#define RECONNECT_MAX_MS 60000u
+#define RECONNECT_RESET_MS 120000u /* a connection up this long resets the backoff */
+#define HANDSHAKE_FIRST_MS 5000u
+#define HANDSHAKE_MAX_MS 300000u   /* also the re-handshake period when WS is off */
+#define OUT_MAX (4u << 20)         /* bytes queued for the panel; more is dropped */
+
+/* ---------------------------------------------------------------------------------------- */
+/* parsing                                                                                    */
+/* ---------------------------------------------------------------------------------------- */
+
+void pn_xb_event_free(pn_xb_event *ev)
+{
+    pn_node_free(&ev->node);
+    pn_users_free(&ev->users);
+    free(ev->ids);
+    memset(ev, 0, sizeof *ev);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* -EINVAL when two entries of @p ids share an id (sorts @p ids). */
+static int check_unique(uint64_t *ids, size_t n, const char *what, sv_error *err)
+{
+    qsort(ids, n, sizeof *ids, cmp_u64);
+    for (size_t i = 1; i < n; i++)
+        if (ids[i] == ids[i - 1])
+            return sv_error_set(err, -EINVAL, "%s: user id %" PRIu64 " listed twice", what,
+                                ids[i]);
+    return 0;
+}
+
+static int users_unique(const pn_users *u, const char *what, sv_error *err)
+{
+    if (u->n < 2)
+        return 0;
+    uint64_t *ids = malloc(u->n * sizeof *ids);
+    if (ids == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < u->n; i++)
+        ids[i] = u->users[i].id;
+    int rc = check_unique(ids, u->n, what, err);
+    free(ids);
+    return rc;
+}
+
+/* A positive integer id: a JSON integer or a decimal string (PHP may send either). */
+static int get_id(const json_t *v, uint64_t *out)
+{
+    if (json_is_integer(v) && json_integer_value(v) > 0) {
+        *out = (uint64_t)json_integer_value(v);
+        return 0;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        char *end = NULL;
+        errno = 0;
+        unsigned long long x = strtoull(s, &end, 10);
+        if (s[0] >= '1' && s[0] <= '9' && *end == '\0' && errno == 0) {
+            *out = x;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+static int parse_remove(const json_t *data, pn_xb_event *ev, sv_error *err)
+{
+    const json_t *users = json_object_get(data, "users");
+    if (!json_is_array(users))
+        return sv_error_set(err, -EINVAL, "users: expected an array");
+    size_t n = json_array_size(users);
+    if (n > PN_USERS_MAX)
+        return sv_error_set(err, -EMSGSIZE, "users: more than %u entries", PN_USERS_MAX);
+    if (n > 0 && (ev->ids = malloc(n * sizeof *ev->ids)) == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *u = json_array_get(users, i);
+        if (get_id(json_is_object(u) ? json_object_get(u, "id") : u, &ev->ids[i]) != 0)
+            return sv_error_set(err, -EINVAL, "users[%zu].id: expected a positive integer", i);
+    }
+    ev->n_ids = n;
+    return check_unique(ev->ids, n, "users", err);
+}
+
+static int parse_data(const char *event, const json_t *data, const char *node_type,
+                      pn_xb_event *ev, sv_error *err)
+{
+    if (strcmp(event, "ping") == 0) {
+        ev->kind = PN_XB_PING;
+        return 0;
+    }
+    if (strcmp(event, "auth.success") == 0) {
+        ev->kind = PN_XB_AUTH_OK;
+        return 0;
+    }
+    if (strcmp(event, "error") == 0) {
+        const json_t *m = json_is_object(data) ? json_object_get(data, "message") : NULL;
+        const char *s = json_is_string(m) ? json_string_value(m) : "no message";
+        size_t k = 0;
+        for (; s[k] != '\0' && k < sizeof ev->message - 1; k++)
+            ev->message[k] = isprint((unsigned char)s[k]) ? s[k] : '.';
+        ev->message[k] = '\0';
+        ev->kind = PN_XB_ERROR;
+        return 0;
+    }
+    bool config = strcmp(event, "sync.config") == 0, users = strcmp(event, "sync.users") == 0;
+    bool delta = strcmp(event, "sync.user.delta") == 0;
+    if (!config && !users && !delta)
+        return 0; /* PN_XB_IGNORED: unknown events are ignored (PROTOCOLS-2.md §6.5) */
+    if (!json_is_object(data))
+        return sv_error_set(err, -EINVAL, "data: expected an object");
+    if (config) {
+        const json_t *c = json_object_get(data, "config");
+        if (!json_is_object(c))
+            return sv_error_set(err, -EINVAL, "config: expected an object");
+        ev->kind = PN_XB_CONFIG;
+        return pn_node_parse(c, node_type, 0, &ev->node, err);
+    }
+    if (users) {
+        ev->kind = PN_XB_USERS;
+        int rc = pn_users_parse(data, 0, &ev->users, err);
+        return rc != 0 ? rc : users_unique(&ev->users, "users", err);
+    }
+    ev->kind = PN_XB_DELTA;
+    const json_t *action = json_object_get(data, "action");
+    const char *a = json_is_string(action) ? json_string_value(action) : "";
+    if (strcmp(a, "remove") == 0)
+        return parse_remove(data, ev, err);
+    if (strcmp(a, "add") != 0)
+        return sv_error_set(err, -EINVAL, "action: expected \"add\" or \"remove\"");
+    int rc = pn_users_parse(data, 0, &ev->users, err);
+    return rc != 0 ? rc : users_unique(&ev->users, "users", err);
+}
+
+int pn_xb_event_parse(const char *msg, size_t len, const char *node_type, pn_xb_event *ev,
+                      sv_error *err)
+{
+    memset(ev, 0, sizeof *ev);
+    if (len > PN_XB_MSG_MAX)
+        return sv_error_set(err, -EMSGSIZE, "message of %zu bytes (bound %u)", len,
+                            PN_XB_MSG_MAX);
+    json_error_t jerr;
+    json_t *j = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return sv_error_set(err, -EINVAL, "message is not a JSON object");
+    }
+    const json_t *event = json_object_get(j, "event"), *data = json_object_get(j, "data");
+    int rc = 0;
+    if (!json_is_string(event) || json_string_length(event) > 64) {
+        rc = sv_error_set(err, -EINVAL, "event: expected a name");
+        goto out;
+    }
+    const json_t *nid = json_is_object(data) ? json_object_get(data, "node_id") : NULL;
+    if (nid != NULL && !json_is_null(nid)) {
+        if (get_id(nid, &ev->node_id) != 0) {
+            rc = sv_error_set(err, -EINVAL, "%s: data.node_id: expected a positive integer",
+                              json_string_value(event));
+            goto out;
+        }
+        ev->has_node_id = true;
+    }
+    sv_error inner = {0};
+    rc = parse_data(json_string_value(event), data, node_type, ev, &inner);
+    if (rc != 0)
+        sv_error_set(err, rc, "%s: %s", json_string_value(event), inner.msg);
+out:
+    json_decref(j);
+    if (rc != 0) {
+        enum pn_xb_kind kind = ev->kind;
+        pn_xb_event_free(ev);
+        ev->kind = kind;
+    }
+    return rc;
+}
+
+int pn_xb_parse_handshake(const char *body, size_t len, char **url, sv_error *err)
+{
+    *url = NULL;
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    const json_t *ws = json_is_object(j) ? json_object_get(j, "websocket") : NULL;
+    int rc = 0;
+    if (!json_is_object(ws)) {
+        rc = sv_error_set(err, -EINVAL, "handshake: %s", j == NULL ? "body is not JSON"
+                          : "websocket: expected an object");
+        goto out;
+    }
+    const json_t *en = json_object_get(ws, "enabled"), *u = json_object_get(ws, "ws_url");
+    if (!json_is_true(en))
+        goto out;
+    const char *s = json_is_string(u) ? json_string_value(u) : "";
+    if ((strncmp(s, "ws://", 5) != 0 && strncmp(s, "wss://", 6) != 0) ||
+        strlen(s) > URL_MAX / 2) {
+        rc = sv_error_set(err, -EINVAL, "handshake: websocket.ws_url: expected a ws:// or "
+                          "wss:// URL");
+        goto out;
+    }
+    for (const char *p = s; *p != '\0'; p++)
+        if (!isgraph((unsigned char)*p)) {
+            rc = sv_error_set(err, -EINVAL, "handshake: websocket.ws_url: not a URL");
+            goto out;
+        }
+    if ((*url = strdup(s)) == NULL)
+        rc = sv_error_set(err, -ENOMEM, "out of memory");
+out:
+    json_decref(j);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* the channel: libwebsockets on a thread of its own; messages cross over a uv_async_t       */
+/* ---------------------------------------------------------------------------------------- */
+
+enum { CH_MSG = 1, CH_DOWN };
+
+typedef struct ch_item {
+    struct ch_item *next;
+    int kind;
+    size_t len;
+    char data[]; /* CH_MSG: the message; CH_DOWN: the reason; outgoing: LWS_PRE + text */
+} ch_item;
+
+typedef struct pn_xboard pn_xboard;
+
+typedef struct xb_chan {
+    pn_xboard *owner;
+    pthread_t thread;
+    atomic_bool stop;
+    pthread_mutex_t lock;
+    ch_item *in_head, *in_tail;   /* thread -> loop, under lock */
+    ch_item *out_head, *out_tail; /* loop -> thread, under lock */
+    size_t out_bytes;
+    uv_async_t async;
+    /* service thread only */
+    struct lws_context *ctx;
+    struct lws *wsi;
+    lws_sorted_usec_list_t sul;
+    char *url;              /* parsed in place by lws_parse_uri */
+    const char *address;
+    char *path;             /* "/" + path + query */
+    int port;
+    bool tls;
+    char *rx;
+    size_t rx_len, rx_cap;
+    unsigned fails;
+    uint64_t up_since_ms;
+    unsigned seed;
+} xb_chan;
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void ch_queue(ch_item **head, ch_item **tail, ch_item *it)
+{
+    it->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = it;
+    else
+        *head = it;
+    *tail = it;
+}
+
+/* Thread: hand one item to the control loop. */
+static void ch_post(xb_chan *ch, int kind, const char *data, size_t len)
+{
+    ch_item *it = malloc(sizeof *it + len + 1);
+    if (it == NULL)
+        return; /* a lost message: the next REST pull repairs the state */
+    it->kind = kind;
+    it->len = len;
+    memcpy(it->data, data, len);
+    it->data[len] = '\0';
+    pthread_mutex_lock(&ch->lock);
+    ch_queue(&ch->in_head, &ch->in_tail, it);
+    pthread_mutex_unlock(&ch->lock);
+    uv_async_send(&ch->async);
+}
+
+static void ch_connect(lws_sorted_usec_list_t *sul);
+
+/* Thread: the connection ended; try again after the backoff (PROTOCOLS-2.md §6.6). */
+static void ch_retry(xb_chan *ch, const char *why)
+{
+    ch->wsi = NULL;
+    ch->rx_len = 0;
+    if (ch->up_since_ms != 0 && mono_ms() - ch->up_since_ms >= RECONNECT_RESET_MS)
+        ch->fails = 0;
+    ch->up_since_ms = 0;
+    unsigned shift = ch->fails < 16 ? ch->fails : 16;
+    uint64_t d = (uint64_t)RECONNECT_FIRST_MS << shift;
+    if (d > RECONNECT_MAX_MS)
+        d = RECONNECT_MAX_MS;
+    d += (uint64_t)rand_r(&ch->seed) % (d / 5 + 1); /* up to 20 % jitter */
+    ch->fails++;
+    ch_post(ch, CH_DOWN, why, strlen(why));
+    if (!atomic_load(&ch->stop))
+        lws_sul_schedule(ch->ctx, 0, &ch->sul, ch_connect, (lws_usec_t)d * 1000);
+}
+
+static void ch_connect(lws_sorted_usec_list_t *sul)
+{
+    xb_chan *ch = lws_container_of(sul, xb_chan, sul);
+    if (atomic_load(&ch->stop) || ch->wsi != NULL)
+        return;
+    struct lws_client_connect_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.context = ch->ctx;
+    ci.address = ch->address;
+    ci.port = ch->port;
+    ci.path = ch->path;
+    ci.host = ch->address;
+    ci.origin = ch->address;
+    ci.ssl_connection = ch->tls ? LCCSCF_USE_SSL : 0;
+    ci.local_protocol_name = "katana-xboard";
+    ci.pwsi = &ch->wsi;
+    if (lws_client_connect_via_info(&ci) == NULL)
+        ch_retry(ch, "cannot start the connection");
+}
+
+/* Thread: add a received piece; a whole message goes to the loop. -1 (close) over the bound. */
+static int ch_receive(xb_chan *ch, struct lws *wsi, const char *in, size_t len)
+{
+    if (ch->rx_len + len > PN_XB_MSG_MAX) {
+        ch_post(ch, CH_MSG, "", 0); /* an empty message: parsed as an error, forces a pull */
+        ch->rx_len = 0;
+        lws_close_reason(wsi, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, NULL, 0);
+        return -1;
+    }
+    if (ch->rx_len + len > ch->rx_cap) {
+        size_t cap = ch->rx_cap > 0 ? ch->rx_cap : 4096;
+        while (cap < ch->rx_len + len)
+            cap *= 2;
+        char *p = realloc(ch->rx, cap);
+        if (p == NULL) {
+            ch->rx_len = 0;
+            return -1;
+        }
+        ch->rx = p;
+        ch->rx_cap = cap;
+    }
+    memcpy(ch->rx + ch->rx_len, in, len);
+    ch->rx_len += len;
+    if (lws_is_final_fragment(wsi) && lws_remaining_packet_payload(wsi) == 0) {
+        ch_post(ch, CH_MSG, ch->rx, ch->rx_len);
+        ch->rx_len = 0;
+        if (ch->rx_cap > 65536) { /* an idle channel keeps no large buffer */
+            free(ch->rx);
+            ch->rx = NULL;
+            ch->rx_cap = 0;
+        }
+    }
+    return 0;
+}
+
+/* Thread: write the first queued message. */
+static int ch_write(xb_chan *ch, struct lws *wsi)
+{
+    pthread_mutex_lock(&ch->lock);
+    ch_item *it = ch->out_head;
+    if (it != NULL) {
+        ch->out_head = it->next;
+        if (ch->out_head == NULL)
+            ch->out_tail = NULL;
+        ch->out_bytes -= it->len;
+    }
+    bool more = ch->out_head != NULL;
+    pthread_mutex_unlock(&ch->lock);
+    if (it == NULL)
+        return 0;
+    int n = lws_write(wsi, (unsigned char *)it->data + LWS_PRE, it->len, LWS_WRITE_TEXT);
+    free(it);
+    if (n < 0)
+        return -1;
+    if (more)
+        lws_callback_on_writable(wsi);
+    return 0;
+}
+
+static int ch_callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in,
+                       size_t len)
+{
+    (void)user;
+    struct lws_context *cx = lws_get_context(wsi);
+    xb_chan *ch = cx != NULL ? lws_context_user(cx) : NULL;
+    if (ch == NULL)
+        return 0;
+    switch (reason) {
+    case LWS_CALLBACK_CLIENT_ESTABLISHED:
+        ch->wsi = wsi;
+        ch->rx_len = 0;
+        ch->up_since_ms = mono_ms();
+        lws_callback_on_writable(wsi);
+        break;
+    case LWS_CALLBACK_CLIENT_RECEIVE:
+        return ch_receive(ch, wsi, in, len);
+    case LWS_CALLBACK_CLIENT_WRITEABLE:
+        return ch_write(ch, wsi);
+    case LWS_CALLBACK_CLIENT_CONNECTION_ERROR: {
+        char why[160];
+        snprintf(why, sizeof why, "connection failed: %.120s",
+                 in != NULL ? (const char *)in : "no reason");
+        ch_retry(ch, why);
+        break;
+    }
+    case LWS_CALLBACK_CLIENT_CLOSED:
+        ch_retry(ch, "closed");
+        break;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if (ch->wsi != NULL)
+            lws_callback_on_writable(ch->wsi);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+static const struct lws_protocols ch_protocols[] = {
+    {"katana-xboard", ch_callback, 0, 65536, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+static void *ch_main(void *arg)
+{
+    xb_chan *ch = arg;
+    lws_sul_schedule(ch->ctx, 0, &ch->sul, ch_connect, 1);
+    while (!atomic_load(&ch->stop))
+        if (lws_service(ch->ctx, 0) < 0)
+            break;
+    lws_context_destroy(ch->ctx);
+    ch->ctx = NULL;
+    return NULL;
+}
+
+static void lws_log_to_ours(int level, const char *line)
+{
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        n--;
+    SV_LOG(SV_LOG_DEBUG, MOD, "libwebsockets (%d): %.*s", level, (int)n, line);
+}
+
+/* Control loop: queue a text message for the panel (dropped when the queue is full). */
+static void ch_send(xb_chan *ch, const char *text, size_t len)
+{
+    pthread_mutex_lock(&ch->lock);
+    bool full = ch->out_bytes + len > OUT_MAX;
+    pthread_mutex_unlock(&ch->lock);
+    ch_item *it = full ? NULL : malloc(sizeof *it + LWS_PRE + len);
+    if (it == NULL)
+        return;
+    it->kind = 0;
+    it->len = len;
+    memcpy(it->data + LWS_PRE, text, len);
+    pthread_mutex_lock(&ch->lock);
+    ch_queue(&ch->out_head, &ch->out_tail, it);
+    ch->out_bytes += len;
+    pthread_mutex_unlock(&ch->lock);
+    lws_cancel_service(ch->ctx);
+}
+
+static void ch_free_items(ch_item *it)
+{
+    while (it != NULL) {
+        ch_item *next = it->next;
+        free(it);
+        it = next;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* the client                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+struct pn_xboard {
+    pn_client base; /* first */
+    uv_loop_t *loop;
+    pn_client *rest;  /* the UniProxy client on PN_XB_API_PATH */
+    pn_http *http;    /* the handshake */
+    char *base_url;
+    char *auth_body;  /* {"token","node_id"} */
+    char *ws_query;   /* "token=..&node_id=.." */
+    char *node_type;
+    bool node_numeric;
+    uint64_t node_num;
+    long timeout_ms;
+    const pn_push_events *ev;
+    void *ev_arg;
+    uv_timer_t hs_timer;
+    bool hs_timer_on;
+    unsigned hs_fails;
+    xb_chan *ch;
+    bool up;          /* authenticated channel */
+    bool freeing;
+    int closing;      /* handles still closing */
+};
+
+static void xb_release(pn_xboard *x)
+{
+    if (x->closing > 0)
+        return;
+    free(x->base_url);
+    free(x->auth_body);
+    free(x->ws_query);
+    free(x->node_type);
+    free(x);
+}
+
+static void handle_closed(uv_handle_t *h)
+{
+    pn_xboard *x = h->data;
+    x->closing--;
+    xb_release(x);
+}
+
+static void async_closed(uv_handle_t *h)
+{
+    xb_chan *ch = (xb_chan *)((char *)h - offsetof(xb_chan, async));
+    pn_xboard *x = ch->owner;
+    ch_free_items(ch->in_head);
+    ch_free_items(ch->out_head);
+    pthread_mutex_destroy(&ch->lock);
+    free(ch->rx);
+    free(ch->url);
+    free(ch->path);
+    free(ch);
+    x->closing--;
+    xb_release(x);
+}
+
+static void ch_stop(pn_xboard *x)
+{
+    xb_chan *ch = x->ch;
+    atomic_store(&ch->stop, true);
+    lws_cancel_service(ch->ctx);
+    pthread_join(ch->thread, NULL);
+    x->ch = NULL;
+    x->closing++;
+    uv_close((uv_handle_t *)&ch->async, async_closed);
+}
+
+static void report_down(pn_xboard *x, const char *why)
+{
+    if (!x->up)
+        return;
+    x->up = false;
+    sv_error err;
+    sv_error_set(&err, -ECONNRESET, "node channel down: %s", why);
+    SV_LOG(SV_LOG_WARN, MOD, "%s; polling over REST, reconnecting", err.msg);
+    x->ev->channel(x->ev_arg, false, &err);
+}
+
+static void on_message(pn_xboard *x, const char *msg, size_t len)
+{
+    pn_xb_event ev;
+    sv_error err = {0};
+    int rc = pn_xb_event_parse(msg, len, x->node_type, &ev, &err);
+    if (rc != 0) {
+        sv_error e;
+        sv_error_set(&e, rc, "node channel: %s", len == 0 ? "message over the size bound"
+                                                          : err.msg);
+        x->ev->resync(x->ev_arg, &e);
+        pn_xb_event_free(&ev);
+        return;
+    }
+    if (ev.has_node_id && x->node_numeric && ev.node_id != x->node_num) {
+        pn_xb_event_free(&ev); /* another node's event */
+        return;
+    }
+    switch (ev.kind) {
+    case PN_XB_PING: {
+        static const char pong[] = "{\"event\":\"pong\"}";
+        ch_send(x->ch, pong, sizeof pong - 1);
+        break;
+    }
+    case PN_XB_AUTH_OK:
+        if (!x->up) {
+            x->up = true;
+            SV_LOG(SV_LOG_INFO, MOD, "node channel up");
+            x->ev->channel(x->ev_arg, true, NULL);
+        }
+        break;
+    case PN_XB_ERROR:
+        SV_LOG(SV_LOG_WARN, MOD, "node channel: the panel says: %s", ev.message);
+        break;
+    case PN_XB_CONFIG:
+        x->ev->node(x->ev_arg, &ev.node);
+        break;
+    case PN_XB_USERS:
+        x->ev->users(x->ev_arg, &ev.users);
+        break;
+    case PN_XB_DELTA:
+        x->ev->delta(x->ev_arg, &ev.users, ev.ids, ev.n_ids);
+        break;
+    case PN_XB_IGNORED:
+        break;
+    }
+    pn_xb_event_free(&ev);
+}
+
+static void on_async(uv_async_t *a)
+{
+    pn_xboard *x = a->data;
+    xb_chan *ch = x->ch;
+    pthread_mutex_lock(&ch->lock);
+    ch_item *it = ch->in_head;
+    ch->in_head = ch->in_tail = NULL;
+    pthread_mutex_unlock(&ch->lock);
+    while (it != NULL && !x->freeing) {
+        ch_item *next = it->next;
+        if (it->kind == CH_MSG)
+            on_message(x, it->data, it->len);
+        else
+            report_down(x, it->data);
+        free(it);
+        it = next;
+    }
+    ch_free_items(it);
+}
+
+/* Start the channel to @p url (ws:// or wss://, already checked). */
+static int ch_start(pn_xboard *x, const char *url, sv_error *err)
+{
+    xb_chan *ch = calloc(1, sizeof *ch);
+    if (ch == NULL || (ch->url = strdup(url)) == NULL) {
+        free(ch);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    ch->owner = x;
+    ch->seed = (unsigned)mono_ms() ^ (unsigned)(uintptr_t)ch;
+    const char *prot = NULL, *path = NULL;
+    if (lws_parse_uri(ch->url, &prot, &ch->address, &ch->port, &path) != 0 ||
+        ch->address[0] == '\0') {
+        free(ch->url);
+        free(ch);
+        return sv_error_set(err, -EINVAL, "node channel: bad ws_url");
+    }
+    ch->tls = strcmp(prot, "wss") == 0;
+    size_t n = strlen(path) + strlen(x->ws_query) + 3;
+    ch->path = malloc(n);
+    if (ch->path == NULL) {
+        free(ch->url);
+        free(ch);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    snprintf(ch->path, n, "/%s%c%s", path, strchr(path, '?') != NULL ? '&' : '?', x->ws_query);
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_ours);
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof info);
+    info.port = CONTEXT_PORT_NO_LISTEN;
+    info.protocols = ch_protocols;
+    info.options = LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+    info.user = ch;
+    info.gid = -1;
+    info.uid = -1;
+    pthread_mutex_init(&ch->lock, NULL);
+    ch->ctx = lws_create_context(&info);
+    int rc = 0;
+    if (ch->ctx == NULL)
+        rc = sv_error_set(err, -EIO, "node channel: libwebsockets could not start");
+    else if (uv_async_init(x->loop, &ch->async, on_async) != 0)
+        rc = sv_error_set(err, -EIO, "node channel: no async handle");
+    if (rc == 0) {
+        ch->async.data = x;
+        x->ch = ch;
+        if (pthread_create(&ch->thread, NULL, ch_main, ch) != 0) {
+            lws_context_destroy(ch->ctx);
+            x->ch = NULL;
+            x->closing++;
+            uv_close((uv_handle_t *)&ch->async, async_closed);
+            return sv_error_set(err, -EAGAIN, "node channel: no thread");
+        }
+        return 0;
+    }
+    if (ch->ctx != NULL)
+        lws_context_destroy(ch->ctx);
+    pthread_mutex_destroy(&ch->lock);
+    free(ch->path);
+    free(ch->url);
+    free(ch);
+    return rc;
+}
+
+static void handshake_start(pn_xboard *x);
+
+static void on_hs_timer(uv_timer_t *t)
+{
+    handshake_start(t->data);
+}
+
+static void handshake_again(pn_xboard *x, uint64_t ms)
+{
+    uv_timer_start(&x->hs_timer, on_hs_timer, ms, 0);
+}
+
+static void on_handshake(int rc, const pn_http_response *r, const sv_error *herr, void *arg)
+{
+    pn_xboard *x = arg;
+    sv_error err = {0};
+    char *url = NULL;
+    if (rc != 0)
+        sv_error_set(&err, rc, "%s", herr->msg);
+    else if (r->status < 200 || r->status > 299)
+        rc = pn_uniproxy_error(r->status, r->body, r->len, &err);
+    else
+        rc = pn_xb_parse_handshake(r->body, r->len, &url, &err);
+    if (rc == 0 && url != NULL)
+        rc = ch_start(x, url, &err);
+    free(url);
+    if (rc != 0) {
+        unsigned shift = x->hs_fails < 10 ? x->hs_fails : 10;
+        uint64_t d = (uint64_t)HANDSHAKE_FIRST_MS << shift;
+        d = d > HANDSHAKE_MAX_MS ? HANDSHAKE_MAX_MS : d;
+        x->hs_fails++;
+        SV_LOG(SV_LOG_WARN, MOD, "panel handshake: %s (REST polling only; again in %" PRIu64
+               " s)", err.msg, d / 1000);
+        handshake_again(x, d);
+        return;
+    }
+    x->hs_fails = 0;
+    if (x->ch == NULL) { /* WebSocket off on the panel: ask again later (§6.6 discovery) */
+        SV_LOG(SV_LOG_INFO, MOD, "panel handshake: no node channel offered, REST polling only");
+        handshake_again(x, HANDSHAKE_MAX_MS);
+    }
+}
+
+static void handshake_start(pn_xboard *x)
+{
+    char url[URL_MAX];
+    snprintf(url, sizeof url, "%s" PN_XB_API_PATH "handshake", x->base_url);
+    pn_http_request req = {.method = "POST", .url = url, .body = x->auth_body,
+                           .body_len = strlen(x->auth_body), .timeout_ms = x->timeout_ms,
+                           .max_body = 65536};
+    sv_error err = {0};
+    if (pn_http_start(x->http, &req, on_handshake, x, NULL, &err) != 0)
+        handshake_again(x, HANDSHAKE_FIRST_MS);
+}
+
+static int xb_watch(pn_client *c, const pn_push_events *ev, void *arg)
+{
+    pn_xboard *x = (pn_xboard *)c;
+    if (x->ev != NULL)
+        return -EALREADY;
+    x->ev = ev;
+    x->ev_arg = arg;
+    if (uv_timer_init(x->loop, &x->hs_timer) != 0)
+        return -ENOMEM;
+    x->hs_timer.data = x;
+    x->hs_timer_on = true;
+    handshake_start(x);
+    return 0;
+}
+
+/* REST: the UniProxy calls on the v2 path (callbacks get the inner client as their c). */
+static int xb_fetch_node(pn_client *c, pn_node_cb cb, void *arg)
+{
+    return pn_fetch_node(((pn_xboard *)c)->rest, cb, arg);
+}
+
+static int xb_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
+{
+    return pn_fetch_users(((pn_xboard *)c)->rest, cb, arg);
+}
+
+static int xb_report_usage(pn_client *c, const sv_usage *items, size_t n, pn_report_cb cb,
+                           void *arg)
+{
+    pn_client *r = ((pn_xboard *)c)->rest;
+    return r->ops->report_usage(r, items, n, cb, arg);
+}
+
+/* Online IPs: `report.devices` over the channel while it is up (PROTOCOLS-2.md §6.5), else
+ * REST `alive`. */
+static int xb_report_alive(pn_client *c, const pn_alive *items, size_t n, pn_report_cb cb,
+                           void *arg)
+{
+    pn_xboard *x = (pn_xboard *)c;
+    if (!x->up || x->ch == NULL)
+        return x->rest->ops->report_alive(x->rest, items, n, cb, arg);
+    json_t *data = json_object(), *msg = json_object();
+    for (size_t i = 0; data != NULL && i < n; i++) {
+        char key[24];
+        snprintf(key, sizeof key, "%" PRIu64, items[i].user);
+        json_t *ips = json_array();
+        for (size_t k = 0; ips != NULL && k < items[i].n_ips; k++)
+            json_array_append_new(ips, json_string(items[i].ips[k]));
+        json_object_set_new(data, key, ips);
+    }
+    json_object_set_new(msg, "event", json_string("report.devices"));
+    json_object_set_new(msg, "data", data);
+    json_object_set_new(msg, "timestamp", json_integer((json_int_t)time(NULL)));
+    char *text = json_dumps(msg, JSON_COMPACT);
+    json_decref(msg);
+    if (text == NULL)
+        return -ENOMEM;
+    ch_send(x->ch, text, strlen(text));
+    free(text);
+    cb(c, 0, NULL, arg);
+    return 0;
+}
+
+static int xb_report_status(pn_client *c, const pn_status *s, pn_report_cb cb, void *arg)
+{
+    pn_client *r = ((pn_xboard *)c)->rest;
+    return r->ops->report_status(r, s, cb, arg);
+}
+
+static int xb_fetch_alivelist(pn_client *c, pn_alivelist_cb cb, void *arg)
+{
+    pn_client *r = ((pn_xboard *)c)->rest;
+    return r->ops->fetch_alivelist(r, cb, arg);
+}
+
+static int xb_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag)
+{
+    return pn_set_etag(((pn_xboard *)c)->rest, kind, etag);
+}
+
+static const char *xb_last_body(pn_client *c, enum pn_body_kind kind, size_t *len,
+                                const char **etag)
+{
+    return pn_last_body(((pn_xboard *)c)->rest, kind, len, etag);
+}
+
+static int xb_parse_body(pn_client *c, enum pn_body_kind kind, const char *body, size_t len,
+                         pn_node *node, pn_users *users, sv_error *err)
+{
+    pn_client *r = ((pn_xboard *)c)->rest;
+    return r->ops->parse_body(r, kind, body, len, node, users, err);
+}
+
+static size_t xb_requests(pn_client *c, pn_request_count *out, size_t cap)
+{
+    return pn_requests(((pn_xboard *)c)->rest, out, cap);
+}
+
+static void xb_free(pn_client *c)
+{
+    pn_xboard *x = (pn_xboard *)c;
+    x->freeing = true;
+    pn_client_free(x->rest);
+    x->rest = NULL;
+    pn_http_free(x->http);
+    x->http = NULL;
+    if (x->hs_timer_on) {
+        x->closing++;
+        x->hs_timer_on = false;
+        uv_close((uv_handle_t *)&x->hs_timer, handle_closed);
+    }
+    if (x->ch != NULL)
+        ch_stop(x);
+    xb_release(x);
+}
+
+static const pn_client_ops xboard_ops = {
+    .type = "xboard",
+    .fetch_node = xb_fetch_node,
+    .fetch_users = xb_fetch_users,
+    .report_usage = xb_report_usage,
+    .report_alive = xb_report_alive,
+    .report_status = xb_report_status,
+    .fetch_alivelist = xb_fetch_alivelist,
+    .set_etag = xb_set_etag,
+    .last_body = xb_last_body,
+    .parse_body = xb_parse_body,
+    .requests = xb_requests,
+    .watch = xb_watch,
+    .free = xb_free,
+};
+
+/* "token=..&node_id=.." percent-encoded (RFC 3986 unreserved characters kept). */
+static char *ws_query(const char *token, const char *node_id)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const char *parts[] = {"token=", token, "&node_id=", node_id};
+    size_t cap = 32 + 3 * (strlen(token) + strlen(node_id)), pos = 0;
+    char *q = malloc(cap);
+    for (int i = 0; q != NULL && i < 4; i++)
+        for (const char *s = parts[i]; *s != '\0'; s++) {
+            unsigned char ch = (unsigned char)*s;
+            if (i % 2 == 0 || isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+                q[pos++] = (char)ch;
+            } else {
+                q[pos++] = '%';
+                q[pos++] = hex[ch >> 4];
+                q[pos++] = hex[ch & 15];
+            }
+        }
+    if (q != NULL)
+        q[pos] = '\0';
+    return q;
+}
+
+int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err)
+{
+    *out = NULL;
+    pn_uniproxy_options u = {.loop = o->loop, .url = o->url, .token = o->token,
+                             .node_id = o->node_id, .node_type = o->node_type,
+                             .timeout_ms = o->timeout_ms, .api_path = PN_XB_API_PATH};
+    pn_client *rest = NULL;
+    int rc = pn_uniproxy_new(&u, &rest, err);
+    if (rc != 0)
+        return rc;
+    pn_xboard *x = calloc(1, sizeof *x);
+    if (x == NULL) {
+        pn_client_free(rest);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    x->base.ops = &xboard_ops;
+    x->loop = o->loop;
+    x->rest = rest;
+    x->timeout_ms = o->timeout_ms;
+    x->base_url = strdup(o->url);
+    x->node_type = strdup(o->node_type);
+    x->ws_query = ws_query(o->token, o->node_id);
+    json_t *b = json_pack("{s:s, s:s}", "token", o->token, "node_id", o->node_id);
+    char *end = NULL;
+    unsigned long long id = strtoull(o->node_id, &end, 10);
+    if (end != NULL && *end == '\0' && id > 0) {
+        x->node_numeric = true;
+        x->node_num = id;
+        json_object_set_new(b, "node_id", json_integer((json_int_t)id));
+    }
+    x->auth_body = b != NULL ? json_dumps(b, JSON_COMPACT) : NULL;
+    json_decref(b);
+    if (x->base_url == NULL || x->node_type == NULL || x->ws_query == NULL ||
+        x->auth_body == NULL || pn_http_new(o->loop, &x->http) != 0) {
+        xb_free(&x->base);
+        return sv_error_set(err, -ENOMEM, "xboard panel: cannot initialise");
+    }
+    size_t n = strlen(x->base_url);
+    while (n > 0 && x->base_url[n - 1] == '/')
+        x->base_url[--n] = '\0';
+    *out = &x->base;
+    return 0;
+}

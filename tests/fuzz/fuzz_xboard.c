@@ -1,0 +1,69 @@
+/*
+ * Fuzz harness: what an Xboard panel sends over its node channel and in its handshake answer
+ * (panel/xboard.c, issue 14; PROTOCOLS-2.md §6). The input is one message, run through the
+ * event parser and the handshake parser.
+ * Checks: results are 0 or negative with a message; a parsed event's data matches its kind
+ * (a config has a port and a protocol, user lists hold at most PN_USERS_MAX users with unique
+ * ids and secrets, removed ids are unique and positive); everything is zeroed after an error;
+ * a handshake URL is ws:// or wss://.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "panel/xboard.h"
+
+#define FUZZ_CHECK(x)                                                                          \
+    do {                                                                                       \
+        if (!(x)) {                                                                            \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
+            abort();                                                                           \
+        }                                                                                      \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_users(const pn_users *u)
+{
+    FUZZ_CHECK(u->n <= PN_USERS_MAX);
+    for (size_t i = 0; i < u->n; i++) {
+        FUZZ_CHECK(u->users[i].uuid != NULL && u->users[i].id > 0);
+        for (size_t k = 0; k < i; k++)
+            FUZZ_CHECK(u->users[k].id != u->users[i].id);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size > (1u << 20))
+        return 0;
+    const char *msg = (const char *)data;
+    sv_error err = {0};
+    pn_xb_event ev;
+    int rc = pn_xb_event_parse(msg, size, "shadowsocks", &ev, &err);
+    FUZZ_CHECK(rc <= 0);
+    if (rc != 0) {
+        FUZZ_CHECK(err.msg[0] != '\0' && ev.users.users == NULL && ev.ids == NULL);
+        FUZZ_CHECK(ev.node.protocol == NULL);
+    } else {
+        if (ev.kind == PN_XB_CONFIG)
+            FUZZ_CHECK(ev.node.server_port > 0 && ev.node.protocol != NULL);
+        if (ev.kind == PN_XB_USERS || ev.kind == PN_XB_DELTA)
+            check_users(&ev.users);
+        FUZZ_CHECK(ev.kind == PN_XB_DELTA || (ev.ids == NULL && ev.n_ids == 0));
+        for (size_t i = 0; i < ev.n_ids; i++)
+            FUZZ_CHECK(ev.ids[i] > 0 && (i == 0 || ev.ids[i] > ev.ids[i - 1]));
+        FUZZ_CHECK(strlen(ev.message) < sizeof ev.message);
+    }
+    pn_xb_event_free(&ev);
+    char *url = NULL;
+    rc = pn_xb_parse_handshake(msg, size, &url, &err);
+    FUZZ_CHECK(rc <= 0);
+    FUZZ_CHECK(rc == 0 || url == NULL);
+    FUZZ_CHECK(url == NULL || strncmp(url, "ws://", 5) == 0 || strncmp(url, "wss://", 6) == 0);
+    free(url);
+    return 0;
+}
