@@ -4,7 +4,8 @@
 # checks: the panel's recorded totals, the outbox's pending rows, katana's usage lines.
 # PANEL_TYPE=sspanel (issue 14) runs the same test against the emulator's SSPanel mod_mu mode
 # (the t-sspanel-*.sh wrappers): the emulator translates its state, katana's config names the
-# sspanel panel with the intervals the panel_start call gave.
+# sspanel panel with the intervals the panel_start call gave. PANEL_TYPE=xboard (issue 14): the
+# emulator's Xboard API v2 mode with its WebSocket node channel, katana's "xboard" panel.
 
 PANEL_TYPE=${PANEL_TYPE:-uniproxy}
 CIPHER=aes-256-gcm
@@ -79,7 +80,7 @@ EOF
 {"log": {"level": "debug"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
  "db": {"path": "$T/katana.db", "flush_interval": ${2:-1}},
  "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
-            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
+            "panel": {"type": "$PANEL_TYPE", "url": "http://127.0.0.1:$PANEL_PORT",
                       "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "shadowsocks",
                       "timeout": ${KAT_TIMEOUT:-2}}}]}
 EOF
@@ -144,4 +145,19 @@ same_totals() {
     g=$(awk 'NF == 3 && ($2 != 0 || $3 != 0)' <<<"$3" | sort -n)
     echo "$1: expected [$(tr '\n' ';' <<<"$e")] got [$(tr '\n' ';' <<<"$g")]"
     [ -n "$e" ] && [ "$e" = "$g" ]
+}
+
+# ws_wait_up SECONDS: wait until katana logged its node channel up N times (default 1).
+ws_wait_up() {
+    local i n=${2:-1}
+    for ((i = 0; i < $1 * 10; i++)); do
+        [ "$(grep -c 'node channel up' "$SRV_LOG")" -ge "$n" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# panel_ws KEY: a field of the emulator's "ws" state (connects, open, received).
+panel_ws() {
+    panel_ctl state | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["ws"][sys.argv[1]]))' "$1"
 }

@@ -34,20 +34,39 @@ device_limit -> node_iplimit), endpoint names for faults and hits are the UniPro
   POST /_emu/deleted  {"ids":[uid,...]}: users deleted from the panel: a traffic entry for one
                       is fatal after the earlier entries were applied (HTTP 500, PANEL.md §2.6)
 
+--mode xboard (issue 14) speaks Xboard API v2 (PANEL.md §1.1, PROTOCOLS-2.md §6): the UniProxy
+endpoints under /api/v2/server/ (no node_type), POST handshake answering
+{"websocket":{"enabled":true,"ws_url":"ws://127.0.0.1:P/ws"}}, and a real WebSocket server
+(RFC 6455 on this same HTTP port, GET /ws?token=..&node_id=..) that sends auth.success, then
+sync.config and sync.users (the full sync), records what the node sends (pong, report.devices)
+and answers WebSocket ping frames. /_emu/raw works here too (config, user). Extra controls:
+  POST /_emu/ws_send  {"event":..,"data":..}: sent to every open channel (timestamp added)
+  POST /_emu/ws_raw   {"text":S} or {"size":N}: S, or a JSON text of N bytes, as one text frame
+  POST /_emu/ws_kill  {"partial":{event}}: the first half of that event's frame, then the
+                      socket is shut; {}: shut at once
+  POST /_emu/ws       {"enabled":bool}: what handshake offers from now on
+  GET /_emu/state adds "ws": {"connects":n, "open":n, "received":[messages]}
+
 usage: panel_emu.py --port P --token T --config FILE --users FILE [--ready-file F] [--hold S]
-                    [--mode uniproxy|sspanel]
+                    [--mode uniproxy|sspanel|xboard]
 """
 
 import argparse
+import base64
 import hashlib
 import json
 import os
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 API = "/api/v1/server/UniProxy/"
+API2 = "/api/v2/server/"
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+WS = {"conns": [], "connects": 0, "received": [], "enabled": True}
 LOCK = threading.Lock()
 STATE = {"config": {}, "users": {"users": []}, "totals": {}, "pushes": [], "hits": {},
          "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": [],
@@ -146,10 +165,15 @@ class Handler(BaseHTTPRequestHandler):
             return self.control(method, url.path[6:], raw)
         if ARGS.mode == "sspanel":
             return self.sspanel(method, url, raw)
-        if not url.path.startswith(API):
-            return self.send(404, {"message": "not found"})
-        ep = url.path[len(API):]
+        api = API2 if ARGS.mode == "xboard" else API
         q = parse_qs(url.query)
+        if ARGS.mode == "xboard" and url.path == "/ws":
+            return self.websocket(q)
+        if not url.path.startswith(api):
+            return self.send(404, {"message": "not found"})
+        ep = url.path[len(api):]
+        if ARGS.mode == "xboard" and ep == "handshake":
+            return self.handshake(q, raw)
         with LOCK:
             STATE["hits"][ep] = STATE["hits"].get(ep, 0) + 1
             STATE["hit_times"].setdefault(ep, []).append(time.time())
@@ -165,12 +189,71 @@ class Handler(BaseHTTPRequestHandler):
                                    "data": None, "error": None})
         if fault and self.pre_fault(fault):
             return None
+        with LOCK:
+            raw_answer = STATE["raw"].get(ep)
+        if raw_answer is not None and raw_answer.get("huge"):
+            return self.send_huge(int(raw_answer["huge"]))
+        if raw_answer is not None:
+            body = raw_answer["body"]
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            return self.send(raw_answer.get("status", 200), data)
         handler = {"config": self.ep_config, "user": self.ep_user, "push": self.ep_push,
                    "alive": self.ep_alive, "alivelist": self.ep_alivelist,
                    "status": self.ep_status}.get(ep)
         if handler is None:
             return self.send(404, {"message": "not found"})
         return handler(raw, fault)
+
+    # --- Xboard API v2 (--mode xboard) ------------------------------------------------------
+
+    def handshake(self, q, raw):
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {}
+        token = body.get("token") or q.get("token", [""])[0]
+        with LOCK:
+            STATE["hits"]["handshake"] = STATE["hits"].get("handshake", 0) + 1
+            enabled = WS["enabled"]
+        if token != ARGS.token:
+            return self.send(422, {"message": "Invalid token", "errors": {"token": ["Invalid token"]}})
+        ws = {"enabled": True, "ws_url": "ws://127.0.0.1:%d/ws" % ARGS.port} if enabled else \
+            {"enabled": False}
+        return self.send(200, {"websocket": ws})
+
+    def websocket(self, q):
+        key = self.headers.get("Sec-WebSocket-Key")
+        if (self.headers.get("Upgrade") or "").lower() != "websocket" or not key:
+            return self.send(400, {"message": "not a websocket request"})
+        accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        conn = WsConn(self)
+        if q.get("token", [""])[0] != ARGS.token or not q.get("node_id", [""])[0]:
+            conn.send_event({"event": "error", "data": {"message": "invalid token"}})
+            conn.kill()
+            return None
+        with LOCK:
+            WS["conns"].append(conn)
+            WS["connects"] += 1
+            cfg = {k: v for k, v in STATE["config"].items() if k != "base_config"}
+            users = STATE["users"]
+        node_id = int(q["node_id"][0])
+        conn.send_event({"event": "auth.success", "data": {"node_id": node_id}})
+        conn.send_event({"event": "sync.config", "data": {"config": cfg}})
+        conn.send_event({"event": "sync.users", "data": users})
+        try:
+            conn.serve()
+        finally:
+            with LOCK:
+                if conn in WS["conns"]:
+                    WS["conns"].remove(conn)
+        return None
 
     def sspanel(self, method, url, raw):
         ep = ss_endpoint(method, url.path)
@@ -343,8 +426,31 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET" and what == "state":
                 out = {k: STATE[k] for k in ("totals", "pushes", "hits", "hit_times", "alive",
                                              "status")}
+                out["ws"] = {"connects": WS["connects"], "open": len(WS["conns"]),
+                             "received": WS["received"]}
                 return self.send(200, out)
             body = json.loads(raw or b"{}")
+            conns = list(WS["conns"])
+            if what == "ws_send":
+                body["timestamp"] = int(time.time())
+                n = sum(1 for c in conns if c.send_event(body))
+                return self.send(200, {"sent": n})
+            if what == "ws_raw":
+                text = body["text"].encode() if "text" in body else \
+                    (b'{"event":"sync.users","data":{"users":[' + b" " * int(body["size"]) +
+                     b"]}}")
+                n = sum(1 for c in conns if c.send_frame(0x1, text))
+                return self.send(200, {"sent": n})
+            if what == "ws_kill":
+                for c in conns:
+                    if body.get("partial"):
+                        frame = ws_frame(0x1, json.dumps(body["partial"]).encode())
+                        c.send_raw(frame[:len(frame) // 2])
+                    c.kill()
+                return self.send(200, {"killed": len(conns)})
+            if what == "ws":
+                WS["enabled"] = bool(body.get("enabled"))
+                return self.send(200, {"ok": True})
             if what == "config":
                 STATE["config"] = body
             elif what == "users":
@@ -355,7 +461,7 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["down"] = bool(body.get("down"))
             elif what == "alivelist":  # {"<uid>": count}: the alivelist answer from now on
                 STATE["alivelist"] = body
-            elif what == "raw":  # sspanel: a raw answer for config/user (null: translate again)
+            elif what == "raw":  # a raw answer for config/user (null: back to the state)
                 keep = body.get("body") is not None or body.get("huge")
                 STATE["raw"][body["endpoint"]] = body if keep else None
             elif what == "detect_rules":  # sspanel: [{"id","name","text","regex","type"}]
@@ -367,6 +473,87 @@ class Handler(BaseHTTPRequestHandler):
         return self.send(200, {"ok": True})
 
 
+def ws_frame(opcode, payload):
+    """One unmasked, final server frame (RFC 6455 §5.2)."""
+    n = len(payload)
+    if n < 126:
+        head = struct.pack("!BB", 0x80 | opcode, n)
+    elif n < 65536:
+        head = struct.pack("!BBH", 0x80 | opcode, 126, n)
+    else:
+        head = struct.pack("!BBQ", 0x80 | opcode, 127, n)
+    return head + payload
+
+
+class WsConn:
+    """The server end of one node channel, on the handler's socket."""
+
+    def __init__(self, handler):
+        self.h = handler
+        self.sock = handler.connection
+        self.wlock = threading.Lock()
+
+    def send_raw(self, data):
+        try:
+            with self.wlock:
+                self.h.wfile.write(data)
+                self.h.wfile.flush()
+            return True
+        except OSError:
+            return False
+
+    def send_frame(self, opcode, payload):
+        return self.send_raw(ws_frame(opcode, payload))
+
+    def send_event(self, obj):
+        return self.send_frame(0x1, json.dumps(obj).encode())
+
+    def kill(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def read_exact(self, n):
+        data = self.h.rfile.read(n)
+        if len(data) != n:
+            raise EOFError
+        return data
+
+    def serve(self):
+        """Read the node's frames until it closes: text is recorded, ping answered."""
+        msg = b""
+        try:
+            while True:
+                b0, b1 = self.read_exact(2)
+                n = b1 & 0x7F
+                if n == 126:
+                    n = struct.unpack("!H", self.read_exact(2))[0]
+                elif n == 127:
+                    n = struct.unpack("!Q", self.read_exact(8))[0]
+                mask = self.read_exact(4) if b1 & 0x80 else b"\0\0\0\0"
+                data = bytes(c ^ mask[i % 4] for i, c in enumerate(self.read_exact(n)))
+                op = b0 & 0x0F
+                if op == 0x8:
+                    self.send_frame(0x8, data[:2])
+                    return
+                if op == 0x9:
+                    self.send_frame(0xA, data)
+                    continue
+                if op in (0x0, 0x1, 0x2):
+                    msg += data
+                    if b0 & 0x80:
+                        try:
+                            obj = json.loads(msg)
+                        except ValueError:
+                            obj = {"unparsed": msg.decode(errors="replace")}
+                        with LOCK:
+                            WS["received"].append(obj)
+                        msg = b""
+        except (EOFError, OSError, ValueError):
+            return
+
+
 def main():
     global ARGS
     p = argparse.ArgumentParser()
@@ -376,7 +563,7 @@ def main():
     p.add_argument("--users", required=True)
     p.add_argument("--ready-file")
     p.add_argument("--hold", type=float, default=5.0)
-    p.add_argument("--mode", choices=("uniproxy", "sspanel"), default="uniproxy")
+    p.add_argument("--mode", choices=("uniproxy", "sspanel", "xboard"), default="uniproxy")
     ARGS = p.parse_args()
     with open(ARGS.config) as f:
         STATE["config"] = json.load(f)
