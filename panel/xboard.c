@@ -516,6 +516,7 @@ struct pn_xboard {
     char *auth_body;  /* {"token","node_id"} */
     char *ws_query;   /* "token=..&node_id=.." */
     char *node_type;
+    char node_label[72]; /* the node_id, for log lines */
     bool node_numeric;
     uint64_t node_num;
     long timeout_ms;
@@ -581,7 +582,8 @@ static void report_down(pn_xboard *x, const char *why)
     x->up = false;
     sv_error err;
     sv_error_set(&err, -ECONNRESET, "node channel down: %s", why);
-    SV_LOG(SV_LOG_WARN, MOD, "%s; polling over REST, reconnecting", err.msg);
+    SV_LOG(SV_LOG_WARN, MOD, "node_id %s: %s; polling over REST, reconnecting", x->node_label,
+           err.msg);
     x->ev->channel(x->ev_arg, false, &err);
 }
 
@@ -611,12 +613,13 @@ static void on_message(pn_xboard *x, const char *msg, size_t len)
     case PN_XB_AUTH_OK:
         if (!x->up) {
             x->up = true;
-            SV_LOG(SV_LOG_INFO, MOD, "node channel up");
+            SV_LOG(SV_LOG_INFO, MOD, "node_id %s: node channel up", x->node_label);
             x->ev->channel(x->ev_arg, true, NULL);
         }
         break;
     case PN_XB_ERROR:
-        SV_LOG(SV_LOG_WARN, MOD, "node channel: the panel says: %s", ev.message);
+        SV_LOG(SV_LOG_WARN, MOD, "node_id %s: node channel: the panel says: %s", x->node_label,
+               ev.message);
         break;
     case PN_XB_CONFIG:
         x->ev->node(x->ev_arg, &ev.node);
@@ -747,14 +750,15 @@ static void on_handshake(int rc, const pn_http_response *r, const sv_error *herr
         uint64_t d = (uint64_t)HANDSHAKE_FIRST_MS << shift;
         d = d > HANDSHAKE_MAX_MS ? HANDSHAKE_MAX_MS : d;
         x->hs_fails++;
-        SV_LOG(SV_LOG_WARN, MOD, "panel handshake: %s (REST polling only; again in %" PRIu64
-               " s)", err.msg, d / 1000);
+        SV_LOG(SV_LOG_WARN, MOD, "node_id %s: panel handshake: %s (REST polling only; again in "
+               "%" PRIu64 " s)", x->node_label, err.msg, d / 1000);
         handshake_again(x, d);
         return;
     }
     x->hs_fails = 0;
     if (x->ch == NULL) { /* WebSocket off on the panel: ask again later (§6.6 discovery) */
-        SV_LOG(SV_LOG_INFO, MOD, "panel handshake: no node channel offered, REST polling only");
+        SV_LOG(SV_LOG_INFO, MOD, "node_id %s: panel handshake: no node channel offered, REST "
+               "polling only", x->node_label);
         handshake_again(x, HANDSHAKE_MAX_MS);
     }
 }
@@ -948,6 +952,7 @@ int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err)
     x->base_url = strdup(o->url);
     x->node_type = strdup(o->node_type);
     x->ws_query = ws_query(o->token, o->node_id);
+    snprintf(x->node_label, sizeof x->node_label, "%.64s", o->node_id);
     json_t *b = json_pack("{s:s, s:s}", "token", o->token, "node_id", o->node_id);
     char *end = NULL;
     unsigned long long id = strtoull(o->node_id, &end, 10);
