@@ -235,6 +235,33 @@ static void config__sspanel_panel__parses_and_errors_name_their_path(void **stat
                  -EINVAL, "nodes[0].panel.push_interval: expected seconds between 1 and 86400");
 }
 
+#define XB_CONFIG(db, extra) "{" db "\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"xboard\"," \
+                             "\"url\":\"https://p.example\",\"token\":\"t\"" extra "}}]}"
+
+/* issue 14: the xboard panel (API v2 and its node channel) takes uniproxy's keys, strictly. */
+static void config__xboard_panel__takes_uniproxy_keys(void **state)
+{
+    (void)state;
+    const char *text = XB_CONFIG("\"db\":{\"path\":\"k.db\"},", ",\"node_id\":\"hk\","
+                                 "\"node_type\":\"vless\",\"timeout\":4");
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(text, strlen(text), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.nodes[0].panel.type, AG_PANEL_XBOARD);
+    assert_string_equal(ag_panel_type_name(cfg.nodes[0].panel.type), "xboard");
+    assert_string_equal(cfg.nodes[0].panel.node_id, "hk");
+    assert_string_equal(cfg.nodes[0].panel.node_type, "vless");
+    assert_int_equal(cfg.nodes[0].panel.timeout_s, 4);
+    ag_config_free(&cfg);
+    expect_error(XB_CONFIG("", ",\"node_id\":1,\"node_type\":\"vless\""), -EINVAL,
+                 "db.path: required with a xboard panel (nodes[0])");
+    expect_error(XB_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"node_type\":\"vless\","
+                           "\"machine_id\":3"),
+                 -EINVAL, "nodes[0].panel.machine_id: unknown key");
+    expect_error(XB_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1"), -EINVAL,
+                 "nodes[0].panel.node_type: missing required key");
+}
+
 #define UP_PANEL(extra) "{\"type\":\"uniproxy\",\"url\":\"https://p.example\",\"token\":\"t\"," \
                         "\"node_type\":\"shadowsocks\"" extra "}"
 #define UP_CONFIG(db, extra) "{" db "\"nodes\":[{\"tag\":\"a\",\"panel\":" UP_PANEL(extra) "}]}"
@@ -639,6 +666,7 @@ int main(void)
         cmocka_unit_test(config__missing_keys__are_named),
         cmocka_unit_test(config__other_panel_types__are_refused),
         cmocka_unit_test(config__sspanel_panel__parses_and_errors_name_their_path),
+        cmocka_unit_test(config__xboard_panel__takes_uniproxy_keys),
         cmocka_unit_test(config__uniproxy_panel__parses_with_db),
         cmocka_unit_test(config__uniproxy_panel__errors_name_their_path),
         cmocka_unit_test(config__bad_json__gives_position),
