@@ -242,7 +242,7 @@ out:
 /* the channel: libwebsockets on a thread of its own; messages cross over a uv_async_t       */
 /* ---------------------------------------------------------------------------------------- */
 
-enum { CH_MSG = 1, CH_DOWN };
+enum { CH_MSG = 1, CH_DOWN, CH_TOO_BIG };
 
 typedef struct ch_item {
     struct ch_item *next;
@@ -337,8 +337,13 @@ static void ch_connect(lws_sorted_usec_list_t *sul)
     xb_chan *ch = lws_container_of(sul, xb_chan, sul);
     if (atomic_load(&ch->stop) || ch->wsi != NULL)
         return;
+    /* a silent dead connection: WebSocket PING after 60 s without traffic, hang up after 150 s
+     * (Xboard-Node sets no deadline, PROTOCOLS-2.md §6.6; the panel pings every 55 s) */
+    static const lws_retry_bo_t idle = {.secs_since_valid_ping = 60,
+                                        .secs_since_valid_hangup = 150};
     struct lws_client_connect_info ci;
     memset(&ci, 0, sizeof ci);
+    ci.retry_and_idle_policy = &idle;
     ci.context = ch->ctx;
     ci.address = ch->address;
     ci.port = ch->port;
@@ -356,7 +361,7 @@ static void ch_connect(lws_sorted_usec_list_t *sul)
 static int ch_receive(xb_chan *ch, struct lws *wsi, const char *in, size_t len)
 {
     if (ch->rx_len + len > PN_XB_MSG_MAX) {
-        ch_post(ch, CH_MSG, "", 0); /* an empty message: parsed as an error, forces a pull */
+        ch_post(ch, CH_TOO_BIG, "", 0); /* a lost message: the loop pulls everything */
         ch->rx_len = 0;
         return -1; /* (lws_close_reason here makes lws 4.1.6 write out of bounds mid-frame) */
     }
@@ -586,15 +591,18 @@ static void report_down(pn_xboard *x, const char *why)
     x->ev->channel(x->ev_arg, false, &err);
 }
 
-static void on_message(pn_xboard *x, const char *msg, size_t len)
+static void on_message(pn_xboard *x, const char *msg, size_t len, bool too_big)
 {
     pn_xb_event ev;
     sv_error err = {0};
-    int rc = pn_xb_event_parse(msg, len, x->node_type, &ev, &err);
+    int rc = too_big ? sv_error_set(&err, -EMSGSIZE, "message over the size bound (%u bytes)",
+                                    PN_XB_MSG_MAX)
+                     : pn_xb_event_parse(msg, len, x->node_type, &ev, &err);
+    if (too_big)
+        memset(&ev, 0, sizeof ev);
     if (rc != 0) {
         sv_error e;
-        sv_error_set(&e, rc, "node channel: %s", len == 0 ? "message over the size bound"
-                                                          : err.msg);
+        sv_error_set(&e, rc, "node channel: %s", err.msg);
         x->ev->resync(x->ev_arg, &e);
         pn_xb_event_free(&ev);
         return;
@@ -645,8 +653,8 @@ static void on_async(uv_async_t *a)
     pthread_mutex_unlock(&ch->lock);
     while (it != NULL && !x->freeing) {
         ch_item *next = it->next;
-        if (it->kind == CH_MSG)
-            on_message(x, it->data, it->len);
+        if (it->kind == CH_MSG || it->kind == CH_TOO_BIG)
+            on_message(x, it->data, it->len, it->kind == CH_TOO_BIG);
         else
             report_down(x, it->data);
         free(it);

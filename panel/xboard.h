@@ -9,7 +9,8 @@
  * support), serviced on a thread of its own with lws' default event loop; messages cross to the
  * control loop through a uv_async_t and a queue, so no callback runs on that thread. The channel
  * reconnects by itself: 1 s doubling to 60 s with up to 20 % jitter, reset after 2 minutes up
- * (PROTOCOLS-2.md §6.6). A message over PN_XB_MSG_MAX bytes drops the connection.
+ * (PROTOCOLS-2.md §6.6); a connection silent for 60 s gets a WebSocket ping and is dropped
+ * after 150 s. A message over PN_XB_MSG_MAX bytes drops the connection.
  */
 #ifndef PN_XBOARD_H
 #define PN_XBOARD_H
