@@ -479,6 +479,11 @@ static void lws_log_to_ours(int level, const char *line)
     SV_LOG(SV_LOG_DEBUG, MOD, "libwebsockets (%d): %.*s", level, (int)n, line);
 }
 
+static void lws_log_setup(void)
+{
+    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_ours);
+}
+
 /* Control loop: queue a text message for the panel (dropped when the queue is full). */
 static void ch_send(xb_chan *ch, const char *text, size_t len)
 {
@@ -689,7 +694,8 @@ static int ch_start(pn_xboard *x, const char *url, sv_error *err)
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
     snprintf(ch->path, n, "/%s%c%s", path, strchr(path, '?') != NULL ? '&' : '?', x->ws_query);
-    lws_set_log_level(LLL_ERR | LLL_WARN, lws_log_to_ours);
+    static pthread_once_t log_once = PTHREAD_ONCE_INIT; /* lws's log setting is the library's */
+    pthread_once(&log_once, lws_log_setup);
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
     info.port = CONTEXT_PORT_NO_LISTEN;
