@@ -683,8 +683,9 @@ def cmd_mkconfig(a):
         if a.server_key:
             node["server_key"] = a.server_key  # Shadowsocks 2022 (PANEL.md 1.4)
     if a.ws_path is not None and a.protocol != "shadowsocks":
-        # issue 9: network ws with the panel's networkSettings (path, headers.Host)
-        node["network"] = "ws"
+        # issue 9: network ws with the panel's networkSettings (path, headers.Host); issue 10:
+        # the same settings for network httpupgrade
+        node["network"] = a.network
         node["networkSettings"] = {"path": a.ws_path}
         if a.ws_host:
             node["networkSettings"]["headers"] = {"Host": a.ws_host}
@@ -1186,6 +1187,8 @@ def main():
                    "networkSettings.path")
     c.add_argument("--ws-host", help="trojan, vless, vmess: networkSettings.headers.Host (with "
                    "--ws-path)")
+    c.add_argument("--network", choices=("ws", "httpupgrade"), default="ws",
+                   help="trojan, vless, vmess: the network of --ws-path (default ws)")
     c.add_argument("--plugin-opts", help="shadowsocks: plugin v2ray-plugin with these plugin_opts "
                    "(a certificate with --cert-file/--cert-self for tls)")
     c = sub.add_parser("vmess")
