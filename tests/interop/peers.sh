@@ -114,11 +114,11 @@ PY
 }
 
 # pr_cmd NAME CONFIG: set PR_CMD to the command line that runs peer NAME on CONFIG.
-# Xray's VLESS/VMess clients send UDP as XUDP (Mux.Cool) unless XRAY_CONE_DISABLED=true:
-# katana does not serve XUDP yet (issue 10), so the clients here send plain VLESS UDP.
+# Xray's VLESS/VMess clients send UDP as XUDP (Mux.Cool with a GlobalID, PROTOCOLS-2.md §5) by
+# default, as they do in the field (XRAY_CONE_DISABLED unset).
 pr_cmd() {
     case $1 in
-        xray) PR_CMD=(env XRAY_CONE_DISABLED=true "$PEERS_DIR/bin/xray" run -c "$2") ;;
+        xray) PR_CMD=("$PEERS_DIR/bin/xray" run -c "$2") ;;
         sing-box) PR_CMD=("$PEERS_DIR/bin/sing-box" run -c "$2" --disable-color) ;;
     esac
 }
