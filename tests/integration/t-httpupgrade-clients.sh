@@ -5,7 +5,8 @@
 # templates tests/interop/{xray,sing-box}/client-*-httpupgrade.json (proven against their
 # vendor's server by t-peers-selftest.sh). On each: two users at the same time move 1 MiB
 # byte-identical each way through counting relays, then UDP through the client's SOCKS5 UDP
-# ASSOCIATE (plain VMess/VLESS UDP), and each user is billed exactly the wire bytes its relay
+# ASSOCIATE (Xray: XUDP over VMess, then also to two remotes in turn and from a third, full
+# cone; sing-box: plain VLESS UDP), and each user is billed exactly the wire bytes its relay
 # counted (the HTTP request and 101 included); an idle user is billed nothing. An upgrade on
 # another path, with another Host, without `Upgrade: websocket`, or a real WebSocket request
 # (Sec-WebSocket-Key) gets HTTP 404, without a log line per attempt; a wrong UUID gets no echo.
@@ -76,6 +77,11 @@ scenario() {
     check "$name: usage of user 1 is the wire bytes moved" tj_wire_is "$snap" 1 "$name-u1"
     check "$name: usage of user 2 is the wire bytes moved" tj_wire_is "$snap" 2 "$name-u2"
     check "$name: idle user 3 billed nothing" no_usage "$snap" 3
+    if [ "$vendor" = xray ]; then
+        # Xray sends VMess UDP as XUDP (issue 10, PROTOCOLS-2.md §5)
+        check "$name: XUDP: each datagram reaches the remote it names, answers carry their source, full cone" \
+            timeout 60 "${KT_PY[@]}" udp-cone --socks "$c1" --count 6 --seed "$name-cone"
+    fi
 
     local lines0; lines0=$(tj_log_lines)
     check "$name: wrong UUID: TCP gets no echo" tcp_rt "$bad" refused --bytes 4096 --conns 3
