@@ -8,7 +8,9 @@
  *
  * Frame: u16be meta_len | metadata | (option & 0x01) u16be data_len | data. Metadata: session
  * ID u16be, status (1 New, 2 Keep, 3 End, 4 KeepAlive), option (1 data, 2 error), and for New
- * the network (1 TCP, 2 UDP) and an address in style B (§1.1). The decoder consumes a frame's
+ * the network (1 TCP, 2 UDP) and an address in style B (§1.1). XUDP (PROTOCOLS-2.md §5): a New
+ * UDP frame may end with an 8-byte GlobalID (ignored), and a Keep frame of a UDP session with
+ * network 2 and the address of its datagram, both ways. The decoder consumes a frame's
  * header whole, then its data as it comes (TCP data is forwarded piecewise; a UDP datagram is
  * delivered whole), so it never needs more than SV_MUX_CARRY_MAX bytes buffered although data
  * blocks go up to 65535 bytes.
