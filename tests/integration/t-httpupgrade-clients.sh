@@ -42,9 +42,11 @@ hu_status() {
     tj_http_status "$port" "$path" 0 -H "Connection: Upgrade" -H "Upgrade: websocket" "$@"
 }
 
-# scenario VENDOR PROTO: katana with a PROTO node on network httpupgrade, the VENDOR client.
+# scenario VENDOR PROTO: katana with a PROTO node on network httpupgrade, the VENDOR client
+# (Xray with early data: its first bytes follow the request at once, §4.3).
 scenario() {
     local vendor=$1 proto=$2 name=$1-$2-httpupgrade
+    PR_HU_PATH=$HU_PATH; [ "$vendor" = xray ] && PR_HU_PATH="$HU_PATH?ed=2048"
     kt_ports 1
     local port=${PORTS[0]}
     mkconfig "$T/config-$name.json" "$port" - --protocol "$proto" --user "1:$U1" \

@@ -125,11 +125,14 @@ pr_cmd() {
 
 # pr_client VENDOR SCEN NAME SECRET SERVER_PORT: the VENDOR client for scenario SCEN
 # (SOCKS5 + UDP on a free port) to 127.0.0.1:SERVER_PORT with SECRET, verifying TLS for $TJ_SNI
-# against $TJ_CA; sets CL_PORT, CL_PID.
+# against $TJ_CA; sets CL_PORT, CL_PID. @HU_PATH@ (an HTTPUpgrade path) is $PR_HU_PATH, default
+# /hu: the self-test runs Xray without early data ("?ed="), which Xray's own server may drop
+# over plain TCP when it arrives with the request (PROTOCOLS-2.md §4.3).
 pr_client() {
     kt_ports 1; CL_PORT=${PORTS[0]}
     pr_render "$PR_TEMPLATES/$1/client-$2.json" "$T/client-$3.json" LOCAL_PORT="$CL_PORT" \
-        SERVER_PORT="$5" SECRET="$4" SNI="${TJ_SNI:-node.test}" CA_FILE="${TJ_CA:-}"
+        SERVER_PORT="$5" SECRET="$4" SNI="${TJ_SNI:-node.test}" CA_FILE="${TJ_CA:-}" \
+        HU_PATH="${PR_HU_PATH:-/hu}"
     pr_cmd "$1" "$T/client-$3.json"
     kt_bg "client-$3" "${PR_CMD[@]}"
     CL_PID=$BG_PID
