@@ -517,16 +517,24 @@ static int check_shadowsocks(const ag_node_state *n, enum sv_ss_cipher cipher, s
     return check_unserved(n, "shadowsocks over plain TCP and UDP", 0, NULL, err);
 }
 
-/* Is the node's transport WebSocket (`network` "ws", issue 9)? */
+/* Is the node's transport WebSocket (`network` "ws", issue 9) or HTTPUpgrade ("httpupgrade",
+ * issue 10), both set by networkSettings path and Host? */
 static bool is_ws(const pn_node *p)
 {
-    return p->network != NULL && strcmp(p->network, "ws") == 0;
+    return p->network != NULL &&
+           (strcmp(p->network, "ws") == 0 || strcmp(p->network, "httpupgrade") == 0);
+}
+
+/* The node's network when check_unserved is to take it besides tcp: an upgrade transport. */
+static const char *upgrade_network(const pn_node *p)
+{
+    return is_ws(p) ? p->network : NULL;
 }
 
 /*
- * A trojan node (PANEL.md §1.4: server_port, server_name, host, network tcp or ws with
- * networkSettings path and headers.Host) is served over TLS with the agent config's certificate
- * (issue 8, issue 9). Other transports, transport settings on tcp, and REALITY are refused naming
+ * A trojan node (PANEL.md §1.4: server_port, server_name, host, network tcp, ws or httpupgrade
+ * (issue 10) with networkSettings path and headers.Host) is served over TLS with the agent
+ * config's certificate (issue 8, issue 9). Other transports, transport settings on tcp, and REALITY are refused naming
  * the field until their issues land; the node keeps its last good state.
  */
 static int check_trojan(const ag_node_state *n, sv_error *err)
@@ -537,7 +545,8 @@ static int check_trojan(const ag_node_state *n, sv_error *err)
     unsigned served = PN_SET_TLS;
     if (is_ws(&n->node))
         served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
-    int rc = check_unserved(n, "trojan over TLS on TCP or WebSocket", served, "ws", err);
+    int rc = check_unserved(n, "trojan over TLS on TCP, WebSocket or HTTPUpgrade", served,
+                            upgrade_network(&n->node), err);
     if (rc == 0 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a trojan node needs \"cert\" in the agent "
                             "config (mode file or self)", n->tag);
@@ -545,9 +554,10 @@ static int check_trojan(const ag_node_state *n, sv_error *err)
 }
 
 /*
- * A vless node (PANEL.md §1.4: tls 0/1, flow, decryption, network tcp or ws with networkSettings
- * path and headers.Host; issue 9) is served on TCP or WebSocket, over TLS with the agent
- * config's certificate when tls is 1, in clear when 0 (the config's "cert" is then unused).
+ * A vless node (PANEL.md §1.4: tls 0/1, flow, decryption, network tcp, ws or httpupgrade (issue
+ * 10) with networkSettings path and headers.Host; issue 9) is served on TCP, WebSocket or
+ * HTTPUpgrade, over TLS with the agent config's certificate when tls is 1, in clear when 0 (the
+ * config's "cert" is then unused).
  * REALITY, a flow, VLESS encryption and other transports are refused naming the field.
  */
 static int check_vless(const ag_node_state *n, sv_error *err)
@@ -558,7 +568,8 @@ static int check_vless(const ag_node_state *n, sv_error *err)
     unsigned served = PN_SET_TLS;
     if (is_ws(&n->node))
         served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
-    int rc = check_unserved(n, "vless on TCP or WebSocket", served, "ws", err);
+    int rc = check_unserved(n, "vless on TCP, WebSocket or HTTPUpgrade", served,
+                            upgrade_network(&n->node), err);
     if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a vless node with tls 1 needs \"cert\" in "
                             "the agent config (mode file or self)", n->tag);
@@ -566,9 +577,9 @@ static int check_vless(const ag_node_state *n, sv_error *err)
 }
 
 /*
- * A vmess node (PANEL.md §1.4: server_port, network tcp or ws with networkSettings path and
- * headers.Host, tls 0/1) is served on TCP or WebSocket, in clear or over TLS with the agent
- * config's certificate when tls is 1 (issue 9). Other transports and REALITY are refused naming
+ * A vmess node (PANEL.md §1.4: server_port, network tcp, ws or httpupgrade (issue 10) with
+ * networkSettings path and headers.Host, tls 0/1) is served on TCP, WebSocket or HTTPUpgrade,
+ * in clear or over TLS with the agent config's certificate when tls is 1 (issue 9). Other transports and REALITY are refused naming
  * the field until their issues land.
  */
 static int check_vmess(const ag_node_state *n, sv_error *err)
@@ -579,7 +590,8 @@ static int check_vmess(const ag_node_state *n, sv_error *err)
     unsigned served = PN_SET_TLS;
     if (is_ws(&n->node))
         served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
-    int rc = check_unserved(n, "vmess on TCP or WebSocket", served, "ws", err);
+    int rc = check_unserved(n, "vmess on TCP, WebSocket or HTTPUpgrade", served,
+                            upgrade_network(&n->node), err);
     if (rc == 0 && n->fallback != NULL)
         return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan nodes only",
                             n->tag);
@@ -676,6 +688,7 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     in->protocol = vless ? SV_INBOUND_VLESS : vmess ? SV_INBOUND_VMESS : SV_INBOUND_TROJAN;
     if (is_ws(&n->node) && set_ws(in, n->node.ws_path, n->node.ws_host) != 0)
         return -ENOMEM;
+    in->ws.httpupgrade = is_ws(&n->node) && strcmp(n->node.network, "httpupgrade") == 0;
     in->tls.cert = (vless || vmess) && n->node.tls != 1 ? SV_CERT_NONE : n->cert;
     if (in->tls.cert == SV_CERT_NONE)
         return n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL ? -ENOMEM : 0;

@@ -376,8 +376,9 @@ static unsigned tls_value(const json_t *v, unsigned set)
     return 1;
 }
 
-/* `networkSettings` (or `network_settings`) of a ws node: `path` and `headers.Host`
- * (PANEL.md §1.4). Other members and other transports' settings are not read here. */
+/* `networkSettings` (or `network_settings`) of a ws or httpupgrade node: `path` and
+ * `headers.Host` (PANEL.md §1.4), else `host` (Xray's httpupgradeSettings spelling, issue 10).
+ * Other members and other transports' settings are not read here. */
 static int parse_network_settings(const json_t *body, pn_node *out, sv_error *err)
 {
     const json_t *ns = json_object_get(body, "networkSettings");
@@ -392,6 +393,8 @@ static int parse_network_settings(const json_t *body, pn_node *out, sv_error *er
         if (rc == 0 && out->ws_host == NULL)
             rc = opt_string(h, "host", &out->ws_host, err);
     }
+    if (rc == 0 && out->ws_host == NULL)
+        rc = opt_string(ns, "host", &out->ws_host, err);
     return rc;
 }
 

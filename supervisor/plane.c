@@ -14,6 +14,7 @@
 #include "supervisor/proto/vless.h"
 #include "supervisor/proto/vmess.h"
 #include "supervisor/runtime.h"
+#include "supervisor/transport/httpupgrade.h"
 
 #define REPLAY_CAPACITY 65536
 
@@ -118,7 +119,8 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
         h->ws = sv_ws_conf_new(in->ws.path, in->ws.host);
         if (h->ws == NULL)
             goto oom; /* the path was validated */
-        h->layers[h->n_layers++] = (sv_layer_conf){&sv_ws_layer_ops, h->ws};
+        h->layers[h->n_layers++] = (sv_layer_conf){
+            in->ws.httpupgrade ? &sv_httpupgrade_layer_ops : &sv_ws_layer_ops, h->ws};
     }
     atomic_fetch_add(&replay->refs, 1);
     h->replay = replay;

@@ -82,7 +82,7 @@ typedef struct sv_handler {
     sv_replay_ref *replay;
     bool allow_private; /**< sv_inbound_spec.allow_private (issue 15) */
     sv_tls_ctx *tls;    /**< the inbound's TLS context (a reference), or NULL: plain TCP */
-    sv_ws_conf *ws;     /**< the inbound's WebSocket settings, or NULL: no WebSocket */
+    sv_ws_conf *ws;     /**< the inbound's WebSocket or HTTPUpgrade settings, or NULL: none */
     sv_layer_conf layers[SV_CHAIN_MAX]; /**< the inbound's transport layers above TCP, bottom
                                              first (their confs are owned by this handler) */
     unsigned n_layers;                  /**< 0 = plain TCP */

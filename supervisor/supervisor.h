@@ -73,11 +73,14 @@ typedef struct sv_inbound_tls {
 /** Longest WebSocket path or Host an inbound takes (as the WebSocket layer's SV_WS_PATH_MAX). */
 #define SV_INBOUND_WS_TEXT_MAX 256
 
-/** WebSocket transport of an inbound (issue 9, PROTOCOLS.md §8): on when path is set. */
+/** WebSocket transport of an inbound (issue 9, PROTOCOLS.md §8), or HTTPUpgrade (issue 10,
+ *  PROTOCOLS-2.md §4): on when path is set. */
 typedef struct sv_inbound_ws {
     char *path; /**< the upgrade path, starting with '/' (a "?ed=N" query is ignored); NULL =
                      no WebSocket */
     char *host; /**< the Host header clients must send (port ignored), or NULL for any */
+    bool httpupgrade; /**< the upgrade opens a raw byte stream (HTTPUpgrade), not WebSocket
+                           frames; VLESS, VMess and Trojan only */
 } sv_inbound_ws;
 
 /** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */

@@ -338,6 +338,8 @@ static int check_ws(const sv_inbound_spec *in, sv_error *err)
     if (in->ws.path == NULL) {
         if (in->ws.host != NULL)
             return INVALID(err, "inbound %s: ws host needs a ws path", in->tag);
+        if (in->ws.httpupgrade)
+            return INVALID(err, "inbound %s: httpupgrade needs a ws path", in->tag);
         return 0;
     }
     if (in->ws.path[0] != '/' || !ws_text_ok(in->ws.path))
@@ -418,6 +420,9 @@ static int check_shadowsocks(const sv_inbound_spec *in, sv_error *err)
     int rc = check_ws(in, err);
     if (rc < 0)
         return rc;
+    if (in->ws.httpupgrade)
+        return INVALID(err, "inbound %s: httpupgrade is not served on a shadowsocks inbound "
+                       "(WebSocket only)", in->tag);
     if (!cipher_known(in->ss_cipher))
         return INVALID(err, "inbound %s: unknown cipher", in->tag);
     if (is_empty(in->users))
@@ -453,7 +458,7 @@ static int check_ss2022(const sv_inbound_spec *in, sv_error *err)
 {
     size_t k = ss2022_key_len(in->ss_cipher);
     if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL || in->ws.path != NULL ||
-        in->ws.host != NULL)
+        in->ws.host != NULL || in->ws.httpupgrade)
         return INVALID(err, "inbound %s: TLS, WebSocket and fallback are not served on a "
                        "shadowsocks-2022 inbound", in->tag);
     if (k == 0)

@@ -22,7 +22,8 @@ struct sv_mux {
     uint8_t action; /* enum mux_action */
     uint16_t id;    /* the current frame's session */
     uint32_t left;  /* data bytes of the current frame still to come */
-    const sv_dest *udp;
+    const sv_dest *udp;   /* where the current frame's datagram goes */
+    sv_dest keep_dest;    /* the address a Keep frame carried (XUDP, PROTOCOLS-2.md §5.2) */
     unsigned n_ends;
     uint8_t ends[SV_EFFECTS_MAX][SV_MUX_END_LEN]; /* End frames answered in this feed() */
     mux_session s[SV_MUX_SESSIONS_MAX];
@@ -112,7 +113,9 @@ static int open_session(sv_mux *m, const uint8_t *meta, size_t ml, sv_effects *f
     if (ml < 5 || (meta[4] != SV_NET_TCP && meta[4] != SV_NET_UDP))
         return -EPROTO;
     ssize_t a = sv_dest_parse_b(meta + 5, ml - 5, &d);
-    if (a <= 0 || find(m, id) != NULL) /* trailing bytes (Xray's XUDP global ID) are ignored */
+    /* trailing bytes (Xray's XUDP GlobalID, PROTOCOLS-2.md §5.1) are ignored: a re-attaching
+     * client gets a new association */
+    if (a <= 0 || find(m, id) != NULL)
         return -EPROTO;
     d.network = meta[4];
     mux_session *s = free_slot(m);
@@ -177,6 +180,14 @@ static ssize_t read_header(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx)
         } else {
             m->action = s->network == SV_NET_TCP ? ACT_TCP : ACT_DATAGRAM;
             m->udp = s->udp;
+            if (s->network == SV_NET_UDP && ml > 4 && meta[4] == SV_NET_UDP) {
+                /* XUDP (PROTOCOLS-2.md §5.2): this datagram's own destination */
+                ssize_t a = sv_dest_parse_b(meta + 5, ml - 5, &m->keep_dest);
+                if (a <= 0)
+                    return -EPROTO;
+                m->keep_dest.network = SV_NET_UDP;
+                m->udp = &m->keep_dest;
+            }
         }
         break;
     case SV_MUX_END:
@@ -283,4 +294,39 @@ ssize_t sv_mux_frame_data(uint16_t id, const uint8_t *in, size_t len, uint8_t *o
         off += k;
     } while (off < len);
     return (ssize_t)at;
+}
+
+/* Encode @p d in address style B (PROTOCOLS.md §1.1: port, type 1/2/3, address).
+ * @return its length (at most SV_DEST_WIRE_MAX). */
+static size_t put_dest_b(const sv_dest *d, uint8_t *out)
+{
+    out[0] = (uint8_t)(d->port >> 8);
+    out[1] = (uint8_t)d->port;
+    if (d->atyp == SV_ATYP_DOMAIN) {
+        size_t n = strnlen(d->host, 255);
+        out[2] = 2;
+        out[3] = (uint8_t)n;
+        memcpy(out + 4, d->host, n);
+        return 4 + n;
+    }
+    size_t n = d->atyp == SV_ATYP_IPV6 ? 16 : 4;
+    out[2] = d->atyp == SV_ATYP_IPV6 ? 3 : 1;
+    memcpy(out + 3, d->ip, n);
+    return 3 + n;
+}
+
+size_t sv_mux_frame_datagram_head(uint16_t id, const sv_dest *from, size_t len, uint8_t *out)
+{
+    size_t a = put_dest_b(from, out + 7);
+    size_t ml = 5 + a;
+    out[0] = (uint8_t)(ml >> 8);
+    out[1] = (uint8_t)ml;
+    out[2] = (uint8_t)(id >> 8);
+    out[3] = (uint8_t)id;
+    out[4] = SV_MUX_KEEP;
+    out[5] = 0x01; /* data follows */
+    out[6] = SV_NET_UDP; /* an address follows */
+    out[7 + a] = (uint8_t)(len >> 8);
+    out[8 + a] = (uint8_t)len;
+    return 9 + a;
 }

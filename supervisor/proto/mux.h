@@ -8,7 +8,9 @@
  *
  * Frame: u16be meta_len | metadata | (option & 0x01) u16be data_len | data. Metadata: session
  * ID u16be, status (1 New, 2 Keep, 3 End, 4 KeepAlive), option (1 data, 2 error), and for New
- * the network (1 TCP, 2 UDP) and an address in style B (§1.1). The decoder consumes a frame's
+ * the network (1 TCP, 2 UDP) and an address in style B (§1.1). XUDP (PROTOCOLS-2.md §5): a New
+ * UDP frame may end with an 8-byte GlobalID (ignored), and a Keep frame of a UDP session with
+ * network 2 and the address of its datagram, both ways. The decoder consumes a frame's
  * header whole, then its data as it comes (TCP data is forwarded piecewise; a UDP datagram is
  * delivered whole), so it never needs more than SV_MUX_CARRY_MAX bytes buffered although data
  * blocks go up to 65535 bytes.
@@ -50,8 +52,9 @@ void sv_mux_free(sv_mux *m);
  * Decode client frames from @p p (@p n bytes) and append their effects to @p fx (not emptied;
  * it stops when fewer than 3 effect slots are left): New → SV_FX_OPEN (stream = session ID,
  * dest with network TCP or UDP); data of a TCP session → SV_FX_TO_OUTBOUND pointing into @p p;
- * a UDP session's data block → one SV_FX_DATAGRAM to the session's destination (dropped when
- * above SV_MUX_UDP_PAYLOAD_MAX); End → SV_FX_CLOSE. A Keep for an unknown session, and a New
+ * a UDP session's data block → one SV_FX_DATAGRAM to the address its Keep frame carries (XUDP,
+ * PROTOCOLS-2.md §5.2), else to the session's destination (dropped when above
+ * SV_MUX_UDP_PAYLOAD_MAX); End → SV_FX_CLOSE. A Keep for an unknown session, and a New
  * beyond SV_MUX_SESSIONS_MAX sessions, get an End frame back (SV_FX_TO_CLIENT, data in @p m,
  * valid until the next call) and their data is dropped; KeepAlive data is dropped.
  * @return bytes consumed (0 = need more: call again with more appended; never more than
@@ -77,6 +80,19 @@ size_t sv_mux_frame_max(size_t len);
  * @return wire length, or -EMSGSIZE when @p cap < sv_mux_frame_max(len).
  */
 ssize_t sv_mux_frame_data(uint16_t id, const uint8_t *in, size_t len, uint8_t *out, size_t cap);
+
+/** Most bytes of a datagram's Keep frame header (sv_mux_frame_datagram_head). */
+#define SV_MUX_DGRAM_HEAD_MAX (2 + 5 + SV_DEST_WIRE_MAX + 2)
+
+/**
+ * Write the header of a Keep frame of UDP session @p id carrying one datagram of @p len
+ * (<= SV_MUX_DATA_MAX) bytes from @p from: network 2 and @p from's address in style B follow
+ * the option, as XUDP's full-cone replies need (PROTOCOLS-2.md §5.3 item 6; Xray and sing-box
+ * clients read it, v2ray 4.34's reader skips metadata past the option).
+ * @param out  SV_MUX_DGRAM_HEAD_MAX bytes
+ * @return the header's length; the datagram follows it.
+ */
+size_t sv_mux_frame_datagram_head(uint16_t id, const sv_dest *from, size_t len, uint8_t *out);
 
 /** Bytes of a Keep frame's header (sv_mux_frame_head). */
 #define SV_MUX_HEAD_LEN 8

@@ -473,14 +473,21 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
                               const sv_dest *from, const uint8_t *payload, size_t len,
                               uint8_t *out, size_t cap)
 {
-    (void)creds, (void)from;
+    (void)creds;
     vless_conn *c = state;
-    if (c->mux != NULL) /* one Keep frame per datagram, no address (§7.4) */
-        return len > SV_MUX_UDP_PAYLOAD_MAX ? -EINVAL
-                                            : frame(state, creds, stream, payload, len, out, cap);
+    size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+    if (c->mux != NULL) { /* one Keep frame per datagram with its source (XUDP full cone) */
+        if (len > SV_MUX_UDP_PAYLOAD_MAX)
+            return -EINVAL;
+        if (cap < head + SV_MUX_DGRAM_HEAD_MAX + len)
+            return -EMSGSIZE;
+        size_t h = sv_mux_frame_datagram_head((uint16_t)stream, from, len, out + head);
+        memmove(out + head + h, payload, len);
+        put_response(c, out);
+        return (ssize_t)(head + h + len);
+    }
     if (len > SV_VLESS_UDP_PAYLOAD_MAX)
         return -EINVAL;
-    size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
     if (cap < head + 2 + len)
         return -EMSGSIZE;
     memmove(out + head + 2, payload, len);

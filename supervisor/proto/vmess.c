@@ -1051,11 +1051,22 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
                               const sv_dest *from, const uint8_t *payload, size_t len,
                               uint8_t *out, size_t cap)
 {
-    (void)from;
     vmess_conn *c = state;
-    if (c->mux != NULL) /* one Keep frame per datagram, no address (§7.4) */
-        return len > SV_MUX_UDP_PAYLOAD_MAX ? -EINVAL
-                                            : frame(state, creds, stream, payload, len, out, cap);
+    if (c->mux != NULL) { /* one Keep frame per datagram with its source (XUDP full cone) */
+        if (len > SV_MUX_UDP_PAYLOAD_MAX || (c->phase != PH_BODY && c->phase != PH_END))
+            return -EINVAL;
+        if (cap < frame_max(len) + SV_MUX_DGRAM_HEAD_MAX)
+            return -EMSGSIZE;
+        size_t at = put_response(c, out);
+        uint8_t head[SV_MUX_DGRAM_HEAD_MAX];
+        size_t hl = sv_mux_frame_datagram_head((uint16_t)stream, from, len, head);
+        ssize_t w = seal_body(c, head, hl, out + at);
+        if (w < 0)
+            return w;
+        at += (size_t)w;
+        w = seal_body(c, payload, len, out + at);
+        return w < 0 ? w : (ssize_t)(at + (size_t)w);
+    }
     if (!c->udp || len > SV_VMESS_UDP_PAYLOAD_MAX || len == 0)
         return -EINVAL;
     return frame(state, creds, stream, payload, len, out, cap);

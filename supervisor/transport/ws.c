@@ -12,11 +12,11 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 
+#include "supervisor/transport/http_head.h"
 #include "supervisor/transport/ws.h"
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -161,55 +161,6 @@ static int fail(ws_session *s, uint16_t code, int err)
 
 /* ---- handshake (PROTOCOLS.md §8.1) ---- */
 
-typedef struct span {
-    const char *p;
-    size_t n;
-} span;
-
-static bool span_ieq(span a, const char *b)
-{
-    return a.n == strlen(b) && strncasecmp(a.p, b, a.n) == 0;
-}
-
-static span trim(span v)
-{
-    while (v.n > 0 && (v.p[0] == ' ' || v.p[0] == '\t'))
-        v.p++, v.n--;
-    while (v.n > 0 && (v.p[v.n - 1] == ' ' || v.p[v.n - 1] == '\t'))
-        v.n--;
-    return v;
-}
-
-/* Does the comma-separated list @p v hold @p token (case-insensitive)? */
-static bool has_token(span v, const char *token)
-{
-    while (v.n > 0) {
-        size_t k = 0;
-        while (k < v.n && v.p[k] != ',')
-            k++;
-        if (span_ieq(trim((span){v.p, k}), token))
-            return true;
-        v.p += k < v.n ? k + 1 : k;
-        v.n -= k < v.n ? k + 1 : k;
-    }
-    return false;
-}
-
-/* The Host header matches @p want: its port (":443", after "]" for IPv6) is ignored. */
-static bool host_matches(span v, const char *want)
-{
-    size_t end = v.n;
-    const char *colon = NULL;
-    if (v.n > 0 && v.p[0] == '[') {
-        const char *rb = memchr(v.p, ']', v.n);
-        if (rb != NULL)
-            end = (size_t)(rb - v.p) + 1;
-    } else if ((colon = memchr(v.p, ':', v.n)) != NULL) {
-        end = (size_t)(colon - v.p);
-    }
-    return span_ieq((span){v.p, end}, want);
-}
-
 /* base64url without padding (RFC 4648 §5; '=' tolerated at the end). @return the decoded
  * length, or -1 when @p in is not base64url. @p out has room for in_len * 3 / 4 + 1 bytes. */
 static ssize_t b64url_decode(const char *in, size_t n, uint8_t *out)
@@ -247,7 +198,7 @@ static ssize_t b64url_decode(const char *in, size_t n, uint8_t *out)
 }
 
 /* Sec-WebSocket-Key: base64 of 16 bytes (RFC 6455 §4.2.1 item 5). */
-static bool key_valid(span k)
+static bool key_valid(sv_http_span k)
 {
     if (k.n != 24 || k.p[22] != '=' || k.p[23] != '=')
         return false;
@@ -255,74 +206,21 @@ static bool key_valid(span k)
     return EVP_DecodeBlock(raw, (const unsigned char *)k.p, 24) == 18;
 }
 
-typedef struct request {
-    span path, host, upgrade, connection, version, key, protocol;
-    bool has_host, has_upgrade, has_connection, has_version, has_key, has_protocol;
-} request;
-
-/* Parse the head (request line and headers, ending with an empty line). @return false when it
- * is not an HTTP/1.1 GET request. */
-static bool parse_request(const char *p, size_t n, request *r)
-{
-    memset(r, 0, sizeof *r);
-    const char *eol = memmem(p, n, "\r\n", 2);
-    if (eol == NULL)
-        return false;
-    span line = {p, (size_t)(eol - p)};
-    const char *sp1 = memchr(line.p, ' ', line.n);
-    if (sp1 == NULL || sp1 - line.p != 3 || memcmp(line.p, "GET", 3) != 0)
-        return false;
-    const char *target = sp1 + 1;
-    const char *sp2 = memchr(target, ' ', (size_t)(line.p + line.n - target));
-    if (sp2 == NULL || (size_t)(line.p + line.n - sp2 - 1) != 8 || memcmp(sp2 + 1, "HTTP/1.1", 8) != 0)
-        return false;
-    size_t tlen = (size_t)(sp2 - target);
-    const char *q = memchr(target, '?', tlen);
-    r->path = (span){target, q != NULL ? (size_t)(q - target) : tlen};
-    const char *at = eol + 2, *end = p + n;
-    while (at < end) {
-        const char *le = memmem(at, (size_t)(end - at), "\r\n", 2);
-        if (le == NULL)
-            return false;
-        if (le == at)
-            break; /* the empty line */
-        const char *colon = memchr(at, ':', (size_t)(le - at));
-        if (colon == NULL)
-            return false;
-        span name = {at, (size_t)(colon - at)};
-        span value = trim((span){colon + 1, (size_t)(le - colon - 1)});
-        if (span_ieq(name, "Host"))
-            r->host = value, r->has_host = true;
-        else if (span_ieq(name, "Upgrade"))
-            r->upgrade = value, r->has_upgrade = true;
-        else if (span_ieq(name, "Connection"))
-            r->connection = value, r->has_connection = true;
-        else if (span_ieq(name, "Sec-WebSocket-Version"))
-            r->version = value, r->has_version = true;
-        else if (span_ieq(name, "Sec-WebSocket-Key"))
-            r->key = value, r->has_key = true;
-        else if (span_ieq(name, "Sec-WebSocket-Protocol"))
-            r->protocol = value, r->has_protocol = true;
-        at = le + 2;
-    }
-    return true;
-}
-
 /* Check the request and, when it upgrades, queue the 101 answer and keep the early data.
  * @return 1 upgraded, 0 refused, -ENOMEM. */
 static int handshake(ws_session *s)
 {
-    request r;
+    sv_http_upgrade_req r;
     const sv_ws_conf *cf = s->conf;
-    if (!parse_request((const char *)s->head, s->head_len, &r))
+    if (!sv_http_parse_upgrade((const char *)s->head, s->head_len, &r))
         return 0;
     if (r.path.n != strlen(cf->path) || memcmp(r.path.p, cf->path, r.path.n) != 0)
         return 0;
-    if (cf->host != NULL && (!r.has_host || !host_matches(r.host, cf->host)))
+    if (cf->host != NULL && (!r.has_host || !sv_http_host_matches(r.host, cf->host)))
         return 0;
-    if (!r.has_upgrade || !has_token(r.upgrade, "websocket") || !r.has_connection ||
-        !has_token(r.connection, "upgrade") || !r.has_version || !span_ieq(r.version, "13") ||
-        !r.has_key || !key_valid(r.key))
+    if (!r.has_upgrade || !sv_http_has_token(r.upgrade, "websocket") || !r.has_connection ||
+        !sv_http_has_token(r.connection, "upgrade") || !r.has_version ||
+        !sv_http_span_ieq(r.version, "13") || !r.has_key || !key_valid(r.key))
         return 0;
     /* Sec-WebSocket-Accept = base64(SHA-1(key ‖ GUID)) (RFC 6455 §4.2.2) */
     uint8_t material[24 + sizeof WS_GUID - 1], digest[SHA_DIGEST_LENGTH];

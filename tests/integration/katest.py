@@ -34,6 +34,7 @@ import json
 import os
 import random
 import resource
+import select
 import socket
 import struct
 import sys
@@ -437,6 +438,72 @@ def udp_phase(u, relay, a, first):
     return ok
 
 
+def cmd_udp_cone(a):
+    """Issue 10 (XUDP, PROTOCOLS-2.md §5): through one SOCKS5 UDP association, datagrams to two
+    remotes (sockets of this process on loopback) alternately must each reach the remote they
+    name, and each remote's answer must come back carrying that remote's address; then a third
+    remote that was never addressed sends to the association's outbound address (full cone)
+    and must reach the client with its own address. One OK/FAIL line per part."""
+    try:
+        ctl, bhost, bport = socks_open(a.socks, 3, "0.0.0.0", 0, 5)
+    except (OSError, IOError) as e:
+        die("udp-cone: UDP ASSOCIATE via %d failed: %s" % (a.socks, e))
+    if bhost in ("0.0.0.0", "::"):
+        bhost = "127.0.0.1"
+    require_loopback(bhost)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+    remotes = []
+    for _ in range(3):
+        r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        r.bind(("127.0.0.1", 0))
+        remotes.append(r)
+
+    def client_recv():
+        u.settimeout(5)
+        d, _ = u.recvfrom(MAX_DATAGRAM)
+        if len(d) < 10 or d[2] != 0 or d[3] != 1:
+            raise IOError("reply without an IPv4 source: %r" % d[:10])
+        return ("%d.%d.%d.%d" % tuple(d[4:8]), struct.unpack("!H", d[8:10])[0]), d[10:]
+
+    ok = True
+    mapping = None
+    try:
+        for i in range(a.count):
+            r = remotes[i % 2]
+            payload = struct.pack("!Q", i) + pattern("%s/%d" % (a.seed, i), a.size - 8)
+            u.sendto(udp_wrap("127.0.0.1", r.getsockname()[1], payload), (bhost, bport))
+            ready, _, _ = select.select(remotes, [], [], 5)
+            if ready != [r]:
+                die("udp-cone: datagram #%d for port %d reached %s" % (
+                    i, r.getsockname()[1], [x.getsockname()[1] for x in ready] or "nothing"))
+            got, mapping = r.recvfrom(MAX_DATAGRAM)
+            if got != payload:
+                die("udp-cone: datagram #%d arrived altered" % i)
+            r.sendto(payload[::-1], mapping)
+            src, body = client_recv()
+            if src != r.getsockname() or body != payload[::-1]:
+                die("udp-cone: answer #%d came back from %s:%d (sent from %s:%d) %s" % (
+                    i, src[0], src[1], *r.getsockname(),
+                    "identical" if body == payload[::-1] else "altered"))
+        print("OK udp-cone %d datagrams to 2 remotes alternately: each reached its remote, "
+              "each answer carried its remote's address" % a.count, flush=True)
+        third = remotes[2]
+        payload = pattern(a.seed + "/cone", a.size)
+        third.sendto(payload, mapping)
+        src, body = client_recv()
+        if src != third.getsockname() or body != payload:
+            die("udp-cone: the third remote's datagram came back from %s:%d, %s" % (
+                src[0], src[1], "identical" if body == payload else "altered"))
+        print("OK udp-cone full cone: a remote never addressed reached the client with its "
+              "address", flush=True)
+    except (OSError, IOError) as e:
+        print("FAIL udp-cone: %s" % e, flush=True)
+        ok = False
+    ctl.close()
+    return 0 if ok else 1
+
+
 # --- random bytes at a port ------------------------------------------------------------
 
 def garbage_udp(port, blob, wait):
@@ -683,8 +750,9 @@ def cmd_mkconfig(a):
         if a.server_key:
             node["server_key"] = a.server_key  # Shadowsocks 2022 (PANEL.md 1.4)
     if a.ws_path is not None and a.protocol != "shadowsocks":
-        # issue 9: network ws with the panel's networkSettings (path, headers.Host)
-        node["network"] = "ws"
+        # issue 9: network ws with the panel's networkSettings (path, headers.Host); issue 10:
+        # the same settings for network httpupgrade
+        node["network"] = a.network
         node["networkSettings"] = {"path": a.ws_path}
         if a.ws_host:
             node["networkSettings"]["headers"] = {"Host": a.ws_host}
@@ -1186,6 +1254,8 @@ def main():
                    "networkSettings.path")
     c.add_argument("--ws-host", help="trojan, vless, vmess: networkSettings.headers.Host (with "
                    "--ws-path)")
+    c.add_argument("--network", choices=("ws", "httpupgrade"), default="ws",
+                   help="trojan, vless, vmess: the network of --ws-path (default ws)")
     c.add_argument("--plugin-opts", help="shadowsocks: plugin v2ray-plugin with these plugin_opts "
                    "(a certificate with --cert-file/--cert-self for tls)")
     c = sub.add_parser("vmess")
@@ -1244,6 +1314,12 @@ def main():
     c.add_argument("--pid", type=int, required=True)
     c.add_argument("--secs", type=float, default=2)
     c.add_argument("--max", type=float)
+    c = sub.add_parser("udp-cone", help="issue 10: per-datagram destinations and full-cone "
+                       "answers through one SOCKS5 UDP association")
+    c.add_argument("--socks", type=int, required=True)
+    c.add_argument("--count", type=int, default=6)
+    c.add_argument("--size", type=int, default=200)
+    c.add_argument("--seed", default="cone")
     c = sub.add_parser("sockets")
     c.add_argument("--pid", type=int, required=True)
     c.add_argument("--port", type=int, required=True)
@@ -1253,7 +1329,7 @@ def main():
     if a.cmd == "udp" and not 8 <= a.size <= 1400:
         die("--size must be 8..1400", 2)
     fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
-          "tcp": cmd_tcp, "udp": cmd_udp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
+          "tcp": cmd_tcp, "udp": cmd_udp, "udp-cone": cmd_udp_cone, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
           "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
           "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess}[a.cmd]

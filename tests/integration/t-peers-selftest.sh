@@ -4,7 +4,8 @@
 # same vendor's own server (tests/interop/VENDOR/server-SCEN.json) on loopback, before
 # t-trojan-clients.sh and t-vless-clients.sh point it at katana: 1 MiB byte-identical each way
 # over TCP and 20 x 1200-byte datagrams through the client's SOCKS5 UDP ASSOCIATE, for
-# Trojan over TLS, VLESS in clear and VLESS over TLS (verified against a test CA). A wrong
+# every scenario with a template: Trojan over TLS, VLESS in clear and VLESS over TLS (verified
+# against a test CA), and HTTPUpgrade (Xray: VMess, sing-box: VLESS; issue 10). A wrong
 # secret gets no echo (the pair does authenticate). Skips only without a Go toolchain.
 KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
@@ -17,7 +18,8 @@ MIB=1048576
 tj_certs "$T/pki" server
 echo_start
 for vendor in xray sing-box; do
-    for scen in trojan-tls vless-tcp vless-tls; do
+    for tpl in "$PR_TEMPLATES/$vendor"/client-*.json; do
+        scen=${tpl##*/client-}; scen=${scen%.json}
         name=$vendor-$scen
         secret=$(kt_uuid)
         kt_ports 1; port=${PORTS[0]}

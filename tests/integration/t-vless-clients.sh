@@ -1,7 +1,8 @@
 #!/bin/bash
 # VLESS with real clients (issue 9, PROTOCOLS.md §5; issue 10): v2ray 4.34 by default, or
-# KT_CLIENT=xray or sing-box (tests/interop/, proven by t-peers-selftest.sh; both send UDP as
-# plain VLESS UDP, not XUDP, which katana does not serve yet). A vless node in clear (tls 0) and
+# KT_CLIENT=xray or sing-box (tests/interop/, proven by t-peers-selftest.sh; Xray sends UDP as
+# XUDP, Mux.Cool with a GlobalID and an address per datagram, issue 10; sing-box as plain
+# VLESS UDP). A vless node in clear (tls 0) and
 # one over TLS (tls 1, verified against a test CA), each on TCP and (v2ray only) on WebSocket
 # (network ws, networkSettings path /vl-ws and headers.Host node.test; scenarios vless-tcp,
 # vless-tls, vless-ws, vless-ws-tls). On each: two users at the same
@@ -112,6 +113,22 @@ usage_is() {
     fi
 }
 
+# udp_up K SIZE, udp_down K SIZE: the wire bytes of one SOCKS5 association (udp_rt call) moving
+# K datagrams of SIZE bytes to 127.0.0.1, each way. Plain VLESS UDP (v2ray, sing-box): one
+# connection, its 26-byte request header and 2-byte response once, a 2-byte length per
+# datagram. Xray's XUDP (issue 10, PROTOCOLS-2.md §5): a 19-byte request (command 3), the first
+# datagram in a New frame (24 bytes: IPv4 destination and GlobalID), each later one in a Keep
+# frame of 16 bytes with its destination; down the 2-byte response and a 16-byte Keep frame
+# with the source address per datagram.
+udp_up() {
+    if [ "$CLIENT" = xray ]; then echo $((19 + 24 + 16 * ($1 - 1) + $1 * $2))
+    else echo $((26 + $1 * (2 + $2))); fi
+}
+udp_down() {
+    if [ "$CLIENT" = xray ]; then echo $((2 + $1 * (16 + $2)))
+    else echo $((2 + $1 * (2 + $2))); fi
+}
+
 # scenario NAME TLS NET [mkconfig options]: NET tcp, or ws (the clients of users 1 and 2 then
 # reach katana through counting relays).
 scenario() {
@@ -156,13 +173,15 @@ scenario() {
         eval 'udp_rt "$c2" ok --count 2 --size 8 --seed s && udp_rt "$c2" ok --count 2 --size 1400 --seed b'
     snap=$(usage_snapshot)
     echo "SIGUSR1 snapshot:"; echo "$snap"
-    # one VLESS connection per SOCKS5 association (udp_rt call): its headers once, a 2-byte
-    # length per datagram
     check "$name: usage of user 1 after UDP is the bytes moved" \
-        usage_is "$snap" 1 $((up + 26 + 20 * 1202)) $((down + 2 + 20 * 1202)) "$tls" "$net"
+        usage_is "$snap" 1 $((up + $(udp_up 20 1200))) $((down + $(udp_down 20 1200))) "$tls" "$net"
     check "$name: usage of user 2 after UDP is the bytes moved" \
-        usage_is "$snap" 2 $((up + 2 * 26 + 2 * 10 + 2 * 1402)) \
-        $((down + 2 * 2 + 2 * 10 + 2 * 1402)) "$tls" "$net"
+        usage_is "$snap" 2 $((up + $(udp_up 2 8) + $(udp_up 2 1400))) \
+        $((down + $(udp_down 2 8) + $(udp_down 2 1400))) "$tls" "$net"
+    if [ "$CLIENT" = xray ]; then
+        check "$name: XUDP: each datagram reaches the remote it names, answers carry their source, full cone" \
+            timeout 60 "${KT_PY[@]}" udp-cone --socks "$c1" --count 6 --seed "$name-cone"
+    fi
 
     local lines0; lines0=$(tj_log_lines)
     check "$name: wrong UUID: TCP gets no echo" tcp_rt "$bad" refused --bytes 4096 --conns 3

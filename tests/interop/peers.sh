@@ -114,22 +114,25 @@ PY
 }
 
 # pr_cmd NAME CONFIG: set PR_CMD to the command line that runs peer NAME on CONFIG.
-# Xray's VLESS/VMess clients send UDP as XUDP (Mux.Cool) unless XRAY_CONE_DISABLED=true:
-# katana does not serve XUDP yet (issue 10), so the clients here send plain VLESS UDP.
+# Xray's VLESS/VMess clients send UDP as XUDP (Mux.Cool with a GlobalID, PROTOCOLS-2.md §5) by
+# default, as they do in the field (XRAY_CONE_DISABLED unset).
 pr_cmd() {
     case $1 in
-        xray) PR_CMD=(env XRAY_CONE_DISABLED=true "$PEERS_DIR/bin/xray" run -c "$2") ;;
+        xray) PR_CMD=("$PEERS_DIR/bin/xray" run -c "$2") ;;
         sing-box) PR_CMD=("$PEERS_DIR/bin/sing-box" run -c "$2" --disable-color) ;;
     esac
 }
 
 # pr_client VENDOR SCEN NAME SECRET SERVER_PORT: the VENDOR client for scenario SCEN
 # (SOCKS5 + UDP on a free port) to 127.0.0.1:SERVER_PORT with SECRET, verifying TLS for $TJ_SNI
-# against $TJ_CA; sets CL_PORT, CL_PID.
+# against $TJ_CA; sets CL_PORT, CL_PID. @HU_PATH@ (an HTTPUpgrade path) is $PR_HU_PATH, default
+# /hu: the self-test runs Xray without early data ("?ed="), which Xray's own server may drop
+# over plain TCP when it arrives with the request (PROTOCOLS-2.md §4.3).
 pr_client() {
     kt_ports 1; CL_PORT=${PORTS[0]}
     pr_render "$PR_TEMPLATES/$1/client-$2.json" "$T/client-$3.json" LOCAL_PORT="$CL_PORT" \
-        SERVER_PORT="$5" SECRET="$4" SNI="${TJ_SNI:-node.test}" CA_FILE="${TJ_CA:-}"
+        SERVER_PORT="$5" SECRET="$4" SNI="${TJ_SNI:-node.test}" CA_FILE="${TJ_CA:-}" \
+        HU_PATH="${PR_HU_PATH:-/hu}"
     pr_cmd "$1" "$T/client-$3.json"
     kt_bg "client-$3" "${PR_CMD[@]}"
     CL_PID=$BG_PID

@@ -488,10 +488,8 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     static const struct {
         const char *extra, *msg;
     } refused[] = {
-        {"\"network\":\"grpc\"", "node tj: network \"grpc\": not served (trojan over TLS on TCP "
-                                 "or WebSocket only)"},
-        {"\"network\":\"httpupgrade\",\"networkSettings\":{\"path\":\"/x\"}",
-         "node tj: network \"httpupgrade\": not served (trojan over TLS on TCP or WebSocket only)"},
+        {"\"network\":\"grpc\"", "node tj: network \"grpc\": not served (trojan over TLS on TCP, "
+                                 "WebSocket or HTTPUpgrade only)"},
         {"\"tls\":2", "node tj: tls 2 (REALITY): not served (trojan over TLS only)"},
         {"\"networkSettings\":{\"path\":\"/x\"}", "node tj: networkSettings: not served (no "
                                                   "transport settings)"},
@@ -569,12 +567,10 @@ static void lower__vless_node__inbound_and_refusals(void **state)
     static const struct {
         const char *extra, *msg;
     } refused[] = {
-        {"\"network\":\"grpc\"", "node vl: network \"grpc\": not served (vless on TCP or "
-                                 "WebSocket only)"},
-        {"\"network\":\"httpupgrade\"", "node vl: network \"httpupgrade\": not served (vless "
-                                        "on TCP or WebSocket only)"},
-        {"\"network\":\"xhttp\"", "node vl: network \"xhttp\": not served (vless on TCP or "
-                                  "WebSocket only)"},
+        {"\"network\":\"grpc\"", "node vl: network \"grpc\": not served (vless on TCP, "
+                                 "WebSocket or HTTPUpgrade only)"},
+        {"\"network\":\"xhttp\"", "node vl: network \"xhttp\": not served (vless on TCP, "
+                                  "WebSocket or HTTPUpgrade only)"},
         {"\"tls\":2", "node vl: tls 2 (REALITY): not served (vless in clear or over TLS "
                       "only)"},
         {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow: not served (no VLESS flow such as "
@@ -638,8 +634,8 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
         enum sv_cert_source cert;
         bool fallback;
     } refused[] = {
-        {"\"network\":\"grpc\"", "node vm: network \"grpc\": not served (vmess on TCP or "
-                                   "WebSocket only)", SV_CERT_NONE, false},
+        {"\"network\":\"grpc\"", "node vm: network \"grpc\": not served (vmess on TCP, "
+                                   "WebSocket or HTTPUpgrade only)", SV_CERT_NONE, false},
         {"\"tls\":2", "node vm: tls 2 (REALITY): not served (vmess in clear or over TLS "
                       "only)", SV_CERT_SELF, false},
         {"\"networkSettings\":{\"path\":\"/x\"}", "node vm: networkSettings: not served (no "
@@ -667,7 +663,8 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
 
 /* Issue 9: a trojan, vless or vmess node with network ws lowers its networkSettings path and
  * headers.Host (or network_settings), an empty path to "/"; the ?ed= form stays in the path for
- * the layer. vless and vmess keep it with tls 0 (WebSocket in clear). */
+ * the layer. vless and vmess keep it with tls 0 (WebSocket in clear). Issue 10: the same with
+ * network httpupgrade, marked as HTTPUpgrade; its Host also as networkSettings.host. */
 static void lower__ws_node__ws_settings(void **state)
 {
     (void)state;
@@ -679,18 +676,21 @@ static void lower__ws_node__ws_settings(void **state)
         {"\"network_settings\":{\"path\":\"/p\"}", "/p", NULL},
         {"\"networkSettings\":{\"path\":\"\",\"headers\":{\"Host\":\"\"}}", "/", NULL},
         {"\"networkSettings\":null", "/", NULL},
+        {"\"networkSettings\":{\"path\":\"/h\",\"host\":\"up.test\"}", "/h", "up.test"},
     };
     static const struct {
         const char *protocol;
         int tls;
     } protos[] = {{"trojan", 1}, {"vless", 0}, {"vless", 1}, {"vmess", 0}, {"vmess", 1}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0] * 5; i++) {
-        size_t c = i % 4, pr = i / 4;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] * 5 * 2; i++) {
+        size_t nc = sizeof cases / sizeof cases[0], c = i % nc, pr = i / nc % 5;
+        bool hu = i >= sizeof cases / sizeof cases[0] * 5; /* issue 10: HTTPUpgrade */
         char json[256];
         ag_node_state st;
         sv_spec s;
         snprintf(json, sizeof json, "{\"protocol\":\"%s\",\"server_port\":443,\"tls\":%d,"
-                 "\"network\":\"ws\",%s}", protos[pr].protocol, protos[pr].tls, cases[c].extra);
+                 "\"network\":\"%s\",%s}", protos[pr].protocol, protos[pr].tls,
+                 hu ? "httpupgrade" : "ws", cases[c].extra);
         state_from_json(&st, "tj", json, "{\"users\":[{\"id\":1,\"uuid\":"
                         "\"27848739-7e62-4138-9fd3-098a63964b6b\"}]}");
         st.cert = protos[pr].tls ? SV_CERT_SELF : SV_CERT_NONE;
@@ -698,6 +698,7 @@ static void lower__ws_node__ws_settings(void **state)
         assert_int_equal(s.inbounds[0].tls.cert, st.cert);
         assert_int_equal(s.n_inbounds, 1);
         assert_string_equal(s.inbounds[0].ws.path, cases[c].path);
+        assert_int_equal(s.inbounds[0].ws.httpupgrade, hu);
         if (cases[c].host == NULL)
             assert_null(s.inbounds[0].ws.host);
         else

@@ -371,6 +371,90 @@ static void cuts__sessions_in_one_stream(void **state)
     free(ev.b);
 }
 
+/*
+ * XUDP as Xray's client sends it (PROTOCOLS-2.md §5.1, §5.2): session 0, a New UDP frame with the
+ * destination, the 8-byte GlobalID and the first datagram, then Keep frames with network 2 and
+ * each datagram's own destination (sing-box's New has no GlobalID). Every datagram goes where
+ * its frame says, whole and however the input is cut; a Keep frame without an address goes to
+ * the session's destination; a bad address in a Keep frame ends the connection.
+ */
+static void xudp__per_datagram_destinations(void **state)
+{
+    (void)state;
+    static wire w;
+    w.n = 0;
+    static const uint8_t new_gid[] = {0x02, 0x14, 0xe9, 0x01, 127, 0, 0, 1,
+                                      0x5a, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77};
+    static const uint8_t keep_v4[] = {0x02, 0x00, 0x35, 0x01, 127, 0, 0, 2};
+    static const uint8_t keep_name[] = {0x02, 0x01, 0xbb, 0x02, 0x06, 'q', '.', 't', 'e',
+                                        's', 't'};
+    static const uint8_t keep_v6[] = {0x02, 0x1f, 0x90, 0x03, 0, 0, 0, 0, 0, 0, 0,
+                                      0, 0, 0, 0, 0, 0, 0, 0, 1};
+    frame(&w, 0, SV_MUX_NEW, 1, new_gid, sizeof new_gid, 3, 'a');
+    frame(&w, 0, SV_MUX_KEEP, 1, keep_v4, sizeof keep_v4, 2, 'b');
+    frame(&w, 0, SV_MUX_KEEP, 1, keep_name, sizeof keep_name, 1, 'c');
+    frame(&w, 0, SV_MUX_KEEP, 1, keep_v6, sizeof keep_v6, 4, 'd');
+    frame(&w, 0, SV_MUX_KEEP, 1, NULL, 0, 1, 'e');          /* no address: the session's */
+    frame(&w, 7, SV_MUX_NEW, 1, k_new_udp, sizeof k_new_udp, 1, 'f'); /* sing-box: no id */
+    frame(&w, 7, SV_MUX_KEEP, 1, keep_v4, sizeof keep_v4, 1, 'g');
+    frame(&w, 0, SV_MUX_END, 0, NULL, 0, 0, 0);
+    transcript ev = {0};
+    assert_int_equal(drive_all_cuts(w.b, w.n, &ev), 0);
+    assert_string_equal(ev.b, "open 0 127.0.0.1:5353 net 2\ndgram 0 127.0.0.1:5353 len 3:aaa\n"
+                              "dgram 0 127.0.0.2:53 len 2:bb\n"
+                              "dgram 0 q.test:443 len 1:c\n"
+                              "dgram 0 [::1]:8080 len 4:dddd\n"
+                              "dgram 0 127.0.0.1:5353 len 1:e\n"
+                              "open 7 127.0.0.1:5353 net 2\ndgram 7 127.0.0.1:5353 len 1:f\n"
+                              "dgram 7 127.0.0.2:53 len 1:g\n"
+                              "close 0\nrc 0 left 0\n");
+    free(ev.b);
+
+    /* a Keep frame with network 2 and a bad address type closes the connection */
+    w.n = 0;
+    static const uint8_t keep_bad[] = {0x02, 0x00, 0x35, 0x09, 1, 2, 3, 4};
+    frame(&w, 0, SV_MUX_NEW, 1, new_gid, sizeof new_gid, 1, 'a');
+    frame(&w, 0, SV_MUX_KEEP, 1, keep_bad, sizeof keep_bad, 1, 'b');
+    ev = (transcript){0};
+    assert_int_equal(drive_all_cuts(w.b, w.n, &ev), -EPROTO);
+    free(ev.b);
+}
+
+/* Replies of a UDP session carry their source (§5.3 item 6): known answers for IPv4, IPv6 and
+ * a name, as Xray's and sing-box's readers parse them. */
+static void xudp__reply_frames_carry_the_source(void **state)
+{
+    (void)state;
+    uint8_t out[SV_MUX_DGRAM_HEAD_MAX];
+    sv_dest d = {.atyp = SV_ATYP_IPV4, .ip = {127, 0, 0, 1}, .port = 5353};
+    static const uint8_t v4[] = {0x00, 0x0c, 0x00, 0x00, 0x02, 0x01, 0x02, 0x14, 0xe9,
+                                 0x01, 127, 0, 0, 1, 0x04, 0xb0};
+    assert_int_equal(sv_mux_frame_datagram_head(0, &d, 1200, out), sizeof v4);
+    assert_memory_equal(out, v4, sizeof v4);
+    d = (sv_dest){.atyp = SV_ATYP_IPV6, .ip = {[15] = 1}, .port = 443};
+    static const uint8_t v6[] = {0x00, 0x18, 0x01, 0x02, 0x02, 0x01, 0x02, 0x01, 0xbb, 0x03,
+                                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x00, 0x08};
+    assert_int_equal(sv_mux_frame_datagram_head(0x0102, &d, 8, out), sizeof v6);
+    assert_memory_equal(out, v6, sizeof v6);
+    d = (sv_dest){.atyp = SV_ATYP_DOMAIN, .host = "q.test", .port = 53};
+    static const uint8_t name[] = {0x00, 0x0f, 0x00, 0x07, 0x02, 0x01, 0x02, 0x00, 0x35,
+                                   0x02, 0x06, 'q', '.', 't', 'e', 's', 't', 0x00, 0x00};
+    assert_int_equal(sv_mux_frame_datagram_head(7, &d, 0, out), sizeof name);
+    assert_memory_equal(out, name, sizeof name);
+    /* our own decoder takes a reply frame as a datagram to that address (the client's view) */
+    static wire w;
+    w.n = 0;
+    frame(&w, 0, SV_MUX_NEW, 1, k_new_udp, sizeof k_new_udp, 1, 'a');
+    d = (sv_dest){.atyp = SV_ATYP_IPV4, .ip = {10, 0, 0, 9}, .port = 9};
+    put(&w, out, sv_mux_frame_datagram_head(0, &d, 2, out));
+    put(&w, "zz", 2);
+    transcript ev = {0};
+    assert_int_equal(drive_all_cuts(w.b, w.n, &ev), 0);
+    assert_string_equal(ev.b, "open 0 127.0.0.1:5353 net 2\ndgram 0 127.0.0.1:5353 len 1:a\n"
+                              "dgram 0 10.0.0.9:9 len 2:zz\nrc 0 left 0\n");
+    free(ev.b);
+}
+
 static void errors__close_the_connection(void **state)
 {
     (void)state;
@@ -494,6 +578,8 @@ int main(void)
         cmocka_unit_test(vectors__tcp_and_udp_sessions),
         cmocka_unit_test(frame__blocks_bounds_and_end),
         cmocka_unit_test(cuts__sessions_in_one_stream),
+        cmocka_unit_test(xudp__per_datagram_destinations),
+        cmocka_unit_test(xudp__reply_frames_carry_the_source),
         cmocka_unit_test(errors__close_the_connection),
         cmocka_unit_test(sessions__bounded_and_forgotten),
         cmocka_unit_test(effects__many_small_frames_stop_with_a_free_slot),

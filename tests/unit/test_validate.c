@@ -732,6 +732,11 @@ static void websocket_settings_are_checked(void **state)
     expect_invalid(&f, "inbound vm: ws host needs a ws path");
     f.in[2].ws.path = "/vm";
     expect_valid(&f);
+    /* issue 10: HTTPUpgrade takes the same path and Host, and needs a path */
+    f.in[2].ws.httpupgrade = true;
+    expect_valid(&f);
+    f.in[2].ws = (sv_inbound_ws){.httpupgrade = true};
+    expect_invalid(&f, "inbound vm: httpupgrade needs a ws path");
     /* shadowsocks: WebSocket (the v2ray-plugin), TLS only with it, never a fallback */
     fx_init(&f);
     f.in[0].ws.path = "/ws";
@@ -745,6 +750,10 @@ static void websocket_settings_are_checked(void **state)
     expect_invalid(&f, "inbound ss1: TLS on a shadowsocks inbound needs a ws path (the "
                        "v2ray-plugin's WebSocket over TLS)");
     f.in[0].tls.cert = SV_CERT_NONE;
+    f.in[0].ws = (sv_inbound_ws){.path = "/ws", .httpupgrade = true};
+    expect_invalid(&f, "inbound ss1: httpupgrade is not served on a shadowsocks inbound "
+                       "(WebSocket only)");
+    f.in[0].ws = (sv_inbound_ws){0};
     f.in[0].fallback = "127.0.0.1:80";
     expect_invalid(&f, "inbound ss1: fallback is not served on a shadowsocks inbound");
 }

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "supervisor/proto/mux.h"
 #include "supervisor/proto/vless.h"
 
 #ifndef TOP_SRCDIR
@@ -851,6 +852,53 @@ static void mux__sessions_and_end(void **state)
     conn_free(st);
 }
 
+/* XUDP (issue 10, PROTOCOLS-2.md §5): Xray's New frame with a GlobalID opens a UDP session;
+ * a Keep frame's address is that datagram's destination; each reply is a Keep frame carrying
+ * its source (full cone), after the response header on the first. */
+static void mux__xudp_datagrams_carry_addresses(void **state)
+{
+    (void)state;
+    static const uint8_t frames[] = {
+        0x00, 0x14, 0x00, 0x00, 0x01, 0x01, 0x02, 0x14, 0xe9, 0x01, 127, 0, 0, 1, /* New */
+        1, 2, 3, 4, 5, 6, 7, 8, 0x00, 0x02, 'h', 'i',                             /* GlobalID */
+        0x00, 0x0c, 0x00, 0x00, 0x02, 0x01, 0x02, 0x00, 0x35, 0x01, 127, 0, 0, 2, /* Keep */
+        0x00, 0x01, 'x'};
+    uint8_t p[256];
+    size_t n = request(p, UUID_B, SV_VLESS_MUX, NULL, 0);
+    memcpy(p + n, frames, sizeof frames);
+    n += sizeof frames;
+    void *st = conn_new();
+    sv_effects fx;
+    assert_int_equal(feed(st, p, n, &fx), n);
+    assert_int_equal(fx.n, 4);
+    assert_int_equal(fx.v[1].kind, SV_FX_OPEN);
+    assert_dest(&fx.v[1].dest, SV_ATYP_IPV4, "127.0.0.1:5353", SV_NET_UDP);
+    assert_int_equal(fx.v[2].kind, SV_FX_DATAGRAM);
+    assert_int_equal(fx.v[2].len, 2);
+    assert_dest(&fx.v[2].dest, SV_ATYP_IPV4, "127.0.0.1:5353", SV_NET_UDP);
+    assert_int_equal(fx.v[3].kind, SV_FX_DATAGRAM);
+    assert_int_equal(fx.v[3].len, 1);
+    assert_memory_equal(fx.v[3].data, "x", 1);
+    assert_dest(&fx.v[3].dest, SV_ATYP_IPV4, "127.0.0.2:53", SV_NET_UDP);
+
+    sv_dest from = {.atyp = SV_ATYP_IPV4, .ip = {127, 0, 0, 3}, .port = 7};
+    uint8_t out[SV_MUX_DGRAM_HEAD_MAX + SV_MUX_UDP_PAYLOAD_MAX + 8];
+    static const uint8_t want[] = {0x00, 0x00, 0x00, 0x0c, 0x00, 0x00, 0x02, 0x01, 0x02,
+                                   0x00, 0x07, 0x01, 127,  0,    0,    3,    0x00, 0x02,
+                                   'o',  'k'};
+    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)"ok", 2, out,
+                                         sizeof out), sizeof want);
+    assert_memory_equal(out, want, sizeof want);
+    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)"ok", 2, out,
+                                         sizeof out), sizeof want - 2); /* header went */
+    assert_memory_equal(out, want + 2, sizeof want - 2);
+    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, out, SV_MUX_UDP_PAYLOAD_MAX + 1,
+                                         out, sizeof out), -EINVAL);
+    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)"ok", 2, out,
+                                         20), -EMSGSIZE);
+    conn_free(st);
+}
+
 static void addons__seed_and_empty_flow_accepted(void **state)
 {
     (void)state;
@@ -992,6 +1040,7 @@ int main(void)
         cmocka_unit_test(refuse__after_the_uuid),
         cmocka_unit_test(addons__seed_and_empty_flow_accepted),
         cmocka_unit_test(mux__sessions_and_end),
+        cmocka_unit_test(mux__xudp_datagrams_carry_addresses),
         cmocka_unit_test(refuse__empty_user_set),
         cmocka_unit_test(creds__duplicates_and_bad_secrets_refused),
         cmocka_unit_test(creds__100k_users_build_and_look_up),

@@ -1,0 +1,43 @@
+/*
+ * The HTTP/1.1 upgrade request that the WebSocket (ws.c, PROTOCOLS.md §8.1) and HTTPUpgrade
+ * (httpupgrade.c, PROTOCOLS-2.md §4.1) layers read before their stream starts: one parser for
+ * both. Sans-I/O, no allocation: the parsed fields point into the caller's head buffer.
+ */
+#ifndef SV_TRANSPORT_HTTP_HEAD_H
+#define SV_TRANSPORT_HTTP_HEAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/** Bytes of the caller's head buffer (not NUL-terminated). */
+typedef struct sv_http_span {
+    const char *p;
+    size_t n;
+} sv_http_span;
+
+/** The parts of an upgrade request the layers check; has_* tells whether a header came. */
+typedef struct sv_http_upgrade_req {
+    sv_http_span path; /**< the request target without its query ("?..." dropped) */
+    sv_http_span host, upgrade, connection, version, key, protocol;
+    bool has_host, has_upgrade, has_connection, has_version, has_key, has_protocol;
+} sv_http_upgrade_req;
+
+/**
+ * Parse @p n bytes at @p p: a request line and headers ending with an empty line (CRLF line
+ * ends). Header names are matched case-insensitively, values trimmed of spaces and tabs; the
+ * last of a repeated header wins. Fields of *@p r point into @p p.
+ * @return true for an HTTP/1.1 GET request with well-formed header lines, false otherwise.
+ */
+bool sv_http_parse_upgrade(const char *p, size_t n, sv_http_upgrade_req *r);
+
+/** Is @p a equal to the C string @p b, ignoring ASCII case? */
+bool sv_http_span_ieq(sv_http_span a, const char *b);
+
+/** Does the comma-separated list @p v hold @p token (case-insensitive, RFC 9110 §5.6.1)? */
+bool sv_http_has_token(sv_http_span v, const char *token);
+
+/** Does the Host header value @p v name @p want (case-insensitive; a port, ":443" or after
+ *  "]" of an IPv6 literal, is ignored)? */
+bool sv_http_host_matches(sv_http_span v, const char *want);
+
+#endif
