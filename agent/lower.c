@@ -664,6 +664,7 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     memset(in, 0, sizeof *in);
     in->bind.port = n->node.server_port;
     in->allow_private = n->allow_private;
+    in->user_removal = n->user_removal;
     in->tag = strdup(n->tag);
     in->bind.address = strdup(ag_node_listen(n));
     in->users = strdup(n->tag);
@@ -734,7 +735,8 @@ static int add_outbounds(sv_spec *spec)
 int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err)
 {
     memset(out, 0, sizeof *out);
-    out->user_removal = SV_REMOVAL_CLOSE;
+    out->user_removal = fleet->user_removal;
+    out->drain = fleet->drain;
     int rc = add_outbounds(out);
     if (rc != 0)
         sv_error_set(err, rc, "out of memory");
@@ -760,6 +762,8 @@ bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
 {
     return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
            a->allow_private == b->allow_private && pn_node_equal(&a->node, &b->node) &&
+           a->user_removal.kind == b->user_removal.kind &&
+           a->user_removal.grace_ms == b->user_removal.grace_ms &&
            a->cert == b->cert && str_eq(a->cert_file, b->cert_file) &&
            str_eq(a->key_file, b->key_file) && str_eq(a->fallback, b->fallback);
 }

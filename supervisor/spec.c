@@ -231,6 +231,7 @@ int sv_spec_clone(sv_spec *dst, const sv_spec *src)
 {
     memset(dst, 0, sizeof *dst);
     dst->user_removal = src->user_removal;
+    dst->drain = src->drain;
     int rc = spec_clone_parts(dst, src);
     if (rc < 0)
         sv_spec_free(dst);
@@ -267,6 +268,24 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            str_eq(a->tls.server_name, b->tls.server_name) && str_eq(a->fallback, b->fallback) &&
            str_eq(a->ws.path, b->ws.path) && str_eq(a->ws.host, b->ws.host) &&
            str_eq(a->ss_server_key, b->ss_server_key);
+}
+
+sv_policy sv_removal_policy_of(const sv_spec *spec, const sv_inbound_spec *in)
+{
+    if (in != NULL && in->user_removal.kind != SV_POLICY_DEFAULT)
+        return in->user_removal;
+    if (spec != NULL && spec->user_removal.kind != SV_POLICY_DEFAULT)
+        return spec->user_removal;
+    return (sv_policy){.kind = SV_POLICY_CLOSE};
+}
+
+sv_policy sv_drain_policy_of(const sv_spec *spec, const sv_outbound_spec *out)
+{
+    if (out != NULL && out->drain.kind != SV_POLICY_DEFAULT)
+        return out->drain;
+    if (spec != NULL && spec->drain.kind != SV_POLICY_DEFAULT)
+        return spec->drain;
+    return (sv_policy){.kind = SV_POLICY_KEEP};
 }
 
 bool sv_outbound_spec_equal(const sv_outbound_spec *a, const sv_outbound_spec *b)

@@ -31,6 +31,29 @@
 #define SV_RULES_MAX 4096         /**< route rules */
 #define SV_MATCHERS_MAX 65536     /**< matchers in one rule */
 
+/**
+ * What happens to live flows when what they stand on goes (seed 001 "policies", issue 12):
+ *  - user removal: sessions of a principal an inbound no longer admits (removed from its user
+ *    set, or its credentials changed); default Close;
+ *  - drain: flows opened on an outbound version that an apply replaced or removed; default Keep.
+ * Keep leaves them alone, Close ends them at once, CloseAfter ends them grace_ms later (unless
+ * they ended first; a user admitted again by then keeps them). Grace timers end at shutdown
+ * instead of delaying it.
+ */
+enum sv_policy_kind {
+    SV_POLICY_DEFAULT = 0, /**< per inbound/outbound: the spec's; in the spec: the seed default */
+    SV_POLICY_KEEP,
+    SV_POLICY_CLOSE,
+    SV_POLICY_CLOSE_AFTER, /**< close after grace_ms (1 .. SV_POLICY_GRACE_MAX_MS) */
+};
+
+#define SV_POLICY_GRACE_MAX_MS (24u * 3600u * 1000u) /**< longest CloseAfter grace: one day */
+
+typedef struct sv_policy {
+    enum sv_policy_kind kind;
+    uint32_t grace_ms; /**< SV_POLICY_CLOSE_AFTER only; 0 otherwise */
+} sv_policy;
+
 /** A user of a user set. `id` is the frontend's key (katana: the panel's numeric user id). */
 typedef struct sv_user {
     uint64_t id;           /**< frontend key, unique within its set */
@@ -119,6 +142,8 @@ typedef struct sv_inbound_spec {
                                             which is not a valid request (issue 8); NULL =
                                             Trojan answers 404, VLESS drains */
     sv_inbound_ws ws;                  /**< WebSocket over TCP or TLS (Trojan; issue 9) */
+    sv_policy user_removal;            /**< overrides sv_spec.user_removal (DEFAULT: the
+                                            spec's); not part of the inbound's equality */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {
@@ -129,6 +154,8 @@ enum sv_outbound_kind {
 typedef struct sv_outbound_spec {
     char *tag;
     enum sv_outbound_kind kind;
+    sv_policy drain; /**< overrides sv_spec.drain for this tag's replaced versions (DEFAULT: the
+                          spec's); not part of the outbound's equality (no rebuild) */
 } sv_outbound_spec;
 
 enum sv_network { SV_NET_TCP = 1, SV_NET_UDP = 2 };
@@ -180,8 +207,6 @@ typedef struct sv_route_spec {
     char *default_outbound; /**< tag used when no rule matches */
 } sv_route_spec;
 
-/** How live sessions of a principal that is no longer admitted are treated (seed 001, policies). */
-enum sv_removal_policy { SV_REMOVAL_CLOSE = 0, SV_REMOVAL_KEEP };
 
 typedef struct sv_spec {
     sv_inbound_spec *inbounds;
@@ -191,8 +216,22 @@ typedef struct sv_spec {
     sv_user_set *user_sets;
     size_t n_user_sets;
     sv_route_spec route;
-    enum sv_removal_policy user_removal;
+    sv_policy user_removal; /**< supervisor-wide user removal policy (default Close) */
+    sv_policy drain;        /**< supervisor-wide drain policy (default Keep) */
 } sv_spec;
+
+/**
+ * The user removal policy of inbound @p in of @p spec: its own, else the spec's, else Close
+ * (seed 001 "policies": removal_policy falls back to spec.policies.user_removal).
+ * @return a policy whose kind is never SV_POLICY_DEFAULT.
+ */
+sv_policy sv_removal_policy_of(const sv_spec *spec, const sv_inbound_spec *in);
+
+/**
+ * The drain policy of outbound @p out (may be NULL) under @p spec: its own, else the spec's,
+ * else Keep (seed 001 "policies"). @return a policy whose kind is never SV_POLICY_DEFAULT.
+ */
+sv_policy sv_drain_policy_of(const sv_spec *spec, const sv_outbound_spec *out);
 
 /** Free everything a spec owns (not the struct itself); leaves it zeroed. NULL-safe. */
 void sv_spec_free(sv_spec *spec);

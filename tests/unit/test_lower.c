@@ -135,7 +135,8 @@ static void check_shared(const sv_spec *s)
     assert_string_equal(s->outbounds[1].tag, "block");
     assert_int_equal(s->outbounds[1].kind, SV_OUTBOUND_BLACKHOLE);
     assert_string_equal(s->route.default_outbound, "direct");
-    assert_int_equal(s->user_removal, SV_REMOVAL_CLOSE);
+    assert_int_equal(sv_removal_policy_of(s, NULL).kind, SV_POLICY_CLOSE);
+    assert_int_equal(sv_drain_policy_of(s, NULL).kind, SV_POLICY_KEEP);
 }
 
 static void check_user(const sv_user *u, uint64_t id, const char *uuid, uint64_t speed,
