@@ -292,6 +292,8 @@ static int rule_fill(const char *tag, const pn_route *route, sv_route_rule *r)
     if (r->inbounds[0] == NULL)
         return -ENOMEM;
     r->n_inbounds = 1;
+    r->audit = true; /* issue 12: a block route is an audit rule, its hits recorded */
+    r->audit_id = route->id;
     r->outbound = strdup(AG_OUTBOUND_BLOCK);
     return r->outbound != NULL ? 0 : -ENOMEM;
 }

@@ -160,6 +160,8 @@ static int inbound_clone(sv_inbound_spec *d, const sv_inbound_spec *s)
 static int rule_clone(sv_route_rule *d, const sv_route_rule *s)
 {
     memset(d, 0, sizeof *d);
+    d->audit = s->audit;
+    d->audit_id = s->audit_id;
     if (dup_opt(&d->outbound, s->outbound) < 0)
         return -ENOMEM;
     d->matchers = alloc_array(s->n_matchers, sizeof *d->matchers);
@@ -328,7 +330,8 @@ static bool match_eq(const sv_route_match *a, const sv_route_match *b)
 static bool rule_eq(const sv_route_rule *a, const sv_route_rule *b)
 {
     if (a->n_matchers != b->n_matchers || a->n_inbounds != b->n_inbounds ||
-        !str_eq(a->outbound, b->outbound))
+        !str_eq(a->outbound, b->outbound) || a->audit != b->audit ||
+        (a->audit && a->audit_id != b->audit_id))
         return false;
     for (size_t i = 0; i < a->n_matchers; i++)
         if (!match_eq(&a->matchers[i], &b->matchers[i]))

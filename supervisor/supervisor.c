@@ -1141,7 +1141,10 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         sv->shared.dns = opts->dns;
     sv->shared.conn_cap = connection_cap(opts != NULL ? opts->max_connections : 0, sv->n_workers);
     sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
-    if (sv->shared.tracker == NULL) {
+    sv->shared.audit = sv_audit_new();
+    if (sv->shared.tracker == NULL || sv->shared.audit == NULL) {
+        sv_tracker_free(sv->shared.tracker);
+        sv_audit_free(sv->shared.audit);
         pthread_cond_destroy(&sv->shared.adopt_cv);
         pthread_mutex_destroy(&sv->shared.adopt_mu);
         free(sv);
@@ -1235,7 +1238,18 @@ void sv_supervisor_free(sv_supervisor *sv)
         free(take_msg(sv));
     sv_spec_free(&sv->running);
     sv_tracker_free(sv->shared.tracker);
+    sv_audit_free(sv->shared.audit);
     pthread_cond_destroy(&sv->shared.adopt_cv);
     pthread_mutex_destroy(&sv->shared.adopt_mu);
     free(sv);
+}
+
+long sv_take_audit(sv_supervisor *sv, sv_audit_hit **out)
+{
+    return sv_audit_take(sv->shared.audit, out);
+}
+
+void sv_audit_counts(sv_supervisor *sv, uint64_t *recorded, uint64_t *dropped)
+{
+    sv_audit_stats(sv->shared.audit, recorded, dropped);
 }

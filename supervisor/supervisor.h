@@ -177,7 +177,8 @@ enum sv_match_kind {
     SV_MATCH_INBOUND,        /**< text: the inbound tag the flow came in on */
     SV_MATCH_SOURCE_CIDR,    /**< cidr: client source IP */
     SV_MATCH_REGEX,          /**< text: a PCRE2 pattern searched (unanchored, caseless) in the
-                                  destination name and the sniffed name (issue 3, PANEL.md §1.4) */
+                                  destination name, the sniffed name and an IP destination's
+                                  literal, never the port (issues 3, 12; PANEL.md §1.4) */
 };
 
 typedef struct sv_route_match {
@@ -199,6 +200,10 @@ typedef struct sv_route_rule {
     char **inbounds;
     size_t n_inbounds;
     char *outbound; /**< outbound tag */
+    bool audit;       /**< an audit rule (issue 12: a panel `block` route or SSPanel detect
+                           rule): a flow or datagram of a user it matches is recorded once per
+                           (inbound, user, audit_id) until sv_take_audit() takes it */
+    int64_t audit_id; /**< the panel's rule id, reported with the hit */
 } sv_route_rule;
 
 typedef struct sv_route_spec {
@@ -440,6 +445,28 @@ uint64_t sv_epoch(sv_supervisor *sv);
  * @return the count, or -ENOMEM.
  */
 long sv_take_usage(sv_supervisor *sv, sv_usage **out);
+
+/** One audit hit (issue 12 "Audit"): a user's flow or datagram matched an audit rule. */
+typedef struct sv_audit_hit {
+    char inbound[SV_TAG_MAX + 1]; /**< the inbound the flow came in on */
+    uint64_t user;                /**< frontend user id */
+    int64_t rule;                 /**< the rule's audit_id (the panel's rule id) */
+    uint64_t first_ms;            /**< wall clock, ms: the first hit since the previous take */
+} sv_audit_hit;
+
+#define SV_AUDIT_PENDING_MAX 65536u /**< distinct hits held between takes; more are dropped
+                                         (counted in sv_audit_counts) */
+
+/**
+ * Take the audit hits recorded since the previous take: each (inbound, user, rule) once,
+ * however often it was hit (seed 002: the detect set is drained by the report loop). Any thread.
+ * @param out  malloc'ed array (sorted by inbound, user, rule) for the caller to free()
+ * @return the count, or -ENOMEM (the hits stay for the next take).
+ */
+long sv_take_audit(sv_supervisor *sv, sv_audit_hit **out);
+
+/** Distinct hits recorded (new in their period) and dropped (the set was full) since start. */
+void sv_audit_counts(sv_supervisor *sv, uint64_t *recorded, uint64_t *dropped);
 
 /** Distinct client IPs the panel counts for one user (its `alivelist`, PANEL.md §1). */
 typedef struct sv_device_count {

@@ -911,6 +911,11 @@ static void lower__bad_regexps_protocols_and_other_actions__are_skipped(void **s
     assert_string_equal(s.route.rules[0].matchers[1].text, "^ads\\.");
     assert_int_equal(s.route.rules[1].n_matchers, 1);
     assert_int_equal(s.route.rules[1].matchers[0].kind, SV_MATCH_DOMAIN_KEYWORD);
+    /* issue 12: block routes are audit rules, reported with the panel's route id */
+    assert_true(s.route.rules[0].audit);
+    assert_int_equal(s.route.rules[0].audit_id, 2);
+    assert_true(s.route.rules[1].audit);
+    assert_int_equal(s.route.rules[1].audit_id, 5);
     sv_spec_free(&s);
     free_state(&st);
 }
