@@ -2,11 +2,12 @@
 # Audit hits (issue 12 "Audit", issue 14 detect log, PANEL.md §2): SSPanel detect rules are audit
 # rules. A flow to a matching domain, to an IP literal a rule matches, or to 127.0.0.1 with the
 # matching name sniffed from its HTTP Host, is refused like a blocked route; each (user, rule) is
-# recorded once per report period however often the client retries, listed by GET /v1/audit and
-# /metrics, and reaches the panel's detectlog once per (user, rule) per period; hits survive a
-# kill -9 while the panel is down and are reported after the restart.
-# Checks: refusals; per detectlog request no pair twice, and far fewer entries than retries;
-# exactly the expected pairs; /v1/audit and /metrics; persistence across kill -9.
+# recorded once per report period however often the client retries (a UDP datagram too: dropped),
+# listed by GET /v1/audit and /metrics, and reaches the panel's detectlog once per (user, rule)
+# per period; hits survive a kill -9 while the panel is down and are reported after the restart.
+# Checks: refusals; no detectlog request holds a pair twice, and a pair retried 6 times is
+# reported at most once per period that ended; exactly the expected pairs; /v1/audit and
+# /metrics; persistence across kill -9.
 . "$(dirname "$0")/lib.sh"
 PANEL_TYPE=sspanel
 . "$(dirname "$0")/panel.sh"
@@ -68,12 +69,14 @@ for i in 1 2 3 4 5 6; do
     tcp_rt "$C1" refused --dest-host 127.0.0.9 --bytes 1024 && RETRIES=$((RETRIES + 1))
     not http_as "$C2" audit.test && RETRIES=$((RETRIES + 1))
 done
+check "UDP datagrams to an IP literal a rule matches are dropped" \
+    udp_rt "$C2" refused --dest-host 127.0.0.9 --count 3
 REQ1=$(requests) # detect log requests (= periods that ended) during the retries
 check "every retry was refused (domain, IP literal, sniffed Host)" test "$RETRIES" = 18
 check "the same request naming another host is served" http_as "$C2" open.test
 check "GET /v1/audit lists the pairs of this period" eventually 10 \
     sh -c "curl -sf 'http://127.0.0.1:$API_PORT/v1/audit' | jq -e '[.hits[] | select(.node == \"n1\")] | length >= 1'"
-check "the detect log reaches the panel" eventually 20 reported_set "1 7;1 8;2 7;"
+check "the detect log reaches the panel" eventually 20 reported_set "1 7;1 8;2 7;2 8;"
 sleep 4 # one more period: nothing new is hit, nothing more is reported
 check "no request of the detect log holds a pair twice" not dup_in_a_request
 N17=$(panel_ctl state | jq --argjson r "$REQ0" '[.detectlog[] | select(.req > $r and
