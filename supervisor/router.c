@@ -90,7 +90,9 @@ typedef struct rt_target {
     const sv_route_query *q;
     char host[256]; /**< normalised destination domain, "" when none */
     char sniff[256]; /**< normalised sniffed name, "" when none */
-    char ip_text[INET6_ADDRSTRLEN]; /**< an IP destination's literal (regexes only), or "" */
+    char ip_text[INET6_ADDRSTRLEN]; /**< an IP destination's literal (regexes only), or "";
+                                         made on the first rule with regexes (rt_ip_text) */
+    bool ip_text_done;
     rt_ip dest_ip, src_ip;
     bool has_port;
     uint16_t port;
@@ -553,6 +555,7 @@ static void rt_target_init(rt_target *t, const sv_route_query *q)
 {
     t->q = q;
     t->host[0] = t->sniff[0] = t->ip_text[0] = '\0';
+    t->ip_text_done = false;
     t->dest_ip = (rt_ip){0};
     t->has_port = false;
     t->port = 0;
@@ -561,10 +564,6 @@ static void rt_target_init(rt_target *t, const sv_route_query *q)
         t->has_port = true;
         t->port = d->port;
         t->dest_ip = rt_ip_of_dest(d);
-        if ((d->atyp == SV_ATYP_IPV4 || d->atyp == SV_ATYP_IPV6) &&
-            inet_ntop(d->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, d->ip, t->ip_text,
-                      sizeof t->ip_text) == NULL)
-            t->ip_text[0] = '\0';
         if (d->atyp == SV_ATYP_DOMAIN && memchr(d->host, '\0', sizeof d->host) != NULL &&
             !rt_norm_domain(d->host, t->host, sizeof t->host))
             t->host[0] = '\0';
@@ -641,15 +640,28 @@ static bool rt_name_matches(const rt_rule *rr, const char *name)
 /** How a rule matched: not at all, through its destination matchers, or through others. */
 enum rt_hit { RT_MISS = 0, RT_HIT_DEST, RT_HIT_OTHER };
 
+/* An IP destination's literal ("" for a name), formatted once per decision and only for a rule
+ * with regexes (issue 12: audit regexes see the IP literal; no cost per datagram otherwise). */
+static const char *rt_ip_text(rt_target *t)
+{
+    const sv_dest *d = t->q->dest;
+    if (!t->ip_text_done && d != NULL && (d->atyp == SV_ATYP_IPV4 || d->atyp == SV_ATYP_IPV6) &&
+        inet_ntop(d->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, d->ip, t->ip_text,
+                  sizeof t->ip_text) == NULL)
+        t->ip_text[0] = '\0';
+    t->ip_text_done = true;
+    return t->ip_text;
+}
+
 /* The destination matchers go first, so that a rule that matches both ways names the
  * destination (sv_decision.names_dest); the order does not change whether the rule matches. */
-static enum rt_hit rt_rule_matches(const rt_rule *rr, const rt_target *t)
+static enum rt_hit rt_rule_matches(const rt_rule *rr, rt_target *t)
 {
     const sv_route_query *q = t->q;
     if (rr->only_inbounds.n > 0 && (!q->inbound || !rt_strs_has(&rr->only_inbounds, q->inbound)))
         return RT_MISS;
     if (rt_ipset_has(&rr->cidr, &t->dest_ip) || rt_name_matches(rr, t->host) ||
-        (t->ip_text[0] != '\0' && rt_regex_matches(rr, t->ip_text)))
+        (rr->n_regexes > 0 && rt_ip_text(t)[0] != '\0' && rt_regex_matches(rr, t->ip_text)))
         return RT_HIT_DEST;
     if ((unsigned)q->network < 32 && (rr->networks & (1u << q->network)))
         return RT_HIT_OTHER;
