@@ -41,7 +41,7 @@ typedef struct snap_node {
     size_t n_req;
     db_audit_row *audit;    /* audit hits of the current period (issue 12) */
     size_t n_audit;
-    uint64_t audit_reported;
+    uint64_t audit_reported, audit_recorded;
 } snap_node;
 
 typedef struct snap_state {
@@ -78,6 +78,7 @@ typedef struct up_node {
     int64_t audit_batch;     /* its batch */
     size_t audit_batch_n;    /* hits in it */
     uint64_t audit_reported; /* hits the panel took since start */
+    uint64_t audit_recorded; /* hits written to the outbox since start */
 } up_node;
 
 struct ag_uplink {
@@ -194,6 +195,7 @@ static int snap_node_fill(ag_uplink *u, up_node *nd, snap_node *s)
     s->last_push_status = nd->last_push_status;
     memcpy(s->last_push_error, nd->last_push_error, sizeof s->last_push_error);
     s->audit_reported = nd->audit_reported;
+    s->audit_recorded = nd->audit_recorded;
     if (db_usage_pending(u->db, nd->tag, &s->pending_bytes, &s->oldest_ms, &err) != 0 ||
         db_usage_pending_users(u->db, nd->tag, &s->pending, &s->n_pending, &err) != 0 ||
         db_audit_pending(u->db, nd->tag, &s->audit, &s->n_audit, &err) != 0) {
@@ -316,9 +318,12 @@ static void audit_flush(ag_uplink *u)
             if (strcmp(hits[j].inbound, u->nodes[i].tag) == 0)
                 mine[k++] = hits[j];
         sv_error err = {0};
-        if (k > 0 && db_audit_add(u->db, u->nodes[i].tag, mine, k, &err) < 0)
+        int added = k > 0 ? db_audit_add(u->db, u->nodes[i].tag, mine, k, &err) : 0;
+        if (added < 0)
             SV_LOG(SV_LOG_ERROR, MOD, "node %s: audit outbox write failed, %zu hits lost: %s",
                    u->nodes[i].tag, k, err.msg);
+        else
+            u->nodes[i].audit_recorded += (uint64_t)added;
     }
     if (mine == NULL)
         SV_LOG(SV_LOG_ERROR, MOD, "out of memory: %ld audit hits lost", n);
@@ -1239,6 +1244,7 @@ void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n)
             v[i].outbox_pending_bytes = s->pending_bytes;
             v[i].outbox_oldest_ms = s->oldest_ms > 0 ? (uint64_t)s->oldest_ms : 0;
             v[i].audit_pending = s->n_audit;
+            v[i].audit_recorded = s->audit_recorded;
             v[i].audit_reported = s->audit_reported;
         }
     pthread_mutex_unlock(&u->snap_lock);

@@ -89,7 +89,9 @@ typedef struct api_node_status {
     uint64_t apply_errors;     /**< refused loads that included this node */
     uint64_t outbox_pending_bytes; /**< up+down in the outbox not yet acknowledged by the panel */
     uint64_t outbox_oldest_ms; /**< wall clock of the oldest pending report; 0 = none */
-    uint64_t audit_pending;    /**< audit hits (issue 12) in the outbox, this report period */
+    uint64_t audit_recorded;   /**< audit hits (issue 12) written to the outbox since start:
+                                    each (user, rule) once per report period */
+    uint64_t audit_pending;    /**< audit hits in the outbox, this report period */
     uint64_t audit_reported;   /**< audit hits the panel took as its detect log since start */
 } api_node_status;
 

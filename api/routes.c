@@ -343,8 +343,8 @@ static void usage_get(api_server *s, api_reply *r)
 }
 
 /* GET /v1/audit (issue 12): {"hits": [{"node","user","rule","first_seen","reporting"}] (the
- * hits of the current report period, from the agent), "recorded", "dropped" (the supervisor's
- * counts since start)}. */
+ * hits of the current report period, from the agent), "dropped" (hits lost since start because
+ * the supervisor held too many between two flushes)}. */
 static void audit_get(api_server *s, api_reply *r)
 {
     api_audit_row *rows = NULL;
@@ -366,10 +366,9 @@ static void audit_get(api_server *s, api_reply *r)
         api_reply_error(r, 500, "audit unavailable");
         return;
     }
-    uint64_t recorded, dropped;
-    sv_audit_counts(s->sv, &recorded, &dropped);
-    reply_json(r, 200, json_pack("{s:o, s:I, s:I}", "hits", hits, "recorded",
-                                 (json_int_t)recorded, "dropped", (json_int_t)dropped));
+    uint64_t noted, dropped;
+    sv_audit_counts(s->sv, &noted, &dropped);
+    reply_json(r, 200, json_pack("{s:o, s:I}", "hits", hits, "dropped", (json_int_t)dropped));
 }
 
 static void healthz(api_server *s, api_reply *r)

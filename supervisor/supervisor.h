@@ -465,7 +465,8 @@ typedef struct sv_audit_hit {
  */
 long sv_take_audit(sv_supervisor *sv, sv_audit_hit **out);
 
-/** Distinct hits recorded (new in their period) and dropped (the set was full) since start. */
+/** Hits noted since start (each (inbound, user, rule) at most once between two takes) and
+ *  dropped (the set was full). Any thread. */
 void sv_audit_counts(sv_supervisor *sv, uint64_t *recorded, uint64_t *dropped);
 
 /** Distinct client IPs the panel counts for one user (its `alivelist`, PANEL.md §1). */

@@ -86,7 +86,7 @@ check "6 refused flows of user 1 to audit.test: reported $N17 times, at most onc
 check "nothing is pending after the panel took it" eventually 5 outbox_is 0
 check "/metrics: hits recorded and reported" sh -c \
     "curl -sf 'http://127.0.0.1:$API_PORT/metrics' | grep -Eq '^katana_audit_reported_total\\{node=\"n1\"\\} ([3-9]|[1-9][0-9]+)\$' &&
-     curl -sf 'http://127.0.0.1:$API_PORT/metrics' | grep -Eq '^katana_audit_hits_total ([3-9]|[1-9][0-9]+)\$'"
+     curl -sf 'http://127.0.0.1:$API_PORT/metrics' | grep -Eq '^katana_audit_hits_total\{node=\"n1\"\} ([4-9]|[1-9][0-9]+)\$'"
 
 # persistence: a hit while the panel is down is kept through a kill -9 and reported after
 panel_ctl down '{"down": true}'
