@@ -625,12 +625,26 @@ int db_audit_claim(db_store *d, const char *node, db_audit_batch *out, sv_error 
 {
     memset(out, 0, sizeof *out);
     int rc = check_key(node, err);
-    if (rc != 0 || (rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+    sqlite3_stmt *st = NULL;
+    if (rc != 0)
+        return rc;
+    /* nothing pending (the usual case): no write, no batch id used */
+    if (sqlite3_prepare_v2(d->h, "SELECT 1 FROM audit_outbox WHERE node = ?1 LIMIT 1", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (step == SQLITE_DONE)
+        return 0;
+    if (step != SQLITE_ROW)
+        return fail(d, err, -EIO, "audit claim");
+    if ((rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
         return rc;
     rc = exec(d, "UPDATE meta SET value = value + 1 WHERE key = 'batch_seq'", err);
     if (rc == 0)
         rc = query_int(d, "SELECT value FROM meta WHERE key = 'batch_seq'", &out->id, err);
-    sqlite3_stmt *st = NULL;
     if (rc == 0 && sqlite3_prepare_v2(d->h, "UPDATE audit_outbox SET batch = ?1 WHERE node = ?2",
                                       -1, &st, NULL) != SQLITE_OK)
         rc = fail(d, err, -EIO, "prepare");
