@@ -136,10 +136,18 @@ static void flow_close(flow *fl)
 static flow open_flow(fx *f, const char *uuid)
 {
     flow fl;
-    fl.client = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(f->port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fl.client, (struct sockaddr *)&a, sizeof a), 0);
+    /* the workers start listening on their own loops, just after the apply returns */
+    uint64_t end = now_ms() + 3000;
+    for (;;) {
+        fl.client = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fl.client, (struct sockaddr *)&a, sizeof a) == 0)
+            break;
+        close(fl.client);
+        assert_true(now_ms() < end);
+        usleep(10 * 1000);
+    }
     uint8_t req[64], *p = req;
     *p++ = 0; /* version */
     for (const char *c = uuid; *c != '\0'; c += (*c == '-') ? 1 : 2) {
