@@ -136,6 +136,58 @@ static int parse_max_connections(const json_t *root, ag_config *cfg, sv_error *e
     return 0;
 }
 
+/* A policy at @p path (issue 12, seed 001 "policies"): "keep", "close" or
+ * {"close_after": SECONDS} with 1..SV_POLICY_GRACE_MAX_MS / 1000 seconds. Absent: untouched. */
+static int parse_policy(const json_t *v, const char *path, sv_policy *out, sv_error *err)
+{
+    static const char *const keys[] = {"close_after", NULL};
+    const unsigned max = SV_POLICY_GRACE_MAX_MS / 1000u;
+    if (v == NULL)
+        return 0;
+    if (json_is_string(v)) {
+        if (strcmp(json_string_value(v), "keep") == 0)
+            *out = (sv_policy){.kind = SV_POLICY_KEEP};
+        else if (strcmp(json_string_value(v), "close") == 0)
+            *out = (sv_policy){.kind = SV_POLICY_CLOSE};
+        else
+            return sv_error_set(err, -EINVAL, "%s: unknown policy \"%.32s\" (keep, close, "
+                                "{\"close_after\": seconds})", path, json_string_value(v));
+        return 0;
+    }
+    if (!json_is_object(v))
+        return sv_error_set(err, -EINVAL, "%s: expected \"keep\", \"close\" or "
+                            "{\"close_after\": seconds}", path);
+    int rc = check_keys(v, path, keys, err);
+    if (rc != 0)
+        return rc;
+    const json_t *g = json_object_get(v, "close_after");
+    if (g == NULL || !json_is_integer(g) || json_integer_value(g) < 1 ||
+        json_integer_value(g) > max)
+        return sv_error_set(err, -EINVAL, "%s.close_after: expected seconds between 1 and %u",
+                            path, max);
+    *out = (sv_policy){.kind = SV_POLICY_CLOSE_AFTER,
+                       .grace_ms = (uint32_t)json_integer_value(g) * 1000u};
+    return 0;
+}
+
+/* "policies": {"user_removal": P, "drain": P} (issue 12). */
+static int parse_policies(const json_t *root, ag_config *cfg, sv_error *err)
+{
+    static const char *const keys[] = {"user_removal", "drain", NULL};
+    const json_t *p = json_object_get(root, "policies");
+    if (p == NULL)
+        return 0;
+    int rc = expect_object(p, "policies", err);
+    if (rc == 0)
+        rc = check_keys(p, "policies", keys, err);
+    if (rc == 0)
+        rc = parse_policy(json_object_get(p, "user_removal"), "policies.user_removal",
+                          &cfg->user_removal, err);
+    if (rc == 0)
+        rc = parse_policy(json_object_get(p, "drain"), "policies.drain", &cfg->drain, err);
+    return rc;
+}
+
 /* "shutdown_grace": seconds a SIGTERM/SIGINT leaves live connections (issue #5, default 5). */
 static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
 {
@@ -556,7 +608,7 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
                       ag_node_config *nc, sv_error *err)
 {
     static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
-                                       "panel", NULL};
+                                       "user_removal", "panel", NULL};
     char path[PATH_MAX_TEXT];
     const char *tag, *listen;
     snprintf(path, sizeof path, "nodes[%zu]", idx);
@@ -573,6 +625,11 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
         rc = sv_error_set(err, -EINVAL, "%s.listen: not an IP address \"%.64s\"", path, listen);
     if (rc == 0) /* issue 15: users may reach internal addresses only when the node says so */
         rc = get_bool(node, path, "allow_private", &nc->allow_private, err);
+    if (rc == 0) {
+        char p[PATH_MAX_TEXT];
+        path_key(p, sizeof p, path, "user_removal");
+        rc = parse_policy(json_object_get(node, "user_removal"), p, &nc->user_removal, err);
+    }
     if (rc != 0)
         return rc;
     nc->tag = strdup(tag);
@@ -614,7 +671,7 @@ static int parse_nodes(const json_t *root, const char *base_dir, ag_config *cfg,
 static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
-                                       "api", "db", "nodes", "dns", NULL};
+                                       "api", "db", "nodes", "dns", "policies", NULL};
     if (!json_is_object(root))
         return sv_error_set(err, -EINVAL, "config: expected an object");
     int rc = check_keys(root, "", keys, err);
@@ -630,6 +687,8 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
         rc = parse_api(root, cfg, err);
     if (rc == 0)
         rc = parse_dns(root, cfg, err);
+    if (rc == 0)
+        rc = parse_policies(root, cfg, err);
     if (rc == 0)
         rc = parse_nodes(root, base_dir, cfg, err);
     if (rc == 0)

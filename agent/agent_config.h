@@ -19,6 +19,11 @@
  * configures the workers' resolver (issue 13): servers are "ip", "ipv4:port" or "[ipv6]:port"
  * (none: /etc/resolv.conf); timeout is the seconds one server gets to answer; strategy is
  * prefer_ipv4, prefer_ipv6, ipv4_only or ipv6_only. Fixed at start (a reload warns).
+ *
+ * "policies": {"user_removal": P, "drain": P} and a node's "user_removal": P (issue 12, seed 001
+ * "policies"), P being "keep", "close" or {"close_after": SECONDS} (1..86400): what happens to
+ * the live sessions of a user the panel removed (default close), and to flows on a replaced
+ * outbound version (default keep).
  */
 #ifndef AG_CONFIG_H
 #define AG_CONFIG_H
@@ -95,6 +100,8 @@ typedef struct ag_node_config {
                              link-local addresses and the node's own; default false */
     ag_cert_config cert; /**< `cert` (issue 8): required by a trojan node */
     char *fallback;      /**< `fallback` "HOST:PORT" (issue 8, trojan), or NULL */
+    sv_policy user_removal; /**< `user_removal` (issue 12): overrides policies.user_removal for
+                                 this node's inbound; kind SV_POLICY_DEFAULT when absent */
     ag_panel_config panel;
 } ag_node_config;
 
@@ -108,6 +115,8 @@ typedef struct ag_config {
     char *api_token;  /**< REST API bearer token, or NULL (then listen must be loopback) */
     char *db_path;    /**< `db.path`: the SQLite store (issue #3); required with a uniproxy panel */
     unsigned db_flush_s; /**< `db.flush_interval`, seconds (default AG_CONFIG_FLUSH_DEFAULT) */
+    sv_policy user_removal; /**< `policies.user_removal` (issue 12); DEFAULT = Close */
+    sv_policy drain;        /**< `policies.drain` (issue 12); DEFAULT = Keep */
     ag_node_config *nodes;
     size_t n_nodes;   /**< at least 1 */
 } ag_config;

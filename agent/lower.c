@@ -292,6 +292,8 @@ static int rule_fill(const char *tag, const pn_route *route, sv_route_rule *r)
     if (r->inbounds[0] == NULL)
         return -ENOMEM;
     r->n_inbounds = 1;
+    r->audit = true; /* issue 12: a block route is an audit rule, its hits recorded */
+    r->audit_id = route->id;
     r->outbound = strdup(AG_OUTBOUND_BLOCK);
     return r->outbound != NULL ? 0 : -ENOMEM;
 }
@@ -676,6 +678,7 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     memset(in, 0, sizeof *in);
     in->bind.port = n->node.server_port;
     in->allow_private = n->allow_private;
+    in->user_removal = n->user_removal;
     in->tag = strdup(n->tag);
     in->bind.address = strdup(ag_node_listen(n));
     in->users = strdup(n->tag);
@@ -747,7 +750,8 @@ static int add_outbounds(sv_spec *spec)
 int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err)
 {
     memset(out, 0, sizeof *out);
-    out->user_removal = SV_REMOVAL_CLOSE;
+    out->user_removal = fleet->user_removal;
+    out->drain = fleet->drain;
     int rc = add_outbounds(out);
     if (rc != 0)
         sv_error_set(err, rc, "out of memory");
@@ -773,6 +777,8 @@ bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
 {
     return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
            a->allow_private == b->allow_private && pn_node_equal(&a->node, &b->node) &&
+           a->user_removal.kind == b->user_removal.kind &&
+           a->user_removal.grace_ms == b->user_removal.grace_ms &&
            a->cert == b->cert && str_eq(a->cert_file, b->cert_file) &&
            str_eq(a->key_file, b->key_file) && str_eq(a->fallback, b->fallback);
 }

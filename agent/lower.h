@@ -29,6 +29,7 @@ typedef struct ag_node_state {
     char *cert_file;          /**< config `cert.cert_file` (resolved), or NULL */
     char *key_file;           /**< config `cert.key_file` (resolved), or NULL */
     char *fallback;           /**< config `fallback` "HOST:PORT" (issue 8), or NULL */
+    sv_policy user_removal;   /**< config `user_removal` (issue 12) → sv_inbound_spec */
     pn_node node;   /**< the panel's node settings */
     pn_users users; /**< the panel's user list */
 } ag_node_state;
@@ -37,6 +38,7 @@ typedef struct ag_node_state {
 typedef struct ag_fleet {
     ag_node_state *nodes;
     size_t n;
+    sv_policy user_removal, drain; /**< config `policies` (issue 12) → sv_spec */
 } ag_fleet;
 
 /** Free what a fleet owns and zero it. NULL-safe. */

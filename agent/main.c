@@ -227,6 +227,12 @@ static long api_requests(void *arg, api_panel_requests **out)
     return ag_uplink_requests(am->uplink, out);
 }
 
+static long api_audit(void *arg, api_audit_row **out)
+{
+    ag_main *am = arg;
+    return ag_uplink_audit(am->uplink, out);
+}
+
 static int api_sync(void *arg, const char *tag)
 {
     ag_main *am = arg;
@@ -252,7 +258,7 @@ static int start_api(ag_main *am, const ag_config *cfg)
     sv_error err = {0};
     api_options o = {.listen = cfg->api_listen, .token = cfg->api_token, .sv = am->sv,
                      .nodes = api_nodes, .sync = api_sync, .usage = api_usage,
-                     .requests = api_requests, .arg = am};
+                     .requests = api_requests, .audit = api_audit, .arg = am};
     int rc = ag_manager_enable_sync(am->mgr, on_sync_request, am);
     if (rc != 0) {
         fprintf(stderr, "katana: api: %s\n", uv_strerror(rc));

@@ -167,6 +167,8 @@ static int job_new(const ag_config *cfg, const ag_remote_source *remote, fetch_j
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
     j->fleet.n = n;
+    j->fleet.user_removal = cfg->user_removal;
+    j->fleet.drain = cfg->drain;
     j->n_clients = n;
     for (size_t i = 0; i < n; i++) {
         const ag_node_config *nc = &cfg->nodes[i];
@@ -175,6 +177,7 @@ static int job_new(const ag_config *cfg, const ag_remote_source *remote, fetch_j
         st->tag = strdup(nc->tag);
         st->listen = nc->listen != NULL ? strdup(nc->listen) : NULL;
         st->allow_private = nc->allow_private;
+        st->user_removal = nc->user_removal;
         st->cert = nc->cert.mode == AG_CERT_FILE   ? SV_CERT_FILE
                    : nc->cert.mode == AG_CERT_SELF ? SV_CERT_SELF
                                                    : SV_CERT_NONE;
@@ -493,9 +496,15 @@ void ag_manager_free(ag_manager *m)
     free(m);
 }
 
+static bool policy_same(sv_policy a, sv_policy b)
+{
+    return a.kind == b.kind && a.grace_ms == b.grace_ms;
+}
+
 static bool same_settings(const ag_fleet *a, const ag_fleet *b)
 {
-    if (a->n != b->n)
+    if (a->n != b->n || !policy_same(a->user_removal, b->user_removal) ||
+        !policy_same(a->drain, b->drain))
         return false;
     for (size_t i = 0; i < a->n; i++)
         if (!ag_node_settings_equal(&a->nodes[i], &b->nodes[i]))

@@ -39,6 +39,9 @@ typedef struct snap_node {
     size_t n_uids;
     pn_request_count req[PN_REQUEST_COUNTS_MAX];
     size_t n_req;
+    db_audit_row *audit;    /* audit hits of the current period (issue 12) */
+    size_t n_audit;
+    uint64_t audit_reported, audit_recorded;
 } snap_node;
 
 typedef struct snap_state {
@@ -71,6 +74,11 @@ typedef struct up_node {
     char last_push_error[160];
     sv_device_count *remote; /* this node's alivelist answer, others' IPs per user (sorted) */
     size_t n_remote;
+    bool audit_reporting;    /* a detect log report is in flight (issue 12) */
+    int64_t audit_batch;     /* its batch */
+    size_t audit_batch_n;    /* hits in it */
+    uint64_t audit_reported; /* hits the panel took since start */
+    uint64_t audit_recorded; /* hits written to the outbox since start */
 } up_node;
 
 struct ag_uplink {
@@ -162,6 +170,7 @@ static void snap_clear(snap_state *st)
     for (size_t i = 0; i < st->n; i++) {
         free(st->nodes[i].pending);
         free(st->nodes[i].uids);
+        free(st->nodes[i].audit);
     }
     free(st->nodes);
     free(st->taken);
@@ -185,8 +194,11 @@ static int snap_node_fill(ag_uplink *u, up_node *nd, snap_node *s)
     s->last_push_ms = nd->last_push_ms;
     s->last_push_status = nd->last_push_status;
     memcpy(s->last_push_error, nd->last_push_error, sizeof s->last_push_error);
+    s->audit_reported = nd->audit_reported;
+    s->audit_recorded = nd->audit_recorded;
     if (db_usage_pending(u->db, nd->tag, &s->pending_bytes, &s->oldest_ms, &err) != 0 ||
-        db_usage_pending_users(u->db, nd->tag, &s->pending, &s->n_pending, &err) != 0) {
+        db_usage_pending_users(u->db, nd->tag, &s->pending, &s->n_pending, &err) != 0 ||
+        db_audit_pending(u->db, nd->tag, &s->audit, &s->n_audit, &err) != 0) {
         SV_LOG(SV_LOG_DEBUG, MOD, "node %s: status not published: %s", nd->tag, err.msg);
         return -1;
     }
@@ -290,10 +302,40 @@ static int write_node(ag_uplink *u, size_t idx, const sv_usage *all, size_t n, i
     return rc;
 }
 
+/* Audit hits (issue 12): taken from the supervisor with the usage and written to the outbox of
+ * the node whose inbound they came in on (one row per (user, rule) and period). A node outside
+ * this uplink (a local panel) keeps no hits: they are counted in /metrics only. */
+static void audit_flush(ag_uplink *u)
+{
+    sv_audit_hit *hits = NULL, *mine = NULL;
+    long n = sv_take_audit(u->sv, &hits);
+    if (n <= 0)
+        return;
+    mine = malloc((size_t)n * sizeof *mine);
+    for (size_t i = 0; mine != NULL && i < u->n; i++) {
+        size_t k = 0;
+        for (long j = 0; j < n; j++)
+            if (strcmp(hits[j].inbound, u->nodes[i].tag) == 0)
+                mine[k++] = hits[j];
+        sv_error err = {0};
+        int added = k > 0 ? db_audit_add(u->db, u->nodes[i].tag, mine, k, &err) : 0;
+        if (added < 0)
+            SV_LOG(SV_LOG_ERROR, MOD, "node %s: audit outbox write failed, %zu hits lost: %s",
+                   u->nodes[i].tag, k, err.msg);
+        else
+            u->nodes[i].audit_recorded += (uint64_t)added;
+    }
+    if (mine == NULL)
+        SV_LOG(SV_LOG_ERROR, MOD, "out of memory: %ld audit hits lost", n);
+    free(mine);
+    free(hits);
+}
+
 int ag_uplink_flush(ag_uplink *u)
 {
     if (u == NULL || u->n == 0)
         return 0;
+    audit_flush(u);
     sv_usage *taken = NULL;
     long got = sv_take_usage(u->sv, &taken);
     if (got < 0) {
@@ -596,6 +638,63 @@ static void report_status(up_node *nd)
         nd->client->ops->report_status(nd->client, &st, on_reported, nd);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* audit hits -> the panel's detect log (issue 12, PANEL.md §2), once per push interval       */
+/* ---------------------------------------------------------------------------------------- */
+
+static void on_audit_reported(pn_client *c, int rc, const sv_error *perr, void *arg)
+{
+    (void)c;
+    up_node *nd = arg;
+    sv_error err = {0};
+    nd->audit_reporting = false;
+    if (rc != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: detect log report failed, kept for the next one: %s",
+               nd->tag, perr->msg);
+        return;
+    }
+    nd->audit_reported += nd->audit_batch_n;
+    if (db_audit_done(nd->u->db, nd->audit_batch, &err) != 0)
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: reported audit hits not deleted (they will be sent "
+               "again): %s", nd->tag, err.msg);
+    publish(nd->u);
+}
+
+/* End the node's audit period: claim its pending hits and report them as the detect log; a
+ * panel that takes none (UniProxy: no audit endpoint) ends the period at once. */
+static void audit_report(up_node *nd)
+{
+    if (nd->audit_reporting)
+        return;
+    db_audit_batch b;
+    sv_error err = {0};
+    if (db_audit_claim(nd->u->db, nd->tag, &b, &err) != 0) {
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: audit outbox read failed: %s", nd->tag, err.msg);
+        return;
+    }
+    if (b.n == 0)
+        return;
+    int rc = -ENOTSUP;
+    pn_detect_hit *v = nd->client->ops->report_detect != NULL ? calloc(b.n, sizeof *v) : NULL;
+    for (size_t i = 0; v != NULL && i < b.n; i++)
+        v[i] = (pn_detect_hit){.user = b.rows[i].user, .rule = b.rows[i].rule};
+    if (v != NULL) {
+        nd->audit_batch = b.id;
+        nd->audit_batch_n = b.n;
+        nd->audit_reporting = true;
+        rc = nd->client->ops->report_detect(nd->client, v, b.n, on_audit_reported, nd);
+        if (rc != 0)
+            nd->audit_reporting = false;
+    }
+    free(v);
+    if (nd->client->ops->report_detect == NULL && db_audit_done(nd->u->db, b.id, &err) != 0)
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: audit period not ended: %s", nd->tag, err.msg);
+    else if (rc != 0 && nd->client->ops->report_detect != NULL)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: detect log report could not start: %s", nd->tag,
+               strerror(-rc));
+    db_audit_batch_free(&b);
+}
+
 static void on_push_timer(uv_timer_t *t)
 {
     up_node *nd = t->data;
@@ -608,6 +707,7 @@ static void on_push_timer(uv_timer_t *t)
             nd->client->ops->fetch_alivelist(nd->client, on_alivelist, nd);
     }
     ag_uplink_flush(nd->u);
+    audit_report(nd);
     db_batch b;
     sv_error err = {0};
     int rc = db_batch_claim(nd->u->db, nd->tag, &b, &err);
@@ -1301,6 +1401,9 @@ void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n)
                      s->last_push_error);
             v[i].outbox_pending_bytes = s->pending_bytes;
             v[i].outbox_oldest_ms = s->oldest_ms > 0 ? (uint64_t)s->oldest_ms : 0;
+            v[i].audit_pending = s->n_audit;
+            v[i].audit_recorded = s->audit_recorded;
+            v[i].audit_reported = s->audit_reported;
         }
     pthread_mutex_unlock(&u->snap_lock);
 }
@@ -1432,5 +1535,33 @@ long ag_uplink_requests(ag_uplink *u, api_panel_requests **out)
         }
     pthread_mutex_unlock(&u->snap_lock);
     *out = v;
+    return k;
+}
+
+long ag_uplink_audit(ag_uplink *u, api_audit_row **out)
+{
+    *out = NULL;
+    if (u == NULL)
+        return 0;
+    const snap_state *snap = &u->snap;
+    long k = 0;
+    pthread_mutex_lock(&u->snap_lock);
+    size_t cap = 0;
+    for (size_t j = 0; j < snap->n; j++)
+        cap += snap->nodes[j].n_audit;
+    api_audit_row *rows = cap > 0 ? calloc(cap, sizeof *rows) : NULL;
+    if (cap > 0 && rows == NULL)
+        k = -ENOMEM;
+    for (size_t j = 0; rows != NULL && j < snap->n; j++)
+        for (size_t i = 0; i < snap->nodes[j].n_audit; i++, k++) {
+            const db_audit_row *a = &snap->nodes[j].audit[i];
+            snprintf(rows[k].node, sizeof rows[k].node, "%s", snap->nodes[j].tag);
+            rows[k].user = a->user;
+            rows[k].rule = a->rule;
+            rows[k].first_ms = a->first_ms > 0 ? (uint64_t)a->first_ms : 0;
+            rows[k].reporting = a->claimed;
+        }
+    pthread_mutex_unlock(&u->snap_lock);
+    *out = rows;
     return k;
 }

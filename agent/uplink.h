@@ -124,6 +124,16 @@ long ag_uplink_usage(ag_uplink *u, api_usage_row **out);
  */
 long ag_uplink_requests(ag_uplink *u, api_panel_requests **out);
 
+/**
+ * The audit hits of the current report period of every remote node (issue 12 GET /v1/audit):
+ * the outbox rows not yet taken by the panel (SSPanel's detect log) or, for a panel without an
+ * audit endpoint, recorded since the node's last push. Any thread; reads the published snapshot.
+ * The uplink may be NULL (nothing).
+ * @param out  malloc'ed array (by node, then user, rule) for the caller to free()
+ * @return the count or -ENOMEM.
+ */
+long ag_uplink_audit(ag_uplink *u, api_audit_row **out);
+
 /** Stop the timers, drop requests in flight (their batches stay pending), close the store. */
 void ag_uplink_free(ag_uplink *u);
 

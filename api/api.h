@@ -11,7 +11,7 @@
  * Routes (JSON; byte counts are integers; times RFC 3339 UTC):
  *   GET /healthz, GET /metrics, GET /v1/nodes, GET /v1/nodes/{tag}, POST /v1/nodes/{tag}/sync,
  *   GET|DELETE /v1/connections, DELETE /v1/connections/{flow}, GET /v1/connections/events,
- *   DELETE /v1/sessions, GET /v1/traffic, GET /v1/usage.
+ *   DELETE /v1/sessions, GET /v1/traffic, GET /v1/usage, GET /v1/audit.
  */
 #ifndef API_API_H
 #define API_API_H
@@ -89,6 +89,10 @@ typedef struct api_node_status {
     uint64_t apply_errors;     /**< refused loads that included this node */
     uint64_t outbox_pending_bytes; /**< up+down in the outbox not yet acknowledged by the panel */
     uint64_t outbox_oldest_ms; /**< wall clock of the oldest pending report; 0 = none */
+    uint64_t audit_recorded;   /**< audit hits (issue 12) written to the outbox since start:
+                                    each (user, rule) once per report period */
+    uint64_t audit_pending;    /**< audit hits in the outbox, this report period */
+    uint64_t audit_reported;   /**< audit hits the panel took as its detect log since start */
 } api_node_status;
 
 /**
@@ -126,6 +130,22 @@ typedef struct api_usage_row {
  */
 typedef long (*api_usage_fn)(void *arg, api_usage_row **out);
 
+/** One audit hit of the current report period (GET /v1/audit, issue 12). */
+typedef struct api_audit_row {
+    char node[SV_TAG_MAX + 1];
+    uint64_t user;
+    int64_t rule;      /**< the panel's rule id */
+    uint64_t first_ms; /**< wall clock of the first hit of the period */
+    bool reporting;    /**< part of a detect log report in flight (or one that failed) */
+} api_audit_row;
+
+/**
+ * Copy the audit hits not yet taken by the panel (any thread; from the published snapshot).
+ * @param out  malloc'ed array (sorted by node, user, rule) the API frees with free()
+ * @return the count or a negative error.
+ */
+typedef long (*api_audit_fn)(void *arg, api_audit_row **out);
+
 /** Finished panel requests of one node, endpoint and HTTP status (0 = no answer). */
 typedef struct api_panel_requests {
     char node[SV_TAG_MAX + 1];
@@ -153,7 +173,8 @@ typedef struct api_options {
     api_sync_fn sync;     /**< may be NULL (sync answers 503) */
     api_usage_fn usage;   /**< may be NULL ("unreported" is null) */
     api_requests_fn requests; /**< may be NULL (no panel request counters) */
-    void *arg;            /**< for nodes, sync, usage and requests */
+    api_audit_fn audit;   /**< may be NULL (no audit hits listed) */
+    void *arg;            /**< for nodes, sync, usage, requests and audit */
 } api_options;
 
 typedef struct api_server api_server;

@@ -49,6 +49,7 @@ struct api_server {
     api_sync_fn sync;
     api_usage_fn usage;
     api_requests_fn requests;
+    api_audit_fn audit;
     void *arg;
     char token[API_TOKEN_MAX + 1]; /* "" = no token */
     uint16_t port;

@@ -187,7 +187,21 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
              nodes, n, offsetof(api_node_status, apply_errors));
     per_node(&p, "katana_outbox_pending_bytes", "gauge", "Usage bytes not yet reported.",
              nodes, n, offsetof(api_node_status, outbox_pending_bytes));
+    per_node(&p, "katana_audit_hits_total", "counter",
+             "Audit hits recorded: each (user, rule) once per report period.", nodes, n,
+             offsetof(api_node_status, audit_recorded));
+    per_node(&p, "katana_audit_pending", "gauge",
+             "Audit hits (user, rule) of the current report period in the outbox.", nodes, n,
+             offsetof(api_node_status, audit_pending));
+    per_node(&p, "katana_audit_reported_total", "counter",
+             "Audit hits the panel took as its detect log.", nodes, n,
+             offsetof(api_node_status, audit_reported));
     free(nodes);
+    uint64_t noted, dropped;
+    sv_audit_counts(s->sv, &noted, &dropped);
+    family(&p, "katana_audit_hits_dropped_total", "counter",
+           "Audit hits dropped because too many were held between flushes.");
+    put(&p, "katana_audit_hits_dropped_total %" PRIu64 "\n", dropped);
     panel_requests(&p, s);
     sv_refused_counts rc = sv_refused_clients(s->sv);
     family(&p, "katana_refused_clients_total", "counter",

@@ -342,6 +342,35 @@ static void usage_get(api_server *s, api_reply *r)
                                  "unreported", unrep));
 }
 
+/* GET /v1/audit (issue 12): {"hits": [{"node","user","rule","first_seen","reporting"}] (the
+ * hits of the current report period, from the agent), "dropped" (hits lost since start because
+ * the supervisor held too many between two flushes)}. */
+static void audit_get(api_server *s, api_reply *r)
+{
+    api_audit_row *rows = NULL;
+    long n = s->audit != NULL ? s->audit(s->arg, &rows) : 0;
+    json_t *hits = json_array();
+    for (long i = 0; n > 0 && hits != NULL && i < n; i++) {
+        char t[40];
+        api_time_rfc3339(rows[i].first_ms, t, sizeof t);
+        if (json_array_append_new(hits, json_pack("{s:s, s:I, s:I, s:s, s:b}", "node",
+                                                  rows[i].node, "user", (json_int_t)rows[i].user,
+                                                  "rule", (json_int_t)rows[i].rule,
+                                                  "first_seen", t, "reporting",
+                                                  rows[i].reporting)) != 0)
+            json_decref(hits), hits = NULL;
+    }
+    free(rows);
+    if (n < 0 || hits == NULL) {
+        json_decref(hits);
+        api_reply_error(r, 500, "audit unavailable");
+        return;
+    }
+    uint64_t noted, dropped;
+    sv_audit_counts(s->sv, &noted, &dropped);
+    reply_json(r, 200, json_pack("{s:o, s:I}", "hits", hits, "dropped", (json_int_t)dropped));
+}
+
 static void healthz(api_server *s, api_reply *r)
 {
     api_node_status *nodes = NULL;
@@ -440,6 +469,11 @@ static void route_v1(api_server *s, bool get, bool del, bool post, const api_uri
             method_not_allowed(r);
         else
             usage_get(s, r);
+    } else if (seg_is(u, 1, "audit") && u->n_segments == 2) {
+        if (!get)
+            method_not_allowed(r);
+        else
+            audit_get(s, r);
     } else {
         api_reply_error(r, 404, "not found");
     }

@@ -546,6 +546,7 @@ int api_server_start(const api_options *o, api_server **out, sv_error *err)
     s->sync = o->sync;
     s->usage = o->usage;
     s->requests = o->requests;
+    s->audit = o->audit;
     s->arg = o->arg;
     if (o->token != NULL)
         strcpy(s->token, o->token);

@@ -92,6 +92,16 @@ static const char *const migrations[] = {
     " PRIMARY KEY (node, kind));"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
     "INSERT INTO meta (key, value) VALUES ('batch_seq', 0);",
+    /* 2 (issue 12): the audit outbox, one row per (node, uid, rule) until the panel took it */
+    "CREATE TABLE audit_outbox ("
+    " id INTEGER PRIMARY KEY,"
+    " node TEXT NOT NULL,"
+    " uid INTEGER NOT NULL,"
+    " rule INTEGER NOT NULL,"
+    " first_ms INTEGER NOT NULL,"
+    " batch INTEGER NOT NULL DEFAULT 0);" /* 0 = not yet part of a report */
+    "CREATE UNIQUE INDEX audit_pair ON audit_outbox(node, uid, rule);"
+    "CREATE INDEX audit_by_batch ON audit_outbox(batch);",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
@@ -525,4 +535,167 @@ int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **
         rc = fail(d, err, -EIO, "read state");
     sqlite3_finalize(st);
     return rc;
+}
+
+/* ---- audit outbox (issue 12) ------------------------------------------------------------- */
+
+int db_audit_add(db_store *d, const char *node, const sv_audit_hit *hits, size_t n,
+                 sv_error *err)
+{
+    int rc = check_key(node, err);
+    if (rc != 0 || n == 0)
+        return rc;
+    sqlite3_stmt *st = NULL;
+    if ((rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+        return rc;
+    if (sqlite3_prepare_v2(d->h, "INSERT OR IGNORE INTO audit_outbox (node, uid, rule, first_ms)"
+                           " VALUES (?1, ?2, ?3, ?4)", -1, &st, NULL) != SQLITE_OK) {
+        rc = fail(d, err, -EIO, "prepare");
+        rollback(d);
+        return rc;
+    }
+    int added = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)hits[i].user);
+        sqlite3_bind_int64(st, 3, hits[i].rule);
+        sqlite3_bind_int64(st, 4, (sqlite3_int64)hits[i].first_ms);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = fail(d, err, -EIO, "audit insert");
+        else
+            added += sqlite3_changes(d->h);
+    }
+    sqlite3_finalize(st);
+    if (rc == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0) {
+        rollback(d);
+        return rc;
+    }
+    return added;
+}
+
+/* The rows of @p node (of batch @p batch when >= 0, else all) sorted by uid, rule. */
+static int audit_read(db_store *d, const char *node, int64_t batch, db_audit_row **out,
+                      size_t *n, sv_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    const char *sql = batch >= 0
+        ? "SELECT uid, rule, first_ms, batch FROM audit_outbox WHERE batch = ?2 ORDER BY uid, rule"
+        : "SELECT uid, rule, first_ms, batch FROM audit_outbox WHERE node = ?1 ORDER BY uid, rule";
+    if (sqlite3_prepare_v2(d->h, sql, -1, &st, NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    if (batch >= 0)
+        sqlite3_bind_int64(st, 2, batch);
+    else
+        sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    size_t cap = 0;
+    int rc = 0, step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            size_t ncap = cap == 0 ? 64 : 2 * cap;
+            db_audit_row *p = realloc(*out, ncap * sizeof *p);
+            if (p == NULL) {
+                rc = sv_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            *out = p;
+            cap = ncap;
+        }
+        (*out)[(*n)++] = (db_audit_row){.user = (uint64_t)sqlite3_column_int64(st, 0),
+                                        .rule = sqlite3_column_int64(st, 1),
+                                        .first_ms = sqlite3_column_int64(st, 2),
+                                        .claimed = sqlite3_column_int64(st, 3) != 0};
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = fail(d, err, -EIO, "audit read");
+    sqlite3_finalize(st);
+    if (rc != 0) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+    return rc;
+}
+
+int db_audit_claim(db_store *d, const char *node, db_audit_batch *out, sv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_key(node, err);
+    sqlite3_stmt *st = NULL;
+    if (rc != 0)
+        return rc;
+    /* nothing pending (the usual case): no write, no batch id used */
+    if (sqlite3_prepare_v2(d->h, "SELECT 1 FROM audit_outbox WHERE node = ?1 LIMIT 1", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (step == SQLITE_DONE)
+        return 0;
+    if (step != SQLITE_ROW)
+        return fail(d, err, -EIO, "audit claim");
+    if ((rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+        return rc;
+    rc = exec(d, "UPDATE meta SET value = value + 1 WHERE key = 'batch_seq'", err);
+    if (rc == 0)
+        rc = query_int(d, "SELECT value FROM meta WHERE key = 'batch_seq'", &out->id, err);
+    if (rc == 0 && sqlite3_prepare_v2(d->h, "UPDATE audit_outbox SET batch = ?1 WHERE node = ?2",
+                                      -1, &st, NULL) != SQLITE_OK)
+        rc = fail(d, err, -EIO, "prepare");
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, out->id);
+        sqlite3_bind_text(st, 2, node, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = fail(d, err, -EIO, "audit claim");
+    }
+    sqlite3_finalize(st);
+    if (rc == 0)
+        rc = audit_read(d, node, out->id, &out->rows, &out->n, err);
+    if (rc == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0) {
+        rollback(d);
+        db_audit_batch_free(out);
+        return rc;
+    }
+    if (out->n == 0)
+        out->id = 0;
+    return 0;
+}
+
+int db_audit_done(db_store *d, int64_t id, sv_error *err)
+{
+    if (id == 0)
+        return 0;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "DELETE FROM audit_outbox WHERE batch = ?1", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "delete audit batch");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+void db_audit_batch_free(db_audit_batch *b)
+{
+    if (b == NULL)
+        return;
+    free(b->rows);
+    memset(b, 0, sizeof *b);
+}
+
+int db_audit_pending(db_store *d, const char *node, db_audit_row **out, size_t *n,
+                     sv_error *err)
+{
+    int rc = check_key(node, err);
+    if (rc != 0)
+        return rc;
+    return audit_read(d, node, -1, out, n, err);
 }

@@ -14,13 +14,15 @@
 #ifndef DB_DB_H
 #define DB_DB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "supervisor/supervisor.h"
 #include "supervisor/util/err.h"
 #include "supervisor/util/usage.h"
 
-#define DB_SCHEMA_VERSION 1       /**< the version the migrations bring a file to */
+#define DB_SCHEMA_VERSION 2       /**< the version the migrations bring a file to */
 #define DB_BODY_MAX (32u << 20)   /**< largest stored panel body (= PN_BODY_MAX) */
 #define DB_KEY_MAX 256u           /**< bytes of a node key or an ETag */
 
@@ -139,5 +141,56 @@ int db_state_put_pair(db_store *d, const char *node, const db_state_body *config
  */
 int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **etag,
                  char **body, size_t *body_len, sv_error *err);
+
+/*
+ * Audit outbox (issue 12 "Audit"): one row per (node, uid, rule) hit and not yet taken by the
+ * panel, so a pair is reported once per report period however often it is hit, and nothing is
+ * lost on a restart. A report claims every row of its node as one batch; after the panel's 2xx
+ * the batch is deleted and the next hit of a pair is a new row. A pair already pending (claimed
+ * or not) is not added again.
+ */
+
+/** One pending audit hit. */
+typedef struct db_audit_row {
+    uint64_t user;
+    int64_t rule;     /**< the panel's rule id */
+    int64_t first_ms; /**< wall clock of the first hit of the period */
+    bool claimed;     /**< part of a report in flight (or one that failed) */
+} db_audit_row;
+
+/** A claimed audit batch. */
+typedef struct db_audit_batch {
+    int64_t id; /**< for db_audit_done(); 0 when empty */
+    db_audit_row *rows; /**< sorted by uid, rule; freed by db_audit_batch_free() */
+    size_t n;
+} db_audit_batch;
+
+/**
+ * Add the hits @p hits (their inbound is ignored: all are @p node's) in one transaction; a pair
+ * already pending is left as it is.
+ * @return the number of rows added (>= 0), -EINVAL (key too long), -EIO (nothing written).
+ */
+int db_audit_add(db_store *d, const char *node, const sv_audit_hit *hits, size_t n,
+                 sv_error *err);
+
+/**
+ * Claim every pending audit row of @p node as one new batch (out->id 0, n 0 when none).
+ * @return 0, -ENOMEM, -EIO.
+ */
+int db_audit_claim(db_store *d, const char *node, db_audit_batch *out, sv_error *err);
+
+/** The panel took audit batch @p id (or the node's panel takes none): delete its rows. */
+int db_audit_done(db_store *d, int64_t id, sv_error *err);
+
+/** Free a batch's rows and zero it. NULL-safe. */
+void db_audit_batch_free(db_audit_batch *b);
+
+/**
+ * Every pending audit row of @p node, sorted by uid, rule (REST API).
+ * @param out  malloc'ed (NULL when none) for the caller to free()
+ * @return 0, -EINVAL, -ENOMEM, -EIO.
+ */
+int db_audit_pending(db_store *d, const char *node, db_audit_row **out, size_t *n,
+                     sv_error *err);
 
 #endif

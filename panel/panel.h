@@ -69,6 +69,12 @@ typedef struct pn_alive_count {
 typedef void (*pn_alivelist_cb)(pn_client *c, int result, const pn_alive_count *items, size_t n,
                                 const sv_error *err, void *arg);
 
+/** One audit hit for a detect log report (issue 12, PANEL.md §2 `users/detectlog`). */
+typedef struct pn_detect_hit {
+    uint64_t user;
+    int64_t rule; /**< the panel's rule id (`list_id`) */
+} pn_detect_hit;
+
 /** Node load for a status report (PANEL.md §1.9, §2.1). Sizes in bytes. */
 typedef struct pn_status {
     double cpu; /**< percent, 0..100 */
@@ -128,6 +134,10 @@ typedef struct pn_client_ops {
                         void *arg);
     int (*report_status)(pn_client *c, const pn_status *status, pn_report_cb cb, void *arg);
     int (*fetch_alivelist)(pn_client *c, pn_alivelist_cb cb, void *arg);
+    /** Report audit hits (issue 12): SSPanel's detect log; NULL for a panel without an audit
+     *  endpoint (UniProxy, PANEL.md §1: its hits are recorded locally only). */
+    int (*report_detect)(pn_client *c, const pn_detect_hit *items, size_t n, pn_report_cb cb,
+                         void *arg);
     /** Remember @p etag (may be NULL) as the ETag of the last good body of @p kind, sent as
      *  If-None-Match by the next fetch (e.g. from the store after a restart). 0 or -ENOMEM. */
     int (*set_etag)(pn_client *c, enum pn_body_kind kind, const char *etag);

@@ -1099,6 +1099,27 @@ static int ss_report_alive(pn_client *c, const pn_alive *items, size_t n, pn_rep
     return post((pn_sspanel *)c, "aliveip", "users/aliveip", true, wrap(a), cb, arg);
 }
 
+/* Audit hits as the detect log (PANEL.md §2: POST users/detectlog
+ * {"data":[{"user_id","list_id"}]}; issue 12, 14). */
+static int ss_report_detect(pn_client *c, const pn_detect_hit *items, size_t n, pn_report_cb cb,
+                            void *arg)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a != NULL && i < n; i++) {
+        if (items[i].user > INT64_MAX) {
+            json_decref(a);
+            return -EOVERFLOW;
+        }
+        json_t *e = json_pack("{s:I, s:I}", "user_id", (json_int_t)items[i].user, "list_id",
+                              (json_int_t)items[i].rule);
+        if (e == NULL || json_array_append_new(a, e) != 0) {
+            json_decref(a);
+            return -ENOMEM;
+        }
+    }
+    return post((pn_sspanel *)c, "detectlog", "users/detectlog", true, wrap(a), cb, arg);
+}
+
 /* Node load (PANEL.md §2.1): only panels older than 2023.2 have POST nodes/{id}/info; a
  * current one takes no load report (-ENOTSUP, no callback). */
 static int ss_report_status(pn_client *c, const pn_status *st, pn_report_cb cb, void *arg)
@@ -1233,6 +1254,7 @@ static const pn_client_ops sspanel_ops = {
     .report_alive = ss_report_alive,
     .report_status = ss_report_status,
     .fetch_alivelist = ss_fetch_alivelist,
+    .report_detect = ss_report_detect,
     .set_etag = ss_set_etag,
     .last_body = ss_last_body,
     .parse_body = ss_parse_body,

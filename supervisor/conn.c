@@ -643,6 +643,9 @@ static sv_target *route_stream(sv_conn *c, const sv_dest *d, const char *sniffed
     sv_route_query q = {.dest = d, .sniffed = sniffed, .inbound = c->handler->tag,
                         .source = (const struct sockaddr *)&c->peer, .network = SV_NET_TCP};
     *dec = sv_routes_decide(c->plane->routes->routes, &q);
+    if (c->principal != NULL) /* issue 12: an audit rule's hit is recorded */
+        sv__audit_hit(c->w->shared, c->plane->routes->routes, dec->rule, c->handler->tag,
+                      c->user_id);
     struct sockaddr_storage ss;
     sv_ip16 ip;
     if (d->atyp != SV_ATYP_DOMAIN) {

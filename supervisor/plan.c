@@ -117,10 +117,14 @@ static bool plan_outbounds(builder *b, const sv_running *running, const sv_spec 
 static void plan_drains(builder *b, const sv_running *running, const sv_spec *desired)
 {
     const sv_spec *run = running->spec;
-    for (size_t i = 0; run != NULL && i < run->n_outbounds; i++)
-        if (outbound_goes(run, i, desired))
-            push(b, SV_STEP_DRAIN, SV_RES_OUTBOUND, run->outbounds[i].tag)->version =
-                running->outbound_versions[i];
+    for (size_t i = 0; run != NULL && i < run->n_outbounds; i++) {
+        if (!outbound_goes(run, i, desired))
+            continue;
+        sv_step *s = push(b, SV_STEP_DRAIN, SV_RES_OUTBOUND, run->outbounds[i].tag);
+        s->version = running->outbound_versions[i];
+        long d = find_outbound(desired, run->outbounds[i].tag);
+        s->policy = sv_drain_policy_of(desired, d >= 0 ? &desired->outbounds[d] : &run->outbounds[i]);
+    }
 }
 
 static bool any_drain(const sv_running *running, const sv_spec *desired)

@@ -31,6 +31,9 @@ typedef struct sv_step {
     uint32_t version;  /**< outbound version for REUSE/BUILD/DRAIN of an outbound */
     char bind[80];     /**< "address:port" for BIND / STOP_ACCEPTING */
     char reason[128];  /**< SV_STEP_DISRUPT */
+    sv_policy policy;  /**< DRAIN: the version's drain policy (never SV_POLICY_DEFAULT): the
+                            desired outbound's of that tag, else the running one's (a removed
+                            tag), falling back to the desired spec's, else Keep (seed 001) */
 } sv_step;
 
 typedef struct sv_plan {

@@ -25,6 +25,14 @@ uint64_t sv__wall_ms(void)
     return (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
 }
 
+void sv__audit_hit(sv_shared *s, const sv_routes *r, int rule, const char *inbound,
+                   uint64_t user)
+{
+    int64_t id;
+    if (rule >= 0 && s->audit != NULL && sv_routes_rule_audit(r, rule, &id))
+        sv_audit_note(s->audit, inbound, user, id, sv__wall_ms());
+}
+
 sv_replay_ref *sv_replay_ref_new(void)
 {
     sv_replay_ref *r = calloc(1, sizeof *r);

@@ -66,6 +66,8 @@ typedef struct rt_rule {
     pcre2_code **regexes;
     size_t n_regexes;
     unsigned networks; /**< bit (1 << enum sv_network) per network matcher */
+    bool audit;        /**< sv_route_rule.audit */
+    int64_t audit_id;
 } rt_rule;
 
 struct sv_routes {
@@ -88,6 +90,9 @@ typedef struct rt_target {
     const sv_route_query *q;
     char host[256]; /**< normalised destination domain, "" when none */
     char sniff[256]; /**< normalised sniffed name, "" when none */
+    char ip_text[INET6_ADDRSTRLEN]; /**< an IP destination's literal (regexes only), or "";
+                                         made on the first rule with regexes (rt_ip_text) */
+    bool ip_text_done;
     rt_ip dest_ip, src_ip;
     bool has_port;
     uint16_t port;
@@ -413,6 +418,8 @@ static int rt_rule_compile(rt_rule *rr, const sv_route_rule *rule, const char **
             return rc;
         }
     }
+    rr->audit = rule->audit;
+    rr->audit_id = rule->audit_id;
     for (size_t i = 0; i < rule->n_inbounds; i++) {
         rc = rt_strs_add(&rr->only_inbounds, rule->inbounds[i], false, false);
         if (rc < 0) {
@@ -547,7 +554,8 @@ static rt_ip rt_ip_of_dest(const sv_dest *d)
 static void rt_target_init(rt_target *t, const sv_route_query *q)
 {
     t->q = q;
-    t->host[0] = t->sniff[0] = '\0';
+    t->host[0] = t->sniff[0] = t->ip_text[0] = '\0';
+    t->ip_text_done = false;
     t->dest_ip = (rt_ip){0};
     t->has_port = false;
     t->port = 0;
@@ -632,14 +640,28 @@ static bool rt_name_matches(const rt_rule *rr, const char *name)
 /** How a rule matched: not at all, through its destination matchers, or through others. */
 enum rt_hit { RT_MISS = 0, RT_HIT_DEST, RT_HIT_OTHER };
 
+/* An IP destination's literal ("" for a name), formatted once per decision and only for a rule
+ * with regexes (issue 12: audit regexes see the IP literal; no cost per datagram otherwise). */
+static const char *rt_ip_text(rt_target *t)
+{
+    const sv_dest *d = t->q->dest;
+    if (!t->ip_text_done && d != NULL && (d->atyp == SV_ATYP_IPV4 || d->atyp == SV_ATYP_IPV6) &&
+        inet_ntop(d->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, d->ip, t->ip_text,
+                  sizeof t->ip_text) == NULL)
+        t->ip_text[0] = '\0';
+    t->ip_text_done = true;
+    return t->ip_text;
+}
+
 /* The destination matchers go first, so that a rule that matches both ways names the
  * destination (sv_decision.names_dest); the order does not change whether the rule matches. */
-static enum rt_hit rt_rule_matches(const rt_rule *rr, const rt_target *t)
+static enum rt_hit rt_rule_matches(const rt_rule *rr, rt_target *t)
 {
     const sv_route_query *q = t->q;
     if (rr->only_inbounds.n > 0 && (!q->inbound || !rt_strs_has(&rr->only_inbounds, q->inbound)))
         return RT_MISS;
-    if (rt_ipset_has(&rr->cidr, &t->dest_ip) || rt_name_matches(rr, t->host))
+    if (rt_ipset_has(&rr->cidr, &t->dest_ip) || rt_name_matches(rr, t->host) ||
+        (rr->n_regexes > 0 && rt_ip_text(t)[0] != '\0' && rt_regex_matches(rr, t->ip_text)))
         return RT_HIT_DEST;
     if ((unsigned)q->network < 32 && (rr->networks & (1u << q->network)))
         return RT_HIT_OTHER;
@@ -665,4 +687,12 @@ sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q)
                                  .names_dest = hit == RT_HIT_DEST};
     }
     return (sv_decision){.slot = r->default_slot, .rule = -1, .names_dest = false};
+}
+
+bool sv_routes_rule_audit(const sv_routes *r, int rule, int64_t *id)
+{
+    if (rule < 0 || (size_t)rule >= r->n_rules || !r->rules[rule].audit)
+        return false;
+    *id = r->rules[rule].audit_id;
+    return true;
 }

@@ -61,11 +61,18 @@ const char *sv_routes_slot_tag(const sv_routes *r, size_t slot);
  * matching matcher, else the default (rule -1, names_dest false). Thread-safe (reads only); never allocates,
  * except one PCRE2 match-data block per thread on that thread's first regex match.
  * Matching: domain names ignore ASCII case and one trailing dot, and q->sniffed is tried as a
- * second name (regexes too, searched unanchored and caseless); a domain destination matches
+ * second name (regexes too, searched unanchored and caseless; regexes also in an IP
+ * destination's literal, "1.2.3.4" or "::1", issue 12: no port in any of them); a domain destination matches
  * CIDR rules only when its text is an IP literal; an IPv4-mapped IPv6 address matches as IPv4;
  * a missing field (dest, source, inbound) never matches.
  */
 sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q);
+
+/**
+ * Is rule @p rule (an sv_decision.rule; -1 = the default) an audit rule (issue 12)?
+ * @param id  receives its audit_id when it is
+ */
+bool sv_routes_rule_audit(const sv_routes *r, int rule, int64_t *id);
 
 /**
  * The source a flow is routed on (seed 000, route_target: `flow.source.or(ctx.source)`): the

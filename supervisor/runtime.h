@@ -22,6 +22,7 @@
 #include "supervisor/proto/ss2022.h"
 #include "supervisor/router.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/track/audit.h"
 #include "supervisor/track/tracker.h"
 #include "supervisor/transport/tls.h"
 #include "supervisor/transport/ws.h"
@@ -206,6 +207,7 @@ typedef struct sv_shared {
     /** Clients refused before authentication, by policy (index enum sv_probe_policy - 1):
      *  drained, closed, sent to the fallback or answered 404 (sv_refused_clients). */
     _Atomic uint64_t refused[3];
+    sv_audit *audit; /**< audit hits (issue 12), taken by sv_take_audit() */
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
@@ -363,5 +365,14 @@ void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap);
 
 /** Milliseconds since the Unix epoch (wall clock, for started_ms). */
 uint64_t sv__wall_ms(void);
+
+/**
+ * Connector step "audit" (issue 12, seed 002 "forbidden"): when rule @p rule of @p r (a
+ * decision's rule) is an audit rule, note the hit of @p user on @p inbound in @p s->audit. The
+ * flow itself is refused (or the datagram dropped) by the rule's outbound, as for any block
+ * route. No log line. Any worker.
+ */
+void sv__audit_hit(sv_shared *s, const sv_routes *r, int rule, const char *inbound,
+                   uint64_t user);
 
 #endif

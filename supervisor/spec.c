@@ -160,6 +160,8 @@ static int inbound_clone(sv_inbound_spec *d, const sv_inbound_spec *s)
 static int rule_clone(sv_route_rule *d, const sv_route_rule *s)
 {
     memset(d, 0, sizeof *d);
+    d->audit = s->audit;
+    d->audit_id = s->audit_id;
     if (dup_opt(&d->outbound, s->outbound) < 0)
         return -ENOMEM;
     d->matchers = alloc_array(s->n_matchers, sizeof *d->matchers);
@@ -231,6 +233,7 @@ int sv_spec_clone(sv_spec *dst, const sv_spec *src)
 {
     memset(dst, 0, sizeof *dst);
     dst->user_removal = src->user_removal;
+    dst->drain = src->drain;
     int rc = spec_clone_parts(dst, src);
     if (rc < 0)
         sv_spec_free(dst);
@@ -268,6 +271,24 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            str_eq(a->ws.path, b->ws.path) && str_eq(a->ws.host, b->ws.host) &&
            a->ws.httpupgrade == b->ws.httpupgrade &&
            str_eq(a->ss_server_key, b->ss_server_key);
+}
+
+sv_policy sv_removal_policy_of(const sv_spec *spec, const sv_inbound_spec *in)
+{
+    if (in != NULL && in->user_removal.kind != SV_POLICY_DEFAULT)
+        return in->user_removal;
+    if (spec != NULL && spec->user_removal.kind != SV_POLICY_DEFAULT)
+        return spec->user_removal;
+    return (sv_policy){.kind = SV_POLICY_CLOSE};
+}
+
+sv_policy sv_drain_policy_of(const sv_spec *spec, const sv_outbound_spec *out)
+{
+    if (out != NULL && out->drain.kind != SV_POLICY_DEFAULT)
+        return out->drain;
+    if (spec != NULL && spec->drain.kind != SV_POLICY_DEFAULT)
+        return spec->drain;
+    return (sv_policy){.kind = SV_POLICY_KEEP};
 }
 
 bool sv_outbound_spec_equal(const sv_outbound_spec *a, const sv_outbound_spec *b)
@@ -310,7 +331,8 @@ static bool match_eq(const sv_route_match *a, const sv_route_match *b)
 static bool rule_eq(const sv_route_rule *a, const sv_route_rule *b)
 {
     if (a->n_matchers != b->n_matchers || a->n_inbounds != b->n_inbounds ||
-        !str_eq(a->outbound, b->outbound))
+        !str_eq(a->outbound, b->outbound) || a->audit != b->audit ||
+        (a->audit && a->audit_id != b->audit_id))
         return false;
     for (size_t i = 0; i < a->n_matchers; i++)
         if (!match_eq(&a->matchers[i], &b->matchers[i]))

@@ -74,8 +74,20 @@ struct sv_supervisor {
     sv_addrset *own_addrs;      /**< the node's own addresses the workers have (issue 15) */
     uint64_t own_addrs_read_ns; /**< when they were last read (uv_hrtime) */
     bool own_addrs_failing;     /**< the last read failed (logged once per episode) */
+    sv_list graces;             /**< pending CloseAfter timers (grace_timer), ended at shutdown */
     bool shut;
 };
+
+/** A pending CloseAfter (issue 12, seed 001 "policies") on the control loop: revoke a
+ *  listener's sessions of users its current handler no longer admits, or kill the flows of a
+ *  drained outbound version. Ended, not waited for, at shutdown. */
+typedef struct grace_timer {
+    uv_timer_t timer;
+    sv_list link;
+    sv_supervisor *sv;
+    uint32_t listener;             /**< revoke: the listener's id; 0 = a drain */
+    char outbound[SV_TAG_MAX + 16]; /**< drain: "tag@vN" */
+} grace_timer;
 
 /* ---- staged work of one apply ---------------------------------------------------------------- */
 
@@ -608,6 +620,103 @@ static void swap_listener(sv_supervisor *sv, staged_listener *s, bool revoke)
     s->l.handler = NULL;
 }
 
+/* ---- removal and drain policies (issue 12, seed 001 "policies") ------------------------------ */
+
+/* Close, on every worker, the sessions of listener @p id whose principal its current handler no
+ * longer admits (a handler swap onto the same handler, with revoke). */
+static void revoke_listener(sv_supervisor *sv, uint32_t id)
+{
+    for (size_t i = 0; i < sv->n_listeners; i++) {
+        if (sv->listeners[i].id != id)
+            continue;
+        for (unsigned w = 0; w < sv->n_workers; w++) {
+            sv_handler_ref(sv->listeners[i].handler);
+            post(sv, w, SV_MSG_SWAP_HANDLER, id, sv->listeners[i].handler, NULL, -1, -1, true);
+        }
+    }
+}
+
+/* Kill every live flow opened on outbound version @p id ("tag@vN"). */
+static void close_version(sv_supervisor *sv, const char *id)
+{
+    sv_flow_filter f = {.outbound = id};
+    size_t n = sv_tracker_kill_where(sv->shared.tracker, &f);
+    if (n > 0)
+        SV_LOG(SV_LOG_INFO, "sv.actor", "drained outbound %s: %zu flow(s) closed", id, n);
+}
+
+static void on_grace_closed(uv_handle_t *h) { free(h->data); }
+
+static void grace_end(grace_timer *g)
+{
+    sv_list_unlink(&g->link);
+    uv_timer_stop(&g->timer);
+    uv_close((uv_handle_t *)&g->timer, on_grace_closed);
+}
+
+static void on_grace(uv_timer_t *t)
+{
+    grace_timer *g = t->data;
+    if (g->listener != 0)
+        revoke_listener(g->sv, g->listener);
+    else
+        close_version(g->sv, g->outbound);
+    grace_end(g);
+}
+
+/* Start a CloseAfter timer of @p ms for listener @p listener (non-zero) or outbound version
+ * @p outbound. @return 0 or -ENOMEM. */
+static int grace_start(sv_supervisor *sv, uint32_t ms, uint32_t listener, const char *outbound)
+{
+    grace_timer *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return -ENOMEM;
+    g->sv = sv;
+    g->listener = listener;
+    snprintf(g->outbound, sizeof g->outbound, "%s", outbound != NULL ? outbound : "");
+    uv_timer_init(sv->control, &g->timer);
+    g->timer.data = g;
+    sv_list_insert_tail(&sv->graces, &g->link);
+    uv_timer_start(&g->timer, on_grace, ms, 0);
+    return 0;
+}
+
+/* Apply the user removal policy of the inbound behind existing listener @p s after its handler
+ * swap: Close revokes with the swap, CloseAfter revokes after the grace, Keep never. */
+static void swap_with_policy(sv_supervisor *sv, staged_listener *s, const sv_spec *spec,
+                             bool revoke)
+{
+    const sv_inbound_spec *in = NULL;
+    for (size_t i = 0; i < spec->n_inbounds; i++)
+        if (strcmp(spec->inbounds[i].tag, s->l.tag) == 0)
+            in = &spec->inbounds[i];
+    sv_policy pol = sv_removal_policy_of(spec, in);
+    uint32_t id = s->l.id;
+    swap_listener(sv, s, revoke && pol.kind == SV_POLICY_CLOSE);
+    if (revoke && pol.kind == SV_POLICY_CLOSE_AFTER &&
+        grace_start(sv, pol.grace_ms, id, NULL) != 0) {
+        SV_LOG(SV_LOG_ERROR, "sv.actor", "inbound %s: out of memory for the user removal grace; "
+               "closing removed users' sessions now", s->l.tag);
+        revoke_listener(sv, id);
+    }
+}
+
+/* After the publish (every worker adopted the plane): each DRAIN step's policy on its version. */
+static void act_on_drains(sv_supervisor *sv, const sv_plan *plan)
+{
+    for (size_t i = 0; i < plan->n_steps; i++) {
+        const sv_step *st = &plan->steps[i];
+        if (st->kind != SV_STEP_DRAIN || st->policy.kind == SV_POLICY_KEEP)
+            continue;
+        char id[SV_TAG_MAX + 16];
+        snprintf(id, sizeof id, "%s@v%u", st->tag, st->version);
+        if (st->policy.kind == SV_POLICY_CLOSE_AFTER &&
+            grace_start(sv, st->policy.grace_ms, 0, id) == 0)
+            continue;
+        close_version(sv, id); /* Close, or no room for the timer */
+    }
+}
+
 static void commit_steps(sv_supervisor *sv, const sv_plan *plan)
 {
     for (size_t i = 0; i < plan->n_steps; i++) {
@@ -638,7 +747,7 @@ static void commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, 
         if (s->is_new) {
             add_listener(sv, s);
         } else {
-            swap_listener(sv, s, spec->user_removal == SV_REMOVAL_CLOSE && s->revoke);
+            swap_with_policy(sv, s, spec, s->revoke);
         }
     }
     for (size_t i = 0; sv->has_running && i < sv->running.n_outbounds; i++)
@@ -734,6 +843,7 @@ int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opt
     if (published && !sv__epoch_wait(&sv->shared, sv->epoch, SV_ADOPT_WAIT_MS))
         SV_LOG(SV_LOG_WARN, "sv.actor", "epoch %" PRIu64 ": not every worker adopted the plane "
                "within %d ms", sv->epoch, SV_ADOPT_WAIT_MS);
+    act_on_drains(sv, &plan);
     if (report != NULL)
         fill_report(&plan, report);
     SV_LOG(SV_LOG_DEBUG, "sv.actor", "applied: epoch %llu", (unsigned long long)sv->epoch);
@@ -791,7 +901,7 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
         rc = sv_error_set(err, -ENOMEM, "out of memory");
     if (rc == 0) {
         for (size_t i = 0; i < p.n_ls; i++)
-            swap_listener(sv, &p.ls[i], next.user_removal == SV_REMOVAL_CLOSE);
+            swap_with_policy(sv, &p.ls[i], &next, true);
         sv_spec_free(&sv->running);
         sv->running = next;
         memset(&next, 0, sizeof next);
@@ -1024,13 +1134,17 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     sv->control = control;
     sv->next_version = 1;
     sv_list_init(&sv->spare);
+    sv_list_init(&sv->graces);
     pthread_mutex_init(&sv->shared.adopt_mu, NULL);
     pthread_cond_init(&sv->shared.adopt_cv, NULL);
     if (opts != NULL)
         sv->shared.dns = opts->dns;
     sv->shared.conn_cap = connection_cap(opts != NULL ? opts->max_connections : 0, sv->n_workers);
     sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
-    if (sv->shared.tracker == NULL) {
+    sv->shared.audit = sv_audit_new();
+    if (sv->shared.tracker == NULL || sv->shared.audit == NULL) {
+        sv_tracker_free(sv->shared.tracker);
+        sv_audit_free(sv->shared.audit);
         pthread_cond_destroy(&sv->shared.adopt_cv);
         pthread_mutex_destroy(&sv->shared.adopt_mu);
         free(sv);
@@ -1084,6 +1198,8 @@ void sv_shutdown(sv_supervisor *sv, uint32_t grace_ms)
     if (sv->shut)
         return;
     sv->shut = true;
+    while (!sv_list_is_empty(&sv->graces)) /* grace timers end instead of delaying shutdown */
+        grace_end(sv_container_of(sv->graces.next, grace_timer, link));
     while (sv->n_listeners > 0) /* 1. stop accepting */
         remove_listener_at(sv, sv->n_listeners - 1);
     wait_sessions(sv, grace_ms); /* 2. grace for live connections */
@@ -1122,7 +1238,18 @@ void sv_supervisor_free(sv_supervisor *sv)
         free(take_msg(sv));
     sv_spec_free(&sv->running);
     sv_tracker_free(sv->shared.tracker);
+    sv_audit_free(sv->shared.audit);
     pthread_cond_destroy(&sv->shared.adopt_cv);
     pthread_mutex_destroy(&sv->shared.adopt_mu);
     free(sv);
+}
+
+long sv_take_audit(sv_supervisor *sv, sv_audit_hit **out)
+{
+    return sv_audit_take(sv->shared.audit, out);
+}
+
+void sv_audit_counts(sv_supervisor *sv, uint64_t *recorded, uint64_t *dropped)
+{
+    sv_audit_stats(sv->shared.audit, recorded, dropped);
 }

@@ -31,6 +31,29 @@
 #define SV_RULES_MAX 4096         /**< route rules */
 #define SV_MATCHERS_MAX 65536     /**< matchers in one rule */
 
+/**
+ * What happens to live flows when what they stand on goes (seed 001 "policies", issue 12):
+ *  - user removal: sessions of a principal an inbound no longer admits (removed from its user
+ *    set, or its credentials changed); default Close;
+ *  - drain: flows opened on an outbound version that an apply replaced or removed; default Keep.
+ * Keep leaves them alone, Close ends them at once, CloseAfter ends them grace_ms later (unless
+ * they ended first; a user admitted again by then keeps them). Grace timers end at shutdown
+ * instead of delaying it.
+ */
+enum sv_policy_kind {
+    SV_POLICY_DEFAULT = 0, /**< per inbound/outbound: the spec's; in the spec: the seed default */
+    SV_POLICY_KEEP,
+    SV_POLICY_CLOSE,
+    SV_POLICY_CLOSE_AFTER, /**< close after grace_ms (1 .. SV_POLICY_GRACE_MAX_MS) */
+};
+
+#define SV_POLICY_GRACE_MAX_MS (24u * 3600u * 1000u) /**< longest CloseAfter grace: one day */
+
+typedef struct sv_policy {
+    enum sv_policy_kind kind;
+    uint32_t grace_ms; /**< SV_POLICY_CLOSE_AFTER only; 0 otherwise */
+} sv_policy;
+
 /** A user of a user set. `id` is the frontend's key (katana: the panel's numeric user id). */
 typedef struct sv_user {
     uint64_t id;           /**< frontend key, unique within its set */
@@ -122,6 +145,8 @@ typedef struct sv_inbound_spec {
                                             which is not a valid request (issue 8); NULL =
                                             Trojan answers 404, VLESS drains */
     sv_inbound_ws ws;                  /**< WebSocket over TCP or TLS (Trojan; issue 9) */
+    sv_policy user_removal;            /**< overrides sv_spec.user_removal (DEFAULT: the
+                                            spec's); not part of the inbound's equality */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {
@@ -132,6 +157,8 @@ enum sv_outbound_kind {
 typedef struct sv_outbound_spec {
     char *tag;
     enum sv_outbound_kind kind;
+    sv_policy drain; /**< overrides sv_spec.drain for this tag's replaced versions (DEFAULT: the
+                          spec's); not part of the outbound's equality (no rebuild) */
 } sv_outbound_spec;
 
 enum sv_network { SV_NET_TCP = 1, SV_NET_UDP = 2 };
@@ -153,7 +180,8 @@ enum sv_match_kind {
     SV_MATCH_INBOUND,        /**< text: the inbound tag the flow came in on */
     SV_MATCH_SOURCE_CIDR,    /**< cidr: client source IP */
     SV_MATCH_REGEX,          /**< text: a PCRE2 pattern searched (unanchored, caseless) in the
-                                  destination name and the sniffed name (issue 3, PANEL.md §1.4) */
+                                  destination name, the sniffed name and an IP destination's
+                                  literal, never the port (issues 3, 12; PANEL.md §1.4) */
 };
 
 typedef struct sv_route_match {
@@ -175,6 +203,10 @@ typedef struct sv_route_rule {
     char **inbounds;
     size_t n_inbounds;
     char *outbound; /**< outbound tag */
+    bool audit;       /**< an audit rule (issue 12: a panel `block` route or SSPanel detect
+                           rule): a flow or datagram of a user it matches is recorded once per
+                           (inbound, user, audit_id) until sv_take_audit() takes it */
+    int64_t audit_id; /**< the panel's rule id, reported with the hit */
 } sv_route_rule;
 
 typedef struct sv_route_spec {
@@ -183,8 +215,6 @@ typedef struct sv_route_spec {
     char *default_outbound; /**< tag used when no rule matches */
 } sv_route_spec;
 
-/** How live sessions of a principal that is no longer admitted are treated (seed 001, policies). */
-enum sv_removal_policy { SV_REMOVAL_CLOSE = 0, SV_REMOVAL_KEEP };
 
 typedef struct sv_spec {
     sv_inbound_spec *inbounds;
@@ -194,8 +224,22 @@ typedef struct sv_spec {
     sv_user_set *user_sets;
     size_t n_user_sets;
     sv_route_spec route;
-    enum sv_removal_policy user_removal;
+    sv_policy user_removal; /**< supervisor-wide user removal policy (default Close) */
+    sv_policy drain;        /**< supervisor-wide drain policy (default Keep) */
 } sv_spec;
+
+/**
+ * The user removal policy of inbound @p in of @p spec: its own, else the spec's, else Close
+ * (seed 001 "policies": removal_policy falls back to spec.policies.user_removal).
+ * @return a policy whose kind is never SV_POLICY_DEFAULT.
+ */
+sv_policy sv_removal_policy_of(const sv_spec *spec, const sv_inbound_spec *in);
+
+/**
+ * The drain policy of outbound @p out (may be NULL) under @p spec: its own, else the spec's,
+ * else Keep (seed 001 "policies"). @return a policy whose kind is never SV_POLICY_DEFAULT.
+ */
+sv_policy sv_drain_policy_of(const sv_spec *spec, const sv_outbound_spec *out);
 
 /** Free everything a spec owns (not the struct itself); leaves it zeroed. NULL-safe. */
 void sv_spec_free(sv_spec *spec);
@@ -404,6 +448,29 @@ uint64_t sv_epoch(sv_supervisor *sv);
  * @return the count, or -ENOMEM.
  */
 long sv_take_usage(sv_supervisor *sv, sv_usage **out);
+
+/** One audit hit (issue 12 "Audit"): a user's flow or datagram matched an audit rule. */
+typedef struct sv_audit_hit {
+    char inbound[SV_TAG_MAX + 1]; /**< the inbound the flow came in on */
+    uint64_t user;                /**< frontend user id */
+    int64_t rule;                 /**< the rule's audit_id (the panel's rule id) */
+    uint64_t first_ms;            /**< wall clock, ms: the first hit since the previous take */
+} sv_audit_hit;
+
+#define SV_AUDIT_PENDING_MAX 65536u /**< distinct hits held between takes; more are dropped
+                                         (counted in sv_audit_counts) */
+
+/**
+ * Take the audit hits recorded since the previous take: each (inbound, user, rule) once,
+ * however often it was hit (seed 002: the detect set is drained by the report loop). Any thread.
+ * @param out  malloc'ed array (sorted by inbound, user, rule) for the caller to free()
+ * @return the count, or -ENOMEM (the hits stay for the next take).
+ */
+long sv_take_audit(sv_supervisor *sv, sv_audit_hit **out);
+
+/** Hits noted since start (each (inbound, user, rule) at most once between two takes) and
+ *  dropped (the set was full). Any thread. */
+void sv_audit_counts(sv_supervisor *sv, uint64_t *recorded, uint64_t *dropped);
 
 /** Distinct client IPs the panel counts for one user (its `alivelist`, PANEL.md §1). */
 typedef struct sv_device_count {

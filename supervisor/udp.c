@@ -255,6 +255,7 @@ void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
     sv_route_query q = {.dest = d, .inbound = a->handler->tag,
                         .source = (const struct sockaddr *)&a->client, .network = SV_NET_UDP};
     sv_decision dec = sv_routes_decide(plane->routes->routes, &q);
+    sv__audit_hit(a->w->shared, plane->routes->routes, dec.rule, a->handler->tag, a->user);
     sv_target *t = plane->targets[dec.slot];
     if (t->ops->dgram_send == NULL)
         return; /* an outbound without datagrams (blackhole): dropped, not billed (seed 002) */

@@ -636,6 +636,24 @@ static int check_route(const sv_route_spec *route, sv_error *err)
 
 /* ----------------------------------------------------------------------------------------- */
 
+/* A removal or drain policy (seed 001 "policies") of @p owner ("policies", "inbound x",
+ * "outbound y"): a known kind; CloseAfter with a grace of 1 ms .. SV_POLICY_GRACE_MAX_MS. */
+static int check_policy(const sv_policy *p, const char *owner, const char *what, sv_error *err)
+{
+    switch (p->kind) {
+    case SV_POLICY_DEFAULT:
+    case SV_POLICY_KEEP:
+    case SV_POLICY_CLOSE:
+        return 0;
+    case SV_POLICY_CLOSE_AFTER:
+        if (p->grace_ms == 0 || p->grace_ms > SV_POLICY_GRACE_MAX_MS)
+            return INVALID(err, "%s: %s policy close_after: grace must be 1 ms to %u s", owner,
+                           what, SV_POLICY_GRACE_MAX_MS / 1000u);
+        return 0;
+    }
+    return INVALID(err, "%s: unknown %s policy", owner, what);
+}
+
 static int check_resources(const sv_spec *spec, sv_error *err)
 {
     int rc = 0;
@@ -647,8 +665,19 @@ static int check_resources(const sv_spec *spec, sv_error *err)
         rc = check_user_set(&spec->user_sets[i], err);
     if (rc == 0)
         rc = check_route(&spec->route, err);
-    if (rc == 0 && spec->user_removal != SV_REMOVAL_CLOSE && spec->user_removal != SV_REMOVAL_KEEP)
-        rc = INVALID(err, "policies: unknown user removal policy");
+    if (rc == 0)
+        rc = check_policy(&spec->user_removal, "policies", "user removal", err);
+    if (rc == 0)
+        rc = check_policy(&spec->drain, "policies", "drain", err);
+    char owner[SV_TAG_MAX + 16];
+    for (size_t i = 0; i < spec->n_inbounds && rc == 0; i++) {
+        snprintf(owner, sizeof owner, "inbound %s", spec->inbounds[i].tag);
+        rc = check_policy(&spec->inbounds[i].user_removal, owner, "user removal", err);
+    }
+    for (size_t i = 0; i < spec->n_outbounds && rc == 0; i++) {
+        snprintf(owner, sizeof owner, "outbound %s", spec->outbounds[i].tag);
+        rc = check_policy(&spec->outbounds[i].drain, owner, "drain", err);
+    }
     return rc;
 }
 

@@ -21,7 +21,8 @@ apply_hang:S (push only) = apply the push, then answer only after S s.
 --mode sspanel (issue 14) speaks SSPanel-UIM mod_mu instead (PANEL.md §2): GET
 /mod_mu/nodes/{id}/info and /mod_mu/users (key/muKey query, W/"..." ETags, 304, {"ret":1,...}
 envelopes, 401 {"ret":0,"msg":"Invalid request."} on a bad key), POST /mod_mu/users/traffic,
-/mod_mu/users/aliveip and the legacy POST /mod_mu/nodes/{id}/info load report. The state and the
+/mod_mu/users/aliveip, /mod_mu/users/detectlog (recorded in the state's "detectlog" as
+{"t","req","user_id","list_id"}, req = the request's number) and the legacy POST /mod_mu/nodes/{id}/info load report. The state and the
 control endpoints stay in UniProxy shapes: the config and users set through /_emu/ are translated
 (shadowsocks -> sort 0 with custom_config.method and offset_port_node, trojan -> sort 14, vless
 -> sort 11 with enable_vless; uuid -> passwd on sort 0; speed_limit -> node_speedlimit,
@@ -70,7 +71,7 @@ WS = {"conns": [], "connects": 0, "received": [], "enabled": True}
 LOCK = threading.Lock()
 STATE = {"config": {}, "users": {"users": []}, "totals": {}, "pushes": [], "hits": {},
          "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": [],
-         "alivelist": {}, "raw": {}, "deleted": [], "detect_rules": []}
+         "alivelist": {}, "raw": {}, "deleted": [], "detect_rules": [], "detectlog": []}
 ARGS = None
 
 
@@ -129,7 +130,8 @@ def ss_endpoint(method, path):
         return "config" if method == "GET" else "status"
     return {"/mod_mu/users": "user", "/mod_mu/users/traffic": "push",
             "/mod_mu/func/detect_rules": "detect_rules",
-            "/mod_mu/users/aliveip": "alive"}.get(path)
+            "/mod_mu/users/aliveip": "alive",
+            "/mod_mu/users/detectlog": "detectlog"}.get(path)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -271,7 +273,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(502, b"<html>502 Bad Gateway</html>", "text/html")
         if q.get("key", [""])[0] != ARGS.token:
             return self.send(401, {"ret": 0, "msg": "Invalid request."})
-        if ep in ("user", "push", "alive") and not q.get("node_id", [""])[0]:
+        if ep in ("user", "push", "alive", "detectlog") and not q.get("node_id", [""])[0]:
             return self.send(200, {"ret": 0, "msg": "Node not found."})
         if fault and self.pre_fault(fault):
             return None
@@ -302,6 +304,12 @@ class Handler(BaseHTTPRequestHandler):
                 for e in items:
                     alive.setdefault(str(e["user_id"]), []).append(e["ip"])
                 STATE["alive"].append(alive)
+            elif ep == "detectlog":  # inserts (user_id, list_id, node_id, datetime), §2.6
+                req = STATE["hits"]["detectlog"]  # which request it came in
+                for e in items:
+                    STATE["detectlog"].append({"t": time.time(), "req": req,
+                                               "user_id": int(e["user_id"]),
+                                               "list_id": int(e["list_id"])})
             else:
                 STATE["status"].append(json.loads(raw))
         return self.send(200, {"ret": 1, "msg": "ok"})
@@ -425,7 +433,7 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if method == "GET" and what == "state":
                 out = {k: STATE[k] for k in ("totals", "pushes", "hits", "hit_times", "alive",
-                                             "status")}
+                                             "status", "detectlog")}
                 out["ws"] = {"connects": WS["connects"], "open": len(WS["conns"]),
                              "received": WS["received"]}
                 return self.send(200, out)

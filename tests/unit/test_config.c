@@ -559,6 +559,44 @@ static void config__allow_private__defaults_to_false_and_is_a_boolean(void **sta
                  "allow_private: unknown key");
 }
 
+/* "policies" and a node's "user_removal" (issue 12, seed 001 "policies"): "keep", "close" or
+ * {"close_after": seconds}; absent = the supervisor's defaults; strict. */
+static void config__policies__parse_strictly(void **state)
+{
+    (void)state;
+    static const char t[] = "{\"policies\":{\"user_removal\":{\"close_after\":30},"
+                            "\"drain\":\"close\"},\"nodes\":[" NODE_OK ",{\"tag\":\"b\","
+                            "\"user_removal\":\"keep\",\"panel\":" PANEL_OK "}]}";
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(t, strlen(t), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.user_removal.kind, SV_POLICY_CLOSE_AFTER);
+    assert_int_equal(cfg.user_removal.grace_ms, 30000);
+    assert_int_equal(cfg.drain.kind, SV_POLICY_CLOSE);
+    assert_int_equal(cfg.nodes[0].user_removal.kind, SV_POLICY_DEFAULT);
+    assert_int_equal(cfg.nodes[1].user_removal.kind, SV_POLICY_KEEP);
+    ag_config_free(&cfg);
+    static const char none[] = "{\"nodes\":[" NODE_OK "]}";
+    assert_int_equal(ag_config_parse(none, strlen(none), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.user_removal.kind, SV_POLICY_DEFAULT);
+    assert_int_equal(cfg.drain.kind, SV_POLICY_DEFAULT);
+    ag_config_free(&cfg);
+    expect_error("{\"policies\":{\"drian\":\"keep\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "policies.drian: unknown key");
+    expect_error("{\"policies\":{\"drain\":\"later\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "policies.drain: unknown policy \"later\" (keep, close, {\"close_after\": "
+                 "seconds})");
+    expect_error("{\"policies\":{\"drain\":{\"close_after\":0}},\"nodes\":[" NODE_OK "]}",
+                 -EINVAL, "policies.drain.close_after: expected seconds between 1 and 86400");
+    expect_error("{\"policies\":{\"drain\":{\"close_after\":5,\"x\":1}},\"nodes\":["
+                 NODE_OK "]}", -EINVAL, "policies.drain.x: unknown key");
+    expect_error("{\"policies\":[],\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "policies: expected an object");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"user_removal\":5,\"panel\":" PANEL_OK "}]}",
+                 -EINVAL, "nodes[0].user_removal: expected \"keep\", \"close\" or "
+                 "{\"close_after\": seconds}");
+}
+
 /* "cert", "fallback" and the local panel's "node_type" (issue 8): strict, errors name the path. */
 static void config__cert_fallback_node_type__parse_strictly(void **state)
 {
@@ -678,6 +716,7 @@ int main(void)
         cmocka_unit_test(config__relative_files__resolve_against_config_dir),
         cmocka_unit_test(config__api__keys_are_strict_and_public_needs_a_token),
         cmocka_unit_test(config__allow_private__defaults_to_false_and_is_a_boolean),
+        cmocka_unit_test(config__policies__parse_strictly),
         cmocka_unit_test(config__packaged_example__has_an_api_token),
         cmocka_unit_test(config__cert_fallback_node_type__parse_strictly),
         cmocka_unit_test(config__max_connections__default_and_bounds),

@@ -474,12 +474,56 @@ static void db__state_pair__is_written_together_or_not_at_all(void **state)
     db_close(d);
 }
 
+/* issue 12: an audit pair is pending once per period (until its batch is done), survives a
+ * close and reopen, and a claim takes every pending row of the node only. */
+static void db__audit__once_per_period_and_durable(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    sv_audit_hit h[] = {{.user = 7, .rule = 9, .first_ms = 1000},
+                        {.user = 3, .rule = 9, .first_ms = 1100},
+                        {.user = 7, .rule = 9, .first_ms = 1200}};
+    assert_int_equal(db_audit_add(d, "n1", h, 3, &err), 2);
+    assert_int_equal(db_audit_add(d, "n1", h, 1, &err), 0); /* already pending */
+    assert_int_equal(db_audit_add(d, "n2", h, 1, &err), 1); /* another node */
+    db_close(d);
+    d = open_ok(t); /* a restart keeps them */
+    db_audit_row *rows = NULL;
+    size_t n = 0;
+    assert_int_equal(db_audit_pending(d, "n1", &rows, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(rows[0].user, 3);
+    assert_int_equal(rows[1].user, 7);
+    assert_int_equal(rows[1].first_ms, 1000);
+    assert_false(rows[1].claimed);
+    free(rows);
+    db_audit_batch b;
+    assert_int_equal(db_audit_claim(d, "n1", &b, &err), 0);
+    assert_true(b.id > 0);
+    assert_int_equal(b.n, 2);
+    assert_int_equal(db_audit_add(d, "n1", h, 1, &err), 0); /* claimed: still this period */
+    assert_int_equal(db_audit_done(d, b.id, &err), 0);
+    db_audit_batch_free(&b);
+    assert_int_equal(db_audit_pending(d, "n1", &rows, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(db_audit_pending(d, "n2", &rows, &n, &err), 0);
+    assert_int_equal(n, 1);
+    free(rows);
+    assert_int_equal(db_audit_add(d, "n1", h, 1, &err), 1); /* the next period */
+    assert_int_equal(db_audit_claim(d, "n3", &b, &err), 0);
+    assert_int_equal(b.id, 0);
+    assert_int_equal(b.n, 0);
+    db_close(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(db__open__creates_wal_file_at_current_version, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(db__migrations__are_idempotent, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__audit__once_per_period_and_durable, setup, teardown),
         cmocka_unit_test_setup_teardown(db__pending_users__sums_open_and_claimed_rows_per_uid,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(db__newer_schema__is_refused, setup, teardown),

@@ -135,7 +135,8 @@ static void check_shared(const sv_spec *s)
     assert_string_equal(s->outbounds[1].tag, "block");
     assert_int_equal(s->outbounds[1].kind, SV_OUTBOUND_BLACKHOLE);
     assert_string_equal(s->route.default_outbound, "direct");
-    assert_int_equal(s->user_removal, SV_REMOVAL_CLOSE);
+    assert_int_equal(sv_removal_policy_of(s, NULL).kind, SV_POLICY_CLOSE);
+    assert_int_equal(sv_drain_policy_of(s, NULL).kind, SV_POLICY_KEEP);
 }
 
 static void check_user(const sv_user *u, uint64_t id, const char *uuid, uint64_t speed,
@@ -911,6 +912,11 @@ static void lower__bad_regexps_protocols_and_other_actions__are_skipped(void **s
     assert_string_equal(s.route.rules[0].matchers[1].text, "^ads\\.");
     assert_int_equal(s.route.rules[1].n_matchers, 1);
     assert_int_equal(s.route.rules[1].matchers[0].kind, SV_MATCH_DOMAIN_KEYWORD);
+    /* issue 12: block routes are audit rules, reported with the panel's route id */
+    assert_true(s.route.rules[0].audit);
+    assert_int_equal(s.route.rules[0].audit_id, 2);
+    assert_true(s.route.rules[1].audit);
+    assert_int_equal(s.route.rules[1].audit_id, 5);
     sv_spec_free(&s);
     free_state(&st);
 }

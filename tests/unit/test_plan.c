@@ -266,6 +266,47 @@ static void a_changed_outbound_is_a_new_version_and_the_old_one_drains_after_the
     run_free(&rs);
 }
 
+/* issue 12, seed 001 "policies": a DRAIN step carries the version's drain policy: the desired
+ * outbound's, else (a removed tag) the running one's, else the spec's, else Keep; a change of the
+ * policy alone rebuilds nothing. */
+static void a_drain_step_carries_the_resolved_drain_policy(void **state)
+{
+    fx f;
+    fx_init(&f);
+    run_state rs = {0};
+    f.out[2].drain = (sv_policy){.kind = SV_POLICY_CLOSE}; /* spare's own, while it runs */
+    sv_plan p = plan_and_commit(&rs, &f.spec);
+    sv_plan_free(&p);
+    f.out[1].kind = SV_OUTBOUND_DIRECT; /* block changes: default Keep */
+    p = plan_and_commit(&rs, &f.spec);
+    sv_step *d = &p.steps[find_step(&p, SV_STEP_DRAIN, OUT, "block")];
+    assert_int_equal(d->policy.kind, SV_POLICY_KEEP);
+    sv_plan_free(&p);
+    f.spec.drain = (sv_policy){.kind = SV_POLICY_CLOSE_AFTER, .grace_ms = 700};
+    f.out[1].drain = (sv_policy){.kind = SV_POLICY_CLOSE_AFTER, .grace_ms = 300};
+    p = plan_and_commit(&rs, &f.spec); /* only policies changed: nothing built or drained */
+    assert_int_equal(count_kind(&p, SV_STEP_DRAIN), 0);
+    assert_int_equal(count_kind(&p, SV_STEP_BUILD), 0);
+    sv_plan_free(&p);
+    f.out[1].kind = SV_OUTBOUND_BLACKHOLE; /* block changes again: its own policy */
+    f.spec.n_outbounds = 2;                /* spare goes: the running spare's policy */
+    p = plan_and_commit(&rs, &f.spec);
+    d = &p.steps[find_step(&p, SV_STEP_DRAIN, OUT, "block")];
+    assert_int_equal(d->policy.kind, SV_POLICY_CLOSE_AFTER);
+    assert_int_equal(d->policy.grace_ms, 300);
+    assert_int_equal(p.steps[find_step(&p, SV_STEP_DRAIN, OUT, "spare")].policy.kind,
+                     SV_POLICY_CLOSE);
+    sv_plan_free(&p);
+    f.out[1].drain = (sv_policy){0}; /* block's own unset: the spec's */
+    f.out[1].kind = SV_OUTBOUND_DIRECT;
+    p = plan_and_commit(&rs, &f.spec);
+    d = &p.steps[find_step(&p, SV_STEP_DRAIN, OUT, "block")];
+    assert_int_equal(d->policy.kind, SV_POLICY_CLOSE_AFTER);
+    assert_int_equal(d->policy.grace_ms, 700);
+    sv_plan_free(&p);
+    run_free(&rs);
+}
+
 static void each_rebuild_of_a_tag_takes_the_next_version(void **state)
 {
     fx f;
@@ -599,7 +640,8 @@ static void a_cloned_spec_equals_the_original_and_shares_no_memory(void **state)
     assert_null(b.user_sets[0].users[1].label); /* NULL stays NULL */
     assert_true(sv_route_spec_equal(&b.route, &f.spec.route));
     assert_string_equal(b.route.rules[0].inbounds[0], "ss1");
-    assert_int_equal(b.user_removal, f.spec.user_removal);
+    assert_int_equal(b.user_removal.kind, f.spec.user_removal.kind);
+    assert_int_equal(b.drain.kind, f.spec.drain.kind);
     sv_spec_free(&b);
     assert_null(b.inbounds);
     assert_int_equal(b.n_inbounds, 0);
@@ -609,12 +651,15 @@ static void a_cloned_spec_equals_the_original_and_shares_no_memory(void **state)
 
 static void an_empty_spec_clones_to_an_empty_spec(void **state)
 {
-    sv_spec empty = {.user_removal = SV_REMOVAL_KEEP}, c;
+    sv_spec empty = {.user_removal = {.kind = SV_POLICY_KEEP},
+                     .drain = {.kind = SV_POLICY_CLOSE_AFTER, .grace_ms = 5}}, c;
     assert_int_equal(sv_spec_clone(&c, &empty), 0);
     assert_null(c.inbounds);
     assert_null(c.route.rules);
     assert_null(c.route.default_outbound);
-    assert_int_equal(c.user_removal, SV_REMOVAL_KEEP);
+    assert_int_equal(c.user_removal.kind, SV_POLICY_KEEP);
+    assert_int_equal(c.drain.kind, SV_POLICY_CLOSE_AFTER);
+    assert_int_equal(c.drain.grace_ms, 5);
     sv_spec_free(&c);
 }
 
@@ -808,6 +853,7 @@ int main(void)
         cmocka_unit_test(an_unchanged_spec_reuses_everything_and_publishes_nothing),
         cmocka_unit_test(
             a_changed_outbound_is_a_new_version_and_the_old_one_drains_after_the_publish),
+        cmocka_unit_test(a_drain_step_carries_the_resolved_drain_policy),
         cmocka_unit_test(each_rebuild_of_a_tag_takes_the_next_version),
         cmocka_unit_test(a_tag_added_back_takes_a_version_it_never_had),
         cmocka_unit_test(removing_an_unreferenced_outbound_alone_republishes_the_plane),

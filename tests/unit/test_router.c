@@ -234,6 +234,43 @@ static void regex_matches_the_sniffed_name(void **state)
     sv_routes_free(r);
 }
 
+/* issue 12: audit regexes are matched against an IP destination's literal too, never with its
+ * port; a rule's audit id is what sv_routes_rule_audit() gives for its decision. */
+static void regex_matches_an_ip_literal_without_the_port_and_audit_ids_are_kept(void **state)
+{
+    (void)state;
+    sv_route_match m = {.kind = SV_MATCH_REGEX, .text = "^192\\.0\\.2\\.7$"};
+    sv_route_match v6 = {.kind = SV_MATCH_REGEX, .text = "^2001:db8::1$"};
+    sv_route_match port = {.kind = SV_MATCH_REGEX, .text = ":443"};
+    sv_route_rule rules[] = {
+        {.matchers = &m, .n_matchers = 1, .outbound = "block", .audit = true, .audit_id = 9},
+        {.matchers = &v6, .n_matchers = 1, .outbound = "block"},
+        {.matchers = &port, .n_matchers = 1, .outbound = "block", .audit = true, .audit_id = 5}};
+    sv_route_spec spec = {.rules = rules, .n_rules = 3, .default_outbound = "direct"};
+    sv_routes *r = NULL;
+    sv_error err = {0};
+    assert_int_equal(sv_routes_compile(&spec, &r, &err), 0);
+    sv_dest a = dest_ip("192.0.2.7", 443), b = dest_ip("2001:db8::1", 443),
+            c = dest_ip("192.0.2.70", 443);
+    sv_route_query q = {.dest = &a, .inbound = "in", .network = SV_NET_TCP};
+    sv_decision d = sv_routes_decide(r, &q);
+    assert_int_equal(d.rule, 0);
+    assert_true(d.names_dest);
+    int64_t id = 0;
+    assert_true(sv_routes_rule_audit(r, d.rule, &id));
+    assert_int_equal(id, 9);
+    q.dest = &b;
+    d = sv_routes_decide(r, &q);
+    assert_int_equal(d.rule, 1);
+    assert_false(sv_routes_rule_audit(r, d.rule, &id)); /* a block rule that is no audit rule */
+    q.dest = &c;
+    d = sv_routes_decide(r, &q);
+    assert_int_equal(d.rule, -1); /* ":443" never sees the port */
+    assert_false(sv_routes_rule_audit(r, -1, &id));
+    assert_false(sv_routes_rule_audit(r, 3, &id));
+    sv_routes_free(r);
+}
+
 static void domain_keyword_matches_a_substring(void **state)
 {
     (void)state;
@@ -526,6 +563,7 @@ int main(void)
         cmocka_unit_test(domain_suffix_matches_the_name_and_its_subdomains_only),
         cmocka_unit_test(regex_is_searched_caseless_in_the_destination_name),
         cmocka_unit_test(regex_matches_the_sniffed_name),
+        cmocka_unit_test(regex_matches_an_ip_literal_without_the_port_and_audit_ids_are_kept),
         cmocka_unit_test(domain_keyword_matches_a_substring),
         cmocka_unit_test(cidr_matches_the_destination_ip_of_either_family),
         cmocka_unit_test(port_range_is_inclusive),

@@ -61,7 +61,7 @@ static void fx_init(fx *f)
     f->spec = (sv_spec){.inbounds = f->in, .n_inbounds = 2, .outbounds = f->out,
                         .n_outbounds = 2, .user_sets = f->sets, .n_user_sets = 1,
                         .route = {.rules = f->rules, .n_rules = 2, .default_outbound = "direct"},
-                        .user_removal = SV_REMOVAL_CLOSE};
+                        .user_removal = {.kind = SV_POLICY_CLOSE}};
 }
 
 static void expect_invalid(const fx *f, const char *text)
@@ -642,8 +642,24 @@ static void an_unknown_removal_policy_is_refused(void **state)
 {
     fx f;
     fx_init(&f);
-    f.spec.user_removal = 7;
+    f.spec.user_removal.kind = 7;
     expect_invalid(&f, "policies: unknown user removal policy");
+}
+
+static void a_close_after_policy_needs_a_grace_within_bounds(void **state)
+{
+    fx f;
+    fx_init(&f);
+    f.spec.drain = (sv_policy){.kind = SV_POLICY_CLOSE_AFTER, .grace_ms = 0};
+    expect_invalid(&f, "policies: drain policy close_after: grace must be 1 ms to 86400 s");
+    fx_init(&f);
+    f.spec.drain = (sv_policy){.kind = SV_POLICY_CLOSE_AFTER, .grace_ms = 1500};
+    f.spec.inbounds[0].user_removal = (sv_policy){.kind = SV_POLICY_CLOSE_AFTER,
+                                                  .grace_ms = SV_POLICY_GRACE_MAX_MS + 1};
+    char want[128];
+    snprintf(want, sizeof want, "inbound %s: user removal policy close_after: grace must be "
+             "1 ms to 86400 s", f.spec.inbounds[0].tag);
+    expect_invalid(&f, want);
 }
 
 /* ---- order: the first violation wins ----------------------------------------------------- */
@@ -806,6 +822,7 @@ int main(void)
         cmocka_unit_test(an_unknown_network_is_refused),
         cmocka_unit_test(an_unknown_matcher_kind_is_refused),
         cmocka_unit_test(an_unknown_removal_policy_is_refused),
+        cmocka_unit_test(a_close_after_policy_needs_a_grace_within_bounds),
         cmocka_unit_test(tags_are_checked_before_references),
         cmocka_unit_test(inbound_tags_are_checked_before_outbound_tags),
         cmocka_unit_test(references_are_checked_before_resource_rules),
