@@ -229,7 +229,8 @@ static void compute_share(sv_pacers *r, uint64_t now_ns)
         left -= limits[i];
         unconstrained--;
     }
-    r->share = left / (unconstrained ? unconstrained : 1);
+    /* every constrained limit is below the final share; when all are, nothing bounds it */
+    r->share = unconstrained ? left / unconstrained : r->node;
     if (r->share == 0)
         r->share = 1;
     free(limits);

@@ -224,9 +224,13 @@ static void the_node_cap_is_shared_fairly_by_the_active_users(void **state)
     assert_true(atomic_load(&u[3]->rate) == 600000);
     for (int i = 0; i < 3; i++)
         assert_true(atomic_load(&u[i]->rate) == 800000);
+    /* alone and below the cap: its own limit */
+    sv_pacer_charge(u[3], 1000, T0 + 5 * S);
+    sv_pacers_rebalance(r, T0 + 5 * S);
+    assert_true(atomic_load(&u[3]->rate) == 600000);
     /* idle for more than a second: no longer counted, the one still pulling gets it all */
-    sv_pacer_charge(u[0], 1000, T0 + 3 * S);
-    sv_pacers_rebalance(r, T0 + 3 * S + S / 2);
+    sv_pacer_charge(u[0], 1000, T0 + 7 * S);
+    sv_pacers_rebalance(r, T0 + 7 * S + S / 2);
     assert_true(atomic_load(&u[0]->rate) == 3000000);
     assert_true(atomic_load(&u[3]->rate) == 600000);
     for (int i = 0; i < 4; i++)
