@@ -10,6 +10,9 @@
         one SOCKS5 CONNECT (ss-local) to the server, pulling (down) or pushing (up) for S seconds.
         FILE gets {"samples": [[t, bytes], ...], "closed": bool}: t is time.time() and bytes
         is what the receiving end had by then (the client for down, the server for up).
+  udp --socks P --dest-port D --count N --size B --secs S
+        SOCKS5 UDP ASSOCIATE (ss-local): N datagrams of B bytes to the UDP echo server on
+        127.0.0.1:D, evenly over S seconds; prints how many echoes came back (waiting 1 s more).
   rate --file FILE --from T0 --to T1
         prints the receiving end's rate in bytes/s between the absolute times T0 and T1
         (samples nearest inside the window).
@@ -132,6 +135,48 @@ def cmd_flow(a):
     return 0
 
 
+def cmd_udp(a):
+    ctl = socket.create_connection(("127.0.0.1", a.socks), timeout=10)
+    ctl.sendall(b"\x05\x01\x00")
+    if ctl.recv(2) != b"\x05\x00":
+        raise OSError("socks: no auth method")
+    ctl.sendall(b"\x05\x03\x00\x01" + bytes(6))
+    rep = b""
+    while len(rep) < 10:
+        more = ctl.recv(10 - len(rep))
+        if not more:
+            raise OSError("socks: closed")
+        rep += more
+    relay = (socket.inet_ntoa(rep[4:8]), struct.unpack(">H", rep[8:10])[0])
+    if relay[0] == "0.0.0.0":
+        relay = ("127.0.0.1", relay[1])
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    u.setblocking(False)
+    head = b"\x00\x00\x00\x01" + socket.inet_aton("127.0.0.1") + struct.pack(">H", a.dest_port)
+    payload = bytes(a.size)
+    got, start = 0, time.time()
+    for i in range(a.count):
+        due = start + a.secs * i / a.count
+        while time.time() < due:
+            try:
+                u.recv(65536)
+                got += 1
+            except BlockingIOError:
+                time.sleep(0.0005)
+        u.sendto(head + payload, relay)
+    end = time.time() + 1.0
+    while time.time() < end:
+        try:
+            u.recv(65536)
+            got += 1
+        except BlockingIOError:
+            time.sleep(0.001)
+    print(got)
+    ctl.close()
+    return 0
+
+
 def cmd_rate(a):
     with open(a.file) as f:
         samples = json.load(f)["samples"]
@@ -157,12 +202,18 @@ def main():
     c.add_argument("--secs", type=float, required=True)
     c.add_argument("--out", required=True)
     c.add_argument("--ready-file")
+    c = sub.add_parser("udp")
+    c.add_argument("--socks", type=int, required=True)
+    c.add_argument("--dest-port", type=int, required=True)
+    c.add_argument("--count", type=int, required=True)
+    c.add_argument("--size", type=int, required=True)
+    c.add_argument("--secs", type=float, required=True)
     c = sub.add_parser("rate")
     c.add_argument("--file", required=True)
     c.add_argument("--from", dest="t0", type=float, required=True)
     c.add_argument("--to", dest="t1", type=float, required=True)
     a = p.parse_args()
-    return {"serve": cmd_serve, "flow": cmd_flow, "rate": cmd_rate}[a.cmd](a)
+    return {"serve": cmd_serve, "flow": cmd_flow, "udp": cmd_udp, "rate": cmd_rate}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@
 #    one-second burst) each one's rate over 5 s, measured at the receiving end, is within 10%
 #    of its own limit (user 2 is not slowed by user 1's debt); meanwhile unlimited user 3
 #    moves at more than 4x user 2's limit;
+#  - UDP: 3000 datagrams of 1000 bytes over 1 s (3 MB/s) from user 4 (8 Mbit/s), echoed: what
+#    is over the limit is dropped (a burst of 1 MB and 1 MB/s shared by both directions: about
+#    1000 echoes, at most 1600), while unlimited user 3 gets most (at least 2000; loopback UDP through ss-local loses some);
 #  - a panel change of user 1's speed_limit to 24 Mbit/s changes the rate of its live
 #    connection (the same socket, never closed) to within 10% of the new limit.
 . "$(dirname "$0")/lib.sh"
@@ -13,11 +16,12 @@ kt_need ss-local curl
 needs_katana "speed limits" || skip_all "needs katana"
 PT=(python3 "$KT_DIR/pacetest.py")
 
-U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
-panel_start 1 1 "1:$U1" "2:$U2" "3:$U3"
+U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid); U4=$(kt_uuid)
+panel_start 1 1 "1:$U1" "2:$U2" "3:$U3" "4:$U4"
 users() { # users MBPS1: the panel's user list with user 1 at MBPS1
     panel_ctl users "{\"users\": [{\"id\": 1, \"uuid\": \"$U1\", \"speed_limit\": $1},
-        {\"id\": 2, \"uuid\": \"$U2\", \"speed_limit\": 16}, {\"id\": 3, \"uuid\": \"$U3\"}]}"
+        {\"id\": 2, \"uuid\": \"$U2\", \"speed_limit\": 16}, {\"id\": 3, \"uuid\": \"$U3\"},
+        {\"id\": 4, \"uuid\": \"$U4\", \"speed_limit\": 8}]}"
 }
 users 8
 kt_ports 1; SINK_PORT=${PORTS[0]}
@@ -28,6 +32,8 @@ kat_start "$T/config.json"
 cl_start u1 "$CIPHER" "$U1" "$NODE_PORT"; C1=$CL_PORT
 cl_start u2 "$CIPHER" "$U2" "$NODE_PORT"; C2=$CL_PORT
 cl_start u3 "$CIPHER" "$U3" "$NODE_PORT"; C3=$CL_PORT
+cl_start u4 "$CIPHER" "$U4" "$NODE_PORT"; C4=$CL_PORT
+echo_start
 
 # flow NAME SOCKS MODE SECS: a measured flow in the background (FLOW_PID; "$T/NAME.json")
 flow() {
@@ -66,6 +72,11 @@ phase() {
 
 
 phase down
+N4=$(timeout 30 "${PT[@]}" udp --socks "$C4" --dest-port "$ECHO_PORT" --count 3000 --size 1000 --secs 1)
+N3=$(timeout 30 "${PT[@]}" udp --socks "$C3" --dest-port "$ECHO_PORT" --count 3000 --size 1000 --secs 1)
+echo "UDP echoes of 3000: user 4 (8 Mbit/s) $N4, user 3 (unlimited) $N3"
+check "UDP over user 4's limit is dropped" test "${N4:-0}" -le 1600 -a "${N4:-0}" -ge 300
+check "UDP of unlimited user 3 is not dropped" test "${N3:-0}" -ge 2000
 # a live connection follows a panel change of its user's limit
 flow c1 "$C1" down 13; CP=$FLOW_PID; R=$(cat "$T/c1.ready")
 sleep "$(awk -v e="$(plus "$R" 4.6)" -v n="$(now)" 'BEGIN { d = e - n; print (d > 0 ? d : 0) }')"
