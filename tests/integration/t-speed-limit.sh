@@ -9,7 +9,9 @@
 #    is over the limit is dropped (a burst of 1 MB and 1 MB/s shared by both directions: about
 #    1000 echoes, at most 1600), while unlimited user 3 gets most (at least 2000; loopback UDP through ss-local loses some);
 #  - a panel change of user 1's speed_limit to 24 Mbit/s changes the rate of its live
-#    connection (the same socket, never closed) to within 10% of the new limit.
+#    connection (the same socket, never closed) to within 10% of the new limit;
+#  - a paced flow killed through the REST API (DELETE /v1/connections/ID) ends at once (its
+#    client sees the close within 1 s), not after its debt.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 kt_need ss-local curl
@@ -90,6 +92,21 @@ check "the connection was never closed" python3 -c '
 import json, sys; sys.exit(1 if json.load(open(sys.argv[1]))["closed"] else 0)' "$T/c1.json"
 check "katana updated the users in place" grep -q "node n1: users updated" "$SRV_LOG"
 
+
+# a paced flow killed through the API ends at once
+flow k1 "$C1" down 20; KP=$FLOW_PID
+sleep 2
+FK=$(curl -sf "http://127.0.0.1:$API_PORT/v1/connections?user=1" | python3 -c '
+import json, sys; print(json.load(sys.stdin)["flows"][0]["id"])' || true)
+K0=$(now)
+check "kill user 1's paced flow" curl -sf -o /dev/null -X DELETE "http://127.0.0.1:$API_PORT/v1/connections/$FK"
+kt_wait_exit "$KP" 5
+K1=$(now)
+echo "the killed flow's client ended $(awk -v a="$K0" -v b="$K1" 'BEGIN { printf "%.2f", b - a }') s after DELETE"
+check "the killed paced flow's connection ends within 1 s" \
+    awk -v a="$K0" -v b="$K1" 'BEGIN { exit !(b - a < 1.0) }'
+check "its client saw the close" python3 -c '
+import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["closed"] else 1)' "$T/k1.json"
 
 # last: an upload leaves bytes queued in the sockets of user 1's clients, drained at its rate
 users 8
