@@ -76,6 +76,7 @@ typedef struct sv_conn {
     sv_pacer *pacer;      /**< the user's speed limit (a reference), or NULL (anonymous) */
     bool pace_known;      /**< pacer was looked up (at the first payload after admission) */
     bool paced_up, paced_down; /**< in debt: that side stopped reading until pace_timer fires */
+    bool subs_paced;      /**< some sub-flows stopped reading until pace_timer fires */
     bool pace_timer_on;   /**< pace_timer was initialised (closed with the connection) */
     uv_timer_t pace_timer;
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
@@ -211,20 +212,31 @@ static void shutdown_client(sv_conn *c)
 
 static void pace_resume(uv_timer_t *t);
 static void client_read_stop(sv_conn *c);
+static void subs_resume_paced(sv_conn *c);
 
-/* While the user's bucket is in debt: stop reading the side that moved bytes (@p up: the
- * client's) and sleep. */
-static void pace_hold(sv_conn *c, bool up)
+/* When the user's bucket is in debt: arm pace_timer (if it is not) and @return true. */
+static bool pace_arm(sv_conn *c)
 {
     uint32_t ms = 0;
     if (c->closing || sv_pace_gate(NULL, c->pacer, uv_hrtime(), &ms) <= 0)
-        return;
+        return false;
     if (!c->pace_timer_on) {
         uv_timer_init(&c->w->loop, &c->pace_timer);
         c->pace_timer.data = c;
         c->pace_timer_on = true;
         c->pending++; /* released by on_handle_closed */
     }
+    if (!uv_is_active((uv_handle_t *)&c->pace_timer))
+        uv_timer_start(&c->pace_timer, pace_resume, ms, 0);
+    return true;
+}
+
+/* While the user's bucket is in debt: stop reading the side that moved bytes (@p up: the
+ * client's) and sleep. */
+static void pace_hold(sv_conn *c, bool up)
+{
+    if (!pace_arm(c))
+        return;
     if (up && !c->paced_up) {
         c->paced_up = true;
         client_read_stop(c);
@@ -232,8 +244,6 @@ static void pace_hold(sv_conn *c, bool up)
         c->paced_down = true;
         remote_read_stop(c);
     }
-    if (!uv_is_active((uv_handle_t *)&c->pace_timer))
-        uv_timer_start(&c->pace_timer, pace_resume, ms, 0);
 }
 
 static void pace_resume(uv_timer_t *t)
@@ -254,20 +264,30 @@ static void pace_resume(uv_timer_t *t)
             client_read_start(c);
         if (down && !c->writing_client)
             remote_read_start(c);
+        if (c->subs_paced)
+            subs_resume_paced(c);
     }
 }
 
-/* Charge @p n payload bytes that just moved, read from the client (@p up) or the remote. */
-static void pace_charge(sv_conn *c, uint64_t n, bool up)
+/* Charge @p n payload bytes that just moved. @return true when the user is limited (the caller
+ * then holds the reader that moved them while in debt). */
+static bool pace_account(sv_conn *c, uint64_t n)
 {
     if (!c->pace_known && c->principal != NULL) {
         c->pace_known = true;
         c->pacer = sv_pacers_acquire(c->w->shared->pacers, c->user_id, uv_hrtime());
     }
     if (!sv_pacer_limited(c->pacer))
-        return;
+        return false;
     sv_pacer_charge(c->pacer, n, uv_hrtime());
-    pace_hold(c, up);
+    return true;
+}
+
+/* Charge @p n payload bytes read from the client (@p up) or the remote, and hold that side. */
+static void pace_charge(sv_conn *c, uint64_t n, bool up)
+{
+    if (pace_account(c, n))
+        pace_hold(c, up);
 }
 
 /* ---- writes: try the kernel first, keep only what it did not take ---------------------------- */
@@ -1004,6 +1024,7 @@ struct sv_subflow {
     sv_assoc *assoc;
     sv_flow_rec *flow;
     bool registered, connected, writing, client_done, ended;
+    bool paced;     /* its outbound's reading waits for pace_timer (issue 12) */
     uint8_t *out;   /* the write in flight */
     uint8_t *held;  /* bytes waiting for the dial or for the write in flight */
     size_t held_len;
@@ -1150,7 +1171,11 @@ static void sub_read(void *owner, ssize_t n, const uv_buf_t *buf)
         return;
     }
     sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
-    pace_charge(c, (uint64_t)n, false);
+    if (pace_account(c, (uint64_t)n) && pace_arm(c)) {
+        s->paced = true; /* this sub-flow alone waits: one stream never starves its siblings */
+        c->subs_paced = true;
+        s->ob.ops->read(&s->ob, false);
+    }
     c->last_active = uv_now(&c->w->loop);
     ssize_t len = c->handler->ops->frame(c->state, c->handler->creds, s->stream,
                                          (const uint8_t *)buf->base, (size_t)n, c->w->sealed,
@@ -1169,8 +1194,22 @@ static const sv_ob_stream_events sub_events = {sub_connected, sub_alloc, sub_rea
 static void subs_read(sv_conn *c, bool on)
 {
     for (unsigned i = 0; i < c->n_subs; i++)
-        if (c->subs[i]->connected && c->subs[i]->assoc == NULL)
+        if (c->subs[i]->connected && c->subs[i]->assoc == NULL && !(on && c->subs[i]->paced))
             c->subs[i]->ob.ops->read(&c->subs[i]->ob, on);
+}
+
+/* The user's debt is paid: the sub-flows that waited read again (issue 12). */
+static void subs_resume_paced(sv_conn *c)
+{
+    c->subs_paced = false;
+    for (unsigned i = 0; i < c->n_subs; i++) {
+        sv_subflow *s = c->subs[i];
+        if (!s->paced)
+            continue;
+        s->paced = false;
+        if (s->connected && s->assoc == NULL && !c->writing_client && !c->paced_down)
+            s->ob.ops->read(&s->ob, true);
+    }
 }
 
 static void subs_close(sv_conn *c)
