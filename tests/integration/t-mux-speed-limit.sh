@@ -31,7 +31,7 @@ kt_bg client v2ray -config "$T/client.json"
 kt_wait_port "$CL_PORT" 10 || { fail "v2ray client did not listen on $CL_PORT"; exit 1; }
 
 for f in m1 m2; do
-    kt_bg "$f" "${PT[@]}" flow --socks "$CL_PORT" --dest-port "$SINK_PORT" --mode down --secs 8 \
+    kt_bg "$f" "${PT[@]}" flow --socks "$CL_PORT" --dest-port "$SINK_PORT" --mode down --secs 9 \
         --out "$T/$f.json" --ready-file "$T/$f.ready"
     eval "P_$f=$BG_PID"
 done

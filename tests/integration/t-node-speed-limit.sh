@@ -48,9 +48,9 @@ R=$(cat "$T/a4.ready")
 check "user 4 alone: the node's 16 Mbit/s" near "$(rate a4 "$(plus "$R" 1.5)" "$(plus "$R" 6.5)")" 2000000 10
 sleep 1.5 # user 4 is no longer active
 
-for u in 1 2 3; do C=C$u; flow "b$u" "${!C}" 8.5; eval "P$u=$FLOW_PID"; done
+for u in 1 2 3; do C=C$u; flow "b$u" "${!C}" 9.5; eval "P$u=$FLOW_PID"; done
 for u in 1 2 3; do kt_wait_file "$T/b$u.ready" 10 || fail "user $u: flow did not start"; done
-kt_wait_exit "$P1" 15; kt_wait_exit "$P2" 15; kt_wait_exit "$P3" 15
+kt_wait_exit "$P1" 20; kt_wait_exit "$P2" 20; kt_wait_exit "$P3" 20
 R=$(sort -n "$T"/b?.ready | tail -1)
 W0=$(plus "$R" 2.5); W1=$(plus "$R" 7.5)
 SUM=0
