@@ -74,10 +74,11 @@ bulk() {
     c1=$(cpu_secs "$SRV")
     line=$(tail -n +"$((lines + 1))" "$T/sink.out" | awk 'NF == 2' | head -n 1)
     stop
+    [ -n "$line" ] || { echo "-"; return; } # the sink saw no end: the run does not count
     read -r bytes secs <<<"$line"
     awk -v b="$bytes" -v c0="$c0" -v c1="$c1" 'BEGIN { printf "%.3f\n", (c1 - c0) / (b / 1e9) }'
 }
-median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 declare -A R
 KINDS="unlimited limited"
