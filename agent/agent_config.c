@@ -188,6 +188,26 @@ static int parse_policies(const json_t *root, ag_config *cfg, sv_error *err)
     return rc;
 }
 
+/* A speed in Mbps (issue 12 "Speed limits"): an optional integer 0..AG_CONFIG_SPEED_MAX,
+ * 0 = none (absent: *out stays as it is). */
+static int get_mbps(const json_t *obj, const char *parent, const char *key, uint64_t *out,
+                    sv_error *err)
+{
+    char p[PATH_MAX_TEXT];
+    const json_t *v = json_object_get(obj, key);
+    if (v == NULL)
+        return 0;
+    path_key(p, sizeof p, parent, key);
+    if (!json_is_integer(v))
+        return sv_error_set(err, -EINVAL, "%s: expected an integer (Mbit/s)", p);
+    json_int_t n = json_integer_value(v);
+    if (n < 0 || n > AG_CONFIG_SPEED_MAX)
+        return sv_error_set(err, -EINVAL, "%s: must be between 0 and %u (Mbit/s)", p,
+                            AG_CONFIG_SPEED_MAX);
+    *out = (uint64_t)n;
+    return 0;
+}
+
 /* "shutdown_grace": seconds a SIGTERM/SIGINT leaves live connections (issue #5, default 5). */
 static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
 {
@@ -608,7 +628,8 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
                       ag_node_config *nc, sv_error *err)
 {
     static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
-                                       "user_removal", "panel", NULL};
+    static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
+                                       "user_removal", "panel", "speed_limit", NULL};
     char path[PATH_MAX_TEXT];
     const char *tag, *listen;
     snprintf(path, sizeof path, "nodes[%zu]", idx);
@@ -630,6 +651,8 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
         path_key(p, sizeof p, path, "user_removal");
         rc = parse_policy(json_object_get(node, "user_removal"), p, &nc->user_removal, err);
     }
+    if (rc == 0) /* issue 12: the node's limit for each of its users */
+        rc = get_mbps(node, path, "speed_limit", &nc->speed_limit, err);
     if (rc != 0)
         return rc;
     nc->tag = strdup(tag);
@@ -671,7 +694,9 @@ static int parse_nodes(const json_t *root, const char *base_dir, ag_config *cfg,
 static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
-                                       "api", "db", "nodes", "dns", "policies", NULL};
+    static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
+                                       "api", "db", "nodes", "dns", "policies",
+                                       "node_speed_limit", NULL};
     if (!json_is_object(root))
         return sv_error_set(err, -EINVAL, "config: expected an object");
     int rc = check_keys(root, "", keys, err);
@@ -681,6 +706,8 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
         rc = parse_workers(root, cfg, err);
     if (rc == 0)
         rc = parse_max_connections(root, cfg, err);
+    if (rc == 0) /* issue 12: the node-wide aggregate cap */
+        rc = get_mbps(root, "", "node_speed_limit", &cfg->node_speed_limit, err);
     if (rc == 0)
         rc = parse_grace(root, cfg, err);
     if (rc == 0)

@@ -40,6 +40,7 @@
 #define AG_CONFIG_MAX_BYTES (16u << 20) /**< largest config file accepted */
 #define AG_CONFIG_NODES_MAX 256u        /**< nodes in one config */
 #define AG_CONFIG_WORKERS_MAX 1024u     /**< largest `workers` value */
+#define AG_CONFIG_SPEED_MAX 10000000u   /**< largest `speed_limit` / `node_speed_limit`, Mbps */
 #define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds (issue #5) */
 #define AG_CONFIG_GRACE_MAX 3600u       /**< largest `shutdown_grace`, seconds */
 #define AG_CONFIG_DNS_TIMEOUT_MAX 60u   /**< largest `dns.timeout`, seconds */
@@ -98,6 +99,8 @@ typedef struct ag_node_config {
     char *listen; /**< IP literal overriding the panel's listen_ip, or NULL */
     bool allow_private; /**< `allow_private` (issue 15): users may reach loopback, private and
                              link-local addresses and the node's own; default false */
+    uint64_t speed_limit; /**< `speed_limit` (issue 12), Mbps, 0 = none: each user's limit is the
+                               smallest non-zero of this and the panel's */
     ag_cert_config cert; /**< `cert` (issue 8): required by a trojan node */
     char *fallback;      /**< `fallback` "HOST:PORT" (issue 8, trojan), or NULL */
     sv_policy user_removal; /**< `user_removal` (issue 12): overrides policies.user_removal for
@@ -109,6 +112,8 @@ typedef struct ag_config {
     int log_level;    /**< an sv_log_level; default SV_LOG_INFO */
     unsigned workers; /**< 0 = number of CPUs */
     uint32_t max_connections; /**< TCP connections of the process; 0 = from the fd limit */
+    uint64_t node_speed_limit; /**< `node_speed_limit` (issue 12), Mbps shared fairly by the
+                                    active users; 0 = none; fixed at start */
     unsigned shutdown_grace; /**< seconds live connections get on SIGTERM/SIGINT */
     sv_dns_options dns; /**< `dns` (issue 13); zero = resolv.conf, 5 s, prefer_ipv4 */
     char *api_listen; /**< REST API address, "ip:port"; NULL = API_DEFAULT_LISTEN (issue 4) */

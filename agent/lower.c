@@ -43,6 +43,16 @@ uint64_t ag_lower_speed(uint64_t mbps)
     return mbps * 125000; /* × 1 000 000 / 8 */
 }
 
+void ag_lower_node_speed(sv_user_set *set, uint64_t node_mbps)
+{
+    uint64_t node = ag_lower_speed(node_mbps);
+    if (node == 0)
+        return;
+    for (size_t i = 0; i < set->n_users; i++)
+        if (set->users[i].speed_limit == 0 || set->users[i].speed_limit > node)
+            set->users[i].speed_limit = node;
+}
+
 int ag_lower_cipher(const char *name, enum sv_ss_cipher *out)
 {
     if (name == NULL)
@@ -712,7 +722,7 @@ static int add_user_set(const ag_node_state *n, sv_spec *spec, sv_error *err)
     spec->user_sets = v;
     int rc = ag_lower_user_set(n->tag, &n->users, &v[spec->n_user_sets], err);
     if (rc == 0)
-        spec->n_user_sets++;
+        ag_lower_node_speed(&v[spec->n_user_sets++], n->speed_limit);
     return rc;
 }
 
@@ -776,7 +786,8 @@ static bool str_eq(const char *a, const char *b)
 bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
 {
     return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
-           a->allow_private == b->allow_private && pn_node_equal(&a->node, &b->node) &&
+           a->allow_private == b->allow_private && a->speed_limit == b->speed_limit &&
+           pn_node_equal(&a->node, &b->node) &&
            a->user_removal.kind == b->user_removal.kind &&
            a->user_removal.grace_ms == b->user_removal.grace_ms &&
            a->cert == b->cert && str_eq(a->cert_file, b->cert_file) &&

@@ -25,6 +25,7 @@ typedef struct ag_node_state {
     char *tag;      /**< node tag from the config */
     char *listen;   /**< config `listen` override, or NULL */
     bool allow_private; /**< config `allow_private` (issue 15) → sv_inbound_spec.allow_private */
+    uint64_t speed_limit; /**< config `speed_limit` (issue 12), Mbps, 0 = none */
     enum sv_cert_source cert; /**< config `cert.mode` (issue 8) → sv_inbound_spec.tls */
     char *cert_file;          /**< config `cert.cert_file` (resolved), or NULL */
     char *key_file;           /**< config `cert.key_file` (resolved), or NULL */
@@ -78,6 +79,13 @@ int ag_lower_user_set(const char *tag, const pn_users *users, sv_user_set *out, 
 
 /** Mbps → bytes per second (× 125 000), saturating at UINT64_MAX. */
 uint64_t ag_lower_speed(uint64_t mbps);
+
+/**
+ * Apply the node's own `speed_limit` (@p node_mbps, Mbps, 0 = none) to a lowered user set: each
+ * user's limit becomes the smallest non-zero of the node's and the panel's (issue 12 "Speed
+ * limits"; the panels' conversion, ag_lower_speed()).
+ */
+void ag_lower_node_speed(sv_user_set *set, uint64_t node_mbps);
 
 /**
  * Map a Shadowsocks method name: aes-128-gcm, aes-256-gcm, chacha20-ietf-poly1305 (also

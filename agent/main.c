@@ -39,6 +39,7 @@ typedef struct ag_main {
     const char *config_path;
     unsigned workers;   /* as started: a change needs a restart */
     uint32_t max_connections; /* as started: a change needs a restart */
+    uint64_t node_speed_limit; /* as started (Mbps): a change needs a restart */
     sv_dns_options dns; /* as started: a change needs a restart */
     int pending_level;  /* log level of the config being reloaded */
     unsigned grace_s;   /* shutdown_grace in force (seed 001 default 5 s, issue #5) */
@@ -133,6 +134,9 @@ static void start_reload(ag_main *am)
     if (cfg.max_connections != am->max_connections)
         SV_LOG(SV_LOG_WARN, MOD, "max_connections changed from %" PRIu32 " to %" PRIu32
                ": restart to apply it", am->max_connections, cfg.max_connections);
+    if (cfg.node_speed_limit != am->node_speed_limit)
+        SV_LOG(SV_LOG_WARN, MOD, "node_speed_limit changed from %" PRIu64 " to %" PRIu64
+               " Mbit/s: restart to apply it", am->node_speed_limit, cfg.node_speed_limit);
     if (memcmp(&cfg.dns, &am->dns, sizeof cfg.dns) != 0)
         SV_LOG(SV_LOG_WARN, MOD, "dns changed: restart to apply it");
     am->pending_level = cfg.log_level;
@@ -300,7 +304,7 @@ static int run_start(ag_main *am, const ag_config *cfg)
 {
     sv_error err = {0};
     sv_options opts = {.workers = cfg->workers, .max_connections = cfg->max_connections,
-                       .dns = cfg->dns};
+                       .dns = cfg->dns, .node_speed_limit = ag_lower_speed(cfg->node_speed_limit)};
     int rc = sv_supervisor_new(&am->loop, &opts, &am->sv);
     if (rc != 0) {
         fprintf(stderr, "katana: cannot start the supervisor: %s\n", uv_strerror(rc));
@@ -346,6 +350,7 @@ static int cmd_run(const char *path)
     sv_log_threshold = cfg.log_level;
     am.workers = cfg.workers;
     am.max_connections = cfg.max_connections;
+    am.node_speed_limit = cfg.node_speed_limit;
     am.dns = cfg.dns;
     am.grace_s = cfg.shutdown_grace;
     signal(SIGPIPE, SIG_IGN);

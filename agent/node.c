@@ -178,6 +178,7 @@ static int job_new(const ag_config *cfg, const ag_remote_source *remote, fetch_j
         st->listen = nc->listen != NULL ? strdup(nc->listen) : NULL;
         st->allow_private = nc->allow_private;
         st->user_removal = nc->user_removal;
+        st->speed_limit = nc->speed_limit;
         st->cert = nc->cert.mode == AG_CERT_FILE   ? SV_CERT_FILE
                    : nc->cert.mode == AG_CERT_SELF ? SV_CERT_SELF
                                                    : SV_CERT_NONE;
@@ -522,6 +523,8 @@ static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
             continue;
         sv_user_set set;
         int rc = ag_lower_user_set(nxt->tag, &nxt->users, &set, err);
+        if (rc == 0)
+            ag_lower_node_speed(&set, nxt->speed_limit);
         if (rc == 0)
             rc = sv_set_users(m->sv, set.tag, set.users, set.n_users, err);
         sv_user_set_free(&set);

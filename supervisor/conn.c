@@ -73,6 +73,12 @@ typedef struct sv_conn {
     size_t client_more_len;
     sv_subflow **subs;    /**< multiplexed (Mux.Cool) only: the open sub-flows, or NULL */
     unsigned n_subs;
+    sv_pacer *pacer;      /**< the user's speed limit (a reference), or NULL (anonymous) */
+    bool pace_known;      /**< pacer was looked up (at the first payload after admission) */
+    bool paced_up, paced_down; /**< in debt: that side stopped reading until pace_timer fires */
+    bool subs_paced;      /**< some sub-flows stopped reading until pace_timer fires */
+    bool pace_timer_on;   /**< pace_timer was initialised (closed with the connection) */
+    uv_timer_t pace_timer;
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 
@@ -101,6 +107,7 @@ static void conn_release(sv_conn *c)
     c->handler->ops->deinit(c->state);
     sv_chain_free(&c->chain);
     sv_principal_unref(c->principal);
+    sv_pacer_release(c->pacer);
     sv_handler_unref(c->handler);
     sv_plane_unref(c->plane);
     free(c->carry);
@@ -131,6 +138,8 @@ static void conn_close(sv_conn *c)
     }
     uv_close((uv_handle_t *)&c->client, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    if (c->pace_timer_on)
+        uv_close((uv_handle_t *)&c->pace_timer, on_handle_closed);
     if (c->ob_opened) /* its release comes back as conn_release (on_ob_closed) */
         c->ob.ops->close(&c->ob);
     if (c->subs != NULL)
@@ -190,6 +199,95 @@ static void shutdown_client(sv_conn *c)
     c->sd_client.data = c;
     if (uv_shutdown(&c->sd_client, (uv_stream_t *)&c->client, on_shutdown) == 0)
         c->pending++;
+}
+
+/* ---- speed limits (issue 12 "Speed limits", seed 003 "限速") ---------------------------------
+ * Every payload byte a flow of the connection moved (either direction, any sub-flow) is charged
+ * to its user's bucket after the transfer; while the bucket is in debt, the side that read it
+ * reads no more (TCP backpressure reaches the client or the destination; nothing is buffered
+ * or dropped) and the connection sleeps on pace_timer, at most a second at a time, so a changed
+ * limit is felt at the next check. Each side waits on its own, as the seed's per-direction
+ * pauses: one side's bulk never starves the other's next read. An anonymous connection has no
+ * pacer; an unlimited user's costs one load. */
+
+static void pace_resume(uv_timer_t *t);
+static void client_read_stop(sv_conn *c);
+static void subs_resume_paced(sv_conn *c);
+
+/* When the user's bucket is in debt: arm pace_timer (if it is not) and @return true. */
+static bool pace_arm(sv_conn *c)
+{
+    uint32_t ms = 0;
+    if (c->closing || sv_pace_gate(NULL, c->pacer, uv_hrtime(), &ms) <= 0)
+        return false;
+    if (!c->pace_timer_on) {
+        uv_timer_init(&c->w->loop, &c->pace_timer);
+        c->pace_timer.data = c;
+        c->pace_timer_on = true;
+        c->pending++; /* released by on_handle_closed */
+    }
+    if (!uv_is_active((uv_handle_t *)&c->pace_timer))
+        uv_timer_start(&c->pace_timer, pace_resume, ms, 0);
+    return true;
+}
+
+/* While the user's bucket is in debt: stop reading the side that moved bytes (@p up: the
+ * client's) and sleep. */
+static void pace_hold(sv_conn *c, bool up)
+{
+    if (!pace_arm(c))
+        return;
+    if (up && !c->paced_up) {
+        c->paced_up = true;
+        client_read_stop(c);
+    } else if (!up && !c->paced_down) {
+        c->paced_down = true;
+        remote_read_stop(c);
+    }
+}
+
+static void pace_resume(uv_timer_t *t)
+{
+    sv_conn *c = t->data;
+    uint32_t ms = 0;
+    if (c->closing)
+        return;
+    int g = sv_pace_gate(c->flow != NULL ? &c->flow->kill : NULL, c->pacer, uv_hrtime(), &ms);
+    if (g < 0) {
+        conn_close(c);
+    } else if (g > 0) {
+        uv_timer_start(t, pace_resume, ms, 0);
+    } else {
+        bool up = c->paced_up, down = c->paced_down;
+        c->paced_up = c->paced_down = false;
+        if (up && !c->writing_remote)
+            client_read_start(c);
+        if (down && !c->writing_client)
+            remote_read_start(c);
+        if (c->subs_paced)
+            subs_resume_paced(c);
+    }
+}
+
+/* Charge @p n payload bytes that just moved. @return true when the user is limited (the caller
+ * then holds the reader that moved them while in debt). */
+static bool pace_account(sv_conn *c, uint64_t n)
+{
+    if (!c->pace_known && c->principal != NULL) {
+        c->pace_known = true;
+        c->pacer = sv_pacers_acquire(c->w->shared->pacers, c->user_id, uv_hrtime());
+    }
+    if (!sv_pacer_limited(c->pacer))
+        return false;
+    sv_pacer_charge(c->pacer, n, uv_hrtime());
+    return true;
+}
+
+/* Charge @p n payload bytes read from the client (@p up) or the remote, and hold that side. */
+static void pace_charge(sv_conn *c, uint64_t n, bool up)
+{
+    if (pace_account(c, n))
+        pace_hold(c, up);
 }
 
 /* ---- writes: try the kernel first, keep only what it did not take ---------------------------- */
@@ -357,6 +455,7 @@ static bool write_remote(sv_conn *c, const uv_buf_t *iov, unsigned n)
     size_t total = iov_total(iov, n);
     if (c->flow != NULL)
         sv_meter_add(&c->flow->bytes.up, total);
+    pace_charge(c, total, true);
     if (c->writing_remote) { /* behind a write in flight: append, on_remote_written sends it */
         uint8_t *grown = realloc(c->remote_more, c->remote_more_len + total);
         if (grown == NULL) {
@@ -521,6 +620,7 @@ static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
     }
     if (c->flow != NULL)
         sv_meter_add(&c->flow->bytes.down, (uint64_t)n);
+    pace_charge(c, (uint64_t)n, false);
     c->last_active = uv_now(&c->w->loop);
     if (c->raw) {
         write_client(c, (uint8_t *)buf->base, (size_t)n);
@@ -538,6 +638,8 @@ static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
 
 static void remote_read_start(sv_conn *c)
 {
+    if (c->paced_down)
+        return; /* pace_resume starts it */
     if (c->subs != NULL) {
         subs_read(c, true);
         return;
@@ -578,6 +680,7 @@ static void on_connected(void *owner, int status)
         uv_buf_t b = uv_buf_init((char *)c->to_remote, (unsigned)c->to_remote_len);
         if (c->flow != NULL)
             sv_meter_add(&c->flow->bytes.up, c->to_remote_len);
+        pace_charge(c, c->to_remote_len, true);
         if (c->ob.ops->write(&c->ob, &b, 1) != 0)
             conn_close(c);
         else
@@ -924,6 +1027,7 @@ struct sv_subflow {
     sv_assoc *assoc;
     sv_flow_rec *flow;
     bool registered, connected, writing, client_done, ended;
+    bool paced;     /* its outbound's reading waits for pace_timer (issue 12) */
     uint8_t *out;   /* the write in flight */
     uint8_t *held;  /* bytes waiting for the dial or for the write in flight */
     size_t held_len;
@@ -1019,6 +1123,7 @@ static void sub_flush(sv_subflow *s)
     s->out = s->held;
     uv_buf_t b = uv_buf_init((char *)s->out, (unsigned)s->held_len);
     sv_meter_add(&s->flow->bytes.up, s->held_len);
+    pace_charge(s->c, s->held_len, true);
     s->held = NULL;
     s->held_len = 0;
     if (s->ob.ops->write(&s->ob, &b, 1) != 0)
@@ -1050,7 +1155,7 @@ static void sub_connected(void *owner, int status)
     s->connected = true;
     sv_tracker_flow_open(c->w->shared->tracker, s->flow);
     s->registered = true;
-    if (!c->writing_client)
+    if (!c->writing_client && !c->paced_down)
         s->ob.ops->read(&s->ob, true);
     sub_flush(s);
 }
@@ -1069,6 +1174,11 @@ static void sub_read(void *owner, ssize_t n, const uv_buf_t *buf)
         return;
     }
     sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
+    if (pace_account(c, (uint64_t)n) && pace_arm(c)) {
+        s->paced = true; /* this sub-flow alone waits: one stream never starves its siblings */
+        c->subs_paced = true;
+        s->ob.ops->read(&s->ob, false);
+    }
     c->last_active = uv_now(&c->w->loop);
     ssize_t len = c->handler->ops->frame(c->state, c->handler->creds, s->stream,
                                          (const uint8_t *)buf->base, (size_t)n, c->w->sealed,
@@ -1087,8 +1197,22 @@ static const sv_ob_stream_events sub_events = {sub_connected, sub_alloc, sub_rea
 static void subs_read(sv_conn *c, bool on)
 {
     for (unsigned i = 0; i < c->n_subs; i++)
-        if (c->subs[i]->connected && c->subs[i]->assoc == NULL)
+        if (c->subs[i]->connected && c->subs[i]->assoc == NULL && !(on && c->subs[i]->paced))
             c->subs[i]->ob.ops->read(&c->subs[i]->ob, on);
+}
+
+/* The user's debt is paid: the sub-flows that waited read again (issue 12). */
+static void subs_resume_paced(sv_conn *c)
+{
+    c->subs_paced = false;
+    for (unsigned i = 0; i < c->n_subs; i++) {
+        sv_subflow *s = c->subs[i];
+        if (!s->paced)
+            continue;
+        s->paced = false;
+        if (s->connected && s->assoc == NULL && !c->writing_client && !c->paced_down)
+            s->ob.ops->read(&s->ob, true);
+    }
 }
 
 static void subs_close(sv_conn *c)
@@ -1189,6 +1313,7 @@ static void sub_write(sv_conn *c, uint32_t stream, uint8_t *data, size_t len)
             return;
         }
         sv_meter_add(&s->flow->bytes.up, (uint64_t)r);
+        pace_charge(c, (uint64_t)r, true);
         data += r;
         len -= (size_t)r;
         if (len == 0)
@@ -1453,7 +1578,7 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 static void client_read_start(sv_conn *c)
 {
-    if (!c->client_eof && !c->closing)
+    if (!c->client_eof && !c->closing && !c->paced_up)
         uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
 }
 

@@ -23,6 +23,7 @@
 #include "supervisor/router.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/track/audit.h"
+#include "supervisor/track/pacer.h"
 #include "supervisor/track/tracker.h"
 #include "supervisor/transport/tls.h"
 #include "supervisor/transport/ws.h"
@@ -196,6 +197,7 @@ typedef struct sv_accept_episode {
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
+    sv_pacers *pacers;           /**< per-user speed limits (issue 12; set before workers start) */
     sv_dns_options dns;          /**< each worker's resolver (set before workers start) */
     uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
     sv_accept_episode pause;

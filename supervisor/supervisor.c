@@ -806,6 +806,31 @@ static void fill_report(const sv_plan *plan, sv_apply_report *r)
     }
 }
 
+/* Issue 12 "Speed limits" (seed 003 publish_speed_limits): after a commit, every user of every
+ * set of the running spec with a speed limit; a user in several sets gets the smallest. A
+ * refused apply or user edit never gets here, so it cannot change the limits in force. */
+static void publish_speed_limits(sv_supervisor *sv)
+{
+    size_t n = 0, at = 0;
+    for (size_t i = 0; i < sv->running.n_user_sets; i++)
+        n += sv->running.user_sets[i].n_users;
+    sv_pace_limit *v = calloc(n ? n : 1, sizeof *v);
+    if (v == NULL) {
+        SV_LOG(SV_LOG_ERROR, "sv.actor", "speed limits: out of memory; the previous ones stay");
+        return;
+    }
+    for (size_t i = 0; i < sv->running.n_user_sets; i++)
+        for (size_t j = 0; j < sv->running.user_sets[i].n_users; j++) {
+            const sv_user *u = &sv->running.user_sets[i].users[j];
+            if (u->speed_limit != 0)
+                v[at++] = (sv_pace_limit){u->id, u->speed_limit};
+        }
+    if (sv_pacers_publish(sv->shared.pacers, v, at, uv_hrtime()) != 0)
+        SV_LOG(SV_LOG_ERROR, "sv.actor", "speed limits: out of memory for some users; they "
+               "are paced from their next connection");
+    free(v);
+}
+
 /* ---- public API --------------------------------------------------------------------------------- */
 
 static void running_view(const sv_supervisor *sv, sv_running *r)
@@ -839,6 +864,7 @@ int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opt
     bool published = p.plane != NULL;
     commit(sv, &plan, spec, &p);
     prepared_free(sv, &p, spec->n_outbounds);
+    publish_speed_limits(sv);
     /* issue 8: sv_epoch() is the plane every worker serves new flows with */
     if (published && !sv__epoch_wait(&sv->shared, sv->epoch, SV_ADOPT_WAIT_MS))
         SV_LOG(SV_LOG_WARN, "sv.actor", "epoch %" PRIu64 ": not every worker adopted the plane "
@@ -905,6 +931,7 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
         sv_spec_free(&sv->running);
         sv->running = next;
         memset(&next, 0, sizeof next);
+        publish_speed_limits(sv);
     }
     prepared_free(sv, &p, 0);
     sv_spec_free(&next);
@@ -1075,6 +1102,7 @@ static void on_sample(uv_timer_t *t)
     sv_supervisor *sv = t->data;
     uint64_t now = uv_hrtime();
     sv_tracker_tick(sv->shared.tracker, now - sv->last_tick_ns);
+    sv_pacers_rebalance(sv->shared.pacers, now);
     sv->last_tick_ns = now;
     if (now - sv->own_addrs_read_ns >= (uint64_t)SV_OWN_ADDRS_REFRESH_MS * 1000000u)
         refresh_own_addrs(sv);
@@ -1142,9 +1170,11 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     sv->shared.conn_cap = connection_cap(opts != NULL ? opts->max_connections : 0, sv->n_workers);
     sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
     sv->shared.audit = sv_audit_new();
-    if (sv->shared.tracker == NULL || sv->shared.audit == NULL) {
+    sv->shared.pacers = sv_pacers_new(opts != NULL ? opts->node_speed_limit : 0);
+    if (sv->shared.tracker == NULL || sv->shared.audit == NULL || sv->shared.pacers == NULL) {
         sv_tracker_free(sv->shared.tracker);
         sv_audit_free(sv->shared.audit);
+        sv_pacers_free(sv->shared.pacers);
         pthread_cond_destroy(&sv->shared.adopt_cv);
         pthread_mutex_destroy(&sv->shared.adopt_mu);
         free(sv);
@@ -1239,6 +1269,7 @@ void sv_supervisor_free(sv_supervisor *sv)
     sv_spec_free(&sv->running);
     sv_tracker_free(sv->shared.tracker);
     sv_audit_free(sv->shared.audit);
+    sv_pacers_free(sv->shared.pacers);
     pthread_cond_destroy(&sv->shared.adopt_cv);
     pthread_mutex_destroy(&sv->shared.adopt_mu);
     free(sv);

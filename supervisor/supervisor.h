@@ -306,6 +306,9 @@ typedef struct sv_options {
      * default from the descriptor limit, sv_max_connections_default(). */
     uint32_t max_connections;
     sv_dns_options dns; /**< the workers' resolver (zero = resolv.conf, 5 s, prefer_ipv4) */
+    /** Node-wide aggregate speed cap, payload bytes/s, shared fairly by the users moving bytes
+     *  (issue 12 `node_speed_limit`); 0 = none. Fixed at start. */
+    uint64_t node_speed_limit;
 } sv_options;
 
 /**

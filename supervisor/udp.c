@@ -54,6 +54,9 @@ struct sv_assoc {
     int user_idx;
     sv_principal *principal; /**< a reference */
     uint64_t user;
+    sv_pacer *pacer;         /**< the user's speed limit (a reference), looked up at the first
+                                  datagram, or NULL */
+    bool pace_known;
     struct sockaddr_storage client;
     sv_session_rec *sess;
     uv_timer_t idle;
@@ -76,6 +79,7 @@ static void assoc_release(sv_assoc *a)
     if (a->src == NULL)
         sv_tracker_session_close(a->w->shared->tracker, a->sess);
     sv_principal_unref(a->principal);
+    sv_pacer_release(a->pacer);
     sv_handler_unref(a->handler);
     sv_list_unlink(&a->link);
     if (a->l != NULL)
@@ -161,16 +165,35 @@ static void sockaddr_to_dest(const struct sockaddr *sa, sv_dest *d)
     }
 }
 
+/* Issue 12 "Speed limits": a datagram may pass while the user's bucket is not in debt (then
+ * it is charged, pace_charge); one over the limit is dropped and not billed. An unlimited
+ * user's check is one load. */
+static bool pace_allows(sv_assoc *a)
+{
+    if (!a->pace_known) {
+        a->pace_known = true;
+        a->pacer = sv_pacers_acquire(a->w->shared->pacers, a->user, uv_hrtime());
+    }
+    return !sv_pacer_limited(a->pacer) || sv_pacer_wait(a->pacer, uv_hrtime()) == 0;
+}
+
+static void pace_charge(sv_assoc *a, size_t n)
+{
+    if (sv_pacer_limited(a->pacer))
+        sv_pacer_charge(a->pacer, n, uv_hrtime());
+}
+
 static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t *p, size_t n)
 {
     sv_sublink *s = owner;
     sv_assoc *a = s->a;
-    if (a->closing)
+    if (a->closing || !pace_allows(a))
         return;
     sv_dest src;
     sockaddr_to_dest(from, &src);
     if (a->src != NULL) { /* inside a stream: the connection frames and meters the wire */
         sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
+        pace_charge(a, n);
         a->src->reply(a->src_ctx, &src, p, n);
         return;
     }
@@ -191,6 +214,7 @@ static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t 
     if (uv_udp_try_send(&a->l->udp, &b, 1, (const struct sockaddr *)&a->client) >= 0) {
         sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
         sv_meter_add(&a->sess->wire.down, (uint64_t)len);
+        pace_charge(a, n);
     }
     uv_timer_again(&a->idle);
 }
@@ -206,6 +230,7 @@ static void on_sub_sent(void *owner, size_t n)
 {
     sv_sublink *s = owner;
     sv_meter_add(&s->flow->bytes.up, n);
+    pace_charge(s->a, n);
 }
 
 static const sv_ob_dgram_events sub_events = {sub_alloc, on_sub_recv, on_sub_sent, on_sub_closed};
@@ -249,7 +274,7 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rul
 
 void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
 {
-    if (a->closing)
+    if (a->closing || !pace_allows(a))
         return;
     sv_plane *plane = a->w->plane;
     sv_route_query q = {.dest = d, .inbound = a->handler->tag,

@@ -380,6 +380,31 @@ static void config__max_connections__default_and_bounds(void **state)
                  "max_connections: must be between 0 and 16777216");
 }
 
+/* Issue 12: node_speed_limit (top level) and nodes[].speed_limit, Mbit/s in [0, 10000000]. */
+static void config__speed_limits__default_and_bounds(void **state)
+{
+    const char *dflt = "{\"nodes\":[" NODE_OK "]}";
+    const char *set = "{\"node_speed_limit\":100,\"nodes\":[{\"tag\":\"a\",\"speed_limit\":8,"
+                      "\"panel\":" PANEL_OK "}]}";
+    ag_config cfg;
+    sv_error err = {0};
+    (void)state;
+    assert_int_equal(ag_config_parse(dflt, strlen(dflt), NULL, &cfg, &err), 0);
+    assert_true(cfg.node_speed_limit == 0 && cfg.nodes[0].speed_limit == 0);
+    ag_config_free(&cfg);
+    assert_int_equal(ag_config_parse(set, strlen(set), NULL, &cfg, &err), 0);
+    assert_true(cfg.node_speed_limit == 100 && cfg.nodes[0].speed_limit == 8);
+    ag_config_free(&cfg);
+    expect_error("{\"node_speed_limit\":1.5,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "node_speed_limit: expected an integer (Mbit/s)");
+    expect_error("{\"node_speed_limit\":-1,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "node_speed_limit: must be between 0 and 10000000 (Mbit/s)");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"speed_limit\":\"8\",\"panel\":" PANEL_OK "}]}",
+                 -EINVAL, "nodes[0].speed_limit: expected an integer (Mbit/s)");
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"speed_limit\":10000001,\"panel\":" PANEL_OK
+                 "}]}", -EINVAL, "nodes[0].speed_limit: must be between 0 and 10000000 (Mbit/s)");
+}
+
 /* dns (issue 13): servers, timeout and strategy, strictly. */
 static void config__dns__parses_and_refuses_bad_values(void **state)
 {
@@ -720,6 +745,7 @@ int main(void)
         cmocka_unit_test(config__packaged_example__has_an_api_token),
         cmocka_unit_test(config__cert_fallback_node_type__parse_strictly),
         cmocka_unit_test(config__max_connections__default_and_bounds),
+        cmocka_unit_test(config__speed_limits__default_and_bounds),
         cmocka_unit_test(config__dns__parses_and_refuses_bad_values),
         cmocka_unit_test(config__max_connections__default_from_fd_limit),
     };

@@ -268,6 +268,34 @@ static void lower__speed_limit__mbps_to_bytes_per_second(void **state)
     assert_int_equal(ag_lower_speed(UINT64_MAX / 125000 + 1), UINT64_MAX);
 }
 
+/* Issue 12: the node's `speed_limit` (Mbps) — each user gets the smallest non-zero of it and the
+ * panel's; a node speed_limit of 0 changes nothing; the node settings differ when it changes. */
+static void lower__node_speed_limit__smallest_non_zero(void **state)
+{
+    ag_node_state st;
+    sv_spec s;
+    (void)state;
+    state_from_fixtures(&st, "ss", NULL, "v2board-config-shadowsocks.json",
+                        "v2board-user-speedlimit.json");
+    st.speed_limit = 50; /* 6 250 000 B/s */
+    lower_one(&st, &s);
+    const sv_user_set *set = &s.user_sets[0];
+    assert_int_equal(set->users[0].speed_limit, 1250000);   /* 10 Mbps: below the node's */
+    assert_int_equal(set->users[1].speed_limit, 6250000);   /* 50 Mbps: equal */
+    assert_int_equal(set->users[2].speed_limit, 6250000);   /* 1000 Mbps: the node's */
+    assert_int_equal(set->users[3].speed_limit, 6250000);   /* unlimited: the node's */
+    ag_node_state other = st;
+    other.speed_limit = 0;
+    assert_false(ag_node_settings_equal(&st, &other));
+    sv_user_set copy;
+    assert_int_equal(sv_user_set_clone(&copy, set), 0);
+    ag_lower_node_speed(&copy, 0);
+    assert_int_equal(copy.users[3].speed_limit, 6250000);
+    sv_user_set_free(&copy);
+    sv_spec_free(&s);
+    free_state(&st);
+}
+
 static void lower__null_or_missing_limits__are_unlimited(void **state)
 {
     ag_node_state st;
@@ -1110,6 +1138,7 @@ int main(void)
         cmocka_unit_test(lower__listen__override_then_panel_then_default),
         cmocka_unit_test(lower__allow_private__reaches_the_inbound_and_is_a_setting),
         cmocka_unit_test(lower__speed_limit__mbps_to_bytes_per_second),
+        cmocka_unit_test(lower__node_speed_limit__smallest_non_zero),
         cmocka_unit_test(lower__null_or_missing_limits__are_unlimited),
         cmocka_unit_test(lower__unknown_cipher__is_named),
         cmocka_unit_test(lower__ss2022_node__served_with_server_key),
