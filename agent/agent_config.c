@@ -628,7 +628,6 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
                       ag_node_config *nc, sv_error *err)
 {
     static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
-    static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
                                        "user_removal", "panel", "speed_limit", NULL};
     char path[PATH_MAX_TEXT];
     const char *tag, *listen;
@@ -693,7 +692,6 @@ static int parse_nodes(const json_t *root, const char *base_dir, ag_config *cfg,
 
 static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
 {
-    static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
     static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
                                        "api", "db", "nodes", "dns", "policies",
                                        "node_speed_limit", NULL};
