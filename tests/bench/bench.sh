@@ -20,7 +20,7 @@
 # BENCH_TROJAN_SERVERS ("katana trojan v2ray"; empty: no Trojan table),
 # BENCH_V2_SERVERS ("katana v2ray xray"; empty: no VMess/VLESS table), BENCH_V2_SCENARIOS
 # (vmess-tls vmess-ws-tls vless-tls vless-ws-tls), BENCH_V2_IDLE (the scenarios with an idle
-# test: vmess-tls vmess-ws-tls), BENCH_V2_CONNS (2000), BENCH_V2_SECONDS (BENCH_SECONDS),
+# test: vmess-tls vmess-ws-tls), BENCH_V2_CONNS (2000), BENCH_V2_SECONDS (5),
 # BENCH_WORKERS (katana workers, 1: ss-server is single-threaded too), KATANA_BIN.
 # Not part of `make check`; run with `make bench`.
 set -euo pipefail
@@ -55,7 +55,7 @@ trap 'exit 130' INT TERM
 bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
 note() { echo "# $*" >&2; }
 
-for b in ss-tunnel "${CC:-cc}"; do
+for b in ss-tunnel ss "${CC:-cc}"; do
     command -v "$b" >/dev/null || { echo "bench: $b is not installed" >&2; exit 1; }
 done
 BULK=${BULK:-$BUILDDIR/tests/bench/bulk}
@@ -130,16 +130,26 @@ throughput() {
         'BEGIN { printf "%.2f %.2f\n", b * 8 / s / 1e9, (c1 - c0) / (b / 1e9) }'
 }
 
-# idle_rss TUNNEL_PORT: prints KiB of server RSS per idle connection
+# sink_conns: connections established to the sink (the server's side of them)
+sink_conns() { ss -Htn state established "( dport = :$SINK_PORT )" 2>/dev/null | wc -l; }
+
+# idle_rss TUNNEL_PORT: prints KiB of server RSS per idle connection, once the server holds
+# every connection the client opened (it dialled the sink for each)
 idle_rss() {
-    local r0 r1 ready
+    local r0 r1 ready s0
     r0=$(rss_kib "$SRV")
+    s0=$(sink_conns)
     rm -f "$T/hold.in"; mkfifo "$T/hold.in"
     "$BULK" hold "$1" "$CONNS" <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
     local hp=$!; PIDS+=("$hp")
     exec 7>"$T/hold.in"
     for _ in $(seq 1 1200); do grep -q ready "$T/hold.out" && break; sleep 0.1; done
     ready=$(awk '/ready/ { print $2 }' "$T/hold.out")
+    # the client may still be handshaking with the server: wait (30 s at most) until the server
+    # dialled the sink for every connection, so that each is measured with all its state
+    for _ in $(seq 1 300); do
+        [ "$(sink_conns)" -ge $((s0 + ${ready:-0})) ] && break; sleep 0.1
+    done
     sleep 2
     r1=$(rss_kib "$SRV")
     exec 7>&-
@@ -266,7 +276,7 @@ V2_SERVERS=${BENCH_V2_SERVERS-$V2_DEFAULT}
 V2_SCENARIOS=${BENCH_V2_SCENARIOS:-vmess-tls vmess-ws-tls vless-tls vless-ws-tls}
 V2_IDLE=${BENCH_V2_IDLE-vmess-tls vmess-ws-tls}
 V2_CONNS=${BENCH_V2_CONNS:-2000}
-V2_SECONDS=${BENCH_V2_SECONDS:-$SECONDS_RUN}
+V2_SECONDS=${BENCH_V2_SECONDS:-5}
 UUID=$(cat /proc/sys/kernel/random/uuid)
 
 # v2_stream NET ROLE: the streamSettings of v2ray/Xray (ROLE server or client)
