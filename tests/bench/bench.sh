@@ -346,13 +346,15 @@ if [ -n "$V2_SERVERS" ] && command -v v2ray >/dev/null && [ -f "$T/srv.crt" ]; t
             bg "$T/v2-client.log" v2ray -config "$T/v2-client-$scen.json"
             TUN=$BG
             "${KATEST[@]}" wait-port --port "$TP" >/dev/null
-            note "$scen $name: bulk ${V2_SECONDS}s"
-            read -r g c <<<"$(SECONDS_RUN=$V2_SECONDS throughput "$TP")"
-            VGBPS[$scen/$name]=$g; VCPU[$scen/$name]=$c
+            # idle first: after a bulk run the server's heap may still shrink (its RSS before
+            # the idle connections would be too high)
             if [[ " $V2_IDLE " == *" $scen "* ]] && [ "$V2_CONNS" -gt 0 ]; then
                 note "$scen $name: $V2_CONNS idle connections"
                 VRSS[$scen/$name]=$(CONNS=$V2_CONNS idle_rss "$TP")
             fi
+            note "$scen $name: bulk ${V2_SECONDS}s"
+            read -r g c <<<"$(SECONDS_RUN=$V2_SECONDS throughput "$TP")"
+            VGBPS[$scen/$name]=$g; VCPU[$scen/$name]=$c
             stop "$TUN" "$SRV"
         done
     done
