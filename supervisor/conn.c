@@ -28,7 +28,7 @@
 #include "supervisor/runtime.h"
 #include "supervisor/util/log.h"
 
-#define IOV_MAX_BATCH 16
+#define IOV_MAX_BATCH 64 /* a read of 2 KiB VMess chunks (v2ray) goes out in one writev */
 
 typedef struct sv_subflow sv_subflow;
 
@@ -1345,12 +1345,11 @@ static void sub_client_end(sv_conn *c, uint32_t stream)
         sub_end(s, false, false);
 }
 
-/* Apply the effects of one feed() call in order. @return false when the connection closed or
- * stopped taking client bytes. */
-static bool apply_effects(sv_conn *c, const sv_effects *fx)
+/* Apply the effects of one feed() call in order. Bytes for the outbound join the caller's batch
+ * @p iov (@p niov entries, pointing into the fed buffer), which the caller writes once all of a
+ * read was fed. @return false when the connection closed or stopped taking client bytes. */
+static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsigned *niov)
 {
-    uv_buf_t iov[IOV_MAX_BATCH];
-    unsigned niov = 0;
     for (unsigned i = 0; i < fx->n && !c->closing; i++) {
         const sv_effect *e = &fx->v[i];
         switch (e->kind) {
@@ -1396,13 +1395,13 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
                 conn_close(c);
                 return false;
             }
-            if (e->len > 0 && !to_outbound(c, iov, &niov, e->data, e->len))
+            if (e->len > 0 && !to_outbound(c, iov, niov, e->data, e->len))
                 return false;
             break;
         case SV_FX_TO_CLIENT:
-            if (!write_remote(c, iov, niov) || !write_client(c, e->data, e->len))
+            if (!write_remote(c, iov, *niov) || !write_client(c, e->data, e->len))
                 return false;
-            niov = 0;
+            *niov = 0;
             break;
         case SV_FX_CLOSE:
             if (c->subs != NULL) {
@@ -1414,15 +1413,16 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx)
             conn_close(c);
             return false;
         case SV_FX_ERROR:
-            if (!write_remote(c, iov, niov))
+            if (!write_remote(c, iov, *niov))
                 return false;
+            *niov = 0;
             client_failed(c, e);
             return false;
         }
     }
     if (c->held != NULL && !c->closing && !sniff_and_open(c, false))
         return false;
-    return !c->closing && write_remote(c, iov, niov);
+    return !c->closing;
 }
 
 /* Feed the core until it needs more bytes; apply what it produced. */
@@ -1431,11 +1431,13 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
     const sv_proto_ops *ops = c->handler->ops;
     size_t off = 0;
     sv_effects fx;
+    uv_buf_t iov[IOV_MAX_BATCH];
+    unsigned niov = 0;
     while (off < len && !c->closing && !c->draining) {
         if (ops->set_time != NULL && c->principal == NULL)
             ops->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
         ssize_t r = ops->feed(c->state, c->handler->creds, data + off, len - off, &fx);
-        if (!apply_effects(c, &fx))
+        if (!apply_effects(c, &fx, iov, &niov))
             return;
         if (r < 0) {
             conn_close(c); /* a core error always comes with an SV_FX_ERROR effect */
@@ -1445,7 +1447,7 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             break;
         off += (size_t)r;
     }
-    if (c->closing || c->draining)
+    if (c->closing || c->draining || !write_remote(c, iov, niov))
         return;
     if (!keep_carry(c, data + off, len - off))
         conn_close(c);

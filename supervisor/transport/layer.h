@@ -22,8 +22,10 @@
 /** Most layers above TCP in one chain. */
 #define SV_CHAIN_MAX 4
 /** Bytes of stage buffer a chain needs per layer boundary (unwrapped bytes between two layers
- *  are moved in pieces of at most this size: one TLS record and more). */
-#define SV_CHAIN_STAGE (16u * 1024u + 256u)
+ *  are moved in pieces of at most this size: one TLS record and more). As large as a TCP read
+ *  (SV_SCRATCH), so that a read under TLS and WebSocket reaches the protocol in one piece and
+ *  leaves in one write, not one per 16 KiB. */
+#define SV_CHAIN_STAGE (64u * 1024u + 256u)
 /** Stage buffer for sv_chain_unwrap(): one piece per boundary. */
 #define SV_CHAIN_STAGE_BYTES ((SV_CHAIN_MAX - 1) * SV_CHAIN_STAGE)
 

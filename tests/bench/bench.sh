@@ -11,9 +11,16 @@
 # trojan-tls inbound, the same client (trojan-gfw in forward mode) for all: bulk throughput and
 # server CPU s/GB. A server that cannot serve Trojan (exits at start) gets a "-" row and a note.
 #
+# VMess and VLESS over TLS and over WS+TLS (issue 9), a third table: katana vs v2ray's own server
+# vs Xray-core's (when tests/setup-deps.sh built it), the same v2ray 4.34 client for all: bulk
+# throughput, server CPU s/GB and server RSS per idle connection (TLS and WebSocket included).
+#
 # Environment: BENCH_SECONDS (10), BENCH_CONNS (10000), BENCH_CIPHERS (all three),
 # BENCH_IDLE_CIPHERS (aes-256-gcm), BENCH_SERVERS ("katana ss-server v2ray"),
 # BENCH_TROJAN_SERVERS ("katana trojan v2ray"; empty: no Trojan table),
+# BENCH_V2_SERVERS ("katana v2ray xray"; empty: no VMess/VLESS table), BENCH_V2_SCENARIOS
+# (vmess-tls vmess-ws-tls vless-tls vless-ws-tls), BENCH_V2_IDLE (the scenarios with an idle
+# test: vmess-tls vmess-ws-tls), BENCH_V2_CONNS (2000), BENCH_V2_SECONDS (5),
 # BENCH_WORKERS (katana workers, 1: ss-server is single-threaded too), KATANA_BIN.
 # Not part of `make check`; run with `make bench`.
 set -euo pipefail
@@ -48,7 +55,7 @@ trap 'exit 130' INT TERM
 bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
 note() { echo "# $*" >&2; }
 
-for b in ss-tunnel "${CC:-cc}"; do
+for b in ss-tunnel ss "${CC:-cc}"; do
     command -v "$b" >/dev/null || { echo "bench: $b is not installed" >&2; exit 1; }
 done
 BULK=${BULK:-$BUILDDIR/tests/bench/bulk}
@@ -123,16 +130,26 @@ throughput() {
         'BEGIN { printf "%.2f %.2f\n", b * 8 / s / 1e9, (c1 - c0) / (b / 1e9) }'
 }
 
-# idle_rss TUNNEL_PORT: prints KiB of server RSS per idle connection
+# sink_conns: connections established to the sink (the server's side of them)
+sink_conns() { ss -Htn state established "( dport = :$SINK_PORT )" 2>/dev/null | wc -l; }
+
+# idle_rss TUNNEL_PORT: prints KiB of server RSS per idle connection, once the server holds
+# every connection the client opened (it dialled the sink for each)
 idle_rss() {
-    local r0 r1 ready
+    local r0 r1 ready s0
     r0=$(rss_kib "$SRV")
+    s0=$(sink_conns)
     rm -f "$T/hold.in"; mkfifo "$T/hold.in"
     "$BULK" hold "$1" "$CONNS" <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
     local hp=$!; PIDS+=("$hp")
     exec 7>"$T/hold.in"
     for _ in $(seq 1 1200); do grep -q ready "$T/hold.out" && break; sleep 0.1; done
     ready=$(awk '/ready/ { print $2 }' "$T/hold.out")
+    # the client may still be handshaking with the server: wait (30 s at most) until the server
+    # dialled the sink for every connection, so that each is measured with all its state
+    for _ in $(seq 1 300); do
+        [ "$(sink_conns)" -ge $((s0 + ${ready:-0})) ] && break; sleep 0.1
+    done
     sleep 2
     r1=$(rss_kib "$SRV")
     exec 7>&-
@@ -168,7 +185,8 @@ done
 # server -> sink), certificate from a test CA, 1 katana worker.
 declare -A TGBPS TCPU
 TROJAN_ROWS=()
-if [ -n "$TROJAN_SERVERS" ] && command -v trojan >/dev/null && command -v openssl >/dev/null; then
+# The TLS sections' certificate (P-256, node.test) from a test CA.
+if command -v openssl >/dev/null; then
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
         -keyout "$T/ca.key" -out "$T/ca.crt" -days 30 -subj "/CN=bench CA" \
         -addext "basicConstraints=critical,CA:TRUE" 2>/dev/null
@@ -177,6 +195,8 @@ if [ -n "$TROJAN_SERVERS" ] && command -v trojan >/dev/null && command -v openss
     printf 'subjectAltName=DNS:node.test,IP:127.0.0.1\n' >"$T/srv.ext"
     openssl x509 -req -in "$T/srv.csr" -CA "$T/ca.crt" -CAkey "$T/ca.key" -CAcreateserial \
         -out "$T/srv.crt" -days 30 -extfile "$T/srv.ext" 2>/dev/null
+fi
+if [ -n "$TROJAN_SERVERS" ] && command -v trojan >/dev/null && [ -f "$T/srv.crt" ]; then
     for name in $TROJAN_SERVERS; do
         TROJAN_ROWS+=("$name")
         TGBPS[$name]=-; TCPU[$name]=-
@@ -241,6 +261,107 @@ elif [ -n "$TROJAN_SERVERS" ]; then
     note "trojan or openssl is not installed: no Trojan table"
 fi
 
+# --- VMess and VLESS over TLS and over WS+TLS (issue 9) -----------------------------------------
+# The same client for every server: v2ray 4.34 with a dokodemo-door inbound (a port forward to
+# the sink) and a vmess (aes-128-gcm, alterId 0) or vless outbound, TLS verified against the
+# bench CA, WebSocket on path /bench. Servers: katana, v2ray's own inbound and, when it is built
+# (tests/setup-deps.sh), Xray-core's. Bulk throughput and server CPU s/GB per scenario; server
+# RSS per idle connection ($V2_CONNS connections, TLS and WebSocket state included) for the
+# scenarios in BENCH_V2_IDLE.
+declare -A VGBPS VCPU VRSS
+V2_ROWS=()
+XRAY_BIN=${KATANA_PEERS:-/var/cache/katana-peers}/bin/xray
+V2_DEFAULT="katana v2ray"; [ -x "$XRAY_BIN" ] && V2_DEFAULT="katana v2ray xray"
+V2_SERVERS=${BENCH_V2_SERVERS-$V2_DEFAULT}
+V2_SCENARIOS=${BENCH_V2_SCENARIOS:-vmess-tls vmess-ws-tls vless-tls vless-ws-tls}
+V2_IDLE=${BENCH_V2_IDLE-vmess-tls vmess-ws-tls}
+V2_CONNS=${BENCH_V2_CONNS:-2000}
+V2_SECONDS=${BENCH_V2_SECONDS:-5}
+UUID=$(cat /proc/sys/kernel/random/uuid)
+
+# v2_stream NET ROLE: the streamSettings of v2ray/Xray (ROLE server or client)
+v2_stream() {
+    local tls ws=''
+    if [ "$2" = server ]; then
+        tls="\"tlsSettings\": {\"alpn\": [\"http/1.1\"], \"certificates\": [{\"certificateFile\": \"$T/srv.crt\", \"keyFile\": \"$T/srv.key\"}]}"
+    else
+        tls="\"tlsSettings\": {\"serverName\": \"node.test\", \"allowInsecure\": false, \"certificates\": [{\"usage\": \"verify\", \"certificateFile\": \"$T/ca.crt\"}]}"
+    fi
+    [ "$1" = ws ] && ws=', "wsSettings": {"path": "/bench"}'
+    echo "{\"network\": \"$1\", \"security\": \"tls\", $tls$ws}"
+}
+# v2_server_json PROTO NET PORT: a v2ray/Xray server config with one user, freedom outbound
+v2_server_json() {
+    local settings="{\"clients\": [{\"id\": \"$UUID\", \"alterId\": 0}]}"
+    [ "$1" = vless ] && settings="{\"clients\": [{\"id\": \"$UUID\"}], \"decryption\": \"none\"}"
+    cat <<EOF
+{"log": {"loglevel": "warning", "access": "none"},
+ "inbounds": [{"listen": "127.0.0.1", "port": $3, "protocol": "$1", "settings": $settings,
+   "streamSettings": $(v2_stream "$2" server)}],
+ "outbounds": [{"protocol": "freedom", "settings": {}}]}
+EOF
+}
+# v2_client_json PROTO NET SERVER_PORT LOCAL_PORT: the v2ray client (dokodemo-door to the sink)
+v2_client_json() {
+    local user="{\"id\": \"$UUID\", \"alterId\": 0, \"security\": \"aes-128-gcm\"}"
+    [ "$1" = vless ] && user="{\"id\": \"$UUID\", \"encryption\": \"none\"}"
+    cat <<EOF
+{"log": {"loglevel": "warning", "access": "none"},
+ "inbounds": [{"listen": "127.0.0.1", "port": $4, "protocol": "dokodemo-door",
+   "settings": {"address": "127.0.0.1", "port": $SINK_PORT, "network": "tcp"}}],
+ "outbounds": [{"protocol": "$1",
+   "settings": {"vnext": [{"address": "127.0.0.1", "port": $3, "users": [$user]}]},
+   "streamSettings": $(v2_stream "$2" client)}]}
+EOF
+}
+
+if [ -n "$V2_SERVERS" ] && command -v v2ray >/dev/null && [ -f "$T/srv.crt" ]; then
+    for scen in $V2_SCENARIOS; do
+        proto=${scen%%-*}; net=tcp; [[ $scen == *-ws-* ]] && net=ws
+        for name in $V2_SERVERS; do
+            V2_ROWS+=("$scen/$name")
+            VGBPS[$scen/$name]=-; VCPU[$scen/$name]=-; VRSS[$scen/$name]=-
+            read -r SP TP <<<"$("${KATEST[@]}" freeport --count 2)"
+            case $name in
+            katana)
+                ws=(); [ "$net" = ws ] && ws=(--ws-path /bench)
+                "${KATEST[@]}" mkconfig --out "$T/katana-$scen.json" --port "$SP" --protocol "$proto" \
+                    --cert-file "$T/srv.crt" --key-file "$T/srv.key" --user "1:$UUID" "${ws[@]}" \
+                    --workers "$WORKERS" --log-level warn
+                bg "$T/v2-katana.log" "$KATANA" run -c "$T/katana-$scen.json" ;;
+            v2ray)
+                v2_server_json "$proto" "$net" "$SP" >"$T/v2-server-$scen.json"
+                bg "$T/v2-v2ray.log" v2ray -config "$T/v2-server-$scen.json" ;;
+            xray)
+                [ -x "$XRAY_BIN" ] || { note "$scen xray: not built"; continue; }
+                v2_server_json "$proto" "$net" "$SP" >"$T/xray-server-$scen.json"
+                bg "$T/v2-xray.log" "$XRAY_BIN" run -c "$T/xray-server-$scen.json" ;;
+            *) note "$scen $name: unknown server"; continue ;;
+            esac
+            SRV=$BG
+            "${KATEST[@]}" wait-port --port "$SP" --timeout 10 >/dev/null 2>&1 || {
+                note "$scen $name: did not listen on $SP"; kill -KILL "$SRV" 2>/dev/null || true
+                continue; }
+            v2_client_json "$proto" "$net" "$SP" "$TP" >"$T/v2-client-$scen.json"
+            bg "$T/v2-client.log" v2ray -config "$T/v2-client-$scen.json"
+            TUN=$BG
+            "${KATEST[@]}" wait-port --port "$TP" >/dev/null
+            # idle first: after a bulk run the server's heap may still shrink (its RSS before
+            # the idle connections would be too high)
+            if [[ " $V2_IDLE " == *" $scen "* ]] && [ "$V2_CONNS" -gt 0 ]; then
+                note "$scen $name: $V2_CONNS idle connections"
+                VRSS[$scen/$name]=$(CONNS=$V2_CONNS idle_rss "$TP")
+            fi
+            note "$scen $name: bulk ${V2_SECONDS}s"
+            read -r g c <<<"$(SECONDS_RUN=$V2_SECONDS throughput "$TP")"
+            VGBPS[$scen/$name]=$g; VCPU[$scen/$name]=$c
+            stop "$TUN" "$SRV"
+        done
+    done
+elif [ -n "$V2_SERVERS" ]; then
+    note "v2ray or openssl is not installed: no VMess/VLESS table"
+fi
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f\n", a / b }'; }
 
 echo
@@ -276,4 +397,27 @@ if [ "${#TROJAN_ROWS[@]}" -gt 0 ]; then
             "$(ratio "${TCPU[katana]}" "${TCPU[$other]}")"
     done
     echo "(issue 8 goal: katana's CPU s/GB at most 0.5x the best of trojan and v2ray)"
+fi
+
+if [ "${#V2_ROWS[@]}" -gt 0 ]; then
+    echo
+    echo "VMess and VLESS over TLS and WS+TLS: loopback, client v2ray" \
+         "$(v2ray -version 2>/dev/null | awk 'NR == 1 { print $2 }') dokodemo-door (vmess" \
+         "aes-128-gcm), ${V2_SECONDS}s one-way bulk per run, idle test $V2_CONNS connections," \
+         "katana workers=$WORKERS, $(nproc) CPUs"
+    printf '%-14s %-10s %10s %12s %14s\n' scenario server "Gbit/s" "CPU s/GB" "RSS KiB/conn"
+    for scen in $V2_SCENARIOS; do
+        for name in $V2_SERVERS; do
+            printf '%-14s %-10s %10s %12s %14s\n' "$scen" "$name" "${VGBPS[$scen/$name]}" \
+                "${VCPU[$scen/$name]}" "${VRSS[$scen/$name]}"
+        done
+        for other in v2ray xray; do
+            [[ " $V2_SERVERS " == *" katana "* && " $V2_SERVERS " == *" $other "* ]] || continue
+            printf '%-14s %-10s %10s %12s %14s\n' "$scen" "k/$other" \
+                "$(ratio "${VGBPS[$scen/katana]}" "${VGBPS[$scen/$other]}")" \
+                "$(ratio "${VCPU[$scen/katana]}" "${VCPU[$scen/$other]}")" \
+                "$(ratio "${VRSS[$scen/katana]}" "${VRSS[$scen/$other]}")"
+        done
+    done
+    echo "(issue 9 goal: katana's CPU s/GB at most 0.4x v2ray's; RSS per idle connection at most 8 KiB)"
 fi
