@@ -31,11 +31,13 @@ typedef struct ssm_sub {
 typedef struct ssm_conn {
     enum sv_ss_cipher cipher;
     sv_mux *mux;       /* allocated by the first feed() */
-    int user;          /* the connection's user (key index), -1 until a session authenticated */
+    int user;          /* the connection's user (key index), -1 until a session opened */
     bool failed;
     ssm_sub **subs;
     unsigned n_subs, cap_subs;
-    ssm_sub *spent;    /* a session whose carry the last feed() handed out (freed next time) */
+    ssm_sub *spent;    /* the session whose carry the last feed() read from (effects may point
+                          there until the next feed()) */
+    uint8_t *stale;    /* that carry, when the session ended since: freed by the next feed() */
     uint8_t ends[SV_EFFECTS_MAX][SV_MUX_END_LEN]; /* End frames of this feed(), by effect slot */
 } ssm_conn;
 
@@ -67,8 +69,12 @@ static void drop_sub(ssm_conn *st, ssm_sub *s)
             st->subs[i] = st->subs[--st->n_subs];
             break;
         }
-    if (st->spent == s)
+    if (st->spent == s) { /* the runtime may not have read its data yet */
+        free(st->stale);
+        st->stale = s->carry;
+        s->carry = NULL;
         st->spent = NULL;
+    }
     sv_ss_tcp_deinit(&s->ss);
     free(s->carry);
     free(s);
@@ -81,6 +87,8 @@ static void ssm_deinit(void *state)
         drop_sub(st, st->subs[st->n_subs - 1]);
     free(st->subs);
     st->subs = NULL;
+    free(st->stale);
+    st->stale = NULL;
     st->cap_subs = 0;
     sv_mux_free(st->mux);
     st->mux = NULL;
@@ -167,12 +175,14 @@ static ssize_t chunk(ssm_conn *st, const void *creds, ssm_sub *s, uint8_t *p, si
                                &out);
     if (r <= 0)
         return r;
-    if (out.authenticated && st->user < 0) {
+    /* the connection authenticates with its first session's header, not its first length
+     * chunk, so that where the input is cut does not change what a failure does */
+    if (out.open && st->user < 0) {
         st->user = s->ss.user;
         sv_effect *e = sv_effects_push(fx, SV_FX_AUTHENTICATED);
         e->principal = st->user;
         e->multiplexed = true;
-    } else if (out.authenticated && s->ss.user != st->user) {
+    } else if (out.open && s->ss.user != st->user) {
         return -EPERM;
     }
     if (out.open) {
@@ -204,8 +214,9 @@ static ssize_t sub_failed(ssm_conn *st, ssm_sub *s, int error, size_t taken, sv_
 /*
  * A piece of session @p s's data (@p d, @p len bytes, inside the feed buffer). With a carry, the
  * piece completes it (the caller gave at most what fits) and the session's steps run in the carry;
- * their data points there, so feed() returns after (*@p stop) and the carry is reused only by a
- * later call. Without, the steps run in place and an incomplete tail goes to the carry.
+ * their data points there, so feed() returns after (*@p stop) and the carry is reused or freed
+ * only by a later call (st->spent, st->stale). Without, the steps run in place and an incomplete
+ * tail goes to the carry.
  * @return bytes of the piece taken (the caller gives the rest back to the decoder), or a
  *         negative errno when the connection failed.
  */
@@ -216,6 +227,8 @@ static ssize_t sub_data(ssm_conn *st, const void *creds, ssm_sub *s, uint8_t *d,
         size_t old = s->carry_len, all = old + len, off = 0;
         memcpy(s->carry + old, d, len);
         s->carry_len = all;
+        st->spent = s;
+        *stop = true;
         while (off < all && fx->n + ROOM <= SV_EFFECTS_MAX) {
             ssize_t r = chunk(st, creds, s, s->carry + off, all - off, fx);
             if (r < 0)
@@ -230,8 +243,6 @@ static ssize_t sub_data(ssm_conn *st, const void *creds, ssm_sub *s, uint8_t *d,
             return sub_failed(st, s, -EPROTO, len, fx);
         /* what is left is the piece's own tail: given back, taken in place next time */
         s->carry_len = 0;
-        st->spent = s;
-        *stop = true;
         return (ssize_t)(len - (all - off));
     }
     size_t off = 0;
@@ -310,6 +321,8 @@ static ssize_t ssm_feed(void *state, const void *creds, uint8_t *p, size_t n, sv
     fx->n = 0;
     if (st->failed)
         return fail(st, -EPROTO, fx);
+    free(st->stale);
+    st->stale = NULL;
     if (st->spent != NULL && st->spent->carry_len == 0) {
         free(st->spent->carry); /* an idle session holds no buffer */
         st->spent->carry = NULL;

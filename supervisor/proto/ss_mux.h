@@ -10,8 +10,8 @@
 
 #include "supervisor/proto/proto.h"
 
-/** Sessions a connection may open before one of them authenticated (a New beyond is refused
- *  as a probe); v2ray-plugin opens at most mux (default 8) at once. */
+/** Sessions a connection may open before one of them authenticated (its header read; a New
+ *  beyond is refused as a probe); v2ray-plugin opens at most mux (N) at once. */
 #define SV_SS_MUX_UNAUTH_MAX 16
 
 /**
@@ -19,12 +19,12 @@
  * Shadowsocks core (shadowsocks.h) with its own salt, keys and chunk carry.
  *  - creds_new / creds_free / attach_replay: those of sv_shadowsocks_ops (the same table, so the
  *    inbound's SS-UDP and salt filter are shared).
- *  - feed: the first session whose first chunk authenticates gives SV_FX_AUTHENTICATED
- *    (principal = key index, multiplexed); each session then gives SV_FX_OPEN (stream = session
- *    ID, the destination of its Shadowsocks header) and SV_FX_TO_OUTBOUND (its plaintext,
+ *  - feed: the first session whose Shadowsocks header (address) is read gives
+ *    SV_FX_AUTHENTICATED (principal = key index, multiplexed); each session then gives
+ *    SV_FX_OPEN (stream = session ID, the destination of its header) and SV_FX_TO_OUTBOUND (its plaintext,
  *    decrypted in place in @p p or in the session's carry). One user per connection (a client's
- *    mux carries one ss-local, one password): a session that authenticates as another user is
- *    ended (End with error), as is one whose stream fails after the connection authenticated;
+ *    mux carries one ss-local, one password): a session of another user is ended at its header
+ *    (End with error), as is one whose stream fails after the connection authenticated;
  *    a client End gives SV_FX_CLOSE. UDP sessions are ended. Before the connection
  *    authenticated nothing is answered: a failure (bad frame, wrong key, replayed salt, more than
  *    SV_SS_MUX_UNAUTH_MAX sessions) is SV_FX_ERROR with SV_PROBE_DRAIN (§1.4 (b)); after, a
