@@ -313,6 +313,39 @@ static void ss_mux__replayed_salt_after_auth__session_ended(void **state)
     sv_replay_free(rp);
 }
 
+/* A chunk straddles two frames, and a later chunk in the same frame is corrupt: the chunks
+ * before it reach the outbound (their plaintext is read after feed() returned, while the
+ * session has ended), then the session alone ends. */
+static void ss_mux__corrupt_chunk_after_carried_ones__data_then_end(void **state)
+{
+    (void)state;
+    void *creds = new_creds();
+    uint8_t *p = pattern(60, 4);
+    bytes w = ss_wire(creds, 1, p, 60, 10), wire = {0};
+    w.p[w.len - 1] ^= 1; /* the last chunk's tag */
+    size_t first = 16 + 18 + 10 + 16 + 5; /* salt, length, 10 bytes, tag; 5 of the next */
+    mux_new(&wire, 1, 1, w.p, first);
+    mux_keep(&wire, 1, w.p + first, w.len - first);
+    for (size_t step = 0; step <= 1; step++) {
+        void *st = new_state();
+        seen s = {0};
+        drive(st, creds, &wire, step ? 1 : wire.len, &s);
+        assert_int_equal(s.error, 0);
+        assert_string_equal(s.ev, "A1m O1:10.0.0.1:8080 C1 ");
+        assert_int_equal(s.data[1].len, 3 + 5 * 10);
+        assert_memory_equal(s.data[1].p, p, 3 + 5 * 10);
+        static const uint8_t end1[] = {0, 4, 0, 1, 3, 2};
+        assert_int_equal(s.client.len, sizeof end1);
+        assert_memory_equal(s.client.p, end1, sizeof end1);
+        seen_free(&s);
+        free_state(st);
+    }
+    free(p);
+    free(w.p);
+    free(wire.p);
+    ss->creds_free(creds);
+}
+
 /* Unknown key on the first session: drain, nothing answered. */
 static void ss_mux__wrong_key__drain_without_answer(void **state)
 {
@@ -466,6 +499,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ss_mux__whole_byte_at_a_time_and_pieces__same_effects),
         cmocka_unit_test(ss_mux__replayed_salt_after_auth__session_ended),
+        cmocka_unit_test(ss_mux__corrupt_chunk_after_carried_ones__data_then_end),
         cmocka_unit_test(ss_mux__wrong_key__drain_without_answer),
         cmocka_unit_test(ss_mux__other_user_udp_unknown__ended),
         cmocka_unit_test(ss_mux__too_many_sessions_before_auth__drain),
