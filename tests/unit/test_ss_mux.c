@@ -135,14 +135,15 @@ static void ev(seen *s, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Feed @p wire in pieces of @p step bytes (0: a varying 1..997) like the runtime: the unconsumed
+/* Feed @p wire in pieces of @p step bytes (0: a varying 1..997, SIZE_MAX: 1..70000) like the runtime: the unconsumed
  * carry is fed again with the next bytes appended. */
 static void drive(void *st, const void *creds, const bytes *wire, size_t step, seen *s)
 {
     uint8_t *buf = malloc(wire->len + ops->carry_max + 1);
     size_t have = 0, off = 0, turn = 0;
     while (off < wire->len && s->error == 0) {
-        size_t want = step ? step : 1 + (turn++ * 389) % 997;
+        size_t want = step == SIZE_MAX ? 1 + (turn++ * 2654435761u) % 70000
+                      : step  ? step : 1 + (turn++ * 389) % 997;
         size_t take = wire->len - off < want ? wire->len - off : want;
         memcpy(buf + have, wire->p + off, take);
         have += take;
@@ -284,6 +285,53 @@ static void ss_mux__whole_byte_at_a_time_and_pieces__same_effects(void **state)
     free(p1);
     free(p2);
     ss->creds_free(creds);
+}
+
+/* Three sessions of 1 MiB-scale streams (full and odd chunk sizes) cut into Keep frames of
+ * pseudo-random sizes up to 65535, fed in pseudo-random pieces up to 70000 bytes: every byte
+ * arrives, in order, whatever the cuts (as TLS records and WebSocket frames cut a real client's
+ * stream). */
+static void ss_mux__random_frames_and_pieces__every_byte(void **state)
+{
+    (void)state;
+    uint32_t rnd = 12345;
+    for (int round = 0; round < 6; round++) {
+        void *creds = new_creds();
+        static const size_t sizes[3] = {400000, 250000, 90000};
+        static const size_t pieces[3] = {SV_SS_CHUNK_MAX, 5000, 777};
+        uint8_t *p[3];
+        bytes w[3];
+        size_t at[3] = {0, 0, 0};
+        for (int k = 0; k < 3; k++) {
+            p[k] = pattern(sizes[k], (unsigned)(k + round));
+            w[k] = ss_wire(creds, 1, p[k], sizes[k], pieces[(k + round) % 3]);
+        }
+        bytes wire = {0};
+        while (at[0] < w[0].len || at[1] < w[1].len || at[2] < w[2].len) {
+            rnd = rnd * 1103515245u + 12345u;
+            int k = (int)((rnd >> 16) % 3);
+            if (at[k] >= w[k].len)
+                continue;
+            rnd = rnd * 1103515245u + 12345u;
+            size_t n = 1 + (rnd >> 8) % (round % 2 ? 65535 : 3000);
+            at[k] = mux_piece(&wire, (uint16_t)(k + 1), &w[k], at[k], n);
+        }
+        void *st = new_state();
+        seen s = {0};
+        drive(st, creds, &wire, round % 3 == 2 ? 1 + rnd % 70000 : SIZE_MAX, &s);
+        assert_int_equal(s.error, 0);
+        assert_int_equal(s.client.len, 0);
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(s.data[k + 1].len, sizes[k]);
+            assert_memory_equal(s.data[k + 1].p, p[k], sizes[k]);
+            free(p[k]);
+            free(w[k].p);
+        }
+        seen_free(&s);
+        free_state(st);
+        free(wire.p);
+        ss->creds_free(creds);
+    }
 }
 
 /* The same salt twice: the second session is a replay (after authentication: it alone ends). */
@@ -498,6 +546,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ss_mux__whole_byte_at_a_time_and_pieces__same_effects),
+        cmocka_unit_test(ss_mux__random_frames_and_pieces__every_byte),
         cmocka_unit_test(ss_mux__replayed_salt_after_auth__session_ended),
         cmocka_unit_test(ss_mux__corrupt_chunk_after_carried_ones__data_then_end),
         cmocka_unit_test(ss_mux__wrong_key__drain_without_answer),
