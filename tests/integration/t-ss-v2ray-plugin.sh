@@ -150,9 +150,9 @@ scenario() {
 # client (mux=1: one sub-connection per WebSocket connection) echo identical.
 mux_flows() {
     local n=$1 pa pb pk victim st
-    stream_bg "$n-a" "$2" 2000000 400000 ok; pa=$STREAM_PID
-    stream_bg "$n-b" "$2" 2000000 400000 ok; pb=$STREAM_PID
-    stream_bg "$n-k" "$2" 8000000 400000 cut; pk=$STREAM_PID
+    stream_bg "$n-a" "$2" 3000000 300000 ok; pa=$STREAM_PID
+    stream_bg "$n-b" "$2" 3000000 300000 ok; pb=$STREAM_PID
+    stream_bg "$n-k" "$2" 8000000 300000 cut; pk=$STREAM_PID
     check "$n: three connections through one mux client are three flows in the API" wait_flows 2 3
     check "$n: ... of one session (one WebSocket connection)" one_session 2
     victim=$(flows_of 2 | sort -n | tail -n 1)
