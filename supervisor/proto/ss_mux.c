@@ -1,4 +1,4 @@
-/* Shadowsocks over Mux.Cool (issue 9, PROTOCOLS.md §2 and §7): one Shadowsocks core per session. */
+/* Shadowsocks over Mux.Cool (issue 9, PROTOCOLS.md §2, §7): one Shadowsocks core per session. */
 #include "config.h"
 
 #include "supervisor/proto/ss_mux.h"

@@ -21,11 +21,11 @@
  *    inbound's SS-UDP and salt filter are shared).
  *  - feed: the first session whose Shadowsocks header (address) is read gives
  *    SV_FX_AUTHENTICATED (principal = key index, multiplexed); each session then gives
- *    SV_FX_OPEN (stream = session ID, the destination of its header) and SV_FX_TO_OUTBOUND (its plaintext,
- *    decrypted in place in @p p or in the session's carry). One user per connection (a client's
- *    mux carries one ss-local, one password): a session of another user is ended at its header
- *    (End with error), as is one whose stream fails after the connection authenticated;
- *    a client End gives SV_FX_CLOSE. UDP sessions are ended. Before the connection
+ *    SV_FX_OPEN (stream = session ID, the destination of its header) and SV_FX_TO_OUTBOUND
+ *    (its plaintext, decrypted in place in @p p or in the session's carry). One user per
+ *    connection (a client's mux carries one ss-local, one password): a session of another user
+ *    is ended at its header (End with error), as is one whose stream fails after the connection
+ *    authenticated; a client End gives SV_FX_CLOSE. UDP sessions are ended. Before the connection
  *    authenticated nothing is answered: a failure (bad frame, wrong key, replayed salt, more than
  *    SV_SS_MUX_UNAUTH_MAX sessions) is SV_FX_ERROR with SV_PROBE_DRAIN (§1.4 (b)); after, a
  *    connection-level failure is SV_PROBE_CLOSE.

@@ -135,8 +135,8 @@ static void ev(seen *s, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Feed @p wire in pieces of @p step bytes (0: a varying 1..997, SIZE_MAX: 1..70000) like the runtime: the unconsumed
- * carry is fed again with the next bytes appended. */
+/* Feed @p wire in pieces of @p step bytes (0: a varying 1..997, SIZE_MAX: 1..70000) like the
+ * runtime: the unconsumed carry is fed again with the next bytes appended. */
 static void drive(void *st, const void *creds, const bytes *wire, size_t step, seen *s)
 {
     uint8_t *buf = malloc(wire->len + ops->carry_max + 1);
