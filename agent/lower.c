@@ -405,10 +405,11 @@ static int check_unserved(const ag_node_state *n, const char *what, unsigned ser
     return 0;
 }
 
-/* A shadowsocks node's SIP003 v2ray-plugin in WebSocket mode (issue 9): TLS or not, the
- * path (default "/") and the Host clients send (NULL: not checked), each NULL when absent. */
+/* A shadowsocks node's SIP003 v2ray-plugin in WebSocket mode (issue 9): TLS or not, Mux.Cool
+ * or not, the path (default "/") and the Host clients send (NULL: not checked), each NULL when
+ * absent. */
 typedef struct {
-    bool tls;
+    bool tls, mux;
     char *path, *host;
 } ss_ws_plugin;
 
@@ -433,10 +434,11 @@ static int plugin_opt_text(const ag_node_state *n, const char *key, const char *
 /*
  * Parse the `plugin_opts` of a shadowsocks node with `plugin` "v2ray-plugin" (PANEL.md §1.4;
  * the SIP003 option string "key=value;flag;..." of shadowsocks/v2ray-plugin) into @p out
- * (owned by the caller, ss_ws_plugin_free). Served: mode websocket, tls, path, host, server;
- * cert, key, loglevel and fastopen are ignored (the certificate is the agent config's "cert").
- * Clients multiplex with Mux.Cool unless the options say mux=0, which katana does not serve yet
- * (issue 9): anything but an explicit mux=0 is refused, as are mode quic and unknown keys.
+ * (owned by the caller, ss_ws_plugin_free). Served: mode websocket, tls, path, host, server,
+ * mux; cert, key, loglevel and fastopen are ignored (the certificate is the agent config's
+ * "cert"). mux is v2ray-plugin's: clients multiplex with Mux.Cool (mux=N, N their concurrency)
+ * unless it is 0, and a v2ray-plugin server expects what its own mux says, 1 when absent (issue
+ * 9); a mux that is not a number, mode quic and unknown keys are refused.
  */
 static int parse_ws_plugin(const ag_node_state *n, ss_ws_plugin *out, sv_error *err)
 {
@@ -445,7 +447,7 @@ static int parse_ws_plugin(const ag_node_state *n, ss_ws_plugin *out, sv_error *
     char *buf = strdup(opts), *save = NULL;
     if (buf == NULL)
         return sv_error_set(err, -ENOMEM, "node %s: out of memory", n->tag);
-    bool mux0 = false;
+    out->mux = true;
     int rc = 0;
     for (char *it = strtok_r(buf, ";", &save); rc == 0 && it != NULL;
          it = strtok_r(NULL, ";", &save)) {
@@ -461,17 +463,18 @@ static int parse_ws_plugin(const ag_node_state *n, ss_ws_plugin *out, sv_error *
         else if (strcmp(it, "mode") == 0 && (val == NULL || strcmp(val, "websocket") != 0))
             rc = sv_error_set(err, -EINVAL, "node %s: plugin_opts: mode \"%.32s\": not served "
                               "(websocket only)", n->tag, val != NULL ? val : "");
+        else if (strcmp(it, "mux") == 0 && (val == NULL || val[0] == '\0' || strlen(val) > 4 ||
+                                            strspn(val, "0123456789") != strlen(val)))
+            rc = sv_error_set(err, -EINVAL, "node %s: plugin_opts: mux \"%.32s\": not a number "
+                              "(0: no Mux.Cool, N: Mux.Cool)", n->tag, val != NULL ? val : "");
         else if (strcmp(it, "mux") == 0)
-            mux0 = val != NULL && strcmp(val, "0") == 0;
+            out->mux = strspn(val, "0") != strlen(val);
         else if (strcmp(it, "mode") != 0 && strcmp(it, "cert") != 0 && strcmp(it, "key") != 0 &&
                  strcmp(it, "loglevel") != 0 && strcmp(it, "fastopen") != 0)
             rc = sv_error_set(err, -EINVAL, "node %s: plugin_opts: \"%.32s\": not served", n->tag,
                               it);
     }
     free(buf);
-    if (rc == 0 && !mux0)
-        rc = sv_error_set(err, -EINVAL, "node %s: plugin_opts: mux: not served (Mux.Cool; "
-                          "v2ray-plugin clients need mux=0)", n->tag);
     if (rc == 0 && out->path == NULL && (out->path = strdup("/")) == NULL)
         rc = sv_error_set(err, -ENOMEM, "node %s: out of memory", n->tag);
     if (rc != 0)
@@ -493,7 +496,8 @@ static bool is_ss2022(enum sv_ss_cipher cipher)
 }
 
 /* A shadowsocks node with @p cipher: plain TCP and UDP, or (classic ciphers only) TCP inside
- * WebSocket (over TLS or not) with the v2ray-plugin (mux=0); no obfs or other SIP003 plugin.
+ * WebSocket (over TLS or not, Mux.Cool or not) with the v2ray-plugin; no obfs or other SIP003
+ * plugin.
  * TLS needs the agent config's "cert". */
 static int check_shadowsocks(const ag_node_state *n, enum sv_ss_cipher cipher, sv_error *err)
 {
@@ -646,8 +650,9 @@ static int set_ws(sv_inbound_spec *in, const char *path, const char *host)
     return 0;
 }
 
-/* A shadowsocks inbound: UDP on its port; with the v2ray-plugin, TCP inside WebSocket, over TLS
- * with the agent config's certificate when the plugin options say tls (issue 9). */
+/* A shadowsocks inbound: UDP on its port; with the v2ray-plugin, TCP inside WebSocket (and
+ * Mux.Cool unless mux=0), over TLS with the agent config's certificate when the plugin options
+ * say tls (issue 9). */
 static int add_ss_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_inbound_spec *in)
 {
     in->udp = true;
@@ -667,6 +672,7 @@ static int add_ss_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_i
     if (parse_ws_plugin(n, &w, &err) != 0)
         return -ENOMEM; /* checked by check_node: only memory can fail here */
     int rc = set_ws(in, w.path, w.host);
+    in->ws.mux = w.mux;
     if (rc == 0 && w.tls) {
         in->tls.cert = n->cert;
         if ((n->cert_file != NULL && (in->tls.cert_file = strdup(n->cert_file)) == NULL) ||

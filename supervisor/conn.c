@@ -90,6 +90,7 @@ static bool flush_chain(sv_conn *c);
 static void on_handshake_timeout(uv_timer_t *t);
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 static void subs_read(sv_conn *c, bool on);
+static void subs_resume(sv_conn *c);
 static void subs_close(sv_conn *c);
 
 static void conn_release(sv_conn *c)
@@ -1013,9 +1014,12 @@ static bool open_assoc(sv_conn *c)
 
 /* ---- Mux.Cool: one sub-flow per stream (issue 9, PROTOCOLS.md §7) ---------------------------- */
 
-/* Bytes a sub-flow holds for its outbound (dialling, or behind a write in flight) before it is
- * ended towards the client: the client socket is shared, so one slow outbound cannot stop
- * reading it for the others (README "Mux.Cool"). */
+/* Bytes a sub-flow holds for its outbound (dialling, or behind a write in flight): past
+ * SUB_HELD_PAUSE reading the client stops until that write drains (every sub-flow of the
+ * connection waits, as with v2ray's own server; no byte is dropped); past SUB_HELD_MAX (a
+ * dial that never completes while other sub-flows keep reading) the sub-flow is ended towards
+ * the client (README "Mux.Cool"). */
+#define SUB_HELD_PAUSE (256 * 1024)
 #define SUB_HELD_MAX (512 * 1024)
 
 /* One stream of a multiplexed connection: its own outbound stream and flow record, or for a
@@ -1028,6 +1032,7 @@ struct sv_subflow {
     sv_flow_rec *flow;
     bool registered, connected, writing, client_done, ended;
     bool paced;     /* its outbound's reading waits for pace_timer (issue 12) */
+    bool paused;    /* reading the client stopped for its held bytes (SUB_HELD_PAUSE) */
     uint8_t *out;   /* the write in flight */
     uint8_t *held;  /* bytes waiting for the dial or for the write in flight */
     size_t held_len;
@@ -1056,6 +1061,8 @@ static void sub_end(sv_subflow *s, bool tell, bool abort)
     unsigned at = 0;
     if (sub_find(c, s->stream, &at) == s)
         c->subs[at] = c->subs[--c->n_subs];
+    if (s->paused && !c->closing)
+        subs_resume(c); /* its bytes are dropped with it */
     if (tell && !c->closing && !c->client_shut) {
         const sv_proto_ops *ops = c->handler->ops;
         ssize_t len = ops->frame_end(c->state, c->handler->creds, s->stream, abort,
@@ -1132,9 +1139,21 @@ static void sub_flush(sv_subflow *s)
         s->writing = true;
 }
 
+/* Read the client again once no sub-flow holds more than SUB_HELD_PAUSE bytes. */
+static void subs_resume(sv_conn *c)
+{
+    for (unsigned i = 0; i < c->n_subs; i++)
+        if (c->subs[i]->held_len > SUB_HELD_PAUSE)
+            return;
+    client_read_start(c);
+}
+
 static void sub_written(void *owner, int status)
 {
     sv_subflow *s = owner;
+    sv_conn *c = s->c;
+    bool paused = s->paused;
+    s->paused = false;
     s->writing = false;
     free(s->out);
     s->out = NULL;
@@ -1142,6 +1161,8 @@ static void sub_written(void *owner, int status)
         sub_end(s, true, true);
     else
         sub_flush(s);
+    if (paused && !c->closing)
+        subs_resume(c);
 }
 
 static void sub_connected(void *owner, int status)
@@ -1157,7 +1178,11 @@ static void sub_connected(void *owner, int status)
     s->registered = true;
     if (!c->writing_client && !c->paced_down)
         s->ob.ops->read(&s->ob, true);
-    sub_flush(s);
+    bool paused = s->paused;
+    s->paused = false;
+    sub_flush(s); /* the held bytes go: a write in flight */
+    if (paused && !c->closing)
+        subs_resume(c);
 }
 
 static void sub_alloc(void *owner, uv_buf_t *buf) { remote_alloc(((sv_subflow *)owner)->c, buf); }
@@ -1331,6 +1356,11 @@ static void sub_write(sv_conn *c, uint32_t stream, uint8_t *data, size_t len)
     memcpy(grown + s->held_len, data, len);
     s->held = grown;
     s->held_len += len;
+    if ((s->writing || !s->connected) && s->held_len > SUB_HELD_PAUSE) {
+        s->paused = true; /* until sub_written or sub_connected takes the bytes */
+        client_read_stop(c);
+        return;
+    }
     sub_flush(s);
 }
 

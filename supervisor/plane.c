@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "supervisor/proto/ss2022.h"
+#include "supervisor/proto/ss_mux.h"
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
 #include "supervisor/proto/vless.h"
@@ -55,11 +56,11 @@ void sv_replay_ref_unref(sv_replay_ref *r)
     free(r);
 }
 
-const sv_proto_ops *sv_proto_ops_for(enum sv_inbound_protocol protocol)
+const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in)
 {
-    switch (protocol) {
+    switch (in->protocol) {
     case SV_INBOUND_SHADOWSOCKS:
-        return &sv_shadowsocks_ops;
+        return in->ws.mux ? &sv_ss_mux_ops : &sv_shadowsocks_ops;
     case SV_INBOUND_TROJAN:
         return &sv_trojan_ops;
     case SV_INBOUND_VLESS:
@@ -79,7 +80,7 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     sv_handler *h = calloc(1, sizeof *h);
     if (h == NULL)
         goto oom;
-    h->ops = sv_proto_ops_for(in->protocol);
+    h->ops = sv_proto_ops_for(in);
     if (h->ops == NULL || h->ops->carry_max > SV_CARRY_MAX ||
         h->ops->frame_max(SV_SCRATCH) > sizeof ((sv_worker *)0)->sealed) {
         free(h);

@@ -115,8 +115,9 @@ typedef struct sv_plane {
     uint64_t epoch;
 } sv_plane;
 
-/** The protocol core serving inbounds of @p protocol, or NULL when none does. */
-const sv_proto_ops *sv_proto_ops_for(enum sv_inbound_protocol protocol);
+/** The protocol core serving inbound @p in (its protocol; Shadowsocks with ws.mux: Shadowsocks
+ *  over Mux.Cool), or NULL when none does. */
+const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in);
 
 /**
  * Build the handler of inbound @p in for @p users (may be NULL: no user is admitted): the core's

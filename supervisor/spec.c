@@ -270,6 +270,7 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            str_eq(a->tls.server_name, b->tls.server_name) && str_eq(a->fallback, b->fallback) &&
            str_eq(a->ws.path, b->ws.path) && str_eq(a->ws.host, b->ws.host) &&
            a->ws.httpupgrade == b->ws.httpupgrade &&
+           a->ws.mux == b->ws.mux &&
            str_eq(a->ss_server_key, b->ss_server_key);
 }
 

@@ -104,6 +104,8 @@ typedef struct sv_inbound_ws {
     char *host; /**< the Host header clients must send (port ignored), or NULL for any */
     bool httpupgrade; /**< the upgrade opens a raw byte stream (HTTPUpgrade), not WebSocket
                            frames; VLESS, VMess and Trojan only */
+    bool mux;   /**< Shadowsocks only: the stream carries Mux.Cool, each sub-connection one
+                     Shadowsocks stream (the SIP003 v2ray-plugin with mux, proto/ss_mux.h) */
 } sv_inbound_ws;
 
 /** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */

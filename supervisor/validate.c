@@ -335,6 +335,9 @@ static bool ws_text_ok(const char *s)
 
 static int check_ws(const sv_inbound_spec *in, sv_error *err)
 {
+    if (in->ws.mux && (in->protocol != SV_INBOUND_SHADOWSOCKS || in->ws.path == NULL))
+        return INVALID(err, "inbound %s: ws mux (Shadowsocks over Mux.Cool) needs a shadowsocks "
+                       "inbound with a ws path", in->tag);
     if (in->ws.path == NULL) {
         if (in->ws.host != NULL)
             return INVALID(err, "inbound %s: ws host needs a ws path", in->tag);
@@ -458,7 +461,7 @@ static int check_ss2022(const sv_inbound_spec *in, sv_error *err)
 {
     size_t k = ss2022_key_len(in->ss_cipher);
     if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL || in->ws.path != NULL ||
-        in->ws.host != NULL || in->ws.httpupgrade)
+        in->ws.host != NULL || in->ws.httpupgrade || in->ws.mux)
         return INVALID(err, "inbound %s: TLS, WebSocket and fallback are not served on a "
                        "shadowsocks-2022 inbound", in->tag);
     if (k == 0)

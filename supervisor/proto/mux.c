@@ -238,27 +238,50 @@ static size_t read_data(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx)
     return k;
 }
 
+/* One header or one piece of data block. @return bytes consumed (0: need more) or an error. */
+static ssize_t step(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx)
+{
+    if (m->in_data)
+        return (ssize_t)read_data(m, p, n, fx);
+    return read_header(m, p, n, fx);
+}
+
 ssize_t sv_mux_feed(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx)
 {
     size_t at = 0;
     m->n_ends = 0;
     /* room for a header's two effects, and one slot stays for the caller's error effect */
     while (fx->n + 3 <= SV_EFFECTS_MAX) {
-        if (m->in_data) {
-            size_t k = read_data(m, p + at, n - at, fx);
-            if (k == 0)
-                break;
-            at += k;
-            continue;
-        }
-        ssize_t h = read_header(m, p + at, n - at, fx);
-        if (h < 0)
-            return h;
-        if (h == 0)
+        ssize_t k = step(m, p + at, n - at, fx);
+        if (k < 0)
+            return k;
+        if (k == 0)
             break;
-        at += (size_t)h;
+        at += (size_t)k;
     }
     return (ssize_t)at;
+}
+
+ssize_t sv_mux_step(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx)
+{
+    m->n_ends = 0;
+    return step(m, p, n, fx);
+}
+
+size_t sv_mux_data_left(const sv_mux *m, uint16_t *id)
+{
+    if (!m->in_data || m->action != ACT_TCP)
+        return 0;
+    *id = m->id;
+    return m->left;
+}
+
+void sv_mux_unread(sv_mux *m, size_t k)
+{
+    if (k == 0)
+        return;
+    m->left += (uint32_t)k;
+    m->in_data = true;
 }
 
 size_t sv_mux_frame_max(size_t len)

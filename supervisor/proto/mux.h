@@ -65,6 +65,27 @@ void sv_mux_free(sv_mux *m);
 ssize_t sv_mux_feed(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx);
 
 /**
+ * Decode one step of sv_mux_feed(): one frame header (effects as sv_mux_feed's), or the next
+ * piece of the current data block (one SV_FX_TO_OUTBOUND or SV_FX_DATAGRAM). For a caller that
+ * runs an inner protocol on each session's bytes (Shadowsocks over Mux.Cool, ss_mux.h): @p fx
+ * needs 2 free slots; an End answer's bytes stay valid until the next call on @p m.
+ * @return bytes consumed (0 = need more), or -EPROTO as sv_mux_feed().
+ */
+ssize_t sv_mux_step(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx);
+
+/**
+ * Bytes of the current TCP data block still to come, with its session in *@p id; 0 when the
+ * next bytes are a frame header (or data that is dropped or a datagram).
+ */
+size_t sv_mux_data_left(const sv_mux *m, uint16_t *id);
+
+/**
+ * Give back the last @p k bytes of the TCP data piece the previous sv_mux_step() delivered (the
+ * caller did not take them): the next step delivers them again. Only right after that step.
+ */
+void sv_mux_unread(sv_mux *m, size_t k);
+
+/**
  * Forget session @p id (its outbound ended; the runtime sends its End frame): a later Keep for
  * it gets an End back. Unknown ids are ignored.
  */

@@ -125,3 +125,5 @@ const sv_proto_ops sv_shadowsocks_ops = {
 };
 
 const sv_ss_keyring *sv_ss_creds_ring(const void *creds) { return &((const ss_creds *)creds)->ring; }
+
+sv_replay *sv_ss_creds_replay(const void *creds) { return ((const ss_creds *)creds)->replay; }

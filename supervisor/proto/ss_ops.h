@@ -25,4 +25,8 @@ extern const sv_proto_ops sv_shadowsocks_ops;
 /** The keyring inside a credential table made by sv_shadowsocks_ops.creds_new (SS-UDP). */
 const sv_ss_keyring *sv_ss_creds_ring(const void *creds);
 
+/** The salt filter attached to such a table (attach_replay), or NULL (Shadowsocks over
+ *  Mux.Cool, ss_mux.h). */
+sv_replay *sv_ss_creds_replay(const void *creds);
+
 #endif

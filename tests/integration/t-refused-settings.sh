@@ -28,8 +28,8 @@ variant("ws", lambda c: node(c).update(network="ws"))
 variant("tls", lambda c: node(c).update(tls=1))
 variant("obfs", lambda c: node(c).update(obfs="http", obfs_settings={"host": "a.test"}))
 variant("plugin", lambda c: node(c).update(plugin="obfs-local", plugin_opts="obfs=http"))
-# the v2ray-plugin is served with mux=0 only (its clients multiplex with Mux.Cool otherwise)
-variant("plugin-mux", lambda c: node(c).update(plugin="v2ray-plugin", plugin_opts="server"))
+# the v2ray-plugin's mux is a number (0: no Mux.Cool, N: Mux.Cool)
+variant("plugin-mux", lambda c: node(c).update(plugin="v2ray-plugin", plugin_opts="server;mux=on"))
 variant("multiplex", lambda c: node(c).update(multiplex={"enabled": True}))
 # the Xboard shape of a plain shadowsocks node: every such key null
 variant("xboard-nulls", lambda c: node(c).update(network=None, networkSettings=None, plugin=None,
@@ -59,7 +59,7 @@ expect_refused ws 'node t1: network "ws": not served'
 expect_refused tls 'node t1: tls: not served'
 expect_refused obfs 'node t1: obfs "http": not served'
 expect_refused plugin 'node t1: plugin "obfs-local": not served'
-expect_refused plugin-mux 'node t1: plugin_opts: mux: not served (Mux.Cool'
+expect_refused plugin-mux 'node t1: plugin_opts: mux "on": not a number'
 expect_refused multiplex 'node t1: multiplex: not served'
 
 cp "$T/users.json" "$T/users.good"

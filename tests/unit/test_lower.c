@@ -441,10 +441,12 @@ static void lower__unserved_settings__are_refused_naming_the_field(void **state)
         {"\"obfs\":\"tls\"", "node n: obfs \"tls\": not served (no obfuscation)"},
         {"\"plugin\":\"obfs\",\"plugin_opts\":\"obfs=http\"",
          "node n: plugin \"obfs\": not served (v2ray-plugin only)"},
-        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"path=/ss\"",
-         "node n: plugin_opts: mux: not served (Mux.Cool; v2ray-plugin clients need mux=0)"},
-        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=1;path=/ss\"",
-         "node n: plugin_opts: mux: not served (Mux.Cool; v2ray-plugin clients need mux=0)"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=on;path=/ss\"",
+         "node n: plugin_opts: mux \"on\": not a number (0: no Mux.Cool, N: Mux.Cool)"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux;path=/ss\"",
+         "node n: plugin_opts: mux \"\": not a number (0: no Mux.Cool, N: Mux.Cool)"},
+        {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=-1\"",
+         "node n: plugin_opts: mux \"-1\": not a number (0: no Mux.Cool, N: Mux.Cool)"},
         {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mode=quic;mux=0\"",
          "node n: plugin_opts: mode \"quic\": not served (websocket only)"},
         {"\"plugin\":\"v2ray-plugin\",\"plugin_opts\":\"mux=0;path\"",
@@ -737,20 +739,25 @@ static void lower__ws_node__ws_settings(void **state)
     }
 }
 
-/* Issue 9: a shadowsocks node with the SIP003 v2ray-plugin (mux=0) lowers to a shadowsocks
- * inbound with a WebSocket path (default "/") and Host, over TLS with the config's certificate
- * when plugin_opts says tls; UDP stays on the port. */
+/* Issue 9: a shadowsocks node with the SIP003 v2ray-plugin lowers to a shadowsocks inbound
+ * with a WebSocket path (default "/") and Host, over TLS with the config's certificate when
+ * plugin_opts says tls, with Mux.Cool unless mux=0 (v2ray-plugin's default is 1); UDP stays on
+ * the port. */
 static void lower__ss_v2ray_plugin__websocket_inbound(void **state)
 {
     (void)state;
     static const struct {
         const char *opts, *path, *host;
-        bool tls;
+        bool tls, mux;
     } cases[] = {
-        {"mux=0", "/", NULL, false},
-        {"path=/ss;host=cdn.test;mux=0;loglevel=none", "/ss", "cdn.test", false},
+        {"mux=0", "/", NULL, false, false},
+        {"path=/ss;host=cdn.test;mux=0;loglevel=none", "/ss", "cdn.test", false, false},
         {"server;tls;host=node.test;path=/s?ed=2048;mux=0;mode=websocket;", "/s?ed=2048",
-         "node.test", true},
+         "node.test", true, false},
+        {"", "/", NULL, false, true},
+        {"path=/ss;mux=1", "/ss", NULL, false, true},
+        {"tls;host=node.test;mux=8", "/", "node.test", true, true},
+        {"mux=00", "/", NULL, false, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char json[256];
@@ -770,6 +777,7 @@ static void lower__ss_v2ray_plugin__websocket_inbound(void **state)
         else
             assert_string_equal(in->ws.host, cases[i].host);
         assert_int_equal(in->tls.cert, st.cert);
+        assert_int_equal(in->ws.mux, cases[i].mux);
         sv_spec_free(&s);
         free_state(&st);
     }

@@ -772,6 +772,20 @@ static void websocket_settings_are_checked(void **state)
     f.in[0].ws = (sv_inbound_ws){0};
     f.in[0].fallback = "127.0.0.1:80";
     expect_invalid(&f, "inbound ss1: fallback is not served on a shadowsocks inbound");
+    /* Mux.Cool inside the WebSocket (the v2ray-plugin with mux): shadowsocks with a ws path */
+    f.in[0].fallback = NULL;
+    f.in[0].ws = (sv_inbound_ws){.path = "/ws", .mux = true};
+    expect_valid(&f);
+    f.in[0].ws.path = NULL;
+    expect_invalid(&f, "inbound ss1: ws mux (Shadowsocks over Mux.Cool) needs a shadowsocks "
+                       "inbound with a ws path");
+    f.in[2] = (sv_inbound_spec){.tag = "vm", .bind = {"127.0.0.1", 8443},
+                                .protocol = SV_INBOUND_VMESS, .users = "u",
+                                .ws = {.path = "/vm", .mux = true}};
+    f.in[0].ws = (sv_inbound_ws){0};
+    f.spec.n_inbounds = 3;
+    expect_invalid(&f, "inbound vm: ws mux (Shadowsocks over Mux.Cool) needs a shadowsocks "
+                       "inbound with a ws path");
 }
 
 int main(void)
