@@ -746,11 +746,8 @@ static bool admit(sv_conn *c, int idx)
         return false;
     if (now != c->handler && sv_handler_find(now, c->handler, p) < 0)
         return false;
-    sv_tracker *t = c->w->shared->tracker;
-    if (!sv_tracker_device_admit(t, c->user_id, sv_principal_device_limit(p), c->sess->info.source))
-        return false;
-    sv_tracker_session_bind_user(t, c->sess, c->user_id);
-    return true;
+    return sv_tracker_session_admit(c->w->shared->tracker, c->sess, c->user_id,
+                                    sv_principal_device_limit(p), false) == SV_DEVICE_ADMITTED;
 }
 
 /* ---- client side ------------------------------------------------------------------------------ */

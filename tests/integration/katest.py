@@ -26,6 +26,8 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
             [--age S] [--replay] --expect E  the echo server: ok = echoed; refused = no byte back
                                              and no close for --wait s (drained); --replay sends
                                              an accepted request's bytes again, expecting refusal
+  vlessburst --port P --uuid U --dest-port D N clear VLESS requests from several loopback
+            --sources A,B,.. [--conns N]     sources at one instant; per source: admitted, total
 """
 
 import argparse
@@ -39,6 +41,7 @@ import struct
 import sys
 import threading
 import time
+import uuid
 
 LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
 MAX_DATAGRAM = 65507
@@ -580,6 +583,61 @@ def parse_user(text):
     parts = text.split(":")
     limit = int(parts[2]) if len(parts) > 2 else None
     return {"id": int(parts[0]), "uuid": parts[1], "speed_limit": None, "device_limit": limit}
+
+
+# --- VLESS burst from several source addresses (issue 12, device limit race) -----------
+
+def vless_burst_one(a, src, idx, go, done, results):
+    """One clear VLESS TCP request (PROTOCOLS.md §5) from SRC to the echo server, started at GO;
+    the connection stays open until DONE so that an admitted session stays live meanwhile."""
+    payload = pattern("%s/%d" % (src, idx), 64)
+    s = None
+    ok = False
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(a.timeout)
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", a.port))
+        go.wait()
+        req = (b"\x00" + uuid.UUID(a.uuid).bytes + b"\x00\x01" + struct.pack(">H", a.dest_port) +
+               b"\x01" + socket.inet_aton("127.0.0.1"))
+        s.sendall(req + payload)
+        got = recv_exact(s, 2 + len(payload))
+        ok = got == b"\x00\x00" + payload
+    except (OSError, IOError, ValueError):
+        ok = False
+    except threading.BrokenBarrierError:
+        ok = False
+    results[idx] = (src, ok)
+    done.wait(a.timeout)
+    if s is not None:
+        s.close()
+
+
+def cmd_vlessburst(a):
+    """CONNS VLESS connections spread over SOURCES, all sending at one instant; prints one line
+    per source: SOURCE ADMITTED TOTAL (admitted: got the echo)."""
+    sources = a.sources.split(",")
+    for src in sources:
+        require_loopback(src)
+    go = threading.Barrier(a.conns, timeout=a.timeout)
+    done = threading.Event()
+    results = [None] * a.conns
+    ths = [threading.Thread(target=vless_burst_one,
+                            args=(a, sources[i % len(sources)], i, go, done, results))
+           for i in range(a.conns)]
+    for t in ths:
+        t.start()
+    deadline = time.monotonic() + a.timeout + 2
+    while time.monotonic() < deadline and any(r is None for r in results):
+        time.sleep(0.05)
+    done.set()
+    for t in ths:
+        t.join(a.timeout)
+    for src in sources:
+        mine = [r for r in results if r is not None and r[0] == src]
+        print("%s %d %d" % (src, sum(1 for r in mine if r[1]), len(mine)))
+    return 0
 
 
 # --- source-address relay -------------------------------------------------------------
@@ -1204,6 +1262,13 @@ def main():
     c.add_argument("--count-file", help="keep 'UP DOWN' byte totals here (half-close relay)")
     c.add_argument("--timeout", type=float, default=10)
     c.add_argument("--ready-file")
+    c = sub.add_parser("vlessburst")
+    c.add_argument("--port", type=int, required=True, help="katana's clear VLESS node")
+    c.add_argument("--uuid", required=True)
+    c.add_argument("--dest-port", type=int, required=True, help="the echo server on 127.0.0.1")
+    c.add_argument("--sources", required=True, help="comma-separated loopback source IPs")
+    c.add_argument("--conns", type=int, default=50)
+    c.add_argument("--timeout", type=float, default=10)
     c = sub.add_parser("usage")
     c.add_argument("--log", required=True)
     c.add_argument("--offset", type=int, default=0)
@@ -1256,7 +1321,8 @@ def main():
           "tcp": cmd_tcp, "udp": cmd_udp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
           "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
-          "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess}[a.cmd]
+          "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess,
+          "vlessburst": cmd_vlessburst}[a.cmd]
     sys.exit(fn(a))
 
 
