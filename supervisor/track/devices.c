@@ -181,3 +181,5 @@ uint64_t sv_tracker_device_refusals(sv_tracker *t)
 {
     return atomic_load_explicit(&t->dev_refused, memory_order_relaxed);
 }
+
+void sv_source_ip(const char *source, char out[64]) { sv__source_ip(source, out); }

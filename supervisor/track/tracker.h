@@ -148,6 +148,9 @@ void sv_tracker_session_admit_fleet(sv_tracker *t, sv_session_rec *rec, uint64_t
 /** Replace the remote device table (see sv_set_remote_devices()). Any thread. 0 or -ENOMEM. */
 int sv_tracker_set_remote_devices(sv_tracker *t, const sv_device_count *v, size_t n);
 
+/** The IP part of @p source ("ip:port" / "[v6]:port"), NUL-terminated into @p out. Pure. */
+void sv_source_ip(const char *source, char out[64]);
+
 /** Refusals counted by sv_tracker_session_admit(). Any thread. */
 uint64_t sv_tracker_device_refusals(sv_tracker *t);
 

@@ -27,7 +27,9 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
                                              and no close for --wait s (drained); --replay sends
                                              an accepted request's bytes again, expecting refusal
   vlessburst --port P --uuid U --dest-port D N clear VLESS requests from several loopback
-            --sources A,B,.. [--conns N]     sources at one instant; per source: admitted, total
+            --sources A,B,.. [--conns N]     sources at one instant; per source: admitted, total;
+            [--hold S --ready-file F         --hold: kept open S s (or until the release file
+             --release-file R]               exists), then "held N still served, M cut"
 """
 
 import argparse
@@ -587,7 +589,7 @@ def parse_user(text):
 
 # --- VLESS burst from several source addresses (issue 12, device limit race) -----------
 
-def vless_burst_one(a, src, idx, go, done, results):
+def vless_burst_one(a, src, idx, go, done, results, held):
     """One clear VLESS TCP request (PROTOCOLS.md §5) from SRC to the echo server, started at GO;
     the connection stays open until DONE so that an admitted session stays live meanwhile."""
     payload = pattern("%s/%d" % (src, idx), 64)
@@ -609,7 +611,16 @@ def vless_burst_one(a, src, idx, go, done, results):
     except threading.BrokenBarrierError:
         ok = False
     results[idx] = (src, ok)
-    done.wait(a.timeout)
+    done.wait(a.timeout + a.hold)
+    if ok and a.hold > 0:
+        # still served after the hold: the same connection echoes again
+        try:
+            more = pattern("%s/%d/again" % (src, idx), 64)
+            s.sendall(more)
+            ok = recv_exact(s, len(more)) == more
+        except (OSError, IOError, ValueError):
+            ok = False
+        held[idx] = ok
     if s is not None:
         s.close()
 
@@ -623,20 +634,34 @@ def cmd_vlessburst(a):
     go = threading.Barrier(a.conns, timeout=a.timeout)
     done = threading.Event()
     results = [None] * a.conns
+    held = [None] * a.conns
     ths = [threading.Thread(target=vless_burst_one,
-                            args=(a, sources[i % len(sources)], i, go, done, results))
+                            args=(a, sources[i % len(sources)], i, go, done, results, held))
            for i in range(a.conns)]
     for t in ths:
         t.start()
     deadline = time.monotonic() + a.timeout + 2
     while time.monotonic() < deadline and any(r is None for r in results):
         time.sleep(0.05)
-    done.set()
-    for t in ths:
-        t.join(a.timeout)
+    if a.hold <= 0:
+        done.set()
     for src in sources:
         mine = [r for r in results if r is not None and r[0] == src]
         print("%s %d %d" % (src, sum(1 for r in mine if r[1]), len(mine)))
+    sys.stdout.flush()
+    if a.hold > 0:
+        if a.ready_file:
+            touch(a.ready_file)
+        end = time.monotonic() + a.hold
+        while time.monotonic() < end and not (a.release_file and os.path.exists(a.release_file)):
+            time.sleep(0.1)
+    done.set()
+    for t in ths:
+        t.join(a.timeout)
+    if a.hold > 0:
+        n_ok = sum(1 for v in held if v is True)
+        n_cut = sum(1 for v in held if v is False)
+        print("held %d still served, %d cut" % (n_ok, n_cut))
     return 0
 
 
@@ -793,6 +818,9 @@ def cmd_mkconfig(a):
         cfg["shutdown_grace"] = a.grace
     if a.max_connections is not None:
         cfg["max_connections"] = a.max_connections
+    if a.redis:
+        # issue 12: the fleet-wide device limit
+        cfg["redis"] = {"url": a.redis, "expiry": a.redis_expiry}
     write_json(a.out, cfg)
     return 0
 
@@ -1228,6 +1256,8 @@ def main():
     c.add_argument("--workers", type=int, default=1)
     c.add_argument("--grace", type=int, help="shutdown_grace, seconds")
     c.add_argument("--max-connections", type=int, help="max_connections")
+    c.add_argument("--redis", help="redis.url (issue 12, fleet-wide device limit)")
+    c.add_argument("--redis-expiry", type=int, default=60, help="redis.expiry, seconds")
     c.add_argument("--log-level", default="info")
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
     c.add_argument("--no-allow-private", action="store_true",
@@ -1269,6 +1299,11 @@ def main():
     c.add_argument("--sources", required=True, help="comma-separated loopback source IPs")
     c.add_argument("--conns", type=int, default=50)
     c.add_argument("--timeout", type=float, default=10)
+    c.add_argument("--hold", type=float, default=0,
+                   help="keep the connections open this long after the answers (ready file "
+                        "then), then check that each admitted one still echoes")
+    c.add_argument("--ready-file")
+    c.add_argument("--release-file", help="--hold ends early once this file exists")
     c = sub.add_parser("usage")
     c.add_argument("--log", required=True)
     c.add_argument("--offset", type=int, default=0)

@@ -1,0 +1,102 @@
+#!/bin/bash
+# Fleet-wide device limit on Redis (issue 12): a real redis-server on loopback (its own instance
+# on a free port, --save '', killed at the end) shared by two katana processes A and B, each a
+# clear VLESS node with user 1 (device_limit 1) and `"redis": {"url": ..., "expiry": 6}`.
+#  1. A client from 127.0.0.2 holds a connection on A; on B a new IP (127.0.0.3) is refused,
+#     the held IP (127.0.0.2) is served: the user's IPs are counted across the fleet.
+#  2. Redis stopped: nobody is cut (A's held connection still echoes at the end), B serves a
+#     new IP at once (its own count and the panel's alivelist decide), one warning per node.
+#  3. Redis restarted on the same port: each node reconnects by itself and re-adds its live IPs
+#     (A: 127.0.0.2), so within a few seconds a new IP on B is refused again and both nodes log
+#     that Redis is back.
+. "$(dirname "$0")/lib.sh"
+[ "$KT_SERVER" = katana ] || skip_all "device limit needs katana"
+kt_need redis-server
+
+U1=$(kt_uuid)
+echo_start
+kt_ports 3
+RPORT=${PORTS[0]}; PA=${PORTS[1]}; PB=${PORTS[2]}
+
+redis_start() {
+    kt_bg redis redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --daemonize no
+    REDIS_PID=$BG_PID
+    kt_wait_port "$RPORT" 10 || { fail "redis-server did not listen"; exit 1; }
+}
+# burst LABEL NODE_PORT SOURCES [vlessburst args]: per source "ip admitted total" in $T/LABEL.out
+burst() {
+    local label=$1 port=$2 sources=$3; shift 3
+    "${KT_PY[@]}" vlessburst --port "$port" --uuid "$U1" --dest-port "$ECHO_PORT" \
+        --sources "$sources" --conns 1 --timeout 5 "$@" >"$T/$label.out"
+    cat "$T/$label.out"
+}
+admitted() { awk -v s="$2" '$1 == s { print $2 }' "$T/$1.out"; }
+
+redis_start
+URL="redis://127.0.0.1:$RPORT/0"
+mkconfig "$T/a.json" "$PA" aes-256-gcm --protocol vless --workers 2 --user "1:$U1:1" \
+    --redis "$URL" --redis-expiry 6
+mkconfig "$T/b.json" "$PB" aes-256-gcm --protocol vless --workers 2 --user "1:$U1:1" \
+    --redis "$URL" --redis-expiry 6
+BIN=$(katana_bin)
+kt_bg katana-a "$BIN" run -c "$T/a.json"; PID_A=$BG_PID
+kt_bg katana-b "$BIN" run -c "$T/b.json"; PID_B=$BG_PID
+kt_wait_port "$PA" 10 && kt_wait_port "$PB" 10 || { fail "katana did not listen"; exit 1; }
+
+# 1. at the limit on A, refused on B
+"${KT_PY[@]}" vlessburst --port "$PA" --uuid "$U1" --dest-port "$ECHO_PORT" \
+    --sources 127.0.0.2 --conns 1 --timeout 5 --hold 60 --ready-file "$T/held.ready" \
+    --release-file "$T/held.release" \
+    >"$T/held.out" &
+HOLD_PID=$!
+kt_wait_file "$T/held.ready" 10 || { fail "held connection did not start"; exit 1; }
+check "A admits the first IP" test "$(awk '$1 == "127.0.0.2" { print $2 }' "$T/held.out")" = 1
+burst b-new "$PB" 127.0.0.3
+check "B refuses a new IP of the user at its limit on A" test "$(admitted b-new 127.0.0.3)" = 0
+burst b-same "$PB" 127.0.0.2
+check "B serves the IP the user already has live on A" test "$(admitted b-same 127.0.0.2)" = 1
+burst a-new "$PA" 127.0.0.4
+check "A refuses a new IP too" test "$(admitted a-new 127.0.0.4)" = 0
+
+# 2. Redis stopped: nobody cut, B keeps serving (decides alone)
+kill -TERM "$REDIS_PID"; kt_wait_exit "$REDIS_PID" 5 || true
+ok=1
+for _ in $(seq 1 20); do
+    burst b-down "$PB" 127.0.0.3
+    if [ "$(admitted b-down 127.0.0.3)" = 1 ]; then ok=0; break; fi
+    sleep 0.3
+done
+check "Redis down: B serves a new IP (its own count)" test "$ok" = 0
+burst b-down2 "$PB" 127.0.0.5
+check "Redis down: B still serves" test "$(admitted b-down2 127.0.0.5)" = 1
+check "Redis down: A still runs" kt_alive "$PID_A"
+check "Redis down: B still runs" kt_alive "$PID_B"
+sleep 3 # several reconnect attempts
+check "Redis down: one warning on A" test "$(grep -c 'unreachable' "$T/katana-a.log")" = 1
+check "Redis down: one warning on B" test "$(grep -c 'unreachable' "$T/katana-b.log")" = 1
+
+# 3. Redis back: both recover by themselves; A's live IP is in Redis again
+redis_start
+ok=1
+for _ in $(seq 1 50); do
+    burst b-back "$PB" 127.0.0.6
+    if [ "$(admitted b-back 127.0.0.6)" = 0 ]; then ok=0; break; fi
+    sleep 0.2
+done
+check "Redis back: B refuses a new IP again (A's live IP re-added)" test "$ok" = 0
+check "Redis back: A logs it" grep -q 'reachable: fleet-wide' "$T/katana-a.log"
+check "Redis back: B logs it" grep -q 'reachable: fleet-wide' "$T/katana-b.log"
+
+touch "$T/held.release"
+wait "$HOLD_PID" 2>/dev/null
+cat "$T/held.out"
+check "the held connection on A was never cut" grep -q '^held 1 still served, 0 cut' "$T/held.out"
+kill -TERM "$PID_A" "$PID_B" 2>/dev/null
+kt_wait_exit "$PID_A" 7 || true; RC_A=$WAIT_RC
+kt_wait_exit "$PID_B" 7 || true; RC_B=$WAIT_RC
+check "A exits 0 on SIGTERM" test "$RC_A" = 0
+check "B exits 0 on SIGTERM" test "$RC_B" = 0
+check "no log line per refused connection" \
+    test "$(cat "$T/katana-a.log" "$T/katana-b.log" | grep -i 'device' | grep -vc 'redis')" = 0
+kt_finish
