@@ -63,7 +63,7 @@ struct sv_fleet_req {
 };
 
 static void fleet_connect(sv_fleet *f);
-static void drop(sv_fleet *f);
+static void drop(sv_fleet *f, const char *why);
 
 /* The retry timer: reconnect when down; when a connection is still not ready after
  * SV_FLEET_RETRY_MS, drop it (the libuv adapter of hiredis 0.14 ignores a poll error, e.g. a
@@ -72,7 +72,7 @@ static void on_retry(uv_timer_t *t)
 {
     sv_fleet *f = t->data;
     if (f->ac != NULL && !f->up)
-        drop(f);
+        drop(f, "not ready in time");
     else
         fleet_connect(f);
 }
@@ -102,9 +102,10 @@ static void answer(sv_fleet_req *r, sv_fleet_answer a)
 
 /* Drop the connection (not from inside a hiredis callback): its pending callbacks run with no
  * reply, then on_disconnect. */
-static void drop(sv_fleet *f)
+static void drop(sv_fleet *f, const char *why)
 {
     redisAsyncContext *ac = f->ac;
+    SV_LOG(SV_LOG_DEBUG, MOD, "client %p: dropped (%s)", (void *)f, why);
     f->ac = NULL;
     mark_down(f);
     if (ac != NULL)
@@ -114,6 +115,7 @@ static void drop(sv_fleet *f)
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     sv_fleet *f = ac->data;
+    SV_LOG(SV_LOG_DEBUG, MOD, "client %p: connect %s", (void *)f, status == REDIS_OK ? "ok" : "failed");
     if (status != REDIS_OK && f->ac == ac) { /* hiredis frees ac after this returns */
         f->ac = NULL;
         mark_down(f);
@@ -123,6 +125,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
     sv_fleet *f = ac->data;
+    SV_LOG(SV_LOG_DEBUG, MOD, "client %p: disconnected (%s)", (void *)f, f->ac == ac ? "current" : "old");
     (void)status;
     if (f->ac == ac) {
         f->ac = NULL;
@@ -148,6 +151,7 @@ static void on_ready(redisAsyncContext *ac, void *reply, void *priv)
     }
     if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG") != 0)
         return; /* AUTH / SELECT "OK": PING's answer comes next */
+    SV_LOG(SV_LOG_DEBUG, MOD, "client %p: ready", (void *)f);
     f->up = true;
     uv_timer_stop(&f->retry);
     if (f->counted_down) {
@@ -164,6 +168,7 @@ static void fleet_connect(sv_fleet *f)
 {
     if (f->closing || f->ac != NULL)
         return;
+    SV_LOG(SV_LOG_DEBUG, MOD, "client %p: connecting", (void *)f);
     redisAsyncContext *ac = redisAsyncConnect(f->o.host, f->o.port);
     if (ac == NULL || ac->err) {
         if (ac != NULL)
@@ -229,7 +234,7 @@ static void on_deadline(uv_timer_t *t)
         expired = true;
     }
     if (expired && f->ac != NULL)
-        drop(f); /* too slow: fall back at once for the next ones, reconnect in the background */
+        drop(f, "admission timed out"); /* fall back at once for the next ones, reconnect */
     arm_deadline(f);
 }
 
@@ -350,7 +355,7 @@ static void on_refresh(uv_timer_t *t)
 {
     sv_fleet *f = t->data;
     if (f->refreshing > 0 && f->ac != NULL) {
-        drop(f); /* the last refresh is still unanswered: a dead connection hiredis missed */
+        drop(f, "refresh unanswered"); /* a dead connection hiredis missed */
         return;
     }
     if (f->up && f->ac != NULL)
