@@ -24,6 +24,12 @@
  * "policies"), P being "keep", "close" or {"close_after": SECONDS} (1..86400): what happens to
  * the live sessions of a user the panel removed (default close), and to flows on a replaced
  * outbound version (default keep).
+ * "redis": {"url": "redis://127.0.0.1:6379/0", "expiry": 60, "timeout": 0.5,
+ * "prefix": "katana:devices:"} turns on the fleet-wide device limit (issue 12,
+ * supervisor/fleet.h): url (required) is redis://[[user]:password@]host[:port][/db] with an IP
+ * literal or localhost as host; expiry (seconds) how long an IP counts after its last session;
+ * timeout (seconds) how long a new IP's connection waits for Redis before the node decides
+ * alone; prefix the key prefix shared by the fleet. Fixed at start (a reload warns).
  */
 #ifndef AG_CONFIG_H
 #define AG_CONFIG_H
@@ -44,6 +50,13 @@
 #define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds (issue #5) */
 #define AG_CONFIG_GRACE_MAX 3600u       /**< largest `shutdown_grace`, seconds */
 #define AG_CONFIG_DNS_TIMEOUT_MAX 60u   /**< largest `dns.timeout`, seconds */
+#define AG_CONFIG_REDIS_EXPIRY_DEFAULT 60u /**< `redis.expiry` when absent, seconds */
+#define AG_CONFIG_REDIS_EXPIRY_MIN 3u      /**< smallest `redis.expiry` (refresh every expiry/3) */
+#define AG_CONFIG_REDIS_EXPIRY_MAX 86400u  /**< largest `redis.expiry`, seconds */
+#define AG_CONFIG_REDIS_TIMEOUT_MS_DEFAULT 500u /**< `redis.timeout` when absent, ms */
+#define AG_CONFIG_REDIS_TIMEOUT_MAX 10u    /**< largest `redis.timeout`, seconds */
+#define AG_CONFIG_REDIS_DB_MAX 65535u      /**< largest database number in `redis.url` */
+#define AG_CONFIG_REDIS_PREFIX "katana:devices:" /**< `redis.prefix` when absent */
 /** The packaged config's `api.token`, replaced by a random one at install; refused as a token. */
 #define AG_API_TOKEN_PLACEHOLDER "@KATANA_API_TOKEN@"
 
@@ -116,6 +129,7 @@ typedef struct ag_config {
                                     active users; 0 = none; fixed at start */
     unsigned shutdown_grace; /**< seconds live connections get on SIGTERM/SIGINT */
     sv_dns_options dns; /**< `dns` (issue 13); zero = resolv.conf, 5 s, prefer_ipv4 */
+    sv_redis_options redis; /**< `redis` (issue 12); zero (enabled false) = none */
     char *api_listen; /**< REST API address, "ip:port"; NULL = API_DEFAULT_LISTEN (issue 4) */
     char *api_token;  /**< REST API bearer token, or NULL (then listen must be loopback) */
     char *db_path;    /**< `db.path`: the SQLite store (issue #3); required with a uniproxy panel */
@@ -125,6 +139,15 @@ typedef struct ag_config {
     ag_node_config *nodes;
     size_t n_nodes;   /**< at least 1 */
 } ag_config;
+
+/**
+ * Parse a `redis.url` (issue 12): redis://[[user]:password@]host[:port][/db], host an IPv4
+ * literal, [IPv6] literal or localhost (127.0.0.1; no name is resolved), port 6379 and db 0 by
+ * default, user and password %XX-unescaped (an empty user: password-only AUTH). Fills host,
+ * port, db, user, password of @p out; leaves its other fields alone.
+ * @return 0, or -EINVAL with @p err naming what is wrong (never quoting the password).
+ */
+int ag_redis_url_parse(const char *url, sv_redis_options *out, sv_error *err);
 
 /**
  * Parse a config text.

@@ -41,6 +41,7 @@ typedef struct ag_main {
     uint32_t max_connections; /* as started: a change needs a restart */
     uint64_t node_speed_limit; /* as started (Mbps): a change needs a restart */
     sv_dns_options dns; /* as started: a change needs a restart */
+    sv_redis_options redis; /* as started: a change needs a restart */
     int pending_level;  /* log level of the config being reloaded */
     unsigned grace_s;   /* shutdown_grace in force (seed 001 default 5 s, issue #5) */
     unsigned pending_grace; /* shutdown_grace of the config being reloaded */
@@ -139,6 +140,8 @@ static void start_reload(ag_main *am)
                " Mbit/s: restart to apply it", am->node_speed_limit, cfg.node_speed_limit);
     if (memcmp(&cfg.dns, &am->dns, sizeof cfg.dns) != 0)
         SV_LOG(SV_LOG_WARN, MOD, "dns changed: restart to apply it");
+    if (memcmp(&cfg.redis, &am->redis, sizeof cfg.redis) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "redis changed: restart to apply it");
     am->pending_level = cfg.log_level;
     am->pending_grace = cfg.shutdown_grace;
     rc = ag_manager_load(am->mgr, &cfg, on_reloaded, am, &err);
@@ -304,7 +307,8 @@ static int run_start(ag_main *am, const ag_config *cfg)
 {
     sv_error err = {0};
     sv_options opts = {.workers = cfg->workers, .max_connections = cfg->max_connections,
-                       .dns = cfg->dns, .node_speed_limit = ag_lower_speed(cfg->node_speed_limit)};
+                       .dns = cfg->dns, .node_speed_limit = ag_lower_speed(cfg->node_speed_limit),
+                       .redis = cfg->redis};
     int rc = sv_supervisor_new(&am->loop, &opts, &am->sv);
     if (rc != 0) {
         fprintf(stderr, "katana: cannot start the supervisor: %s\n", uv_strerror(rc));
@@ -352,6 +356,7 @@ static int cmd_run(const char *path)
     am.max_connections = cfg.max_connections;
     am.node_speed_limit = cfg.node_speed_limit;
     am.dns = cfg.dns;
+    am.redis = cfg.redis;
     am.grace_s = cfg.shutdown_grace;
     signal(SIGPIPE, SIG_IGN);
     int rc = uv_loop_init(&am.loop);

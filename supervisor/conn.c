@@ -79,6 +79,7 @@ typedef struct sv_conn {
     bool subs_paced;      /**< some sub-flows stopped reading until pace_timer fires */
     bool pace_timer_on;   /**< pace_timer was initialised (closed with the connection) */
     uv_timer_t pace_timer;
+    struct conn_paused *paused; /**< admission waiting for the fleet (issue 12), or NULL */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 
@@ -92,6 +93,7 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 static void subs_read(sv_conn *c, bool on);
 static void subs_resume(sv_conn *c);
 static void subs_close(sv_conn *c);
+static void paused_end(sv_conn *c);
 
 static void conn_release(sv_conn *c)
 {
@@ -133,6 +135,7 @@ static void conn_close(sv_conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    paused_end(c);
     if (c->assoc != NULL) { /* its release comes back as conn_release (on_assoc_released) */
         sv__assoc_close(c->assoc);
         c->assoc = NULL;
@@ -838,26 +841,135 @@ static void dial_fallback(sv_conn *c)
     open_stream(c, &sv_ob_direct, &c->handler->fallback, true);
 }
 
+/* ---- admission that waits for the fleet (issue 12: the device limit on Redis, fleet.h) --------
+ * A session from a new IP of a limited user, on a node with Redis up, is admitted by Redis. The
+ * connection pauses meanwhile: the effects after SV_FX_AUTHENTICATED and the client bytes not yet
+ * fed are kept and the client is not read, until the answer (at the latest SV_FLEET_UNKNOWN after
+ * redis.timeout_ms: then the node's own count and the panel's alivelist decide) resumes or ends
+ * it. Nothing is dialled before the answer. */
+
+typedef struct conn_paused {
+    sv_fleet_req *req;  /* the question, NULL once answered */
+    bool multiplexed;   /* the AUTHENTICATED effect's */
+    sv_effects fx;      /* the effects after it; their data copied into data */
+    uint8_t *data;
+    uint8_t *in;        /* client bytes not fed yet (the carry included) */
+    size_t in_len;
+} conn_paused;
+
+/* Most client bytes kept while paused: what one read brings up the transport chain, twice. */
+#define PAUSED_IN_MAX (2 * (SV_SCRATCH + SV_CARRY_MAX))
+
+enum admit_result { ADMIT_NO, ADMIT_YES, ADMIT_WAIT };
+
+static void on_fleet_answer(void *ctx, sv_fleet_answer answer);
+
+static void paused_free(conn_paused *pz)
+{
+    free(pz->data);
+    free(pz->in);
+    free(pz);
+}
+
+/* The connection ends while paused: the question is withdrawn. */
+static void paused_end(sv_conn *c)
+{
+    conn_paused *pz = c->paused;
+    if (pz == NULL)
+        return;
+    c->paused = NULL;
+    if (pz->req != NULL)
+        sv_fleet_cancel(pz->req);
+    paused_free(pz);
+}
+
+/* Ask the fleet about the session's new IP. @return ADMIT_WAIT, or the local decision when
+ * the question could not be sent. */
+static enum admit_result ask_fleet(sv_conn *c, uint32_t limit)
+{
+    char ip[64];
+    c->paused = calloc(1, sizeof *c->paused);
+    if (c->paused != NULL) {
+        sv_source_ip(c->sess->info.source, ip);
+        c->paused->req = sv_fleet_ask(c->w->fleet, c->user_id, limit, ip, on_fleet_answer, c);
+        if (c->paused->req != NULL)
+            return ADMIT_WAIT;
+        paused_end(c);
+    }
+    return sv_tracker_session_admit(c->w->shared->tracker, c->sess, c->user_id, limit, false) ==
+                   SV_DEVICE_ADMITTED ? ADMIT_YES : ADMIT_NO;
+}
+
+/* Keep the effects of @p fx from @p from on (their data copied) for the answer. */
+static bool pause_effects(sv_conn *c, const sv_effects *fx, unsigned from, bool multiplexed)
+{
+    conn_paused *pz = c->paused;
+    size_t total = 0, off = 0;
+    for (unsigned i = from; i < fx->n; i++)
+        total += fx->v[i].data != NULL ? fx->v[i].len : 0;
+    pz->data = malloc(total > 0 ? total : 1);
+    if (pz->data == NULL)
+        return false;
+    pz->multiplexed = multiplexed;
+    for (unsigned i = from; i < fx->n; i++) {
+        sv_effect *e = &pz->fx.v[pz->fx.n++];
+        *e = fx->v[i];
+        if (e->data != NULL && e->len > 0) {
+            memcpy(pz->data + off, e->data, e->len);
+            e->data = pz->data + off;
+            off += e->len;
+        }
+    }
+    uv_read_stop((uv_stream_t *)&c->client);
+    return true;
+}
+
+/* Client bytes that came while paused (the rest of the read, what the chain still unwraps). */
+static bool pause_input(sv_conn *c, const uint8_t *p, size_t n)
+{
+    conn_paused *pz = c->paused;
+    free(c->carry); /* its bytes are at the start of the first piece */
+    c->carry = NULL;
+    c->carry_len = 0;
+    if (n == 0)
+        return true;
+    if (pz->in_len + n > PAUSED_IN_MAX)
+        return false;
+    uint8_t *grown = realloc(pz->in, pz->in_len + n);
+    if (grown == NULL)
+        return false;
+    memcpy(grown + pz->in_len, p, n);
+    pz->in = grown;
+    pz->in_len += n;
+    return true;
+}
+
 /* Connector steps 1-2: the principal must still be admitted by its listener's current handler,
- * and (issue 3) a session from a new IP must fit the user's current device_limit. */
-static bool admit(sv_conn *c, int idx)
+ * and (issues 3, 12) a session from a new IP must fit the user's current device_limit: on this
+ * node, or in the fleet when Redis is configured and up (ADMIT_WAIT: c->paused waits for it). */
+static enum admit_result admit(sv_conn *c, int idx)
 {
     if (idx < 0 || (size_t)idx >= c->handler->n_users || c->principal != NULL)
-        return false;
+        return ADMIT_NO;
     sv_principal *p = c->handler->principals[idx];
     sv_principal_ref(p);
     c->principal = p;
     c->user_id = p->id;
     sv_handler *now = c->listener->handler;
     if (c->listener->stopped)
-        return false;
+        return ADMIT_NO;
     if (now != c->handler && sv_handler_find(now, c->handler, p) < 0)
-        return false;
-    sv_tracker *t = c->w->shared->tracker;
-    if (!sv_tracker_device_admit(t, c->user_id, sv_principal_device_limit(p), c->sess->info.source))
-        return false;
-    sv_tracker_session_bind_user(t, c->sess, c->user_id);
-    return true;
+        return ADMIT_NO;
+    uint32_t limit = sv_principal_device_limit(p);
+    switch (sv_tracker_session_admit(c->w->shared->tracker, c->sess, c->user_id, limit,
+                                     sv_fleet_usable(c->w->fleet))) {
+    case SV_DEVICE_ADMITTED:
+        return ADMIT_YES;
+    case SV_DEVICE_ASK_FLEET:
+        return ask_fleet(c, limit);
+    default:
+        return ADMIT_NO;
+    }
 }
 
 /* ---- client side ------------------------------------------------------------------------------ */
@@ -1383,12 +1495,19 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
     for (unsigned i = 0; i < fx->n && !c->closing; i++) {
         const sv_effect *e = &fx->v[i];
         switch (e->kind) {
-        case SV_FX_AUTHENTICATED:
-            if (!admit(c, e->principal) || (e->multiplexed && !mux_start(c))) {
+        case SV_FX_AUTHENTICATED: {
+            enum admit_result a = admit(c, e->principal);
+            if (a == ADMIT_WAIT) {
+                if (!pause_effects(c, fx, i + 1, e->multiplexed))
+                    conn_close(c);
+                return false;
+            }
+            if (a == ADMIT_NO || (e->multiplexed && !mux_start(c))) {
                 conn_close(c);
                 return false;
             }
             break;
+        }
         case SV_FX_OPEN:
             if (c->subs != NULL) {
                 sub_open(c, e);
@@ -1463,12 +1582,22 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
     sv_effects fx;
     uv_buf_t iov[IOV_MAX_BATCH];
     unsigned niov = 0;
+    if (c->paused != NULL) {
+        if (!pause_input(c, data, len))
+            conn_close(c);
+        return;
+    }
     while (off < len && !c->closing && !c->draining) {
         if (ops->set_time != NULL && c->principal == NULL)
             ops->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
         ssize_t r = ops->feed(c->state, c->handler->creds, data + off, len - off, &fx);
-        if (!apply_effects(c, &fx, iov, &niov))
+        if (!apply_effects(c, &fx, iov, &niov)) {
+            size_t fed = off + (r > 0 ? (size_t)r : 0);
+            if (c->paused != NULL && !c->closing && r >= 0 &&
+                !pause_input(c, data + fed, len - fed))
+                conn_close(c);
             return;
+        }
         if (r < 0) {
             conn_close(c); /* a core error always comes with an SV_FX_ERROR effect */
             return;
@@ -1481,6 +1610,36 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
         return;
     if (!keep_carry(c, data + off, len - off))
         conn_close(c);
+}
+
+/* The fleet answered (or timed out): admit and go on with what was kept, or end. */
+static void on_fleet_answer(void *ctx, sv_fleet_answer answer)
+{
+    sv_conn *c = ctx;
+    conn_paused *pz = c->paused;
+    sv_tracker *t = c->w->shared->tracker;
+    bool ok;
+    pz->req = NULL;
+    c->paused = NULL;
+    if (answer == SV_FLEET_UNKNOWN) {
+        ok = sv_tracker_session_admit(t, c->sess, c->user_id,
+                                      sv_principal_device_limit(c->principal),
+                                      false) == SV_DEVICE_ADMITTED;
+    } else {
+        ok = answer == SV_FLEET_YES;
+        sv_tracker_session_admit_fleet(t, c->sess, c->user_id, ok);
+    }
+    if (!ok || (pz->multiplexed && !mux_start(c))) {
+        conn_close(c);
+    } else {
+        uv_buf_t iov[IOV_MAX_BATCH];
+        unsigned niov = 0;
+        client_read_start(c); /* first: what follows may stop it again (backpressure) */
+        if (apply_effects(c, &pz->fx, iov, &niov) && !c->closing &&
+            write_remote(c, iov, niov) && pz->in_len > 0)
+            process_client(c, pz->in, pz->in_len);
+    }
+    paused_free(pz);
 }
 
 /* Client bytes after the transport layers: to the core, or as they are to the fallback. */
@@ -1610,7 +1769,7 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 static void client_read_start(sv_conn *c)
 {
-    if (!c->client_eof && !c->closing && !c->paced_up)
+    if (!c->client_eof && !c->closing && !c->paced_up && c->paused == NULL)
         uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
 }
 

@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "supervisor/crypto/replay.h"
+#include "supervisor/fleet.h"
 #include "supervisor/netclass.h"
 #include "supervisor/outbound/outbound.h"
 #include "supervisor/principal.h"
@@ -200,6 +201,8 @@ typedef struct sv_shared {
     sv_tracker *tracker;
     sv_pacers *pacers;           /**< per-user speed limits (issue 12; set before workers start) */
     sv_dns_options dns;          /**< each worker's resolver (set before workers start) */
+    sv_redis_options redis;      /**< each worker's fleet client (issue 12; set before start) */
+    sv_fleet_shared fleet;       /**< their shared state (log lines) */
     uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
     sv_accept_episode pause;
     /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
@@ -256,6 +259,7 @@ struct sv_worker {
     sv_plane *plane;        /**< current plane (worker-owned reference) */
     sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
     sv_resolver *resolver;  /**< names of direct flows are resolved here (issue 13) */
+    sv_fleet *fleet;        /**< fleet-wide device limit client (issue 12), or NULL: off */
     sv_list listeners;      /**< sv_wlistener */
     sv_list conns;          /**< TCP connections (sv_conn) */
     sv_list assocs;         /**< UDP associations */

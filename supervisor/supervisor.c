@@ -1165,8 +1165,10 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     sv_list_init(&sv->graces);
     pthread_mutex_init(&sv->shared.adopt_mu, NULL);
     pthread_cond_init(&sv->shared.adopt_cv, NULL);
-    if (opts != NULL)
+    if (opts != NULL) {
         sv->shared.dns = opts->dns;
+        sv->shared.redis = opts->redis;
+    }
     sv->shared.conn_cap = connection_cap(opts != NULL ? opts->max_connections : 0, sv->n_workers);
     sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
     sv->shared.audit = sv_audit_new();

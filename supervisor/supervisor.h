@@ -300,6 +300,28 @@ typedef struct sv_dns_options {
     enum sv_dns_strategy strategy;
 } sv_dns_options;
 
+#define SV_REDIS_HOST_LEN 64     /**< room for an IP literal */
+#define SV_REDIS_SECRET_LEN 128  /**< room for a Redis ACL user name or password */
+#define SV_REDIS_PREFIX_LEN 64
+
+/**
+ * The fleet-wide device limit on Redis (issue 12; XrayR GlobalDeviceLimitConfig, soga
+ * redis_enable): fixed at start; a plain value (copyable). Key layout (fleet.h): one sorted set
+ * per user, key = prefix + the panel's user id in decimal, member = client IP, score = the Unix
+ * time (Redis's clock) until which the IP counts.
+ */
+typedef struct sv_redis_options {
+    bool enabled;                       /**< false: device limits are decided per node */
+    char host[SV_REDIS_HOST_LEN];       /**< IPv4 or IPv6 literal */
+    uint16_t port;
+    unsigned db;                        /**< SELECT'ed after connecting when not 0 */
+    char user[SV_REDIS_SECRET_LEN];     /**< AUTH user (Redis 6 ACL), "" = none */
+    char password[SV_REDIS_SECRET_LEN]; /**< AUTH password, "" = no AUTH */
+    uint32_t expiry_s;                  /**< an IP counts this long after its last refresh */
+    uint32_t timeout_ms;                /**< an admission waits this long for Redis at most */
+    char prefix[SV_REDIS_PREFIX_LEN];   /**< key prefix */
+} sv_redis_options;
+
 typedef struct sv_options {
     unsigned workers;            /**< worker threads; 0 = number of CPUs */
     uint32_t sample_interval_ms; /**< sampler tick; 0 = 1000 */
@@ -311,6 +333,7 @@ typedef struct sv_options {
     /** Node-wide aggregate speed cap, payload bytes/s, shared fairly by the users moving bytes
      *  (issue 12 `node_speed_limit`); 0 = none. Fixed at start. */
     uint64_t node_speed_limit;
+    sv_redis_options redis; /**< fleet-wide device limit (issue 12); zero = off */
 } sv_options;
 
 /**

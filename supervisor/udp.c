@@ -320,14 +320,24 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     char source[sizeof ((sv_session_info *)0)->source];
     sv__addr_format(from, source, sizeof source);
     sv_principal *p = h->principals[user_idx];
-    if (!sv_tracker_device_admit(w->shared->tracker, p->id, sv_principal_device_limit(p), source))
-        return NULL; /* issue 3: a new IP over the device limit; silent, counted */
     sv_assoc *a = calloc(1, sizeof *a);
     sv_session_rec *sess = calloc(1, sizeof *sess);
     if (a == NULL || sess == NULL) {
         free(a);
         free(sess);
         return NULL;
+    }
+    sess->worker = w->index;
+    sess->info.udp = true;
+    snprintf(sess->info.inbound, sizeof sess->info.inbound, "%s", h->tag);
+    snprintf(sess->info.source, sizeof sess->info.source, "%s", source);
+    sess->info.started_ms = sv__wall_ms();
+    sv_tracker_session_open(w->shared->tracker, sess);
+    if (sv_tracker_session_admit(w->shared->tracker, sess, p->id, sv_principal_device_limit(p),
+                                 false) != SV_DEVICE_ADMITTED) {
+        sv_tracker_session_close(w->shared->tracker, sess); /* the tracker frees it */
+        free(a);
+        return NULL; /* issue 3: a new IP over the device limit; silent, counted */
     }
     a->w = w;
     a->l = l;
@@ -341,14 +351,7 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     a->user = p->id;
     memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
     a->sess = sess;
-    sess->worker = w->index;
     sess->owner = a;
-    sess->info.udp = true;
-    snprintf(sess->info.inbound, sizeof sess->info.inbound, "%s", h->tag);
-    sv__addr_format(from, sess->info.source, sizeof sess->info.source);
-    sess->info.started_ms = sv__wall_ms();
-    sv_tracker_session_open(w->shared->tracker, sess);
-    sv_tracker_session_bind_user(w->shared->tracker, sess, a->user);
     uv_timer_init(&w->loop, &a->idle);
     a->idle.data = a;
     a->pending = 1;

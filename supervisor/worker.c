@@ -291,6 +291,8 @@ static void close_everything(sv_worker *w)
     sv__udp_close_all(w);
     sv_resolver_close(w->resolver); /* after the flows: none waits for it any more */
     w->resolver = NULL;
+    sv_fleet_close(w->fleet); /* after the connections: none waits for it any more */
+    w->fleet = NULL;
     if (w->in_episode) /* the process stops: no "resumed" line */
         atomic_fetch_sub(&w->shared->pause.workers, 1);
     w->in_episode = false;
@@ -374,6 +376,16 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
         free(w);
         return rc;
     }
+    if (shared->redis.enabled &&
+        sv_fleet_new(&w->loop, &shared->redis, shared->tracker, index == 0, &shared->fleet,
+                     &w->fleet) != 0) {
+        sv_resolver_close(w->resolver);
+        uv_close((uv_handle_t *)&w->async, NULL);
+        uv_run(&w->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&w->loop);
+        free(w);
+        return -ENOMEM;
+    }
     uv_timer_init(&w->loop, &w->sweep);
     w->sweep.data = w;
     uv_timer_start(&w->sweep, on_sweep, SV_IDLE_SWEEP_MS, SV_IDLE_SWEEP_MS);
@@ -386,6 +398,7 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
         uv_close((uv_handle_t *)&w->sweep, NULL);
         uv_close((uv_handle_t *)&w->async, NULL);
         sv_resolver_close(w->resolver);
+        sv_fleet_close(w->fleet);
         uv_run(&w->loop, UV_RUN_DEFAULT);
         uv_loop_close(&w->loop);
         free(w);

@@ -8,14 +8,15 @@ set -euo pipefail
 
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
             libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libcmocka-dev
-            libpcre2-dev libc-ares-dev
+            libpcre2-dev libc-ares-dev libhiredis-dev
             libwebsockets-dev) # libwebsockets: the Xboard node channel (issue 14)
 CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
          sqlite3       # sqlite3: the panel tests read the usage outbox (issue #3)
          python3-cryptography  # katest.py vmess: hand-made VMess requests (issue 9)
          shadowsocks-v2ray-plugin  # ss-v2ray-plugin: ss-local inside WebSocket (issue 9)
-         dnsmasq-base)         # dnsmasq: the resolver tests' DNS server (issue 13)
+         dnsmasq-base          # dnsmasq: the resolver tests' DNS server (issue 13)
+         redis-server)         # the fleet-wide device limit tests (issue 12)
 # tests/packaging/check.sh: make deb / make rpm, lintian, rpmlint, debuginfo split (eu-strip),
 # groff and man for the man pages
 PACKAGING=(dpkg-dev debhelper fakeroot rpm rpmlint debugedit elfutils cpio lintian groff-base
@@ -36,7 +37,7 @@ fi
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     for unit in shadowsocks-libev.service shadowsocks-libev-server@ shadowsocks-libev-local@ \
                 shadowsocks-libev-redir@ shadowsocks-libev-tunnel@ v2ray.service v2ray@ \
-                trojan.service \
+                trojan.service redis-server.service \
                 prometheus.service; do  # prometheus would hold 9090, the API's default port
         case $unit in
             *@) for u in $(systemctl list-units --plain --no-legend "${unit}*" 2>/dev/null |

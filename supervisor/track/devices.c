@@ -3,17 +3,22 @@
  * user's distinct IPs (live local sessions plus the panel's alivelist count) reach its
  * device_limit. The check runs once per new session on the worker that admits it: one pass over
  * every worker's session list under that worker's lock, no allocation for limits up to
- * DEV_STACK_IPS. Sessions already running are never looked at again. Two sessions from two new
- * IPs admitted at the same instant on two workers may both pass (the lists are read, not
- * reserved); the limit is exact as soon as they are bound.
+ * DEV_STACK_IPS. Sessions already running are never looked at again.
+ *
+ * Check and insertion are one step (issue 12): the scan and the binding of the new session to
+ * its user happen under the user's admission lock (one of SV__DEV_STRIPES, by user id), so two
+ * new IPs of one user arriving at the same instant on two workers are decided one after the
+ * other and the second sees the first. Users of other stripes are never held up.
  */
 #include "config.h"
 
 #include "supervisor/track/tracker_internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEV_STACK_IPS 16
 
@@ -84,26 +89,64 @@ static void scan_user(sv_tracker *t, uint64_t user, dev_scan *s)
     }
 }
 
-bool sv_tracker_device_admit(sv_tracker *t, uint64_t user, uint32_t limit, const char *source)
+static pthread_mutex_t *admit_lock(sv_tracker *t, uint64_t user)
 {
-    if (limit == 0)
-        return true;
+    return &t->dev_admit[(user * 0x9E3779B97F4A7C15ull) >> 60 & (SV__DEV_STRIPES - 1)];
+}
+
+/* The decision of sv_tracker_session_admit, with the user's admission lock held. */
+static sv_device_verdict decide_locked(sv_tracker *t, uint64_t user, uint32_t limit,
+                                       const char *source, bool ask_fleet)
+{
     char stack[DEV_STACK_IPS][64], ip[64];
     sv__source_ip(source, ip);
     dev_scan s = {.ips = stack, .cap = limit, .ip = ip};
     if (limit > DEV_STACK_IPS) {
         s.ips = malloc((size_t)limit * sizeof *s.ips);
-        if (!s.ips) { /* out of memory: fail open, never cut or refuse on our own fault */
-            return true;
-        }
+        if (!s.ips) /* out of memory: fail open, never cut or refuse on our own fault */
+            return SV_DEVICE_ADMITTED;
     }
     scan_user(t, user, &s);
-    bool ok = sv_device_decide(limit, s.n, s.known, s.known ? 0 : remote_count(t, user));
+    sv_device_verdict v;
+    if (s.known)
+        v = SV_DEVICE_ADMITTED;
+    else if (ask_fleet)
+        v = SV_DEVICE_ASK_FLEET;
+    else
+        v = sv_device_decide(limit, s.n, false, remote_count(t, user)) ? SV_DEVICE_ADMITTED
+                                                                        : SV_DEVICE_REFUSED;
     if (s.ips != stack)
         free(s.ips);
-    if (!ok)
+    return v;
+}
+
+sv_device_verdict sv_tracker_session_admit(sv_tracker *t, sv_session_rec *rec, uint64_t user,
+                                           uint32_t limit, bool ask_fleet)
+{
+    if (limit == 0) {
+        sv_tracker_session_bind_user(t, rec, user);
+        return SV_DEVICE_ADMITTED;
+    }
+    pthread_mutex_t *mu = admit_lock(t, user);
+    pthread_mutex_lock(mu);
+    sv_device_verdict v = decide_locked(t, user, limit, rec->info.source, ask_fleet);
+    if (v == SV_DEVICE_ADMITTED) {
+        if (t->test_admit_delay_us > 0) /* test hook: widen the check-to-insert window */
+            usleep(t->test_admit_delay_us);
+        sv_tracker_session_bind_user(t, rec, user);
+    }
+    pthread_mutex_unlock(mu);
+    if (v == SV_DEVICE_REFUSED)
         atomic_fetch_add_explicit(&t->dev_refused, 1, memory_order_relaxed);
-    return ok;
+    return v;
+}
+
+void sv_tracker_session_admit_fleet(sv_tracker *t, sv_session_rec *rec, uint64_t user, bool ok)
+{
+    if (ok)
+        sv_tracker_session_bind_user(t, rec, user);
+    else
+        atomic_fetch_add_explicit(&t->dev_refused, 1, memory_order_relaxed);
 }
 
 int sv_tracker_set_remote_devices(sv_tracker *t, const sv_device_count *v, size_t n)
@@ -138,3 +181,5 @@ uint64_t sv_tracker_device_refusals(sv_tracker *t)
 {
     return atomic_load_explicit(&t->dev_refused, memory_order_relaxed);
 }
+
+void sv_source_ip(const char *source, char out[64]) { sv__source_ip(source, out); }

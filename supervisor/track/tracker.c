@@ -53,6 +53,11 @@ sv_tracker *sv_tracker_new(unsigned n_workers, sv_tracker_wake_fn wake, void *wa
     pthread_mutex_init(&t->stats_lock, NULL);
     pthread_mutex_init(&t->ledger_lock, NULL);
     pthread_mutex_init(&t->dev_lock, NULL);
+    for (unsigned i = 0; i < SV__DEV_STRIPES; i++)
+        pthread_mutex_init(&t->dev_admit[i], NULL);
+    const char *delay = getenv("KATANA_TEST_ADMIT_DELAY_MS");
+    if (delay != NULL)
+        t->test_admit_delay_us = (unsigned)strtoul(delay, NULL, 10) % 1000 * 1000;
     sv__sampler_init(t);
     sv__ledger_init(t);
     return t;
@@ -97,6 +102,8 @@ void sv_tracker_free(sv_tracker *t)
     pthread_mutex_destroy(&t->stats_lock);
     pthread_mutex_destroy(&t->ledger_lock);
     pthread_mutex_destroy(&t->dev_lock);
+    for (unsigned i = 0; i < SV__DEV_STRIPES; i++)
+        pthread_mutex_destroy(&t->dev_admit[i]);
     free(t->remote);
     free(t->workers);
     free(t->ring);

@@ -119,18 +119,39 @@ size_t sv_tracker_close_sessions(sv_tracker *t, const char *inbound, bool has_us
  */
 bool sv_device_decide(uint32_t limit, size_t local_ips, bool ip_known, uint32_t remote);
 
+/** Outcome of sv_tracker_session_admit(). */
+typedef enum sv_device_verdict {
+    SV_DEVICE_ADMITTED, /**< the session is now bound to the user */
+    SV_DEVICE_REFUSED,  /**< over the limit: not bound, counted as a refusal */
+    SV_DEVICE_ASK_FLEET /**< a new IP and the fleet (Redis) decides: not bound yet */
+} sv_device_verdict;
+
 /**
- * Device-limit admission of a new session of @p user from @p source ("ip:port" / "[v6]:port",
- * the format of sv_session_info.source) that is not yet bound to the user: counts the user's
- * distinct live IPs (taking each worker's lock once), adds the remote count, and applies
- * sv_device_decide(). A refusal is counted (sv_tracker_device_refusals). Worker thread.
+ * Device-limit admission of the live, not yet bound session @p rec (its info.source is
+ * "ip:port" / "[v6]:port") for @p user, and its binding to the user, as one step (issue 12):
+ * under the user's admission lock it counts the user's distinct live IPs (each worker's lock
+ * once) and, when admitted, binds @p rec before any other admission of the user can count.
+ * An IP the user already has live, or @p limit 0, is always admitted. For a new IP: with
+ * @p ask_fleet the answer is SV_DEVICE_ASK_FLEET (the caller asks Redis, then calls
+ * sv_tracker_session_admit_fleet()); else sv_device_decide() with the remote count
+ * (the panel's alivelist). A refusal is counted (sv_tracker_device_refusals). Worker thread.
  */
-bool sv_tracker_device_admit(sv_tracker *t, uint64_t user, uint32_t limit, const char *source);
+sv_device_verdict sv_tracker_session_admit(sv_tracker *t, sv_session_rec *rec, uint64_t user,
+                                           uint32_t limit, bool ask_fleet);
+
+/**
+ * The fleet's answer for a session that got SV_DEVICE_ASK_FLEET: @p ok binds @p rec to
+ * @p user, else the refusal is counted. Worker thread.
+ */
+void sv_tracker_session_admit_fleet(sv_tracker *t, sv_session_rec *rec, uint64_t user, bool ok);
 
 /** Replace the remote device table (see sv_set_remote_devices()). Any thread. 0 or -ENOMEM. */
 int sv_tracker_set_remote_devices(sv_tracker *t, const sv_device_count *v, size_t n);
 
-/** Refusals counted by sv_tracker_device_admit(). Any thread. */
+/** The IP part of @p source ("ip:port" / "[v6]:port"), NUL-terminated into @p out. Pure. */
+void sv_source_ip(const char *source, char out[64]);
+
+/** Refusals counted by sv_tracker_session_admit(). Any thread. */
 uint64_t sv_tracker_device_refusals(sv_tracker *t);
 
 /** Number of live sessions of @p user and the number of distinct client IPs among them. */

@@ -3,7 +3,7 @@
  * (per-user usage). Not for other modules: they use supervisor/track/tracker.h.
  *
  * Lock order (never taken the other way round): sample_lock → worker lock; ledger lock →
- * worker lock; stats_lock and ev_lock are leaves (nothing else is taken while they are held).
+ * worker lock; a device admission lock → worker lock, dev_lock; stats_lock and ev_lock are leaves (nothing else is taken while they are held).
  */
 #ifndef SV_TRACK_TRACKER_INTERNAL_H
 #define SV_TRACK_TRACKER_INTERNAL_H
@@ -20,6 +20,9 @@
 
 /** Highest worker count: a flow id keeps its worker in the low 8 bits. */
 #define SV__TRACK_MAX_WORKERS 256u
+
+/** Device admission locks (devices.c), a power of two: users are spread over them by id. */
+#define SV__DEV_STRIPES 16u
 
 /** One worker's registry: live records and records unregistered since the last count. */
 typedef struct sv__worker {
@@ -69,6 +72,9 @@ struct sv_tracker {
     sv_device_count *remote;   /**< sorted by user, unique */
     size_t n_remote;
     _Atomic uint64_t dev_refused;
+    pthread_mutex_t dev_admit[SV__DEV_STRIPES]; /**< check + bind of one user's new session */
+    unsigned test_admit_delay_us; /**< test hook (KATANA_TEST_ADMIT_DELAY_MS): a pause between
+                                       an admission's check and its insertion; 0 = none */
 };
 
 /* Pure string helpers shared by tracker.c, sampler.c and devices.c, inline so that no file

@@ -26,6 +26,10 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
             [--age S] [--replay] --expect E  the echo server: ok = echoed; refused = no byte back
                                              and no close for --wait s (drained); --replay sends
                                              an accepted request's bytes again, expecting refusal
+  vlessburst --port P --uuid U --dest-port D N clear VLESS requests from several loopback
+            --sources A,B,.. [--conns N]     sources at one instant; per source: admitted, total;
+            [--hold S --ready-file F         --hold: kept open S s (or until the release file
+             --release-file R]               exists), then "held N still served, M cut"
 """
 
 import argparse
@@ -40,6 +44,7 @@ import struct
 import sys
 import threading
 import time
+import uuid
 
 LOOPBACK_V4 = ipaddress.ip_network("127.0.0.0/8")
 MAX_DATAGRAM = 65507
@@ -649,6 +654,84 @@ def parse_user(text):
     return {"id": int(parts[0]), "uuid": parts[1], "speed_limit": None, "device_limit": limit}
 
 
+# --- VLESS burst from several source addresses (issue 12, device limit race) -----------
+
+def vless_burst_one(a, src, idx, go, done, results, held):
+    """One clear VLESS TCP request (PROTOCOLS.md §5) from SRC to the echo server, started at GO;
+    the connection stays open until DONE so that an admitted session stays live meanwhile."""
+    payload = pattern("%s/%d" % (src, idx), 64)
+    s = None
+    ok = False
+    try:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(a.timeout)
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", a.port))
+        go.wait()
+        req = (b"\x00" + uuid.UUID(a.uuid).bytes + b"\x00\x01" + struct.pack(">H", a.dest_port) +
+               b"\x01" + socket.inet_aton("127.0.0.1"))
+        s.sendall(req + payload)
+        got = recv_exact(s, 2 + len(payload))
+        ok = got == b"\x00\x00" + payload
+    except (OSError, IOError, ValueError):
+        ok = False
+    except threading.BrokenBarrierError:
+        ok = False
+    results[idx] = (src, ok)
+    done.wait(a.timeout + a.hold)
+    if ok and a.hold > 0:
+        # still served after the hold: the same connection echoes again
+        try:
+            more = pattern("%s/%d/again" % (src, idx), 64)
+            s.sendall(more)
+            ok = recv_exact(s, len(more)) == more
+        except (OSError, IOError, ValueError):
+            ok = False
+        held[idx] = ok
+    if s is not None:
+        s.close()
+
+
+def cmd_vlessburst(a):
+    """CONNS VLESS connections spread over SOURCES, all sending at one instant; prints one line
+    per source: SOURCE ADMITTED TOTAL (admitted: got the echo)."""
+    sources = a.sources.split(",")
+    for src in sources:
+        require_loopback(src)
+    go = threading.Barrier(a.conns, timeout=a.timeout)
+    done = threading.Event()
+    results = [None] * a.conns
+    held = [None] * a.conns
+    ths = [threading.Thread(target=vless_burst_one,
+                            args=(a, sources[i % len(sources)], i, go, done, results, held))
+           for i in range(a.conns)]
+    for t in ths:
+        t.start()
+    deadline = time.monotonic() + a.timeout + 2
+    while time.monotonic() < deadline and any(r is None for r in results):
+        time.sleep(0.05)
+    if a.hold <= 0:
+        done.set()
+    for src in sources:
+        mine = [r for r in results if r is not None and r[0] == src]
+        print("%s %d %d" % (src, sum(1 for r in mine if r[1]), len(mine)))
+    sys.stdout.flush()
+    if a.hold > 0:
+        if a.ready_file:
+            touch(a.ready_file)
+        end = time.monotonic() + a.hold
+        while time.monotonic() < end and not (a.release_file and os.path.exists(a.release_file)):
+            time.sleep(0.1)
+    done.set()
+    for t in ths:
+        t.join(a.timeout)
+    if a.hold > 0:
+        n_ok = sum(1 for v in held if v is True)
+        n_cut = sum(1 for v in held if v is False)
+        print("held %d still served, %d cut" % (n_ok, n_cut))
+    return 0
+
+
 # --- source-address relay -------------------------------------------------------------
 
 RELAY_COUNT = {"up": 0, "down": 0}
@@ -803,6 +886,9 @@ def cmd_mkconfig(a):
         cfg["shutdown_grace"] = a.grace
     if a.max_connections is not None:
         cfg["max_connections"] = a.max_connections
+    if a.redis:
+        # issue 12: the fleet-wide device limit
+        cfg["redis"] = {"url": a.redis, "expiry": a.redis_expiry}
     write_json(a.out, cfg)
     return 0
 
@@ -1238,6 +1324,8 @@ def main():
     c.add_argument("--workers", type=int, default=1)
     c.add_argument("--grace", type=int, help="shutdown_grace, seconds")
     c.add_argument("--max-connections", type=int, help="max_connections")
+    c.add_argument("--redis", help="redis.url (issue 12, fleet-wide device limit)")
+    c.add_argument("--redis-expiry", type=int, default=60, help="redis.expiry, seconds")
     c.add_argument("--log-level", default="info")
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
     c.add_argument("--no-allow-private", action="store_true",
@@ -1274,6 +1362,18 @@ def main():
     c.add_argument("--count-file", help="keep 'UP DOWN' byte totals here (half-close relay)")
     c.add_argument("--timeout", type=float, default=10)
     c.add_argument("--ready-file")
+    c = sub.add_parser("vlessburst")
+    c.add_argument("--port", type=int, required=True, help="katana's clear VLESS node")
+    c.add_argument("--uuid", required=True)
+    c.add_argument("--dest-port", type=int, required=True, help="the echo server on 127.0.0.1")
+    c.add_argument("--sources", required=True, help="comma-separated loopback source IPs")
+    c.add_argument("--conns", type=int, default=50)
+    c.add_argument("--timeout", type=float, default=10)
+    c.add_argument("--hold", type=float, default=0,
+                   help="keep the connections open this long after the answers (ready file "
+                        "then), then check that each admitted one still echoes")
+    c.add_argument("--ready-file")
+    c.add_argument("--release-file", help="--hold ends early once this file exists")
     c = sub.add_parser("usage")
     c.add_argument("--log", required=True)
     c.add_argument("--offset", type=int, default=0)
@@ -1332,7 +1432,8 @@ def main():
           "tcp": cmd_tcp, "udp": cmd_udp, "udp-cone": cmd_udp_cone, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
           "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
-          "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess}[a.cmd]
+          "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess,
+          "vlessburst": cmd_vlessburst}[a.cmd]
     sys.exit(fn(a))
 
 

@@ -450,6 +450,126 @@ static void config__dns__parses_and_refuses_bad_values(void **state)
                  "ipv6_only)");
 }
 
+/* redis.url (issue 12): the URL grammar, defaults, escapes; never the password in an error. */
+static void config__redis_url__parses_and_refuses_bad_values(void **state)
+{
+    sv_redis_options o;
+    sv_error err = {0};
+    (void)state;
+    memset(&o, 0, sizeof o);
+    assert_int_equal(ag_redis_url_parse("redis://127.0.0.1", &o, &err), 0);
+    assert_string_equal(o.host, "127.0.0.1");
+    assert_int_equal(o.port, 6379);
+    assert_int_equal(o.db, 0);
+    assert_string_equal(o.user, "");
+    assert_string_equal(o.password, "");
+    assert_int_equal(ag_redis_url_parse("redis://localhost:6380/3", &o, &err), 0);
+    assert_string_equal(o.host, "127.0.0.1");
+    assert_int_equal(o.port, 6380);
+    assert_int_equal(o.db, 3);
+    assert_int_equal(ag_redis_url_parse("redis://:s%40cr%2Ft@[::1]:7000/", &o, &err), 0);
+    assert_string_equal(o.host, "::1");
+    assert_int_equal(o.port, 7000);
+    assert_int_equal(o.db, 0);
+    assert_string_equal(o.user, "");
+    assert_string_equal(o.password, "s@cr/t");
+    assert_int_equal(ag_redis_url_parse("redis://katana:p:w@10.0.0.1/15", &o, &err), 0);
+    assert_string_equal(o.user, "katana");
+    assert_string_equal(o.password, "p:w");
+    assert_string_equal(o.host, "10.0.0.1");
+    assert_int_equal(o.db, 15);
+    assert_int_equal(ag_redis_url_parse("redis://[::1]", &o, &err), 0);
+    assert_int_equal(o.port, 6379);
+
+    static const struct {
+        const char *url, *msg;
+    } bad[] = {
+        {"rediss://127.0.0.1", "redis.url: TLS (rediss://) is not supported"},
+        {"http://127.0.0.1", "redis.url: expected redis://[[user]:password@]host[:port][/db]"},
+        {"redis://", "redis.url: missing or too long host"},
+        {"redis://redis.example:6379", "redis.url: the host must be an IPv4 address, [IPv6] or "
+                                       "localhost (no name is resolved)"},
+        {"redis://127.0.0.1:0", "redis.url: port must be 1..65535"},
+        {"redis://127.0.0.1:65536", "redis.url: port must be 1..65535"},
+        {"redis://127.0.0.1:99999999999", "redis.url: port must be 1..65535"},
+        {"redis://127.0.0.1:", "redis.url: port must be 1..65535"},
+        {"redis://127.0.0.1:6379x", "redis.url: port must be 1..65535"},
+        {"redis://127.0.0.1/x", "redis.url: database must be 0..65535"},
+        {"redis://127.0.0.1/65536", "redis.url: database must be 0..65535"},
+        {"redis://127.0.0.1/0/1", "redis.url: database must be 0..65535"},
+        {"redis://127.0.0.1?db=1", "redis.url: no query or fragment is taken"},
+        {"redis://[::1", "redis.url: unclosed [ in the host"},
+        {"redis://[::1]x", "redis.url: expected :port after ]"},
+        {"redis://[1.2.3.4]", "redis.url: bad IPv6 address"},
+        {"redis://hunter2@127.0.0.1", "redis.url: user info must be [user]:password"},
+        {"redis://:@127.0.0.1", "redis.url: empty password"},
+        {"redis://:bad%zzpass@127.0.0.1", "redis.url: bad user or password (at most 127 bytes "
+                                          "each, %XX escapes)"},
+        {"redis://:nul%00@127.0.0.1", "redis.url: bad user or password (at most 127 bytes each, "
+                                      "%XX escapes)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        int rc = ag_redis_url_parse(bad[i].url, &o, &err);
+        if (rc != -EINVAL || strcmp(err.msg, bad[i].msg) != 0)
+            fail_msg("url %s\n  want \"%s\"\n  got  %d \"%s\"", bad[i].url, bad[i].msg, rc,
+                     err.msg);
+    }
+    char longpw[300] = "redis://:";
+    memset(longpw + 9, 'p', 200);
+    snprintf(longpw + 209, sizeof longpw - 209, "@127.0.0.1");
+    assert_int_equal(ag_redis_url_parse(longpw, &o, &err), -EINVAL);
+    assert_null(strstr(err.msg, "ppp")); /* the password is never quoted */
+}
+
+/* The redis object (issue 12): defaults, values, strictness. */
+static void config__redis__parses_and_refuses_bad_values(void **state)
+{
+    const char *dflt = "{\"nodes\":[" NODE_OK "]}";
+    const char *min = "{\"redis\":{\"url\":\"redis://127.0.0.1:6390/2\"},\"nodes\":[" NODE_OK "]}";
+    const char *set = "{\"redis\":{\"url\":\"redis://:pw@127.0.0.1\",\"expiry\":120,"
+                      "\"timeout\":0.25,\"prefix\":\"fleet1:\"},\"nodes\":[" NODE_OK "]}";
+    ag_config cfg;
+    sv_error err = {0};
+    (void)state;
+    assert_int_equal(ag_config_parse(dflt, strlen(dflt), NULL, &cfg, &err), 0);
+    assert_false(cfg.redis.enabled);
+    ag_config_free(&cfg);
+    assert_int_equal(ag_config_parse(min, strlen(min), NULL, &cfg, &err), 0);
+    assert_true(cfg.redis.enabled);
+    assert_int_equal(cfg.redis.port, 6390);
+    assert_int_equal(cfg.redis.db, 2);
+    assert_int_equal(cfg.redis.expiry_s, 60);
+    assert_int_equal(cfg.redis.timeout_ms, 500);
+    assert_string_equal(cfg.redis.prefix, "katana:devices:");
+    ag_config_free(&cfg);
+    assert_int_equal(ag_config_parse(set, strlen(set), NULL, &cfg, &err), 0);
+    assert_string_equal(cfg.redis.password, "pw");
+    assert_int_equal(cfg.redis.expiry_s, 120);
+    assert_int_equal(cfg.redis.timeout_ms, 250);
+    assert_string_equal(cfg.redis.prefix, "fleet1:");
+    ag_config_free(&cfg);
+    expect_error("{\"redis\":{\"url\":\"redis://127.0.0.1\",\"expire\":5},\"nodes\":[" NODE_OK
+                 "]}", -EINVAL, "redis.expire: unknown key");
+    expect_error("{\"redis\":\"redis://127.0.0.1\",\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "redis: expected an object");
+    expect_error("{\"redis\":{},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "redis.url: missing required key");
+    expect_error("{\"redis\":{\"url\":\"redis://127.0.0.1\",\"expiry\":2},\"nodes\":[" NODE_OK
+                 "]}", -EINVAL, "redis.expiry: must be between 3 and 86400 seconds");
+    expect_error("{\"redis\":{\"url\":\"redis://127.0.0.1\",\"expiry\":6.5},\"nodes\":[" NODE_OK
+                 "]}", -EINVAL, "redis.expiry: expected an integer (seconds)");
+    expect_error("{\"redis\":{\"url\":\"redis://127.0.0.1\",\"timeout\":11},\"nodes\":[" NODE_OK
+                 "]}", -EINVAL, "redis.timeout: must be between 0.01 and 10 seconds");
+    expect_error("{\"redis\":{\"url\":\"redis://127.0.0.1\",\"timeout\":\"1\"},\"nodes\":["
+                 NODE_OK "]}", -EINVAL, "redis.timeout: expected a number of seconds");
+    expect_error("{\"redis\":{\"url\":\"redis://127.0.0.1\",\"prefix\":\"\"},\"nodes\":[" NODE_OK
+                 "]}", -EINVAL, "redis.prefix: must not be empty");
+    expect_error("{\"redis\":{\"url\":\"redis://x.example\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "redis.url: the host must be an IPv4 address, [IPv6] or localhost (no name is "
+                 "resolved)");
+}
+
 /* The default budget (issue 15): 128 descriptors kept, 2 per relayed connection, at least 1. */
 static void config__max_connections__default_from_fd_limit(void **state)
 {
@@ -747,6 +867,8 @@ int main(void)
         cmocka_unit_test(config__max_connections__default_and_bounds),
         cmocka_unit_test(config__speed_limits__default_and_bounds),
         cmocka_unit_test(config__dns__parses_and_refuses_bad_values),
+        cmocka_unit_test(config__redis_url__parses_and_refuses_bad_values),
+        cmocka_unit_test(config__redis__parses_and_refuses_bad_values),
         cmocka_unit_test(config__max_connections__default_from_fd_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

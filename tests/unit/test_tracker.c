@@ -528,6 +528,17 @@ static void device_decision_follows_the_issue_rule(void **state)
     assert_false(sv_device_decide(2, 0, false, UINT32_MAX)); /* no overflow */
 }
 
+/* The admission of a probe session of @p user from @p source, which then closes again (so that
+ * it never counts for the next probe). */
+static bool probe_admit(sv_tracker *t, uint64_t user, uint32_t limit, const char *source)
+{
+    sv_session_rec *p = open_session(t, 0, "in", source);
+    sv_device_verdict v = sv_tracker_session_admit(t, p, user, limit, false);
+    assert_true(v != SV_DEVICE_ASK_FLEET);
+    sv_tracker_session_close(t, p);
+    return v == SV_DEVICE_ADMITTED;
+}
+
 static void device_admit_counts_live_ips_and_the_remote_table(void **state)
 {
     (void)state;
@@ -539,31 +550,106 @@ static void device_admit_counts_live_ips_and_the_remote_table(void **state)
     sv_tracker_session_bind_user(t, a, 7);
     sv_tracker_session_bind_user(t, b, 7);
     sv_tracker_session_bind_user(t, other, 8);
-    assert_true(sv_tracker_device_admit(t, 7, 0, "10.0.0.5:1"));
-    assert_true(sv_tracker_device_admit(t, 7, 2, "10.0.0.1:2000"));    /* known IP, other port */
-    assert_true(sv_tracker_device_admit(t, 7, 1, "[2001:db8::1]:9"));  /* known even at limit 1 */
-    assert_false(sv_tracker_device_admit(t, 7, 2, "10.0.0.5:1"));      /* 2 IPs live */
-    assert_true(sv_tracker_device_admit(t, 7, 3, "10.0.0.5:1"));
-    assert_true(sv_tracker_device_admit(t, 9, 1, "10.8.8.8:2"));       /* anon is nobody's */
-    assert_true(sv_tracker_device_admit(t, 7, 40, "10.0.0.5:1"));      /* heap-sized scan */
+    assert_true(probe_admit(t, 7, 0, "10.0.0.5:1"));
+    assert_true(probe_admit(t, 7, 2, "10.0.0.1:2000"));    /* known IP, other port */
+    assert_true(probe_admit(t, 7, 1, "[2001:db8::1]:9"));  /* known even at limit 1 */
+    assert_false(probe_admit(t, 7, 2, "10.0.0.5:1"));      /* 2 IPs live */
+    assert_true(probe_admit(t, 7, 3, "10.0.0.5:1"));
+    assert_true(probe_admit(t, 9, 1, "10.8.8.8:2"));       /* anon is nobody's */
+    assert_true(probe_admit(t, 7, 40, "10.0.0.5:1"));      /* heap-sized scan */
     assert_int_equal(sv_tracker_device_refusals(t), 1);
 
     sv_device_count remote[] = {
         {.user = 8, .count = 1}, {.user = 7, .count = 1}, {.user = 7, .count = 0}};
     assert_int_equal(sv_tracker_set_remote_devices(t, remote, 3), 0);
-    assert_false(sv_tracker_device_admit(t, 7, 3, "10.0.0.5:1")); /* 2 local + 1 remote */
-    assert_true(sv_tracker_device_admit(t, 7, 3, "10.0.0.1:3"));  /* known IP still admitted */
-    assert_true(sv_tracker_device_admit(t, 7, 4, "10.0.0.5:1"));
-    assert_false(sv_tracker_device_admit(t, 8, 2, "10.0.0.5:1")); /* 1 local + 1 remote */
+    assert_false(probe_admit(t, 7, 3, "10.0.0.5:1")); /* 2 local + 1 remote */
+    assert_true(probe_admit(t, 7, 3, "10.0.0.1:3"));  /* known IP still admitted */
+    assert_true(probe_admit(t, 7, 4, "10.0.0.5:1"));
+    assert_false(probe_admit(t, 8, 2, "10.0.0.5:1")); /* 1 local + 1 remote */
     assert_int_equal(sv_tracker_set_remote_devices(t, NULL, 0), 0); /* cleared */
-    assert_true(sv_tracker_device_admit(t, 7, 3, "10.0.0.5:1"));
+    assert_true(probe_admit(t, 7, 3, "10.0.0.5:1"));
     assert_int_equal(sv_tracker_device_refusals(t), 3);
 
     sv_tracker_session_close(t, a); /* closed sessions stop counting */
-    assert_true(sv_tracker_device_admit(t, 7, 2, "10.0.0.5:1"));
+    assert_true(probe_admit(t, 7, 2, "10.0.0.5:1"));
     sv_tracker_session_close(t, b);
     sv_tracker_session_close(t, other);
     sv_tracker_session_close(t, anon);
+    sv_tracker_free(t);
+}
+
+static void device_admit_binds_and_asks_the_fleet_for_new_ips_only(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    sv_session_rec *a = open_session(t, 0, "in", "10.0.0.1:1000");
+    assert_int_equal(sv_tracker_session_admit(t, a, 7, 1, true), SV_DEVICE_ASK_FLEET);
+    assert_false(atomic_load(&a->has_user)); /* not bound before the fleet answers */
+    sv_tracker_session_admit_fleet(t, a, 7, true);
+    assert_true(atomic_load(&a->has_user));
+    sv_session_rec *b = open_session(t, 1, "in", "10.0.0.1:2000"); /* known IP: no question */
+    assert_int_equal(sv_tracker_session_admit(t, b, 7, 1, true), SV_DEVICE_ADMITTED);
+    assert_true(atomic_load(&b->has_user));
+    sv_session_rec *c = open_session(t, 1, "in", "10.0.0.2:1");
+    assert_int_equal(sv_tracker_session_admit(t, c, 7, 1, false), SV_DEVICE_REFUSED);
+    assert_false(atomic_load(&c->has_user));
+    sv_tracker_session_admit_fleet(t, c, 7, false);
+    assert_false(atomic_load(&c->has_user));
+    assert_int_equal(sv_tracker_device_refusals(t), 2);
+    sv_session_rec *d = open_session(t, 1, "in", "10.0.0.3:1"); /* unlimited: bound at once */
+    assert_int_equal(sv_tracker_session_admit(t, d, 9, 0, true), SV_DEVICE_ADMITTED);
+    assert_true(atomic_load(&d->has_user));
+    sv_tracker_session_close(t, a);
+    sv_tracker_session_close(t, b);
+    sv_tracker_session_close(t, c);
+    sv_tracker_session_close(t, d);
+    sv_tracker_free(t);
+}
+
+typedef struct racer {
+    sv_tracker *t;
+    sv_session_rec *rec;
+    pthread_barrier_t *go;
+    sv_device_verdict v;
+} racer;
+
+static void *race_admit(void *arg)
+{
+    racer *r = arg;
+    pthread_barrier_wait(r->go);
+    r->v = sv_tracker_session_admit(r->t, r->rec, 7, 2, false);
+    return NULL;
+}
+
+/* Issue 12: four new IPs of one user on four workers at the same instant, limit 2: exactly two
+ * are admitted. The test hook widens the window between check and insertion to 20 ms, so a check
+ * and an insertion that are not one step let all four through. */
+static void device_admit_is_atomic_across_workers(void **state)
+{
+    (void)state;
+    setenv("KATANA_TEST_ADMIT_DELAY_MS", "20", 1);
+    sv_tracker *t = new_tracker(4);
+    unsetenv("KATANA_TEST_ADMIT_DELAY_MS");
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 4);
+    racer r[4];
+    pthread_t th[4];
+    for (unsigned i = 0; i < 4; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "127.0.0.%u:4000", i + 2);
+        r[i] = (racer){.t = t, .rec = open_session(t, i, "in", src), .go = &go};
+        assert_int_equal(pthread_create(&th[i], NULL, race_admit, &r[i]), 0);
+    }
+    unsigned admitted = 0;
+    for (unsigned i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        admitted += r[i].v == SV_DEVICE_ADMITTED;
+    }
+    assert_int_equal(admitted, 2);
+    assert_int_equal(sv_tracker_device_refusals(t), 2);
+    for (unsigned i = 0; i < 4; i++)
+        sv_tracker_session_close(t, r[i].rec);
+    pthread_barrier_destroy(&go);
     sv_tracker_free(t);
 }
 
@@ -654,6 +740,8 @@ int main(void)
         cmocka_unit_test(user_presence_counts_sessions_and_distinct_ips),
         cmocka_unit_test(device_decision_follows_the_issue_rule),
         cmocka_unit_test(device_admit_counts_live_ips_and_the_remote_table),
+        cmocka_unit_test(device_admit_binds_and_asks_the_fleet_for_new_ips_only),
+        cmocka_unit_test(device_admit_is_atomic_across_workers),
         cmocka_unit_test(concurrent_counting_loses_and_doubles_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
