@@ -24,6 +24,7 @@
 #include "supervisor/supervisor.h"
 #include "supervisor/track/tracker.h"
 #include "supervisor/transport/tls.h"
+#include "supervisor/transport/grpc.h"
 #include "supervisor/transport/ws.h"
 #include "supervisor/util/list.h"
 

@@ -8,7 +8,7 @@ set -euo pipefail
 
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
             libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libcmocka-dev
-            libpcre2-dev libc-ares-dev)
+            libpcre2-dev libc-ares-dev libnghttp2-dev)
 CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
          sqlite3       # sqlite3: the panel tests read the usage outbox (issue #3)

@@ -1,0 +1,119 @@
+#!/bin/bash
+# gRPC transport ("gun", issue 10, PROTOCOLS-2.md §3) with the Xray-core client
+# (tests/interop/xray/client-{vless,trojan}-grpc.json, service name kt-tun; the Trojan one in
+# multiMode, i.e. TunMulti): VLESS over TLS (ALPN h2) and Trojan over TLS, each node with
+# network grpc and networkSettings.serviceName from the panel. On each: two users at the same
+# time move 1 MiB byte-identical each way, each through a counting relay, and each user is
+# billed exactly the wire bytes (TLS, HTTP/2, gun and protocol bytes) its relay counted; an idle
+# user is billed nothing. Several proxied connections of one client share its HTTP/2 connection
+# (one stream each) and each is its own flow in GET /v1/connections-worthy accounting: three
+# connections at once are echoed identical. A client on the wrong service name gets no echo and
+# no log line per attempt, and the others are served afterwards. VLESS over gRPC in clear (h2c)
+# is served too.
+KT_LIMIT=${KT_LIMIT:-300}
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/trojan.sh"
+. "$(dirname "$0")/../interop/peers.sh"
+kt_need openssl
+pr_need xray
+[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: katana only"
+
+MIB=1048576
+SERVICE=kt-tun
+U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
+tj_certs "$T/pki" server
+echo_start
+
+# gclient SCEN NAME SECRET SERVER_PORT [SERVICE] [TLS]: the Xray client of template
+# client-SCEN.json, with another service name when given, in clear when TLS is 0; sets CL_PORT.
+gclient() {
+    local svc=${5:-$SERVICE}
+    kt_ports 1; CL_PORT=${PORTS[0]}
+    pr_render "$PR_TEMPLATES/xray/client-$1.json" "$T/client-$2.json" LOCAL_PORT="$CL_PORT" \
+        SERVER_PORT="$4" SECRET="$3" SNI="$TJ_SNI" CA_FILE="$TJ_CA"
+    python3 - "$T/client-$2.json" "$svc" "${6:-1}" <<'PY'
+import json, sys
+f, svc, tls = sys.argv[1:4]
+c = json.load(open(f))
+st = c["outbounds"][0]["streamSettings"]
+st["grpcSettings"]["serviceName"] = svc
+if tls == "0":
+    st["security"] = "none"
+    del st["tlsSettings"]
+json.dump(c, open(f, "w"))
+PY
+    pr_cmd xray "$T/client-$2.json"
+    kt_bg "client-$2" "${PR_CMD[@]}"
+    kt_wait_port "$CL_PORT" 10 || { fail "xray client $2 did not listen on $CL_PORT"; exit 1; }
+}
+
+usage_snapshot() {
+    sleep 1.5   # the sampler folds flow counters every second
+    srv_usage_mark
+    kill -USR1 "$SRV_PID"
+    for _ in $(seq 1 40); do [ -n "$(srv_usage)" ] && break; sleep 0.1; done
+    sleep 0.3
+    srv_usage
+}
+no_usage() {
+    local l; l=$(awk -v u="$2" '$1 == u' <<<"$1")
+    echo "user $2: '${l:-no line}'"
+    [ -z "$l" ] || [ "$l" = "$2 0 0" ]
+}
+
+# scenario NAME PROTOCOL TLS SECRET1 SECRET2 [mkconfig options]
+scenario() {
+    local name=$1 proto=$2 tls=$3 s1=$4 s2=$5; shift 5
+    local scen=$proto-grpc
+    kt_ports 1
+    local port=${PORTS[0]}
+    mkconfig "$T/config-$name.json" "$port" - --protocol "$proto" --user "1:$U1" \
+        --user "2:$U2" --user "3:$U3" --grpc-service "$SERVICE" "$@"
+    srv_start "$T/config-$name.json"
+    tj_counting_relay "$name-u1" "$port"; local to1=$RELAY_PORT
+    tj_counting_relay "$name-u2" "$port"; local to2=$RELAY_PORT
+    local c1 c2 bad
+    gclient "$scen" "$name-u1" "$s1" "$to1" "$SERVICE" "$tls"; c1=$CL_PORT
+    gclient "$scen" "$name-u2" "$s2" "$to2" "$SERVICE" "$tls"; c2=$CL_PORT
+    gclient "$scen" "$name-bad" "$s1" "$port" other-svc "$tls"; bad=$CL_PORT
+    pr_tcp_opts xray "$proto-tls"
+
+    local r1=0 r2=0 p1 p2
+    tcp_rt "$c1" ok --bytes "$MIB" --seed "$name-u1" --label "$name-u1" "${PR_TCP[@]}" >"$T/$name-u1.out" 2>&1 &
+    p1=$!
+    tcp_rt "$c2" ok --bytes "$MIB" --seed "$name-u2" --label "$name-u2" "${PR_TCP[@]}" >"$T/$name-u2.out" 2>&1 &
+    p2=$!
+    wait "$p1" || r1=$?
+    wait "$p2" || r2=$?
+    cat "$T/$name-u1.out" "$T/$name-u2.out"
+    check "$name: user 1, 1 MiB each way over gRPC, echo identical" test "$r1" = 0
+    check "$name: user 2 at the same time, 1 MiB each way, echo identical" test "$r2" = 0
+    tj_relays_settle "$name-u1" "$name-u2"
+    local snap; snap=$(usage_snapshot)
+    echo "SIGUSR1 snapshot:"; echo "$snap"
+    check "$name: usage of user 1 is the wire bytes its relay counted" tj_wire_is "$snap" 1 "$name-u1"
+    check "$name: usage of user 2 is the wire bytes its relay counted" tj_wire_is "$snap" 2 "$name-u2"
+    check "$name: idle user 3 billed nothing" no_usage "$snap" 3
+
+    check "$name: three connections at once on one HTTP/2 connection, 256 KiB each, identical" \
+        tcp_rt "$c1" ok --bytes 262144 --conns 3 --seed "$name-multi" "${PR_TCP[@]}"
+
+    local lines0; lines0=$(tj_log_lines)
+    check "$name: wrong service name: no echo" tcp_rt "$bad" refused --bytes 4096 --conns 3
+    check "$name: wrong service name: no log line per attempt" test "$(tj_log_lines)" = "$lines0"
+    check "$name: daemon still runs" srv_alive
+    check "$name: user 2 served afterwards" tcp_rt "$c2" ok --bytes 65536 --seed after "${PR_TCP[@]}"
+}
+
+scenario vless-grpc-tls vless 1 "$U1" "$U2" --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+srv_stop
+check "vless-grpc-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
+scenario trojan-grpc-tls trojan 1 "$U1" "$U2" --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+srv_stop
+check "trojan-grpc-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
+scenario vless-grpc-h2c vless 0 "$U1" "$U2"
+srv_stop
+check "vless-grpc-h2c: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+kt_finish
