@@ -98,6 +98,9 @@ scenario() {
     check "$name: three connections at once on one HTTP/2 connection, 256 KiB each, identical" \
         tcp_rt "$c1" ok --bytes 262144 --conns 3 --seed "$name-multi" "${PR_TCP[@]}"
 
+    check "$name: UDP inside a gRPC stream: 20 x 1200-byte datagrams echoed identical" \
+        udp_rt "$c2" ok --count 20 --size 1200 --seed "$name-udp"
+
     local lines0; lines0=$(tj_log_lines)
     check "$name: wrong service name: no echo" tcp_rt "$bad" refused --bytes 4096 --conns 3
     check "$name: wrong service name: no log line per attempt" test "$(tj_log_lines)" = "$lines0"
