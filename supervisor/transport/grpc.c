@@ -631,6 +631,8 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code, void 
     grpc_stream *s = stream_of(st, id);
     if (s == NULL)
         return 0;
+    if (s->dirty) /* what came before the reset still counts, however the bytes were cut */
+        stream_run(st, s);
     tell_close(st, s);
     s->dead = s->ended = s->finished = true;
     return 0;
