@@ -6,15 +6,16 @@
 # time move 1 MiB byte-identical each way, each through a counting relay, and each user is
 # billed exactly the wire bytes (TLS, HTTP/2, gun and protocol bytes) its relay counted; an idle
 # user is billed nothing. Several proxied connections of one client share its HTTP/2 connection
-# (one stream each) and each is its own flow in GET /v1/connections-worthy accounting: three
-# connections at once are echoed identical. A client on the wrong service name gets no echo and
-# no log line per attempt, and the others are served afterwards. VLESS over gRPC in clear (h2c)
-# is served too.
+# (one stream each): three at once are echoed identical; three paced ones are three flows of one
+# session in GET /v1/connections, and DELETE /v1/connections/<id> cuts that one only, the other
+# two complete byte-identical. UDP (VLESS command 2, Trojan UDP) travels inside a stream. A
+# client on the wrong service name gets no echo and no log line per attempt, and the others are
+# served afterwards. VLESS over gRPC in clear (h2c) is served too.
 KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/../interop/peers.sh"
-kt_need openssl
+kt_need openssl jq curl
 pr_need xray
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: katana only"
 
@@ -47,6 +48,36 @@ PY
     kt_wait_port "$CL_PORT" 10 || { fail "xray client $2 did not listen on $CL_PORT"; exit 1; }
 }
 
+# api METHOD PATH: print the status code; the body is in $T/body.
+api() {
+    curl -sS -m 10 -X "$1" -H "Authorization: Bearer $TOKEN" -o "$T/body" -w '%{http_code}' \
+        "http://127.0.0.1:$API_PORT$2"
+}
+# flows_of UID: the ids of user UID's live flows, one a line.
+flows_of() {
+    api GET /v1/connections >/dev/null
+    jq -r --argjson u "$1" '.flows[] | select(.user.uid == $u) | .id' "$T/body"
+}
+# wait_flows UID N: until user UID has N live flows (10 s).
+wait_flows() {
+    local i
+    for i in $(seq 1 100); do
+        [ "$(flows_of "$1" | grep -c .)" = "$2" ] && return 0
+        sleep 0.1
+    done
+    echo "flows of user $1:"; cat "$T/body"
+    return 1
+}
+# one_session UID: user UID's live flows all belong to one session (one client connection).
+one_session() {
+    api GET /v1/connections >/dev/null
+    local n
+    n=$(jq --argjson u "$1" '[.flows[] | select(.user.uid == $u) | .session] | unique | length' \
+        "$T/body")
+    echo "sessions of user $1's flows: $n"
+    [ "$n" = 1 ]
+}
+
 usage_snapshot() {
     sleep 1.5   # the sampler folds flow counters every second
     srv_usage_mark
@@ -65,11 +96,14 @@ no_usage() {
 scenario() {
     local name=$1 proto=$2 tls=$3 s1=$4 s2=$5; shift 5
     local scen=$proto-grpc
-    kt_ports 1
+    kt_ports 2; API_PORT=${PORTS[1]}; TOKEN=grpc-$$
     local port=${PORTS[0]}
     mkconfig "$T/config-$name.json" "$port" - --protocol "$proto" --user "1:$U1" \
         --user "2:$U2" --user "3:$U3" --grpc-service "$SERVICE" "$@"
+    jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" '.api = {listen: $l, token: $t}' \
+        "$T/config-$name.json" >"$T/c.tmp" && mv "$T/c.tmp" "$T/config-$name.json"
     srv_start "$T/config-$name.json"
+    kt_wait_port "$API_PORT" 10 || { fail "API did not listen on $API_PORT"; exit 1; }
     tj_counting_relay "$name-u1" "$port"; local to1=$RELAY_PORT
     tj_counting_relay "$name-u2" "$port"; local to2=$RELAY_PORT
     local c1 c2 bad
@@ -97,6 +131,21 @@ scenario() {
 
     check "$name: three connections at once on one HTTP/2 connection, 256 KiB each, identical" \
         tcp_rt "$c1" ok --bytes 262144 --conns 3 --seed "$name-multi" "${PR_TCP[@]}"
+
+    # three paced connections of one client: three HTTP/2 streams of one connection, three flows
+    stream_bg "$name-a" "$c1" 3000000 300000 ok; local pa=$STREAM_PID
+    stream_bg "$name-b" "$c1" 3000000 300000 ok; local pb=$STREAM_PID
+    stream_bg "$name-k" "$c1" 8000000 300000 cut; local pk=$STREAM_PID
+    check "$name: three streams of one client are three flows in the API" wait_flows 1 3
+    check "$name: ... carried by one session (one connection)" one_session 1
+    local victim st
+    victim=$(flows_of 1 | sort -n | tail -n 1)
+    st=$(api DELETE "/v1/connections/$victim")
+    check "$name: DELETE /v1/connections/$victim (the third flow) -> 204" test "$st" = 204
+    check "$name: the other two flows stay live" wait_flows 1 2
+    stream_wait "$name-k" "$pk" 5 "$name: the killed stream is cut at once"
+    stream_wait "$name-a" "$pa" 30 "$name: stream a completes byte-identical"
+    stream_wait "$name-b" "$pb" 30 "$name: stream b completes byte-identical"
 
     check "$name: UDP inside a gRPC stream: 20 x 1200-byte datagrams echoed identical" \
         udp_rt "$c2" ok --count 20 --size 1200 --seed "$name-udp"
