@@ -10,13 +10,15 @@
 # session in GET /v1/connections, and DELETE /v1/connections/<id> cuts that one only, the other
 # two complete byte-identical. UDP (VLESS command 2, Trojan UDP) travels inside a stream. A
 # client on the wrong service name gets no echo and no log line per attempt, and the others are
-# served afterwards. VLESS over gRPC in clear (h2c) is served too.
+# served afterwards. VLESS over gRPC in clear (h2c) is served too. Then sing-box's gRPC client
+# (tests/interop/sing-box/client-vless-grpc.json) for two users, 1 MiB each way at the same
+# time, billed exactly what their relays counted.
 KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/../interop/peers.sh"
 kt_need openssl jq curl
-pr_need xray
+pr_need xray sing-box
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: katana only"
 
 MIB=1048576
@@ -168,4 +170,39 @@ check "trojan-grpc-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 scenario vless-grpc-h2c vless 0 "$U1" "$U2"
 srv_stop
 check "vless-grpc-h2c: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
+# sing-box's gRPC client (grpc-go: the pinned build has with_grpc, which leaves no way to pick
+# its lite client) on one VLESS+TLS gRPC node, one for each of two users.
+sb_scenario() {
+    local name=sing-box-vless-grpc-tls
+    kt_ports 1
+    local port=${PORTS[0]}
+    mkconfig "$T/config-$name.json" "$port" - --protocol vless --user "1:$U1" --user "2:$U2" \
+        --grpc-service "$SERVICE" --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+    srv_start "$T/config-$name.json"
+    tj_counting_relay "$name-u1" "$port"; local to1=$RELAY_PORT
+    tj_counting_relay "$name-u2" "$port"; local to2=$RELAY_PORT
+    pr_client sing-box vless-grpc "$name-u1" "$U1" "$to1"; local c1=$CL_PORT
+    pr_client sing-box vless-grpc "$name-u2" "$U2" "$to2"; local c2=$CL_PORT
+    local r1=0 r2=0 p1 p2
+    tcp_rt "$c1" ok --bytes "$MIB" --seed "$name-u1" --label "$name-u1" >"$T/$name-u1.out" 2>&1 &
+    p1=$!
+    tcp_rt "$c2" ok --bytes "$MIB" --seed "$name-u2" --label "$name-u2" >"$T/$name-u2.out" 2>&1 &
+    p2=$!
+    wait "$p1" || r1=$?
+    wait "$p2" || r2=$?
+    cat "$T/$name-u1.out" "$T/$name-u2.out"
+    check "$name: user 1, 1 MiB each way, echo identical" test "$r1" = 0
+    check "$name: user 2 at the same time, 1 MiB each way, echo identical" test "$r2" = 0
+    check "$name: three connections at once, 256 KiB each, identical" \
+        tcp_rt "$c2" ok --bytes 262144 --conns 3 --seed "$name-multi"
+    tj_relays_settle "$name-u1" "$name-u2"
+    local snap; snap=$(usage_snapshot)
+    echo "SIGUSR1 snapshot:"; echo "$snap"
+    check "$name: usage of user 1 is the wire bytes its relay counted" tj_wire_is "$snap" 1 "$name-u1"
+    check "$name: usage of user 2 is the wire bytes its relay counted" tj_wire_is "$snap" 2 "$name-u2"
+    srv_stop
+    check "$name: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+}
+sb_scenario
 kt_finish

@@ -5,7 +5,8 @@
 # t-trojan-clients.sh and t-vless-clients.sh point it at katana: 1 MiB byte-identical each way
 # over TCP and 20 x 1200-byte datagrams through the client's SOCKS5 UDP ASSOCIATE, for
 # Trojan over TLS, VLESS in clear and VLESS over TLS (verified against a test CA), and with
-# Xray VLESS and Trojan over TLS on gRPC (service kt-tun, Trojan in multiMode). A wrong
+# Xray VLESS and Trojan over TLS on gRPC (service kt-tun, Trojan in multiMode) and sing-box
+# VLESS over TLS on gRPC. A wrong
 # secret gets no echo (the pair does authenticate). Skips only without a Go toolchain.
 KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
@@ -18,7 +19,7 @@ MIB=1048576
 tj_certs "$T/pki" server
 echo_start
 for pair in xray/trojan-tls xray/vless-tcp xray/vless-tls xray/vless-grpc xray/trojan-grpc \
-    sing-box/trojan-tls sing-box/vless-tcp sing-box/vless-tls; do
+    sing-box/trojan-tls sing-box/vless-tcp sing-box/vless-tls sing-box/vless-grpc; do
     vendor=${pair%%/*} scen=${pair#*/}
     name=$vendor-$scen
     secret=$(kt_uuid)
