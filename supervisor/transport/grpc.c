@@ -258,10 +258,9 @@ typedef struct grpc_state {
     uint8_t *out; /* nghttp2 output not yet handed out: out[out_off .. out_len) */
     size_t out_off, out_len, out_cap;
     sv_effects *fx;                       /* effects of the current feed(), or NULL */
-    sv_effect defer[GRPC_DEFER_MAX];      /* effects that did not fit the last feed() */
+    sv_effect *defer;                     /* effects that did not fit the last feed() (made on
+                                             first use, GRPC_DEFER_MAX) */
     unsigned n_defer;
-    uint8_t *tmp;                         /* the inner core's framed output */
-    size_t tmp_cap;
 } grpc_state;
 
 static grpc_stream *stream_of(grpc_state *st, int32_t id)
@@ -280,14 +279,19 @@ static void stream_free(grpc_state *st, grpc_stream *s)
     free(s);
 }
 
-/* Forget the streams nghttp2 closed and the inner core no longer needs (not while deferred
- * effects may point into their buffers). */
+/* Forget the streams nghttp2 closed and the input the inner cores consumed (not while
+ * deferred effects may point into those buffers). */
 static void streams_sweep(grpc_state *st)
 {
     if (st->n_defer > 0)
         return;
     for (unsigned i = 0; i < st->n_streams;) {
         grpc_stream *s = st->streams[i];
+        if (s->in != NULL && s->in_off == s->in_len) { /* an idle stream holds no buffer */
+            free(s->in);
+            s->in = NULL;
+            s->in_off = s->in_len = 0;
+        }
         if (s->finished) {
             st->streams[i] = st->streams[--st->n_streams];
             stream_free(st, s);
@@ -318,8 +322,8 @@ static void grpc_deinit(void *state)
     st->h2 = NULL;
     free(st->out);
     st->out = NULL;
-    free(st->tmp);
-    st->tmp = NULL;
+    free(st->defer);
+    st->defer = NULL;
 }
 
 static void grpc_set_time(void *state, int64_t unix_s)
@@ -338,6 +342,8 @@ static bool push(grpc_state *st, const sv_effect *e)
         return true;
     }
     if (st->n_defer >= GRPC_DEFER_MAX)
+        return false;
+    if (st->defer == NULL && (st->defer = malloc(GRPC_DEFER_MAX * sizeof *st->defer)) == NULL)
         return false;
     st->defer[st->n_defer++] = *e;
     return true;
@@ -377,9 +383,6 @@ static bool stream_send(grpc_state *st, grpc_stream *s, const uint8_t *p, size_t
 {
     if (n == 0 || s->dead || s->ended)
         return true;
-    if (s->q_off > 0 && s->q_off == s->q_len) {
-        s->q_off = s->q_len = 0;
-    }
     size_t need = s->q_len + SV_GUN_HDR_MAX + n;
     if (need - s->q_off > GRPC_QUEUE_MAX) {
         stream_reset(st, s, NGHTTP2_FLOW_CONTROL_ERROR);
@@ -503,6 +506,11 @@ static ssize_t on_data_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_
     size_t k = have < length ? have : length;
     memcpy(buf, s->q + s->q_off, k);
     s->q_off += k;
+    if (s->q_off == s->q_len) { /* an idle stream holds no buffer */
+        free(s->q);
+        s->q = NULL;
+        s->q_off = s->q_len = 0;
+    }
     return (ssize_t)k;
 }
 
@@ -689,8 +697,8 @@ static int drain_h2(grpc_state *st)
     }
 }
 
-/* Drop the output the last call handed out (its pointer was valid until this call); free a
- * large buffer once empty. */
+/* Drop the output the last call handed out (its pointer was valid until this call); free the
+ * buffer once empty. */
 static void out_reset(grpc_state *st)
 {
     if (st->out_off < st->out_len) {
@@ -699,12 +707,9 @@ static void out_reset(grpc_state *st)
         st->out_off = 0;
         return;
     }
-    st->out_off = st->out_len = 0;
-    if (st->out_cap > 256 * 1024) {
-        free(st->out);
-        st->out = NULL;
-        st->out_cap = 0;
-    }
+    st->out_off = st->out_len = st->out_cap = 0;
+    free(st->out); /* an idle connection holds no buffer */
+    st->out = NULL;
 }
 
 static ssize_t fail(grpc_state *st, sv_effects *fx, int err)
@@ -746,13 +751,12 @@ static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     }
     out_reset(st);
     st->fx = fx;
-    /* what did not fit the last call goes first */
+    /* what did not fit the last call goes first; what still does not fit moves to the front
+     * of the array in order (push() writes below the index being read) */
     unsigned held = st->n_defer;
     st->n_defer = 0;
     for (unsigned i = 0; i < held; i++)
         push(st, &st->defer[i]);
-    if (st->n_defer > 0 && st->n_defer < held) /* still full: keep them in order */
-        memmove(st->defer, st->defer + held - st->n_defer, st->n_defer * sizeof *st->defer);
     streams_sweep(st);
     ssize_t r = nghttp2_session_mem_recv(st->h2, p, n);
     if (r < 0) {
@@ -767,9 +771,12 @@ static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     if (rc != 0 || st->failed)
         return fail(st, fx, rc != 0 ? rc : -ENOBUFS);
     if (st->out_len > st->out_off) {
-        sv_effect *e = sv_effects_push(fx, SV_FX_TO_CLIENT);
-        e->data = st->out + st->out_off;
-        e->len = st->out_len - st->out_off;
+        /* first: applying the others may call frame_end(), whose HTTP/2 bytes must follow
+         * these on the wire (and reuse the buffer); push() kept the slot free */
+        memmove(fx->v + 1, fx->v, fx->n * sizeof *fx->v);
+        fx->n++;
+        fx->v[0] = (sv_effect){.kind = SV_FX_TO_CLIENT, .data = st->out + st->out_off,
+                               .len = st->out_len - st->out_off};
         st->out_off = st->out_len;
     }
     if (!nghttp2_session_want_read(st->h2) && !nghttp2_session_want_write(st->h2))
@@ -783,6 +790,8 @@ static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, s
 static ssize_t give_out(grpc_state *st, uint8_t *out, size_t cap)
 {
     size_t n = st->out_len - st->out_off;
+    if (n == 0)
+        return 0;
     if (n > cap)
         n = cap;
     memcpy(out, st->out + st->out_off, n);
@@ -798,19 +807,13 @@ static ssize_t grpc_frame(void *state, const void *creds, uint32_t stream, const
     grpc_stream *s = st->h2 != NULL ? stream_of(st, (int32_t)stream) : NULL;
     out_reset(st);
     if (s != NULL && !s->dead && !s->ended) {
-        size_t need = cr->inner->frame_max(len);
-        if (need > st->tmp_cap) {
-            uint8_t *g = realloc(st->tmp, need);
-            if (g == NULL)
-                return -ENOMEM;
-            st->tmp = g;
-            st->tmp_cap = need;
-        }
-        ssize_t k = cr->inner->frame(s->inner, cr->inner_creds, 0, in, len, st->tmp, st->tmp_cap);
+        /* the inner core frames into the caller's buffer; stream_send copies it before the
+         * HTTP/2 bytes are written there */
+        ssize_t k = cr->inner->frame(s->inner, cr->inner_creds, 0, in, len, out, cap);
         if (k < 0)
             stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
         else
-            stream_send(st, s, st->tmp, (size_t)k);
+            stream_send(st, s, out, (size_t)k);
     }
     if (st->h2 != NULL && drain_h2(st) != 0)
         return -ENOMEM;
@@ -832,18 +835,10 @@ static ssize_t grpc_frame_datagram(void *state, const void *creds, uint32_t stre
     grpc_stream *s = st->h2 != NULL ? stream_of(st, (int32_t)stream) : NULL;
     out_reset(st);
     if (s != NULL && !s->dead && !s->ended && cr->inner->frame_datagram != NULL) {
-        size_t need = len + 512;
-        if (need > st->tmp_cap) {
-            uint8_t *g = realloc(st->tmp, need);
-            if (g == NULL)
-                return -ENOMEM;
-            st->tmp = g;
-            st->tmp_cap = need;
-        }
         ssize_t k = cr->inner->frame_datagram(s->inner, cr->inner_creds, 0, from, payload, len,
-                                              st->tmp, st->tmp_cap);
+                                              out, cap);
         if (k > 0)
-            stream_send(st, s, st->tmp, (size_t)k);
+            stream_send(st, s, out, (size_t)k);
     }
     if (st->h2 != NULL && drain_h2(st) != 0)
         return -ENOMEM;

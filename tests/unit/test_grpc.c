@@ -4,7 +4,8 @@
  * (sv_grpc_ops over the Trojan core) driven by a real HTTP/2 client (nghttp2's client session):
  * a Tun stream authenticates, opens and carries bytes both ways as one multiplexed sub-flow,
  * ends with grpc-status 0; the same whole and byte at a time; a wrong path gets grpc-status 12
- * and no effect; a second user on the same connection is reset alone; a client that does not
+ * and no effect; a second user on the same connection is reset alone; a stream ended while
+ * the runtime applies the effects keeps the HTTP/2 bytes in order; a client that does not
  * speak HTTP/2 gets the fallback policy with every byte.
  */
 #include "config.h"
@@ -140,6 +141,7 @@ typedef struct run {
     bool closed[8];
     bool fallback;
     size_t fallback_len;
+    bool end_on_open; /* the runtime refuses each open at once (a blocked route) */
 } run;
 
 static void ev(run *r, const char *fmt, ...)
@@ -274,6 +276,13 @@ static void apply(run *r, const sv_effects *fx)
             break;
         case SV_FX_OPEN:
             ev(r, "O%u:%u ", e->stream, e->dest.port);
+            if (r->end_on_open) { /* as conn.c's sub_open: its End while applying the rest */
+                uint8_t out[1024];
+                ssize_t n = sv_grpc_ops.frame_end(r->core, r->creds, e->stream, true, out,
+                                                  sizeof out);
+                assert_true(n >= 0);
+                to_client(r, out, (size_t)n);
+            }
             break;
         case SV_FX_TO_OUTBOUND:
             memcpy(r->up + r->up_len, e->data, e->len);
@@ -296,34 +305,39 @@ static void apply(run *r, const sv_effects *fx)
     }
 }
 
-/* Everything the client has to send, fed to the core @p piece bytes at a time (the unconsumed
- * tail comes again with more, as conn.c's carry). */
+/* Everything the client has to send, gathered, then fed to the core @p piece bytes at a time
+ * (the unconsumed tail comes again with more, as conn.c's carry). */
 static void pump(run *r, size_t piece)
 {
+    static uint8_t all[65536];
+    size_t total = 0;
     const uint8_t *p;
     ssize_t n;
     while ((n = nghttp2_session_mem_send(r->cli, &p)) > 0) {
-        for (size_t off = 0; off < (size_t)n;) {
-            size_t k = (size_t)n - off < piece ? (size_t)n - off : piece;
-            uint8_t buf[sizeof r->carry + 65536];
-            memcpy(buf, r->carry, r->carry_len);
-            memcpy(buf + r->carry_len, p + off, k);
-            size_t len = r->carry_len + k, used = 0;
-            off += k;
-            while (used < len) {
-                sv_effects fx;
-                ssize_t c = sv_grpc_ops.feed(r->core, r->creds, buf + used, len - used, &fx);
-                apply(r, &fx);
-                if (c <= 0)
-                    break;
-                used += (size_t)c;
-            }
-            r->carry_len = len - used;
-            assert_true(r->carry_len <= sv_grpc_ops.carry_max);
-            memcpy(r->carry, buf + used, r->carry_len);
-            if (r->fallback)
-                return;
+        assert_true(total + (size_t)n <= sizeof all);
+        memcpy(all + total, p, (size_t)n);
+        total += (size_t)n;
+    }
+    for (size_t off = 0; off < total;) {
+        size_t k = total - off < piece ? total - off : piece;
+        uint8_t buf[sizeof r->carry + sizeof all];
+        memcpy(buf, r->carry, r->carry_len);
+        memcpy(buf + r->carry_len, all + off, k);
+        size_t len = r->carry_len + k, used = 0;
+        off += k;
+        while (used < len) {
+            sv_effects fx;
+            ssize_t c = sv_grpc_ops.feed(r->core, r->creds, buf + used, len - used, &fx);
+            apply(r, &fx);
+            if (c <= 0)
+                break;
+            used += (size_t)c;
         }
+        r->carry_len = len - used;
+        assert_true(r->carry_len <= sv_grpc_ops.carry_max);
+        memcpy(r->carry, buf + used, r->carry_len);
+        if (r->fallback)
+            return;
     }
 }
 
@@ -430,6 +444,26 @@ static void core__second_user__stream_reset_alone(void **state)
     run_close(&r);
 }
 
+/* A stream the runtime ends while it applies the feed's effects (a refused route): the HTTP/2
+ * bytes of that feed reach the client before the reset, intact. */
+static void core__end_while_applying__bytes_in_order(void **state)
+{
+    (void)state;
+    run r;
+    body b;
+    run_open(&r);
+    r.end_on_open = true;
+    trojan_hunk(&b, 0, 9, "x");
+    request(&r, "/kt-tun/Tun", &b);
+    pump(&r, 65536); /* to_client asserts the client took every byte */
+    assert_string_equal(r.events, "A0m O1:9 ");
+    assert_string_equal(r.status, "200");
+    assert_true(r.closed[0]);
+    assert_int_equal(r.rst_code[0], NGHTTP2_CANCEL);
+    assert_int_equal(nghttp2_session_want_read(r.cli), 1); /* no connection error */
+    run_close(&r);
+}
+
 static void core__not_http2__fallback_with_every_byte(void **state)
 {
     (void)state;
@@ -466,6 +500,7 @@ int main(void)
         cmocka_unit_test(core__wrong_path__grpc_status_12_no_effect),
         cmocka_unit_test(core__escaped_name_and_tunmulti__served),
         cmocka_unit_test(core__second_user__stream_reset_alone),
+        cmocka_unit_test(core__end_while_applying__bytes_in_order),
         cmocka_unit_test(core__not_http2__fallback_with_every_byte),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
