@@ -541,10 +541,26 @@ static bool is_ws(const pn_node *p)
            (strcmp(p->network, "ws") == 0 || strcmp(p->network, "httpupgrade") == 0);
 }
 
-/* The node's network when check_unserved is to take it besides tcp: an upgrade transport. */
-static const char *upgrade_network(const pn_node *p)
+/* Is the node's transport gRPC (`network` "grpc", issue 10)? */
+static bool is_grpc(const pn_node *p)
 {
-    return is_ws(p) ? p->network : NULL;
+    return p->network != NULL && strcmp(p->network, "grpc") == 0;
+}
+
+/* The transports a trojan, vless or vmess node may name besides tcp (ws, issue 9; httpupgrade
+ * and grpc, issue 10): the node's own when it is one of them (its networkSettings are then served, @p served
+ * gets their bits), else NULL. A grpc node needs networkSettings.serviceName. */
+static const char *stream_network(const ag_node_state *n, unsigned *served, sv_error *err,
+                                  int *rc)
+{
+    *rc = 0;
+    if (!is_ws(&n->node) && !is_grpc(&n->node))
+        return NULL;
+    *served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
+    if (is_grpc(&n->node) && (n->node.grpc_service == NULL || n->node.grpc_service[0] == '\0'))
+        *rc = sv_error_set(err, -EINVAL, "node %s: networkSettings.serviceName: required for "
+                           "network grpc", n->tag);
+    return n->node.network;
 }
 
 /*
@@ -559,10 +575,11 @@ static int check_trojan(const ag_node_state *n, sv_error *err)
         return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (trojan over "
                             "TLS only)", n->tag);
     unsigned served = PN_SET_TLS;
-    if (is_ws(&n->node))
-        served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
-    int rc = check_unserved(n, "trojan over TLS on TCP, WebSocket or HTTPUpgrade", served,
-                            upgrade_network(&n->node), err);
+    int rc;
+    const char *net = stream_network(n, &served, err, &rc);
+    if (rc != 0)
+        return rc;
+    rc = check_unserved(n, "trojan over TLS on TCP, WebSocket, HTTPUpgrade or gRPC", served, net, err);
     if (rc == 0 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a trojan node needs \"cert\" in the agent "
                             "config (mode file or self)", n->tag);
@@ -582,10 +599,11 @@ static int check_vless(const ag_node_state *n, sv_error *err)
         return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vless in "
                             "clear or over TLS only)", n->tag);
     unsigned served = PN_SET_TLS;
-    if (is_ws(&n->node))
-        served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
-    int rc = check_unserved(n, "vless on TCP, WebSocket or HTTPUpgrade", served,
-                            upgrade_network(&n->node), err);
+    int rc;
+    const char *net = stream_network(n, &served, err, &rc);
+    if (rc != 0)
+        return rc;
+    rc = check_unserved(n, "vless on TCP, WebSocket, HTTPUpgrade or gRPC", served, net, err);
     if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a vless node with tls 1 needs \"cert\" in "
                             "the agent config (mode file or self)", n->tag);
@@ -604,10 +622,11 @@ static int check_vmess(const ag_node_state *n, sv_error *err)
         return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vmess in "
                             "clear or over TLS only)", n->tag);
     unsigned served = PN_SET_TLS;
-    if (is_ws(&n->node))
-        served |= PN_SET_NETWORK_SETTINGS | PN_SET_NETWORK_SETTINGS_ALT;
-    int rc = check_unserved(n, "vmess on TCP, WebSocket or HTTPUpgrade", served,
-                            upgrade_network(&n->node), err);
+    int rc;
+    const char *net = stream_network(n, &served, err, &rc);
+    if (rc != 0)
+        return rc;
+    rc = check_unserved(n, "vmess on TCP, WebSocket, HTTPUpgrade or gRPC", served, net, err);
     if (rc == 0 && n->fallback != NULL)
         return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan nodes only",
                             n->tag);
@@ -708,6 +727,8 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     if (is_ws(&n->node) && set_ws(in, n->node.ws_path, n->node.ws_host) != 0)
         return -ENOMEM;
     in->ws.httpupgrade = is_ws(&n->node) && strcmp(n->node.network, "httpupgrade") == 0;
+    if (is_grpc(&n->node) && (in->grpc.service_name = strdup(n->node.grpc_service)) == NULL)
+        return -ENOMEM;
     in->tls.cert = (vless || vmess) && n->node.tls != 1 ? SV_CERT_NONE : n->cert;
     if (in->tls.cert == SV_CERT_NONE)
         return n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL ? -ENOMEM : 0;
@@ -809,5 +830,6 @@ bool ag_node_transport_equal(const ag_node_state *a, const ag_node_state *b)
            str_eq(x->cipher, y->cipher) && str_eq(x->server_key, y->server_key) &&
            str_eq(x->obfs, y->obfs) && str_eq(x->plugin, y->plugin) &&
            str_eq(x->plugin_opts, y->plugin_opts) &&
-           str_eq(x->ws_path, y->ws_path) && str_eq(x->ws_host, y->ws_host);
+           str_eq(x->ws_path, y->ws_path) && str_eq(x->ws_host, y->ws_host) &&
+           str_eq(x->grpc_service, y->grpc_service);
 }

@@ -376,9 +376,9 @@ static unsigned tls_value(const json_t *v, unsigned set)
     return 1;
 }
 
-/* `networkSettings` (or `network_settings`) of a ws or httpupgrade node: `path` and
- * `headers.Host` (PANEL.md §1.4), else `host` (Xray's httpupgradeSettings spelling, issue 10).
- * Other members and other transports' settings are not read here. */
+/* `networkSettings` (or `network_settings`): a ws or httpupgrade node's `path` and
+ * `headers.Host` (PANEL.md §1.4), else `host` (Xray's httpupgradeSettings spelling, issue 10);
+ * a grpc node's `serviceName`. Other members are not read here. */
 static int parse_network_settings(const json_t *body, pn_node *out, sv_error *err)
 {
     const json_t *ns = json_object_get(body, "networkSettings");
@@ -387,6 +387,8 @@ static int parse_network_settings(const json_t *body, pn_node *out, sv_error *er
     if (!json_is_object(ns))
         return 0;
     int rc = opt_string(ns, "path", &out->ws_path, err);
+    if (rc == 0)
+        rc = opt_string(ns, "serviceName", &out->grpc_service, err);
     const json_t *h = json_object_get(ns, "headers");
     if (rc == 0 && json_is_object(h)) {
         rc = opt_string(h, "Host", &out->ws_host, err);
@@ -487,6 +489,7 @@ void pn_node_free(pn_node *node)
     free(node->host);
     free(node->ws_path);
     free(node->ws_host);
+    free(node->grpc_service);
     for (size_t i = 0; i < node->n_routes; i++)
         route_free(&node->routes[i]);
     free(node->routes);
@@ -604,7 +607,8 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
         dup_opt(&d->obfs, s->obfs) != 0 || dup_opt(&d->plugin, s->plugin) != 0 ||
         dup_opt(&d->plugin_opts, s->plugin_opts) != 0 ||
         dup_opt(&d->server_name, s->server_name) != 0 || dup_opt(&d->host, s->host) != 0 ||
-        dup_opt(&d->ws_path, s->ws_path) != 0 || dup_opt(&d->ws_host, s->ws_host) != 0)
+        dup_opt(&d->ws_path, s->ws_path) != 0 || dup_opt(&d->ws_host, s->ws_host) != 0 ||
+        dup_opt(&d->grpc_service, s->grpc_service) != 0)
         return -ENOMEM;
     if (s->n_routes == 0)
         return 0;
@@ -678,7 +682,7 @@ bool pn_node_equal(const pn_node *a, const pn_node *b)
         !str_eq(a->plugin, b->plugin) || !str_eq(a->plugin_opts, b->plugin_opts) ||
         !str_eq(a->server_name, b->server_name) ||
         !str_eq(a->host, b->host) || !str_eq(a->ws_path, b->ws_path) ||
-        !str_eq(a->ws_host, b->ws_host) || a->tls != b->tls || a->push_interval != b->push_interval ||
+        !str_eq(a->ws_host, b->ws_host) || !str_eq(a->grpc_service, b->grpc_service) || a->tls != b->tls || a->push_interval != b->push_interval ||
         a->pull_interval != b->pull_interval || a->n_routes != b->n_routes)
         return false;
     for (size_t i = 0; i < a->n_routes; i++)

@@ -60,6 +60,8 @@ typedef struct pn_node {
     char *ws_path;        /**< `networkSettings.path` (or `network_settings.path`); NULL when
                                absent or null */
     char *ws_host;        /**< `networkSettings.headers.Host`; NULL when absent or null */
+    char *grpc_service;   /**< `networkSettings.serviceName` (gRPC, issue 10); NULL when absent
+                               or null */
     char *cipher;         /**< shadowsocks method; NULL when absent */
     char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
     char *obfs;           /**< v1.7 `obfs` (e.g. "http"); NULL when absent or null */

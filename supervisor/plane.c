@@ -80,7 +80,9 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     sv_handler *h = calloc(1, sizeof *h);
     if (h == NULL)
         goto oom;
-    h->ops = sv_proto_ops_for(in);
+    const sv_proto_ops *core = sv_proto_ops_for(in);
+    /* gRPC wraps the inbound's core: one inner core per HTTP/2 stream (transport/grpc.h) */
+    h->ops = in->grpc.service_name != NULL && core != NULL ? &sv_grpc_ops : core;
     if (h->ops == NULL || h->ops->carry_max > SV_CARRY_MAX ||
         h->ops->frame_max(SV_SCRATCH) > sizeof ((sv_worker *)0)->sealed) {
         free(h);
@@ -97,7 +99,10 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
         h->n_users = i + 1;
     }
     sv_user_set none = {.tag = in->users};
-    int rc = h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
+    int rc = h->ops == &sv_grpc_ops
+                 ? sv_grpc_creds_new(core, in->grpc.service_name, in,
+                                     users != NULL ? users : &none, &h->creds, err)
+                 : h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
     if (rc != 0) {
         h->creds = NULL;
         if (rc == -ENOMEM)
@@ -120,6 +125,7 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     h->in.tls = (sv_inbound_tls){.cert = in->tls.cert};
     h->in.fallback = NULL;
     h->in.ws = (sv_inbound_ws){0};
+    h->in.grpc = (sv_inbound_grpc){0}; /* borrowed from the spec: the core keeps its paths */
     if (tls != NULL) {
         h->tls = sv_tls_ctx_ref(tls);
         h->layers[h->n_layers++] = (sv_layer_conf){&sv_tls_layer_ops, h->tls};

@@ -27,6 +27,7 @@
 #include "supervisor/track/pacer.h"
 #include "supervisor/track/tracker.h"
 #include "supervisor/transport/tls.h"
+#include "supervisor/transport/grpc.h"
 #include "supervisor/transport/ws.h"
 #include "supervisor/util/list.h"
 

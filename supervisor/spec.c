@@ -42,6 +42,7 @@ static void inbound_free(sv_inbound_spec *in)
     free(in->fallback);
     free(in->ws.path);
     free(in->ws.host);
+    free(in->grpc.service_name);
     free(in->ss_server_key);
 }
 
@@ -145,6 +146,7 @@ static int inbound_clone(sv_inbound_spec *d, const sv_inbound_spec *s)
     d->users = NULL;
     d->tls.cert_file = d->tls.key_file = d->tls.server_name = d->fallback = NULL;
     d->ws.path = d->ws.host = NULL;
+    d->grpc.service_name = NULL;
     d->ss_server_key = NULL;
     if (dup_opt(&d->tag, s->tag) < 0 || dup_opt(&d->bind.address, s->bind.address) < 0 ||
         dup_opt(&d->users, s->users) < 0 || dup_opt(&d->tls.cert_file, s->tls.cert_file) < 0 ||
@@ -152,6 +154,7 @@ static int inbound_clone(sv_inbound_spec *d, const sv_inbound_spec *s)
         dup_opt(&d->tls.server_name, s->tls.server_name) < 0 ||
         dup_opt(&d->fallback, s->fallback) < 0 || dup_opt(&d->ws.path, s->ws.path) < 0 ||
         dup_opt(&d->ws.host, s->ws.host) < 0 ||
+        dup_opt(&d->grpc.service_name, s->grpc.service_name) < 0 ||
         dup_opt(&d->ss_server_key, s->ss_server_key) < 0)
         return -ENOMEM;
     return 0;
@@ -271,6 +274,7 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            str_eq(a->ws.path, b->ws.path) && str_eq(a->ws.host, b->ws.host) &&
            a->ws.httpupgrade == b->ws.httpupgrade &&
            a->ws.mux == b->ws.mux &&
+           str_eq(a->grpc.service_name, b->grpc.service_name) &&
            str_eq(a->ss_server_key, b->ss_server_key);
 }
 

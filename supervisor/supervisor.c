@@ -426,6 +426,7 @@ static int prepare_routes(sv_supervisor *sv, const sv_plan *plan, const sv_spec 
 static int inbound_tls(const sv_inbound_spec *in, sv_tls_ctx *old, sv_tls_ctx **out, sv_error *err)
 {
     static const char *const alpn[] = {"http/1.1"};
+    static const char *const alpn_h2[] = {"h2", "http/1.1"}; /* gRPC (PROTOCOLS-2 §3.3) */
     *out = NULL;
     if (in->tls.cert == SV_CERT_NONE)
         return 0;
@@ -434,8 +435,8 @@ static int inbound_tls(const sv_inbound_spec *in, sv_tls_ctx *old, sv_tls_ctx **
         .cert_file = in->tls.cert_file,
         .key_file = in->tls.key_file,
         .server_name = in->tls.server_name != NULL ? in->tls.server_name : "localhost",
-        .alpn = alpn,
-        .alpn_count = 1,
+        .alpn = in->grpc.service_name != NULL ? alpn_h2 : alpn,
+        .alpn_count = in->grpc.service_name != NULL ? 2 : 1,
     };
     sv_error terr = {0};
     int rc = sv_tls_ctx_reload_if_changed(old, &cfg, out, &terr);

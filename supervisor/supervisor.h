@@ -108,6 +108,16 @@ typedef struct sv_inbound_ws {
                      Shadowsocks stream (the SIP003 v2ray-plugin with mux, proto/ss_mux.h) */
 } sv_inbound_ws;
 
+/** Longest gRPC service name an inbound takes (as the gRPC core's SV_GRPC_SERVICE_MAX). */
+#define SV_GRPC_SERVICE_NAME_MAX 256
+
+/** gRPC transport of an inbound (issue 10, PROTOCOLS-2.md §3): on when service_name is set. */
+typedef struct sv_inbound_grpc {
+    char *service_name; /**< the panel's networkSettings.serviceName: `/<name>/Tun` and
+                             `/<name>/TunMulti` are served (a name starting with '/' is a
+                             custom path, §3.1); NULL = no gRPC */
+} sv_inbound_grpc;
+
 /** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */
 enum sv_ss_cipher {
     SV_SS_AES_128_GCM = 1,
@@ -149,6 +159,7 @@ typedef struct sv_inbound_spec {
     sv_inbound_ws ws;                  /**< WebSocket over TCP or TLS (Trojan; issue 9) */
     sv_policy user_removal;            /**< overrides sv_spec.user_removal (DEFAULT: the
                                             spec's); not part of the inbound's equality */
+    sv_inbound_grpc grpc;              /**< gRPC over TCP or TLS (Trojan, VLESS, VMess; issue 10) */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {

@@ -355,6 +355,25 @@ static int check_ws(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
+/* gRPC (issue 10, PROTOCOLS-2.md §3): a service name of printable characters without spaces
+ * (a custom path starts with '/'), not together with WebSocket. */
+static int check_grpc(const sv_inbound_spec *in, sv_error *err)
+{
+    const char *s = in->grpc.service_name;
+    if (s == NULL)
+        return 0;
+    if (in->ws.path != NULL)
+        return INVALID(err, "inbound %s: grpc and ws cannot both carry one inbound", in->tag);
+    size_t n = strlen(s);
+    bool ok = n > 0 && n <= SV_GRPC_SERVICE_NAME_MAX && (s[0] != '/' || (n > 1 && s[n - 1] != '/'));
+    for (size_t i = 0; ok && i < n; i++)
+        ok = s[i] > ' ' && s[i] < 0x7f;
+    if (!ok)
+        return INVALID(err, "inbound %s: grpc service_name \"%.64s\" must be 1 to %u printable "
+                       "characters without spaces", in->tag, s, SV_GRPC_SERVICE_NAME_MAX);
+    return 0;
+}
+
 /* The inbounds whose protocol runs inside a stream (issue 8, 9): a user set, UDP only inside
  * the stream, a certificate (required when @p tls_required, else optional), WebSocket settings
  * as check_ws, and a fallback that parses as HOST:PORT where @p fallback_served, else none.
@@ -376,6 +395,9 @@ static int check_stream_inbound(const sv_inbound_spec *in, const char *name, boo
         in->tls.cert != SV_CERT_SELF)
         return INVALID(err, "inbound %s: unknown cert mode", in->tag);
     int rc = check_ws(in, err);
+    if (rc < 0)
+        return rc;
+    rc = check_grpc(in, err);
     if (rc < 0)
         return rc;
     sv_dest d;
@@ -409,6 +431,8 @@ static int check_vmess(const sv_inbound_spec *in, sv_error *err)
  * v2ray-plugin serves it, over TLS only then (issue 9); no fallback. */
 static int check_shadowsocks(const sv_inbound_spec *in, sv_error *err)
 {
+    if (in->grpc.service_name != NULL)
+        return INVALID(err, "inbound %s: grpc is not served on a shadowsocks inbound", in->tag);
     if (in->fallback != NULL)
         return INVALID(err, "inbound %s: fallback is not served on a shadowsocks inbound",
                        in->tag);
@@ -460,6 +484,9 @@ static bool base64_of(const char *s, size_t k)
 static int check_ss2022(const sv_inbound_spec *in, sv_error *err)
 {
     size_t k = ss2022_key_len(in->ss_cipher);
+    if (in->grpc.service_name != NULL)
+        return INVALID(err, "inbound %s: grpc is not served on a shadowsocks-2022 inbound",
+                       in->tag);
     if (in->tls.cert != SV_CERT_NONE || in->fallback != NULL || in->ws.path != NULL ||
         in->ws.host != NULL || in->ws.httpupgrade || in->ws.mux)
         return INVALID(err, "inbound %s: TLS, WebSocket and fallback are not served on a "

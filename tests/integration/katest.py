@@ -839,6 +839,10 @@ def cmd_mkconfig(a):
         node["networkSettings"] = {"path": a.ws_path}
         if a.ws_host:
             node["networkSettings"]["headers"] = {"Host": a.ws_host}
+    if getattr(a, "grpc_service", None) is not None and a.protocol != "shadowsocks":
+        # issue 10: network grpc with the panel's networkSettings.serviceName
+        node["network"] = "grpc"
+        node["networkSettings"] = {"serviceName": a.grpc_service}
     users = {"users": [parse_user(u) for u in a.user]}
     panel = {"type": "local"}
     if a.protocol != "shadowsocks":
@@ -1344,6 +1348,8 @@ def main():
                    "--ws-path)")
     c.add_argument("--network", choices=("ws", "httpupgrade"), default="ws",
                    help="trojan, vless, vmess: the network of --ws-path (default ws)")
+    c.add_argument("--grpc-service", help="trojan, vless, vmess: network grpc with this "
+                   "networkSettings.serviceName")
     c.add_argument("--plugin-opts", help="shadowsocks: plugin v2ray-plugin with these plugin_opts "
                    "(a certificate with --cert-file/--cert-self for tls)")
     c = sub.add_parser("vmess")

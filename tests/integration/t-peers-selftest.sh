@@ -5,7 +5,8 @@
 # t-trojan-clients.sh and t-vless-clients.sh point it at katana: 1 MiB byte-identical each way
 # over TCP and 20 x 1200-byte datagrams through the client's SOCKS5 UDP ASSOCIATE, for
 # every scenario with a template: Trojan over TLS, VLESS in clear and VLESS over TLS (verified
-# against a test CA), and HTTPUpgrade (Xray: VMess, sing-box: VLESS; issue 10). A wrong
+# against a test CA), HTTPUpgrade (Xray: VMess, sing-box: VLESS; issue 10), and gRPC (Xray:
+# VLESS and Trojan over TLS, service kt-tun, Trojan in multiMode; sing-box: VLESS over TLS). A wrong
 # secret gets no echo (the pair does authenticate). Skips only without a Go toolchain.
 KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"

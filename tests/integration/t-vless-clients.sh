@@ -15,7 +15,7 @@
 # another path gets HTTP 404. A client with a wrong UUID gets no echo and no log line, and the
 # daemon serves the others unaffected; requests naming their destination (localhost) are
 # served. Over TLS with a fallback, a browser's request reaches the fallback web server. First,
-# `katana check` refuses what is not served (REALITY, flow, VLESS encryption, grpc, a uuid that
+# `katana check` refuses what is not served (REALITY, flow, VLESS encryption, xhttp, a uuid that
 # is not a UUID) naming it.
 # KT_NETS selects the transport: tcp (default: the refusals, vless-tcp, vless-tls) or ws
 # (vless-ws, vless-ws-tls; t-vless-ws.sh runs this script so).
@@ -212,7 +212,7 @@ scenario() {
 NETS=${KT_NETS:-tcp}
 if [ "$NETS" = tcp ]; then
 # Refused through `katana check`, naming the field (the node keeps its last good state when a
-# panel sends these): REALITY, a flow, VLESS encryption, grpc, a uuid that is no UUID.
+# panel sends these): REALITY, a flow, VLESS encryption, xhttp, a uuid that is no UUID.
 kt_ports 1
 mkconfig "$T/base.json" "${PORTS[0]}" - --protocol vless --user "1:$U1"
 python3 - "$T" <<'PY'
@@ -226,7 +226,7 @@ node = lambda c: c["nodes"][0]["panel"]["node"]
 variant("reality", lambda c: node(c).update(tls=2))
 variant("flow", lambda c: node(c).update(flow="xtls-rprx-vision"))
 variant("decryption", lambda c: node(c).update(decryption="mlkem768x25519plus.native.600s.x"))
-variant("grpc", lambda c: node(c).update(network="grpc"))
+variant("xhttp", lambda c: node(c).update(network="xhttp"))
 variant("notuuid", lambda c: c["nodes"][0]["panel"]["users"]["users"].append(
     {"id": 7, "uuid": "not-a-uuid"}))
 PY
@@ -241,7 +241,7 @@ check "katana check: the base vless config is accepted" \
 check "tls 2 (REALITY) refused naming it" refused reality "tls 2 (REALITY): not served"
 check "a flow refused naming it" refused flow "flow: not served"
 check "VLESS encryption refused naming it" refused decryption "decryption: not served"
-check "network grpc refused naming it" refused grpc 'network "grpc": not served'
+check "network xhttp refused naming it" refused xhttp 'network "xhttp": not served'
 check "a uuid that is not a UUID refused naming the user" refused notuuid \
     "user 7 has a uuid that is not a UUID"
 

@@ -519,8 +519,8 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     static const struct {
         const char *extra, *msg;
     } refused[] = {
-        {"\"network\":\"grpc\"", "node tj: network \"grpc\": not served (trojan over TLS on TCP, "
-                                 "WebSocket or HTTPUpgrade only)"},
+        {"\"network\":\"grpc\"", "node tj: networkSettings.serviceName: required for network "
+                                 "grpc"},
         {"\"tls\":2", "node tj: tls 2 (REALITY): not served (trojan over TLS only)"},
         {"\"networkSettings\":{\"path\":\"/x\"}", "node tj: networkSettings: not served (no "
                                                   "transport settings)"},
@@ -598,10 +598,10 @@ static void lower__vless_node__inbound_and_refusals(void **state)
     static const struct {
         const char *extra, *msg;
     } refused[] = {
-        {"\"network\":\"grpc\"", "node vl: network \"grpc\": not served (vless on TCP, "
-                                 "WebSocket or HTTPUpgrade only)"},
+        {"\"network\":\"grpc\",\"networkSettings\":{\"serviceName\":\"\"}",
+         "node vl: networkSettings.serviceName: required for network grpc"},
         {"\"network\":\"xhttp\"", "node vl: network \"xhttp\": not served (vless on TCP, "
-                                  "WebSocket or HTTPUpgrade only)"},
+                                  "WebSocket, HTTPUpgrade or gRPC only)"},
         {"\"tls\":2", "node vl: tls 2 (REALITY): not served (vless in clear or over TLS "
                       "only)"},
         {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow: not served (no VLESS flow such as "
@@ -665,8 +665,8 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
         enum sv_cert_source cert;
         bool fallback;
     } refused[] = {
-        {"\"network\":\"grpc\"", "node vm: network \"grpc\": not served (vmess on TCP, "
-                                   "WebSocket or HTTPUpgrade only)", SV_CERT_NONE, false},
+        {"\"network\":\"xhttp\"", "node vm: network \"xhttp\": not served (vmess on TCP, "
+                                   "WebSocket, HTTPUpgrade or gRPC only)", SV_CERT_NONE, false},
         {"\"tls\":2", "node vm: tls 2 (REALITY): not served (vmess in clear or over TLS "
                       "only)", SV_CERT_SELF, false},
         {"\"networkSettings\":{\"path\":\"/x\"}", "node vm: networkSettings: not served (no "
@@ -734,6 +734,39 @@ static void lower__ws_node__ws_settings(void **state)
             assert_null(s.inbounds[0].ws.host);
         else
             assert_string_equal(s.inbounds[0].ws.host, cases[c].host);
+        sv_spec_free(&s);
+        free_state(&st);
+    }
+}
+
+/* Issue 10: a trojan, vless or vmess node with network grpc lowers to an inbound with the
+ * networkSettings.serviceName (network_settings too), in clear or over TLS as the node says. */
+static void lower__grpc_node__service_name(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *protocol, *extra;
+        int tls;
+    } cases[] = {
+        {"trojan", "\"networkSettings\":{\"serviceName\":\"tun-svc\"}", 1},
+        {"vless", "\"network_settings\":{\"serviceName\":\"tun-svc\"}", 0},
+        {"vless", "\"networkSettings\":{\"serviceName\":\"tun-svc\"}", 1},
+        {"vmess", "\"networkSettings\":{\"serviceName\":\"tun-svc\"}", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[256];
+        ag_node_state st;
+        sv_spec s;
+        snprintf(json, sizeof json, "{\"protocol\":\"%s\",\"server_port\":443,\"tls\":%d,"
+                 "\"network\":\"grpc\",%s}", cases[i].protocol, cases[i].tls, cases[i].extra);
+        state_from_json(&st, "g", json, "{\"users\":[{\"id\":1,\"uuid\":"
+                        "\"27848739-7e62-4138-9fd3-098a63964b6b\"}]}");
+        st.cert = cases[i].tls ? SV_CERT_SELF : SV_CERT_NONE;
+        lower_one(&st, &s);
+        assert_int_equal(s.n_inbounds, 1);
+        assert_int_equal(s.inbounds[0].tls.cert, st.cert);
+        assert_string_equal(s.inbounds[0].grpc.service_name, "tun-svc");
+        assert_null(s.inbounds[0].ws.path);
         sv_spec_free(&s);
         free_state(&st);
     }
@@ -1154,6 +1187,7 @@ int main(void)
         cmocka_unit_test(lower__unserved_settings__are_refused_naming_the_field),
         cmocka_unit_test(lower__trojan_node__inbound_over_tls_and_refusals),
         cmocka_unit_test(lower__ws_node__ws_settings),
+        cmocka_unit_test(lower__grpc_node__service_name),
         cmocka_unit_test(lower__ss_v2ray_plugin__websocket_inbound),
         cmocka_unit_test(lower__vless_node__inbound_and_refusals),
         cmocka_unit_test(lower__vmess_node__tcp_or_tls_and_refusals),

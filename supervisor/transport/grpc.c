@@ -1,0 +1,892 @@
+/*
+ * The gRPC transport as a core that wraps the inbound's core (issue 10, PROTOCOLS-2.md §3; see
+ * grpc.h for why it sits at the core seam). HTTP/2 is nghttp2 over its memory API: feed() hands
+ * it the client's bytes, every stream's gun data is decoded into that stream's input buffer and
+ * fed to the stream's own inner core; the inner effects are passed up tagged with the HTTP/2
+ * stream ID, the inner core's bytes for the client are gun-framed into the stream's response.
+ * Whatever nghttp2 has to send (settings, acks, window updates, responses, trailers) leaves as
+ * SV_FX_TO_CLIENT from feed() or as the output of frame() / frame_end().
+ */
+#include "config.h"
+
+#include "supervisor/transport/grpc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nghttp2/nghttp2.h>
+
+/* ---- gun messages --------------------------------------------------------------------------- */
+
+enum { GUN_PREFIX = 0, GUN_TAG, GUN_LEN, GUN_DATA, GUN_DEAD };
+
+ssize_t sv_gun_decode(sv_gun_decoder *d, const uint8_t *in, size_t n, uint8_t *out)
+{
+    size_t w = 0, i = 0;
+    while (i < n) {
+        switch (d->phase) {
+        case GUN_PREFIX:
+            d->prefix[d->got++] = in[i++];
+            if (d->got < 5)
+                break;
+            d->got = 0;
+            d->msg_left = (uint32_t)d->prefix[1] << 24 | (uint32_t)d->prefix[2] << 16 |
+                          (uint32_t)d->prefix[3] << 8 | d->prefix[4];
+            if (d->prefix[0] != 0 || d->msg_left > SV_GUN_MSG_MAX)
+                goto bad;
+            if (d->msg_left > 0)
+                d->phase = GUN_TAG;
+            break;
+        case GUN_TAG:
+            if (in[i++] != 0x0A) /* field 1, length-delimited: Hunk.data, MultiHunk.data */
+                goto bad;
+            d->msg_left--;
+            d->field_left = 0;
+            d->got = 0;
+            d->phase = GUN_LEN;
+            break;
+        case GUN_LEN: {
+            uint8_t b = in[i++];
+            if (d->msg_left == 0 || d->got >= 5)
+                goto bad;
+            d->msg_left--;
+            d->field_left |= (uint64_t)(b & 0x7F) << (7 * d->got++);
+            if (b & 0x80)
+                break;
+            d->got = 0; /* counts prefix bytes again once the message ends */
+            if (d->field_left > d->msg_left)
+                goto bad;
+            d->phase = d->field_left > 0 ? GUN_DATA : d->msg_left > 0 ? GUN_TAG : GUN_PREFIX;
+            break;
+        }
+        case GUN_DATA: {
+            size_t k = n - i;
+            if (k > d->field_left)
+                k = (size_t)d->field_left;
+            memmove(out + w, in + i, k);
+            w += k;
+            i += k;
+            d->field_left -= k;
+            d->msg_left -= (uint32_t)k;
+            if (d->field_left == 0)
+                d->phase = d->msg_left > 0 ? GUN_TAG : GUN_PREFIX;
+            break;
+        }
+        default:
+            return -EPROTO;
+        }
+    }
+    return (ssize_t)w;
+bad:
+    d->phase = GUN_DEAD;
+    return -EPROTO;
+}
+
+size_t sv_gun_header(size_t len, uint8_t hdr[SV_GUN_HDR_MAX])
+{
+    uint8_t v[5];
+    size_t vn = 0;
+    size_t x = len;
+    do {
+        v[vn] = (uint8_t)(x & 0x7F);
+        x >>= 7;
+        if (x != 0)
+            v[vn] |= 0x80;
+        vn++;
+    } while (x != 0);
+    size_t msg = 1 + vn + len;
+    hdr[0] = 0;
+    hdr[1] = (uint8_t)(msg >> 24);
+    hdr[2] = (uint8_t)(msg >> 16);
+    hdr[3] = (uint8_t)(msg >> 8);
+    hdr[4] = (uint8_t)msg;
+    hdr[5] = 0x0A;
+    memcpy(hdr + 6, v, vn);
+    return 6 + vn;
+}
+
+/* ---- credentials: the inner core's table and the served paths ------------------------------- */
+
+#define GRPC_PATHS 2
+
+typedef struct grpc_creds {
+    const sv_proto_ops *inner;
+    void *inner_creds;
+    char *prefix;           /* "/<service>/" as configured (unescaped) */
+    char *name[GRPC_PATHS]; /* the stream names: "Tun", "TunMulti" or a custom path's */
+} grpc_creds;
+
+static void grpc_creds_free(void *p)
+{
+    grpc_creds *cr = p;
+    if (cr == NULL)
+        return;
+    if (cr->inner_creds != NULL)
+        cr->inner->creds_free(cr->inner_creds);
+    free(cr->prefix);
+    for (int i = 0; i < GRPC_PATHS; i++)
+        free(cr->name[i]);
+    free(cr);
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d != NULL) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+int sv_grpc_creds_new(const sv_proto_ops *inner, const char *service, const sv_inbound_spec *in,
+                      const sv_user_set *users, void **out, sv_error *err)
+{
+    grpc_creds *cr = calloc(1, sizeof *cr);
+    if (cr == NULL)
+        return -ENOMEM;
+    cr->inner = inner;
+    size_t len = strlen(service);
+    if (service[0] == '/') { /* custom: "/a/b/t|m" serves /a/b/t and /a/b/m (§3.1) */
+        const char *last = strrchr(service, '/');
+        const char *bar = strchr(last, '|');
+        cr->prefix = dup_n(service, (size_t)(last + 1 - service));
+        cr->name[0] = dup_n(last + 1, bar != NULL ? (size_t)(bar - last - 1) : strlen(last + 1));
+        cr->name[1] = bar != NULL ? strdup(bar + 1) : strdup(cr->name[0] ? cr->name[0] : "");
+    } else {
+        cr->prefix = malloc(len + 3);
+        if (cr->prefix != NULL) {
+            cr->prefix[0] = '/';
+            memcpy(cr->prefix + 1, service, len);
+            memcpy(cr->prefix + 1 + len, "/", 2);
+        }
+        cr->name[0] = strdup("Tun");
+        cr->name[1] = strdup("TunMulti");
+    }
+    if (cr->prefix == NULL || cr->name[0] == NULL || cr->name[1] == NULL) {
+        grpc_creds_free(cr);
+        return -ENOMEM;
+    }
+    int rc = inner->creds_new(in, users, &cr->inner_creds, err);
+    if (rc != 0) {
+        cr->inner_creds = NULL;
+        grpc_creds_free(cr);
+        return rc;
+    }
+    *out = cr;
+    return 0;
+}
+
+static int grpc_creds_new_direct(const sv_inbound_spec *in, const sv_user_set *users, void **out,
+                                 sv_error *err)
+{
+    (void)users;
+    (void)out;
+    return sv_error_set(err, -EINVAL, "inbound %s: the grpc core is built by sv_grpc_creds_new",
+                        in->tag);
+}
+
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Does the request path @p p (@p n bytes, percent-escapes decoded on the fly, so that the raw
+ * and the escaped forms of a name both match, §3.1) equal prefix + one of the names? */
+static bool path_served(const grpc_creds *cr, const uint8_t *p, size_t n)
+{
+    char dec[2 * SV_GRPC_SERVICE_MAX + 16];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k + 1 >= sizeof dec)
+            return false;
+        int hi, lo;
+        if (p[i] == '%' && i + 2 < n && (hi = hexval(p[i + 1])) >= 0 && (lo = hexval(p[i + 2])) >= 0) {
+            dec[k++] = (char)(hi << 4 | lo);
+            i += 2;
+        } else {
+            dec[k++] = (char)p[i];
+        }
+    }
+    dec[k] = '\0';
+    size_t pl = strlen(cr->prefix);
+    if (k <= pl || memcmp(dec, cr->prefix, pl) != 0)
+        return false;
+    for (int i = 0; i < GRPC_PATHS; i++)
+        if (strcmp(dec + pl, cr->name[i]) == 0)
+            return true;
+    return false;
+}
+
+/* ---- per-connection state ------------------------------------------------------------------- */
+
+/* Bytes of a stream's response queued beyond what HTTP/2 flow control lets go: past this the
+ * stream is reset (its client stopped reading it; the others go on). */
+#define GRPC_QUEUE_MAX (4u * 1024u * 1024u)
+/* Effects held for the next feed() when one call produced more than fit (several streams). */
+#define GRPC_DEFER_MAX 64
+/* HTTP/2 settings of ours: streams at once, receive windows (a stream's, the connection's). */
+#define GRPC_STREAMS_MAX 100 /* < SV_MUX_SESSIONS_MAX: closed streams' sub-flows linger */
+#define GRPC_STREAM_WINDOW (512 * 1024)
+#define GRPC_CONN_WINDOW (4 * 1024 * 1024)
+
+static const uint8_t h2_preface[24] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+typedef struct grpc_stream {
+    int32_t id;
+    bool path_ok, ctype_ok, answered, dead, authed, opened, told_close, ended, finished;
+    bool dirty;             /* new input since its inner core was last fed */
+    sv_gun_decoder dec;
+    uint8_t *in;            /* decoded data not yet consumed by the inner core */
+    size_t in_len, in_off;
+    uint8_t *q;             /* gun-framed response bytes nghttp2 has not taken */
+    size_t q_len, q_off;
+    _Alignas(max_align_t) uint8_t inner[];
+} grpc_stream;
+
+typedef struct grpc_state {
+    const sv_inbound_spec *in;
+    const grpc_creds *cr;
+    nghttp2_session *h2;
+    bool preface_ok, failed, have_time;
+    int principal; /* -1 until the first stream authenticates */
+    int64_t now;
+    grpc_stream **streams;
+    unsigned n_streams;
+    uint8_t *out; /* nghttp2 output not yet handed out: out[out_off .. out_len) */
+    size_t out_off, out_len, out_cap;
+    sv_effects *fx;                       /* effects of the current feed(), or NULL */
+    sv_effect *defer;                     /* effects that did not fit the last feed() (made on
+                                             first use, GRPC_DEFER_MAX) */
+    unsigned n_defer;
+} grpc_state;
+
+static grpc_stream *stream_of(grpc_state *st, int32_t id)
+{
+    for (unsigned i = 0; i < st->n_streams; i++)
+        if (st->streams[i]->id == id)
+            return st->streams[i];
+    return NULL;
+}
+
+static void stream_free(grpc_state *st, grpc_stream *s)
+{
+    st->cr->inner->deinit(s->inner);
+    free(s->in);
+    free(s->q);
+    free(s);
+}
+
+/* Forget the streams nghttp2 closed and the input the inner cores consumed (not while
+ * deferred effects may point into those buffers). */
+static void streams_sweep(grpc_state *st)
+{
+    if (st->n_defer > 0)
+        return;
+    for (unsigned i = 0; i < st->n_streams;) {
+        grpc_stream *s = st->streams[i];
+        if (s->in != NULL && s->in_off == s->in_len) { /* an idle stream holds no buffer */
+            free(s->in);
+            s->in = NULL;
+            s->in_off = s->in_len = 0;
+        }
+        if (s->finished) {
+            st->streams[i] = st->streams[--st->n_streams];
+            stream_free(st, s);
+        } else {
+            i++;
+        }
+    }
+}
+
+static int grpc_init(void *state, const sv_inbound_spec *in)
+{
+    grpc_state *st = state;
+    st->in = in;
+    st->principal = -1;
+    return 0;
+}
+
+static void grpc_deinit(void *state)
+{
+    grpc_state *st = state;
+    if (st->cr != NULL)
+        for (unsigned i = 0; i < st->n_streams; i++)
+            stream_free(st, st->streams[i]);
+    free(st->streams);
+    st->streams = NULL;
+    st->n_streams = 0;
+    nghttp2_session_del(st->h2);
+    st->h2 = NULL;
+    free(st->out);
+    st->out = NULL;
+    free(st->defer);
+    st->defer = NULL;
+}
+
+static void grpc_set_time(void *state, int64_t unix_s)
+{
+    grpc_state *st = state;
+    st->now = unix_s;
+    st->have_time = true;
+}
+
+/* An effect for the runtime: into this feed()'s list while it has room (one slot kept for the
+ * HTTP/2 output), else held for the next call. @return false when even that is full. */
+static bool push(grpc_state *st, const sv_effect *e)
+{
+    if (st->fx != NULL && st->fx->n + 1 < SV_EFFECTS_MAX) {
+        st->fx->v[st->fx->n++] = *e;
+        return true;
+    }
+    if (st->n_defer >= GRPC_DEFER_MAX)
+        return false;
+    if (st->defer == NULL && (st->defer = malloc(GRPC_DEFER_MAX * sizeof *st->defer)) == NULL)
+        return false;
+    st->defer[st->n_defer++] = *e;
+    return true;
+}
+
+/* The stream ends towards the runtime (its sub-flow closes), once. */
+static void tell_close(grpc_state *st, grpc_stream *s)
+{
+    if (!s->opened || s->told_close)
+        return;
+    s->told_close = true;
+    sv_effect e = {.kind = SV_FX_CLOSE, .stream = (uint32_t)s->id};
+    if (!push(st, &e))
+        st->failed = true;
+}
+
+/* Drop a stream that failed (inner error, another user, overflow): RST_STREAM, its sub-flow
+ * ends. No log line (issue 10: refused without a log line per attempt). */
+static void stream_reset(grpc_state *st, grpc_stream *s, uint32_t code)
+{
+    if (s->dead)
+        return;
+    s->dead = true;
+    free(s->in);
+    s->in = NULL;
+    s->in_len = s->in_off = 0;
+    tell_close(st, s);
+    if (!s->ended) {
+        s->ended = true;
+        nghttp2_submit_rst_stream(st->h2, NGHTTP2_FLAG_NONE, s->id, code);
+    }
+}
+
+/* Queue @p n bytes of the inner core for the client as one Hunk on stream @p s (never an empty
+ * message, §3.2). @return false when the stream was reset (its queue overflowed). */
+static bool stream_send(grpc_state *st, grpc_stream *s, const uint8_t *p, size_t n)
+{
+    if (n == 0 || s->dead || s->ended)
+        return true;
+    size_t need = s->q_len + SV_GUN_HDR_MAX + n;
+    if (need - s->q_off > GRPC_QUEUE_MAX) {
+        stream_reset(st, s, NGHTTP2_FLOW_CONTROL_ERROR);
+        return false;
+    }
+    if (s->q_off > 0) { /* slide the unsent part to the front before growing */
+        memmove(s->q, s->q + s->q_off, s->q_len - s->q_off);
+        s->q_len -= s->q_off;
+        s->q_off = 0;
+        need = s->q_len + SV_GUN_HDR_MAX + n;
+    }
+    uint8_t *q = realloc(s->q, need);
+    if (q == NULL) {
+        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+        return false;
+    }
+    s->q = q;
+    s->q_len += sv_gun_header(n, s->q + s->q_len);
+    memcpy(s->q + s->q_len, p, n);
+    s->q_len += n;
+    nghttp2_session_resume_data(st->h2, s->id);
+    return true;
+}
+
+/* Map one inner feed()'s effects of stream @p s into the runtime's. */
+static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
+{
+    for (unsigned i = 0; i < fx->n && !s->dead; i++) {
+        sv_effect e = fx->v[i];
+        e.stream = (uint32_t)s->id;
+        switch (e.kind) {
+        case SV_FX_AUTHENTICATED:
+            if (e.multiplexed || (st->principal >= 0 && e.principal != st->principal)) {
+                stream_reset(st, s, NGHTTP2_REFUSED_STREAM);
+                break;
+            }
+            s->authed = true;
+            if (st->principal < 0) {
+                st->principal = e.principal;
+                e.multiplexed = true;
+                if (!push(st, &e))
+                    st->failed = true;
+            }
+            break;
+        case SV_FX_OPEN:
+            if (!s->authed || s->opened) {
+                stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
+                break;
+            }
+            s->opened = true;
+            /* fall through */
+        case SV_FX_TO_OUTBOUND:
+        case SV_FX_DATAGRAM:
+            if (!s->opened)
+                break;
+            if (!push(st, &e))
+                st->failed = true;
+            break;
+        case SV_FX_TO_CLIENT:
+            stream_send(st, s, e.data, e.len);
+            break;
+        case SV_FX_CLOSE:
+        case SV_FX_FINISH:
+            tell_close(st, s);
+            break;
+        case SV_FX_ERROR: /* this stream only: no fallback inside HTTP/2 */
+            stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
+            break;
+        }
+    }
+}
+
+/* Feed stream @p s's pending input to its inner core until it needs more. */
+static void stream_run(grpc_state *st, grpc_stream *s)
+{
+    const sv_proto_ops *inner = st->cr->inner;
+    s->dirty = false;
+    while (!s->dead && s->in_off < s->in_len) {
+        sv_effects fx;
+        if (inner->set_time != NULL && !s->authed && st->have_time)
+            inner->set_time(s->inner, st->now);
+        ssize_t r = inner->feed(s->inner, st->cr->inner_creds, s->in + s->in_off,
+                                s->in_len - s->in_off, &fx);
+        map_effects(st, s, &fx);
+        if (r < 0) {
+            stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
+            return;
+        }
+        if (r == 0)
+            break;
+        s->in_off += (size_t)r;
+    }
+    if (!s->dead && s->in_len - s->in_off > inner->carry_max)
+        stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
+}
+
+/* ---- nghttp2 callbacks ---------------------------------------------------------------------- */
+
+static ssize_t on_data_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t length,
+                            uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    grpc_state *st = ud;
+    grpc_stream *s = stream_of(st, id);
+    (void)h2;
+    (void)src;
+    if (s == NULL)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    size_t have = s->q_len - s->q_off;
+    if (have == 0) {
+        if (!s->ended)
+            return NGHTTP2_ERR_DEFERRED;
+        /* the outbound ended: trailers close the stream (§3.3) */
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        static const nghttp2_nv ok[] = {
+            {(uint8_t *)"grpc-status", (uint8_t *)"0", 11, 1, NGHTTP2_NV_FLAG_NONE},
+        };
+        if (nghttp2_submit_trailer(st->h2, id, ok, 1) != 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+        return 0;
+    }
+    size_t k = have < length ? have : length;
+    memcpy(buf, s->q + s->q_off, k);
+    s->q_off += k;
+    if (s->q_off == s->q_len) { /* an idle stream holds no buffer */
+        free(s->q);
+        s->q = NULL;
+        s->q_off = s->q_len = 0;
+    }
+    return (ssize_t)k;
+}
+
+static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    grpc_state *st = ud;
+    (void)h2;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    const sv_proto_ops *inner = st->cr->inner;
+    grpc_stream *s = calloc(1, sizeof *s + inner->state_size);
+    if (s == NULL)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (st->n_streams >= GRPC_STREAMS_MAX + GRPC_DEFER_MAX || inner->init(s->inner, st->in) != 0) {
+        inner->deinit(s->inner);
+        free(s);
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
+    }
+    s->id = f->hd.stream_id;
+    st->streams[st->n_streams++] = s;
+    return 0;
+}
+
+static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name,
+                     size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags, void *ud)
+{
+    grpc_state *st = ud;
+    (void)h2;
+    (void)flags;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    grpc_stream *s = stream_of(st, f->hd.stream_id);
+    if (s == NULL)
+        return 0;
+    if (namelen == 5 && memcmp(name, ":path", 5) == 0)
+        s->path_ok = path_served(st->cr, value, valuelen);
+    else if (namelen == 12 && memcmp(name, "content-type", 12) == 0)
+        s->ctype_ok = valuelen >= 16 && memcmp(value, "application/grpc", 16) == 0;
+    return 0;
+}
+
+/* The request's headers are in: answer a served path with the response headers (the body
+ * follows as the inner core writes), any other with grpc-status 12 and the end of the stream. */
+static void answer(grpc_state *st, grpc_stream *s)
+{
+    s->answered = true;
+    if (!s->path_ok || !s->ctype_ok) {
+        static const nghttp2_nv no[] = {
+            {(uint8_t *)":status", (uint8_t *)"200", 7, 3, NGHTTP2_NV_FLAG_NONE},
+            {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, NGHTTP2_NV_FLAG_NONE},
+            {(uint8_t *)"grpc-status", (uint8_t *)"12", 11, 2, NGHTTP2_NV_FLAG_NONE},
+        };
+        s->dead = s->ended = true;
+        nghttp2_submit_response(st->h2, s->id, no, 3, NULL);
+        return;
+    }
+    static const nghttp2_nv yes[] = {
+        {(uint8_t *)":status", (uint8_t *)"200", 7, 3, NGHTTP2_NV_FLAG_NONE},
+        {(uint8_t *)"content-type", (uint8_t *)"application/grpc", 12, 16, NGHTTP2_NV_FLAG_NONE},
+    };
+    nghttp2_data_provider dp = {.source.ptr = s, .read_callback = on_data_read};
+    if (nghttp2_submit_response(st->h2, s->id, yes, 2, &dp) != 0)
+        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+}
+
+static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
+{
+    grpc_state *st = ud;
+    (void)h2;
+    grpc_stream *s = stream_of(st, f->hd.stream_id);
+    if (s == NULL)
+        return 0;
+    if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST && !s->answered)
+        answer(st, s);
+    if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+        if (s->dirty)
+            stream_run(st, s);
+        /* the client is done with it: the sub-flow ends, as for a Mux.Cool End, and so does
+         * the response (what is queued, then the trailers) */
+        tell_close(st, s);
+        if (s->answered && !s->dead && !s->ended) {
+            s->ended = true;
+            nghttp2_session_resume_data(st->h2, s->id);
+        }
+    }
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *data,
+                         size_t len, void *ud)
+{
+    grpc_state *st = ud;
+    (void)h2;
+    (void)flags;
+    grpc_stream *s = stream_of(st, id);
+    if (s == NULL || s->dead)
+        return 0;
+    if (s->in_off > 0 && st->n_defer == 0) { /* compact: no held effect points into it */
+        memmove(s->in, s->in + s->in_off, s->in_len - s->in_off);
+        s->in_len -= s->in_off;
+        s->in_off = 0;
+    }
+    uint8_t *grown = realloc(s->in, s->in_len + len);
+    if (grown == NULL) {
+        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+        return 0;
+    }
+    s->in = grown;
+    ssize_t k = sv_gun_decode(&s->dec, data, len, s->in + s->in_len);
+    if (k < 0) {
+        stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
+        return 0;
+    }
+    s->in_len += (size_t)k;
+    if (k > 0)
+        s->dirty = true;
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code, void *ud)
+{
+    grpc_state *st = ud;
+    (void)h2;
+    (void)code;
+    grpc_stream *s = stream_of(st, id);
+    if (s == NULL)
+        return 0;
+    if (s->dirty) /* what came before the reset still counts, however the bytes were cut */
+        stream_run(st, s);
+    tell_close(st, s);
+    s->dead = s->ended = s->finished = true;
+    return 0;
+}
+
+static int session_open(grpc_state *st, const grpc_creds *cr)
+{
+    nghttp2_session_callbacks *cb;
+    st->cr = cr;
+    st->streams = calloc(GRPC_STREAMS_MAX + GRPC_DEFER_MAX, sizeof *st->streams);
+    if (st->streams == NULL || nghttp2_session_callbacks_new(&cb) != 0)
+        return -ENOMEM;
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    int rc = nghttp2_session_server_new(&st->h2, cb, st);
+    nghttp2_session_callbacks_del(cb);
+    if (rc != 0)
+        return -ENOMEM;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, GRPC_STREAMS_MAX},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, GRPC_STREAM_WINDOW},
+    };
+    if (nghttp2_submit_settings(st->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
+        nghttp2_session_set_local_window_size(st->h2, NGHTTP2_FLAG_NONE, 0, GRPC_CONN_WINDOW) != 0)
+        return -ENOMEM;
+    return 0;
+}
+
+/* Collect what nghttp2 has to send into st->out. @return 0 or -ENOMEM / -EPROTO. */
+static int drain_h2(grpc_state *st)
+{
+    for (;;) {
+        const uint8_t *p = NULL;
+        ssize_t n = nghttp2_session_mem_send(st->h2, &p);
+        if (n < 0)
+            return -EPROTO;
+        if (n == 0)
+            return 0;
+        if (st->out_len + (size_t)n > st->out_cap) {
+            size_t cap = st->out_cap ? st->out_cap : 16384;
+            while (cap < st->out_len + (size_t)n)
+                cap *= 2;
+            uint8_t *g = realloc(st->out, cap);
+            if (g == NULL)
+                return -ENOMEM;
+            st->out = g;
+            st->out_cap = cap;
+        }
+        memcpy(st->out + st->out_len, p, (size_t)n);
+        st->out_len += (size_t)n;
+    }
+}
+
+/* Drop the output the last call handed out (its pointer was valid until this call); free the
+ * buffer once empty. */
+static void out_reset(grpc_state *st)
+{
+    if (st->out_off < st->out_len) {
+        memmove(st->out, st->out + st->out_off, st->out_len - st->out_off);
+        st->out_len -= st->out_off;
+        st->out_off = 0;
+        return;
+    }
+    st->out_off = st->out_len = st->out_cap = 0;
+    free(st->out); /* an idle connection holds no buffer */
+    st->out = NULL;
+}
+
+static ssize_t fail(grpc_state *st, sv_effects *fx, int err)
+{
+    st->failed = true;
+    sv_effect *e = sv_effects_push(fx, SV_FX_ERROR);
+    if (e == NULL) {
+        fx->n--;
+        e = sv_effects_push(fx, SV_FX_ERROR);
+    }
+    e->error = err;
+    e->policy = SV_PROBE_CLOSE;
+    return err;
+}
+
+static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx)
+{
+    grpc_state *st = state;
+    fx->n = 0;
+    if (st->failed)
+        return fail(st, fx, -EPROTO);
+    if (!st->preface_ok) {
+        size_t k = n < sizeof h2_preface ? n : sizeof h2_preface;
+        if (memcmp(p, h2_preface, k) != 0) { /* not HTTP/2: the inbound's fallback or 404 */
+            st->failed = true;
+            sv_effect *e = sv_effects_push(fx, SV_FX_ERROR);
+            e->error = -EPROTO;
+            e->policy = SV_PROBE_FALLBACK;
+            e->data = p;
+            e->len = n;
+            return -EPROTO;
+        }
+        if (k < sizeof h2_preface)
+            return 0;
+        st->preface_ok = true;
+        int rc = session_open(st, creds);
+        if (rc != 0)
+            return fail(st, fx, rc);
+    }
+    out_reset(st);
+    st->fx = fx;
+    /* what did not fit the last call goes first; what still does not fit moves to the front
+     * of the array in order (push() writes below the index being read) */
+    unsigned held = st->n_defer;
+    st->n_defer = 0;
+    for (unsigned i = 0; i < held; i++)
+        push(st, &st->defer[i]);
+    streams_sweep(st);
+    ssize_t r = nghttp2_session_mem_recv(st->h2, p, n);
+    if (r < 0) {
+        st->fx = NULL;
+        return fail(st, fx, -EPROTO);
+    }
+    for (unsigned i = 0; i < st->n_streams; i++)
+        if (st->streams[i]->dirty)
+            stream_run(st, st->streams[i]);
+    st->fx = NULL;
+    int rc = drain_h2(st);
+    if (rc != 0 || st->failed)
+        return fail(st, fx, rc != 0 ? rc : -ENOBUFS);
+    if (st->out_len > st->out_off) {
+        /* first: applying the others may call frame_end(), whose HTTP/2 bytes must follow
+         * these on the wire (and reuse the buffer); push() kept the slot free */
+        memmove(fx->v + 1, fx->v, fx->n * sizeof *fx->v);
+        fx->n++;
+        fx->v[0] = (sv_effect){.kind = SV_FX_TO_CLIENT, .data = st->out + st->out_off,
+                               .len = st->out_len - st->out_off};
+        st->out_off = st->out_len;
+    }
+    if (!nghttp2_session_want_read(st->h2) && !nghttp2_session_want_write(st->h2))
+        (void)sv_effects_push(fx, SV_FX_FINISH); /* both ends said GOAWAY */
+    return (ssize_t)n;
+}
+
+/* Copy pending output into the caller's buffer, at most @p cap bytes; the rest goes with the
+ * next call (frame() output is the remote read and a little framing unless a window update
+ * released a backlog, which feed() hands out whole). */
+static ssize_t give_out(grpc_state *st, uint8_t *out, size_t cap)
+{
+    size_t n = st->out_len - st->out_off;
+    if (n == 0)
+        return 0;
+    if (n > cap)
+        n = cap;
+    memcpy(out, st->out + st->out_off, n);
+    st->out_off += n;
+    return (ssize_t)n;
+}
+
+static ssize_t grpc_frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
+                          size_t len, uint8_t *out, size_t cap)
+{
+    grpc_state *st = state;
+    const grpc_creds *cr = creds;
+    grpc_stream *s = st->h2 != NULL ? stream_of(st, (int32_t)stream) : NULL;
+    out_reset(st);
+    if (s != NULL && !s->dead && !s->ended) {
+        /* the inner core frames into the caller's buffer; stream_send copies it before the
+         * HTTP/2 bytes are written there */
+        ssize_t k = cr->inner->frame(s->inner, cr->inner_creds, 0, in, len, out, cap);
+        if (k < 0)
+            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+        else
+            stream_send(st, s, out, (size_t)k);
+    }
+    if (st->h2 != NULL && drain_h2(st) != 0)
+        return -ENOMEM;
+    return give_out(st, out, cap);
+}
+
+static size_t grpc_frame_max(size_t len)
+{
+    (void)len;
+    return 0; /* checked per call: frame() answers -EMSGSIZE beyond the caller's buffer */
+}
+
+static ssize_t grpc_frame_datagram(void *state, const void *creds, uint32_t stream,
+                                   const sv_dest *from, const uint8_t *payload, size_t len,
+                                   uint8_t *out, size_t cap)
+{
+    grpc_state *st = state;
+    const grpc_creds *cr = creds;
+    grpc_stream *s = st->h2 != NULL ? stream_of(st, (int32_t)stream) : NULL;
+    out_reset(st);
+    if (s != NULL && !s->dead && !s->ended && cr->inner->frame_datagram != NULL) {
+        ssize_t k = cr->inner->frame_datagram(s->inner, cr->inner_creds, 0, from, payload, len,
+                                              out, cap);
+        if (k > 0)
+            stream_send(st, s, out, (size_t)k);
+    }
+    if (st->h2 != NULL && drain_h2(st) != 0)
+        return -ENOMEM;
+    return give_out(st, out, cap);
+}
+
+static ssize_t grpc_frame_end(void *state, const void *creds, uint32_t stream, bool abort,
+                              uint8_t *out, size_t cap)
+{
+    grpc_state *st = state;
+    const grpc_creds *cr = creds;
+    grpc_stream *s = st->h2 != NULL ? stream_of(st, (int32_t)stream) : NULL;
+    out_reset(st);
+    if (s != NULL && !s->dead && !s->ended) {
+        s->told_close = true; /* the runtime ended the sub-flow itself */
+        if (abort) {
+            stream_reset(st, s, NGHTTP2_CANCEL);
+        } else {
+            if (cr->inner->frame_end != NULL) {
+                uint8_t end[256];
+                ssize_t k = cr->inner->frame_end(s->inner, cr->inner_creds, 0, false, end,
+                                                 sizeof end);
+                if (k > 0)
+                    stream_send(st, s, end, (size_t)k);
+            }
+            s->ended = true;
+            nghttp2_session_resume_data(st->h2, s->id);
+        }
+    } else if (s != NULL) {
+        s->told_close = true;
+    }
+    if (st->h2 != NULL && drain_h2(st) != 0)
+        return -ENOMEM;
+    return give_out(st, out, cap);
+}
+
+const sv_proto_ops sv_grpc_ops = {
+    .name = "grpc",
+    .creds_new = grpc_creds_new_direct,
+    .creds_free = grpc_creds_free,
+    .set_time = grpc_set_time,
+    .state_size = sizeof(grpc_state),
+    .init = grpc_init,
+    .deinit = grpc_deinit,
+    .feed = grpc_feed,
+    .carry_max = sizeof h2_preface,
+    .frame = grpc_frame,
+    .frame_max = grpc_frame_max,
+    .frame_datagram = grpc_frame_datagram,
+    .frame_end = grpc_frame_end,
+};
