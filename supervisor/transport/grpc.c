@@ -238,6 +238,7 @@ typedef struct grpc_stream {
     int32_t id;
     bool path_ok, ctype_ok, answered, dead, authed, opened, told_close, ended, finished;
     bool dirty;             /* new input since its inner core was last fed */
+    bool mux;               /* its inner core said Mux.Cool: its sessions are the sub-flows */
     sv_gun_decoder dec;
     uint8_t *in;            /* decoded data not yet consumed by the inner core */
     size_t in_len, in_off;
@@ -245,6 +246,15 @@ typedef struct grpc_stream {
     size_t q_len, q_off;
     _Alignas(max_align_t) uint8_t inner[];
 } grpc_stream;
+
+/* A Mux.Cool session inside a stream (VLESS / VMess command 3 over gRPC: Xray's XUDP): the
+ * runtime knows it as sub-flow `id`, an even number, since a client's HTTP/2 stream IDs are
+ * odd (RFC 9113 §5.1.1), so it never meets a plain stream's sub-flow. */
+typedef struct grpc_sub {
+    uint32_t id;
+    int32_t h2;       /* its HTTP/2 stream */
+    uint16_t session; /* its Mux.Cool session ID, the inner core's stream key */
+} grpc_sub;
 
 typedef struct grpc_state {
     const sv_inbound_spec *in;
@@ -261,6 +271,10 @@ typedef struct grpc_state {
     sv_effect *defer;                     /* effects that did not fit the last feed() (made on
                                              first use, GRPC_DEFER_MAX) */
     unsigned n_defer;
+    grpc_sub *subs;   /* open Mux.Cool sessions of every stream (made on first use,
+                         GRPC_STREAMS_MAX) */
+    unsigned n_subs;
+    uint32_t next_sub; /* the last sub-flow ID given to a session (even) */
 } grpc_state;
 
 static grpc_stream *stream_of(grpc_state *st, int32_t id)
@@ -324,6 +338,9 @@ static void grpc_deinit(void *state)
     st->out = NULL;
     free(st->defer);
     st->defer = NULL;
+    free(st->subs);
+    st->subs = NULL;
+    st->n_subs = 0;
 }
 
 static void grpc_set_time(void *state, int64_t unix_s)
@@ -349,9 +366,24 @@ static bool push(grpc_state *st, const sv_effect *e)
     return true;
 }
 
-/* The stream ends towards the runtime (its sub-flow closes), once. */
+/* The stream ends towards the runtime (its sub-flow closes, or every Mux.Cool session it
+ * carries), once. */
 static void tell_close(grpc_state *st, grpc_stream *s)
 {
+    if (s->mux) {
+        for (unsigned i = 0; i < st->n_subs;) {
+            if (st->subs[i].h2 != s->id) {
+                i++;
+                continue;
+            }
+            sv_effect e = {.kind = SV_FX_CLOSE, .stream = st->subs[i].id};
+            if (!push(st, &e))
+                st->failed = true;
+            st->subs[i] = st->subs[--st->n_subs];
+        }
+        s->told_close = true;
+        return;
+    }
     if (!s->opened || s->told_close)
         return;
     s->told_close = true;
@@ -407,19 +439,92 @@ static bool stream_send(grpc_state *st, grpc_stream *s, const uint8_t *p, size_t
     return true;
 }
 
+/* The open Mux.Cool session @p session of stream @p h2, or NULL. */
+static grpc_sub *sub_of_session(grpc_state *st, int32_t h2, uint32_t session)
+{
+    for (unsigned i = 0; i < st->n_subs; i++)
+        if (st->subs[i].h2 == h2 && st->subs[i].session == session)
+            return &st->subs[i];
+    return NULL;
+}
+
+/* The open Mux.Cool session the runtime knows as sub-flow @p id, or NULL. */
+static grpc_sub *sub_of_id(grpc_state *st, uint32_t id)
+{
+    for (unsigned i = 0; i < st->n_subs; i++)
+        if (st->subs[i].id == id)
+            return &st->subs[i];
+    return NULL;
+}
+
+/* Sub-flows the runtime holds open for this connection: plain streams and sessions. */
+static unsigned subflows_open(const grpc_state *st)
+{
+    unsigned n = st->n_subs;
+    for (unsigned i = 0; i < st->n_streams; i++) {
+        const grpc_stream *s = st->streams[i];
+        n += !s->mux && s->opened && !s->told_close;
+    }
+    return n;
+}
+
+/* A Mux.Cool effect of stream @p s's inner core (stream = session ID) as the runtime's, on the
+ * session's own sub-flow. A session beyond GRPC_STREAMS_MAX sub-flows gets its End frame
+ * (abort) and its data is dropped, as the decoder treats one beyond its own bound. */
+static void map_session(grpc_state *st, grpc_stream *s, sv_effect e)
+{
+    grpc_sub *sub = sub_of_session(st, s->id, e.stream);
+    if (e.kind == SV_FX_OPEN) {
+        if (st->subs == NULL)
+            st->subs = malloc(GRPC_STREAMS_MAX * sizeof *st->subs);
+        if (sub != NULL) { /* the decoder forgot it, we did not: should not happen */
+            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+            return;
+        }
+        if (st->subs == NULL || subflows_open(st) >= GRPC_STREAMS_MAX) {
+            uint8_t end[64];
+            const sv_proto_ops *inner = st->cr->inner;
+            ssize_t k = inner->frame_end == NULL ? 0
+                      : inner->frame_end(s->inner, st->cr->inner_creds, e.stream, true, end,
+                                         sizeof end);
+            if (k > 0)
+                stream_send(st, s, end, (size_t)k);
+            return;
+        }
+        st->next_sub += 2;
+        if (st->next_sub == 0) /* after 2^31 sessions */
+            st->next_sub = 2;
+        sub = &st->subs[st->n_subs++];
+        *sub = (grpc_sub){.id = st->next_sub, .h2 = s->id, .session = (uint16_t)e.stream};
+    }
+    if (sub == NULL) /* a refused session's bytes */
+        return;
+    e.stream = sub->id;
+    if (e.kind == SV_FX_CLOSE) /* the client's End: the runtime's sub-flow drains and ends */
+        *sub = st->subs[--st->n_subs];
+    if (!push(st, &e))
+        st->failed = true;
+}
+
 /* Map one inner feed()'s effects of stream @p s into the runtime's. */
 static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
 {
     for (unsigned i = 0; i < fx->n && !s->dead; i++) {
         sv_effect e = fx->v[i];
+        if (s->mux && (e.kind == SV_FX_OPEN || e.kind == SV_FX_TO_OUTBOUND ||
+                       e.kind == SV_FX_DATAGRAM || e.kind == SV_FX_CLOSE)) {
+            map_session(st, s, e);
+            continue;
+        }
         e.stream = (uint32_t)s->id;
         switch (e.kind) {
         case SV_FX_AUTHENTICATED:
-            if (e.multiplexed || (st->principal >= 0 && e.principal != st->principal)) {
+            if (st->principal >= 0 && e.principal != st->principal) {
                 stream_reset(st, s, NGHTTP2_REFUSED_STREAM);
                 break;
             }
             s->authed = true;
+            s->mux = e.multiplexed;
             if (st->principal < 0) {
                 st->principal = e.principal;
                 e.multiplexed = true;
@@ -799,17 +904,38 @@ static ssize_t give_out(grpc_state *st, uint8_t *out, size_t cap)
     return (ssize_t)n;
 }
 
+/* The stream that carries sub-flow @p id and the inner core's key for it (0, or the Mux.Cool
+ * session; *@p sub set for a session), or NULL. */
+static grpc_stream *target(grpc_state *st, uint32_t id, uint32_t *key, grpc_sub **sub)
+{
+    *key = 0;
+    *sub = NULL;
+    if (st->h2 == NULL)
+        return NULL;
+    if (id % 2 == 0) {
+        *sub = sub_of_id(st, id);
+        if (*sub == NULL)
+            return NULL;
+        *key = (*sub)->session;
+        return stream_of(st, (*sub)->h2);
+    }
+    grpc_stream *s = stream_of(st, (int32_t)id);
+    return s != NULL && !s->mux ? s : NULL;
+}
+
 static ssize_t grpc_frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
                           size_t len, uint8_t *out, size_t cap)
 {
     grpc_state *st = state;
     const grpc_creds *cr = creds;
-    grpc_stream *s = st->h2 != NULL ? stream_of(st, (int32_t)stream) : NULL;
+    uint32_t key;
+    grpc_sub *sub;
+    grpc_stream *s = target(st, stream, &key, &sub);
     out_reset(st);
     if (s != NULL && !s->dead && !s->ended) {
         /* the inner core frames into the caller's buffer; stream_send copies it before the
          * HTTP/2 bytes are written there */
-        ssize_t k = cr->inner->frame(s->inner, cr->inner_creds, 0, in, len, out, cap);
+        ssize_t k = cr->inner->frame(s->inner, cr->inner_creds, key, in, len, out, cap);
         if (k < 0)
             stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
         else
@@ -832,10 +958,12 @@ static ssize_t grpc_frame_datagram(void *state, const void *creds, uint32_t stre
 {
     grpc_state *st = state;
     const grpc_creds *cr = creds;
-    grpc_stream *s = st->h2 != NULL ? stream_of(st, (int32_t)stream) : NULL;
+    uint32_t key;
+    grpc_sub *sub;
+    grpc_stream *s = target(st, stream, &key, &sub);
     out_reset(st);
     if (s != NULL && !s->dead && !s->ended && cr->inner->frame_datagram != NULL) {
-        ssize_t k = cr->inner->frame_datagram(s->inner, cr->inner_creds, 0, from, payload, len,
+        ssize_t k = cr->inner->frame_datagram(s->inner, cr->inner_creds, key, from, payload, len,
                                               out, cap);
         if (k > 0)
             stream_send(st, s, out, (size_t)k);
@@ -850,9 +978,19 @@ static ssize_t grpc_frame_end(void *state, const void *creds, uint32_t stream, b
 {
     grpc_state *st = state;
     const grpc_creds *cr = creds;
-    grpc_stream *s = st->h2 != NULL ? stream_of(st, (int32_t)stream) : NULL;
+    uint32_t key;
+    grpc_sub *sub;
+    grpc_stream *s = target(st, stream, &key, &sub);
     out_reset(st);
-    if (s != NULL && !s->dead && !s->ended) {
+    if (sub != NULL) { /* a Mux.Cool session: its End frame, the stream goes on */
+        *sub = st->subs[--st->n_subs]; /* the runtime forgot it */
+        uint8_t end[64];
+        ssize_t k = s != NULL && !s->dead && !s->ended && cr->inner->frame_end != NULL
+                  ? cr->inner->frame_end(s->inner, cr->inner_creds, key, abort, end, sizeof end)
+                  : 0;
+        if (k > 0)
+            stream_send(st, s, end, (size_t)k);
+    } else if (s != NULL && !s->dead && !s->ended) {
         s->told_close = true; /* the runtime ended the sub-flow itself */
         if (abort) {
             stream_reset(st, s, NGHTTP2_CANCEL);

@@ -6,7 +6,9 @@
  * ends with grpc-status 0; the same whole and byte at a time; a wrong path gets grpc-status 12
  * and no effect; a second user on the same connection is reset alone; a stream ended while
  * the runtime applies the effects keeps the HTTP/2 bytes in order; a client that does not
- * speak HTTP/2 gets the fallback policy with every byte.
+ * speak HTTP/2 gets the fallback policy with every byte; VLESS Mux.Cool (TCP and XUDP sessions)
+ * inside two streams: each session its own sub-flow with a unique ID, replies and End frames
+ * back on the right stream and session, whole and byte at a time.
  */
 #include "config.h"
 
@@ -24,6 +26,7 @@
 #include <openssl/evp.h>
 
 #include "supervisor/proto/trojan.h"
+#include "supervisor/proto/vless.h"
 #include "supervisor/transport/grpc.h"
 
 /* ---- gun codec ---------------------------------------------------------------------------- */
@@ -135,6 +138,9 @@ typedef struct run {
     sv_gun_decoder down_dec; /* the client's view of stream 1's response body */
     uint8_t down[4096];
     size_t down_len;
+    sv_gun_decoder down3_dec; /* stream 3's */
+    uint8_t down3[4096];
+    size_t down3_len;
     char status[16];         /* the last :status / grpc-status the client saw */
     char grpc_status[16];
     uint32_t rst_code[8];    /* RST_STREAM or close code per stream id / 2 */
@@ -159,7 +165,12 @@ static int cli_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t
     run *r = ud;
     (void)s;
     (void)flags;
-    (void)id;
+    if (id == 3) {
+        ssize_t k = sv_gun_decode(&r->down3_dec, data, len, r->down3 + r->down3_len);
+        assert_true(k >= 0);
+        r->down3_len += (size_t)k;
+        return 0;
+    }
     ssize_t k = sv_gun_decode(&r->down_dec, data, len, r->down + r->down_len);
     assert_true(k >= 0);
     r->down_len += (size_t)k;
@@ -190,7 +201,8 @@ static int cli_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud)
     return 0;
 }
 
-/* The request bodies: stream id → bytes (a Hunk each). */
+/* The request bodies: stream id → bytes (a Hunk each); more may be appended, then
+ * nghttp2_session_resume_data(). */
 typedef struct body {
     uint8_t b[512];
     size_t len, off;
@@ -203,11 +215,12 @@ static ssize_t cli_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len
     (void)s;
     (void)id;
     (void)ud;
+    (void)flags;
+    if (b->off == b->len)
+        return NGHTTP2_ERR_DEFERRED; /* the stream stays open for more */
     size_t k = b->len - b->off < length ? b->len - b->off : length;
     memcpy(buf, b->b + b->off, k);
     b->off += k;
-    if (b->off == b->len)
-        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
     return (ssize_t)k;
 }
 
@@ -232,13 +245,15 @@ static void trojan_hunk(body *b, int user, uint16_t port, const char *payload)
     b->off = 0;
 }
 
-static void run_open(run *r)
+/* A gRPC core over @p inner with two users of secrets @p secret. */
+static void run_open_core(run *r, const sv_proto_ops *inner, const char *const secret[2])
 {
     memset(r, 0, sizeof *r);
-    sv_user u[2] = {{.id = 1, .secret = (char *)g_pass[0]}, {.id = 2, .secret = (char *)g_pass[1]}};
+    sv_user u[2] = {{.id = 1, .secret = (char *)secret[0]}, {.id = 2, .secret = (char *)secret[1]}};
     sv_user_set set = {.tag = "users", .users = u, .n_users = 2};
     sv_error err = {0};
-    assert_int_equal(sv_grpc_creds_new(&sv_trojan_ops, "kt-tun", NULL, &set, &r->creds, &err), 0);
+    sv_inbound_spec in = {.tag = "grpc"};
+    assert_int_equal(sv_grpc_creds_new(inner, "kt-tun", &in, &set, &r->creds, &err), 0);
     r->core = calloc(1, sv_grpc_ops.state_size);
     assert_int_equal(sv_grpc_ops.init(r->core, NULL), 0);
     nghttp2_session_callbacks *cb;
@@ -249,6 +264,11 @@ static void run_open(run *r)
     assert_int_equal(nghttp2_session_client_new(&r->cli, cb, r), 0);
     nghttp2_session_callbacks_del(cb);
     assert_int_equal(nghttp2_submit_settings(r->cli, NGHTTP2_FLAG_NONE, NULL, 0), 0);
+}
+
+static void run_open(run *r)
+{
+    run_open_core(r, &sv_trojan_ops, g_pass);
 }
 
 static void run_close(run *r)
@@ -284,6 +304,9 @@ static void apply(run *r, const sv_effects *fx)
                 to_client(r, out, (size_t)n);
             }
             break;
+        case SV_FX_DATAGRAM:
+            ev(r, "D%u:%u ", e->stream, e->dest.port);
+            /* fall through */
         case SV_FX_TO_OUTBOUND:
             memcpy(r->up + r->up_len, e->data, e->len);
             r->up_len += e->len;
@@ -490,6 +513,114 @@ static void core__not_http2__fallback_with_every_byte(void **state)
     }
 }
 
+/* ---- Mux.Cool inside a stream (VLESS command 3: Xray's XUDP over gRPC) ------------------ */
+
+static const char *const g_uuid[] = {"0b8e57f4-3e7c-4d6a-9c11-5f2b7e9a0c01",
+                                     "27848739-7e62-4138-9fd3-098a63964b6b"};
+
+/* Append @p n bytes as one Hunk to @p b. */
+static void hunk(body *b, const void *p, size_t n)
+{
+    b->len += sv_gun_header(n, b->b + b->len);
+    memcpy(b->b + b->len, p, n);
+    b->len += n;
+}
+
+/* A VLESS command 3 request of user 0 followed by @p frames, as one Hunk. */
+static void vless_mux_hunk(body *b, const uint8_t *frames, size_t n)
+{
+    uint8_t req[256] = {0};
+    assert_int_equal(sv_vless_uuid_parse(g_uuid[0], req + 1), 0);
+    req[1 + SV_VLESS_UUID_LEN] = 0; /* addons */
+    req[2 + SV_VLESS_UUID_LEN] = SV_VLESS_MUX;
+    size_t hl = 3 + SV_VLESS_UUID_LEN;
+    memcpy(req + hl, frames, n);
+    memset(b, 0, sizeof *b);
+    hunk(b, req, hl + n);
+}
+
+/* Stream 1 carries a TCP session 1 (127.0.0.1:80, "abc") and an XUDP session 2 (New with a
+ * GlobalID to :5353 "hi", a Keep to 127.0.0.2:53 "x"); stream 3 another TCP session 1 (:81,
+ * "def"). Each session is a sub-flow of its own, even IDs 2, 4, 6 (none meets a stream's); the
+ * replies go back as Keep frames of the right session on the right stream (after VLESS's
+ * response header), frame_end gives the session's End and the stream goes on; the client's
+ * End closes its session's sub-flow, a reset stream closes every session it carried. */
+static void mux_once(size_t piece)
+{
+    static const uint8_t s1[] = {
+        0x00, 0x0c, 0x00, 0x01, 0x01, 0x01, 0x01, 0x00, 0x50, 0x01, 127, 0, 0, 1, /* New TCP */
+        0x00, 0x03, 'a', 'b', 'c',
+        0x00, 0x14, 0x00, 0x02, 0x01, 0x01, 0x02, 0x14, 0xe9, 0x01, 127, 0, 0, 1, /* New UDP */
+        1, 2, 3, 4, 5, 6, 7, 8, 0x00, 0x02, 'h', 'i',                             /* GlobalID */
+        0x00, 0x0c, 0x00, 0x02, 0x02, 0x01, 0x02, 0x00, 0x35, 0x01, 127, 0, 0, 2, /* Keep */
+        0x00, 0x01, 'x'};
+    static const uint8_t s3[] = {
+        0x00, 0x0c, 0x00, 0x01, 0x01, 0x01, 0x01, 0x00, 0x51, 0x01, 127, 0, 0, 1, /* New TCP */
+        0x00, 0x03, 'd', 'e', 'f'};
+    static const uint8_t end2[] = {0x00, 0x04, 0x00, 0x02, 0x03, 0x00};
+    run r;
+    body b1, b3;
+    run_open_core(&r, &sv_vless_ops, g_uuid);
+    vless_mux_hunk(&b1, s1, sizeof s1);
+    vless_mux_hunk(&b3, s3, sizeof s3);
+    assert_int_equal(request(&r, "/kt-tun/Tun", &b1), 1);
+    assert_int_equal(request(&r, "/kt-tun/Tun", &b3), 3);
+    pump(&r, piece);
+    assert_string_equal(r.events, "A0m O2:80 O4:5353 D4:5353 D4:53 O6:81 ");
+    assert_int_equal(r.up_len, 9);
+    assert_memory_equal(r.up, "abchixdef", 9);
+
+    uint8_t out[4096];
+    ssize_t n = sv_grpc_ops.frame(r.core, r.creds, 2, (const uint8_t *)"xyz", 3, out, sizeof out);
+    assert_true(n > 0);
+    to_client(&r, out, (size_t)n);
+    sv_dest from = {.atyp = SV_ATYP_IPV4, .ip = {127, 0, 0, 3}, .port = 7};
+    n = sv_grpc_ops.frame_datagram(r.core, r.creds, 4, &from, (const uint8_t *)"ok", 2, out,
+                                   sizeof out);
+    assert_true(n > 0);
+    to_client(&r, out, (size_t)n);
+    n = sv_grpc_ops.frame(r.core, r.creds, 6, (const uint8_t *)"uvw", 3, out, sizeof out);
+    assert_true(n > 0);
+    to_client(&r, out, (size_t)n);
+    n = sv_grpc_ops.frame_end(r.core, r.creds, 2, false, out, sizeof out);
+    assert_true(n > 0);
+    to_client(&r, out, (size_t)n);
+    static const uint8_t want1[] = {
+        0x00, 0x00,                                                        /* response */
+        0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x03, 'x', 'y', 'z',     /* Keep 1 */
+        0x00, 0x0c, 0x00, 0x02, 0x02, 0x01, 0x02, 0x00, 0x07, 0x01, 127, 0, 0, 3, /* Keep 2 */
+        0x00, 0x02, 'o', 'k',
+        0x00, 0x04, 0x00, 0x01, 0x03, 0x00};                               /* End 1 */
+    static const uint8_t want3[] = {0x00, 0x00, 0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x03,
+                                    'u',  'v',  'w'};
+    assert_int_equal(r.down_len, sizeof want1);
+    assert_memory_equal(r.down, want1, sizeof want1);
+    assert_int_equal(r.down3_len, sizeof want3);
+    assert_memory_equal(r.down3, want3, sizeof want3);
+    assert_false(r.closed[0]); /* an End ends the session, not the stream */
+    assert_string_equal(r.grpc_status, "");
+
+    hunk(&b1, end2, sizeof end2); /* the client ends the UDP session */
+    assert_int_equal(nghttp2_session_resume_data(r.cli, 1), 0);
+    pump(&r, piece);
+    assert_int_equal(nghttp2_submit_rst_stream(r.cli, NGHTTP2_FLAG_NONE, 3, NGHTTP2_CANCEL), 0);
+    pump(&r, piece);
+    assert_string_equal(r.events, "A0m O2:80 O4:5353 D4:5353 D4:53 O6:81 C4 C6 ");
+    /* the runtime's late calls for forgotten sub-flows write nothing */
+    assert_int_equal(sv_grpc_ops.frame(r.core, r.creds, 6, (const uint8_t *)"z", 1, out,
+                                       sizeof out), 0);
+    assert_int_equal(sv_grpc_ops.frame_end(r.core, r.creds, 4, false, out, sizeof out), 0);
+    run_close(&r);
+}
+
+static void core__vless_mux_in_streams__whole_and_bytewise(void **state)
+{
+    (void)state;
+    mux_once(1);
+    mux_once(7);
+    mux_once(65536);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -502,6 +633,7 @@ int main(void)
         cmocka_unit_test(core__second_user__stream_reset_alone),
         cmocka_unit_test(core__end_while_applying__bytes_in_order),
         cmocka_unit_test(core__not_http2__fallback_with_every_byte),
+        cmocka_unit_test(core__vless_mux_in_streams__whole_and_bytewise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
