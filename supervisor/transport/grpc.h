@@ -12,7 +12,10 @@
  * listed and killable on its own. TLS (ALPN h2) stays the chain layer below.
  *
  * One H2 connection acts for one user: the first stream that authenticates names it; a stream
- * authenticating as another user, or asking for Mux.Cool inside gRPC, is reset alone.
+ * authenticating as another user is reset alone. A stream whose inner core says Mux.Cool
+ * (VLESS / VMess command 3, Xray's XUDP: PROTOCOLS-2.md §5) carries sessions, each a sub-flow of
+ * its own under a synthetic even ID (HTTP/2 client stream IDs are odd), framed back through
+ * the inner core's session framing and then the stream's.
  */
 #ifndef SV_TRANSPORT_GRPC_H
 #define SV_TRANSPORT_GRPC_H

@@ -8,7 +8,8 @@
 # user is billed nothing. Several proxied connections of one client share its HTTP/2 connection
 # (one stream each): three at once are echoed identical; three paced ones are three flows of one
 # session in GET /v1/connections, and DELETE /v1/connections/<id> cuts that one only, the other
-# two complete byte-identical. UDP (VLESS command 2, Trojan UDP) travels inside a stream. A
+# two complete byte-identical. UDP travels inside a stream: from Xray's VLESS client as XUDP
+# (Mux.Cool sessions inside the stream, its default), from its Trojan client as Trojan UDP. A
 # client on the wrong service name gets no echo and no log line per attempt, and the others are
 # served afterwards. VLESS over gRPC in clear (h2c) is served too. Then sing-box's gRPC client
 # (tests/interop/sing-box/client-vless-grpc.json) for two users, 1 MiB each way at the same
@@ -17,9 +18,6 @@ KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/../interop/peers.sh"
-# Xray sends UDP as XUDP (Mux.Cool) by default; Mux.Cool inside a gRPC stream is not served yet
-# (a stream asking for it is reset), so the Xray clients here send UDP as plain VLESS UDP.
-export XRAY_CONE_DISABLED=true
 kt_need openssl jq curl
 pr_need xray sing-box
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: katana only"
