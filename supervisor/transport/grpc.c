@@ -231,6 +231,8 @@ static bool path_served(const grpc_creds *cr, const uint8_t *p, size_t n)
 #define GRPC_STREAMS_MAX 100 /* < SV_MUX_SESSIONS_MAX: closed streams' sub-flows linger */
 #define GRPC_STREAM_WINDOW (512 * 1024)
 #define GRPC_CONN_WINDOW (4 * 1024 * 1024)
+/* Most data bytes of one Mux.Cool Keep frame towards the client (see grpc_frame). */
+#define GRPC_MUX_DATA_MAX 8192u
 
 static const uint8_t h2_preface[24] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -399,9 +401,8 @@ static void stream_reset(grpc_state *st, grpc_stream *s, uint32_t code)
     if (s->dead)
         return;
     s->dead = true;
-    free(s->in);
-    s->in = NULL;
-    s->in_len = s->in_off = 0;
+    s->in_off = s->in_len; /* dropped; freed by streams_sweep(): effects being applied (or
+                              deferred) may still point into it */
     tell_close(st, s);
     if (!s->ended) {
         s->ended = true;
@@ -934,12 +935,22 @@ static ssize_t grpc_frame(void *state, const void *creds, uint32_t stream, const
     out_reset(st);
     if (s != NULL && !s->dead && !s->ended) {
         /* the inner core frames into the caller's buffer; stream_send copies it before the
-         * HTTP/2 bytes are written there */
-        ssize_t k = cr->inner->frame(s->inner, cr->inner_creds, key, in, len, out, cap);
-        if (k < 0)
-            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
-        else
+         * HTTP/2 bytes are written there. A session's bytes go as Keep frames of at most
+         * GRPC_MUX_DATA_MAX: Xray's gRPC client reads a Hunk as one buffer and panics on a
+         * larger frame with more bytes behind it in that buffer (its own server never sends
+         * one: its mux writer splits at 8 KiB) */
+        size_t step = sub != NULL ? GRPC_MUX_DATA_MAX : len;
+        for (size_t off = 0; off < len && !s->dead;) {
+            size_t piece = len - off < step ? len - off : step;
+            ssize_t k = cr->inner->frame(s->inner, cr->inner_creds, key, in + off, piece, out,
+                                         cap);
+            if (k < 0) {
+                stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+                break;
+            }
             stream_send(st, s, out, (size_t)k);
+            off += piece;
+        }
     }
     if (st->h2 != NULL && drain_h2(st) != 0)
         return -ENOMEM;

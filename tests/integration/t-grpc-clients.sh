@@ -9,7 +9,9 @@
 # (one stream each): three at once are echoed identical; three paced ones are three flows of one
 # session in GET /v1/connections, and DELETE /v1/connections/<id> cuts that one only, the other
 # two complete byte-identical. UDP travels inside a stream: from Xray's VLESS client as XUDP
-# (Mux.Cool sessions inside the stream, its default), from its Trojan client as Trojan UDP. A
+# (Mux.Cool sessions inside the stream, its default), from its Trojan client as Trojan UDP; an
+# Xray VLESS client with its "mux" on gets three connections echoed identical as sessions
+# inside one stream. A
 # client on the wrong service name gets no echo and no log line per attempt, and the others are
 # served afterwards. VLESS over gRPC in clear (h2c) is served too. Then sing-box's gRPC client
 # (tests/interop/sing-box/client-vless-grpc.json) for two users, 1 MiB each way at the same
@@ -28,17 +30,20 @@ U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 tj_certs "$T/pki" server
 echo_start
 
-# gclient SCEN NAME SECRET SERVER_PORT [SERVICE] [TLS]: the Xray client of template
-# client-SCEN.json, with another service name when given, in clear when TLS is 0; sets CL_PORT.
+# gclient SCEN NAME SECRET SERVER_PORT [SERVICE] [TLS] [MUX]: the Xray client of template
+# client-SCEN.json, with another service name when given, in clear when TLS is 0, with Mux.Cool
+# on (its "mux" setting: every connection a session inside one stream) when MUX is 1; sets CL_PORT.
 gclient() {
     local svc=${5:-$SERVICE}
     kt_ports 1; CL_PORT=${PORTS[0]}
     pr_render "$PR_TEMPLATES/xray/client-$1.json" "$T/client-$2.json" LOCAL_PORT="$CL_PORT" \
         SERVER_PORT="$4" SECRET="$3" SNI="$TJ_SNI" CA_FILE="$TJ_CA"
-    python3 - "$T/client-$2.json" "$svc" "${6:-1}" <<'PY'
+    python3 - "$T/client-$2.json" "$svc" "${6:-1}" "${7:-0}" <<'PY'
 import json, sys
-f, svc, tls = sys.argv[1:4]
+f, svc, tls, mux = sys.argv[1:5]
 c = json.load(open(f))
+if mux == "1":
+    c["outbounds"][0]["mux"] = {"enabled": True, "concurrency": 8}
 st = c["outbounds"][0]["streamSettings"]
 st["grpcSettings"]["serviceName"] = svc
 if tls == "0":
@@ -152,6 +157,11 @@ scenario() {
 
     check "$name: UDP inside a gRPC stream: 20 x 1200-byte datagrams echoed identical" \
         udp_rt "$c2" ok --count 20 --size 1200 --seed "$name-udp"
+    if [ "$proto" = vless ]; then
+        gclient "$scen" "$name-mux" "$s1" "$port" "$SERVICE" "$tls" 1
+        check "$name: Mux.Cool inside a gRPC stream: three connections, 256 KiB each, identical" \
+            tcp_rt "$CL_PORT" ok --bytes 262144 --conns 3 --seed "$name-mux" "${PR_TCP[@]}"
+    fi
 
     local lines0; lines0=$(tj_log_lines)
     check "$name: wrong service name: no echo" tcp_rt "$bad" refused --bytes 4096 --conns 3

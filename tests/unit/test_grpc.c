@@ -139,7 +139,7 @@ typedef struct run {
     uint8_t down[4096];
     size_t down_len;
     sv_gun_decoder down3_dec; /* stream 3's */
-    uint8_t down3[4096];
+    uint8_t down3[32768];
     size_t down3_len;
     char status[16];         /* the last :status / grpc-status the client saw */
     char grpc_status[16];
@@ -570,7 +570,7 @@ static void mux_once(size_t piece)
     assert_int_equal(r.up_len, 9);
     assert_memory_equal(r.up, "abchixdef", 9);
 
-    uint8_t out[4096];
+    static uint8_t out[65536];
     ssize_t n = sv_grpc_ops.frame(r.core, r.creds, 2, (const uint8_t *)"xyz", 3, out, sizeof out);
     assert_true(n > 0);
     to_client(&r, out, (size_t)n);
@@ -597,6 +597,23 @@ static void mux_once(size_t piece)
     assert_memory_equal(r.down, want1, sizeof want1);
     assert_int_equal(r.down3_len, sizeof want3);
     assert_memory_equal(r.down3, want3, sizeof want3);
+    /* a long read goes as Keep frames of at most 8 KiB (what Xray's gRPC client can take) */
+    static uint8_t big[20000];
+    memset(big, 'q', sizeof big);
+    n = sv_grpc_ops.frame(r.core, r.creds, 6, big, sizeof big, out, sizeof out);
+    assert_true(n > 0);
+    to_client(&r, out, (size_t)n);
+    assert_int_equal(r.down3_len, sizeof want3 + 3 * 8 + sizeof big);
+    static const size_t keep_len[] = {8192, 8192, 3616};
+    size_t at = sizeof want3;
+    for (int i = 0; i < 3; i++) {
+        const uint8_t head[] = {0x00, 0x04, 0x00, 0x01, 0x02, 0x01, (uint8_t)(keep_len[i] >> 8),
+                                (uint8_t)keep_len[i]};
+        assert_memory_equal(r.down3 + at, head, sizeof head);
+        at += sizeof head;
+        assert_memory_equal(r.down3 + at, big, keep_len[i]);
+        at += keep_len[i];
+    }
     assert_false(r.closed[0]); /* an End ends the session, not the stream */
     assert_string_equal(r.grpc_status, "");
 
