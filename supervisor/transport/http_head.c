@@ -6,6 +6,9 @@
 
 #include "supervisor/transport/http_head.h"
 
+#include <errno.h>
+#include <stdlib.h>
+
 bool sv_http_span_ieq(sv_http_span a, const char *b)
 {
     return a.n == strlen(b) && strncasecmp(a.p, b, a.n) == 0;
@@ -93,4 +96,28 @@ bool sv_http_parse_upgrade(const char *p, size_t n, sv_http_upgrade_req *r)
         at = le + 2;
     }
     return true;
+}
+
+int sv_http_head_collect(uint8_t **head, size_t *head_len, size_t max, const uint8_t *in,
+                         size_t n, size_t *used)
+{
+    if (*head == NULL && (*head = malloc(max)) == NULL)
+        return -ENOMEM;
+    uint8_t *h = *head;
+    size_t room = max - *head_len, k = n < room ? n : room;
+    size_t from = *head_len >= 3 ? *head_len - 3 : 0;
+    memcpy(h + *head_len, in, k);
+    size_t have = *head_len + k;
+    const uint8_t *e = memmem(h + from, have - from, "\r\n\r\n", 4);
+    if (e == NULL) {
+        *head_len = have;
+        *used = k;
+        size_t cmp = have < 4 ? have : 4;
+        return memcmp(h, "GET ", cmp) != 0 || have == max ? SV_HTTP_HEAD_NOT_HTTP
+                                                         : SV_HTTP_HEAD_MORE;
+    }
+    size_t end = (size_t)(e - h) + 4;
+    *used = end - *head_len;
+    *head_len = end;
+    return SV_HTTP_HEAD_COMPLETE;
 }

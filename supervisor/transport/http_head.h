@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /** Bytes of the caller's head buffer (not NUL-terminated). */
 typedef struct sv_http_span {
@@ -39,5 +40,22 @@ bool sv_http_has_token(sv_http_span v, const char *token);
 /** Does the Host header value @p v name @p want (case-insensitive; a port, ":443" or after
  *  "]" of an IPv6 literal, is ignored)? */
 bool sv_http_host_matches(sv_http_span v, const char *want);
+
+/** What sv_http_head_collect() found. */
+typedef enum sv_http_head_state {
+    SV_HTTP_HEAD_MORE = 0,     /**< no empty line yet: feed more bytes */
+    SV_HTTP_HEAD_COMPLETE = 1, /**< the head ends with its empty line ("\r\n\r\n") */
+    SV_HTTP_HEAD_NOT_HTTP = 2, /**< does not start with "GET ", or @p max bytes without an end */
+} sv_http_head_state;
+
+/**
+ * Collect an upgrade request head, shared by the WebSocket and HTTPUpgrade layers: append up to
+ * the end of the head (or up to @p max bytes in all) of the @p n bytes at @p in to *@p head
+ * (allocated here at @p max bytes on first use; the caller frees it), *@p head_len bytes long.
+ * *@p used: how many bytes of @p in were taken (bytes after the head stay with the caller).
+ * @return a sv_http_head_state, or -ENOMEM (nothing taken).
+ */
+int sv_http_head_collect(uint8_t **head, size_t *head_len, size_t max, const uint8_t *in,
+                         size_t n, size_t *used);
 
 #endif

@@ -73,27 +73,14 @@ static void refuse(hu_session *s)
 /* Collect the request head; bytes after it (early data) stay with the caller. */
 static ssize_t unwrap_head(hu_session *s, const uint8_t *in, size_t n, size_t *used)
 {
-    if (s->head == NULL) {
-        s->head = malloc(SV_HU_HEAD_MAX);
-        if (s->head == NULL)
-            return -ENOMEM;
-    }
-    size_t room = SV_HU_HEAD_MAX - s->head_len, k = n < room ? n : room;
-    size_t from = s->head_len >= 3 ? s->head_len - 3 : 0;
-    memcpy(s->head + s->head_len, in, k);
-    size_t have = s->head_len + k;
-    const uint8_t *e = memmem(s->head + from, have - from, "\r\n\r\n", 4);
-    if (e == NULL) {
-        s->head_len = have;
-        *used = k;
-        size_t cmp = have < 4 ? have : 4;
-        if (memcmp(s->head, "GET ", cmp) != 0 || have == SV_HU_HEAD_MAX)
+    int st = sv_http_head_collect(&s->head, &s->head_len, SV_HU_HEAD_MAX, in, n, used);
+    if (st < 0)
+        return st;
+    if (st != SV_HTTP_HEAD_COMPLETE) {
+        if (st == SV_HTTP_HEAD_NOT_HTTP)
             refuse(s); /* not an upgrade request: pass it on as it is */
         return 0;
     }
-    size_t end = (size_t)(e - s->head) + 4;
-    *used = end - s->head_len;
-    s->head_len = end;
     if (!acceptable(s)) {
         refuse(s);
         return 0;
