@@ -345,11 +345,50 @@ static bool url_unescape(const char *s, size_t n, char *out, size_t cap)
     return true;
 }
 
+/* The host part of a redis URL, [@p hp, @p end): an IPv4 literal, [IPv6] or localhost (no
+ * name is resolved) into out->host; *@p port: the digits after its ':', or NULL. */
+static int redis_url_host(const char *hp, const char *end, sv_redis_options *out,
+                          const char **port, sv_error *err)
+{
+    char host[SV_REDIS_HOST_LEN];
+    uint8_t buf[16];
+    *port = NULL;
+    size_t hlen;
+    if (*hp == '[') {
+        const char *close = memchr(hp, ']', (size_t)(end - hp));
+        if (close == NULL)
+            return sv_error_set(err, -EINVAL, "redis.url: unclosed [ in the host");
+        hlen = (size_t)(close - hp - 1);
+        if (hlen >= sizeof host)
+            return sv_error_set(err, -EINVAL, "redis.url: host too long");
+        memcpy(host, hp + 1, hlen);
+        host[hlen] = '\0';
+        if (inet_pton(AF_INET6, host, buf) != 1)
+            return sv_error_set(err, -EINVAL, "redis.url: bad IPv6 address");
+        if (close + 1 < end && close[1] != ':')
+            return sv_error_set(err, -EINVAL, "redis.url: expected :port after ]");
+        *port = close + 1 < end ? close + 2 : NULL;
+    } else {
+        const char *colon = memchr(hp, ':', (size_t)(end - hp));
+        hlen = (size_t)((colon != NULL ? colon : end) - hp);
+        if (hlen == 0 || hlen >= sizeof host)
+            return sv_error_set(err, -EINVAL, "redis.url: missing or too long host");
+        memcpy(host, hp, hlen);
+        host[hlen] = '\0';
+        if (strcmp(host, "localhost") == 0)
+            snprintf(host, sizeof host, "127.0.0.1");
+        else if (inet_pton(AF_INET, host, buf) != 1)
+            return sv_error_set(err, -EINVAL, "redis.url: the host must be an IPv4 address, "
+                                "[IPv6] or localhost (no name is resolved)");
+        *port = colon != NULL ? colon + 1 : NULL;
+    }
+    snprintf(out->host, sizeof out->host, "%s", host);
+    return 0;
+}
+
 int ag_redis_url_parse(const char *url, sv_redis_options *out, sv_error *err)
 {
     static const char scheme[] = "redis://";
-    char host[SV_REDIS_HOST_LEN];
-    uint8_t buf[16];
     if (strncmp(url, "rediss://", 9) == 0)
         return sv_error_set(err, -EINVAL, "redis.url: TLS (rediss://) is not supported");
     if (strncmp(url, scheme, sizeof scheme - 1) != 0)
@@ -378,37 +417,10 @@ int ag_redis_url_parse(const char *url, sv_redis_options *out, sv_error *err)
             return sv_error_set(err, -EINVAL, "redis.url: empty password");
         hp = at + 1;
     }
-    const char *port = NULL;
-    size_t hlen;
-    if (*hp == '[') {
-        const char *close = memchr(hp, ']', (size_t)(end - hp));
-        if (close == NULL)
-            return sv_error_set(err, -EINVAL, "redis.url: unclosed [ in the host");
-        hlen = (size_t)(close - hp - 1);
-        if (hlen >= sizeof host)
-            return sv_error_set(err, -EINVAL, "redis.url: host too long");
-        memcpy(host, hp + 1, hlen);
-        host[hlen] = '\0';
-        if (inet_pton(AF_INET6, host, buf) != 1)
-            return sv_error_set(err, -EINVAL, "redis.url: bad IPv6 address");
-        if (close + 1 < end && close[1] != ':')
-            return sv_error_set(err, -EINVAL, "redis.url: expected :port after ]");
-        port = close + 1 < end ? close + 2 : NULL;
-    } else {
-        const char *colon = memchr(hp, ':', (size_t)(end - hp));
-        hlen = (size_t)((colon != NULL ? colon : end) - hp);
-        if (hlen == 0 || hlen >= sizeof host)
-            return sv_error_set(err, -EINVAL, "redis.url: missing or too long host");
-        memcpy(host, hp, hlen);
-        host[hlen] = '\0';
-        if (strcmp(host, "localhost") == 0)
-            snprintf(host, sizeof host, "127.0.0.1");
-        else if (inet_pton(AF_INET, host, buf) != 1)
-            return sv_error_set(err, -EINVAL, "redis.url: the host must be an IPv4 address, "
-                                "[IPv6] or localhost (no name is resolved)");
-        port = colon != NULL ? colon + 1 : NULL;
-    }
-    snprintf(out->host, sizeof out->host, "%s", host);
+    const char *port;
+    int rc = redis_url_host(hp, end, out, &port, err);
+    if (rc != 0)
+        return rc;
     out->port = 6379;
     if (port != NULL) {
         unsigned long v = 0;
