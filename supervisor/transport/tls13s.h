@@ -98,7 +98,8 @@ void sv_tls13s_free(sv_tls13s *s);
  * alerts. Call again with n = 0 while it returns bytes. After the client's close_notify the
  * status has SV_LAYER_EOF and further input is dropped.
  * @return plaintext bytes (0 when none now), or a terminal negative errno:
- *   -EBADMSG a record fails authentication (bad_record_mac) or the client's Finished is wrong;
+ *   -EBADMSG a record fails authentication (bad_record_mac);
+ *   -EACCES the client's Finished is wrong (decrypt_error);
  *   -EMSGSIZE a record over 2^14 + 256 bytes (record_overflow);
  *   -EPROTO anything else out of place (unexpected record or message, malformed message);
  *   -ECONNRESET the client sent a fatal alert; -ENOMEM, -EIO.

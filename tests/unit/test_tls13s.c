@@ -1,0 +1,366 @@
+/*
+ * Unit tests: the TLS 1.3 server for REALITY (supervisor/transport/tls13s.c, issue 11,
+ * PROTOCOLS-2.md §1.5). Every test runs a real OpenSSL 3 client (SSL over memory BIOs, no
+ * verification; its default signature_algorithms include ed25519) against an sv_tls13s and
+ * moves the bytes both ways in memory. The certificate is made here as §1.5 and §1.8 describe:
+ * an Ed25519 key, serial 0, empty names, the zero validity of Go's time.Time.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <openssl/core_names.h>
+#include <openssl/ec.h>
+#include <openssl/evp.h>
+#include <openssl/kdf.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include "supervisor/transport/tls13s.h"
+
+#define DATA_LEN (1u << 20)
+#define BUF_MAX (1u << 21)
+
+static EVP_PKEY *g_key;  /* the Ed25519 key of CertificateVerify */
+static uint8_t *g_der;   /* its certificate */
+static size_t g_der_len;
+
+/* A client, the server, and the bytes each side received. */
+typedef struct pair {
+    SSL_CTX *ctx;
+    SSL *ssl;
+    BIO *rbio, *wbio;           /* the client's: rbio gets the server's bytes */
+    sv_tls13s *srv;
+    uint8_t *got;               /* plaintext the server unwrapped */
+    size_t got_len;
+    size_t piece;               /* bytes per unwrap call */
+    uint8_t hello[SV_TLS_HELLO_MAX];
+    size_t hello_len;
+    sv_tls_hello h;
+} pair;
+
+static int make_cert(void **state)
+{
+    (void)state;
+    g_key = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
+    X509 *x = X509_new();
+    assert_non_null(g_key);
+    assert_non_null(x);
+    assert_int_equal(X509_set_version(x, X509_VERSION_3), 1);
+    assert_int_equal(ASN1_INTEGER_set(X509_get_serialNumber(x), 0), 1);
+    assert_int_equal(ASN1_TIME_set_string(X509_getm_notBefore(x), "00010101000000Z"), 1);
+    assert_int_equal(ASN1_TIME_set_string(X509_getm_notAfter(x), "00010101000000Z"), 1);
+    assert_int_equal(X509_set_pubkey(x, g_key), 1);
+    assert_true(X509_sign(x, g_key, NULL) > 0);
+    unsigned char *der = NULL;
+    int n = i2d_X509(x, &der);
+    assert_true(n > 64);
+    g_der = malloc((size_t)n);
+    memcpy(g_der, der, (size_t)n);
+    g_der_len = (size_t)n;
+    OPENSSL_free(der);
+    X509_free(x);
+    return 0;
+}
+
+static int free_cert(void **state)
+{
+    (void)state;
+    EVP_PKEY_free(g_key);
+    free(g_der);
+    return 0;
+}
+
+/* Make the client (TLS 1.3 and 1.2 unless @p max says otherwise) and read its ClientHello. */
+static void client_start(pair *p, const char *suites, const char *groups, int max)
+{
+    memset(p, 0, sizeof *p);
+    p->ctx = SSL_CTX_new(TLS_client_method());
+    assert_non_null(p->ctx);
+    SSL_CTX_set_verify(p->ctx, SSL_VERIFY_NONE, NULL);
+    if (suites != NULL)
+        assert_int_equal(SSL_CTX_set_ciphersuites(p->ctx, suites), 1);
+    if (groups != NULL)
+        assert_int_equal(SSL_CTX_set1_groups_list(p->ctx, groups), 1);
+    if (max != 0)
+        assert_int_equal(SSL_CTX_set_max_proto_version(p->ctx, max), 1);
+    p->ssl = SSL_new(p->ctx);
+    p->rbio = BIO_new(BIO_s_mem());
+    p->wbio = BIO_new(BIO_s_mem());
+    SSL_set_bio(p->ssl, p->rbio, p->wbio);
+    SSL_set_connect_state(p->ssl);
+    assert_int_equal(SSL_set_tlsext_host_name(p->ssl, "node.test"), 1);
+    assert_int_equal(SSL_do_handshake(p->ssl), -1);
+    uint8_t raw[8192];
+    int n = BIO_read(p->wbio, raw, sizeof raw);
+    size_t used = 0;
+    assert_true(n > 0);
+    assert_int_equal(sv_tls_hello_collect(raw, (size_t)n, p->hello, sizeof p->hello,
+                                          &p->hello_len, &used), 1);
+    assert_int_equal(sv_tls_hello_parse(p->hello, p->hello_len, &p->h), 0);
+    p->got = malloc(BUF_MAX);
+    p->piece = 1u << 20;
+}
+
+static sv_tls13s_params params_for(const pair *p)
+{
+    return (sv_tls13s_params){.client_hello = p->hello, .client_hello_len = p->hello_len,
+                              .hello = &p->h, .cert_der = g_der, .cert_der_len = g_der_len,
+                              .sign_key = g_key};
+}
+
+static void pair_free(pair *p)
+{
+    sv_tls13s_free(p->srv);
+    SSL_free(p->ssl);
+    SSL_CTX_free(p->ctx);
+    free(p->got);
+}
+
+/* Server output → client. */
+static void to_client(pair *p)
+{
+    size_t len = 0;
+    const uint8_t *out = sv_tls13s_out_peek(p->srv, &len);
+    if (len > 0)
+        assert_int_equal(BIO_write(p->rbio, out, (int)len), (int)len);
+    sv_tls13s_out_consume(p->srv, len);
+}
+
+/* Client output → server in pieces of p->piece bytes. @return 0 or the server's error. */
+static int to_server(pair *p)
+{
+    static uint8_t buf[BUF_MAX];
+    int n = BIO_read(p->wbio, buf, sizeof buf);
+    size_t total = n > 0 ? (size_t)n : 0, off = 0;
+    for (;;) {
+        size_t k = total - off < p->piece ? total - off : p->piece, used = 0;
+        size_t cap = 1000 + off % 3000; /* varying plaintext room */
+        if (cap > BUF_MAX - p->got_len)
+            cap = BUF_MAX - p->got_len;
+        ssize_t m = sv_tls13s_unwrap(p->srv, buf + off, k, &used, p->got + p->got_len, cap);
+        if (m < 0)
+            return (int)m;
+        assert_true(used <= k);
+        p->got_len += (size_t)m;
+        off += used;
+        if (m == 0 && used == 0) {
+            assert_int_equal(k, 0); /* it never refuses bytes it could take */
+            return 0;
+        }
+    }
+}
+
+/* Drive the handshake to its end on both sides. @return 0 or the server's error. */
+static int handshake(pair *p)
+{
+    for (int i = 0; i < 50; i++) {
+        to_client(p);
+        int r = SSL_do_handshake(p->ssl);
+        int rc = to_server(p);
+        if (rc != 0)
+            return rc;
+        if (r == 1 && (sv_tls13s_status(p->srv) & SV_LAYER_UP))
+            return 0;
+        assert_true(r == 1 || SSL_get_error(p->ssl, r) == SSL_ERROR_WANT_READ);
+    }
+    fail_msg("handshake did not finish");
+    return -1;
+}
+
+static void start_server(pair *p)
+{
+    sv_tls13s_params prm = params_for(p);
+    sv_error err = {0};
+    assert_int_equal(sv_tls13s_new(&prm, &p->srv, &err), 0);
+    assert_int_equal(sv_tls13s_status(p->srv), 0);
+}
+
+/* The client got exactly our certificate's DER. */
+static void check_peer_cert(pair *p)
+{
+    X509 *x = SSL_get0_peer_certificate(p->ssl);
+    assert_non_null(x);
+    unsigned char *der = NULL;
+    int n = i2d_X509(x, &der);
+    assert_int_equal(n, (int)g_der_len);
+    assert_memory_equal(der, g_der, g_der_len);
+    OPENSSL_free(der);
+}
+
+static uint8_t *pattern(size_t n, unsigned seed)
+{
+    uint8_t *d = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        d[i] = (uint8_t)(i * 31 + seed + (i >> 11));
+    return d;
+}
+
+/* @p n bytes client → server, then @p n bytes server → client: byte-identical. */
+static void both_ways(pair *p, size_t n)
+{
+    uint8_t *up = pattern(n, 7), *down = pattern(n, 99), *seen = malloc(n);
+    for (size_t at = 0; at < n; at += 16384)
+        assert_true(SSL_write(p->ssl, up + at, n - at < 16384 ? (int)(n - at) : 16384) > 0);
+    p->got_len = 0;
+    assert_int_equal(to_server(p), 0);
+    assert_int_equal(p->got_len, n);
+    assert_memory_equal(p->got, up, n);
+    size_t sent = 0, read = 0;
+    while (read < n) {
+        ssize_t w = sv_tls13s_wrap(p->srv, down + sent, n - sent);
+        assert_true(w >= 0);
+        sent += (size_t)w;
+        size_t pending = 0;
+        sv_tls13s_out_peek(p->srv, &pending);
+        assert_true(pending <= SV_TLS13S_OUT_MAX + 16384 + 256);
+        to_client(p);
+        int r;
+        while ((r = SSL_read(p->ssl, seen + read, (int)(n - read))) > 0)
+            read += (size_t)r;
+        assert_true(sent > 0);
+    }
+    assert_memory_equal(seen, down, n);
+    free(up), free(down), free(seen);
+}
+
+/* close_notify both ways. */
+static void close_both(pair *p)
+{
+    assert_int_equal(sv_tls13s_shutdown(p->srv), 0);
+    assert_int_equal(sv_tls13s_shutdown(p->srv), 0);
+    assert_int_equal(sv_tls13s_wrap(p->srv, (const uint8_t *)"x", 1), -EPIPE);
+    to_client(p);
+    uint8_t b[16];
+    assert_int_equal(SSL_read(p->ssl, b, sizeof b), 0);
+    assert_int_equal(SSL_get_error(p->ssl, 0), SSL_ERROR_ZERO_RETURN);
+    SSL_shutdown(p->ssl);
+    assert_int_equal(to_server(p), 0);
+    assert_true(sv_tls13s_status(p->srv) & SV_LAYER_EOF);
+}
+
+static void run_suite(const char *name, uint16_t id, size_t piece, size_t n)
+{
+    pair p;
+    client_start(&p, name, NULL, 0);
+    p.piece = piece;
+    start_server(&p);
+    assert_int_equal(sv_tls13s_suite(p.srv), id);
+    assert_int_equal(sv_tls13s_wrap(p.srv, (const uint8_t *)"x", 1), -ENOTCONN);
+    assert_int_equal(handshake(&p), 0);
+    assert_int_equal(SSL_version(p.ssl), TLS1_3_VERSION);
+    assert_int_equal(SSL_CIPHER_get_protocol_id(SSL_get_current_cipher(p.ssl)), id);
+    check_peer_cert(&p);
+    both_ways(&p, n);
+    close_both(&p);
+    pair_free(&p);
+}
+
+static void aes128_whole(void **state)
+{
+    (void)state;
+    run_suite("TLS_AES_128_GCM_SHA256", 0x1301, 1u << 20, DATA_LEN);
+}
+
+static void aes256_whole(void **state)
+{
+    (void)state;
+    run_suite("TLS_AES_256_GCM_SHA384", 0x1302, 1u << 20, DATA_LEN);
+}
+
+static void chacha_whole(void **state)
+{
+    (void)state;
+    run_suite("TLS_CHACHA20_POLY1305_SHA256", 0x1303, 1u << 20, DATA_LEN);
+}
+
+static void each_suite_byte_at_a_time(void **state)
+{
+    (void)state;
+    run_suite("TLS_AES_128_GCM_SHA256", 0x1301, 1, 64 * 1024);
+    run_suite("TLS_AES_256_GCM_SHA384", 0x1302, 1, 64 * 1024);
+    run_suite("TLS_CHACHA20_POLY1305_SHA256", 0x1303, 1, 64 * 1024);
+    run_suite("TLS_CHACHA20_POLY1305_SHA256", 0x1303, 7, 64 * 1024);
+}
+
+/* The first suite of the client's order that is ours. */
+static void client_order_picks_the_suite(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, "TLS_AES_128_CCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256",
+                 NULL, 0);
+    start_server(&p);
+    assert_int_equal(sv_tls13s_suite(p.srv), 0x1303);
+    assert_int_equal(handshake(&p), 0);
+    pair_free(&p);
+}
+
+static void refused(const char *suites, const char *groups, int max, const char *why)
+{
+    pair p;
+    client_start(&p, suites, groups, max);
+    sv_tls13s_params prm = params_for(&p);
+    sv_error err = {0};
+    assert_int_equal(sv_tls13s_new(&prm, &p.srv, &err), -EPROTONOSUPPORT);
+    assert_null(p.srv);
+    assert_non_null(strstr(err.msg, why));
+    pair_free(&p);
+}
+
+static void clients_without_x25519_or_tls13_are_refused(void **state)
+{
+    (void)state;
+    refused(NULL, "P-256", 0, "X25519");
+    refused(NULL, NULL, TLS1_2_VERSION, "TLS 1.3");
+    refused("TLS_AES_128_CCM_SHA256", NULL, 0, "suite");
+}
+
+static void bad_params_are_refused(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, NULL, NULL, 0);
+    sv_tls13s_params prm = params_for(&p);
+    EVP_PKEY *p256 = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+    prm.sign_key = p256;
+    assert_int_equal(sv_tls13s_new(&prm, &p.srv, NULL), -EINVAL);
+    EVP_PKEY_free(p256);
+    prm = params_for(&p);
+    prm.cert_der_len = SV_TLS13S_CERT_MAX + 1;
+    assert_int_equal(sv_tls13s_new(&prm, &p.srv, NULL), -EINVAL);
+    prm = params_for(&p);
+    static const uint16_t tiny[] = {30};
+    prm.pad_sizes = tiny, prm.pad_count = 1;
+    assert_int_equal(sv_tls13s_new(&prm, &p.srv, NULL), -EMSGSIZE);
+    prm.pad_count = 3;
+    assert_int_equal(sv_tls13s_new(&prm, &p.srv, NULL), -EINVAL);
+    prm = params_for(&p);
+    static const uint8_t not_sh[] = {1, 0, 0, 0};
+    prm.server_hello = not_sh, prm.server_hello_len = sizeof not_sh;
+    assert_int_equal(sv_tls13s_new(&prm, &p.srv, NULL), -EINVAL);
+    assert_null(p.srv);
+    pair_free(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(aes128_whole),
+        cmocka_unit_test(aes256_whole),
+        cmocka_unit_test(chacha_whole),
+        cmocka_unit_test(each_suite_byte_at_a_time),
+        cmocka_unit_test(client_order_picks_the_suite),
+        cmocka_unit_test(clients_without_x25519_or_tls13_are_refused),
+        cmocka_unit_test(bad_params_are_refused),
+    };
+    return cmocka_run_group_tests(tests, make_cert, free_cert);
+}
