@@ -351,6 +351,277 @@ static void bad_params_are_refused(void **state)
     pair_free(&p);
 }
 
+/* ---------- refusals of a bad client flight ---------- */
+
+static uint8_t g_client_hs_secret[48]; /* from the client's key log */
+static size_t g_client_hs_len;
+
+static void keylog(const SSL *ssl, const char *line)
+{
+    (void)ssl;
+    static const char tag[] = "CLIENT_HANDSHAKE_TRAFFIC_SECRET ";
+    if (strncmp(line, tag, sizeof tag - 1) != 0)
+        return;
+    const char *hex = strchr(line + sizeof tag - 1, ' ') + 1;
+    g_client_hs_len = strlen(hex) / 2;
+    for (size_t i = 0; i < g_client_hs_len; i++)
+        sscanf(hex + 2 * i, "%2hhx", &g_client_hs_secret[i]);
+}
+
+/* HKDF-Expand-Label with OpenSSL's own HKDF (RFC 8446 §7.1), SHA-256. */
+static void expand_label(const char *label, uint8_t *out, size_t len)
+{
+    uint8_t info[64];
+    size_t l = strlen(label);
+    info[0] = 0, info[1] = (uint8_t)len, info[2] = (uint8_t)(6 + l);
+    memcpy(info + 3, "tls13 ", 6);
+    memcpy(info + 9, label, l);
+    info[9 + l] = 0;
+    EVP_KDF *kdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
+    EVP_KDF_CTX *c = EVP_KDF_CTX_new(kdf);
+    int mode = EVP_KDF_HKDF_MODE_EXPAND_ONLY;
+    OSSL_PARAM prm[] = {
+        OSSL_PARAM_construct_int(OSSL_KDF_PARAM_MODE, &mode),
+        OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, "SHA256", 0),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, g_client_hs_secret, 32),
+        OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, info, 10 + l),
+        OSSL_PARAM_construct_end(),
+    };
+    assert_int_equal(EVP_KDF_derive(c, out, len, prm), 1);
+    EVP_KDF_CTX_free(c);
+    EVP_KDF_free(kdf);
+}
+
+/* AES-128-GCM over the record at @p r (header, then @p n bytes with the tag) with sequence
+ * number 0, in place, both ways. */
+static void gcm_record(uint8_t *r, size_t n, int enc)
+{
+    uint8_t key[16], iv[12], tag[16];
+    expand_label("key", key, 16);
+    expand_label("iv", iv, 12);
+    EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
+    int l = 0;
+    assert_int_equal(EVP_CipherInit_ex(c, EVP_aes_128_gcm(), NULL, key, iv, enc), 1);
+    if (!enc)
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, 16, r + 5 + n - 16);
+    assert_int_equal(EVP_CipherUpdate(c, NULL, &l, r, 5), 1);
+    assert_int_equal(EVP_CipherUpdate(c, r + 5, &l, r + 5, (int)(n - 16)), 1);
+    assert_int_equal(EVP_CipherFinal_ex(c, tag, &l), 1);
+    if (enc)
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_GET_TAG, 16, r + 5 + n - 16);
+    EVP_CIPHER_CTX_free(c);
+}
+
+/* The client's Finished, decrypted with its logged key, changed and encrypted again: the
+ * record authenticates, the verify_data does not (RFC 8446 §4.4.4). */
+static void wrong_finished_is_refused(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, "TLS_AES_128_GCM_SHA256", NULL, 0);
+    SSL_CTX_set_keylog_callback(p.ctx, keylog);
+    start_server(&p);
+    to_client(&p);
+    assert_int_equal(SSL_do_handshake(p.ssl), 1);
+    uint8_t flight[512];
+    int n = BIO_read(p.wbio, flight, sizeof flight);
+    assert_true(n > 6 + 5);
+    assert_memory_equal(flight, "\x14\x03\x03\x00\x01\x01", 6); /* its dummy CCS */
+    uint8_t *r = flight + 6;
+    size_t len = (size_t)r[3] << 8 | r[4];
+    assert_int_equal(len, 4 + 32 + 1 + 16);
+    gcm_record(r, len, 0);
+    assert_int_equal(r[5], 20); /* Finished */
+    r[5 + 4] ^= 1;
+    gcm_record(r, len, 1);
+    assert_int_equal(BIO_write(p.wbio, flight, n), n);
+    assert_int_equal(to_server(&p), -EACCES);
+    assert_false(sv_tls13s_status(p.srv) & SV_LAYER_UP);
+    size_t pending = 0;
+    sv_tls13s_out_peek(p.srv, &pending);
+    assert_true(pending > 0); /* the decrypt_error alert */
+    size_t used = 0;
+    uint8_t b[8];
+    assert_int_equal(sv_tls13s_unwrap(p.srv, b, 0, &used, b, sizeof b), -EACCES); /* sticky */
+    pair_free(&p);
+}
+
+static void corrupt_records_are_refused(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, NULL, NULL, 0);
+    start_server(&p);
+    to_client(&p);
+    assert_int_equal(SSL_do_handshake(p.ssl), 1);
+    uint8_t flight[512];
+    int n = BIO_read(p.wbio, flight, sizeof flight);
+    flight[n - 3] ^= 0x40; /* in the Finished record's tag */
+    assert_int_equal(BIO_write(p.wbio, flight, n), n);
+    assert_int_equal(to_server(&p), -EBADMSG);
+    pair_free(&p);
+
+    client_start(&p, NULL, NULL, 0); /* after the handshake: one application data record */
+    start_server(&p);
+    assert_int_equal(handshake(&p), 0);
+    assert_int_equal(SSL_write(p.ssl, "hello, server", 13), 13);
+    n = BIO_read(p.wbio, flight, sizeof flight);
+    flight[8] ^= 1;
+    assert_int_equal(BIO_write(p.wbio, flight, n), n);
+    assert_int_equal(to_server(&p), -EBADMSG);
+    pair_free(&p);
+
+    client_start(&p, NULL, NULL, 0); /* a plaintext handshake record where none may come */
+    start_server(&p);
+    assert_int_equal(handshake(&p), 0);
+    static const uint8_t hs[] = {22, 3, 3, 0, 5, 24, 0, 0, 1, 0};
+    assert_int_equal(BIO_write(p.wbio, hs, sizeof hs), (int)sizeof hs);
+    assert_int_equal(to_server(&p), -EPROTO);
+    pair_free(&p);
+
+    client_start(&p, NULL, NULL, 0); /* a record over 2^14 + 256 */
+    start_server(&p);
+    static const uint8_t big[] = {23, 3, 3, 0x41, 0x01};
+    assert_int_equal(BIO_write(p.wbio, big, sizeof big), (int)sizeof big);
+    assert_int_equal(to_server(&p), -EMSGSIZE);
+    pair_free(&p);
+}
+
+/* A client that cannot use our flight answers with a plaintext fatal alert. */
+static void client_alert_ends_the_handshake(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, NULL, NULL, 0);
+    start_server(&p);
+    static const uint8_t alert[] = {21, 3, 3, 0, 2, 2, 40};
+    assert_int_equal(BIO_write(p.wbio, alert, sizeof alert), (int)sizeof alert);
+    assert_int_equal(to_server(&p), -ECONNRESET);
+    pair_free(&p);
+}
+
+/* KeyUpdate with update_requested (RFC 8446 §4.6.3): the server reads under the client's new
+ * key and answers with its own KeyUpdate; data passes both ways afterwards. */
+static void key_update_is_answered(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, "TLS_AES_256_GCM_SHA384", NULL, 0);
+    start_server(&p);
+    assert_int_equal(handshake(&p), 0);
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(SSL_key_update(p.ssl, SSL_KEY_UPDATE_REQUESTED), 1);
+        assert_int_equal(SSL_write(p.ssl, "ping", 4), 4);
+        p.got_len = 0;
+        assert_int_equal(to_server(&p), 0);
+        assert_int_equal(p.got_len, 4);
+        assert_memory_equal(p.got, "ping", 4);
+        assert_int_equal(sv_tls13s_wrap(p.srv, (const uint8_t *)"pong", 4), 4);
+        to_client(&p);
+        char b[8];
+        assert_int_equal(SSL_read(p.ssl, b, sizeof b), 4);
+        assert_memory_equal(b, "pong", 4);
+    }
+    both_ways(&p, 100000);
+    pair_free(&p);
+}
+
+/* ---------- ServerHello template and record padding (PROTOCOLS-2.md §1.5) ---------- */
+
+/* An OpenSSL server with a P-256 certificate plays the REALITY target: it answers the same
+ * ClientHello. @return its first flight's length in @p out. */
+static size_t target_flight(const pair *p, uint8_t *out, size_t cap)
+{
+    EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+    X509 *x = X509_new();
+    X509_NAME *name = X509_get_subject_name(x);
+    assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                                                (const unsigned char *)"target.example.test",
+                                                -1, -1, 0), 1);
+    X509_set_issuer_name(x, name);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 12345);
+    X509_gmtime_adj(X509_getm_notBefore(x), 0);
+    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+    X509_set_pubkey(x, key);
+    assert_true(X509_sign(x, key, EVP_sha256()) > 0);
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    assert_int_equal(SSL_CTX_use_certificate(ctx, x), 1);
+    assert_int_equal(SSL_CTX_use_PrivateKey(ctx, key), 1);
+    SSL *ssl = SSL_new(ctx);
+    BIO *rbio = BIO_new(BIO_s_mem()), *wbio = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl, rbio, wbio);
+    SSL_set_accept_state(ssl);
+    uint8_t rec[5 + SV_TLS_HELLO_MAX] = {22, 3, 1, (uint8_t)(p->hello_len >> 8),
+                                         (uint8_t)p->hello_len};
+    memcpy(rec + 5, p->hello, p->hello_len);
+    BIO_write(rbio, rec, (int)(5 + p->hello_len));
+    assert_int_equal(SSL_do_handshake(ssl), -1);
+    int n = BIO_read(wbio, out, (int)cap);
+    assert_true(n > 0);
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    X509_free(x);
+    EVP_PKEY_free(key);
+    return (size_t)n;
+}
+
+/* Split a flight into records: their wire sizes into @p sizes. @return how many. */
+static size_t record_sizes(const uint8_t *f, size_t n, size_t *sizes, size_t max)
+{
+    size_t count = 0;
+    for (size_t at = 0; at + 5 <= n && count < max; count++) {
+        sizes[count] = 5 + ((size_t)f[at + 3] << 8 | f[at + 4]);
+        at += sizes[count];
+    }
+    return count;
+}
+
+static void template_and_padding_mirror_the_target(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, NULL, NULL, 0);
+    uint8_t target[16384], ours[16384];
+    size_t tn = target_flight(&p, target, sizeof target), tsize[16] = {0};
+    size_t tcount = record_sizes(target, tn, tsize, 16);
+    assert_true(tcount == 3 || tcount == 6); /* SH, CCS, then 1 or 4 encrypted records */
+    assert_int_equal(target[0], 22);
+    assert_int_equal(tsize[1], 6);
+    uint16_t pad[SV_TLS13S_PAD_MAX];
+    size_t pad_count = 0;
+    for (size_t i = 2; i < tcount; i++)
+        pad[pad_count++] = (uint16_t)tsize[i];
+    pad[pad_count++] = 250; /* as if the target had sent a ticket of that size */
+    sv_tls13s_params prm = params_for(&p);
+    prm.server_hello = target + 5;
+    prm.server_hello_len = tsize[0] - 5;
+    prm.pad_sizes = pad;
+    prm.pad_count = pad_count;
+    assert_int_equal(sv_tls13s_new(&prm, &p.srv, NULL), 0);
+    size_t on = 0;
+    const uint8_t *flight = sv_tls13s_out_peek(p.srv, &on);
+    assert_true(on <= sizeof ours);
+    memcpy(ours, flight, on);
+    size_t osize[16] = {0}, ocount = record_sizes(ours, on, osize, 16);
+    assert_int_equal(ocount, tcount + 1);
+    for (size_t i = 0; i < tcount; i++)
+        assert_int_equal(osize[i], tsize[i]); /* same wire sizes */
+    assert_int_equal(osize[tcount], 250);
+    size_t differ = 0, first = 0, last = 0; /* the ServerHello: only the key share changed */
+    for (size_t i = 0; i < tsize[0]; i++)
+        if (ours[i] != target[i])
+            last = i, first = differ++ == 0 ? i : first;
+    assert_true(differ > 0 && last - first < 32);
+    assert_true(first > 5 + 4 + 2 + 32 + 1 + 32 + 3); /* random, session id, suite kept */
+    size_t shl = 0;
+    assert_memory_equal(sv_tls13s_server_hello(p.srv, &shl), ours + 5, tsize[0] - 5);
+    assert_int_equal(handshake(&p), 0);
+    check_peer_cert(&p);
+    both_ways(&p, 200000);
+    close_both(&p);
+    pair_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +632,11 @@ int main(void)
         cmocka_unit_test(client_order_picks_the_suite),
         cmocka_unit_test(clients_without_x25519_or_tls13_are_refused),
         cmocka_unit_test(bad_params_are_refused),
+        cmocka_unit_test(wrong_finished_is_refused),
+        cmocka_unit_test(corrupt_records_are_refused),
+        cmocka_unit_test(client_alert_ends_the_handshake),
+        cmocka_unit_test(key_update_is_answered),
+        cmocka_unit_test(template_and_padding_mirror_the_target),
     };
     return cmocka_run_group_tests(tests, make_cert, free_cert);
 }
