@@ -65,6 +65,7 @@ struct sv_tls13s {
     uint8_t hs[HS_MAX];                /* the client's handshake bytes not yet handled */
     size_t hs_len;
     bool up, eof, closed;
+    bool update_asked; /* the client asked for our KeyUpdate */
     int err;
 };
 
@@ -209,7 +210,8 @@ static int seal(sv_tls13s *s, uint8_t type, const uint8_t *p, size_t len, size_t
         return -ENOMEM;
     r[0] = CT_APPDATA, r[1] = 3, r[2] = 3;
     put16(r + 3, inner + TAG_LEN);
-    memmove(r + REC_HDR, p, len);
+    if (len > 0)
+        memmove(r + REC_HDR, p, len);
     r[REC_HDR + len] = type;
     memset(r + REC_HDR + len + 1, 0, inner - len - 1);
     nonce(&s->wr, n);
@@ -670,18 +672,25 @@ static int on_alert(sv_tls13s *s, const uint8_t *a, size_t len)
     return 0;
 }
 
-/* KeyUpdate (§4.6.3): new read key; when asked, ours too, announced under the old one. */
+/* KeyUpdate (§4.6.3): a new read key. When the client asks, ours changes before our next
+ * application data (sv_tls13s_wrap()): one answer however many requests came meanwhile, so
+ * that a client cannot make output grow without reading it. */
 static int on_key_update(sv_tls13s *s, const uint8_t *body, size_t len)
 {
     if (len != 1 || body[0] > 1)
         return -EPROTO;
-    int rc = update_traffic(s, &s->rd, 0);
-    if (rc == 0 && body[0] == 1 && !s->closed) {
-        static const uint8_t answer[] = {HT_KEY_UPDATE, 0, 0, 1, 0};
-        rc = seal(s, CT_HANDSHAKE, answer, sizeof answer, 0);
-        if (rc == 0)
-            rc = update_traffic(s, &s->wr, 1);
-    }
+    s->update_asked |= body[0] == 1;
+    return update_traffic(s, &s->rd, 0);
+}
+
+/* Our KeyUpdate (update_not_requested) under the old key, then the new write key. */
+static int answer_key_update(sv_tls13s *s)
+{
+    static const uint8_t answer[] = {HT_KEY_UPDATE, 0, 0, 1, 0};
+    int rc = seal(s, CT_HANDSHAKE, answer, sizeof answer, 0);
+    if (rc == 0)
+        rc = update_traffic(s, &s->wr, 1);
+    s->update_asked = false;
     return rc;
 }
 
@@ -843,6 +852,11 @@ ssize_t sv_tls13s_wrap(sv_tls13s *s, const uint8_t *p, size_t n)
     if (s->closed)
         return -EPIPE;
     size_t acc = 0;
+    if (n > 0 && s->update_asked) {
+        int rc = answer_key_update(s);
+        if (rc != 0)
+            return fail(s, rc);
+    }
     while (acc < n && s->out_end - s->out_off < SV_TLS13S_OUT_MAX) {
         size_t k = n - acc < PLAIN_MAX ? n - acc : PLAIN_MAX;
         int rc = seal(s, CT_APPDATA, p + acc, k, 0);

@@ -14,7 +14,8 @@
  * (the client must have sent an X25519 share: no HelloRetryRequest); a certificate given as DER
  * and an Ed25519 key for CertificateVerify (scheme 0x0807, whatever the client's
  * signature_algorithms say: §1.5). Not supported: PSK, session tickets, 0-RTT, client
- * certificates, HelloRetryRequest. Received KeyUpdate is honoured (and answered when asked).
+ * certificates, HelloRetryRequest. Received KeyUpdate is honoured (and answered when asked,
+ * before our next application data).
  */
 #ifndef SV_TRANSPORT_TLS13S_H
 #define SV_TRANSPORT_TLS13S_H
@@ -96,7 +97,8 @@ void sv_tls13s_free(sv_tls13s *s);
  * plaintext bytes into @p out. Before the handshake completes this consumes the client's
  * ChangeCipherSpec and Finished (checked, RFC 8446 §4.4.4); afterwards KeyUpdate (§4.6.3) and
  * alerts. Call again with n = 0 while it returns bytes. After the client's close_notify the
- * status has SV_LAYER_EOF and further input is dropped.
+ * status has SV_LAYER_EOF and further input is dropped. On an error the matching fatal alert
+ * (RFC 8446 §6.2) becomes pending output: send it, then close.
  * @return plaintext bytes (0 when none now), or a terminal negative errno:
  *   -EBADMSG a record fails authentication (bad_record_mac);
  *   -EACCES the client's Finished is wrong (decrypt_error);
@@ -108,7 +110,8 @@ ssize_t sv_tls13s_unwrap(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used
                          size_t cap);
 
 /**
- * Encrypt application data towards the client into records of at most 2^14 bytes.
+ * Encrypt application data towards the client into records of at most 2^14 bytes (first our
+ * KeyUpdate if the client asked for one, RFC 8446 §4.6.3).
  * @return bytes accepted (0..n: nothing more once SV_TLS13S_OUT_MAX bytes are pending),
  *         -ENOTCONN before the handshake completed, -EPIPE after sv_tls13s_shutdown(), or the
  *         terminal error of an earlier call.

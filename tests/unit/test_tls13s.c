@@ -517,6 +517,9 @@ static void key_update_is_answered(void **state)
         assert_int_equal(p.got_len, 4);
         assert_memory_equal(p.got, "ping", 4);
         assert_int_equal(sv_tls13s_wrap(p.srv, (const uint8_t *)"pong", 4), 4);
+        size_t pending = 0;
+        sv_tls13s_out_peek(p.srv, &pending);
+        assert_int_equal(pending, (5 + 5 + 1 + 16) + (5 + 4 + 1 + 16)); /* KeyUpdate, pong */
         to_client(&p);
         char b[8];
         assert_int_equal(SSL_read(p.ssl, b, sizeof b), 4);
