@@ -269,15 +269,23 @@ static const suite *choose_suite(const sv_tls_hello *h, uint16_t want)
     return NULL;
 }
 
-/* Check a template ServerHello (§4.1.3): TLS 1.3 in supported_versions, an X25519 key share.
+/* The random of a HelloRetryRequest (§4.1.3): SHA-256 of "HelloRetryRequest". */
+static const uint8_t k_hrr_random[32] = {
+    0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91,
+    0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c};
+
+/* Check a template ServerHello (§4.1.3): not a HelloRetryRequest, the client's session id
+ * echoed, TLS 1.3 in supported_versions, an X25519 key share.
  * @return 0 with its suite and the offset of its key share data, or -EINVAL. */
-static int parse_template(const uint8_t *m, size_t len, uint16_t *suite_id, size_t *share_off)
+static int parse_template(const uint8_t *m, size_t len, const sv_tls_hello *h,
+                          uint16_t *suite_id, size_t *share_off)
 {
     if (len < 4 + 2 + 32 + 1 || len > TEMPLATE_MAX || m[0] != HT_SERVER_HELLO || m[1] != 0 ||
-        get16(m + 2) != len - 4 || get16(m + 4) != 0x0303)
+        get16(m + 2) != len - 4 || get16(m + 4) != 0x0303 || memcmp(m + 6, k_hrr_random, 32) == 0)
         return -EINVAL;
     size_t sid_len = m[38], at = 39 + sid_len;
-    if (sid_len > 32 || at + 5 > len)
+    if (sid_len != h->session_id.n || at + 5 > len ||
+        (sid_len > 0 && memcmp(m + 39, h->session_id.p, sid_len) != 0))
         return -EINVAL;
     *suite_id = (uint16_t)get16(m + at);
     if (m[at + 2] != 0 || get16(m + at + 3) != len - at - 5)
@@ -542,9 +550,9 @@ static int check_params(const sv_tls13s_params *p, const suite **su, size_t *sha
         (p->pad_count > 0 && p->pad_sizes == NULL))
         return sv_error_set(err, -EINVAL, "tls13s: pad_count must be 0, 1, 2, 4 or 5");
     if (p->server_hello != NULL &&
-        parse_template(p->server_hello, p->server_hello_len, &want, share_off) != 0)
-        return sv_error_set(err, -EINVAL,
-                            "tls13s: the template is not a TLS 1.3 ServerHello with X25519");
+        parse_template(p->server_hello, p->server_hello_len, h, &want, share_off) != 0)
+        return sv_error_set(err, -EINVAL, "tls13s: the template is not a TLS 1.3 ServerHello "
+                                          "to this ClientHello with an X25519 key share");
     if (!h->has_tls13)
         return sv_error_set(err, -EPROTONOSUPPORT, "tls13s: the client does not offer TLS 1.3");
     if (h->x25519 == NULL)

@@ -14,7 +14,9 @@
  * (the client must have sent an X25519 share: no HelloRetryRequest); a certificate given as DER
  * and an Ed25519 key for CertificateVerify (scheme 0x0807, whatever the client's
  * signature_algorithms say: §1.5). Not supported: PSK, session tickets, 0-RTT, client
- * certificates, HelloRetryRequest. Received KeyUpdate is honoured (and answered when asked,
+ * certificates, HelloRetryRequest, X25519MLKEM768 (Debian's OpenSSL 3.0 has no ML-KEM: a
+ * template choosing it is refused, and REALITY relays such a client, PROTOCOLS-2.md §1.4).
+ * Received KeyUpdate is honoured (and answered when asked,
  * before our next application data).
  */
 #ifndef SV_TRANSPORT_TLS13S_H
@@ -82,7 +84,8 @@ typedef struct sv_tls13s_params {
  *   -EPROTONOSUPPORT when the client does not list TLS 1.3 in supported_versions, sent no X25519
  *                    key share, or offers none of the three suites (or not the template's);
  *   -EINVAL for bad parameters (no Ed25519 key, empty or oversized certificate, a template
- *           that is not a TLS 1.3 ServerHello with an X25519 key share, bad pad_count);
+ *           that is not a TLS 1.3 ServerHello with an X25519 key share echoing the client's
+ *           session id, a HelloRetryRequest, bad pad_count);
  *   -EMSGSIZE when a message does not fit the record size pad_sizes asks for;
  *   -ENOMEM, or -EIO when libcrypto fails.
  */

@@ -598,6 +598,21 @@ static void template_and_padding_mirror_the_target(void **state)
     sv_tls13s_params prm = params_for(&p);
     prm.server_hello = target + 5;
     prm.server_hello_len = tsize[0] - 5;
+    uint8_t bad[SV_TLS_HELLO_MAX];
+    memcpy(bad, target + 5, tsize[0] - 5);
+    bad[39] ^= 1; /* a session id that is not the client's */
+    sv_tls13s_params bad_prm = prm;
+    bad_prm.server_hello = bad;
+    assert_int_equal(sv_tls13s_new(&bad_prm, &p.srv, NULL), -EINVAL);
+    bad[39] ^= 1;
+    assert_int_equal(sv_tls13s_new(&bad_prm, &p.srv, NULL), 0);
+    sv_tls13s_free(p.srv);
+    static const uint8_t hrr[32] = {0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d,
+                                    0x8c, 0x02, 0x1e, 0x65, 0xb8, 0x91, 0xc2, 0xa2, 0x11, 0x16,
+                                    0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8,
+                                    0x33, 0x9c};
+    memcpy(bad + 6, hrr, 32);
+    assert_int_equal(sv_tls13s_new(&bad_prm, &p.srv, NULL), -EINVAL);
     prm.pad_sizes = pad;
     prm.pad_count = pad_count;
     assert_int_equal(sv_tls13s_new(&prm, &p.srv, NULL), 0);
