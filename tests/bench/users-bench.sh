@@ -108,7 +108,7 @@ for n in $SIZES; do
         bg "$T/hold.log" "${KATEST[@]}" hold --port "$tp" --ready-file "$T/ready" \
             --release-file "$T/release" --max-secs 120; HOLD=$BG
         before=
-        for _ in $(seq 1 200); do   # the flow is listed once katana found its user
+        for _ in $(seq 1 1200); do  # listed once katana found its user (a scan of all keys)
             [ -e "$T/ready" ] && before=$(flow_ids "$ap") && [ -n "$before" ] && break
             sleep 0.05
         done
@@ -117,9 +117,9 @@ for n in $SIZES; do
         kill -HUP "$SRV"
         wait_applies "$ap" 2 && reload_ms=$(($(now_ms) - t0))
         after=$(flow_ids "$ap")
-        kept=0
-        [ -n "$before" ] && [ "$before" = "$after" ] && kept=1
-        kept="$kept/1"
+        kept=0/1
+        [ "$before" = "$after" ] && kept=1/1
+        [ -n "$before" ] || kept="no flow" # the client was not served within 60 s
         touch "$T/release"; wait "$HOLD" 2>/dev/null || true
         kill -TERM "$TUN"; wait "$TUN" 2>/dev/null || true
     fi
