@@ -350,15 +350,12 @@ int ag_lower_user_set(const char *tag, const pn_users *users, sv_user_set *out, 
     for (size_t i = 0; i < users->n; i++) {
         const pn_user *p = &users->users[i];
         sv_user *u = &out->users[i];
-        char label[24];
-        snprintf(label, sizeof label, "%" PRIu64, p->id);
         out->n_users = i + 1;
-        u->id = p->id;
-        u->label = strdup(label);
+        u->id = p->id; /* no label: the API and the logs name a user by its id */
         u->secret = strdup(p->uuid != NULL ? p->uuid : "");
         u->speed_limit = ag_lower_speed(p->speed_limit);
         u->device_limit = p->device_limit;
-        if (u->label == NULL || u->secret == NULL)
+        if (u->secret == NULL)
             goto nomem;
     }
     return 0;

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -612,6 +613,9 @@ static void on_loaded(void *arg, int status, ag_fleet *fleet, const sv_error *fe
         memset(fleet, 0, sizeof *fleet);
         status = ag_manager_reconcile(m, &next, &err);
         ag_fleet_free(&next);
+        /* the parsed bodies were freed: give their pages back (a list of 1 000 000 users
+         * parses into ~450 MB of small JSON nodes that glibc would otherwise keep) */
+        malloc_trim(0);
     } else {
         err = *ferr;
     }

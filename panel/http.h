@@ -14,7 +14,7 @@
 
 #include "supervisor/util/err.h"
 
-#define PN_HTTP_BODY_MAX (16u << 20)  /**< default bound on a response body, bytes */
+#define PN_HTTP_BODY_MAX (256u << 20) /**< default bound on a response body, bytes (= PN_BODY_MAX) */
 #define PN_HTTP_TIMEOUT_MS 10000L     /**< default total timeout of a request */
 
 typedef struct pn_http pn_http;

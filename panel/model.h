@@ -16,8 +16,8 @@
 #include "supervisor/util/err.h"
 
 /** Bounds on outside bytes (DESIGN.md "every parser of outside bytes has a size bound"). */
-#define PN_BODY_MAX (32u << 20) /**< bytes in one panel body (node or users) */
-#define PN_USERS_MAX 100000u    /**< users in one list (= SV_USERS_MAX) */
+#define PN_BODY_MAX (256u << 20) /**< bytes in one panel body (PN_USERS_MAX users, ~250 B each) */
+#define PN_USERS_MAX 1000000u   /**< users in one list (= SV_USERS_MAX) */
 #define PN_ROUTES_MAX 4096u     /**< routes of one node (= SV_RULES_MAX) */
 #define PN_MATCH_MAX 65536u     /**< match entries of one route (= SV_MATCHERS_MAX) */
 #define PN_UUID_MAX 256u        /**< bytes in a user's uuid (= SV_SECRET_MAX) */

@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,48 +9,141 @@
 
 #include "supervisor/principal.h"
 
-#define BUCKETS 1024
+/* A user-set tag shared by that set's principals, counted by them. */
+struct sv_principal_set {
+    size_t refs;
+    sv_principal_set *next;
+    char tag[];
+};
 
+#define BUCKETS_MIN 1024u
+
+/* Everything below is under reg_mu. The table doubles when it holds two principals per bucket,
+ * so a lookup walks a short chain at 1 000 000 users too. */
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static sv_principal *reg[BUCKETS];
+static sv_principal **reg;
+static size_t reg_buckets, reg_count;
+static sv_principal_set *sets;
 
-static size_t bucket_of(uint64_t id) { return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 54) % BUCKETS; }
-
-sv_principal *sv_principal_acquire(const char *set, const sv_user *user)
+static size_t bucket_of(uint64_t id, size_t buckets)
 {
-    uint8_t fp[SV_PRINCIPAL_FP];
-    unsigned fp_len = 0;
-    const char *secret = user->secret != NULL ? user->secret : "";
-    if (EVP_Digest(secret, strlen(secret), fp, &fp_len, EVP_sha256(), NULL) != 1 ||
-        fp_len != sizeof fp)
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (buckets - 1);
+}
+
+/* The interned set for @p tag with one more reference, or NULL when out of memory. */
+static sv_principal_set *set_acquire(const char *tag)
+{
+    for (sv_principal_set *s = sets; s != NULL; s = s->next)
+        if (strcmp(s->tag, tag) == 0) {
+            s->refs++;
+            return s;
+        }
+    size_t len = strlen(tag);
+    sv_principal_set *s = malloc(sizeof *s + len + 1);
+    if (s == NULL)
         return NULL;
-    const char *tag = set != NULL ? set : "";
-    size_t b = bucket_of(user->id);
-    pthread_mutex_lock(&reg_mu);
-    for (sv_principal *p = reg[b]; p != NULL; p = p->next) {
-        if (p->id != user->id || strcmp(p->set, tag) != 0 || memcmp(p->fp, fp, sizeof fp) != 0)
+    s->refs = 1;
+    memcpy(s->tag, tag, len + 1);
+    s->next = sets;
+    sets = s;
+    return s;
+}
+
+static void set_release(sv_principal_set *s)
+{
+    if (--s->refs > 0)
+        return;
+    for (sv_principal_set **pp = &sets; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    free(s);
+}
+
+/* Make room for one more principal. @return false when the first table cannot be allocated
+ * (a failed growth keeps the old table: longer chains, still correct). */
+static bool reg_reserve(void)
+{
+    if (reg != NULL && reg_count < 2 * reg_buckets)
+        return true;
+    size_t n = reg != NULL ? 2 * reg_buckets : BUCKETS_MIN;
+    sv_principal **t = calloc(n, sizeof *t);
+    if (t == NULL)
+        return reg != NULL;
+    for (size_t b = 0; b < reg_buckets; b++)
+        for (sv_principal *p = reg[b], *next; p != NULL; p = next) {
+            next = p->next;
+            size_t nb = bucket_of(p->id, n);
+            p->next = t[nb];
+            t[nb] = p;
+        }
+    free(reg);
+    reg = t;
+    reg_buckets = n;
+    return true;
+}
+
+/* The registered principal for (@p tag, @p id, @p fp) with one more reference, or NULL. */
+static sv_principal *reg_find(const char *tag, uint64_t id, const uint8_t *fp)
+{
+    if (reg == NULL)
+        return NULL;
+    for (sv_principal *p = reg[bucket_of(id, reg_buckets)]; p != NULL; p = p->next) {
+        if (p->id != id || strcmp(p->set->tag, tag) != 0 || memcmp(p->fp, fp, SV_PRINCIPAL_FP))
             continue;
         int r = atomic_load(&p->refs);
         /* a principal whose last reference is being dropped is not revived */
         while (r > 0 && !atomic_compare_exchange_weak(&p->refs, &r, r + 1))
             ;
-        if (r > 0) {
-            atomic_store(&p->device_limit, user->device_limit);
-            pthread_mutex_unlock(&reg_mu);
+        if (r > 0)
             return p;
-        }
     }
-    sv_principal *p = calloc(1, sizeof *p);
-    if (p != NULL) {
-        atomic_init(&p->refs, 1);
-        p->id = user->id;
-        snprintf(p->label, sizeof p->label, "%s", user->label != NULL ? user->label : "");
-        atomic_init(&p->device_limit, user->device_limit);
-        snprintf(p->set, sizeof p->set, "%s", tag);
-        memcpy(p->fp, fp, sizeof fp);
-        p->next = reg[b];
-        reg[b] = p;
+    return NULL;
+}
+
+/* A new registered principal for (@p tag, @p user, @p fp) with one reference, or NULL. */
+static sv_principal *reg_insert(const char *tag, const sv_user *user, const uint8_t *fp)
+{
+    sv_principal *p = reg_reserve() ? calloc(1, sizeof *p) : NULL;
+    if (p == NULL || (p->set = set_acquire(tag)) == NULL) {
+        free(p);
+        return NULL;
     }
+    atomic_init(&p->refs, 1);
+    atomic_init(&p->device_limit, user->device_limit);
+    p->id = user->id;
+    memcpy(p->fp, fp, SV_PRINCIPAL_FP);
+    size_t b = bucket_of(p->id, reg_buckets);
+    p->next = reg[b];
+    reg[b] = p;
+    reg_count++;
+    return p;
+}
+
+/* SHA-256, fetched once per process (an implicit fetch per user doubled the cost of building a
+ * handler of many users). Kept for the process's life. */
+static EVP_MD *sha256_fetched;
+static void sha256_fetch(void) { sha256_fetched = EVP_MD_fetch(NULL, "SHA256", NULL); }
+
+sv_principal *sv_principal_acquire(const char *set, const sv_user *user)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, sha256_fetch);
+    uint8_t digest[EVP_MAX_MD_SIZE];
+    unsigned digest_len = 0;
+    const char *secret = user->secret != NULL ? user->secret : "";
+    if (sha256_fetched == NULL ||
+        EVP_Digest(secret, strlen(secret), digest, &digest_len, sha256_fetched, NULL) != 1 ||
+        digest_len < SV_PRINCIPAL_FP)
+        return NULL;
+    const char *tag = set != NULL ? set : "";
+    pthread_mutex_lock(&reg_mu);
+    sv_principal *p = reg_find(tag, user->id, digest);
+    if (p != NULL)
+        atomic_store(&p->device_limit, user->device_limit);
+    else
+        p = reg_insert(tag, user, digest);
     pthread_mutex_unlock(&reg_mu);
     return p;
 }
@@ -63,11 +155,13 @@ void sv_principal_unref(sv_principal *p)
     if (p == NULL || atomic_fetch_sub(&p->refs, 1) != 1)
         return;
     pthread_mutex_lock(&reg_mu);
-    for (sv_principal **pp = &reg[bucket_of(p->id)]; *pp != NULL; pp = &(*pp)->next)
+    for (sv_principal **pp = &reg[bucket_of(p->id, reg_buckets)]; *pp != NULL; pp = &(*pp)->next)
         if (*pp == p) {
             *pp = p->next;
+            reg_count--;
             break;
         }
+    set_release(p->set);
     pthread_mutex_unlock(&reg_mu);
     free(p);
 }

@@ -14,17 +14,19 @@
 
 #include "supervisor/supervisor.h"
 
-#define SV_PRINCIPAL_FP 32 /**< bytes of a secret's fingerprint (SHA-256) */
+#define SV_PRINCIPAL_FP 16 /**< bytes of a secret's fingerprint (SHA-256, truncated) */
 
 typedef struct sv_principal sv_principal;
+typedef struct sv_principal_set sv_principal_set;
 
+/* 48 bytes: a node may hold SV_USERS_MAX of them (issue 13 "Limits that refuse real panels":
+ * at most 200 bytes of RSS per idle user in all). */
 struct sv_principal {
     _Atomic int refs;
-    uint64_t id;                    /**< frontend id (sv_user.id) */
-    char label[64];                 /**< sv_user.label at creation (never a secret); may be "" */
     _Atomic uint32_t device_limit;  /**< sv_user.device_limit, updated in place (0 = unlimited) */
-    char set[SV_TAG_MAX + 1];       /**< tag of the user set it belongs to */
-    uint8_t fp[SV_PRINCIPAL_FP];    /**< SHA-256 of the secret: a new secret is a new principal */
+    uint64_t id;                    /**< frontend id (sv_user.id) */
+    sv_principal_set *set;          /**< the interned tag of its user set (one per tag) */
+    uint8_t fp[SV_PRINCIPAL_FP];    /**< of the secret: a new secret is a new principal */
     sv_principal *next;             /**< registry chain (under the registry lock) */
 };
 

@@ -27,7 +27,7 @@
 /** Limits (seed-derived or chosen, checked by validation). */
 #define SV_TAG_MAX 64             /**< bytes in any tag */
 #define SV_SECRET_MAX 256         /**< bytes in a user's secret */
-#define SV_USERS_MAX 100000       /**< users in one user set */
+#define SV_USERS_MAX 1000000      /**< users in one user set (issue 13: large panels) */
 #define SV_RULES_MAX 4096         /**< route rules */
 #define SV_MATCHERS_MAX 65536     /**< matchers in one rule */
 

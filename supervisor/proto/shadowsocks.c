@@ -48,7 +48,10 @@ size_t sv_ss_key_len(enum sv_ss_cipher cipher)
     return 0;
 }
 
-int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out)
+/* EVP_BytesToKey(MD5) of @p password with the MD5 @p md5 (issue 13: a keyring of many users
+ * fetches MD5 once, not once per key). */
+static int password_to_key_md(const EVP_MD *md5, enum sv_ss_cipher cipher, const char *password,
+                              uint8_t *out)
 {
     size_t klen = sv_ss_key_len(cipher), have = 0, pwlen = strlen(password);
     uint8_t d[EVP_MAX_MD_SIZE];
@@ -58,7 +61,7 @@ int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_
     if (md == NULL)
         return -ENOMEM;
     while (have < klen) {
-        if (EVP_DigestInit_ex(md, EVP_md5(), NULL) != 1 ||
+        if (md5 == NULL || EVP_DigestInit_ex(md, md5, NULL) != 1 ||
             (have > 0 && EVP_DigestUpdate(md, d, dlen) != 1) ||
             EVP_DigestUpdate(md, password, pwlen) != 1 || EVP_DigestFinal_ex(md, d, &dlen) != 1) {
             rc = -EIO;
@@ -72,6 +75,14 @@ int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_
     OPENSSL_cleanse(d, sizeof d);
     if (rc != 0)
         OPENSSL_cleanse(out, klen);
+    return rc;
+}
+
+int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out)
+{
+    EVP_MD *md5 = EVP_MD_fetch(NULL, "MD5", NULL);
+    int rc = password_to_key_md(md5, cipher, password, out);
+    EVP_MD_free(md5);
     return rc;
 }
 
@@ -89,14 +100,14 @@ int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char
     if (ring->keys == NULL)
         return -ENOMEM;
     ring->n = n;
-    for (size_t i = 0; i < n; i++) {
-        int rc = sv_ss_password_to_key(cipher, passwords[i], ring->keys[i]);
-        if (rc != 0) {
-            sv_ss_keyring_deinit(ring);
-            return rc;
-        }
-    }
-    return 0;
+    EVP_MD *md5 = EVP_MD_fetch(NULL, "MD5", NULL);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = password_to_key_md(md5, cipher, passwords[i], ring->keys[i]);
+    EVP_MD_free(md5);
+    if (rc != 0)
+        sv_ss_keyring_deinit(ring);
+    return rc;
 }
 
 void sv_ss_keyring_deinit(sv_ss_keyring *ring)

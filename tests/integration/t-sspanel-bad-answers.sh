@@ -1,5 +1,5 @@
 #!/bin/bash
-# Bad mod_mu answers (issue 14): an HTML page with 200, truncated JSON, a 50 MB body, a user list
+# Bad mod_mu answers (issue 14): an HTML page with 200, truncated JSON, a 300 MB body, a user list
 # with a duplicate id, absurd limits, an unknown node type (sort 2, TUIC) and a business error
 # (HTTP 200 {"ret":0}). Each is served on every pull for a while, then the panel heals.
 # Checks, per bad answer: exactly one warning naming the reason although several pulls got it;
@@ -55,7 +55,7 @@ bad() {
 bad "HTML 200" user html200 "panel users: HTTP 200 body is not JSON \(text/html"
 bad "truncated JSON" user '{"endpoint": "user", "body": "{\"ret\":1,\"data\":[{\"id\":1,"}' \
     "panel users: HTTP 200 body is not JSON"
-bad "50 MB body" user '{"endpoint": "user", "huge": 52428800}' "panel users: .*(large|size|bound)"
+bad "300 MB body" user '{"endpoint": "user", "huge": 300000000}' "panel users: .*(large|size|bound)"
 bad "duplicate user ids" user "{\"endpoint\": \"user\", \"body\": {\"ret\": 1, \"data\": [
     {\"id\": 1, \"passwd\": \"$U1\", \"method\": \"$CIPHER\"},
     {\"id\": 1, \"passwd\": \"$U2\", \"method\": \"$CIPHER\"}]}}" \

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Bad Xboard API v2 answers (issue 14), over REST and over the node channel: an HTML page with
-# 200, truncated JSON, a 50 MB body, a user list with a duplicate id, an unknown node type. Each
+# 200, truncated JSON, a 300 MB body (over the 256 MiB bound), a user list with a duplicate id, an unknown node type. Each
 # REST one is served on every pull for a while, then the panel heals; each channel one is sent
 # once (katana then pulls everything over REST, which answers well).
 # Checks, per bad answer: exactly one warning naming the reason (although several pulls got the
@@ -70,7 +70,7 @@ ws_bad() {
 bad "HTML 200" user html200 "panel user: HTTP 200 body is not JSON \(text/html"
 bad "truncated JSON" user '{"endpoint": "user", "body": "{\"users\":[{\"id\":1,"}' \
     "panel user: HTTP 200 body is not JSON"
-bad "50 MB body" user '{"endpoint": "user", "huge": 52428800}' "panel user: .*(large|size|bound)"
+bad "300 MB body" user '{"endpoint": "user", "huge": 300000000}' "panel user: .*(large|size|bound)"
 bad "duplicate user ids" user "{\"endpoint\": \"user\", \"body\": {\"users\": [
     {\"id\": 1, \"uuid\": \"$U1\"}, {\"id\": 1, \"uuid\": \"$U2\"}]}}" \
     "duplicate user 1|user id 1 listed twice"

@@ -142,11 +142,9 @@ static void check_shared(const sv_spec *s)
 static void check_user(const sv_user *u, uint64_t id, const char *uuid, uint64_t speed,
                        uint32_t devices)
 {
-    char label[24];
-    snprintf(label, sizeof label, "%llu", (unsigned long long)id);
     assert_int_equal(u->id, id);
     assert_string_equal(u->secret, uuid);
-    assert_string_equal(u->label, label);
+    assert_null(u->label);
     assert_int_equal(u->speed_limit, speed);
     assert_int_equal(u->device_limit, devices);
 }

@@ -504,7 +504,7 @@ static void a_user_set_at_the_limit_passes_and_one_more_is_refused(void **state)
     f.sets[0].n_users = SV_USERS_MAX;
     expect_valid(&f);
     f.sets[0].n_users = SV_USERS_MAX + 1;
-    expect_invalid(&f, "user set u: more than 100000 users");
+    expect_invalid(&f, "user set u: more than 1000000 users");
     /* A duplicate at the end of a large set is still found. */
     f.sets[0].n_users = SV_USERS_MAX;
     users[SV_USERS_MAX - 1].id = 777;
@@ -512,7 +512,7 @@ static void a_user_set_at_the_limit_passes_and_one_more_is_refused(void **state)
     /* So is a shared secret. */
     users[SV_USERS_MAX - 1].id = SV_USERS_MAX;
     strcpy(users[SV_USERS_MAX - 1].secret, "s5");
-    expect_invalid(&f, "user set u: users 5 and 100000 have the same secret");
+    expect_invalid(&f, "user set u: users 5 and 1000000 have the same secret");
     free_users(users, SV_USERS_MAX + 1);
 }
 
