@@ -30,6 +30,9 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
             --sources A,B,.. [--conns N]     sources at one instant; per source: admitted, total;
             [--hold S --ready-file F         --hold: kept open S s (or until the release file
              --release-file R]               exists), then "held N still served, M cut"
+  xudp      --port P --uuid U --gid HEX      one clear VLESS Mux.Cool connection with an XUDP
+            [--count N] [--steal]            session (GlobalID HEX) to a remote socket of its
+                                             own; prints the source port the remote saw
 """
 
 import argparse
@@ -506,6 +509,129 @@ def cmd_udp_cone(a):
         print("FAIL udp-cone: %s" % e, flush=True)
         ok = False
     ctl.close()
+    return 0 if ok else 1
+
+
+class XudpConn:
+    """One clear VLESS connection with command 3 (Mux.Cool) carrying XUDP session 0 the way
+    Xray's client sends it (PROTOCOLS-2.md §5.1, §5.2): a New UDP frame with the destination,
+    the 8-byte GlobalID and the first datagram, then Keep frames with network 2 and each
+    datagram's destination. Counts its wire bytes both ways."""
+
+    def __init__(self, port, uuid_text, gid, timeout):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout)
+        self.s.settimeout(timeout)
+        self.gid, self.first, self.up, self.down, self.head = gid, True, 0, 0, False
+        self._send(b"\x00" + uuid.UUID(uuid_text).bytes + b"\x00\x03")
+
+    def _send(self, b):
+        self.s.sendall(b)
+        self.up += len(b)
+
+    def _recv(self, n):
+        b = recv_exact(self.s, n)
+        self.down += len(b)
+        return b
+
+    def datagram(self, port, payload):
+        addr = struct.pack("!H", port) + b"\x01" + socket.inet_aton("127.0.0.1")
+        if self.first:
+            meta = struct.pack("!HBB", 0, 1, 1) + b"\x02" + addr + self.gid
+            self.first = False
+        else:
+            meta = struct.pack("!HBB", 0, 2, 1) + b"\x02" + addr
+        self._send(struct.pack("!H", len(meta)) + meta + struct.pack("!H", len(payload)) + payload)
+
+    def frame(self):
+        """The next frame: (session, status, metadata after the option, data)."""
+        if not self.head:
+            if self._recv(2) != b"\x00\x00":
+                raise IOError("no VLESS response header")
+            self.head = True
+        ml = struct.unpack("!H", self._recv(2))[0]
+        meta = self._recv(ml)
+        if ml < 4:
+            raise IOError("metadata of %d bytes" % ml)
+        data = b""
+        if meta[3] & 1:
+            data = self._recv(struct.unpack("!H", self._recv(2))[0])
+        return struct.unpack("!H", meta[:2])[0], meta[2], meta[4:], data
+
+    def close(self):
+        self.s.close()
+
+
+def xudp_phase(a, c, remote, tag):
+    """COUNT datagrams through C to REMOTE, each answered by REMOTE to the address it came
+    from; each answer must come back in a Keep frame carrying REMOTE's address.
+    @return the source ports REMOTE saw (a set)."""
+    ports = set()
+    rport = remote.getsockname()[1]
+    for i in range(a.count):
+        payload = struct.pack("!Q", i) + pattern("%s/%s/%d" % (a.seed, tag, i), a.size - 8)
+        c.datagram(rport, payload)
+        ready, _, _ = select.select([remote], [], [], a.timeout)
+        if not ready:
+            raise IOError("%s: datagram #%d never reached the remote" % (tag, i))
+        got, mapping = remote.recvfrom(MAX_DATAGRAM)
+        if got != payload:
+            raise IOError("%s: datagram #%d arrived altered" % (tag, i))
+        ports.add(mapping[1])
+        remote.sendto(payload[::-1], mapping)
+        sid, status, meta, data = c.frame()
+        want_src = b"\x02" + struct.pack("!H", rport) + b"\x01" + socket.inet_aton("127.0.0.1")
+        if sid != 0 or status != 2 or meta != want_src or data != payload[::-1]:
+            raise IOError("%s: answer #%d: session %d status %d source %s, %s" % (
+                tag, i, sid, status, meta.hex(), "identical" if data == payload[::-1]
+                else "altered"))
+    return ports
+
+
+def cmd_xudp(a):
+    """Issue 10 (XUDP GlobalID re-attach, PROTOCOLS-2.md §5.3): one clear VLESS Mux.Cool
+    connection sends COUNT datagrams of XUDP session 0 with GlobalID --gid to a remote socket
+    of this process, which answers each; then it closes (abruptly: no End frame, as a dropped
+    connection). Prints 'XUDP_PORT N' (the one source port the remote saw) and 'XUDP_WIRE UP
+    DOWN' (the client's wire bytes). --steal: a second connection with the same GlobalID is
+    opened while the first is still open; the remote must see the same port from both, and
+    the first must get an End frame for session 0."""
+    gid = bytes.fromhex(a.gid)
+    if len(gid) != 8:
+        die("--gid: 16 hex digits", 2)
+    remote = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    remote.bind(("127.0.0.1", 0))
+    conns = []
+    try:
+        c = XudpConn(a.port, a.uuid, gid, a.timeout)
+        conns.append(c)
+        ports = xudp_phase(a, c, remote, "first")
+        if a.steal:
+            c2 = XudpConn(a.port, a.uuid, gid, a.timeout)
+            conns.append(c2)
+            ports2 = xudp_phase(a, c2, remote, "second")
+            sid, status, _, _ = c.frame()
+            if (sid, status) != (0, 3):
+                raise IOError("the first connection got session %d status %d, not End of 0" %
+                              (sid, status))
+            print("OK xudp steal: the first connection got End for session 0; ports %s then %s"
+                  % (sorted(ports), sorted(ports2)), flush=True)
+            if ports2 != ports:
+                raise IOError("the second connection's datagrams came from %s, the first's from %s"
+                              % (sorted(ports2), sorted(ports)))
+        if len(ports) != 1:
+            raise IOError("the remote saw several source ports: %s" % sorted(ports))
+        print("OK xudp %d datagrams with GlobalID %s, each answered through session 0" %
+              (a.count, a.gid), flush=True)
+        print("XUDP_PORT %d" % ports.pop())
+        print("XUDP_WIRE %d %d" % (sum(x.up for x in conns), sum(x.down for x in conns)),
+              flush=True)
+        ok = True
+    except (OSError, IOError, ValueError) as e:
+        print("FAIL xudp: %s" % e, flush=True)
+        ok = False
+    for c in conns:
+        c.close()
+    remote.close()
     return 0 if ok else 1
 
 
@@ -1426,6 +1552,16 @@ def main():
     c.add_argument("--count", type=int, default=6)
     c.add_argument("--size", type=int, default=200)
     c.add_argument("--seed", default="cone")
+    c = sub.add_parser("xudp", help="issue 10: an XUDP session with a GlobalID over clear VLESS "
+                       "Mux.Cool; prints the source port the remote saw")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--uuid", required=True)
+    c.add_argument("--gid", required=True, help="16 hex digits (zeros: no GlobalID)")
+    c.add_argument("--count", type=int, default=4)
+    c.add_argument("--size", type=int, default=300)
+    c.add_argument("--seed", default="xudp")
+    c.add_argument("--timeout", type=float, default=5)
+    c.add_argument("--steal", action="store_true")
     c = sub.add_parser("sockets")
     c.add_argument("--pid", type=int, required=True)
     c.add_argument("--port", type=int, required=True)
@@ -1435,7 +1571,7 @@ def main():
     if a.cmd == "udp" and not 8 <= a.size <= 1400:
         die("--size must be 8..1400", 2)
     fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
-          "tcp": cmd_tcp, "udp": cmd_udp, "udp-cone": cmd_udp_cone, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
+          "tcp": cmd_tcp, "udp": cmd_udp, "udp-cone": cmd_udp_cone, "xudp": cmd_xudp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
           "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
           "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess,
