@@ -33,6 +33,8 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
   xudp      --port P --uuid U --gid HEX      one clear VLESS Mux.Cool connection with an XUDP
             [--count N] [--steal]            session (GlobalID HEX) to a remote socket of its
                                              own; prints the source port the remote saw
+  xudp-client --socks P --relay-port R       the same through a real client (SOCKS5 UDP) whose
+            --server-port S                  connection a relay R -> S of its own drops
 """
 
 import argparse
@@ -632,6 +634,150 @@ def cmd_xudp(a):
     for c in conns:
         c.close()
     remote.close()
+    return 0 if ok else 1
+
+
+class CutRelay:
+    """TCP relay 127.0.0.1:PORT -> 127.0.0.1:TO (threads) whose connections cut() ends at once,
+    as a network that loses a client's connection; it keeps accepting new ones. Counts the bytes
+    it relayed each way (up = towards TO)."""
+
+    def __init__(self, port, to):
+        self.to, self.conns, self.lock = to, [], threading.Lock()
+        self.bytes = {"up": 0, "down": 0}
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", port))
+        self.ls.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+                u = socket.create_connection(("127.0.0.1", self.to), 5)
+            except OSError:
+                return
+            with self.lock:
+                self.conns += [c, u]
+            for x, y, way in ((c, u, "up"), (u, c, "down")):
+                threading.Thread(target=self._pipe, args=(x, y, way), daemon=True).start()
+
+    def _pipe(self, x, y, way):
+        try:
+            while True:
+                b = x.recv(65536)
+                if not b:
+                    break
+                if way == "down":  # counted before the client can see it
+                    self._count(way, len(b))
+                y.sendall(b)
+                if way == "up":  # counted once the server's socket took it
+                    self._count(way, len(b))
+        except OSError:
+            pass
+        for z in (x, y):
+            try:
+                z.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _count(self, way, n):
+        with self.lock:
+            self.bytes[way] += n
+
+    def cut(self):
+        """Drop every connection (RST both ways). @return how many client connections."""
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for z in conns:
+            try:  # shutdown first: it wakes the pipe threads blocked in recv() on z
+                z.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                z.shutdown(socket.SHUT_RDWR)
+                z.close()
+            except OSError:
+                pass
+        return len(conns) // 2
+
+
+def cmd_xudp_client(a):
+    """Issue 10 (XUDP GlobalID re-attach with a real client): a SOCKS5 UDP association through
+    a client (Xray) whose server connection goes through a relay of this process
+    (--relay-port -> --server-port). Datagrams from one local UDP socket (so one GlobalID) to
+    a remote socket of this process, each answered; then the relay drops the client's
+    connection, and datagrams from the same socket are sent again (each retried, the client
+    dials anew) until the remote sees them. Prints 'XUDP_PORTS BEFORE AFTER': the source ports
+    the remote saw before and after the cut, and 'XUDP_WIRE UP DOWN': the bytes the relay
+    carried (every connection of the client)."""
+    relay = CutRelay(a.relay_port, a.server_port)
+    remote = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    remote.bind(("127.0.0.1", 0))
+    rport = remote.getsockname()[1]
+    try:
+        ctl, bhost, bport = socks_open(a.socks, 3, "0.0.0.0", 0, 5)
+    except (OSError, IOError) as e:
+        die("xudp-client: UDP ASSOCIATE via %d failed: %s" % (a.socks, e))
+    if bhost in ("0.0.0.0", "::"):
+        bhost = "127.0.0.1"
+    require_loopback(bhost)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+
+    def exchange(i, tries):
+        """One datagram to the remote (sent up to TRIES times); the remote answers it; the
+        answer must reach u. @return the source port the remote saw."""
+        payload = struct.pack("!Q", i) + pattern("%s/%d" % (a.seed, i), 200)
+        for _ in range(tries):
+            u.sendto(udp_wrap("127.0.0.1", rport, payload), (bhost, bport))
+            ready, _, _ = select.select([remote], [], [], 1)
+            if ready:
+                break
+        else:
+            raise IOError("datagram #%d never reached the remote (%d tries)" % (i, tries))
+        got, mapping = remote.recvfrom(MAX_DATAGRAM)
+        while got != payload:  # a retried earlier datagram arriving late
+            ready, _, _ = select.select([remote], [], [], 2)
+            if not ready:
+                raise IOError("datagram #%d arrived altered" % i)
+            got, mapping = remote.recvfrom(MAX_DATAGRAM)
+        remote.sendto(payload[::-1], mapping)
+        u.settimeout(5)
+        while True:
+            d, _ = u.recvfrom(MAX_DATAGRAM)
+            if len(d) < 10 or d[2] != 0 or d[3] != 1:
+                raise IOError("answer #%d without an IPv4 source: %r" % (i, d[:10]))
+            src = ("%d.%d.%d.%d" % tuple(d[4:8]), struct.unpack("!H", d[8:10])[0])
+            body = d[10:]
+            if body == payload[::-1]:
+                break
+        if src != ("127.0.0.1", rport):
+            raise IOError("answer #%d came back from %s" % (i, src))
+        return mapping[1]
+
+    ok = True
+    try:
+        before = {exchange(i, 3) for i in range(a.count)}
+        n = relay.cut()
+        print("OK xudp-client: %d datagrams answered; the relay dropped %d connection(s)" %
+              (a.count, n), flush=True)
+        if n < 1:
+            raise IOError("the client had no connection through the relay")
+        after = {exchange(a.count + i, 10) for i in range(a.count)}
+        print("OK xudp-client: %d datagrams answered after the cut" % a.count, flush=True)
+        if len(before) != 1 or len(after) != 1:
+            raise IOError("several source ports: before %s after %s" % (sorted(before),
+                                                                         sorted(after)))
+        print("XUDP_PORTS %d %d" % (before.pop(), after.pop()), flush=True)
+        time.sleep(0.5)  # the relay's threads count what they just passed on
+        with relay.lock:
+            print("XUDP_WIRE %d %d" % (relay.bytes["up"], relay.bytes["down"]), flush=True)
+    except (OSError, IOError, ValueError) as e:
+        print("FAIL xudp-client: %s" % e, flush=True)
+        ok = False
+    ctl.close()
+    u.close()
+    remote.close()
+    relay.cut()
     return 0 if ok else 1
 
 
@@ -1562,6 +1708,13 @@ def main():
     c.add_argument("--seed", default="xudp")
     c.add_argument("--timeout", type=float, default=5)
     c.add_argument("--steal", action="store_true")
+    c = sub.add_parser("xudp-client", help="issue 10: XUDP re-attach through a real client "
+                       "whose connection a relay of this process drops")
+    c.add_argument("--socks", type=int, required=True)
+    c.add_argument("--relay-port", type=int, required=True)
+    c.add_argument("--server-port", type=int, required=True)
+    c.add_argument("--count", type=int, default=3)
+    c.add_argument("--seed", default="xudp-client")
     c = sub.add_parser("sockets")
     c.add_argument("--pid", type=int, required=True)
     c.add_argument("--port", type=int, required=True)
@@ -1571,7 +1724,7 @@ def main():
     if a.cmd == "udp" and not 8 <= a.size <= 1400:
         die("--size must be 8..1400", 2)
     fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
-          "tcp": cmd_tcp, "udp": cmd_udp, "udp-cone": cmd_udp_cone, "xudp": cmd_xudp, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
+          "tcp": cmd_tcp, "udp": cmd_udp, "udp-cone": cmd_udp_cone, "xudp": cmd_xudp, "xudp-client": cmd_xudp_client, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
           "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
           "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess,
