@@ -1106,7 +1106,7 @@ static void on_assoc_reply(void *ctx, const sv_dest *from, const uint8_t *p, siz
 
 static void on_assoc_released(void *ctx) { conn_release(ctx); }
 
-static const sv_dgram_source conn_dgram = {on_assoc_reply, on_assoc_released};
+static const sv_dgram_source conn_dgram = {on_assoc_reply, on_assoc_released, NULL};
 
 /* SV_FX_OPEN for UDP: the connection becomes a datagram source of the UDP fan-out. */
 static bool open_assoc(sv_conn *c)
@@ -1184,9 +1184,12 @@ static void sub_end(sv_subflow *s, bool tell, bool abort)
         else if (len > 0)
             write_client(c, c->w->sealed, (size_t)len);
     }
-    /* last: sub_closed (which frees s) may come from inside */
-    if (s->assoc != NULL)
+    /* last: sub_closed (which frees s) may come from inside. An XUDP association outlives
+     * its sub-flow for a re-attach (udp.c), unless its session was asked to close. */
+    if (s->assoc != NULL && (atomic_load(&c->sess->close_requested) || c->w->exiting))
         sv__assoc_close(s->assoc);
+    else if (s->assoc != NULL)
+        sv__assoc_let_go(s->assoc);
     else
         s->ob.ops->close(&s->ob);
 }
@@ -1209,7 +1212,17 @@ static void sub_dgram_reply(void *ctx, const sv_dest *from, const uint8_t *p, si
 
 static void sub_closed(void *owner);
 static void sub_assoc_released(void *ctx) { sub_closed(ctx); }
-static const sv_dgram_source sub_dgram = {sub_dgram_reply, sub_assoc_released};
+
+/* XUDP: a New frame on another sub-flow re-attached this one's association (udp.c): it ends
+ * towards its client without it. */
+static void sub_assoc_taken(void *ctx)
+{
+    sv_subflow *s = ctx;
+    s->assoc = NULL; /* sub_end closes its (blackhole) stream instead: sub_closed follows */
+    sub_end(s, true, false);
+}
+
+static const sv_dgram_source sub_dgram = {sub_dgram_reply, sub_assoc_released, sub_assoc_taken};
 
 static void sub_closed(void *owner)
 {
@@ -1407,10 +1420,10 @@ static void sub_open(sv_conn *c, const sv_effect *e)
     c->pending++; /* released by sub_closed */
     const sv_dest *d = &e->dest;
     if (d->network == SV_NET_UDP) {
-        if (c->handler->ops->frame_datagram != NULL)
-            s->assoc = sv__assoc_open_in_stream(w, c->listener, c->handler, c->principal,
-                                                c->sess, (const struct sockaddr *)&c->peer,
-                                                &sub_dgram, s);
+        if (c->handler->ops->frame_datagram != NULL) /* XUDP re-attach (issue 10) */
+            s->assoc = sv__assoc_open_xudp(w, c->listener, c->handler, c->principal, c->sess,
+                                           (const struct sockaddr *)&c->peer, e->global_id,
+                                           &sub_dgram, s);
         if (s->assoc == NULL) {
             s->ob.ops->open(&s->ob, d);
             sub_end(s, true, true);

@@ -30,6 +30,7 @@
 #include "supervisor/transport/grpc.h"
 #include "supervisor/transport/ws.h"
 #include "supervisor/util/list.h"
+#include "supervisor/xudp.h"
 
 #define SV_WORKERS_MAX 64
 /**
@@ -264,6 +265,7 @@ struct sv_worker {
     sv_list listeners;      /**< sv_wlistener */
     sv_list conns;          /**< TCP connections (sv_conn) */
     sv_list assocs;         /**< UDP associations */
+    sv_xudp_table xudp;     /**< XUDP associations by GlobalID, attached and detached (udp.c) */
     bool exiting;
     uv_timer_t sweep;       /**< SV_IDLE_SWEEP_MS: closes idle relays */
     uint32_t n_conns;       /**< live TCP connections (sv_conn), at most shared->conn_cap */
@@ -322,6 +324,9 @@ typedef struct sv_dgram_source {
     void (*reply)(void *ctx, const sv_dest *from, const uint8_t *p, size_t n);
     /** The association is gone (all its sub-links closed): @p ctx may go too. */
     void (*released)(void *ctx);
+    /** XUDP sources only (sv__assoc_open_xudp), else NULL: the association moved to another
+     *  owner (a New frame with its GlobalID); @p ctx forgets it and gets no released. */
+    void (*taken)(void *ctx);
 } sv_dgram_source;
 
 typedef struct sv_assoc sv_assoc;
@@ -339,6 +344,31 @@ sv_assoc *sv__assoc_open_in_stream(sv_worker *w, const sv_wlistener *l, sv_handl
                                    sv_principal *p, sv_session_rec *sess,
                                    const struct sockaddr *client, const sv_dgram_source *src,
                                    void *ctx);
+/**
+ * XUDP (issue 10, PROTOCOLS-2.md §5.3 item 3): the association of a Mux.Cool UDP session whose
+ * New frame carried GlobalID @p gid (8 bytes). All zeros: a new association, as
+ * sv__assoc_open_in_stream(). Otherwise the worker's table (xudp.h) is asked for (@p l, user of
+ * @p p, @p gid): a detached association, or one another sub-flow carries (that owner's
+ * src->taken is called first), re-attaches to @p src / @p ctx, @p sess, @p h, @p p and
+ * @p client with its sockets and sub-links (the remote peers keep the same mapping); else a
+ * new one is opened and recorded. Arguments as sv__assoc_open_in_stream(); @p src must have
+ * `taken`. Routing, refusal and billing stay per datagram, to the user of @p p.
+ * @return the association, or NULL on allocation failure.
+ */
+sv_assoc *sv__assoc_open_xudp(sv_worker *w, const sv_wlistener *l, sv_handler *h,
+                              sv_principal *p, sv_session_rec *sess,
+                              const struct sockaddr *client, const uint8_t *gid,
+                              const sv_dgram_source *src, void *ctx);
+/**
+ * The owner of @p a is done with it (its sub-flow ended: End frame, connection closed). An
+ * association in the XUDP table is detached: src->released(ctx) is called now, its sockets stay
+ * open, replies are dropped unbilled, and it closes when re-attached and let go again, at
+ * expiry (sv__udp_sweep, SV_XUDP_KEEP_MS), when evicted (SV_XUDP_DETACHED_MAX), or with its
+ * listener, user or worker. Any other association is closed (sv__assoc_close).
+ */
+void sv__assoc_let_go(sv_assoc *a);
+/** Close the detached XUDP associations of @p w older than SV_XUDP_KEEP_MS (worker sweep). */
+void sv__udp_sweep(sv_worker *w);
 /** Route and send one datagram of @p a to @p d (dropped silently when refused or blocked). */
 void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n);
 /** Close @p a: no reply is sent after this; src->released follows once its sockets closed. */

@@ -14,6 +14,10 @@
  *    and packet counter and go to the client's latest source address (clients may roam).
  *  - UDP inside a stream (Trojan UDP ASSOCIATE, issue 8): the connection's session owns the
  *    association; replies go to the connection (sv_dgram_source), which frames them.
+ *  - XUDP (issue 10, PROTOCOLS-2.md §5.3): a Mux.Cool UDP session with a GlobalID is also in
+ *    the worker's table (xudp.h); when its owner lets go it is detached (no owner, no session,
+ *    replies dropped unbilled, its sockets kept) until a New frame with its GlobalID re-attaches
+ *    it to another sub-flow, or the sweep expires it after SV_XUDP_KEEP_MS.
  */
 #include "config.h"
 
@@ -65,6 +69,9 @@ struct sv_assoc {
     int pending;
     uint64_t clock;
     bool closing;
+    bool xudp;                 /**< in the worker's XUDP table (a GlobalID, xudp.h) */
+    bool detached;             /**< XUDP: its owner let go; kept for a re-attach */
+    sv_wlistener *held_l;      /**< while detached: a listener reference (settings_from) */
     bool ss22;                 /**< a Shadowsocks 2022 session, found by ss22_csid */
     uint8_t ss22_csid[8];      /**< the client's session ID */
     uint8_t ss22_ssid[8];      /**< ours (random; never the client's, §3.5) */
@@ -84,6 +91,8 @@ static void assoc_release(sv_assoc *a)
     sv_list_unlink(&a->link);
     if (a->l != NULL)
         sv__wlistener_release(a->l);
+    if (a->held_l != NULL)
+        sv__wlistener_release(a->held_l);
     if (a->src != NULL)
         a->src->released(a->src_ctx);
     free(a);
@@ -117,6 +126,8 @@ static void assoc_close(sv_assoc *a)
     if (a->closing)
         return;
     a->closing = true;
+    if (a->xudp)
+        sv_xudp_remove(&a->w->xudp, a);
     for (unsigned i = 0; i < a->n_subs; i++)
         sub_close(a->subs[i]);
     a->n_subs = 0;
@@ -187,8 +198,8 @@ static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t 
 {
     sv_sublink *s = owner;
     sv_assoc *a = s->a;
-    if (a->closing || !pace_allows(a))
-        return;
+    if (a->closing || a->detached || !pace_allows(a))
+        return; /* a detached XUDP association has nobody to answer: dropped, not billed */
     sv_dest src;
     sockaddr_to_dest(from, &src);
     if (a->src != NULL) { /* inside a stream: the connection frames and meters the wire */
@@ -459,6 +470,85 @@ sv_assoc *sv__assoc_open_in_stream(sv_worker *w, const sv_wlistener *l, sv_handl
     return a;
 }
 
+/* The owner of a detached XUDP association: replies are dropped before this is reached
+ * (on_sub_recv), and nobody waits for its release. */
+static void detached_reply(void *ctx, const sv_dest *from, const uint8_t *p, size_t n)
+{
+    (void)ctx, (void)from, (void)p, (void)n;
+}
+static void detached_released(void *ctx) { (void)ctx; }
+static const sv_dgram_source detached_src = {detached_reply, detached_released, NULL};
+
+sv_assoc *sv__assoc_open_xudp(sv_worker *w, const sv_wlistener *l, sv_handler *h,
+                              sv_principal *p, sv_session_rec *sess,
+                              const struct sockaddr *client, const uint8_t *gid,
+                              const sv_dgram_source *src, void *ctx)
+{
+    if (sv_xudp_gid_none(gid)) /* §5.3 item 3: all zeros is a plain UDP session */
+        return sv__assoc_open_in_stream(w, l, h, p, sess, client, src, ctx);
+    sv_xudp_key key = {.listener = l, .user = p->id};
+    memcpy(key.gid, gid, sizeof key.gid);
+    sv_xudp_entry *e = sv_xudp_find(&w->xudp, &key);
+    if (e == NULL) {
+        sv_assoc *a = sv__assoc_open_in_stream(w, l, h, p, sess, client, src, ctx);
+        if (a != NULL && sv_xudp_add(&w->xudp, &key, a) == 0)
+            a->xudp = true;
+        return a;
+    }
+    sv_assoc *a = e->assoc;
+    if (a->detached) {
+        sv_xudp_attach(&w->xudp, a);
+        a->detached = false;
+        sv__wlistener_release(a->held_l); /* the new connection holds the same listener */
+        a->held_l = NULL;
+    } else {
+        a->src->taken(a->src_ctx); /* its old sub-flow ends; no release comes for it */
+    }
+    a->src = src;
+    a->src_ctx = ctx;
+    a->sess = sess;
+    if (a->handler != h) { /* a reload swapped the listener's handler meanwhile */
+        sv_handler_ref(h);
+        sv_handler_unref(a->handler);
+        a->handler = h;
+    }
+    if (a->principal != p) {
+        sv_principal_ref(p);
+        sv_principal_unref(a->principal);
+        a->principal = p;
+    }
+    memcpy(&a->client, client, client->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                              : sizeof(struct sockaddr_in));
+    return a;
+}
+
+void sv__assoc_let_go(sv_assoc *a)
+{
+    if (!a->xudp || a->closing || a->detached) {
+        assoc_close(a);
+        return;
+    }
+    const sv_dgram_source *src = a->src;
+    void *ctx = a->src_ctx;
+    a->src = &detached_src;
+    a->src_ctx = NULL;
+    a->sess = NULL;
+    a->detached = true;
+    a->held_l = (sv_wlistener *)a->settings_from;
+    a->held_l->n_users_of++;
+    sv_assoc *evicted = sv_xudp_detach(&a->w->xudp, a, uv_now(&a->w->loop));
+    src->released(ctx); /* the owner may go now */
+    if (evicted != NULL) /* over SV_XUDP_DETACHED_MAX: the oldest detached one goes */
+        assoc_close(evicted);
+}
+
+void sv__udp_sweep(sv_worker *w)
+{
+    sv_assoc *a;
+    while ((a = sv_xudp_expired(&w->xudp, uv_now(&w->loop))) != NULL)
+        assoc_close(a);
+}
+
 void sv__udp_scan_flags(sv_worker *w)
 {
     sv_list *pos, *tmp;
@@ -484,7 +574,8 @@ void sv__udp_revoke(sv_worker *w, sv_wlistener *l)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->assocs) {
         sv_assoc *a = sv_container_of(pos, sv_assoc, link);
-        if (a->l == l && sv_handler_find(l->handler, a->handler, a->principal) < 0)
+        if ((a->l == l || a->held_l == l) &&
+            sv_handler_find(l->handler, a->handler, a->principal) < 0)
             assoc_close(a);
     }
 }
@@ -501,7 +592,7 @@ void sv__udp_close_listener(sv_worker *w, sv_wlistener *l)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->assocs) {
         sv_assoc *a = sv_container_of(pos, sv_assoc, link);
-        if (a->l == l)
+        if (a->l == l || a->held_l == l)
             assoc_close(a);
     }
 }

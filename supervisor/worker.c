@@ -329,12 +329,17 @@ static void on_async(uv_async_t *a)
         close_everything(w);
 }
 
-static void on_sweep(uv_timer_t *t) { sv__conn_sweep_idle(t->data); }
+static void on_sweep(uv_timer_t *t)
+{
+    sv__conn_sweep_idle(t->data);
+    sv__udp_sweep(t->data); /* detached XUDP associations expire (issue 10) */
+}
 
 static void *worker_main(void *arg)
 {
     sv_worker *w = arg;
     uv_run(&w->loop, UV_RUN_DEFAULT);
+    sv_xudp_table_free(&w->xudp);
     sv_plane_unref(w->plane);
     w->plane = NULL;
     sv_addrset_unref(w->own_addrs);

@@ -113,11 +113,14 @@ static int open_session(sv_mux *m, const uint8_t *meta, size_t ml, sv_effects *f
     if (ml < 5 || (meta[4] != SV_NET_TCP && meta[4] != SV_NET_UDP))
         return -EPROTO;
     ssize_t a = sv_dest_parse_b(meta + 5, ml - 5, &d);
-    /* trailing bytes (Xray's XUDP GlobalID, PROTOCOLS-2.md §5.1) are ignored: a re-attaching
-     * client gets a new association */
     if (a <= 0 || find(m, id) != NULL)
         return -EPROTO;
     d.network = meta[4];
+    /* XUDP (PROTOCOLS-2.md §5.1): a New UDP frame with data may end with the client's 8-byte
+     * GlobalID; other trailing bytes are ignored */
+    const uint8_t *gid = NULL;
+    if (d.network == SV_NET_UDP && (meta[3] & 0x01) && ml - 5 - (size_t)a >= 8)
+        gid = meta + 5 + a;
     mux_session *s = free_slot(m);
     if (s == NULL) {
         answer_end(m, id, fx);
@@ -136,6 +139,8 @@ static int open_session(sv_mux *m, const uint8_t *meta, size_t ml, sv_effects *f
     sv_effect *e = sv_effects_push(fx, SV_FX_OPEN);
     e->stream = id;
     e->dest = d;
+    if (gid != NULL)
+        memcpy(e->global_id, gid, sizeof e->global_id);
     m->action = d.network == SV_NET_TCP ? ACT_TCP : ACT_DATAGRAM;
     m->udp = s->udp;
     return 0;

@@ -9,7 +9,8 @@
  * Frame: u16be meta_len | metadata | (option & 0x01) u16be data_len | data. Metadata: session
  * ID u16be, status (1 New, 2 Keep, 3 End, 4 KeepAlive), option (1 data, 2 error), and for New
  * the network (1 TCP, 2 UDP) and an address in style B (§1.1). XUDP (PROTOCOLS-2.md §5): a New
- * UDP frame may end with an 8-byte GlobalID (ignored), and a Keep frame of a UDP session with
+ * UDP frame may end with an 8-byte GlobalID (given with SV_FX_OPEN: the runtime re-attaches
+ * the association that carries it, xudp.h), and a Keep frame of a UDP session with
  * network 2 and the address of its datagram, both ways. The decoder consumes a frame's
  * header whole, then its data as it comes (TCP data is forwarded piecewise; a UDP datagram is
  * delivered whole), so it never needs more than SV_MUX_CARRY_MAX bytes buffered although data
@@ -51,9 +52,10 @@ void sv_mux_free(sv_mux *m);
 /**
  * Decode client frames from @p p (@p n bytes) and append their effects to @p fx (not emptied;
  * it stops when fewer than 3 effect slots are left): New → SV_FX_OPEN (stream = session ID,
- * dest with network TCP or UDP); data of a TCP session → SV_FX_TO_OUTBOUND pointing into @p p;
- * a UDP session's data block → one SV_FX_DATAGRAM to the address its Keep frame carries (XUDP,
- * PROTOCOLS-2.md §5.2), else to the session's destination (dropped when above
+ * dest with network TCP or UDP, a New UDP frame's GlobalID in global_id); data of a TCP
+ * session → SV_FX_TO_OUTBOUND pointing into @p p; a UDP session's data block → one
+ * SV_FX_DATAGRAM to the address its Keep frame carries (XUDP, PROTOCOLS-2.md §5.2), else to
+ * the session's destination (dropped when above
  * SV_MUX_UDP_PAYLOAD_MAX); End → SV_FX_CLOSE. A Keep for an unknown session, and a New
  * beyond SV_MUX_SESSIONS_MAX sessions, get an End frame back (SV_FX_TO_CLIENT, data in @p m,
  * valid until the next call) and their data is dropped; KeepAlive data is dropped.

@@ -59,6 +59,9 @@ typedef struct sv_effect {
      *  PROTOCOLS.md §7): the runtime keeps one sub-flow per stream and ends one towards the
      *  client with frame_end(). Otherwise one flow, stream 0. */
     bool multiplexed;
+    /** SV_FX_OPEN of a UDP stream: the XUDP GlobalID of its New frame (PROTOCOLS-2.md §5.1);
+     *  all zeros = none (never re-attached). */
+    uint8_t global_id[8];
 } sv_effect;
 
 #define SV_EFFECTS_MAX 16 /**< bound of one feed() call's effects */

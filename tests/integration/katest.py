@@ -30,6 +30,11 @@ Subcommands (each prints OK/FAIL lines and exits 0 on success, 1 on failure):
             --sources A,B,.. [--conns N]     sources at one instant; per source: admitted, total;
             [--hold S --ready-file F         --hold: kept open S s (or until the release file
              --release-file R]               exists), then "held N still served, M cut"
+  xudp      --port P --uuid U --gid HEX      one clear VLESS Mux.Cool connection with an XUDP
+            [--count N] [--steal]            session (GlobalID HEX) to a remote socket of its
+                                             own; prints the source port the remote saw
+  xudp-client --socks P --relay-port R       the same through a real client (SOCKS5 UDP) whose
+            --server-port S                  connection a relay R -> S of its own drops
 """
 
 import argparse
@@ -506,6 +511,273 @@ def cmd_udp_cone(a):
         print("FAIL udp-cone: %s" % e, flush=True)
         ok = False
     ctl.close()
+    return 0 if ok else 1
+
+
+class XudpConn:
+    """One clear VLESS connection with command 3 (Mux.Cool) carrying XUDP session 0 the way
+    Xray's client sends it (PROTOCOLS-2.md §5.1, §5.2): a New UDP frame with the destination,
+    the 8-byte GlobalID and the first datagram, then Keep frames with network 2 and each
+    datagram's destination. Counts its wire bytes both ways."""
+
+    def __init__(self, port, uuid_text, gid, timeout):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout)
+        self.s.settimeout(timeout)
+        self.gid, self.first, self.up, self.down, self.head = gid, True, 0, 0, False
+        self._send(b"\x00" + uuid.UUID(uuid_text).bytes + b"\x00\x03")
+
+    def _send(self, b):
+        self.s.sendall(b)
+        self.up += len(b)
+
+    def _recv(self, n):
+        b = recv_exact(self.s, n)
+        self.down += len(b)
+        return b
+
+    def datagram(self, port, payload):
+        addr = struct.pack("!H", port) + b"\x01" + socket.inet_aton("127.0.0.1")
+        if self.first:
+            meta = struct.pack("!HBB", 0, 1, 1) + b"\x02" + addr + self.gid
+            self.first = False
+        else:
+            meta = struct.pack("!HBB", 0, 2, 1) + b"\x02" + addr
+        self._send(struct.pack("!H", len(meta)) + meta + struct.pack("!H", len(payload)) + payload)
+
+    def frame(self):
+        """The next frame: (session, status, metadata after the option, data)."""
+        if not self.head:
+            if self._recv(2) != b"\x00\x00":
+                raise IOError("no VLESS response header")
+            self.head = True
+        ml = struct.unpack("!H", self._recv(2))[0]
+        meta = self._recv(ml)
+        if ml < 4:
+            raise IOError("metadata of %d bytes" % ml)
+        data = b""
+        if meta[3] & 1:
+            data = self._recv(struct.unpack("!H", self._recv(2))[0])
+        return struct.unpack("!H", meta[:2])[0], meta[2], meta[4:], data
+
+    def close(self):
+        self.s.close()
+
+
+def xudp_phase(a, c, remote, tag):
+    """COUNT datagrams through C to REMOTE, each answered by REMOTE to the address it came
+    from; each answer must come back in a Keep frame carrying REMOTE's address.
+    @return the source ports REMOTE saw (a set)."""
+    ports = set()
+    rport = remote.getsockname()[1]
+    for i in range(a.count):
+        payload = struct.pack("!Q", i) + pattern("%s/%s/%d" % (a.seed, tag, i), a.size - 8)
+        c.datagram(rport, payload)
+        ready, _, _ = select.select([remote], [], [], a.timeout)
+        if not ready:
+            raise IOError("%s: datagram #%d never reached the remote" % (tag, i))
+        got, mapping = remote.recvfrom(MAX_DATAGRAM)
+        if got != payload:
+            raise IOError("%s: datagram #%d arrived altered" % (tag, i))
+        ports.add(mapping[1])
+        remote.sendto(payload[::-1], mapping)
+        sid, status, meta, data = c.frame()
+        want_src = b"\x02" + struct.pack("!H", rport) + b"\x01" + socket.inet_aton("127.0.0.1")
+        if sid != 0 or status != 2 or meta != want_src or data != payload[::-1]:
+            raise IOError("%s: answer #%d: session %d status %d source %s, %s" % (
+                tag, i, sid, status, meta.hex(), "identical" if data == payload[::-1]
+                else "altered"))
+    return ports
+
+
+def cmd_xudp(a):
+    """Issue 10 (XUDP GlobalID re-attach, PROTOCOLS-2.md §5.3): one clear VLESS Mux.Cool
+    connection sends COUNT datagrams of XUDP session 0 with GlobalID --gid to a remote socket
+    of this process, which answers each; then it closes (abruptly: no End frame, as a dropped
+    connection). Prints 'XUDP_PORT N' (the one source port the remote saw) and 'XUDP_WIRE UP
+    DOWN' (the client's wire bytes). --steal: a second connection with the same GlobalID is
+    opened while the first is still open; the remote must see the same port from both, and
+    the first must get an End frame for session 0."""
+    gid = bytes.fromhex(a.gid)
+    if len(gid) != 8:
+        die("--gid: 16 hex digits", 2)
+    remote = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    remote.bind(("127.0.0.1", 0))
+    conns = []
+    try:
+        c = XudpConn(a.port, a.uuid, gid, a.timeout)
+        conns.append(c)
+        ports = xudp_phase(a, c, remote, "first")
+        if a.steal:
+            c2 = XudpConn(a.port, a.uuid, gid, a.timeout)
+            conns.append(c2)
+            ports2 = xudp_phase(a, c2, remote, "second")
+            sid, status, _, _ = c.frame()
+            if (sid, status) != (0, 3):
+                raise IOError("the first connection got session %d status %d, not End of 0" %
+                              (sid, status))
+            print("OK xudp steal: the first connection got End for session 0; ports %s then %s"
+                  % (sorted(ports), sorted(ports2)), flush=True)
+            if ports2 != ports:
+                raise IOError("the second connection's datagrams came from %s, the first's from %s"
+                              % (sorted(ports2), sorted(ports)))
+        if len(ports) != 1:
+            raise IOError("the remote saw several source ports: %s" % sorted(ports))
+        print("OK xudp %d datagrams with GlobalID %s, each answered through session 0" %
+              (a.count, a.gid), flush=True)
+        print("XUDP_PORT %d" % ports.pop())
+        print("XUDP_WIRE %d %d" % (sum(x.up for x in conns), sum(x.down for x in conns)),
+              flush=True)
+        ok = True
+    except (OSError, IOError, ValueError) as e:
+        print("FAIL xudp: %s" % e, flush=True)
+        ok = False
+    for c in conns:
+        c.close()
+    remote.close()
+    return 0 if ok else 1
+
+
+class CutRelay:
+    """TCP relay 127.0.0.1:PORT -> 127.0.0.1:TO (threads) whose connections cut() ends at once,
+    as a network that loses a client's connection; it keeps accepting new ones. Counts the bytes
+    it relayed each way (up = towards TO)."""
+
+    def __init__(self, port, to):
+        self.to, self.conns, self.lock = to, [], threading.Lock()
+        self.bytes = {"up": 0, "down": 0}
+        self.ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", port))
+        self.ls.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.ls.accept()
+                u = socket.create_connection(("127.0.0.1", self.to), 5)
+            except OSError:
+                return
+            with self.lock:
+                self.conns += [c, u]
+            for x, y, way in ((c, u, "up"), (u, c, "down")):
+                threading.Thread(target=self._pipe, args=(x, y, way), daemon=True).start()
+
+    def _pipe(self, x, y, way):
+        try:
+            while True:
+                b = x.recv(65536)
+                if not b:
+                    break
+                if way == "down":  # counted before the client can see it
+                    self._count(way, len(b))
+                y.sendall(b)
+                if way == "up":  # counted once the server's socket took it
+                    self._count(way, len(b))
+        except OSError:
+            pass
+        for z in (x, y):
+            try:
+                z.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _count(self, way, n):
+        with self.lock:
+            self.bytes[way] += n
+
+    def cut(self):
+        """Drop every connection (RST both ways). @return how many client connections."""
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for z in conns:
+            try:  # shutdown first: it wakes the pipe threads blocked in recv() on z
+                z.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                z.shutdown(socket.SHUT_RDWR)
+                z.close()
+            except OSError:
+                pass
+        return len(conns) // 2
+
+
+def cmd_xudp_client(a):
+    """Issue 10 (XUDP GlobalID re-attach with a real client): a SOCKS5 UDP association through
+    a client (Xray) whose server connection goes through a relay of this process
+    (--relay-port -> --server-port). Datagrams from one local UDP socket (so one GlobalID) to
+    a remote socket of this process, each answered; then the relay drops the client's
+    connection, and datagrams from the same socket are sent again (each retried, the client
+    dials anew) until the remote sees them. Prints 'XUDP_PORTS BEFORE AFTER': the source ports
+    the remote saw before and after the cut, and 'XUDP_WIRE UP DOWN': the bytes the relay
+    carried (every connection of the client)."""
+    relay = CutRelay(a.relay_port, a.server_port)
+    remote = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    remote.bind(("127.0.0.1", 0))
+    rport = remote.getsockname()[1]
+    try:
+        ctl, bhost, bport = socks_open(a.socks, 3, "0.0.0.0", 0, 5)
+    except (OSError, IOError) as e:
+        die("xudp-client: UDP ASSOCIATE via %d failed: %s" % (a.socks, e))
+    if bhost in ("0.0.0.0", "::"):
+        bhost = "127.0.0.1"
+    require_loopback(bhost)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind(("127.0.0.1", 0))
+
+    def exchange(i, tries):
+        """One datagram to the remote (sent up to TRIES times); the remote answers it; the
+        answer must reach u. @return the source port the remote saw."""
+        payload = struct.pack("!Q", i) + pattern("%s/%d" % (a.seed, i), 200)
+        for _ in range(tries):
+            u.sendto(udp_wrap("127.0.0.1", rport, payload), (bhost, bport))
+            ready, _, _ = select.select([remote], [], [], 1)
+            if ready:
+                break
+        else:
+            raise IOError("datagram #%d never reached the remote (%d tries)" % (i, tries))
+        got, mapping = remote.recvfrom(MAX_DATAGRAM)
+        while got != payload:  # a retried earlier datagram arriving late
+            ready, _, _ = select.select([remote], [], [], 2)
+            if not ready:
+                raise IOError("datagram #%d arrived altered" % i)
+            got, mapping = remote.recvfrom(MAX_DATAGRAM)
+        remote.sendto(payload[::-1], mapping)
+        u.settimeout(5)
+        while True:
+            d, _ = u.recvfrom(MAX_DATAGRAM)
+            if len(d) < 10 or d[2] != 0 or d[3] != 1:
+                raise IOError("answer #%d without an IPv4 source: %r" % (i, d[:10]))
+            src = ("%d.%d.%d.%d" % tuple(d[4:8]), struct.unpack("!H", d[8:10])[0])
+            body = d[10:]
+            if body == payload[::-1]:
+                break
+        if src != ("127.0.0.1", rport):
+            raise IOError("answer #%d came back from %s" % (i, src))
+        return mapping[1]
+
+    ok = True
+    try:
+        before = {exchange(i, 3) for i in range(a.count)}
+        n = relay.cut()
+        print("OK xudp-client: %d datagrams answered; the relay dropped %d connection(s)" %
+              (a.count, n), flush=True)
+        if n < 1:
+            raise IOError("the client had no connection through the relay")
+        after = {exchange(a.count + i, 10) for i in range(a.count)}
+        print("OK xudp-client: %d datagrams answered after the cut" % a.count, flush=True)
+        if len(before) != 1 or len(after) != 1:
+            raise IOError("several source ports: before %s after %s" % (sorted(before),
+                                                                         sorted(after)))
+        print("XUDP_PORTS %d %d" % (before.pop(), after.pop()), flush=True)
+        time.sleep(0.5)  # the relay's threads count what they just passed on
+        with relay.lock:
+            print("XUDP_WIRE %d %d" % (relay.bytes["up"], relay.bytes["down"]), flush=True)
+    except (OSError, IOError, ValueError) as e:
+        print("FAIL xudp-client: %s" % e, flush=True)
+        ok = False
+    ctl.close()
+    u.close()
+    remote.close()
+    relay.cut()
     return 0 if ok else 1
 
 
@@ -1426,6 +1698,23 @@ def main():
     c.add_argument("--count", type=int, default=6)
     c.add_argument("--size", type=int, default=200)
     c.add_argument("--seed", default="cone")
+    c = sub.add_parser("xudp", help="issue 10: an XUDP session with a GlobalID over clear VLESS "
+                       "Mux.Cool; prints the source port the remote saw")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--uuid", required=True)
+    c.add_argument("--gid", required=True, help="16 hex digits (zeros: no GlobalID)")
+    c.add_argument("--count", type=int, default=4)
+    c.add_argument("--size", type=int, default=300)
+    c.add_argument("--seed", default="xudp")
+    c.add_argument("--timeout", type=float, default=5)
+    c.add_argument("--steal", action="store_true")
+    c = sub.add_parser("xudp-client", help="issue 10: XUDP re-attach through a real client "
+                       "whose connection a relay of this process drops")
+    c.add_argument("--socks", type=int, required=True)
+    c.add_argument("--relay-port", type=int, required=True)
+    c.add_argument("--server-port", type=int, required=True)
+    c.add_argument("--count", type=int, default=3)
+    c.add_argument("--seed", default="xudp-client")
     c = sub.add_parser("sockets")
     c.add_argument("--pid", type=int, required=True)
     c.add_argument("--port", type=int, required=True)
@@ -1435,7 +1724,7 @@ def main():
     if a.cmd == "udp" and not 8 <= a.size <= 1400:
         die("--size must be 8..1400", 2)
     fn = {"freeport": cmd_freeport, "wait-port": cmd_wait_port, "echo": cmd_echo,
-          "tcp": cmd_tcp, "udp": cmd_udp, "udp-cone": cmd_udp_cone, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
+          "tcp": cmd_tcp, "udp": cmd_udp, "udp-cone": cmd_udp_cone, "xudp": cmd_xudp, "xudp-client": cmd_xudp_client, "garbage": cmd_garbage, "mkconfig": cmd_mkconfig,
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
           "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
           "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess,

@@ -138,7 +138,15 @@ static int drive(const uint8_t *wire, size_t n, size_t piece, transcript *ev)
             switch (e->kind) {
             case SV_FX_OPEN:
                 sv_dest_format(&e->dest, d, sizeof d);
-                tr_printf(ev, "open %u %s net %d\n", e->stream, d, (int)e->dest.network);
+                tr_printf(ev, "open %u %s net %d", e->stream, d, (int)e->dest.network);
+                for (size_t g = 0; g < sizeof e->global_id; g++) /* XUDP GlobalID, if any */
+                    if (e->global_id[g] != 0) {
+                        tr_printf(ev, " gid ");
+                        for (size_t h = 0; h < sizeof e->global_id; h++)
+                            tr_printf(ev, "%02x", e->global_id[h]);
+                        break;
+                    }
+                tr_printf(ev, "\n");
                 break;
             case SV_FX_TO_OUTBOUND:
                 assert_true(e->len > 0 && e->data >= buf && e->data + e->len <= buf + have);
@@ -400,7 +408,8 @@ static void xudp__per_datagram_destinations(void **state)
     frame(&w, 0, SV_MUX_END, 0, NULL, 0, 0, 0);
     transcript ev = {0};
     assert_int_equal(drive_all_cuts(w.b, w.n, &ev), 0);
-    assert_string_equal(ev.b, "open 0 127.0.0.1:5353 net 2\ndgram 0 127.0.0.1:5353 len 3:aaa\n"
+    assert_string_equal(ev.b, "open 0 127.0.0.1:5353 net 2 gid 5a11223344556677\n"
+                              "dgram 0 127.0.0.1:5353 len 3:aaa\n"
                               "dgram 0 127.0.0.2:53 len 2:bb\n"
                               "dgram 0 q.test:443 len 1:c\n"
                               "dgram 0 [::1]:8080 len 4:dddd\n"
@@ -417,6 +426,23 @@ static void xudp__per_datagram_destinations(void **state)
     frame(&w, 0, SV_MUX_KEEP, 1, keep_bad, sizeof keep_bad, 1, 'b');
     ev = (transcript){0};
     assert_int_equal(drive_all_cuts(w.b, w.n, &ev), -EPROTO);
+    free(ev.b);
+
+    /* issue 10: the GlobalID is read only from a New UDP frame with data (§5.1): not from one
+     * without the data bit, nor from a TCP New; fewer than 8 trailing bytes are no GlobalID */
+    w.n = 0;
+    static const uint8_t new_tcp_gid[] = {0x01, 0x00, 0x50, 0x01, 127, 0, 0, 1,
+                                          1, 2, 3, 4, 5, 6, 7, 8};
+    static const uint8_t new_short[] = {0x02, 0x14, 0xe9, 0x01, 127, 0, 0, 1, 9, 9, 9};
+    frame(&w, 1, SV_MUX_NEW, 0, new_gid, sizeof new_gid, 0, 0);
+    frame(&w, 2, SV_MUX_NEW, 1, new_tcp_gid, sizeof new_tcp_gid, 1, 't');
+    frame(&w, 3, SV_MUX_NEW, 1, new_short, sizeof new_short, 1, 's');
+    ev = (transcript){0};
+    assert_int_equal(drive_all_cuts(w.b, w.n, &ev), 0);
+    assert_string_equal(ev.b, "open 1 127.0.0.1:5353 net 2\n"
+                              "open 2 127.0.0.1:80 net 1\ntcp 2:t\n"
+                              "open 3 127.0.0.1:5353 net 2\ndgram 3 127.0.0.1:5353 len 1:s\n"
+                              "rc 0 left 0\n");
     free(ev.b);
 }
 
