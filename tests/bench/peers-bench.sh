@@ -187,13 +187,15 @@ idle_rss() {
         [ "$(sink_conns)" -ge $((s0 + ${ready:-0})) ] && break; sleep 0.1
     done
     [ "$(sink_conns)" -ge $((s0 + ${ready:-0})) ] ||
-        note "$1: the server dialled the sink for $(($(sink_conns) - s0)) of ${ready:-0} connections"
+        note "$1 $name: the server dialled the sink for $(($(sink_conns) - s0)) of ${ready:-0} connections"
     sleep 2
     r1=$(rss_kib "$SRV")
+    note "$1 $name: the server holds $(ss -Htn state established "( sport = :$3 )" 2>/dev/null | wc -l)" \
+         "client connections and $(($(sink_conns) - s0)) to the sink"
     exec 7>&-
     wait "$hp" 2>/dev/null || true
-    [ "${ready:-0}" -gt 0 ] || { note "$1: no idle connection opened: $(head -n 1 "$T/hold.err")"; echo "-"; return; }
-    [ "$ready" = "$CONNS" ] || note "$1: only $ready of $CONNS connections opened ($(head -n 1 "$T/hold.err"))"
+    [ "${ready:-0}" -gt 0 ] || { note "$1 $name: no idle connection opened: $(head -n 1 "$T/hold.err")"; echo "-"; return; }
+    [ "$ready" = "$CONNS" ] || note "$1 $name: only $ready of $CONNS connections opened ($(head -n 1 "$T/hold.err"))"
     awk -v a="$r0" -v b="$r1" -v n="$ready" 'BEGIN { printf "%.2f\n", (b - a) / n }'
 }
 
