@@ -120,6 +120,7 @@ start_server() {
     local name=$1 scen=$2 port=$3 opts=()
     case $name in
     katana)
+        [ -x "$KATANA" ] || { note "$scen katana: no binary at $KATANA"; return 1; }
         case $scen in
         ss2022) opts=(--cipher 2022-blake3-aes-128-gcm --server-key "$SKEY") ;;
         vless-grpc-tls) opts=(--protocol vless --grpc-service kt-bench) ;;
