@@ -2,11 +2,15 @@
  * bulk: loopback load tools for tests/bench/bench.sh (not part of katana).
  *
  *   bulk sink PORT            accept connections on 127.0.0.1:PORT, read and discard;
- *                             when a connection that carried data closes, print
- *                             "BYTES SECONDS" (first byte to EOF) on stdout.
+ *                             when a connection that carried data closes, or once it
+ *                             has been silent for a second, print "BYTES SECONDS" (first
+ *                             byte to last byte) on stdout, once per connection (some
+ *                             servers keep the destination open after the client's close).
  *                             Keeps every other connection open (idle ones too).
- *   bulk send PORT SECONDS    connect to 127.0.0.1:PORT, write 256 KiB blocks for SECONDS,
- *                             close; print the bytes written.
+ *   bulk send PORT SECONDS [FIRST]
+ *                             connect to 127.0.0.1:PORT, write 256 KiB blocks for SECONDS,
+ *                             close; print the bytes written. With FIRST, the first FIRST
+ *                             bytes (at most 256 KiB) go alone, 50 ms before the blocks.
  *   bulk hold PORT N          open N connections to 127.0.0.1:PORT, write one byte on each,
  *                             print "ready N" and keep them open until stdin closes.
  *
@@ -29,8 +33,11 @@
 
 struct conn_stat {
     unsigned long long bytes;
-    double first;
+    double first, last;
+    int reported;
 };
+
+#define QUIET_SECONDS 1.0
 
 static double now(void)
 {
@@ -75,6 +82,7 @@ static int sink_accept(int lfd, int ep, struct conn_stat *st)
     struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
     st[fd].bytes = 0;
     st[fd].first = 0;
+    st[fd].reported = 0;
     if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
         close(fd);
         return -1;
@@ -82,23 +90,32 @@ static int sink_accept(int lfd, int ep, struct conn_stat *st)
     return 1;
 }
 
+/* Print "BYTES SECONDS" for a connection that carried bulk data, once. */
+static void sink_report(int fd, struct conn_stat *st)
+{
+    if (st[fd].bytes > 1 && !st[fd].reported) {
+        printf("%llu %.6f\n", st[fd].bytes, st[fd].last - st[fd].first);
+        fflush(stdout);
+        st[fd].reported = 1;
+    }
+}
+
 static void sink_read(int fd, struct conn_stat *st, char *buf)
 {
     for (;;) {
         ssize_t n = read(fd, buf, BLOCK);
         if (n > 0) {
+            st[fd].last = now();
             if (st[fd].bytes == 0)
-                st[fd].first = now();
+                st[fd].first = st[fd].last;
             st[fd].bytes += (unsigned long long)n;
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
         /* EOF or error: report a connection that carried bulk data */
-        if (st[fd].bytes > 1) {
-            printf("%llu %.6f\n", st[fd].bytes, now() - st[fd].first);
-            fflush(stdout);
-        }
+        sink_report(fd, st);
+        st[fd].bytes = 0;
         close(fd);
         return;
     }
@@ -120,20 +137,27 @@ static int run_sink(int port)
     char *buf = malloc(BLOCK);
     if (!st || !buf)
         return 1;
+    int max_fd = lfd;
     for (;;) {
-        int n = epoll_wait(ep, evs, 256, -1);
+        int n = epoll_wait(ep, evs, 256, 250);
         for (int i = 0; i < n; i++) {
             if (evs[i].data.fd == lfd) {
                 while (sink_accept(lfd, ep, st) > 0)
                     ;
             } else {
+                if (evs[i].data.fd > max_fd)
+                    max_fd = evs[i].data.fd;
                 sink_read(evs[i].data.fd, st, buf);
             }
         }
+        double t = now();
+        for (int fd = lfd + 1; fd <= max_fd; fd++)
+            if (st[fd].bytes > 1 && t - st[fd].last >= QUIET_SECONDS)
+                sink_report(fd, st);
     }
 }
 
-static int run_send(int port, double seconds)
+static int run_send(int port, double seconds, size_t first)
 {
     int fd = dial(port);
     if (fd < 0) {
@@ -146,6 +170,12 @@ static int run_send(int port, double seconds)
     for (size_t i = 0; i < BLOCK; i++)
         buf[i] = (char)(i * 131 + 7);
     unsigned long long total = 0;
+    if (first > 0) {
+        ssize_t n = write(fd, buf, first < BLOCK ? first : BLOCK);
+        if (n > 0)
+            total += (unsigned long long)n;
+        usleep(50000);
+    }
     double end = now() + seconds;
     while (now() < end) {
         ssize_t n = write(fd, buf, BLOCK);
@@ -190,10 +220,10 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "sink") == 0)
         return run_sink(atoi(argv[2]));
-    if (argc == 4 && strcmp(argv[1], "send") == 0)
-        return run_send(atoi(argv[2]), atof(argv[3]));
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "send") == 0)
+        return run_send(atoi(argv[2]), atof(argv[3]), argc == 5 ? (size_t)atol(argv[4]) : 0);
     if (argc == 4 && strcmp(argv[1], "hold") == 0)
         return run_hold(atoi(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: bulk sink PORT | bulk send PORT SECONDS | bulk hold PORT N\n");
+    fprintf(stderr, "usage: bulk sink PORT | bulk send PORT SECONDS [FIRST] | bulk hold PORT N\n");
     return 2;
 }
