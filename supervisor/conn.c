@@ -1587,7 +1587,9 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             conn_close(c);
         return;
     }
-    while (off < len && !c->closing && !c->draining) {
+    /* a core with more effects than one list holds is called again at once (ops->more) */
+    while ((off < len || (ops->more != NULL && ops->more(c->state))) && !c->closing &&
+           !c->draining) {
         /* a multiplexed core (gRPC) authenticates every new stream: it keeps the clock */
         if (ops->set_time != NULL && (c->principal == NULL || c->subs != NULL))
             ops->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
@@ -1603,7 +1605,7 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             conn_close(c); /* a core error always comes with an SV_FX_ERROR effect */
             return;
         }
-        if (r == 0)
+        if (r == 0 && (ops->more == NULL || !ops->more(c->state)))
             break;
         off += (size_t)r;
     }
@@ -1637,8 +1639,11 @@ static void on_fleet_answer(void *ctx, sv_fleet_answer answer)
         unsigned niov = 0;
         client_read_start(c); /* first: what follows may stop it again (backpressure) */
         if (apply_effects(c, &pz->fx, iov, &niov) && !c->closing &&
-            write_remote(c, iov, niov) && pz->in_len > 0)
-            process_client(c, pz->in, pz->in_len);
+            write_remote(c, iov, niov) &&
+            (pz->in_len > 0 || (c->handler->ops->more != NULL && c->handler->ops->more(c->state)))) {
+            static uint8_t none[1]; /* nothing kept: the core's held effects only */
+            process_client(c, pz->in != NULL ? pz->in : none, pz->in_len);
+        }
     }
     paused_free(pz);
 }

@@ -117,6 +117,13 @@ typedef struct sv_proto_ops {
      */
     ssize_t (*feed)(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx);
     size_t carry_max; /**< most bytes feed() may leave unconsumed */
+    /**
+     * Optional: after a feed(), does the core have effects to give before it takes more bytes
+     * (a core around many streams, gRPC: one client read may carry more messages than one
+     * effect list holds; issue 10)? The runtime then calls feed() again at once with the
+     * unconsumed rest of its input, which may be empty, even when feed() returned 0.
+     */
+    bool (*more)(const void *state);
 
     /**
      * Frame @p len bytes (> 0) from stream @p stream's outbound for the client into @p out.
