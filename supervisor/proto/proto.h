@@ -59,6 +59,11 @@ typedef struct sv_effect {
      *  PROTOCOLS.md §7): the runtime keeps one sub-flow per stream and ends one towards the
      *  client with frame_end(). Otherwise one flow, stream 0. */
     bool multiplexed;
+    /** SV_FX_CLOSE of a multiplexed stream: the client ended only its direction (gRPC's
+     *  END_STREAM, issue 10, PROTOCOLS-2.md §3.3): the outbound gets what is held, then a
+     *  half-close, and the stream's download goes on until the outbound ends (frame_end).
+     *  A later SV_FX_CLOSE without it ends the stream at once. */
+    bool half_close;
 } sv_effect;
 
 #define SV_EFFECTS_MAX 16 /**< bound of one feed() call's effects */

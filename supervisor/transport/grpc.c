@@ -243,6 +243,7 @@ static const uint8_t h2_preface[24] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 typedef struct grpc_stream {
     int32_t id;
     bool path_ok, ctype_ok, answered, dead, authed, opened, told_close, ended, finished;
+    bool told_half;         /* the runtime was told of the client's half-close */
     bool dirty;             /* work for stream_run: new input, or the end below */
     bool client_end;        /* the client's END_STREAM came */
     bool gone;              /* nghttp2 closed it (reset, or both ends done) */
@@ -376,8 +377,9 @@ static bool push(grpc_state *st, const sv_effect *e)
 }
 
 /* The stream ends towards the runtime (its sub-flow closes, or every Mux.Cool session it
- * carries), once. */
-static void tell_close(grpc_state *st, grpc_stream *s)
+ * carries), once; with @p half, a plain stream's client ended only its direction (the
+ * sub-flow's outbound is half-closed and its download goes on: PROTOCOLS-2.md §3.3). */
+static void tell_close(grpc_state *st, grpc_stream *s, bool half)
 {
     if (s->mux) {
         for (unsigned i = 0; i < st->n_subs;) {
@@ -393,10 +395,13 @@ static void tell_close(grpc_state *st, grpc_stream *s)
         s->told_close = true;
         return;
     }
-    if (!s->opened || s->told_close)
+    if (!s->opened || s->told_close || (half && s->told_half))
         return;
-    s->told_close = true;
-    sv_effect e = {.kind = SV_FX_CLOSE, .stream = (uint32_t)s->id};
+    if (half)
+        s->told_half = true;
+    else
+        s->told_close = true;
+    sv_effect e = {.kind = SV_FX_CLOSE, .stream = (uint32_t)s->id, .half_close = half};
     if (!push(st, &e))
         st->failed = true;
 }
@@ -410,7 +415,7 @@ static void stream_reset(grpc_state *st, grpc_stream *s, uint32_t code)
     s->dead = true;
     s->in_off = s->in_len; /* dropped; freed by streams_sweep(): effects being applied (or
                               deferred) may still point into it */
-    tell_close(st, s);
+    tell_close(st, s, false);
     if (!s->ended) {
         s->ended = true;
         nghttp2_submit_rst_stream(st->h2, NGHTTP2_FLAG_NONE, s->id, code);
@@ -559,7 +564,7 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
             break;
         case SV_FX_CLOSE:
         case SV_FX_FINISH:
-            tell_close(st, s);
+            tell_close(st, s, false);
             break;
         case SV_FX_ERROR: /* this stream only: no fallback inside HTTP/2 */
             stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
@@ -596,11 +601,19 @@ static void stream_run(grpc_state *st, grpc_stream *s)
     s->dirty = false;
     if (!s->dead && s->in_len - s->in_off > inner->carry_max)
         stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
-    if (s->client_end || s->gone) {
-        /* the client is done with it: the sub-flow ends, as for a Mux.Cool End, and so does
-         * the response (what is queued, then the trailers) */
-        tell_close(st, s);
+    if (s->gone || (s->client_end && s->mux)) {
+        /* the stream is gone, or the client is done with every session it carries: they end,
+         * as for a Mux.Cool End, and so does the response (what is queued, then the trailers) */
+        tell_close(st, s, false);
         if (s->answered && !s->dead && !s->ended) {
+            s->ended = true;
+            nghttp2_session_resume_data(st->h2, s->id);
+        }
+    } else if (s->client_end) {
+        /* the client ended its direction: the outbound is half-closed, the download goes on
+         * until it ends (frame_end: the trailers); one not opened yet ends here */
+        tell_close(st, s, s->opened && !s->dead);
+        if (!s->opened && s->answered && !s->dead && !s->ended) {
             s->ended = true;
             nghttp2_session_resume_data(st->h2, s->id);
         }

@@ -206,6 +206,7 @@ static int cli_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud)
 typedef struct body {
     uint8_t b[8192];
     size_t len, off;
+    bool end; /* END_STREAM once all is sent */
 } body;
 
 static ssize_t cli_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
@@ -216,6 +217,10 @@ static ssize_t cli_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len
     (void)id;
     (void)ud;
     (void)flags;
+    if (b->off == b->len && b->end) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return 0;
+    }
     if (b->off == b->len)
         return NGHTTP2_ERR_DEFERRED; /* the stream stays open for more */
     size_t k = b->len - b->off < length ? b->len - b->off : length;
@@ -243,6 +248,7 @@ static void trojan_hunk(body *b, int user, uint16_t port, const char *payload)
     memcpy(b->b + b->len, req, n);
     b->len += n;
     b->off = 0;
+    b->end = false;
 }
 
 /* A gRPC core over @p inner with two users of secrets @p secret. */
@@ -315,7 +321,7 @@ static void apply(run *r, const sv_effects *fx)
             to_client(r, e->data, e->len);
             break;
         case SV_FX_CLOSE:
-            ev(r, "C%u ", e->stream);
+            ev(r, "%c%u ", e->half_close ? 'H' : 'C', e->stream);
             break;
         case SV_FX_ERROR:
             ev(r, "E ");
@@ -420,6 +426,54 @@ static void core__tun_stream__whole_and_bytewise(void **state)
     tun_once(1);
     tun_once(7);
     tun_once(65536);
+}
+
+/* The client ends its direction with its request (END_STREAM): the runtime hears a half-close
+ * (the outbound is shut down, not closed), the download goes on, and the outbound's end gives
+ * the trailers (PROTOCOLS-2.md §3.3; issue 10). A reset afterwards ends it in full. */
+static void half_close_once(size_t piece, bool reset)
+{
+    run r;
+    body b;
+    run_open(&r);
+    trojan_hunk(&b, 1, 4242, "ping");
+    b.end = true;
+    assert_int_equal(request(&r, "/kt-tun/Tun", &b), 1);
+    pump(&r, piece);
+    assert_string_equal(r.events, "A1m O1:4242 H1 ");
+    assert_int_equal(r.up_len, 4);
+    uint8_t out[1024];
+    ssize_t n = sv_grpc_ops.frame(r.core, r.creds, 1, (const uint8_t *)"pong", 4, out, sizeof out);
+    assert_true(n > 0);
+    to_client(&r, out, (size_t)n);
+    assert_int_equal(r.down_len, 4);
+    assert_memory_equal(r.down, "pong", 4);
+    assert_false(r.closed[0]);
+    if (reset) {
+        assert_int_equal(nghttp2_submit_rst_stream(r.cli, NGHTTP2_FLAG_NONE, 1, NGHTTP2_CANCEL),
+                         0);
+        pump(&r, piece);
+        assert_string_equal(r.events, "A1m O1:4242 H1 C1 ");
+    } else {
+        n = sv_grpc_ops.frame_end(r.core, r.creds, 1, false, out, sizeof out);
+        assert_true(n > 0);
+        to_client(&r, out, (size_t)n);
+        assert_string_equal(r.grpc_status, "0");
+        assert_true(r.closed[0]);
+        pump(&r, piece);
+        assert_string_equal(r.events, "A1m O1:4242 H1 ");
+    }
+    run_close(&r);
+}
+
+static void core__client_end_stream__half_close(void **state)
+{
+    (void)state;
+    for (int reset = 0; reset < 2; reset++) {
+        half_close_once(1, reset);
+        half_close_once(7, reset);
+        half_close_once(65536, reset);
+    }
 }
 
 static void core__wrong_path__grpc_status_12_no_effect(void **state)
@@ -696,6 +750,7 @@ int main(void)
         cmocka_unit_test(gun__decode__whole_bytewise_and_pieces_agree),
         cmocka_unit_test(gun__decode__errors),
         cmocka_unit_test(core__tun_stream__whole_and_bytewise),
+        cmocka_unit_test(core__client_end_stream__half_close),
         cmocka_unit_test(core__wrong_path__grpc_status_12_no_effect),
         cmocka_unit_test(core__escaped_name_and_tunmulti__served),
         cmocka_unit_test(core__second_user__stream_reset_alone),
