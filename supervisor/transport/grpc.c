@@ -245,6 +245,8 @@ typedef struct grpc_stream {
     bool path_ok, ctype_ok, answered, dead, authed, opened, told_close, ended, finished;
     bool told_half;         /* the runtime was told of the client's half-close */
     bool dirty;             /* work for stream_run: new input, or the end below */
+    bool ran;               /* its inner core was fed in this feed() (once at most) */
+    bool inner_full;        /* the inner core's last list came back full: it may hold more */
     bool client_end;        /* the client's END_STREAM came */
     bool gone;              /* nghttp2 closed it (reset, or both ends done) */
     bool mux;               /* its inner core said Mux.Cool: its sessions are the sub-flows */
@@ -573,28 +575,34 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
     }
 }
 
-/* Feed stream @p s's pending input to its inner core until it needs more, then act on the
- * client's end of it or nghttp2's. One inner feed() starts only when no effect is held: what
- * does not fit this feed() waits in s->in for the next one (sv_proto_ops.more). */
+/* Feed stream @p s's pending input to its inner core, then act on the client's end of it or
+ * nghttp2's. The inner core is fed once per feed() at most, and only when no effect is held:
+ * its effects may point into its own state until its next call (VMess keeps the plaintext of
+ * its Mux.Cool frames there); what is left waits in s->in, or in the inner core when its list
+ * came back full, for the next feed() (sv_proto_ops.more). */
 static void stream_run(grpc_state *st, grpc_stream *s)
 {
     const sv_proto_ops *inner = st->cr->inner;
-    while (!s->dead && s->in_off < s->in_len) {
-        if (st->n_defer > 0)
+    if (!s->dead && (s->in_off < s->in_len || s->inner_full)) {
+        if (st->n_defer > 0 || s->ran)
             return; /* still dirty */
+        s->ran = true;
         sv_effects fx;
+        static uint8_t none[1]; /* the input when the inner core only has more of its own */
         if (inner->set_time != NULL && !s->authed && st->have_time)
             inner->set_time(s->inner, st->now);
-        ssize_t r = inner->feed(s->inner, st->cr->inner_creds, s->in + s->in_off,
-                                s->in_len - s->in_off, &fx);
+        ssize_t r = inner->feed(s->inner, st->cr->inner_creds,
+                                s->in != NULL ? s->in + s->in_off : none, s->in_len - s->in_off,
+                                &fx);
+        s->inner_full = r >= 0 && fx.n + 3 > SV_EFFECTS_MAX; /* as the Mux.Cool decoder stops */
         map_effects(st, s, &fx);
         if (r < 0) {
             stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
-            break;
+        } else {
+            s->in_off += (size_t)r;
+            if (!s->dead && ((r > 0 && s->in_off < s->in_len) || s->inner_full))
+                return; /* more next time */
         }
-        if (r == 0)
-            break;
-        s->in_off += (size_t)r;
     }
     if (st->n_defer > 0 && (s->client_end || s->gone))
         return; /* its end after what is held */
@@ -909,6 +917,8 @@ static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     st->n_defer = 0;
     for (unsigned i = 0; i < held; i++)
         push(st, &st->defer[i]);
+    for (unsigned i = 0; i < st->n_streams; i++)
+        st->streams[i]->ran = false;
     if (fx->n == 0 && st->n_defer == 0) {
         streams_sweep(st);
         streams_run(st); /* work a full list left */

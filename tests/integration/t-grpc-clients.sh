@@ -1,7 +1,7 @@
 #!/bin/bash
 # gRPC transport ("gun", issue 10, PROTOCOLS-2.md §3) with the Xray-core client
-# (tests/interop/xray/client-{vless,trojan}-grpc.json, service name kt-tun; the Trojan one in
-# multiMode, i.e. TunMulti): VLESS over TLS (ALPN h2) and Trojan over TLS, each node with
+# (tests/interop/xray/client-{vless,vmess,trojan}-grpc.json, service name kt-tun; the Trojan one
+# in multiMode, i.e. TunMulti): VLESS, VMess and Trojan over TLS (ALPN h2), each node with
 # network grpc and networkSettings.serviceName from the panel. On each: two users at the same
 # time move 1 MiB byte-identical each way, each through a counting relay, and each user is
 # billed exactly the wire bytes (TLS, HTTP/2, gun and protocol bytes) its relay counted; an idle
@@ -9,9 +9,9 @@
 # (one stream each): three at once are echoed identical; three paced ones are three flows of one
 # session in GET /v1/connections, and DELETE /v1/connections/<id> cuts that one only, the other
 # two complete byte-identical. UDP travels inside a stream: from Xray's VLESS client as XUDP
-# (Mux.Cool sessions inside the stream, its default), from its Trojan client as Trojan UDP; an
-# Xray VLESS client with its "mux" on gets three connections echoed identical as sessions
-# inside one stream. A
+# (Mux.Cool sessions inside the stream, its default; VMess likewise), from its Trojan client as
+# Trojan UDP; an Xray VLESS or VMess client with its "mux" on gets three connections echoed
+# identical as sessions inside one stream. A
 # client on the wrong service name gets no echo and no log line per attempt, and the others are
 # served afterwards. VLESS over gRPC in clear (h2c) is served too, and there a client that ends
 # its direction with its request (curl, END_STREAM) still gets the whole echo: half-close. Then
@@ -19,7 +19,7 @@
 # (grpc-go, the with_grpc build)
 # and the "lite" one (PROTOCOLS-2.md §3.5: the build without with_grpc, peer sing-box-lite),
 # each for two users, 1 MiB each way at the same time, billed exactly what their relays counted.
-KT_LIMIT=${KT_LIMIT:-300}
+KT_LIMIT=${KT_LIMIT:-420}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/../interop/peers.sh"
@@ -207,7 +207,7 @@ scenario() {
         check "$name: a client that ends its direction (END_STREAM) still gets the whole echo" \
             half_close_h2c "$port" "$s1"
     fi
-    if [ "$proto" = vless ]; then
+    if [ "$proto" != trojan ]; then
         gclient "$scen" "$name-mux" "$s1" "$port" "$SERVICE" "$tls" 1
         check "$name: Mux.Cool inside a gRPC stream: three connections, 256 KiB each, identical" \
             tcp_rt "$CL_PORT" ok --bytes 262144 --conns 3 --seed "$name-mux" "${PR_TCP[@]}"
@@ -223,6 +223,10 @@ scenario() {
 scenario vless-grpc-tls vless 1 "$U1" "$U2" --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
 srv_stop
 check "vless-grpc-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
+scenario vmess-grpc-tls vmess 1 "$U1" "$U2" --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+srv_stop
+check "vmess-grpc-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 
 scenario trojan-grpc-tls trojan 1 "$U1" "$U2" --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
 srv_stop
