@@ -1485,8 +1485,8 @@ static void sub_write(sv_conn *c, uint32_t stream, uint8_t *data, size_t len)
 }
 
 /* The client ended a stream (End frame): its outbound gets what is held, then closes; with
- * @p half (the client ended its direction only) it is half-closed instead and the download
- * goes on until the outbound ends. */
+ * @p half (the client ended its direction only) a stream's outbound is half-closed instead and
+ * the download goes on until the outbound ends (a UDP session ends). */
 static void sub_client_end(sv_conn *c, uint32_t stream, bool half)
 {
     sv_subflow *s = sub_find(c, stream, NULL);
@@ -1497,7 +1497,7 @@ static void sub_client_end(sv_conn *c, uint32_t stream, bool half)
         return;
     }
     s->client_done = true;
-    s->half = half;
+    s->half = half && s->assoc == NULL; /* a UDP session has no direction of its own to end */
     if (s->connected && !s->writing)
         sub_flush(s);
 }

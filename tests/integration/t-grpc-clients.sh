@@ -102,6 +102,22 @@ sys.exit(0 if got[:2] == b"\0\0" and got[2:] == want else 1)
 PY
 }
 
+# udp_end_h2c PORT UUID: the same with a VLESS UDP request (command 2) and one datagram: a UDP
+# session has no direction of its own, so the END_STREAM ends it; the daemon goes on.
+udp_end_h2c() {
+    python3 - "$T/hu-req.bin" "$2" "$ECHO_PORT" <<'PY' || return 1
+import struct, sys, uuid
+req, uid, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+head = b"\0" + uuid.UUID(uid).bytes + b"\0\x02" + struct.pack(">H", port) + b"\x01\x7f\0\0\x01"
+msg = head + struct.pack(">H", 5) + b"hello"
+open(req, "wb").write(b"\0" + struct.pack(">I", 2 + len(msg)) + b"\x0a" + bytes([len(msg)]) + msg)
+PY
+    curl -sS -m 10 --http2-prior-knowledge -H 'content-type: application/grpc' \
+        --data-binary @"$T/hu-req.bin" -o /dev/null "http://127.0.0.1:$1/$SERVICE/Tun"
+    sleep 0.5
+    srv_alive
+}
+
 # api METHOD PATH: print the status code; the body is in $T/body.
 api() {
     curl -sS -m 10 -X "$1" -H "Authorization: Bearer $TOKEN" -o "$T/body" -w '%{http_code}' \
@@ -206,6 +222,8 @@ scenario() {
     if [ "$proto" = vless ] && [ "$tls" = 0 ]; then
         check "$name: a client that ends its direction (END_STREAM) still gets the whole echo" \
             half_close_h2c "$port" "$s1"
+        check "$name: a UDP stream ended by END_STREAM just ends (the daemon goes on)" \
+            udp_end_h2c "$port" "$s1"
     fi
     if [ "$proto" != trojan ]; then
         gclient "$scen" "$name-mux" "$s1" "$port" "$SERVICE" "$tls" 1
