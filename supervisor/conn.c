@@ -1143,6 +1143,8 @@ struct sv_subflow {
     sv_assoc *assoc;
     sv_flow_rec *flow;
     bool registered, connected, writing, client_done, ended;
+    bool half;      /* client_done by a half-close: the outbound is shut down, not closed */
+    bool shut;      /* its outbound was half-closed */
     bool paced;     /* its outbound's reading waits for pace_timer (issue 12) */
     bool paused;    /* reading the client stopped for its held bytes (SUB_HELD_PAUSE) */
     uint8_t *out;   /* the write in flight */
@@ -1240,15 +1242,21 @@ static void sub_closed(void *owner)
     conn_release(c);
 }
 
-/* Hand the held bytes to the outbound (one write in flight), or end the sub-flow once the
- * client ended the stream and nothing is left. */
+/* Hand the held bytes to the outbound (one write in flight), or end the sub-flow (half-close
+ * its outbound, after a half-close of the client's) once the client ended the stream and
+ * nothing is left. */
 static void sub_flush(sv_subflow *s)
 {
     if (s->ended || !s->connected || s->writing)
         return;
     if (s->held_len == 0) {
-        if (s->client_done)
+        if (s->client_done && !s->half) {
             sub_end(s, false, false);
+        } else if (s->client_done && !s->shut) { /* the download goes on until its EOF */
+            s->shut = true;
+            if (s->ob.ops->shutdown(&s->ob) != 0)
+                sub_end(s, true, true);
+        }
         return;
     }
     free(s->out);
@@ -1489,15 +1497,22 @@ static void sub_write(sv_conn *c, uint32_t stream, uint8_t *data, size_t len)
     sub_flush(s);
 }
 
-/* The client ended a stream (End frame): its outbound gets what is held, then closes. */
-static void sub_client_end(sv_conn *c, uint32_t stream)
+/* The client ended a stream (End frame): its outbound gets what is held, then closes; with
+ * @p half (the client ended its direction only) a stream's outbound is half-closed instead and
+ * the download goes on until the outbound ends (a UDP session ends). */
+static void sub_client_end(sv_conn *c, uint32_t stream, bool half)
 {
     sv_subflow *s = sub_find(c, stream, NULL);
     if (s == NULL)
         return;
-    s->client_done = true;
-    if (s->connected && !s->writing && s->held_len == 0)
+    if (s->client_done && s->half && !half) { /* after its half-close, the whole stream */
         sub_end(s, false, false);
+        return;
+    }
+    s->client_done = true;
+    s->half = half && s->assoc == NULL; /* a UDP session has no direction of its own to end */
+    if (s->connected && !s->writing)
+        sub_flush(s);
 }
 
 /* Apply the effects of one feed() call in order. Bytes for the outbound join the caller's batch
@@ -1567,7 +1582,7 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
             break;
         case SV_FX_CLOSE:
             if (c->subs != NULL) {
-                sub_client_end(c, e->stream);
+                sub_client_end(c, e->stream, e->half_close);
                 break;
             }
             /* fall through */
@@ -1600,7 +1615,9 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             conn_close(c);
         return;
     }
-    while (off < len && !c->closing && !c->draining) {
+    /* a core with more effects than one list holds is called again at once (ops->more) */
+    while ((off < len || (ops->more != NULL && ops->more(c->state))) && !c->closing &&
+           !c->draining) {
         /* a multiplexed core (gRPC) authenticates every new stream: it keeps the clock */
         if (ops->set_time != NULL && (c->principal == NULL || c->subs != NULL))
             ops->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
@@ -1616,7 +1633,7 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             conn_close(c); /* a core error always comes with an SV_FX_ERROR effect */
             return;
         }
-        if (r == 0)
+        if (r == 0 && (ops->more == NULL || !ops->more(c->state)))
             break;
         off += (size_t)r;
     }
@@ -1650,8 +1667,11 @@ static void on_fleet_answer(void *ctx, sv_fleet_answer answer)
         unsigned niov = 0;
         client_read_start(c); /* first: what follows may stop it again (backpressure) */
         if (apply_effects(c, &pz->fx, iov, &niov) && !c->closing &&
-            write_remote(c, iov, niov) && pz->in_len > 0)
-            process_client(c, pz->in, pz->in_len);
+            write_remote(c, iov, niov) &&
+            (pz->in_len > 0 || (c->handler->ops->more != NULL && c->handler->ops->more(c->state)))) {
+            static uint8_t none[1]; /* nothing kept: the core's held effects only */
+            process_client(c, pz->in != NULL ? pz->in : none, pz->in_len);
+        }
     }
     paused_free(pz);
 }

@@ -66,3 +66,4 @@ done
 . "$(dirname "$0")/interop/peers.sh"
 pr_build xray
 pr_build sing-box
+pr_build sing-box-lite

@@ -59,6 +59,11 @@ typedef struct sv_effect {
      *  PROTOCOLS.md §7): the runtime keeps one sub-flow per stream and ends one towards the
      *  client with frame_end(). Otherwise one flow, stream 0. */
     bool multiplexed;
+    /** SV_FX_CLOSE of a multiplexed stream: the client ended only its direction (gRPC's
+     *  END_STREAM, issue 10, PROTOCOLS-2.md §3.3): the outbound gets what is held, then a
+     *  half-close, and the stream's download goes on until the outbound ends (frame_end).
+     *  A later SV_FX_CLOSE without it ends the stream at once. */
+    bool half_close;
     /** SV_FX_OPEN of a UDP stream: the XUDP GlobalID of its New frame (PROTOCOLS-2.md §5.1);
      *  all zeros = none (never re-attached). */
     uint8_t global_id[8];
@@ -120,6 +125,13 @@ typedef struct sv_proto_ops {
      */
     ssize_t (*feed)(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx);
     size_t carry_max; /**< most bytes feed() may leave unconsumed */
+    /**
+     * Optional: after a feed(), does the core have effects to give before it takes more bytes
+     * (a core around many streams, gRPC: one client read may carry more messages than one
+     * effect list holds; issue 10)? The runtime then calls feed() again at once with the
+     * unconsumed rest of its input, which may be empty, even when feed() returned 0.
+     */
+    bool (*more)(const void *state);
 
     /**
      * Frame @p len bytes (> 0) from stream @p stream's outbound for the client into @p out.

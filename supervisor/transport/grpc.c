@@ -225,10 +225,14 @@ static bool path_served(const grpc_creds *cr, const uint8_t *p, size_t n)
 /* Bytes of a stream's response queued beyond what HTTP/2 flow control lets go: past this the
  * stream is reset (its client stopped reading it; the others go on). */
 #define GRPC_QUEUE_MAX (4u * 1024u * 1024u)
-/* Effects held for the next feed() when one call produced more than fit (several streams). */
-#define GRPC_DEFER_MAX 64
 /* HTTP/2 settings of ours: streams at once, receive windows (a stream's, the connection's). */
 #define GRPC_STREAMS_MAX 100 /* < SV_MUX_SESSIONS_MAX: closed streams' sub-flows linger */
+/* Streams we keep: the open ones and closed ones not yet swept. */
+#define GRPC_STREAMS_CAP (GRPC_STREAMS_MAX + 64)
+/* Effects held for the next feed() when one step produced more than fit: one inner feed()'s
+ * list, and the CLOSE of every session and stream at most (a step starts only when none is
+ * held, see stream_run). */
+#define GRPC_DEFER_MAX (SV_EFFECTS_MAX + GRPC_STREAMS_MAX + GRPC_STREAMS_CAP)
 #define GRPC_STREAM_WINDOW (512 * 1024)
 #define GRPC_CONN_WINDOW (4 * 1024 * 1024)
 /* Most data bytes of one Mux.Cool Keep frame towards the client (see grpc_frame). */
@@ -239,7 +243,12 @@ static const uint8_t h2_preface[24] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 typedef struct grpc_stream {
     int32_t id;
     bool path_ok, ctype_ok, answered, dead, authed, opened, told_close, ended, finished;
-    bool dirty;             /* new input since its inner core was last fed */
+    bool told_half;         /* the runtime was told of the client's half-close */
+    bool dirty;             /* work for stream_run: new input, or the end below */
+    bool ran;               /* its inner core was fed in this feed() (once at most) */
+    bool inner_full;        /* the inner core's last list came back full: it may hold more */
+    bool client_end;        /* the client's END_STREAM came */
+    bool gone;              /* nghttp2 closed it (reset, or both ends done) */
     bool mux;               /* its inner core said Mux.Cool: its sessions are the sub-flows */
     sv_gun_decoder dec;
     uint8_t *in;            /* decoded data not yet consumed by the inner core */
@@ -263,6 +272,7 @@ typedef struct grpc_state {
     const grpc_creds *cr;
     nghttp2_session *h2;
     bool preface_ok, failed, have_time;
+    bool again; /* feed() wants to be called before more bytes come (sv_proto_ops.more) */
     int principal; /* -1 until the first stream authenticates */
     int64_t now;
     grpc_stream **streams;
@@ -369,8 +379,9 @@ static bool push(grpc_state *st, const sv_effect *e)
 }
 
 /* The stream ends towards the runtime (its sub-flow closes, or every Mux.Cool session it
- * carries), once. */
-static void tell_close(grpc_state *st, grpc_stream *s)
+ * carries), once; with @p half, a plain stream's client ended only its direction (the
+ * sub-flow's outbound is half-closed and its download goes on: PROTOCOLS-2.md §3.3). */
+static void tell_close(grpc_state *st, grpc_stream *s, bool half)
 {
     if (s->mux) {
         for (unsigned i = 0; i < st->n_subs;) {
@@ -386,10 +397,13 @@ static void tell_close(grpc_state *st, grpc_stream *s)
         s->told_close = true;
         return;
     }
-    if (!s->opened || s->told_close)
+    if (!s->opened || s->told_close || (half && s->told_half))
         return;
-    s->told_close = true;
-    sv_effect e = {.kind = SV_FX_CLOSE, .stream = (uint32_t)s->id};
+    if (half)
+        s->told_half = true;
+    else
+        s->told_close = true;
+    sv_effect e = {.kind = SV_FX_CLOSE, .stream = (uint32_t)s->id, .half_close = half};
     if (!push(st, &e))
         st->failed = true;
 }
@@ -403,7 +417,7 @@ static void stream_reset(grpc_state *st, grpc_stream *s, uint32_t code)
     s->dead = true;
     s->in_off = s->in_len; /* dropped; freed by streams_sweep(): effects being applied (or
                               deferred) may still point into it */
-    tell_close(st, s);
+    tell_close(st, s, false);
     if (!s->ended) {
         s->ended = true;
         nghttp2_submit_rst_stream(st->h2, NGHTTP2_FLAG_NONE, s->id, code);
@@ -552,7 +566,7 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
             break;
         case SV_FX_CLOSE:
         case SV_FX_FINISH:
-            tell_close(st, s);
+            tell_close(st, s, false);
             break;
         case SV_FX_ERROR: /* this stream only: no fallback inside HTTP/2 */
             stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
@@ -561,28 +575,78 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
     }
 }
 
-/* Feed stream @p s's pending input to its inner core until it needs more. */
+/* Feed stream @p s's pending input to its inner core, then act on the client's end of it or
+ * nghttp2's. The inner core is fed once per feed() at most, and only when no effect is held:
+ * its effects may point into its own state until its next call (VMess keeps the plaintext of
+ * its Mux.Cool frames there); what is left waits in s->in, or in the inner core when its list
+ * came back full, for the next feed() (sv_proto_ops.more). */
 static void stream_run(grpc_state *st, grpc_stream *s)
 {
     const sv_proto_ops *inner = st->cr->inner;
-    s->dirty = false;
-    while (!s->dead && s->in_off < s->in_len) {
+    if (!s->dead && (s->in_off < s->in_len || s->inner_full)) {
+        if (st->n_defer > 0 || s->ran)
+            return; /* still dirty */
+        s->ran = true;
         sv_effects fx;
+        static uint8_t none[1]; /* the input when the inner core only has more of its own */
         if (inner->set_time != NULL && !s->authed && st->have_time)
             inner->set_time(s->inner, st->now);
-        ssize_t r = inner->feed(s->inner, st->cr->inner_creds, s->in + s->in_off,
-                                s->in_len - s->in_off, &fx);
+        ssize_t r = inner->feed(s->inner, st->cr->inner_creds,
+                                s->in != NULL ? s->in + s->in_off : none, s->in_len - s->in_off,
+                                &fx);
+        s->inner_full = r >= 0 && fx.n + 3 > SV_EFFECTS_MAX; /* as the Mux.Cool decoder stops */
         map_effects(st, s, &fx);
         if (r < 0) {
             stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
-            return;
+        } else {
+            s->in_off += (size_t)r;
+            if (!s->dead && ((r > 0 && s->in_off < s->in_len) || s->inner_full))
+                return; /* more next time */
         }
-        if (r == 0)
-            break;
-        s->in_off += (size_t)r;
     }
+    if (st->n_defer > 0 && (s->client_end || s->gone))
+        return; /* its end after what is held */
+    s->dirty = false;
     if (!s->dead && s->in_len - s->in_off > inner->carry_max)
         stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
+    if (s->gone || (s->client_end && s->mux)) {
+        /* the stream is gone, or the client is done with every session it carries: they end,
+         * as for a Mux.Cool End, and so does the response (what is queued, then the trailers) */
+        tell_close(st, s, false);
+        if (s->answered && !s->dead && !s->ended) {
+            s->ended = true;
+            nghttp2_session_resume_data(st->h2, s->id);
+        }
+    } else if (s->client_end) {
+        /* the client ended its direction: the outbound is half-closed, the download goes on
+         * until it ends (frame_end: the trailers); one not opened yet ends here */
+        tell_close(st, s, s->opened && !s->dead);
+        if (!s->opened && s->answered && !s->dead && !s->ended) {
+            s->ended = true;
+            nghttp2_session_resume_data(st->h2, s->id);
+        }
+    }
+    if (s->gone)
+        s->dead = s->ended = s->finished = true;
+}
+
+/* Run every stream with work, in order, while no effect is held. */
+static void streams_run(grpc_state *st)
+{
+    for (unsigned i = 0; i < st->n_streams && st->n_defer == 0; i++)
+        if (st->streams[i]->dirty)
+            stream_run(st, st->streams[i]);
+}
+
+/* Has feed() work left that needs no more client bytes? */
+static bool backlog(const grpc_state *st)
+{
+    if (st->n_defer > 0)
+        return true;
+    for (unsigned i = 0; i < st->n_streams; i++)
+        if (st->streams[i]->dirty)
+            return true;
+    return false;
 }
 
 /* ---- nghttp2 callbacks ---------------------------------------------------------------------- */
@@ -630,7 +694,7 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *u
     grpc_stream *s = calloc(1, sizeof *s + inner->state_size);
     if (s == NULL)
         return NGHTTP2_ERR_CALLBACK_FAILURE;
-    if (st->n_streams >= GRPC_STREAMS_MAX + GRPC_DEFER_MAX || inner->init(s->inner, st->in) != 0) {
+    if (st->n_streams >= GRPC_STREAMS_CAP || inner->init(s->inner, st->in) != 0) {
         inner->deinit(s->inner);
         free(s);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* the stream is reset */
@@ -692,17 +756,8 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
     if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST && !s->answered)
         answer(st, s);
     if ((f->hd.type == NGHTTP2_HEADERS || f->hd.type == NGHTTP2_DATA) &&
-        (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
-        if (s->dirty)
-            stream_run(st, s);
-        /* the client is done with it: the sub-flow ends, as for a Mux.Cool End, and so does
-         * the response (what is queued, then the trailers) */
-        tell_close(st, s);
-        if (s->answered && !s->dead && !s->ended) {
-            s->ended = true;
-            nghttp2_session_resume_data(st->h2, s->id);
-        }
-    }
+        (f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        s->client_end = s->dirty = true; /* after its input: stream_run */
     return 0;
 }
 
@@ -715,7 +770,7 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id, const u
     grpc_stream *s = stream_of(st, id);
     if (s == NULL || s->dead)
         return 0;
-    if (s->in_off > 0 && st->n_defer == 0) { /* compact: no held effect points into it */
+    if (s->in_off > 0) { /* compact: no effect points into it while nghttp2 reads */
         memmove(s->in, s->in + s->in_off, s->in_len - s->in_off);
         s->in_len -= s->in_off;
         s->in_off = 0;
@@ -745,10 +800,9 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code, void 
     grpc_stream *s = stream_of(st, id);
     if (s == NULL)
         return 0;
-    if (s->dirty) /* what came before the reset still counts, however the bytes were cut */
-        stream_run(st, s);
-    tell_close(st, s);
-    s->dead = s->ended = s->finished = true;
+    /* what came before the reset still counts, however the bytes were cut: stream_run ends
+     * it after its input */
+    s->gone = s->dirty = s->ended = true;
     return 0;
 }
 
@@ -756,7 +810,7 @@ static int session_open(grpc_state *st, const grpc_creds *cr)
 {
     nghttp2_session_callbacks *cb;
     st->cr = cr;
-    st->streams = calloc(GRPC_STREAMS_MAX + GRPC_DEFER_MAX, sizeof *st->streams);
+    st->streams = calloc(GRPC_STREAMS_CAP, sizeof *st->streams);
     if (st->streams == NULL || nghttp2_session_callbacks_new(&cb) != 0)
         return -ENOMEM;
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
@@ -863,15 +917,24 @@ static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     st->n_defer = 0;
     for (unsigned i = 0; i < held; i++)
         push(st, &st->defer[i]);
-    streams_sweep(st);
-    ssize_t r = nghttp2_session_mem_recv(st->h2, p, n);
-    if (r < 0) {
-        st->fx = NULL;
-        return fail(st, fx, -EPROTO);
-    }
     for (unsigned i = 0; i < st->n_streams; i++)
-        if (st->streams[i]->dirty)
-            stream_run(st, st->streams[i]);
+        st->streams[i]->ran = false;
+    if (fx->n == 0 && st->n_defer == 0) {
+        streams_sweep(st);
+        streams_run(st); /* work a full list left */
+    }
+    /* nghttp2 gets the bytes only with no effect out: its data callback moves stream input
+     * that effects point into. Otherwise the runtime calls again at once (more()). */
+    size_t used = 0;
+    if (fx->n == 0 && st->n_defer == 0 && !backlog(st)) {
+        ssize_t r = nghttp2_session_mem_recv(st->h2, p, n);
+        if (r < 0) {
+            st->fx = NULL;
+            return fail(st, fx, -EPROTO);
+        }
+        used = (size_t)r;
+        streams_run(st);
+    }
     st->fx = NULL;
     int rc = drain_h2(st);
     if (rc != 0 || st->failed)
@@ -885,9 +948,20 @@ static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, s
                                .len = st->out_len - st->out_off};
         st->out_off = st->out_len;
     }
-    if (!nghttp2_session_want_read(st->h2) && !nghttp2_session_want_write(st->h2))
+    st->again = backlog(st) || used < n;
+    if (st->n_defer == 0) { /* an idle connection holds no buffer */
+        free(st->defer);
+        st->defer = NULL;
+    }
+    if (!st->again && !nghttp2_session_want_read(st->h2) && !nghttp2_session_want_write(st->h2))
         (void)sv_effects_push(fx, SV_FX_FINISH); /* both ends said GOAWAY */
-    return (ssize_t)n;
+    return (ssize_t)used;
+}
+
+static bool grpc_more(const void *state)
+{
+    const grpc_state *st = state;
+    return st->again && !st->failed;
 }
 
 /* Copy pending output into the caller's buffer, at most @p cap bytes; the rest goes with the
@@ -1034,6 +1108,7 @@ const sv_proto_ops sv_grpc_ops = {
     .deinit = grpc_deinit,
     .feed = grpc_feed,
     .carry_max = sizeof h2_preface,
+    .more = grpc_more,
     .frame = grpc_frame,
     .frame_max = grpc_frame_max,
     .frame_datagram = grpc_frame_datagram,

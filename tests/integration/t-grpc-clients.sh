@@ -1,7 +1,7 @@
 #!/bin/bash
 # gRPC transport ("gun", issue 10, PROTOCOLS-2.md §3) with the Xray-core client
-# (tests/interop/xray/client-{vless,trojan}-grpc.json, service name kt-tun; the Trojan one in
-# multiMode, i.e. TunMulti): VLESS over TLS (ALPN h2) and Trojan over TLS, each node with
+# (tests/interop/xray/client-{vless,vmess,trojan}-grpc.json, service name kt-tun; the Trojan one
+# in multiMode, i.e. TunMulti): VLESS, VMess and Trojan over TLS (ALPN h2), each node with
 # network grpc and networkSettings.serviceName from the panel. On each: two users at the same
 # time move 1 MiB byte-identical each way, each through a counting relay, and each user is
 # billed exactly the wire bytes (TLS, HTTP/2, gun and protocol bytes) its relay counted; an idle
@@ -9,19 +9,22 @@
 # (one stream each): three at once are echoed identical; three paced ones are three flows of one
 # session in GET /v1/connections, and DELETE /v1/connections/<id> cuts that one only, the other
 # two complete byte-identical. UDP travels inside a stream: from Xray's VLESS client as XUDP
-# (Mux.Cool sessions inside the stream, its default), from its Trojan client as Trojan UDP; an
-# Xray VLESS client with its "mux" on gets three connections echoed identical as sessions
-# inside one stream. A
+# (Mux.Cool sessions inside the stream, its default; VMess likewise), from its Trojan client as
+# Trojan UDP; an Xray VLESS or VMess client with its "mux" on gets three connections echoed
+# identical as sessions inside one stream. A
 # client on the wrong service name gets no echo and no log line per attempt, and the others are
-# served afterwards. VLESS over gRPC in clear (h2c) is served too. Then sing-box's gRPC client
-# (tests/interop/sing-box/client-vless-grpc.json) for two users, 1 MiB each way at the same
-# time, billed exactly what their relays counted.
-KT_LIMIT=${KT_LIMIT:-300}
+# served afterwards. VLESS over gRPC in clear (h2c) is served too, and there a client that ends
+# its direction with its request (curl, END_STREAM) still gets the whole echo: half-close. Then
+# sing-box's gRPC clients (tests/interop/sing-box/client-vless-grpc.json), the full one
+# (grpc-go, the with_grpc build)
+# and the "lite" one (PROTOCOLS-2.md §3.5: the build without with_grpc, peer sing-box-lite),
+# each for two users, 1 MiB each way at the same time, billed exactly what their relays counted.
+KT_LIMIT=${KT_LIMIT:-420}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/../interop/peers.sh"
 kt_need openssl jq curl
-pr_need xray sing-box
+pr_need xray sing-box sing-box-lite
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: katana only"
 
 MIB=1048576
@@ -54,6 +57,65 @@ PY
     pr_cmd xray "$T/client-$2.json"
     kt_bg "client-$2" "${PR_CMD[@]}"
     kt_wait_port "$CL_PORT" 10 || { fail "xray client $2 did not listen on $CL_PORT"; exit 1; }
+}
+
+# half_close_h2c PORT UUID: curl over h2c (prior knowledge) POSTs a Tun stream carrying a VLESS
+# request for the echo server and 256 KiB in 16 KiB Hunks, and ends its direction with them
+# (END_STREAM): the outbound is half-closed, and the whole echo still comes back, then the
+# trailers (PROTOCOLS-2.md §3.3).
+half_close_h2c() {
+    python3 - "$T/hc-req.bin" "$T/hc-want.bin" "$2" "$ECHO_PORT" <<'PY' || return 1
+import os, struct, sys, uuid
+req, want, uid, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def hunk(d):
+    v, n = b"", len(d)
+    while True:
+        v += bytes([n & 0x7F | (0x80 if n >> 7 else 0)])
+        n >>= 7
+        if not n:
+            break
+    return b"\0" + struct.pack(">I", 1 + len(v) + len(d)) + b"\x0a" + v + d
+payload = os.urandom(262144)
+head = b"\0" + uuid.UUID(uid).bytes + b"\0\x01" + struct.pack(">H", port) + b"\x01\x7f\0\0\x01"
+body = hunk(head) + b"".join(hunk(payload[i:i + 16384]) for i in range(0, len(payload), 16384))
+open(req, "wb").write(body)
+open(want, "wb").write(payload)
+PY
+    curl -sS -m 20 --http2-prior-knowledge -H 'content-type: application/grpc' \
+        --data-binary @"$T/hc-req.bin" -o "$T/hc-resp.bin" "http://127.0.0.1:$1/$SERVICE/Tun" ||
+        return 1
+    python3 - "$T/hc-resp.bin" "$T/hc-want.bin" <<'PY'
+import struct, sys
+r, want = open(sys.argv[1], "rb").read(), open(sys.argv[2], "rb").read()
+got, i = b"", 0
+while i + 5 <= len(r):
+    n = struct.unpack(">I", r[i + 1:i + 5])[0]
+    m, i, j, ln, sh = r[i + 5:i + 5 + n], i + 5 + n, 1, 0, 0
+    while True:  # after the tag 0x0a: the data's length (varint), then the data
+        b = m[j]
+        j, ln, sh = j + 1, ln | (b & 0x7F) << sh, sh + 7
+        if not b & 0x80:
+            break
+    got += m[j:j + ln]
+print("response: %d bytes of data after VLESS's 2-byte header, %d sent" % (len(got) - 2, len(want)))
+sys.exit(0 if got[:2] == b"\0\0" and got[2:] == want else 1)
+PY
+}
+
+# udp_end_h2c PORT UUID: the same with a VLESS UDP request (command 2) and one datagram: a UDP
+# session has no direction of its own, so the END_STREAM ends it; the daemon goes on.
+udp_end_h2c() {
+    python3 - "$T/hu-req.bin" "$2" "$ECHO_PORT" <<'PY' || return 1
+import struct, sys, uuid
+req, uid, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+head = b"\0" + uuid.UUID(uid).bytes + b"\0\x02" + struct.pack(">H", port) + b"\x01\x7f\0\0\x01"
+msg = head + struct.pack(">H", 5) + b"hello"
+open(req, "wb").write(b"\0" + struct.pack(">I", 2 + len(msg)) + b"\x0a" + bytes([len(msg)]) + msg)
+PY
+    curl -sS -m 10 --http2-prior-knowledge -H 'content-type: application/grpc' \
+        --data-binary @"$T/hu-req.bin" -o /dev/null "http://127.0.0.1:$1/$SERVICE/Tun"
+    sleep 0.5
+    srv_alive
 }
 
 # api METHOD PATH: print the status code; the body is in $T/body.
@@ -157,7 +219,13 @@ scenario() {
 
     check "$name: UDP inside a gRPC stream: 20 x 1200-byte datagrams echoed identical" \
         udp_rt "$c2" ok --count 20 --size 1200 --seed "$name-udp"
-    if [ "$proto" = vless ]; then
+    if [ "$proto" = vless ] && [ "$tls" = 0 ]; then
+        check "$name: a client that ends its direction (END_STREAM) still gets the whole echo" \
+            half_close_h2c "$port" "$s1"
+        check "$name: a UDP stream ended by END_STREAM just ends (the daemon goes on)" \
+            udp_end_h2c "$port" "$s1"
+    fi
+    if [ "$proto" != trojan ]; then
         gclient "$scen" "$name-mux" "$s1" "$port" "$SERVICE" "$tls" 1
         check "$name: Mux.Cool inside a gRPC stream: three connections, 256 KiB each, identical" \
             tcp_rt "$CL_PORT" ok --bytes 262144 --conns 3 --seed "$name-mux" "${PR_TCP[@]}"
@@ -174,6 +242,10 @@ scenario vless-grpc-tls vless 1 "$U1" "$U2" --cert-file "$TJ_CERT" --key-file "$
 srv_stop
 check "vless-grpc-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 
+scenario vmess-grpc-tls vmess 1 "$U1" "$U2" --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+srv_stop
+check "vmess-grpc-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
 scenario trojan-grpc-tls trojan 1 "$U1" "$U2" --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
 srv_stop
 check "trojan-grpc-tls: SIGTERM: katana exits 0" test "$SRV_RC" = 0
@@ -182,10 +254,12 @@ scenario vless-grpc-h2c vless 0 "$U1" "$U2"
 srv_stop
 check "vless-grpc-h2c: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 
-# sing-box's gRPC client (grpc-go: the pinned build has with_grpc, which leaves no way to pick
-# its lite client) on one VLESS+TLS gRPC node, one for each of two users.
+# sing-box's gRPC client VENDOR (sing-box: grpc-go, the with_grpc build; sing-box-lite: its own
+# HTTP/2 "lite" client, the build without the tag, which has no config key to pick it) on one
+# VLESS+TLS gRPC node, one for each of two users.
 sb_scenario() {
-    local name=sing-box-vless-grpc-tls
+    local vendor=$1
+    local name=$vendor-vless-grpc-tls
     kt_ports 1
     local port=${PORTS[0]}
     mkconfig "$T/config-$name.json" "$port" - --protocol vless --user "1:$U1" --user "2:$U2" \
@@ -193,8 +267,8 @@ sb_scenario() {
     srv_start "$T/config-$name.json"
     tj_counting_relay "$name-u1" "$port"; local to1=$RELAY_PORT
     tj_counting_relay "$name-u2" "$port"; local to2=$RELAY_PORT
-    pr_client sing-box vless-grpc "$name-u1" "$U1" "$to1"; local c1=$CL_PORT
-    pr_client sing-box vless-grpc "$name-u2" "$U2" "$to2"; local c2=$CL_PORT
+    pr_client "$vendor" vless-grpc "$name-u1" "$U1" "$to1"; local c1=$CL_PORT
+    pr_client "$vendor" vless-grpc "$name-u2" "$U2" "$to2"; local c2=$CL_PORT
     local r1=0 r2=0 p1 p2
     tcp_rt "$c1" ok --bytes "$MIB" --seed "$name-u1" --label "$name-u1" >"$T/$name-u1.out" 2>&1 &
     p1=$!
@@ -215,5 +289,6 @@ sb_scenario() {
     srv_stop
     check "$name: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 }
-sb_scenario
+sb_scenario sing-box
+sb_scenario sing-box-lite
 kt_finish

@@ -6,14 +6,16 @@
 # over TCP and 20 x 1200-byte datagrams through the client's SOCKS5 UDP ASSOCIATE, for
 # every scenario with a template: Trojan over TLS, VLESS in clear and VLESS over TLS (verified
 # against a test CA), HTTPUpgrade (Xray: VMess, sing-box: VLESS; issue 10), and gRPC (Xray:
-# VLESS and Trojan over TLS, service kt-tun, Trojan in multiMode; sing-box: VLESS over TLS). A wrong
-# secret gets no echo (the pair does authenticate). Skips only without a Go toolchain.
+# VLESS and Trojan over TLS, service kt-tun, Trojan in multiMode; sing-box: VLESS over TLS; and
+# sing-box's "lite" gRPC client, peer sing-box-lite, on the same template against sing-box's
+# server). A wrong secret gets no echo (the pair does authenticate). Skips only without a Go
+# toolchain.
 KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/../interop/peers.sh"
 kt_need openssl
-pr_need xray sing-box
+pr_need xray sing-box sing-box-lite
 
 MIB=1048576
 # pair_twice CMD...: CMD, and once more if it failed (the vendors' own UDP pair lost its
@@ -57,4 +59,19 @@ for vendor in xray sing-box; do
         kt_wait_exit "$cl_bad" 5 || true
     done
 done
+
+# sing-box's lite gRPC client (the build without with_grpc) against sing-box's own server
+name=sing-box-lite-vless-grpc
+secret=$(kt_uuid)
+kt_ports 1; port=${PORTS[0]}
+pr_server sing-box vless-grpc "$name" "$secret" "$port"; srv=$PR_SRV_PID
+pr_client sing-box-lite vless-grpc "$name" "$secret" "$port"; ok=$CL_PORT cl=$CL_PID
+pr_client sing-box-lite vless-grpc "$name-bad" "$(kt_uuid)" "$port"; bad=$CL_PORT cl_bad=$CL_PID
+check "$name: lite client to sing-box server, 1 MiB each way, echo identical" \
+    pair_twice tcp_rt "$ok" ok --bytes "$MIB" --seed "$name" --label "$name"
+check "$name: a wrong secret gets no echo" tcp_rt "$bad" refused --bytes 4096
+kill -TERM "$srv" "$cl" "$cl_bad" 2>/dev/null || true
+kt_wait_exit "$srv" 5 || true
+kt_wait_exit "$cl" 5 || true
+kt_wait_exit "$cl_bad" 5 || true
 kt_finish

@@ -27,6 +27,10 @@ PR_SINGBOX_VERSION=v1.14.1
 PR_SINGBOX_TAGS=with_quic,with_utls,with_grpc,badlinkname,tfogo_checklinkname0
 PR_SINGBOX_LDFLAGS="-X github.com/sagernet/sing-box/constant.Version=${PR_SINGBOX_VERSION#v} \
 -X runtime.godebugDefault=multipathtcp=0,tlssha1=1 -checklinkname=0 -s -w -buildid="
+# sing-box-lite: the same release without with_grpc, so that its gRPC transport is the "lite"
+# one (PROTOCOLS-2.md §3.5: a build without the tag always uses it; force_lite is no config
+# key, json:"-"), as in sing-box builds that leave the tag out
+PR_SINGBOX_LITE_TAGS=with_quic,with_utls,badlinkname,tfogo_checklinkname0
 
 PEERS_DIR=${KATANA_PEERS:-/var/cache/katana-peers}
 PR_TEMPLATES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -40,13 +44,16 @@ pr_go() {
     else return 1; fi
 }
 
-# pr_spec NAME: set PR_PKG, PR_VERSION, PR_TAGS, PR_LDFLAGS for peer NAME (xray | sing-box).
+# pr_spec NAME: set PR_PKG, PR_VERSION, PR_TAGS, PR_LDFLAGS for peer NAME (xray | sing-box |
+# sing-box-lite).
 pr_spec() {
     case $1 in
         xray) PR_PKG=$PR_XRAY_PKG PR_VERSION=$PR_XRAY_VERSION PR_TAGS=$PR_XRAY_TAGS
               PR_LDFLAGS=$PR_XRAY_LDFLAGS ;;
         sing-box) PR_PKG=$PR_SINGBOX_PKG PR_VERSION=$PR_SINGBOX_VERSION PR_TAGS=$PR_SINGBOX_TAGS
                   PR_LDFLAGS=$PR_SINGBOX_LDFLAGS ;;
+        sing-box-lite) PR_PKG=$PR_SINGBOX_PKG PR_VERSION=$PR_SINGBOX_VERSION
+                       PR_TAGS=$PR_SINGBOX_LITE_TAGS PR_LDFLAGS=$PR_SINGBOX_LDFLAGS ;;
         *) echo "peers.sh: unknown peer $1" >&2; return 1 ;;
     esac
 }
@@ -119,7 +126,7 @@ PY
 pr_cmd() {
     case $1 in
         xray) PR_CMD=("$PEERS_DIR/bin/xray" run -c "$2") ;;
-        sing-box) PR_CMD=("$PEERS_DIR/bin/sing-box" run -c "$2" --disable-color) ;;
+        sing-box|sing-box-lite) PR_CMD=("$PEERS_DIR/bin/$1" run -c "$2" --disable-color) ;;
     esac
 }
 
@@ -130,7 +137,7 @@ pr_cmd() {
 # over plain TCP when it arrives with the request (PROTOCOLS-2.md §4.3).
 pr_client() {
     kt_ports 1; CL_PORT=${PORTS[0]}
-    pr_render "$PR_TEMPLATES/$1/client-$2.json" "$T/client-$3.json" LOCAL_PORT="$CL_PORT" \
+    pr_render "$PR_TEMPLATES/${1%-lite}/client-$2.json" "$T/client-$3.json" LOCAL_PORT="$CL_PORT" \
         SERVER_PORT="$5" SECRET="$4" SNI="${TJ_SNI:-node.test}" CA_FILE="${TJ_CA:-}" \
         HU_PATH="${PR_HU_PATH:-/hu}"
     pr_cmd "$1" "$T/client-$3.json"

@@ -132,7 +132,7 @@ typedef struct run {
     void *creds;
     uint8_t carry[64];
     size_t carry_len;
-    char events[512];        /* "A1 O1 C1 ..." : kind and stream of each effect (data aside) */
+    char events[2048];       /* "A1 O1 C1 ..." : kind and stream of each effect (data aside) */
     uint8_t up[4096];        /* every SV_FX_TO_OUTBOUND byte, in order */
     size_t up_len;
     sv_gun_decoder down_dec; /* the client's view of stream 1's response body */
@@ -204,8 +204,9 @@ static int cli_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud)
 /* The request bodies: stream id → bytes (a Hunk each); more may be appended, then
  * nghttp2_session_resume_data(). */
 typedef struct body {
-    uint8_t b[512];
+    uint8_t b[8192];
     size_t len, off;
+    bool end; /* END_STREAM once all is sent */
 } body;
 
 static ssize_t cli_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
@@ -216,6 +217,10 @@ static ssize_t cli_read(nghttp2_session *s, int32_t id, uint8_t *buf, size_t len
     (void)id;
     (void)ud;
     (void)flags;
+    if (b->off == b->len && b->end) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return 0;
+    }
     if (b->off == b->len)
         return NGHTTP2_ERR_DEFERRED; /* the stream stays open for more */
     size_t k = b->len - b->off < length ? b->len - b->off : length;
@@ -243,6 +248,7 @@ static void trojan_hunk(body *b, int user, uint16_t port, const char *payload)
     memcpy(b->b + b->len, req, n);
     b->len += n;
     b->off = 0;
+    b->end = false;
 }
 
 /* A gRPC core over @p inner with two users of secrets @p secret. */
@@ -315,7 +321,7 @@ static void apply(run *r, const sv_effects *fx)
             to_client(r, e->data, e->len);
             break;
         case SV_FX_CLOSE:
-            ev(r, "C%u ", e->stream);
+            ev(r, "%c%u ", e->half_close ? 'H' : 'C', e->stream);
             break;
         case SV_FX_ERROR:
             ev(r, "E ");
@@ -348,11 +354,14 @@ static void pump(run *r, size_t piece)
         memcpy(buf + r->carry_len, all + off, k);
         size_t len = r->carry_len + k, used = 0;
         off += k;
-        while (used < len) {
+        for (;;) { /* as conn.c's process_client */
+            bool more = sv_grpc_ops.more != NULL && sv_grpc_ops.more(r->core);
+            if (used == len && !more)
+                break;
             sv_effects fx;
             ssize_t c = sv_grpc_ops.feed(r->core, r->creds, buf + used, len - used, &fx);
             apply(r, &fx);
-            if (c <= 0)
+            if (c < 0 || (c == 0 && !(sv_grpc_ops.more != NULL && sv_grpc_ops.more(r->core))))
                 break;
             used += (size_t)c;
         }
@@ -417,6 +426,54 @@ static void core__tun_stream__whole_and_bytewise(void **state)
     tun_once(1);
     tun_once(7);
     tun_once(65536);
+}
+
+/* The client ends its direction with its request (END_STREAM): the runtime hears a half-close
+ * (the outbound is shut down, not closed), the download goes on, and the outbound's end gives
+ * the trailers (PROTOCOLS-2.md §3.3; issue 10). A reset afterwards ends it in full. */
+static void half_close_once(size_t piece, bool reset)
+{
+    run r;
+    body b;
+    run_open(&r);
+    trojan_hunk(&b, 1, 4242, "ping");
+    b.end = true;
+    assert_int_equal(request(&r, "/kt-tun/Tun", &b), 1);
+    pump(&r, piece);
+    assert_string_equal(r.events, "A1m O1:4242 H1 ");
+    assert_int_equal(r.up_len, 4);
+    uint8_t out[1024];
+    ssize_t n = sv_grpc_ops.frame(r.core, r.creds, 1, (const uint8_t *)"pong", 4, out, sizeof out);
+    assert_true(n > 0);
+    to_client(&r, out, (size_t)n);
+    assert_int_equal(r.down_len, 4);
+    assert_memory_equal(r.down, "pong", 4);
+    assert_false(r.closed[0]);
+    if (reset) {
+        assert_int_equal(nghttp2_submit_rst_stream(r.cli, NGHTTP2_FLAG_NONE, 1, NGHTTP2_CANCEL),
+                         0);
+        pump(&r, piece);
+        assert_string_equal(r.events, "A1m O1:4242 H1 C1 ");
+    } else {
+        n = sv_grpc_ops.frame_end(r.core, r.creds, 1, false, out, sizeof out);
+        assert_true(n > 0);
+        to_client(&r, out, (size_t)n);
+        assert_string_equal(r.grpc_status, "0");
+        assert_true(r.closed[0]);
+        pump(&r, piece);
+        assert_string_equal(r.events, "A1m O1:4242 H1 ");
+    }
+    run_close(&r);
+}
+
+static void core__client_end_stream__half_close(void **state)
+{
+    (void)state;
+    for (int reset = 0; reset < 2; reset++) {
+        half_close_once(1, reset);
+        half_close_once(7, reset);
+        half_close_once(65536, reset);
+    }
 }
 
 static void core__wrong_path__grpc_status_12_no_effect(void **state)
@@ -638,6 +695,54 @@ static void core__vless_mux_in_streams__whole_and_bytewise(void **state)
     mux_once(65536);
 }
 
+/* Many small messages in one client read (issue 10: more than 15 were held until the next read,
+ * about 90 failed the connection): a VLESS Mux.Cool stream whose @p n Keep frames each carry
+ * one datagram, each frame its own Hunk, plus a TCP session's @p n one-byte Keep frames, all
+ * in one read. Every datagram and byte reaches the runtime within that read, in order. */
+static void burst_once(unsigned n, size_t piece)
+{
+    static const uint8_t open_tcp[] = {0x00, 0x0c, 0x00, 0x01, 0x01, 0x00, 0x01, 0x00, 0x50,
+                                       0x01, 127,  0,    0,    1};
+    static const uint8_t open_udp[] = {0x00, 0x0c, 0x00, 0x02, 0x01, 0x00, 0x02, 0x00, 0x35,
+                                       0x01, 127,  0,    0,    1};
+    run r;
+    static body b;
+    run_open_core(&r, &sv_vless_ops, g_uuid);
+    vless_mux_hunk(&b, open_tcp, sizeof open_tcp);
+    hunk(&b, open_udp, sizeof open_udp);
+    char want_ev[4096] = "A0m O2:80 O4:53 ";
+    static uint8_t want_up[1024];
+    size_t want_len = 0;
+    for (unsigned i = 0; i < n; i++) {
+        const uint8_t keep_tcp[] = {0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x01,
+                                    (uint8_t)('a' + i % 26)};
+        const uint8_t keep_udp[] = {0x00, 0x04, 0x00, 0x02, 0x02, 0x01, 0x00, 0x01,
+                                    (uint8_t)('A' + i % 26)};
+        hunk(&b, keep_tcp, sizeof keep_tcp);
+        hunk(&b, keep_udp, sizeof keep_udp);
+        want_up[want_len++] = keep_tcp[8];
+        want_up[want_len++] = keep_udp[8];
+        size_t at = strlen(want_ev);
+        snprintf(want_ev + at, sizeof want_ev - at, "D4:53 ");
+    }
+    assert_true(b.len <= sizeof b.b);
+    assert_int_equal(request(&r, "/kt-tun/Tun", &b), 1);
+    pump(&r, piece);
+    assert_int_equal(r.up_len, want_len);
+    assert_memory_equal(r.up, want_up, want_len);
+    assert_string_equal(r.events, want_ev);
+    run_close(&r);
+}
+
+static void core__burst_of_small_messages__all_in_one_read(void **state)
+{
+    (void)state;
+    burst_once(20, 65536);
+    burst_once(200, 65536);
+    burst_once(200, 5000);
+    burst_once(200, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -645,12 +750,14 @@ int main(void)
         cmocka_unit_test(gun__decode__whole_bytewise_and_pieces_agree),
         cmocka_unit_test(gun__decode__errors),
         cmocka_unit_test(core__tun_stream__whole_and_bytewise),
+        cmocka_unit_test(core__client_end_stream__half_close),
         cmocka_unit_test(core__wrong_path__grpc_status_12_no_effect),
         cmocka_unit_test(core__escaped_name_and_tunmulti__served),
         cmocka_unit_test(core__second_user__stream_reset_alone),
         cmocka_unit_test(core__end_while_applying__bytes_in_order),
         cmocka_unit_test(core__not_http2__fallback_with_every_byte),
         cmocka_unit_test(core__vless_mux_in_streams__whole_and_bytewise),
+        cmocka_unit_test(core__burst_of_small_messages__all_in_one_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
