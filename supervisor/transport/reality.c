@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -15,6 +16,8 @@
 #include <openssl/x509.h>
 
 #include "supervisor/transport/reality.h"
+#include "supervisor/transport/tls13s.h"
+#include "supervisor/transport/tls_hello.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* settings                                                                                     */
@@ -334,3 +337,311 @@ void sv_reality_cert_patch(const sv_reality_cert *c, const uint8_t auth_key[32],
     memcpy(out, c->der, c->der_len);
     sv_reality_cert_hmac(auth_key, c->pub, out + c->der_len - 64);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* the layer                                                                                    */
+/* ------------------------------------------------------------------------------------------ */
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+sv_reality_conf *sv_reality_conf_new(const char *private_key, const char *short_ids,
+                                     const char *server_names, uint64_t max_time_diff_ms,
+                                     const char **what, int *rc)
+{
+    sv_reality_conf *c = calloc(1, sizeof *c);
+    *what = NULL;
+    if (c == NULL) {
+        *rc = -ENOMEM;
+        return NULL;
+    }
+    *rc = sv_reality_auth_init(&c->auth, private_key, short_ids, server_names, max_time_diff_ms,
+                               what);
+    if (*rc != 0) {
+        free(c);
+        return NULL;
+    }
+    *rc = sv_reality_cert_make(&c->cert, NULL);
+    if (*rc != 0) {
+        sv_reality_auth_deinit(&c->auth);
+        free(c);
+        return NULL;
+    }
+    c->now_ms = wall_ms;
+    return c;
+}
+
+void sv_reality_conf_free(sv_reality_conf *c)
+{
+    if (c == NULL)
+        return;
+    sv_reality_auth_deinit(&c->auth);
+    sv_reality_cert_free(&c->cert);
+    free(c);
+}
+
+enum r_phase { R_HELLO, R_TLS, R_REFUSED };
+
+typedef struct r_session {
+    const sv_reality_conf *conf;
+    enum r_phase phase;
+    uint8_t *raw;  /* HELLO: the client's bytes so far; TLS: those after the hello, for the
+                      server; REFUSED: those still to pass up; from raw_off to raw_len */
+    size_t raw_len, raw_off, raw_cap;
+    sv_tls13s *tls;
+    uint8_t *out;  /* REFUSED: bytes towards the client, out[out_off .. +out_len) */
+    size_t out_off, out_len;
+} r_session;
+
+static void drop_raw(r_session *s)
+{
+    free(s->raw);
+    s->raw = NULL;
+    s->raw_len = s->raw_off = s->raw_cap = 0;
+}
+
+static void refuse(r_session *s)
+{
+    s->phase = R_REFUSED;
+    s->raw_off = 0;
+    if (s->raw_len == 0)
+        drop_raw(s);
+}
+
+/* Append what fits of @p in to the raw buffer (growing it up to SV_REALITY_RAW_MAX).
+ * @return bytes taken, or -ENOMEM. */
+static ssize_t raw_append(r_session *s, const uint8_t *in, size_t n)
+{
+    size_t room = SV_REALITY_RAW_MAX - s->raw_len;
+    size_t k = n < room ? n : room;
+    if (s->raw_len + k > s->raw_cap) {
+        size_t cap = s->raw_cap != 0 ? s->raw_cap : 2048;
+        while (cap < s->raw_len + k)
+            cap *= 2;
+        if (cap > SV_REALITY_RAW_MAX)
+            cap = SV_REALITY_RAW_MAX;
+        uint8_t *p = realloc(s->raw, cap);
+        if (p == NULL)
+            return -ENOMEM;
+        s->raw = p;
+        s->raw_cap = cap;
+    }
+    memcpy(s->raw + s->raw_len, in, k);
+    s->raw_len += k;
+    return (ssize_t)k;
+}
+
+/* The §1.3 check on a whole hello @p msg; for a valid client, start the TLS 1.3 server.
+ * @return 0 (phase decided), or -ENOMEM. */
+static int decide(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_used)
+{
+    const sv_reality_conf *cf = s->conf;
+    sv_tls_hello h;
+    uint8_t key[32];
+    if (sv_tls_hello_parse(msg, msg_len, &h) != 0 || !h.has_tls13 ||
+        h.session_id.n != 32 || h.server_name.p == NULL)
+        return refuse(s), 0;
+    const uint8_t *share = h.x25519 != NULL ? h.x25519
+                           : h.x25519mlkem768 != NULL
+                               ? h.x25519mlkem768 + SV_TLS_MLKEM_SHARE_LEN - 32
+                               : NULL;
+    uint64_t now = cf->auth.max_time_diff_ms != 0 ? cf->now_ms() : 0;
+    if (share == NULL ||
+        !sv_reality_check(&cf->auth, share, h.random, msg, msg_len, h.session_id_off,
+                          (const char *)h.server_name.p, h.server_name.n, now, key))
+        return refuse(s), 0;
+    uint8_t der[SV_TLS13S_CERT_MAX];
+    sv_reality_cert_patch(&cf->cert, key, der);
+    OPENSSL_cleanse(key, sizeof key);
+    sv_tls13s_params p = {
+        .client_hello = msg,
+        .client_hello_len = msg_len,
+        .hello = &h,
+        .cert_der = der,
+        .cert_der_len = cf->cert.der_len,
+        .sign_key = cf->cert.key,
+    };
+    int rc = sv_tls13s_new(&p, &s->tls, NULL);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc != 0) { /* a client katana cannot serve: to the target, as Xray does (§1.4) */
+        s->tls = NULL;
+        return refuse(s), 0;
+    }
+    s->phase = R_TLS;
+    s->raw_off = raw_used; /* anything after the hello is the server's to read */
+    if (s->raw_off == s->raw_len)
+        drop_raw(s);
+    return 0;
+}
+
+/* HELLO: take bytes until the ClientHello is whole, then decide. */
+static ssize_t unwrap_hello(r_session *s, const uint8_t *in, size_t n, size_t *used)
+{
+    if (n == 0)
+        return 0;
+    ssize_t k = raw_append(s, in, n);
+    if (k < 0)
+        return k;
+    *used = (size_t)k;
+    uint8_t *msg = malloc(SV_TLS_HELLO_MAX);
+    if (msg == NULL)
+        return -ENOMEM;
+    size_t msg_len = 0, raw_used = 0;
+    int rc = sv_tls_hello_collect(s->raw, s->raw_len, msg, SV_TLS_HELLO_MAX, &msg_len,
+                                  &raw_used);
+    if (rc == 1)
+        rc = decide(s, msg, msg_len, raw_used);
+    else if (rc < 0 || s->raw_len == SV_REALITY_RAW_MAX)
+        rc = (refuse(s), 0); /* not a TLS hello, or none within the bound */
+    free(msg);
+    return rc;
+}
+
+/* Give the server what came after the hello, then the new bytes. */
+static ssize_t unwrap_tls(r_session *s, const uint8_t *in, size_t n, size_t *used, uint8_t *out,
+                          size_t cap)
+{
+    if (s->raw != NULL) {
+        size_t u = 0;
+        ssize_t m = sv_tls13s_unwrap(s->tls, s->raw + s->raw_off, s->raw_len - s->raw_off, &u,
+                                     out, cap);
+        if (m < 0)
+            return m;
+        s->raw_off += u;
+        if (s->raw_off == s->raw_len)
+            drop_raw(s);
+        if (m > 0 || u > 0 || s->raw != NULL)
+            return m;
+    }
+    return sv_tls13s_unwrap(s->tls, in, n, used, out, cap);
+}
+
+static int r_open(const void *conf, void **state)
+{
+    r_session *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return -ENOMEM;
+    s->conf = conf;
+    *state = s;
+    return 0;
+}
+
+static void r_free(void *state)
+{
+    r_session *s = state;
+    if (s == NULL)
+        return;
+    sv_tls13s_free(s->tls);
+    free(s->raw);
+    free(s->out);
+    free(s);
+}
+
+static ssize_t r_unwrap(void *state, const uint8_t *in, size_t n, size_t *used, uint8_t *out,
+                        size_t cap)
+{
+    r_session *s = state;
+    *used = 0;
+    if (s->phase == R_HELLO)
+        return unwrap_hello(s, in, n, used);
+    if (s->phase == R_TLS)
+        return unwrap_tls(s, in, n, used, out, cap);
+    if (s->raw != NULL) { /* REFUSED: what was collected goes up first */
+        size_t k = s->raw_len - s->raw_off < cap ? s->raw_len - s->raw_off : cap;
+        memcpy(out, s->raw + s->raw_off, k);
+        s->raw_off += k;
+        if (s->raw_off == s->raw_len)
+            drop_raw(s);
+        return (ssize_t)k;
+    }
+    *used = n < cap ? n : cap;
+    if (*used > 0)
+        memcpy(out, in, *used);
+    return (ssize_t)*used;
+}
+
+static ssize_t r_wrap(void *state, const uint8_t *p, size_t n)
+{
+    r_session *s = state;
+    if (s->phase == R_TLS)
+        return sv_tls13s_wrap(s->tls, p, n);
+    if (s->phase == R_HELLO)
+        return -ENOTCONN;
+    size_t room = SV_REALITY_OUT_MAX - s->out_len;
+    size_t k = n < room ? n : room;
+    if (k == 0)
+        return 0;
+    if (s->out == NULL) {
+        s->out = malloc(SV_REALITY_OUT_MAX);
+        if (s->out == NULL)
+            return -ENOMEM;
+        s->out_off = 0;
+    }
+    if (s->out_off + s->out_len + k > SV_REALITY_OUT_MAX) {
+        memmove(s->out, s->out + s->out_off, s->out_len);
+        s->out_off = 0;
+    }
+    memcpy(s->out + s->out_off + s->out_len, p, k);
+    s->out_len += k;
+    return (ssize_t)k;
+}
+
+static int r_shutdown(void *state)
+{
+    r_session *s = state;
+    if (s->phase == R_TLS)
+        return sv_tls13s_shutdown(s->tls);
+    return s->phase == R_HELLO ? -ENOTCONN : 0; /* refused: the end is TCP's */
+}
+
+static const uint8_t *r_out_peek(const void *state, size_t *len)
+{
+    const r_session *s = state;
+    if (s->phase == R_TLS)
+        return sv_tls13s_out_peek(s->tls, len);
+    *len = s->out_len;
+    return s->out_len > 0 ? s->out + s->out_off : NULL;
+}
+
+static void r_out_consume(void *state, size_t n)
+{
+    r_session *s = state;
+    if (s->phase == R_TLS) {
+        sv_tls13s_out_consume(s->tls, n);
+        return;
+    }
+    if (n > s->out_len)
+        n = s->out_len;
+    s->out_off += n;
+    s->out_len -= n;
+    if (s->out_len == 0) { /* an idle session holds no buffer */
+        free(s->out);
+        s->out = NULL;
+        s->out_off = 0;
+    }
+}
+
+static unsigned r_status(const void *state)
+{
+    const r_session *s = state;
+    if (s->phase == R_TLS)
+        return sv_tls13s_status(s->tls);
+    return s->phase == R_REFUSED ? SV_LAYER_UP | SV_LAYER_REFUSED : 0;
+}
+
+const sv_layer_ops sv_reality_layer_ops = {
+    .name = "reality",
+    .open = r_open,
+    .free = r_free,
+    .unwrap = r_unwrap,
+    .wrap = r_wrap,
+    .shutdown = r_shutdown,
+    .out_peek = r_out_peek,
+    .out_consume = r_out_consume,
+    .status = r_status,
+};

@@ -102,4 +102,43 @@ void sv_reality_cert_hmac(const uint8_t auth_key[32], const uint8_t pub[32], uin
  *  public key under @p auth_key (§1.5: the per-connection certificate). */
 void sv_reality_cert_patch(const sv_reality_cert *c, const uint8_t auth_key[32], uint8_t *out);
 
+/** Client bytes the layer holds while it waits for a whole ClientHello: the largest hello
+ *  and the headers of the records it may span; more without a whole hello is not REALITY's. */
+#define SV_REALITY_RAW_MAX (SV_REALITY_HELLO_MAX + 1024u)
+/** Pending bytes towards the client (a refused peer's relay) above which wrap() takes none. */
+#define SV_REALITY_OUT_MAX (64u * 1024u)
+
+/** An inbound's REALITY settings, shared by its connections (immutable once built). */
+typedef struct sv_reality_conf {
+    sv_reality_auth auth;
+    sv_reality_cert cert;
+    uint64_t (*now_ms)(void); /**< the wall clock (Unix ms) for the time window; tests set it */
+} sv_reality_conf;
+
+/**
+ * Build an inbound's REALITY settings (sv_reality_auth_init's texts) and its temporary
+ * certificate with a fresh Ed25519 key (§1.5: one per inbound build).
+ * @return the settings (free with sv_reality_conf_free()), or NULL with *@p rc = -EINVAL (and
+ *         *@p what naming the bad setting) or -ENOMEM / -EIO.
+ */
+sv_reality_conf *sv_reality_conf_new(const char *private_key, const char *short_ids,
+                                     const char *server_names, uint64_t max_time_diff_ms,
+                                     const char **what, int *rc);
+
+/** Free the settings. NULL-safe. */
+void sv_reality_conf_free(sv_reality_conf *c);
+
+/**
+ * The REALITY layer (layer.h), the first above TCP; conf is an sv_reality_conf. It collects the
+ * client's ClientHello (tls_hello.h, at most SV_REALITY_RAW_MAX raw bytes) and runs the §1.3
+ * check. A valid client goes on to katana's TLS 1.3 server (tls13s.h) with the certificate
+ * patched for its auth key, and the layer passes plaintext up. Anyone else is refused
+ * (SV_LAYER_REFUSED): every byte it sent passes up as it is, and bytes from above pass down as
+ * they are, so that the runtime relays the connection to the target (the inbound's fallback).
+ * A valid client whose hello katana's server cannot serve (no X25519 share, no common suite) is
+ * refused the same way. Per connection: about 100 bytes idle; the raw hello only while it is
+ * collected or passed up; the TLS state while a client is served.
+ */
+extern const sv_layer_ops sv_reality_layer_ops;
+
 #endif
