@@ -14,7 +14,10 @@
  * (the client must have sent an X25519 share: no HelloRetryRequest); a certificate given as DER
  * and an Ed25519 key for CertificateVerify (scheme 0x0807, whatever the client's
  * signature_algorithms say: §1.5). Not supported: PSK, session tickets, 0-RTT, client
- * certificates, HelloRetryRequest. Received KeyUpdate is honoured (and answered when asked).
+ * certificates, HelloRetryRequest, X25519MLKEM768 (Debian's OpenSSL 3.0 has no ML-KEM: a
+ * template choosing it is refused, and REALITY relays such a client, PROTOCOLS-2.md §1.4).
+ * Received KeyUpdate is honoured (and answered when asked,
+ * before our next application data).
  */
 #ifndef SV_TRANSPORT_TLS13S_H
 #define SV_TRANSPORT_TLS13S_H
@@ -81,7 +84,8 @@ typedef struct sv_tls13s_params {
  *   -EPROTONOSUPPORT when the client does not list TLS 1.3 in supported_versions, sent no X25519
  *                    key share, or offers none of the three suites (or not the template's);
  *   -EINVAL for bad parameters (no Ed25519 key, empty or oversized certificate, a template
- *           that is not a TLS 1.3 ServerHello with an X25519 key share, bad pad_count);
+ *           that is not a TLS 1.3 ServerHello with an X25519 key share echoing the client's
+ *           session id, a HelloRetryRequest, bad pad_count);
  *   -EMSGSIZE when a message does not fit the record size pad_sizes asks for;
  *   -ENOMEM, or -EIO when libcrypto fails.
  */
@@ -96,9 +100,11 @@ void sv_tls13s_free(sv_tls13s *s);
  * plaintext bytes into @p out. Before the handshake completes this consumes the client's
  * ChangeCipherSpec and Finished (checked, RFC 8446 §4.4.4); afterwards KeyUpdate (§4.6.3) and
  * alerts. Call again with n = 0 while it returns bytes. After the client's close_notify the
- * status has SV_LAYER_EOF and further input is dropped.
+ * status has SV_LAYER_EOF and further input is dropped. On an error the matching fatal alert
+ * (RFC 8446 §6.2) becomes pending output: send it, then close.
  * @return plaintext bytes (0 when none now), or a terminal negative errno:
- *   -EBADMSG a record fails authentication (bad_record_mac) or the client's Finished is wrong;
+ *   -EBADMSG a record fails authentication (bad_record_mac);
+ *   -EACCES the client's Finished is wrong (decrypt_error);
  *   -EMSGSIZE a record over 2^14 + 256 bytes (record_overflow);
  *   -EPROTO anything else out of place (unexpected record or message, malformed message);
  *   -ECONNRESET the client sent a fatal alert; -ENOMEM, -EIO.
@@ -107,7 +113,8 @@ ssize_t sv_tls13s_unwrap(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used
                          size_t cap);
 
 /**
- * Encrypt application data towards the client into records of at most 2^14 bytes.
+ * Encrypt application data towards the client into records of at most 2^14 bytes (first our
+ * KeyUpdate if the client asked for one, RFC 8446 §4.6.3).
  * @return bytes accepted (0..n: nothing more once SV_TLS13S_OUT_MAX bytes are pending),
  *         -ENOTCONN before the handshake completed, -EPIPE after sv_tls13s_shutdown(), or the
  *         terminal error of an earlier call.

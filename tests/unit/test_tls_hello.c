@@ -267,6 +267,34 @@ static void synthetic_malformed_extensions(void **state)
     assert_null(h.x25519); /* a 31-byte X25519 share is not usable */
 }
 
+/* The 79-byte ClientHello of the PROTOCOLS-2.md §1.7 vector (session id zeroed, no
+ * extensions but their empty length): REALITY's AAD. */
+static void protocols_vector_hello(void **state)
+{
+    (void)state;
+    uint8_t msg[79] = {1, 0, 0, 0x4b, 3, 3};
+    for (int i = 0; i < 32; i++)
+        msg[6 + i] = (uint8_t)(0x40 + i);
+    msg[38] = 32;
+    static const uint8_t tail[] = {0, 2, 0x13, 1, 1, 0, 0, 0};
+    memcpy(msg + 71, tail, sizeof tail);
+    sv_tls_hello h;
+    assert_int_equal(sv_tls_hello_parse(msg, sizeof msg, &h), 0);
+    assert_int_equal(h.session_id_off, 39);
+    assert_int_equal(h.session_id.n, 32);
+    assert_int_equal(h.random[0], 0x40);
+    assert_int_equal(h.random[31], 0x5f);
+    assert_true(sv_tls_hello_has_suite(&h, 0x1301));
+    assert_false(h.has_tls13);
+    assert_int_equal(h.extensions.n, 0);
+    uint8_t raw[5 + 79] = {22, 3, 1, 0, 79}, out[SV_TLS_HELLO_MAX];
+    memcpy(raw + 5, msg, sizeof msg);
+    size_t len = 0, used = 0;
+    assert_int_equal(sv_tls_hello_collect(raw, sizeof raw, out, sizeof out, &len, &used), 1);
+    assert_int_equal(len, 79);
+    assert_memory_equal(out, msg, 79);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,6 +306,7 @@ int main(void)
         cmocka_unit_test(parse_truncations),
         cmocka_unit_test(synthetic_mlkem_share),
         cmocka_unit_test(synthetic_malformed_extensions),
+        cmocka_unit_test(protocols_vector_hello),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
