@@ -1,6 +1,8 @@
 /*
  * Unit tests: the REALITY check and temporary certificate (supervisor/transport/reality.c,
- * issue 11) on the PROTOCOLS-2.md §1.7 vector, and the ways a client fails the §1.3 check.
+ * issue 11) on the PROTOCOLS-2.md §1.7 vector, and the ways a client fails the §1.3 check; the
+ * layer through a transport chain on the hellos of tests/unit/vectors/reality/ (made by
+ * tests/fuzz/reality_seeds.py), whole and a byte at a time.
  */
 #include "config.h"
 
@@ -17,6 +19,10 @@
 #include <openssl/x509.h>
 
 #include "supervisor/transport/reality.h"
+
+#ifndef TOP_SRCDIR
+#define TOP_SRCDIR "."
+#endif
 
 /* §1.7 */
 static const char k_priv[] = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
@@ -221,6 +227,177 @@ static void certificate_carries_the_hmac(void **st)
     sv_reality_cert_free(&b);
 }
 
+/* ---- the layer ---- */
+
+typedef struct drv {
+    uint8_t in[SV_REALITY_RAW_MAX + 4096];
+    size_t in_len;
+    uint8_t up[SV_REALITY_RAW_MAX + 4096];
+    size_t up_len;
+    uint8_t down[1 << 16];
+    size_t down_len;
+    uint8_t buf[4096];
+    uint8_t stage[SV_CHAIN_STAGE_BYTES];
+    int rc;
+    unsigned status;
+} drv;
+
+static uint8_t *d_alloc(void *ctx, size_t *cap)
+{
+    drv *d = ctx;
+    *cap = sizeof d->buf;
+    return d->buf;
+}
+
+static bool d_deliver(void *ctx, uint8_t *p, size_t n)
+{
+    drv *d = ctx;
+    assert_true(d->up_len + n <= sizeof d->up);
+    memcpy(d->up + d->up_len, p, n);
+    d->up_len += n;
+    return true;
+}
+
+static void load(drv *d, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/unit/vectors/reality/%s", TOP_SRCDIR, name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    d->in_len = fread(d->in, 1, sizeof d->in, f);
+    fclose(f);
+    assert_true(d->in_len > 0);
+}
+
+static uint64_t clock_far(void) { return 0x65000000ull * 1000u + 3600000u; }
+static uint64_t clock_near(void) { return 0x65000000ull * 1000u + 1000u; }
+
+/* Feed d->in through a chain holding the layer, @p step bytes at a time (0: whole). */
+static void run_layer(const sv_reality_conf *rc, drv *d, size_t step)
+{
+    sv_layer_conf conf[1] = {{&sv_reality_layer_ops, rc}};
+    sv_chain ch;
+    assert_int_equal(sv_chain_open(&ch, conf, 1), 0);
+    d->up_len = d->down_len = 0;
+    d->rc = 0;
+    for (size_t off = 0; off < d->in_len && d->rc == 0;) {
+        size_t k = step == 0 || step > d->in_len - off ? d->in_len - off : step;
+        d->rc = sv_chain_unwrap(&ch, d->in + off, k, d->stage, d_alloc, d_deliver, d);
+        off += k;
+        size_t len;
+        assert_int_equal(sv_chain_pump(&ch), 0);
+        const uint8_t *p = sv_chain_out_peek(&ch, &len);
+        assert_true(d->down_len + len <= sizeof d->down);
+        if (len > 0)
+            memcpy(d->down + d->down_len, p, len);
+        d->down_len += len;
+        sv_chain_out_consume(&ch, len);
+    }
+    d->status = sv_chain_status(&ch);
+    if (d->status & SV_LAYER_REFUSED) { /* the relay's bytes go down as they are */
+        size_t len;
+        assert_int_equal(sv_chain_wrap(&ch, (const uint8_t *)"HTTP/1.1 200", 12), 12);
+        const uint8_t *p = sv_chain_out_peek(&ch, &len);
+        assert_int_equal(len, 12);
+        assert_memory_equal(p, "HTTP/1.1 200", 12);
+        sv_chain_out_consume(&ch, len);
+    } else { /* nothing to wrap before the handshake: -ENOTCONN, or the earlier error */
+        ssize_t w = sv_chain_wrap(&ch, (const uint8_t *)"x", 1);
+        assert_int_equal(w, d->rc < 0 ? d->rc : -ENOTCONN);
+    }
+    sv_chain_free(&ch);
+}
+
+static sv_reality_conf *layer_conf(uint64_t window_ms)
+{
+    const char *what;
+    int rc;
+    sv_reality_conf *c = sv_reality_conf_new(k_priv, "aa,0123456789abcdef", "www.example.com",
+                                             window_ms, &what, &rc);
+    assert_non_null(c);
+    return c;
+}
+
+static void layer_answers_a_valid_hello_with_its_flight(void **st)
+{
+    (void)st;
+    static drv d;
+    sv_reality_conf *rc = layer_conf(0);
+    static const char *const valid[] = {"valid", "valid-two-records"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t first = 0;
+        load(&d, valid[i]);
+        static const size_t steps[] = {0, 1, 5, 100};
+        for (size_t s = 0; s < 4; s++) {
+            run_layer(rc, &d, steps[s]);
+            assert_int_equal(d.rc, 0);
+            assert_int_equal(d.status, 0); /* waiting for the client's Finished */
+            assert_int_equal(d.up_len, 0);
+            /* ServerHello, then the dummy ChangeCipherSpec, then encrypted records */
+            assert_true(d.down_len > 200);
+            assert_memory_equal(d.down, "\x16\x03\x03", 3);
+            size_t sh = 5 + ((size_t)d.down[3] << 8 | d.down[4]);
+            assert_memory_equal(d.down + sh, "\x14\x03\x03\x00\x01\x01", 6);
+            assert_memory_equal(d.down + sh + 6, "\x17\x03\x03", 3);
+            if (s == 0)
+                first = d.down_len;
+            assert_int_equal(d.down_len, first); /* random bytes, same sizes */
+        }
+    }
+    /* a record after the hello goes to the TLS server, which refuses it before Finished */
+    load(&d, "valid-then-garbage");
+    run_layer(rc, &d, 0);
+    assert_true(d.rc < 0);
+    assert_int_equal(d.up_len, 0);
+    sv_reality_conf_free(rc);
+    /* the same hello inside a time window around its timestamp, and outside it */
+    load(&d, "valid");
+    rc = layer_conf(60000);
+    rc->now_ms = clock_near;
+    run_layer(rc, &d, 0);
+    assert_false(d.status & SV_LAYER_REFUSED);
+    rc->now_ms = clock_far;
+    run_layer(rc, &d, 0);
+    assert_true(d.status & SV_LAYER_REFUSED);
+    sv_reality_conf_free(rc);
+}
+
+static void layer_passes_everyone_else_through(void **st)
+{
+    (void)st;
+    static drv d;
+    sv_reality_conf *rc = layer_conf(0);
+    static const char *const probes[] = {"wrong-short-id", "wrong-sni", "no-tls13", "http-get",
+                                         "valid-mlkem-only"};
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        load(&d, probes[i]);
+        static const size_t steps[] = {0, 1, 7};
+        for (size_t s = 0; s < 3; s++) {
+            run_layer(rc, &d, steps[s]);
+            assert_int_equal(d.rc, 0);
+            assert_int_equal(d.status, SV_LAYER_UP | SV_LAYER_REFUSED);
+            assert_int_equal(d.up_len, d.in_len); /* every byte, as it came */
+            assert_memory_equal(d.up, d.in, d.in_len);
+            assert_int_equal(d.down_len, 0);
+        }
+    }
+    /* handshake records that never end a hello within the bound: refused, all passed on */
+    memset(d.in, 0, sizeof d.in);
+    d.in_len = 0;
+    static const uint8_t head[] = {0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x01, 0x00, 0x00};
+    while (d.in_len + 16384 + 5 < sizeof d.in) {
+        memcpy(d.in + d.in_len, head, 5);
+        if (d.in_len == 0)
+            memcpy(d.in + 5, head + 5, 4);
+        d.in_len += 16384 + 5;
+    }
+    run_layer(rc, &d, 0);
+    assert_int_equal(d.status, SV_LAYER_UP | SV_LAYER_REFUSED);
+    assert_int_equal(d.up_len, d.in_len);
+    assert_memory_equal(d.up, d.in, d.in_len);
+    sv_reality_conf_free(rc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -228,6 +405,8 @@ int main(void)
         cmocka_unit_test(failures_are_invalid),
         cmocka_unit_test(settings_are_parsed_strictly),
         cmocka_unit_test(certificate_carries_the_hmac),
+        cmocka_unit_test(layer_answers_a_valid_hello_with_its_flight),
+        cmocka_unit_test(layer_passes_everyone_else_through),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
