@@ -351,6 +351,23 @@ static void bad_params_are_refused(void **state)
     pair_free(&p);
 }
 
+/* The client's CCS, Finished and first data in one read, as a real client sends them. */
+static void finished_and_data_in_one_read(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, "TLS_CHACHA20_POLY1305_SHA256", NULL, 0);
+    start_server(&p);
+    to_client(&p);
+    assert_int_equal(SSL_do_handshake(p.ssl), 1);
+    assert_int_equal(SSL_write(p.ssl, "GET / HTTP/1.1\r\n\r\n", 18), 18);
+    assert_int_equal(to_server(&p), 0);
+    assert_true(sv_tls13s_status(p.srv) & SV_LAYER_UP);
+    assert_int_equal(p.got_len, 18);
+    assert_memory_equal(p.got, "GET / HTTP/1.1\r\n\r\n", 18);
+    pair_free(&p);
+}
+
 /* ---------- refusals of a bad client flight ---------- */
 
 static uint8_t g_client_hs_secret[48]; /* from the client's key log */
@@ -650,6 +667,7 @@ int main(void)
         cmocka_unit_test(client_order_picks_the_suite),
         cmocka_unit_test(clients_without_x25519_or_tls13_are_refused),
         cmocka_unit_test(bad_params_are_refused),
+        cmocka_unit_test(finished_and_data_in_one_read),
         cmocka_unit_test(wrong_finished_is_refused),
         cmocka_unit_test(corrupt_records_are_refused),
         cmocka_unit_test(client_alert_ends_the_handshake),
