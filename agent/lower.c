@@ -583,18 +583,57 @@ static int check_trojan(const ag_node_state *n, sv_error *err)
     return rc;
 }
 
+/* Is @p s (NULL = absent) @p n characters of @p set? */
+static bool chars_in(const char *s, size_t n, const char *set)
+{
+    return s != NULL && strlen(s) == n && strspn(s, set) == n;
+}
+
 /*
- * A vless node (PANEL.md §1.4: tls 0/1, flow, decryption, network tcp, ws or httpupgrade (issue
- * 10) with networkSettings path and headers.Host; issue 9) is served on TCP, WebSocket or
+ * A vless node with tls 2 (issue 11): REALITY on TCP with its `tls_settings` (PANEL.md §1.4):
+ * the target's server_name (also the one SNI served) and server_port, the X25519 private_key
+ * (base64url of 32 bytes) and the short_id (hex, at most 16 digits, even count; empty = the
+ * all-zero id). The agent config's "fallback" does not apply (the target is the fallback); a
+ * flow (Vision) and other transports are refused naming the field.
+ */
+static int check_reality(const ag_node_state *n, sv_error *err)
+{
+    const pn_reality *r = &n->node.reality;
+    static const char b64url[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    if (r->server_name == NULL || r->server_name[0] == '\0' ||
+        strlen(r->server_name) > 253 || strpbrk(r->server_name, " ,:/[]") != NULL)
+        return sv_error_set(err, -EINVAL, "node %s: tls_settings.server_name: required for tls "
+                            "2 (REALITY): the target site's DNS name", n->tag);
+    if (r->server_port == 0)
+        return sv_error_set(err, -EINVAL, "node %s: tls_settings.server_port: required for tls "
+                            "2 (REALITY): the target site's port", n->tag);
+    if (!chars_in(r->private_key, 43, b64url))
+        return sv_error_set(err, -EINVAL, "node %s: tls_settings.private_key: expected an X25519 "
+                            "key, 43 base64url characters", n->tag);
+    const char *sid = r->short_id != NULL ? r->short_id : "";
+    if (strlen(sid) > 16 || strlen(sid) % 2 != 0 ||
+        !chars_in(sid, strlen(sid), "0123456789abcdefABCDEF"))
+        return sv_error_set(err, -EINVAL, "node %s: tls_settings.short_id \"%.32s\": expected "
+                            "at most 16 hex digits, an even count", n->tag, sid);
+    if (n->fallback != NULL)
+        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" does not apply to tls 2 "
+                            "(REALITY): the target is tls_settings.server_name:server_port",
+                            n->tag);
+    return check_unserved(n, "vless over REALITY on TCP", PN_SET_TLS, NULL, err);
+}
+
+/*
+ * A vless node (PANEL.md §1.4: tls 0/1/2, flow, decryption, network tcp, ws or httpupgrade
+ * (issue 10) with networkSettings path and headers.Host; issue 9) is served on TCP, WebSocket or
  * HTTPUpgrade, over TLS with the agent config's certificate when tls is 1, in clear when 0 (the
- * config's "cert" is then unused).
- * REALITY, a flow, VLESS encryption and other transports are refused naming the field.
+ * config's "cert" is then unused), over REALITY on TCP when 2 (check_reality).
+ * A flow, VLESS encryption and other transports are refused naming the field.
  */
 static int check_vless(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
-        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (vless in "
-                            "clear or over TLS only)", n->tag);
+        return check_reality(n, err);
     unsigned served = PN_SET_TLS;
     int rc;
     const char *net = stream_network(n, &served, err, &rc);
@@ -700,6 +739,22 @@ static int add_ss_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_i
     return rc;
 }
 
+/* REALITY settings of a vless node with tls 2 (checked by check_reality): the target as the
+ * inbound's fallback, its name as the one server name (issue 11). */
+static int add_reality(const ag_node_state *n, sv_inbound_spec *in)
+{
+    const pn_reality *r = &n->node.reality;
+    char target[300];
+    snprintf(target, sizeof target, "%s:%u", r->server_name, (unsigned)r->server_port);
+    in->reality.max_time_diff_ms = r->max_time_diff;
+    if ((in->fallback = strdup(target)) == NULL ||
+        (in->reality.private_key = strdup(r->private_key)) == NULL ||
+        (in->reality.server_names = strdup(r->server_name)) == NULL ||
+        (r->short_id != NULL && (in->reality.short_ids = strdup(r->short_id)) == NULL))
+        return -ENOMEM;
+    return 0;
+}
+
 static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec *spec)
 {
     sv_inbound_spec *v = realloc(spec->inbounds, (spec->n_inbounds + 1) * sizeof *v);
@@ -727,6 +782,8 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     if (is_grpc(&n->node) && (in->grpc.service_name = strdup(n->node.grpc_service)) == NULL)
         return -ENOMEM;
     in->tls.cert = (vless || vmess) && n->node.tls != 1 ? SV_CERT_NONE : n->cert;
+    if (vless && n->node.tls == 2)
+        return add_reality(n, in);
     if (in->tls.cert == SV_CERT_NONE)
         return n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL ? -ENOMEM : 0;
     const char *name = n->node.server_name != NULL ? n->node.server_name : n->node.host;

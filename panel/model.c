@@ -400,6 +400,31 @@ static int parse_network_settings(const json_t *body, pn_node *out, sv_error *er
     return rc;
 }
 
+/* A `tls` 2 node's REALITY `tls_settings` (or `tlsSettings`; PANEL.md §1.4, issue 11). */
+static int parse_reality(const json_t *body, pn_reality *out, sv_error *err)
+{
+    const json_t *ts = json_object_get(body, "tls_settings");
+    if (ts == NULL || json_is_null(ts))
+        ts = json_object_get(body, "tlsSettings");
+    if (ts == NULL || json_is_null(ts))
+        return 0;
+    if (!json_is_object(ts))
+        return sv_error_set(err, -EINVAL, "tls_settings: expected an object");
+    uint64_t port = 0;
+    int rc = opt_string(ts, "server_name", &out->server_name, err);
+    if (rc == 0)
+        rc = opt_string(ts, "private_key", &out->private_key, err);
+    if (rc == 0)
+        rc = opt_string(ts, "short_id", &out->short_id, err);
+    if (rc == 0)
+        rc = opt_uint(ts, "server_port", "tls_settings.server_port", 65535, true, &port, err);
+    if (rc == 0)
+        rc = opt_uint(ts, "max_time_diff", "tls_settings.max_time_diff", UINT32_MAX, true,
+                      &out->max_time_diff, err);
+    out->server_port = (uint16_t)port;
+    return rc;
+}
+
 static int parse_node_strings(const json_t *body, const char *node_type, pn_node *out,
                               sv_error *err)
 {
@@ -437,6 +462,8 @@ static int parse_node_strings(const json_t *body, const char *node_type, pn_node
         rc = parse_network_settings(body, out, err);
     out->set = node_set_bits(body);
     out->tls = tls_value(json_object_get(body, "tls"), out->set);
+    if (rc == 0 && out->tls == 2)
+        rc = parse_reality(body, &out->reality, err);
     return rc;
 }
 
@@ -490,6 +517,9 @@ void pn_node_free(pn_node *node)
     free(node->ws_path);
     free(node->ws_host);
     free(node->grpc_service);
+    free(node->reality.server_name);
+    free(node->reality.private_key);
+    free(node->reality.short_id);
     for (size_t i = 0; i < node->n_routes; i++)
         route_free(&node->routes[i]);
     free(node->routes);
@@ -608,8 +638,13 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
         dup_opt(&d->plugin_opts, s->plugin_opts) != 0 ||
         dup_opt(&d->server_name, s->server_name) != 0 || dup_opt(&d->host, s->host) != 0 ||
         dup_opt(&d->ws_path, s->ws_path) != 0 || dup_opt(&d->ws_host, s->ws_host) != 0 ||
-        dup_opt(&d->grpc_service, s->grpc_service) != 0)
+        dup_opt(&d->grpc_service, s->grpc_service) != 0 ||
+        dup_opt(&d->reality.server_name, s->reality.server_name) != 0 ||
+        dup_opt(&d->reality.private_key, s->reality.private_key) != 0 ||
+        dup_opt(&d->reality.short_id, s->reality.short_id) != 0)
         return -ENOMEM;
+    d->reality.server_port = s->reality.server_port;
+    d->reality.max_time_diff = s->reality.max_time_diff;
     if (s->n_routes == 0)
         return 0;
     d->routes = calloc(s->n_routes, sizeof *d->routes);
@@ -683,7 +718,12 @@ bool pn_node_equal(const pn_node *a, const pn_node *b)
         !str_eq(a->server_name, b->server_name) ||
         !str_eq(a->host, b->host) || !str_eq(a->ws_path, b->ws_path) ||
         !str_eq(a->ws_host, b->ws_host) || !str_eq(a->grpc_service, b->grpc_service) || a->tls != b->tls || a->push_interval != b->push_interval ||
-        a->pull_interval != b->pull_interval || a->n_routes != b->n_routes)
+        a->pull_interval != b->pull_interval || a->n_routes != b->n_routes ||
+        !str_eq(a->reality.server_name, b->reality.server_name) ||
+        !str_eq(a->reality.private_key, b->reality.private_key) ||
+        !str_eq(a->reality.short_id, b->reality.short_id) ||
+        a->reality.server_port != b->reality.server_port ||
+        a->reality.max_time_diff != b->reality.max_time_diff)
         return false;
     for (size_t i = 0; i < a->n_routes; i++)
         if (!route_eq(&a->routes[i], &b->routes[i]))

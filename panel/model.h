@@ -50,6 +50,17 @@ enum pn_node_set {
                                                 encryption) */
 };
 
+/** The REALITY object a node with `tls` 2 sends as `tls_settings` (PANEL.md §1.4; issue 11):
+ *  each member NULL / 0 when absent or null. `public_key` and `allow_insecure` are the
+ *  clients' and not read. */
+typedef struct pn_reality {
+    char *server_name;    /**< the target site's name, also the SNI clients send */
+    uint16_t server_port; /**< the target's port (a string or an int in the body); 0 = absent */
+    char *private_key;    /**< X25519, base64url (never log it) */
+    char *short_id;       /**< hex, at most 16 digits; "" = the all-zero id */
+    uint64_t max_time_diff; /**< `max_time_diff` in ms when a panel sends one; 0 = none */
+} pn_reality;
+
 /** A node's settings from `GET config` (PANEL.md §1.4). Unknown keys are ignored. */
 typedef struct pn_node {
     char *protocol;       /**< body `protocol`, else the node type the panel was asked for */
@@ -72,6 +83,7 @@ typedef struct pn_node {
     char *host;           /**< `host` (trojan: the address clients dial); NULL when absent or null */
     unsigned tls;         /**< `tls` value: 0 absent/none, 1 TLS, 2 REALITY (int, numeric string or
                                bool; anything else counts as 1 when PN_SET_TLS is set) */
+    pn_reality reality;   /**< `tls_settings` when `tls` is 2 (issue 11) */
     pn_route *routes;
     size_t n_routes;
     uint32_t push_interval; /**< seconds from base_config; 0 = not given */

@@ -16,6 +16,7 @@
 #include "supervisor/proto/vmess.h"
 #include "supervisor/runtime.h"
 #include "supervisor/transport/httpupgrade.h"
+#include "supervisor/transport/reality.h"
 
 #define REPLAY_CAPACITY 65536
 
@@ -126,6 +127,22 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     h->in.fallback = NULL;
     h->in.ws = (sv_inbound_ws){0};
     h->in.grpc = (sv_inbound_grpc){0}; /* borrowed from the spec: the core keeps its paths */
+    if (in->reality.private_key != NULL) {
+        const sv_inbound_reality *r = &in->reality;
+        const char *what = NULL;
+        h->reality = sv_reality_conf_new(r->private_key, r->short_ids, r->server_names,
+                                         r->max_time_diff_ms, &what, &rc);
+        if (h->reality == NULL && rc == -ENOMEM)
+            goto oom;
+        if (h->reality == NULL) {
+            sv_error_set(err, rc, "inbound %s: reality %s: %s", in->tag,
+                         what != NULL ? what : "certificate",
+                         rc == -EINVAL ? "invalid" : "could not be made");
+            goto fail;
+        }
+        h->layers[h->n_layers++] = (sv_layer_conf){&sv_reality_layer_ops, h->reality};
+    }
+    h->in.reality = (sv_inbound_reality){.max_time_diff_ms = in->reality.max_time_diff_ms};
     if (tls != NULL) {
         h->tls = sv_tls_ctx_ref(tls);
         h->layers[h->n_layers++] = (sv_layer_conf){&sv_tls_layer_ops, h->tls};
@@ -154,6 +171,7 @@ fail:
         free(h->principals);
         sv_tls_ctx_unref(h->tls);
         sv_ws_conf_free(h->ws);
+        sv_reality_conf_free(h->reality);
     }
     free(h);
     return NULL;
@@ -168,6 +186,7 @@ void sv_handler_unref(sv_handler *h)
     h->ops->creds_free(h->creds);
     sv_tls_ctx_unref(h->tls);
     sv_ws_conf_free(h->ws);
+    sv_reality_conf_free(h->reality);
     for (size_t i = 0; i < h->n_users; i++)
         sv_principal_unref(h->principals[i]);
     free(h->principals);

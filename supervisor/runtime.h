@@ -29,6 +29,7 @@
 #include "supervisor/transport/tls.h"
 #include "supervisor/transport/grpc.h"
 #include "supervisor/transport/ws.h"
+#include "supervisor/transport/reality.h"
 #include "supervisor/util/list.h"
 #include "supervisor/xudp.h"
 
@@ -88,6 +89,7 @@ typedef struct sv_handler {
     bool allow_private; /**< sv_inbound_spec.allow_private (issue 15) */
     sv_tls_ctx *tls;    /**< the inbound's TLS context (a reference), or NULL: plain TCP */
     sv_ws_conf *ws;     /**< the inbound's WebSocket or HTTPUpgrade settings, or NULL: none */
+    sv_reality_conf *reality; /**< the inbound's REALITY settings and certificate, or NULL */
     sv_layer_conf layers[SV_CHAIN_MAX]; /**< the inbound's transport layers above TCP, bottom
                                              first (their confs are owned by this handler) */
     unsigned n_layers;                  /**< 0 = plain TCP */

@@ -44,6 +44,9 @@ static void inbound_free(sv_inbound_spec *in)
     free(in->ws.host);
     free(in->grpc.service_name);
     free(in->ss_server_key);
+    free(in->reality.private_key);
+    free(in->reality.short_ids);
+    free(in->reality.server_names);
 }
 
 void sv_route_rule_free(sv_route_rule *r)
@@ -148,6 +151,11 @@ static int inbound_clone(sv_inbound_spec *d, const sv_inbound_spec *s)
     d->ws.path = d->ws.host = NULL;
     d->grpc.service_name = NULL;
     d->ss_server_key = NULL;
+    d->reality.private_key = d->reality.short_ids = d->reality.server_names = NULL;
+    if (dup_opt(&d->reality.private_key, s->reality.private_key) < 0 ||
+        dup_opt(&d->reality.short_ids, s->reality.short_ids) < 0 ||
+        dup_opt(&d->reality.server_names, s->reality.server_names) < 0)
+        return -ENOMEM;
     if (dup_opt(&d->tag, s->tag) < 0 || dup_opt(&d->bind.address, s->bind.address) < 0 ||
         dup_opt(&d->users, s->users) < 0 || dup_opt(&d->tls.cert_file, s->tls.cert_file) < 0 ||
         dup_opt(&d->tls.key_file, s->tls.key_file) < 0 ||
@@ -275,7 +283,11 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            a->ws.httpupgrade == b->ws.httpupgrade &&
            a->ws.mux == b->ws.mux &&
            str_eq(a->grpc.service_name, b->grpc.service_name) &&
-           str_eq(a->ss_server_key, b->ss_server_key);
+           str_eq(a->ss_server_key, b->ss_server_key) &&
+           str_eq(a->reality.private_key, b->reality.private_key) &&
+           str_eq(a->reality.short_ids, b->reality.short_ids) &&
+           str_eq(a->reality.server_names, b->reality.server_names) &&
+           a->reality.max_time_diff_ms == b->reality.max_time_diff_ms;
 }
 
 sv_policy sv_removal_policy_of(const sv_spec *spec, const sv_inbound_spec *in)

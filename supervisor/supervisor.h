@@ -118,6 +118,17 @@ typedef struct sv_inbound_grpc {
                              custom path, §3.1); NULL = no gRPC */
 } sv_inbound_grpc;
 
+/** REALITY under a VLESS inbound (issue 11, PROTOCOLS-2.md §1): on when private_key is set.
+ *  The target site, which gets every client that is not a valid REALITY client byte for byte,
+ *  is the inbound's fallback (required then). */
+typedef struct sv_inbound_reality {
+    char *private_key;  /**< the X25519 private key, base64url of 32 bytes (§1.1) */
+    char *short_ids;    /**< comma-separated hex short ids, each at most 16 digits, even count;
+                             NULL or "" = the all-zero id only */
+    char *server_names; /**< comma-separated SNI values clients must send (exact match) */
+    uint64_t max_time_diff_ms; /**< largest |now - client time|; 0 = not checked */
+} sv_inbound_reality;
+
 /** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */
 enum sv_ss_cipher {
     SV_SS_AES_128_GCM = 1,
@@ -160,6 +171,7 @@ typedef struct sv_inbound_spec {
     sv_policy user_removal;            /**< overrides sv_spec.user_removal (DEFAULT: the
                                             spec's); not part of the inbound's equality */
     sv_inbound_grpc grpc;              /**< gRPC over TCP or TLS (Trojan, VLESS, VMess; issue 10) */
+    sv_inbound_reality reality;        /**< REALITY instead of TLS (VLESS on TCP; issue 11) */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {

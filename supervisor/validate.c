@@ -417,9 +417,67 @@ static int check_trojan(const sv_inbound_spec *in, sv_error *err)
     return check_stream_inbound(in, "trojan", true, true, err);
 }
 
+/* Is every comma-separated item of @p list (NULL = none) @p ok? Empty items count when
+ * @p allow_empty. */
+static bool list_ok(const char *list, bool allow_empty, bool (*ok)(const char *p, size_t n))
+{
+    size_t count = 0;
+    for (const char *p = list; p != NULL; count++) {
+        const char *end = strchr(p, ',');
+        size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+        if ((n == 0 && !allow_empty) || (n > 0 && !ok(p, n)) || count == 16)
+            return false;
+        p = end != NULL ? end + 1 : NULL;
+    }
+    return true;
+}
+
+static bool short_id_ok(const char *p, size_t n)
+{
+    return n <= 16 && n % 2 == 0 && strspn(p, "0123456789abcdefABCDEF") >= n;
+}
+
+static bool name_ok(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] <= ' ' || p[i] >= 0x7f)
+            return false;
+    return n <= 253;
+}
+
+/* REALITY (issue 11, PROTOCOLS-2.md §1.1): a base64url X25519 key of 32 bytes, short ids of at
+ * most 16 hex digits (even count), at least one server name, the target as the fallback; not
+ * with a certificate, WebSocket or gRPC. */
+static int check_reality(const sv_inbound_spec *in, sv_error *err)
+{
+    const sv_inbound_reality *r = &in->reality;
+    const char *k = r->private_key;
+    size_t klen = strlen(k);
+    if ((klen != 43 && !(klen == 44 && k[43] == '=')) ||
+        strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != 43)
+        return INVALID(err, "inbound %s: reality private_key must be 32 bytes in base64url",
+                       in->tag);
+    if (!list_ok(r->short_ids, true, short_id_ok))
+        return INVALID(err, "inbound %s: reality short_ids \"%.64s\" must be at most 16 hex "
+                       "ids of at most 16 digits (an even count)", in->tag, r->short_ids);
+    if (is_empty(r->server_names) || !list_ok(r->server_names, false, name_ok))
+        return INVALID(err, "inbound %s: reality server_names must be 1 to 16 names",
+                       in->tag);
+    if (in->fallback == NULL)
+        return INVALID(err, "inbound %s: reality needs its target as the fallback (HOST:PORT)",
+                       in->tag);
+    if (in->tls.cert != SV_CERT_NONE || in->ws.path != NULL || in->grpc.service_name != NULL)
+        return INVALID(err, "inbound %s: reality is served on TCP alone (no cert, WebSocket or "
+                       "gRPC)", in->tag);
+    return 0;
+}
+
 static int check_vless(const sv_inbound_spec *in, sv_error *err)
 {
-    return check_stream_inbound(in, "vless", false, true, err);
+    int rc = check_stream_inbound(in, "vless", false, true, err);
+    if (rc == 0 && in->reality.private_key != NULL)
+        rc = check_reality(in, err);
+    return rc;
 }
 
 static int check_vmess(const sv_inbound_spec *in, sv_error *err)
@@ -519,6 +577,8 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
     int rc = check_bind_overlap(spec, i, &addr, err);
     if (rc < 0)
         return rc;
+    if (in->protocol != SV_INBOUND_VLESS && in->reality.private_key != NULL)
+        return INVALID(err, "inbound %s: reality is served on vless inbounds only", in->tag);
     if (in->protocol == SV_INBOUND_TROJAN)
         return check_trojan(in, err);
     if (in->protocol == SV_INBOUND_VLESS)

@@ -238,7 +238,8 @@ refused() {
 }
 check "katana check: the base vless config is accepted" \
     timeout 10 "$(katana_bin)" check -c "$T/base.json"
-check "tls 2 (REALITY) refused naming it" refused reality "tls 2 (REALITY): not served"
+check "tls 2 (REALITY) without its settings refused naming them" refused reality \
+    "tls_settings.server_name: required for tls 2 (REALITY)"
 check "a flow refused naming it" refused flow "flow: not served"
 check "VLESS encryption refused naming it" refused decryption "decryption: not served"
 check "network xhttp refused naming it" refused xhttp 'network "xhttp": not served'

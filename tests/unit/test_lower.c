@@ -554,6 +554,74 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     free_state(&st);
 }
 
+/* Issue 11: a vless node with tls 2 lowers to a VLESS inbound with REALITY, its target as the
+ * fallback; each bad tls_settings member, a flow, another network and the config's fallback
+ * are refused naming the field. */
+static void lower__vless_reality_node__inbound_and_refusals(void **state)
+{
+    (void)state;
+    ag_node_state st;
+    sv_spec s;
+    sv_error err = {0};
+    state_from_json(&st, "vr", "{\"protocol\":\"vless\",\"server_port\":443,\"tls\":2,"
+                    "\"network\":\"tcp\",\"flow\":\"\",\"tls_settings\":{\"server_name\":"
+                    "\"www.example.com\",\"server_port\":\"8443\",\"public_key\":\"x\","
+                    "\"private_key\":\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\","
+                    "\"short_id\":\"0123456789abcdef\",\"allow_insecure\":false}}",
+                    "{\"users\":[{\"id\":1,\"uuid\":\"27848739-7e62-4138-9fd3-098a63964b6b\"}]}");
+    lower_one(&st, &s);
+    const sv_inbound_spec *in = &s.inbounds[0];
+    assert_int_equal(in->protocol, SV_INBOUND_VLESS);
+    assert_int_equal(in->tls.cert, SV_CERT_NONE);
+    assert_string_equal(in->fallback, "www.example.com:8443");
+    assert_string_equal(in->reality.private_key, "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA");
+    assert_string_equal(in->reality.short_ids, "0123456789abcdef");
+    assert_string_equal(in->reality.server_names, "www.example.com");
+    assert_int_equal(in->reality.max_time_diff_ms, 0);
+    sv_spec_free(&s);
+    free_state(&st);
+
+    static const struct {
+        const char *settings, *extra, *msg;
+    } refused[] = {
+        {"\"server_port\":443", "", "node vr: tls_settings.server_name: required for tls 2 "
+                                    "(REALITY): the target site's DNS name"},
+        {"\"server_name\":\"a.test\"", "", "node vr: tls_settings.server_port: required for "
+                                          "tls 2 (REALITY): the target site's port"},
+        {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":\"AQID\"", "",
+         "node vr: tls_settings.private_key: expected an X25519 key, 43 base64url characters"},
+        {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
+         "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\",\"short_id\":\"abc\"", "",
+         "node vr: tls_settings.short_id \"abc\": expected at most 16 hex digits, an even count"},
+        {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
+         "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"flow\":\"xtls-rprx-vision\"",
+         "node vr: flow: not served (no VLESS flow such as xtls-rprx-vision)"},
+        {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
+         "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"network\":\"grpc\"",
+         "node vr: network \"grpc\": not served (vless over REALITY on TCP only)"},
+    };
+    char json[512];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(json, sizeof json, "{\"protocol\":\"vless\",\"server_port\":9,\"tls\":2,"
+                 "\"tls_settings\":{%s}%s}", refused[i].settings, refused[i].extra);
+        state_from_json(&st, "vr", json, "{\"users\":[]}");
+        ag_fleet f = {.nodes = &st, .n = 1};
+        assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+        assert_string_equal(err.msg, refused[i].msg);
+        free_state(&st);
+    }
+    state_from_json(&st, "vr", "{\"protocol\":\"vless\",\"server_port\":9,\"tls\":2,"
+                    "\"tls_settings\":{\"server_name\":\"a.test\",\"server_port\":443,"
+                    "\"private_key\":\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"}}",
+                    "{\"users\":[]}");
+    st.fallback = strdup("127.0.0.1:8080");
+    ag_fleet f = {.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node vr: \"fallback\" does not apply to tls 2 (REALITY): the "
+                                 "target is tls_settings.server_name:server_port");
+    free_state(&st);
+}
+
 /* Issue 9: a vless node (PANEL.md §1.4) lowers to a VLESS inbound, over TLS with the config's
  * certificate when tls is 1, in clear when 0; transports, REALITY, a flow and VLESS encryption
  * are refused naming the field. */
@@ -600,8 +668,8 @@ static void lower__vless_node__inbound_and_refusals(void **state)
          "node vl: networkSettings.serviceName: required for network grpc"},
         {"\"network\":\"xhttp\"", "node vl: network \"xhttp\": not served (vless on TCP, "
                                   "WebSocket, HTTPUpgrade or gRPC only)"},
-        {"\"tls\":2", "node vl: tls 2 (REALITY): not served (vless in clear or over TLS "
-                      "only)"},
+        {"\"tls\":2", "node vl: tls_settings.server_name: required for tls 2 (REALITY): the "
+                      "target site's DNS name"},
         {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow: not served (no VLESS flow such as "
                                           "xtls-rprx-vision)"},
         {"\"decryption\":\"mlkem768x25519plus.native.600s.x\"",
@@ -1188,6 +1256,7 @@ int main(void)
         cmocka_unit_test(lower__grpc_node__service_name),
         cmocka_unit_test(lower__ss_v2ray_plugin__websocket_inbound),
         cmocka_unit_test(lower__vless_node__inbound_and_refusals),
+        cmocka_unit_test(lower__vless_reality_node__inbound_and_refusals),
         cmocka_unit_test(lower__vmess_node__tcp_or_tls_and_refusals),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),
         cmocka_unit_test(lower__every_match_form),

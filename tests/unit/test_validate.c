@@ -715,6 +715,42 @@ static void within_a_phase_spec_order_decides(void **state)
 
 /* Issue 9: a WebSocket transport on a trojan inbound: path starting with '/', printable, Host
  * only with a path; shadowsocks refuses it. */
+/* Issue 11: REALITY on a vless inbound: key, short ids, server names, the target as the
+ * fallback, TCP alone; not on other protocols. */
+static void reality_settings_are_checked(void **state)
+{
+    (void)state;
+    fx f;
+    fx_init(&f);
+    f.in[1] = (sv_inbound_spec){
+        .tag = "vr", .bind = {"::1", 8389}, .protocol = SV_INBOUND_VLESS, .users = "u",
+        .fallback = "www.example.com:443",
+        .reality = {.private_key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA",
+                    .short_ids = "0123456789abcdef,,aa", .server_names = "www.example.com"}};
+    expect_valid(&f);
+    f.in[1].reality.private_key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHy+";
+    expect_invalid(&f, "inbound vr: reality private_key must be 32 bytes in base64url");
+    f.in[1].reality.private_key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
+    f.in[1].reality.short_ids = "abc";
+    expect_invalid(&f, "inbound vr: reality short_ids \"abc\" must be at most 16 hex ids of at "
+                       "most 16 digits (an even count)");
+    f.in[1].reality.short_ids = NULL;
+    f.in[1].reality.server_names = "a.test,";
+    expect_invalid(&f, "inbound vr: reality server_names must be 1 to 16 names");
+    f.in[1].reality.server_names = "a.test,b.test";
+    f.in[1].fallback = NULL;
+    expect_invalid(&f, "inbound vr: reality needs its target as the fallback (HOST:PORT)");
+    f.in[1].fallback = "a.test:443";
+    f.in[1].tls.cert = SV_CERT_SELF;
+    expect_invalid(&f, "inbound vr: reality is served on TCP alone (no cert, WebSocket or "
+                       "gRPC)");
+    f.in[1].tls.cert = SV_CERT_NONE;
+    expect_valid(&f);
+    f.in[1].protocol = SV_INBOUND_VMESS;
+    f.in[1].fallback = NULL;
+    expect_invalid(&f, "inbound vr: reality is served on vless inbounds only");
+}
+
 static void websocket_settings_are_checked(void **state)
 {
     (void)state;
@@ -792,6 +828,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_valid_spec_passes),
+        cmocka_unit_test(reality_settings_are_checked),
         cmocka_unit_test(the_same_tag_in_different_kinds_is_allowed),
         cmocka_unit_test(a_null_spec_is_refused),
         cmocka_unit_test(no_tag_may_be_empty),

@@ -1,0 +1,412 @@
+/*
+ * Unit tests: the REALITY check and temporary certificate (supervisor/transport/reality.c,
+ * issue 11) on the PROTOCOLS-2.md §1.7 vector, and the ways a client fails the §1.3 check; the
+ * layer through a transport chain on the hellos of tests/unit/vectors/reality/ (made by
+ * tests/fuzz/reality_seeds.py), whole and a byte at a time.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <openssl/x509.h>
+
+#include "supervisor/transport/reality.h"
+
+#ifndef TOP_SRCDIR
+#define TOP_SRCDIR "."
+#endif
+
+/* §1.7 */
+static const char k_priv[] = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
+static const char k_share[] = "5869aff450549732cbaaed5e5df9b30a6da31cb0e5742bad5ad4a1a768f1a67b";
+static const char k_auth_key[] =
+    "a524c9e5d4a2fe035d3077ef1576396d27468d993b599512b5f3bad6ffd5b19b";
+static const char k_sealed[] = "1bcac61a72a1debe82181fdc14fb235284ed0f55287dfea8b3650dc269a1e269";
+static const char k_pub[] = "cd14b37f956e953194ff7fb73b3d81dcc561d61a7538094b7c3e1a643ee5f3aa";
+static const char k_hmac[] =
+    "fd1737e1d577b662d0622a8bd0df312d07442fb89cf5b73f33584617d6c95e52"
+    "d17caca86472543d87a9f75410dba573ed85520b920edef42f71beaf4dcf61bd";
+static const uint64_t k_client_time = 0x65000000u; /* seconds, in P */
+
+static void unhex(const char *s, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        assert_int_equal(sscanf(s + 2 * i, "%2x", &v), 1);
+        out[i] = (uint8_t)v;
+    }
+}
+
+typedef struct vec {
+    uint8_t share[32], random[32], hello[79];
+} vec;
+
+/* The 79-byte synthetic ClientHello of §1.7 with the sealed session id at offset 39. */
+static void vector(vec *v)
+{
+    unhex(k_share, v->share, 32);
+    for (int i = 0; i < 32; i++)
+        v->random[i] = (uint8_t)(0x40 + i);
+    static const uint8_t head[] = {0x01, 0x00, 0x00, 0x4b, 0x03, 0x03};
+    static const uint8_t tail[] = {0x00, 0x02, 0x13, 0x01, 0x01, 0x00, 0x00, 0x00};
+    memcpy(v->hello, head, 6);
+    memcpy(v->hello + 6, v->random, 32);
+    v->hello[38] = 32;
+    unhex(k_sealed, v->hello + 39, 32);
+    memcpy(v->hello + 71, tail, 8);
+}
+
+static bool check(const sv_reality_auth *a, const vec *v, const char *sni, uint64_t now_ms,
+                  uint8_t key[32])
+{
+    return sv_reality_check(a, v->share, v->random, v->hello, sizeof v->hello, 39, sni,
+                            strlen(sni), now_ms, key);
+}
+
+static void init(sv_reality_auth *a, const char *priv, const char *sids, const char *names,
+                 uint64_t window_ms)
+{
+    const char *what = NULL;
+    assert_int_equal(sv_reality_auth_init(a, priv, sids, names, window_ms, &what), 0);
+}
+
+static void vector_is_valid_and_gives_the_auth_key(void **st)
+{
+    (void)st;
+    sv_reality_auth a;
+    vec v;
+    uint8_t key[32] = {0}, want[32];
+    init(&a, k_priv, "aa,0123456789abcdef", "a.test,www.example.com", 0);
+    vector(&v);
+    unhex(k_auth_key, want, 32);
+    assert_true(check(&a, &v, "www.example.com", 1, key));
+    assert_memory_equal(key, want, 32);
+    sv_reality_auth_deinit(&a);
+    /* inside a one-minute window, and exactly at its edge */
+    init(&a, k_priv, "0123456789abcdef", "www.example.com", 60000);
+    assert_true(check(&a, &v, "www.example.com", k_client_time * 1000 + 30000, key));
+    assert_true(check(&a, &v, "www.example.com", k_client_time * 1000 - 60000, key));
+    sv_reality_auth_deinit(&a);
+}
+
+static void failures_are_invalid(void **st)
+{
+    (void)st;
+    sv_reality_auth a;
+    vec v;
+    uint8_t key[32];
+    vector(&v);
+    /* wrong short id (one bit), and an id that is a prefix of the client's */
+    init(&a, k_priv, "0123456789abcdee,01234567", "www.example.com", 0);
+    assert_false(check(&a, &v, "www.example.com", 1, key));
+    sv_reality_auth_deinit(&a);
+    /* wrong private key (the client sealed to another public key; byte 2 differs: byte 0 of an
+     * X25519 key loses its low bits to clamping) */
+    init(&a, "AQIEBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA", "0123456789abcdef", "www.example.com",
+         0);
+    assert_false(check(&a, &v, "www.example.com", 1, key));
+    sv_reality_auth_deinit(&a);
+    /* time outside the window, either side */
+    init(&a, k_priv, "0123456789abcdef", "www.example.com", 60000);
+    assert_false(check(&a, &v, "www.example.com", k_client_time * 1000 + 60001, key));
+    assert_false(check(&a, &v, "www.example.com", k_client_time * 1000 - 3600000, key));
+    /* wrong or differently cased SNI */
+    assert_false(check(&a, &v, "www.example.org", k_client_time * 1000, key));
+    assert_false(check(&a, &v, "WWW.example.com", k_client_time * 1000, key));
+    /* client version bounds (the vector's client says 26.3.27) */
+    a.min_client_ver = 26u << 16 | 3u << 8 | 28u;
+    assert_false(check(&a, &v, "www.example.com", k_client_time * 1000, key));
+    a.min_client_ver = 26u << 16 | 3u << 8 | 27u;
+    assert_true(check(&a, &v, "www.example.com", k_client_time * 1000, key));
+    a.max_client_ver = 1u << 16 | 8u << 8 | 1u;
+    assert_false(check(&a, &v, "www.example.com", k_client_time * 1000, key));
+    a.max_client_ver = 0;
+    /* any other byte of the hello (the AAD) or of the sealed id changed */
+    vec t = v;
+    t.hello[75] ^= 1;
+    assert_false(check(&a, &t, "www.example.com", k_client_time * 1000, key));
+    t = v;
+    t.hello[39 + 31] ^= 0x80;
+    assert_false(check(&a, &t, "www.example.com", k_client_time * 1000, key));
+    /* a session id that is not 32 bytes long, or out of the message */
+    t = v;
+    t.hello[38] = 31;
+    assert_false(check(&a, &t, "www.example.com", k_client_time * 1000, key));
+    assert_false(sv_reality_check(&a, v.share, v.random, v.hello, sizeof v.hello, 60,
+                                  "www.example.com", 15, 1, key));
+    /* a low-order peer share (X25519 gives zero) */
+    t = v;
+    memset(t.share, 0, 32);
+    assert_false(check(&a, &t, "www.example.com", k_client_time * 1000, key));
+    sv_reality_auth_deinit(&a);
+}
+
+static void settings_are_parsed_strictly(void **st)
+{
+    (void)st;
+    sv_reality_auth a;
+    const char *what = NULL;
+    uint8_t key[32], sid[8];
+    assert_int_equal(sv_reality_parse_key(k_priv, key), 0);
+    for (int i = 0; i < 32; i++)
+        assert_int_equal(key[i], i + 1);
+    assert_int_equal(sv_reality_parse_key("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=", key), 0);
+    assert_int_equal(sv_reality_parse_key("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHy", key),
+                     -EINVAL);
+    assert_int_equal(sv_reality_parse_key("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHy+", key),
+                     -EINVAL);
+    assert_int_equal(sv_reality_parse_key(NULL, key), -EINVAL);
+    assert_int_equal(sv_reality_parse_short_id("ab", 2, sid), 0);
+    assert_int_equal(sid[0], 0xab);
+    assert_int_equal(sid[1], 0);
+    assert_int_equal(sv_reality_parse_short_id("", 0, sid), 0);
+    assert_int_equal(sv_reality_parse_short_id("abc", 3, sid), -EINVAL);
+    assert_int_equal(sv_reality_parse_short_id("0123456789abcdef01", 18, sid), -EINVAL);
+    assert_int_equal(sv_reality_parse_short_id("zz", 2, sid), -EINVAL);
+    assert_int_equal(sv_reality_auth_init(&a, "short", "ab", "a.test", 0, &what), -EINVAL);
+    assert_string_equal(what, "private_key");
+    assert_int_equal(sv_reality_auth_init(&a, k_priv, "abc", "a.test", 0, &what), -EINVAL);
+    assert_string_equal(what, "short_ids");
+    assert_int_equal(sv_reality_auth_init(&a, k_priv, "ab", "", 0, &what), -EINVAL);
+    assert_string_equal(what, "server_names");
+    assert_int_equal(sv_reality_auth_init(&a, k_priv, "ab", "a.test,", 0, &what), -EINVAL);
+    /* no short id: the all-zero id only */
+    assert_int_equal(sv_reality_auth_init(&a, k_priv, NULL, "a.test", 0, &what), 0);
+    assert_int_equal(a.n_short_ids, 1);
+    static const uint8_t zero[8];
+    assert_memory_equal(a.short_ids[0], zero, 8);
+    sv_reality_auth_deinit(&a);
+}
+
+static void certificate_carries_the_hmac(void **st)
+{
+    (void)st;
+    uint8_t seed[32], auth_key[32], pub[32], mac[64], want[64];
+    for (int i = 0; i < 32; i++)
+        seed[i] = (uint8_t)(0x80 + i);
+    unhex(k_auth_key, auth_key, 32);
+    unhex(k_pub, pub, 32);
+    unhex(k_hmac, want, 64);
+    sv_reality_cert_hmac(auth_key, pub, mac);
+    assert_memory_equal(mac, want, 64);
+
+    sv_reality_cert c;
+    assert_int_equal(sv_reality_cert_make(&c, seed), 0);
+    assert_memory_equal(c.pub, pub, 32);
+    uint8_t *der = malloc(c.der_len);
+    assert_non_null(der);
+    sv_reality_cert_patch(&c, auth_key, der);
+    assert_memory_equal(der + c.der_len - 64, want, 64);
+    assert_memory_equal(der, c.der, c.der_len - 64);
+    /* the patched certificate still parses: serial 0, empty names, the Ed25519 key */
+    const uint8_t *p = der;
+    X509 *x = d2i_X509(NULL, &p, (long)c.der_len);
+    assert_non_null(x);
+    assert_int_equal(ASN1_INTEGER_get(X509_get0_serialNumber(x)), 0);
+    assert_int_equal(X509_NAME_entry_count(X509_get_subject_name(x)), 0);
+    assert_int_equal(X509_NAME_entry_count(X509_get_issuer_name(x)), 0);
+    assert_int_equal(X509_get_signature_nid(x), NID_ED25519);
+    X509_free(x);
+    free(der);
+    sv_reality_cert_free(&c);
+    sv_reality_cert_free(&c);
+    /* a random key differs from run to run */
+    sv_reality_cert a, b;
+    assert_int_equal(sv_reality_cert_make(&a, NULL), 0);
+    assert_int_equal(sv_reality_cert_make(&b, NULL), 0);
+    assert_memory_not_equal(a.pub, b.pub, 32);
+    sv_reality_cert_free(&a);
+    sv_reality_cert_free(&b);
+}
+
+/* ---- the layer ---- */
+
+typedef struct drv {
+    uint8_t in[SV_REALITY_RAW_MAX + 4096];
+    size_t in_len;
+    uint8_t up[SV_REALITY_RAW_MAX + 4096];
+    size_t up_len;
+    uint8_t down[1 << 16];
+    size_t down_len;
+    uint8_t buf[4096];
+    uint8_t stage[SV_CHAIN_STAGE_BYTES];
+    int rc;
+    unsigned status;
+} drv;
+
+static uint8_t *d_alloc(void *ctx, size_t *cap)
+{
+    drv *d = ctx;
+    *cap = sizeof d->buf;
+    return d->buf;
+}
+
+static bool d_deliver(void *ctx, uint8_t *p, size_t n)
+{
+    drv *d = ctx;
+    assert_true(d->up_len + n <= sizeof d->up);
+    memcpy(d->up + d->up_len, p, n);
+    d->up_len += n;
+    return true;
+}
+
+static void load(drv *d, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/unit/vectors/reality/%s", TOP_SRCDIR, name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    d->in_len = fread(d->in, 1, sizeof d->in, f);
+    fclose(f);
+    assert_true(d->in_len > 0);
+}
+
+static uint64_t clock_far(void) { return 0x65000000ull * 1000u + 3600000u; }
+static uint64_t clock_near(void) { return 0x65000000ull * 1000u + 1000u; }
+
+/* Feed d->in through a chain holding the layer, @p step bytes at a time (0: whole). */
+static void run_layer(const sv_reality_conf *rc, drv *d, size_t step)
+{
+    sv_layer_conf conf[1] = {{&sv_reality_layer_ops, rc}};
+    sv_chain ch;
+    assert_int_equal(sv_chain_open(&ch, conf, 1), 0);
+    d->up_len = d->down_len = 0;
+    d->rc = 0;
+    for (size_t off = 0; off < d->in_len && d->rc == 0;) {
+        size_t k = step == 0 || step > d->in_len - off ? d->in_len - off : step;
+        d->rc = sv_chain_unwrap(&ch, d->in + off, k, d->stage, d_alloc, d_deliver, d);
+        off += k;
+        size_t len;
+        assert_int_equal(sv_chain_pump(&ch), 0);
+        const uint8_t *p = sv_chain_out_peek(&ch, &len);
+        assert_true(d->down_len + len <= sizeof d->down);
+        if (len > 0)
+            memcpy(d->down + d->down_len, p, len);
+        d->down_len += len;
+        sv_chain_out_consume(&ch, len);
+    }
+    d->status = sv_chain_status(&ch);
+    if (d->status & SV_LAYER_REFUSED) { /* the relay's bytes go down as they are */
+        size_t len;
+        assert_int_equal(sv_chain_wrap(&ch, (const uint8_t *)"HTTP/1.1 200", 12), 12);
+        const uint8_t *p = sv_chain_out_peek(&ch, &len);
+        assert_int_equal(len, 12);
+        assert_memory_equal(p, "HTTP/1.1 200", 12);
+        sv_chain_out_consume(&ch, len);
+    } else { /* nothing to wrap before the handshake: -ENOTCONN, or the earlier error */
+        ssize_t w = sv_chain_wrap(&ch, (const uint8_t *)"x", 1);
+        assert_int_equal(w, d->rc < 0 ? d->rc : -ENOTCONN);
+    }
+    sv_chain_free(&ch);
+}
+
+static sv_reality_conf *layer_conf(uint64_t window_ms)
+{
+    const char *what;
+    int rc;
+    sv_reality_conf *c = sv_reality_conf_new(k_priv, "aa,0123456789abcdef", "www.example.com",
+                                             window_ms, &what, &rc);
+    assert_non_null(c);
+    return c;
+}
+
+static void layer_answers_a_valid_hello_with_its_flight(void **st)
+{
+    (void)st;
+    static drv d;
+    sv_reality_conf *rc = layer_conf(0);
+    static const char *const valid[] = {"valid", "valid-two-records"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t first = 0;
+        load(&d, valid[i]);
+        static const size_t steps[] = {0, 1, 5, 100};
+        for (size_t s = 0; s < 4; s++) {
+            run_layer(rc, &d, steps[s]);
+            assert_int_equal(d.rc, 0);
+            assert_int_equal(d.status, 0); /* waiting for the client's Finished */
+            assert_int_equal(d.up_len, 0);
+            /* ServerHello, then the dummy ChangeCipherSpec, then encrypted records */
+            assert_true(d.down_len > 200);
+            assert_memory_equal(d.down, "\x16\x03\x03", 3);
+            size_t sh = 5 + ((size_t)d.down[3] << 8 | d.down[4]);
+            assert_memory_equal(d.down + sh, "\x14\x03\x03\x00\x01\x01", 6);
+            assert_memory_equal(d.down + sh + 6, "\x17\x03\x03", 3);
+            if (s == 0)
+                first = d.down_len;
+            assert_int_equal(d.down_len, first); /* random bytes, same sizes */
+        }
+    }
+    /* a record after the hello goes to the TLS server, which refuses it before Finished */
+    load(&d, "valid-then-garbage");
+    run_layer(rc, &d, 0);
+    assert_true(d.rc < 0);
+    assert_int_equal(d.up_len, 0);
+    sv_reality_conf_free(rc);
+    /* the same hello inside a time window around its timestamp, and outside it */
+    load(&d, "valid");
+    rc = layer_conf(60000);
+    rc->now_ms = clock_near;
+    run_layer(rc, &d, 0);
+    assert_false(d.status & SV_LAYER_REFUSED);
+    rc->now_ms = clock_far;
+    run_layer(rc, &d, 0);
+    assert_true(d.status & SV_LAYER_REFUSED);
+    sv_reality_conf_free(rc);
+}
+
+static void layer_passes_everyone_else_through(void **st)
+{
+    (void)st;
+    static drv d;
+    sv_reality_conf *rc = layer_conf(0);
+    static const char *const probes[] = {"wrong-short-id", "wrong-sni", "no-tls13", "http-get",
+                                         "valid-mlkem-only"};
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        load(&d, probes[i]);
+        static const size_t steps[] = {0, 1, 7};
+        for (size_t s = 0; s < 3; s++) {
+            run_layer(rc, &d, steps[s]);
+            assert_int_equal(d.rc, 0);
+            assert_int_equal(d.status, SV_LAYER_UP | SV_LAYER_REFUSED);
+            assert_int_equal(d.up_len, d.in_len); /* every byte, as it came */
+            assert_memory_equal(d.up, d.in, d.in_len);
+            assert_int_equal(d.down_len, 0);
+        }
+    }
+    /* handshake records that never end a hello within the bound: refused, all passed on */
+    memset(d.in, 0, sizeof d.in);
+    d.in_len = 0;
+    static const uint8_t head[] = {0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x01, 0x00, 0x00};
+    while (d.in_len + 16384 + 5 < sizeof d.in) {
+        memcpy(d.in + d.in_len, head, 5);
+        if (d.in_len == 0)
+            memcpy(d.in + 5, head + 5, 4);
+        d.in_len += 16384 + 5;
+    }
+    run_layer(rc, &d, 0);
+    assert_int_equal(d.status, SV_LAYER_UP | SV_LAYER_REFUSED);
+    assert_int_equal(d.up_len, d.in_len);
+    assert_memory_equal(d.up, d.in, d.in_len);
+    sv_reality_conf_free(rc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(vector_is_valid_and_gives_the_auth_key),
+        cmocka_unit_test(failures_are_invalid),
+        cmocka_unit_test(settings_are_parsed_strictly),
+        cmocka_unit_test(certificate_carries_the_hmac),
+        cmocka_unit_test(layer_answers_a_valid_hello_with_its_flight),
+        cmocka_unit_test(layer_passes_everyone_else_through),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
