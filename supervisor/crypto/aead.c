@@ -83,6 +83,14 @@ int sv_aead_init(sv_aead *a, enum sv_ss_cipher cipher, const uint8_t *key, bool 
     return 0;
 }
 
+int sv_aead_rekey(sv_aead *a, const uint8_t *key)
+{
+    if (a->ctx == NULL || key == NULL || EVP_CIPHER_CTX_get0_cipher(a->ctx) == NULL)
+        return -EINVAL;
+    memset(a->nonce, 0, sizeof a->nonce);
+    return EVP_CipherInit_ex(a->ctx, NULL, NULL, key, NULL, -1) == 1 ? 0 : -EINVAL;
+}
+
 void sv_aead_deinit(sv_aead *a)
 {
     EVP_CIPHER_CTX_free(a->ctx);
@@ -140,6 +148,21 @@ int sv_aead_open(sv_aead *a, uint8_t *p, size_t n)
     return -EBADMSG;
 }
 
+int sv_aead_open_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out)
+{
+    int outl = 0, finl = 0;
+    if (a->ctx == NULL || a->encrypt || n > INT_MAX)
+        return -EINVAL;
+    if (EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
+        return -EINVAL;
+    if (n > 0 && EVP_CipherUpdate(a->ctx, out, &outl, in, (int)n) != 1)
+        return -EINVAL;
+    if (EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_SET_TAG, AEAD_TAG, (void *)(in + n)) != 1 ||
+        EVP_CipherFinal_ex(a->ctx, out + outl, &finl) != 1)
+        return -EBADMSG;
+    nonce_next(a->nonce);
+    return 0;
+}
 
 /*
  * HKDF-SHA1 (RFC 5869) from OpenSSL's EVP_KDF "HKDF". The KDF is fetched once per process and its

@@ -206,10 +206,14 @@ size_t sv_ss_order_first(const sv_ss_order *o) { return o->n > 0 ? o->head : 0; 
 
 size_t sv_ss_order_next(const sv_ss_order *o, size_t i) { return o->next[i]; }
 
+/* Trial opens of at most this many bytes go through a copy (a failure then costs no restore). */
+#define SS_TRIAL_COPY 16
+
 /*
  * Trial decryption (§2.3, §2.4): the first key, in @p g's order, whose subkey under @p salt opens
- * the @p n ciphertext bytes at @p ct (and their tag) in place with @p a. A failed open restores
- * the bytes. @return the keyring index, -EBADMSG when no key opens them, or -ENOMEM/-EINVAL.
+ * the @p n ciphertext bytes at @p ct (and their tag) in place with @p a. A failed open leaves
+ * the bytes as they were. The salt's HKDF half is computed once, the cipher chosen once (then
+ * only re-keyed). @return the keyring index, -EBADMSG when no key opens them, or -ENOMEM/-EINVAL.
  */
 static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *salt, sv_aead *a,
                     uint8_t *ct, size_t n)
@@ -224,11 +228,15 @@ static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *sa
     sv_ss_kdf_init(&kdf, salt, sl);
     size_t i = hint >= 0 ? (size_t)hint : order != NULL ? sv_ss_order_first(order) : 0;
     bool hinted = hint >= 0;
+    uint8_t copy[SS_TRIAL_COPY];
     while (i < ring->n && found < 0 && rc == 0) {
         sv_ss_kdf_derive(&kdf, ring->keys[i], sub);
-        tried++;
-        rc = sv_aead_init(a, ring->cipher, sub, false);
-        if (rc == 0 && sv_aead_open(a, ct, n) == 0) {
+        rc = tried++ == 0 ? sv_aead_init(a, ring->cipher, sub, false) : sv_aead_rekey(a, sub);
+        bool opened = rc == 0 && (n <= sizeof copy ? sv_aead_open_to(a, ct, n, copy)
+                                                   : sv_aead_open(a, ct, n)) == 0;
+        if (opened) {
+            if (n <= sizeof copy)
+                memcpy(ct, copy, n);
             found = (int)i;
             break;
         }
@@ -243,6 +251,7 @@ static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *sa
     }
     OPENSSL_cleanse(sub, sizeof sub);
     OPENSSL_cleanse(&kdf, sizeof kdf);
+    OPENSSL_cleanse(copy, sizeof copy);
     if (g != NULL)
         g->trials = tried;
     if (rc != 0)
