@@ -1496,6 +1496,8 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
         const sv_effect *e = &fx->v[i];
         switch (e->kind) {
         case SV_FX_AUTHENTICATED: {
+            if (e->trials > 0)
+                sv__ss_count(c->w->shared, e->trials);
             if (c->handler->ops->set_guide != NULL)
                 sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
             enum admit_result a = admit(c, e->principal);
@@ -1564,6 +1566,8 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
             conn_close(c);
             return false;
         case SV_FX_ERROR:
+            if (e->trials > 0)
+                sv__ss_count(c->w->shared, e->trials);
             if (!write_remote(c, iov, *niov))
                 return false;
             *niov = 0;

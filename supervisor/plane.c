@@ -236,6 +236,12 @@ void sv__wlistener_release(sv_wlistener *l)
     }
 }
 
+void sv__ss_count(sv_shared *s, unsigned keys)
+{
+    atomic_fetch_add_explicit(&s->ss_lookups, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->ss_keys, keys, memory_order_relaxed);
+}
+
 void sv__wl_guides_free(sv_wlistener *l)
 {
     sv_iphints_deinit(&l->hints);

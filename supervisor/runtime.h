@@ -216,6 +216,9 @@ typedef struct sv_shared {
      *  drained, closed, sent to the fallback or answered 404 (sv_refused_clients). */
     _Atomic uint64_t refused[3];
     sv_audit *audit; /**< audit hits (issue 12), taken by sv_take_audit() */
+    /** Issue 13: Shadowsocks trial decryptions (a TCP first chunk, a UDP datagram) and the keys
+     *  they tried, matched or not (sv_ss_trials). */
+    _Atomic uint64_t ss_lookups, ss_keys;
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
@@ -302,6 +305,9 @@ struct sv_wlistener {
 
 #define SV_HINTS_MAX 4096      /**< client IPs remembered per worker and listener (issue 13) */
 #define SV_HINT_TTL_S 3600     /**< a client IP's user is forgotten after this without a login */
+
+/** Count one trial decryption that tried @p keys keys (> 0) in @p s (any worker). */
+void sv__ss_count(sv_shared *s, unsigned keys);
 
 /** Free what a worker listener's guides hold (plane.c; the listener is freed next). */
 void sv__wl_guides_free(sv_wlistener *l);

@@ -421,6 +421,8 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
         g.hint = a->user_idx;
     ssize_t plen = sv_ss_udp_open_guided(sv_ss_creds_ring(hd->creds), &g, (uint8_t *)buf->base,
                                          (size_t)n, &user, &d, &payload, &l->w->udp_open);
+    if (g.trials > 0)
+        sv__ss_count(l->w->shared, g.trials);
     if (plen < 0)
         return; /* not ours: no answer, no log */
     if (a != NULL && user != a->user_idx)

@@ -61,6 +61,9 @@ typedef struct sv_effect {
      *  PROTOCOLS.md §7): the runtime keeps one sub-flow per stream and ends one towards the
      *  client with frame_end(). Otherwise one flow, stream 0. */
     bool multiplexed;
+    /** SV_FX_AUTHENTICATED, and SV_FX_ERROR before authentication: keys this feed tried in a
+     *  trial decryption (Shadowsocks AEAD, issue 13), 0 when the core looks users up. */
+    unsigned trials;
 } sv_effect;
 
 #define SV_EFFECTS_MAX 16 /**< bound of one feed() call's effects */

@@ -87,13 +87,17 @@ static ssize_t ss_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_
             sv_effect *e = sv_effects_push(fx, SV_FX_ERROR);
             e->error = (int)r;
             e->policy = before == SV_SS_RELAY ? SV_PROBE_CLOSE : SV_PROBE_DRAIN;
+            e->trials = before == SV_SS_AUTH ? c->guide.trials : 0;
             return r;
         }
         if (r == 0)
             break;
         off += (size_t)r;
-        if (out.authenticated)
-            sv_effects_push(fx, SV_FX_AUTHENTICATED)->principal = c->user;
+        if (out.authenticated) {
+            sv_effect *e = sv_effects_push(fx, SV_FX_AUTHENTICATED);
+            e->principal = c->user;
+            e->trials = c->guide.trials;
+        }
         if (out.open) {
             sv_effect *e = sv_effects_push(fx, SV_FX_OPEN);
             e->dest = out.dest;
