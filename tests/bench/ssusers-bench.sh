@@ -10,7 +10,8 @@
 #    UDP port forward) in front of a loopback echo server:
 #      - new TCP connections per second of a returning client (ssusers.py tcp-rate),
 #      - UDP datagrams per second of one client association (ssusers.py udp-rate),
-#    each against the 1-user figure (goal: within 10%);
+#    each against the 1-user figure (goal: within 10%), and katana's CPU time (utime + stime)
+#    per connection and per datagram over those runs, which a shared host's load changes less;
 #      - at the largest size, a never-seen client's first echo (our own client from fresh
 #        127.0.x.y addresses, each a user never matched before, near the end of the list):
 #        the time from its first chunk to the echo's first byte (goal: auth within 5 ms), next
@@ -44,6 +45,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
 stop() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+per_us() { awk -v t="$1" -v n="$2" -v k="$TCK" 'BEGIN { if (n > 0) printf "%.0f", t / k * 1e6 / n; else print "-" }'; }
 
 command -v ss-tunnel >/dev/null || { echo "bench-ssusers: ss-tunnel is not installed" >&2; exit 1; }
 [ -x "$KATANA" ] || { echo "bench-ssusers: no katana at $KATANA" >&2; exit 1; }
@@ -59,7 +63,7 @@ read -r ECHO_PORT SP TP <<<"$("${KATEST[@]}" freeport --count 3)"
 bg "$T/echo.log" "${KATEST[@]}" echo --port "$ECHO_PORT" --hosts 127.0.0.1 --ready-file "$T/echo.ready"
 for _ in $(seq 100); do [ -e "$T/echo.ready" ] && break; sleep 0.05; done
 
-declare -A TCP UDP
+declare -A TCP UDP TCPU UCPU
 NEVER="" RETURNING=""
 for n in $SIZES; do
     "${KATEST[@]}" mkconfig --out "$T/katana.json" --port "$SP" --cipher "$CIPHER" \
@@ -82,14 +86,19 @@ PY
     "${KATEST[@]}" wait-port --port "$TP" --timeout 10 >/dev/null
     "${SSU[@]}" tcp-rate --port "$TP" --seconds 1 --threads 1 >/dev/null   # the client's first login
     TCP[$n]=0 UDP[$n]=0
+    tt=0 tn=0 ut=0 un=0
     for ((r = 0; r < ROUNDS; r++)); do
-        read -r rate tfail <<<"$("${SSU[@]}" tcp-rate --port "$TP" --seconds "$SECS")"
+        c0=$(cpu_ticks "$KP")
+        read -r rate tfail count <<<"$("${SSU[@]}" tcp-rate --port "$TP" --seconds "$SECS")"
+        c1=$(cpu_ticks "$KP"); tt=$((tt + c1 - c0)); tn=$((tn + count))
         echo "# $n users: TCP $rate conn/s ($tfail failed)" >&2
         [ "$rate" -gt "${TCP[$n]}" ] && TCP[$n]=$rate
-        read -r rate ulost <<<"$("${SSU[@]}" udp-rate --port "$TP" --seconds "$SECS")"
+        read -r rate ulost count <<<"$("${SSU[@]}" udp-rate --port "$TP" --seconds "$SECS")"
+        c2=$(cpu_ticks "$KP"); ut=$((ut + c2 - c1)); un=$((un + count))
         echo "# $n users: UDP $rate datagrams/s ($ulost lost)" >&2
         [ "$rate" -gt "${UDP[$n]}" ] && UDP[$n]=$rate
     done
+    TCPU[$n]=$(per_us "$tt" "$tn") UCPU[$n]=$(per_us "$ut" "$un")
     if [ "$n" = "${SIZES##* }" ] && [ "$n" -gt 1 ]; then
         probes=()
         for ((k = 0; k < PROBES && k < n - 1; k++)); do probes+=(--password "${PW[$((n - 2 - k))]}"); done
@@ -105,12 +114,12 @@ done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 verdict() { awk -v r="$1" 'BEGIN { print (r != "-" && r >= 0.9) ? "yes" : "no" }'; }
 first=${SIZES%% *}
-printf '%-8s %12s %8s %16s %8s   %s\n' users "TCP conn/s" "x 1u" "UDP datagrams/s" "x 1u" \
-    "goal: within 10% of the ${first}-user figure"
+printf '%-8s %11s %6s %12s %16s %6s %12s   %s\n' users "TCP conn/s" "x 1u" "CPU us/conn" \
+    "UDP datagrams/s" "x 1u" "CPU us/dgram" "goal: rates within 10% of the ${first}-user figure"
 for n in $SIZES; do
     rt=$(ratio "${TCP[$n]}" "${TCP[$first]}"); ru=$(ratio "${UDP[$n]}" "${UDP[$first]}")
-    printf '%-8s %12s %8s %16s %8s   TCP %s, UDP %s\n' "$n" "${TCP[$n]}" "$rt" "${UDP[$n]}" "$ru" \
-        "$(verdict "$rt")" "$(verdict "$ru")"
+    printf '%-8s %11s %6s %12s %16s %6s %12s   TCP %s, UDP %s\n' "$n" "${TCP[$n]}" "$rt" \
+        "${TCPU[$n]}" "${UDP[$n]}" "$ru" "${UCPU[$n]}" "$(verdict "$rt")" "$(verdict "$ru")"
 done
 if [ -n "$NEVER" ]; then
     stats() {   # "timeout" sorts last

@@ -3,10 +3,10 @@
 
   tcp-rate --port P --seconds S [--threads K]
       New connections per second through a port forward (ss-tunnel): each connection sends
-      16 bytes, waits for their echo and closes. Prints "<conns/s> <failures>".
+      16 bytes, waits for their echo and closes. Prints "<conns/s> <failures> <conns>".
   udp-rate --port P --seconds S [--window W]
       Datagrams per second echoed through a UDP port forward (ss-tunnel -u), W in flight.
-      Prints "<datagrams/s> <lost>".
+      Prints "<datagrams/s> <lost> <datagrams>".
   first-echo --port P --password PW [--password PW ...] --src 127.0.0.N [--repeat R]
       Our own Shadowsocks AEAD client (aes-256-gcm, PROTOCOLS.md section 2) to a server at
       127.0.0.1:P, one connection per password from source address --src (with --fresh, each
@@ -66,7 +66,7 @@ def tcp_rate(a):
         t.start()
     for t in ts:
         t.join()
-    print("%.0f %d" % (sum(counts) / (time.monotonic() - t0), sum(fails)))
+    print("%.0f %d %d" % (sum(counts) / (time.monotonic() - t0), sum(fails), sum(counts)))
 
 
 def udp_rate(a):
@@ -90,7 +90,7 @@ def udp_rate(a):
         except socket.timeout:
             lost += inflight
             inflight = 0
-    print("%.0f %d" % (got / (time.monotonic() - t0), lost))
+    print("%.0f %d %d" % (got / (time.monotonic() - t0), lost, got))
 
 
 def master_key(password, n=32):
