@@ -210,6 +210,13 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
     put(&p, "katana_refused_clients_total{action=\"drain\"} %" PRIu64 "\n", rc.drained);
     put(&p, "katana_refused_clients_total{action=\"close\"} %" PRIu64 "\n", rc.closed);
     put(&p, "katana_refused_clients_total{action=\"fallback\"} %" PRIu64 "\n", rc.fallback);
+    sv_ss_trial_counts tc = sv_ss_trials(s->sv);
+    family(&p, "katana_ss_lookups_total", "counter",
+           "Shadowsocks trial decryptions: a new connection's first chunk or a UDP datagram.");
+    put(&p, "katana_ss_lookups_total %" PRIu64 "\n", tc.lookups);
+    family(&p, "katana_ss_key_trials_total", "counter",
+           "Keys those trial decryptions tried (a returning client costs one).");
+    put(&p, "katana_ss_key_trials_total %" PRIu64 "\n", tc.keys);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

@@ -1524,6 +1524,10 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
         const sv_effect *e = &fx->v[i];
         switch (e->kind) {
         case SV_FX_AUTHENTICATED: {
+            if (e->trials > 0)
+                sv__ss_count(c->w->shared, e->trials);
+            if (c->handler->ops->set_guide != NULL)
+                sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
             enum admit_result a = admit(c, e->principal);
             if (a == ADMIT_WAIT) {
                 if (!pause_effects(c, fx, i + 1, e->multiplexed))
@@ -1590,6 +1594,8 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
             conn_close(c);
             return false;
         case SV_FX_ERROR:
+            if (e->trials > 0)
+                sv__ss_count(c->w->shared, e->trials);
             if (!write_remote(c, iov, *niov))
                 return false;
             *niov = 0;
@@ -1851,6 +1857,12 @@ int sv__conn_open(sv_wlistener *l, int fd)
     int len = sizeof c->peer;
     uv_tcp_getpeername(&c->client, (struct sockaddr *)&c->peer, &len);
     uv_tcp_nodelay(&c->client, 1);
+    if (ops->set_guide != NULL) { /* issue 13: the user last seen from this IP first */
+        int hint;
+        sv_ss_order *order;
+        sv__wl_guide(l, c->handler, (struct sockaddr *)&c->peer, &hint, &order);
+        ops->set_guide(c->state, hint, order);
+    }
     sess->worker = w->index;
     sess->owner = c;
     snprintf(sess->info.inbound, sizeof sess->info.inbound, "%s", l->handler->tag);

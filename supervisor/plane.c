@@ -8,6 +8,8 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include <openssl/rand.h>
+
 #include "supervisor/proto/ss2022.h"
 #include "supervisor/proto/ss_mux.h"
 #include "supervisor/proto/ss_ops.h"
@@ -248,8 +250,56 @@ void sv__wlistener_release(sv_wlistener *l)
 {
     if (--l->n_users_of == 0 && l->stopped && l->open_handles == 0) {
         sv_handler_unref(l->handler);
+        sv__wl_guides_free(l);
         free(l);
     }
+}
+
+void sv__ss_count(sv_shared *s, unsigned keys)
+{
+    atomic_fetch_add_explicit(&s->ss_lookups, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->ss_keys, keys, memory_order_relaxed);
+}
+
+void sv__wl_guides_free(sv_wlistener *l)
+{
+    sv_iphints_deinit(&l->hints);
+    sv_ss_order_deinit(&l->order);
+    l->order_of = NULL;
+}
+
+void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,
+                  sv_ss_order **order)
+{
+    *hint = -1;
+    *order = NULL;
+    if (h->n_users < 2)
+        return;
+    int idx;
+    const void *who;
+    if (sv_iphints_get(&l->hints, client, uv_now(&l->w->loop) / 1000, &idx, &who) && idx >= 0 &&
+        (size_t)idx < h->n_users && h->principals[idx] == who)
+        *hint = idx;
+    if (h != l->handler)
+        return;
+    if (l->order_of != h->creds) {
+        sv_ss_order_deinit(&l->order);
+        l->order_of = sv_ss_order_init(&l->order, h->n_users) == 0 ? h->creds : NULL;
+    }
+    if (l->order_of != NULL)
+        *order = &l->order;
+}
+
+void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx)
+{
+    if (h->n_users < 2 || idx < 0 || (size_t)idx >= h->n_users)
+        return;
+    if (l->hints.n_sets == 0) { /* first use: a zeroed listener */
+        uint64_t seed = uv_hrtime() ^ (uint64_t)(uintptr_t)l;
+        (void)RAND_bytes((unsigned char *)&seed, sizeof seed); /* on failure: the clock's */
+        sv_iphints_init(&l->hints, SV_HINTS_MAX, SV_HINT_TTL_S, seed);
+    }
+    (void)sv_iphints_put(&l->hints, client, uv_now(&l->w->loop) / 1000, idx, h->principals[idx]);
 }
 
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version)

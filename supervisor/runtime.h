@@ -30,6 +30,7 @@
 #include "supervisor/transport/grpc.h"
 #include "supervisor/transport/ws.h"
 #include "supervisor/transport/reality.h"
+#include "supervisor/util/iphints.h"
 #include "supervisor/util/list.h"
 #include "supervisor/xudp.h"
 
@@ -218,6 +219,9 @@ typedef struct sv_shared {
      *  drained, closed, sent to the fallback or answered 404 (sv_refused_clients). */
     _Atomic uint64_t refused[3];
     sv_audit *audit; /**< audit hits (issue 12), taken by sv_take_audit() */
+    /** Issue 13: Shadowsocks trial decryptions (a TCP first chunk, a UDP datagram) and the keys
+     *  they tried, matched or not (sv_ss_trials). */
+    _Atomic uint64_t ss_lookups, ss_keys;
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
@@ -297,7 +301,33 @@ struct sv_wlistener {
     bool stopped;
     unsigned n_users_of; /**< live connections and associations still pointing here */
     sv_handler *handler;
+    /* Issue 13: this worker's guides for trial decryption over handler's users (sv__wl_guide) */
+    sv_iphints hints;          /**< client IP -> the user who last authenticated from it */
+    sv_ss_order order;         /**< most recently matched first, for order_of's users */
+    const void *order_of;      /**< the credential table @p order was built for, or NULL */
 };
+
+#define SV_HINTS_MAX 4096      /**< client IPs remembered per worker and listener (issue 13) */
+#define SV_HINT_TTL_S 3600     /**< a client IP's user is forgotten after this without a login */
+
+/** Count one trial decryption that tried @p keys keys (> 0) in @p s (any worker). */
+void sv__ss_count(sv_shared *s, unsigned keys);
+
+/** Free what a worker listener's guides hold (plane.c; the listener is freed next). */
+void sv__wl_guides_free(sv_wlistener *l);
+
+/**
+ * How a new client of @p l served by @p h is identified (issue 13): *@p hint is the index in
+ * @p h of the user who last authenticated from @p client's IP on this worker (-1: none, or that
+ * user is no longer at that index), *@p order the worker's most recently matched order of @p h's
+ * users (built at the first use after a handler swap; NULL when @p h is not the listener's
+ * current handler, has fewer than two users, or memory is short: index order then).
+ */
+void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,
+                  sv_ss_order **order);
+
+/** User @p idx of @p h authenticated from @p client on @p l: remember it for the IP (issue 13). */
+void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx);
 
 /**
  * Start serving the accepted client socket @p fd on listener @p l (conn.c): the connection

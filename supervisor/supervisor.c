@@ -1086,6 +1086,13 @@ sv_refused_counts sv_refused_clients(sv_supervisor *sv)
         .fallback = atomic_load_explicit(&r[SV_PROBE_FALLBACK - 1], memory_order_relaxed),
     };
 }
+sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv)
+{
+    return (sv_ss_trial_counts){
+        .lookups = atomic_load_explicit(&sv->shared.ss_lookups, memory_order_relaxed),
+        .keys = atomic_load_explicit(&sv->shared.ss_keys, memory_order_relaxed),
+    };
+}
 uint64_t sv_device_refusals(sv_supervisor *sv)
 {
     return sv_tracker_device_refusals(sv->shared.tracker);

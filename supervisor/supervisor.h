@@ -552,6 +552,16 @@ typedef struct sv_refused_counts {
 /** The counts of sv_refused_counts since start. Any thread. */
 sv_refused_counts sv_refused_clients(sv_supervisor *sv);
 
+/** Shadowsocks AEAD trial decryption since start (issue 13): how many ran (one per new TCP
+ *  connection's first chunk, one per UDP datagram, matched or not) and the keys they tried. */
+typedef struct sv_ss_trial_counts {
+    uint64_t lookups;
+    uint64_t keys;
+} sv_ss_trial_counts;
+
+/** The counts of sv_ss_trial_counts since start. Any thread. */
+sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv);
+
 /** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);
 

@@ -425,13 +425,21 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
     int user = -1;
     sv_dest d;
     uint8_t *payload = NULL;
-    ssize_t plen = sv_ss_udp_open_ctx(sv_ss_creds_ring(hd->creds), (uint8_t *)buf->base, (size_t)n, &user, &d,
-                                      &payload, &l->w->udp_open);
+    /* Issue 13: an association's own user first, else the user last seen from this IP. */
+    sv_ss_guide g = {.hint = -1};
+    sv__wl_guide(l, hd, from, &g.hint, &g.order);
+    if (a != NULL)
+        g.hint = a->user_idx;
+    ssize_t plen = sv_ss_udp_open_guided(sv_ss_creds_ring(hd->creds), &g, (uint8_t *)buf->base,
+                                         (size_t)n, &user, &d, &payload, &l->w->udp_open);
+    if (g.trials > 0)
+        sv__ss_count(l->w->shared, g.trials);
     if (plen < 0)
         return; /* not ours: no answer, no log */
     if (a != NULL && user != a->user_idx)
         return;
     if (a == NULL) {
+        sv__wl_learn(l, hd, from, user);
         a = assoc_new(l, from, user);
         if (a == NULL)
             return;

@@ -27,6 +27,7 @@ static void wlistener_on_close(uv_handle_t *h)
     sv_wlistener *l = h->data;
     if (--l->open_handles == 0 && l->n_users_of == 0) {
         sv_handler_unref(l->handler);
+        sv__wl_guides_free(l);
         free(l);
     }
 }

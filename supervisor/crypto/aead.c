@@ -7,6 +7,10 @@
  */
 #include "config.h"
 
+/* SHA1_Init/Update/Final: deprecated in OpenSSL 3 but in every distribution build; their state
+ * is a plain struct, so a precomputed HMAC state is copied, not re-derived (sv_ss_kdf). */
+#define OPENSSL_SUPPRESS_DEPRECATED
+
 #include "supervisor/crypto/aead.h"
 
 #include <errno.h>
@@ -79,6 +83,14 @@ int sv_aead_init(sv_aead *a, enum sv_ss_cipher cipher, const uint8_t *key, bool 
     return 0;
 }
 
+int sv_aead_rekey(sv_aead *a, const uint8_t *key)
+{
+    if (a->ctx == NULL || key == NULL || EVP_CIPHER_CTX_get0_cipher(a->ctx) == NULL)
+        return -EINVAL;
+    memset(a->nonce, 0, sizeof a->nonce);
+    return EVP_CipherInit_ex(a->ctx, NULL, NULL, key, NULL, -1) == 1 ? 0 : -EINVAL;
+}
+
 void sv_aead_deinit(sv_aead *a)
 {
     EVP_CIPHER_CTX_free(a->ctx);
@@ -136,6 +148,21 @@ int sv_aead_open(sv_aead *a, uint8_t *p, size_t n)
     return -EBADMSG;
 }
 
+int sv_aead_open_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out)
+{
+    int outl = 0, finl = 0;
+    if (a->ctx == NULL || a->encrypt || n > INT_MAX)
+        return -EINVAL;
+    if (EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
+        return -EINVAL;
+    if (n > 0 && EVP_CipherUpdate(a->ctx, out, &outl, in, (int)n) != 1)
+        return -EINVAL;
+    if (EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_SET_TAG, AEAD_TAG, (void *)(in + n)) != 1 ||
+        EVP_CipherFinal_ex(a->ctx, out + outl, &finl) != 1)
+        return -EBADMSG;
+    nonce_next(a->nonce);
+    return 0;
+}
 
 /*
  * HKDF-SHA1 (RFC 5869) from OpenSSL's EVP_KDF "HKDF". The KDF is fetched once per process and its
@@ -165,4 +192,68 @@ int sv_ss_subkey(const uint8_t *key, size_t len, const uint8_t *salt, uint8_t *o
         OSSL_PARAM_construct_end(),
     };
     return EVP_KDF_derive(ctx, out, len, params) == 1 ? 0 : -EINVAL;
+}
+
+/*
+ * HKDF-SHA1 on precomputed HMAC states (RFC 2104, RFC 5869), for trial decryption over many keys:
+ * Extract = HMAC(salt, key) starts from the salt's states; Expand = HMAC(PRK, T(i-1) | info | i).
+ */
+#define HMAC_BLOCK 64
+
+static void hmac_states(SHA_CTX *inner, SHA_CTX *outer, const uint8_t *key, size_t len)
+{
+    uint8_t pad[HMAC_BLOCK] = {0};
+    memcpy(pad, key, len);
+    for (size_t i = 0; i < HMAC_BLOCK; i++)
+        pad[i] ^= 0x36;
+    SHA1_Init(inner);
+    SHA1_Update(inner, pad, HMAC_BLOCK);
+    for (size_t i = 0; i < HMAC_BLOCK; i++)
+        pad[i] ^= 0x36 ^ 0x5c;
+    SHA1_Init(outer);
+    SHA1_Update(outer, pad, HMAC_BLOCK);
+    OPENSSL_cleanse(pad, sizeof pad);
+}
+
+static void hmac_finish(const SHA_CTX *inner, const SHA_CTX *outer, const uint8_t *msg, size_t n,
+                        uint8_t mac[SHA_DIGEST_LENGTH])
+{
+    SHA_CTX c = *inner;
+    uint8_t in[SHA_DIGEST_LENGTH];
+    SHA1_Update(&c, msg, n);
+    SHA1_Final(in, &c);
+    c = *outer;
+    SHA1_Update(&c, in, sizeof in);
+    SHA1_Final(mac, &c);
+    OPENSSL_cleanse(in, sizeof in);
+    OPENSSL_cleanse(&c, sizeof c);
+}
+
+void sv_ss_kdf_init(sv_ss_kdf *k, const uint8_t *salt, size_t len)
+{
+    k->len = len > HMAC_BLOCK ? HMAC_BLOCK : len;
+    hmac_states(&k->inner, &k->outer, salt, k->len);
+}
+
+void sv_ss_kdf_derive(const sv_ss_kdf *k, const uint8_t *key, uint8_t *out)
+{
+    static const char info[] = "ss-subkey";
+    uint8_t prk[SHA_DIGEST_LENGTH], t[SHA_DIGEST_LENGTH + sizeof info];
+    SHA_CTX pi, po;
+    hmac_finish(&k->inner, &k->outer, key, k->len, prk);
+    hmac_states(&pi, &po, prk, sizeof prk);
+    size_t have = 0, tlen = 0;
+    for (uint8_t i = 1; have < k->len; i++) {
+        memcpy(t + tlen, info, sizeof info - 1); /* t = T(i-1) | info | i */
+        t[tlen + sizeof info - 1] = i;
+        hmac_finish(&pi, &po, t, tlen + sizeof info, t);
+        tlen = SHA_DIGEST_LENGTH;
+        size_t take = k->len - have < tlen ? k->len - have : tlen;
+        memcpy(out + have, t, take);
+        have += take;
+    }
+    OPENSSL_cleanse(prk, sizeof prk);
+    OPENSSL_cleanse(t, sizeof t);
+    OPENSSL_cleanse(&pi, sizeof pi);
+    OPENSSL_cleanse(&po, sizeof po);
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include "supervisor/supervisor.h"
 
@@ -26,6 +27,20 @@ int sv_aead_init(sv_aead *a, enum sv_ss_cipher cipher, const uint8_t *key, bool 
 
 /** Free the context. Idempotent. */
 void sv_aead_deinit(sv_aead *a);
+
+/**
+ * Change the key of @p a, keyed before by sv_aead_init() for the same cipher and direction, and
+ * reset its nonce: a third of sv_aead_init()'s cost (no cipher re-selection), for trial
+ * decryption over many keys (issue 13). @return 0, or -EINVAL when @p a was never keyed.
+ */
+int sv_aead_rekey(sv_aead *a, const uint8_t *key);
+
+/**
+ * Open @p n ciphertext bytes at @p in (tag at in + n) into @p out (n bytes), not in place, so a
+ * failure leaves @p in as it was at no cost: trial decryption of a short chunk (issue 13).
+ * Advances the nonce only on success. @return 0, or -EBADMSG (@p out then holds garbage).
+ */
+int sv_aead_open_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out);
 
 /**
  * Seal @p n bytes in place at @p p and write the 16-byte tag at p + n; advance the nonce.
@@ -51,5 +66,26 @@ int sv_aead_open(sv_aead *a, uint8_t *p, size_t n);
  * @return 0 or -EINVAL.
  */
 int sv_ss_subkey(const uint8_t *key, size_t len, const uint8_t *salt, uint8_t *out);
+
+/**
+ * What HKDF-SHA1 (PROTOCOLS.md §2.2) computes from the salt alone: HKDF-Extract is HMAC keyed
+ * with the salt, so its inner and outer SHA1 states after the padded salt block are the same for
+ * every candidate key of a trial decryption (issue 13: computed once per connection or datagram,
+ * not once per user). Plain data: copy or discard freely; holds no secret of a user.
+ */
+typedef struct sv_ss_kdf {
+    SHA_CTX inner, outer;
+    size_t len; /**< salt = subkey length, 16 or 32 */
+} sv_ss_kdf;
+
+/** Prepare @p k for the @p len-byte (1..64) @p salt. Allocates nothing, cannot fail. */
+void sv_ss_kdf_init(sv_ss_kdf *k, const uint8_t *salt, size_t len);
+
+/**
+ * The subkey of master @p key (k->len bytes) under @p k's salt into @p out (k->len bytes): the
+ * same bytes as sv_ss_subkey(key, k->len, salt, out), at about a seventh of its cost (one
+ * HMAC key schedule instead of two, and no KDF dispatch). Allocates nothing, cannot fail.
+ */
+void sv_ss_kdf_derive(const sv_ss_kdf *k, const uint8_t *key, uint8_t *out);
 
 #endif

@@ -19,6 +19,8 @@
 #include "supervisor/proto/core.h"
 #include "supervisor/supervisor.h"
 
+struct sv_ss_order; /* proto/shadowsocks.h: a worker's most recently matched order of users */
+
 enum sv_effect_kind {
     SV_FX_AUTHENTICATED = 1, /**< principal: index of the user in the credential table;
                                   multiplexed: the connection carries several streams (Mux.Cool) */
@@ -67,6 +69,9 @@ typedef struct sv_effect {
     /** SV_FX_OPEN of a UDP stream: the XUDP GlobalID of its New frame (PROTOCOLS-2.md §5.1);
      *  all zeros = none (never re-attached). */
     uint8_t global_id[8];
+    /** SV_FX_AUTHENTICATED, and SV_FX_ERROR before authentication: keys this feed tried in a
+     *  trial decryption (Shadowsocks AEAD, issue 13), 0 when the core looks users up. */
+    unsigned trials;
 } sv_effect;
 
 #define SV_EFFECTS_MAX 16 /**< bound of one feed() call's effects */
@@ -108,6 +113,15 @@ typedef struct sv_proto_ops {
      * own, so tests drive time here.
      */
     void (*set_time)(void *state, int64_t unix_s);
+
+    /**
+     * Optional: how the first feed() walks the users in a trial decryption (issue 13): try
+     * index @p hint first (-1: none), then the others in @p order (the worker's most recently
+     * matched order for this credential table, borrowed for the connection's life; NULL: index
+     * order). Called after init() and before the first feed(). A wrong hint costs one trial,
+     * never a wrong user. Shadowsocks AEAD (shadowsocks.h).
+     */
+    void (*set_guide)(void *state, int hint, struct sv_ss_order *order);
 
     size_t state_size; /**< bytes of per-connection state */
     /** Prepare zeroed @p state for a connection of inbound @p in. @return 0 or -ENOMEM. */

@@ -128,6 +128,9 @@ int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher)
     c->user = -1;
     c->salt_sent = false;
     c->pending_len = 0;
+    c->guide.hint = -1;
+    c->guide.order = NULL;
+    c->guide.trials = 0;
     c->_addr_len = 0;
     if (c->open.ctx == NULL)
         c->open.ctx = EVP_CIPHER_CTX_new();
@@ -165,6 +168,112 @@ static int ss_open_length(sv_ss_tcp *c, uint8_t *p)
     return 0;
 }
 
+int sv_ss_order_init(sv_ss_order *o, size_t n)
+{
+    memset(o, 0, sizeof *o);
+    if (n >= UINT32_MAX)
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    o->next = malloc(n * sizeof *o->next);
+    o->prev = malloc(n * sizeof *o->prev);
+    if (o->next == NULL || o->prev == NULL) {
+        sv_ss_order_deinit(o);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        o->next[i] = (uint32_t)(i + 1);
+        o->prev[i] = i == 0 ? (uint32_t)n : (uint32_t)(i - 1);
+    }
+    o->head = 0;
+    o->n = n;
+    return 0;
+}
+
+void sv_ss_order_deinit(sv_ss_order *o)
+{
+    free(o->next);
+    free(o->prev);
+    memset(o, 0, sizeof *o);
+}
+
+void sv_ss_order_touch(sv_ss_order *o, size_t i)
+{
+    uint32_t n = (uint32_t)o->n, u = (uint32_t)i;
+    if (i >= o->n || o->head == u)
+        return;
+    /* unlink u (it is not the head, so it has a predecessor) */
+    o->next[o->prev[u]] = o->next[u];
+    if (o->next[u] != n)
+        o->prev[o->next[u]] = o->prev[u];
+    /* push it at the front */
+    o->next[u] = o->head;
+    o->prev[u] = n;
+    o->prev[o->head] = u;
+    o->head = u;
+}
+
+size_t sv_ss_order_first(const sv_ss_order *o) { return o->n > 0 ? o->head : 0; }
+
+size_t sv_ss_order_next(const sv_ss_order *o, size_t i) { return o->next[i]; }
+
+/* Trial opens of at most this many bytes go through a copy (a failure then costs no restore). */
+#define SS_TRIAL_COPY 16
+
+/*
+ * Trial decryption (§2.3, §2.4): the first key, in @p g's order, whose subkey under @p salt opens
+ * the @p n ciphertext bytes at @p ct (and their tag) in place with @p a. A failed open leaves
+ * the bytes as they were. The salt's HKDF half is computed once, the cipher chosen once (then
+ * only re-keyed). @return the keyring index, -EBADMSG when no key opens them, or -ENOMEM/-EINVAL.
+ */
+static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *salt, sv_aead *a,
+                    uint8_t *ct, size_t n)
+{
+    size_t sl = sv_ss_key_len(ring->cipher);
+    int hint = g != NULL && g->hint >= 0 && (size_t)g->hint < ring->n ? g->hint : -1;
+    sv_ss_order *order = g != NULL && g->order != NULL && g->order->n == ring->n ? g->order : NULL;
+    sv_ss_kdf kdf;
+    uint8_t sub[SV_SS_KEY_MAX];
+    int found = -1, rc = 0;
+    unsigned tried = 0;
+    sv_ss_kdf_init(&kdf, salt, sl);
+    size_t i = hint >= 0 ? (size_t)hint : order != NULL ? sv_ss_order_first(order) : 0;
+    bool hinted = hint >= 0;
+    uint8_t copy[SS_TRIAL_COPY];
+    while (i < ring->n && found < 0 && rc == 0) {
+        sv_ss_kdf_derive(&kdf, ring->keys[i], sub);
+        rc = tried++ == 0 ? sv_aead_init(a, ring->cipher, sub, false) : sv_aead_rekey(a, sub);
+        bool opened = rc == 0 && (n <= sizeof copy ? sv_aead_open_to(a, ct, n, copy)
+                                                   : sv_aead_open(a, ct, n)) == 0;
+        if (opened) {
+            if (n <= sizeof copy)
+                memcpy(ct, copy, n);
+            found = (int)i;
+            break;
+        }
+        if (hinted) { /* the hint missed: walk the rest from the start */
+            hinted = false;
+            i = order != NULL ? sv_ss_order_first(order) : 0;
+        } else {
+            i = order != NULL ? sv_ss_order_next(order, i) : i + 1;
+        }
+        if (i == (size_t)hint)
+            i = order != NULL ? sv_ss_order_next(order, i) : i + 1;
+    }
+    OPENSSL_cleanse(sub, sizeof sub);
+    OPENSSL_cleanse(&kdf, sizeof kdf);
+    OPENSSL_cleanse(copy, sizeof copy);
+    if (g != NULL)
+        g->trials = tried;
+    if (rc != 0)
+        return rc;
+    if (found < 0)
+        return -EBADMSG;
+    if (order != NULL)
+        sv_ss_order_touch(order, (size_t)found);
+    return found;
+}
+
 /* AUTH: find the user whose key opens the first length chunk. @return bytes consumed, 0, -err. */
 static ssize_t ss_auth(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *replay, uint8_t *p,
                        size_t n)
@@ -172,20 +281,9 @@ static ssize_t ss_auth(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *repla
     size_t sl = sv_ss_key_len(c->cipher);
     if (n < sl + SS_LEN_CHUNK)
         return 0;
-    uint8_t sub[SV_SS_KEY_MAX];
-    int user = -1, rc = 0;
-    for (size_t i = 0; i < ring->n && user < 0 && rc == 0; i++) {
-        rc = sv_ss_subkey(ring->keys[i], sl, p, sub);
-        if (rc == 0)
-            rc = sv_aead_init(&c->open, c->cipher, sub, false);
-        if (rc == 0 && sv_aead_open(&c->open, p + sl, 2) == 0)
-            user = (int)i;
-    }
-    OPENSSL_cleanse(sub, sizeof sub);
-    if (rc != 0)
-        return rc;
+    int user = ss_trial(ring, &c->guide, p, &c->open, p + sl, 2);
     if (user < 0)
-        return -EBADMSG;
+        return user;
     c->user = user;
     if (replay != NULL && !sv_replay_add(replay, p, sl))
         return -EEXIST;
@@ -342,26 +440,22 @@ ssize_t sv_ss_udp_open(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *u
 ssize_t sv_ss_udp_open_ctx(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *user,
                            sv_dest *dest, uint8_t **payload, sv_aead *ctx)
 {
+    return sv_ss_udp_open_guided(ring, NULL, pkt, n, user, dest, payload, ctx);
+}
+
+ssize_t sv_ss_udp_open_guided(const sv_ss_keyring *ring, sv_ss_guide *guide, uint8_t *pkt,
+                              size_t n, int *user, sv_dest *dest, uint8_t **payload, sv_aead *ctx)
+{
     size_t sl = sv_ss_key_len(ring->cipher);
     if (sl == 0)
         return -EINVAL;
     if (n < sl + SV_SS_TAG)
         return -EPROTO;
     size_t clen = n - sl - SV_SS_TAG;
-    uint8_t *ct = pkt + sl, sub[SV_SS_KEY_MAX];
-    int found = -1, rc = 0;
-    for (size_t i = 0; i < ring->n && found < 0 && rc == 0; i++) {
-        rc = sv_ss_subkey(ring->keys[i], sl, pkt, sub);
-        if (rc == 0)
-            rc = sv_aead_init(ctx, ring->cipher, sub, false);
-        if (rc == 0 && sv_aead_open(ctx, ct, clen) == 0)
-            found = (int)i;
-    }
-    OPENSSL_cleanse(sub, sizeof sub);
-    if (rc != 0)
-        return rc;
+    uint8_t *ct = pkt + sl;
+    int found = ss_trial(ring, guide, pkt, ctx, ct, clen);
     if (found < 0)
-        return -EBADMSG;
+        return found;
     ssize_t r = sv_dest_parse(ct, clen, dest);
     if (r <= 0)
         return -EPROTO;

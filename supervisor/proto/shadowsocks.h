@@ -57,6 +57,43 @@ int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char
 /** Free the keys of a keyring and zero it. Idempotent. */
 void sv_ss_keyring_deinit(sv_ss_keyring *ring);
 
+/**
+ * The order in which a trial decryption tries a keyring's users after its hint (issue 13): most
+ * recently matched first (a doubly linked list over the indices; a match moves to the front in
+ * O(1)). Mutable: owned by one thread (a worker keeps one per listener and keyring), never
+ * shared. Built for a keyring of exactly n users; a trial ignores an order of another size.
+ */
+typedef struct sv_ss_order {
+    uint32_t *next, *prev; /**< n links each; n = the end of the list */
+    uint32_t head;         /**< the most recently matched user (n when empty) */
+    size_t n;
+} sv_ss_order;
+
+/**
+ * Make @p o the order 0, 1, ..., n-1 over @p n users (n < UINT32_MAX).
+ * @return 0, -ENOMEM or -EINVAL (too many users); on failure @p o is empty (n = 0).
+ */
+int sv_ss_order_init(sv_ss_order *o, size_t n);
+/** Free @p o's links and zero it. Idempotent. */
+void sv_ss_order_deinit(sv_ss_order *o);
+/** Move user @p i (< o->n, else nothing) to the front of @p o. O(1). */
+void sv_ss_order_touch(sv_ss_order *o, size_t i);
+/** The first user of @p o, or o->n when it is empty. */
+size_t sv_ss_order_first(const sv_ss_order *o);
+/** The user after @p i (< o->n) in @p o, or o->n at the end. */
+size_t sv_ss_order_next(const sv_ss_order *o, size_t i);
+
+/**
+ * How one trial decryption walks a keyring (issue 13 "identify a returning client in one
+ * trial"): the hint first, then every other user in @p order (or in index order when NULL). A
+ * hint is only a first guess: a wrong one costs one trial, the walk still finds the right user.
+ */
+typedef struct sv_ss_guide {
+    int hint;           /**< keyring index to try first, or -1 */
+    sv_ss_order *order; /**< borrowed; the matched user moves to its front; may be NULL */
+    unsigned trials;    /**< out: keys tried by the last trial decryption */
+} sv_ss_guide;
+
 enum sv_ss_state { SV_SS_AUTH = 0, SV_SS_HEADER, SV_SS_RELAY, SV_SS_FAILED };
 
 /** Server-side TCP state for one connection. Zero it, then sv_ss_tcp_init(). */
@@ -69,6 +106,8 @@ typedef struct sv_ss_tcp {
     bool salt_sent;
     uint8_t seal_salt[SV_SS_SALT_MAX];
     uint16_t pending_len;      /**< payload length of a chunk whose length was opened, 0 = none */
+    sv_ss_guide guide;         /**< how AUTH walks the keyring: no hint and index order after
+                                    init; the caller may set both before the first feed */
     void (*rng)(uint8_t *buf, size_t n); /**< salt source; NULL = OpenSSL RAND_bytes */
     uint16_t _addr_len;        /**< private: plaintext bytes of an address split over chunks */
     uint8_t _addr[SV_DEST_WIRE_MAX]; /**< private: those bytes (never more than one address) */
@@ -152,6 +191,12 @@ ssize_t sv_ss_udp_seal(enum sv_ss_cipher cipher, const uint8_t *key, const sv_de
  */
 ssize_t sv_ss_udp_open_ctx(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, int *user,
                            sv_dest *dest, uint8_t **payload, sv_aead *ctx);
+/**
+ * sv_ss_udp_open_ctx() walking the keyring as @p guide says (hint, then its order; NULL = index
+ * order), which records the keys tried in guide->trials. Same results and errors.
+ */
+ssize_t sv_ss_udp_open_guided(const sv_ss_keyring *ring, sv_ss_guide *guide, uint8_t *pkt,
+                              size_t n, int *user, sv_dest *dest, uint8_t **payload, sv_aead *ctx);
 ssize_t sv_ss_udp_seal_ctx(enum sv_ss_cipher cipher, const uint8_t *key, const sv_dest *from,
                            const uint8_t *payload, size_t n, uint8_t *out, size_t cap,
                            void (*rng)(uint8_t *buf, size_t n), sv_aead *ctx);

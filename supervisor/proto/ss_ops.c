@@ -64,6 +64,13 @@ static int ss_init(void *state, const sv_inbound_spec *in)
 
 static void ss_deinit(void *state) { sv_ss_tcp_deinit(state); }
 
+static void ss_set_guide(void *state, int hint, sv_ss_order *order)
+{
+    sv_ss_tcp *c = state;
+    c->guide.hint = hint;
+    c->guide.order = order;
+}
+
 /* One sv_ss_tcp_feed() call per chunk until the input needs more bytes or fx is nearly full
  * (one call can give three effects: authenticated, open and data). */
 static ssize_t ss_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx)
@@ -80,13 +87,17 @@ static ssize_t ss_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_
             sv_effect *e = sv_effects_push(fx, SV_FX_ERROR);
             e->error = (int)r;
             e->policy = before == SV_SS_RELAY ? SV_PROBE_CLOSE : SV_PROBE_DRAIN;
+            e->trials = before == SV_SS_AUTH ? c->guide.trials : 0;
             return r;
         }
         if (r == 0)
             break;
         off += (size_t)r;
-        if (out.authenticated)
-            sv_effects_push(fx, SV_FX_AUTHENTICATED)->principal = c->user;
+        if (out.authenticated) {
+            sv_effect *e = sv_effects_push(fx, SV_FX_AUTHENTICATED);
+            e->principal = c->user;
+            e->trials = c->guide.trials;
+        }
         if (out.open) {
             sv_effect *e = sv_effects_push(fx, SV_FX_OPEN);
             e->dest = out.dest;
@@ -118,6 +129,7 @@ const sv_proto_ops sv_shadowsocks_ops = {
     .state_size = sizeof(sv_ss_tcp),
     .init = ss_init,
     .deinit = ss_deinit,
+    .set_guide = ss_set_guide,
     .feed = ss_feed,
     .carry_max = SV_SS_SALT_MAX + SV_SS_NEED_MAX,
     .frame = ss_frame,

@@ -12,6 +12,7 @@
  *  - creds_new: one master key per user from its secret (§2.2); -ENOMEM, or -EIO with a message
  *    naming the inbound when OpenSSL cannot compute MD5 (no key is made up then).
  *  - attach_replay: the inbound's salt filter, checked after the first chunk authenticates.
+ *  - set_guide: the hint and order of the first chunk's trial decryption (issue 13).
  *  - feed: one chunk per inner step, decrypted in place; SV_FX_AUTHENTICATED (principal = key
  *    index), SV_FX_OPEN (stream 0, TCP), SV_FX_TO_OUTBOUND pointing into @p p. A failure before
  *    the relay (wrong key, probe, replayed salt, bad address) is SV_FX_ERROR with

@@ -3,7 +3,8 @@
  * Input: byte 0 picks the cipher, the rest is one client datagram. The keyring holds the
  * vectors' password as user 1. Checks: the payload lies inside the packet; a packet no key opens
  * is left unchanged; an opened packet re-sealed with the same user's key opens to the same user,
- * destination and payload; opening is deterministic.
+ * destination and payload; opening is deterministic, and a hint and an order (issue 13; byte 0
+ * picks the hint) never change its result.
  */
 #include "config.h"
 
@@ -74,7 +75,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     sv_dest da, db;
     uint8_t *pa = NULL, *pb = NULL;
     ssize_t ra = sv_ss_udp_open(&ring, a, n, &ua, &da, &pa);
-    ssize_t rb = sv_ss_udp_open(&ring, b, n, &ub, &db, &pb);
+    sv_ss_order order;
+    FUZZ_CHECK(sv_ss_order_init(&order, ring.n) == 0);
+    sv_ss_order_touch(&order, data[0] % 3);
+    sv_ss_guide g = {.hint = (int)(data[0] / 3 % 5) - 1, .order = data[0] & 0x80 ? &order : NULL};
+    sv_aead ctx = {0};
+    ssize_t rb = sv_ss_udp_open_guided(&ring, &g, b, n, &ub, &db, &pb, &ctx);
+    sv_aead_deinit(&ctx);
+    sv_ss_order_deinit(&order);
+    FUZZ_CHECK(g.trials <= ring.n);
     FUZZ_CHECK(ra == rb && ua == ub);
     FUZZ_CHECK(ra == -EBADMSG || ra == -EPROTO || ra >= 0);
     if (ra == -EBADMSG)

@@ -1068,6 +1068,200 @@ static void udp__multiuser_and_refusals(void **state)
     sv_ss_keyring_deinit(&ring);
 }
 
+
+/* ---------- issue 13: trial decryption over many users ---------- */
+
+/* The precomputed salt half of HKDF gives the same subkeys as the whole KDF. */
+static void kdf__precomputed_salt__equal_to_subkey(void **state)
+{
+    (void)state;
+    uint64_t s = 7;
+    for (int i = 0; i < 200; i++) {
+        uint8_t key[32], salt[32], got[32], want[32];
+        size_t len = i % 2 ? 32 : 16;
+        for (size_t k = 0; k < 32; k++) {
+            key[k] = (uint8_t)prng(&s);
+            salt[k] = (uint8_t)prng(&s);
+        }
+        sv_ss_kdf kdf;
+        sv_ss_kdf_init(&kdf, salt, len);
+        sv_ss_kdf_derive(&kdf, key, got);
+        assert_int_equal(sv_ss_subkey(key, len, salt, want), 0);
+        assert_memory_equal(got, want, len);
+        key[0] ^= 1; /* the same salt state serves the next key */
+        sv_ss_kdf_derive(&kdf, key, got);
+        assert_int_equal(sv_ss_subkey(key, len, salt, want), 0);
+        assert_memory_equal(got, want, len);
+    }
+}
+
+static void order_expect(const sv_ss_order *o, const size_t *want, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = sv_ss_order_first(o); i < o->n; i = sv_ss_order_next(o, i)) {
+        assert_true(k < n);
+        assert_int_equal(i, want[k++]);
+    }
+    assert_int_equal(k, n);
+}
+
+static void order__touch__most_recently_matched_first(void **state)
+{
+    (void)state;
+    sv_ss_order o;
+    assert_int_equal(sv_ss_order_init(&o, 5), 0);
+    order_expect(&o, (const size_t[]){0, 1, 2, 3, 4}, 5);
+    sv_ss_order_touch(&o, 3);
+    order_expect(&o, (const size_t[]){3, 0, 1, 2, 4}, 5);
+    sv_ss_order_touch(&o, 4); /* the tail */
+    order_expect(&o, (const size_t[]){4, 3, 0, 1, 2}, 5);
+    sv_ss_order_touch(&o, 4); /* already the head */
+    sv_ss_order_touch(&o, 0); /* the middle */
+    order_expect(&o, (const size_t[]){0, 4, 3, 1, 2}, 5);
+    sv_ss_order_touch(&o, 2);
+    sv_ss_order_touch(&o, 5); /* out of range: nothing */
+    order_expect(&o, (const size_t[]){2, 0, 4, 3, 1}, 5);
+    sv_ss_order_deinit(&o);
+    sv_ss_order_deinit(&o); /* idempotent */
+    assert_int_equal(sv_ss_order_init(&o, 0), 0);
+    assert_int_equal(sv_ss_order_first(&o), 0);
+    sv_ss_order_touch(&o, 0);
+    sv_ss_order_deinit(&o);
+}
+
+#define MANY 40
+
+static void many_ring(sv_ss_keyring *ring, enum sv_ss_cipher ci)
+{
+    char names[MANY][8];
+    const char *pw[MANY];
+    for (int i = 0; i < MANY; i++) {
+        snprintf(names[i], sizeof names[i], "u%d", i);
+        pw[i] = names[i];
+    }
+    assert_int_equal(sv_ss_keyring_init(ring, ci, pw, MANY), 0);
+}
+
+/* One connection of @p password: its user index (or the error) and the keys tried. */
+static int many_auth(const sv_ss_keyring *ring, const char *password, int hint, sv_ss_order *order,
+                     unsigned *trials)
+{
+    static const uint8_t addr[] = {1, 127, 0, 0, 1, 0, 80};
+    client cl;
+    for (size_t k = 0; k < sizeof g_salt; k++)
+        g_salt[k] = (uint8_t)(k * 29 + (unsigned)hint * 3 + (unsigned)password[1]);
+    cl_start(&cl, ring->cipher, password, g_salt);
+    cl_chunk(&cl, addr, sizeof addr);
+    sv_ss_tcp c = {0};
+    assert_int_equal(sv_ss_tcp_init(&c, ring->cipher), 0);
+    c.guide.hint = hint;
+    c.guide.order = order;
+    sv_ss_out out;
+    ssize_t r = sv_ss_tcp_feed(&c, ring, NULL, cl.w, cl.len, &out);
+    *trials = c.guide.trials;
+    int user = r > 0 ? c.user : (int)r;
+    if (r > 0)
+        assert_true(out.authenticated && out.open);
+    sv_ss_tcp_deinit(&c);
+    cl_free(&cl);
+    return user;
+}
+
+/* A right hint costs one trial; a wrong one costs one more and still names the right user. */
+static void guide__hint__one_trial_and_never_a_wrong_user(void **state)
+{
+    (void)state;
+    sv_ss_keyring ring;
+    many_ring(&ring, SV_SS_AES_256_GCM);
+    unsigned t = 0;
+    assert_int_equal(many_auth(&ring, "u37", -1, NULL, &t), 37);
+    assert_int_equal(t, 38);
+    assert_int_equal(many_auth(&ring, "u37", 37, NULL, &t), 37);
+    assert_int_equal(t, 1);
+    assert_int_equal(many_auth(&ring, "u37", 5, NULL, &t), 37); /* wrong hint: then 0..36 */
+    assert_int_equal(t, 1 + 37);
+    assert_int_equal(many_auth(&ring, "u5", 37, NULL, &t), 5);
+    assert_int_equal(t, 1 + 6);
+    assert_int_equal(many_auth(&ring, "u37", 999, NULL, &t), 37); /* out of range: no hint */
+    assert_int_equal(t, 38);
+    /* no key opens it: every key once, the hint not twice */
+    assert_int_equal(many_auth(&ring, "nobody", 5, NULL, &t), -EBADMSG);
+    assert_int_equal(t, MANY);
+    sv_ss_keyring_deinit(&ring);
+}
+
+/* Without a hint the order is walked most recently matched first, and a match moves up. */
+static void guide__order__returning_user_first(void **state)
+{
+    (void)state;
+    sv_ss_keyring ring;
+    many_ring(&ring, SV_SS_AES_128_GCM);
+    sv_ss_order o;
+    assert_int_equal(sv_ss_order_init(&o, MANY), 0);
+    unsigned t = 0;
+    assert_int_equal(many_auth(&ring, "u39", -1, &o, &t), 39);
+    assert_int_equal(t, MANY);
+    assert_int_equal(many_auth(&ring, "u39", -1, &o, &t), 39);
+    assert_int_equal(t, 1);
+    assert_int_equal(many_auth(&ring, "u20", -1, &o, &t), 20);
+    assert_int_equal(t, 22); /* 39, then 0..20 */
+    assert_int_equal(many_auth(&ring, "u39", -1, &o, &t), 39);
+    assert_int_equal(t, 2); /* 20, 39 */
+    /* a wrong hint, then the order: the hint is not tried twice */
+    assert_int_equal(many_auth(&ring, "u20", 39, &o, &t), 20);
+    assert_int_equal(t, 2);
+    assert_int_equal(many_auth(&ring, "nobody", 3, &o, &t), -EBADMSG);
+    assert_int_equal(t, MANY);
+    size_t first = sv_ss_order_first(&o);
+    assert_int_equal(first, 20);
+    assert_int_equal(sv_ss_order_next(&o, first), 39);
+    /* an order built for another keyring size is ignored: index order */
+    sv_ss_order small;
+    assert_int_equal(sv_ss_order_init(&small, 3), 0);
+    assert_int_equal(many_auth(&ring, "u20", -1, &small, &t), 20);
+    assert_int_equal(t, 21);
+    sv_ss_order_deinit(&small);
+    sv_ss_order_deinit(&o);
+    sv_ss_keyring_deinit(&ring);
+}
+
+/* UDP: the same walk; a datagram with the right hint costs one trial. */
+static void guide__udp__hint_and_order(void **state)
+{
+    (void)state;
+    sv_ss_keyring ring;
+    many_ring(&ring, SV_SS_CHACHA20_POLY1305);
+    sv_ss_order o;
+    assert_int_equal(sv_ss_order_init(&o, MANY), 0);
+    uint8_t master[SV_SS_KEY_MAX], pkt[256];
+    sv_dest to;
+    assert_true(sv_dest_parse((const uint8_t *)"\x01\x7f\x00\x00\x01\x00\x35", 7, &to) == 7);
+    assert_int_equal(sv_ss_password_to_key(ring.cipher, "u33", master), 0);
+    sv_aead ctx = {0};
+    int hints[] = {-1, 33, 2, -1};
+    unsigned want[] = {34, 1, 34, 1}; /* index order; the hint; a wrong hint, then the order;
+                                         the order's head (the user of the datagram before) */
+    for (int k = 0; k < 4; k++) {
+        memset(g_salt, 0x40 + k, sizeof g_salt);
+        ssize_t n = sv_ss_udp_seal(ring.cipher, master, &to, (const uint8_t *)"ping", 4, pkt,
+                                   sizeof pkt, fixed_rng);
+        assert_true(n > 0);
+        sv_ss_guide g = {.hint = hints[k], .order = k >= 2 ? &o : NULL};
+        int user = -1;
+        sv_dest d;
+        uint8_t *payload = NULL;
+        assert_int_equal(sv_ss_udp_open_guided(&ring, &g, pkt, (size_t)n, &user, &d, &payload,
+                                               &ctx),
+                         4);
+        assert_int_equal(user, 33);
+        assert_memory_equal(payload, "ping", 4);
+        assert_int_equal(g.trials, want[k]);
+    }
+    sv_aead_deinit(&ctx);
+    sv_ss_order_deinit(&o);
+    sv_ss_keyring_deinit(&ring);
+}
+
 static void udp__seal_in_place_and_small_buffer(void **state)
 {
     (void)state;
@@ -1180,6 +1374,11 @@ int main(void)
         cmocka_unit_test(udp__seal_in_place_and_small_buffer),
         cmocka_unit_test(dest__parse_encode_format),
         cmocka_unit_test(aead__nonce__little_endian_counter),
+        cmocka_unit_test(kdf__precomputed_salt__equal_to_subkey),
+        cmocka_unit_test(order__touch__most_recently_matched_first),
+        cmocka_unit_test(guide__hint__one_trial_and_never_a_wrong_user),
+        cmocka_unit_test(guide__order__returning_user_first),
+        cmocka_unit_test(guide__udp__hint_and_order),
     };
     return cmocka_run_group_tests(tests, load_vectors, free_vectors);
 }

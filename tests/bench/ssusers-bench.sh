@@ -1,0 +1,134 @@
+#!/bin/bash
+# ssusers-bench.sh BUILDDIR: Shadowsocks AEAD with many users on one port (issue 13), a section
+# of `make bench` (also `make bench-ssusers` alone). Not part of `make check`.
+#
+# 1. tests/bench/ss_trial: the cost of trial decryption in-process (HKDF per candidate key
+#    before/after the salt's half is computed once; a first chunk's authentication at 1, 1 000,
+#    10 000 users, never-seen and returning).
+# 2. End to end, katana (one worker) with BENCH_SS_USERS users (default "1 1000 10000") on one
+#    aes-256-gcm port, the client being the LAST user of the list, the real ss-tunnel (TCP and
+#    UDP port forward) in front of a loopback echo server:
+#      - new TCP connections per second of a returning client (ssusers.py tcp-rate),
+#      - UDP datagrams per second of one client association (ssusers.py udp-rate),
+#    each against the 1-user figure (goal: within 10%), and katana's CPU time (utime + stime)
+#    per connection and per datagram over those runs, which a shared host's load changes less;
+#      - at the largest size, a never-seen client's first echo (our own client from fresh
+#        127.0.x.y addresses, each a user never matched before, near the end of the list):
+#        the time from its first chunk to the echo's first byte (goal: auth within 5 ms), next
+#        to a returning client's.
+# Each rate is the best of BENCH_SS_ROUNDS runs (the machine may be shared).
+# Environment: BENCH_SS_USERS, BENCH_SS_SECONDS (3 per run), BENCH_SS_ROUNDS (3),
+# BENCH_SS_PROBES (10 never-seen clients), KATANA_BIN, SS_TRIAL (the microbenchmark binary).
+set -euo pipefail
+
+BUILDDIR=${1:-.}
+HERE=$(cd "$(dirname "$0")" && pwd)
+KATEST=(python3 "$HERE/../integration/katest.py")
+SSU=(python3 "$HERE/ssusers.py")
+KATANA=${KATANA_BIN:-$BUILDDIR/katana}
+SIZES=${BENCH_SS_USERS:-1 1000 10000}
+SECS=${BENCH_SS_SECONDS:-3}
+ROUNDS=${BENCH_SS_ROUNDS:-3}
+PROBES=${BENCH_SS_PROBES:-10}
+CIPHER=aes-256-gcm
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/katana-ssusers.XXXXXX")
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 0.3
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    [ "${BENCH_KEEP:-0}" = 1 ] && echo "kept $T" || rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
+stop() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+TCK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+per_us() { awk -v t="$1" -v n="$2" -v k="$TCK" 'BEGIN { if (n > 0) printf "%.0f", t / k * 1e6 / n; else print "-" }'; }
+
+command -v ss-tunnel >/dev/null || { echo "bench-ssusers: ss-tunnel is not installed" >&2; exit 1; }
+[ -x "$KATANA" ] || { echo "bench-ssusers: no katana at $KATANA" >&2; exit 1; }
+
+echo "== Shadowsocks AEAD with many users on one port (issue 13) =="
+if [ -x "${SS_TRIAL:-$BUILDDIR/tests/bench/ss_trial}" ]; then
+    "${SS_TRIAL:-$BUILDDIR/tests/bench/ss_trial}"
+else
+    echo "(no tests/bench/ss_trial binary: the in-process figures are left out)"
+fi
+
+read -r ECHO_PORT SP TP <<<"$("${KATEST[@]}" freeport --count 3)"
+bg "$T/echo.log" "${KATEST[@]}" echo --port "$ECHO_PORT" --hosts 127.0.0.1 --ready-file "$T/echo.ready"
+for _ in $(seq 100); do [ -e "$T/echo.ready" ] && break; sleep 0.05; done
+
+declare -A TCP UDP TCPU UCPU
+NEVER="" RETURNING=""
+for n in $SIZES; do
+    "${KATEST[@]}" mkconfig --out "$T/katana.json" --port "$SP" --cipher "$CIPHER" \
+        --users-file "$T/users.json" --log-level warn >/dev/null
+    # mkconfig wrote an empty users file: fill it (the client is the last user)
+    python3 - "$n" "$T/users.json" "$T/passwords" <<'PY'
+import json, sys, uuid
+n = int(sys.argv[1])
+users = [{"id": i + 1, "uuid": str(uuid.uuid4()), "speed_limit": None, "device_limit": None}
+         for i in range(n)]
+json.dump({"users": users}, open(sys.argv[2], "w"))
+open(sys.argv[3], "w").write("\n".join(u["uuid"] for u in users) + "\n")
+PY
+    mapfile -t PW <"$T/passwords"
+    LAST=${PW[$((n - 1))]}
+    bg "$T/katana-$n.log" "$KATANA" run -c "$T/katana.json"; KP=$BG
+    "${KATEST[@]}" wait-port --port "$SP" --timeout 60 >/dev/null
+    bg "$T/tunnel-$n.log" ss-tunnel -s 127.0.0.1 -p "$SP" -b 127.0.0.1 -l "$TP" -k "$LAST" \
+        -m "$CIPHER" -L "127.0.0.1:$ECHO_PORT" -u; TUN=$BG
+    "${KATEST[@]}" wait-port --port "$TP" --timeout 10 >/dev/null
+    "${SSU[@]}" tcp-rate --port "$TP" --seconds 1 --threads 1 >/dev/null   # the client's first login
+    TCP[$n]=0 UDP[$n]=0
+    tt=0 tn=0 ut=0 un=0
+    for ((r = 0; r < ROUNDS; r++)); do
+        c0=$(cpu_ticks "$KP")
+        read -r rate tfail count <<<"$("${SSU[@]}" tcp-rate --port "$TP" --seconds "$SECS")"
+        c1=$(cpu_ticks "$KP"); tt=$((tt + c1 - c0)); tn=$((tn + count))
+        echo "# $n users: TCP $rate conn/s ($tfail failed)" >&2
+        [ "$rate" -gt "${TCP[$n]}" ] && TCP[$n]=$rate
+        read -r rate ulost count <<<"$("${SSU[@]}" udp-rate --port "$TP" --seconds "$SECS")"
+        c2=$(cpu_ticks "$KP"); ut=$((ut + c2 - c1)); un=$((un + count))
+        echo "# $n users: UDP $rate datagrams/s ($ulost lost)" >&2
+        [ "$rate" -gt "${UDP[$n]}" ] && UDP[$n]=$rate
+    done
+    TCPU[$n]=$(per_us "$tt" "$tn") UCPU[$n]=$(per_us "$ut" "$un")
+    if [ "$n" = "${SIZES##* }" ] && [ "$n" -gt 1 ]; then
+        probes=()
+        for ((k = 0; k < PROBES && k < n - 1; k++)); do probes+=(--password "${PW[$((n - 2 - k))]}"); done
+        NEVER=$("${SSU[@]}" first-echo --port "$SP" --echo-port "$ECHO_PORT" --src 127.0.3.1 \
+            --fresh "${probes[@]}")
+        RETURNING=$("${SSU[@]}" first-echo --port "$SP" --echo-port "$ECHO_PORT" --src 127.0.0.1 \
+            --password "$LAST" --repeat "$PROBES")
+    fi
+    stop "$TUN"
+    stop "$KP"
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+verdict() { awk -v r="$1" 'BEGIN { print (r != "-" && r >= 0.9) ? "yes" : "no" }'; }
+first=${SIZES%% *}
+printf '%-8s %11s %6s %12s %16s %6s %12s   %s\n' users "TCP conn/s" "x 1u" "CPU us/conn" \
+    "UDP datagrams/s" "x 1u" "CPU us/dgram" "goal: rates within 10% of the ${first}-user figure"
+for n in $SIZES; do
+    rt=$(ratio "${TCP[$n]}" "${TCP[$first]}"); ru=$(ratio "${UDP[$n]}" "${UDP[$first]}")
+    printf '%-8s %11s %6s %12s %16s %6s %12s   TCP %s, UDP %s\n' "$n" "${TCP[$n]}" "$rt" \
+        "${TCPU[$n]}" "${UDP[$n]}" "$ru" "${UCPU[$n]}" "$(verdict "$rt")" "$(verdict "$ru")"
+done
+if [ -n "$NEVER" ]; then
+    stats() {   # "timeout" sorts last
+        sed 's/^timeout$/1e9/' | sort -g |
+            awk '{ v[NR] = $1 } END { m = v[int((NR + 1) / 2)]; x = v[NR]
+                printf (m >= 1e9 ? "median timeout" : "median %.2f ms"), m
+                printf (x >= 1e9 ? ", max timeout" : ", max %.2f ms"), x }'
+    }
+    echo "first echo at ${SIZES##* } users (auth + dial + echo on loopback):"
+    echo "  never-seen client IP and user: $(stats <<<"$NEVER")   goal: auth within 5 ms"
+    echo "  returning client:              $(stats <<<"$RETURNING")"
+fi
