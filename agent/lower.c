@@ -753,6 +753,42 @@ static int add_user_set(const ag_node_state *n, sv_spec *spec, sv_error *err)
     return rc;
 }
 
+/* Issue 13: a node with its own `outbound` gets a direct outbound tagged with the node's tag
+ * and, after its block rules, a rule of its inbound sending every flow (tcp or udp) there. */
+static int add_own_outbound(const ag_node_state *n, sv_spec *spec)
+{
+    sv_outbound_spec *o = realloc(spec->outbounds, (spec->n_outbounds + 1) * sizeof *o);
+    if (o == NULL)
+        return -ENOMEM;
+    spec->outbounds = o;
+    o = &o[spec->n_outbounds];
+    *o = (sv_outbound_spec){.kind = SV_OUTBOUND_DIRECT, .socket = n->outbound};
+    if ((o->tag = strdup(n->tag)) == NULL)
+        return -ENOMEM;
+    spec->n_outbounds++;
+    sv_route_rule r = {0};
+    r.matchers = calloc(2, sizeof *r.matchers);
+    r.inbounds = calloc(1, sizeof *r.inbounds);
+    if (r.matchers != NULL && r.inbounds != NULL) {
+        r.matchers[0] = (sv_route_match){.kind = SV_MATCH_NETWORK, .network = SV_NET_TCP};
+        r.matchers[1] = (sv_route_match){.kind = SV_MATCH_NETWORK, .network = SV_NET_UDP};
+        r.n_matchers = 2;
+        r.inbounds[0] = strdup(n->tag);
+        r.n_inbounds = r.inbounds[0] != NULL ? 1 : 0;
+        r.outbound = strdup(n->tag);
+    }
+    sv_route_rule *v = r.outbound != NULL && r.n_inbounds == 1
+                           ? realloc(spec->route.rules, (spec->route.n_rules + 1) * sizeof *v)
+                           : NULL;
+    if (v == NULL) {
+        sv_route_rule_free(&r);
+        return -ENOMEM;
+    }
+    spec->route.rules = v;
+    v[spec->route.n_rules++] = r;
+    return 0;
+}
+
 int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err)
 {
     enum sv_ss_cipher cipher = SV_SS_AES_128_GCM;
@@ -764,16 +800,19 @@ int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err)
     rc = add_user_set(node, spec, err);
     for (size_t i = 0; rc == 0 && i < node->node.n_routes; i++)
         rc = lower_route(node->tag, &node->node.routes[i], spec, err);
+    if (rc == 0 && node->has_outbound && add_own_outbound(node, spec) != 0)
+        rc = sv_error_set(err, -ENOMEM, "node %s: out of memory", node->tag);
     return rc;
 }
 
-static int add_outbounds(sv_spec *spec)
+static int add_outbounds(const ag_fleet *fleet, sv_spec *spec)
 {
     spec->outbounds = calloc(2, sizeof *spec->outbounds);
     if (spec->outbounds == NULL)
         return -ENOMEM;
     spec->n_outbounds = 2;
     spec->outbounds[0].kind = SV_OUTBOUND_DIRECT;
+    spec->outbounds[0].socket = fleet->outbound; /* issue 13 */
     spec->outbounds[0].tag = strdup(AG_OUTBOUND_DIRECT);
     spec->outbounds[1].kind = SV_OUTBOUND_BLACKHOLE;
     spec->outbounds[1].tag = strdup(AG_OUTBOUND_BLOCK);
@@ -789,7 +828,7 @@ int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err)
     memset(out, 0, sizeof *out);
     out->user_removal = fleet->user_removal;
     out->drain = fleet->drain;
-    int rc = add_outbounds(out);
+    int rc = add_outbounds(fleet, out);
     if (rc != 0)
         sv_error_set(err, rc, "out of memory");
     for (size_t i = 0; rc == 0 && i < fleet->n; i++)
@@ -817,6 +856,8 @@ bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
            pn_node_equal(&a->node, &b->node) &&
            a->user_removal.kind == b->user_removal.kind &&
            a->user_removal.grace_ms == b->user_removal.grace_ms &&
+           a->has_outbound == b->has_outbound &&
+           sv_socket_policy_equal(&a->outbound, &b->outbound) &&
            a->cert == b->cert && str_eq(a->cert_file, b->cert_file) &&
            str_eq(a->key_file, b->key_file) && str_eq(a->fallback, b->fallback);
 }

@@ -101,6 +101,7 @@ typedef struct sv_target {
     char id[SV_TAG_MAX + 16]; /**< "tag@vN" */
     char tag[SV_TAG_MAX + 1];
     uint32_t version;
+    sv_socket_policy sock; /**< its outbound's socket policy (issue 13); zero = none */
 } sv_target;
 
 typedef struct sv_routes_ref {

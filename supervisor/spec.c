@@ -296,9 +296,21 @@ sv_policy sv_drain_policy_of(const sv_spec *spec, const sv_outbound_spec *out)
     return (sv_policy){.kind = SV_POLICY_KEEP};
 }
 
+bool sv_socket_policy_equal(const sv_socket_policy *a, const sv_socket_policy *b)
+{
+    return a->has_addr4 == b->has_addr4 && a->has_addr6 == b->has_addr6 &&
+           (!a->has_addr4 || memcmp(a->addr4, b->addr4, 4) == 0) &&
+           (!a->has_addr6 || memcmp(a->addr6, b->addr6, 16) == 0) &&
+           strcmp(a->interface, b->interface) == 0 && a->mark == b->mark &&
+           a->keepalive_idle_s == b->keepalive_idle_s &&
+           a->keepalive_interval_s == b->keepalive_interval_s &&
+           a->keepalive_count == b->keepalive_count && a->nagle == b->nagle;
+}
+
 bool sv_outbound_spec_equal(const sv_outbound_spec *a, const sv_outbound_spec *b)
 {
-    return str_eq(a->tag, b->tag) && a->kind == b->kind;
+    return str_eq(a->tag, b->tag) && a->kind == b->kind &&
+           sv_socket_policy_equal(&a->socket, &b->socket);
 }
 
 static bool cidr_eq(const sv_cidr *a, const sv_cidr *b)

@@ -167,9 +167,35 @@ enum sv_outbound_kind {
     SV_OUTBOUND_BLACKHOLE,  /**< refuse every flow, drop every datagram */
 };
 
+#define SV_IFNAME_MAX 16               /**< an interface name with its NUL (IFNAMSIZ) */
+#define SV_KEEPALIVE_IDLE_MAX 32767u    /**< largest keepalive idle / interval, seconds (Linux) */
+#define SV_KEEPALIVE_COUNT_MAX 127u     /**< largest keepalive probe count (Linux) */
+
+/**
+ * The socket policy of a direct outbound (issue 13 "Socket policy", seed 001 "socket 策略"):
+ * applied to every socket it opens, after creation and before bind/connect. A plain value;
+ * all zero = no policy (today's sockets: TCP_NODELAY on, no bind, no keepalive).
+ */
+typedef struct sv_socket_policy {
+    bool has_addr4, has_addr6; /**< a source address of that family is set */
+    uint8_t addr4[4];          /**< IPv4 source (network order): bound, port 0, on IPv4
+                                    sockets only (seed 001: only sockets of its family) */
+    uint8_t addr6[16];         /**< IPv6 source, likewise on IPv6 sockets only */
+    char interface[SV_IFNAME_MAX]; /**< SO_BINDTODEVICE; "" = none */
+    uint32_t mark;             /**< SO_MARK; 0 = none */
+    uint32_t keepalive_idle_s; /**< TCP keepalive after this idle time; 0 = off */
+    uint32_t keepalive_interval_s; /**< between probes; 0 = the kernel's (needs idle) */
+    uint32_t keepalive_count;  /**< unanswered probes before the end; 0 = the kernel's */
+    bool nagle;                /**< true: TCP_NODELAY off (config tcp_nodelay false) */
+} sv_socket_policy;
+
+/** Do two socket policies ask for the same sockets? */
+bool sv_socket_policy_equal(const sv_socket_policy *a, const sv_socket_policy *b);
+
 typedef struct sv_outbound_spec {
     char *tag;
     enum sv_outbound_kind kind;
+    sv_socket_policy socket; /**< direct only (issue 13); a change rebuilds the outbound */
     sv_policy drain; /**< overrides sv_spec.drain for this tag's replaced versions (DEFAULT: the
                           spec's); not part of the outbound's equality (no rebuild) */
 } sv_outbound_spec;

@@ -260,7 +260,7 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rul
     s->link.ops = t->ops;
     s->link.ev = &sub_events;
     s->link.owner = s;
-    s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs, a->w->resolver};
+    s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs, a->w->resolver, &t->sock};
     if (t->ops->dgram_open(&s->link) != 0) {
         sub_close(s); /* seed 002: no family bound; the datagram is dropped */
         return NULL;
