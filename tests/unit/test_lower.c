@@ -249,6 +249,55 @@ static void lower__allow_private__reaches_the_inbound_and_is_a_setting(void **st
     free_state(&two[1]);
 }
 
+/* Issue 13: the fleet's `outbound` is the shared direct's policy; a node's own `outbound` gives it
+ * a direct outbound tagged with its tag and a last rule of its inbound (tcp or udp) to it, after
+ * its block rules; the policy is a setting. */
+static void lower__outbound__shared_and_per_node(void **state)
+{
+    (void)state;
+    const char *node = "{\"server_port\":1,\"cipher\":\"aes-128-gcm\",\"routes\":[{\"id\":3,"
+                       "\"match\":[\"domain:ads.example\"],\"action\":\"block\"}]}";
+    ag_node_state two[2];
+    state_from_json(&two[0], "a", node, "{\"users\":[]}");
+    state_from_json(&two[1], "b", "{\"server_port\":2,\"cipher\":\"aes-128-gcm\"}",
+                    "{\"users\":[]}");
+    two[1].has_outbound = true;
+    two[1].outbound = (sv_socket_policy){.has_addr4 = true, .addr4 = {127, 0, 0, 3}};
+    ag_fleet f = {.nodes = two, .n = 2, .outbound = {.mark = 7}};
+    sv_spec s;
+    sv_error err = {0};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), 0);
+    assert_int_equal(s.n_outbounds, 3);
+    assert_string_equal(s.outbounds[0].tag, "direct");
+    assert_int_equal(s.outbounds[0].socket.mark, 7);
+    assert_int_equal(s.outbounds[1].socket.mark, 0); /* block */
+    assert_string_equal(s.outbounds[2].tag, "b");
+    assert_int_equal(s.outbounds[2].kind, SV_OUTBOUND_DIRECT);
+    assert_true(s.outbounds[2].socket.has_addr4);
+    assert_int_equal(s.route.n_rules, 2);
+    assert_string_equal(s.route.rules[0].outbound, "block");
+    const sv_route_rule *r = &s.route.rules[1];
+    assert_string_equal(r->outbound, "b");
+    assert_int_equal(r->n_inbounds, 1);
+    assert_string_equal(r->inbounds[0], "b");
+    assert_int_equal(r->n_matchers, 2);
+    assert_int_equal(r->matchers[0].network, SV_NET_TCP);
+    assert_int_equal(r->matchers[1].network, SV_NET_UDP);
+    sv_spec_free(&s);
+
+    ag_node_state b;
+    state_from_json(&b, "b", "{\"server_port\":2,\"cipher\":\"aes-128-gcm\"}", "{\"users\":[]}");
+    assert_false(ag_node_settings_equal(&two[1], &b));
+    b.has_outbound = true;
+    b.outbound = two[1].outbound;
+    assert_true(ag_node_settings_equal(&two[1], &b));
+    b.outbound.addr4[3] = 4;
+    assert_false(ag_node_settings_equal(&two[1], &b));
+    free_state(&b);
+    free_state(&two[0]);
+    free_state(&two[1]);
+}
+
 static void lower__speed_limit__mbps_to_bytes_per_second(void **state)
 {
     ag_node_state st;
@@ -1178,6 +1227,7 @@ int main(void)
         cmocka_unit_test(lower__v17_fixture__gives_the_expected_spec),
         cmocka_unit_test(lower__listen__override_then_panel_then_default),
         cmocka_unit_test(lower__allow_private__reaches_the_inbound_and_is_a_setting),
+        cmocka_unit_test(lower__outbound__shared_and_per_node),
         cmocka_unit_test(lower__speed_limit__mbps_to_bytes_per_second),
         cmocka_unit_test(lower__node_speed_limit__smallest_non_zero),
         cmocka_unit_test(lower__null_or_missing_limits__are_unlimited),
