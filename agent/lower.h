@@ -4,7 +4,9 @@
  *
  * One node of type shadowsocks becomes an inbound and a user set, both tagged with the node tag,
  * plus one route rule per `block` route scoped to that inbound. All nodes share the outbounds
- * "direct" (freedom) and "block" (blackhole) and the default route "direct".
+ * "direct" (freedom, under the config's `outbound` socket policy) and "block" (blackhole) and the
+ * default route "direct"; a node with its own `outbound` (issue 13) has a direct outbound tagged
+ * with its tag and a last rule of its inbound to it.
  */
 #ifndef AG_LOWER_H
 #define AG_LOWER_H
