@@ -226,41 +226,6 @@ static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
     return 0;
 }
 
-/* One "dns.servers" entry: "ip", "ipv4:port" or "[ipv6]:port" (issue 13), port 1..65535. */
-static bool dns_server_ok(const char *s)
-{
-    char host[SV_DNS_SERVER_LEN];
-    const char *port = NULL;
-    uint8_t buf[16];
-    size_t len = strlen(s);
-    if (len == 0 || len >= sizeof host)
-        return false;
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (close == NULL || close[1] != ':')
-            return false;
-        memcpy(host, s + 1, (size_t)(close - s - 1));
-        host[close - s - 1] = '\0';
-        if (inet_pton(AF_INET6, host, buf) != 1)
-            return false;
-        port = close + 2;
-    } else {
-        const char *colon = strchr(s, ':');
-        if (colon == NULL)
-            return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
-        if (strchr(colon + 1, ':') != NULL) /* a bare IPv6 address */
-            return inet_pton(AF_INET6, s, buf) == 1;
-        memcpy(host, s, (size_t)(colon - s));
-        host[colon - s] = '\0';
-        if (inet_pton(AF_INET, host, buf) != 1)
-            return false;
-        port = colon + 1;
-    }
-    char *end;
-    long p = strtol(port, &end, 10);
-    return *port >= '0' && *port <= '9' && *end == '\0' && p >= 1 && p <= 65535;
-}
-
 /* "dns": {"servers", "timeout", "strategy"} (issue 13 "DNS"). */
 static int parse_dns(const json_t *root, ag_config *cfg, sv_error *err)
 {
@@ -284,7 +249,7 @@ static int parse_dns(const json_t *root, ag_config *cfg, sv_error *err)
                                 SV_DNS_SERVERS_MAX);
         for (size_t i = 0; i < json_array_size(servers); i++) {
             const json_t *v = json_array_get(servers, i);
-            if (!json_is_string(v) || !dns_server_ok(json_string_value(v)))
+            if (!json_is_string(v) || !sv_dns_server_valid(json_string_value(v)))
                 return sv_error_set(err, -EINVAL,
                                     "dns.servers[%zu]: expected \"ip\", \"ipv4:port\" or "
                                     "\"[ipv6]:port\"", i);

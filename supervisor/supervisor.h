@@ -246,6 +246,10 @@ typedef struct sv_route_rule {
                            rule): a flow or datagram of a user it matches is recorded once per
                            (inbound, user, audit_id) until sv_take_audit() takes it */
     int64_t audit_id; /**< the panel's rule id, reported with the hit */
+    /** Issue 13 (a panel `dns` route, PANEL.md §1.4): names of flows this rule routes are
+     *  resolved by this server, "ip", "ipv4:port" or "[ipv6]:port" (port 53 when absent);
+     *  NULL = the workers' resolver. */
+    char *dns_server;
 } sv_route_rule;
 
 typedef struct sv_route_spec {
@@ -328,6 +332,12 @@ enum sv_dns_strategy {
 
 #define SV_DNS_SERVERS_MAX 8    /**< configured DNS servers */
 #define SV_DNS_SERVER_LEN 64    /**< "IP", "IPv4:port" or "[IPv6]:port", with its NUL */
+
+/**
+ * Is @p s a DNS server as the config and panel `dns` routes give it: "ip", "ipv4:port" or
+ * "[ipv6]:port" (issue 13 "DNS"), port 1..65535, shorter than SV_DNS_SERVER_LEN?
+ */
+bool sv_dns_server_valid(const char *s);
 
 /** The workers' resolver (issue 13 "DNS"): fixed at start; a plain value (copyable). */
 typedef struct sv_dns_options {

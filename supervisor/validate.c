@@ -17,7 +17,7 @@
  *     (count, then per user:
  *     duplicate id, secret, secret shared with an earlier user — a secret names its user, so two
  *     users with one secret would be told apart by nothing; issue 15), route (rule count, then
- *     per rule: matcher count, each matcher), policies.
+ *     per rule: matcher count, dns server, each matcher), policies.
  * Rule and matcher numbers in texts are 0-based indexes, like sv_flow_info.rule.
  */
 #include "config.h"
@@ -695,6 +695,9 @@ static int check_route(const sv_route_spec *route, sv_error *err)
             return INVALID(err, "route: rule %zu has no matchers", r);
         if (rule->n_matchers > SV_MATCHERS_MAX)
             return INVALID(err, "route: rule %zu has more than %d matchers", r, SV_MATCHERS_MAX);
+        if (rule->dns_server != NULL && !sv_dns_server_valid(rule->dns_server))
+            return INVALID(err, "route: rule %zu: dns server \"%.64s\" is not \"ip\", "
+                           "\"ipv4:port\" or \"[ipv6]:port\"", r, rule->dns_server);
         for (size_t m = 0; m < rule->n_matchers; m++) {
             int rc = check_matcher(&rule->matchers[m], r, m, err);
             if (rc < 0)
