@@ -461,6 +461,29 @@ static void a_socket_policy_is_checked(void **state)
     expect_invalid(&f, "outbound direct: keepalive interval and count need an idle time");
 }
 
+/* Issue 13: a dns route's server is "ip", "ipv4:port" or "[ipv6]:port". */
+static void a_rules_dns_server_is_checked(void **state)
+{
+    fx f;
+    (void)state;
+    static char *const good[] = {"127.0.0.1", "127.0.0.1:5353", "[::1]:53", "::1"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        fx_init(&f);
+        f.rules[1].dns_server = good[i];
+        expect_valid(&f);
+    }
+    static char *const bad[] = {"https://dns.example/dns-query", "dns.example", "1.2.3.4:0",
+                                "[::1]", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fx_init(&f);
+        f.rules[1].dns_server = bad[i];
+        char want[160];
+        snprintf(want, sizeof want, "route: rule 1: dns server \"%s\" is not \"ip\", "
+                 "\"ipv4:port\" or \"[ipv6]:port\"", bad[i]);
+        expect_invalid(&f, want);
+    }
+}
+
 static void a_duplicate_user_id_is_refused(void **state)
 {
     fx f;
@@ -853,6 +876,7 @@ int main(void)
         cmocka_unit_test(a_shadowsocks_inbound_needs_a_user_set),
         cmocka_unit_test(an_unknown_outbound_kind_is_refused),
         cmocka_unit_test(a_socket_policy_is_checked),
+        cmocka_unit_test(a_rules_dns_server_is_checked),
         cmocka_unit_test(a_duplicate_user_id_is_refused),
         cmocka_unit_test(a_user_needs_a_secret),
         cmocka_unit_test(a_secret_shared_by_two_users_is_refused),
