@@ -62,8 +62,10 @@ int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err);
 /**
  * Append one node to @p spec: inbound {tag, bind = listen override / panel listen_ip /
  * "0.0.0.0" : server_port, udp, shadowsocks, cipher, users = tag, allow_private}, the user set (see
- * ag_lower_user_set()) and one rule per `block` route (see ag_lower_match()). Other route
- * actions are ignored with a warning each. Settings katana does not serve are refused naming the
+ * ag_lower_user_set()) and one rule per `block` route (see ag_lower_match()), then one per
+ * `dns` route (issue 13: same matchers, to the node's direct outbound, with the route's
+ * action_value as the rule's dns_server; an unserved server is skipped with a warning). Other
+ * route actions are ignored with a warning each. Settings katana does not serve are refused naming the
  * field (issue 15). A node with its own `outbound` (issue 13) also gets a direct outbound tagged
  * with the node's tag under that socket policy, and a last rule of the inbound's sending every
  * flow (tcp and udp) there. Refused: a `network` other than "tcp", `networkSettings` / `network_settings`, `tls`,

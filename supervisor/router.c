@@ -688,7 +688,8 @@ sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q)
         enum rt_hit hit = rt_rule_matches(&r->rules[i], &t);
         if (hit != RT_MISS)
             return (sv_decision){.slot = r->rules[i].slot, .rule = (int)i,
-                                 .names_dest = hit == RT_HIT_DEST,
+                                 .names_dest = hit == RT_HIT_DEST &&
+                                               r->rules[i].dns_server == NULL,
                                  .dns_server = r->rules[i].dns_server};
     }
     return (sv_decision){.slot = r->default_slot, .rule = -1, .names_dest = false};

@@ -194,6 +194,7 @@ static void a_decision_carries_its_rules_dns_server(void **state)
     sv_decision dec = sv_routes_decide(r, &q);
     assert_int_equal(dec.rule, 0);
     assert_string_equal(dec.dns_server, "127.0.0.1:5353");
+    assert_false(dec.names_dest); /* issue 15: a dns route opens no internal destination */
     d = dest_domain("plain.test", 443);
     dec = sv_routes_decide(r, &q);
     assert_int_equal(dec.rule, 1);
