@@ -701,9 +701,10 @@ static void on_ob_closed(void *owner) { conn_release(owner); }
 static const sv_ob_stream_events ob_events = {on_connected, remote_alloc, on_remote_read,
                                               on_remote_written, on_ob_closed};
 
-/* Open the remote side through @p ops to @p d under socket policy @p sock (issue 13; NULL =
- * none; owned by a target of c->plane), names resolved on @p res (issue 13) (issue 15: @p allow_internal lets a name that
- * resolves to an internal address be dialled). Reading the client stops until it is there.
+/* Open the remote side through @p ops to @p d, under socket policy @p sock (issue 13; NULL =
+ * none; owned by a target of c->plane), its name resolved on @p res (issue 13: a dns route's
+ * resolver, else the worker's); @p allow_internal lets a name that resolves to an internal
+ * address be dialled (issue 15). Reading the client stops until it is there.
  * @return false when the connection is closing (refused or failed now). */
 static bool open_stream(sv_conn *c, const sv_outbound_ops *ops, const sv_socket_policy *sock,
                         sv_resolver *res, const sv_dest *d, bool allow_internal)
