@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,41 +226,6 @@ static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
     return 0;
 }
 
-/* One "dns.servers" entry: "ip", "ipv4:port" or "[ipv6]:port" (issue 13), port 1..65535. */
-static bool dns_server_ok(const char *s)
-{
-    char host[SV_DNS_SERVER_LEN];
-    const char *port = NULL;
-    uint8_t buf[16];
-    size_t len = strlen(s);
-    if (len == 0 || len >= sizeof host)
-        return false;
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (close == NULL || close[1] != ':')
-            return false;
-        memcpy(host, s + 1, (size_t)(close - s - 1));
-        host[close - s - 1] = '\0';
-        if (inet_pton(AF_INET6, host, buf) != 1)
-            return false;
-        port = close + 2;
-    } else {
-        const char *colon = strchr(s, ':');
-        if (colon == NULL)
-            return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
-        if (strchr(colon + 1, ':') != NULL) /* a bare IPv6 address */
-            return inet_pton(AF_INET6, s, buf) == 1;
-        memcpy(host, s, (size_t)(colon - s));
-        host[colon - s] = '\0';
-        if (inet_pton(AF_INET, host, buf) != 1)
-            return false;
-        port = colon + 1;
-    }
-    char *end;
-    long p = strtol(port, &end, 10);
-    return *port >= '0' && *port <= '9' && *end == '\0' && p >= 1 && p <= 65535;
-}
-
 /* "dns": {"servers", "timeout", "strategy"} (issue 13 "DNS"). */
 static int parse_dns(const json_t *root, ag_config *cfg, sv_error *err)
 {
@@ -283,7 +249,7 @@ static int parse_dns(const json_t *root, ag_config *cfg, sv_error *err)
                                 SV_DNS_SERVERS_MAX);
         for (size_t i = 0; i < json_array_size(servers); i++) {
             const json_t *v = json_array_get(servers, i);
-            if (!json_is_string(v) || !dns_server_ok(json_string_value(v)))
+            if (!json_is_string(v) || !sv_dns_server_valid(json_string_value(v)))
                 return sv_error_set(err, -EINVAL,
                                     "dns.servers[%zu]: expected \"ip\", \"ipv4:port\" or "
                                     "\"[ipv6]:port\"", i);
@@ -804,11 +770,109 @@ static int parse_fallback(const json_t *node, const char *npath, char **out, sv_
     return *out != NULL ? 0 : sv_error_set(err, -ENOMEM, "%s: out of memory", npath);
 }
 
+/* An integer member in lo..hi at @p parent.@p key; absent leaves *out alone. */
+static int get_uint_in(const json_t *obj, const char *parent, const char *key, uint64_t lo,
+                       uint64_t hi, uint32_t *out, sv_error *err)
+{
+    char p[PATH_MAX_TEXT];
+    const json_t *v = json_object_get(obj, key);
+    if (v == NULL)
+        return 0;
+    path_key(p, sizeof p, parent, key);
+    if (!json_is_integer(v) || json_integer_value(v) < (json_int_t)lo ||
+        (uint64_t)json_integer_value(v) > hi)
+        return sv_error_set(err, -EINVAL, "%s: expected an integer between %" PRIu64 " and %"
+                            PRIu64, p, lo, hi);
+    *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+/* "bind": up to one IPv4 and one IPv6 literal (seed 001: each binds sockets of its family). */
+static int parse_bind(const json_t *b, const char *path, sv_socket_policy *sp, sv_error *err)
+{
+    if (!json_is_array(b) || json_array_size(b) == 0 || json_array_size(b) > 2)
+        return sv_error_set(err, -EINVAL, "%s: expected an array of one or two IP addresses",
+                            path);
+    for (size_t i = 0; i < json_array_size(b); i++) {
+        const json_t *v = json_array_get(b, i);
+        const char *a = json_is_string(v) ? json_string_value(v) : "";
+        uint8_t ip[16];
+        bool v4 = inet_pton(AF_INET, a, ip) == 1;
+        if (!v4 && inet_pton(AF_INET6, a, ip) != 1)
+            return sv_error_set(err, -EINVAL, "%s[%zu]: not an IP address", path, i);
+        if (v4 ? sp->has_addr4 : sp->has_addr6)
+            return sv_error_set(err, -EINVAL, "%s[%zu]: a second %s address (at most one per "
+                                "family)", path, i, v4 ? "IPv4" : "IPv6");
+        memcpy(v4 ? sp->addr4 : sp->addr6, ip, v4 ? 4 : 16);
+        *(v4 ? &sp->has_addr4 : &sp->has_addr6) = true;
+    }
+    return 0;
+}
+
+/* "tcp_keepalive": {"idle" (required), "interval", "count"}. */
+static int parse_keepalive(const json_t *k, const char *path, sv_socket_policy *sp,
+                           sv_error *err)
+{
+    static const char *const keys[] = {"idle", "interval", "count", NULL};
+    char p[PATH_MAX_TEXT];
+    int rc = expect_object(k, path, err);
+    if (rc == 0)
+        rc = check_keys(k, path, keys, err);
+    if (rc == 0 && json_object_get(k, "idle") == NULL) {
+        path_key(p, sizeof p, path, "idle");
+        rc = sv_error_set(err, -EINVAL, "%s: missing required key", p);
+    }
+    if (rc == 0)
+        rc = get_uint_in(k, path, "idle", 1, SV_KEEPALIVE_IDLE_MAX, &sp->keepalive_idle_s, err);
+    if (rc == 0)
+        rc = get_uint_in(k, path, "interval", 1, SV_KEEPALIVE_IDLE_MAX,
+                         &sp->keepalive_interval_s, err);
+    if (rc == 0)
+        rc = get_uint_in(k, path, "count", 1, SV_KEEPALIVE_COUNT_MAX, &sp->keepalive_count,
+                         err);
+    return rc;
+}
+
+int ag_socket_policy_parse(const json_t *o, const char *path, sv_socket_policy *out,
+                           sv_error *err)
+{
+    static const char *const keys[] = {"bind", "interface", "mark", "tcp_keepalive",
+                                       "tcp_nodelay", NULL};
+    char p[PATH_MAX_TEXT];
+    memset(out, 0, sizeof *out);
+    int rc = expect_object(o, path, err);
+    if (rc == 0)
+        rc = check_keys(o, path, keys, err);
+    path_key(p, sizeof p, path, "bind");
+    if (rc == 0 && json_object_get(o, "bind") != NULL)
+        rc = parse_bind(json_object_get(o, "bind"), p, out, err);
+    const char *ifname = NULL;
+    if (rc == 0)
+        rc = get_string(o, path, "interface", false, &ifname, err);
+    if (rc == 0 && ifname != NULL) {
+        path_key(p, sizeof p, path, "interface");
+        if (strlen(ifname) >= SV_IFNAME_MAX)
+            return sv_error_set(err, -EINVAL, "%s: longer than %d bytes", p, SV_IFNAME_MAX - 1);
+        snprintf(out->interface, sizeof out->interface, "%s", ifname);
+    }
+    if (rc == 0)
+        rc = get_uint_in(o, path, "mark", 0, UINT32_MAX, &out->mark, err);
+    path_key(p, sizeof p, path, "tcp_keepalive");
+    if (rc == 0 && json_object_get(o, "tcp_keepalive") != NULL)
+        rc = parse_keepalive(json_object_get(o, "tcp_keepalive"), p, out, err);
+    bool nodelay = true;
+    if (rc == 0)
+        rc = get_bool(o, path, "tcp_nodelay", &nodelay, err);
+    out->nagle = !nodelay;
+    return rc;
+}
+
 static int parse_node(const json_t *node, size_t idx, const char *base_dir,
                       ag_node_config *nc, sv_error *err)
 {
     static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
-                                       "user_removal", "panel", "speed_limit", NULL};
+                                       "user_removal", "panel", "speed_limit", "outbound",
+                                       NULL};
     char path[PATH_MAX_TEXT];
     const char *tag, *listen;
     snprintf(path, sizeof path, "nodes[%zu]", idx);
@@ -832,6 +896,12 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
     }
     if (rc == 0) /* issue 12: the node's limit for each of its users */
         rc = get_mbps(node, path, "speed_limit", &nc->speed_limit, err);
+    if (rc == 0 && json_object_get(node, "outbound") != NULL) { /* issue 13 */
+        char p[PATH_MAX_TEXT];
+        path_key(p, sizeof p, path, "outbound");
+        nc->has_outbound = true;
+        rc = ag_socket_policy_parse(json_object_get(node, "outbound"), p, &nc->outbound, err);
+    }
     if (rc != 0)
         return rc;
     nc->tag = strdup(tag);
@@ -874,7 +944,7 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
 {
     static const char *const keys[] = {"log", "workers", "max_connections", "shutdown_grace",
                                        "api", "db", "nodes", "dns", "policies",
-                                       "node_speed_limit", "redis", NULL};
+                                       "node_speed_limit", "redis", "outbound", NULL};
     if (!json_is_object(root))
         return sv_error_set(err, -EINVAL, "config: expected an object");
     int rc = check_keys(root, "", keys, err);
@@ -896,6 +966,9 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
         rc = parse_policies(root, cfg, err);
     if (rc == 0)
         rc = parse_redis(root, cfg, err);
+    if (rc == 0 && json_object_get(root, "outbound") != NULL) /* issue 13 */
+        rc = ag_socket_policy_parse(json_object_get(root, "outbound"), "outbound",
+                                    &cfg->outbound, err);
     if (rc == 0)
         rc = parse_nodes(root, base_dir, cfg, err);
     if (rc == 0)

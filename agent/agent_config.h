@@ -30,6 +30,11 @@
  * literal or localhost as host; expiry (seconds) how long an IP counts after its last session;
  * timeout (seconds) how long a new IP's connection waits for Redis before the node decides
  * alone; prefix the key prefix shared by the fleet. Fixed at start (a reload warns).
+ *
+ * "outbound": {"bind": ["192.0.2.7", "2001:db8::7"], "interface": "eth1", "mark": 7,
+ * "tcp_keepalive": {"idle": 60, "interval": 10, "count": 5}, "tcp_nodelay": true} is the socket
+ * policy of the shared direct outbound (issue 13 "Socket policy", seed 001); the same object as
+ * a node's "outbound" gives that node a direct outbound of its own (its own egress address).
  */
 #ifndef AG_CONFIG_H
 #define AG_CONFIG_H
@@ -118,6 +123,8 @@ typedef struct ag_node_config {
     char *fallback;      /**< `fallback` "HOST:PORT" (issue 8, trojan), or NULL */
     sv_policy user_removal; /**< `user_removal` (issue 12): overrides policies.user_removal for
                                  this node's inbound; kind SV_POLICY_DEFAULT when absent */
+    bool has_outbound;        /**< `outbound` given: the node has a direct outbound of its own */
+    sv_socket_policy outbound; /**< `outbound` (issue 13): that outbound's socket policy */
     ag_panel_config panel;
 } ag_node_config;
 
@@ -136,6 +143,8 @@ typedef struct ag_config {
     unsigned db_flush_s; /**< `db.flush_interval`, seconds (default AG_CONFIG_FLUSH_DEFAULT) */
     sv_policy user_removal; /**< `policies.user_removal` (issue 12); DEFAULT = Close */
     sv_policy drain;        /**< `policies.drain` (issue 12); DEFAULT = Keep */
+    sv_socket_policy outbound; /**< `outbound` (issue 13): the shared direct outbound's socket
+                                    policy; zero = none */
     ag_node_config *nodes;
     size_t n_nodes;   /**< at least 1 */
 } ag_config;
@@ -148,6 +157,19 @@ typedef struct ag_config {
  * @return 0, or -EINVAL with @p err naming what is wrong (never quoting the password).
  */
 int ag_redis_url_parse(const char *url, sv_redis_options *out, sv_error *err);
+
+/**
+ * Parse a socket policy object at JSON path @p path (issue 13 "Socket policy"): "bind" (one or
+ * two IP literals, at most one per family), "interface" (at most 15 bytes), "mark" (0..2^32-1,
+ * 0 = none), "tcp_keepalive" {"idle" 1..32767 s (required), "interval" 1..32767 s, "count"
+ * 1..127}, "tcp_nodelay" (default true). Strict: unknown keys and wrong types are errors naming
+ * the path. Whether the host has the address, the interface and the capabilities is checked at
+ * apply (sv_socket_policy_check), not here.
+ * @param out  overwritten
+ * @return 0 or -EINVAL with @p err set.
+ */
+int ag_socket_policy_parse(const json_t *o, const char *path, sv_socket_policy *out,
+                           sv_error *err);
 
 /**
  * Parse a config text.

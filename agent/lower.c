@@ -308,16 +308,62 @@ static int rule_fill(const char *tag, const pn_route *route, sv_route_rule *r)
     return r->outbound != NULL ? 0 : -ENOMEM;
 }
 
-/* One block route → one rule appended to spec (none when no entry produced a matcher). */
-static int lower_route(const char *tag, const pn_route *route, sv_spec *spec, sv_error *err)
+/* Issue 13: a `dns` route's server (PANEL.md §1.4 action_value; "udp://" prefix dropped), or
+ * NULL with a warning when katana does not serve it (DoH, TCP, a name, V2bX's raw "main" JSON). */
+static char *dns_route_server(const char *tag, const pn_route *route)
 {
-    if (strcmp(route->action, "block") != 0) {
-        SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": action \"%.32s\" ignored "
-               "(only block is supported)", tag, route->id, route->action);
-        return 0;
+    const char *v = route->action_value != NULL ? route->action_value : "";
+    if (starts_with(v, "udp://"))
+        v += 6;
+    if (route->n_match > 0 && strcmp(route->match[0], "main") == 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": dns route skipped: raw DNS JSON "
+               "(\"main\") is not served", tag, route->id);
+        return NULL;
     }
+    if (!sv_dns_server_valid(v)) {
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": dns route skipped: server "
+               "\"%.64s\" is not \"ip\", \"ipv4:port\" or \"[ipv6]:port\"", tag, route->id, v);
+        return NULL;
+    }
+    return strdup(v);
+}
+
+/* A `dns` route (issue 13): a rule of the node's inbound, not an audit rule, to the node's
+ * direct outbound (@p outbound), with the route's server resolving what it matches. */
+static int dns_rule_fill(const char *tag, const pn_route *route, const char *outbound,
+                         sv_route_rule *r)
+{
+    int rc = rule_matchers(tag, route, r);
+    if (rc != 0 || r->n_matchers == 0)
+        return rc;
+    r->inbounds = calloc(1, sizeof *r->inbounds);
+    if (r->inbounds == NULL || (r->inbounds[0] = strdup(tag)) == NULL)
+        return -ENOMEM;
+    r->n_inbounds = 1;
+    r->outbound = strdup(outbound);
+    return r->outbound != NULL ? 0 : -ENOMEM;
+}
+
+/* Route @p route of the node when its action is @p action: one rule appended to spec (none when
+ * no entry produced a matcher). block → an audit rule to "block"; dns → a rule to @p outbound
+ * with the route's DNS server. Actions other than block and dns are warned about (once, with
+ * the block pass). */
+static int lower_route(const char *tag, const pn_route *route, const char *action,
+                       const char *outbound, sv_spec *spec, sv_error *err)
+{
+    bool is_block = strcmp(route->action, "block") == 0, is_dns = strcmp(route->action, "dns") == 0;
+    if (!is_block && !is_dns && strcmp(action, "block") == 0)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: route %" PRId64 ": action \"%.32s\" ignored "
+               "(only block and dns are supported)", tag, route->id, route->action);
+    if (strcmp(route->action, action) != 0 || (!is_block && !is_dns))
+        return 0;
     sv_route_rule r = {0};
-    int rc = rule_fill(tag, route, &r);
+    int rc = 0;
+    if (is_block) {
+        rc = rule_fill(tag, route, &r);
+    } else if ((r.dns_server = dns_route_server(tag, route)) != NULL) {
+        rc = dns_rule_fill(tag, route, outbound, &r);
+    }
     if (rc == 0 && r.n_matchers > 0) {
         sv_route_rule *v = realloc(spec->route.rules, (spec->route.n_rules + 1) * sizeof *v);
         if (v == NULL) {
@@ -807,6 +853,42 @@ static int add_user_set(const ag_node_state *n, sv_spec *spec, sv_error *err)
     return rc;
 }
 
+/* Issue 13: a node with its own `outbound` gets a direct outbound tagged with the node's tag
+ * and, after its block rules, a rule of its inbound sending every flow (tcp or udp) there. */
+static int add_own_outbound(const ag_node_state *n, sv_spec *spec)
+{
+    sv_outbound_spec *o = realloc(spec->outbounds, (spec->n_outbounds + 1) * sizeof *o);
+    if (o == NULL)
+        return -ENOMEM;
+    spec->outbounds = o;
+    o = &o[spec->n_outbounds];
+    *o = (sv_outbound_spec){.kind = SV_OUTBOUND_DIRECT, .socket = n->outbound};
+    if ((o->tag = strdup(n->tag)) == NULL)
+        return -ENOMEM;
+    spec->n_outbounds++;
+    sv_route_rule r = {0};
+    r.matchers = calloc(2, sizeof *r.matchers);
+    r.inbounds = calloc(1, sizeof *r.inbounds);
+    if (r.matchers != NULL && r.inbounds != NULL) {
+        r.matchers[0] = (sv_route_match){.kind = SV_MATCH_NETWORK, .network = SV_NET_TCP};
+        r.matchers[1] = (sv_route_match){.kind = SV_MATCH_NETWORK, .network = SV_NET_UDP};
+        r.n_matchers = 2;
+        r.inbounds[0] = strdup(n->tag);
+        r.n_inbounds = r.inbounds[0] != NULL ? 1 : 0;
+        r.outbound = strdup(n->tag);
+    }
+    sv_route_rule *v = r.outbound != NULL && r.n_inbounds == 1
+                           ? realloc(spec->route.rules, (spec->route.n_rules + 1) * sizeof *v)
+                           : NULL;
+    if (v == NULL) {
+        sv_route_rule_free(&r);
+        return -ENOMEM;
+    }
+    spec->route.rules = v;
+    v[spec->route.n_rules++] = r;
+    return 0;
+}
+
 int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err)
 {
     enum sv_ss_cipher cipher = SV_SS_AES_128_GCM;
@@ -816,18 +898,26 @@ int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err)
     if (add_inbound(node, cipher, spec) != 0)
         return sv_error_set(err, -ENOMEM, "node %s: out of memory", node->tag);
     rc = add_user_set(node, spec, err);
+    /* block routes first, then dns routes (a blocked name stays blocked), then the node's own
+     * outbound's catch-all rule */
+    const char *direct = node->has_outbound ? node->tag : AG_OUTBOUND_DIRECT;
     for (size_t i = 0; rc == 0 && i < node->node.n_routes; i++)
-        rc = lower_route(node->tag, &node->node.routes[i], spec, err);
+        rc = lower_route(node->tag, &node->node.routes[i], "block", direct, spec, err);
+    for (size_t i = 0; rc == 0 && i < node->node.n_routes; i++)
+        rc = lower_route(node->tag, &node->node.routes[i], "dns", direct, spec, err);
+    if (rc == 0 && node->has_outbound && add_own_outbound(node, spec) != 0)
+        rc = sv_error_set(err, -ENOMEM, "node %s: out of memory", node->tag);
     return rc;
 }
 
-static int add_outbounds(sv_spec *spec)
+static int add_outbounds(const ag_fleet *fleet, sv_spec *spec)
 {
     spec->outbounds = calloc(2, sizeof *spec->outbounds);
     if (spec->outbounds == NULL)
         return -ENOMEM;
     spec->n_outbounds = 2;
     spec->outbounds[0].kind = SV_OUTBOUND_DIRECT;
+    spec->outbounds[0].socket = fleet->outbound; /* issue 13 */
     spec->outbounds[0].tag = strdup(AG_OUTBOUND_DIRECT);
     spec->outbounds[1].kind = SV_OUTBOUND_BLACKHOLE;
     spec->outbounds[1].tag = strdup(AG_OUTBOUND_BLOCK);
@@ -843,7 +933,7 @@ int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err)
     memset(out, 0, sizeof *out);
     out->user_removal = fleet->user_removal;
     out->drain = fleet->drain;
-    int rc = add_outbounds(out);
+    int rc = add_outbounds(fleet, out);
     if (rc != 0)
         sv_error_set(err, rc, "out of memory");
     for (size_t i = 0; rc == 0 && i < fleet->n; i++)
@@ -871,6 +961,8 @@ bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
            pn_node_equal(&a->node, &b->node) &&
            a->user_removal.kind == b->user_removal.kind &&
            a->user_removal.grace_ms == b->user_removal.grace_ms &&
+           a->has_outbound == b->has_outbound &&
+           sv_socket_policy_equal(&a->outbound, &b->outbound) &&
            a->cert == b->cert && str_eq(a->cert_file, b->cert_file) &&
            str_eq(a->key_file, b->key_file) && str_eq(a->fallback, b->fallback);
 }

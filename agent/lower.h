@@ -4,7 +4,9 @@
  *
  * One node of type shadowsocks becomes an inbound and a user set, both tagged with the node tag,
  * plus one route rule per `block` route scoped to that inbound. All nodes share the outbounds
- * "direct" (freedom) and "block" (blackhole) and the default route "direct".
+ * "direct" (freedom, under the config's `outbound` socket policy) and "block" (blackhole) and the
+ * default route "direct"; a node with its own `outbound` (issue 13) has a direct outbound tagged
+ * with its tag and a last rule of its inbound to it.
  */
 #ifndef AG_LOWER_H
 #define AG_LOWER_H
@@ -31,6 +33,8 @@ typedef struct ag_node_state {
     char *key_file;           /**< config `cert.key_file` (resolved), or NULL */
     char *fallback;           /**< config `fallback` "HOST:PORT" (issue 8), or NULL */
     sv_policy user_removal;   /**< config `user_removal` (issue 12) → sv_inbound_spec */
+    bool has_outbound;        /**< config `outbound` (issue 13): the node's own direct outbound */
+    sv_socket_policy outbound; /**< its socket policy */
     pn_node node;   /**< the panel's node settings */
     pn_users users; /**< the panel's user list */
 } ag_node_state;
@@ -40,6 +44,7 @@ typedef struct ag_fleet {
     ag_node_state *nodes;
     size_t n;
     sv_policy user_removal, drain; /**< config `policies` (issue 12) → sv_spec */
+    sv_socket_policy outbound; /**< config `outbound` (issue 13): the shared "direct"'s policy */
 } ag_fleet;
 
 /** Free what a fleet owns and zero it. NULL-safe. */
@@ -57,9 +62,13 @@ int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err);
 /**
  * Append one node to @p spec: inbound {tag, bind = listen override / panel listen_ip /
  * "0.0.0.0" : server_port, udp, shadowsocks, cipher, users = tag, allow_private}, the user set (see
- * ag_lower_user_set()) and one rule per `block` route (see ag_lower_match()). Other route
- * actions are ignored with a warning each. Settings katana does not serve are refused naming the
- * field (issue 15): a `network` other than "tcp", `networkSettings` / `network_settings`, `tls`,
+ * ag_lower_user_set()) and one rule per `block` route (see ag_lower_match()), then one per
+ * `dns` route (issue 13: same matchers, to the node's direct outbound, with the route's
+ * action_value as the rule's dns_server; an unserved server is skipped with a warning). Other
+ * route actions are ignored with a warning each. Settings katana does not serve are refused naming the
+ * field (issue 15). A node with its own `outbound` (issue 13) also gets a direct outbound tagged
+ * with the node's tag under that socket policy, and a last rule of the inbound's sending every
+ * flow (tcp and udp) there. Refused: a `network` other than "tcp", `networkSettings` / `network_settings`, `tls`,
  * `multiplex` enabled, `obfs`, `plugin`, `custom_outbounds`, `custom_routes` (see
  * enum pn_node_set for what counts as set).
  * @return 0, -EINVAL for an unsupported protocol or cipher or an unserved setting (err: "node

@@ -170,6 +170,7 @@ static int job_new(const ag_config *cfg, const ag_remote_source *remote, fetch_j
     j->fleet.n = n;
     j->fleet.user_removal = cfg->user_removal;
     j->fleet.drain = cfg->drain;
+    j->fleet.outbound = cfg->outbound;
     j->n_clients = n;
     for (size_t i = 0; i < n; i++) {
         const ag_node_config *nc = &cfg->nodes[i];
@@ -179,6 +180,8 @@ static int job_new(const ag_config *cfg, const ag_remote_source *remote, fetch_j
         st->listen = nc->listen != NULL ? strdup(nc->listen) : NULL;
         st->allow_private = nc->allow_private;
         st->user_removal = nc->user_removal;
+        st->has_outbound = nc->has_outbound;
+        st->outbound = nc->outbound;
         st->speed_limit = nc->speed_limit;
         st->cert = nc->cert.mode == AG_CERT_FILE   ? SV_CERT_FILE
                    : nc->cert.mode == AG_CERT_SELF ? SV_CERT_SELF
@@ -506,7 +509,8 @@ static bool policy_same(sv_policy a, sv_policy b)
 static bool same_settings(const ag_fleet *a, const ag_fleet *b)
 {
     if (a->n != b->n || !policy_same(a->user_removal, b->user_removal) ||
-        !policy_same(a->drain, b->drain))
+        !policy_same(a->drain, b->drain) ||
+        !sv_socket_policy_equal(&a->outbound, &b->outbound))
         return false;
     for (size_t i = 0; i < a->n; i++)
         if (!ag_node_settings_equal(&a->nodes[i], &b->nodes[i]))

@@ -701,16 +701,18 @@ static void on_ob_closed(void *owner) { conn_release(owner); }
 static const sv_ob_stream_events ob_events = {on_connected, remote_alloc, on_remote_read,
                                               on_remote_written, on_ob_closed};
 
-/* Open the remote side through @p ops to @p d (issue 15: @p allow_internal lets a name that
- * resolves to an internal address be dialled). Reading the client stops until it is there.
+/* Open the remote side through @p ops to @p d, under socket policy @p sock (issue 13; NULL =
+ * none; owned by a target of c->plane), its name resolved on @p res (issue 13: a dns route's
+ * resolver, else the worker's); @p allow_internal lets a name that resolves to an internal
+ * address be dialled (issue 15). Reading the client stops until it is there.
  * @return false when the connection is closing (refused or failed now). */
-static bool open_stream(sv_conn *c, const sv_outbound_ops *ops, const sv_dest *d,
-                        bool allow_internal)
+static bool open_stream(sv_conn *c, const sv_outbound_ops *ops, const sv_socket_policy *sock,
+                        sv_resolver *res, const sv_dest *d, bool allow_internal)
 {
     c->ob.ops = ops;
     c->ob.ev = &ob_events;
     c->ob.owner = c;
-    c->ob.env = (sv_ob_env){&c->w->loop, &c->w->own_addrs, c->w->resolver};
+    c->ob.env = (sv_ob_env){&c->w->loop, &c->w->own_addrs, res, sock};
     c->ob.allow_internal = allow_internal;
     c->ob_opened = true;
     c->pending++; /* released by on_ob_closed */
@@ -775,7 +777,8 @@ static bool open_flow(sv_conn *c, const sv_dest *d, const char *sniffed)
         conn_close(c); /* refused like a blocked route */
         return false;
     }
-    if (!open_stream(c, t->ops, d, c->handler->allow_private || dec.names_dest))
+    if (!open_stream(c, t->ops, &t->sock, sv__route_resolver(w, dec.dns_server), d,
+                     c->handler->allow_private || dec.names_dest))
         return false;
     sv_flow_rec *f = calloc(1, sizeof *f);
     if (f == NULL) {
@@ -838,7 +841,7 @@ static void on_sniff_timeout(uv_timer_t *t)
 /* Dial the inbound's fallback: an operator's target, so neither routed nor refused as internal. */
 static void dial_fallback(sv_conn *c)
 {
-    open_stream(c, &sv_ob_direct, &c->handler->fallback, true);
+    open_stream(c, &sv_ob_direct, NULL, c->w->resolver, &c->handler->fallback, true);
 }
 
 /* ---- admission that waits for the fleet (issue 12: the device limit on Redis, fleet.h) --------
@@ -1422,7 +1425,7 @@ static void sub_open(sv_conn *c, const sv_effect *e)
     s->stream = e->stream;
     s->ob.ev = &sub_events;
     s->ob.owner = s;
-    s->ob.env = (sv_ob_env){&w->loop, &w->own_addrs, w->resolver};
+    s->ob.env = (sv_ob_env){&w->loop, &w->own_addrs, w->resolver, NULL};
     s->ob.ops = &sv_ob_blackhole;
     c->subs[c->n_subs++] = s;
     c->pending++; /* released by sub_closed */
@@ -1451,6 +1454,8 @@ static void sub_open(sv_conn *c, const sv_effect *e)
     sv__flow_describe(s->flow, w->index, s, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule,
                       c->plane->epoch);
     s->ob.ops = t->ops;
+    s->ob.env.sock = &t->sock; /* c->plane holds t */
+    s->ob.env.resolver = sv__route_resolver(w, dec.dns_server);
     s->ob.allow_internal = c->handler->allow_private || dec.names_dest;
     if (s->ob.ops->open(&s->ob, d) != 0)
         sub_end(s, true, true); /* refused (blackhole) or failed */

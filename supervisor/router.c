@@ -68,6 +68,7 @@ typedef struct rt_rule {
     unsigned networks; /**< bit (1 << enum sv_network) per network matcher */
     bool audit;        /**< sv_route_rule.audit */
     int64_t audit_id;
+    char *dns_server;  /**< sv_route_rule.dns_server (owned), or NULL */
 } rt_rule;
 
 struct sv_routes {
@@ -399,6 +400,7 @@ static void rt_rule_free(rt_rule *rr)
     rt_ipset_free(&rr->cidr);
     rt_ipset_free(&rr->source);
     free(rr->ports);
+    free(rr->dns_server);
     for (size_t i = 0; i < rr->n_regexes; i++)
         pcre2_code_free(rr->regexes[i]);
     free(rr->regexes);
@@ -420,6 +422,8 @@ static int rt_rule_compile(rt_rule *rr, const sv_route_rule *rule, const char **
     }
     rr->audit = rule->audit;
     rr->audit_id = rule->audit_id;
+    if (rule->dns_server != NULL && (rr->dns_server = strdup(rule->dns_server)) == NULL)
+        return -ENOMEM;
     for (size_t i = 0; i < rule->n_inbounds; i++) {
         rc = rt_strs_add(&rr->only_inbounds, rule->inbounds[i], false, false);
         if (rc < 0) {
@@ -684,7 +688,9 @@ sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q)
         enum rt_hit hit = rt_rule_matches(&r->rules[i], &t);
         if (hit != RT_MISS)
             return (sv_decision){.slot = r->rules[i].slot, .rule = (int)i,
-                                 .names_dest = hit == RT_HIT_DEST};
+                                 .names_dest = hit == RT_HIT_DEST &&
+                                               r->rules[i].dns_server == NULL,
+                                 .dns_server = r->rules[i].dns_server};
     }
     return (sv_decision){.slot = r->default_slot, .rule = -1, .names_dest = false};
 }

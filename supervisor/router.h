@@ -33,11 +33,15 @@ typedef struct sv_route_query {
  * internal address, see sv_dest_refused()): one of its domain, domain_suffix, domain_keyword or
  * regex matchers matched the destination's name, or one of its cidr matchers its IP. A rule
  * that matched only on port, network, inbound, source or the sniffed name does not name it.
+ * dns_server is the matching rule's (issue 13, a panel `dns` route): the server that resolves
+ * the flow's name, owned by the routes; NULL = the workers' resolver. A rule with a dns_server
+ * never names the destination: it changes how a name resolves, not what may be reached.
  */
 typedef struct sv_decision {
     uint32_t slot;
     int rule;
     bool names_dest;
+    const char *dns_server;
 } sv_decision;
 
 /**

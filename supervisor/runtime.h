@@ -47,6 +47,7 @@
  *  Shadowsocks 2022 chunk (0xFFFF + tag, PROTOCOLS.md §3.2), the largest of the cores. */
 #define SV_CARRY_MAX SV_SS22_CARRY_MAX
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
+#define SV_ROUTE_RESOLVERS_MAX 16       /**< issue 13: `dns` route servers a worker serves */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
 #define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */
 #define SV_TLS_HANDSHAKE_MS 10000       /**< issue 8: a transport handshake (TLS, WebSocket
@@ -105,6 +106,7 @@ typedef struct sv_target {
     char id[SV_TAG_MAX + 16]; /**< "tag@vN" */
     char tag[SV_TAG_MAX + 1];
     uint32_t version;
+    sv_socket_policy sock; /**< its outbound's socket policy (issue 13); zero = none */
 } sv_target;
 
 typedef struct sv_routes_ref {
@@ -267,6 +269,12 @@ struct sv_worker {
     sv_plane *plane;        /**< current plane (worker-owned reference) */
     sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
     sv_resolver *resolver;  /**< names of direct flows are resolved here (issue 13) */
+    /** Resolvers of panel `dns` routes (issue 13), one per server, made on first use
+     *  (sv__route_resolver) and kept until the worker ends (links hold them). */
+    struct sv_route_resolver {
+        char server[SV_DNS_SERVER_LEN];
+        sv_resolver *r;     /**< NULL: a free entry */
+    } route_resolvers[SV_ROUTE_RESOLVERS_MAX];
     sv_fleet *fleet;        /**< fleet-wide device limit client (issue 12), or NULL: off */
     sv_list listeners;      /**< sv_wlistener */
     sv_list conns;          /**< TCP connections (sv_conn) */
@@ -286,6 +294,15 @@ struct sv_worker {
                                         client read under layers */
     uint8_t stage[SV_CHAIN_STAGE_BYTES]; /**< boundaries between transport layers (layer.h) */
 };
+
+/**
+ * The resolver that resolves names for a flow routed with @p dns_server (sv_decision.dns_server,
+ * issue 13: a panel `dns` route): NULL → the worker's own; else this worker's resolver for that
+ * server (the workers' timeout and strategy), made on first use and kept until the worker ends.
+ * Past SV_ROUTE_RESOLVERS_MAX servers in the worker's life (or when c-ares refuses one): the
+ * worker's own. Worker thread only. (udp.c)
+ */
+sv_resolver *sv__route_resolver(sv_worker *w, const char *dns_server);
 
 struct sv_wlistener {
     sv_list link;

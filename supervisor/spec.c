@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,7 @@ void sv_route_rule_free(sv_route_rule *r)
         free(r->inbounds[i]);
     free(r->inbounds);
     free(r->outbound);
+    free(r->dns_server);
     memset(r, 0, sizeof *r);
 }
 
@@ -173,7 +175,7 @@ static int rule_clone(sv_route_rule *d, const sv_route_rule *s)
     memset(d, 0, sizeof *d);
     d->audit = s->audit;
     d->audit_id = s->audit_id;
-    if (dup_opt(&d->outbound, s->outbound) < 0)
+    if (dup_opt(&d->outbound, s->outbound) < 0 || dup_opt(&d->dns_server, s->dns_server) < 0)
         return -ENOMEM;
     d->matchers = alloc_array(s->n_matchers, sizeof *d->matchers);
     if (alloc_failed(d->matchers, s->n_matchers))
@@ -308,9 +310,21 @@ sv_policy sv_drain_policy_of(const sv_spec *spec, const sv_outbound_spec *out)
     return (sv_policy){.kind = SV_POLICY_KEEP};
 }
 
+bool sv_socket_policy_equal(const sv_socket_policy *a, const sv_socket_policy *b)
+{
+    return a->has_addr4 == b->has_addr4 && a->has_addr6 == b->has_addr6 &&
+           (!a->has_addr4 || memcmp(a->addr4, b->addr4, 4) == 0) &&
+           (!a->has_addr6 || memcmp(a->addr6, b->addr6, 16) == 0) &&
+           strcmp(a->interface, b->interface) == 0 && a->mark == b->mark &&
+           a->keepalive_idle_s == b->keepalive_idle_s &&
+           a->keepalive_interval_s == b->keepalive_interval_s &&
+           a->keepalive_count == b->keepalive_count && a->nagle == b->nagle;
+}
+
 bool sv_outbound_spec_equal(const sv_outbound_spec *a, const sv_outbound_spec *b)
 {
-    return str_eq(a->tag, b->tag) && a->kind == b->kind;
+    return str_eq(a->tag, b->tag) && a->kind == b->kind &&
+           sv_socket_policy_equal(&a->socket, &b->socket);
 }
 
 static bool cidr_eq(const sv_cidr *a, const sv_cidr *b)
@@ -348,7 +362,8 @@ static bool match_eq(const sv_route_match *a, const sv_route_match *b)
 static bool rule_eq(const sv_route_rule *a, const sv_route_rule *b)
 {
     if (a->n_matchers != b->n_matchers || a->n_inbounds != b->n_inbounds ||
-        !str_eq(a->outbound, b->outbound) || a->audit != b->audit ||
+        !str_eq(a->outbound, b->outbound) || !str_eq(a->dns_server, b->dns_server) ||
+        a->audit != b->audit ||
         (a->audit && a->audit_id != b->audit_id))
         return false;
     for (size_t i = 0; i < a->n_matchers; i++)
@@ -421,4 +436,38 @@ void sv_apply_report_free(sv_apply_report *report)
     strv_free(&report->rebound, &report->n_rebound);
     strv_free(&report->removed, &report->n_removed);
     memset(report, 0, sizeof *report);
+}
+
+bool sv_dns_server_valid(const char *s)
+{
+    char host[SV_DNS_SERVER_LEN];
+    const char *port = NULL;
+    uint8_t buf[16];
+    size_t len = strlen(s);
+    if (len == 0 || len >= sizeof host)
+        return false;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (close == NULL || close[1] != ':')
+            return false;
+        memcpy(host, s + 1, (size_t)(close - s - 1));
+        host[close - s - 1] = '\0';
+        if (inet_pton(AF_INET6, host, buf) != 1)
+            return false;
+        port = close + 2;
+    } else {
+        const char *colon = strchr(s, ':');
+        if (colon == NULL)
+            return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
+        if (strchr(colon + 1, ':') != NULL) /* a bare IPv6 address */
+            return inet_pton(AF_INET6, s, buf) == 1;
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+        if (inet_pton(AF_INET, host, buf) != 1)
+            return false;
+        port = colon + 1;
+    }
+    char *end;
+    long p = strtol(port, &end, 10);
+    return *port >= '0' && *port <= '9' && *end == '\0' && p >= 1 && p <= 65535;
 }

@@ -363,8 +363,12 @@ static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
     memset(p, 0, sizeof *p);
 }
 
-static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p)
+/* Targets per outbound: the running one when reused, else a new version; a new one's socket
+ * policy is tried on the host first (issue 13: refused at apply, not at the first flow). */
+static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec,
+                             prepared *p, sv_error *err)
 {
+    static const sv_socket_policy no_policy;
     size_t n = spec->n_outbounds;
     p->targets = calloc(n ? n : 1, sizeof *p->targets);
     p->versions = calloc(n ? n : 1, sizeof *p->versions);
@@ -384,9 +388,15 @@ static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_sp
         if (p->targets[i] == NULL) {
             st = find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag);
             p->versions[i] = st != NULL ? st->version : 1;
+            if (!sv_socket_policy_equal(&o->socket, &no_policy)) {
+                int rc = sv_socket_policy_check(&o->socket, o->tag, err);
+                if (rc != 0)
+                    return rc;
+            }
             p->targets[i] = sv_target_new(o->kind, o->tag, p->versions[i]);
             if (p->targets[i] == NULL)
                 return -ENOMEM;
+            p->targets[i]->sock = o->socket;
         }
         if (find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag) != NULL)
             p->publish = true;
@@ -537,7 +547,7 @@ static int prepare(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, 
                    sv_error *err)
 {
     memset(p, 0, sizeof *p);
-    int rc = prepare_outbounds(sv, plan, spec, p);
+    int rc = prepare_outbounds(sv, plan, spec, p, err);
     if (rc == 0)
         rc = prepare_routes(sv, plan, spec, p, err);
     if (rc == 0) {

@@ -179,9 +179,35 @@ enum sv_outbound_kind {
     SV_OUTBOUND_BLACKHOLE,  /**< refuse every flow, drop every datagram */
 };
 
+#define SV_IFNAME_MAX 16               /**< an interface name with its NUL (IFNAMSIZ) */
+#define SV_KEEPALIVE_IDLE_MAX 32767u    /**< largest keepalive idle / interval, seconds (Linux) */
+#define SV_KEEPALIVE_COUNT_MAX 127u     /**< largest keepalive probe count (Linux) */
+
+/**
+ * The socket policy of a direct outbound (issue 13 "Socket policy", seed 001 "socket 策略"):
+ * applied to every socket it opens, after creation and before bind/connect. A plain value;
+ * all zero = no policy (today's sockets: TCP_NODELAY on, no bind, no keepalive).
+ */
+typedef struct sv_socket_policy {
+    bool has_addr4, has_addr6; /**< a source address of that family is set */
+    uint8_t addr4[4];          /**< IPv4 source (network order): bound, port 0, on IPv4
+                                    sockets only (seed 001: only sockets of its family) */
+    uint8_t addr6[16];         /**< IPv6 source, likewise on IPv6 sockets only */
+    char interface[SV_IFNAME_MAX]; /**< SO_BINDTODEVICE; "" = none */
+    uint32_t mark;             /**< SO_MARK; 0 = none */
+    uint32_t keepalive_idle_s; /**< TCP keepalive after this idle time; 0 = off */
+    uint32_t keepalive_interval_s; /**< between probes; 0 = the kernel's (needs idle) */
+    uint32_t keepalive_count;  /**< unanswered probes before the end; 0 = the kernel's */
+    bool nagle;                /**< true: TCP_NODELAY off (config tcp_nodelay false) */
+} sv_socket_policy;
+
+/** Do two socket policies ask for the same sockets? */
+bool sv_socket_policy_equal(const sv_socket_policy *a, const sv_socket_policy *b);
+
 typedef struct sv_outbound_spec {
     char *tag;
     enum sv_outbound_kind kind;
+    sv_socket_policy socket; /**< direct only (issue 13); a change rebuilds the outbound */
     sv_policy drain; /**< overrides sv_spec.drain for this tag's replaced versions (DEFAULT: the
                           spec's); not part of the outbound's equality (no rebuild) */
 } sv_outbound_spec;
@@ -232,6 +258,10 @@ typedef struct sv_route_rule {
                            rule): a flow or datagram of a user it matches is recorded once per
                            (inbound, user, audit_id) until sv_take_audit() takes it */
     int64_t audit_id; /**< the panel's rule id, reported with the hit */
+    /** Issue 13 (a panel `dns` route, PANEL.md §1.4): names of flows this rule routes are
+     *  resolved by this server, "ip", "ipv4:port" or "[ipv6]:port" (port 53 when absent);
+     *  NULL = the workers' resolver. */
+    char *dns_server;
 } sv_route_rule;
 
 typedef struct sv_route_spec {
@@ -314,6 +344,12 @@ enum sv_dns_strategy {
 
 #define SV_DNS_SERVERS_MAX 8    /**< configured DNS servers */
 #define SV_DNS_SERVER_LEN 64    /**< "IP", "IPv4:port" or "[IPv6]:port", with its NUL */
+
+/**
+ * Is @p s a DNS server as the config and panel `dns` routes give it: "ip", "ipv4:port" or
+ * "[ipv6]:port" (issue 13 "DNS"), port 1..65535, shorter than SV_DNS_SERVER_LEN?
+ */
+bool sv_dns_server_valid(const char *s);
 
 /** The workers' resolver (issue 13 "DNS"): fixed at start; a plain value (copyable). */
 typedef struct sv_dns_options {

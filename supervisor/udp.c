@@ -246,7 +246,32 @@ static void on_sub_sent(void *owner, size_t n)
 
 static const sv_ob_dgram_events sub_events = {sub_alloc, on_sub_recv, on_sub_sent, on_sub_closed};
 
-static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rule, uint64_t epoch)
+sv_resolver *sv__route_resolver(sv_worker *w, const char *dns_server)
+{
+    if (dns_server == NULL)
+        return w->resolver;
+    struct sv_route_resolver *slot = NULL;
+    for (size_t i = 0; i < SV_ROUTE_RESOLVERS_MAX; i++) {
+        struct sv_route_resolver *e = &w->route_resolvers[i];
+        if (e->r != NULL && strcmp(e->server, dns_server) == 0)
+            return e->r;
+        if (e->r == NULL && slot == NULL)
+            slot = e;
+    }
+    sv_dns_options opts = w->shared->dns;
+    opts.n_servers = 1;
+    snprintf(opts.servers[0], sizeof opts.servers[0], "%s", dns_server);
+    if (slot == NULL || sv_resolver_new(&w->loop, &opts, &slot->r) != 0) {
+        if (slot != NULL)
+            slot->r = NULL;
+        return w->resolver; /* full (links hold the others), or c-ares refused it */
+    }
+    snprintf(slot->server, sizeof slot->server, "%s", dns_server);
+    return slot->r;
+}
+
+static sv_sublink *sub_open(sv_assoc *a, sv_target *t, sv_resolver *res, const sv_dest *d,
+                            int rule, uint64_t epoch)
 {
     if (a->n_subs == SV_UDP_SUBLINKS_MAX) {
         unsigned lru = 0;
@@ -271,7 +296,7 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, const sv_dest *d, int rul
     s->link.ops = t->ops;
     s->link.ev = &sub_events;
     s->link.owner = s;
-    s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs, a->w->resolver};
+    s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs, res, &t->sock};
     if (t->ops->dgram_open(&s->link) != 0) {
         sub_close(s); /* seed 002: no family bound; the datagram is dropped */
         return NULL;
@@ -300,12 +325,13 @@ void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
         sv_ip16_from(d->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, d->ip, &ip) &&
         sv_dest_refused(allow_private_now(a), dec.names_dest, &ip, a->w->own_addrs))
         return; /* issue 15: an internal address, dropped like a blocked datagram */
+    sv_resolver *res = sv__route_resolver(a->w, dec.dns_server);
     sv_sublink *s = NULL;
     for (unsigned i = 0; i < a->n_subs; i++)
-        if (a->subs[i]->target == t)
-            s = a->subs[i];
+        if (a->subs[i]->target == t && a->subs[i]->link.env.resolver == res)
+            s = a->subs[i]; /* one sub-link per outbound and resolver (issue 13 dns routes) */
     if (s == NULL)
-        s = sub_open(a, t, d, dec.rule, plane->epoch);
+        s = sub_open(a, t, res, d, dec.rule, plane->epoch);
     if (s == NULL)
         return;
     s->last_used = ++a->clock;

@@ -13,10 +13,11 @@
  *  2. references, in spec order: each inbound's user set; then each route rule (its outbound,
  *     then its inbounds list); then the default outbound;
  *  3. per-resource rules: inbounds (address, port, bind overlap with an earlier inbound,
- *     protocol, cipher, user set present), outbounds (kind), user sets (count, then per user:
+ *     protocol, cipher, user set present), outbounds (kind, socket policy), user sets
+ *     (count, then per user:
  *     duplicate id, secret, secret shared with an earlier user — a secret names its user, so two
  *     users with one secret would be told apart by nothing; issue 15), route (rule count, then
- *     per rule: matcher count, each matcher), policies.
+ *     per rule: matcher count, dns server, each matcher), policies.
  * Rule and matcher numbers in texts are 0-based indexes, like sv_flow_info.rule.
  */
 #include "config.h"
@@ -596,11 +597,50 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
 /* 3. Per-resource rules: outbounds, user sets                                               */
 /* ----------------------------------------------------------------------------------------- */
 
+/* Linux's dev_valid_name: 1..15 bytes, not "." or "..", no '/', ':' or white space. */
+static bool ifname_valid(const char *name)
+{
+    size_t n = strnlen(name, SV_IFNAME_MAX);
+    if (n == 0 || n >= SV_IFNAME_MAX || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (name[i] == '/' || name[i] == ':' || name[i] <= ' ' || name[i] == 0x7f)
+            return false;
+    return true;
+}
+
+/* Issue 13 "Socket policy": what can be told without the host (prepare checks the host:
+ * sv_socket_policy_check). */
+static int check_socket_policy(const sv_outbound_spec *out, sv_error *err)
+{
+    const sv_socket_policy *p = &out->socket;
+    static const sv_socket_policy none;
+    if (out->kind != SV_OUTBOUND_DIRECT) {
+        if (!sv_socket_policy_equal(p, &none))
+            return INVALID(err, "outbound %s: a socket policy needs a direct outbound", out->tag);
+        return 0;
+    }
+    if (p->interface[0] != '\0' && !ifname_valid(p->interface))
+        return INVALID(err, "outbound %s: interface \"%.*s\" is not a valid interface name",
+                       out->tag, SV_IFNAME_MAX, p->interface);
+    if (p->keepalive_idle_s > SV_KEEPALIVE_IDLE_MAX ||
+        p->keepalive_interval_s > SV_KEEPALIVE_IDLE_MAX)
+        return INVALID(err, "outbound %s: keepalive idle and interval are at most %u seconds",
+                       out->tag, SV_KEEPALIVE_IDLE_MAX);
+    if (p->keepalive_count > SV_KEEPALIVE_COUNT_MAX)
+        return INVALID(err, "outbound %s: keepalive count is at most %u", out->tag,
+                       SV_KEEPALIVE_COUNT_MAX);
+    if (p->keepalive_idle_s == 0 && (p->keepalive_interval_s != 0 || p->keepalive_count != 0))
+        return INVALID(err, "outbound %s: keepalive interval and count need an idle time",
+                       out->tag);
+    return 0;
+}
+
 static int check_outbound(const sv_outbound_spec *out, sv_error *err)
 {
     if (out->kind != SV_OUTBOUND_DIRECT && out->kind != SV_OUTBOUND_BLACKHOLE)
         return INVALID(err, "outbound %s: unknown kind", out->tag);
-    return 0;
+    return check_socket_policy(out, err);
 }
 
 static int check_user(const sv_user_set *set, const sv_user *u, sv_error *err)
@@ -715,6 +755,9 @@ static int check_route(const sv_route_spec *route, sv_error *err)
             return INVALID(err, "route: rule %zu has no matchers", r);
         if (rule->n_matchers > SV_MATCHERS_MAX)
             return INVALID(err, "route: rule %zu has more than %d matchers", r, SV_MATCHERS_MAX);
+        if (rule->dns_server != NULL && !sv_dns_server_valid(rule->dns_server))
+            return INVALID(err, "route: rule %zu: dns server \"%.64s\" is not \"ip\", "
+                           "\"ipv4:port\" or \"[ipv6]:port\"", r, rule->dns_server);
         for (size_t m = 0; m < rule->n_matchers; m++) {
             int rc = check_matcher(&rule->matchers[m], r, m, err);
             if (rc < 0)

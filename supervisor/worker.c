@@ -292,6 +292,10 @@ static void close_everything(sv_worker *w)
     sv__udp_close_all(w);
     sv_resolver_close(w->resolver); /* after the flows: none waits for it any more */
     w->resolver = NULL;
+    for (size_t i = 0; i < SV_ROUTE_RESOLVERS_MAX; i++) {
+        sv_resolver_close(w->route_resolvers[i].r);
+        w->route_resolvers[i].r = NULL;
+    }
     sv_fleet_close(w->fleet); /* after the connections: none waits for it any more */
     w->fleet = NULL;
     if (w->in_episode) /* the process stops: no "resumed" line */

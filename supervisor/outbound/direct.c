@@ -94,12 +94,18 @@ static void stream_release(sv_ob_stream *s)
 
 static void on_tcp_closed(uv_handle_t *h) { stream_release(h->data); }
 
+/* TCP_NODELAY on, unless the policy keeps Nagle's algorithm. */
+static void tcp_connected(sv_ob_stream *s, uv_tcp_t *tcp)
+{
+    uv_tcp_nodelay(tcp, s->env.sock == NULL || !s->env.sock->nagle);
+}
+
 static void on_connect(uv_connect_t *req, int status)
 {
     sv_ob_stream *s = req->data;
     if (!s->closing) {
         if (status == 0)
-            uv_tcp_nodelay(&s->tcp, 1);
+            tcp_connected(s, &s->tcp);
         s->ev->connected(s->owner, status);
     }
     stream_release(s);
@@ -107,12 +113,20 @@ static void on_connect(uv_connect_t *req, int status)
 
 static int dial(sv_ob_stream *s, const struct sockaddr *sa)
 {
-    int rc = uv_tcp_init(s->env.loop, &s->tcp);
+    int rc = uv_tcp_init_ex(s->env.loop, &s->tcp, sa->sa_family);
     if (rc != 0)
         return rc;
     s->tcp.data = s;
     s->tcp_inited = true;
     s->sock = &s->tcp;
+    if (s->env.sock != NULL) {
+        uv_os_fd_t fd;
+        rc = uv_fileno((uv_handle_t *)&s->tcp, &fd);
+        if (rc == 0)
+            rc = sv_socket_policy_apply(s->env.sock, fd, sa->sa_family, true);
+        if (rc != 0)
+            return rc;
+    }
     s->pending++;
     s->connect.data = s;
     rc = uv_tcp_connect(&s->connect, &s->tcp, sa, on_connect);
@@ -156,7 +170,7 @@ static void he_next(struct sv_ob_eyeballs *he)
         addr_sockaddr(&he->addrs.addrs[he->next], he->port, &ss);
         size_t idx = he->next++;
         he_attempt *a = calloc(1, sizeof *a);
-        int rc = a == NULL ? -ENOMEM : uv_tcp_init(s->env.loop, &a->tcp);
+        int rc = a == NULL ? -ENOMEM : uv_tcp_init_ex(s->env.loop, &a->tcp, ss.ss_family);
         if (rc != 0) {
             free(a);
             he->last_err = rc;
@@ -168,6 +182,14 @@ static void he_next(struct sv_ob_eyeballs *he)
         s->pending++;
         a->he = he;
         a->req.data = a;
+        uv_os_fd_t fd;
+        if (s->env.sock != NULL && ((rc = uv_fileno((uv_handle_t *)&a->tcp, &fd)) != 0 ||
+                                    (rc = sv_socket_policy_apply(s->env.sock, fd, ss.ss_family,
+                                                                 true)) != 0)) {
+            he->last_err = rc;
+            attempt_close(a);
+            continue;
+        }
         rc = uv_tcp_connect(&a->req, &a->tcp, (struct sockaddr *)&ss, on_attempt);
         if (rc != 0) { /* e.g. no route for this family: the next one at once */
             he->last_err = rc;
@@ -205,7 +227,7 @@ static void on_attempt(uv_connect_t *req, int status)
                 if (he->at[i] != a)
                     attempt_close(he->at[i]); /* the others' connects end cancelled */
             s->sock = &a->tcp;
-            uv_tcp_nodelay(s->sock, 1);
+            tcp_connected(s, s->sock);
             s->ev->connected(s->owner, 0);
         } else {
             he->last_err = status;
@@ -407,16 +429,20 @@ static int direct_dgram_open(sv_ob_dgram *g)
 {
     static const int families[2] = {AF_INET, AF_INET6};
     for (int i = 0; i < 2; i++) {
-        if (uv_udp_init(g->env.loop, &g->sock[i]) != 0)
+        if (uv_udp_init_ex(g->env.loop, &g->sock[i], (unsigned)families[i]) != 0)
             continue;
         g->sock[i].data = g;
         g->inited[i] = true;
         g->pending++;
-        struct sockaddr_storage any;
-        memset(&any, 0, sizeof any);
-        any.ss_family = (sa_family_t)families[i];
+        uv_os_fd_t fd;
+        if (g->env.sock != NULL &&
+            (uv_fileno((uv_handle_t *)&g->sock[i], &fd) != 0 ||
+             sv_socket_policy_apply(g->env.sock, fd, families[i], false) != 0))
+            continue; /* issue 13: no datagram leaves outside the policy */
+        struct sockaddr_storage src; /* the policy's source of this family, else any */
+        sv_socket_policy_source(g->env.sock, families[i], &src);
         unsigned flags = families[i] == AF_INET6 ? UV_UDP_IPV6ONLY : 0;
-        g->has[i] = uv_udp_bind(&g->sock[i], (struct sockaddr *)&any, flags) == 0 &&
+        g->has[i] = uv_udp_bind(&g->sock[i], (struct sockaddr *)&src, flags) == 0 &&
                     uv_udp_recv_start(&g->sock[i], dgram_alloc, on_dgram_recv) == 0;
     }
     /* "udp: no usable local socket in any requested family" */

@@ -37,7 +37,39 @@ typedef struct sv_ob_env {
     uv_loop_t *loop;
     sv_addrset *const *own_addrs; /**< the worker's field: read at each check, may hold NULL */
     sv_resolver *resolver;        /**< the worker's; names are resolved here */
+    /** The outbound's socket policy (issue 13), owned by its target (which the owner holds);
+     *  NULL = none (the operator's fallback). */
+    const sv_socket_policy *sock;
 } sv_ob_env;
+
+/**
+ * Apply socket policy @p p (NULL: nothing) to @p fd, a new socket of @p family (AF_INET or
+ * AF_INET6) not yet bound or connected: SO_MARK, SO_BINDTODEVICE, then for a stream (@p stream)
+ * TCP keepalive and, when @p p has a source address of @p family, a bind to it with port 0
+ * (IP_BIND_ADDRESS_NO_PORT: the port is chosen at connect). A datagram socket binds itself to
+ * sv_socket_policy_source(). TCP_NODELAY is set by the owner once connected. (sockopt.c)
+ * @return 0 or -errno of the first option the kernel refused.
+ */
+int sv_socket_policy_apply(const sv_socket_policy *p, int fd, int family, bool stream);
+
+/**
+ * The source address (port 0) of @p p for sockets of @p family into @p ss: the family's address
+ * and true, else the family's any address and false (seed 001: a bind address applies only to
+ * sockets of its family). @p p may be NULL (false).
+ */
+bool sv_socket_policy_source(const sv_socket_policy *p, int family, struct sockaddr_storage *ss);
+
+/**
+ * Prepare's host check of outbound @p tag's policy @p p (issue 13: refused at apply, not at the
+ * first flow): the interface exists, and a scratch TCP socket of each family with a source
+ * address (IPv4 when none, IPv6 if IPv4 is unavailable) takes every option and binds to the
+ * address.
+ * @return 0, or -EINVAL with @p err naming the option and the reason, e.g. "outbound direct:
+ *         bind address 192.0.2.7 is not an address of this host", "outbound direct: mark 7:
+ *         SO_MARK needs CAP_NET_ADMIN, which this process lacks", "outbound direct: interface
+ *         eth9: no such interface on this host".
+ */
+int sv_socket_policy_check(const sv_socket_policy *p, const char *tag, sv_error *err);
 
 /** Happy Eyeballs v2 "Connection Attempt Delay" (RFC 8305 §5, recommended 250 ms). */
 #define SV_OB_ATTEMPT_DELAY_MS 250

@@ -4,7 +4,8 @@
  * Checks: a refusal has a negative code, a message and leaves the config empty; an accepted
  * config has 1..AG_CONFIG_NODES_MAX nodes with non-empty tags and exactly one source per body;
  * a lowered fleet has one inbound and one user set per node, the two shared outbounds, and only
- * rules with matchers scoped to one node and sent to "block"; user labels are the decimal ids;
+ * rules with matchers scoped to one node and sent to "block" (or, dns routes, to "direct" with
+ * a valid DNS server); user labels are the decimal ids;
  * parsing is deterministic.
  */
 #include "config.h"
@@ -46,7 +47,11 @@ static void check_spec(const sv_spec *s, const ag_fleet *f)
     for (size_t i = 0; i < s->route.n_rules; i++) {
         const sv_route_rule *r = &s->route.rules[i];
         FUZZ_CHECK(r->n_matchers > 0 && r->n_inbounds == 1);
-        FUZZ_CHECK(strcmp(r->outbound, "block") == 0);
+        /* a block route: an audit rule to "block"; a dns route (issue 13): to "direct" with a
+         * valid server */
+        FUZZ_CHECK(r->dns_server == NULL ? strcmp(r->outbound, "block") == 0 && r->audit
+                                         : strcmp(r->outbound, "direct") == 0 && !r->audit &&
+                                               sv_dns_server_valid(r->dns_server));
         for (size_t m = 0; m < r->n_matchers; m++) /* issue 3: no regex that matches "" */
             FUZZ_CHECK(r->matchers[m].kind != SV_MATCH_REGEX ||
                        ag_regex_check(r->matchers[m].text, NULL, 0) == 0);

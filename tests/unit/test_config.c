@@ -836,6 +836,80 @@ static void config__api__keys_are_strict_and_public_needs_a_token(void **state)
                  "api.listen: expected a string");
 }
 
+/* `outbound` at the top and on a node (issue 13 "Socket policy"): values, defaults, strict keys
+ * and ranges, at most one address per family. */
+static void config__outbound__parses_and_refuses_bad_values(void **state)
+{
+    const char *set = "{\"outbound\":{\"bind\":[\"192.0.2.7\",\"2001:db8::7\"],\"interface\":"
+                      "\"eth1\",\"mark\":7,\"tcp_keepalive\":{\"idle\":60,\"interval\":10,"
+                      "\"count\":5},\"tcp_nodelay\":false},\"nodes\":[{\"tag\":\"a\","
+                      "\"outbound\":{\"bind\":[\"::1\"]},\"panel\":" PANEL_OK "}]}";
+    const char *dflt = "{\"nodes\":[" NODE_OK "]}";
+    ag_config cfg;
+    sv_error err = {0};
+    (void)state;
+    assert_int_equal(ag_config_parse(dflt, strlen(dflt), NULL, &cfg, &err), 0);
+    assert_false(cfg.outbound.has_addr4 || cfg.outbound.has_addr6 || cfg.outbound.nagle);
+    assert_int_equal(cfg.outbound.mark, 0);
+    assert_int_equal(cfg.outbound.keepalive_idle_s, 0);
+    assert_string_equal(cfg.outbound.interface, "");
+    assert_false(cfg.nodes[0].has_outbound);
+    ag_config_free(&cfg);
+    assert_int_equal(ag_config_parse(set, strlen(set), NULL, &cfg, &err), 0);
+    const sv_socket_policy *p = &cfg.outbound;
+    assert_true(p->has_addr4 && p->has_addr6);
+    assert_memory_equal(p->addr4, ((uint8_t[]){192, 0, 2, 7}), 4);
+    assert_int_equal(p->addr6[0], 0x20);
+    assert_int_equal(p->addr6[15], 7);
+    assert_string_equal(p->interface, "eth1");
+    assert_int_equal(p->mark, 7);
+    assert_int_equal(p->keepalive_idle_s, 60);
+    assert_int_equal(p->keepalive_interval_s, 10);
+    assert_int_equal(p->keepalive_count, 5);
+    assert_true(p->nagle);
+    assert_true(cfg.nodes[0].has_outbound);
+    assert_false(cfg.nodes[0].outbound.has_addr4);
+    assert_true(cfg.nodes[0].outbound.has_addr6);
+    assert_false(cfg.nodes[0].outbound.nagle);
+    ag_config_free(&cfg);
+    static const struct {
+        const char *outbound, *msg;
+    } bad[] = {
+        {"{\"bnd\":[]}", "outbound.bnd: unknown key"},
+        {"[]", "outbound: expected an object"},
+        {"{\"bind\":\"127.0.0.2\"}", "outbound.bind: expected an array of one or two IP "
+                                     "addresses"},
+        {"{\"bind\":[]}", "outbound.bind: expected an array of one or two IP addresses"},
+        {"{\"bind\":[\"a\",\"b\",\"c\"]}", "outbound.bind: expected an array of one or two IP "
+                                           "addresses"},
+        {"{\"bind\":[\"host.example\"]}", "outbound.bind[0]: not an IP address"},
+        {"{\"bind\":[\"127.0.0.2\",\"127.0.0.3\"]}", "outbound.bind[1]: a second IPv4 address "
+                                                     "(at most one per family)"},
+        {"{\"interface\":\"abcdefghijklmnop\"}", "outbound.interface: longer than 15 bytes"},
+        {"{\"interface\":7}", "outbound.interface: expected a string"},
+        {"{\"mark\":-1}", "outbound.mark: expected an integer between 0 and 4294967295"},
+        {"{\"mark\":4294967296}", "outbound.mark: expected an integer between 0 and 4294967295"},
+        {"{\"tcp_keepalive\":{\"interval\":5}}", "outbound.tcp_keepalive.idle: missing required "
+                                                 "key"},
+        {"{\"tcp_keepalive\":{\"idle\":0}}", "outbound.tcp_keepalive.idle: expected an integer "
+                                             "between 1 and 32767"},
+        {"{\"tcp_keepalive\":{\"idle\":1,\"count\":128}}", "outbound.tcp_keepalive.count: "
+                                                           "expected an integer between 1 and "
+                                                           "127"},
+        {"{\"tcp_keepalive\":{\"idle\":1,\"probes\":1}}", "outbound.tcp_keepalive.probes: "
+                                                          "unknown key"},
+        {"{\"tcp_nodelay\":1}", "outbound.tcp_nodelay: expected true or false"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"outbound\":%s,\"nodes\":[" NODE_OK "]}", bad[i].outbound);
+        expect_error(text, -EINVAL, bad[i].msg);
+    }
+    expect_error("{\"nodes\":[{\"tag\":\"a\",\"outbound\":{\"mark\":\"7\"},\"panel\":" PANEL_OK
+                 "}]}", -EINVAL, "nodes[0].outbound.mark: expected an integer between 0 and "
+                 "4294967295");
+}
+
 int main(void)
 {
     sv_log_threshold = SV_LOG_ERROR;
@@ -870,6 +944,7 @@ int main(void)
         cmocka_unit_test(config__redis_url__parses_and_refuses_bad_values),
         cmocka_unit_test(config__redis__parses_and_refuses_bad_values),
         cmocka_unit_test(config__max_connections__default_from_fd_limit),
+        cmocka_unit_test(config__outbound__parses_and_refuses_bad_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -247,6 +247,98 @@ static void lower__allow_private__reaches_the_inbound_and_is_a_setting(void **st
     free_state(&two[1]);
 }
 
+/* Issue 13: the fleet's `outbound` is the shared direct's policy; a node's own `outbound` gives it
+ * a direct outbound tagged with its tag and a last rule of its inbound (tcp or udp) to it, after
+ * its block rules; the policy is a setting. */
+static void lower__outbound__shared_and_per_node(void **state)
+{
+    (void)state;
+    const char *node = "{\"server_port\":1,\"cipher\":\"aes-128-gcm\",\"routes\":[{\"id\":3,"
+                       "\"match\":[\"domain:ads.example\"],\"action\":\"block\"}]}";
+    ag_node_state two[2];
+    state_from_json(&two[0], "a", node, "{\"users\":[]}");
+    state_from_json(&two[1], "b", "{\"server_port\":2,\"cipher\":\"aes-128-gcm\"}",
+                    "{\"users\":[]}");
+    two[1].has_outbound = true;
+    two[1].outbound = (sv_socket_policy){.has_addr4 = true, .addr4 = {127, 0, 0, 3}};
+    ag_fleet f = {.nodes = two, .n = 2, .outbound = {.mark = 7}};
+    sv_spec s;
+    sv_error err = {0};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), 0);
+    assert_int_equal(s.n_outbounds, 3);
+    assert_string_equal(s.outbounds[0].tag, "direct");
+    assert_int_equal(s.outbounds[0].socket.mark, 7);
+    assert_int_equal(s.outbounds[1].socket.mark, 0); /* block */
+    assert_string_equal(s.outbounds[2].tag, "b");
+    assert_int_equal(s.outbounds[2].kind, SV_OUTBOUND_DIRECT);
+    assert_true(s.outbounds[2].socket.has_addr4);
+    assert_int_equal(s.route.n_rules, 2);
+    assert_string_equal(s.route.rules[0].outbound, "block");
+    const sv_route_rule *r = &s.route.rules[1];
+    assert_string_equal(r->outbound, "b");
+    assert_int_equal(r->n_inbounds, 1);
+    assert_string_equal(r->inbounds[0], "b");
+    assert_int_equal(r->n_matchers, 2);
+    assert_int_equal(r->matchers[0].network, SV_NET_TCP);
+    assert_int_equal(r->matchers[1].network, SV_NET_UDP);
+    sv_spec_free(&s);
+
+    ag_node_state b;
+    state_from_json(&b, "b", "{\"server_port\":2,\"cipher\":\"aes-128-gcm\"}", "{\"users\":[]}");
+    assert_false(ag_node_settings_equal(&two[1], &b));
+    b.has_outbound = true;
+    b.outbound = two[1].outbound;
+    assert_true(ag_node_settings_equal(&two[1], &b));
+    b.outbound.addr4[3] = 4;
+    assert_false(ag_node_settings_equal(&two[1], &b));
+    free_state(&b);
+    free_state(&two[0]);
+    free_state(&two[1]);
+}
+
+/* Issue 13: `dns` routes become rules of the node's inbound after its block rules, to the node's
+ * direct outbound (its own when it has one), carrying the server; unserved servers are skipped. */
+static void lower__dns_routes__after_block_rules_with_their_server(void **state)
+{
+    (void)state;
+    const char *node =
+        "{\"server_port\":1,\"cipher\":\"aes-128-gcm\",\"routes\":["
+        "{\"id\":1,\"match\":[\"domain:split.test\"],\"action\":\"dns\","
+        "\"action_value\":\"udp://127.0.0.1:5353\"},"
+        "{\"id\":2,\"match\":[\"domain:ads.test\"],\"action\":\"block\"},"
+        "{\"id\":3,\"match\":[\"domain:doh.test\"],\"action\":\"dns\","
+        "\"action_value\":\"https://dns.example/dns-query\"},"
+        "{\"id\":4,\"match\":[\"main\",\"{}\"],\"action\":\"dns\",\"action_value\":\"1.1.1.1\"},"
+        "{\"id\":5,\"match\":[\"domain:x.test\"],\"action\":\"proxy\"}]}";
+    ag_node_state st;
+    state_from_json(&st, "a", node, "{\"users\":[]}");
+    sv_spec s;
+    lower_one(&st, &s);
+    assert_int_equal(s.route.n_rules, 2);
+    assert_string_equal(s.route.rules[0].outbound, "block");
+    assert_null(s.route.rules[0].dns_server);
+    const sv_route_rule *r = &s.route.rules[1];
+    assert_string_equal(r->outbound, "direct");
+    assert_string_equal(r->dns_server, "127.0.0.1:5353");
+    assert_false(r->audit);
+    assert_int_equal(r->n_inbounds, 1);
+    assert_string_equal(r->inbounds[0], "a");
+    assert_int_equal(r->n_matchers, 1);
+    assert_int_equal(r->matchers[0].kind, SV_MATCH_DOMAIN_SUFFIX);
+    assert_string_equal(r->matchers[0].text, "split.test");
+    sv_spec_free(&s);
+
+    st.has_outbound = true; /* then its own outbound, and its catch-all rule last */
+    lower_one(&st, &s);
+    assert_int_equal(s.route.n_rules, 3);
+    assert_string_equal(s.route.rules[1].outbound, "a");
+    assert_non_null(s.route.rules[1].dns_server);
+    assert_null(s.route.rules[2].dns_server);
+    assert_string_equal(s.route.rules[2].outbound, "a");
+    sv_spec_free(&s);
+    free_state(&st);
+}
+
 static void lower__speed_limit__mbps_to_bytes_per_second(void **state)
 {
     ag_node_state st;
@@ -1038,8 +1130,11 @@ static void lower__bad_regexps_protocols_and_other_actions__are_skipped(void **s
                     "{\"users\":[]}");
     lower_one(&st, &s);
     /* route 1: only refused entries (empty-matching, invalid, protocol:) → no rule, so never a
-     * block-everything rule; 3, 4: not block → no rule */
-    assert_int_equal(s.route.n_rules, 2);
+     * block-everything rule; 4: neither block nor dns → no rule; 3: dns (issue 13) → a rule
+     * after the block rules */
+    assert_int_equal(s.route.n_rules, 3);
+    assert_string_equal(s.route.rules[2].dns_server, "1.1.1.1");
+    assert_false(s.route.rules[2].audit);
     assert_int_equal(s.route.rules[0].n_matchers, 2);
     assert_int_equal(s.route.rules[0].matchers[0].kind, SV_MATCH_DOMAIN);
     assert_string_equal(s.route.rules[0].matchers[0].text, "x.test");
@@ -1244,6 +1339,8 @@ int main(void)
         cmocka_unit_test(lower__v17_fixture__gives_the_expected_spec),
         cmocka_unit_test(lower__listen__override_then_panel_then_default),
         cmocka_unit_test(lower__allow_private__reaches_the_inbound_and_is_a_setting),
+        cmocka_unit_test(lower__outbound__shared_and_per_node),
+        cmocka_unit_test(lower__dns_routes__after_block_rules_with_their_server),
         cmocka_unit_test(lower__speed_limit__mbps_to_bytes_per_second),
         cmocka_unit_test(lower__node_speed_limit__smallest_non_zero),
         cmocka_unit_test(lower__null_or_missing_limits__are_unlimited),

@@ -101,7 +101,7 @@ static void owner_init(owner *o, uv_loop_t *loop, const sv_outbound_ops *ops, bo
     o->s.owner = o;
     sv_resolver *r = NULL;
     assert_int_equal(sv_resolver_new(loop, NULL, &r), 0);
-    o->s.env = (sv_ob_env){loop, &o->own, r};
+    o->s.env = (sv_ob_env){loop, &o->own, r, NULL};
     o->s.allow_internal = allow_internal;
 }
 
@@ -359,7 +359,7 @@ static void a_direct_datagram_link_answers_from_the_destination_family(void **st
         o.g.owner = &o;
         sv_resolver *r = NULL;
         assert_int_equal(sv_resolver_new(&loop, NULL, &r), 0);
-        o.g.env = (sv_ob_env){&loop, &o.own, r};
+        o.g.env = (sv_ob_env){&loop, &o.own, r, NULL};
         assert_int_equal(o.g.ops->dgram_open(&o.g), 0);
         assert_true(o.g.has[cases[i].family == AF_INET ? 0 : 1]);
         sv_dest d = {.network = SV_NET_UDP};
@@ -383,11 +383,41 @@ static void a_direct_datagram_link_answers_from_the_destination_family(void **st
     (void)state;
 }
 
+/* Issue 13: prepare's host check of a socket policy names what the host refuses. */
+static void a_socket_policy_is_checked_on_the_host(void **state)
+{
+    (void)state;
+    sv_error err = {0};
+    sv_socket_policy ok = {.has_addr4 = true, .addr4 = {127, 0, 0, 2}, .interface = "lo",
+                           .keepalive_idle_s = 30};
+    if (sv_socket_policy_check(&ok, "direct", &err) != 0) {
+        /* SO_BINDTODEVICE needs CAP_NET_RAW before Linux 5.7: then the refusal must say so */
+        assert_non_null(strstr(err.msg, "SO_BINDTODEVICE needs CAP_NET_RAW"));
+        ok.interface[0] = '\0';
+        assert_int_equal(sv_socket_policy_check(&ok, "direct", &err), 0);
+    }
+    sv_socket_policy foreign = {.has_addr4 = true, .addr4 = {192, 0, 2, 1}};
+    assert_int_equal(sv_socket_policy_check(&foreign, "direct", &err), -EINVAL);
+    assert_string_equal(err.msg,
+                        "outbound direct: bind address 192.0.2.1 is not an address of this host");
+    sv_socket_policy noif = {.interface = "nosuchif0"};
+    assert_int_equal(sv_socket_policy_check(&noif, "x", &err), -EINVAL);
+    assert_string_equal(err.msg, "outbound x: interface nosuchif0: no such interface on this host");
+    sv_socket_policy mark = {.mark = 7};
+    int rc = sv_socket_policy_check(&mark, "direct", &err);
+    if (geteuid() != 0)
+        assert_string_equal(err.msg, "outbound direct: mark 7: SO_MARK needs CAP_NET_ADMIN, "
+                                     "which this process lacks");
+    else
+        assert_int_equal(rc, 0);
+}
+
 int main(void)
 {
     alarm(60); /* bounded: a lost event must not hang the suite */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(blackhole_refuses_and_closes_at_once),
+        cmocka_unit_test(a_socket_policy_is_checked_on_the_host),
         cmocka_unit_test(direct_relays_both_ways_and_closes_once),
         cmocka_unit_test(a_name_resolving_to_an_internal_address_is_refused_unless_allowed),
         cmocka_unit_test(a_close_during_resolution_reports_only_closed),

@@ -174,6 +174,38 @@ static void domain_matches_the_whole_name_ignoring_case_and_a_trailing_dot(void 
     sv_routes_free(r);
 }
 
+/* Issue 13 (panel dns routes): the matching rule's DNS server comes with the decision. */
+static void a_decision_carries_its_rules_dns_server(void **state)
+{
+    (void)state;
+    sv_route_match m0 = {.kind = SV_MATCH_DOMAIN_SUFFIX, .text = "split.test"};
+    sv_route_match m1 = {.kind = SV_MATCH_DOMAIN, .text = "plain.test"};
+    char server[] = "127.0.0.1:5353";
+    sv_route_rule rules[2] = {
+        {.matchers = &m0, .n_matchers = 1, .outbound = "direct", .dns_server = server},
+        {.matchers = &m1, .n_matchers = 1, .outbound = "direct"},
+    };
+    sv_route_spec spec = {.rules = rules, .n_rules = 2, .default_outbound = "direct"};
+    sv_routes *r = NULL;
+    assert_int_equal(sv_routes_compile(&spec, &r, NULL), 0);
+    server[0] = 'x'; /* the routes hold their own copy */
+    sv_dest d = dest_domain("a.split.test", 443);
+    sv_route_query q = {.dest = &d, .inbound = "in", .network = SV_NET_TCP};
+    sv_decision dec = sv_routes_decide(r, &q);
+    assert_int_equal(dec.rule, 0);
+    assert_string_equal(dec.dns_server, "127.0.0.1:5353");
+    assert_false(dec.names_dest); /* issue 15: a dns route opens no internal destination */
+    d = dest_domain("plain.test", 443);
+    dec = sv_routes_decide(r, &q);
+    assert_int_equal(dec.rule, 1);
+    assert_null(dec.dns_server);
+    d = dest_domain("other.test", 443);
+    dec = sv_routes_decide(r, &q);
+    assert_int_equal(dec.rule, -1);
+    assert_null(dec.dns_server);
+    sv_routes_free(r);
+}
+
 static void domain_suffix_matches_the_name_and_its_subdomains_only(void **state)
 {
     (void)state;
@@ -561,6 +593,7 @@ int main(void)
         cmocka_unit_test(the_default_tag_gets_the_last_slot_when_no_rule_names_it),
         cmocka_unit_test(domain_matches_the_whole_name_ignoring_case_and_a_trailing_dot),
         cmocka_unit_test(domain_suffix_matches_the_name_and_its_subdomains_only),
+        cmocka_unit_test(a_decision_carries_its_rules_dns_server),
         cmocka_unit_test(regex_is_searched_caseless_in_the_destination_name),
         cmocka_unit_test(regex_matches_the_sniffed_name),
         cmocka_unit_test(regex_matches_an_ip_literal_without_the_port_and_audit_ids_are_kept),

@@ -429,6 +429,61 @@ static void an_unknown_outbound_kind_is_refused(void **state)
     expect_invalid(&f, "outbound block: unknown kind");
 }
 
+/* Issue 13 "Socket policy": what validate tells without the host. */
+static void a_socket_policy_is_checked(void **state)
+{
+    fx f;
+    (void)state;
+    fx_init(&f);
+    f.out[0].socket = (sv_socket_policy){.has_addr4 = true, .addr4 = {127, 0, 0, 2},
+                                         .interface = "eth0", .mark = 7, .keepalive_idle_s = 60,
+                                         .keepalive_interval_s = 10, .keepalive_count = 5};
+    expect_valid(&f);
+    f.out[1].socket.mark = 1;
+    expect_invalid(&f, "outbound block: a socket policy needs a direct outbound");
+    static const char *const bad_names[] = {".", "..", "a/b", "a b", "a:1"};
+    for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+        fx_init(&f);
+        snprintf(f.out[0].socket.interface, SV_IFNAME_MAX, "%s", bad_names[i]);
+        char want[128];
+        snprintf(want, sizeof want, "outbound direct: interface \"%s\" is not a valid interface "
+                 "name", bad_names[i]);
+        expect_invalid(&f, want);
+    }
+    fx_init(&f);
+    f.out[0].socket.keepalive_idle_s = SV_KEEPALIVE_IDLE_MAX + 1;
+    expect_invalid(&f, "outbound direct: keepalive idle and interval are at most 32767 seconds");
+    fx_init(&f);
+    f.out[0].socket = (sv_socket_policy){.keepalive_idle_s = 1, .keepalive_count = 128};
+    expect_invalid(&f, "outbound direct: keepalive count is at most 127");
+    fx_init(&f);
+    f.out[0].socket.keepalive_interval_s = 5;
+    expect_invalid(&f, "outbound direct: keepalive interval and count need an idle time");
+}
+
+/* Issue 13: a dns route's server is "ip", "ipv4:port" or "[ipv6]:port". */
+static void a_rules_dns_server_is_checked(void **state)
+{
+    fx f;
+    (void)state;
+    static char *const good[] = {"127.0.0.1", "127.0.0.1:5353", "[::1]:53", "::1"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        fx_init(&f);
+        f.rules[1].dns_server = good[i];
+        expect_valid(&f);
+    }
+    static char *const bad[] = {"https://dns.example/dns-query", "dns.example", "1.2.3.4:0",
+                                "[::1]", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fx_init(&f);
+        f.rules[1].dns_server = bad[i];
+        char want[160];
+        snprintf(want, sizeof want, "route: rule 1: dns server \"%s\" is not \"ip\", "
+                 "\"ipv4:port\" or \"[ipv6]:port\"", bad[i]);
+        expect_invalid(&f, want);
+    }
+}
+
 static void a_duplicate_user_id_is_refused(void **state)
 {
     fx f;
@@ -857,6 +912,8 @@ int main(void)
         cmocka_unit_test(vless_inbound_rules),
         cmocka_unit_test(a_shadowsocks_inbound_needs_a_user_set),
         cmocka_unit_test(an_unknown_outbound_kind_is_refused),
+        cmocka_unit_test(a_socket_policy_is_checked),
+        cmocka_unit_test(a_rules_dns_server_is_checked),
         cmocka_unit_test(a_duplicate_user_id_is_refused),
         cmocka_unit_test(a_user_needs_a_secret),
         cmocka_unit_test(a_secret_shared_by_two_users_is_refused),
