@@ -288,7 +288,8 @@ static void index_users(up_node *nd)
 {
     free(nd->uids);
     nd->uids = NULL;
-    if (nd->retiring || nd->users.n == 0 || (nd->uids = malloc(nd->users.n * sizeof *nd->uids)) == NULL)
+    if (nd->retiring || nd->users.n == 0 ||
+        (nd->uids = malloc(nd->users.n * sizeof *nd->uids)) == NULL)
         return;
     for (size_t i = 0; i < nd->users.n; i++)
         nd->uids[i] = nd->users.users[i].id;
@@ -1384,9 +1385,18 @@ static up_node *sibling(const up_node *nd)
  * @return whether it closed. Without a live sibling it pushes its rows itself. */
 static bool retire_to_sibling(up_node *nd)
 {
-    up_node *to = sibling(nd);
+    up_node *to = find_node(nd->u, nd->tag);
     sv_error err = {0};
-    if (to == NULL)
+    ag_uplink *u = nd->u;
+    if (to != NULL) { /* listed again with another type: the new node has the same tag and
+                         so already pushes these rows */
+        node_close(nd);
+        if (!to->pushing)
+            uv_timer_start(&to->push_timer, on_push_timer, 0, 0);
+        publish(u);
+        return true;
+    }
+    if ((to = sibling(nd)) == NULL)
         return false;
     ag_uplink_flush(nd->u);
     if (db_usage_move(nd->u->db, nd->tag, to->tag, &err) != 0) {
@@ -1396,7 +1406,6 @@ static bool retire_to_sibling(up_node *nd)
     }
     SV_LOG(SV_LOG_INFO, MOD, "node %s: removed from its machine; its pending usage is pushed "
            "through node %s", nd->tag, to->tag);
-    ag_uplink *u = nd->u;
     node_close(nd);
     if (!to->pushing) /* now, not a push interval later */
         uv_timer_start(&to->push_timer, on_push_timer, 0, 0);
@@ -1809,7 +1818,7 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
             if (strcmp(running->nodes[k].tag, nd->tag) == 0)
                 st = &running->nodes[k];
         /* what runs must be what the uplink holds: not a refused answer still held */
-        if (st == NULL || !nd->has_node || !nd->has_users ||
+        if (st == NULL || nd->retiring || !nd->has_node || !nd->has_users ||
             !pn_node_equal(&st->node, &nd->node) || !pn_users_equal(&st->users, &nd->users))
             continue;
         nd->from_store = false;
