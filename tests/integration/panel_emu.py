@@ -55,7 +55,7 @@ request with machine_id (query) is authenticated with the machine token (401 unk
 403 wrong token) and answered for its node_id from that node's config and users (400 "Server
 does not exist" for a node the machine does not have). Pushes are also added to the state's
 "node_totals" {node_id: {uid: [up, down]}} and recorded with their "node_id". Faults, hits and
-/_emu/raw take "machine/nodes" as an endpoint name.
+/_emu/raw take "machine/nodes" as an endpoint name; /_emu/down refuses the machine endpoints too.
 
 usage: panel_emu.py --port P --token T --config FILE --users FILE [--ready-file F] [--hold S]
                     [--mode uniproxy|sspanel|xboard]
@@ -262,6 +262,9 @@ class Handler(BaseHTTPRequestHandler):
             queue = STATE["faults"].get(ep) or []
             fault = queue.pop(0) if queue else None
             raw_answer = STATE["raw"].get(ep)
+            down = STATE["down"]
+        if down:
+            return self.send(502, b"<html>502 Bad Gateway</html>", "text/html")
         try:
             body = json.loads(raw or b"{}")
             assert isinstance(body, dict)

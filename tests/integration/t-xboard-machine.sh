@@ -8,7 +8,8 @@
 # (an HTML 200 page) keeps both nodes with one warning; the vless node removed from the machine
 # stops listening and the usage it still held reaches the panel (through the machine's other
 # node) so the panel's per-user totals equal katana's own usage lines exactly; a node added to
-# the machine starts listening and serves its user.
+# the machine starts listening and serves its user; a restart while the panel is down starts the
+# machine's nodes from the stored list and state.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 kt_need ss-local v2ray curl sqlite3
@@ -121,4 +122,13 @@ stream_wait added "$S3" 20 "the added node serves its user"
 check "the first node still serves" tcp_rt "$C1" ok
 kat_stop
 check "katana exits 0" test "$SRV_RC" = 0
+
+# a restart while the panel is down serves the machine's stored list with its nodes' stored state
+panel_ctl down '{"down": true}'
+kat_start "$T/config.json"
+check "after a restart with the panel down the added node listens again" kt_wait_port "$SS2_PORT" 10
+check "and serves its user" tcp_rt "$C3" ok
+check "the removed node stays stopped" port_closed "$VL_PORT"
+kat_stop
+check "katana exits 0 again" test "$SRV_RC" = 0
 kt_finish
