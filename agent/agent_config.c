@@ -556,7 +556,9 @@ static int opt_seconds(const json_t *panel, const char *path, const char *key, u
 }
 
 /* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (issue #3, PANEL.md §1);
- * {"type":"xboard", the same keys} (issue 14, Xboard API v2 and its node channel); or
+ * {"type":"xboard", the same keys} (issue 14, Xboard API v2 and its node channel), or
+ * {"type":"xboard","url","token","machine_id","timeout"} (machine mode, PANEL.md §1.1: the
+ * panel's machine list names the nodes and their types); or
  * {"type":"sspanel","url","token","node_id","timeout","pull_interval","push_interval"}
  * (issue 14, PANEL.md §2: mod_mu has no interval setting of its own, no node_type). */
 static int parse_remote(const json_t *panel, const char *path, enum ag_panel_type type,
@@ -564,25 +566,39 @@ static int parse_remote(const json_t *panel, const char *path, enum ag_panel_typ
 {
     static const char *const up_keys[] = {"type", "url", "token", "node_id", "node_type",
                                           "timeout", NULL};
+    static const char *const xb_keys[] = {"type", "url", "token", "node_id", "node_type",
+                                          "timeout", "machine_id", NULL};
+    static const char *const machine_keys[] = {"type", "url", "token", "machine_id", "timeout",
+                                               NULL};
     static const char *const ss_keys[] = {"type", "url", "token", "node_id", "timeout",
                                           "pull_interval", "push_interval", NULL};
     const char *url, *token, *node_type = "sspanel", *node_id = NULL;
     char idbuf[24], p[PATH_MAX_TEXT];
     bool sspanel = type == AG_PANEL_SSPANEL;
+    const json_t *mid = type == AG_PANEL_XBOARD ? json_object_get(panel, "machine_id") : NULL;
+    bool machine = mid != NULL;
     pc->type = type;
     pc->timeout_s = AG_CONFIG_TIMEOUT_DEFAULT;
-    int rc = check_keys(panel, path, sspanel ? ss_keys : up_keys, err);
+    int rc = check_keys(panel, path, sspanel ? ss_keys
+                                    : type != AG_PANEL_XBOARD ? up_keys
+                                    : machine && json_object_get(panel, "node_id") == NULL
+                                        ? machine_keys : xb_keys, err);
+    if (rc == 0 && machine && json_object_get(panel, "node_id") != NULL)
+        rc = sv_error_set(err, -EINVAL, "%s: node_id and machine_id exclude each other (a "
+                          "machine's nodes come from the panel)", path);
+    if (rc == 0 && machine && !(json_is_integer(mid) && json_integer_value(mid) > 0))
+        rc = sv_error_set(err, -EINVAL, "%s.machine_id: expected a positive integer", path);
     if (rc == 0)
         rc = get_string(panel, path, "url", true, &url, err);
     if (rc == 0 && strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
         rc = sv_error_set(err, -EINVAL, "%s.url: must start with http:// or https://", path);
     if (rc == 0)
         rc = get_string(panel, path, "token", true, &token, err);
-    if (rc == 0 && !sspanel)
+    if (rc == 0 && !sspanel && !machine)
         rc = get_string(panel, path, "node_type", true, &node_type, err);
     if (rc != 0)
         return rc;
-    const json_t *id = json_object_get(panel, "node_id");
+    const json_t *id = machine ? mid : json_object_get(panel, "node_id");
     path_key(p, sizeof p, path, "node_id");
     if (json_is_integer(id) && json_integer_value(id) > 0) {
         snprintf(idbuf, sizeof idbuf, "%lld", (long long)json_integer_value(id));
@@ -608,9 +624,13 @@ static int parse_remote(const json_t *panel, const char *path, enum ag_panel_typ
         return rc;
     pc->url = strdup(url);
     pc->token = strdup(token);
-    pc->node_id = strdup(node_id);
-    pc->node_type = strdup(node_type);
-    if (pc->url == NULL || pc->token == NULL || pc->node_id == NULL || pc->node_type == NULL)
+    if (machine)
+        pc->machine_id = strdup(node_id);
+    else
+        pc->node_id = strdup(node_id);
+    pc->node_type = strdup(machine ? "machine" : node_type);
+    if (pc->url == NULL || pc->token == NULL || (pc->node_id == NULL && pc->machine_id == NULL) ||
+        pc->node_type == NULL)
         return sv_error_set(err, -ENOMEM, "%s: out of memory", path);
     return 0;
 }
@@ -1042,26 +1062,64 @@ const char *ag_panel_type_name(enum ag_panel_type type)
     return "unknown";
 }
 
+static char *dup_or_null(const char *s, bool *failed)
+{
+    char *c = s != NULL ? strdup(s) : NULL;
+    *failed |= s != NULL && c == NULL;
+    return c;
+}
+
+int ag_node_config_copy(ag_node_config *dst, const ag_node_config *src)
+{
+    bool failed = false;
+    *dst = *src;
+    dst->tag = dup_or_null(src->tag, &failed);
+    dst->listen = dup_or_null(src->listen, &failed);
+    dst->cert.cert_file = dup_or_null(src->cert.cert_file, &failed);
+    dst->cert.key_file = dup_or_null(src->cert.key_file, &failed);
+    dst->fallback = dup_or_null(src->fallback, &failed);
+    dst->panel.node = json_incref(src->panel.node);
+    dst->panel.users = json_incref(src->panel.users);
+    dst->panel.node_file = dup_or_null(src->panel.node_file, &failed);
+    dst->panel.users_file = dup_or_null(src->panel.users_file, &failed);
+    dst->panel.url = dup_or_null(src->panel.url, &failed);
+    dst->panel.token = dup_or_null(src->panel.token, &failed);
+    dst->panel.node_id = dup_or_null(src->panel.node_id, &failed);
+    dst->panel.node_type = dup_or_null(src->panel.node_type, &failed);
+    dst->panel.machine_id = dup_or_null(src->panel.machine_id, &failed);
+    if (!failed)
+        return 0;
+    ag_node_config_free(dst);
+    return -ENOMEM;
+}
+
+void ag_node_config_free(ag_node_config *n)
+{
+    if (n == NULL)
+        return;
+    free(n->tag);
+    free(n->listen);
+    free(n->cert.cert_file);
+    free(n->cert.key_file);
+    free(n->fallback);
+    json_decref(n->panel.node);
+    json_decref(n->panel.users);
+    free(n->panel.node_file);
+    free(n->panel.users_file);
+    free(n->panel.url);
+    free(n->panel.token);
+    free(n->panel.node_id);
+    free(n->panel.node_type);
+    free(n->panel.machine_id);
+    memset(n, 0, sizeof *n);
+}
+
 void ag_config_free(ag_config *cfg)
 {
     if (cfg == NULL)
         return;
-    for (size_t i = 0; i < cfg->n_nodes; i++) {
-        ag_node_config *n = &cfg->nodes[i];
-        free(n->tag);
-        free(n->listen);
-        free(n->cert.cert_file);
-        free(n->cert.key_file);
-        free(n->fallback);
-        json_decref(n->panel.node);
-        json_decref(n->panel.users);
-        free(n->panel.node_file);
-        free(n->panel.users_file);
-        free(n->panel.url);
-        free(n->panel.token);
-        free(n->panel.node_id);
-        free(n->panel.node_type);
-    }
+    for (size_t i = 0; i < cfg->n_nodes; i++)
+        ag_node_config_free(&cfg->nodes[i]);
     free(cfg->db_path);
     free(cfg->nodes);
     free(cfg->api_listen);

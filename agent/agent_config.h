@@ -97,6 +97,11 @@ typedef struct ag_panel_config {
      * "sspanel"). */
     uint32_t pull_interval_s; /**< 0 = default (60 s) */
     uint32_t push_interval_s; /**< 0 = default (60 s) */
+    /* AG_PANEL_XBOARD machine mode (issue 14, PANEL.md §1.1): machine_id instead of node_id
+     * (node_id NULL, node_type "machine"); the entry stands for every node the panel assigns
+     * to the machine, expanded at run time (ag_uplink_expand) into one node per panel node,
+     * tagged "<tag>-<node id>", each with a copy of this entry's other settings. */
+    char *machine_id; /**< decimal text, or NULL */
 } ag_panel_config;
 
 /** `cert` of a node (issue 8): where its TLS certificate comes from. */
@@ -192,6 +197,16 @@ int ag_config_load_file(const char *path, ag_config *out, sv_error *err);
 /** The config spelling of a panel type ("local", "uniproxy", "sspanel", "xboard";
  *  "unknown"). */
 const char *ag_panel_type_name(enum ag_panel_type type);
+
+/**
+ * Deep copy of one node's settings (issue 14: a machine entry is copied once per panel node).
+ * @param dst  overwritten; free with ag_node_config_free()
+ * @return 0 or -ENOMEM (dst zeroed).
+ */
+int ag_node_config_copy(ag_node_config *dst, const ag_node_config *src);
+
+/** Free what one node's settings own and zero them. NULL-safe. */
+void ag_node_config_free(ag_node_config *n);
 
 /** Free what a config owns and zero it. NULL-safe. */
 void ag_config_free(ag_config *cfg);

@@ -125,6 +125,8 @@ static void start_reload(ag_main *am)
     ag_config cfg;
     sv_error err = {0};
     int rc = ag_config_load_file(am->config_path, &cfg, &err);
+    if (rc == 0 && (rc = ag_uplink_expand(am->uplink, &cfg, &err)) != 0)
+        ag_config_free(&cfg); /* issue 14: a machine's nodes are the uplink's */
     if (rc != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err.msg);
         return;
@@ -336,7 +338,11 @@ static int run_start(ag_main *am, const ag_config *cfg)
                PACKAGE_VERSION);
         return 0;
     }
-    rc = ag_manager_load(am->mgr, cfg, on_first_load, am, &err);
+    ag_config run;
+    rc = ag_config_load_file(am->config_path, &run, &err); /* the file as parsed at start */
+    if (rc == 0 && (rc = ag_uplink_expand(am->uplink, &run, &err)) == 0)
+        rc = ag_manager_load(am->mgr, &run, on_first_load, am, &err);
+    ag_config_free(&run);
     if (rc != 0)
         fprintf(stderr, "katana: %s\n", err.msg);
     return rc;
@@ -435,21 +441,25 @@ static int check_client(void *arg, const ag_node_config *nc, pn_client **out, sv
     return rc;
 }
 
-/* --offline: remote panel nodes are moved past cfg->n_nodes (restored by the caller from
- * @p n_all) and named on stdout; @return how many nodes remain to fetch. */
-static size_t check_offline(ag_config *cfg)
+/* Nodes check does not fetch are moved past cfg->n_nodes (restored by the caller from
+ * @p n_all) and named on stdout: with --offline every remote panel node; always an Xboard
+ * machine entry (issue 14: its nodes come from the machine's list, which only `run` follows).
+ * @return how many nodes remain to fetch. */
+static size_t check_offline(ag_config *cfg, bool offline)
 {
     size_t k = 0;
     for (size_t i = 0; i < cfg->n_nodes; i++) {
-        if (cfg->nodes[i].panel.type == AG_PANEL_LOCAL) {
+        if (cfg->nodes[i].panel.type == AG_PANEL_LOCAL ||
+            (!offline && cfg->nodes[i].panel.machine_id == NULL)) {
             ag_node_config t = cfg->nodes[k];
             cfg->nodes[k++] = cfg->nodes[i];
             cfg->nodes[i] = t;
         }
     }
     for (size_t i = k; i < cfg->n_nodes; i++)
-        printf("node %s: %s panel not contacted (--offline)\n", cfg->nodes[i].tag,
-               ag_panel_type_name(cfg->nodes[i].panel.type));
+        printf("node %s: %s panel not contacted (%s)\n", cfg->nodes[i].tag,
+               ag_panel_type_name(cfg->nodes[i].panel.type),
+               offline ? "--offline" : "machine mode: the node list is fetched by run only");
     return k;
 }
 
@@ -470,8 +480,7 @@ static int cmd_check(const char *path, bool offline)
     ag_remote_source remote = {.client = check_client, .arg = &loop};
     size_t n_all = cfg.n_nodes;
     int rc = 0;
-    if (offline)
-        cfg.n_nodes = check_offline(&cfg);
+    cfg.n_nodes = check_offline(&cfg, offline);
     if (cfg.n_nodes > 0) {
         c.done = false;
         rc = ag_fetch(&loop, &cfg, NULL, offline ? NULL : &remote, on_check_fetched, &c, &c.err);

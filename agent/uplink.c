@@ -15,6 +15,7 @@
 
 #include "agent/lower.h"
 #include "agent/uplink.h"
+#include "panel/xboard.h"
 #include "supervisor/util/log.h"
 
 #define MOD "ag.uplink"
@@ -52,9 +53,17 @@ typedef struct snap_state {
 } snap_state;
 
 
+typedef struct up_machine up_machine;
+
 typedef struct up_node {
     ag_uplink *u;
     char *tag;
+    up_machine *machine; /* the Xboard machine this node came from (issue 14), or NULL */
+    uint64_t machine_node; /* its id in the machine's list */
+    char machine_type[PN_XB_TYPE_MAX + 1]; /* its type in that list */
+    bool retiring;       /* the machine no longer lists it: not offered, not billed, pushing
+                            what it still holds until its outbox is empty or moved */
+    int handles;         /* timers still closing */
     pn_client *client;
     pn_node node;     /* the panel's latest node settings (what the node manager is offered) */
     pn_users users;   /* the panel's latest user list */
@@ -81,12 +90,29 @@ typedef struct up_node {
     uint64_t audit_recorded; /* hits written to the outbox since start */
 } up_node;
 
+/* An Xboard machine (issue 14, PANEL.md §1.1): its node list, pulled on the machine's
+ * pull_interval, names the nodes this uplink runs for it. */
+struct up_machine {
+    ag_uplink *u;
+    ag_node_config nc;     /* the config entry (copy): every node's settings but its id */
+    pn_xb_machine_client *client;
+    pn_xb_machine list;    /* the last good list */
+    bool has_list;
+    uv_timer_t timer;
+    unsigned fails;
+    char error[160];       /* the last list error logged as a warning */
+    char skipped[160];     /* the last "type not served" warning */
+};
+
 struct ag_uplink {
     uv_loop_t *loop;
     sv_supervisor *sv;
     db_store *db;
-    up_node *nodes;
-    size_t n;
+    up_node **nodes; /* live and retiring nodes */
+    size_t n, cap;
+    up_machine **machines;
+    size_t n_machines;
+    bool freeing;
     uv_timer_t flush_timer;
     unsigned flush_s;
     sv_usage *carry; /* taken but not yet written (store error) */
@@ -128,8 +154,16 @@ static uint64_t pull_ms(const up_node *nd)
 
 static uint64_t push_ms(const up_node *nd)
 {
+    if (nd->retiring)
+        return 1000u; /* what it still holds goes out soon */
     return 1000u * (nd->has_node && nd->node.push_interval > 0 ? nd->node.push_interval
                                                                : INTERVAL_DEFAULT);
+}
+
+static int cmp_machine_id(const void *a, const void *b)
+{
+    uint64_t x = ((const pn_xb_machine_node *)a)->id, y = ((const pn_xb_machine_node *)b)->id;
+    return x < y ? -1 : x > y;
 }
 
 static int cmp_usage_user(const void *a, const void *b)
@@ -216,7 +250,7 @@ static void publish(ag_uplink *u)
         return;
     st.n = u->n;
     for (size_t i = 0; i < u->n; i++)
-        if (snap_node_fill(u, &u->nodes[i], &st.nodes[i]) != 0) {
+        if (snap_node_fill(u, u->nodes[i], &st.nodes[i]) != 0) {
             snap_clear(&st);
             return;
         }
@@ -254,20 +288,27 @@ static void index_users(up_node *nd)
 {
     free(nd->uids);
     nd->uids = NULL;
-    if (nd->users.n == 0 || (nd->uids = malloc(nd->users.n * sizeof *nd->uids)) == NULL)
+    if (nd->retiring || nd->users.n == 0 ||
+        (nd->uids = malloc(nd->users.n * sizeof *nd->uids)) == NULL)
         return;
     for (size_t i = 0; i < nd->users.n; i++)
         nd->uids[i] = nd->users.users[i].id;
     qsort(nd->uids, nd->users.n, sizeof *nd->uids, cmp_u64);
 }
 
+/* The node billing @p uid: the first whose user list holds it (a retiring node holds none),
+ * else the first node that is not retiring, else the first. */
 static size_t owner(const ag_uplink *u, uint64_t uid)
 {
-    for (size_t i = 0; i < u->n; i++)
-        if (u->nodes[i].uids != NULL &&
-            bsearch(&uid, u->nodes[i].uids, u->nodes[i].users.n, sizeof uid, cmp_u64) != NULL)
+    size_t live = u->n;
+    for (size_t i = 0; i < u->n; i++) {
+        if (u->nodes[i]->uids != NULL &&
+            bsearch(&uid, u->nodes[i]->uids, u->nodes[i]->users.n, sizeof uid, cmp_u64) != NULL)
             return i;
-    return 0;
+        if (live == u->n && !u->nodes[i]->retiring)
+            live = i;
+    }
+    return live < u->n ? live : 0;
 }
 
 /* Merge @p n entries into the carry list (kept on a store error). */
@@ -294,10 +335,10 @@ static int write_node(ag_uplink *u, size_t idx, const sv_usage *all, size_t n, i
         if (owner(u, all[i].user) == idx)
             items[k++] = all[i];
     sv_error err = {0};
-    int rc = db_usage_add(u->db, u->nodes[idx].tag, items, k, t, &err);
+    int rc = db_usage_add(u->db, u->nodes[idx]->tag, items, k, t, &err);
     if (rc != 0)
         SV_LOG(SV_LOG_ERROR, MOD, "node %s: outbox write failed, usage kept in memory: %s",
-               u->nodes[idx].tag, err.msg);
+               u->nodes[idx]->tag, err.msg);
     free(items);
     return rc;
 }
@@ -315,15 +356,15 @@ static void audit_flush(ag_uplink *u)
     for (size_t i = 0; mine != NULL && i < u->n; i++) {
         size_t k = 0;
         for (long j = 0; j < n; j++)
-            if (strcmp(hits[j].inbound, u->nodes[i].tag) == 0)
+            if (strcmp(hits[j].inbound, u->nodes[i]->tag) == 0)
                 mine[k++] = hits[j];
         sv_error err = {0};
-        int added = k > 0 ? db_audit_add(u->db, u->nodes[i].tag, mine, k, &err) : 0;
+        int added = k > 0 ? db_audit_add(u->db, u->nodes[i]->tag, mine, k, &err) : 0;
         if (added < 0)
             SV_LOG(SV_LOG_ERROR, MOD, "node %s: audit outbox write failed, %zu hits lost: %s",
-                   u->nodes[i].tag, k, err.msg);
+                   u->nodes[i]->tag, k, err.msg);
         else
-            u->nodes[i].audit_recorded += (uint64_t)added;
+            u->nodes[i]->audit_recorded += (uint64_t)added;
     }
     if (mine == NULL)
         SV_LOG(SV_LOG_ERROR, MOD, "out of memory: %ld audit hits lost", n);
@@ -380,6 +421,8 @@ static void on_flush_timer(uv_timer_t *t)
 /* ---------------------------------------------------------------------------------------- */
 
 static void on_push_timer(uv_timer_t *t);
+static void node_close(up_node *nd);
+static bool retire_to_sibling(up_node *nd);
 
 static void push_schedule(up_node *nd, bool failed)
 {
@@ -511,13 +554,13 @@ static int remote_devices_apply(ag_uplink *u)
 {
     size_t total = 0, k = 0;
     for (size_t i = 0; i < u->n; i++)
-        total += u->nodes[i].n_remote;
+        total += u->nodes[i]->n_remote;
     sv_device_count *all = total > 0 ? malloc(total * sizeof *all) : NULL;
     if (total > 0 && all == NULL)
         return -ENOMEM;
     for (size_t i = 0; i < u->n; i++)
-        for (size_t j = 0; j < u->nodes[i].n_remote; j++)
-            all[k++] = u->nodes[i].remote[j];
+        for (size_t j = 0; j < u->nodes[i]->n_remote; j++)
+            all[k++] = u->nodes[i]->remote[j];
     int rc = sv_set_remote_devices(u->sv, all, k);
     free(all);
     return rc;
@@ -616,9 +659,9 @@ static void read_load(pn_status *st)
         fclose(f);
 }
 
-static void report_status(up_node *nd)
+/* The host's load for a status report (PANEL.md §1.9): CPU since the previous reading. */
+static void read_status(ag_uplink *u, pn_status *out)
 {
-    ag_uplink *u = nd->u;
     pn_status st = {0};
     uint64_t busy = 0, total = 0;
     if (read_cpu(&busy, &total) == 0) {
@@ -634,6 +677,13 @@ static void report_status(up_node *nd)
         st.disk_total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
         st.disk_used = (uint64_t)(vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize;
     }
+    *out = st;
+}
+
+static void report_status(up_node *nd)
+{
+    pn_status st;
+    read_status(nd->u, &st);
     if (nd->client->ops->report_status != NULL)
         nd->client->ops->report_status(nd->client, &st, on_reported, nd);
 }
@@ -700,7 +750,9 @@ static void on_push_timer(uv_timer_t *t)
     up_node *nd = t->data;
     if (nd->pushing)
         return;
-    if (nd->push_fails == 0) { /* once per push interval, not on every retry */
+    if (nd->retiring && retire_to_sibling(nd))
+        return; /* closed */
+    if (nd->push_fails == 0 && !nd->retiring) { /* once per push interval, not on retries */
         report_alive(nd);
         report_status(nd);
         if (nd->client->ops->fetch_alivelist != NULL)
@@ -716,6 +768,14 @@ static void on_push_timer(uv_timer_t *t)
         push_result(nd, rc, err.msg);
         publish(nd->u);
         push_schedule(nd, true);
+        return;
+    }
+    if (b.n == 0 && nd->retiring) { /* everything it held reached the panel */
+        SV_LOG(SV_LOG_INFO, MOD, "node %s: removed from its machine, pending usage pushed",
+               nd->tag);
+        ag_uplink *u = nd->u;
+        node_close(nd);
+        publish(u);
         return;
     }
     if (b.n == 0) { /* an empty push does nothing on the panel (PANEL.md §1.3) */
@@ -743,7 +803,7 @@ static void on_pull_timer(uv_timer_t *t);
 
 static void pull_answered(up_node *nd)
 {
-    if (--nd->pulls_pending > 0)
+    if (--nd->pulls_pending > 0 || nd->retiring)
         return;
     uint64_t d = pull_ms(nd);
     if (nd->pull_failed || !nd->has_node || !nd->has_users)
@@ -1006,11 +1066,12 @@ typedef struct snap_client {
     char *tag;
 } snap_client;
 
+/* The live node of @p tag (a retiring node is no longer offered). */
 static up_node *find_node(ag_uplink *u, const char *tag)
 {
     for (size_t i = 0; u != NULL && i < u->n; i++)
-        if (strcmp(u->nodes[i].tag, tag) == 0)
-            return &u->nodes[i];
+        if (!u->nodes[i]->retiring && strcmp(u->nodes[i]->tag, tag) == 0)
+            return u->nodes[i];
     return NULL;
 }
 
@@ -1096,8 +1157,11 @@ int ag_uplink_client(void *uplink, const ag_node_config *nc, pn_client **out, sv
 
 bool ag_uplink_ready(const ag_uplink *u)
 {
+    for (size_t i = 0; u != NULL && i < u->n_machines; i++)
+        if (!u->machines[i]->has_list)
+            return false;
     for (size_t i = 0; u != NULL && i < u->n; i++)
-        if (!u->nodes[i].has_node || !u->nodes[i].has_users)
+        if (!u->nodes[i]->retiring && (!u->nodes[i]->has_node || !u->nodes[i]->has_users))
             return false;
     return true;
 }
@@ -1174,10 +1238,15 @@ static void seed(up_node *nd, const ag_node_config *nc)
                "panel answers", nd->tag, nd->users.n);
 }
 
+static bool is_machine(const ag_node_config *nc)
+{
+    return nc->panel.type == AG_PANEL_XBOARD && nc->panel.machine_id != NULL;
+}
+
 static bool is_remote(const ag_node_config *nc)
 {
-    return nc->panel.type == AG_PANEL_UNIPROXY || nc->panel.type == AG_PANEL_SSPANEL ||
-           nc->panel.type == AG_PANEL_XBOARD;
+    return (nc->panel.type == AG_PANEL_UNIPROXY || nc->panel.type == AG_PANEL_SSPANEL ||
+            nc->panel.type == AG_PANEL_XBOARD) && !is_machine(nc);
 }
 
 /* The node's client and its stored state; no libuv handle yet (nothing to close on failure). */
@@ -1193,7 +1262,8 @@ static int node_prepare(ag_uplink *u, up_node *nd, const ag_node_config *nc, sv_
                            .node_id = nc->panel.node_id, .node_type = nc->panel.node_type,
                            .timeout_ms = 1000L * nc->panel.timeout_s,
                            .pull_interval = nc->panel.pull_interval_s,
-                           .push_interval = nc->panel.push_interval_s};
+                           .push_interval = nc->panel.push_interval_s,
+                           .machine_id = nc->panel.machine_id};
     int rc = pn_remote_new(&o, &nd->client, err);
     if (rc != 0)
         return rc;
@@ -1201,7 +1271,7 @@ static int node_prepare(ag_uplink *u, up_node *nd, const ag_node_config *nc, sv_
     return 0;
 }
 
-/* Free what node_prepare made (before any timer exists). */
+/* Free what node_prepare made (before any timer exists) and the node itself. */
 static void node_unprepare(up_node *nd)
 {
     pn_client_free(nd->client);
@@ -1209,7 +1279,8 @@ static void node_unprepare(up_node *nd)
     pn_users_free(&nd->users);
     free(nd->uids);
     free(nd->tag);
-    memset(nd, 0, sizeof *nd);
+    free(nd->remote);
+    free(nd);
 }
 
 static void node_start(ag_uplink *u, up_node *nd)
@@ -1219,10 +1290,445 @@ static void node_start(ag_uplink *u, up_node *nd)
     nd->pull_timer.data = nd->push_timer.data = nd;
     uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
     uv_timer_start(&nd->push_timer, on_push_timer, 0, 0); /* resend what is pending */
-    if (nd->client->ops->watch != NULL && nd->client->ops->watch(nd->client, &push_events,
-                                                                 nd) != 0)
+    int rc = nd->client->ops->watch != NULL ? nd->client->ops->watch(nd->client, &push_events,
+                                                                     nd) : 0;
+    if (rc != 0 && rc != -ENOTSUP) /* -ENOTSUP: a machine's node, polled over REST */
         SV_LOG(SV_LOG_WARN, MOD, "node %s: panel push channel not started, polling only",
                nd->tag);
+}
+
+/* Append a prepared node to the uplink. 0 or -ENOMEM. */
+static int node_add(ag_uplink *u, up_node *nd)
+{
+    if (u->n == u->cap) {
+        size_t cap = u->cap > 0 ? 2 * u->cap : 8;
+        up_node **p = realloc(u->nodes, cap * sizeof *p);
+        if (p == NULL)
+            return -ENOMEM;
+        u->nodes = p;
+        u->cap = cap;
+    }
+    u->nodes[u->n++] = nd;
+    return 0;
+}
+
+static void closed(ag_uplink *u)
+{
+    if (--u->closing > 0 || !u->freeing)
+        return;
+    for (size_t i = 0; i < u->n_machines; i++) {
+        ag_node_config_free(&u->machines[i]->nc);
+        pn_xb_machine_free(&u->machines[i]->list);
+        free(u->machines[i]);
+    }
+    free(u->machines);
+    free(u->nodes);
+    free(u->carry);
+    free(u->taken);
+    pthread_mutex_destroy(&u->snap_lock);
+    free(u);
+}
+
+static void node_timer_closed(uv_handle_t *h)
+{
+    up_node *nd = h->data;
+    ag_uplink *u = nd->u;
+    if (--nd->handles == 0) {
+        nd->client = NULL; /* freed by node_close */
+        node_unprepare(nd);
+    }
+    closed(u);
+}
+
+/* Stop a started node and take it out of the uplink; its memory goes when its timers closed.
+ * Its outbox rows stay in the store. Safe from inside its own callbacks. */
+static void node_close(up_node *nd)
+{
+    ag_uplink *u = nd->u;
+    for (size_t i = 0; i < u->n; i++)
+        if (u->nodes[i] == nd) {
+            memmove(&u->nodes[i], &u->nodes[i + 1], (u->n - i - 1) * sizeof *u->nodes);
+            u->n--;
+            break;
+        }
+    pn_client_free(nd->client); /* requests in flight end without callbacks */
+    nd->client = NULL;
+    nd->handles = 2;
+    u->closing += 2;
+    uv_close((uv_handle_t *)&nd->pull_timer, node_timer_closed);
+    uv_close((uv_handle_t *)&nd->push_timer, node_timer_closed);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Xboard machines (issue 14, PANEL.md §1.1): the machine's list makes and retires nodes       */
+/* ---------------------------------------------------------------------------------------- */
+
+static bool type_served(const char *type)
+{
+    return strcmp(type, "shadowsocks") == 0 || strcmp(type, "vmess") == 0 ||
+           strcmp(type, "vless") == 0 || strcmp(type, "trojan") == 0;
+}
+
+/* A live node of @p m other than @p nd, or NULL. */
+static up_node *sibling(const up_node *nd)
+{
+    for (size_t i = 0; i < nd->u->n; i++) {
+        up_node *o = nd->u->nodes[i];
+        if (o != nd && o->machine == nd->machine && !o->retiring)
+            return o;
+    }
+    return NULL;
+}
+
+/* A retiring node hands what its outbox holds to a live node of its machine (the panel takes
+ * no push for a node the machine no longer has; usage is billed per user id), then closes.
+ * @return whether it closed. Without a live sibling it pushes its rows itself. */
+static bool retire_to_sibling(up_node *nd)
+{
+    up_node *to = find_node(nd->u, nd->tag);
+    sv_error err = {0};
+    ag_uplink *u = nd->u;
+    if (to != NULL) { /* listed again with another type: the new node has the same tag and
+                         so already pushes these rows */
+        node_close(nd);
+        if (!to->pushing)
+            uv_timer_start(&to->push_timer, on_push_timer, 0, 0);
+        publish(u);
+        return true;
+    }
+    if ((to = sibling(nd)) == NULL)
+        return false;
+    ag_uplink_flush(nd->u);
+    if (db_usage_move(nd->u->db, nd->tag, to->tag, &err) != 0) {
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: pending usage not handed to node %s (tried again "
+               "at the next push): %s", nd->tag, to->tag, err.msg);
+        return false;
+    }
+    SV_LOG(SV_LOG_INFO, MOD, "node %s: removed from its machine; its pending usage is pushed "
+           "through node %s", nd->tag, to->tag);
+    node_close(nd);
+    if (!to->pushing) /* now, not a push interval later */
+        uv_timer_start(&to->push_timer, on_push_timer, 0, 0);
+    publish(u);
+    return true;
+}
+
+/* The machine no longer lists the node: stop offering it (the next load stops its listener)
+ * and billing to it; what it holds goes out through its push timer. */
+static void node_retire(up_node *nd)
+{
+    ag_uplink_flush(nd->u); /* its users' bytes so far, as they were billed */
+    nd->retiring = true;
+    free(nd->uids);
+    nd->uids = NULL;
+    free(nd->remote);
+    nd->remote = NULL;
+    nd->n_remote = 0;
+    (void)remote_devices_apply(nd->u);
+    uv_timer_stop(&nd->pull_timer);
+    if (!nd->pushing) {
+        nd->push_fails = 0;
+        uv_timer_start(&nd->push_timer, on_push_timer, 0, 0);
+    }
+    SV_LOG(SV_LOG_INFO, MOD, "node %s: no longer on its machine, stopping it", nd->tag);
+}
+
+/* A node of @p m for panel node @p mn: the machine entry's settings with its tag, id, type. */
+static int machine_node_new(up_machine *m, const pn_xb_machine_node *mn, sv_error *err)
+{
+    ag_uplink *u = m->u;
+    ag_node_config nc;
+    char tag[SV_TAG_MAX + 8], id[24];
+    int rc = ag_node_config_copy(&nc, &m->nc);
+    if (rc != 0)
+        return sv_error_set(err, rc, "out of memory");
+    snprintf(tag, sizeof tag, "%s-%" PRIu64, m->nc.tag, mn->id);
+    snprintf(id, sizeof id, "%" PRIu64, mn->id);
+    free(nc.tag);
+    free(nc.panel.node_type);
+    nc.tag = strdup(tag);
+    nc.panel.node_id = strdup(id);
+    nc.panel.node_type = strdup(mn->type);
+    up_node *nd = calloc(1, sizeof *nd);
+    if (nd == NULL || nc.tag == NULL || nc.panel.node_id == NULL || nc.panel.node_type == NULL)
+        rc = sv_error_set(err, -ENOMEM, "out of memory");
+    else if (strlen(tag) > SV_TAG_MAX)
+        rc = sv_error_set(err, -EINVAL, "node tag %s: longer than %d bytes", tag, SV_TAG_MAX);
+    if (rc == 0)
+        rc = node_prepare(u, nd, &nc, err);
+    ag_node_config_free(&nc);
+    if (rc == 0 && node_add(u, nd) != 0)
+        rc = sv_error_set(err, -ENOMEM, "out of memory");
+    if (rc != 0) {
+        if (nd != NULL)
+            node_unprepare(nd);
+        return rc;
+    }
+    nd->machine = m;
+    nd->machine_node = mn->id;
+    memcpy(nd->machine_type, mn->type, sizeof nd->machine_type);
+    node_start(u, nd);
+    SV_LOG(SV_LOG_INFO, MOD, "node %s: %s node %" PRIu64 " of machine %s, starting", nd->tag,
+           mn->type, mn->id, m->nc.panel.machine_id);
+    return 0;
+}
+
+static const pn_xb_machine_node *list_find(const pn_xb_machine *l, uint64_t id)
+{
+    pn_xb_machine_node key = {.id = id};
+    return l->n > 0 ? bsearch(&key, l->nodes, l->n, sizeof key, cmp_machine_id) : NULL;
+}
+
+/* Make the uplink's nodes of @p m what @p l lists: retire the nodes it dropped (or whose type
+ * changed), start the new ones (a retiring one listed again lives on). @return whether
+ * anything changed. */
+static bool machine_apply(up_machine *m, const pn_xb_machine *l)
+{
+    ag_uplink *u = m->u;
+    bool changed = false;
+    char skipped[160] = "";
+    for (size_t i = 0; i < u->n; i++) {
+        up_node *nd = u->nodes[i];
+        const pn_xb_machine_node *mn = nd->machine == m ? list_find(l, nd->machine_node) : NULL;
+        if (nd->machine != m || nd->retiring ||
+            (mn != NULL && strcmp(mn->type, nd->machine_type) == 0))
+            continue;
+        node_retire(nd);
+        changed = true;
+    }
+    for (size_t k = 0; k < l->n; k++) {
+        const pn_xb_machine_node *mn = &l->nodes[k];
+        up_node *have = NULL;
+        for (size_t i = 0; i < u->n && have == NULL; i++)
+            if (u->nodes[i]->machine == m && u->nodes[i]->machine_node == mn->id &&
+                strcmp(u->nodes[i]->machine_type, mn->type) == 0)
+                have = u->nodes[i];
+        if (have != NULL && have->retiring) { /* listed again before it closed */
+            have->retiring = false;
+            index_users(have);
+            uv_timer_start(&have->pull_timer, on_pull_timer, 0, 0);
+            changed = true;
+        }
+        if (have != NULL)
+            continue;
+        if (!type_served(mn->type)) {
+            size_t len = strlen(skipped);
+            snprintf(skipped + len, sizeof skipped - len, "%s%" PRIu64 " (%s)",
+                     len > 0 ? ", " : "", mn->id, mn->type);
+            continue;
+        }
+        sv_error err = {0};
+        if (machine_node_new(m, mn, &err) != 0)
+            SV_LOG(SV_LOG_ERROR, MOD, "machine %s: node %" PRIu64 " not started: %s",
+                   m->nc.panel.machine_id, mn->id, err.msg);
+        else
+            changed = true;
+    }
+    if (strcmp(skipped, m->skipped) != 0 && skipped[0] != '\0')
+        SV_LOG(SV_LOG_WARN, MOD, "machine %s: nodes of types katana does not serve skipped: %s",
+               m->nc.panel.machine_id, skipped);
+    memcpy(m->skipped, skipped, sizeof skipped);
+    return changed;
+}
+
+static void on_machine_timer(uv_timer_t *t);
+
+static void machine_schedule(up_machine *m, bool failed)
+{
+    uint64_t d = 1000u * (m->list.pull_interval > 0 ? m->list.pull_interval : INTERVAL_DEFAULT);
+    if (failed)
+        d = backoff_ms(++m->fails, m->has_list ? d : 60000u);
+    else
+        m->fails = 0;
+    uv_timer_start(&m->timer, on_machine_timer, d, 0);
+}
+
+/* The machine's list as a machine/nodes body, for the store (restart with the panel down). */
+static char *machine_body(const pn_xb_machine *l)
+{
+    json_t *nodes = json_array(), *b = json_object();
+    for (size_t i = 0; nodes != NULL && i < l->n; i++)
+        json_array_append_new(nodes, json_pack("{s:I, s:s}", "id", (json_int_t)l->nodes[i].id,
+                                               "type", l->nodes[i].type));
+    json_object_set_new(b, "nodes", nodes);
+    json_object_set_new(b, "base_config", json_pack("{s:I, s:I}", "push_interval",
+                                                    (json_int_t)l->push_interval,
+                                                    "pull_interval",
+                                                    (json_int_t)l->pull_interval));
+    char *text = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    return text;
+}
+
+static void on_machine_list(int rc, pn_xb_machine *l, const sv_error *err, void *arg)
+{
+    up_machine *m = arg;
+    ag_uplink *u = m->u;
+    if (rc != 0) { /* the last good list stays; one warning while the error stays the same */
+        if (strncmp(m->error, err->msg, sizeof m->error - 1) != 0)
+            SV_LOG(SV_LOG_WARN, MOD, "machine %s: %s (keeping its %zu nodes)",
+                   m->nc.panel.machine_id, err->msg, m->list.n);
+        snprintf(m->error, sizeof m->error, "%.159s", err->msg);
+        machine_schedule(m, true);
+        return;
+    }
+    m->error[0] = '\0';
+    bool changed = machine_apply(m, l) || !m->has_list;
+    bool same = m->has_list && m->list.n == l->n &&
+                (l->n == 0 || memcmp(m->list.nodes, l->nodes, l->n * sizeof *l->nodes) == 0) &&
+                m->list.push_interval == l->push_interval &&
+                m->list.pull_interval == l->pull_interval;
+    pn_xb_machine_free(&m->list);
+    m->list = *l;
+    memset(l, 0, sizeof *l);
+    m->has_list = true;
+    char *body = same ? NULL : machine_body(&m->list);
+    sv_error serr = {0};
+    if (body != NULL && db_state_put(u->db, m->nc.tag, DB_STATE_CONFIG, NULL, body, strlen(body),
+                                     now_ms(), &serr) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "machine %s: node list not stored: %s",
+               m->nc.panel.machine_id, serr.msg);
+    free(body);
+    machine_schedule(m, false);
+    publish(u);
+    if (changed && ag_uplink_ready(u) && u->on_change != NULL)
+        u->on_change(u->arg);
+}
+
+static void on_machine_reported(int rc, const sv_error *err, void *arg)
+{
+    if (rc != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "machine %s: status report: %s",
+               ((up_machine *)arg)->nc.panel.machine_id, err->msg);
+}
+
+/* Every pull interval: the node list, and the machine's load (machine/status). */
+static void on_machine_timer(uv_timer_t *t)
+{
+    up_machine *m = t->data;
+    pn_status st;
+    read_status(m->u, &st);
+    (void)pn_xb_machine_status(m->client, &st, on_machine_reported, m);
+    if (pn_xb_machine_fetch(m->client, on_machine_list, m) != 0)
+        machine_schedule(m, true);
+}
+
+/* The machine's client and its stored list (its nodes start with the stored list, before the
+ * panel answers). No libuv handle yet. */
+static int machine_prepare(ag_uplink *u, const ag_node_config *nc, sv_error *err)
+{
+    up_machine *m = calloc(1, sizeof *m);
+    up_machine **p = realloc(u->machines, (u->n_machines + 1) * sizeof *p);
+    if (p != NULL)
+        u->machines = p;
+    if (m == NULL || p == NULL || ag_node_config_copy(&m->nc, nc) != 0) {
+        free(m);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    m->u = u;
+    pn_xb_machine_options o = {.loop = u->loop, .url = nc->panel.url,
+                               .token = nc->panel.token, .machine_id = nc->panel.machine_id,
+                               .timeout_ms = 1000L * nc->panel.timeout_s};
+    int rc = pn_xb_machine_new(&o, &m->client, err);
+    if (rc != 0) {
+        ag_node_config_free(&m->nc);
+        free(m);
+        return rc;
+    }
+    u->machines[u->n_machines++] = m;
+    char *etag = NULL, *body = NULL;
+    size_t len = 0;
+    sv_error serr = {0};
+    pn_xb_machine l = {0};
+    if (db_state_get(u->db, nc->tag, DB_STATE_CONFIG, &etag, &body, &len, &serr) == 0 &&
+        pn_xb_parse_machine(body, len, &l, &serr) == 0) {
+        m->list = l;
+        m->has_list = true;
+        SV_LOG(SV_LOG_INFO, MOD, "machine %s: %zu nodes from the store until the panel answers",
+               nc->panel.machine_id, l.n);
+    }
+    free(etag);
+    free(body);
+    return 0;
+}
+
+static void machine_start(up_machine *m)
+{
+    uv_timer_init(m->u->loop, &m->timer);
+    m->timer.data = m;
+    if (m->has_list) { /* the stored list's nodes start now (from their stored state) */
+        pn_xb_machine stored = m->list;
+        memset(&m->list, 0, sizeof m->list);
+        (void)machine_apply(m, &stored);
+        m->list = stored;
+    }
+    uv_timer_start(&m->timer, on_machine_timer, 0, 0);
+}
+
+static void machine_timer_closed(uv_handle_t *h)
+{
+    closed(((up_machine *)h->data)->u);
+}
+
+int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < cfg->n_nodes; i++) {
+        if (!is_machine(&cfg->nodes[i])) {
+            n++;
+            continue;
+        }
+        up_machine *m = NULL;
+        for (size_t k = 0; u != NULL && k < u->n_machines && m == NULL; k++)
+            if (strcmp(u->machines[k]->nc.tag, cfg->nodes[i].tag) == 0)
+                m = u->machines[k];
+        if (m == NULL)
+            return sv_error_set(err, -ENOENT, "node %s: xboard machine not started (its "
+                                "settings changed: restart katana)", cfg->nodes[i].tag);
+        for (size_t k = 0; k < u->n; k++)
+            n += u->nodes[k]->machine == m && !u->nodes[k]->retiring;
+    }
+    ag_node_config *v = calloc(n > 0 ? n : 1, sizeof *v);
+    if (v == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    size_t k = 0;
+    int rc = 0;
+    for (size_t i = 0; i < cfg->n_nodes && rc == 0; i++) {
+        if (!is_machine(&cfg->nodes[i])) {
+            v[k++] = cfg->nodes[i];
+            memset(&cfg->nodes[i], 0, sizeof cfg->nodes[i]);
+            continue;
+        }
+        for (size_t j = 0; j < u->n && rc == 0; j++) {
+            up_node *nd = u->nodes[j];
+            if (nd->machine == NULL || nd->retiring ||
+                strcmp(nd->machine->nc.tag, cfg->nodes[i].tag) != 0)
+                continue;
+            char id[24];
+            snprintf(id, sizeof id, "%" PRIu64, nd->machine_node);
+            ag_node_config *c = &v[k];
+            rc = ag_node_config_copy(c, &cfg->nodes[i]);
+            if (rc != 0)
+                break;
+            k++;
+            free(c->tag);
+            free(c->panel.node_type);
+            free(c->panel.machine_id);
+            c->tag = strdup(nd->tag);
+            c->panel.node_id = strdup(id);
+            c->panel.node_type = strdup(nd->machine_type);
+            c->panel.machine_id = strdup(nd->machine->nc.panel.machine_id);
+            if (c->tag == NULL || c->panel.node_id == NULL || c->panel.node_type == NULL ||
+                c->panel.machine_id == NULL)
+                rc = -ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < cfg->n_nodes; i++)
+        ag_node_config_free(&cfg->nodes[i]);
+    free(cfg->nodes);
+    cfg->nodes = v;
+    cfg->n_nodes = k;
+    return rc == 0 ? 0 : sv_error_set(err, rc, "out of memory");
 }
 
 int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
@@ -1231,33 +1737,41 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     *out = NULL;
     size_t n = 0;
     for (size_t i = 0; i < cfg->n_nodes; i++)
-        n += is_remote(&cfg->nodes[i]);
+        n += is_remote(&cfg->nodes[i]) || is_machine(&cfg->nodes[i]);
     ag_uplink *u = calloc(1, sizeof *u);
-    up_node *nodes = n > 0 ? calloc(n, sizeof *nodes) : NULL;
-    if (u == NULL || (n > 0 && nodes == NULL)) {
-        free(u);
-        free(nodes);
+    if (u == NULL)
         return sv_error_set(err, -ENOMEM, "out of memory");
-    }
     u->loop = loop;
     u->sv = sv;
     u->on_change = on_change;
     u->arg = arg;
     u->flush_s = cfg->db_flush_s > 0 ? cfg->db_flush_s : AG_CONFIG_FLUSH_DEFAULT;
-    u->nodes = nodes;
     int rc = n > 0 ? db_open(cfg->db_path, &u->db, err) : 0;
     for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
+        if (is_machine(&cfg->nodes[i])) {
+            rc = machine_prepare(u, &cfg->nodes[i], err);
+            continue;
+        }
         if (!is_remote(&cfg->nodes[i]))
             continue;
-        rc = node_prepare(u, &u->nodes[u->n], &cfg->nodes[i], err);
-        if (rc == 0)
-            u->n++;
-        else
-            node_unprepare(&u->nodes[u->n]);
+        up_node *nd = calloc(1, sizeof *nd);
+        rc = nd == NULL ? sv_error_set(err, -ENOMEM, "out of memory")
+                        : node_prepare(u, nd, &cfg->nodes[i], err);
+        if (rc == 0 && node_add(u, nd) != 0)
+            rc = sv_error_set(err, -ENOMEM, "out of memory");
+        if (rc != 0 && nd != NULL)
+            node_unprepare(nd);
     }
     if (rc != 0) { /* nothing is left for the caller to undo (issue 14) */
         for (size_t i = 0; i < u->n; i++)
-            node_unprepare(&u->nodes[i]);
+            node_unprepare(u->nodes[i]);
+        for (size_t i = 0; i < u->n_machines; i++) {
+            pn_xb_machine_client_free(u->machines[i]->client);
+            pn_xb_machine_free(&u->machines[i]->list);
+            ag_node_config_free(&u->machines[i]->nc);
+            free(u->machines[i]);
+        }
+        free(u->machines);
         db_close(u->db);
         free(u->nodes);
         free(u);
@@ -1271,7 +1785,9 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
         return 0;
     srand((unsigned)now_ms());
     for (size_t i = 0; i < u->n; i++)
-        node_start(u, &u->nodes[i]);
+        node_start(u, u->nodes[i]);
+    for (size_t i = 0; i < u->n_machines; i++)
+        machine_start(u->machines[i]);
     uv_timer_start(&u->flush_timer, on_flush_timer, 1000u * u->flush_s, 1000u * u->flush_s);
     publish(u); /* what an earlier run left pending */
     return 0;
@@ -1296,13 +1812,13 @@ static void store_pair(up_node *nd)
 void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
 {
     for (size_t i = 0; u != NULL && i < u->n; i++) {
-        up_node *nd = &u->nodes[i];
+        up_node *nd = u->nodes[i];
         const ag_node_state *st = NULL;
         for (size_t k = 0; running != NULL && k < running->n && st == NULL; k++)
             if (strcmp(running->nodes[k].tag, nd->tag) == 0)
                 st = &running->nodes[k];
         /* what runs must be what the uplink holds: not a refused answer still held */
-        if (st == NULL || !nd->has_node || !nd->has_users ||
+        if (st == NULL || nd->retiring || !nd->has_node || !nd->has_users ||
             !pn_node_equal(&st->node, &nd->node) || !pn_users_equal(&st->users, &nd->users))
             continue;
         nd->from_store = false;
@@ -1315,8 +1831,8 @@ size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why)
 {
     size_t n = 0;
     for (size_t i = 0; u != NULL && i < u->n; i++) {
-        up_node *nd = &u->nodes[i];
-        if (!nd->from_store)
+        up_node *nd = u->nodes[i];
+        if (!nd->from_store || nd->retiring)
             continue;
         SV_LOG(SV_LOG_WARN, MOD, "node %s: stored panel state did not apply, waiting for the "
                "panel: %s", nd->tag, why != NULL ? why->msg : "");
@@ -1330,32 +1846,9 @@ size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why)
     return n;
 }
 
-static void closed(ag_uplink *u)
-{
-    if (--u->closing > 0)
-        return;
-    for (size_t i = 0; i < u->n; i++) {
-        pn_node_free(&u->nodes[i].node);
-        pn_users_free(&u->nodes[i].users);
-        free(u->nodes[i].uids);
-        free(u->nodes[i].tag);
-        free(u->nodes[i].remote);
-    }
-    free(u->nodes);
-    free(u->carry);
-    free(u->taken);
-    pthread_mutex_destroy(&u->snap_lock);
-    free(u);
-}
-
 static void flush_timer_closed(uv_handle_t *h)
 {
     closed(h->data);
-}
-
-static void node_timer_closed(uv_handle_t *h)
-{
-    closed(((up_node *)h->data)->u);
 }
 
 void ag_uplink_free(ag_uplink *u)
@@ -1366,16 +1859,18 @@ void ag_uplink_free(ag_uplink *u)
     if (u->n_carry > 0)
         SV_LOG(SV_LOG_ERROR, MOD, "usage of %zu users could not be written to the outbox",
                u->n_carry);
-    u->closing = 1;
+    u->freeing = true;
+    u->closing++;
     uv_close((uv_handle_t *)&u->flush_timer, flush_timer_closed);
-    for (size_t i = 0; i < u->n; i++) {
-        up_node *nd = &u->nodes[i];
-        pn_client_free(nd->client); /* requests in flight end without callbacks */
-        nd->client = NULL;
-        u->closing += 2;
-        uv_close((uv_handle_t *)&nd->pull_timer, node_timer_closed);
-        uv_close((uv_handle_t *)&nd->push_timer, node_timer_closed);
+    for (size_t i = 0; i < u->n_machines; i++) {
+        up_machine *m = u->machines[i];
+        pn_xb_machine_client_free(m->client); /* requests in flight end without callbacks */
+        m->client = NULL;
+        u->closing++;
+        uv_close((uv_handle_t *)&m->timer, machine_timer_closed);
     }
+    while (u->n > 0)
+        node_close(u->nodes[u->n - 1]);
     db_close(u->db);
     u->db = NULL;
 }

@@ -26,6 +26,15 @@
  * through the first remote node whose user list holds it (the first remote node when none
  * does any more). Each node keeps its own alivelist answer; the supervisor gets their union.
  *
+ * Xboard machine mode (issue 14, PANEL.md §1.1): a machine entry (panel.machine_id) has no
+ * node of its own; its `machine/nodes` list, pulled every pull_interval (with a machine/status
+ * report) and stored as its last good list, makes one node per listed node of a type katana
+ * serves. A node the list drops stops being offered (ag_uplink_expand leaves it out, so the next
+ * load stops its listener) and billed; its pending usage is handed to a live node of the same
+ * machine (db_usage_move: the panel takes no push for a node the machine no longer has, and
+ * usage is billed per user id) or, without one, pushed by the node itself until its outbox is
+ * empty. A refused list keeps the last good one, with one warning.
+ *
  * No process-wide state (issue 14): everything, the REST API's snapshot included, hangs on the
  * ag_uplink, so several uplinks (or several nodes on different panels in one) run side by side.
  * Control loop only, except the API readers.
@@ -61,7 +70,19 @@ typedef void (*ag_uplink_change_cb)(void *arg);
 int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
                   ag_uplink_change_cb on_change, void *arg, ag_uplink **out, sv_error *err);
 
-/** Whether every remote node has a node and a user list (stored or pulled). */
+/**
+ * Replace every Xboard machine entry of @p cfg (panel.machine_id; issue 14) by one node per
+ * node the uplink runs for that machine (its live nodes, as the machine's last good list
+ * made them): the entry's settings, tag "<tag>-<node id>", panel.node_id the node's id,
+ * panel.node_type its type. Other entries stay as they are. A machine with no node (yet)
+ * expands to none. Call it on every config given to the node manager.
+ * @return 0; -ENOENT (a machine entry this uplink did not start: its settings changed, err
+ *         names it) or -ENOMEM; @p cfg stays valid for ag_config_free() either way.
+ */
+int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err);
+
+/** Whether every machine has a node list and every remote node a node and a user list
+ *  (stored or pulled). */
 bool ag_uplink_ready(const ag_uplink *u);
 
 /**

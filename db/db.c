@@ -382,6 +382,45 @@ int db_batch_done(db_store *d, int64_t id, sv_error *err)
     return rc;
 }
 
+int db_usage_move(db_store *d, const char *from, const char *to, sv_error *err)
+{
+    static const char *const sql[] = {
+        /* batches that were claimed and not acknowledged: the next claim of @to takes them */
+        "UPDATE usage_outbox SET node = ?2 WHERE node = ?1 AND batch <> 0",
+        /* open rows merge into @to's open rows */
+        "INSERT INTO usage_outbox (node, uid, up, down, batch, created_ms)"
+        " SELECT ?2, uid, up, down, 0, created_ms FROM usage_outbox WHERE node = ?1 AND batch = 0"
+        " ON CONFLICT (node, uid) WHERE batch = 0"
+        " DO UPDATE SET up = up + excluded.up, down = down + excluded.down",
+        "DELETE FROM usage_outbox WHERE node = ?1",
+        "DELETE FROM audit_outbox WHERE node = ?1",
+        "DELETE FROM panel_state WHERE node = ?1",
+    };
+    int rc = check_key(from, err);
+    if (rc == 0)
+        rc = check_key(to, err);
+    if (rc != 0 || (rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+        return rc;
+    for (size_t i = 0; rc == 0 && i < sizeof sql / sizeof sql[0]; i++) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(d->h, sql[i], -1, &st, NULL) != SQLITE_OK) {
+            rc = fail(d, err, -EIO, "prepare move");
+            break;
+        }
+        sqlite3_bind_text(st, 1, from, -1, SQLITE_STATIC);
+        if (sqlite3_bind_parameter_count(st) >= 2)
+            sqlite3_bind_text(st, 2, to, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = fail(d, err, -EIO, "move usage");
+        sqlite3_finalize(st);
+    }
+    if (rc == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0)
+        rollback(d);
+    return rc;
+}
+
 void db_batch_free(db_batch *b)
 {
     if (b == NULL)

@@ -79,6 +79,15 @@ int db_batch_claim(db_store *d, const char *node, db_batch *out, sv_error *err);
  */
 int db_batch_done(db_store *d, int64_t id, sv_error *err);
 
+/**
+ * Node @p from is gone (issue 14: removed from its Xboard machine): in one transaction, its
+ * pending usage becomes @p to's (open rows merged into @p to's open rows, unacknowledged
+ * batches kept whole for @p to's next claim), and its audit rows and stored panel state are
+ * deleted. Usage is billed per user id, so the panel's per-user totals stay exact.
+ * @return 0, -EINVAL (key too long), -EIO (nothing changed).
+ */
+int db_usage_move(db_store *d, const char *from, const char *to, sv_error *err);
+
 /** Free what a batch owns and zero it. NULL-safe. */
 void db_batch_free(db_batch *b);
 

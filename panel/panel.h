@@ -222,6 +222,7 @@ typedef struct pn_remote_options {
     long timeout_ms;       /**< per request; 0 = PN_HTTP_TIMEOUT_MS */
     uint32_t pull_interval; /**< s, sspanel: the panel has none of its own; 0 = default */
     uint32_t push_interval; /**< s, sspanel; 0 = default */
+    const char *machine_id; /**< xboard machine mode (issue 14, PANEL.md §1.1), or NULL */
 } pn_remote_options;
 
 /**

@@ -24,7 +24,7 @@ int pn_remote_new(const pn_remote_options *o, pn_client **out, sv_error *err)
     if (strcmp(type, "xboard") == 0) {
         pn_xboard_options x = {.loop = o->loop, .url = o->url, .token = o->token,
                                .node_id = o->node_id, .node_type = o->node_type,
-                               .timeout_ms = o->timeout_ms};
+                               .timeout_ms = o->timeout_ms, .machine_id = o->machine_id};
         return pn_xboard_new(&x, out, err);
     }
     if (strcmp(type, "sspanel") == 0) {

@@ -523,10 +523,11 @@ static int build_query(pn_uniproxy *u, const pn_uniproxy_options *o)
 {
     char q[1024];
     size_t pos = 0;
-    const char *names[] = {"token=", "&node_id=", "&node_type="};
-    const char *values[] = {o->token, o->node_id, o->node_type};
-    int n_params = o->api_path != NULL ? 2 : 3; /* API v2 takes no node_type (PANEL.md §1.1) */
-    for (int i = 0; i < n_params; i++) {
+    const char *names[] = {"token=", "&node_id=", "&node_type=", "&machine_id="};
+    const char *values[] = {o->token, o->node_id, o->node_type, o->machine_id};
+    for (int i = 0; i < 4; i++) {
+        if ((i == 2 && o->api_path != NULL) || values[i] == NULL)
+            continue; /* API v2 takes no node_type (PANEL.md §1.1); machine_id: machine mode */
         size_t k = strlen(names[i]);
         if (pos + k >= sizeof q)
             return -ENAMETOOLONG;

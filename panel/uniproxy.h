@@ -31,6 +31,8 @@ typedef struct pn_uniproxy_options {
     const char *api_path;  /**< NULL: "/api/v1/server/UniProxy/"; else a static path ending in
                                 '/' ("/api/v2/server/", Xboard API v2, PANEL.md §1.1), and then
                                 node_type is not sent */
+    const char *machine_id; /**< Xboard API v2 machine mode (PANEL.md §1.1): sent as
+                                 `machine_id` with the machine token; NULL = node mode */
 } pn_uniproxy_options;
 
 /**

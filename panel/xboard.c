@@ -528,6 +528,7 @@ struct pn_xboard {
     char node_label[72]; /* the node_id, for log lines */
     bool node_numeric;
     uint64_t node_num;
+    bool machine;     /* machine mode: no per-node channel */
     long timeout_ms;
     const pn_push_events *ev;
     void *ev_arg;
@@ -791,6 +792,8 @@ static void handshake_start(pn_xboard *x)
 static int xb_watch(pn_client *c, const pn_push_events *ev, void *arg)
 {
     pn_xboard *x = (pn_xboard *)c;
+    if (x->machine)
+        return -ENOTSUP; /* one channel per machine, not per node: not served yet */
     if (x->ev != NULL)
         return -EALREADY;
     x->ev = ev;
@@ -948,7 +951,8 @@ int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err)
     *out = NULL;
     pn_uniproxy_options u = {.loop = o->loop, .url = o->url, .token = o->token,
                              .node_id = o->node_id, .node_type = o->node_type,
-                             .timeout_ms = o->timeout_ms, .api_path = PN_XB_API_PATH};
+                             .timeout_ms = o->timeout_ms, .api_path = PN_XB_API_PATH,
+                             .machine_id = o->machine_id};
     pn_client *rest = NULL;
     int rc = pn_uniproxy_new(&u, &rest, err);
     if (rc != 0)
@@ -962,6 +966,7 @@ int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err)
     x->loop = o->loop;
     x->rest = rest;
     x->timeout_ms = o->timeout_ms;
+    x->machine = o->machine_id != NULL;
     x->base_url = strdup(o->url);
     x->node_type = strdup(o->node_type);
     x->ws_query = ws_query(o->token, o->node_id);
@@ -986,4 +991,258 @@ int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err)
         x->base_url[--n] = '\0';
     *out = &x->base;
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* machine mode                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+void pn_xb_machine_free(pn_xb_machine *m)
+{
+    if (m == NULL)
+        return;
+    free(m->nodes);
+    memset(m, 0, sizeof *m);
+}
+
+static int cmp_machine_node(const void *a, const void *b)
+{
+    uint64_t x = ((const pn_xb_machine_node *)a)->id, y = ((const pn_xb_machine_node *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+static int machine_type(const json_t *v, char *out)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    size_t n = json_is_string(v) ? json_string_length(v) : 0;
+    if (n == 0 || n > PN_XB_TYPE_MAX)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!islower((unsigned char)s[i]) && !isdigit((unsigned char)s[i]) && s[i] != '_' &&
+            s[i] != '-')
+            return -EINVAL;
+    memcpy(out, s, n + 1);
+    return 0;
+}
+
+/* base_config.{push,pull}_interval: an integer or a decimal string (PANEL.md §4.6), 0..86400. */
+static int machine_interval(const json_t *bc, const char *key, uint32_t *out, sv_error *err)
+{
+    const json_t *v = json_object_get(bc, key);
+    long long x = -1;
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (json_is_integer(v))
+        x = json_integer_value(v);
+    else if (json_is_string(v) && json_string_length(v) > 0 && json_string_length(v) < 8) {
+        char *end = NULL;
+        x = strtoll(json_string_value(v), &end, 10);
+        if (*end != '\0')
+            x = -1;
+    }
+    if (x < 0 || x > 86400)
+        return sv_error_set(err, -EINVAL, "machine nodes: base_config.%s: expected 0..86400 "
+                            "seconds", key);
+    *out = (uint32_t)x;
+    return 0;
+}
+
+int pn_xb_parse_machine(const char *body, size_t len, pn_xb_machine *out, sv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (len > PN_BODY_MAX)
+        return sv_error_set(err, -EMSGSIZE, "machine nodes: body of %zu bytes (bound %u)", len,
+                            PN_BODY_MAX);
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    const json_t *nodes = json_is_object(j) ? json_object_get(j, "nodes") : NULL;
+    const json_t *bc = json_is_object(j) ? json_object_get(j, "base_config") : NULL;
+    int rc = 0;
+    if (!json_is_array(nodes)) {
+        rc = sv_error_set(err, -EINVAL, "machine nodes: %s", j == NULL ? "body is not JSON"
+                          : !json_is_object(j) ? "body is not a JSON object"
+                                               : "nodes: expected an array");
+        goto out;
+    }
+    size_t n = json_array_size(nodes);
+    if (n > PN_XB_MACHINE_NODES_MAX) {
+        rc = sv_error_set(err, -EMSGSIZE, "machine nodes: %zu nodes (bound %u)", n,
+                          PN_XB_MACHINE_NODES_MAX);
+        goto out;
+    }
+    if (bc != NULL && !json_is_null(bc) && !json_is_object(bc) &&
+        !(json_is_array(bc) && json_array_size(bc) == 0)) { /* PHP's empty map is [] */
+        rc = sv_error_set(err, -EINVAL, "machine nodes: base_config: expected an object");
+        goto out;
+    }
+    if (json_is_object(bc) &&
+        ((rc = machine_interval(bc, "push_interval", &out->push_interval, err)) != 0 ||
+         (rc = machine_interval(bc, "pull_interval", &out->pull_interval, err)) != 0))
+        goto out;
+    if (n > 0 && (out->nodes = calloc(n, sizeof *out->nodes)) == NULL) {
+        rc = sv_error_set(err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(nodes, i);
+        pn_xb_machine_node *mn = &out->nodes[i];
+        const json_t *id = json_is_object(e) ? json_object_get(e, "id") : NULL;
+        if (!json_is_object(e))
+            rc = sv_error_set(err, -EINVAL, "machine nodes: nodes[%zu]: expected an object", i);
+        else if (get_id(id, &mn->id) != 0 || mn->id > INT64_MAX)
+            rc = sv_error_set(err, -EINVAL, "machine nodes: nodes[%zu].id: expected a positive "
+                              "integer", i);
+        else if (machine_type(json_object_get(e, "type"), mn->type) != 0)
+            rc = sv_error_set(err, -EINVAL, "machine nodes: nodes[%zu].type: expected a node "
+                              "type name", i);
+        for (size_t k = 0; rc == 0 && k < i; k++)
+            if (out->nodes[k].id == mn->id)
+                rc = sv_error_set(err, -EINVAL, "machine nodes: nodes[%zu].id: duplicate id %"
+                                  PRIu64, i, mn->id);
+        if (rc != 0)
+            goto out;
+    }
+    out->n = n;
+    if (n > 1)
+        qsort(out->nodes, n, sizeof *out->nodes, cmp_machine_node);
+out:
+    json_decref(j);
+    if (rc != 0)
+        pn_xb_machine_free(out);
+    return rc;
+}
+
+/* One request of each kind at a time, held in the client (nothing to free when the client
+ * goes with a request in flight). */
+typedef struct machine_req {
+    bool busy;
+    pn_xb_machine_cb fetch_cb;
+    pn_xb_machine_report_cb report_cb;
+    void *arg;
+} machine_req;
+
+struct pn_xb_machine_client {
+    pn_http *http;
+    char *base_url;
+    char *auth;      /* {"machine_id":N,"token":T} without the closing brace */
+    long timeout_ms;
+    machine_req fetch, status;
+};
+
+int pn_xb_machine_new(const pn_xb_machine_options *o, pn_xb_machine_client **out,
+                      sv_error *err)
+{
+    *out = NULL;
+    char *end = NULL;
+    unsigned long long id = o->machine_id != NULL ? strtoull(o->machine_id, &end, 10) : 0;
+    if (o->url == NULL || o->token == NULL || o->token[0] == '\0' || id == 0 || *end != '\0')
+        return sv_error_set(err, -EINVAL, "xboard machine: url, token and a numeric machine_id "
+                            "are required");
+    pn_xb_machine_client *c = calloc(1, sizeof *c);
+    json_t *b = json_pack("{s:I, s:s}", "machine_id", (json_int_t)id, "token", o->token);
+    char *text = b != NULL ? json_dumps(b, JSON_COMPACT) : NULL;
+    json_decref(b);
+    if (c == NULL || text == NULL || (c->base_url = strdup(o->url)) == NULL ||
+        pn_http_new(o->loop, &c->http) != 0) {
+        free(text);
+        if (c != NULL)
+            free(c->base_url);
+        free(c);
+        return sv_error_set(err, -ENOMEM, "xboard machine: cannot initialise");
+    }
+    text[strlen(text) - 1] = '\0'; /* drop '}': a status body is appended */
+    c->auth = text;
+    c->timeout_ms = o->timeout_ms;
+    size_t n = strlen(c->base_url);
+    while (n > 0 && c->base_url[n - 1] == '/')
+        c->base_url[--n] = '\0';
+    *out = c;
+    return 0;
+}
+
+void pn_xb_machine_client_free(pn_xb_machine_client *c)
+{
+    if (c == NULL)
+        return;
+    pn_http_free(c->http); /* requests in flight end without their callbacks */
+    free(c->base_url);
+    free(c->auth);
+    free(c);
+}
+
+/* A 2xx answer, else the panel's error text. */
+static int machine_answer(int rc, const pn_http_response *r, const sv_error *herr,
+                          sv_error *err)
+{
+    if (rc != 0)
+        return sv_error_set(err, rc, "%s", herr->msg);
+    if (r->status < 200 || r->status > 299)
+        return pn_uniproxy_error(r->status, r->body, r->len, err);
+    return 0;
+}
+
+static void on_machine_nodes(int rc, const pn_http_response *r, const sv_error *herr, void *arg)
+{
+    machine_req *q = arg;
+    sv_error err = {0};
+    pn_xb_machine m = {0};
+    rc = machine_answer(rc, r, herr, &err);
+    if (rc == 0)
+        rc = pn_xb_parse_machine(r->body, r->len, &m, &err);
+    q->busy = false;
+    q->fetch_cb(rc, rc == 0 ? &m : NULL, rc == 0 ? NULL : &err, q->arg);
+    pn_xb_machine_free(&m);
+}
+
+static void on_machine_status(int rc, const pn_http_response *r, const sv_error *herr,
+                              void *arg)
+{
+    machine_req *q = arg;
+    sv_error err = {0};
+    rc = machine_answer(rc, r, herr, &err);
+    if (rc == 0)
+        rc = pn_uniproxy_check_ack(r->status, r->body, r->len, &err);
+    q->busy = false;
+    q->report_cb(rc, rc == 0 ? NULL : &err, q->arg);
+}
+
+static int machine_post(pn_xb_machine_client *c, const char *what, const char *extra,
+                        pn_http_cb done, machine_req *q)
+{
+    char url[URL_MAX];
+    snprintf(url, sizeof url, "%s" PN_XB_API_PATH "machine/%s", c->base_url, what);
+    size_t n = strlen(c->auth) + strlen(extra) + 2;
+    char *body = malloc(n);
+    if (body == NULL)
+        return -ENOMEM;
+    snprintf(body, n, "%s%s}", c->auth, extra);
+    pn_http_request req = {.method = "POST", .url = url, .body = body, .body_len = strlen(body),
+                           .timeout_ms = c->timeout_ms};
+    sv_error err = {0};
+    int rc = pn_http_start(c->http, &req, done, q, NULL, &err);
+    free(body);
+    q->busy = rc == 0;
+    return rc;
+}
+
+int pn_xb_machine_fetch(pn_xb_machine_client *c, pn_xb_machine_cb cb, void *arg)
+{
+    if (c->fetch.busy)
+        return -EBUSY;
+    c->fetch = (machine_req){.fetch_cb = cb, .arg = arg};
+    return machine_post(c, "nodes", "", on_machine_nodes, &c->fetch);
+}
+
+int pn_xb_machine_status(pn_xb_machine_client *c, const pn_status *st,
+                         pn_xb_machine_report_cb cb, void *arg)
+{
+    char extra[512];
+    if (c->status.busy)
+        return -EBUSY;
+    c->status = (machine_req){.report_cb = cb, .arg = arg};
+    snprintf(extra, sizeof extra, ",\"cpu\":%.1f,\"mem\":{\"total\":%" PRIu64 ",\"used\":%"
+             PRIu64 "},\"swap\":{\"total\":%" PRIu64 ",\"used\":%" PRIu64 "},\"disk\":{"
+             "\"total\":%" PRIu64 ",\"used\":%" PRIu64 "}", st->cpu, st->mem_total,
+             st->mem_used, st->swap_total, st->swap_used, st->disk_total, st->disk_used);
+    return machine_post(c, "status", extra, on_machine_status, &c->status);
 }

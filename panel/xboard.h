@@ -79,6 +79,10 @@ typedef struct pn_xboard_options {
     const char *node_id;   /**< numeric id or node code */
     const char *node_type; /**< the protocol a config without one has */
     long timeout_ms;       /**< per REST request; 0 = PN_HTTP_TIMEOUT_MS */
+    const char *machine_id; /**< machine mode (PANEL.md §1.1): REST auth is machine_id + the
+                                 machine token + node_id; the node channel is not opened
+                                 (watch gives -ENOTSUP: one machine channel is not served yet,
+                                 the node polls over REST). NULL = node mode */
 } pn_xboard_options;
 
 /**
@@ -87,5 +91,81 @@ typedef struct pn_xboard_options {
  * @return 0, -EINVAL (missing option, err names it), -ENOMEM, -EIO.
  */
 int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err);
+
+/* ---------------------------------------------------------------------------------------- */
+/* machine mode (issue 14; PANEL.md §1.1 `/api/v2/server/machine/nodes` and `machine/status`) */
+/* ---------------------------------------------------------------------------------------- */
+
+#define PN_XB_MACHINE_NODES_MAX 256u /**< nodes in one machine answer (AG_CONFIG_NODES_MAX) */
+#define PN_XB_TYPE_MAX 31u           /**< bytes of a node type */
+
+/** One node the panel assigns to the machine. */
+typedef struct pn_xb_machine_node {
+    uint64_t id;                    /**< the panel's node id (positive) */
+    char type[PN_XB_TYPE_MAX + 1];  /**< "shadowsocks", "vless", ... ([a-z0-9_-], non-empty) */
+} pn_xb_machine_node;
+
+/** A parsed `machine/nodes` answer; nodes sorted by id. Free with pn_xb_machine_free(). */
+typedef struct pn_xb_machine {
+    pn_xb_machine_node *nodes; /**< malloc'ed, NULL when none */
+    size_t n;
+    uint32_t push_interval, pull_interval; /**< s, `base_config`; 0 when absent */
+} pn_xb_machine;
+
+/**
+ * Parse a `machine/nodes` answer `{"nodes":[{"id","type","name"}...],"base_config":{...}}`
+ * (PANEL.md §1.1). Strict: a body that is not a JSON object (an HTML page), a missing or
+ * non-array `nodes`, an id that is not a positive integer, a duplicate id, a missing or
+ * malformed type, an interval that is not 0..86400 are refused; `name` is ignored. Bounded by
+ * @p len and PN_XB_MACHINE_NODES_MAX.
+ * @param out  overwritten; zeroed on failure
+ * @return 0, -EINVAL (err: "machine nodes: nodes[2].id: duplicate id 7"), -EMSGSIZE, -ENOMEM.
+ */
+int pn_xb_parse_machine(const char *body, size_t len, pn_xb_machine *out, sv_error *err);
+
+/** Free what a machine answer owns and zero it. NULL-safe. */
+void pn_xb_machine_free(pn_xb_machine *m);
+
+/** Options of the machine client; pointers borrowed for the call. */
+typedef struct pn_xb_machine_options {
+    uv_loop_t *loop;
+    const char *url;        /**< panel base URL */
+    const char *token;      /**< the machine token (never logged) */
+    const char *machine_id; /**< the machine's id */
+    long timeout_ms;        /**< per request; 0 = PN_HTTP_TIMEOUT_MS */
+} pn_xb_machine_options;
+
+typedef struct pn_xb_machine_client pn_xb_machine_client;
+
+/**
+ * The machine node list arrived.
+ * @param rc  0 with @p m set (valid during the call; the callback may take its contents: copy,
+ *            then zero *m), or a negative error with @p err set ("HTTP 403: ...") and m NULL
+ */
+typedef void (*pn_xb_machine_cb)(int rc, pn_xb_machine *m, const sv_error *err, void *arg);
+
+/** A machine status report finished: 0, or a negative error with @p err set. */
+typedef void (*pn_xb_machine_report_cb)(int rc, const sv_error *err, void *arg);
+
+/**
+ * Create the client of a machine's own endpoints (POST machine/nodes, POST machine/status),
+ * auth `{"machine_id","token"}` in the JSON body. A failure leaves nothing to free.
+ * @return 0, -EINVAL (missing option), -ENOMEM, -EIO.
+ */
+int pn_xb_machine_new(const pn_xb_machine_options *o, pn_xb_machine_client **out,
+                      sv_error *err);
+
+/** Ask for the node list (the callback contract of panel.h). @return 0, -EBUSY (one in
+ *  flight) or another negative error. */
+int pn_xb_machine_fetch(pn_xb_machine_client *c, pn_xb_machine_cb cb, void *arg);
+
+/** Report the machine's load `{cpu, mem, swap, disk}` (PANEL.md §1.9 shapes). @return 0 or a
+ *  negative error (-EBUSY: one in flight; then @p cb never runs). */
+int pn_xb_machine_status(pn_xb_machine_client *c, const pn_status *st,
+                         pn_xb_machine_report_cb cb, void *arg);
+
+/** Free the client; requests in flight end without their callbacks. Safe from inside one of
+ *  its callbacks. NULL-safe. */
+void pn_xb_machine_client_free(pn_xb_machine_client *c);
 
 #endif

@@ -1,11 +1,14 @@
 /*
  * Fuzz harness: what an Xboard panel sends over its node channel and in its handshake answer
- * (panel/xboard.c, issue 14; PROTOCOLS-2.md §6). The input is one message, run through the
- * event parser and the handshake parser.
+ * (panel/xboard.c, issue 14; PROTOCOLS-2.md §6) and in its machine mode answer (PANEL.md §1.1).
+ * The input is one message, run through the event parser, the handshake parser and the
+ * machine/nodes parser.
  * Checks: results are 0 or negative with a message; a parsed event's data matches its kind
  * (a config has a port and a protocol, user lists hold at most PN_USERS_MAX users with unique
  * ids and secrets, removed ids are unique and positive); everything is zeroed after an error;
- * a handshake URL is ws:// or wss://.
+ * a handshake URL is ws:// or wss://; a machine list is sorted by unique positive ids, has
+ * at most PN_XB_MACHINE_NODES_MAX nodes with non-empty types, intervals within 0..86400, and is
+ * zeroed after an error.
  */
 #include "config.h"
 
@@ -65,5 +68,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(rc == 0 || url == NULL);
     FUZZ_CHECK(url == NULL || strncmp(url, "ws://", 5) == 0 || strncmp(url, "wss://", 6) == 0);
     free(url);
+    pn_xb_machine m;
+    rc = pn_xb_parse_machine(msg, size, &m, &err);
+    FUZZ_CHECK(rc <= 0);
+    FUZZ_CHECK(rc == 0 || (m.nodes == NULL && m.n == 0));
+    FUZZ_CHECK(m.n <= PN_XB_MACHINE_NODES_MAX && m.push_interval <= 86400 &&
+               m.pull_interval <= 86400);
+    for (size_t i = 0; i < m.n; i++)
+        FUZZ_CHECK(m.nodes[i].id > 0 && m.nodes[i].type[0] != '\0' &&
+                   (i == 0 || m.nodes[i].id > m.nodes[i - 1].id));
+    pn_xb_machine_free(&m);
     return 0;
 }

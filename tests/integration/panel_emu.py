@@ -47,6 +47,15 @@ and answers WebSocket ping frames. /_emu/raw works here too (config, user). Extr
                       socket is shut; {}: shut at once
   POST /_emu/ws       {"enabled":bool}: what handshake offers from now on
   GET /_emu/state adds "ws": {"connects":n, "open":n, "received":[messages]}
+Machine mode (PANEL.md §1.1): POST /_emu/machine {"machine_id":M,"token":MT,"base_config":{..},
+"nodes":{"<id>":{"type":T,"config":{..},"users":{"users":[..]}}}} sets the machine (replacing
+the last one; null: none). Then POST machine/nodes ({"machine_id","token"} in the JSON body)
+lists the nodes, POST machine/status is recorded in the state's "machine_status", and a REST
+request with machine_id (query) is authenticated with the machine token (401 unknown machine,
+403 wrong token) and answered for its node_id from that node's config and users (400 "Server
+does not exist" for a node the machine does not have). Pushes are also added to the state's
+"node_totals" {node_id: {uid: [up, down]}} and recorded with their "node_id". Faults, hits and
+/_emu/raw take "machine/nodes" as an endpoint name; /_emu/down refuses the machine endpoints too.
 
 usage: panel_emu.py --port P --token T --config FILE --users FILE [--ready-file F] [--hold S]
                     [--mode uniproxy|sspanel|xboard]
@@ -71,7 +80,8 @@ WS = {"conns": [], "connects": 0, "received": [], "enabled": True}
 LOCK = threading.Lock()
 STATE = {"config": {}, "users": {"users": []}, "totals": {}, "pushes": [], "hits": {},
          "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": [],
-         "alivelist": {}, "raw": {}, "deleted": [], "detect_rules": [], "detectlog": []}
+         "alivelist": {}, "raw": {}, "deleted": [], "detect_rules": [], "detectlog": [],
+         "machine": None, "machine_status": [], "node_totals": {}}
 ARGS = None
 
 
@@ -176,6 +186,13 @@ class Handler(BaseHTTPRequestHandler):
         ep = url.path[len(api):]
         if ARGS.mode == "xboard" and ep == "handshake":
             return self.handshake(q, raw)
+        if ARGS.mode == "xboard" and ep.startswith("machine/"):
+            return self.machine_endpoint(ep, raw)
+        node = None
+        if ARGS.mode == "xboard" and q.get("machine_id"):
+            node = self.machine_node(q)
+            if not isinstance(node, dict):
+                return None
         with LOCK:
             STATE["hits"][ep] = STATE["hits"].get(ep, 0) + 1
             STATE["hit_times"].setdefault(ep, []).append(time.time())
@@ -184,7 +201,7 @@ class Handler(BaseHTTPRequestHandler):
             down = STATE["down"]
         if down:
             return self.send(502, b"<html>502 Bad Gateway</html>", "text/html")
-        if q.get("token", [""])[0] != ARGS.token:
+        if node is None and q.get("token", [""])[0] != ARGS.token:
             return self.send(500, {"message": "token is error"})
         if not q.get("node_id", [""])[0]:
             return self.send(400, {"status": "fail", "message": "Server does not exist",
@@ -199,12 +216,82 @@ class Handler(BaseHTTPRequestHandler):
             body = raw_answer["body"]
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
             return self.send(raw_answer.get("status", 200), data)
+        if node is not None and ep in ("config", "user"):
+            with LOCK:
+                obj = dict(node["config"], base_config=STATE["machine"].get(
+                    "base_config", {"push_interval": 60, "pull_interval": 60})) \
+                    if ep == "config" else node["users"]
+            return self.fetch(obj)
         handler = {"config": self.ep_config, "user": self.ep_user, "push": self.ep_push,
                    "alive": self.ep_alive, "alivelist": self.ep_alivelist,
                    "status": self.ep_status}.get(ep)
         if handler is None:
             return self.send(404, {"message": "not found"})
+        if ep == "push":
+            return self.ep_push(raw, fault, int(q["node_id"][0]) if q.get("node_id") else 0)
         return handler(raw, fault)
+
+    # --- Xboard machine mode (PANEL.md §1.1) --------------------------------------------------
+
+    def machine_auth(self, machine_id, token):
+        """The machine, or None when the answer (401/403) was sent."""
+        with LOCK:
+            m = STATE["machine"]
+        if m is None or str(m["machine_id"]) != str(machine_id):
+            self.send(401, {"message": "Machine not found"})
+            return None
+        if token != m["token"]:
+            self.send(403, {"message": "Machine token invalid"})
+            return None
+        return m
+
+    def machine_node(self, q):
+        m = self.machine_auth(q["machine_id"][0], q.get("token", [""])[0])
+        if m is None:
+            return False
+        node = m["nodes"].get(q.get("node_id", [""])[0])
+        if node is None:
+            self.send(400, {"status": "fail", "message": "Server does not exist", "data": None,
+                            "error": None})
+            return False
+        return node
+
+    def machine_endpoint(self, ep, raw):
+        with LOCK:
+            STATE["hits"][ep] = STATE["hits"].get(ep, 0) + 1
+            queue = STATE["faults"].get(ep) or []
+            fault = queue.pop(0) if queue else None
+            raw_answer = STATE["raw"].get(ep)
+            down = STATE["down"]
+        if down:
+            return self.send(502, b"<html>502 Bad Gateway</html>", "text/html")
+        try:
+            body = json.loads(raw or b"{}")
+            assert isinstance(body, dict)
+        except (ValueError, AssertionError):
+            return self.send(422, {"message": "Invalid data format"})
+        if fault and self.pre_fault(fault):
+            return None
+        m = self.machine_auth(body.get("machine_id"), body.get("token"))
+        if m is None:
+            return None
+        if ep == "machine/status":
+            with LOCK:
+                STATE["machine_status"].append(body)
+            return self.send(200, {"data": True})
+        if ep != "machine/nodes":
+            return self.send(404, {"message": "not found"})
+        if raw_answer is not None and raw_answer.get("huge"):
+            return self.send_huge(int(raw_answer["huge"]))
+        if raw_answer is not None:
+            data = raw_answer["body"]
+            data = data.encode() if isinstance(data, str) else json.dumps(data).encode()
+            return self.send(raw_answer.get("status", 200), data)
+        with LOCK:
+            nodes = [{"id": int(k), "type": v["type"], "name": "node %s" % k}
+                     for k, v in sorted(m["nodes"].items(), key=lambda kv: int(kv[0]))]
+            bc = m.get("base_config", {"push_interval": 60, "pull_interval": 60})
+        return self.send(200, {"nodes": nodes, "base_config": bc})
 
     # --- Xboard API v2 (--mode xboard) ------------------------------------------------------
 
@@ -393,7 +480,7 @@ class Handler(BaseHTTPRequestHandler):
             obj = STATE["users"]
         self.fetch(obj)
 
-    def ep_push(self, raw, fault):
+    def ep_push(self, raw, fault, node_id=0):
         try:
             data = json.loads(raw or b"{}")
             assert isinstance(data, dict)
@@ -401,11 +488,14 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(422, {"status": "fail", "message": "Invalid data format",
                                    "data": None, "error": None})
         with LOCK:
+            per_node = STATE["node_totals"].setdefault(str(node_id), {})
             for uid, pair in data.items():
-                t = STATE["totals"].setdefault(uid, [0, 0])
-                t[0] += int(pair[0])
-                t[1] += int(pair[1])
-            STATE["pushes"].append({"t": time.time(), "body": data, "fault": fault})
+                for t in (STATE["totals"].setdefault(uid, [0, 0]),
+                          per_node.setdefault(uid, [0, 0])):
+                    t[0] += int(pair[0])
+                    t[1] += int(pair[1])
+            STATE["pushes"].append({"t": time.time(), "body": data, "fault": fault,
+                                    "node_id": node_id})
         if fault == "apply_close":
             self.close_connection = True
             return None
@@ -433,7 +523,8 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if method == "GET" and what == "state":
                 out = {k: STATE[k] for k in ("totals", "pushes", "hits", "hit_times", "alive",
-                                             "status", "detectlog")}
+                                             "status", "detectlog", "machine_status",
+                                             "node_totals")}
                 out["ws"] = {"connects": WS["connects"], "open": len(WS["conns"]),
                              "received": WS["received"]}
                 return self.send(200, out)
@@ -474,6 +565,8 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["raw"][body["endpoint"]] = body if keep else None
             elif what == "detect_rules":  # sspanel: [{"id","name","text","regex","type"}]
                 STATE["detect_rules"] = body
+            elif what == "machine":
+                STATE["machine"] = body if body else None
             elif what == "deleted":
                 STATE["deleted"] = list(body["ids"])
             else:

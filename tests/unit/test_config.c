@@ -257,9 +257,46 @@ static void config__xboard_panel__takes_uniproxy_keys(void **state)
                  "db.path: required with a xboard panel (nodes[0])");
     expect_error(XB_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"node_type\":\"vless\","
                            "\"machine_id\":3"),
-                 -EINVAL, "nodes[0].panel.machine_id: unknown key");
+                 -EINVAL, "nodes[0].panel: node_id and machine_id exclude each other (a "
+                 "machine's nodes come from the panel)");
     expect_error(XB_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1"), -EINVAL,
                  "nodes[0].panel.node_type: missing required key");
+}
+
+/* issue 14: machine mode, {"type":"xboard","url","token","machine_id","timeout"} (PANEL.md
+ * §1.1): no node_id, no node_type (the machine's list gives them). */
+static void config__xboard_machine__takes_machine_id(void **state)
+{
+    (void)state;
+    const char *text = XB_CONFIG("\"db\":{\"path\":\"k.db\"},", ",\"machine_id\":7,"
+                                 "\"timeout\":3");
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(text, strlen(text), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.nodes[0].panel.type, AG_PANEL_XBOARD);
+    assert_string_equal(cfg.nodes[0].panel.machine_id, "7");
+    assert_null(cfg.nodes[0].panel.node_id);
+    assert_int_equal(cfg.nodes[0].panel.timeout_s, 3);
+    ag_node_config copy;
+    assert_int_equal(ag_node_config_copy(&copy, &cfg.nodes[0]), 0);
+    assert_string_equal(copy.panel.machine_id, "7");
+    assert_string_equal(copy.tag, "a");
+    assert_ptr_not_equal(copy.tag, cfg.nodes[0].tag);
+    ag_node_config_free(&copy);
+    ag_config_free(&cfg);
+    expect_error(XB_CONFIG("\"db\":{\"path\":\"x\"},", ",\"machine_id\":\"7\""), -EINVAL,
+                 "nodes[0].panel.machine_id: expected a positive integer");
+    expect_error(XB_CONFIG("\"db\":{\"path\":\"x\"},", ",\"machine_id\":0"), -EINVAL,
+                 "nodes[0].panel.machine_id: expected a positive integer");
+    expect_error(XB_CONFIG("\"db\":{\"path\":\"x\"},", ",\"machine_id\":7,"
+                           "\"node_type\":\"vless\""),
+                 -EINVAL, "nodes[0].panel.node_type: unknown key");
+    expect_error(XB_CONFIG("", ",\"machine_id\":7"), -EINVAL,
+                 "db.path: required with a xboard panel (nodes[0])");
+    expect_error("{\"db\":{\"path\":\"x\"},\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":"
+                 "\"uniproxy\",\"url\":\"https://p.example\",\"token\":\"t\",\"machine_id\":7,"
+                 "\"node_type\":\"vless\"}}]}",
+                 -EINVAL, "nodes[0].panel.machine_id: unknown key");
 }
 
 #define UP_PANEL(extra) "{\"type\":\"uniproxy\",\"url\":\"https://p.example\",\"token\":\"t\"," \
@@ -924,6 +961,7 @@ int main(void)
         cmocka_unit_test(config__other_panel_types__are_refused),
         cmocka_unit_test(config__sspanel_panel__parses_and_errors_name_their_path),
         cmocka_unit_test(config__xboard_panel__takes_uniproxy_keys),
+        cmocka_unit_test(config__xboard_machine__takes_machine_id),
         cmocka_unit_test(config__uniproxy_panel__parses_with_db),
         cmocka_unit_test(config__uniproxy_panel__errors_name_their_path),
         cmocka_unit_test(config__bad_json__gives_position),

@@ -277,6 +277,41 @@ static void db__done__deletes_only_the_batch(void **state)
     db_close(d);
 }
 
+/* issue 14: a node removed from its Xboard machine hands its pending usage (open rows and an
+ * unacknowledged batch) to another node; per-user totals are kept exactly. */
+static void db__move__hands_every_pending_row_to_the_other_node(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    add(d, "gone", 1, 10, 20);
+    db_batch lost;
+    assert_int_equal(db_batch_claim(d, "gone", &lost, &err), 0); /* answer never came */
+    db_batch_free(&lost);
+    add(d, "gone", 1, 1, 2);
+    add(d, "gone", 2, 5, 5);
+    add(d, "live", 1, 100, 200);
+    assert_int_equal(db_state_put(d, "gone", DB_STATE_CONFIG, NULL, "{}", 2, 1, &err), 0);
+    assert_int_equal(db_usage_move(d, "gone", "live", &err), 0);
+    uint64_t bytes = 0;
+    int64_t oldest = 0;
+    assert_int_equal(db_usage_pending(d, "gone", &bytes, &oldest, &err), 0);
+    assert_int_equal(bytes, 0);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM panel_state WHERE node = 'gone'"), 0);
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "live", &b, &err), 0);
+    assert_int_equal(b.n, 2);
+    assert_int_equal(b.items[0].user, 1);
+    assert_int_equal(b.items[0].up, 111);
+    assert_int_equal(b.items[0].down, 222);
+    assert_int_equal(b.items[1].user, 2);
+    assert_int_equal(b.items[1].up, 5);
+    assert_int_equal(db_batch_done(d, b.id, &err), 0);
+    db_batch_free(&b);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM usage_outbox"), 0);
+    db_close(d);
+}
+
 static void db__failed_batch__is_resent_merged_with_later_deltas(void **state)
 {
     tmp *t = *state;
@@ -530,6 +565,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(db__bad_path__fails_with_message, setup, teardown),
         cmocka_unit_test_setup_teardown(db__add__merges_per_node_and_uid, setup, teardown),
         cmocka_unit_test_setup_teardown(db__done__deletes_only_the_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__move__hands_every_pending_row_to_the_other_node,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(db__failed_batch__is_resent_merged_with_later_deltas,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(db__empty_claim__has_no_batch, setup, teardown),
