@@ -12,17 +12,7 @@
 #include <time.h>
 
 #include "api/api.h"
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+#include "supervisor/util/digits.h"
 
 /*
  * Decode [s, s+n) into dst (cap bytes incl. the NUL). plus: '+' means space (query).
@@ -36,7 +26,7 @@ static long decode(const char *s, size_t n, bool plus, char *dst, size_t cap)
         if (c == '%') {
             if (i + 2 >= n)
                 return -1;
-            int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+            int hi = sv_hex_digit(s[i + 1]), lo = sv_hex_digit(s[i + 2]);
             if (hi < 0 || lo < 0)
                 return -1;
             c = (char)(hi << 4 | lo);

@@ -14,6 +14,7 @@
 
 #include "supervisor/crypto/blake3.h"
 #include "supervisor/proto/ss2022.h"
+#include "supervisor/util/digits.h"
 
 #define CTX_SESSION "shadowsocks 2022 session subkey"
 #define CTX_IDENTITY "shadowsocks 2022 identity subkey"
@@ -44,17 +45,6 @@ size_t sv_ss22_key_len(enum sv_ss_cipher cipher)
     }
 }
 
-static int b64_value(char ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
-}
-
 int sv_ss22_key_decode(const char *b64, size_t key_len, uint8_t *out)
 {
     size_t len = b64 != NULL ? strlen(b64) : 0;
@@ -66,7 +56,7 @@ int sv_ss22_key_decode(const char *b64, size_t key_len, uint8_t *out)
     for (size_t i = 0; i < len; i += 4) {
         uint32_t v = 0;
         for (size_t j = 0; j < 4; j++) {
-            int d = b64_value(b64[i + j]);
+            int d = sv_b64_digit(b64[i + j], false);
             if (d < 0 && !(b64[i + j] == '=' && i + j >= len - pad))
                 return -EINVAL;
             v = v << 6 | (uint32_t)(d < 0 ? 0 : d);

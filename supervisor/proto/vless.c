@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "supervisor/proto/vless.h"
+#include "supervisor/util/digits.h"
 #include "supervisor/proto/mux.h"
 
 #include <errno.h>
@@ -46,17 +47,6 @@ static uint64_t hash_id(const uint8_t *id)
     return x;
 }
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int sv_vless_uuid_parse(const char *text, uint8_t *out)
 {
     size_t len = text != NULL ? strlen(text) : 0;
@@ -71,7 +61,7 @@ int sv_vless_uuid_parse(const char *text, uint8_t *out)
                 goto bad;
             at++;
         }
-        int hi = hex_value(text[at]), lo = hex_value(text[at + 1]);
+        int hi = sv_hex_digit(text[at]), lo = sv_hex_digit(text[at + 1]);
         if (hi < 0 || lo < 0)
             goto bad;
         out[i] = (uint8_t)(hi << 4 | lo);

@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include "supervisor/transport/grpc.h"
+#include "supervisor/util/digits.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -187,12 +188,6 @@ static int grpc_creds_new_direct(const sv_inbound_spec *in, const sv_user_set *u
                         in->tag);
 }
 
-static int hexval(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* Does the request path @p p (@p n bytes, percent-escapes decoded on the fly, so that the raw
  * and the escaped forms of a name both match, §3.1) equal prefix + one of the names? */
 static bool path_served(const grpc_creds *cr, const uint8_t *p, size_t n)
@@ -203,7 +198,7 @@ static bool path_served(const grpc_creds *cr, const uint8_t *p, size_t n)
         if (k + 1 >= sizeof dec)
             return false;
         int hi, lo;
-        if (p[i] == '%' && i + 2 < n && (hi = hexval(p[i + 1])) >= 0 && (lo = hexval(p[i + 2])) >= 0) {
+        if (p[i] == '%' && i + 2 < n && (hi = sv_hex_digit(p[i + 1])) >= 0 && (lo = sv_hex_digit(p[i + 2])) >= 0) {
             dec[k++] = (char)(hi << 4 | lo);
             i += 2;
         } else {

@@ -18,25 +18,11 @@
 #include "supervisor/transport/reality.h"
 #include "supervisor/transport/tls13s.h"
 #include "supervisor/transport/tls_hello.h"
+#include "supervisor/util/digits.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* settings                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-
-static int b64url_value(char ch)
-{
-    if (ch >= 'A' && ch <= 'Z')
-        return ch - 'A';
-    if (ch >= 'a' && ch <= 'z')
-        return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9')
-        return ch - '0' + 52;
-    if (ch == '-')
-        return 62;
-    if (ch == '_')
-        return 63;
-    return -1;
-}
 
 int sv_reality_parse_key(const char *b64url, uint8_t out[32])
 {
@@ -49,7 +35,7 @@ int sv_reality_parse_key(const char *b64url, uint8_t out[32])
     unsigned bits = 0;
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {
-        int v = b64url_value(b64url[i]);
+        int v = sv_b64_digit(b64url[i], true);
         if (v < 0)
             return -EINVAL;
         acc = (acc << 6) | (uint32_t)v;
@@ -62,24 +48,13 @@ int sv_reality_parse_key(const char *b64url, uint8_t out[32])
     return o == 32 ? 0 : -EINVAL;
 }
 
-static int hex_value(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 int sv_reality_parse_short_id(const char *hex, size_t len, uint8_t out[8])
 {
     memset(out, 0, 8);
     if (len > 16 || len % 2 != 0)
         return -EINVAL;
     for (size_t i = 0; i < len; i += 2) {
-        int hi = hex_value(hex[i]), lo = hex_value(hex[i + 1]);
+        int hi = sv_hex_digit(hex[i]), lo = sv_hex_digit(hex[i + 1]);
         if (hi < 0 || lo < 0)
             return -EINVAL;
         out[i / 2] = (uint8_t)(hi << 4 | lo);
