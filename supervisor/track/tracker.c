@@ -191,6 +191,7 @@ void sv_tracker_flow_open(sv_tracker *t, sv_flow_rec *rec)
     sv__worker *w = &t->workers[rec->worker];
     sv_flow_info info;
     rec->wm_up = rec->wm_down = 0;
+    memset(rec->groups, 0, sizeof rec->groups);
     atomic_store_explicit(&rec->kill, false, memory_order_relaxed);
     pthread_mutex_lock(&w->lock);
     rec->info.id = (w->next_flow++ << 8) | rec->worker;
@@ -217,6 +218,7 @@ void sv_tracker_session_open(sv_tracker *t, sv_session_rec *rec)
     assert(rec->worker < t->n_workers);
     sv__worker *w = &t->workers[rec->worker];
     rec->wm_up = rec->wm_down = 0;
+    rec->account = 0;
     atomic_store_explicit(&rec->close_requested, false, memory_order_relaxed);
     pthread_mutex_lock(&w->lock);
     rec->info.id = atomic_fetch_add_explicit(&t->next_session, 1, memory_order_relaxed);

@@ -61,6 +61,9 @@ struct sv_tracker {
     uint64_t tick;
     sv__group total;
     sv_table inbounds, outbounds, users; /**< of sv__group */
+    uint32_t *user_order; /**< indexes of the user groups sorted by id, users.n of them once
+                               sorted (sampler.c); re-sorted only when a user group was added */
+    size_t n_user_order;
 
     pthread_mutex_t stats_lock; /**< the published snapshot */
     sv_stats stats;
