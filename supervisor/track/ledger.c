@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/** How many records ahead a scan prefetches (tracker_internal.h sv__ptrset). */
+#define PREFETCH_AHEAD 16
+
 static bool account_eq(const void *entry, const void *key)
 {
     return ((const sv__account *)entry)->user == *(const uint64_t *)key;
@@ -79,8 +82,24 @@ void sv__ledger_reconcile(sv_tracker *t)
         sv__worker *w = &t->workers[i];
         pthread_mutex_lock(&w->lock);
         sv_list *pos, *tmp;
-        sv_list_foreach_safe(pos, tmp, &w->sessions)
-            reconcile_session(t, sv_container_of(pos, sv_session_rec, link));
+        if (w->session_set.broken) {
+            sv_list_foreach_safe(pos, tmp, &w->sessions)
+                reconcile_session(t, sv_container_of(pos, sv_session_rec, link));
+        } else {
+            sv_session_rec **v = (sv_session_rec **)w->session_set.v;
+            size_t n = w->session_set.n;
+            for (size_t k = 0; k < n; k++) {
+                /* records PREFETCH_AHEAD ahead, the account of one half as far */
+                if (k + PREFETCH_AHEAD < n) {
+                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->wire);
+                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->user);
+                }
+                if (k + PREFETCH_AHEAD / 2 < n && v[k + PREFETCH_AHEAD / 2]->account != 0)
+                    __builtin_prefetch(
+                        sv_table_at(&t->accounts, v[k + PREFETCH_AHEAD / 2]->account - 1));
+                reconcile_session(t, v[k]);
+            }
+        }
         sv_list_foreach_safe(pos, tmp, &w->closed_sessions)
         {
             sv_session_rec *rec = sv_container_of(pos, sv_session_rec, link);

@@ -22,6 +22,9 @@
 
 #include "supervisor/util/log.h"
 
+/** How many records ahead a scan prefetches (tracker_internal.h sv__ptrset). */
+#define PREFETCH_AHEAD 16
+
 static bool group_eq_tag(const void *entry, const void *key)
 {
     return strcmp(((const sv__group *)entry)->s.tag, (const char *)key) == 0;
@@ -148,9 +151,25 @@ static void scan_flows(sv_tracker *t)
     for (unsigned i = 0; i < t->n_workers; i++) {
         sv__worker *w = &t->workers[i];
         pthread_mutex_lock(&w->lock);
-        sv_list *pos, *tmp;
-        sv_list_foreach_safe(pos, tmp, &w->flows)
-            count_flow(t, sv_container_of(pos, sv_flow_rec, link), true);
+        if (w->flow_set.broken) {
+            sv_list *pos, *tmp;
+            sv_list_foreach_safe(pos, tmp, &w->flows)
+                count_flow(t, sv_container_of(pos, sv_flow_rec, link), true);
+        } else {
+            sv_flow_rec **v = (sv_flow_rec **)w->flow_set.v;
+            size_t n = w->flow_set.n;
+            for (size_t k = 0; k < n; k++) {
+                /* records PREFETCH_AHEAD ahead, the user group of one half as far */
+                if (k + PREFETCH_AHEAD < n) {
+                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->bytes);
+                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->groups);
+                }
+                if (k + PREFETCH_AHEAD / 2 < n && v[k + PREFETCH_AHEAD / 2]->groups[2] != 0)
+                    __builtin_prefetch(
+                        sv_table_at(&t->users, v[k + PREFETCH_AHEAD / 2]->groups[2] - 1));
+                count_flow(t, v[k], true);
+            }
+        }
         pthread_mutex_unlock(&w->lock);
     }
     for (unsigned i = 0; i < t->n_workers; i++) {

@@ -42,6 +42,7 @@ typedef struct sv_flow_rec {
     uint64_t wm_up, wm_down; /**< sampler watermarks (sampler only) */
     uint32_t groups[3];  /**< sampler only: index + 1 of its inbound, outbound tag and user
                               group, 0 = not looked up yet (set to 0 at register) */
+    size_t set_at;       /**< its index in the worker's flow set (tracker only) */
     unsigned worker;
     _Atomic bool kill;   /**< set by sv_tracker_kill*(); the worker closes the flow */
     void *owner;         /**< the worker's object for this flow (only the worker dereferences it) */
@@ -54,6 +55,7 @@ typedef struct sv_session_rec {
     uint64_t wm_up, wm_down; /**< ledger watermarks (ledger only) */
     uint32_t account;        /**< ledger only: index + 1 of its user's account, 0 = not looked
                                   up yet (set to 0 at register) */
+    size_t set_at;           /**< its index in the worker's session set (tracker only) */
     _Atomic bool has_user;   /**< set once by the worker when the first flow authenticates */
     _Atomic uint64_t user;   /**< frontend user id, valid when has_user */
     unsigned worker;

@@ -132,7 +132,9 @@ int main(int argc, char **argv)
            "median %.2f ms (CPU %.2f ms), slowest %.2f ms (CPU %.2f ms)   goal: <= 10 ms at "
            "100 000 flows and 50 000 users (%s)\n",
            flows, users, ticks, wall[ticks / 2], cpu[ticks / 2], wall[ticks - 1], cpu[ticks - 1],
-           cpu[ticks / 2] <= 10.0 ? "met on CPU time" : "missed on CPU time");
+           flows < 100000 || users < 50000 ? "smaller than the goal's size"
+           : cpu[ticks / 2] <= 10.0        ? "met on CPU time"
+                                           : "missed on CPU time");
     sv_tracker_free(t); /* frees every record it holds */
     free(slots);
     free(wall);
