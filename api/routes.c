@@ -129,7 +129,8 @@ static void connections_get(api_server *s, const api_uri *uri, api_reply *r)
     long nf = sv_flows(s->sv, &flows), ns = sv_sessions(s->sv, &sessions);
     api_jw w = {0};
     bool first = true;
-    api_jw_raw(&w, "{\"sessions\":[", 13);
+    static const char open_body[] = "{\"sessions\":[", between[] = "],\"flows\":[";
+    api_jw_raw(&w, open_body, sizeof open_body - 1);
     for (long i = 0; i < ns; i++)
         if (session_selected(&sel, &sessions[i])) {
             if (!first)
@@ -137,7 +138,7 @@ static void connections_get(api_server *s, const api_uri *uri, api_reply *r)
             api_jw_session(&w, &sessions[i]);
             first = false;
         }
-    api_jw_raw(&w, "],\"flows\":[", 11);
+    api_jw_raw(&w, between, sizeof between - 1);
     first = true;
     for (long i = 0; i < nf; i++)
         if (flow_selected(&sel, &flows[i])) {
