@@ -171,4 +171,6 @@ check "idle user 4 billed nothing" test -z "$(awk '$1 == 4 && ($2 > 0 || $3 > 0)
 check "three connections at once on one REALITY+gRPC connection, 256 KiB each, identical" \
     tcp_rt "$c1" ok --bytes 262144 --conns 3 --seed rg-multi
 check "daemon still runs" kt_alive "$SRV_PID"
+kat_stop
+check "SIGTERM: katana exits 0" test "$SRV_RC" = 0
 kt_finish
