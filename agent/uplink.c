@@ -102,6 +102,7 @@ struct up_machine {
     unsigned fails;
     char error[160];       /* the last list error logged as a warning */
     char skipped[160];     /* the last "type not served" warning */
+    bool fetching;         /* a machine/nodes request is in flight */
 };
 
 struct ag_uplink {
@@ -525,7 +526,12 @@ static void report_alive(up_node *nd)
         ips[n_ips++] = ss[i].source;
         items[n_items - 1].n_ips++;
     }
-    if (n_items > 0 && nd->client->ops->report_alive != NULL)
+    /* a machine's node: `report.devices` over the machine's channel while it is up
+     * (PROTOCOLS-2.md §6.5), else REST `alive` like any node */
+    bool sent = n_items > 0 && nd->machine != NULL &&
+                pn_xb_machine_report_devices(nd->machine->client, nd->machine_node, items,
+                                             n_items) == 0;
+    if (n_items > 0 && !sent && nd->client->ops->report_alive != NULL)
         nd->client->ops->report_alive(nd->client, items, n_items, on_reported, nd);
     free(items);
     free(ips);
@@ -1560,19 +1566,11 @@ static char *machine_body(const pn_xb_machine *l)
     return text;
 }
 
-static void on_machine_list(int rc, pn_xb_machine *l, const sv_error *err, void *arg)
+/* Make @p l (taken: zeroed) the machine's last good list: start and retire its nodes, store
+ * it when it changed, and offer the change to the node manager. */
+static void machine_take(up_machine *m, pn_xb_machine *l)
 {
-    up_machine *m = arg;
     ag_uplink *u = m->u;
-    if (rc != 0) { /* the last good list stays; one warning while the error stays the same */
-        if (strncmp(m->error, err->msg, sizeof m->error - 1) != 0)
-            SV_LOG(SV_LOG_WARN, MOD, "machine %s: %s (keeping its %zu nodes)",
-                   m->nc.panel.machine_id, err->msg, m->list.n);
-        snprintf(m->error, sizeof m->error, "%.159s", err->msg);
-        machine_schedule(m, true);
-        return;
-    }
-    m->error[0] = '\0';
     bool changed = machine_apply(m, l) || !m->has_list;
     bool same = m->has_list && m->list.n == l->n &&
                 (l->n == 0 || memcmp(m->list.nodes, l->nodes, l->n * sizeof *l->nodes) == 0) &&
@@ -1589,10 +1587,26 @@ static void on_machine_list(int rc, pn_xb_machine *l, const sv_error *err, void 
         SV_LOG(SV_LOG_WARN, MOD, "machine %s: node list not stored: %s",
                m->nc.panel.machine_id, serr.msg);
     free(body);
-    machine_schedule(m, false);
     publish(u);
     if (changed && ag_uplink_ready(u) && u->on_change != NULL)
         u->on_change(u->arg);
+}
+
+static void on_machine_list(int rc, pn_xb_machine *l, const sv_error *err, void *arg)
+{
+    up_machine *m = arg;
+    m->fetching = false;
+    if (rc != 0) { /* the last good list stays; one warning while the error stays the same */
+        if (strncmp(m->error, err->msg, sizeof m->error - 1) != 0)
+            SV_LOG(SV_LOG_WARN, MOD, "machine %s: %s (keeping its %zu nodes)",
+                   m->nc.panel.machine_id, err->msg, m->list.n);
+        snprintf(m->error, sizeof m->error, "%.159s", err->msg);
+        machine_schedule(m, true);
+        return;
+    }
+    m->error[0] = '\0';
+    machine_take(m, l);
+    machine_schedule(m, false); /* on the new list's pull interval */
 }
 
 static void on_machine_reported(int rc, const sv_error *err, void *arg)
@@ -1609,9 +1623,116 @@ static void on_machine_timer(uv_timer_t *t)
     pn_status st;
     read_status(m->u, &st);
     (void)pn_xb_machine_status(m->client, &st, on_machine_reported, m);
-    if (pn_xb_machine_fetch(m->client, on_machine_list, m) != 0)
+    m->fetching = pn_xb_machine_fetch(m->client, on_machine_list, m) == 0;
+    if (!m->fetching)
         machine_schedule(m, true);
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* the machine's channel (issue 14, PROTOCOLS-2.md §6.2-6.5): node-scoped events go to that  */
+/* node's push handlers, as a node's own channel would give them                             */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The live node of @p m serving panel node @p id, or NULL (not one of ours). */
+static up_node *machine_node_find(up_machine *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->u->n; i++) {
+        up_node *nd = m->u->nodes[i];
+        if (nd->machine == m && nd->machine_node == id && !nd->retiring)
+            return nd;
+    }
+    return NULL;
+}
+
+/* The machine's list over REST now (not when one is in flight). */
+static void machine_pull_now(up_machine *m)
+{
+    if (!m->fetching)
+        uv_timer_start(&m->timer, on_machine_timer, 0, 0);
+}
+
+static void mev_node(void *arg, uint64_t id, pn_node *node)
+{
+    up_node *nd = machine_node_find(arg, id);
+    if (nd != NULL)
+        ev_node(nd, node);
+}
+
+static void mev_users(void *arg, uint64_t id, pn_users *users)
+{
+    up_node *nd = machine_node_find(arg, id);
+    if (nd != NULL)
+        ev_users(nd, users);
+}
+
+static void mev_delta(void *arg, uint64_t id, const pn_users *add, const uint64_t *remove,
+                      size_t n_remove)
+{
+    up_node *nd = machine_node_find(arg, id);
+    if (nd != NULL)
+        ev_delta(nd, add, remove, n_remove);
+}
+
+/* Every live node of @p m pulls over REST now, and so does the list. */
+static void machine_pull_all(up_machine *m)
+{
+    for (size_t i = 0; i < m->u->n; i++)
+        if (m->u->nodes[i]->machine == m && !m->u->nodes[i]->retiring)
+            pull_now(m->u->nodes[i]);
+    machine_pull_now(m);
+}
+
+static void mev_resync(void *arg, uint64_t id, const sv_error *why)
+{
+    up_machine *m = arg;
+    up_node *nd = id != 0 ? machine_node_find(m, id) : NULL;
+    if (nd != NULL) {
+        ev_resync(nd, why);
+        return;
+    }
+    SV_LOG(SV_LOG_WARN, MOD, "machine %s: %s (pulling everything)", m->nc.panel.machine_id,
+           why->msg);
+    for (size_t i = 0; i < m->u->n; i++) {
+        up_node *o = m->u->nodes[i];
+        if (o->machine == m && !o->retiring) {
+            pn_set_etag(o->client, PN_BODY_CONFIG, NULL);
+            pn_set_etag(o->client, PN_BODY_USERS, NULL);
+        }
+    }
+    machine_pull_all(m);
+}
+
+/* sync.nodes: the machine's node set changes now, as a pulled list would change it (the
+ * intervals stay those of the last REST list). */
+static void mev_nodes(void *arg, pn_xb_machine *l)
+{
+    up_machine *m = arg;
+    l->push_interval = m->list.push_interval;
+    l->pull_interval = m->list.pull_interval;
+    SV_LOG(SV_LOG_INFO, MOD, "machine %s: node set pushed by the panel (%zu nodes)",
+           m->nc.panel.machine_id, l->n);
+    machine_take(m, l);
+}
+
+/* Down: every node of the machine polls over REST at once (the client reconnects by itself);
+ * up: the list is pulled again (a sync.nodes may have been missed). */
+static void mev_channel(void *arg, bool up, const sv_error *why)
+{
+    (void)why;
+    if (up)
+        machine_pull_now(arg);
+    else
+        machine_pull_all(arg);
+}
+
+static const pn_xb_machine_events machine_events = {
+    .node = mev_node,
+    .users = mev_users,
+    .delta = mev_delta,
+    .resync = mev_resync,
+    .nodes = mev_nodes,
+    .channel = mev_channel,
+};
 
 /* The machine's client and its stored list (its nodes start with the stored list, before the
  * panel answers). No libuv handle yet. */
@@ -1663,6 +1784,9 @@ static void machine_start(up_machine *m)
         m->list = stored;
     }
     uv_timer_start(&m->timer, on_machine_timer, 0, 0);
+    if (pn_xb_machine_watch(m->client, &machine_events, m) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "machine %s: panel push channel not started, polling only",
+               m->nc.panel.machine_id);
 }
 
 static void machine_timer_closed(uv_handle_t *h)
