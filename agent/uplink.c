@@ -1369,12 +1369,6 @@ static void node_close(up_node *nd)
 /* Xboard machines (issue 14, PANEL.md §1.1): the machine's list makes and retires nodes       */
 /* ---------------------------------------------------------------------------------------- */
 
-static bool type_served(const char *type)
-{
-    return strcmp(type, "shadowsocks") == 0 || strcmp(type, "vmess") == 0 ||
-           strcmp(type, "vless") == 0 || strcmp(type, "trojan") == 0;
-}
-
 /* A live node of @p m other than @p nd, or NULL. */
 static up_node *sibling(const up_node *nd)
 {
@@ -1439,27 +1433,45 @@ static void node_retire(up_node *nd)
     SV_LOG(SV_LOG_INFO, MOD, "node %s: no longer on its machine, stopping it", nd->tag);
 }
 
+bool ag_machine_type_served(const char *type)
+{
+    return strcmp(type, "shadowsocks") == 0 || strcmp(type, "vmess") == 0 ||
+           strcmp(type, "vless") == 0 || strcmp(type, "trojan") == 0;
+}
+
+int ag_machine_node_config(const ag_node_config *entry, uint64_t id, const char *type,
+                           ag_node_config *out, sv_error *err)
+{
+    char tag[SV_TAG_MAX + 32], num[24];
+    int rc = ag_node_config_copy(out, entry);
+    if (rc != 0) {
+        memset(out, 0, sizeof *out);
+        return sv_error_set(err, rc, "out of memory");
+    }
+    snprintf(tag, sizeof tag, "%s-%" PRIu64, entry->tag, id);
+    snprintf(num, sizeof num, "%" PRIu64, id);
+    free(out->tag);
+    free(out->panel.node_id);
+    free(out->panel.node_type);
+    out->tag = strdup(tag);
+    out->panel.node_id = strdup(num);
+    out->panel.node_type = strdup(type);
+    if (out->tag == NULL || out->panel.node_id == NULL || out->panel.node_type == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    if (strlen(tag) > SV_TAG_MAX)
+        return sv_error_set(err, -EINVAL, "node tag %s: longer than %d bytes", tag, SV_TAG_MAX);
+    return 0;
+}
+
 /* A node of @p m for panel node @p mn: the machine entry's settings with its tag, id, type. */
 static int machine_node_new(up_machine *m, const pn_xb_machine_node *mn, sv_error *err)
 {
     ag_uplink *u = m->u;
     ag_node_config nc;
-    char tag[SV_TAG_MAX + 8], id[24];
-    int rc = ag_node_config_copy(&nc, &m->nc);
-    if (rc != 0)
-        return sv_error_set(err, rc, "out of memory");
-    snprintf(tag, sizeof tag, "%s-%" PRIu64, m->nc.tag, mn->id);
-    snprintf(id, sizeof id, "%" PRIu64, mn->id);
-    free(nc.tag);
-    free(nc.panel.node_type);
-    nc.tag = strdup(tag);
-    nc.panel.node_id = strdup(id);
-    nc.panel.node_type = strdup(mn->type);
-    up_node *nd = calloc(1, sizeof *nd);
-    if (nd == NULL || nc.tag == NULL || nc.panel.node_id == NULL || nc.panel.node_type == NULL)
+    int rc = ag_machine_node_config(&m->nc, mn->id, mn->type, &nc, err);
+    up_node *nd = rc == 0 ? calloc(1, sizeof *nd) : NULL;
+    if (rc == 0 && nd == NULL)
         rc = sv_error_set(err, -ENOMEM, "out of memory");
-    else if (strlen(tag) > SV_TAG_MAX)
-        rc = sv_error_set(err, -EINVAL, "node tag %s: longer than %d bytes", tag, SV_TAG_MAX);
     if (rc == 0)
         rc = node_prepare(u, nd, &nc, err);
     ag_node_config_free(&nc);
@@ -1517,7 +1529,7 @@ static bool machine_apply(up_machine *m, const pn_xb_machine *l)
         }
         if (have != NULL)
             continue;
-        if (!type_served(mn->type)) {
+        if (!ag_machine_type_served(mn->type)) {
             size_t len = strlen(skipped);
             snprintf(skipped + len, sizeof skipped - len, "%s%" PRIu64 " (%s)",
                      len > 0 ? ", " : "", mn->id, mn->type);
@@ -1828,23 +1840,8 @@ int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err)
             if (nd->machine == NULL || nd->retiring ||
                 strcmp(nd->machine->nc.tag, cfg->nodes[i].tag) != 0)
                 continue;
-            char id[24];
-            snprintf(id, sizeof id, "%" PRIu64, nd->machine_node);
-            ag_node_config *c = &v[k];
-            rc = ag_node_config_copy(c, &cfg->nodes[i]);
-            if (rc != 0)
-                break;
-            k++;
-            free(c->tag);
-            free(c->panel.node_type);
-            free(c->panel.machine_id);
-            c->tag = strdup(nd->tag);
-            c->panel.node_id = strdup(id);
-            c->panel.node_type = strdup(nd->machine_type);
-            c->panel.machine_id = strdup(nd->machine->nc.panel.machine_id);
-            if (c->tag == NULL || c->panel.node_id == NULL || c->panel.node_type == NULL ||
-                c->panel.machine_id == NULL)
-                rc = -ENOMEM;
+            rc = ag_machine_node_config(&cfg->nodes[i], nd->machine_node, nd->machine_type,
+                                        &v[k++], err);
         }
     }
     for (size_t i = 0; i < cfg->n_nodes; i++)
@@ -1852,7 +1849,7 @@ int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err)
     free(cfg->nodes);
     cfg->nodes = v;
     cfg->n_nodes = k;
-    return rc == 0 ? 0 : sv_error_set(err, rc, "out of memory");
+    return rc;
 }
 
 int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,

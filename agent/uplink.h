@@ -81,6 +81,21 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
  */
 int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err);
 
+/** Whether katana serves panel node type @p type ("shadowsocks", "vmess", "vless", "trojan"):
+ *  a machine's node of another type is skipped (issue 14). */
+bool ag_machine_type_served(const char *type);
+
+/**
+ * The config of panel node @p id (of @p type) of the Xboard machine entry @p entry (issue 14,
+ * PANEL.md §1.1): the entry's settings with tag "<tag>-<id>", panel.node_id the id and
+ * panel.node_type the type (panel.machine_id kept: REST auth is the machine's). What `run`
+ * serves for each node of the machine's list, and what `check` fetches.
+ * @param out  filled; valid for ag_node_config_free() whatever the result
+ * @return 0, -EINVAL (the tag is longer than SV_TAG_MAX, err names it) or -ENOMEM.
+ */
+int ag_machine_node_config(const ag_node_config *entry, uint64_t id, const char *type,
+                           ag_node_config *out, sv_error *err);
+
 /** Whether every machine has a node list and every remote node a node and a user list
  *  (stored or pulled). */
 bool ag_uplink_ready(const ag_uplink *u);
