@@ -69,6 +69,8 @@ typedef struct up_node {
     pn_users users;   /* the panel's latest user list */
     bool has_node, has_users;
     bool unstored[2]; /* per pn_body_kind: a body was pulled that the store does not hold yet */
+    char *pushed[2];  /* per pn_body_kind: the body of a state pushed over the channel since the
+                         last pull of that kind (stored as last good once it applied), or NULL */
     bool from_store;  /* node/users were loaded from the store and have not run in this process */
     uint64_t *uids; /* sorted ids of users, for usage attribution */
     uv_timer_t pull_timer, push_timer;
@@ -858,6 +860,8 @@ static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, vo
         nd->pull_changed |= !same || !nd->has_node;
         nd->has_node = true;
         nd->unstored[PN_BODY_CONFIG] = true; /* stored once it applied (ag_uplink_applied) */
+        free(nd->pushed[PN_BODY_CONFIG]);
+        nd->pushed[PN_BODY_CONFIG] = NULL;
         if (old_pull != nd->node.pull_interval || old_push != nd->node.push_interval)
             SV_LOG(SV_LOG_INFO, MOD, "node %s: pull interval %" PRIu32 " s, push interval %"
                    PRIu32 " s", nd->tag, nd->node.pull_interval, nd->node.push_interval);
@@ -884,6 +888,8 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
         nd->has_users = true;
         index_users(nd);
         nd->unstored[PN_BODY_USERS] = true;
+        free(nd->pushed[PN_BODY_USERS]);
+        nd->pushed[PN_BODY_USERS] = NULL;
     } else if (rc < 0) {
         nd->pull_failed = true;
         pull_error(nd, err);
@@ -913,18 +919,40 @@ static void on_pull_timer(uv_timer_t *t)
 /* pushed changes (issue 14: Xboard's node channel, PROTOCOLS-2.md §6)                        */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Offer a pushed change to the node manager now. The REST ETag of that body is dropped, so the
- * next pull fetches the panel's full body: that body, not the pushed one, becomes the stored
- * last good state once it applies (until then the store keeps the older state). */
-static void pushed_change(up_node *nd, enum pn_body_kind kind)
+/* Offer a pushed change to the node manager now, with @p body (taken; NULL when it could not
+ * be made) the REST body of that state. Once it applied, that body is stored as the last good
+ * state with no ETag (ag_uplink_applied), so a restart with the panel down serves it; the REST
+ * ETag is dropped, so the next pull fetches the panel's full body, which then replaces it. */
+static void pushed_change(up_node *nd, enum pn_body_kind kind, char *body)
 {
     pn_set_etag(nd->client, kind, NULL);
-    nd->unstored[kind] = false;
+    free(nd->pushed[kind]);
+    nd->pushed[kind] = body;
+    nd->unstored[kind] = body != NULL;
+    if (body == NULL)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: pushed state not stored (out of memory)", nd->tag);
     publish(nd->u);
     if (nd->has_node && nd->has_users && nd->u->on_change != NULL) {
         ag_uplink_flush(nd->u); /* usage of users about to be removed is queued first */
         nd->u->on_change(nd->u->arg);
     }
+}
+
+/* A pushed config body (no intervals) with the node's intervals as its `base_config`, so the
+ * store reads back what runs. malloc'ed, or NULL. */
+static char *config_body(const up_node *nd, const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *j = body != NULL ? json_loadb(body, len, 0, &jerr) : NULL;
+    char *text = NULL;
+    if (json_is_object(j) &&
+        json_object_set_new(j, "base_config",
+                            json_pack("{s:I, s:I}", "push_interval",
+                                      (json_int_t)nd->node.push_interval, "pull_interval",
+                                      (json_int_t)nd->node.pull_interval)) == 0)
+        text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return text;
 }
 
 static void pull_now(up_node *nd)
@@ -933,7 +961,7 @@ static void pull_now(up_node *nd)
         uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
 }
 
-static void ev_node(void *arg, pn_node *node)
+static void ev_node(void *arg, pn_node *node, const char *body, size_t len)
 {
     up_node *nd = arg;
     node->pull_interval = nd->node.pull_interval; /* sync.config has no intervals: keep REST's */
@@ -945,7 +973,7 @@ static void ev_node(void *arg, pn_node *node)
     memset(node, 0, sizeof *node);
     nd->has_node = true;
     SV_LOG(SV_LOG_INFO, MOD, "node %s: node settings pushed by the panel", nd->tag);
-    pushed_change(nd, PN_BODY_CONFIG);
+    pushed_change(nd, PN_BODY_CONFIG, config_body(nd, body, len));
 }
 
 static void ev_users(void *arg, pn_users *users)
@@ -959,7 +987,7 @@ static void ev_users(void *arg, pn_users *users)
     nd->has_users = true;
     index_users(nd);
     SV_LOG(SV_LOG_INFO, MOD, "node %s: %zu users pushed by the panel", nd->tag, nd->users.n);
-    pushed_change(nd, PN_BODY_USERS);
+    pushed_change(nd, PN_BODY_USERS, pn_users_body(&nd->users));
 }
 
 static void ev_resync(void *arg, const sv_error *why)
@@ -1043,7 +1071,7 @@ static void ev_delta(void *arg, const pn_users *add, const uint64_t *remove, siz
     index_users(nd);
     SV_LOG(SV_LOG_INFO, MOD, "node %s: user delta pushed by the panel: %zu added or changed, "
            "%zu removed", nd->tag, add->n, n_remove);
-    pushed_change(nd, PN_BODY_USERS);
+    pushed_change(nd, PN_BODY_USERS, pn_users_body(&nd->users));
 }
 
 /* The channel dropped: poll over REST at once (it reconnects on its own). */
@@ -1180,6 +1208,10 @@ static void forget_state(up_node *nd)
     pn_users_free(&nd->users);
     nd->has_node = nd->has_users = false;
     nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
+    for (int k = 0; k < 2; k++) {
+        free(nd->pushed[k]);
+        nd->pushed[k] = NULL;
+    }
     nd->from_store = false;
     pn_set_etag(nd->client, PN_BODY_CONFIG, NULL);
     pn_set_etag(nd->client, PN_BODY_USERS, NULL);
@@ -1286,6 +1318,8 @@ static void node_unprepare(up_node *nd)
     free(nd->uids);
     free(nd->tag);
     free(nd->remote);
+    free(nd->pushed[0]);
+    free(nd->pushed[1]);
     free(nd);
 }
 
@@ -1663,11 +1697,11 @@ static void machine_pull_now(up_machine *m)
         uv_timer_start(&m->timer, on_machine_timer, 0, 0);
 }
 
-static void mev_node(void *arg, uint64_t id, pn_node *node)
+static void mev_node(void *arg, uint64_t id, pn_node *node, const char *body, size_t len)
 {
     up_node *nd = machine_node_find(arg, id);
     if (nd != NULL)
-        ev_node(nd, node);
+        ev_node(nd, node, body, len);
 }
 
 static void mev_users(void *arg, uint64_t id, pn_users *users)
@@ -1918,16 +1952,25 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
 static void store_pair(up_node *nd)
 {
     db_state_body b[2] = {{0}};
-    for (int k = 0; k < 2; k++)
-        if (nd->unstored[k])
+    for (int k = 0; k < 2; k++) {
+        if (nd->unstored[k] && nd->pushed[k] != NULL) { /* a pushed state: no ETag */
+            b[k].body = nd->pushed[k];
+            b[k].len = strlen(nd->pushed[k]);
+        } else if (nd->unstored[k]) {
             b[k].body = pn_last_body(nd->client, (enum pn_body_kind)k, &b[k].len,
                                      &b[k].etag);
+        }
+    }
     sv_error err = {0};
     if (db_state_put_pair(nd->u->db, nd->tag, &b[0], &b[1], now_ms(), &err) != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "node %s: last good state not stored: %s", nd->tag, err.msg);
         return; /* tried again after the next apply */
     }
     nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
+    for (int k = 0; k < 2; k++) { /* stored: the held state is what runs */
+        free(nd->pushed[k]);
+        nd->pushed[k] = NULL;
+    }
 }
 
 void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)

@@ -37,6 +37,7 @@
 void pn_xb_event_free(pn_xb_event *ev)
 {
     pn_node_free(&ev->node);
+    free(ev->config_body);
     pn_users_free(&ev->users);
     free(ev->ids);
     pn_xb_machine_free(&ev->nodes);
@@ -154,7 +155,11 @@ static int parse_data(const char *event, const json_t *data, const char *node_ty
         if (!json_is_object(c))
             return sv_error_set(err, -EINVAL, "config: expected an object");
         ev->kind = PN_XB_CONFIG;
-        return pn_node_parse(c, node_type, 0, &ev->node, err);
+        int rc = pn_node_parse(c, node_type, 0, &ev->node, err);
+        if (rc == 0 && (ev->config_body = json_dumps(c, JSON_COMPACT)) == NULL)
+            rc = sv_error_set(err, -ENOMEM, "out of memory");
+        ev->config_len = ev->config_body != NULL ? strlen(ev->config_body) : 0;
+        return rc;
     }
     if (users) {
         ev->kind = PN_XB_USERS;
@@ -909,7 +914,7 @@ static void xb_message(void *owner, const char *msg, size_t len, bool too_big)
                ev.message);
         break;
     case PN_XB_CONFIG:
-        x->ev->node(x->ev_arg, &ev.node);
+        x->ev->node(x->ev_arg, &ev.node, ev.config_body, ev.config_len);
         break;
     case PN_XB_USERS:
         x->ev->users(x->ev_arg, &ev.users);
@@ -1306,7 +1311,7 @@ static void machine_message(void *owner, const char *msg, size_t len, bool too_b
                ev.message);
         break;
     case PN_XB_CONFIG:
-        c->ev->node(c->ev_arg, ev.node_id, &ev.node);
+        c->ev->node(c->ev_arg, ev.node_id, &ev.node, ev.config_body, ev.config_len);
         break;
     case PN_XB_USERS:
         c->ev->users(c->ev_arg, ev.node_id, &ev.users);

@@ -59,6 +59,8 @@ typedef struct pn_xb_event {
     bool has_node_id;
     uint64_t node_id;  /**< `data.node_id` (machine mode), when present */
     pn_node node;      /**< PN_XB_CONFIG */
+    char *config_body; /**< PN_XB_CONFIG: `data.config` as compact JSON (malloc'ed) */
+    size_t config_len;
     pn_users users;    /**< PN_XB_USERS; PN_XB_DELTA "add" */
     uint64_t *ids;     /**< PN_XB_DELTA "remove": user ids (malloc'ed) */
     size_t n_ids;
@@ -177,7 +179,8 @@ void pn_xb_machine_client_free(pn_xb_machine_client *c);
  * Every member is required.
  */
 typedef struct pn_xb_machine_events {
-    void (*node)(void *arg, uint64_t node_id, pn_node *node);   /**< `sync.config` */
+    /** `sync.config`; @p body as in pn_push_events.node */
+    void (*node)(void *arg, uint64_t node_id, pn_node *node, const char *body, size_t len);
     void (*users)(void *arg, uint64_t node_id, pn_users *users); /**< `sync.users` */
     void (*delta)(void *arg, uint64_t node_id, const pn_users *add, const uint64_t *remove,
                   size_t n_remove);                               /**< `sync.user.delta` */

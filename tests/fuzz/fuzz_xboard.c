@@ -61,10 +61,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(rc <= 0);
     if (rc != 0) {
         FUZZ_CHECK(err.msg[0] != '\0' && ev.users.users == NULL && ev.ids == NULL);
-        FUZZ_CHECK(ev.node.protocol == NULL);
+        FUZZ_CHECK(ev.node.protocol == NULL && ev.config_body == NULL);
     } else {
-        if (ev.kind == PN_XB_CONFIG)
-            FUZZ_CHECK(ev.node.server_port > 0 && ev.node.protocol != NULL);
+        if (ev.kind == PN_XB_CONFIG) /* with the body the store keeps (issue 14) */
+            FUZZ_CHECK(ev.node.server_port > 0 && ev.node.protocol != NULL &&
+                       ev.config_body != NULL && ev.config_len == strlen(ev.config_body));
+        FUZZ_CHECK(ev.kind == PN_XB_CONFIG || ev.config_body == NULL);
         if (ev.kind == PN_XB_USERS || ev.kind == PN_XB_DELTA)
             check_users(&ev.users);
         FUZZ_CHECK(ev.kind == PN_XB_DELTA || (ev.ids == NULL && ev.n_ids == 0));

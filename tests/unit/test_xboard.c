@@ -169,6 +169,44 @@ static void xboard__machine_channel_events__parse(void **state)
                "sync.nodes: data: expected an object");
 }
 
+/* issue 14: a pushed state is stored as REST bodies the client's parse_body reads back: a
+ * sync.config keeps its `config` object as JSON, and pn_users_body() round-trips a user list. */
+static void xboard__pushed_state__makes_bodies_that_parse_back(void **state)
+{
+    (void)state;
+    pn_xb_event ev;
+    sv_error err = {0};
+    assert_int_equal(parse("{\"event\":\"sync.config\",\"data\":{\"config\":{\"protocol\":"
+                           "\"shadowsocks\",\"server_port\":8388,\"cipher\":\"aes-128-gcm\"}}}",
+                           &ev, &err), 0);
+    assert_non_null(ev.config_body);
+    json_error_t jerr;
+    json_t *j = json_loads(ev.config_body, 0, &jerr);
+    pn_node node;
+    assert_int_equal(pn_node_parse(j, NULL, 0, &node, &err), 0);
+    assert_true(pn_node_equal(&node, &ev.node));
+    pn_node_free(&node);
+    json_decref(j);
+    pn_xb_event_free(&ev);
+    assert_null(ev.config_body);
+
+    pn_user list[2] = {{.id = 9, .uuid = "a\"b", .speed_limit = 100, .device_limit = 3},
+                       {.id = 2, .uuid = "u2"}};
+    pn_users users = {.users = list, .n = 2}, back;
+    char *body = pn_users_body(&users);
+    assert_non_null(body);
+    j = json_loads(body, 0, &jerr);
+    assert_int_equal(pn_users_parse(j, 0, &back, &err), 0);
+    assert_true(pn_users_equal(&users, &back));
+    pn_users_free(&back);
+    json_decref(j);
+    free(body);
+    pn_users none = {0};
+    body = pn_users_body(&none);
+    assert_string_equal(body, "{\"users\":[]}");
+    free(body);
+}
+
 static void xboard__handshake__gives_the_channel_url(void **state)
 {
     (void)state;
@@ -276,6 +314,7 @@ int main(void)
         cmocka_unit_test(xboard__events_katana_uses__parse),
         cmocka_unit_test(xboard__bad_messages__are_refused_with_their_reason),
         cmocka_unit_test(xboard__machine_channel_events__parse),
+        cmocka_unit_test(xboard__pushed_state__makes_bodies_that_parse_back),
         cmocka_unit_test(xboard__handshake__gives_the_channel_url),
         cmocka_unit_test(xboard__machine_nodes__parse_sorted_with_intervals),
         cmocka_unit_test(xboard__bad_machine_answers__are_refused_with_their_reason),
