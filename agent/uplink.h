@@ -33,7 +33,15 @@
  * load stops its listener) and billed; its pending usage is handed to a live node of the same
  * machine (db_usage_move: the panel takes no push for a node the machine no longer has, and
  * usage is billed per user id) or, without one, pushed by the node itself until its outbox is
- * empty. A refused list keeps the last good one, with one warning.
+ * empty. A refused list keeps the last good one, with one warning. The machine's one channel
+ * (pn_xb_machine_watch, PROTOCOLS-2.md §6.2-6.5) routes node-scoped events by node id to that
+ * node's push handlers (the same as a node's own channel), applies `sync.nodes` through the
+ * same code as a pulled list, sends each node's online IPs as `report.devices`, and when it
+ * drops every node of the machine pulls at once.
+ *
+ * Pushed changes (Xboard's channel): applied at once; their state is stored as the last good
+ * state, without an ETag, once it applied, like a pulled body (issue 14); the next pull's full
+ * body replaces it.
  *
  * No process-wide state (issue 14): everything, the REST API's snapshot included, hangs on the
  * ag_uplink, so several uplinks (or several nodes on different panels in one) run side by side.
