@@ -1291,11 +1291,10 @@ static void machine_message(void *owner, const char *msg, size_t len, bool too_b
         pn_xb_event_free(&ev);
         return;
     }
-    bool scoped = ev.kind == PN_XB_CONFIG || ev.kind == PN_XB_USERS || ev.kind == PN_XB_DELTA;
-    if (scoped && !ev.has_node_id) {
+    if ((ev.kind == PN_XB_CONFIG || ev.kind == PN_XB_USERS || ev.kind == PN_XB_DELTA) &&
+        !ev.has_node_id) { /* node-scoped, but no node named (PROTOCOLS-2.md §6.3) */
         SV_LOG(SV_LOG_DEBUG, MOD, "%s: node channel: an event without data.node_id dropped",
                c->link.label);
-        scoped = false;
         ev.kind = PN_XB_IGNORED;
     }
     switch (ev.kind) {

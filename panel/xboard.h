@@ -4,6 +4,8 @@
  * as v1, without node_type) plus the node channel: `handshake`, then a WebSocket to its
  * `ws_url` carrying `sync.config`, `sync.users` and `sync.user.delta` as they happen, `ping`
  * answered with `pong`, and device reports (`report.devices`) sent over it while it is up.
+ * In machine mode the channel is the machine's (pn_xb_machine_watch): one WebSocket for every
+ * node of the machine, its node-scoped events routed by `data.node_id`.
  *
  * The WebSocket is libwebsockets' client (Debian 12's libcurl 7.88 is built without WebSocket
  * support), serviced on a thread of its own with lws' default event loop; messages cross to the
