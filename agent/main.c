@@ -24,6 +24,7 @@
 #include "agent/node.h"
 #include "agent/uplink.h"
 #include "api/api.h"
+#include "panel/xboard.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/util/log.h"
 
@@ -432,7 +433,8 @@ static int check_client(void *arg, const ag_node_config *nc, pn_client **out, sv
                            .node_id = nc->panel.node_id, .node_type = nc->panel.node_type,
                            .timeout_ms = 1000L * nc->panel.timeout_s,
                            .pull_interval = nc->panel.pull_interval_s,
-                           .push_interval = nc->panel.push_interval_s};
+                           .push_interval = nc->panel.push_interval_s,
+                           .machine_id = nc->panel.machine_id};
     int rc = pn_remote_new(&o, out, err);
     if (rc != 0) {
         sv_error inner = *err;
@@ -441,26 +443,136 @@ static int check_client(void *arg, const ag_node_config *nc, pn_client **out, sv
     return rc;
 }
 
+/* An Xboard machine entry (issue 14): panel.machine_id without a node_id. */
+static bool is_machine_entry(const ag_node_config *nc)
+{
+    return nc->panel.type == AG_PANEL_XBOARD && nc->panel.machine_id != NULL &&
+           nc->panel.node_id == NULL;
+}
+
 /* Nodes check does not fetch are moved past cfg->n_nodes (restored by the caller from
- * @p n_all) and named on stdout: with --offline every remote panel node; always an Xboard
- * machine entry (issue 14: its nodes come from the machine's list, which only `run` follows).
+ * @p n_all) and named on stdout: with --offline every remote panel node and machine entry.
  * @return how many nodes remain to fetch. */
 static size_t check_offline(ag_config *cfg, bool offline)
 {
     size_t k = 0;
     for (size_t i = 0; i < cfg->n_nodes; i++) {
-        if (cfg->nodes[i].panel.type == AG_PANEL_LOCAL ||
-            (!offline && cfg->nodes[i].panel.machine_id == NULL)) {
+        if (cfg->nodes[i].panel.type == AG_PANEL_LOCAL || !offline) {
             ag_node_config t = cfg->nodes[k];
             cfg->nodes[k++] = cfg->nodes[i];
             cfg->nodes[i] = t;
         }
     }
     for (size_t i = k; i < cfg->n_nodes; i++)
-        printf("node %s: %s panel not contacted (%s)\n", cfg->nodes[i].tag,
-               ag_panel_type_name(cfg->nodes[i].panel.type),
-               offline ? "--offline" : "machine mode: the node list is fetched by run only");
+        printf("node %s: %s panel not contacted (--offline)\n", cfg->nodes[i].tag,
+               ag_panel_type_name(cfg->nodes[i].panel.type));
     return k;
+}
+
+typedef struct machine_check {
+    bool done;
+    int rc;
+    pn_xb_machine list;
+    sv_error err;
+} machine_check;
+
+static void on_check_machine(int rc, pn_xb_machine *l, const sv_error *err, void *arg)
+{
+    machine_check *mc = arg;
+    mc->done = true;
+    mc->rc = rc;
+    if (rc == 0) {
+        mc->list = *l;
+        memset(l, 0, sizeof *l);
+    } else {
+        mc->err = *err;
+    }
+}
+
+/* Fetch the node list of machine entry @p entry once (POST machine/nodes) on @p loop, print it,
+ * and append one node config per listed node of a type katana serves to @p v (@p n, @p cap),
+ * the way `run` makes them (ag_machine_node_config). 0 or an error (err set). */
+static int check_machine(uv_loop_t *loop, const ag_node_config *entry, ag_node_config **v,
+                         size_t *n, size_t *cap, sv_error *err)
+{
+    pn_xb_machine_options o = {.loop = loop, .url = entry->panel.url,
+                               .token = entry->panel.token,
+                               .machine_id = entry->panel.machine_id,
+                               .timeout_ms = 1000L * entry->panel.timeout_s};
+    pn_xb_machine_client *client = NULL;
+    machine_check mc = {0};
+    int rc = pn_xb_machine_new(&o, &client, err);
+    if (rc == 0 && (rc = pn_xb_machine_fetch(client, on_check_machine, &mc)) == 0) {
+        while (!mc.done && uv_run(loop, UV_RUN_ONCE) != 0) {
+        }
+        rc = mc.done ? mc.rc : -ETIMEDOUT;
+        if (rc != 0)
+            sv_error_set(err, rc, "%s", mc.done ? mc.err.msg : "no answer");
+    } else if (rc != 0 && client != NULL) {
+        sv_error_set(err, rc, "machine/nodes request not started");
+    }
+    pn_xb_machine_client_free(client);
+    if (rc != 0) {
+        sv_error inner = *err;
+        return sv_error_set(err, rc, "node %s: machine %s: %s", entry->tag,
+                            entry->panel.machine_id, inner.msg);
+    }
+    printf("node %s: machine %s lists %zu nodes\n", entry->tag, entry->panel.machine_id,
+           mc.list.n);
+    for (size_t i = 0; rc == 0 && i < mc.list.n; i++) {
+        const pn_xb_machine_node *mn = &mc.list.nodes[i];
+        if (!ag_machine_type_served(mn->type)) {
+            printf("node %s-%" PRIu64 ": type %s not served, skipped\n", entry->tag, mn->id,
+                   mn->type);
+            continue;
+        }
+        if (*n == *cap) {
+            size_t c = *cap > 0 ? 2 * *cap : 8;
+            ag_node_config *p = realloc(*v, c * sizeof *p);
+            if (p == NULL) {
+                rc = sv_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            *v = p;
+            *cap = c;
+        }
+        rc = ag_machine_node_config(entry, mn->id, mn->type, &(*v)[(*n)++], err);
+    }
+    pn_xb_machine_free(&mc.list);
+    return rc;
+}
+
+/* Replace every machine entry of @p cfg by the nodes its panel lists now (issue 14: check
+ * fetches what run would serve). 0 or an error (err set; @p cfg stays valid for freeing). */
+static int check_machines(uv_loop_t *loop, ag_config *cfg, sv_error *err)
+{
+    ag_node_config *v = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < cfg->n_nodes && rc == 0; i++) {
+        if (is_machine_entry(&cfg->nodes[i])) {
+            rc = check_machine(loop, &cfg->nodes[i], &v, &n, &cap, err);
+            continue;
+        }
+        if (n == cap) {
+            size_t c = cap > 0 ? 2 * cap : 8;
+            ag_node_config *p = realloc(v, c * sizeof *p);
+            if (p == NULL) {
+                rc = sv_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            v = p;
+            cap = c;
+        }
+        v[n++] = cfg->nodes[i];
+        memset(&cfg->nodes[i], 0, sizeof cfg->nodes[i]);
+    }
+    for (size_t i = 0; i < cfg->n_nodes; i++)
+        ag_node_config_free(&cfg->nodes[i]);
+    free(cfg->nodes);
+    cfg->nodes = v;
+    cfg->n_nodes = n;
+    return rc;
 }
 
 static int cmd_check(const char *path, bool offline)
@@ -478,8 +590,14 @@ static int cmd_check(const char *path, bool offline)
     }
     /* the callback may run before ag_fetch returns: its verdict is c.status, not rc */
     ag_remote_source remote = {.client = check_client, .arg = &loop};
+    int rc = offline ? 0 : check_machines(&loop, &cfg, &c.err);
+    if (rc != 0) {
+        ag_config_free(&cfg);
+        uv_run(&loop, UV_RUN_DEFAULT); /* the machine client's closes */
+        uv_loop_close(&loop);
+        goto invalid;
+    }
     size_t n_all = cfg.n_nodes;
-    int rc = 0;
     cfg.n_nodes = check_offline(&cfg, offline);
     if (cfg.n_nodes > 0) {
         c.done = false;

@@ -69,6 +69,8 @@ typedef struct up_node {
     pn_users users;   /* the panel's latest user list */
     bool has_node, has_users;
     bool unstored[2]; /* per pn_body_kind: a body was pulled that the store does not hold yet */
+    char *pushed[2];  /* per pn_body_kind: the body of a state pushed over the channel since the
+                         last pull of that kind (stored as last good once it applied), or NULL */
     bool from_store;  /* node/users were loaded from the store and have not run in this process */
     uint64_t *uids; /* sorted ids of users, for usage attribution */
     uv_timer_t pull_timer, push_timer;
@@ -102,6 +104,7 @@ struct up_machine {
     unsigned fails;
     char error[160];       /* the last list error logged as a warning */
     char skipped[160];     /* the last "type not served" warning */
+    bool fetching;         /* a machine/nodes request is in flight */
 };
 
 struct ag_uplink {
@@ -525,7 +528,12 @@ static void report_alive(up_node *nd)
         ips[n_ips++] = ss[i].source;
         items[n_items - 1].n_ips++;
     }
-    if (n_items > 0 && nd->client->ops->report_alive != NULL)
+    /* a machine's node: `report.devices` over the machine's channel while it is up
+     * (PROTOCOLS-2.md §6.5), else REST `alive` like any node */
+    bool sent = n_items > 0 && nd->machine != NULL &&
+                pn_xb_machine_report_devices(nd->machine->client, nd->machine_node, items,
+                                             n_items) == 0;
+    if (n_items > 0 && !sent && nd->client->ops->report_alive != NULL)
         nd->client->ops->report_alive(nd->client, items, n_items, on_reported, nd);
     free(items);
     free(ips);
@@ -852,6 +860,8 @@ static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, vo
         nd->pull_changed |= !same || !nd->has_node;
         nd->has_node = true;
         nd->unstored[PN_BODY_CONFIG] = true; /* stored once it applied (ag_uplink_applied) */
+        free(nd->pushed[PN_BODY_CONFIG]);
+        nd->pushed[PN_BODY_CONFIG] = NULL;
         if (old_pull != nd->node.pull_interval || old_push != nd->node.push_interval)
             SV_LOG(SV_LOG_INFO, MOD, "node %s: pull interval %" PRIu32 " s, push interval %"
                    PRIu32 " s", nd->tag, nd->node.pull_interval, nd->node.push_interval);
@@ -878,6 +888,8 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
         nd->has_users = true;
         index_users(nd);
         nd->unstored[PN_BODY_USERS] = true;
+        free(nd->pushed[PN_BODY_USERS]);
+        nd->pushed[PN_BODY_USERS] = NULL;
     } else if (rc < 0) {
         nd->pull_failed = true;
         pull_error(nd, err);
@@ -907,18 +919,40 @@ static void on_pull_timer(uv_timer_t *t)
 /* pushed changes (issue 14: Xboard's node channel, PROTOCOLS-2.md §6)                        */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Offer a pushed change to the node manager now. The REST ETag of that body is dropped, so the
- * next pull fetches the panel's full body: that body, not the pushed one, becomes the stored
- * last good state once it applies (until then the store keeps the older state). */
-static void pushed_change(up_node *nd, enum pn_body_kind kind)
+/* Offer a pushed change to the node manager now, with @p body (taken; NULL when it could not
+ * be made) the REST body of that state. Once it applied, that body is stored as the last good
+ * state with no ETag (ag_uplink_applied), so a restart with the panel down serves it; the REST
+ * ETag is dropped, so the next pull fetches the panel's full body, which then replaces it. */
+static void pushed_change(up_node *nd, enum pn_body_kind kind, char *body)
 {
     pn_set_etag(nd->client, kind, NULL);
-    nd->unstored[kind] = false;
+    free(nd->pushed[kind]);
+    nd->pushed[kind] = body;
+    nd->unstored[kind] = body != NULL;
+    if (body == NULL)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: pushed state not stored (out of memory)", nd->tag);
     publish(nd->u);
     if (nd->has_node && nd->has_users && nd->u->on_change != NULL) {
         ag_uplink_flush(nd->u); /* usage of users about to be removed is queued first */
         nd->u->on_change(nd->u->arg);
     }
+}
+
+/* A pushed config body (no intervals) with the node's intervals as its `base_config`, so the
+ * store reads back what runs. malloc'ed, or NULL. */
+static char *config_body(const up_node *nd, const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *j = body != NULL ? json_loadb(body, len, 0, &jerr) : NULL;
+    char *text = NULL;
+    if (json_is_object(j) &&
+        json_object_set_new(j, "base_config",
+                            json_pack("{s:I, s:I}", "push_interval",
+                                      (json_int_t)nd->node.push_interval, "pull_interval",
+                                      (json_int_t)nd->node.pull_interval)) == 0)
+        text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    return text;
 }
 
 static void pull_now(up_node *nd)
@@ -927,7 +961,7 @@ static void pull_now(up_node *nd)
         uv_timer_start(&nd->pull_timer, on_pull_timer, 0, 0);
 }
 
-static void ev_node(void *arg, pn_node *node)
+static void ev_node(void *arg, pn_node *node, const char *body, size_t len)
 {
     up_node *nd = arg;
     node->pull_interval = nd->node.pull_interval; /* sync.config has no intervals: keep REST's */
@@ -939,7 +973,7 @@ static void ev_node(void *arg, pn_node *node)
     memset(node, 0, sizeof *node);
     nd->has_node = true;
     SV_LOG(SV_LOG_INFO, MOD, "node %s: node settings pushed by the panel", nd->tag);
-    pushed_change(nd, PN_BODY_CONFIG);
+    pushed_change(nd, PN_BODY_CONFIG, config_body(nd, body, len));
 }
 
 static void ev_users(void *arg, pn_users *users)
@@ -953,7 +987,7 @@ static void ev_users(void *arg, pn_users *users)
     nd->has_users = true;
     index_users(nd);
     SV_LOG(SV_LOG_INFO, MOD, "node %s: %zu users pushed by the panel", nd->tag, nd->users.n);
-    pushed_change(nd, PN_BODY_USERS);
+    pushed_change(nd, PN_BODY_USERS, pn_users_body(&nd->users));
 }
 
 static void ev_resync(void *arg, const sv_error *why)
@@ -1037,7 +1071,7 @@ static void ev_delta(void *arg, const pn_users *add, const uint64_t *remove, siz
     index_users(nd);
     SV_LOG(SV_LOG_INFO, MOD, "node %s: user delta pushed by the panel: %zu added or changed, "
            "%zu removed", nd->tag, add->n, n_remove);
-    pushed_change(nd, PN_BODY_USERS);
+    pushed_change(nd, PN_BODY_USERS, pn_users_body(&nd->users));
 }
 
 /* The channel dropped: poll over REST at once (it reconnects on its own). */
@@ -1174,6 +1208,10 @@ static void forget_state(up_node *nd)
     pn_users_free(&nd->users);
     nd->has_node = nd->has_users = false;
     nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
+    for (int k = 0; k < 2; k++) {
+        free(nd->pushed[k]);
+        nd->pushed[k] = NULL;
+    }
     nd->from_store = false;
     pn_set_etag(nd->client, PN_BODY_CONFIG, NULL);
     pn_set_etag(nd->client, PN_BODY_USERS, NULL);
@@ -1280,6 +1318,8 @@ static void node_unprepare(up_node *nd)
     free(nd->uids);
     free(nd->tag);
     free(nd->remote);
+    free(nd->pushed[0]);
+    free(nd->pushed[1]);
     free(nd);
 }
 
@@ -1363,12 +1403,6 @@ static void node_close(up_node *nd)
 /* Xboard machines (issue 14, PANEL.md §1.1): the machine's list makes and retires nodes       */
 /* ---------------------------------------------------------------------------------------- */
 
-static bool type_served(const char *type)
-{
-    return strcmp(type, "shadowsocks") == 0 || strcmp(type, "vmess") == 0 ||
-           strcmp(type, "vless") == 0 || strcmp(type, "trojan") == 0;
-}
-
 /* A live node of @p m other than @p nd, or NULL. */
 static up_node *sibling(const up_node *nd)
 {
@@ -1433,27 +1467,45 @@ static void node_retire(up_node *nd)
     SV_LOG(SV_LOG_INFO, MOD, "node %s: no longer on its machine, stopping it", nd->tag);
 }
 
+bool ag_machine_type_served(const char *type)
+{
+    return strcmp(type, "shadowsocks") == 0 || strcmp(type, "vmess") == 0 ||
+           strcmp(type, "vless") == 0 || strcmp(type, "trojan") == 0;
+}
+
+int ag_machine_node_config(const ag_node_config *entry, uint64_t id, const char *type,
+                           ag_node_config *out, sv_error *err)
+{
+    char tag[SV_TAG_MAX + 32], num[24];
+    int rc = ag_node_config_copy(out, entry);
+    if (rc != 0) {
+        memset(out, 0, sizeof *out);
+        return sv_error_set(err, rc, "out of memory");
+    }
+    snprintf(tag, sizeof tag, "%s-%" PRIu64, entry->tag, id);
+    snprintf(num, sizeof num, "%" PRIu64, id);
+    free(out->tag);
+    free(out->panel.node_id);
+    free(out->panel.node_type);
+    out->tag = strdup(tag);
+    out->panel.node_id = strdup(num);
+    out->panel.node_type = strdup(type);
+    if (out->tag == NULL || out->panel.node_id == NULL || out->panel.node_type == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    if (strlen(tag) > SV_TAG_MAX)
+        return sv_error_set(err, -EINVAL, "node tag %s: longer than %d bytes", tag, SV_TAG_MAX);
+    return 0;
+}
+
 /* A node of @p m for panel node @p mn: the machine entry's settings with its tag, id, type. */
 static int machine_node_new(up_machine *m, const pn_xb_machine_node *mn, sv_error *err)
 {
     ag_uplink *u = m->u;
     ag_node_config nc;
-    char tag[SV_TAG_MAX + 8], id[24];
-    int rc = ag_node_config_copy(&nc, &m->nc);
-    if (rc != 0)
-        return sv_error_set(err, rc, "out of memory");
-    snprintf(tag, sizeof tag, "%s-%" PRIu64, m->nc.tag, mn->id);
-    snprintf(id, sizeof id, "%" PRIu64, mn->id);
-    free(nc.tag);
-    free(nc.panel.node_type);
-    nc.tag = strdup(tag);
-    nc.panel.node_id = strdup(id);
-    nc.panel.node_type = strdup(mn->type);
-    up_node *nd = calloc(1, sizeof *nd);
-    if (nd == NULL || nc.tag == NULL || nc.panel.node_id == NULL || nc.panel.node_type == NULL)
+    int rc = ag_machine_node_config(&m->nc, mn->id, mn->type, &nc, err);
+    up_node *nd = rc == 0 ? calloc(1, sizeof *nd) : NULL;
+    if (rc == 0 && nd == NULL)
         rc = sv_error_set(err, -ENOMEM, "out of memory");
-    else if (strlen(tag) > SV_TAG_MAX)
-        rc = sv_error_set(err, -EINVAL, "node tag %s: longer than %d bytes", tag, SV_TAG_MAX);
     if (rc == 0)
         rc = node_prepare(u, nd, &nc, err);
     ag_node_config_free(&nc);
@@ -1511,7 +1563,7 @@ static bool machine_apply(up_machine *m, const pn_xb_machine *l)
         }
         if (have != NULL)
             continue;
-        if (!type_served(mn->type)) {
+        if (!ag_machine_type_served(mn->type)) {
             size_t len = strlen(skipped);
             snprintf(skipped + len, sizeof skipped - len, "%s%" PRIu64 " (%s)",
                      len > 0 ? ", " : "", mn->id, mn->type);
@@ -1560,19 +1612,11 @@ static char *machine_body(const pn_xb_machine *l)
     return text;
 }
 
-static void on_machine_list(int rc, pn_xb_machine *l, const sv_error *err, void *arg)
+/* Make @p l (taken: zeroed) the machine's last good list: start and retire its nodes, store
+ * it when it changed, and offer the change to the node manager. */
+static void machine_take(up_machine *m, pn_xb_machine *l)
 {
-    up_machine *m = arg;
     ag_uplink *u = m->u;
-    if (rc != 0) { /* the last good list stays; one warning while the error stays the same */
-        if (strncmp(m->error, err->msg, sizeof m->error - 1) != 0)
-            SV_LOG(SV_LOG_WARN, MOD, "machine %s: %s (keeping its %zu nodes)",
-                   m->nc.panel.machine_id, err->msg, m->list.n);
-        snprintf(m->error, sizeof m->error, "%.159s", err->msg);
-        machine_schedule(m, true);
-        return;
-    }
-    m->error[0] = '\0';
     bool changed = machine_apply(m, l) || !m->has_list;
     bool same = m->has_list && m->list.n == l->n &&
                 (l->n == 0 || memcmp(m->list.nodes, l->nodes, l->n * sizeof *l->nodes) == 0) &&
@@ -1589,10 +1633,26 @@ static void on_machine_list(int rc, pn_xb_machine *l, const sv_error *err, void 
         SV_LOG(SV_LOG_WARN, MOD, "machine %s: node list not stored: %s",
                m->nc.panel.machine_id, serr.msg);
     free(body);
-    machine_schedule(m, false);
     publish(u);
     if (changed && ag_uplink_ready(u) && u->on_change != NULL)
         u->on_change(u->arg);
+}
+
+static void on_machine_list(int rc, pn_xb_machine *l, const sv_error *err, void *arg)
+{
+    up_machine *m = arg;
+    m->fetching = false;
+    if (rc != 0) { /* the last good list stays; one warning while the error stays the same */
+        if (strncmp(m->error, err->msg, sizeof m->error - 1) != 0)
+            SV_LOG(SV_LOG_WARN, MOD, "machine %s: %s (keeping its %zu nodes)",
+                   m->nc.panel.machine_id, err->msg, m->list.n);
+        snprintf(m->error, sizeof m->error, "%.159s", err->msg);
+        machine_schedule(m, true);
+        return;
+    }
+    m->error[0] = '\0';
+    machine_take(m, l);
+    machine_schedule(m, false); /* on the new list's pull interval */
 }
 
 static void on_machine_reported(int rc, const sv_error *err, void *arg)
@@ -1609,9 +1669,116 @@ static void on_machine_timer(uv_timer_t *t)
     pn_status st;
     read_status(m->u, &st);
     (void)pn_xb_machine_status(m->client, &st, on_machine_reported, m);
-    if (pn_xb_machine_fetch(m->client, on_machine_list, m) != 0)
+    m->fetching = pn_xb_machine_fetch(m->client, on_machine_list, m) == 0;
+    if (!m->fetching)
         machine_schedule(m, true);
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* the machine's channel (issue 14, PROTOCOLS-2.md §6.2-6.5): node-scoped events go to that  */
+/* node's push handlers, as a node's own channel would give them                             */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The live node of @p m serving panel node @p id, or NULL (not one of ours). */
+static up_node *machine_node_find(up_machine *m, uint64_t id)
+{
+    for (size_t i = 0; i < m->u->n; i++) {
+        up_node *nd = m->u->nodes[i];
+        if (nd->machine == m && nd->machine_node == id && !nd->retiring)
+            return nd;
+    }
+    return NULL;
+}
+
+/* The machine's list over REST now (not when one is in flight). */
+static void machine_pull_now(up_machine *m)
+{
+    if (!m->fetching)
+        uv_timer_start(&m->timer, on_machine_timer, 0, 0);
+}
+
+static void mev_node(void *arg, uint64_t id, pn_node *node, const char *body, size_t len)
+{
+    up_node *nd = machine_node_find(arg, id);
+    if (nd != NULL)
+        ev_node(nd, node, body, len);
+}
+
+static void mev_users(void *arg, uint64_t id, pn_users *users)
+{
+    up_node *nd = machine_node_find(arg, id);
+    if (nd != NULL)
+        ev_users(nd, users);
+}
+
+static void mev_delta(void *arg, uint64_t id, const pn_users *add, const uint64_t *remove,
+                      size_t n_remove)
+{
+    up_node *nd = machine_node_find(arg, id);
+    if (nd != NULL)
+        ev_delta(nd, add, remove, n_remove);
+}
+
+/* Every live node of @p m pulls over REST now, and so does the list. */
+static void machine_pull_all(up_machine *m)
+{
+    for (size_t i = 0; i < m->u->n; i++)
+        if (m->u->nodes[i]->machine == m && !m->u->nodes[i]->retiring)
+            pull_now(m->u->nodes[i]);
+    machine_pull_now(m);
+}
+
+static void mev_resync(void *arg, uint64_t id, const sv_error *why)
+{
+    up_machine *m = arg;
+    up_node *nd = id != 0 ? machine_node_find(m, id) : NULL;
+    if (nd != NULL) {
+        ev_resync(nd, why);
+        return;
+    }
+    SV_LOG(SV_LOG_WARN, MOD, "machine %s: %s (pulling everything)", m->nc.panel.machine_id,
+           why->msg);
+    for (size_t i = 0; i < m->u->n; i++) {
+        up_node *o = m->u->nodes[i];
+        if (o->machine == m && !o->retiring) {
+            pn_set_etag(o->client, PN_BODY_CONFIG, NULL);
+            pn_set_etag(o->client, PN_BODY_USERS, NULL);
+        }
+    }
+    machine_pull_all(m);
+}
+
+/* sync.nodes: the machine's node set changes now, as a pulled list would change it (the
+ * intervals stay those of the last REST list). */
+static void mev_nodes(void *arg, pn_xb_machine *l)
+{
+    up_machine *m = arg;
+    l->push_interval = m->list.push_interval;
+    l->pull_interval = m->list.pull_interval;
+    SV_LOG(SV_LOG_INFO, MOD, "machine %s: node set pushed by the panel (%zu nodes)",
+           m->nc.panel.machine_id, l->n);
+    machine_take(m, l);
+}
+
+/* Down: every node of the machine polls over REST at once (the client reconnects by itself);
+ * up: the list is pulled again (a sync.nodes may have been missed). */
+static void mev_channel(void *arg, bool up, const sv_error *why)
+{
+    (void)why;
+    if (up)
+        machine_pull_now(arg);
+    else
+        machine_pull_all(arg);
+}
+
+static const pn_xb_machine_events machine_events = {
+    .node = mev_node,
+    .users = mev_users,
+    .delta = mev_delta,
+    .resync = mev_resync,
+    .nodes = mev_nodes,
+    .channel = mev_channel,
+};
 
 /* The machine's client and its stored list (its nodes start with the stored list, before the
  * panel answers). No libuv handle yet. */
@@ -1663,6 +1830,9 @@ static void machine_start(up_machine *m)
         m->list = stored;
     }
     uv_timer_start(&m->timer, on_machine_timer, 0, 0);
+    if (pn_xb_machine_watch(m->client, &machine_events, m) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "machine %s: panel push channel not started, polling only",
+               m->nc.panel.machine_id);
 }
 
 static void machine_timer_closed(uv_handle_t *h)
@@ -1704,23 +1874,8 @@ int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err)
             if (nd->machine == NULL || nd->retiring ||
                 strcmp(nd->machine->nc.tag, cfg->nodes[i].tag) != 0)
                 continue;
-            char id[24];
-            snprintf(id, sizeof id, "%" PRIu64, nd->machine_node);
-            ag_node_config *c = &v[k];
-            rc = ag_node_config_copy(c, &cfg->nodes[i]);
-            if (rc != 0)
-                break;
-            k++;
-            free(c->tag);
-            free(c->panel.node_type);
-            free(c->panel.machine_id);
-            c->tag = strdup(nd->tag);
-            c->panel.node_id = strdup(id);
-            c->panel.node_type = strdup(nd->machine_type);
-            c->panel.machine_id = strdup(nd->machine->nc.panel.machine_id);
-            if (c->tag == NULL || c->panel.node_id == NULL || c->panel.node_type == NULL ||
-                c->panel.machine_id == NULL)
-                rc = -ENOMEM;
+            rc = ag_machine_node_config(&cfg->nodes[i], nd->machine_node, nd->machine_type,
+                                        &v[k++], err);
         }
     }
     for (size_t i = 0; i < cfg->n_nodes; i++)
@@ -1728,7 +1883,7 @@ int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err)
     free(cfg->nodes);
     cfg->nodes = v;
     cfg->n_nodes = k;
-    return rc == 0 ? 0 : sv_error_set(err, rc, "out of memory");
+    return rc;
 }
 
 int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
@@ -1797,16 +1952,25 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
 static void store_pair(up_node *nd)
 {
     db_state_body b[2] = {{0}};
-    for (int k = 0; k < 2; k++)
-        if (nd->unstored[k])
+    for (int k = 0; k < 2; k++) {
+        if (nd->unstored[k] && nd->pushed[k] != NULL) { /* a pushed state: no ETag */
+            b[k].body = nd->pushed[k];
+            b[k].len = strlen(nd->pushed[k]);
+        } else if (nd->unstored[k]) {
             b[k].body = pn_last_body(nd->client, (enum pn_body_kind)k, &b[k].len,
                                      &b[k].etag);
+        }
+    }
     sv_error err = {0};
     if (db_state_put_pair(nd->u->db, nd->tag, &b[0], &b[1], now_ms(), &err) != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "node %s: last good state not stored: %s", nd->tag, err.msg);
         return; /* tried again after the next apply */
     }
     nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
+    for (int k = 0; k < 2; k++) { /* stored: the held state is what runs */
+        free(nd->pushed[k]);
+        nd->pushed[k] = NULL;
+    }
 }
 
 void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)

@@ -33,7 +33,15 @@
  * load stops its listener) and billed; its pending usage is handed to a live node of the same
  * machine (db_usage_move: the panel takes no push for a node the machine no longer has, and
  * usage is billed per user id) or, without one, pushed by the node itself until its outbox is
- * empty. A refused list keeps the last good one, with one warning.
+ * empty. A refused list keeps the last good one, with one warning. The machine's one channel
+ * (pn_xb_machine_watch, PROTOCOLS-2.md §6.2-6.5) routes node-scoped events by node id to that
+ * node's push handlers (the same as a node's own channel), applies `sync.nodes` through the
+ * same code as a pulled list, sends each node's online IPs as `report.devices`, and when it
+ * drops every node of the machine pulls at once.
+ *
+ * Pushed changes (Xboard's channel): applied at once; their state is stored as the last good
+ * state, without an ETag, once it applied, like a pulled body (issue 14); the next pull's full
+ * body replaces it.
  *
  * No process-wide state (issue 14): everything, the REST API's snapshot included, hangs on the
  * ag_uplink, so several uplinks (or several nodes on different panels in one) run side by side.
@@ -80,6 +88,21 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
  *         names it) or -ENOMEM; @p cfg stays valid for ag_config_free() either way.
  */
 int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err);
+
+/** Whether katana serves panel node type @p type ("shadowsocks", "vmess", "vless", "trojan"):
+ *  a machine's node of another type is skipped (issue 14). */
+bool ag_machine_type_served(const char *type);
+
+/**
+ * The config of panel node @p id (of @p type) of the Xboard machine entry @p entry (issue 14,
+ * PANEL.md §1.1): the entry's settings with tag "<tag>-<id>", panel.node_id the id and
+ * panel.node_type the type (panel.machine_id kept: REST auth is the machine's). What `run`
+ * serves for each node of the machine's list, and what `check` fetches.
+ * @param out  filled; valid for ag_node_config_free() whatever the result
+ * @return 0, -EINVAL (the tag is longer than SV_TAG_MAX, err names it) or -ENOMEM.
+ */
+int ag_machine_node_config(const ag_node_config *entry, uint64_t id, const char *type,
+                           ag_node_config *out, sv_error *err);
 
 /** Whether every machine has a node list and every remote node a node and a user list
  *  (stored or pulled). */

@@ -848,3 +848,22 @@ int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error
                             jerr.column, jerr.text);
     return 0;
 }
+
+char *pn_users_body(const pn_users *u)
+{
+    json_t *list = json_array(), *body = json_object();
+    int rc = list != NULL && body != NULL ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < u->n; i++)
+        rc = json_array_append_new(list, json_pack("{s:I, s:s, s:I, s:I}", "id",
+                                                   (json_int_t)u->users[i].id, "uuid",
+                                                   u->users[i].uuid, "speed_limit",
+                                                   (json_int_t)u->users[i].speed_limit,
+                                                   "device_limit",
+                                                   (json_int_t)u->users[i].device_limit));
+    char *text = NULL;
+    if (rc == 0 && json_object_set(body, "users", list) == 0)
+        text = json_dumps(body, JSON_COMPACT);
+    json_decref(list);
+    json_decref(body);
+    return text;
+}

@@ -135,6 +135,13 @@ int pn_node_parse(const json_t *body, const char *node_type, unsigned flags, pn_
  */
 int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *err);
 
+/**
+ * The `GET user` body of @p u, `{"users":[{"id","uuid","speed_limit","device_limit"}...]}`
+ * (PANEL.md §1.5), that pn_users_parse() reads back as @p u: the last good state of a user list
+ * that came as a push (issue 14). @return malloc'ed compact JSON, or NULL (out of memory).
+ */
+char *pn_users_body(const pn_users *u);
+
 /** Free everything a node owns and zero it. NULL-safe. */
 void pn_node_free(pn_node *node);
 

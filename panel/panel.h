@@ -106,8 +106,10 @@ typedef struct pn_request_count {
  * struct, then zero it). Every member is required.
  */
 typedef struct pn_push_events {
-    /** `sync.config`: new node settings (no intervals: those come from REST only). */
-    void (*node)(void *arg, pn_node *node);
+    /** `sync.config`: new node settings (no intervals: those come from REST only); @p body
+     *  (@p len bytes, may be NULL) is the same settings as a REST config body without
+     *  `base_config`, for the last good store (issue 14). */
+    void (*node)(void *arg, pn_node *node, const char *body, size_t len);
     /** `sync.users`: the full user list (an empty list revokes everyone). */
     void (*users)(void *arg, pn_users *users);
     /** `sync.user.delta`: users to add or replace (same id), and ids to remove. */

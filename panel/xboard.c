@@ -37,8 +37,10 @@
 void pn_xb_event_free(pn_xb_event *ev)
 {
     pn_node_free(&ev->node);
+    free(ev->config_body);
     pn_users_free(&ev->users);
     free(ev->ids);
+    pn_xb_machine_free(&ev->nodes);
     memset(ev, 0, sizeof *ev);
 }
 
@@ -112,6 +114,9 @@ static int parse_remove(const json_t *data, pn_xb_event *ev, sv_error *err)
     return check_unique(ev->ids, n, "users", err);
 }
 
+static int machine_nodes(const json_t *nodes, pn_xb_machine *out, const char *what,
+                         sv_error *err);
+
 static int parse_data(const char *event, const json_t *data, const char *node_type,
                       pn_xb_event *ev, sv_error *err)
 {
@@ -133,6 +138,12 @@ static int parse_data(const char *event, const json_t *data, const char *node_ty
         ev->kind = PN_XB_ERROR;
         return 0;
     }
+    if (strcmp(event, "sync.nodes") == 0) { /* machine mode: the node set, no node_id */
+        if (!json_is_object(data))
+            return sv_error_set(err, -EINVAL, "data: expected an object");
+        ev->kind = PN_XB_NODES;
+        return machine_nodes(json_object_get(data, "nodes"), &ev->nodes, "data", err);
+    }
     bool config = strcmp(event, "sync.config") == 0, users = strcmp(event, "sync.users") == 0;
     bool delta = strcmp(event, "sync.user.delta") == 0;
     if (!config && !users && !delta)
@@ -144,7 +155,11 @@ static int parse_data(const char *event, const json_t *data, const char *node_ty
         if (!json_is_object(c))
             return sv_error_set(err, -EINVAL, "config: expected an object");
         ev->kind = PN_XB_CONFIG;
-        return pn_node_parse(c, node_type, 0, &ev->node, err);
+        int rc = pn_node_parse(c, node_type, 0, &ev->node, err);
+        if (rc == 0 && (ev->config_body = json_dumps(c, JSON_COMPACT)) == NULL)
+            rc = sv_error_set(err, -ENOMEM, "out of memory");
+        ev->config_len = ev->config_body != NULL ? strlen(ev->config_body) : 0;
+        return rc;
     }
     if (users) {
         ev->kind = PN_XB_USERS;
@@ -196,10 +211,14 @@ int pn_xb_event_parse(const char *msg, size_t len, const char *node_type, pn_xb_
         sv_error_set(err, rc, "%s: %s", json_string_value(event), inner.msg);
 out:
     json_decref(j);
-    if (rc != 0) {
+    if (rc != 0) { /* kind and node id stay: a resync goes to that node */
         enum pn_xb_kind kind = ev->kind;
+        bool has_node_id = ev->has_node_id;
+        uint64_t node_id = ev->node_id;
         pn_xb_event_free(ev);
         ev->kind = kind;
+        ev->has_node_id = has_node_id;
+        ev->node_id = node_id;
     }
     return rc;
 }
@@ -251,10 +270,11 @@ typedef struct ch_item {
     char data[]; /* CH_MSG: the message; CH_DOWN: the reason; outgoing: LWS_PRE + text */
 } ch_item;
 
+typedef struct xb_link xb_link;
 typedef struct pn_xboard pn_xboard;
 
 typedef struct xb_chan {
-    pn_xboard *owner;
+    xb_link *owner;
     pthread_t thread;
     atomic_bool stop;
     pthread_mutex_t lock;
@@ -511,58 +531,103 @@ static void ch_free_items(ch_item *it)
         it = next;
     }
 }
-
 /* ---------------------------------------------------------------------------------------- */
-/* the client                                                                                 */
+/* the link: handshake, then the channel (one per node in node mode, one per machine)        */
 /* ---------------------------------------------------------------------------------------- */
 
-struct pn_xboard {
-    pn_client base; /* first */
+struct xb_link {
     uv_loop_t *loop;
-    pn_client *rest;  /* the UniProxy client on PN_XB_API_PATH */
-    pn_http *http;    /* the handshake */
+    pn_http *http;        /* the handshake */
     char *base_url;
-    char *auth_body;  /* {"token","node_id"} */
-    char *ws_query;   /* "token=..&node_id=.." */
-    char *node_type;
-    char node_label[72]; /* the node_id, for log lines */
-    bool node_numeric;
-    uint64_t node_num;
-    bool machine;     /* machine mode: no per-node channel */
+    char *auth_body;      /* the handshake's JSON body */
+    char *ws_query;       /* "token=..&node_id=.." or "token=..&machine_id=.." */
+    char label[80];       /* "node_id 3", "machine 7": for log lines */
     long timeout_ms;
-    const pn_push_events *ev;
-    void *ev_arg;
     uv_timer_t hs_timer;
     bool hs_timer_on;
     unsigned hs_fails;
     xb_chan *ch;
-    bool up;          /* authenticated channel */
+    bool up;              /* authenticated channel */
     bool freeing;
-    int closing;      /* handles still closing */
+    int closing;          /* handles still closing */
+    void *owner;
+    /* the owner's: a whole message (or one over the bound), the channel went down, and the
+     * owner's release once the link closed everything */
+    void (*on_message)(void *owner, const char *msg, size_t len, bool too_big);
+    void (*on_down)(void *owner, const sv_error *why);
+    void (*release)(void *owner);
 };
 
-static void xb_release(pn_xboard *x)
+/* "token=..&<key>=.." percent-encoded (RFC 3986 unreserved characters kept). */
+static char *ws_query(const char *token, const char *key, const char *value)
 {
-    if (x->closing > 0)
-        return;
-    free(x->base_url);
-    free(x->auth_body);
-    free(x->ws_query);
-    free(x->node_type);
-    free(x);
+    static const char hex[] = "0123456789ABCDEF";
+    char sep[40];
+    snprintf(sep, sizeof sep, "&%.30s=", key);
+    const char *parts[] = {"token=", token, sep, value};
+    size_t cap = 48 + 3 * (strlen(token) + strlen(value)), pos = 0;
+    char *q = malloc(cap);
+    for (int i = 0; q != NULL && i < 4; i++)
+        for (const char *s = parts[i]; *s != '\0'; s++) {
+            unsigned char ch = (unsigned char)*s;
+            if (i % 2 == 0 || isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
+                q[pos++] = (char)ch;
+            } else {
+                q[pos++] = '%';
+                q[pos++] = hex[ch >> 4];
+                q[pos++] = hex[ch & 15];
+            }
+        }
+    if (q != NULL)
+        q[pos] = '\0';
+    return q;
+}
+
+/* Fill a link (no handle yet). base_url is trimmed of trailing slashes. 0 or -ENOMEM. */
+static int link_init(xb_link *l, uv_loop_t *loop, const char *url, long timeout_ms,
+                     const char *token, const char *key, const char *value, char *auth_body,
+                     void *owner)
+{
+    l->loop = loop;
+    l->timeout_ms = timeout_ms;
+    l->owner = owner;
+    l->auth_body = auth_body; /* taken */
+    l->base_url = strdup(url);
+    l->ws_query = ws_query(token, key, value);
+    snprintf(l->label, sizeof l->label, "%s %.64s", key, value);
+    if (l->base_url == NULL || l->ws_query == NULL || l->auth_body == NULL ||
+        pn_http_new(loop, &l->http) != 0)
+        return -ENOMEM;
+    size_t n = strlen(l->base_url);
+    while (n > 0 && l->base_url[n - 1] == '/')
+        l->base_url[--n] = '\0';
+    return 0;
+}
+
+static void link_free_strings(xb_link *l)
+{
+    free(l->base_url);
+    free(l->auth_body);
+    free(l->ws_query);
+}
+
+static void link_maybe_release(xb_link *l)
+{
+    if (l->freeing && l->closing == 0)
+        l->release(l->owner);
 }
 
 static void handle_closed(uv_handle_t *h)
 {
-    pn_xboard *x = h->data;
-    x->closing--;
-    xb_release(x);
+    xb_link *l = h->data;
+    l->closing--;
+    link_maybe_release(l);
 }
 
 static void async_closed(uv_handle_t *h)
 {
     xb_chan *ch = (xb_chan *)((char *)h - offsetof(xb_chan, async));
-    pn_xboard *x = ch->owner;
+    xb_link *l = ch->owner;
     ch_free_items(ch->in_head);
     ch_free_items(ch->out_head);
     pthread_mutex_destroy(&ch->lock);
@@ -570,99 +635,78 @@ static void async_closed(uv_handle_t *h)
     free(ch->url);
     free(ch->path);
     free(ch);
-    x->closing--;
-    xb_release(x);
+    l->closing--;
+    link_maybe_release(l);
 }
 
-static void ch_stop(pn_xboard *x)
+static void ch_stop(xb_link *l)
 {
-    xb_chan *ch = x->ch;
+    xb_chan *ch = l->ch;
     atomic_store(&ch->stop, true);
     lws_cancel_service(ch->ctx);
     pthread_join(ch->thread, NULL);
-    x->ch = NULL;
-    x->closing++;
+    l->ch = NULL;
+    l->closing++;
     uv_close((uv_handle_t *)&ch->async, async_closed);
 }
 
-static void report_down(pn_xboard *x, const char *why)
+/* Stop everything; the owner's release runs once every handle closed (maybe now). */
+static void link_close(xb_link *l)
 {
-    if (!x->up)
-        return;
-    x->up = false;
-    sv_error err;
-    sv_error_set(&err, -ECONNRESET, "node channel down: %s", why);
-    SV_LOG(SV_LOG_WARN, MOD, "node_id %s: %s; polling over REST, reconnecting", x->node_label,
-           err.msg);
-    x->ev->channel(x->ev_arg, false, &err);
+    l->freeing = true;
+    pn_http_free(l->http);
+    l->http = NULL;
+    if (l->hs_timer_on) {
+        l->closing++;
+        l->hs_timer_on = false;
+        uv_close((uv_handle_t *)&l->hs_timer, handle_closed);
+    }
+    if (l->ch != NULL)
+        ch_stop(l);
+    link_maybe_release(l);
 }
 
-static void on_message(pn_xboard *x, const char *msg, size_t len, bool too_big)
+static void link_down(xb_link *l, const char *why)
 {
-    pn_xb_event ev;
-    sv_error err = {0};
-    int rc = too_big ? sv_error_set(&err, -EMSGSIZE, "message over the size bound (%u bytes)",
-                                    PN_XB_MSG_MAX)
-                     : pn_xb_event_parse(msg, len, x->node_type, &ev, &err);
-    if (too_big)
-        memset(&ev, 0, sizeof ev);
-    if (rc != 0) {
-        sv_error e;
-        sv_error_set(&e, rc, "node channel: %s", err.msg);
-        x->ev->resync(x->ev_arg, &e);
-        pn_xb_event_free(&ev);
+    if (!l->up)
         return;
-    }
-    if (ev.has_node_id && x->node_numeric && ev.node_id != x->node_num) {
-        pn_xb_event_free(&ev); /* another node's event */
-        return;
-    }
-    switch (ev.kind) {
-    case PN_XB_PING: {
-        static const char pong[] = "{\"event\":\"pong\"}";
-        ch_send(x->ch, pong, sizeof pong - 1);
-        break;
-    }
-    case PN_XB_AUTH_OK:
-        if (!x->up) {
-            x->up = true;
-            SV_LOG(SV_LOG_INFO, MOD, "node_id %s: node channel up", x->node_label);
-            x->ev->channel(x->ev_arg, true, NULL);
-        }
-        break;
-    case PN_XB_ERROR:
-        SV_LOG(SV_LOG_WARN, MOD, "node_id %s: node channel: the panel says: %s", x->node_label,
-               ev.message);
-        break;
-    case PN_XB_CONFIG:
-        x->ev->node(x->ev_arg, &ev.node);
-        break;
-    case PN_XB_USERS:
-        x->ev->users(x->ev_arg, &ev.users);
-        break;
-    case PN_XB_DELTA:
-        x->ev->delta(x->ev_arg, &ev.users, ev.ids, ev.n_ids);
-        break;
-    case PN_XB_IGNORED:
-        break;
-    }
-    pn_xb_event_free(&ev);
+    l->up = false;
+    sv_error err;
+    sv_error_set(&err, -ECONNRESET, "node channel down: %s", why);
+    SV_LOG(SV_LOG_WARN, MOD, "%s: %s; polling over REST, reconnecting", l->label, err.msg);
+    l->on_down(l->owner, &err);
+}
+
+/* `auth.success`: @return whether the channel just came up. */
+static bool link_auth_ok(xb_link *l)
+{
+    if (l->up)
+        return false;
+    l->up = true;
+    SV_LOG(SV_LOG_INFO, MOD, "%s: node channel up", l->label);
+    return true;
+}
+
+static void link_pong(xb_link *l)
+{
+    static const char pong[] = "{\"event\":\"pong\"}";
+    ch_send(l->ch, pong, sizeof pong - 1);
 }
 
 static void on_async(uv_async_t *a)
 {
-    pn_xboard *x = a->data;
-    xb_chan *ch = x->ch;
+    xb_link *l = a->data;
+    xb_chan *ch = l->ch;
     pthread_mutex_lock(&ch->lock);
     ch_item *it = ch->in_head;
     ch->in_head = ch->in_tail = NULL;
     pthread_mutex_unlock(&ch->lock);
-    while (it != NULL && !x->freeing) {
+    while (it != NULL && !l->freeing) {
         ch_item *next = it->next;
         if (it->kind == CH_MSG || it->kind == CH_TOO_BIG)
-            on_message(x, it->data, it->len, it->kind == CH_TOO_BIG);
+            l->on_message(l->owner, it->data, it->len, it->kind == CH_TOO_BIG);
         else
-            report_down(x, it->data);
+            link_down(l, it->data);
         free(it);
         it = next;
     }
@@ -670,14 +714,14 @@ static void on_async(uv_async_t *a)
 }
 
 /* Start the channel to @p url (ws:// or wss://, already checked). */
-static int ch_start(pn_xboard *x, const char *url, sv_error *err)
+static int ch_start(xb_link *l, const char *url, sv_error *err)
 {
     xb_chan *ch = calloc(1, sizeof *ch);
     if (ch == NULL || (ch->url = strdup(url)) == NULL) {
         free(ch);
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
-    ch->owner = x;
+    ch->owner = l;
     ch->seed = (unsigned)mono_ms() ^ (unsigned)(uintptr_t)ch;
     const char *prot = NULL, *path = NULL;
     if (lws_parse_uri(ch->url, &prot, &ch->address, &ch->port, &path) != 0 ||
@@ -687,14 +731,14 @@ static int ch_start(pn_xboard *x, const char *url, sv_error *err)
         return sv_error_set(err, -EINVAL, "node channel: bad ws_url");
     }
     ch->tls = strcmp(prot, "wss") == 0;
-    size_t n = strlen(path) + strlen(x->ws_query) + 3;
+    size_t n = strlen(path) + strlen(l->ws_query) + 3;
     ch->path = malloc(n);
     if (ch->path == NULL) {
         free(ch->url);
         free(ch);
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
-    snprintf(ch->path, n, "/%s%c%s", path, strchr(path, '?') != NULL ? '&' : '?', x->ws_query);
+    snprintf(ch->path, n, "/%s%c%s", path, strchr(path, '?') != NULL ? '&' : '?', l->ws_query);
     static pthread_once_t log_once = PTHREAD_ONCE_INIT; /* lws's log setting is the library's */
     pthread_once(&log_once, lws_log_setup);
     struct lws_context_creation_info info;
@@ -710,15 +754,15 @@ static int ch_start(pn_xboard *x, const char *url, sv_error *err)
     int rc = 0;
     if (ch->ctx == NULL)
         rc = sv_error_set(err, -EIO, "node channel: libwebsockets could not start");
-    else if (uv_async_init(x->loop, &ch->async, on_async) != 0)
+    else if (uv_async_init(l->loop, &ch->async, on_async) != 0)
         rc = sv_error_set(err, -EIO, "node channel: no async handle");
     if (rc == 0) {
-        ch->async.data = x;
-        x->ch = ch;
+        ch->async.data = l;
+        l->ch = ch;
         if (pthread_create(&ch->thread, NULL, ch_main, ch) != 0) {
             lws_context_destroy(ch->ctx);
-            x->ch = NULL;
-            x->closing++;
+            l->ch = NULL;
+            l->closing++;
             uv_close((uv_handle_t *)&ch->async, async_closed);
             return sv_error_set(err, -EAGAIN, "node channel: no thread");
         }
@@ -733,21 +777,21 @@ static int ch_start(pn_xboard *x, const char *url, sv_error *err)
     return rc;
 }
 
-static void handshake_start(pn_xboard *x);
+static void handshake_start(xb_link *l);
 
 static void on_hs_timer(uv_timer_t *t)
 {
     handshake_start(t->data);
 }
 
-static void handshake_again(pn_xboard *x, uint64_t ms)
+static void handshake_again(xb_link *l, uint64_t ms)
 {
-    uv_timer_start(&x->hs_timer, on_hs_timer, ms, 0);
+    uv_timer_start(&l->hs_timer, on_hs_timer, ms, 0);
 }
 
 static void on_handshake(int rc, const pn_http_response *r, const sv_error *herr, void *arg)
 {
-    pn_xboard *x = arg;
+    xb_link *l = arg;
     sv_error err = {0};
     char *url = NULL;
     if (rc != 0)
@@ -757,53 +801,144 @@ static void on_handshake(int rc, const pn_http_response *r, const sv_error *herr
     else
         rc = pn_xb_parse_handshake(r->body, r->len, &url, &err);
     if (rc == 0 && url != NULL)
-        rc = ch_start(x, url, &err);
+        rc = ch_start(l, url, &err);
     free(url);
     if (rc != 0) {
-        unsigned shift = x->hs_fails < 10 ? x->hs_fails : 10;
+        unsigned shift = l->hs_fails < 10 ? l->hs_fails : 10;
         uint64_t d = (uint64_t)HANDSHAKE_FIRST_MS << shift;
         d = d > HANDSHAKE_MAX_MS ? HANDSHAKE_MAX_MS : d;
-        x->hs_fails++;
-        SV_LOG(SV_LOG_WARN, MOD, "node_id %s: panel handshake: %s (REST polling only; again in "
-               "%" PRIu64 " s)", x->node_label, err.msg, d / 1000);
-        handshake_again(x, d);
+        l->hs_fails++;
+        SV_LOG(SV_LOG_WARN, MOD, "%s: panel handshake: %s (REST polling only; again in "
+               "%" PRIu64 " s)", l->label, err.msg, d / 1000);
+        handshake_again(l, d);
         return;
     }
-    x->hs_fails = 0;
-    if (x->ch == NULL) { /* WebSocket off on the panel: ask again later (§6.6 discovery) */
-        SV_LOG(SV_LOG_INFO, MOD, "node_id %s: panel handshake: no node channel offered, REST "
-               "polling only", x->node_label);
-        handshake_again(x, HANDSHAKE_MAX_MS);
+    l->hs_fails = 0;
+    if (l->ch == NULL) { /* WebSocket off on the panel: ask again later (§6.6 discovery) */
+        SV_LOG(SV_LOG_INFO, MOD, "%s: panel handshake: no node channel offered, REST "
+               "polling only", l->label);
+        handshake_again(l, HANDSHAKE_MAX_MS);
     }
 }
 
-static void handshake_start(pn_xboard *x)
+static void handshake_start(xb_link *l)
 {
     char url[URL_MAX];
-    snprintf(url, sizeof url, "%s" PN_XB_API_PATH "handshake", x->base_url);
-    pn_http_request req = {.method = "POST", .url = url, .body = x->auth_body,
-                           .body_len = strlen(x->auth_body), .timeout_ms = x->timeout_ms,
+    snprintf(url, sizeof url, "%s" PN_XB_API_PATH "handshake", l->base_url);
+    pn_http_request req = {.method = "POST", .url = url, .body = l->auth_body,
+                           .body_len = strlen(l->auth_body), .timeout_ms = l->timeout_ms,
                            .max_body = 65536};
     sv_error err = {0};
-    if (pn_http_start(x->http, &req, on_handshake, x, NULL, &err) != 0)
-        handshake_again(x, HANDSHAKE_FIRST_MS);
+    if (pn_http_start(l->http, &req, on_handshake, l, NULL, &err) != 0)
+        handshake_again(l, HANDSHAKE_FIRST_MS);
+}
+
+/* Handshake now, then keep the channel up. 0 or -ENOMEM. */
+static int link_watch(xb_link *l)
+{
+    if (uv_timer_init(l->loop, &l->hs_timer) != 0)
+        return -ENOMEM;
+    l->hs_timer.data = l;
+    l->hs_timer_on = true;
+    handshake_start(l);
+    return 0;
+}
+
+/* A parse failure of a channel message as the resync reason. */
+static void channel_error(sv_error *e, int rc, const char *what)
+{
+    sv_error_set(e, rc, "node channel: %s", what);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* the client                                                                                 */
+/* ---------------------------------------------------------------------------------------- */
+
+struct pn_xboard {
+    pn_client base; /* first */
+    pn_client *rest;  /* the UniProxy client on PN_XB_API_PATH */
+    xb_link link;     /* node mode's channel (unused in machine mode) */
+    char *node_type;
+    bool node_numeric;
+    uint64_t node_num;
+    bool machine;     /* machine mode: the machine's channel serves this node */
+    const pn_push_events *ev;
+    void *ev_arg;
+};
+
+static void xb_release(void *owner)
+{
+    pn_xboard *x = owner;
+    link_free_strings(&x->link);
+    free(x->node_type);
+    free(x);
+}
+
+static void xb_down(void *owner, const sv_error *why)
+{
+    pn_xboard *x = owner;
+    x->ev->channel(x->ev_arg, false, why);
+}
+
+static void xb_message(void *owner, const char *msg, size_t len, bool too_big)
+{
+    pn_xboard *x = owner;
+    pn_xb_event ev;
+    sv_error err = {0};
+    int rc = too_big ? sv_error_set(&err, -EMSGSIZE, "message over the size bound (%u bytes)",
+                                    PN_XB_MSG_MAX)
+                     : pn_xb_event_parse(msg, len, x->node_type, &ev, &err);
+    if (too_big)
+        memset(&ev, 0, sizeof ev);
+    if (rc != 0) {
+        sv_error e;
+        channel_error(&e, rc, err.msg);
+        x->ev->resync(x->ev_arg, &e);
+        pn_xb_event_free(&ev);
+        return;
+    }
+    if (ev.has_node_id && x->node_numeric && ev.node_id != x->node_num) {
+        pn_xb_event_free(&ev); /* another node's event */
+        return;
+    }
+    switch (ev.kind) {
+    case PN_XB_PING:
+        link_pong(&x->link);
+        break;
+    case PN_XB_AUTH_OK:
+        if (link_auth_ok(&x->link))
+            x->ev->channel(x->ev_arg, true, NULL);
+        break;
+    case PN_XB_ERROR:
+        SV_LOG(SV_LOG_WARN, MOD, "%s: node channel: the panel says: %s", x->link.label,
+               ev.message);
+        break;
+    case PN_XB_CONFIG:
+        x->ev->node(x->ev_arg, &ev.node, ev.config_body, ev.config_len);
+        break;
+    case PN_XB_USERS:
+        x->ev->users(x->ev_arg, &ev.users);
+        break;
+    case PN_XB_DELTA:
+        x->ev->delta(x->ev_arg, &ev.users, ev.ids, ev.n_ids);
+        break;
+    case PN_XB_NODES: /* a machine's event */
+    case PN_XB_IGNORED:
+        break;
+    }
+    pn_xb_event_free(&ev);
 }
 
 static int xb_watch(pn_client *c, const pn_push_events *ev, void *arg)
 {
     pn_xboard *x = (pn_xboard *)c;
     if (x->machine)
-        return -ENOTSUP; /* one channel per machine, not per node: not served yet */
+        return -ENOTSUP; /* the machine's one channel serves it (pn_xb_machine_watch) */
     if (x->ev != NULL)
         return -EALREADY;
     x->ev = ev;
     x->ev_arg = arg;
-    if (uv_timer_init(x->loop, &x->hs_timer) != 0)
-        return -ENOMEM;
-    x->hs_timer.data = x;
-    x->hs_timer_on = true;
-    handshake_start(x);
-    return 0;
+    return link_watch(&x->link);
 }
 
 /* REST: the UniProxy calls on the v2 path (callbacks get the inner client as their c). */
@@ -824,31 +959,42 @@ static int xb_report_usage(pn_client *c, const sv_usage *items, size_t n, pn_rep
     return r->ops->report_usage(r, items, n, cb, arg);
 }
 
+/* A `report.devices` message (PROTOCOLS-2.md §6.5): data `{"<uid>":["ip",...]}`, or in machine
+ * mode `{"node_id":N,"devices":{...}}`. malloc'ed text or NULL (out of memory). */
+static char *devices_message(const pn_alive *items, size_t n, bool machine, uint64_t node_id)
+{
+    json_t *devices = json_object(), *msg = json_object();
+    for (size_t i = 0; devices != NULL && i < n; i++) {
+        char key[24];
+        snprintf(key, sizeof key, "%" PRIu64, items[i].user);
+        json_t *ips = json_array();
+        for (size_t k = 0; ips != NULL && k < items[i].n_ips; k++)
+            json_array_append_new(ips, json_string(items[i].ips[k]));
+        json_object_set_new(devices, key, ips);
+    }
+    json_t *data = devices;
+    if (machine)
+        data = json_pack("{s:I, s:o}", "node_id", (json_int_t)node_id, "devices", devices);
+    json_object_set_new(msg, "event", json_string("report.devices"));
+    json_object_set_new(msg, "data", data);
+    json_object_set_new(msg, "timestamp", json_integer((json_int_t)time(NULL)));
+    char *text = json_dumps(msg, JSON_COMPACT);
+    json_decref(msg);
+    return text;
+}
+
 /* Online IPs: `report.devices` over the channel while it is up (PROTOCOLS-2.md §6.5), else
  * REST `alive`. */
 static int xb_report_alive(pn_client *c, const pn_alive *items, size_t n, pn_report_cb cb,
                            void *arg)
 {
     pn_xboard *x = (pn_xboard *)c;
-    if (!x->up || x->ch == NULL)
+    if (!x->link.up || x->link.ch == NULL)
         return x->rest->ops->report_alive(x->rest, items, n, cb, arg);
-    json_t *data = json_object(), *msg = json_object();
-    for (size_t i = 0; data != NULL && i < n; i++) {
-        char key[24];
-        snprintf(key, sizeof key, "%" PRIu64, items[i].user);
-        json_t *ips = json_array();
-        for (size_t k = 0; ips != NULL && k < items[i].n_ips; k++)
-            json_array_append_new(ips, json_string(items[i].ips[k]));
-        json_object_set_new(data, key, ips);
-    }
-    json_object_set_new(msg, "event", json_string("report.devices"));
-    json_object_set_new(msg, "data", data);
-    json_object_set_new(msg, "timestamp", json_integer((json_int_t)time(NULL)));
-    char *text = json_dumps(msg, JSON_COMPACT);
-    json_decref(msg);
+    char *text = devices_message(items, n, false, 0);
     if (text == NULL)
         return -ENOMEM;
-    ch_send(x->ch, text, strlen(text));
+    ch_send(x->link.ch, text, strlen(text));
     free(text);
     cb(c, 0, NULL, arg);
     return 0;
@@ -892,19 +1038,9 @@ static size_t xb_requests(pn_client *c, pn_request_count *out, size_t cap)
 static void xb_free(pn_client *c)
 {
     pn_xboard *x = (pn_xboard *)c;
-    x->freeing = true;
     pn_client_free(x->rest);
     x->rest = NULL;
-    pn_http_free(x->http);
-    x->http = NULL;
-    if (x->hs_timer_on) {
-        x->closing++;
-        x->hs_timer_on = false;
-        uv_close((uv_handle_t *)&x->hs_timer, handle_closed);
-    }
-    if (x->ch != NULL)
-        ch_stop(x);
-    xb_release(x);
+    link_close(&x->link); /* x goes once its handles closed */
 }
 
 static const pn_client_ops xboard_ops = {
@@ -923,29 +1059,6 @@ static const pn_client_ops xboard_ops = {
     .free = xb_free,
 };
 
-/* "token=..&node_id=.." percent-encoded (RFC 3986 unreserved characters kept). */
-static char *ws_query(const char *token, const char *node_id)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    const char *parts[] = {"token=", token, "&node_id=", node_id};
-    size_t cap = 32 + 3 * (strlen(token) + strlen(node_id)), pos = 0;
-    char *q = malloc(cap);
-    for (int i = 0; q != NULL && i < 4; i++)
-        for (const char *s = parts[i]; *s != '\0'; s++) {
-            unsigned char ch = (unsigned char)*s;
-            if (i % 2 == 0 || isalnum(ch) || ch == '-' || ch == '.' || ch == '_' || ch == '~') {
-                q[pos++] = (char)ch;
-            } else {
-                q[pos++] = '%';
-                q[pos++] = hex[ch >> 4];
-                q[pos++] = hex[ch & 15];
-            }
-        }
-    if (q != NULL)
-        q[pos] = '\0';
-    return q;
-}
-
 int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err)
 {
     *out = NULL;
@@ -963,14 +1076,9 @@ int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err)
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
     x->base.ops = &xboard_ops;
-    x->loop = o->loop;
     x->rest = rest;
-    x->timeout_ms = o->timeout_ms;
     x->machine = o->machine_id != NULL;
-    x->base_url = strdup(o->url);
     x->node_type = strdup(o->node_type);
-    x->ws_query = ws_query(o->token, o->node_id);
-    snprintf(x->node_label, sizeof x->node_label, "%.64s", o->node_id);
     json_t *b = json_pack("{s:s, s:s}", "token", o->token, "node_id", o->node_id);
     char *end = NULL;
     unsigned long long id = strtoull(o->node_id, &end, 10);
@@ -979,16 +1087,16 @@ int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err)
         x->node_num = id;
         json_object_set_new(b, "node_id", json_integer((json_int_t)id));
     }
-    x->auth_body = b != NULL ? json_dumps(b, JSON_COMPACT) : NULL;
+    char *auth = b != NULL ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
-    if (x->base_url == NULL || x->node_type == NULL || x->ws_query == NULL ||
-        x->auth_body == NULL || pn_http_new(o->loop, &x->http) != 0) {
+    x->link.on_message = xb_message;
+    x->link.on_down = xb_down;
+    x->link.release = xb_release;
+    if (link_init(&x->link, o->loop, o->url, o->timeout_ms, o->token, "node_id", o->node_id,
+                  auth, x) != 0 || x->node_type == NULL) {
         xb_free(&x->base);
         return sv_error_set(err, -ENOMEM, "xboard panel: cannot initialise");
     }
-    size_t n = strlen(x->base_url);
-    while (n > 0 && x->base_url[n - 1] == '/')
-        x->base_url[--n] = '\0';
     *out = &x->base;
     return 0;
 }
@@ -1047,6 +1155,48 @@ static int machine_interval(const json_t *bc, const char *key, uint32_t *out, sv
     return 0;
 }
 
+/* The `nodes` array of a machine list or a `sync.nodes` event into @p out (nodes, n), sorted by
+ * id; @p what prefixes errors. 0, -EINVAL, -EMSGSIZE or -ENOMEM (out's nodes then freed). */
+static int machine_nodes(const json_t *nodes, pn_xb_machine *out, const char *what,
+                         sv_error *err)
+{
+    if (!json_is_array(nodes))
+        return sv_error_set(err, -EINVAL, "%s: nodes: expected an array", what);
+    size_t n = json_array_size(nodes);
+    int rc = 0;
+    if (n > PN_XB_MACHINE_NODES_MAX)
+        return sv_error_set(err, -EMSGSIZE, "%s: %zu nodes (bound %u)", what, n,
+                            PN_XB_MACHINE_NODES_MAX);
+    if (n > 0 && (out->nodes = calloc(n, sizeof *out->nodes)) == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const json_t *e = json_array_get(nodes, i);
+        pn_xb_machine_node *mn = &out->nodes[i];
+        const json_t *id = json_is_object(e) ? json_object_get(e, "id") : NULL;
+        if (!json_is_object(e))
+            rc = sv_error_set(err, -EINVAL, "%s: nodes[%zu]: expected an object", what, i);
+        else if (get_id(id, &mn->id) != 0 || mn->id > INT64_MAX)
+            rc = sv_error_set(err, -EINVAL, "%s: nodes[%zu].id: expected a positive integer",
+                              what, i);
+        else if (machine_type(json_object_get(e, "type"), mn->type) != 0)
+            rc = sv_error_set(err, -EINVAL, "%s: nodes[%zu].type: expected a node type name",
+                              what, i);
+        for (size_t k = 0; rc == 0 && k < i; k++)
+            if (out->nodes[k].id == mn->id)
+                rc = sv_error_set(err, -EINVAL, "%s: nodes[%zu].id: duplicate id %" PRIu64,
+                                  what, i, mn->id);
+    }
+    if (rc != 0) {
+        free(out->nodes);
+        out->nodes = NULL;
+        return rc;
+    }
+    out->n = n;
+    if (n > 1)
+        qsort(out->nodes, n, sizeof *out->nodes, cmp_machine_node);
+    return 0;
+}
+
 int pn_xb_parse_machine(const char *body, size_t len, pn_xb_machine *out, sv_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -1079,32 +1229,7 @@ int pn_xb_parse_machine(const char *body, size_t len, pn_xb_machine *out, sv_err
         ((rc = machine_interval(bc, "push_interval", &out->push_interval, err)) != 0 ||
          (rc = machine_interval(bc, "pull_interval", &out->pull_interval, err)) != 0))
         goto out;
-    if (n > 0 && (out->nodes = calloc(n, sizeof *out->nodes)) == NULL) {
-        rc = sv_error_set(err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const json_t *e = json_array_get(nodes, i);
-        pn_xb_machine_node *mn = &out->nodes[i];
-        const json_t *id = json_is_object(e) ? json_object_get(e, "id") : NULL;
-        if (!json_is_object(e))
-            rc = sv_error_set(err, -EINVAL, "machine nodes: nodes[%zu]: expected an object", i);
-        else if (get_id(id, &mn->id) != 0 || mn->id > INT64_MAX)
-            rc = sv_error_set(err, -EINVAL, "machine nodes: nodes[%zu].id: expected a positive "
-                              "integer", i);
-        else if (machine_type(json_object_get(e, "type"), mn->type) != 0)
-            rc = sv_error_set(err, -EINVAL, "machine nodes: nodes[%zu].type: expected a node "
-                              "type name", i);
-        for (size_t k = 0; rc == 0 && k < i; k++)
-            if (out->nodes[k].id == mn->id)
-                rc = sv_error_set(err, -EINVAL, "machine nodes: nodes[%zu].id: duplicate id %"
-                                  PRIu64, i, mn->id);
-        if (rc != 0)
-            goto out;
-    }
-    out->n = n;
-    if (n > 1)
-        qsort(out->nodes, n, sizeof *out->nodes, cmp_machine_node);
+    rc = machine_nodes(nodes, out, "machine nodes", err);
 out:
     json_decref(j);
     if (rc != 0)
@@ -1127,7 +1252,102 @@ struct pn_xb_machine_client {
     char *auth;      /* {"machine_id":N,"token":T} without the closing brace */
     long timeout_ms;
     machine_req fetch, status;
+    xb_link link;    /* the machine's channel (PROTOCOLS-2.md §6.2) */
+    const pn_xb_machine_events *ev;
+    void *ev_arg;
 };
+
+static void machine_release(void *owner)
+{
+    pn_xb_machine_client *c = owner;
+    link_free_strings(&c->link);
+    free(c->base_url);
+    free(c->auth);
+    free(c);
+}
+
+static void machine_down(void *owner, const sv_error *why)
+{
+    pn_xb_machine_client *c = owner;
+    c->ev->channel(c->ev_arg, false, why);
+}
+
+/* One machine channel message: machine-wide events here, node-scoped ones routed by their
+ * `data.node_id` (PROTOCOLS-2.md §6.3). */
+static void machine_message(void *owner, const char *msg, size_t len, bool too_big)
+{
+    pn_xb_machine_client *c = owner;
+    pn_xb_event ev;
+    sv_error err = {0};
+    int rc = too_big ? sv_error_set(&err, -EMSGSIZE, "message over the size bound (%u bytes)",
+                                    PN_XB_MSG_MAX)
+                     : pn_xb_event_parse(msg, len, NULL, &ev, &err);
+    if (too_big)
+        memset(&ev, 0, sizeof ev);
+    if (rc != 0) {
+        sv_error e;
+        channel_error(&e, rc, err.msg);
+        c->ev->resync(c->ev_arg, ev.has_node_id ? ev.node_id : 0, &e);
+        pn_xb_event_free(&ev);
+        return;
+    }
+    if ((ev.kind == PN_XB_CONFIG || ev.kind == PN_XB_USERS || ev.kind == PN_XB_DELTA) &&
+        !ev.has_node_id) { /* node-scoped, but no node named (PROTOCOLS-2.md §6.3) */
+        SV_LOG(SV_LOG_DEBUG, MOD, "%s: node channel: an event without data.node_id dropped",
+               c->link.label);
+        ev.kind = PN_XB_IGNORED;
+    }
+    switch (ev.kind) {
+    case PN_XB_PING:
+        link_pong(&c->link);
+        break;
+    case PN_XB_AUTH_OK:
+        if (link_auth_ok(&c->link))
+            c->ev->channel(c->ev_arg, true, NULL);
+        break;
+    case PN_XB_ERROR:
+        SV_LOG(SV_LOG_WARN, MOD, "%s: node channel: the panel says: %s", c->link.label,
+               ev.message);
+        break;
+    case PN_XB_CONFIG:
+        c->ev->node(c->ev_arg, ev.node_id, &ev.node, ev.config_body, ev.config_len);
+        break;
+    case PN_XB_USERS:
+        c->ev->users(c->ev_arg, ev.node_id, &ev.users);
+        break;
+    case PN_XB_DELTA:
+        c->ev->delta(c->ev_arg, ev.node_id, &ev.users, ev.ids, ev.n_ids);
+        break;
+    case PN_XB_NODES:
+        c->ev->nodes(c->ev_arg, &ev.nodes);
+        break;
+    case PN_XB_IGNORED:
+        break;
+    }
+    pn_xb_event_free(&ev);
+}
+
+int pn_xb_machine_watch(pn_xb_machine_client *c, const pn_xb_machine_events *ev, void *arg)
+{
+    if (c->ev != NULL)
+        return -EALREADY;
+    c->ev = ev;
+    c->ev_arg = arg;
+    return link_watch(&c->link);
+}
+
+int pn_xb_machine_report_devices(pn_xb_machine_client *c, uint64_t node_id,
+                                 const pn_alive *items, size_t n)
+{
+    if (!c->link.up || c->link.ch == NULL)
+        return -ENOTCONN;
+    char *text = devices_message(items, n, true, node_id);
+    if (text == NULL)
+        return -ENOMEM;
+    ch_send(c->link.ch, text, strlen(text));
+    free(text);
+    return 0;
+}
 
 int pn_xb_machine_new(const pn_xb_machine_options *o, pn_xb_machine_client **out,
                       sv_error *err)
@@ -1139,23 +1359,24 @@ int pn_xb_machine_new(const pn_xb_machine_options *o, pn_xb_machine_client **out
         return sv_error_set(err, -EINVAL, "xboard machine: url, token and a numeric machine_id "
                             "are required");
     pn_xb_machine_client *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
     json_t *b = json_pack("{s:I, s:s}", "machine_id", (json_int_t)id, "token", o->token);
     char *text = b != NULL ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
-    if (c == NULL || text == NULL || (c->base_url = strdup(o->url)) == NULL ||
+    c->link.on_message = machine_message;
+    c->link.on_down = machine_down;
+    c->link.release = machine_release;
+    int rc = link_init(&c->link, o->loop, o->url, o->timeout_ms, o->token, "machine_id",
+                       o->machine_id, text != NULL ? strdup(text) : NULL, c);
+    c->auth = text;
+    c->timeout_ms = o->timeout_ms;
+    if (rc != 0 || text == NULL || (c->base_url = strdup(c->link.base_url)) == NULL ||
         pn_http_new(o->loop, &c->http) != 0) {
-        free(text);
-        if (c != NULL)
-            free(c->base_url);
-        free(c);
+        pn_xb_machine_client_free(c);
         return sv_error_set(err, -ENOMEM, "xboard machine: cannot initialise");
     }
     text[strlen(text) - 1] = '\0'; /* drop '}': a status body is appended */
-    c->auth = text;
-    c->timeout_ms = o->timeout_ms;
-    size_t n = strlen(c->base_url);
-    while (n > 0 && c->base_url[n - 1] == '/')
-        c->base_url[--n] = '\0';
     *out = c;
     return 0;
 }
@@ -1165,9 +1386,8 @@ void pn_xb_machine_client_free(pn_xb_machine_client *c)
     if (c == NULL)
         return;
     pn_http_free(c->http); /* requests in flight end without their callbacks */
-    free(c->base_url);
-    free(c->auth);
-    free(c);
+    c->http = NULL;
+    link_close(&c->link); /* c goes once the channel's handles closed */
 }
 
 /* A 2xx answer, else the panel's error text. */

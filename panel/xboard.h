@@ -4,6 +4,8 @@
  * as v1, without node_type) plus the node channel: `handshake`, then a WebSocket to its
  * `ws_url` carrying `sync.config`, `sync.users` and `sync.user.delta` as they happen, `ping`
  * answered with `pong`, and device reports (`report.devices`) sent over it while it is up.
+ * In machine mode the channel is the machine's (pn_xb_machine_watch): one WebSocket for every
+ * node of the machine, its node-scoped events routed by `data.node_id`.
  *
  * The WebSocket is libwebsockets' client (Debian 12's libcurl 7.88 is built without WebSocket
  * support), serviced on a thread of its own with lws' default event loop; messages cross to the
@@ -25,15 +27,32 @@
 #define PN_XB_NODES_MAX 4096u      /**< node ids in one event */
 #define PN_XB_API_PATH "/api/v2/server/"
 
+#define PN_XB_MACHINE_NODES_MAX 256u /**< nodes in one machine answer (AG_CONFIG_NODES_MAX) */
+#define PN_XB_TYPE_MAX 31u           /**< bytes of a node type */
+
+/** One node the panel assigns to the machine. */
+typedef struct pn_xb_machine_node {
+    uint64_t id;                    /**< the panel's node id (positive) */
+    char type[PN_XB_TYPE_MAX + 1];  /**< "shadowsocks", "vless", ... ([a-z0-9_-], non-empty) */
+} pn_xb_machine_node;
+
+/** A parsed `machine/nodes` answer; nodes sorted by id. Free with pn_xb_machine_free(). */
+typedef struct pn_xb_machine {
+    pn_xb_machine_node *nodes; /**< malloc'ed, NULL when none */
+    size_t n;
+    uint32_t push_interval, pull_interval; /**< s, `base_config`; 0 when absent */
+} pn_xb_machine;
+
 /** What one channel message says (PROTOCOLS-2.md §6.4). */
 enum pn_xb_kind {
-    PN_XB_IGNORED = 0,  /**< an event katana does not use (sync.devices, sync.nodes, ...) */
+    PN_XB_IGNORED = 0,  /**< an event katana does not use (sync.devices, ...) */
     PN_XB_PING,         /**< `ping`: answer `pong` */
     PN_XB_AUTH_OK,      /**< `auth.success` */
     PN_XB_ERROR,        /**< `error` (the panel closes next): message */
     PN_XB_CONFIG,       /**< `sync.config`: node */
     PN_XB_USERS,        /**< `sync.users`: users */
     PN_XB_DELTA,        /**< `sync.user.delta`: users (action add) or ids (action remove) */
+    PN_XB_NODES,        /**< `sync.nodes` (machine mode): nodes, no intervals */
 };
 
 /** A parsed message; owned data freed by pn_xb_event_free(). */
@@ -42,16 +61,19 @@ typedef struct pn_xb_event {
     bool has_node_id;
     uint64_t node_id;  /**< `data.node_id` (machine mode), when present */
     pn_node node;      /**< PN_XB_CONFIG */
+    char *config_body; /**< PN_XB_CONFIG: `data.config` as compact JSON (malloc'ed) */
+    size_t config_len;
     pn_users users;    /**< PN_XB_USERS; PN_XB_DELTA "add" */
     uint64_t *ids;     /**< PN_XB_DELTA "remove": user ids (malloc'ed) */
     size_t n_ids;
+    pn_xb_machine nodes; /**< PN_XB_NODES: the machine's node set (intervals 0) */
     char message[160]; /**< PN_XB_ERROR: the panel's text, printable ASCII only */
 } pn_xb_event;
 
 /**
  * Parse one channel message (a JSON text frame, PROTOCOLS-2.md §6.3: `{"event","data"}`).
- * Bounded by PN_XB_MSG_MAX, PN_USERS_MAX users and the model's bounds; duplicate keys and
- * duplicate user ids are refused.
+ * Bounded by PN_XB_MSG_MAX, PN_USERS_MAX users, PN_XB_MACHINE_NODES_MAX nodes and the model's
+ * bounds; duplicate keys, duplicate user ids and duplicate node ids are refused.
  * @param node_type  protocol assumed by a `sync.config` without one (may be NULL)
  * @param ev         overwritten; free with pn_xb_event_free() (also after an error)
  * @return 0, -EINVAL (not JSON, bad shape; err: "sync.user.delta: users[2].id: ..."),
@@ -80,9 +102,9 @@ typedef struct pn_xboard_options {
     const char *node_type; /**< the protocol a config without one has */
     long timeout_ms;       /**< per REST request; 0 = PN_HTTP_TIMEOUT_MS */
     const char *machine_id; /**< machine mode (PANEL.md §1.1): REST auth is machine_id + the
-                                 machine token + node_id; the node channel is not opened
-                                 (watch gives -ENOTSUP: one machine channel is not served yet,
-                                 the node polls over REST). NULL = node mode */
+                                 machine token + node_id; the node has no channel of its own
+                                 (watch gives -ENOTSUP: the machine's channel serves it,
+                                 pn_xb_machine_watch). NULL = node mode */
 } pn_xboard_options;
 
 /**
@@ -95,22 +117,6 @@ int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err);
 /* ---------------------------------------------------------------------------------------- */
 /* machine mode (issue 14; PANEL.md §1.1 `/api/v2/server/machine/nodes` and `machine/status`) */
 /* ---------------------------------------------------------------------------------------- */
-
-#define PN_XB_MACHINE_NODES_MAX 256u /**< nodes in one machine answer (AG_CONFIG_NODES_MAX) */
-#define PN_XB_TYPE_MAX 31u           /**< bytes of a node type */
-
-/** One node the panel assigns to the machine. */
-typedef struct pn_xb_machine_node {
-    uint64_t id;                    /**< the panel's node id (positive) */
-    char type[PN_XB_TYPE_MAX + 1];  /**< "shadowsocks", "vless", ... ([a-z0-9_-], non-empty) */
-} pn_xb_machine_node;
-
-/** A parsed `machine/nodes` answer; nodes sorted by id. Free with pn_xb_machine_free(). */
-typedef struct pn_xb_machine {
-    pn_xb_machine_node *nodes; /**< malloc'ed, NULL when none */
-    size_t n;
-    uint32_t push_interval, pull_interval; /**< s, `base_config`; 0 when absent */
-} pn_xb_machine;
 
 /**
  * Parse a `machine/nodes` answer `{"nodes":[{"id","type","name"}...],"base_config":{...}}`
@@ -164,8 +170,47 @@ int pn_xb_machine_fetch(pn_xb_machine_client *c, pn_xb_machine_cb cb, void *arg)
 int pn_xb_machine_status(pn_xb_machine_client *c, const pn_status *st,
                          pn_xb_machine_report_cb cb, void *arg);
 
-/** Free the client; requests in flight end without their callbacks. Safe from inside one of
- *  its callbacks. NULL-safe. */
+/** Free the client and stop its channel; requests in flight end without their callbacks.
+ *  Safe from inside one of its callbacks. NULL-safe. */
 void pn_xb_machine_client_free(pn_xb_machine_client *c);
+
+/**
+ * What the machine's channel tells its watcher (issue 14; PROTOCOLS-2.md §6.2-6.4), on the
+ * control loop. Node-scoped events carry the panel's node id (`data.node_id`); one without it
+ * is dropped. Data pointers are valid during the call and may be taken (copy, then zero).
+ * Every member is required.
+ */
+typedef struct pn_xb_machine_events {
+    /** `sync.config`; @p body as in pn_push_events.node */
+    void (*node)(void *arg, uint64_t node_id, pn_node *node, const char *body, size_t len);
+    void (*users)(void *arg, uint64_t node_id, pn_users *users); /**< `sync.users` */
+    void (*delta)(void *arg, uint64_t node_id, const pn_users *add, const uint64_t *remove,
+                  size_t n_remove);                               /**< `sync.user.delta` */
+    /** A message that could not be read (@p why): pull node @p node_id over REST, or every
+     *  node of the machine and its list when @p node_id is 0 (its node id is unknown). */
+    void (*resync)(void *arg, uint64_t node_id, const sv_error *why);
+    /** `sync.nodes`: the machine's node set now (no intervals: those come from REST). */
+    void (*nodes)(void *arg, pn_xb_machine *list);
+    /** The channel came up (authenticated; @p why NULL) or went down: then every node of the
+     *  machine polls over REST at once while the client reconnects (1 s doubling to 60 s, up
+     *  to 20 % jitter, PROTOCOLS-2.md §6.6). */
+    void (*channel)(void *arg, bool up, const sv_error *why);
+} pn_xb_machine_events;
+
+/**
+ * Start the machine's channel: `handshake` with `{"machine_id","token"}`, then the WebSocket at
+ * its `ws_url?token=<machine token>&machine_id=<id>`, kept up by the client; `ping` is answered
+ * with `pong`. @p ev (borrowed) must outlive the client.
+ * @return 0, -EALREADY or -ENOMEM.
+ */
+int pn_xb_machine_watch(pn_xb_machine_client *c, const pn_xb_machine_events *ev, void *arg);
+
+/**
+ * Send node @p node_id's online IPs as `report.devices` `{"node_id":N,"devices":{uid:[ip]}}`
+ * over the machine's channel (PROTOCOLS-2.md §6.5). Fire and forget: queued for the channel.
+ * @return 0; -ENOTCONN when the channel is not up (report over REST instead); -ENOMEM.
+ */
+int pn_xb_machine_report_devices(pn_xb_machine_client *c, uint64_t node_id,
+                                 const pn_alive *items, size_t n);
 
 #endif

@@ -161,3 +161,38 @@ ws_wait_up() {
 panel_ws() {
     panel_ctl state | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["ws"][sys.argv[1]]))' "$1"
 }
+
+# Xboard machine mode (issue 14, PANEL.md §1.1): machine 7 with token MACHINE_TOKEN.
+MACHINE_TOKEN=machine-token-$$
+
+# ss_node ID PORT UID:UUID...: one shadowsocks node of the machine, as a "nodes" member.
+ss_node() {
+    python3 - "$CIPHER" "$@" <<'PY'
+import json, sys
+cipher, nid, port = sys.argv[1:4]
+users = [{"id": int(s.split(":", 1)[0]), "uuid": s.split(":", 1)[1], "speed_limit": None,
+          "device_limit": None} for s in sys.argv[4:]]
+print('"%s": %s' % (nid, json.dumps({"type": "shadowsocks", "config": {
+    "protocol": "shadowsocks", "listen_ip": "0.0.0.0", "server_port": int(port),
+    "cipher": cipher, "server_key": None}, "users": {"users": users}})))
+PY
+}
+
+# machine_set PULL_S NODES [NOTIFY]: the machine as the panel has it now (push MACHINE_PUSH s,
+# default 60), NODES a comma-separated list of ss_node outputs; NOTIFY false: no sync.nodes on
+# the channel.
+machine_set() {
+    panel_ctl machine "{\"machine_id\": 7, \"token\": \"$MACHINE_TOKEN\", \"notify\": ${3:-true},
+        \"base_config\": {\"push_interval\": ${MACHINE_PUSH:-60}, \"pull_interval\": $1}, \"nodes\": {$2}}"
+}
+
+# machine_kat_config FILE: a katana config serving machine 7 of the emulator (tag "m").
+machine_kat_config() {
+    cat >"$1" <<EOF2
+{"log": {"level": "debug"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
+ "db": {"path": "$T/katana.db", "flush_interval": 1},
+ "nodes": [{"tag": "m", "listen": "127.0.0.1", "allow_private": true,
+            "panel": {"type": "xboard", "url": "http://127.0.0.1:$PANEL_PORT",
+                      "token": "$MACHINE_TOKEN", "machine_id": 7, "timeout": 2}}]}
+EOF2
+}

@@ -56,6 +56,12 @@ request with machine_id (query) is authenticated with the machine token (401 unk
 does not exist" for a node the machine does not have). Pushes are also added to the state's
 "node_totals" {node_id: {uid: [up, down]}} and recorded with their "node_id". Faults, hits and
 /_emu/raw take "machine/nodes" as an endpoint name; /_emu/down refuses the machine endpoints too.
+The machine's channel (PROTOCOLS-2.md §6.2-6.4): handshake takes {"machine_id","token"}; GET
+/ws?token=MT&machine_id=M sends auth.success {"machine_id","node_ids"}, then per node a
+sync.config and a sync.users carrying data.node_id; /_emu/ws_send, ws_raw and ws_kill reach it
+like a node's channel (the test puts node_id in data). A POST /_emu/machine that changes the
+node set (ids or types) sends sync.nodes {"nodes":[{id,type,name}]} on every machine channel
+(as Xboard's notifyMachineNodesChanged), unless the body says "notify": false.
 
 usage: panel_emu.py --port P --token T --config FILE --users FILE [--ready-file F] [--hold S]
                     [--mode uniproxy|sspanel|xboard]
@@ -301,10 +307,14 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {}
         token = body.get("token") or q.get("token", [""])[0]
+        machine_id = body.get("machine_id") or q.get("machine_id", [""])[0]
         with LOCK:
             STATE["hits"]["handshake"] = STATE["hits"].get("handshake", 0) + 1
             enabled = WS["enabled"]
-        if token != ARGS.token:
+        if machine_id:
+            if self.machine_auth(machine_id, token) is None:
+                return None
+        elif token != ARGS.token:
             return self.send(422, {"message": "Invalid token", "errors": {"token": ["Invalid token"]}})
         ws = {"enabled": True, "ws_url": "ws://127.0.0.1:%d/ws" % ARGS.port} if enabled else \
             {"enabled": False}
@@ -323,6 +333,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         self.close_connection = True
         conn = WsConn(self)
+        if q.get("machine_id"):
+            return self.machine_websocket(q, conn)
         if q.get("token", [""])[0] != ARGS.token or not q.get("node_id", [""])[0]:
             conn.send_event({"event": "error", "data": {"message": "invalid token"}})
             conn.kill()
@@ -336,6 +348,36 @@ class Handler(BaseHTTPRequestHandler):
         conn.send_event({"event": "auth.success", "data": {"node_id": node_id}})
         conn.send_event({"event": "sync.config", "data": {"config": cfg}})
         conn.send_event({"event": "sync.users", "data": users})
+        try:
+            conn.serve()
+        finally:
+            with LOCK:
+                if conn in WS["conns"]:
+                    WS["conns"].remove(conn)
+        return None
+
+    def machine_websocket(self, q, conn):
+        """The machine's one channel (PROTOCOLS-2.md §6.2): auth.success with node_ids, then
+        each node's full sync, node-scoped events carrying data.node_id."""
+        with LOCK:
+            m = STATE["machine"]
+        if m is None or str(m["machine_id"]) != q["machine_id"][0] or \
+                q.get("token", [""])[0] != m["token"]:
+            conn.send_event({"event": "error", "data": {"message": "invalid machine credentials"}})
+            conn.kill()
+            return None
+        conn.machine = True
+        with LOCK:
+            WS["conns"].append(conn)
+            WS["connects"] += 1
+            nodes = sorted(m["nodes"].items(), key=lambda kv: int(kv[0]))
+        conn.send_event({"event": "auth.success",
+                         "data": {"machine_id": int(m["machine_id"]),
+                                  "node_ids": [int(k) for k, _ in nodes]}})
+        for k, v in nodes:
+            cfg = {a: b for a, b in v["config"].items() if a != "base_config"}
+            conn.send_event({"event": "sync.config", "data": {"config": cfg, "node_id": int(k)}})
+            conn.send_event({"event": "sync.users", "data": dict(v["users"], node_id=int(k))})
         try:
             conn.serve()
         finally:
@@ -566,12 +608,26 @@ class Handler(BaseHTTPRequestHandler):
             elif what == "detect_rules":  # sspanel: [{"id","name","text","regex","type"}]
                 STATE["detect_rules"] = body
             elif what == "machine":
+                old = machine_node_set(STATE["machine"])
                 STATE["machine"] = body if body else None
+                now = machine_node_set(STATE["machine"])
+                if now != old and (body or {}).get("notify", True):  # notifyMachineNodesChanged
+                    ev = {"event": "sync.nodes", "timestamp": int(time.time()),
+                          "data": {"nodes": [{"id": i, "type": t, "name": "node %d" % i}
+                                             for i, t in now]}}
+                    for c in conns:
+                        if c.machine:
+                            c.send_event(ev)
             elif what == "deleted":
                 STATE["deleted"] = list(body["ids"])
             else:
                 return self.send(404, {"message": "unknown control"})
         return self.send(200, {"ok": True})
+
+
+def machine_node_set(m):
+    """[(id, type)] of a machine's nodes, sorted by id."""
+    return sorted((int(k), v["type"]) for k, v in (m or {}).get("nodes", {}).items())
 
 
 def ws_frame(opcode, payload):
@@ -593,6 +649,7 @@ class WsConn:
         self.h = handler
         self.sock = handler.connection
         self.wlock = threading.Lock()
+        self.machine = False
 
     def send_raw(self, data):
         try:

@@ -112,6 +112,101 @@ static void xboard__bad_messages__are_refused_with_their_reason(void **state)
     pn_xb_event_free(&ev);
 }
 
+/* issue 14, PROTOCOLS-2.md §6.3-6.4: the machine channel's events: sync.nodes is the machine's
+ * node set (sorted, ids unique, bounded); node-scoped events carry data.node_id, kept also when
+ * the event is refused (its node pulls everything); a sync.config with no node type assumed
+ * must name its protocol. */
+static void xboard__machine_channel_events__parse(void **state)
+{
+    (void)state;
+    pn_xb_event ev;
+    sv_error err = {0};
+    assert_int_equal(parse("{\"event\":\"sync.nodes\",\"data\":{\"nodes\":[{\"id\":12,"
+                           "\"type\":\"vless\",\"name\":\"b\"},{\"id\":\"3\",\"type\":"
+                           "\"shadowsocks\"}]},\"timestamp\":1}", &ev, &err), 0);
+    assert_int_equal(ev.kind, PN_XB_NODES);
+    assert_false(ev.has_node_id);
+    assert_int_equal(ev.nodes.n, 2);
+    assert_int_equal(ev.nodes.nodes[0].id, 3);
+    assert_string_equal(ev.nodes.nodes[1].type, "vless");
+    assert_int_equal(ev.nodes.pull_interval, 0);
+    pn_xb_event_free(&ev);
+    assert_int_equal(parse("{\"event\":\"sync.nodes\",\"data\":{\"nodes\":[]}}", &ev, &err),
+                     0);
+    assert_int_equal(ev.kind, PN_XB_NODES);
+    assert_int_equal(ev.nodes.n, 0);
+    pn_xb_event_free(&ev);
+    assert_int_equal(parse("{\"event\":\"auth.success\",\"data\":{\"machine_id\":7,"
+                           "\"node_ids\":[11,12]}}", &ev, &err), 0);
+    assert_int_equal(ev.kind, PN_XB_AUTH_OK);
+    pn_xb_event_free(&ev);
+    assert_int_equal(parse("{\"event\":\"sync.user.delta\",\"data\":{\"node_id\":11,"
+                           "\"action\":\"remove\",\"users\":[{\"id\":2}]}}", &ev, &err), 0);
+    assert_true(ev.has_node_id);
+    assert_int_equal(ev.node_id, 11);
+    assert_int_equal(ev.ids[0], 2);
+    pn_xb_event_free(&ev);
+    const char *dup = "{\"event\":\"sync.users\",\"data\":{\"node_id\":12,\"users\":["
+                      "{\"id\":1,\"uuid\":\"a\"},{\"id\":1,\"uuid\":\"b\"}]}}";
+    assert_int_equal(pn_xb_event_parse(dup, strlen(dup), NULL, &ev, &err), -EINVAL);
+    assert_true(ev.has_node_id); /* the refused event's node resyncs */
+    assert_int_equal(ev.node_id, 12);
+    assert_null(ev.users.users);
+    pn_xb_event_free(&ev);
+    const char *noproto = "{\"event\":\"sync.config\",\"data\":{\"node_id\":12,\"config\":"
+                          "{\"server_port\":443}}}";
+    assert_true(pn_xb_event_parse(noproto, strlen(noproto), NULL, &ev, &err) < 0);
+    assert_null(ev.node.protocol);
+    pn_xb_event_free(&ev);
+    expect_bad("{\"event\":\"sync.nodes\",\"data\":{\"nodes\":[{\"id\":3,\"type\":\"vless\"},"
+               "{\"id\":3,\"type\":\"trojan\"}]}}", -EINVAL,
+               "sync.nodes: data: nodes[1].id: duplicate id 3");
+    expect_bad("{\"event\":\"sync.nodes\",\"data\":{\"nodes\":{}}}", -EINVAL,
+               "sync.nodes: data: nodes: expected an array");
+    expect_bad("{\"event\":\"sync.nodes\",\"data\":{\"nodes\":[{\"id\":3,\"type\":\"V LESS\"}]}}",
+               -EINVAL, "sync.nodes: data: nodes[0].type: expected a node type name");
+    expect_bad("{\"event\":\"sync.nodes\",\"data\":[]}", -EINVAL,
+               "sync.nodes: data: expected an object");
+}
+
+/* issue 14: a pushed state is stored as REST bodies the client's parse_body reads back: a
+ * sync.config keeps its `config` object as JSON, and pn_users_body() round-trips a user list. */
+static void xboard__pushed_state__makes_bodies_that_parse_back(void **state)
+{
+    (void)state;
+    pn_xb_event ev;
+    sv_error err = {0};
+    assert_int_equal(parse("{\"event\":\"sync.config\",\"data\":{\"config\":{\"protocol\":"
+                           "\"shadowsocks\",\"server_port\":8388,\"cipher\":\"aes-128-gcm\"}}}",
+                           &ev, &err), 0);
+    assert_non_null(ev.config_body);
+    json_error_t jerr;
+    json_t *j = json_loads(ev.config_body, 0, &jerr);
+    pn_node node;
+    assert_int_equal(pn_node_parse(j, NULL, 0, &node, &err), 0);
+    assert_true(pn_node_equal(&node, &ev.node));
+    pn_node_free(&node);
+    json_decref(j);
+    pn_xb_event_free(&ev);
+    assert_null(ev.config_body);
+
+    pn_user list[2] = {{.id = 9, .uuid = "a\"b", .speed_limit = 100, .device_limit = 3},
+                       {.id = 2, .uuid = "u2"}};
+    pn_users users = {.users = list, .n = 2}, back;
+    char *body = pn_users_body(&users);
+    assert_non_null(body);
+    j = json_loads(body, 0, &jerr);
+    assert_int_equal(pn_users_parse(j, 0, &back, &err), 0);
+    assert_true(pn_users_equal(&users, &back));
+    pn_users_free(&back);
+    json_decref(j);
+    free(body);
+    pn_users none = {0};
+    body = pn_users_body(&none);
+    assert_string_equal(body, "{\"users\":[]}");
+    free(body);
+}
+
 static void xboard__handshake__gives_the_channel_url(void **state)
 {
     (void)state;
@@ -218,6 +313,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(xboard__events_katana_uses__parse),
         cmocka_unit_test(xboard__bad_messages__are_refused_with_their_reason),
+        cmocka_unit_test(xboard__machine_channel_events__parse),
+        cmocka_unit_test(xboard__pushed_state__makes_bodies_that_parse_back),
         cmocka_unit_test(xboard__handshake__gives_the_channel_url),
         cmocka_unit_test(xboard__machine_nodes__parse_sorted_with_intervals),
         cmocka_unit_test(xboard__bad_machine_answers__are_refused_with_their_reason),
