@@ -1,0 +1,102 @@
+#!/bin/bash
+# ssrelay-bench.sh BUILDDIR: issue 13 "Memory and throughput" for one katana Shadowsocks port
+# (aes-256-gcm, 1 worker), with the client bench.sh uses (ss-tunnel from shadowsocks-libev):
+#  - relay CPU: one-way bulk (tests/bench/bulk.c sender -> ss-tunnel -> katana -> sink), katana's
+#    CPU seconds per GB split into user and kernel time (utime, stime of /proc/PID/stat);
+#  - memory: katana's RSS per idle connection with BENCH_CONNS connections open, each
+#    authenticated with a flow open to the sink (VmRSS before/after, divided by the count).
+# Each figure is printed with the issue's goal beside it; nothing is asserted.
+# Environment: BENCH_SECONDS (10), BENCH_CONNS (10000; fewer when the open-file limit is lower),
+# BENCH_CIPHER (aes-256-gcm), KATANA_BIN, BULK. Not part of `make check`: `make bench-ssrelay`.
+set -euo pipefail
+
+BUILDDIR=${1:-.}
+HERE=$(cd "$(dirname "$0")" && pwd)
+KATEST=(python3 "$HERE/../integration/katest.py")
+KATANA=${KATANA_BIN:-$BUILDDIR/katana}
+BULK=${BULK:-$BUILDDIR/tests/bench/bulk}
+SECS=${BENCH_SECONDS:-10}
+CONNS=${BENCH_CONNS:-10000}
+CIPHER=${BENCH_CIPHER:-aes-256-gcm}
+PASS=$(cat /proc/sys/kernel/random/uuid)
+TCK=$(getconf CLK_TCK)
+
+for b in ss-tunnel ss "$KATANA" "$BULK"; do
+    command -v "$b" >/dev/null || { echo "bench-ssrelay: $b is not available" >&2; exit 1; }
+done
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/katana-ssrelay.XXXXXX")
+PIDS=()
+cleanup() {
+    local p
+    exec 7>&- 2>/dev/null || true
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 0.5
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
+note() { echo "# $*" >&2; }
+
+# katana and ss-tunnel each hold two descriptors per connection
+ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+NOFILE=$(ulimit -n)
+if [ "$NOFILE" != unlimited ] && [ $((2 * CONNS + 256)) -gt "$NOFILE" ]; then
+    CONNS=$(((NOFILE - 256) / 2))
+    note "open-file limit $NOFILE: $CONNS idle connections"
+fi
+
+read -r SINK SP TP <<<"$("${KATEST[@]}" freeport --count 3)"
+bg "$T/sink.out" "$BULK" sink "$SINK"
+"${KATEST[@]}" mkconfig --out "$T/katana.json" --port "$SP" --cipher "$CIPHER" \
+    --user "1:$PASS" --workers 1 --log-level warn
+bg "$T/katana.log" "$KATANA" run -c "$T/katana.json"
+SRV=$BG
+"${KATEST[@]}" wait-port --port "$SP" --timeout 10 >/dev/null
+"${KATEST[@]}" wait-port --port "$SINK" >/dev/null
+bg "$T/tunnel.log" ss-tunnel -s 127.0.0.1 -p "$SP" -b 127.0.0.1 -l "$TP" \
+    -L "127.0.0.1:$SINK" -k "$PASS" -m "$CIPHER" -n "$NOFILE"
+"${KATEST[@]}" wait-port --port "$TP" >/dev/null
+
+ticks() { awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$1/stat"; }
+rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+
+note "bulk ${SECS}s"
+read -r u0 s0 <<<"$(ticks "$SRV")"
+"$BULK" send "$TP" "$SECS" >/dev/null
+for _ in $(seq 1 100); do [ -s "$T/sink.out" ] && break; sleep 0.1; done
+sleep 0.2
+read -r u1 s1 <<<"$(ticks "$SRV")"
+read -r bytes secs <<<"$(awk 'NF == 2' "$T/sink.out" | head -n 1)"
+
+note "$CONNS idle connections"
+s0=$(ss -Htn state established "( dport = :$SINK )" | wc -l)
+r0=$(rss_kib "$SRV")
+mkfifo "$T/hold.in"
+"$BULK" hold "$TP" "$CONNS" <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
+PIDS+=("$!")
+exec 7>"$T/hold.in"
+for _ in $(seq 1 1200); do grep -q ready "$T/hold.out" && break; sleep 0.1; done
+ready=$(awk '/ready/ { print $2 }' "$T/hold.out")
+# every connection counted once katana dialled the sink for it (authenticated, flow open)
+for _ in $(seq 1 300); do
+    [ "$(ss -Htn state established "( dport = :$SINK )" | wc -l)" -ge $((s0 + ${ready:-0})) ] && break
+    sleep 0.1
+done
+sleep 2
+r1=$(rss_kib "$SRV")
+exec 7>&-
+
+echo
+echo "Shadowsocks relay ($CIPHER, 1 worker, client ss-tunnel, $(nproc) CPUs; issue 13 goals beside)"
+awk -v b="${bytes:-0}" -v s="${secs:-0}" -v u0="$u0" -v u1="$u1" -v s0="$s0" -v s1="$s1" \
+    -v t="$TCK" 'BEGIN {
+    if (b == 0) { print "bulk: no result"; exit }
+    gb = b / 1e9; u = (u1 - u0) / t / gb; k = (s1 - s0) / t / gb
+    printf "bulk %.2f Gbit/s: CPU %.2f s/GB (user %.2f, kernel %.2f)   goal <= 0.60 s/GB\n",
+           b * 8 / s / 1e9, u + k, u, k }'
+awk -v a="$r0" -v b="$r1" -v n="${ready:-0}" 'BEGIN {
+    if (n == 0) { print "idle: no connection opened"; exit }
+    printf "idle: %d connections, RSS %.2f KiB per connection   goal <= 2 KiB\n", n, (b - a) / n }'
