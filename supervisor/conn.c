@@ -806,15 +806,12 @@ static bool open_flow(sv_conn *c, const sv_dest *d, const char *sniffed)
     if (!open_stream(c, t->ops, &t->sock, sv__route_resolver(w, dec.dns_server), d,
                      c->handler->allow_private || dec.names_dest))
         return false;
-    sv_flow_rec *f = calloc(1, sizeof *f);
-    if (f == NULL) {
+    c->flow = sv__flow_new(w->index, c, c->sess, c->user_id, d, sniffed, SV_NET_TCP, t, dec.rule,
+                           c->plane->epoch);
+    if (c->flow == NULL) {
         conn_close(c);
         return false;
     }
-    c->flow = f;
-    sv__flow_describe(f, w->index, c, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule, c->plane->epoch);
-    if (sniffed != NULL)
-        snprintf(f->info.sniffed, sizeof f->info.sniffed, "%s", sniffed);
     return true;
 }
 
@@ -1008,7 +1005,7 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     sv_conn *c = h->data;
     if (c->chain.n > 0) { /* wrapped bytes; the unwrapped go to scratch (chain_alloc) */
         buf->base = (char *)c->w->sealed;
-        buf->len = SV_SCRATCH;
+        buf->len = SV_LAYERED_READ;
         return;
     }
     uint8_t *s = c->w->scratch;
@@ -1471,14 +1468,14 @@ static void sub_open(sv_conn *c, const sv_effect *e)
     }
     sv_decision dec;
     sv_target *t = route_stream(c, d, NULL, &dec);
-    s->flow = t != NULL ? calloc(1, sizeof *s->flow) : NULL;
+    s->flow = t != NULL ? sv__flow_new(w->index, s, c->sess, c->user_id, d, NULL, SV_NET_TCP, t,
+                                       dec.rule, c->plane->epoch)
+                        : NULL;
     if (s->flow == NULL) { /* refused like a blocked route (or no memory): no dial */
         s->ob.ops->open(&s->ob, d);
         sub_end(s, true, true);
         return;
     }
-    sv__flow_describe(s->flow, w->index, s, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule,
-                      c->plane->epoch);
     s->ob.ops = t->ops;
     s->ob.env.sock = &t->sock; /* c->plane holds t */
     s->ob.env.resolver = sv__route_resolver(w, dec.dns_server);

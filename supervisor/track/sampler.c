@@ -91,7 +91,7 @@ static void count_flow(sv_tracker *t, sv_flow_rec *rec, bool live)
     uint64_t du = up - rec->wm_up, dd = down - rec->wm_down;
     rec->wm_up = up;
     rec->wm_down = down;
-    const sv_flow_info *info = &rec->info;
+    const sv_flow_desc *info = &rec->info;
     sv__group *groups[3] = {
         group_of_tag(&t->inbounds, info->inbound, strlen(info->inbound)),
         group_of_tag(&t->outbounds, info->outbound, sv__outbound_tag_len(info->outbound)),
