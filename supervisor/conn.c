@@ -5,8 +5,9 @@
  *
  * Hot path: reads land in the worker's scratch buffer; the core decrypts client chunks in place
  * and seals each remote read (up to SV_SCRATCH, 256 KiB) into the worker's sealed buffer as
- * consecutive chunks; both directions go to the kernel with uv_try_write. Only a write the kernel did not take whole is
- * copied to a per-connection buffer (and reading that side stops until it drains). An idle
+ * consecutive chunks; both directions go to the kernel with uv_try_write. Only a write the kernel
+ * did not take whole is copied to a per-connection buffer (and reading that side stops until it
+ * drains). An idle
  * connection holds no buffer. Connector order: seed 002 (admit, route, refuse, dial, register);
  * the remote side is the routed target's outbound stream (outbound/outbound.h).
  */
