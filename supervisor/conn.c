@@ -7,9 +7,8 @@
  * and seals each remote read (up to SV_SCRATCH, 256 KiB) into the worker's sealed buffer as
  * consecutive chunks; both directions go to the kernel with uv_try_write. Only a write the kernel
  * did not take whole is copied to a per-connection buffer (and reading that side stops until it
- * drains). An idle
- * connection holds no buffer. Connector order: seed 002 (admit, route, refuse, dial, register);
- * the remote side is the routed target's outbound stream (outbound/outbound.h).
+ * drains). An idle connection holds no buffer. Connector order: seed 002 (admit, route, refuse,
+ * dial, register); the remote side is the routed target's outbound stream (outbound/outbound.h).
  */
 #include "config.h"
 
@@ -421,8 +420,8 @@ static void on_client_written(uv_write_t *req, int status)
     conn_release(c);
 }
 
-/* Write c->wr_client (its len bytes of data, set by the caller) to the client with uv_write;
- * reading the remote stops until on_client_written. @return false when the connection was closed. */
+/* Write c->wr_client (its @p len bytes of data, filled by the caller) to the client with
+ * uv_write; reading the remote stops until on_client_written. @return false when closed. */
 static bool client_write_queued(sv_conn *c, size_t len)
 {
     c->to_client = c->wr_client->data;
