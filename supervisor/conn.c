@@ -4,11 +4,11 @@
  * relays with backpressure and half-close, and meters every byte.
  *
  * Hot path: reads land in the worker's scratch buffer; the core decrypts client chunks in place
- * and seals each remote read (up to 64 KiB) into the worker's sealed buffer as consecutive chunks;
- * both directions go to the kernel with uv_try_write. Only a write the kernel did not take whole is
- * copied to a per-connection buffer (and reading that side stops until it drains). An idle
- * connection holds no buffer. Connector order: seed 002 (admit, route, refuse, dial, register);
- * the remote side is the routed target's outbound stream (outbound/outbound.h).
+ * and seals each remote read (up to SV_SCRATCH, 256 KiB) into the worker's sealed buffer as
+ * consecutive chunks; both directions go to the kernel with uv_try_write. Only a write the kernel
+ * did not take whole is copied to a per-connection buffer (and reading that side stops until it
+ * drains). An idle connection holds no buffer. Connector order: seed 002 (admit, route, refuse,
+ * dial, register); the remote side is the routed target's outbound stream (outbound/outbound.h).
  */
 #include "config.h"
 
@@ -32,6 +32,13 @@
 
 typedef struct sv_subflow sv_subflow;
 
+/* A client write the kernel did not take whole: the request and the bytes left, one allocation
+ * (issue 13: an idle connection holds neither). */
+typedef struct client_write {
+    uv_write_t req;
+    uint8_t data[];
+} client_write;
+
 typedef struct sv_conn {
     sv_list link;
     sv_worker *w;
@@ -40,8 +47,7 @@ typedef struct sv_conn {
     uv_tcp_t client;
     sv_ob_stream ob; /**< the remote side: the routed target's outbound stream */
     uv_timer_t timer;
-    uv_write_t wr_client;
-    uv_shutdown_t sd_client;
+    client_write *wr_client; /**< the client write in flight (to_client is its data), or NULL */
     int pending;  /**< open handles + in-flight requests that hold the connection */
     sv_principal *principal; /**< who the connection acts for, once authenticated (a reference) */
     sv_session_rec *sess;
@@ -56,7 +62,11 @@ typedef struct sv_conn {
     uint8_t *remote_more;  /**< bytes for the remote that came while to_remote was being written
                                 (the rest of the read that filled the socket; reading stopped) */
     size_t remote_more_len;
-    struct sockaddr_storage peer;
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in;
+        struct sockaddr_in6 in6;
+    } peer; /**< the client's address (not a sockaddr_storage: 100 bytes less per connection) */
     bool ob_opened; /**< ob was opened: it is closed with the connection (on_ob_closed) */
     bool connected, client_eof, remote_eof, remote_shut, client_shut;
     bool writing_remote, writing_client, draining, closing;
@@ -77,8 +87,8 @@ typedef struct sv_conn {
     bool pace_known;      /**< pacer was looked up (at the first payload after admission) */
     bool paced_up, paced_down; /**< in debt: that side stopped reading until pace_timer fires */
     bool subs_paced;      /**< some sub-flows stopped reading until pace_timer fires */
-    bool pace_timer_on;   /**< pace_timer was initialised (closed with the connection) */
-    uv_timer_t pace_timer;
+    uv_timer_t *pace_timer; /**< allocated at the first debt, closed with the connection;
+                                 NULL before (issue 13: no per-connection cost while unpaced) */
     struct conn_paused *paused; /**< admission waiting for the fleet (issue 12), or NULL */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
@@ -116,7 +126,7 @@ static void conn_release(sv_conn *c)
     free(c->carry);
     free(c->to_remote);
     free(c->remote_more);
-    free(c->to_client);
+    free(c->wr_client);
     free(c->client_more);
     free(c->subs);
     free(c->held);
@@ -130,6 +140,13 @@ static void conn_release(sv_conn *c)
 
 static void on_handle_closed(uv_handle_t *h) { conn_release(h->data); }
 
+static void on_pace_timer_closed(uv_handle_t *h)
+{
+    sv_conn *c = h->data;
+    free(h);
+    conn_release(c);
+}
+
 static void conn_close(sv_conn *c)
 {
     if (c->closing)
@@ -142,8 +159,8 @@ static void conn_close(sv_conn *c)
     }
     uv_close((uv_handle_t *)&c->client, on_handle_closed);
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
-    if (c->pace_timer_on)
-        uv_close((uv_handle_t *)&c->pace_timer, on_handle_closed);
+    if (c->pace_timer != NULL)
+        uv_close((uv_handle_t *)c->pace_timer, on_pace_timer_closed);
     if (c->ob_opened) /* its release comes back as conn_release (on_ob_closed) */
         c->ob.ops->close(&c->ob);
     if (c->subs != NULL)
@@ -175,6 +192,7 @@ static void maybe_finish(sv_conn *c)
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
     sv_conn *c = req->data;
+    free(req);
     conn_release(c);
     (void)status;
 }
@@ -200,9 +218,16 @@ static void shutdown_client(sv_conn *c)
     if (c->writing_client)
         return; /* on_client_written comes back here */
     c->client_shut = true;
-    c->sd_client.data = c;
-    if (uv_shutdown(&c->sd_client, (uv_stream_t *)&c->client, on_shutdown) == 0)
+    uv_shutdown_t *sd = malloc(sizeof *sd); /* once per connection: none kept while idle */
+    if (sd == NULL) {
+        conn_close(c);
+        return;
+    }
+    sd->data = c;
+    if (uv_shutdown(sd, (uv_stream_t *)&c->client, on_shutdown) == 0)
         c->pending++;
+    else
+        free(sd);
 }
 
 /* ---- speed limits (issue 12 "Speed limits", seed 003 "限速") ---------------------------------
@@ -224,14 +249,17 @@ static bool pace_arm(sv_conn *c)
     uint32_t ms = 0;
     if (c->closing || sv_pace_gate(NULL, c->pacer, uv_hrtime(), &ms) <= 0)
         return false;
-    if (!c->pace_timer_on) {
-        uv_timer_init(&c->w->loop, &c->pace_timer);
-        c->pace_timer.data = c;
-        c->pace_timer_on = true;
-        c->pending++; /* released by on_handle_closed */
+    if (c->pace_timer == NULL) {
+        if ((c->pace_timer = malloc(sizeof *c->pace_timer)) == NULL) {
+            conn_close(c);
+            return false;
+        }
+        uv_timer_init(&c->w->loop, c->pace_timer);
+        c->pace_timer->data = c;
+        c->pending++; /* released by on_pace_timer_closed */
     }
-    if (!uv_is_active((uv_handle_t *)&c->pace_timer))
-        uv_timer_start(&c->pace_timer, pace_resume, ms, 0);
+    if (!uv_is_active((uv_handle_t *)c->pace_timer))
+        uv_timer_start(c->pace_timer, pace_resume, ms, 0);
     return true;
 }
 
@@ -304,17 +332,18 @@ static size_t iov_total(const uv_buf_t *iov, unsigned n)
     return total;
 }
 
-/* Copy the part of iov[] past @p skip bytes into one new buffer. */
-static uint8_t *iov_rest(const uv_buf_t *iov, unsigned n, size_t skip, size_t *len)
+/* Copy the part of iov[] past @p skip bytes into one new buffer, after @p head bytes left for the
+ * caller; *@p len = the bytes copied. */
+static uint8_t *iov_rest(const uv_buf_t *iov, unsigned n, size_t skip, size_t head, size_t *len)
 {
     size_t all = iov_total(iov, n);
     if (skip >= all || all - skip > SIZE_MAX / 2)
         return NULL;
     size_t total = all - skip;
-    uint8_t *buf = malloc(total);
+    uint8_t *buf = malloc(head + total);
     if (buf == NULL)
         return NULL;
-    size_t at = 0;
+    size_t at = head;
     for (unsigned i = 0; i < n; i++) {
         size_t l = iov[i].len;
         const char *p = iov[i].base;
@@ -363,7 +392,8 @@ static void on_client_written(uv_write_t *req, int status)
 {
     sv_conn *c = req->data;
     c->writing_client = false;
-    free(c->to_client);
+    free(c->wr_client);
+    c->wr_client = NULL;
     c->to_client = NULL;
     c->to_client_len = 0;
     if (status >= 0 && !c->closing && c->client_more != NULL) {
@@ -390,14 +420,30 @@ static void on_client_written(uv_write_t *req, int status)
     conn_release(c);
 }
 
-/* Hand @p iov to @p stream; queue the rest in *@p held and pause the source side when the kernel
- * does not take it all. @return false when the connection was closed. */
-static bool write_side(sv_conn *c, uv_stream_t *stream, void (*pause)(sv_conn *), const uv_buf_t *iov,
-                       unsigned n, uint8_t **held, size_t *held_len, uv_write_t *req, bool *writing,
-                       uv_write_cb cb)
+/* Write c->wr_client (its @p len bytes of data, filled by the caller) to the client with
+ * uv_write; reading the remote stops until on_client_written. @return false when closed. */
+static bool client_write_queued(sv_conn *c, size_t len)
 {
-    size_t total = iov_total(iov, n);
-    int r = uv_try_write(stream, iov, n);
+    c->to_client = c->wr_client->data;
+    c->to_client_len = len;
+    uv_buf_t b = uv_buf_init((char *)c->to_client, (unsigned)len);
+    c->wr_client->req.data = c;
+    if (uv_write(&c->wr_client->req, (uv_stream_t *)&c->client, &b, 1, on_client_written) != 0) {
+        conn_close(c);
+        return false;
+    }
+    c->pending++;
+    c->writing_client = true;
+    remote_read_stop(c);
+    return true;
+}
+
+/* Hand @p iov to the client socket; queue the rest and stop reading the remote when the kernel
+ * does not take it all. @return false when the connection was closed. */
+static bool write_side(sv_conn *c, const uv_buf_t *iov, unsigned n)
+{
+    size_t total = iov_total(iov, n), len = 0;
+    int r = uv_try_write((uv_stream_t *)&c->client, iov, n);
     if (r == UV_EAGAIN)
         r = 0;
     if (r < 0) {
@@ -406,21 +452,12 @@ static bool write_side(sv_conn *c, uv_stream_t *stream, void (*pause)(sv_conn *)
     }
     if ((size_t)r == total)
         return true;
-    *held = iov_rest(iov, n, (size_t)r, held_len);
-    if (*held == NULL) {
+    c->wr_client = (client_write *)iov_rest(iov, n, (size_t)r, sizeof(client_write), &len);
+    if (c->wr_client == NULL) {
         conn_close(c);
         return false;
     }
-    uv_buf_t b = uv_buf_init((char *)*held, (unsigned)*held_len);
-    req->data = c;
-    if (uv_write(req, stream, &b, 1, cb) != 0) {
-        conn_close(c);
-        return false;
-    }
-    c->pending++;
-    *writing = true;
-    pause(c);
-    return true;
+    return client_write_queued(c, len);
 }
 
 static void client_read_stop(sv_conn *c) { uv_read_stop((uv_stream_t *)&c->client); }
@@ -437,7 +474,7 @@ static bool write_remote_now(sv_conn *c, const uv_buf_t *iov, unsigned n)
     }
     if ((size_t)r == total)
         return true;
-    c->to_remote = iov_rest(iov, n, (size_t)r, &c->to_remote_len);
+    c->to_remote = iov_rest(iov, n, (size_t)r, 0, &c->to_remote_len);
     if (c->to_remote == NULL) {
         conn_close(c);
         return false;
@@ -514,24 +551,14 @@ static bool flush_chain(sv_conn *c)
         sv_chain_out_consume(&c->chain, (size_t)r);
     }
     size_t rest = len;
-    c->to_client = malloc(rest);
-    if (c->to_client == NULL) {
+    c->wr_client = malloc(sizeof *c->wr_client + rest);
+    if (c->wr_client == NULL) {
         conn_close(c);
         return false;
     }
-    memcpy(c->to_client, p, rest);
-    c->to_client_len = rest;
+    memcpy(c->wr_client->data, p, rest);
     sv_chain_out_consume(&c->chain, rest);
-    uv_buf_t b = uv_buf_init((char *)c->to_client, (unsigned)rest);
-    c->wr_client.data = c;
-    if (uv_write(&c->wr_client, (uv_stream_t *)&c->client, &b, 1, on_client_written) != 0) {
-        conn_close(c);
-        return false;
-    }
-    c->pending++;
-    c->writing_client = true;
-    remote_read_stop(c);
-    return true;
+    return client_write_queued(c, rest);
 }
 
 /* Bytes towards the client through the transport chain. A remote read (at most
@@ -574,8 +601,7 @@ static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
     }
     uv_buf_t b = uv_buf_init((char *)wire, (unsigned)len);
     sv_meter_add(&c->sess->wire.down, len);
-    return write_side(c, (uv_stream_t *)&c->client, remote_read_stop, &b, 1, &c->to_client,
-                      &c->to_client_len, &c->wr_client, &c->writing_client, on_client_written);
+    return write_side(c, &b, 1);
 }
 
 /* ---- remote side ------------------------------------------------------------------------------ */
@@ -780,15 +806,12 @@ static bool open_flow(sv_conn *c, const sv_dest *d, const char *sniffed)
     if (!open_stream(c, t->ops, &t->sock, sv__route_resolver(w, dec.dns_server), d,
                      c->handler->allow_private || dec.names_dest))
         return false;
-    sv_flow_rec *f = calloc(1, sizeof *f);
-    if (f == NULL) {
+    c->flow = sv__flow_new(w->index, c, c->sess, c->user_id, d, sniffed, SV_NET_TCP, t, dec.rule,
+                           c->plane->epoch);
+    if (c->flow == NULL) {
         conn_close(c);
         return false;
     }
-    c->flow = f;
-    sv__flow_describe(f, w->index, c, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule, c->plane->epoch);
-    if (sniffed != NULL)
-        snprintf(f->info.sniffed, sizeof f->info.sniffed, "%s", sniffed);
     return true;
 }
 
@@ -982,7 +1005,7 @@ static void client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     sv_conn *c = h->data;
     if (c->chain.n > 0) { /* wrapped bytes; the unwrapped go to scratch (chain_alloc) */
         buf->base = (char *)c->w->sealed;
-        buf->len = SV_SCRATCH;
+        buf->len = SV_LAYERED_READ;
         return;
     }
     uint8_t *s = c->w->scratch;
@@ -1445,14 +1468,14 @@ static void sub_open(sv_conn *c, const sv_effect *e)
     }
     sv_decision dec;
     sv_target *t = route_stream(c, d, NULL, &dec);
-    s->flow = t != NULL ? calloc(1, sizeof *s->flow) : NULL;
+    s->flow = t != NULL ? sv__flow_new(w->index, s, c->sess, c->user_id, d, NULL, SV_NET_TCP, t,
+                                       dec.rule, c->plane->epoch)
+                        : NULL;
     if (s->flow == NULL) { /* refused like a blocked route (or no memory): no dial */
         s->ob.ops->open(&s->ob, d);
         sub_end(s, true, true);
         return;
     }
-    sv__flow_describe(s->flow, w->index, s, c->sess, c->user_id, d, SV_NET_TCP, t, dec.rule,
-                      c->plane->epoch);
     s->ob.ops = t->ops;
     s->ob.env.sock = &t->sock; /* c->plane holds t */
     s->ob.env.resolver = sv__route_resolver(w, dec.dns_server);

@@ -383,23 +383,24 @@ void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap)
     }
 }
 
-void sv__flow_describe(sv_flow_rec *f, unsigned worker, void *owner, const sv_session_rec *sess,
-                       uint64_t user, const sv_dest *d, enum sv_network network,
-                       const sv_target *t, int rule, uint64_t epoch)
+sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *sess, uint64_t user,
+                          const sv_dest *d, const char *sniffed, enum sv_network network,
+                          const sv_target *t, int rule, uint64_t epoch)
 {
-    sv_flow_info *fi = &f->info;
+    char dest[sizeof ((sv_flow_info *)0)->destination];
+    sv_dest_format(d, dest, sizeof dest);
+    sv_flow_rec *f = sv_flow_rec_new(sess->info.inbound, sess->info.source, dest, sniffed, t->id);
+    if (f == NULL)
+        return NULL;
+    sv_flow_desc *fi = &f->info;
     f->worker = worker;
     f->owner = owner;
     fi->session = sess->info.id;
-    memcpy(fi->inbound, sess->info.inbound, sizeof fi->inbound);
     fi->has_user = true;
     fi->user = user;
-    snprintf(fi->user_label, sizeof fi->user_label, "%llu", (unsigned long long)user);
-    memcpy(fi->source, sess->info.source, sizeof fi->source);
-    sv_dest_format(d, fi->destination, sizeof fi->destination);
     fi->network = network;
-    snprintf(fi->outbound, sizeof fi->outbound, "%s", t->id);
     fi->rule = rule;
     fi->epoch = epoch;
     fi->started_ms = sv__wall_ms();
+    return f;
 }

@@ -39,10 +39,16 @@
  * Room for the wire framed from one remote read of SV_SCRATCH bytes: every core's
  * frame_max(SV_SCRATCH) must fit (sv_handler_new checks). Shadowsocks needs
  * SV_SS_SEALED_MAX(SV_SCRATCH) (202 bytes over the payload); VMess (PROTOCOLS.md §6.6) a
- * response header and nine chunks of up to 97 bytes of overhead each.
+ * response header and a chunk's overhead (up to 97 bytes) per 2 KiB-16 KiB of payload.
  */
-#define SV_SEALED_MAX (SV_SCRATCH + 4096)
-#define SV_SCRATCH (64 * 1024)         /**< per-worker read buffer */
+#define SV_SEALED_MAX (SV_SCRATCH + 16384)
+/** Per-worker read buffer: one plain TCP read, either side. 256 KiB (issue 13): a bulk relay
+ *  makes a quarter of the reads, writes and loop turns per GB that 64 KiB made, and carries a
+ *  chunk split by a read boundary a quarter as often. */
+#define SV_SCRATCH (256 * 1024)
+/** A client read under transport layers (wrapped bytes, into the sealed buffer): one stage
+ *  piece (layer.h SV_CHAIN_STAGE), so that it reaches the protocol in one piece. */
+#define SV_LAYERED_READ (64 * 1024)
 /** Most unconsumed client bytes any protocol core keeps between reads (its carry_max): a whole
  *  Shadowsocks 2022 chunk (0xFFFF + tag, PROTOCOLS.md §3.2), the largest of the cores. */
 #define SV_CARRY_MAX SV_SS22_CARRY_MAX
@@ -439,13 +445,15 @@ void sv__udp_close_all(sv_worker *w);
 void sv__udp_close_listener(sv_worker *w, sv_wlistener *l);
 
 /**
- * Fill the static fields of a flow record of worker @p w for session @p sess: user, source,
- * destination @p d, @p network, the target "tag@vN", the rule (-1 = default) and plane epoch,
- * started now. The tracker assigns the id at sv_tracker_flow_open().
+ * A new flow record of worker @p worker (its @p owner object) for session @p sess: user, source,
+ * destination @p d, the name sniffed from the first client bytes (@p sniffed, NULL = none),
+ * @p network, the target "tag@vN", the rule (-1 = default) and plane epoch, started now. The
+ * tracker assigns the id at sv_tracker_flow_open(). Free it with free() while unregistered.
+ * @return NULL when out of memory.
  */
-void sv__flow_describe(sv_flow_rec *f, unsigned worker, void *owner, const sv_session_rec *sess,
-                       uint64_t user, const sv_dest *d, enum sv_network network,
-                       const sv_target *t, int rule, uint64_t epoch);
+sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *sess, uint64_t user,
+                          const sv_dest *d, const char *sniffed, enum sv_network network,
+                          const sv_target *t, int rule, uint64_t epoch);
 
 /** Format a socket address as "ip:port" ("[v6]:port"). */
 void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap);

@@ -282,7 +282,8 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, sv_resolver *res, const s
         a->subs[lru] = a->subs[--a->n_subs];
     }
     sv_sublink *s = calloc(1, sizeof *s);
-    sv_flow_rec *f = calloc(1, sizeof *f);
+    sv_flow_rec *f = sv__flow_new(a->w->index, s, a->sess, a->user, d, NULL, SV_NET_UDP, t, rule,
+                                  epoch);
     if (s == NULL || f == NULL) {
         free(s);
         free(f);
@@ -301,7 +302,6 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, sv_resolver *res, const s
         sub_close(s); /* seed 002: no family bound; the datagram is dropped */
         return NULL;
     }
-    sv__flow_describe(f, a->w->index, s, a->sess, a->user, d, SV_NET_UDP, t, rule, epoch);
     sv_tracker_flow_open(a->w->shared->tracker, f);
     s->registered = true;
     a->subs[a->n_subs++] = s;

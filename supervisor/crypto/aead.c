@@ -1,9 +1,11 @@
 /*
  * AEAD streams over OpenSSL EVP (PROTOCOLS.md §1.2, §1.3) and the Shadowsocks subkey KDF (§2.2).
  *
- * Costs: the EVP_CIPHER and EVP_KDF objects are fetched once per process; a context is keyed once
- * per direction; each seal/open only resets the IV (EVP_CipherInit_ex with NULL cipher and key),
- * so nothing is allocated per chunk.
+ * Costs: the EVP_CIPHER and EVP_KDF objects are fetched once per process. A stream holds its key,
+ * not a context (issue 13: 1.2 KB each, two per idle connection): each thread keeps one context per
+ * cipher and direction, tagged with the keying it holds; a seal/open by the stream that keyed it
+ * last only resets the IV (EVP_CipherInit_ex with NULL cipher and key), another one re-keys it
+ * first (once per read burst of a connection). Nothing is allocated per chunk.
  */
 #include "config.h"
 
@@ -16,6 +18,8 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <openssl/core_names.h>
@@ -35,12 +39,36 @@ static pthread_key_t g_hkdf_key;
 
 static void hkdf_ctx_free(void *ctx) { EVP_KDF_CTX_free(ctx); }
 
+/* The thread's cipher contexts: one per (cipher family, direction), each with the keying it holds
+ * (sv_aead.keying; 0 = none). Freed when the thread exits. */
+#define AEAD_SLOTS 6
+typedef struct aead_slots {
+    EVP_CIPHER_CTX *ctx[AEAD_SLOTS];
+    uint64_t keying[AEAD_SLOTS];
+} aead_slots;
+static pthread_key_t g_slots_key;
+static _Atomic uint64_t g_keyings;
+
+static void slots_free(void *p)
+{
+    aead_slots *s = p;
+    for (size_t i = 0; i < AEAD_SLOTS; i++)
+        EVP_CIPHER_CTX_free(s->ctx[i]);
+    free(s);
+}
+
 /* Fetch the algorithms once; they live until exit (process-wide, read-only afterwards). */
 static void aead_fetch_once(void)
 {
     g_aes128 = EVP_CIPHER_fetch(NULL, "AES-128-GCM", NULL);
     g_aes256 = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
     g_chacha = EVP_CIPHER_fetch(NULL, "ChaCha20-Poly1305", NULL);
+    if (pthread_key_create(&g_slots_key, slots_free) != 0) {
+        EVP_CIPHER_free(g_aes128);
+        EVP_CIPHER_free(g_aes256);
+        EVP_CIPHER_free(g_chacha);
+        g_aes128 = g_aes256 = g_chacha = NULL;
+    }
     g_hkdf = EVP_KDF_fetch(NULL, "HKDF", NULL);
     if (pthread_key_create(&g_hkdf_key, hkdf_ctx_free) != 0) {
         EVP_KDF_free(g_hkdf);
@@ -48,53 +76,100 @@ static void aead_fetch_once(void)
     }
 }
 
-static const EVP_CIPHER *aead_cipher(enum sv_ss_cipher cipher)
+/* The EVP cipher of @p cipher and its family (0..2) in *@p family. */
+static const EVP_CIPHER *aead_cipher(enum sv_ss_cipher cipher, unsigned *family)
 {
     pthread_once(&g_once, aead_fetch_once);
     switch (cipher) {
     case SV_SS_AES_128_GCM:
     case SV_SS_2022_AES_128_GCM: /* a 2022 method's TCP AEAD (PROTOCOLS.md §3.1) */
+        *family = 0;
         return g_aes128;
     case SV_SS_AES_256_GCM:
     case SV_SS_2022_AES_256_GCM:
+        *family = 1;
         return g_aes256;
     case SV_SS_CHACHA20_POLY1305:
     case SV_SS_2022_CHACHA20_POLY1305:
+        *family = 2;
         return g_chacha;
     }
     return NULL;
 }
 
+static const EVP_CIPHER *family_cipher(unsigned family)
+{
+    return family == 0 ? g_aes128 : family == 1 ? g_aes256 : g_chacha;
+}
+
+/* The thread's context for @p a, keyed with a's key (re-keyed when another stream used it since),
+ * or NULL (out of memory, or @p a never keyed). */
+static EVP_CIPHER_CTX *aead_ctx(const sv_aead *a)
+{
+    if (a->keying == 0 || a->slot >= AEAD_SLOTS)
+        return NULL;
+    aead_slots *s = pthread_getspecific(g_slots_key);
+    if (s == NULL) {
+        if ((s = calloc(1, sizeof *s)) == NULL)
+            return NULL;
+        if (pthread_setspecific(g_slots_key, s) != 0) {
+            free(s);
+            return NULL;
+        }
+    }
+    EVP_CIPHER_CTX *ctx = s->ctx[a->slot];
+    if (s->keying[a->slot] == a->keying)
+        return ctx;
+    s->keying[a->slot] = 0;
+    if (ctx == NULL) {
+        if ((ctx = EVP_CIPHER_CTX_new()) == NULL)
+            return NULL;
+        s->ctx[a->slot] = ctx;
+        /* The default IV length of all three methods is the 12 bytes we use. */
+        if (EVP_CipherInit_ex(ctx, family_cipher(a->slot / 2), NULL, a->key, NULL, a->encrypt) != 1)
+            return NULL;
+    } else if (EVP_CipherInit_ex(ctx, NULL, NULL, a->key, NULL, -1) != 1) {
+        return NULL;
+    }
+    s->keying[a->slot] = a->keying;
+    return ctx;
+}
+
+/* Take @p key (the slot's cipher length of it) under a new keying number; reset the nonce. */
+static int aead_set_key(sv_aead *a, const uint8_t *key)
+{
+    const EVP_CIPHER *evp = a->slot < AEAD_SLOTS ? family_cipher(a->slot / 2) : NULL;
+    size_t len = evp != NULL ? (size_t)EVP_CIPHER_get_key_length(evp) : 0;
+    if (key == NULL || len == 0 || len > sizeof a->key)
+        return -EINVAL;
+    memcpy(a->key, key, len);
+    memset(a->nonce, 0, sizeof a->nonce);
+    a->keying = atomic_fetch_add_explicit(&g_keyings, 1, memory_order_relaxed) + 1;
+    return 0;
+}
+
 int sv_aead_init(sv_aead *a, enum sv_ss_cipher cipher, const uint8_t *key, bool encrypt)
 {
-    const EVP_CIPHER *evp = aead_cipher(cipher);
+    unsigned family = 0;
+    const EVP_CIPHER *evp = aead_cipher(cipher, &family);
     if (evp == NULL || key == NULL)
         return -EINVAL;
-    if (a->ctx == NULL) {
-        a->ctx = EVP_CIPHER_CTX_new();
-        if (a->ctx == NULL)
-            return -ENOMEM;
-    }
-    memset(a->nonce, 0, sizeof a->nonce);
+    a->slot = (uint8_t)(family * 2 + (encrypt ? 1 : 0));
     a->encrypt = encrypt;
-    /* The default IV length of all three methods is the 12 bytes we use. */
-    if (EVP_CipherInit_ex(a->ctx, evp, NULL, key, NULL, encrypt ? 1 : 0) != 1)
-        return -EINVAL;
-    return 0;
+    return aead_set_key(a, key);
 }
 
 int sv_aead_rekey(sv_aead *a, const uint8_t *key)
 {
-    if (a->ctx == NULL || key == NULL || EVP_CIPHER_CTX_get0_cipher(a->ctx) == NULL)
+    if (a->keying == 0)
         return -EINVAL;
-    memset(a->nonce, 0, sizeof a->nonce);
-    return EVP_CipherInit_ex(a->ctx, NULL, NULL, key, NULL, -1) == 1 ? 0 : -EINVAL;
+    return aead_set_key(a, key);
 }
 
 void sv_aead_deinit(sv_aead *a)
 {
-    EVP_CIPHER_CTX_free(a->ctx);
-    a->ctx = NULL;
+    OPENSSL_cleanse(a->key, sizeof a->key);
+    a->keying = 0;
 }
 
 static void nonce_next(uint8_t nonce[12])
@@ -110,15 +185,16 @@ int sv_aead_seal(sv_aead *a, uint8_t *p, size_t n) { return sv_aead_seal_to(a, p
 int sv_aead_seal_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out)
 {
     int outl = 0, finl = 0;
-    if (a->ctx == NULL || !a->encrypt || n > INT_MAX)
+    EVP_CIPHER_CTX *ctx = a->encrypt && n <= INT_MAX ? aead_ctx(a) : NULL;
+    if (ctx == NULL)
         return -EINVAL;
-    if (EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
+    if (EVP_CipherInit_ex(ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
         return -EINVAL;
-    if (n > 0 && EVP_CipherUpdate(a->ctx, out, &outl, in, (int)n) != 1)
+    if (n > 0 && EVP_CipherUpdate(ctx, out, &outl, in, (int)n) != 1)
         return -EINVAL;
-    if (EVP_CipherFinal_ex(a->ctx, out + outl, &finl) != 1)
+    if (EVP_CipherFinal_ex(ctx, out + outl, &finl) != 1)
         return -EINVAL;
-    if (EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_GET_TAG, AEAD_TAG, out + n) != 1)
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, AEAD_TAG, out + n) != 1)
         return -EINVAL;
     nonce_next(a->nonce);
     return 0;
@@ -132,33 +208,35 @@ int sv_aead_seal_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out)
 int sv_aead_open(sv_aead *a, uint8_t *p, size_t n)
 {
     int outl = 0, finl = 0;
-    if (a->ctx == NULL || a->encrypt || n > INT_MAX)
+    EVP_CIPHER_CTX *ctx = !a->encrypt && n <= INT_MAX ? aead_ctx(a) : NULL;
+    if (ctx == NULL)
         return -EINVAL;
-    if (EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
+    if (EVP_CipherInit_ex(ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
         return -EINVAL;
-    if (n > 0 && EVP_CipherUpdate(a->ctx, p, &outl, p, (int)n) != 1)
+    if (n > 0 && EVP_CipherUpdate(ctx, p, &outl, p, (int)n) != 1)
         return -EINVAL;
-    if (EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_SET_TAG, AEAD_TAG, p + n) == 1 &&
-        EVP_CipherFinal_ex(a->ctx, p + outl, &finl) == 1) {
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, AEAD_TAG, p + n) == 1 &&
+        EVP_CipherFinal_ex(ctx, p + outl, &finl) == 1) {
         nonce_next(a->nonce);
         return 0;
     }
-    if (n > 0 && EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, -1) == 1)
-        (void)EVP_CipherUpdate(a->ctx, p, &outl, p, (int)n);
+    if (n > 0 && EVP_CipherInit_ex(ctx, NULL, NULL, NULL, a->nonce, -1) == 1)
+        (void)EVP_CipherUpdate(ctx, p, &outl, p, (int)n);
     return -EBADMSG;
 }
 
 int sv_aead_open_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out)
 {
     int outl = 0, finl = 0;
-    if (a->ctx == NULL || a->encrypt || n > INT_MAX)
+    EVP_CIPHER_CTX *ctx = !a->encrypt && n <= INT_MAX ? aead_ctx(a) : NULL;
+    if (ctx == NULL)
         return -EINVAL;
-    if (EVP_CipherInit_ex(a->ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
+    if (EVP_CipherInit_ex(ctx, NULL, NULL, NULL, a->nonce, -1) != 1)
         return -EINVAL;
-    if (n > 0 && EVP_CipherUpdate(a->ctx, out, &outl, in, (int)n) != 1)
+    if (n > 0 && EVP_CipherUpdate(ctx, out, &outl, in, (int)n) != 1)
         return -EINVAL;
-    if (EVP_CIPHER_CTX_ctrl(a->ctx, EVP_CTRL_AEAD_SET_TAG, AEAD_TAG, (void *)(in + n)) != 1 ||
-        EVP_CipherFinal_ex(a->ctx, out + outl, &finl) != 1)
+    if (EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, AEAD_TAG, (void *)(in + n)) != 1 ||
+        EVP_CipherFinal_ex(ctx, out + outl, &finl) != 1)
         return -EBADMSG;
     nonce_next(a->nonce);
     return 0;

@@ -11,27 +11,35 @@
 
 #include "supervisor/supervisor.h"
 
-/** One direction of an AEAD stream: a cipher context keyed once, and its nonce counter. */
+/**
+ * One direction of an AEAD stream: its key and nonce counter. No cipher context of its own (issue
+ * 13: an OpenSSL GCM context is 1.2 KB, two per connection, idle or not): each thread keeps one
+ * context per cipher and direction, re-keyed only when another sv_aead used it since (once per
+ * read burst of a connection at most).
+ */
 typedef struct sv_aead {
-    EVP_CIPHER_CTX *ctx; /**< NULL until sv_aead_init() */
+    uint64_t keying;     /**< this keying's process-unique number; 0 until sv_aead_init() */
+    uint8_t key[32];     /**< the key (the cipher's length of it) */
     uint8_t nonce[12];   /**< little-endian counter, +1 after every seal/open */
+    uint8_t slot;        /**< which of the thread's contexts: cipher family * 2 + encrypt */
     bool encrypt;
 } sv_aead;
 
 /**
  * Key @p a for @p cipher with @p key (key_len bytes) for sealing (encrypt) or opening.
- * Reuses the context when already allocated. Resets the nonce to zero.
- * @return 0, -ENOMEM or -EINVAL.
+ * Allocates nothing (the thread's context for the cipher and direction is keyed at the next
+ * seal or open). Resets the nonce to zero.
+ * @return 0, or -EINVAL for an unknown cipher or a NULL key.
  */
 int sv_aead_init(sv_aead *a, enum sv_ss_cipher cipher, const uint8_t *key, bool encrypt);
 
-/** Free the context. Idempotent. */
+/** Forget the key (cleansed). Idempotent. */
 void sv_aead_deinit(sv_aead *a);
 
 /**
  * Change the key of @p a, keyed before by sv_aead_init() for the same cipher and direction, and
- * reset its nonce: a third of sv_aead_init()'s cost (no cipher re-selection), for trial
- * decryption over many keys (issue 13). @return 0, or -EINVAL when @p a was never keyed.
+ * reset its nonce, for trial decryption over many keys (issue 13); the next open keys the
+ * thread's context once. @return 0, or -EINVAL when @p a was never keyed.
  */
 int sv_aead_rekey(sv_aead *a, const uint8_t *key);
 

@@ -357,16 +357,27 @@ static int direct_write(sv_ob_stream *s, const uv_buf_t *iov, unsigned n)
 
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
-    stream_release(req->data);
+    sv_ob_stream *s = req->data;
+    s->sd = NULL;
+    free(req);
+    stream_release(s);
     (void)status;
 }
 
 static int direct_shutdown(sv_ob_stream *s)
 {
-    s->sd.data = s;
-    int rc = uv_shutdown(&s->sd, (uv_stream_t *)s->sock, on_shutdown);
-    if (rc == 0)
+    if (s->sd != NULL)
+        return UV_EALREADY;
+    if ((s->sd = malloc(sizeof *s->sd)) == NULL)
+        return UV_ENOMEM;
+    s->sd->data = s;
+    int rc = uv_shutdown(s->sd, (uv_stream_t *)s->sock, on_shutdown);
+    if (rc == 0) {
         s->pending++;
+    } else {
+        free(s->sd);
+        s->sd = NULL;
+    }
     return rc;
 }
 

@@ -107,9 +107,12 @@ typedef struct sv_ob_stream {
     sv_dns_req dns;
     uint16_t port;          /**< the destination's, while its name resolves */
     struct sv_ob_eyeballs *he; /**< a name's connection attempts (direct.c) */
-    uv_connect_t connect;
-    uv_write_t wr;
-    uv_shutdown_t sd;
+    union { /* issue 13: one request's room, not two, in every connection: the dial completes
+               (connected) before the owner may write */
+        uv_connect_t connect;
+        uv_write_t wr;
+    };
+    uv_shutdown_t *sd; /**< allocated at shutdown (once per stream), freed when it completes */
     void *impl;   /**< an implementation's own state (a proxy's cipher); NULL for direct */
 } sv_ob_stream;
 

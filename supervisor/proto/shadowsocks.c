@@ -132,14 +132,6 @@ int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher)
     c->guide.order = NULL;
     c->guide.trials = 0;
     c->_addr_len = 0;
-    if (c->open.ctx == NULL)
-        c->open.ctx = EVP_CIPHER_CTX_new();
-    if (c->seal.ctx == NULL)
-        c->seal.ctx = EVP_CIPHER_CTX_new();
-    if (c->open.ctx == NULL || c->seal.ctx == NULL) {
-        sv_ss_tcp_deinit(c);
-        return -ENOMEM;
-    }
     return 0;
 }
 

@@ -113,9 +113,10 @@ typedef struct sv_ss_tcp {
     uint8_t _addr[SV_DEST_WIRE_MAX]; /**< private: those bytes (never more than one address) */
 } sv_ss_tcp;
 
-/** Prepare @p c for a new connection. @return 0 or -ENOMEM. */
+/** Prepare @p c for a new connection; allocates nothing (the keys come with the salts). @return 0,
+ * or -EINVAL for an unknown cipher. */
 int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher);
-/** Release cipher contexts. Idempotent. */
+/** Forget the keys. Idempotent. */
 void sv_ss_tcp_deinit(sv_ss_tcp *c);
 
 /** What one sv_ss_tcp_feed() call produced. */

@@ -108,7 +108,7 @@ static void count_flow(sv_tracker *t, sv_flow_rec *rec, bool live)
     uint64_t du = up - rec->wm_up, dd = down - rec->wm_down;
     rec->wm_up = up;
     rec->wm_down = down;
-    const sv_flow_info *info = &rec->info;
+    const sv_flow_desc *info = &rec->info;
     uint32_t *c = rec->groups;
     /* three different tables: one lookup never moves another's entries */
     sv__group *groups[3] = {

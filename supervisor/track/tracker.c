@@ -13,7 +13,9 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,10 +173,59 @@ uint64_t sv_tracker_events_head(sv_tracker *t)
 /* Registration                                                                               */
 /* ---------------------------------------------------------------------------------------- */
 
+sv_flow_rec *sv_flow_rec_new(const char *inbound, const char *source, const char *destination,
+                             const char *sniffed, const char *outbound)
+{
+    const char *s[5] = {inbound, source, destination, sniffed, outbound};
+    size_t len[5], total = 0;
+    for (size_t i = 0; i < 5; i++) {
+        len[i] = s[i] != NULL ? strlen(s[i]) : 0;
+        total += len[i] + 1;
+    }
+    sv_flow_rec *rec = calloc(1, sizeof *rec + total);
+    if (rec == NULL)
+        return NULL;
+    const char **field[5] = {&rec->info.inbound, &rec->info.source, &rec->info.destination,
+                             &rec->info.sniffed, &rec->info.outbound};
+    char *at = rec->text;
+    for (size_t i = 0; i < 5; i++) {
+        if (len[i] > 0)
+            memcpy(at, s[i], len[i]);
+        at[len[i]] = '\0';
+        *field[i] = at;
+        at += len[i] + 1;
+    }
+    return rec;
+}
+
+/* @p src into the array @p dst of @p cap bytes, truncated, NUL-terminated. */
+static void copy_text(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /** The record's static info with its current counters. */
 static void flow_snapshot(const sv_flow_rec *rec, sv_flow_info *out)
 {
-    *out = rec->info;
+    const sv_flow_desc *d = &rec->info;
+    out->id = d->id;
+    out->session = d->session;
+    out->has_user = d->has_user;
+    out->user = d->user;
+    out->user_label[0] = '\0';
+    if (d->has_user)
+        snprintf(out->user_label, sizeof out->user_label, "%" PRIu64, d->user);
+    copy_text(out->inbound, sizeof out->inbound, d->inbound);
+    copy_text(out->source, sizeof out->source, d->source);
+    copy_text(out->destination, sizeof out->destination, d->destination);
+    copy_text(out->sniffed, sizeof out->sniffed, d->sniffed);
+    copy_text(out->outbound, sizeof out->outbound, d->outbound);
+    out->network = d->network;
+    out->rule = d->rule;
+    out->epoch = d->epoch;
+    out->started_ms = d->started_ms;
     out->up = atomic_load_explicit(&rec->bytes.up, memory_order_relaxed);
     out->down = atomic_load_explicit(&rec->bytes.down, memory_order_relaxed);
 }
@@ -396,7 +447,7 @@ int sv_tracker_kill(sv_tracker *t, uint64_t id)
 }
 
 /** sv_kill_where()'s predicate: every given field must match. */
-static bool flow_matches(const sv_flow_info *info, const sv_flow_filter *f)
+static bool flow_matches(const sv_flow_desc *info, const sv_flow_filter *f)
 {
     if (f->inbound && strcmp(info->inbound, f->inbound) != 0)
         return false;

@@ -36,8 +36,25 @@ static inline void sv_meter_add(_Atomic uint64_t *c, uint64_t n)
                           memory_order_relaxed);
 }
 
+/**
+ * A flow's static fields as its record keeps them: sv_flow_info's, its strings pointing into the
+ * record's own text (issue 13: about 100 bytes and the strings' lengths per flow, not the 900 of
+ * sv_flow_info's fixed arrays); the user label is the user id's decimal.
+ */
+typedef struct sv_flow_desc {
+    uint64_t id; /**< names its worker: id % 256 == worker index */
+    uint64_t session;
+    bool has_user;
+    uint64_t user;
+    const char *inbound, *source, *destination, *sniffed, *outbound; /**< never NULL */
+    enum sv_network network;
+    int rule;
+    uint64_t epoch;
+    uint64_t started_ms;
+} sv_flow_desc;
+
 typedef struct sv_flow_rec {
-    sv_flow_info info;   /**< static fields, filled by the worker before register (id by tracker) */
+    sv_flow_desc info;   /**< static fields, filled by the worker before register (id by tracker) */
     sv_meter bytes;      /**< payload bytes */
     uint64_t wm_up, wm_down; /**< sampler watermarks (sampler only) */
     uint32_t groups[3];  /**< sampler only: index + 1 of its inbound, outbound tag and user
@@ -47,7 +64,16 @@ typedef struct sv_flow_rec {
     _Atomic bool kill;   /**< set by sv_tracker_kill*(); the worker closes the flow */
     void *owner;         /**< the worker's object for this flow (only the worker dereferences it) */
     sv_list link;        /**< registry or closed queue */
+    char text[];         /**< info's strings, each NUL-terminated */
 } sv_flow_rec;
+
+/**
+ * Allocate a zeroed flow record holding copies of the given strings (NULL = "") as its info's
+ * inbound, source, destination, sniffed name and outbound ("tag@vN"); the caller fills the rest.
+ * One allocation: free() it (or hand it to the tracker). @return NULL when out of memory.
+ */
+sv_flow_rec *sv_flow_rec_new(const char *inbound, const char *source, const char *destination,
+                             const char *sniffed, const char *outbound);
 
 typedef struct sv_session_rec {
     sv_session_info info; /**< static fields, filled by the worker (id by tracker) */

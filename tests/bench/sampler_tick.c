@@ -45,8 +45,12 @@ static void open_slot(sv_tracker *t, slot *s, unsigned long n, unsigned long use
 {
     static const char *const inbounds[] = {"node-ss", "node-vless", "node-trojan", "node-vmess"};
     static const char *const outbounds[] = {"direct@v1", "direct@v2", "block@v1"};
+    char source[64], destination[64];
+    snprintf(source, sizeof source, "127.%lu.%lu.%lu:%lu", n >> 16 & 255, n >> 8 & 255, n & 255,
+             10000 + n % 50000);
+    snprintf(destination, sizeof destination, "site%lu.example.test:443", n);
     sv_session_rec *ses = calloc(1, sizeof *ses);
-    sv_flow_rec *f = calloc(1, sizeof *f);
+    sv_flow_rec *f = sv_flow_rec_new(inbounds[n % 4], source, destination, "", outbounds[n % 3]);
     if (ses == NULL || f == NULL) {
         fprintf(stderr, "sampler_tick: out of memory\n");
         exit(1);
@@ -55,20 +59,14 @@ static void open_slot(sv_tracker *t, slot *s, unsigned long n, unsigned long use
     unsigned worker = (unsigned)(n % WORKERS);
     ses->worker = worker;
     snprintf(ses->info.inbound, sizeof ses->info.inbound, "%s", inbounds[n % 4]);
-    snprintf(ses->info.source, sizeof ses->info.source, "127.%lu.%lu.%lu:%lu", n >> 16 & 255,
-             n >> 8 & 255, n & 255, 10000 + n % 50000);
+    snprintf(ses->info.source, sizeof ses->info.source, "%s", source);
     ses->info.started_ms = 1700000000000ull + n;
     sv_tracker_session_open(t, ses);
     sv_tracker_session_bind_user(t, ses, user);
     f->worker = worker;
     f->info.session = ses->info.id;
-    snprintf(f->info.inbound, sizeof f->info.inbound, "%s", inbounds[n % 4]);
     f->info.has_user = true;
     f->info.user = user;
-    snprintf(f->info.user_label, sizeof f->info.user_label, "%llu", (unsigned long long)user);
-    snprintf(f->info.source, sizeof f->info.source, "%s", ses->info.source);
-    snprintf(f->info.destination, sizeof f->info.destination, "site%lu.example.test:443", n);
-    snprintf(f->info.outbound, sizeof f->info.outbound, "%s", outbounds[n % 3]);
     f->info.rule = -1;
     f->info.started_ms = ses->info.started_ms;
     sv_tracker_flow_open(t, f);

@@ -1328,10 +1328,8 @@ static void aead__nonce__little_endian_counter(void **state)
         assert_int_equal(sv_aead_seal(&a, b, 2), 0);
     static const uint8_t want[12] = {1, 1};
     assert_memory_equal(a.nonce, want, 12);
-    /* re-keying resets the counter and reuses the context */
-    EVP_CIPHER_CTX *ctx = a.ctx;
+    /* re-keying resets the counter */
     assert_int_equal(sv_aead_init(&a, SV_SS_AES_256_GCM, key, false), 0);
-    assert_ptr_equal(a.ctx, ctx);
     static const uint8_t zero[12] = {0};
     assert_memory_equal(a.nonce, zero, 12);
     /* a failed open leaves the bytes and the nonce as they were */
@@ -1342,7 +1340,61 @@ static void aead__nonce__little_endian_counter(void **state)
     assert_memory_equal(a.nonce, zero, 12);
     sv_aead_deinit(&a);
     sv_aead_deinit(&a);
-    assert_null(a.ctx);
+    assert_int_equal(a.keying, 0);
+    assert_int_equal(sv_aead_seal(&a, b, 2), -EINVAL);
+}
+
+/* Seal @p n chunks of 3 bytes with a fresh stream keyed @p key into @p out (n * 19 bytes). */
+static void seal_alone(enum sv_ss_cipher ci, const uint8_t *key, unsigned n, uint8_t *out)
+{
+    sv_aead a = {0};
+    assert_int_equal(sv_aead_init(&a, ci, key, true), 0);
+    for (unsigned i = 0; i < n; i++) {
+        memcpy(out + i * 19, "abc", 3);
+        assert_int_equal(sv_aead_seal(&a, out + i * 19, 3), 0);
+    }
+    sv_aead_deinit(&a);
+}
+
+/* Issue 13: streams hold keys, not contexts; interleaved streams of one thread share its context
+ * for the cipher and direction and each still seals and opens with its own key and nonce. */
+static void aead__interleaved_streams__own_keys(void **state)
+{
+    (void)state;
+    static const enum sv_ss_cipher ciphers[] = {SV_SS_AES_128_GCM, SV_SS_AES_256_GCM,
+                                                SV_SS_CHACHA20_POLY1305};
+    for (size_t k = 0; k < sizeof ciphers / sizeof ciphers[0]; k++) {
+        uint8_t k1[32], k2[32], want1[3 * 19], want2[3 * 19], got1[3 * 19], got2[3 * 19];
+        memset(k1, 0x11, sizeof k1);
+        memset(k2, 0x22, sizeof k2);
+        seal_alone(ciphers[k], k1, 3, want1);
+        seal_alone(ciphers[k], k2, 3, want2);
+        assert_memory_not_equal(want1, want2, sizeof want1);
+        sv_aead a = {0}, b = {0}, oa = {0}, ob = {0};
+        assert_int_equal(sv_aead_init(&a, ciphers[k], k1, true), 0);
+        assert_int_equal(sv_aead_init(&b, ciphers[k], k2, true), 0);
+        assert_int_equal(sv_aead_init(&oa, ciphers[k], k1, false), 0);
+        assert_int_equal(sv_aead_init(&ob, ciphers[k], k2, false), 0);
+        for (unsigned i = 0; i < 3; i++) {
+            memcpy(got1 + i * 19, "abc", 3);
+            memcpy(got2 + i * 19, "abc", 3);
+            assert_int_equal(sv_aead_seal(&a, got1 + i * 19, 3), 0);
+            assert_int_equal(sv_aead_seal(&b, got2 + i * 19, 3), 0);
+        }
+        assert_memory_equal(got1, want1, sizeof want1);
+        assert_memory_equal(got2, want2, sizeof want2);
+        for (unsigned i = 0; i < 3; i++) { /* the other key fails and leaves the chunk as it was */
+            assert_int_equal(sv_aead_open(&ob, got1 + i * 19, 3), -EBADMSG);
+            assert_int_equal(sv_aead_open(&oa, got1 + i * 19, 3), 0);
+            assert_memory_equal(got1 + i * 19, "abc", 3);
+            assert_int_equal(sv_aead_open(&ob, got2 + i * 19, 3), 0);
+            assert_memory_equal(got2 + i * 19, "abc", 3);
+        }
+        sv_aead_deinit(&a);
+        sv_aead_deinit(&b);
+        sv_aead_deinit(&oa);
+        sv_aead_deinit(&ob);
+    }
 }
 
 int main(void)
@@ -1374,6 +1426,7 @@ int main(void)
         cmocka_unit_test(udp__seal_in_place_and_small_buffer),
         cmocka_unit_test(dest__parse_encode_format),
         cmocka_unit_test(aead__nonce__little_endian_counter),
+        cmocka_unit_test(aead__interleaved_streams__own_keys),
         cmocka_unit_test(kdf__precomputed_salt__equal_to_subkey),
         cmocka_unit_test(order__touch__most_recently_matched_first),
         cmocka_unit_test(guide__hint__one_trial_and_never_a_wrong_user),

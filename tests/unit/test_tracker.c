@@ -47,12 +47,9 @@ static sv_tracker *new_tracker(unsigned n)
 static sv_flow_rec *flow_rec(unsigned worker, const char *inbound, const char *outbound,
                              uint64_t user, uint64_t session)
 {
-    sv_flow_rec *r = calloc(1, sizeof *r);
+    sv_flow_rec *r = sv_flow_rec_new(inbound, NULL, "example.com:443", NULL, outbound);
     assert_non_null(r);
     r->worker = worker;
-    snprintf(r->info.inbound, sizeof r->info.inbound, "%s", inbound);
-    snprintf(r->info.outbound, sizeof r->info.outbound, "%s", outbound);
-    snprintf(r->info.destination, sizeof r->info.destination, "example.com:443");
     r->info.network = SV_NET_TCP;
     r->info.has_user = user != 0;
     r->info.user = user;
@@ -397,6 +394,39 @@ static void flow_ids_name_their_worker_and_listing_is_sorted(void **state)
     assert_int_not_equal(again->info.id, gone); /* never reused */
     assert_true(again->info.id > r[3]->info.id);
     assert_int_equal(sv_tracker_flows(t, &v), 6);
+    free(v);
+    sv_tracker_free(t);
+}
+
+/* Issue 13: a record keeps its strings at their lengths; the listing gives them back in
+ * sv_flow_info's arrays (a missing sniffed name as "", an over-long one truncated). */
+static void a_flow_record_keeps_its_strings_and_lists_them(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(1);
+    char long_name[400];
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    sv_flow_rec *a = sv_flow_rec_new("in", "127.0.0.1:5555", "example.com:443", "sni.example",
+                                     "direct@v3");
+    sv_flow_rec *b = sv_flow_rec_new("in", NULL, "10.0.0.1:80", long_name, "block@v1");
+    assert_non_null(a);
+    assert_non_null(b);
+    a->info.has_user = true;
+    a->info.user = 42;
+    sv_tracker_flow_open(t, a);
+    sv_tracker_flow_open(t, b);
+    sv_flow_info *v = NULL;
+    assert_int_equal(sv_tracker_flows(t, &v), 2);
+    assert_string_equal(v[0].inbound, "in");
+    assert_string_equal(v[0].source, "127.0.0.1:5555");
+    assert_string_equal(v[0].destination, "example.com:443");
+    assert_string_equal(v[0].sniffed, "sni.example");
+    assert_string_equal(v[0].outbound, "direct@v3");
+    assert_string_equal(v[0].user_label, "42");
+    assert_string_equal(v[1].source, "");
+    assert_int_equal(strlen(v[1].sniffed), sizeof v[1].sniffed - 1);
+    assert_string_equal(v[1].user_label, "");
     free(v);
     sv_tracker_free(t);
 }
@@ -802,6 +832,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_sampler_counts_every_byte_once_by_inbound_outbound_and_user),
         cmocka_unit_test(rates_saturate_instead_of_overflowing),
+        cmocka_unit_test(a_flow_record_keeps_its_strings_and_lists_them),
         cmocka_unit_test(events_report_opened_then_closed_with_final_counts),
         cmocka_unit_test(a_reader_started_before_the_first_event_misses_nothing),
         cmocka_unit_test(a_lagging_reader_is_told_how_many_it_missed),
