@@ -572,8 +572,8 @@ static int reconcile_apply(ag_manager *m, ag_fleet *next, sv_error *err)
     int rc = ag_lower_fleet(next, &spec, err);
     if (rc != 0)
         return rc;
-    rc = sv_apply(m->sv, &spec, &opts, &report, err);
-    sv_spec_free(&spec);
+    rc = sv_apply_take(m->sv, &spec, &opts, &report, err);
+    sv_spec_free(&spec); /* zeroed when taken */
     if (rc != 0)
         return rc;
     SV_LOG(SV_LOG_DEBUG, MOD, "apply: %zu reused, %zu built, %zu swapped, %zu drained, "

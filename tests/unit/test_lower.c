@@ -1287,6 +1287,11 @@ static void panel__body_variants_and_errors(void **state)
                        "users[0].speed_limit: must not be negative");
     expect_users_error("{\"users\":[{\"id\":\"1\",\"uuid\":\"a\"}]}",
                        "users[0].id: expected an integer");
+    expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"a\"},{\"id\":2,\"uuid\":7}]}",
+                       "users[1].uuid: expected a string");
+    expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"a\",\"device_limit\":4294967296}]}",
+                       "users[0].device_limit: must be at most 4294967295");
+    expect_users_error("{\"users\":[{\"uuid\":\"a\",\"id\":null}]}", "users[0].id: missing");
 
     /* Strict (operator-written) bodies name keys no UniProxy body has ... */
     expect_node_error("{\"server_port\":1,\"srever_port\":2}", "srever_port: unknown key");

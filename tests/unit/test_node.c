@@ -48,6 +48,17 @@ int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opt
     return 0;
 }
 
+int sv_apply_take(sv_supervisor *sv, sv_spec *spec, const sv_apply_options *opts,
+                  sv_apply_report *report, sv_error *err)
+{
+    int rc = sv_apply(sv, spec, opts, report, err);
+    if (rc == 0) { /* taken: the running spec now */
+        sv_spec_free(spec);
+        memset(spec, 0, sizeof *spec);
+    }
+    return rc;
+}
+
 int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, size_t n_users,
                  sv_error *err)
 {
