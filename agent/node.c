@@ -564,12 +564,54 @@ static void close_changed(ag_manager *m, const ag_fleet *next)
     }
 }
 
+/* Issue 13: the running fleet's user lists are shed (pn_users_shed) once applied, and a list the
+ * panel answered "not modified" is a copy of one. Before such a fleet is lowered again, each
+ * shed list gets its uuids back from the supervisor's running user set of the node, which was
+ * lowered from that very list (same users, same order); the list's digest checks it. */
+static int refill_users(ag_manager *m, ag_fleet *next, sv_error *err)
+{
+    for (size_t i = 0; i < next->n; i++) {
+        ag_node_state *nd = &next->nodes[i];
+        if (!nd->users.shed)
+            continue;
+        const sv_user_set *set = sv_running_user_set(m->sv, nd->tag);
+        int rc = set != NULL && set->n_users == nd->users.n ? 0 : -ESTALE;
+        const char **uuids = rc == 0 ? calloc(nd->users.n ? nd->users.n : 1, sizeof *uuids)
+                                     : NULL;
+        if (rc == 0 && uuids == NULL)
+            rc = -ENOMEM;
+        for (size_t k = 0; rc == 0 && k < nd->users.n; k++) {
+            if (set->users[k].id != nd->users.users[k].id)
+                rc = -ESTALE;
+            uuids[k] = set->users[k].secret;
+        }
+        if (rc == 0)
+            rc = pn_users_refill(&nd->users, uuids);
+        free(uuids);
+        if (rc != 0)
+            return sv_error_set(err, rc, "node %s: %s", nd->tag, rc == -ENOMEM
+                                ? "out of memory" : "the running users do not match the list held");
+    }
+    return 0;
+}
+
+/* Drop the uuids of the running fleet's user lists (the supervisor holds the secrets); a list
+ * that cannot be shed stays whole. */
+static void shed_running(ag_manager *m)
+{
+    for (size_t i = 0; i < m->running.n; i++)
+        (void)pn_users_shed(&m->running.nodes[i].users);
+}
+
 static int reconcile_apply(ag_manager *m, ag_fleet *next, sv_error *err)
 {
     sv_spec spec;
     sv_apply_report report = {0};
     sv_apply_options opts = {.allow_disruptive = true};
-    int rc = ag_lower_fleet(next, &spec, err);
+    int rc = refill_users(m, next, err);
+    if (rc != 0)
+        return rc;
+    rc = ag_lower_fleet(next, &spec, err);
     if (rc != 0)
         return rc;
     rc = sv_apply_take(m->sv, &spec, &opts, &report, err);
@@ -600,9 +642,14 @@ int ag_manager_reconcile(ag_manager *m, ag_fleet *next, sv_error *err)
          * (the supervisor logs a refusal, once while the files stay the same) */
         if (rc == 0)
             (void)sv_reload_certs(m->sv, &cerr);
+        if (rc == 0)
+            shed_running(m);
         return rc;
     }
-    return reconcile_apply(m, next, err);
+    int rc = reconcile_apply(m, next, err);
+    if (rc == 0)
+        shed_running(m);
+    return rc;
 }
 
 static void on_loaded(void *arg, int status, ag_fleet *fleet, const sv_error *ferr)

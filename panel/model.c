@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "panel/model.h"
 
 static char *dup_n(const char *s, size_t n)
@@ -700,6 +702,8 @@ int pn_node_clone(pn_node *dst, const pn_node *src)
 int pn_users_clone(pn_users *dst, const pn_users *src)
 {
     memset(dst, 0, sizeof *dst);
+    dst->shed = src->shed;
+    memcpy(dst->digest, src->digest, sizeof dst->digest);
     if (src->n == 0)
         return 0;
     dst->users = calloc(src->n, sizeof *dst->users);
@@ -761,6 +765,18 @@ bool pn_users_equal(const pn_users *a, const pn_users *b)
 {
     if (a->n != b->n)
         return false;
+    if (a->shed || b->shed) {
+        uint8_t da[PN_USERS_DIGEST], db[PN_USERS_DIGEST];
+        if (a->shed)
+            memcpy(da, a->digest, sizeof da);
+        else if (pn_users_digest(a, da) != 0)
+            return false;
+        if (b->shed)
+            memcpy(db, b->digest, sizeof db);
+        else if (pn_users_digest(b, db) != 0)
+            return false;
+        return memcmp(da, db, sizeof da) == 0;
+    }
     for (size_t i = 0; i < a->n; i++) {
         const pn_user *x = &a->users[i], *y = &b->users[i];
         if (x->id != y->id || x->speed_limit != y->speed_limit ||
@@ -768,6 +784,83 @@ bool pn_users_equal(const pn_users *a, const pn_users *b)
             return false;
     }
     return true;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* digest, shed, refill                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int pn_users_digest(const pn_users *users, uint8_t out[PN_USERS_DIGEST])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned len = 0;
+    uint8_t rec[32];
+    int ok = ctx != NULL && EVP_DigestInit_ex2(ctx, EVP_sha256(), NULL) == 1;
+    put_le64(rec, users->n);
+    ok = ok && EVP_DigestUpdate(ctx, rec, 8) == 1;
+    for (size_t i = 0; ok && i < users->n; i++) {
+        const pn_user *u = &users->users[i];
+        size_t ulen = u->uuid != NULL ? strlen(u->uuid) : 0;
+        put_le64(rec, u->id);
+        put_le64(rec + 8, u->speed_limit);
+        put_le64(rec + 16, u->device_limit);
+        put_le64(rec + 24, ulen); /* the uuid's length frames it */
+        ok = EVP_DigestUpdate(ctx, rec, sizeof rec) == 1 &&
+             (ulen == 0 || EVP_DigestUpdate(ctx, u->uuid, ulen) == 1);
+    }
+    ok = ok && EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == PN_USERS_DIGEST;
+    int rc = ctx == NULL ? -ENOMEM : ok ? 0 : -EIO;
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+int pn_users_shed(pn_users *users)
+{
+    if (users->shed)
+        return 0;
+    int rc = pn_users_digest(users, users->digest);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < users->n; i++) {
+        free(users->users[i].uuid);
+        users->users[i].uuid = NULL;
+    }
+    users->shed = true;
+    return 0;
+}
+
+int pn_users_refill(pn_users *users, const char *const *uuids)
+{
+    if (!users->shed)
+        return 0;
+    char **dup = calloc(users->n ? users->n : 1, sizeof *dup);
+    int rc = dup != NULL ? 0 : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < users->n; i++)
+        if ((dup[i] = strdup(uuids[i] != NULL ? uuids[i] : "")) == NULL)
+            rc = -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < users->n; i++)
+        users->users[i].uuid = dup[i];
+    uint8_t digest[PN_USERS_DIGEST];
+    if (rc == 0 && (rc = pn_users_digest(users, digest)) == 0 &&
+        memcmp(digest, users->digest, sizeof digest) != 0)
+        rc = -ESTALE;
+    if (rc == 0) {
+        users->shed = false;
+    } else {
+        for (size_t i = 0; dup != NULL && i < users->n; i++) {
+            if (users->users[i].uuid == dup[i])
+                users->users[i].uuid = NULL;
+            free(dup[i]);
+        }
+    }
+    free(dup);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */

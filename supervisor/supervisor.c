@@ -1057,6 +1057,11 @@ int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, s
     return edit_users(sv, set_tag, &set, err);
 }
 
+const sv_user_set *sv_running_user_set(sv_supervisor *sv, const char *set_tag)
+{
+    return sv->has_running ? sv_spec_user_set(&sv->running, set_tag) : NULL;
+}
+
 int sv_upsert_user(sv_supervisor *sv, const char *set_tag, const sv_user *user, sv_error *err)
 {
     const sv_user_set *cur = sv->has_running ? sv_spec_user_set(&sv->running, set_tag) : NULL;

@@ -486,6 +486,13 @@ int sv_reload_certs(sv_supervisor *sv, sv_error *err);
 int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, size_t n_users,
                  sv_error *err);
 
+/**
+ * The running user set @p set_tag, in the order it was given (borrowed: valid until the next
+ * apply or user edit), or NULL when none runs. The agent lowers a list it shed from it
+ * (issue 13).
+ */
+const sv_user_set *sv_running_user_set(sv_supervisor *sv, const char *set_tag);
+
 /** Add or replace one user of @p set_tag. Same errors as sv_set_users(). */
 int sv_upsert_user(sv_supervisor *sv, const char *set_tag, const sv_user *user, sv_error *err);
 
