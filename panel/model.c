@@ -629,7 +629,7 @@ void pn_users_free(pn_users *users)
 {
     if (users == NULL)
         return;
-    for (size_t i = 0; i < users->n; i++)
+    for (size_t i = 0; users->users != NULL && i < users->n; i++)
         free(users->users[i].uuid);
     free(users->users);
     memset(users, 0, sizeof *users);
@@ -704,6 +704,10 @@ int pn_users_clone(pn_users *dst, const pn_users *src)
     memset(dst, 0, sizeof *dst);
     dst->shed = src->shed;
     memcpy(dst->digest, src->digest, sizeof dst->digest);
+    if (src->users == NULL) { /* shed whole: the count and the digest are the list */
+        dst->n = src->n;
+        return 0;
+    }
     if (src->n == 0)
         return 0;
     dst->users = calloc(src->n, sizeof *dst->users);
@@ -820,7 +824,7 @@ int pn_users_digest(const pn_users *users, uint8_t out[PN_USERS_DIGEST])
     return rc;
 }
 
-int pn_users_shed(pn_users *users)
+int pn_users_shed(pn_users *users, bool keep_limits)
 {
     if (users->shed)
         return 0;
@@ -831,36 +835,28 @@ int pn_users_shed(pn_users *users)
         free(users->users[i].uuid);
         users->users[i].uuid = NULL;
     }
+    if (!keep_limits) {
+        free(users->users);
+        users->users = NULL;
+    }
     users->shed = true;
     return 0;
 }
 
-int pn_users_refill(pn_users *users, const char *const *uuids)
+int pn_users_restore(pn_users *shed, pn_users *candidate)
 {
-    if (!users->shed)
-        return 0;
-    char **dup = calloc(users->n ? users->n : 1, sizeof *dup);
-    int rc = dup != NULL ? 0 : -ENOMEM;
-    for (size_t i = 0; rc == 0 && i < users->n; i++)
-        if ((dup[i] = strdup(uuids[i] != NULL ? uuids[i] : "")) == NULL)
-            rc = -ENOMEM;
-    for (size_t i = 0; rc == 0 && i < users->n; i++)
-        users->users[i].uuid = dup[i];
     uint8_t digest[PN_USERS_DIGEST];
-    if (rc == 0 && (rc = pn_users_digest(users, digest)) == 0 &&
-        memcmp(digest, users->digest, sizeof digest) != 0)
-        rc = -ESTALE;
-    if (rc == 0) {
-        users->shed = false;
-    } else {
-        for (size_t i = 0; dup != NULL && i < users->n; i++) {
-            if (users->users[i].uuid == dup[i])
-                users->users[i].uuid = NULL;
-            free(dup[i]);
-        }
-    }
-    free(dup);
-    return rc;
+    if (!shed->shed || candidate->shed)
+        return -EINVAL;
+    int rc = pn_users_digest(candidate, digest);
+    if (rc != 0)
+        return rc;
+    if (candidate->n != shed->n || memcmp(digest, shed->digest, sizeof digest) != 0)
+        return -ESTALE;
+    pn_users_free(shed);
+    *shed = *candidate;
+    memset(candidate, 0, sizeof *candidate);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -104,8 +104,9 @@ typedef struct pn_user {
 typedef struct pn_users {
     pn_user *users;
     size_t n;
-    /** pn_users_shed() dropped every uuid (NULL) and kept their digest instead: such a list
-     *  still compares (pn_users_equal) but cannot be lowered until pn_users_refill(). */
+    /** pn_users_shed() dropped every uuid (NULL), or the whole array (users NULL, n kept), and
+     *  kept the list's digest instead: such a list still compares (pn_users_equal) but cannot be
+     *  lowered until pn_users_restore(). */
     bool shed;
     uint8_t digest[PN_USERS_DIGEST]; /**< when shed: pn_users_digest() of the full list */
 } pn_users;
@@ -167,19 +168,21 @@ bool pn_users_equal(const pn_users *a, const pn_users *b);
 int pn_users_digest(const pn_users *users, uint8_t out[PN_USERS_DIGEST]);
 
 /**
- * Drop every uuid of @p users and keep the list's digest (issue 13: the agent keeps what runs
- * only to tell a changed list from the same one; the supervisor keeps the secrets). A list
- * already shed is left as it is.
+ * Keep only the digest of @p users (issue 13: the agent keeps what runs only to tell a changed
+ * list from the same one; the supervisor keeps the secrets): every uuid is freed, and the user
+ * array too unless @p keep_limits (then ids and limits stay). A list already shed is left as
+ * it is.
  * @return 0, or -ENOMEM / -EIO (the list is then unchanged).
  */
-int pn_users_shed(pn_users *users);
+int pn_users_shed(pn_users *users, bool keep_limits);
 
 /**
- * Give a shed list its uuids back: @p uuids[i] is user i's (borrowed, copied). The result must
- * have the digest the list was shed with.
- * @return 0; -ESTALE when it has not (nothing changes); -ENOMEM (nothing changes).
+ * Make @p shed whole again from @p candidate, a full list rebuilt by the caller (e.g. from the
+ * supervisor's running user set): when @p candidate has the digest @p shed was shed with, it is
+ * moved into @p shed (@p candidate zeroed).
+ * @return 0; -ESTALE when the digests differ, -ENOMEM / -EIO (both lists unchanged then).
  */
-int pn_users_refill(pn_users *users, const char *const *uuids);
+int pn_users_restore(pn_users *shed, pn_users *candidate);
 
 /**
  * Read a JSON file of at most @p max_bytes bytes and parse it (duplicate keys rejected). Only a
