@@ -385,6 +385,8 @@ static int lower_route(const char *tag, const pn_route *route, const char *actio
 int ag_lower_user_set(const char *tag, const pn_users *users, sv_user_set *out, sv_error *err)
 {
     memset(out, 0, sizeof *out);
+    if (users->shed) /* the manager refills a shed list before lowering it (agent/node.c) */
+        return sv_error_set(err, -ESTALE, "node %s: the user list is not held", tag);
     out->tag = strdup(tag);
     if (out->tag == NULL)
         goto nomem;

@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "panel/model.h"
 
 static char *dup_n(const char *s, size_t n)
@@ -530,42 +532,68 @@ void pn_node_free(pn_node *node)
 /* users                                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
+/* Which member of a user object a key names (PANEL.md §1.5). */
+enum user_field { UF_ID, UF_UUID, UF_SPEED, UF_DEVICES, UF_OTHER };
+
+static enum user_field user_field_of(const char *key)
+{
+    for (int f = UF_ID; f < UF_OTHER; f++)
+        if (strcmp(key, user_keys[f]) == 0)
+            return (enum user_field)f;
+    return UF_OTHER;
+}
+
+/* One user object, in a single pass over its members (issue 13: a list of 1 000 000 users is
+ * parsed on every pull): the field path of an error ("users[7].uuid") is written only when
+ * there is an error. */
 static int parse_user(const json_t *v, size_t idx, unsigned flags, pn_user *u, sv_error *err)
 {
-    char path[64];
-    uint64_t x;
-    int rc;
+    const json_t *field[UF_OTHER] = {0};
+    const char *key;
+    json_t *m;
     if (!json_is_object(v))
         return sv_error_set(err, -EINVAL, "users[%zu]: expected an object", idx);
-    snprintf(path, sizeof path, "users[%zu]", idx);
-    rc = check_keys(v, flags, path, user_keys, err);
-    if (rc != 0)
-        return rc;
-    snprintf(path, sizeof path, "users[%zu].id", idx);
-    const json_t *id = json_object_get(v, "id");
-    if (id == NULL || json_is_null(id))
-        return sv_error_set(err, -EINVAL, "%s: missing", path);
-    rc = get_uint(id, path, INT64_MAX, false, &u->id, err);
-    if (rc != 0)
-        return rc;
-    snprintf(path, sizeof path, "users[%zu].uuid", idx);
-    const json_t *uuid = json_object_get(v, "uuid");
-    if (uuid == NULL || json_is_null(uuid))
-        return sv_error_set(err, -EINVAL, "%s: missing", path);
-    rc = take_string(uuid, path, PN_UUID_MAX, &u->uuid, err);
-    if (rc == 0 && u->uuid[0] == '\0')
-        rc = sv_error_set(err, -EINVAL, "%s: empty", path);
-    if (rc != 0)
-        return rc;
+    json_object_foreach((json_t *)v, key, m) {
+        enum user_field f = user_field_of(key);
+        if (f != UF_OTHER)
+            field[f] = m;
+        else if (flags & PN_PARSE_STRICT)
+            return sv_error_set(err, -EINVAL, "users[%zu].%.64s: unknown key", idx, key);
+    }
+    char path[64];
+    int rc;
+    uint64_t x;
+    enum user_field bad = UF_ID;
+    if (field[UF_ID] == NULL || json_is_null(field[UF_ID]))
+        return sv_error_set(err, -EINVAL, "users[%zu].id: missing", idx);
+    if (field[UF_UUID] == NULL || json_is_null(field[UF_UUID]))
+        return sv_error_set(err, -EINVAL, "users[%zu].uuid: missing", idx);
+    /* each check below runs again with its path once it failed without one */
+    rc = get_uint(field[UF_ID], "", INT64_MAX, false, &u->id, NULL);
+    if (rc == 0) {
+        bad = UF_UUID;
+        rc = take_string(field[UF_UUID], "", PN_UUID_MAX, &u->uuid, NULL);
+        if (rc == 0 && u->uuid[0] == '\0')
+            return sv_error_set(err, -EINVAL, "users[%zu].uuid: empty", idx);
+    }
     /* Mbps; the bound keeps Mbps × 125000 inside 64 bits. */
-    snprintf(path, sizeof path, "users[%zu].speed_limit", idx);
-    rc = opt_uint(v, "speed_limit", path, UINT64_MAX / 125000, false, &u->speed_limit, err);
-    if (rc != 0)
-        return rc;
-    snprintf(path, sizeof path, "users[%zu].device_limit", idx);
-    rc = opt_uint(v, "device_limit", path, UINT32_MAX, false, &x, err);
-    u->device_limit = (uint32_t)x;
-    return rc;
+    if (rc == 0 && field[UF_SPEED] != NULL && !json_is_null(field[UF_SPEED])) {
+        bad = UF_SPEED;
+        rc = get_uint(field[UF_SPEED], "", UINT64_MAX / 125000, false, &u->speed_limit, NULL);
+    }
+    if (rc == 0 && field[UF_DEVICES] != NULL && !json_is_null(field[UF_DEVICES])) {
+        bad = UF_DEVICES;
+        rc = get_uint(field[UF_DEVICES], "", UINT32_MAX, false, &x, NULL);
+        u->device_limit = (uint32_t)x;
+    }
+    if (rc == 0)
+        return 0;
+    if (rc == -ENOMEM)
+        return sv_error_set(err, rc, "users[%zu].%s: out of memory", idx, user_keys[bad]);
+    snprintf(path, sizeof path, "users[%zu].%s", idx, user_keys[bad]);
+    static const uint64_t max[UF_OTHER] = {INT64_MAX, 0, UINT64_MAX / 125000, UINT32_MAX};
+    return bad == UF_UUID ? take_string(field[UF_UUID], path, PN_UUID_MAX, &u->uuid, err)
+                          : get_uint(field[bad], path, max[bad], false, &x, err);
 }
 
 int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *err)
@@ -601,7 +629,7 @@ void pn_users_free(pn_users *users)
 {
     if (users == NULL)
         return;
-    for (size_t i = 0; i < users->n; i++)
+    for (size_t i = 0; users->users != NULL && i < users->n; i++)
         free(users->users[i].uuid);
     free(users->users);
     memset(users, 0, sizeof *users);
@@ -674,6 +702,12 @@ int pn_node_clone(pn_node *dst, const pn_node *src)
 int pn_users_clone(pn_users *dst, const pn_users *src)
 {
     memset(dst, 0, sizeof *dst);
+    dst->shed = src->shed;
+    memcpy(dst->digest, src->digest, sizeof dst->digest);
+    if (src->users == NULL) { /* shed whole: the count and the digest are the list */
+        dst->n = src->n;
+        return 0;
+    }
     if (src->n == 0)
         return 0;
     dst->users = calloc(src->n, sizeof *dst->users);
@@ -735,6 +769,18 @@ bool pn_users_equal(const pn_users *a, const pn_users *b)
 {
     if (a->n != b->n)
         return false;
+    if (a->shed || b->shed) {
+        uint8_t da[PN_USERS_DIGEST], db[PN_USERS_DIGEST];
+        if (a->shed)
+            memcpy(da, a->digest, sizeof da);
+        else if (pn_users_digest(a, da) != 0)
+            return false;
+        if (b->shed)
+            memcpy(db, b->digest, sizeof db);
+        else if (pn_users_digest(b, db) != 0)
+            return false;
+        return memcmp(da, db, sizeof da) == 0;
+    }
     for (size_t i = 0; i < a->n; i++) {
         const pn_user *x = &a->users[i], *y = &b->users[i];
         if (x->id != y->id || x->speed_limit != y->speed_limit ||
@@ -742,6 +788,75 @@ bool pn_users_equal(const pn_users *a, const pn_users *b)
             return false;
     }
     return true;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* digest, shed, refill                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int pn_users_digest(const pn_users *users, uint8_t out[PN_USERS_DIGEST])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned len = 0;
+    uint8_t rec[32];
+    int ok = ctx != NULL && EVP_DigestInit_ex2(ctx, EVP_sha256(), NULL) == 1;
+    put_le64(rec, users->n);
+    ok = ok && EVP_DigestUpdate(ctx, rec, 8) == 1;
+    for (size_t i = 0; ok && i < users->n; i++) {
+        const pn_user *u = &users->users[i];
+        size_t ulen = u->uuid != NULL ? strlen(u->uuid) : 0;
+        put_le64(rec, u->id);
+        put_le64(rec + 8, u->speed_limit);
+        put_le64(rec + 16, u->device_limit);
+        put_le64(rec + 24, ulen); /* the uuid's length frames it */
+        ok = EVP_DigestUpdate(ctx, rec, sizeof rec) == 1 &&
+             (ulen == 0 || EVP_DigestUpdate(ctx, u->uuid, ulen) == 1);
+    }
+    ok = ok && EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == PN_USERS_DIGEST;
+    int rc = ctx == NULL ? -ENOMEM : ok ? 0 : -EIO;
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}
+
+int pn_users_shed(pn_users *users, bool keep_limits)
+{
+    if (users->shed)
+        return 0;
+    int rc = pn_users_digest(users, users->digest);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < users->n; i++) {
+        free(users->users[i].uuid);
+        users->users[i].uuid = NULL;
+    }
+    if (!keep_limits) {
+        free(users->users);
+        users->users = NULL;
+    }
+    users->shed = true;
+    return 0;
+}
+
+int pn_users_restore(pn_users *shed, pn_users *candidate)
+{
+    uint8_t digest[PN_USERS_DIGEST];
+    if (!shed->shed || candidate->shed)
+        return -EINVAL;
+    int rc = pn_users_digest(candidate, digest);
+    if (rc != 0)
+        return rc;
+    if (candidate->n != shed->n || memcmp(digest, shed->digest, sizeof digest) != 0)
+        return -ESTALE;
+    pn_users_free(shed);
+    *shed = *candidate;
+    memset(candidate, 0, sizeof *candidate);
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -98,10 +98,17 @@ typedef struct pn_user {
     uint32_t device_limit; /**< distinct IPs; 0 = unlimited (null, missing and 0 alike) */
 } pn_user;
 
+#define PN_USERS_DIGEST 32 /**< bytes of a user list's digest (SHA-256) */
+
 /** A user list. An empty list is valid: it revokes everyone (PANEL.md §4.2). */
 typedef struct pn_users {
     pn_user *users;
     size_t n;
+    /** pn_users_shed() dropped every uuid (NULL), or the whole array (users NULL, n kept), and
+     *  kept the list's digest instead: such a list still compares (pn_users_equal) but cannot be
+     *  lowered until pn_users_restore(). */
+    bool shed;
+    uint8_t digest[PN_USERS_DIGEST]; /**< when shed: pn_users_digest() of the full list */
 } pn_users;
 
 /** Parser flags. */
@@ -151,14 +158,38 @@ void pn_users_free(pn_users *users);
 /** Deep-copy a node. @return 0 or -ENOMEM (dst zeroed). */
 int pn_node_clone(pn_node *dst, const pn_node *src);
 
-/** Deep-copy a user list. @return 0 or -ENOMEM (dst zeroed). */
+/** Deep-copy a user list (a shed one stays shed). @return 0 or -ENOMEM (dst zeroed). */
 int pn_users_clone(pn_users *dst, const pn_users *src);
 
 /** Field-by-field equality of two nodes (routes and intervals included). */
 bool pn_node_equal(const pn_node *a, const pn_node *b);
 
-/** Equality of two user lists: same users with the same fields in the same order. */
+/** Equality of two user lists: same users with the same fields in the same order; through
+ *  the digests when either is shed (false when a digest cannot be computed). */
 bool pn_users_equal(const pn_users *a, const pn_users *b);
+
+/**
+ * SHA-256 of everything a user list says (each user's id, uuid and limits, in order).
+ * @p users must not be shed. @return 0, or -ENOMEM / -EIO from the digest.
+ */
+int pn_users_digest(const pn_users *users, uint8_t out[PN_USERS_DIGEST]);
+
+/**
+ * Keep only the digest of @p users (issue 13: the agent keeps what runs only to tell a changed
+ * list from the same one; the supervisor keeps the secrets): every uuid is freed, and the user
+ * array too unless @p keep_limits (then ids and limits stay). A list already shed is left as
+ * it is.
+ * @return 0, or -ENOMEM / -EIO (the list is then unchanged).
+ */
+int pn_users_shed(pn_users *users, bool keep_limits);
+
+/**
+ * Make @p shed whole again from @p candidate, a full list rebuilt by the caller (e.g. from the
+ * supervisor's running user set): when @p candidate has the digest @p shed was shed with, it is
+ * moved into @p shed (@p candidate zeroed).
+ * @return 0; -ESTALE when the digests differ, -ENOMEM / -EIO (both lists unchanged then).
+ */
+int pn_users_restore(pn_users *shed, pn_users *candidate);
 
 /**
  * Read a JSON file of at most @p max_bytes bytes and parse it (duplicate keys rejected). Only a

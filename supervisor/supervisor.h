@@ -447,6 +447,15 @@ int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opt
              sv_apply_report *report, sv_error *err);
 
 /**
+ * sv_apply(), without a copy of @p spec (issue 13: a spec of 1 000 000 users is not held twice):
+ * on success the supervisor keeps @p spec's contents as its running spec and zeroes @p spec
+ * (freeing it then is a no-op); on failure @p spec is untouched and still the caller's.
+ * @return as sv_apply().
+ */
+int sv_apply_take(sv_supervisor *sv, sv_spec *spec, const sv_apply_options *opts,
+                  sv_apply_report *report, sv_error *err);
+
+/**
  * Dry run of a first start (seed 001 "check"): validate, plan from nothing, build everything
  * except listeners. Needs no supervisor.
  * @return 0 or the error apply would give, with err->msg set.
@@ -476,6 +485,13 @@ int sv_reload_certs(sv_supervisor *sv, sv_error *err);
  */
 int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, size_t n_users,
                  sv_error *err);
+
+/**
+ * The running user set @p set_tag, in the order it was given (borrowed: valid until the next
+ * apply or user edit), or NULL when none runs. The agent lowers a list it shed from it
+ * (issue 13).
+ */
+const sv_user_set *sv_running_user_set(sv_supervisor *sv, const char *set_tag);
 
 /** Add or replace one user of @p set_tag. Same errors as sv_set_users(). */
 int sv_upsert_user(sv_supervisor *sv, const char *set_tag, const sv_user *user, sv_error *err);

@@ -48,16 +48,15 @@ size_t sv_ss_key_len(enum sv_ss_cipher cipher)
     return 0;
 }
 
-/* EVP_BytesToKey(MD5) of @p password with the MD5 @p md5 (issue 13: a keyring of many users
- * fetches MD5 once, not once per key). */
-static int password_to_key_md(const EVP_MD *md5, enum sv_ss_cipher cipher, const char *password,
-                              uint8_t *out)
+/* EVP_BytesToKey(MD5) of @p password with the MD5 @p md5 and the digest context @p md (issue 13:
+ * a keyring of many users fetches MD5 and makes a context once, not once per key). */
+static int password_to_key_md(const EVP_MD *md5, EVP_MD_CTX *md, enum sv_ss_cipher cipher,
+                              const char *password, uint8_t *out)
 {
     size_t klen = sv_ss_key_len(cipher), have = 0, pwlen = strlen(password);
     uint8_t d[EVP_MAX_MD_SIZE];
     unsigned dlen = 0;
     int rc = 0;
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (md == NULL)
         return -ENOMEM;
     while (have < klen) {
@@ -71,7 +70,6 @@ static int password_to_key_md(const EVP_MD *md5, enum sv_ss_cipher cipher, const
         memcpy(out + have, d, take);
         have += take;
     }
-    EVP_MD_CTX_free(md);
     OPENSSL_cleanse(d, sizeof d);
     if (rc != 0)
         OPENSSL_cleanse(out, klen);
@@ -81,7 +79,9 @@ static int password_to_key_md(const EVP_MD *md5, enum sv_ss_cipher cipher, const
 int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out)
 {
     EVP_MD *md5 = EVP_MD_fetch(NULL, "MD5", NULL);
-    int rc = password_to_key_md(md5, cipher, password, out);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    int rc = password_to_key_md(md5, md, cipher, password, out);
+    EVP_MD_CTX_free(md);
     EVP_MD_free(md5);
     return rc;
 }
@@ -101,9 +101,11 @@ int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char
         return -ENOMEM;
     ring->n = n;
     EVP_MD *md5 = EVP_MD_fetch(NULL, "MD5", NULL);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++)
-        rc = password_to_key_md(md5, cipher, passwords[i], ring->keys[i]);
+        rc = password_to_key_md(md5, md, cipher, passwords[i], ring->keys[i]);
+    EVP_MD_CTX_free(md);
     EVP_MD_free(md5);
     if (rc != 0)
         sv_ss_keyring_deinit(ring);

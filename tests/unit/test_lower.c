@@ -1307,6 +1307,11 @@ static void panel__body_variants_and_errors(void **state)
                        "users[0].speed_limit: must not be negative");
     expect_users_error("{\"users\":[{\"id\":\"1\",\"uuid\":\"a\"}]}",
                        "users[0].id: expected an integer");
+    expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"a\"},{\"id\":2,\"uuid\":7}]}",
+                       "users[1].uuid: expected a string");
+    expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"a\",\"device_limit\":4294967296}]}",
+                       "users[0].device_limit: must be at most 4294967295");
+    expect_users_error("{\"users\":[{\"uuid\":\"a\",\"id\":null}]}", "users[0].id: missing");
 
     /* Strict (operator-written) bodies name keys no UniProxy body has ... */
     expect_node_error("{\"server_port\":1,\"srever_port\":2}", "srever_port: unknown key");
@@ -1352,11 +1357,57 @@ static void panel__local_missing_file__reports_through_callback(void **state)
     assert_int_equal(pn_local_new(&bad, &c, &err), -EINVAL);
 }
 
+/* Issue 13: a shed list keeps its digest (and, asked to, its ids and limits), compares with the
+ * list it was and with no other, copies as shed, refuses to be lowered, and is made whole only
+ * by a candidate with its digest. */
+static void model__shed_users__compare_by_digest_and_restore_only_the_same(void **state)
+{
+    (void)state;
+    json_t *body = json_loads("{\"users\":[{\"id\":1,\"uuid\":\"a\",\"speed_limit\":5},"
+                              "{\"id\":2,\"uuid\":\"b\",\"device_limit\":3}]}", 0, NULL);
+    pn_users full, shed, copy, cand;
+    sv_error err = {0};
+    sv_user_set set;
+    assert_int_equal(pn_users_parse(body, 0, &full, &err), 0);
+    for (int keep = 0; keep < 2; keep++) {
+        assert_int_equal(pn_users_clone(&shed, &full), 0);
+        assert_int_equal(pn_users_shed(&shed, keep), 0);
+        assert_true(shed.shed);
+        assert_int_equal(shed.n, 2);
+        if (keep)
+            assert_int_equal(shed.users[0].speed_limit, 5);
+        else
+            assert_null(shed.users);
+        assert_true(pn_users_equal(&shed, &full) && pn_users_equal(&full, &shed));
+        assert_int_equal(pn_users_clone(&copy, &shed), 0);
+        assert_true(copy.shed && pn_users_equal(&copy, &full));
+        assert_int_equal(ag_lower_user_set("t", &copy, &set, &err), -ESTALE);
+        /* one field off: not the same list, not restored */
+        assert_int_equal(pn_users_clone(&cand, &full), 0);
+        cand.users[1].device_limit = 4;
+        assert_false(pn_users_equal(&shed, &cand));
+        assert_int_equal(pn_users_restore(&copy, &cand), -ESTALE);
+        assert_true(copy.shed);
+        pn_users_free(&cand);
+        assert_int_equal(pn_users_clone(&cand, &full), 0);
+        assert_int_equal(pn_users_restore(&copy, &cand), 0);
+        assert_false(copy.shed);
+        assert_string_equal(copy.users[1].uuid, "b");
+        assert_true(pn_users_equal(&copy, &full));
+        pn_users_free(&cand);
+        pn_users_free(&copy);
+        pn_users_free(&shed);
+    }
+    pn_users_free(&full);
+    json_decref(body);
+}
+
 int main(void)
 {
     sv_log_threshold = SV_LOG_ERROR; /* the skipped-route warnings are expected here */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lower__v17_fixture__gives_the_expected_spec),
+        cmocka_unit_test(model__shed_users__compare_by_digest_and_restore_only_the_same),
         cmocka_unit_test(lower__listen__override_then_panel_then_default),
         cmocka_unit_test(lower__allow_private__reaches_the_inbound_and_is_a_setting),
         cmocka_unit_test(lower__outbound__shared_and_per_node),

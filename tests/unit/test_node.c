@@ -48,13 +48,39 @@ int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opt
     return 0;
 }
 
+int sv_apply_take(sv_supervisor *sv, sv_spec *spec, const sv_apply_options *opts,
+                  sv_apply_report *report, sv_error *err)
+{
+    int rc = sv_apply(sv, spec, opts, report, err);
+    if (rc == 0) { /* taken: the running spec now */
+        sv_spec_free(spec);
+        memset(spec, 0, sizeof *spec);
+    }
+    return rc;
+}
+
 int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, size_t n_users,
                  sv_error *err)
 {
     rec.set_users++;
     snprintf(rec.users_tag, sizeof rec.users_tag, "%s", set_tag);
     rec.users_n = n_users;
+    /* what runs now, for sv_running_user_set() */
+    for (size_t i = 0; i < rec.last_spec.n_user_sets; i++) {
+        sv_user_set *set = &rec.last_spec.user_sets[i];
+        if (strcmp(set->tag, set_tag) != 0)
+            continue;
+        sv_user_set given = {.tag = (char *)set_tag, .users = (sv_user *)users, .n_users = n_users};
+        sv_user_set_free(set);
+        assert_int_equal(sv_user_set_clone(set, &given), 0);
+    }
     return 0;
+}
+
+const sv_user_set *sv_running_user_set(sv_supervisor *sv, const char *set_tag)
+{
+    (void)sv;
+    return sv_spec_user_set(&rec.last_spec, set_tag);
 }
 
 int sv_reload_certs(sv_supervisor *sv, sv_error *err)
@@ -263,6 +289,57 @@ static void node__fetch_alone__gives_the_fleet(void **state)
     assert_int_equal(rec.applies, 0);
 }
 
+/* Takes the fetched fleet (a node with a route the running one has not) into *arg. */
+static void on_fetch_keep(void *arg, int status, ag_fleet *fleet, const sv_error *err)
+{
+    assert_int_equal(status, 0);
+    *(ag_fleet *)arg = *fleet;
+    memset(fleet, 0, sizeof *fleet);
+}
+
+/* Issue 13: the running fleet keeps no uuids once applied (the supervisor has the secrets). A
+ * settings change with the users "not modified" (a copy of the shed list) lowers the secrets
+ * of the running user set; a running set that is not the list held is refused, and nothing
+ * changes. */
+static void node__shed_users__are_refilled_from_the_running_set(void **state)
+{
+    fx *f = *state;
+    sv_error err = {0};
+    assert_int_equal(load(f), 0);
+    const pn_users *held = &ag_manager_running(f->m)->nodes[0].users;
+    assert_true(held->shed);
+    assert_null(held->users); /* no speed limit of the node's own: nothing but the digest */
+    assert_int_equal(held->n, 1);
+    /* the same list from the panel is still "the same" */
+    assert_int_equal(load(f), 0);
+    assert_int_equal(rec.applies + rec.set_users, 1);
+
+    write_file(f->node, "{\"server_port\":8388,\"cipher\":\"aes-256-gcm\",\"routes\":"
+                        "[{\"id\":1,\"match\":\"a.test\",\"action\":\"block\"}]}");
+    for (int round = 0; round < 2; round++) {
+        ag_fleet next = {0};
+        assert_int_equal(ag_fetch(NULL, &f->cfg, NULL, NULL, on_fetch_keep, &next, &err), 0);
+        pn_users_free(&next.nodes[0].users); /* as on a "not modified" answer */
+        assert_int_equal(pn_users_clone(&next.nodes[0].users, held), 0);
+        if (round == 0) { /* what runs is not what is held */
+            free(rec.last_spec.user_sets[0].users[0].secret);
+            rec.last_spec.user_sets[0].users[0].secret = strdup("other");
+            assert_int_equal(ag_manager_reconcile(f->m, &next, &err), -ESTALE);
+            assert_int_equal(rec.applies, 1);
+            free(rec.last_spec.user_sets[0].users[0].secret);
+            rec.last_spec.user_sets[0].users[0].secret = strdup("one");
+        } else {
+            assert_int_equal(ag_manager_reconcile(f->m, &next, &err), 0);
+            assert_int_equal(rec.applies, 2);
+            assert_int_equal(rec.last_spec.route.n_rules, 1);
+            assert_string_equal(rec.last_spec.user_sets[0].users[0].secret, "one");
+            held = &ag_manager_running(f->m)->nodes[0].users;
+            assert_true(held->shed);
+        }
+        ag_fleet_free(&next);
+    }
+}
+
 /* GET /v1/nodes for a uniproxy node (issue 4): type "uniproxy", the URL without the user info,
  * query and fragment of its config (the token is its own key and never appears). The load
  * itself fails (no uplink in this test), but the node is listed from the load's start. */
@@ -305,6 +382,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(node__refused_apply__keeps_the_running_state, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(node__fetch_alone__gives_the_fleet, setup, teardown),
+        cmocka_unit_test_setup_teardown(node__shed_users__are_refilled_from_the_running_set,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(node__uniproxy_status__shows_the_url_without_secrets,
                                         setup, teardown),
     };
