@@ -343,7 +343,8 @@ void sv__ss_count(sv_shared *s, unsigned keys);
  * the process, paced by a CPU budget (SV_SCAN_RATE_NS per second, sv_scan_budget). A scan that
  * would wait beyond SV_SCAN_WAIT_MS, or past SV_SCAN_QUEUE_MAX waiting, is refused: the client
  * is treated as if no key matched (Shadowsocks: drained, a datagram dropped). */
-#define SV_SS_GUESSES 128            /**< keys tried on the loop before a scan (~0.2 ms) */
+#define SV_SS_GUESSES 16             /**< keys tried on the loop before a scan (~25 us: 50 new
+                                          clients at once cost the loop ~1 ms) */
 #define SV_SCAN_RATE_NS 500000000ULL /**< scan CPU per second of wall time: half a core */
 #define SV_SCAN_BURST_NS 100000000ULL /**< scan CPU credit kept when idle */
 #define SV_SCAN_WAIT_MS 2000         /**< longest expected wait of an admitted scan */
