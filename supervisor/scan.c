@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -54,11 +57,18 @@ void sv__scan_shared_deinit(sv_shared *s)
     pthread_mutex_destroy(&s->scan_run_mu);
 }
 
-/* Pool thread: wait for the slot and the credit, then scan (unless cancelled meanwhile). */
+/* Pool thread: wait for the slot and the credit, then scan (unless cancelled meanwhile). The
+ * pool's threads run scans only (nothing else in katana queues work): each lowers its own
+ * priority once (nice 10, Linux per-thread), so the worker loops preempt a running scan. */
 static void scan_work(uv_work_t *req)
 {
+    static _Thread_local bool niced;
     sv_scan_job *j = req->data;
     sv_shared *s = j->w->shared;
+    if (!niced) {
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+        niced = true;
+    }
     pthread_mutex_lock(&s->scan_run_mu);
     while (!atomic_load(&j->cancelled)) {
         pthread_mutex_lock(&s->scan_mu);

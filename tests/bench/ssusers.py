@@ -16,7 +16,8 @@
       (returning clients).
   echo-lat --port P --seconds S [--interval-ms I]
       One established connection through a port forward (ss-tunnel): every I ms (default 10) a
-      64-byte message, timed until its echo is back. Prints "<p50> <p99> <max> <count>" in ms;
+      64-byte message, timed until its echo is back (30 s at most: the flow then ends there).
+      Prints "<p50> <p99> <max> <count>" in ms;
       with --series FILE also "<t_since_start_ms> <rtt_ms>" per message into FILE.
   junk --port P --seconds S [--tcp-rate R] [--udp-rate U] [--src 127.0.N.M]
       Junk at the server 127.0.0.1:P from --src: R connections per second that send 50 random
@@ -173,6 +174,7 @@ def first_echo(a):
 def echo_lat(a):
     s = socket.create_connection(("127.0.0.1", a.port), timeout=5)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.settimeout(30)  # a stalled server shows as a long echo, not as an error
     msg = b"x" * 64
     rtts, series = [], []
     t_start = time.monotonic()
@@ -180,13 +182,18 @@ def echo_lat(a):
     nxt = t_start
     while time.monotonic() < stop:
         t0 = time.perf_counter()
-        s.sendall(msg)
-        got = 0
-        while got < len(msg):
-            d = s.recv(len(msg) - got)
-            if not d:
-                sys.exit("ssusers: the established flow closed")
-            got += len(d)
+        try:
+            s.sendall(msg)
+            got = 0
+            while got < len(msg):
+                d = s.recv(len(msg) - got)
+                if not d:
+                    raise OSError("closed")
+                got += len(d)
+        except OSError as e:
+            sys.stderr.write("ssusers: the established flow failed: %s\n" % e)
+            rtts.append((time.perf_counter() - t0) * 1000)
+            break
         rtt = (time.perf_counter() - t0) * 1000
         rtts.append(rtt)
         series.append(((time.monotonic() - t_start) * 1000, rtt))
