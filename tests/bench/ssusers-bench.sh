@@ -28,6 +28,7 @@
 # Each rate is the best of BENCH_SS_ROUNDS runs (the machine may be shared).
 # Environment: BENCH_SS_USERS, BENCH_SS_SECONDS (3 per run), BENCH_SS_ROUNDS (3),
 # BENCH_SS_PROBES (10 never-seen clients), BENCH_SS_JUNK_USERS, BENCH_SS_JUNK_SECONDS (10),
+# BENCH_SS_JUNK_TCP (20) and BENCH_SS_JUNK_UDP (50) junk per second (0 and 0: the burst alone),
 # KATANA_BIN, SS_TRIAL (the microbenchmark binary).
 set -euo pipefail
 
@@ -39,6 +40,8 @@ KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 SIZES=${BENCH_SS_USERS:-1 1000 10000}
 JUNK_USERS=${BENCH_SS_JUNK_USERS:-20000}
 JUNK_SECS=${BENCH_SS_JUNK_SECONDS:-10}
+JUNK_TCP=${BENCH_SS_JUNK_TCP:-20}   # junk connections per second
+JUNK_UDP=${BENCH_SS_JUNK_UDP:-50}   # junk datagrams per second
 SECS=${BENCH_SS_SECONDS:-3}
 ROUNDS=${BENCH_SS_ROUNDS:-3}
 PROBES=${BENCH_SS_PROBES:-10}
@@ -161,8 +164,8 @@ bg "$T/tunnel-junk.log" ss-tunnel -s 127.0.0.1 -p "$SP" -b 127.0.0.1 -l "$TP" -k
 "${KATEST[@]}" wait-port --port "$TP" --timeout 10 >/dev/null
 "${SSU[@]}" tcp-rate --port "$TP" --seconds 1 --threads 1 >/dev/null   # the client's first login
 read -r q50 q99 qmax qn <<<"$("${SSU[@]}" echo-lat --port "$TP" --seconds 5)"
-bg "$T/junk.out" "${SSU[@]}" junk --port "$SP" --seconds "$((JUNK_SECS + 1))" --tcp-rate 20 \
-    --udp-rate 50; JK=$BG
+bg "$T/junk.out" "${SSU[@]}" junk --port "$SP" --seconds "$((JUNK_SECS + 1))" \
+    --tcp-rate "$JUNK_TCP" --udp-rate "$JUNK_UDP"; JK=$BG
 sleep 1
 c0=$(cpu_ticks "$KP"); w0=$(date +%s.%N)
 read -r j50 j99 jmax jn <<<"$("${SSU[@]}" echo-lat --port "$TP" --seconds "$JUNK_SECS")"
@@ -181,7 +184,7 @@ stop "$TUN"
 stop "$KP"
 echo "junk at $n users (one established flow echoing 64 bytes every 10 ms):"
 echo "  alone:                   echo p50 $q50 ms, p99 $q99 ms, max $qmax ms ($qn echoes)"
-echo "  20 junk conn/s + 50 junk datagrams/s: echo p50 $j50 ms, p99 $j99 ms, max $jmax ms ($jn echoes), katana CPU ${JCPU}% of a core   goal: p99 < 20 ms"
+echo "  $JUNK_TCP junk conn/s + $JUNK_UDP junk datagrams/s: echo p50 $j50 ms, p99 $j99 ms, max $jmax ms ($jn echoes), katana CPU ${JCPU}% of a core   goal: p99 < 20 ms"
 # the flow's slowest echo in the second before the burst (the host's own jitter) and after it
 pre=$(awk '$1 < 1000 && $2 > m { m = $2 } END { printf "%.2f", m }' "$T/series")
 echo "  50 never-seen clients at once: the flow (every 1 ms) p50 $b50 ms, max $bmax ms: pause $(awk -v a="$bmax" -v b="$b50" 'BEGIN { printf "%.2f", a - b }') ms   goal: <= 2 ms"
