@@ -217,6 +217,17 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
     family(&p, "katana_ss_key_trials_total", "counter",
            "Keys those trial decryptions tried (a returning client costs one).");
     put(&p, "katana_ss_key_trials_total %" PRIu64 "\n", tc.keys);
+    sv_ss_scan_counts scn = sv_ss_scans(s->sv);
+    family(&p, "katana_ss_scans_queued_total", "counter",
+           "Shadowsocks full scans (first guesses missed) queued off the worker loops.");
+    put(&p, "katana_ss_scans_queued_total %" PRIu64 "\n", scn.queued);
+    family(&p, "katana_ss_scans_run_total", "counter",
+           "Shadowsocks full scans run off the worker loops, within their CPU budget.");
+    put(&p, "katana_ss_scans_run_total %" PRIu64 "\n", scn.run);
+    family(&p, "katana_ss_scans_dropped_total", "counter",
+           "Shadowsocks full scans refused over their CPU budget: the client was treated as "
+           "unknown (drained, or the datagram dropped).");
+    put(&p, "katana_ss_scans_dropped_total %" PRIu64 "\n", scn.dropped);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

@@ -104,6 +104,7 @@ static void subs_read(sv_conn *c, bool on);
 static void subs_resume(sv_conn *c);
 static void subs_close(sv_conn *c);
 static void paused_end(sv_conn *c);
+static void process_client(sv_conn *c, uint8_t *data, size_t len);
 
 static void conn_release(sv_conn *c)
 {
@@ -876,6 +877,7 @@ static void dial_fallback(sv_conn *c)
 
 typedef struct conn_paused {
     sv_fleet_req *req;  /* the question, NULL once answered */
+    sv_scan_job *scan;  /* or a scan off the loop (issue 13), NULL once answered */
     bool multiplexed;   /* the AUTHENTICATED effect's */
     sv_effects fx;      /* the effects after it; their data copied into data */
     uint8_t *data;
@@ -906,7 +908,49 @@ static void paused_end(sv_conn *c)
     c->paused = NULL;
     if (pz->req != NULL)
         sv_fleet_cancel(pz->req);
+    if (pz->scan != NULL)
+        sv__scan_cancel(pz->scan);
     paused_free(pz);
+}
+
+/* ---- a scan off the loop (issue 13 "junk", runtime.h) -----------------------------------------
+ * SV_FX_SCAN: the core's first guesses missed. The connection pauses as for the fleet (the
+ * client is not read, the bytes not fed are kept) while the scan runs off the loop; its answer
+ * goes to the core, which is fed the kept bytes again. A scan refused over the budget is the
+ * answer "no user": the core fails the client with its own policy (Shadowsocks: drain). */
+
+static void on_scan_answer(void *ctx, int user, uint8_t *in, size_t n)
+{
+    sv_conn *c = ctx;
+    conn_paused *pz = c->paused;
+    (void)in, (void)n;
+    pz->scan = NULL;
+    c->paused = NULL;
+    c->handler->ops->scan_result(c->state, user);
+    client_read_start(c);
+    static uint8_t none[1];
+    process_client(c, pz->in != NULL ? pz->in : none, pz->in_len);
+    paused_free(pz);
+}
+
+/* Start the scan SV_FX_SCAN @p e asks for. @return true when the connection waits for it;
+ * false when it goes on at once (the scan was refused: the core has the answer -1). */
+static bool scan_elsewhere(sv_conn *c, const sv_effect *e)
+{
+    const sv_proto_ops *ops = c->handler->ops;
+    c->paused = calloc(1, sizeof *c->paused);
+    if (c->paused != NULL) {
+        c->paused->scan = sv__scan_start(c->w, c->handler, ops->scan, e->data, e->len,
+                                         on_scan_answer, c);
+        if (c->paused->scan != NULL) {
+            uv_read_stop((uv_stream_t *)&c->client);
+            return true;
+        }
+        paused_free(c->paused);
+        c->paused = NULL;
+    }
+    ops->scan_result(c->state, -1);
+    return false;
 }
 
 /* Ask the fleet about the session's new IP. @return ADMIT_WAIT, or the local decision when
@@ -1621,6 +1665,16 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
         case SV_FX_FINISH:
             conn_close(c);
             return false;
+        case SV_FX_SCAN:
+            if (e->trials > 0)
+                sv__ss_count(c->w->shared, e->trials);
+            if (c->principal != NULL || c->handler->ops->scan == NULL) {
+                conn_close(c);
+                return false;
+            }
+            if (scan_elsewhere(c, e))
+                return false; /* process_client keeps the bytes not fed */
+            break;            /* refused: the core is fed again (its more()) and fails */
         case SV_FX_ERROR:
             if (e->trials > 0)
                 sv__ss_count(c->w->shared, e->trials);
@@ -1889,7 +1943,7 @@ int sv__conn_open(sv_wlistener *l, int fd)
         int hint;
         sv_ss_order *order;
         sv__wl_guide(l, c->handler, (struct sockaddr *)&c->peer, &hint, &order);
-        ops->set_guide(c->state, hint, order);
+        ops->set_guide(c->state, hint, order, ops->scan != NULL ? SV_SS_GUESSES : 0);
     }
     sess->worker = w->index;
     sess->owner = c;

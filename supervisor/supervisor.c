@@ -1131,6 +1131,15 @@ sv_refused_counts sv_refused_clients(sv_supervisor *sv)
         .fallback = atomic_load_explicit(&r[SV_PROBE_FALLBACK - 1], memory_order_relaxed),
     };
 }
+sv_ss_scan_counts sv_ss_scans(sv_supervisor *sv)
+{
+    return (sv_ss_scan_counts){
+        .queued = atomic_load_explicit(&sv->shared.ss_scans_queued, memory_order_relaxed),
+        .run = atomic_load_explicit(&sv->shared.ss_scans_run, memory_order_relaxed),
+        .dropped = atomic_load_explicit(&sv->shared.ss_scans_dropped, memory_order_relaxed),
+    };
+}
+
 sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv)
 {
     return (sv_ss_trial_counts){
@@ -1217,6 +1226,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     sv_list_init(&sv->spare);
     sv_list_init(&sv->graces);
     pthread_mutex_init(&sv->shared.adopt_mu, NULL);
+    sv__scan_shared_init(&sv->shared);
     pthread_cond_init(&sv->shared.adopt_cv, NULL);
     if (opts != NULL) {
         sv->shared.dns = opts->dns;
@@ -1232,6 +1242,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         sv_pacers_free(sv->shared.pacers);
         pthread_cond_destroy(&sv->shared.adopt_cv);
         pthread_mutex_destroy(&sv->shared.adopt_mu);
+        sv__scan_shared_deinit(&sv->shared);
         free(sv);
         return -ENOMEM;
     }
@@ -1327,6 +1338,7 @@ void sv_supervisor_free(sv_supervisor *sv)
     sv_pacers_free(sv->shared.pacers);
     pthread_cond_destroy(&sv->shared.adopt_cv);
     pthread_mutex_destroy(&sv->shared.adopt_mu);
+    sv__scan_shared_deinit(&sv->shared);
     free(sv);
 }
 

@@ -614,6 +614,18 @@ typedef struct sv_ss_trial_counts {
 /** The counts of sv_ss_trial_counts since start. Any thread. */
 sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv);
 
+/** Full Shadowsocks AEAD scans since start (issue 13 "junk"): the trial decryptions whose first
+ *  guesses missed, scanned off the worker loops within a CPU budget of half a core. */
+typedef struct sv_ss_scan_counts {
+    uint64_t queued;  /**< admitted: they wait for the budget, then run (or their client left) */
+    uint64_t run;     /**< scanned off the loop */
+    uint64_t dropped; /**< refused over the budget or the queue bound: the client was treated
+                           as unknown (a TCP client drained, a datagram dropped) */
+} sv_ss_scan_counts;
+
+/** The counts of sv_ss_scan_counts since start. Any thread. */
+sv_ss_scan_counts sv_ss_scans(sv_supervisor *sv);
+
 /** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);
 

@@ -436,30 +436,85 @@ static void ss22_on_recv(sv_wlistener *l, uint8_t *p, size_t n, const struct soc
     sv__assoc_send(a, &in.dest, in.payload, in.len);
 }
 
-void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
-                     unsigned flags)
+/* Issue 13 "junk": a datagram whose first guesses missed waits for its scan off the loop. */
+typedef struct udp_scan {
+    sv_list link;           /* in the worker's udp_scans */
+    sv_wlistener *l;        /* held (n_users_of) until the answer */
+    sv_scan_job *job;
+    struct sockaddr_storage from;
+} udp_scan;
+
+#define UDP_NO_SCAN (-2) /* ss_udp_in: no scan ran for this datagram */
+
+static void ss_udp_in(sv_wlistener *l, uint8_t *p, size_t n, const struct sockaddr *from,
+                      int scanned);
+
+static void on_udp_scan(void *ctx, int user, uint8_t *in, size_t n)
 {
-    sv_wlistener *l = h->data;
-    if (n <= 0 || from == NULL || (flags & UV_UDP_PARTIAL))
+    udp_scan *u = ctx;
+    sv_list_unlink(&u->link);
+    if (!u->l->stopped && user >= 0)
+        ss_udp_in(u->l, in, n, (const struct sockaddr *)&u->from, user);
+    sv__wlistener_release(u->l);
+    free(u);
+}
+
+/* Scan the datagram off the loop; dropped when refused (over the budget, the queue bound). */
+static void udp_scan_start(sv_wlistener *l, const uint8_t *p, size_t n,
+                           const struct sockaddr *from)
+{
+    udp_scan *u = calloc(1, sizeof *u);
+    if (u == NULL)
         return;
-    if (l->handler->in.protocol == SV_INBOUND_SS2022) {
-        ss22_on_recv(l, (uint8_t *)buf->base, (size_t)n, from);
+    u->job = sv__scan_start(l->w, l->handler, sv_ss_creds_scan, p, n, on_udp_scan, u);
+    if (u->job == NULL) {
+        free(u);
         return;
     }
+    u->l = l;
+    l->n_users_of++;
+    memcpy(&u->from, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                       : sizeof(struct sockaddr_in));
+    sv_list_insert_tail(&l->w->udp_scans, &u->link);
+}
+
+void sv__udp_scans_cancel(sv_worker *w)
+{
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->udp_scans) {
+        udp_scan *u = sv_container_of(pos, udp_scan, link);
+        sv_list_unlink(pos);
+        sv__scan_cancel(u->job);
+        sv__wlistener_release(u->l);
+        free(u);
+    }
+}
+
+/* A Shadowsocks AEAD datagram: opened by the guides (at most SV_SS_GUESSES keys, else a scan
+ * off the loop), or with @p scanned, the user a scan found (one trial, UDP_NO_SCAN: none ran). */
+static void ss_udp_in(sv_wlistener *l, uint8_t *p, size_t n, const struct sockaddr *from,
+                      int scanned)
+{
     sv_assoc *a = assoc_find(l->w, l, from);
     const sv_handler *hd = a != NULL ? a->handler : l->handler;
     int user = -1;
     sv_dest d;
     uint8_t *payload = NULL;
     /* Issue 13: an association's own user first, else the user last seen from this IP. */
-    sv_ss_guide g = {.hint = -1};
+    sv_ss_guide g = {.hint = -1, .limit = SV_SS_GUESSES};
     sv__wl_guide(l, hd, from, &g.hint, &g.order);
-    if (a != NULL)
-        g.hint = a->user_idx;
-    ssize_t plen = sv_ss_udp_open_guided(sv_ss_creds_ring(hd->creds), &g, (uint8_t *)buf->base,
-                                         (size_t)n, &user, &d, &payload, &l->w->udp_open);
-    if (g.trials > 0)
+    if (scanned != UDP_NO_SCAN) /* the scan's answer alone (a match moves to the order's front) */
+        g.hint = scanned, g.limit = 1;
+    if (a != NULL) /* an association's datagram is its user's or no one's */
+        g.hint = a->user_idx, g.limit = 1;
+    ssize_t plen = sv_ss_udp_open_guided(sv_ss_creds_ring(hd->creds), &g, p, n, &user, &d,
+                                         &payload, &l->w->udp_open);
+    if (g.trials > 0 && scanned == UDP_NO_SCAN)
         sv__ss_count(l->w->shared, g.trials);
+    if (plen == -EAGAIN && a == NULL && scanned == UDP_NO_SCAN) {
+        udp_scan_start(l, p, n, from);
+        return;
+    }
     if (plen < 0)
         return; /* not ours: no answer, no log */
     if (a != NULL && user != a->user_idx)
@@ -474,6 +529,19 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
     uv_timer_again(&a->idle);
     d.network = SV_NET_UDP;
     sv__assoc_send(a, &d, payload, (size_t)plen);
+}
+
+void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
+                     unsigned flags)
+{
+    sv_wlistener *l = h->data;
+    if (n <= 0 || from == NULL || (flags & UV_UDP_PARTIAL))
+        return;
+    if (l->handler->in.protocol == SV_INBOUND_SS2022) {
+        ss22_on_recv(l, (uint8_t *)buf->base, (size_t)n, from);
+        return;
+    }
+    ss_udp_in(l, (uint8_t *)buf->base, (size_t)n, from, UDP_NO_SCAN);
 }
 
 sv_assoc *sv__assoc_open_in_stream(sv_worker *w, const sv_wlistener *l, sv_handler *h,

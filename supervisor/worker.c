@@ -290,6 +290,7 @@ static void close_everything(sv_worker *w)
         stop_listener(sv_container_of(pos, sv_wlistener, link));
     sv__conn_close_all(w);
     sv__udp_close_all(w);
+    sv__udp_scans_cancel(w);
     sv_resolver_close(w->resolver); /* after the flows: none waits for it any more */
     w->resolver = NULL;
     for (size_t i = 0; i < SV_ROUTE_RESOLVERS_MAX; i++) {
@@ -369,6 +370,7 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
     sv_list_init(&w->listeners);
     sv_list_init(&w->conns);
     sv_list_init(&w->assocs);
+    sv_list_init(&w->udp_scans);
     pthread_mutex_init(&w->mu, NULL);
     int rc = uv_loop_init(&w->loop);
     if (rc == 0)

@@ -32,6 +32,11 @@ enum sv_effect_kind {
                                   else it ends) */
     SV_FX_FINISH,            /**< the client ended the connection cleanly */
     SV_FX_ERROR,             /**< error (negative errno) and policy: what the runtime does next */
+    SV_FX_SCAN,              /**< data/len: the bytes to scan (issue 13): the first guesses of a
+                                  trial decryption missed; the runtime runs scan() on them off its
+                                  loop (or refuses to: over budget), gives the answer to
+                                  scan_result() and feeds the same bytes again; feed consumed
+                                  nothing of them, and this is its last effect */
 };
 
 /** What the runtime does with a client that failed (PROTOCOLS.md §1.4, §4.4). */
@@ -69,8 +74,9 @@ typedef struct sv_effect {
     /** SV_FX_OPEN of a UDP stream: the XUDP GlobalID of its New frame (PROTOCOLS-2.md §5.1);
      *  all zeros = none (never re-attached). */
     uint8_t global_id[8];
-    /** SV_FX_AUTHENTICATED, and SV_FX_ERROR before authentication: keys this feed tried in a
-     *  trial decryption (Shadowsocks AEAD, issue 13), 0 when the core looks users up. */
+    /** SV_FX_AUTHENTICATED, SV_FX_SCAN, and SV_FX_ERROR before authentication: keys this feed
+     *  tried in a trial decryption (Shadowsocks AEAD, issue 13), 0 when the core looks users
+     *  up. */
     unsigned trials;
 } sv_effect;
 
@@ -118,10 +124,23 @@ typedef struct sv_proto_ops {
      * Optional: how the first feed() walks the users in a trial decryption (issue 13): try
      * index @p hint first (-1: none), then the others in @p order (the worker's most recently
      * matched order for this credential table, borrowed for the connection's life; NULL: index
-     * order). Called after init() and before the first feed(). A wrong hint costs one trial,
-     * never a wrong user. Shadowsocks AEAD (shadowsocks.h).
+     * order), at most @p limit keys (0: all). Called after init() and before the first feed().
+     * A wrong hint costs one trial, never a wrong user. When @p limit keys missed, feed() gives
+     * SV_FX_SCAN instead of trying the rest. Shadowsocks AEAD (shadowsocks.h).
      */
-    void (*set_guide)(void *state, int hint, struct sv_ss_order *order);
+    void (*set_guide)(void *state, int hint, struct sv_ss_order *order, unsigned limit);
+    /**
+     * Optional (with set_guide): the full scan of SV_FX_SCAN's bytes @p in (@p n bytes) over
+     * the credential table: any thread, reads @p creds and @p in only. @return the user's index,
+     * or a negative errno (-EBADMSG: no user); *@p trials the keys it tried.
+     */
+    int (*scan)(const void *creds, const uint8_t *in, size_t n, unsigned *trials);
+    /**
+     * Optional (with scan): the scan's answer, @p user (its index, or -1: none found, or the
+     * scan was refused over its budget). The next feed() with the same bytes checks it by a
+     * trial of that key alone: a wrong answer fails the client, never names a wrong user.
+     */
+    void (*scan_result)(void *state, int user);
 
     size_t state_size; /**< bytes of per-connection state */
     /** Prepare zeroed @p state for a connection of inbound @p in. @return 0 or -ENOMEM. */

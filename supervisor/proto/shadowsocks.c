@@ -130,11 +130,45 @@ int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher)
     c->user = -1;
     c->salt_sent = false;
     c->pending_len = 0;
+    c->scanned = false;
+    c->scan_user = -1;
     c->guide.hint = -1;
     c->guide.order = NULL;
+    c->guide.limit = 0;
     c->guide.trials = 0;
     c->_addr_len = 0;
     return 0;
+}
+
+static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *salt, sv_aead *a,
+                    uint8_t *ct, size_t n);
+
+void sv_ss_tcp_scan_result(sv_ss_tcp *c, int user)
+{
+    c->scanned = true;
+    c->scan_user = user >= 0 ? user : -1;
+}
+
+int sv_ss_scan(const sv_ss_keyring *ring, const uint8_t *in, size_t n, unsigned *trials)
+{
+    size_t sl = sv_ss_key_len(ring->cipher);
+    if (sl == 0 || in == NULL)
+        return -EINVAL;
+    if (n < sl + SV_SS_TAG)
+        return -EPROTO;
+    uint8_t *copy = malloc(n);
+    if (copy == NULL)
+        return -ENOMEM;
+    memcpy(copy, in, n);
+    sv_aead a = {0};
+    sv_ss_guide g = {.hint = -1};
+    int found = ss_trial(ring, &g, copy, &a, copy + sl, n - sl - SV_SS_TAG);
+    sv_aead_deinit(&a);
+    if (trials != NULL)
+        *trials = g.trials;
+    OPENSSL_cleanse(copy, n);
+    free(copy);
+    return found;
 }
 
 void sv_ss_tcp_deinit(sv_ss_tcp *c)
@@ -218,7 +252,8 @@ size_t sv_ss_order_next(const sv_ss_order *o, size_t i) { return o->next[i]; }
  * Trial decryption (§2.3, §2.4): the first key, in @p g's order, whose subkey under @p salt opens
  * the @p n ciphertext bytes at @p ct (and their tag) in place with @p a. A failed open leaves
  * the bytes as they were. The salt's HKDF half is computed once, the cipher chosen once (then
- * only re-keyed). @return the keyring index, -EBADMSG when no key opens them, or -ENOMEM/-EINVAL.
+ * only re-keyed). @return the keyring index, -EBADMSG when no key opens them, -EAGAIN when @p g's
+ * limit stopped the walk first, or -ENOMEM/-EINVAL.
  */
 static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *salt, sv_aead *a,
                     uint8_t *ct, size_t n)
@@ -234,7 +269,8 @@ static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *sa
     size_t i = hint >= 0 ? (size_t)hint : order != NULL ? sv_ss_order_first(order) : 0;
     bool hinted = hint >= 0;
     uint8_t copy[SS_TRIAL_COPY];
-    while (i < ring->n && found < 0 && rc == 0) {
+    unsigned limit = g != NULL ? g->limit : 0;
+    while (i < ring->n && found < 0 && rc == 0 && (limit == 0 || tried < limit)) {
         sv_ss_kdf_derive(&kdf, ring->keys[i], sub);
         rc = tried++ == 0 ? sv_aead_init(a, ring->cipher, sub, false) : sv_aead_rekey(a, sub);
         bool opened = rc == 0 && (n <= sizeof copy ? sv_aead_open_to(a, ct, n, copy)
@@ -262,7 +298,7 @@ static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *sa
     if (rc != 0)
         return rc;
     if (found < 0)
-        return -EBADMSG;
+        return i < ring->n ? -EAGAIN : -EBADMSG;
     if (order != NULL)
         sv_ss_order_touch(order, (size_t)found);
     return found;
@@ -275,7 +311,17 @@ static ssize_t ss_auth(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *repla
     size_t sl = sv_ss_key_len(c->cipher);
     if (n < sl + SS_LEN_CHUNK)
         return 0;
-    int user = ss_trial(ring, &c->guide, p, &c->open, p + sl, 2);
+    int user;
+    if (c->scanned) { /* the scan's answer: that key alone (a wrong one fails, never misnames);
+                         a match moves to the front of the order, as one found here does */
+        sv_ss_guide once = {.hint = c->scan_user, .order = c->guide.order, .limit = 1};
+        user = c->scan_user < 0 ? -EBADMSG : ss_trial(ring, &once, p, &c->open, p + sl, 2);
+        c->guide.trials = 0; /* the scan's lookup was counted; its check is no new one */
+        if (user == -EAGAIN)
+            user = -EBADMSG;
+    } else {
+        user = ss_trial(ring, &c->guide, p, &c->open, p + sl, 2);
+    }
     if (user < 0)
         return user;
     c->user = user;
@@ -353,6 +399,8 @@ ssize_t sv_ss_tcp_feed(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *repla
     size_t off = 0;
     if (c->state == SV_SS_AUTH) {
         ssize_t r = ss_auth(c, ring, replay, p, n);
+        if (r == -EAGAIN)
+            return r; /* a scan elsewhere, then the same bytes again */
         if (r <= 0)
             return r == 0 ? 0 : ss_fail(c, r);
         out->authenticated = true;

@@ -91,8 +91,24 @@ size_t sv_ss_order_next(const sv_ss_order *o, size_t i);
 typedef struct sv_ss_guide {
     int hint;           /**< keyring index to try first, or -1 */
     sv_ss_order *order; /**< borrowed; the matched user moves to its front; may be NULL */
+    unsigned limit;     /**< most keys to try (the first guesses); 0 = every key. A trial cut
+                             by it says -EAGAIN: the caller runs sv_ss_scan() elsewhere (issue
+                             13 "junk": a full scan never runs on a worker's loop) */
     unsigned trials;    /**< out: keys tried by the last trial decryption */
 } sv_ss_guide;
+
+/**
+ * A full trial decryption of one first chunk or datagram, for a scan run off the worker loop
+ * (issue 13): every key of @p ring in index order, until one opens the AEAD of @p in.
+ * Thread-safe: reads @p ring and @p in only (works on a copy, with its own cipher context).
+ * @param in  salt ‖ ciphertext ‖ tag: a TCP connection's salt and length chunk (the bytes of
+ *            SV_FX_SCAN), or a whole UDP datagram
+ * @param n   bytes at @p in (> salt + tag)
+ * @param trials  receives the keys tried (may be NULL)
+ * @return the keyring index of the first key that opens it, -EBADMSG when none does, -EPROTO
+ *         when @p n is too short, -ENOMEM or -EINVAL.
+ */
+int sv_ss_scan(const sv_ss_keyring *ring, const uint8_t *in, size_t n, unsigned *trials);
 
 enum sv_ss_state { SV_SS_AUTH = 0, SV_SS_HEADER, SV_SS_RELAY, SV_SS_FAILED };
 
@@ -106,6 +122,9 @@ typedef struct sv_ss_tcp {
     bool salt_sent;
     uint8_t seal_salt[SV_SS_SALT_MAX];
     uint16_t pending_len;      /**< payload length of a chunk whose length was opened, 0 = none */
+    bool scanned;              /**< a scan's answer came (sv_ss_tcp_scan_result): AUTH tries
+                                    scan_user alone, or fails when it is -1 */
+    int scan_user;
     sv_ss_guide guide;         /**< how AUTH walks the keyring: no hint and index order after
                                     init; the caller may set both before the first feed */
     void (*rng)(uint8_t *buf, size_t n); /**< salt source; NULL = OpenSSL RAND_bytes */
@@ -118,6 +137,14 @@ typedef struct sv_ss_tcp {
 int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher);
 /** Forget the keys. Idempotent. */
 void sv_ss_tcp_deinit(sv_ss_tcp *c);
+
+/**
+ * The answer of the scan that sv_ss_tcp_feed() asked for with -EAGAIN (issue 13): @p user is
+ * the keyring index sv_ss_scan() found, or -1 (none found, or the scan was refused: over the
+ * budget). The next feed, with the same bytes, tries that one key (so a wrong answer costs one
+ * trial and fails the client, never names a wrong user) or fails with -EBADMSG at once.
+ */
+void sv_ss_tcp_scan_result(sv_ss_tcp *c, int user);
 
 /** What one sv_ss_tcp_feed() call produced. */
 typedef struct sv_ss_out {
@@ -137,7 +164,11 @@ typedef struct sv_ss_out {
  *         needs more than SV_SS_SALT_MAX + SV_SS_NEED_MAX buffered);
  *         -EBADMSG: authentication failed (wrong key / probe, or corrupt chunk later);
  *         -EPROTO: bad length (> 0x3FFF) or bad address; -EEXIST: replayed salt.
- *         After an error the core is in SV_SS_FAILED and takes no more input.
+ *         After an error the core is in SV_SS_FAILED and takes no more input. But -EAGAIN:
+ *         c->guide.limit keys did not open the first chunk and the others were not tried;
+ *         nothing consumed, the core still in SV_SS_AUTH: scan the salt and length chunk (the
+ *         first salt + 18 bytes) with sv_ss_scan(), give the answer to
+ *         sv_ss_tcp_scan_result(), and feed the same bytes again.
  */
 ssize_t sv_ss_tcp_feed(sv_ss_tcp *c, const sv_ss_keyring *ring, sv_replay *replay, uint8_t *p,
                        size_t n, sv_ss_out *out);
@@ -194,7 +225,10 @@ ssize_t sv_ss_udp_open_ctx(const sv_ss_keyring *ring, uint8_t *pkt, size_t n, in
                            sv_dest *dest, uint8_t **payload, sv_aead *ctx);
 /**
  * sv_ss_udp_open_ctx() walking the keyring as @p guide says (hint, then its order; NULL = index
- * order), which records the keys tried in guide->trials. Same results and errors.
+ * order), which records the keys tried in guide->trials. Same results and errors, and -EAGAIN
+ * when guide->limit keys did not open it and the others were not tried (the datagram is as it
+ * was: scan it with sv_ss_scan(), then open it again with the answer as the hint and a limit
+ * of 1).
  */
 ssize_t sv_ss_udp_open_guided(const sv_ss_keyring *ring, sv_ss_guide *guide, uint8_t *pkt,
                               size_t n, int *user, sv_dest *dest, uint8_t **payload, sv_aead *ctx);

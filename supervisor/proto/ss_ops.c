@@ -64,11 +64,26 @@ static int ss_init(void *state, const sv_inbound_spec *in)
 
 static void ss_deinit(void *state) { sv_ss_tcp_deinit(state); }
 
-static void ss_set_guide(void *state, int hint, sv_ss_order *order)
+static void ss_set_guide(void *state, int hint, sv_ss_order *order, unsigned limit)
 {
     sv_ss_tcp *c = state;
     c->guide.hint = hint;
     c->guide.order = order;
+    c->guide.limit = limit;
+}
+
+static int ss_scan(const void *creds, const uint8_t *in, size_t n, unsigned *trials)
+{
+    return sv_ss_scan(&((const ss_creds *)creds)->ring, in, n, trials);
+}
+
+static void ss_scan_result(void *state, int user) { sv_ss_tcp_scan_result(state, user); }
+
+/* A scan's answer waits for the next feed (the runtime feeds the kept bytes again at once). */
+static bool ss_more(const void *state)
+{
+    const sv_ss_tcp *c = state;
+    return c->scanned && c->state == SV_SS_AUTH;
 }
 
 /* One sv_ss_tcp_feed() call per chunk until the input needs more bytes or fx is nearly full
@@ -83,6 +98,13 @@ static ssize_t ss_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_
         sv_ss_out out = {0};
         enum sv_ss_state before = c->state;
         ssize_t r = sv_ss_tcp_feed(c, &k->ring, k->replay, p + off, n - off, &out);
+        if (r == -EAGAIN) { /* issue 13: the first guesses missed; a scan off the loop */
+            sv_effect *e = sv_effects_push(fx, SV_FX_SCAN);
+            e->data = p + off;
+            e->len = sv_ss_key_len(c->cipher) + 2 + SV_SS_TAG;
+            e->trials = c->guide.trials;
+            break;
+        }
         if (r < 0) {
             sv_effect *e = sv_effects_push(fx, SV_FX_ERROR);
             e->error = (int)r;
@@ -130,6 +152,9 @@ const sv_proto_ops sv_shadowsocks_ops = {
     .init = ss_init,
     .deinit = ss_deinit,
     .set_guide = ss_set_guide,
+    .scan = ss_scan,
+    .scan_result = ss_scan_result,
+    .more = ss_more,
     .feed = ss_feed,
     .carry_max = SV_SS_SALT_MAX + SV_SS_NEED_MAX,
     .frame = ss_frame,
@@ -137,5 +162,10 @@ const sv_proto_ops sv_shadowsocks_ops = {
 };
 
 const sv_ss_keyring *sv_ss_creds_ring(const void *creds) { return &((const ss_creds *)creds)->ring; }
+
+int sv_ss_creds_scan(const void *creds, const uint8_t *in, size_t n, unsigned *trials)
+{
+    return ss_scan(creds, in, n, trials);
+}
 
 sv_replay *sv_ss_creds_replay(const void *creds) { return ((const ss_creds *)creds)->replay; }

@@ -563,6 +563,7 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
         case SV_FX_FINISH:
             tell_close(st, s, false);
             break;
+        case SV_FX_SCAN:  /* an inner core is given no guide (set_guide), so never asks */
         case SV_FX_ERROR: /* this stream only: no fallback inside HTTP/2 */
             stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
             break;

@@ -16,9 +16,20 @@
 #        127.0.x.y addresses, each a user never matched before, near the end of the list):
 #        the time from its first chunk to the echo's first byte (goal: auth within 5 ms), next
 #        to a returning client's.
+# 3. Junk (issue 13 "junk"), katana with BENCH_SS_JUNK_USERS users (default 20000; 0 skips it),
+#    one established flow through ss-tunnel (the last user) echoing 64 bytes every 10 ms:
+#      - its echo p50/p99/max alone, then under 20 junk connections (50 random bytes) and 50
+#        junk datagrams per second from another address (ssusers.py junk), with katana's CPU
+#        use meanwhile (goal: p99 < 20 ms);
+#      - the pause it sees (its slowest echo, every 1 ms, over the median) while 50 never-seen
+#        clients connect at once (ssusers.py burst; goal: <= 2 ms), and how many of them were
+#        served.
+#    Run it with KATANA_BIN set to an older build for the "before" figures.
 # Each rate is the best of BENCH_SS_ROUNDS runs (the machine may be shared).
 # Environment: BENCH_SS_USERS, BENCH_SS_SECONDS (3 per run), BENCH_SS_ROUNDS (3),
-# BENCH_SS_PROBES (10 never-seen clients), KATANA_BIN, SS_TRIAL (the microbenchmark binary).
+# BENCH_SS_PROBES (10 never-seen clients), BENCH_SS_JUNK_USERS, BENCH_SS_JUNK_SECONDS (10),
+# BENCH_SS_JUNK_TCP (20) and BENCH_SS_JUNK_UDP (50) junk per second (0 and 0: the burst alone),
+# KATANA_BIN, SS_TRIAL (the microbenchmark binary).
 set -euo pipefail
 
 BUILDDIR=${1:-.}
@@ -27,6 +38,10 @@ KATEST=(python3 "$HERE/../integration/katest.py")
 SSU=(python3 "$HERE/ssusers.py")
 KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 SIZES=${BENCH_SS_USERS:-1 1000 10000}
+JUNK_USERS=${BENCH_SS_JUNK_USERS:-20000}
+JUNK_SECS=${BENCH_SS_JUNK_SECONDS:-10}
+JUNK_TCP=${BENCH_SS_JUNK_TCP:-20}   # junk connections per second
+JUNK_UDP=${BENCH_SS_JUNK_UDP:-50}   # junk datagrams per second
 SECS=${BENCH_SS_SECONDS:-3}
 ROUNDS=${BENCH_SS_ROUNDS:-3}
 PROBES=${BENCH_SS_PROBES:-10}
@@ -65,11 +80,12 @@ for _ in $(seq 100); do [ -e "$T/echo.ready" ] && break; sleep 0.05; done
 
 declare -A TCP UDP TCPU UCPU
 NEVER="" RETURNING=""
-for n in $SIZES; do
+# users N: katana's config with N users in $T (the client is the last user); PW their passwords
+users() {
     "${KATEST[@]}" mkconfig --out "$T/katana.json" --port "$SP" --cipher "$CIPHER" \
         --users-file "$T/users.json" --log-level warn >/dev/null
-    # mkconfig wrote an empty users file: fill it (the client is the last user)
-    python3 - "$n" "$T/users.json" "$T/passwords" <<'PY'
+    # mkconfig wrote an empty users file: fill it
+    python3 - "$1" "$T/users.json" "$T/passwords" <<'PY'
 import json, sys, uuid
 n = int(sys.argv[1])
 users = [{"id": i + 1, "uuid": str(uuid.uuid4()), "speed_limit": None, "device_limit": None}
@@ -78,6 +94,9 @@ json.dump({"users": users}, open(sys.argv[2], "w"))
 open(sys.argv[3], "w").write("\n".join(u["uuid"] for u in users) + "\n")
 PY
     mapfile -t PW <"$T/passwords"
+}
+for n in $SIZES; do
+    users "$n"
     LAST=${PW[$((n - 1))]}
     bg "$T/katana-$n.log" "$KATANA" run -c "$T/katana.json"; KP=$BG
     "${KATEST[@]}" wait-port --port "$SP" --timeout 60 >/dev/null
@@ -132,3 +151,42 @@ if [ -n "$NEVER" ]; then
     echo "  never-seen client IP and user: $(stats <<<"$NEVER")   goal: auth within 5 ms"
     echo "  returning client:              $(stats <<<"$RETURNING")"
 fi
+
+[ "$JUNK_USERS" -gt 0 ] || exit 0
+# 3. Junk at JUNK_USERS users against one established flow.
+n=$JUNK_USERS
+users "$n"
+LAST=${PW[$((n - 1))]}
+bg "$T/katana-junk.log" "$KATANA" run -c "$T/katana.json"; KP=$BG
+"${KATEST[@]}" wait-port --port "$SP" --timeout 60 >/dev/null
+bg "$T/tunnel-junk.log" ss-tunnel -s 127.0.0.1 -p "$SP" -b 127.0.0.1 -l "$TP" -k "$LAST" \
+    -m "$CIPHER" -L "127.0.0.1:$ECHO_PORT" -u; TUN=$BG
+"${KATEST[@]}" wait-port --port "$TP" --timeout 10 >/dev/null
+"${SSU[@]}" tcp-rate --port "$TP" --seconds 1 --threads 1 >/dev/null   # the client's first login
+read -r q50 q99 qmax qn <<<"$("${SSU[@]}" echo-lat --port "$TP" --seconds 5)"
+bg "$T/junk.out" "${SSU[@]}" junk --port "$SP" --seconds "$((JUNK_SECS + 1))" \
+    --tcp-rate "$JUNK_TCP" --udp-rate "$JUNK_UDP"; JK=$BG
+sleep 1
+c0=$(cpu_ticks "$KP"); w0=$(date +%s.%N)
+read -r j50 j99 jmax jn <<<"$("${SSU[@]}" echo-lat --port "$TP" --seconds "$JUNK_SECS")"
+c1=$(cpu_ticks "$KP"); w1=$(date +%s.%N)
+wait "$JK" 2>/dev/null || true
+JCPU=$(awk -v t=$((c1 - c0)) -v k="$TCK" -v a="$w0" -v b="$w1" 'BEGIN { printf "%.0f", t / k / (b - a) * 100 }')
+sleep 3   # the junk's scans and drains settle
+probes=()
+for ((k = 0; k < 50 && k < n - 1; k++)); do probes+=(--password "${PW[$((n - 2 - k))]}"); done
+bg "$T/lat.out" "${SSU[@]}" echo-lat --port "$TP" --seconds 4 --interval-ms 1 --series "$T/series"; LAT=$BG
+sleep 1
+read -r bok bfail bslow <<<"$("${SSU[@]}" burst --port "$SP" --echo-port "$ECHO_PORT" --src 127.0.6.1 "${probes[@]}")"
+wait "$LAT" 2>/dev/null || true
+read -r b50 b99 bmax bn <"$T/lat.out"
+stop "$TUN"
+stop "$KP"
+echo "junk at $n users (one established flow echoing 64 bytes every 10 ms):"
+echo "  alone:                   echo p50 $q50 ms, p99 $q99 ms, max $qmax ms ($qn echoes)"
+echo "  $JUNK_TCP junk conn/s + $JUNK_UDP junk datagrams/s: echo p50 $j50 ms, p99 $j99 ms, max $jmax ms ($jn echoes), katana CPU ${JCPU}% of a core   goal: p99 < 20 ms"
+# the flow's slowest echo in the second before the burst (the host's own jitter) and after it
+pre=$(awk '$1 < 1000 && $2 > m { m = $2 } END { printf "%.2f", m }' "$T/series")
+echo "  50 never-seen clients at once: the flow (every 1 ms) p50 $b50 ms, max $bmax ms: pause $(awk -v a="$bmax" -v b="$b50" 'BEGIN { printf "%.2f", a - b }') ms   goal: <= 2 ms"
+echo "    (its slowest echo in the second before the burst: $pre ms, the host's own jitter)"
+echo "    never-seen clients served: $bok of 50 (slowest $bslow ms), $bfail refused or timed out"

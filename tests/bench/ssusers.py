@@ -14,6 +14,18 @@
       server --echo-port: the time from sending the first chunk to the echo's first byte, ms,
       one line per connection ("timeout" after 10 s). --repeat R connects R times per password
       (returning clients).
+  echo-lat --port P --seconds S [--interval-ms I]
+      One established connection through a port forward (ss-tunnel): every I ms (default 10) a
+      64-byte message, timed until its echo is back (30 s at most: the flow then ends there).
+      Prints "<p50> <p99> <max> <count>" in ms;
+      with --series FILE also "<t_since_start_ms> <rtt_ms>" per message into FILE.
+  junk --port P --seconds S [--tcp-rate R] [--udp-rate U] [--src 127.0.N.M]
+      Junk at the server 127.0.0.1:P from --src: R connections per second that send 50 random
+      bytes (kept open until the end: the server drains them) and U random datagrams (60 to
+      200 bytes) per second. Prints "<connections> <datagrams>".
+  burst --port P --echo-port E --src 127.0.N.M --password PW [--password PW ...]
+      Every password at once (one thread each, each from its own next address: never-seen
+      clients), our own client as first-echo; prints "<ok> <failed> <slowest ms>".
 
 Loopback only; every socket has a timeout.
 """
@@ -159,6 +171,113 @@ def first_echo(a):
                 s.close()
 
 
+def echo_lat(a):
+    s = socket.create_connection(("127.0.0.1", a.port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.settimeout(30)  # a stalled server shows as a long echo, not as an error
+    msg = b"x" * 64
+    rtts, series = [], []
+    t_start = time.monotonic()
+    stop = t_start + a.seconds
+    nxt = t_start
+    while time.monotonic() < stop:
+        t0 = time.perf_counter()
+        try:
+            s.sendall(msg)
+            got = 0
+            while got < len(msg):
+                d = s.recv(len(msg) - got)
+                if not d:
+                    raise OSError("closed")
+                got += len(d)
+        except OSError as e:
+            sys.stderr.write("ssusers: the established flow failed: %s\n" % e)
+            rtts.append((time.perf_counter() - t0) * 1000)
+            break
+        rtt = (time.perf_counter() - t0) * 1000
+        rtts.append(rtt)
+        series.append(((time.monotonic() - t_start) * 1000, rtt))
+        nxt += a.interval_ms / 1000
+        pause = nxt - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+    s.close()
+    rtts.sort()
+    pick = lambda q: rtts[min(len(rtts) - 1, int(q * len(rtts)))]
+    if a.series:
+        with open(a.series, "w") as f:
+            for t, r in series:
+                f.write("%.1f %.3f\n" % (t, r))
+    print("%.2f %.2f %.2f %d" % (pick(0.5), pick(0.99), rtts[-1], len(rtts)))
+
+
+def junk(a):
+    src = loopback(a.src)
+    held, conns, dgrams = [], 0, 0
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.bind((src, 0))
+    t0 = time.monotonic()
+    stop = t0 + a.seconds
+    while True:
+        now = time.monotonic()
+        if now >= stop:
+            break
+        while conns < (now - t0) * a.tcp_rate:
+            try:
+                c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                c.settimeout(2)
+                c.bind((src, 0))
+                c.connect(("127.0.0.1", a.port))
+                c.sendall(os.urandom(50))
+                held.append(c)
+            except OSError:
+                pass
+            conns += 1
+        while dgrams < (now - t0) * a.udp_rate:
+            u.sendto(os.urandom(60 + dgrams % 141), ("127.0.0.1", a.port))
+            dgrams += 1
+        time.sleep(0.005)
+    for c in held:
+        c.close()
+    print("%d %d" % (conns, dgrams))
+
+
+def burst(a):
+    src = [int(x) for x in loopback(a.src).split(".")]
+    res = [None] * len(a.password)
+    go = threading.Event()
+
+    def one(i, pw):
+        ip = "127.%d.%d.%d" % (src[1], src[2], src[3] + i)
+        key = master_key(pw)
+        try:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.bind((ip, 0))
+            s.connect(("127.0.0.1", a.port))
+            salt = os.urandom(32)
+            up = Aead(key, salt)
+            hdr = b"\x01\x7f\x00\x00\x01" + struct.pack(">H", a.echo_port) + b"ping"
+            wire = salt + up.seal(struct.pack(">H", len(hdr))) + up.seal(hdr)
+            go.wait()
+            t0 = time.perf_counter()
+            s.sendall(wire)
+            recv_n(s, 32)
+            res[i] = (time.perf_counter() - t0) * 1000
+            s.close()
+        except OSError:
+            res[i] = None
+    ts = [threading.Thread(target=one, args=(i, pw)) for i, pw in enumerate(a.password)]
+    for t in ts:
+        t.start()
+    time.sleep(0.5)  # every connection open: then all first chunks at once
+    go.set()
+    for t in ts:
+        t.join()
+    ok = [r for r in res if r is not None]
+    print("%d %d %.1f" % (len(ok), len(res) - len(ok), max(ok) if ok else -1))
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -177,8 +296,25 @@ def main():
     c.add_argument("--src", default="127.0.0.1")
     c.add_argument("--fresh", action="store_true", help="each password from the next address")
     c.add_argument("--repeat", type=int, default=1)
+    c = sub.add_parser("echo-lat")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--seconds", type=float, default=5)
+    c.add_argument("--interval-ms", type=float, default=10)
+    c.add_argument("--series")
+    c = sub.add_parser("junk")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--seconds", type=float, default=5)
+    c.add_argument("--tcp-rate", type=float, default=20)
+    c.add_argument("--udp-rate", type=float, default=50)
+    c.add_argument("--src", default="127.0.5.1")
+    c = sub.add_parser("burst")
+    c.add_argument("--port", type=int, required=True)
+    c.add_argument("--echo-port", type=int, required=True)
+    c.add_argument("--password", action="append", required=True)
+    c.add_argument("--src", default="127.0.6.1")
     a = p.parse_args()
-    {"tcp-rate": tcp_rate, "udp-rate": udp_rate, "first-echo": first_echo}[a.cmd](a)
+    {"tcp-rate": tcp_rate, "udp-rate": udp_rate, "first-echo": first_echo, "echo-lat": echo_lat,
+     "junk": junk, "burst": burst}[a.cmd](a)
 
 
 if __name__ == "__main__":

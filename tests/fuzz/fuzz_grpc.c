@@ -71,6 +71,9 @@ static void apply(void *core, void *creds, trace *t, const sv_effects *fx, size_
             break;
         case SV_FX_FINISH:
             break;
+        case SV_FX_SCAN: /* only a core given a guide asks for a scan */
+            FUZZ_CHECK(false);
+            break;
         case SV_FX_ERROR:
             FUZZ_CHECK(i == fx->n - 1);
             if (e->policy == SV_PROBE_FALLBACK) {

@@ -147,6 +147,53 @@ static void ss_ops__unknown_key__error_with_drain(void **state)
     ops->creds_free(creds);
 }
 
+/* Issue 13 "junk": past the guide's limit the core asks for a scan (SV_FX_SCAN, the salt and
+ * length chunk, nothing consumed); the runtime's answer comes back through scan_result, more()
+ * says to feed again, and the same bytes then authenticate, or fail with DRAIN (no user, or
+ * the scan refused over its budget). */
+static void ss_ops__limit__scan_effect_then_answer(void **state)
+{
+    (void)state;
+    void *creds = NULL;
+    assert_int_equal(ops->creds_new(&k_in, &k_set, &creds, NULL), 0);
+    uint8_t wire[512];
+    size_t n = client_wire(creds, 1, (const uint8_t *)"hello", 5, wire, sizeof wire);
+    for (int answer = 1; answer >= -1; answer -= 2) {
+        uint8_t st[sizeof(sv_ss_tcp)] __attribute__((aligned(16))) = {0};
+        uint8_t buf[512];
+        memcpy(buf, wire, n);
+        assert_int_equal(ops->init(st, &k_in), 0);
+        ops->set_guide(st, -1, NULL, 1);
+        sv_effects fx;
+        assert_int_equal(ops->feed(st, creds, buf, n, &fx), 0);
+        assert_int_equal(fx.n, 1);
+        assert_int_equal(fx.v[0].kind, SV_FX_SCAN);
+        assert_ptr_equal(fx.v[0].data, buf);
+        assert_int_equal(fx.v[0].len, 32 + 2 + 16);
+        assert_int_equal(fx.v[0].trials, 1);
+        assert_false(ops->more(st));
+        unsigned t = 0;
+        assert_int_equal(ops->scan(creds, fx.v[0].data, fx.v[0].len, &t), 1);
+        assert_int_equal(t, 2);
+        ops->scan_result(st, answer);
+        assert_true(ops->more(st));
+        ssize_t r = ops->feed(st, creds, buf, n, &fx);
+        if (answer == 1) {
+            assert_int_equal(r, (ssize_t)n);
+            assert_int_equal(fx.v[0].kind, SV_FX_AUTHENTICATED);
+            assert_int_equal(fx.v[0].principal, 1);
+            assert_int_equal(fx.v[1].kind, SV_FX_OPEN);
+        } else {
+            assert_int_equal(r, -EBADMSG);
+            assert_int_equal(fx.v[0].kind, SV_FX_ERROR);
+            assert_int_equal(fx.v[0].policy, SV_PROBE_DRAIN);
+        }
+        assert_false(ops->more(st));
+        ops->deinit(st);
+    }
+    ops->creds_free(creds);
+}
+
 static void ss_ops__corrupt_chunk_while_relaying__error_with_close(void **state)
 {
     (void)state;
@@ -246,6 +293,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ss_ops__whole_and_byte_at_a_time__same_effects),
         cmocka_unit_test(ss_ops__unknown_key__error_with_drain),
+        cmocka_unit_test(ss_ops__limit__scan_effect_then_answer),
         cmocka_unit_test(ss_ops__corrupt_chunk_while_relaying__error_with_close),
         cmocka_unit_test(ss_ops__declared_bounds__fit_the_runtime),
         cmocka_unit_test(ss_ops__md5_unavailable__creds_refused_with_reason),

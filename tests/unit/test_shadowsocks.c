@@ -1262,6 +1262,101 @@ static void guide__udp__hint_and_order(void **state)
     sv_ss_keyring_deinit(&ring);
 }
 
+/* Issue 13 "junk": past guide.limit keys the core asks for a scan (-EAGAIN, nothing consumed,
+ * still in AUTH); sv_ss_scan() finds the user; the answer is checked by one trial, so a wrong
+ * answer fails the client and never names another user. */
+static void guide__limit__scan_elsewhere_then_one_trial(void **state)
+{
+    (void)state;
+    static const uint8_t addr[] = {1, 127, 0, 0, 1, 0, 80};
+    sv_ss_keyring ring;
+    many_ring(&ring, SV_SS_AES_256_GCM);
+    size_t sl = sv_ss_key_len(ring.cipher);
+    int answers[] = {37, 5, -1, 99}; /* right, wrong, none, out of range */
+    for (int k = 0; k < 4; k++) {
+        client cl;
+        memset(g_salt, 0x21 + k, sizeof g_salt);
+        cl_start(&cl, ring.cipher, "u37", g_salt);
+        cl_chunk(&cl, addr, sizeof addr);
+        uint8_t before[512];
+        assert_true(cl.len <= sizeof before);
+        memcpy(before, cl.w, cl.len);
+        sv_ss_tcp c = {0};
+        assert_int_equal(sv_ss_tcp_init(&c, ring.cipher), 0);
+        c.guide.limit = 8;
+        sv_ss_out out;
+        assert_int_equal(sv_ss_tcp_feed(&c, &ring, NULL, cl.w, cl.len, &out), -EAGAIN);
+        assert_int_equal(c.guide.trials, 8);
+        assert_int_equal(c.state, SV_SS_AUTH);
+        assert_memory_equal(cl.w, before, cl.len); /* nothing consumed or changed */
+        unsigned t = 0;
+        assert_int_equal(sv_ss_scan(&ring, cl.w, sl + 2 + SV_SS_TAG, &t), 37);
+        assert_int_equal(t, 38);
+        assert_memory_equal(cl.w, before, cl.len); /* the scan works on a copy */
+        sv_ss_tcp_scan_result(&c, answers[k]);
+        ssize_t r = sv_ss_tcp_feed(&c, &ring, NULL, cl.w, cl.len, &out);
+        if (answers[k] == 37) {
+            assert_int_equal(r, (ssize_t)cl.len);
+            assert_true(out.authenticated && out.open);
+            assert_int_equal(c.user, 37);
+        } else {
+            assert_int_equal(r, -EBADMSG);
+            assert_int_equal(c.state, SV_SS_FAILED);
+            assert_int_equal(c.user, -1);
+        }
+        sv_ss_tcp_deinit(&c);
+        cl_free(&cl);
+    }
+    /* a limit the walk does not reach changes nothing; no key at all: -EBADMSG, not -EAGAIN */
+    unsigned t = 0;
+    uint8_t junk[50];
+    memset(junk, 0x5a, sizeof junk);
+    assert_int_equal(sv_ss_scan(&ring, junk, sizeof junk, &t), -EBADMSG);
+    assert_int_equal(t, MANY);
+    assert_int_equal(sv_ss_scan(&ring, junk, sl + SV_SS_TAG - 1, &t), -EPROTO);
+    sv_ss_keyring_deinit(&ring);
+}
+
+/* UDP: the same seam, the datagram as it was after -EAGAIN. */
+static void guide__udp_limit__scan_then_hint(void **state)
+{
+    (void)state;
+    sv_ss_keyring ring;
+    many_ring(&ring, SV_SS_AES_128_GCM);
+    uint8_t master[SV_SS_KEY_MAX], pkt[256], before[256];
+    sv_dest to, d;
+    assert_true(sv_dest_parse((const uint8_t *)"\x01\x7f\x00\x00\x01\x00\x35", 7, &to) == 7);
+    assert_int_equal(sv_ss_password_to_key(ring.cipher, "u30", master), 0);
+    memset(g_salt, 0x77, sizeof g_salt);
+    ssize_t n = sv_ss_udp_seal(ring.cipher, master, &to, (const uint8_t *)"ping", 4, pkt,
+                               sizeof pkt, fixed_rng);
+    assert_true(n > 0);
+    memcpy(before, pkt, (size_t)n);
+    sv_aead ctx = {0};
+    int user = -1;
+    uint8_t *payload = NULL;
+    sv_ss_guide g = {.hint = 3, .limit = 10};
+    assert_int_equal(sv_ss_udp_open_guided(&ring, &g, pkt, (size_t)n, &user, &d, &payload, &ctx),
+                     -EAGAIN);
+    assert_int_equal(g.trials, 10);
+    assert_memory_equal(pkt, before, (size_t)n);
+    unsigned t = 0;
+    assert_int_equal(sv_ss_scan(&ring, pkt, (size_t)n, &t), 30);
+    sv_ss_guide once = {.hint = 4, .limit = 1}; /* a wrong answer: refused, no scan */
+    assert_int_equal(sv_ss_udp_open_guided(&ring, &once, pkt, (size_t)n, &user, &d, &payload,
+                                           &ctx),
+                     -EAGAIN);
+    assert_int_equal(once.trials, 1);
+    once = (sv_ss_guide){.hint = 30, .limit = 1};
+    assert_int_equal(sv_ss_udp_open_guided(&ring, &once, pkt, (size_t)n, &user, &d, &payload,
+                                           &ctx),
+                     4);
+    assert_int_equal(user, 30);
+    assert_memory_equal(payload, "ping", 4);
+    sv_aead_deinit(&ctx);
+    sv_ss_keyring_deinit(&ring);
+}
+
 static void udp__seal_in_place_and_small_buffer(void **state)
 {
     (void)state;
@@ -1432,6 +1527,8 @@ int main(void)
         cmocka_unit_test(guide__hint__one_trial_and_never_a_wrong_user),
         cmocka_unit_test(guide__order__returning_user_first),
         cmocka_unit_test(guide__udp__hint_and_order),
+        cmocka_unit_test(guide__limit__scan_elsewhere_then_one_trial),
+        cmocka_unit_test(guide__udp_limit__scan_then_hint),
     };
     return cmocka_run_group_tests(tests, load_vectors, free_vectors);
 }
