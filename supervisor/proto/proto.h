@@ -189,7 +189,8 @@ typedef struct sv_proto_ops {
      * Optional: the SV_DIRECT_* bits the core wants from the transport chain under it now (XTLS
      * Vision: watch from the request on, raw in after the client's command 2 frame, raw out
      * after ours). The runtime asks after every feed() and frame() and passes new bits to
-     * sv_chain_direct(); a chain that cannot ends the connection. Bits once set stay set.
+     * sv_chain_direct(); a chain that cannot ends the connection. IN and OUT stay once set;
+     * WATCH holds while the client may still switch.
      */
     unsigned (*direct)(const void *state);
 } sv_proto_ops;

@@ -84,8 +84,8 @@ typedef struct sv_layer_ops {
     void (*out_consume)(void *state, size_t n);
     /** @return the SV_LAYER_* bits that hold now. */
     unsigned (*status)(const void *state);
-    /** Optional: switch directions to raw (SV_LAYER_WATCH / RAW_IN / RAW_OUT bits; a bit once
-     *  set stays; idempotent). @return 0, or a negative errno (e.g. -ENOTCONN before the
+    /** Optional: switch directions to raw (SV_LAYER_WATCH / RAW_IN / RAW_OUT bits: WATCH holds
+     *  while given, RAW_IN and RAW_OUT stay once given; idempotent). @return 0, or a negative errno (e.g. -ENOTCONN before the
      *  handshake): the connection ends. NULL: the layer cannot (sv_chain_direct fails). */
     int (*direct)(void *state, unsigned bits);
 } sv_layer_ops;

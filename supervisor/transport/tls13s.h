@@ -136,9 +136,9 @@ void sv_tls13s_out_consume(sv_tls13s *s, size_t n);
 unsigned sv_tls13s_status(const sv_tls13s *s);
 
 /**
- * XTLS Vision's switch to direct copy (PROTOCOLS-2.md §2.6), enum sv_layer_direct bits, each
- * kept once set: SV_LAYER_WATCH makes unwrap return after each application-data record (status
- * SV_LAYER_RECORDS until RAW_IN); SV_LAYER_RAW_IN makes every later input byte plaintext as it
+ * XTLS Vision's switch to direct copy (PROTOCOLS-2.md §2.6), enum sv_layer_direct bits (RAW_IN
+ * and RAW_OUT kept once given, WATCH while given): SV_LAYER_WATCH makes unwrap return after each
+ * application-data record (status SV_LAYER_RECORDS until RAW_IN); SV_LAYER_RAW_IN makes every later input byte plaintext as it
  * is (any plaintext or record bytes already held go first); SV_LAYER_RAW_OUT makes wrap queue
  * bytes unsealed after the records already pending, and shutdown send nothing (no outer record
  * ever again, not even close_notify or an alert). No record is decrypted past the switch point
