@@ -282,8 +282,9 @@ bool api_log_budget_take(api_log_budget *b, uint64_t now_ms, uint64_t *suppresse
 uint64_t api_log_budget_flush(api_log_budget *b, uint64_t now_ms);
 
 /**
- * Format wall-clock milliseconds as RFC 3339 UTC with milliseconds ("2024-05-01T12:00:00.123Z").
- * @param buf  at least 32 bytes
+ * Format wall-clock milliseconds as RFC 3339 UTC with milliseconds ("2024-05-01T12:00:00.123Z");
+ * times after 9999-12-31T23:59:59.999Z are written as that.
+ * @param buf  at least 25 bytes (a shorter @p cap truncates, NUL-terminated)
  */
 void api_time_rfc3339(uint64_t ms, char *buf, size_t cap);
 

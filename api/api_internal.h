@@ -79,9 +79,40 @@ typedef struct api_reply {
 int api_reply_error(api_reply *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/**
+ * A JSON text written directly (json.c), for the bodies that grow with the live flows (issue 13:
+ * GET /v1/connections at 10 000 flows, where building jansson values per flow cost 10 times the
+ * goal). Start zeroed; appends grow the buffer; after an allocation failure every append is a
+ * no-op and @c oom stays set.
+ */
+typedef struct api_jw {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} api_jw;
+
+/** Append @p n bytes of JSON text as they are. */
+void api_jw_raw(api_jw *w, const char *text, size_t n);
+
+/**
+ * Append a flow object: id, session, node, inbound, user ({uid, label} or null), source,
+ * destination, sniffed_host (or null), network, outbound, rule (or null), epoch, start (RFC 3339
+ * or null), up, down (README "Operate a node"). Strings are escaped (RFC 8259 §7); bytes that are
+ * not well-formed UTF-8 become U+FFFD; integers above INT64_MAX are clamped.
+ */
+void api_jw_flow(api_jw *w, const sv_flow_info *f);
+
+/** Append a session object: id, node, inbound, source, user (id or null), network, start, up,
+ * down (same rules as api_jw_flow()). */
+void api_jw_session(api_jw *w, const sv_session_info *s);
+
+/**
+ * Finish: @return the NUL-terminated text (the caller frees it) and its length in @p len, or
+ * NULL (the writer ran out of memory; the buffer is freed). The writer is zeroed either way.
+ */
+char *api_jw_take(api_jw *w, size_t *len);
+
 /* json.c: every builder returns a new reference or NULL on allocation failure. */
-json_t *api_json_flow(const sv_flow_info *f);
-json_t *api_json_session(const sv_session_info *s);
 json_t *api_json_stats(const sv_stats *st);
 json_t *api_json_node(const api_node_status *n, long sessions, long flows);
 json_t *api_json_time(uint64_t ms); /* RFC 3339 string, or null for 0 */

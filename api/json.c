@@ -5,6 +5,8 @@
  */
 #include <config.h>
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api_internal.h"
@@ -23,32 +25,225 @@ json_t *api_json_time(uint64_t ms)
     return json_string(buf);
 }
 
-json_t *api_json_flow(const sv_flow_info *f)
+/* ------------------------------------------------------------------------------------------ */
+/* Direct writer for flows and sessions                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Room for @p n more bytes; on failure the writer is spent (oom, every later write a no-op). */
+static bool jw_room(api_jw *w, size_t n)
 {
-    json_t *user = json_null();
-    if (f->has_user)
-        user = json_pack("{s:o, s:s}", "uid", u64(f->user), "label", f->user_label);
-    /* katana lowers each node to one inbound tagged with the node's tag (agent/lower.h) */
-    return json_pack("{s:o, s:o, s:s, s:s, s:o, s:s, s:s, s:o, s:s, s:s, s:o, s:o, s:o, s:o, "
-                     "s:o}",
-                     "id", u64(f->id), "session", u64(f->session), "node", f->inbound,
-                     "inbound", f->inbound, "user", user, "source", f->source,
-                     "destination", f->destination, "sniffed_host",
-                     f->sniffed[0] ? json_string(f->sniffed) : json_null(),
-                     "network", f->network == SV_NET_UDP ? "udp" : "tcp",
-                     "outbound", f->outbound,
-                     "rule", f->rule < 0 ? json_null() : json_integer(f->rule),
-                     "epoch", u64(f->epoch), "start", api_json_time(f->started_ms),
-                     "up", u64(f->up), "down", u64(f->down));
+    if (w->oom)
+        return false;
+    if (w->cap - w->len >= n)
+        return true;
+    size_t cap = w->cap ? w->cap : 4096;
+    while (cap - w->len < n) {
+        if (cap > SIZE_MAX / 2)
+            goto fail;
+        cap *= 2;
+    }
+    char *p = realloc(w->buf, cap);
+    if (p == NULL)
+        goto fail;
+    w->buf = p;
+    w->cap = cap;
+    return true;
+fail:
+    w->oom = true;
+    return false;
 }
 
-json_t *api_json_session(const sv_session_info *s)
+void api_jw_raw(api_jw *w, const char *text, size_t n)
 {
-    return json_pack("{s:o, s:s, s:s, s:s, s:o, s:s, s:o, s:o, s:o}",
-                     "id", u64(s->id), "node", s->inbound, "inbound", s->inbound,
-                     "source", s->source, "user", s->has_user ? u64(s->user) : json_null(),
-                     "network", s->udp ? "udp" : "tcp", "start", api_json_time(s->started_ms),
-                     "up", u64(s->up), "down", u64(s->down));
+    if (jw_room(w, n)) {
+        memcpy(w->buf + w->len, text, n);
+        w->len += n;
+    }
+}
+
+static void jw_lit(api_jw *w, const char *text)
+{
+    api_jw_raw(w, text, strlen(text));
+}
+
+/* Length of the well-formed UTF-8 sequence at @p p (RFC 3629 §4), 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *p, size_t n)
+{
+    unsigned char c = p[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xbf; /* bounds of the second byte */
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        lo = c == 0xe0 ? 0xa0 : 0x80;
+        hi = c == 0xed ? 0x9f : 0xbf;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        lo = c == 0xf0 ? 0x90 : 0x80;
+        hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else
+        return 0;
+    if (n < len || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+/* A JSON string (RFC 8259 §7): '"' and '\\' and control characters escaped, well-formed UTF-8
+ * copied, any other byte written as U+FFFD (what a client sent need not be UTF-8). */
+static void jw_str(api_jw *w, const char *text)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t n = strlen(text), run = 0;
+    api_jw_raw(w, "\"", 1);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+            i++, run++;
+            continue;
+        }
+        api_jw_raw(w, (const char *)p + i - run, run);
+        run = 0;
+        size_t seq = c >= 0x80 ? utf8_seq(p + i, n - i) : 0;
+        if (seq > 0) {
+            api_jw_raw(w, (const char *)p + i, seq);
+            i += seq;
+            continue;
+        }
+        char esc[8];
+        if (c == '"' || c == '\\')
+            esc[0] = '\\', esc[1] = (char)c, esc[2] = '\0';
+        else if (c == '\n')
+            memcpy(esc, "\\n", 3);
+        else if (c == '\r')
+            memcpy(esc, "\\r", 3);
+        else if (c == '\t')
+            memcpy(esc, "\\t", 3);
+        else if (c < 0x20)
+            snprintf(esc, sizeof esc, "\\u%04X", c);
+        else
+            memcpy(esc, "\\uFFFD", 7);
+        jw_lit(w, esc);
+        i++;
+    }
+    api_jw_raw(w, (const char *)p + n - run, run);
+    api_jw_raw(w, "\"", 1);
+}
+
+/* A byte count as a JSON integer, clamped at INT64_MAX like the jansson builders. */
+static void jw_u64(api_jw *w, uint64_t v)
+{
+    char num[24];
+    size_t at = sizeof num;
+    if (v > (uint64_t)INT64_MAX)
+        v = (uint64_t)INT64_MAX;
+    do
+        num[--at] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    api_jw_raw(w, num + at, sizeof num - at);
+}
+
+static void jw_time(api_jw *w, uint64_t ms)
+{
+    char buf[40];
+    if (ms == 0) {
+        jw_lit(w, "null");
+        return;
+    }
+    api_time_rfc3339(ms, buf, sizeof buf);
+    jw_str(w, buf);
+}
+
+void api_jw_flow(api_jw *w, const sv_flow_info *f)
+{
+    jw_lit(w, "{\"id\":");
+    jw_u64(w, f->id);
+    jw_lit(w, ",\"session\":");
+    jw_u64(w, f->session);
+    /* katana lowers each node to one inbound tagged with the node's tag (agent/lower.h) */
+    jw_lit(w, ",\"node\":");
+    jw_str(w, f->inbound);
+    jw_lit(w, ",\"inbound\":");
+    jw_str(w, f->inbound);
+    jw_lit(w, ",\"user\":");
+    if (f->has_user) {
+        jw_lit(w, "{\"uid\":");
+        jw_u64(w, f->user);
+        jw_lit(w, ",\"label\":");
+        jw_str(w, f->user_label);
+        jw_lit(w, "}");
+    } else {
+        jw_lit(w, "null");
+    }
+    jw_lit(w, ",\"source\":");
+    jw_str(w, f->source);
+    jw_lit(w, ",\"destination\":");
+    jw_str(w, f->destination);
+    jw_lit(w, ",\"sniffed_host\":");
+    if (f->sniffed[0])
+        jw_str(w, f->sniffed);
+    else
+        jw_lit(w, "null");
+    jw_lit(w, f->network == SV_NET_UDP ? ",\"network\":\"udp\"" : ",\"network\":\"tcp\"");
+    jw_lit(w, ",\"outbound\":");
+    jw_str(w, f->outbound);
+    jw_lit(w, ",\"rule\":");
+    if (f->rule < 0)
+        jw_lit(w, "null");
+    else
+        jw_u64(w, (uint64_t)f->rule);
+    jw_lit(w, ",\"epoch\":");
+    jw_u64(w, f->epoch);
+    jw_lit(w, ",\"start\":");
+    jw_time(w, f->started_ms);
+    jw_lit(w, ",\"up\":");
+    jw_u64(w, f->up);
+    jw_lit(w, ",\"down\":");
+    jw_u64(w, f->down);
+    jw_lit(w, "}");
+}
+
+void api_jw_session(api_jw *w, const sv_session_info *s)
+{
+    jw_lit(w, "{\"id\":");
+    jw_u64(w, s->id);
+    jw_lit(w, ",\"node\":");
+    jw_str(w, s->inbound);
+    jw_lit(w, ",\"inbound\":");
+    jw_str(w, s->inbound);
+    jw_lit(w, ",\"source\":");
+    jw_str(w, s->source);
+    jw_lit(w, ",\"user\":");
+    if (s->has_user)
+        jw_u64(w, s->user);
+    else
+        jw_lit(w, "null");
+    jw_lit(w, s->udp ? ",\"network\":\"udp\"" : ",\"network\":\"tcp\"");
+    jw_lit(w, ",\"start\":");
+    jw_time(w, s->started_ms);
+    jw_lit(w, ",\"up\":");
+    jw_u64(w, s->up);
+    jw_lit(w, ",\"down\":");
+    jw_u64(w, s->down);
+    jw_lit(w, "}");
+}
+
+char *api_jw_take(api_jw *w, size_t *len)
+{
+    char *out = NULL;
+    *len = 0;
+    if (jw_room(w, 1)) {
+        w->buf[w->len] = '\0';
+        out = w->buf;
+        *len = w->len;
+    } else {
+        free(w->buf);
+    }
+    memset(w, 0, sizeof *w);
+    return out;
 }
 
 static json_t *tag_stats(const sv_tag_stats *t, const char *key)

@@ -7,9 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/api.h"
 #include "supervisor/util/digits.h"
@@ -237,14 +235,44 @@ bool api_auth_ok(const char *header, const char *token)
     return diff == 0;
 }
 
+/* @p n as @p width decimal digits at @p p (leading zeros). */
+static void put_digits(char *p, unsigned n, int width)
+{
+    for (int i = width - 1; i >= 0; i--, n /= 10)
+        p[i] = (char)('0' + n % 10);
+}
+
+/* Plain arithmetic rather than gmtime_r + snprintf: GET /v1/connections formats one time per
+ * flow, and libc's time zone lock and format parsing were a fifth of it (issue 13). Days to a
+ * proleptic Gregorian date through 400-year eras of 146 097 days, years starting on 1 March so
+ * that the leap day ends the year. */
 void api_time_rfc3339(uint64_t ms, char *buf, size_t cap)
 {
-    time_t secs = (time_t)(ms / 1000);
-    struct tm tm;
-    if (gmtime_r(&secs, &tm) == NULL) {
-        snprintf(buf, cap, "1970-01-01T00:00:00.000Z");
-        return;
+    static const uint64_t max_ms = 253402300799999ull; /* 9999-12-31T23:59:59.999Z */
+    char out[25] = "0000-00-00T00:00:00.000Z";
+    if (ms > max_ms)
+        ms = max_ms;
+    uint64_t secs = ms / 1000, days = secs / 86400;
+    unsigned sod = (unsigned)(secs % 86400);
+    uint64_t z = days + 719468; /* days since 0000-03-01 */
+    uint64_t era = z / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);                           /* [0, 146096] */
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;  /* [0, 399] */
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);                /* [0, 365] */
+    unsigned mp = (5 * doy + 2) / 153;                                     /* March = 0 */
+    unsigned day = doy - (153 * mp + 2) / 5 + 1;
+    unsigned month = mp < 10 ? mp + 3 : mp - 9;
+    unsigned year = (unsigned)(era * 400) + yoe + (month <= 2);
+    put_digits(out, year, 4);
+    put_digits(out + 5, month, 2);
+    put_digits(out + 8, day, 2);
+    put_digits(out + 11, sod / 3600, 2);
+    put_digits(out + 14, sod / 60 % 60, 2);
+    put_digits(out + 17, sod % 60, 2);
+    put_digits(out + 20, (unsigned)(ms % 1000), 3);
+    if (cap > 0) {
+        size_t n = cap - 1 < sizeof out - 1 ? cap - 1 : sizeof out - 1;
+        memcpy(buf, out, n);
+        buf[n] = '\0';
     }
-    snprintf(buf, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (unsigned)(ms % 1000));
 }

@@ -116,6 +116,8 @@ static bool session_selected(const selection *s, const sv_session_info *x)
 /* /v1/connections, /v1/sessions                                                                */
 /* ------------------------------------------------------------------------------------------ */
 
+/* The body is written directly (api_jw): at 10 000 flows a jansson value per flow cost about
+ * ten times issue 13's goal of 50 ms. */
 static void connections_get(api_server *s, const api_uri *uri, api_reply *r)
 {
     static const char *const keys[] = {"node", "user", "inbound", "outbound", NULL};
@@ -125,23 +127,40 @@ static void connections_get(api_server *s, const api_uri *uri, api_reply *r)
     if (selection_parse(uri, keys, &sel, r) != 0)
         return;
     long nf = sv_flows(s->sv, &flows), ns = sv_sessions(s->sv, &sessions);
-    json_t *jf = json_array(), *js = json_array();
-    for (long i = 0; nf > 0 && jf != NULL && i < nf; i++)
-        if (flow_selected(&sel, &flows[i]) && json_array_append_new(jf, api_json_flow(&flows[i])))
-            json_decref(jf), jf = NULL;
-    for (long i = 0; ns > 0 && js != NULL && i < ns; i++)
-        if (session_selected(&sel, &sessions[i]) &&
-            json_array_append_new(js, api_json_session(&sessions[i])))
-            json_decref(js), js = NULL;
+    api_jw w = {0};
+    bool first = true;
+    static const char open_body[] = "{\"sessions\":[", between[] = "],\"flows\":[";
+    api_jw_raw(&w, open_body, sizeof open_body - 1);
+    for (long i = 0; i < ns; i++)
+        if (session_selected(&sel, &sessions[i])) {
+            if (!first)
+                api_jw_raw(&w, ",", 1);
+            api_jw_session(&w, &sessions[i]);
+            first = false;
+        }
+    api_jw_raw(&w, between, sizeof between - 1);
+    first = true;
+    for (long i = 0; i < nf; i++)
+        if (flow_selected(&sel, &flows[i])) {
+            if (!first)
+                api_jw_raw(&w, ",", 1);
+            api_jw_flow(&w, &flows[i]);
+            first = false;
+        }
+    api_jw_raw(&w, "]}", 2);
     free(flows);
     free(sessions);
-    if (nf < 0 || ns < 0 || jf == NULL || js == NULL) {
-        json_decref(jf);
-        json_decref(js);
+    size_t len;
+    char *body = api_jw_take(&w, &len);
+    if (nf < 0 || ns < 0 || body == NULL) {
+        free(body);
         api_reply_error(r, 500, "out of memory");
         return;
     }
-    reply_json(r, 200, json_pack("{s:o, s:o}", "sessions", js, "flows", jf));
+    r->status = 200;
+    r->text = body;
+    r->text_len = len;
+    r->content_type = "application/json";
 }
 
 /* Kill the selected flows: sv_kill_where when the filter can express the selection, else each

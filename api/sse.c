@@ -36,11 +36,9 @@ typedef struct sse_stream {
     bool started;
 } sse_stream;
 
-/* Queue "event: NAME\ndata: JSON\n\n" (consumes v). @return 0 or -1. */
-static int queue_event(sse_stream *st, const char *name, json_t *v)
+/* Queue "event: NAME\ndata: DATA\n\n" (consumes @p data, which may be NULL: -1). */
+static int queue_data(sse_stream *st, const char *name, char *data)
 {
-    char *data = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
-    json_decref(v);
     if (data == NULL)
         return -1;
     size_t need = strlen(name) + strlen(data) + 32;
@@ -54,6 +52,14 @@ static int queue_event(sse_stream *st, const char *name, json_t *v)
     st->off = 0;
     free(data);
     return 0;
+}
+
+/* Queue "event: NAME\ndata: JSON\n\n" (consumes v). @return 0 or -1. */
+static int queue_event(sse_stream *st, const char *name, json_t *v)
+{
+    char *data = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    return queue_data(st, name, data);
 }
 
 static int queue_text(sse_stream *st, const char *text)
@@ -75,7 +81,10 @@ static int next_flow_event(sse_stream *st)
         return queue_event(st, "lagged", json_pack("{s:I}", "missed", (json_int_t)ev.missed))
                == 0 ? 1 : -1;
     const char *name = ev.kind == SV_EVENT_OPENED ? "opened" : "closed";
-    return queue_event(st, name, api_json_flow(&ev.flow)) == 0 ? 1 : -1;
+    api_jw w = {0};
+    size_t len;
+    api_jw_flow(&w, &ev.flow);
+    return queue_data(st, name, api_jw_take(&w, &len)) == 0 ? 1 : -1;
 }
 
 /* The latest tick when it is newer than the last one sent (lagged first if ticks were lost). */

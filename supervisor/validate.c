@@ -447,8 +447,8 @@ static bool name_ok(const char *p, size_t n)
 }
 
 /* REALITY (issue 11, PROTOCOLS-2.md §1.1): a base64url X25519 key of 32 bytes, short ids of at
- * most 16 hex digits (even count), at least one server name, the target as the fallback; not
- * with a certificate, WebSocket or gRPC. */
+ * most 16 hex digits (even count), at least one server name, the target as the fallback; on TCP
+ * or under gRPC (§1.6: HTTP/2 with prior knowledge), not with a certificate or WebSocket. */
 static int check_reality(const sv_inbound_spec *in, sv_error *err)
 {
     const sv_inbound_reality *r = &in->reality;
@@ -467,9 +467,9 @@ static int check_reality(const sv_inbound_spec *in, sv_error *err)
     if (in->fallback == NULL)
         return INVALID(err, "inbound %s: reality needs its target as the fallback (HOST:PORT)",
                        in->tag);
-    if (in->tls.cert != SV_CERT_NONE || in->ws.path != NULL || in->grpc.service_name != NULL)
-        return INVALID(err, "inbound %s: reality is served on TCP alone (no cert, WebSocket or "
-                       "gRPC)", in->tag);
+    if (in->tls.cert != SV_CERT_NONE || in->ws.path != NULL)
+        return INVALID(err, "inbound %s: reality is served on TCP or under gRPC (no cert or "
+                       "WebSocket)", in->tag);
     return 0;
 }
 
@@ -478,9 +478,10 @@ static int check_vless(const sv_inbound_spec *in, sv_error *err)
     int rc = check_stream_inbound(in, "vless", false, true, err);
     if (rc == 0 && in->reality.private_key != NULL)
         rc = check_reality(in, err);
-    if (rc == 0 && in->reality.vision && in->reality.private_key == NULL)
-        return INVALID(err, "inbound %s: the vision flow is served over reality only",
-                       in->tag);
+    if (rc == 0 && in->reality.vision &&
+        (in->reality.private_key == NULL || in->grpc.service_name != NULL))
+        return INVALID(err, "inbound %s: the vision flow is served over reality on TCP only "
+                       "(PROTOCOLS-2.md §2.1)", in->tag);
     return rc;
 }
 

@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/** How many records ahead a scan prefetches (tracker_internal.h sv__ptrset). */
+#define PREFETCH_AHEAD 16
+
 static bool account_eq(const void *entry, const void *key)
 {
     return ((const sv__account *)entry)->user == *(const uint64_t *)key;
@@ -24,14 +27,25 @@ void sv__ledger_init(sv_tracker *t) { sv_table_init(&t->accounts, sizeof(sv__acc
 
 void sv__ledger_free(sv_tracker *t) { sv_table_free(&t->accounts); }
 
-/** Add bytes to @p user's pending and total. -ENOMEM when the account cannot be created. */
-static int charge(sv_tracker *t, uint64_t user, uint64_t up, uint64_t down)
+/**
+ * Add bytes to @p rec's user's pending and total. The account's index is remembered in the
+ * session (accounts never move or go, util/table.h; a session's user never changes once
+ * bound), so that a session is looked up once, not every tick (issue 13).
+ * @return 0, or -ENOMEM when the account cannot be created.
+ */
+static int charge(sv_tracker *t, sv_session_rec *rec, uint64_t user, uint64_t up, uint64_t down)
 {
-    bool added;
-    sv__account *a = sv_table_get(&t->accounts, sv_hash_u64(user), &user, account_eq, &added);
-    if (!a)
-        return -ENOMEM;
-    a->user = user;
+    sv__account *a;
+    if (rec->account != 0) {
+        a = sv_table_at(&t->accounts, rec->account - 1);
+    } else {
+        bool added;
+        a = sv_table_get(&t->accounts, sv_hash_u64(user), &user, account_eq, &added);
+        if (!a)
+            return -ENOMEM;
+        a->user = user;
+        rec->account = (uint32_t)(((char *)a - t->accounts.v) / t->accounts.elem) + 1;
+    }
     a->pend_up += up;
     a->pend_down += down;
     a->total_up += up;
@@ -54,7 +68,7 @@ static int reconcile_session(sv_tracker *t, sv_session_rec *rec)
     uint64_t du = up - rec->wm_up, dd = down - rec->wm_down;
     if (du == 0 && dd == 0)
         return 0;
-    if (charge(t, user, du, dd) < 0)
+    if (charge(t, rec, user, du, dd) < 0)
         return -ENOMEM;
     rec->wm_up = up;
     rec->wm_down = down;
@@ -68,8 +82,24 @@ void sv__ledger_reconcile(sv_tracker *t)
         sv__worker *w = &t->workers[i];
         pthread_mutex_lock(&w->lock);
         sv_list *pos, *tmp;
-        sv_list_foreach_safe(pos, tmp, &w->sessions)
-            reconcile_session(t, sv_container_of(pos, sv_session_rec, link));
+        if (w->session_set.broken) {
+            sv_list_foreach_safe(pos, tmp, &w->sessions)
+                reconcile_session(t, sv_container_of(pos, sv_session_rec, link));
+        } else {
+            sv_session_rec **v = (sv_session_rec **)w->session_set.v;
+            size_t n = w->session_set.n;
+            for (size_t k = 0; k < n; k++) {
+                /* records PREFETCH_AHEAD ahead, the account of one half as far */
+                if (k + PREFETCH_AHEAD < n) {
+                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->wire);
+                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->user);
+                }
+                if (k + PREFETCH_AHEAD / 2 < n && v[k + PREFETCH_AHEAD / 2]->account != 0)
+                    __builtin_prefetch(
+                        sv_table_at(&t->accounts, v[k + PREFETCH_AHEAD / 2]->account - 1));
+                reconcile_session(t, v[k]);
+            }
+        }
         sv_list_foreach_safe(pos, tmp, &w->closed_sessions)
         {
             sv_session_rec *rec = sv_container_of(pos, sv_session_rec, link);

@@ -22,6 +22,9 @@
 
 #include "supervisor/util/log.h"
 
+/** How many records ahead a scan prefetches (tracker_internal.h sv__ptrset). */
+#define PREFETCH_AHEAD 16
+
 static bool group_eq_tag(const void *entry, const void *key)
 {
     return strcmp(((const sv__group *)entry)->s.tag, (const char *)key) == 0;
@@ -41,6 +44,9 @@ void sv__sampler_init(sv_tracker *t)
 
 void sv__sampler_free(sv_tracker *t)
 {
+    free(t->user_order);
+    t->user_order = NULL;
+    t->n_user_order = 0;
     sv_table_free(&t->inbounds);
     sv_table_free(&t->outbounds);
     sv_table_free(&t->users);
@@ -83,6 +89,17 @@ static sv__group *group_of_user(sv_table *tab, uint64_t user)
     return g;
 }
 
+/* The group whose index + 1 is @p *cached, else @p found (the lookup's result, NULL on OOM),
+ * whose index is then remembered: table entries never move or go (util/table.h) and a flow's
+ * inbound, outbound and user never change, so each flow is looked up once (issue 13: a tick
+ * over 100 000 flows). */
+static sv__group *cached(sv_table *tab, uint32_t *cache, sv__group *found)
+{
+    if (found != NULL)
+        *cache = (uint32_t)(((char *)found - tab->v) / tab->elem) + 1;
+    return found;
+}
+
 /** take_sample + count: move the watermarks and add the bytes since them to every group. */
 static void count_flow(sv_tracker *t, sv_flow_rec *rec, bool live)
 {
@@ -92,17 +109,25 @@ static void count_flow(sv_tracker *t, sv_flow_rec *rec, bool live)
     rec->wm_up = up;
     rec->wm_down = down;
     const sv_flow_info *info = &rec->info;
-    sv__group *groups[3] = {
-        group_of_tag(&t->inbounds, info->inbound, strlen(info->inbound)),
-        group_of_tag(&t->outbounds, info->outbound, sv__outbound_tag_len(info->outbound)),
-        info->has_user ? group_of_user(&t->users, info->user) : NULL,
-    };
+    uint32_t *c = rec->groups;
     /* three different tables: one lookup never moves another's entries */
+    sv__group *groups[3] = {
+        c[0] ? sv_table_at(&t->inbounds, c[0] - 1)
+             : cached(&t->inbounds, &c[0],
+                      group_of_tag(&t->inbounds, info->inbound, strlen(info->inbound))),
+        c[1] ? sv_table_at(&t->outbounds, c[1] - 1)
+             : cached(&t->outbounds, &c[1],
+                      group_of_tag(&t->outbounds, info->outbound,
+                                   sv__outbound_tag_len(info->outbound))),
+        c[2]            ? sv_table_at(&t->users, c[2] - 1)
+        : info->has_user ? cached(&t->users, &c[2], group_of_user(&t->users, info->user))
+                         : NULL,
+    };
     group_add(&t->total, du, dd, live);
     for (size_t i = 0; i < 3; i++) {
         if (groups[i])
             group_add(groups[i], du, dd, live);
-        else if (i < 2 || info->has_user)
+        else if (i < 2 || info->has_user) /* out of memory: looked up again next tick */
             SV_LOG(SV_LOG_WARN, "sv.track", "sampler: out of memory, flow %" PRIu64 " not grouped",
                    info->id);
     }
@@ -126,9 +151,25 @@ static void scan_flows(sv_tracker *t)
     for (unsigned i = 0; i < t->n_workers; i++) {
         sv__worker *w = &t->workers[i];
         pthread_mutex_lock(&w->lock);
-        sv_list *pos, *tmp;
-        sv_list_foreach_safe(pos, tmp, &w->flows)
-            count_flow(t, sv_container_of(pos, sv_flow_rec, link), true);
+        if (w->flow_set.broken) {
+            sv_list *pos, *tmp;
+            sv_list_foreach_safe(pos, tmp, &w->flows)
+                count_flow(t, sv_container_of(pos, sv_flow_rec, link), true);
+        } else {
+            sv_flow_rec **v = (sv_flow_rec **)w->flow_set.v;
+            size_t n = w->flow_set.n;
+            for (size_t k = 0; k < n; k++) {
+                /* records PREFETCH_AHEAD ahead, the user group of one half as far */
+                if (k + PREFETCH_AHEAD < n) {
+                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->bytes);
+                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->groups);
+                }
+                if (k + PREFETCH_AHEAD / 2 < n && v[k + PREFETCH_AHEAD / 2]->groups[2] != 0)
+                    __builtin_prefetch(
+                        sv_table_at(&t->users, v[k + PREFETCH_AHEAD / 2]->groups[2] - 1));
+                count_flow(t, v[k], true);
+            }
+        }
         pthread_mutex_unlock(&w->lock);
     }
     for (unsigned i = 0; i < t->n_workers; i++) {
@@ -176,16 +217,44 @@ static int cmp_tag(const void *a, const void *b)
     return strcmp(((const sv_tag_stats *)a)->tag, ((const sv_tag_stats *)b)->tag);
 }
 
-/** Users are sorted by id; their tags are the decimal ids. */
-static int cmp_user_tag(const void *a, const void *b)
+typedef struct user_index {
+    uint64_t user;
+    uint32_t at;
+} user_index;
+
+static int cmp_user_index(const void *a, const void *b)
 {
-    uint64_t x = strtoull(((const sv_tag_stats *)a)->tag, NULL, 10);
-    uint64_t y = strtoull(((const sv_tag_stats *)b)->tag, NULL, 10);
+    uint64_t x = ((const user_index *)a)->user, y = ((const user_index *)b)->user;
     return x < y ? -1 : x > y;
 }
 
-/** Copy a group table into a sorted array; users only when active this tick. */
-static int export_groups(const sv_table *tab, uint64_t interval_ns, bool users, sv_tag_stats **out,
+/* Keep t->user_order the user groups sorted by id: sorted again only when groups were added
+ * since (users come and go rarely; sorting 50 000 every tick was most of a tick, issue 13). */
+static int order_users(sv_tracker *t)
+{
+    size_t n = t->users.n;
+    if (t->n_user_order == n)
+        return 0;
+    uint32_t *v = realloc(t->user_order, n * sizeof *v);
+    user_index *tmp = malloc(n * sizeof *tmp);
+    if (v)
+        t->user_order = v;
+    if (!v || !tmp) {
+        free(tmp);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        tmp[i] = (user_index){((const sv__group *)sv_table_at(&t->users, i))->user, (uint32_t)i};
+    qsort(tmp, n, sizeof *tmp, cmp_user_index);
+    for (size_t i = 0; i < n; i++)
+        v[i] = tmp[i].at;
+    free(tmp);
+    t->n_user_order = n;
+    return 0;
+}
+
+/** Copy a group table into an array sorted by tag (inbounds, outbounds). */
+static int export_groups(const sv_table *tab, uint64_t interval_ns, sv_tag_stats **out,
                          size_t *n_out)
 {
     *out = NULL;
@@ -195,14 +264,32 @@ static int export_groups(const sv_table *tab, uint64_t interval_ns, bool users, 
     sv_tag_stats *v = calloc(tab->n, sizeof *v);
     if (!v)
         return -ENOMEM;
+    for (size_t i = 0; i < tab->n; i++)
+        v[i] = group_stats(sv_table_at(tab, i), interval_ns);
+    qsort(v, tab->n, sizeof *v, cmp_tag);
+    *out = v;
+    *n_out = tab->n;
+    return 0;
+}
+
+/** The user groups active this tick (live flows or bytes), sorted by id. */
+static int export_users(sv_tracker *t, uint64_t interval_ns, sv_tag_stats **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    if (t->users.n == 0)
+        return 0;
+    if (order_users(t) < 0)
+        return -ENOMEM;
+    sv_tag_stats *v = malloc(t->users.n * sizeof *v);
+    if (!v)
+        return -ENOMEM;
     size_t n = 0;
-    for (size_t i = 0; i < tab->n; i++) {
-        const sv__group *g = sv_table_at(tab, i);
-        if (users && g->s.flows == 0 && g->tick_up == 0 && g->tick_down == 0)
-            continue;
-        v[n++] = group_stats(g, interval_ns);
+    for (size_t i = 0; i < t->users.n; i++) {
+        const sv__group *g = sv_table_at(&t->users, t->user_order[i]);
+        if (g->s.flows != 0 || g->tick_up != 0 || g->tick_down != 0)
+            v[n++] = group_stats(g, interval_ns);
     }
-    qsort(v, n, sizeof *v, users ? cmp_user_tag : cmp_tag);
     *out = v;
     *n_out = n;
     return 0;
@@ -214,9 +301,9 @@ static int build_snapshot(sv_tracker *t, uint64_t interval_ns, sv_stats *s)
     s->tick = t->tick;
     s->interval_ns = interval_ns;
     s->total = group_stats(&t->total, interval_ns);
-    if (export_groups(&t->inbounds, interval_ns, false, &s->inbounds, &s->n_inbounds) < 0 ||
-        export_groups(&t->outbounds, interval_ns, false, &s->outbounds, &s->n_outbounds) < 0 ||
-        export_groups(&t->users, interval_ns, true, &s->users, &s->n_users) < 0) {
+    if (export_groups(&t->inbounds, interval_ns, &s->inbounds, &s->n_inbounds) < 0 ||
+        export_groups(&t->outbounds, interval_ns, &s->outbounds, &s->n_outbounds) < 0 ||
+        export_users(t, interval_ns, &s->users, &s->n_users) < 0) {
         sv_stats_free(s);
         return -ENOMEM;
     }

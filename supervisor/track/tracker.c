@@ -13,6 +13,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,8 @@ void sv_tracker_free(sv_tracker *t)
         return;
     for (unsigned i = 0; i < t->n_workers; i++) {
         sv__worker *w = &t->workers[i];
+        free(w->flow_set.v);
+        free(w->session_set.v);
         free_flow_list(&w->flows);
         free_flow_list(&w->closed_flows);
         free_session_list(&w->sessions);
@@ -185,16 +188,49 @@ static void session_snapshot(const sv_session_rec *rec, sv_session_info *out)
     out->user = out->has_user ? atomic_load_explicit(&rec->user, memory_order_relaxed) : 0;
 }
 
+/* Add @p rec to @p set, its index into @p *at; on allocation failure the set breaks for good
+ * (the scans walk the lists). Under the worker's lock. */
+static void set_add(sv__ptrset *set, void *rec, size_t *at)
+{
+    if (set->broken)
+        return;
+    if (set->n == set->cap) {
+        size_t cap = set->cap ? set->cap * 2 : 64;
+        void **v = realloc(set->v, cap * sizeof *v);
+        if (v == NULL) {
+            set->broken = true;
+            return;
+        }
+        set->v = v;
+        set->cap = cap;
+    }
+    *at = set->n;
+    set->v[set->n++] = rec;
+}
+
+/* Remove the record at @p at: the last one takes its place, and its index (a size_t at
+ * @p at_offset in the record) follows. Under the worker's lock. */
+static void set_remove(sv__ptrset *set, size_t at, size_t at_offset)
+{
+    if (set->broken)
+        return;
+    void *last = set->v[--set->n];
+    set->v[at] = last;
+    *(size_t *)((char *)last + at_offset) = at;
+}
+
 void sv_tracker_flow_open(sv_tracker *t, sv_flow_rec *rec)
 {
     assert(rec->worker < t->n_workers);
     sv__worker *w = &t->workers[rec->worker];
     sv_flow_info info;
     rec->wm_up = rec->wm_down = 0;
+    memset(rec->groups, 0, sizeof rec->groups);
     atomic_store_explicit(&rec->kill, false, memory_order_relaxed);
     pthread_mutex_lock(&w->lock);
     rec->info.id = (w->next_flow++ << 8) | rec->worker;
     sv_list_insert_tail(&w->flows, &rec->link);
+    set_add(&w->flow_set, rec, &rec->set_at);
     flow_snapshot(rec, &info);
     pthread_mutex_unlock(&w->lock);
     emit(t, SV_EVENT_OPENED, &info); /* after the insert: a reader can find the flow */
@@ -206,6 +242,7 @@ void sv_tracker_flow_close(sv_tracker *t, sv_flow_rec *rec)
     sv_flow_info info;
     pthread_mutex_lock(&w->lock);
     sv_list_unlink(&rec->link);
+    set_remove(&w->flow_set, rec->set_at, offsetof(sv_flow_rec, set_at));
     sv_list_insert_tail(&w->closed_flows, &rec->link);
     flow_snapshot(rec, &info); /* final counts; the sampler may free rec once unlocked */
     pthread_mutex_unlock(&w->lock);
@@ -217,10 +254,12 @@ void sv_tracker_session_open(sv_tracker *t, sv_session_rec *rec)
     assert(rec->worker < t->n_workers);
     sv__worker *w = &t->workers[rec->worker];
     rec->wm_up = rec->wm_down = 0;
+    rec->account = 0;
     atomic_store_explicit(&rec->close_requested, false, memory_order_relaxed);
     pthread_mutex_lock(&w->lock);
     rec->info.id = atomic_fetch_add_explicit(&t->next_session, 1, memory_order_relaxed);
     sv_list_insert_tail(&w->sessions, &rec->link);
+    set_add(&w->session_set, rec, &rec->set_at);
     pthread_mutex_unlock(&w->lock);
 }
 
@@ -229,6 +268,7 @@ void sv_tracker_session_close(sv_tracker *t, sv_session_rec *rec)
     sv__worker *w = &t->workers[rec->worker];
     pthread_mutex_lock(&w->lock);
     sv_list_unlink(&rec->link);
+    set_remove(&w->session_set, rec->set_at, offsetof(sv_session_rec, set_at));
     sv_list_insert_tail(&w->closed_sessions, &rec->link);
     pthread_mutex_unlock(&w->lock);
 }

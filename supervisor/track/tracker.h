@@ -40,6 +40,9 @@ typedef struct sv_flow_rec {
     sv_flow_info info;   /**< static fields, filled by the worker before register (id by tracker) */
     sv_meter bytes;      /**< payload bytes */
     uint64_t wm_up, wm_down; /**< sampler watermarks (sampler only) */
+    uint32_t groups[3];  /**< sampler only: index + 1 of its inbound, outbound tag and user
+                              group, 0 = not looked up yet (set to 0 at register) */
+    size_t set_at;       /**< its index in the worker's flow set (tracker only) */
     unsigned worker;
     _Atomic bool kill;   /**< set by sv_tracker_kill*(); the worker closes the flow */
     void *owner;         /**< the worker's object for this flow (only the worker dereferences it) */
@@ -50,6 +53,9 @@ typedef struct sv_session_rec {
     sv_session_info info; /**< static fields, filled by the worker (id by tracker) */
     sv_meter wire;        /**< wire bytes on the client side */
     uint64_t wm_up, wm_down; /**< ledger watermarks (ledger only) */
+    uint32_t account;        /**< ledger only: index + 1 of its user's account, 0 = not looked
+                                  up yet (set to 0 at register) */
+    size_t set_at;           /**< its index in the worker's session set (tracker only) */
     _Atomic bool has_user;   /**< set once by the worker when the first flow authenticates */
     _Atomic uint64_t user;   /**< frontend user id, valid when has_user */
     unsigned worker;

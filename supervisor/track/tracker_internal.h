@@ -24,10 +24,24 @@
 /** Device admission locks (devices.c), a power of two: users are spread over them by id. */
 #define SV__DEV_STRIPES 16u
 
+/**
+ * Live records of one kind as an array of pointers in no order, for the sampler's and the
+ * ledger's scans (issue 13: a walk over an array prefetches records ahead, a list walk waits for
+ * each record in turn, which was most of a tick over 100 000 flows). Each record keeps its index
+ * (set_at). When growing fails for want of memory, @c broken is set for good and the scans walk
+ * the lists instead.
+ */
+typedef struct sv__ptrset {
+    void **v;
+    size_t n, cap;
+    bool broken;
+} sv__ptrset;
+
 /** One worker's registry: live records and records unregistered since the last count. */
 typedef struct sv__worker {
     pthread_mutex_t lock;
     sv_list flows, sessions;               /**< live, in id order */
+    sv__ptrset flow_set, session_set;      /**< the same live records, unordered */
     sv_list closed_flows, closed_sessions; /**< owned by the tracker, not yet counted */
     uint64_t next_flow;                    /**< per-worker flow counter, from 1 */
 } sv__worker;
@@ -61,6 +75,9 @@ struct sv_tracker {
     uint64_t tick;
     sv__group total;
     sv_table inbounds, outbounds, users; /**< of sv__group */
+    uint32_t *user_order; /**< indexes of the user groups sorted by id, users.n of them once
+                               sorted (sampler.c); re-sorted only when a user group was added */
+    size_t n_user_order;
 
     pthread_mutex_t stats_lock; /**< the published snapshot */
     sv_stats stats;

@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -324,6 +325,36 @@ static uint64_t wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* The process's temporary certificate (§1.5: Xray makes its key once at startup): made at the
+ * first inbound build, shared by every later one, so that a reload keeps the key. */
+static sv_reality_cert process_cert;
+static int process_cert_rc;
+static pthread_once_t process_cert_once = PTHREAD_ONCE_INIT;
+
+static void make_process_cert(void) { process_cert_rc = sv_reality_cert_make(&process_cert, NULL); }
+
+/* Give @p c its own reference to the process's key and a copy of its DER. */
+static int share_process_cert(sv_reality_cert *c)
+{
+    memset(c, 0, sizeof *c);
+    (void)pthread_once(&process_cert_once, make_process_cert);
+    if (process_cert_rc != 0)
+        return process_cert_rc;
+    c->der = malloc(process_cert.der_len);
+    if (c->der == NULL)
+        return -ENOMEM;
+    if (EVP_PKEY_up_ref(process_cert.key) <= 0) {
+        free(c->der);
+        c->der = NULL;
+        return -EIO;
+    }
+    memcpy(c->der, process_cert.der, process_cert.der_len);
+    c->der_len = process_cert.der_len;
+    memcpy(c->pub, process_cert.pub, sizeof c->pub);
+    c->key = process_cert.key;
+    return 0;
+}
+
 sv_reality_conf *sv_reality_conf_new(const char *private_key, const char *short_ids,
                                      const char *server_names, uint64_t max_time_diff_ms,
                                      const char **what, int *rc)
@@ -340,7 +371,7 @@ sv_reality_conf *sv_reality_conf_new(const char *private_key, const char *short_
         free(c);
         return NULL;
     }
-    *rc = sv_reality_cert_make(&c->cert, NULL);
+    *rc = share_process_cert(&c->cert);
     if (*rc != 0) {
         sv_reality_auth_deinit(&c->auth);
         free(c);

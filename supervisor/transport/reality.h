@@ -117,7 +117,8 @@ typedef struct sv_reality_conf {
 
 /**
  * Build an inbound's REALITY settings (sv_reality_auth_init's texts) and its temporary
- * certificate with a fresh Ed25519 key (§1.5: one per inbound build).
+ * certificate: the process's one Ed25519 key, made at the first call (§1.5: once at startup, as
+ * Xray), so that rebuilding an inbound on a reload does not change it (issue 11).
  * @return the settings (free with sv_reality_conf_free()), or NULL with *@p rc = -EINVAL (and
  *         *@p what naming the bad setting) or -ENOMEM / -EIO.
  */

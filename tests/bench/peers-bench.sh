@@ -8,13 +8,19 @@
 #   vless-grpc-tls  VLESS over gRPC (Tun) over TLS
 #   trojan-tls      Trojan over TLS
 #   vmess-ws-tls    VMess (aes-128-gcm, alterId 0) over WebSocket over TLS
+#   vless-reality   VLESS over REALITY (issue 11), no flow; the REALITY target every server
+#                   needs is tests/integration/reality_target.py on loopback
+#   vless-reality-grpc  VLESS over gRPC (Tun) over REALITY (HTTP/2 with prior knowledge)
 # Per scenario and server:
 #  - server RSS per idle connection: BENCH_PEER_CONNS (1000) idle connections opened through
 #    the client (its mux is off, so each is a connection of its own to the server) and held
 #    until the server dialled the sink for every one; VmRSS growth divided by the count. gRPC
 #    clients put every connection on one shared HTTP/2 connection as a stream, so for
 #    vless-grpc-tls tests/bench/grpc_hold.py opens the connections itself (one TLS + HTTP/2
-#    connection with one stream each);
+#    connection with one stream each); for vless-reality-grpc, which no such opener speaks
+#    (a REALITY handshake needs a sealed ClientHello), the figure is per idle stream of the
+#    Xray client's one HTTP/2 connection, 99 streams (katana serves at most 100 sub-flows per
+#    connection), for every server alike;
 #  - one-way bulk throughput (BENCH_PEER_SECONDS, 5 s) and the server's CPU seconds per GB
 #    (utime+stime of all its threads from /proc/PID/stat).
 # Printed with the ratios katana / the better of Xray-core and sing-box beside the issue's
@@ -22,7 +28,7 @@
 # (the machine may be shared). Skips (exit 0, with the reason) without the Xray-core client; a
 # missing sing-box is left out with a note. Kills everything it starts.
 # Environment: BENCH_PEER_SERVERS ("katana xray sing-box"; empty: skip), BENCH_PEER_SCENARIOS
-# (all four), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_WORKERS (katana workers,
+# (all six), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_WORKERS (katana workers,
 # 1), KATANA_BIN, BULK, KATANA_PEERS. Not part of `make check`; run by `make bench` or alone
 # by `make bench-peers`.
 set -euo pipefail
@@ -35,7 +41,8 @@ KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 . "$HERE/../interop/peers.sh"   # PEERS_DIR, pr_render
 TEMPLATES=$HERE/peers
 SERVERS=${BENCH_PEER_SERVERS-katana xray sing-box}
-SCENARIOS=${BENCH_PEER_SCENARIOS:-ss2022 vless-grpc-tls trojan-tls vmess-ws-tls}
+SCENARIOS=${BENCH_PEER_SCENARIOS:-ss2022 vless-grpc-tls trojan-tls vmess-ws-tls vless-reality \
+vless-reality-grpc}
 CONNS=${BENCH_PEER_CONNS:-1000}
 SECS=${BENCH_PEER_SECONDS:-5}
 WORKERS=${BENCH_WORKERS:-1}
@@ -104,6 +111,29 @@ UUID=$(cat /proc/sys/kernel/random/uuid)
 SKEY=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n' | base64 -w0)
 UKEY=$(printf '%s' "${UUID:0:16}" | base64 -w0)
 
+# REALITY (issue 11): the node's X25519 pair (base64url), a short id, and the target site every
+# REALITY server dials (Xray's and sing-box's for each connection, katana's for probes only)
+RPRIV= RPUB= RSID=0123abcd TARGET_PORT=0
+if [[ " $SCENARIOS " == *" vless-reality"* ]]; then
+    if read -r RPRIV RPUB < <(python3 - 2>/dev/null <<'PY'
+import base64
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+b = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+k = X25519PrivateKey.generate()
+print(b(k.private_bytes_raw()), b(k.public_key().public_bytes_raw()))
+PY
+    ); then
+        read -r TARGET_PORT <<<"$("${KATEST[@]}" freeport)"
+        bg "$T/target.log" python3 "$HERE/../integration/reality_target.py" --port "$TARGET_PORT" \
+            --cert "$T/srv.crt" --key "$T/srv.key" --body bench --count-file "$T/target.count" \
+            --ready-file "$T/target.ready"
+        "${KATEST[@]}" wait-port --port "$TARGET_PORT" >/dev/null
+    else
+        note "no python3-cryptography: the REALITY scenarios are left out"
+        SCENARIOS=$(tr ' ' '\n' <<<"$SCENARIOS" | grep -v '^vless-reality' | tr '\n' ' ')
+    fi
+fi
+
 read -r SINK_PORT <<<"$("${KATEST[@]}" freeport)"
 bg "$T/sink.out" "$BULK" sink "$SINK_PORT"
 "${KATEST[@]}" wait-port --port "$SINK_PORT" >/dev/null
@@ -112,7 +142,8 @@ sink_conns() { ss -Htn state established "( dport = :$SINK_PORT )" 2>/dev/null |
 render() {   # render TEMPLATE OUT SERVER_PORT [LOCAL_PORT]
     pr_render "$1" "$2" SERVER_PORT="$3" LOCAL_PORT="${4:-0}" SINK_PORT="$SINK_PORT" \
         UUID="$UUID" SS_SERVER_KEY="$SKEY" SS_USER_KEY="$UKEY" SNI=node.test \
-        CA_FILE="$T/ca.crt" CERT_FILE="$T/srv.crt" KEY_FILE="$T/srv.key"
+        CA_FILE="$T/ca.crt" CERT_FILE="$T/srv.crt" KEY_FILE="$T/srv.key" \
+        PRIVATE_KEY="$RPRIV" PUBLIC_KEY="$RPUB" SHORT_ID="$RSID" TARGET_PORT="$TARGET_PORT"
 }
 
 # start_server NAME SCEN PORT: sets SRV (its pid); false when it does not listen
@@ -126,10 +157,25 @@ start_server() {
         vless-grpc-tls) opts=(--protocol vless --grpc-service kt-bench) ;;
         trojan-tls) opts=(--protocol trojan) ;;
         vmess-ws-tls) opts=(--protocol vmess --ws-path /bench) ;;
+        vless-reality) opts=(--protocol vless) ;;
+        vless-reality-grpc) opts=(--protocol vless --grpc-service kt-bench) ;;
         esac
-        [ "$scen" = ss2022 ] || opts+=(--cert-file "$T/srv.crt" --key-file "$T/srv.key")
+        [[ $scen == ss2022 || $scen == vless-reality* ]] ||
+            opts+=(--cert-file "$T/srv.crt" --key-file "$T/srv.key")
         "${KATEST[@]}" mkconfig --out "$T/katana-$scen.json" --port "$port" --user "1:$UUID" \
             "${opts[@]}" --workers "$WORKERS" --log-level warn
+        # REALITY: the panel node's tls 2 and tls_settings (PANEL.md §1.4) on the local panel
+        [[ $scen != vless-reality* ]] || python3 - "$T/katana-$scen.json" "$RPRIV" "$RSID" \
+            "$TARGET_PORT" <<'PY'
+import json, sys
+f, priv, sid, target = sys.argv[1:5]
+c = json.load(open(f))
+node = c["nodes"][0]["panel"]["node"]
+node["tls"] = 2
+node["tls_settings"] = {"server_name": "node.test", "server_port": int(target),
+                        "private_key": priv, "short_id": sid}
+json.dump(c, open(f, "w"))
+PY
         bg "$T/katana.log" "$KATANA" run -c "$T/katana-$scen.json" ;;
     xray)
         render "$TEMPLATES/xray/server-$scen.json" "$T/xray-$scen.json" "$port"
@@ -169,7 +215,9 @@ throughput() {
 # idle_rss SCEN FORWARD_PORT SERVER_PORT: prints KiB of server RSS per idle connection once the
 # server holds every connection opened (it dialled the sink for each); "-" when none opened
 idle_rss() {
-    local r0 r1 ready s0 hp
+    local r0 r1 ready s0 hp n=$CONNS
+    # streams of one HTTP/2 connection: katana serves at most 100 at once per connection
+    [ "$1" != vless-reality-grpc ] || [ "$n" -le 99 ] || n=99
     r0=$(rss_kib "$SRV")
     s0=$(sink_conns)
     rm -f "$T/hold.in"; mkfifo "$T/hold.in"
@@ -178,7 +226,7 @@ idle_rss() {
             --dest-port "$SINK_PORT" --service kt-bench --sni node.test --ca "$T/ca.crt" \
             <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
     else
-        "$BULK" hold "$2" "$CONNS" <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
+        "$BULK" hold "$2" "$n" <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
     fi
     hp=$!; PIDS+=("$hp")
     exec 7>"$T/hold.in"
@@ -196,7 +244,7 @@ idle_rss() {
     exec 7>&-
     wait "$hp" 2>/dev/null || true
     [ "${ready:-0}" -gt 0 ] || { note "$1 $name: no idle connection opened: $(head -n 1 "$T/hold.err")"; echo "-"; return; }
-    [ "$ready" = "$CONNS" ] || note "$1 $name: only $ready of $CONNS connections opened ($(head -n 1 "$T/hold.err"))"
+    [ "$ready" = "$n" ] || note "$1 $name: only $ready of $n connections opened ($(head -n 1 "$T/hold.err"))"
     awk -v a="$r0" -v b="$r1" -v n="$ready" 'BEGIN { printf "%.2f\n", (b - a) / n }'
 }
 
@@ -215,7 +263,7 @@ for scen in $SCENARIOS; do
             { note "$scen: the client did not listen"; stop "$CL" "$SRV"; continue; }
         # idle first: after a bulk run the server's heap may still shrink
         if [ "$CONNS" -gt 0 ]; then
-            note "$scen $name: $CONNS idle connections"
+            note "$scen $name: idle connections"
             RSS[$scen/$name]=$(idle_rss "$scen" "$FP" "$SP")
         fi
         note "$scen $name: bulk ${SECS}s"
@@ -249,19 +297,20 @@ echo
 echo "Peers (issue 10): katana vs Xray-core and sing-box servers, loopback, one client for all:" \
      "Xray-core $("$XRAY" version 2>/dev/null | awk 'NR == 1 { print $2 }') (dokodemo-door," \
      "mux off); ${SECS}s one-way bulk per run; idle test $CONNS connections (vless-grpc-tls:" \
-     "grpc_hold.py, one HTTP/2 connection per stream); katana workers=$WORKERS; $(nproc) CPUs;" \
+     "grpc_hold.py, one HTTP/2 connection per stream; vless-reality-grpc: 99 streams of the" \
+     "client's one connection); katana workers=$WORKERS; $(nproc) CPUs;" \
      "load average $LOAD0 before, $LOAD1 after ($(($(date +%s) - START)) s)"
-printf '%-16s %-10s %10s %12s %14s\n' scenario server "Gbit/s" "CPU s/GB" "RSS KiB/conn"
+printf '%-18s %-10s %10s %12s %14s\n' scenario server "Gbit/s" "CPU s/GB" "RSS KiB/conn"
 for scen in $SCENARIOS; do
     [ -f "$TEMPLATES/xray/client-$scen.json" ] || continue
     for name in $SERVERS; do
-        printf '%-16s %-10s %10s %12s %14s\n' "$scen" "$name" "${GBPS[$scen/$name]}" \
+        printf '%-18s %-10s %10s %12s %14s\n' "$scen" "$name" "${GBPS[$scen/$name]}" \
             "${CPU[$scen/$name]}" "${RSS[$scen/$name]}"
     done
     [[ " $SERVERS " == *" katana "* ]] || continue
     rc=$(ratio "${CPU[$scen/katana]}" "$(best CPU "$scen" min)")
     rr=$(ratio "${RSS[$scen/katana]}" "$(best RSS "$scen" min)")
-    printf '%-16s %-10s %10s %12s %14s   goals: CPU <= 0.50 %s, RSS <= 0.20 %s\n' "$scen" k/best \
+    printf '%-18s %-10s %10s %12s %14s   goals: CPU <= 0.50 %s, RSS <= 0.20 %s\n' "$scen" k/best \
         "$(ratio "${GBPS[$scen/katana]}" "$(best GBPS "$scen" max)")" "$rc" "$rr" \
         "$(goal "$rc" 0.5)" "$(goal "$rr" 0.2)"
 done

@@ -9,7 +9,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -151,6 +153,24 @@ static void times_are_rfc3339_utc(void **state)
     assert_string_equal(buf, "2024-05-01T12:00:00.123Z");
     api_time_rfc3339(0, buf, sizeof buf);
     assert_string_equal(buf, "1970-01-01T00:00:00.000Z");
+    api_time_rfc3339(951782400000ull, buf, sizeof buf); /* a leap day of a 400-year */
+    assert_string_equal(buf, "2000-02-29T00:00:00.000Z");
+    api_time_rfc3339(4107542399999ull, buf, sizeof buf); /* 2100 is no leap year */
+    assert_string_equal(buf, "2100-02-28T23:59:59.999Z");
+    api_time_rfc3339(UINT64_MAX, buf, sizeof buf);
+    assert_string_equal(buf, "9999-12-31T23:59:59.999Z");
+    /* the arithmetic agrees with gmtime_r over 1970..2400, a sample every 40 days 1:01:01.001 */
+    for (uint64_t ms = 7; ms < 13569465600000ull; ms += 3459661001ull) {
+        time_t secs = (time_t)(ms / 1000);
+        struct tm tm;
+        char want[80];
+        assert_non_null(gmtime_r(&secs, &tm));
+        snprintf(want, sizeof want, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 (unsigned)(ms % 1000));
+        api_time_rfc3339(ms, buf, sizeof buf);
+        assert_string_equal(buf, want);
+    }
 }
 
 int main(void)

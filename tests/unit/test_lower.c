@@ -671,10 +671,28 @@ static void lower__vless_reality_node__inbound_and_refusals(void **state)
     assert_string_equal(in->reality.server_names, "www.example.com");
     assert_int_equal(in->reality.max_time_diff_ms, 0);
     assert_false(in->reality.vision);
+    assert_null(in->grpc.service_name);
     sv_spec_free(&s);
     free_state(&st);
 
-    /* the Vision flow (PROTOCOLS-2.md §2) is served over REALITY */
+    /* PROTOCOLS-2.md §1.6: gRPC over REALITY, the same REALITY settings under the gRPC core */
+    state_from_json(&st, "vr", "{\"protocol\":\"vless\",\"server_port\":443,\"tls\":2,"
+                    "\"network\":\"grpc\",\"networkSettings\":{\"serviceName\":\"kt-tun\"},"
+                    "\"tls_settings\":{\"server_name\":\"www.example.com\",\"server_port\":443,"
+                    "\"private_key\":\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"}}",
+                    "{\"users\":[{\"id\":1,\"uuid\":\"27848739-7e62-4138-9fd3-098a63964b6b\"}]}");
+    lower_one(&st, &s);
+    in = &s.inbounds[0];
+    assert_int_equal(in->protocol, SV_INBOUND_VLESS);
+    assert_int_equal(in->tls.cert, SV_CERT_NONE);
+    assert_string_equal(in->grpc.service_name, "kt-tun");
+    assert_string_equal(in->fallback, "www.example.com:443");
+    assert_string_equal(in->reality.server_names, "www.example.com");
+    assert_false(in->reality.vision);
+    sv_spec_free(&s);
+    free_state(&st);
+
+    /* the Vision flow (PROTOCOLS-2.md §2) is served over REALITY on TCP */
     state_from_json(&st, "vr", "{\"protocol\":\"vless\",\"server_port\":443,\"tls\":2,"
                     "\"flow\":\"xtls-rprx-vision\",\"tls_settings\":{\"server_name\":"
                     "\"www.example.com\",\"server_port\":\"8443\",\"private_key\":"
@@ -700,8 +718,17 @@ static void lower__vless_reality_node__inbound_and_refusals(void **state)
          "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"flow\":\"xtls-rprx-direct\"",
          "node vr: flow \"xtls-rprx-direct\": only \"xtls-rprx-vision\" is served"},
         {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
+         "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"network\":\"ws\"",
+         "node vr: network \"ws\": not served (vless over REALITY on TCP or gRPC only)"},
+        {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
          "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"network\":\"grpc\"",
-         "node vr: network \"grpc\": not served (vless over REALITY on TCP only)"},
+         "node vr: networkSettings.serviceName: required for network grpc"},
+        {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
+         "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"",
+         ",\"flow\":\"xtls-rprx-vision\",\"network\":\"grpc\",\"networkSettings\":"
+         "{\"serviceName\":\"kt\"}",
+         "node vr: flow \"xtls-rprx-vision\": XTLS Vision is served over REALITY on TCP only, "
+         "not over gRPC"},
     };
     char json[512];
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {

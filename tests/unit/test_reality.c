@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 #include <openssl/x509.h>
 
 #include "supervisor/transport/reality.h"
@@ -362,6 +363,28 @@ static void layer_answers_a_valid_hello_with_its_flight(void **st)
     sv_reality_conf_free(rc);
 }
 
+/* Issue 11: the temporary certificate's Ed25519 key is the process's, so that an inbound
+ * rebuilt by a reload (another sv_reality_conf) keeps it; each conf holds its own reference. */
+static void certificate_key_survives_a_rebuild(void **st)
+{
+    (void)st;
+    sv_reality_conf *a = layer_conf(0);
+    uint8_t pub[32];
+    memcpy(pub, a->cert.pub, 32);
+    sv_reality_conf *b = layer_conf(60000); /* another build, other settings */
+    assert_memory_equal(b->cert.pub, pub, 32);
+    assert_int_equal(b->cert.der_len, a->cert.der_len);
+    sv_reality_conf_free(a);
+    sv_reality_conf *c = layer_conf(0); /* after the first one is gone */
+    assert_memory_equal(c->cert.pub, pub, 32);
+    uint8_t raw[32];
+    size_t len = sizeof raw;
+    assert_int_equal(EVP_PKEY_get_raw_public_key(c->cert.key, raw, &len), 1);
+    assert_memory_equal(raw, pub, 32);
+    sv_reality_conf_free(b);
+    sv_reality_conf_free(c);
+}
+
 static void layer_passes_everyone_else_through(void **st)
 {
     (void)st;
@@ -407,6 +430,7 @@ int main(void)
         cmocka_unit_test(certificate_carries_the_hmac),
         cmocka_unit_test(layer_answers_a_valid_hello_with_its_flight),
         cmocka_unit_test(layer_passes_everyone_else_through),
+        cmocka_unit_test(certificate_key_survives_a_rebuild),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -175,6 +175,79 @@ static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void
     sv_tracker_free(t);
 }
 
+/* Issue 13: each flow's groups and each session's account are looked up once and remembered
+ * by index; the tables grow meanwhile (new tags and users), and users that appear later are
+ * still listed in id order. */
+static void remembered_groups_survive_table_growth_and_users_stay_sorted(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(2);
+    enum { N = 300 };
+    static sv_flow_rec *f[N];
+    static sv_session_rec *ses[N];
+    char tag[32];
+    for (unsigned i = 0; i < N; i++) { /* users N, N-1, ..., 1, a new inbound every 3 flows */
+        snprintf(tag, sizeof tag, "in%u", i / 3);
+        ses[i] = open_session(t, i % 2, tag, "1.1.1.1:1");
+        sv_tracker_session_bind_user(t, ses[i], N - i);
+        f[i] = open_flow(t, i % 2, tag, "out@v1", N - i, ses[i]->info.id);
+        sv_meter_add(&f[i]->bytes.up, 1);
+        sv_meter_add(&ses[i]->wire.up, 2);
+        if (i % 50 == 49)
+            sv_tracker_tick(t, 1000000000); /* groups made so far are remembered */
+    }
+    for (unsigned round = 0; round < 2; round++) {
+        for (unsigned i = 0; i < N; i++) {
+            sv_meter_add(&f[i]->bytes.up, 10);
+            sv_meter_add(&ses[i]->wire.up, 20);
+        }
+        sv_tracker_tick(t, 1000000000);
+    }
+    sv_stats s;
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    assert_int_equal(s.n_users, N);
+    for (unsigned i = 0; i < N; i++) {
+        snprintf(tag, sizeof tag, "%u", i + 1);
+        assert_string_equal(s.users[i].tag, tag); /* sorted by id, not by insertion */
+        expect_tag(&s.users[i], 21, 0, 10, 0, 1);
+    }
+    assert_int_equal(s.n_inbounds, N / 3);
+    expect_tag(find_tag(s.inbounds, s.n_inbounds, "in7"), 63, 0, 30, 0, 3);
+    expect_tag(&s.outbounds[0], 21 * N, 0, 10 * N, 0, N);
+    sv_stats_free(&s);
+
+    sv_usage *u = NULL;
+    assert_int_equal(sv_tracker_take_usage(t, &u), N);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(u[i].user, i + 1);
+        assert_int_equal(u[i].up, 42);
+    }
+    free(u);
+
+    /* a user that comes later sorts first; the others keep their groups */
+    sv_session_rec *late_s = open_session(t, 0, "in0", "1.1.1.2:1");
+    sv_tracker_session_bind_user(t, late_s, 0);
+    sv_flow_rec *late = open_flow(t, 0, "in0", "out@v1", 0, late_s->info.id);
+    late->info.has_user = true; /* user id 0 is a user too */
+    sv_meter_add(&late->bytes.up, 5);
+    sv_meter_add(&f[0]->bytes.up, 1);
+    sv_tracker_tick(t, 1000000000);
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    assert_int_equal(s.n_users, N + 1);
+    assert_string_equal(s.users[0].tag, "0");
+    expect_tag(&s.users[0], 5, 0, 5, 0, 1);
+    expect_tag(find_tag(s.users, s.n_users, "300"), 22, 0, 1, 0, 1);
+    sv_stats_free(&s);
+
+    for (unsigned i = 0; i < N; i++) {
+        sv_tracker_flow_close(t, f[i]);
+        sv_tracker_session_close(t, ses[i]);
+    }
+    sv_tracker_flow_close(t, late);
+    sv_tracker_session_close(t, late_s);
+    sv_tracker_free(t);
+}
+
 static void rates_saturate_instead_of_overflowing(void **state)
 {
     (void)state;
@@ -743,6 +816,7 @@ int main(void)
         cmocka_unit_test(device_admit_binds_and_asks_the_fleet_for_new_ips_only),
         cmocka_unit_test(device_admit_is_atomic_across_workers),
         cmocka_unit_test(concurrent_counting_loses_and_doubles_nothing),
+        cmocka_unit_test(remembered_groups_survive_table_growth_and_users_stay_sorted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

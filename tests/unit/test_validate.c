@@ -771,7 +771,7 @@ static void within_a_phase_spec_order_decides(void **state)
 /* Issue 9: a WebSocket transport on a trojan inbound: path starting with '/', printable, Host
  * only with a path; shadowsocks refuses it. */
 /* Issue 11: REALITY on a vless inbound: key, short ids, server names, the target as the
- * fallback, TCP alone; not on other protocols. */
+ * fallback, TCP or gRPC; not on other protocols. */
 static void reality_settings_are_checked(void **state)
 {
     (void)state;
@@ -797,10 +797,21 @@ static void reality_settings_are_checked(void **state)
     expect_invalid(&f, "inbound vr: reality needs its target as the fallback (HOST:PORT)");
     f.in[1].fallback = "a.test:443";
     f.in[1].tls.cert = SV_CERT_SELF;
-    expect_invalid(&f, "inbound vr: reality is served on TCP alone (no cert, WebSocket or "
-                       "gRPC)");
+    expect_invalid(&f, "inbound vr: reality is served on TCP or under gRPC (no cert or "
+                       "WebSocket)");
     f.in[1].tls.cert = SV_CERT_NONE;
+    f.in[1].ws.path = "/ws";
+    expect_invalid(&f, "inbound vr: reality is served on TCP or under gRPC (no cert or "
+                       "WebSocket)");
+    f.in[1].ws.path = NULL;
+    f.in[1].grpc.service_name = "kt-tun"; /* §1.6: gRPC over REALITY */
     expect_valid(&f);
+    f.in[1].reality.vision = true; /* PROTOCOLS-2.md §2.1: Vision directly on REALITY */
+    expect_invalid(&f, "inbound vr: the vision flow is served over reality on TCP only "
+                       "(PROTOCOLS-2.md §2.1)");
+    f.in[1].grpc.service_name = NULL;
+    expect_valid(&f);
+    f.in[1].reality.vision = false;
     f.in[1].protocol = SV_INBOUND_VMESS;
     f.in[1].fallback = NULL;
     expect_invalid(&f, "inbound vr: reality is served on vless inbounds only");

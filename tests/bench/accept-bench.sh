@@ -1,0 +1,121 @@
+#!/bin/bash
+# accept-bench.sh BUILDDIR: accept rate of one Shadowsocks port (aes-256-gcm) with 1, 1 000 and
+# 10 000 users (issue 13 "Scale benchmarks"), TCP and UDP, returning and never-seen clients, as
+# ratios against the 1-user case. A section of `make bench` (also `make bench-accept` alone).
+# Not part of `make check`: nothing here fails on a figure.
+#
+# katana runs one worker; a loopback echo server (katest.py echo) answers; the load is
+# tests/bench/accept.py, one request at a time:
+#   - returning: the LAST user of the list from 127.0.0.1, after one warm-up request (its
+#     address and user are known: the hint or the association finds it in one trial);
+#   - never-seen: every connection (TCP) or datagram (UDP) from a new 127.x.y.z address and with
+#     a user not matched before, taken from the end of the list (TCP and UDP alternate users, so
+#     both scan as far), at most BENCH_ACCEPT_FRESH (300) per run.
+# Per cell: requests per second (the client is Python on the same host: the 1-user rates are
+# the client's limit as much as katana's) and katana's CPU time per request (utime + stime from
+# /proc, what the users cost katana whatever the client), each with its ratio to the 1-user
+# figure. Goals (issue 13): at 10 000 users a returning client's rates within 10% of the 1-user
+# ones; a never-seen client authenticated within 5 ms.
+# Environment: BENCH_ACCEPT_USERS ("1 1000 10000"), BENCH_ACCEPT_SECONDS (3 per run),
+# BENCH_ACCEPT_FRESH, KATANA_BIN.
+set -euo pipefail
+
+BUILDDIR=${1:-.}
+HERE=$(cd "$(dirname "$0")" && pwd)
+KATEST=(python3 "$HERE/../integration/katest.py")
+LOAD=(python3 "$HERE/accept.py")
+KATANA=${KATANA_BIN:-$BUILDDIR/katana}
+SIZES=${BENCH_ACCEPT_USERS:-1 1000 10000}
+SECS=${BENCH_ACCEPT_SECONDS:-3}
+FRESH=${BENCH_ACCEPT_FRESH:-300}
+T=$(mktemp -d "${TMPDIR:-/tmp}/katana-accept-bench.XXXXXX")
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    sleep 0.3
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    [ "${BENCH_KEEP:-0}" = 1 ] && echo "kept $T" >&2 || rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
+stop() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+TCK=$(getconf CLK_TCK)
+
+[ -x "$KATANA" ] || { echo "accept-bench: no katana at $KATANA" >&2; exit 1; }
+python3 -c 'import cryptography' 2>/dev/null ||
+    { echo "accept-bench: python3-cryptography is not installed" >&2; exit 1; }
+
+echo "== Accept rate with many users on one Shadowsocks port (issue 13) =="
+read -r ECHO_PORT SP <<<"$("${KATEST[@]}" freeport --count 2)"
+bg "$T/echo.log" "${KATEST[@]}" echo --port "$ECHO_PORT" --ready-file "$T/echo.ready"
+for _ in $(seq 100); do [ -e "$T/echo.ready" ] && break; sleep 0.05; done
+
+# users N DIR: N users (ids 1..N, the uuid, which is the password, from the id) into
+# DIR/users.json; DIR/returning (the last user), DIR/tcp-new and DIR/udp-new (never-seen users
+# from the end of the list, alternating; for 1 user, that user again)
+users() {
+    python3 - "$1" "$2" "$FRESH" <<'EOF'
+import json, sys, uuid
+n, d, fresh = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+pw = [str(uuid.UUID(int=(i << 1) | 1)) for i in range(1, n + 1)]
+json.dump({"users": [{"id": i + 1, "uuid": p, "speed_limit": None, "device_limit": None}
+                     for i, p in enumerate(pw)]}, open(d + "/users.json", "w"))
+others = pw[-2::-1] or pw * (2 * fresh)
+for name, part in (("returning", [pw[-1]]), ("tcp-new", others[0::2][:fresh]),
+                   ("udp-new", others[1::2][:fresh] or others[:fresh])):
+    open(d + "/" + name, "w").write("\n".join(part) + "\n")
+EOF
+}
+
+declare -A RATE CPU FAIL
+KINDS="tcp-returning tcp-new udp-returning udp-new"
+octet=10
+for n in $SIZES; do
+    mkdir -p "$T/$n"
+    "${KATEST[@]}" mkconfig --out "$T/$n/katana.json" --port "$SP" --cipher aes-256-gcm \
+        --users-file "$T/$n/users.json" --log-level warn >/dev/null
+    users "$n" "$T/$n"
+    bg "$T/$n/katana.log" "$KATANA" run -c "$T/$n/katana.json"; KP=$BG
+    "${KATEST[@]}" wait-port --port "$SP" --timeout 60 >/dev/null
+    common=(--port "$SP" --echo-port "$ECHO_PORT")
+    # warm-up: the returning client's first login, TCP and UDP
+    "${LOAD[@]}" tcp "${common[@]}" --passwords-file "$T/$n/returning" --seconds 0.3 >/dev/null
+    "${LOAD[@]}" udp "${common[@]}" --passwords-file "$T/$n/returning" --seconds 0.3 >/dev/null
+    for kind in $KINDS; do
+        proto=${kind%%-*}
+        if [ "${kind#*-}" = new ]; then
+            args=(--passwords-file "$T/$n/$proto-new" --fresh "127.$octet.0.1")
+            octet=$((octet + 1))
+        else
+            args=(--passwords-file "$T/$n/returning")
+        fi
+        c0=$(cpu_ticks "$KP")
+        read -r rate fails count <<<"$("${LOAD[@]}" "$proto" "${common[@]}" "${args[@]}" --seconds "$SECS")"
+        c1=$(cpu_ticks "$KP")
+        RATE[$n,$kind]=$rate FAIL[$n,$kind]=$fails
+        CPU[$n,$kind]=$(awk -v t=$((c1 - c0)) -v c="$count" -v k="$TCK" \
+            'BEGIN { if (c > 0) printf "%.0f", t / k * 1e6 / c; else print "-" }')
+        echo "# $n users, $kind: $rate/s, $count done, $fails failed, ${CPU[$n,$kind]} us CPU each" >&2
+    done
+    stop "$KP"
+done
+
+first=${SIZES%% *}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "-" && b != "-" && b > 0) printf "%.2f", a / b; else print "-" }'; }
+printf '%-7s %-14s %9s %6s %12s %8s %7s\n' users client "per sec" "x ${first}u" "CPU us each" \
+    "x ${first}u" failed
+for n in $SIZES; do
+    for kind in $KINDS; do
+        printf '%-7s %-14s %9s %6s %12s %8s %7s\n' "$n" "$kind" "${RATE[$n,$kind]}" \
+            "$(ratio "${RATE[$n,$kind]}" "${RATE[$first,$kind]}")" "${CPU[$n,$kind]}" \
+            "$(ratio "${CPU[$n,$kind]}" "${CPU[$first,$kind]}")" "${FAIL[$n,$kind]}"
+    done
+done
+last=${SIZES##* }
+echo "goals at 10 000 users (issue 13): returning TCP and UDP rates within 10% of the 1-user" \
+    "ones (x ${first}u >= 0.90); a never-seen client authenticated within 5 ms (its CPU each" \
+    "at $last users: TCP ${CPU[$last,tcp-new]} us, UDP ${CPU[$last,udp-new]} us)"
+echo "(load average: $(cut -d' ' -f1-3 /proc/loadavg); the host is shared, and the client runs on it)"

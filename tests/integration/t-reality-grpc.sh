@@ -1,0 +1,176 @@
+#!/bin/bash
+# VLESS over gRPC over REALITY (issue 11, PROTOCOLS-2.md §1.6: HTTP/2 with prior knowledge
+# inside REALITY, no ALPN) through the real daemon, its node from the panel emulator: a vless
+# node with tls 2, network grpc and networkSettings.serviceName, tls_settings with a time window
+# (max_time_diff 60 s). The target site is a local HTTPS server (reality_target.py).
+# - Probes: `openssl s_client` gets the target's certificate and `curl` its page through the
+#   gRPC node's port.
+# - REALITY hellos sealed with the right key and short id (reality_hello.py): one stamped now is
+#   answered by katana (the target sees no connection); ones stamped 10 minutes before or after
+#   are probes, relayed to the target (it sees each), with no log line.
+# - An Xray-core REALITY+gRPC client with a wrong short id is relayed to the target too.
+# - Valid clients: Xray-core (user 1), sing-box with its full gRPC client (user 2) and the
+#   "lite" one (sing-box-lite, user 3) move 1 MiB each way at the same time, byte-identical,
+#   each through a counting relay, and each user is billed within t-reality.sh's bounds of the
+#   bytes moved and exactly the wire bytes its relay counted.
+KT_LIMIT=${KT_LIMIT:-300}
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/panel.sh"
+. "$(dirname "$0")/trojan.sh"
+. "$(dirname "$0")/../interop/peers.sh"
+kt_need openssl curl
+[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
+python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
+pr_need xray sing-box sing-box-lite
+
+U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid); U4=$(kt_uuid)
+SID=0123abcd
+SERVICE=kt-tun
+PAGE="reality grpc target page $$"
+
+read -r PRIV PUB < <(python3 - <<'PY'
+import base64
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+b = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+k = X25519PrivateKey.generate()
+print(b(k.private_bytes_raw()), b(k.public_key().public_bytes_raw()))
+PY
+)
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -keyout "$T/target.key" -out "$T/target.crt" -subj "/CN=localhost" \
+    -addext "subjectAltName=DNS:localhost" 2>/dev/null
+TARGET_FP=$(openssl x509 -in "$T/target.crt" -noout -fingerprint -sha256)
+
+kt_ports 4
+TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
+kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" --cert "$T/target.crt" \
+    --key "$T/target.key" --body "$PAGE" --count-file "$T/target.count" \
+    --ready-file "$T/target.ready"
+kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
+target_count() { cat "$T/target.count"; }
+
+python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$SERVICE" \
+    "$U1" "$U2" "$U3" "$U4" <<'PY'
+import json, sys
+t, node, target, priv, pub, sid, svc = sys.argv[1:8]
+json.dump({"protocol": "vless", "listen_ip": "0.0.0.0", "server_port": int(node),
+           "network": "grpc", "networkSettings": {"serviceName": svc}, "tls": 2, "flow": None,
+           "decryption": None,
+           "tls_settings": {"server_name": "localhost", "server_port": target,
+                            "public_key": pub, "private_key": priv, "short_id": sid,
+                            "max_time_diff": 60000, "allow_insecure": False},
+           "base_config": {"push_interval": 60, "pull_interval": 60}},
+          open(t + "/panel-config.json", "w"))
+json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": None, "device_limit": None}
+                     for i, u in enumerate(sys.argv[8:])]}, open(t + "/panel-users.json", "w"))
+PY
+kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
+    --config "$T/panel-config.json" --users "$T/panel-users.json" --ready-file "$T/panel.ready"
+kt_wait_file "$T/panel.ready" 10 || { fail "panel emulator did not start"; exit 1; }
+cat >"$T/katana.json" <<EOF
+{"log": {"level": "info"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
+ "db": {"path": "$T/katana.db", "flush_interval": 1},
+ "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
+            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
+                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "vless"}}]}
+EOF
+echo_start
+kat_start "$T/katana.json"
+
+# --- probes ------------------------------------------------------------------------------
+c0=$(target_count)
+fp=$(timeout 10 openssl s_client -connect "127.0.0.1:$NODE_PORT" -servername localhost \
+    </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256 || true)
+echo "s_client saw: ${fp:-nothing}; the target's: $TARGET_FP"
+check "openssl s_client to the gRPC node's port gets the target's certificate" \
+    test "$fp" = "$TARGET_FP"
+page=$(timeout 10 curl -sk --resolve "localhost:$NODE_PORT:127.0.0.1" \
+    "https://localhost:$NODE_PORT/" || true)
+check "curl to the gRPC node's port gets the target's page" test "$page" = "$PAGE"
+check "the target saw those connections" test "$(target_count)" -ge $((c0 + 2))
+
+# hello OFFSET_S: a sealed REALITY hello stamped OFFSET_S seconds from now; prints
+# "TARGET_CONNECTIONS_SEEN bytes=N first=HEX".
+hello() {
+    local before out
+    before=$(target_count)
+    out=$(timeout 20 python3 "$KT_DIR/reality_hello.py" --port "$NODE_PORT" \
+        --public-key "$PUB" --short-id "$SID" --sni localhost --offset "$1" --wait 2)
+    sleep 0.3
+    echo "$(($(target_count) - before)) $out"
+}
+lines0=$(tj_log_lines)
+now=$(hello 0); early=$(hello -600); late=$(hello 600)
+echo "stamped now: $now; 10 min early: $early; 10 min late: $late"
+# answer LINE: "SEEN/FIRST": the target connections it caused, the first bytes it got
+answer() { echo "${1%% *}/${1##*first=}"; }
+check "a REALITY hello stamped now is katana's (a ServerHello, the target sees nothing)" \
+    test "$(answer "$now")" = "0/16 03 03"
+check "a REALITY hello 10 minutes early is a probe: relayed, the target answers" \
+    test "$(answer "$early")" = "1/16 03 03"
+check "a REALITY hello 10 minutes late is a probe: relayed, the target answers" \
+    test "$(answer "$late")" = "1/16 03 03"
+check "hellos outside the window: no log line" test "$(tj_log_lines)" = "$lines0"
+
+# rclient VENDOR NAME UUID SHORT_ID SERVER_PORT: a VLESS+REALITY+gRPC client (template
+# tests/interop/VENDOR/client-vless-reality-grpc.json, sing-box-lite: sing-box's); sets CL_PORT.
+rclient() {
+    kt_ports 1; CL_PORT=${PORTS[0]}
+    pr_render "$PR_TEMPLATES/${1%-lite}/client-vless-reality-grpc.json" "$T/client-$2.json" \
+        LOCAL_PORT="$CL_PORT" SERVER_PORT="$5" SECRET="$3" SNI=localhost \
+        PUBLIC_KEY="$PUB" SHORT_ID="$4"
+    pr_cmd "$1" "$T/client-$2.json"
+    kt_bg "client-$2" "${PR_CMD[@]}"
+    kt_wait_port "$CL_PORT" 10 || { fail "$1 client $2 did not listen"; exit 1; }
+}
+
+lines0=$(tj_log_lines)
+rclient xray bad-sid "$U1" deadbeef "$NODE_PORT"
+c0=$(target_count)
+check "Xray REALITY+gRPC client with a wrong short id: no echo" \
+    tcp_rt "$CL_PORT" refused --bytes 4096
+check "... relayed to the target as a probe" test "$(target_count)" -gt "$c0"
+check "... no log line" test "$(tj_log_lines)" = "$lines0"
+
+tj_counting_relay u1 "$NODE_PORT"; rclient xray u1 "$U1" "$SID" "$RELAY_PORT"; c1=$CL_PORT
+tj_counting_relay u2 "$NODE_PORT"; rclient sing-box u2 "$U2" "$SID" "$RELAY_PORT"; c2=$CL_PORT
+tj_counting_relay u3 "$NODE_PORT"; rclient sing-box-lite u3 "$U3" "$SID" "$RELAY_PORT"
+c3=$CL_PORT
+r1=0 r2=0 r3=0
+tcp_rt "$c1" ok --bytes "$MIB" --seed rg-u1 --label u1 >"$T/u1.out" 2>&1 & p1=$!
+tcp_rt "$c2" ok --bytes "$MIB" --seed rg-u2 --label u2 >"$T/u2.out" 2>&1 & p2=$!
+tcp_rt "$c3" ok --bytes "$MIB" --seed rg-u3 --label u3 >"$T/u3.out" 2>&1 & p3=$!
+wait "$p1" || r1=$?
+wait "$p2" || r2=$?
+wait "$p3" || r3=$?
+cat "$T/u1.out" "$T/u2.out" "$T/u3.out"
+check "Xray-core VLESS+REALITY over gRPC (user 1): 1 MiB each way, echo identical" \
+    test "$r1" = 0
+check "sing-box (full gRPC) VLESS+REALITY over gRPC (user 2) at the same time: identical" \
+    test "$r2" = 0
+check "sing-box-lite VLESS+REALITY over gRPC (user 3) at the same time: identical" \
+    test "$r3" = 0
+tj_relays_settle u1 u2 u3
+snap=$(kat_snapshot)
+echo "SIGUSR1 snapshot:"; echo "$snap"
+# billed LINES UID UP DOWN: within [it, it + 5% + 4 KiB] each way (t-reality.sh's bounds)
+billed() {
+    local up down
+    read -r _ up down <<<"$(awk -v u="$2" '$1 == u' <<<"$1")"
+    echo "user $2: up ${up:-none} down ${down:-none}, expected $3 and $4"
+    [ -n "${up:-}" ] && [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 4096)) ] &&
+        [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
+}
+for u in 1 2 3; do
+    # one stream: the VLESS request header (26 bytes for 127.0.0.1) up, 00 00 down
+    check "usage of user $u is the bytes moved" billed "$snap" "$u" $((MIB + 26)) $((MIB + 2))
+    check "usage of user $u is the wire bytes its relay counted" tj_wire_is "$snap" "$u" "u$u"
+done
+check "idle user 4 billed nothing" test -z "$(awk '$1 == 4 && ($2 > 0 || $3 > 0)' <<<"$snap")"
+check "three connections at once on one REALITY+gRPC connection, 256 KiB each, identical" \
+    tcp_rt "$c1" ok --bytes 262144 --conns 3 --seed rg-multi
+check "daemon still runs" kt_alive "$SRV_PID"
+kat_stop
+check "SIGTERM: katana exits 0" test "$SRV_RC" = 0
+kt_finish
