@@ -89,13 +89,13 @@ tls_rt() {
     timeout 120 python3 "$KT_DIR/tls_peer.py" client --socks "$1" --dest-port "$TLS_PORT" \
         --mode "$2" --bytes "$3" --seed "$4"
 }
-# billed SNAPSHOT UID UP DOWN: within [it, it + 5% + 8 KiB] each way
+# billed SNAPSHOT UID UP DOWN: within [it, it + 5% + 4 KiB] each way (as t-reality)
 billed() {
     local up down
     read -r _ up down <<<"$(awk -v u="$2" '$1 == u' <<<"$1")"
     echo "user $2: up ${up:-none} down ${down:-none}, moved $3 and $4"
-    [ -n "${up:-}" ] && [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 8192)) ] &&
-        [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 8192)) ]
+    [ -n "${up:-}" ] && [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 4096)) ] &&
+        [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
 }
 
 vclient xray u1 "$U1"; c1=$CL_PORT
