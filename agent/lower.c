@@ -17,6 +17,9 @@
 #include "agent/lower.h"
 #include "supervisor/util/log.h"
 
+/** The one VLESS flow served (PROTOCOLS-2.md §2, issue 11): XTLS Vision over REALITY. */
+#define VISION_FLOW "xtls-rprx-vision"
+
 #define MOD "ag.lower"
 
 void ag_fleet_free(ag_fleet *fleet)
@@ -642,8 +645,9 @@ static bool chars_in(const char *s, size_t n, const char *set)
  * §1.4):
  * the target's server_name (also the one SNI served) and server_port, the X25519 private_key
  * (base64url of 32 bytes) and the short_id (hex, at most 16 digits, even count; empty = the
- * all-zero id). The agent config's "fallback" does not apply (the target is the fallback); a
- * flow (Vision) and transports other than gRPC (PROTOCOLS-2.md §1.6: HTTP/2 with prior
+ * all-zero id). The agent config's "fallback" does not apply (the target is the fallback);
+ * `flow` "xtls-rprx-vision" is served on TCP (XTLS Vision, PROTOCOLS-2.md §2; not over gRPC,
+ * §2.1); another flow and transports other than gRPC (PROTOCOLS-2.md §1.6: HTTP/2 with prior
  * knowledge inside REALITY, networkSettings.serviceName required) are refused naming the field.
  */
 static int check_reality(const ag_node_state *n, sv_error *err)
@@ -675,6 +679,16 @@ static int check_reality(const ag_node_state *n, sv_error *err)
     const char *net = is_grpc(&n->node) ? stream_network(n, &served, err, &rc) : NULL;
     if (rc != 0)
         return rc;
+    if (n->node.set & PN_SET_FLOW) {
+        if (n->node.flow == NULL || strcmp(n->node.flow, VISION_FLOW) != 0)
+            return sv_error_set(err, -EINVAL, "node %s: flow \"%.32s\": only \"%s\" is served",
+                                n->tag, n->node.flow != NULL ? n->node.flow : "",
+                                VISION_FLOW);
+        if (net != NULL) /* Vision sits directly on REALITY (PROTOCOLS-2.md §2.1) */
+            return sv_error_set(err, -EINVAL, "node %s: flow \"%s\": XTLS Vision is served "
+                                "over REALITY on TCP only, not over gRPC", n->tag, VISION_FLOW);
+        served |= PN_SET_FLOW;
+    }
     return check_unserved(n, "vless over REALITY on TCP or gRPC", served, net, err);
 }
 
@@ -682,13 +696,18 @@ static int check_reality(const ag_node_state *n, sv_error *err)
  * A vless node (PANEL.md §1.4: tls 0/1/2, flow, decryption, network tcp, ws or httpupgrade
  * (issue 10) with networkSettings path and headers.Host; issue 9) is served on TCP, WebSocket or
  * HTTPUpgrade, over TLS with the agent config's certificate when tls is 1, in clear when 0 (the
- * config's "cert" is then unused), over REALITY on TCP or gRPC when 2 (check_reality).
- * A flow, VLESS encryption and other transports are refused naming the field.
+ * config's "cert" is then unused), over REALITY on TCP or gRPC when 2 (check_reality, which
+ * serves the Vision flow on TCP). A flow over tls 0/1 (Vision over OpenSSL's record layer is not
+ * done), VLESS encryption and other transports are refused naming the field.
  */
 static int check_vless(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
         return check_reality(n, err);
+    if (n->node.set & PN_SET_FLOW)
+        return sv_error_set(err, -EINVAL, "node %s: flow \"%.32s\": XTLS Vision is served over "
+                            "tls 2 (REALITY) only, not over tls %u", n->tag,
+                            n->node.flow != NULL ? n->node.flow : "", n->node.tls);
     unsigned served = PN_SET_TLS;
     int rc;
     const char *net = stream_network(n, &served, err, &rc);
@@ -802,6 +821,7 @@ static int add_reality(const ag_node_state *n, sv_inbound_spec *in)
     char target[300];
     snprintf(target, sizeof target, "%s:%u", r->server_name, (unsigned)r->server_port);
     in->reality.max_time_diff_ms = r->max_time_diff;
+    in->reality.vision = (n->node.set & PN_SET_FLOW) != 0; /* checked: xtls-rprx-vision */
     if ((in->fallback = strdup(target)) == NULL ||
         (in->reality.private_key = strdup(r->private_key)) == NULL ||
         (in->reality.server_names = strdup(r->server_name)) == NULL ||

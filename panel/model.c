@@ -442,6 +442,12 @@ static int parse_node_strings(const json_t *body, const char *node_type, pn_node
         rc = opt_string(body, "listen_ip", &out->listen_ip, err);
     if (rc == 0)
         rc = opt_string(body, "cipher", &out->cipher, err);
+    if (rc == 0 && json_is_string(json_object_get(body, "flow"))) /* else PN_SET_FLOW alone */
+        rc = opt_string(body, "flow", &out->flow, err);
+    if (rc == 0 && out->flow != NULL && out->flow[0] == '\0') {
+        free(out->flow);
+        out->flow = NULL;
+    }
     if (rc == 0)
         rc = opt_string(body, "server_key", &out->server_key, err);
     if (rc == 0)
@@ -510,6 +516,7 @@ void pn_node_free(pn_node *node)
     free(node->listen_ip);
     free(node->network);
     free(node->cipher);
+    free(node->flow);
     free(node->server_key);
     free(node->obfs);
     free(node->plugin);
@@ -662,6 +669,7 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
     if (dup_opt(&d->protocol, s->protocol) != 0 || dup_opt(&d->listen_ip, s->listen_ip) != 0 ||
         dup_opt(&d->network, s->network) != 0 ||
         dup_opt(&d->cipher, s->cipher) != 0 || dup_opt(&d->server_key, s->server_key) != 0 ||
+        dup_opt(&d->flow, s->flow) != 0 ||
         dup_opt(&d->obfs, s->obfs) != 0 || dup_opt(&d->plugin, s->plugin) != 0 ||
         dup_opt(&d->plugin_opts, s->plugin_opts) != 0 ||
         dup_opt(&d->server_name, s->server_name) != 0 || dup_opt(&d->host, s->host) != 0 ||
@@ -746,7 +754,7 @@ bool pn_node_equal(const pn_node *a, const pn_node *b)
 {
     if (!str_eq(a->protocol, b->protocol) || !str_eq(a->listen_ip, b->listen_ip) ||
         a->server_port != b->server_port || !str_eq(a->network, b->network) ||
-        a->set != b->set || !str_eq(a->cipher, b->cipher) ||
+        a->set != b->set || !str_eq(a->cipher, b->cipher) || !str_eq(a->flow, b->flow) ||
         !str_eq(a->server_key, b->server_key) || !str_eq(a->obfs, b->obfs) ||
         !str_eq(a->plugin, b->plugin) || !str_eq(a->plugin_opts, b->plugin_opts) ||
         !str_eq(a->server_name, b->server_name) ||

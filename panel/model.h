@@ -73,6 +73,8 @@ typedef struct pn_node {
     char *ws_host;        /**< `networkSettings.headers.Host`; NULL when absent or null */
     char *grpc_service;   /**< `networkSettings.serviceName` (gRPC, issue 10); NULL when absent
                                or null */
+    char *flow;           /**< vless `flow` ("xtls-rprx-vision", issue 11); NULL when absent,
+                               null or "" */
     char *cipher;         /**< shadowsocks method; NULL when absent */
     char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
     char *obfs;           /**< v1.7 `obfs` (e.g. "http"); NULL when absent or null */

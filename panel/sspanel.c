@@ -235,8 +235,11 @@ static int transport_fields(const json_t *cc, pn_node *out, sv_error *err)
         out->set |= PN_SET_TLS;
         out->tls = 2;
     }
-    if (set_text(flow))
+    if (set_text(flow)) {
         out->set |= PN_SET_FLOW;
+        if (dup_text(&out->flow, flow) != 0)
+            return sv_error_set(err, -ENOMEM, "out of memory");
+    }
     if (set_text(path) || set_text(service) ||
         (header != NULL && !json_is_null(header) && !(json_is_object(header) &&
                                                       json_object_size(header) == 0)))

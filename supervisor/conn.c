@@ -607,6 +607,26 @@ static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
 
 /* ---- remote side ------------------------------------------------------------------------------ */
 
+_Static_assert((unsigned)SV_DIRECT_WATCH == (unsigned)SV_LAYER_WATCH &&
+                   (unsigned)SV_DIRECT_IN == (unsigned)SV_LAYER_RAW_IN &&
+                   (unsigned)SV_DIRECT_OUT == (unsigned)SV_LAYER_RAW_OUT,
+               "proto.h's sv_direct bits are layer.h's sv_layer_direct bits");
+
+/* XTLS Vision (PROTOCOLS-2.md §2.6): pass what the core wants now (watch the client's records,
+ * raw in, raw out) to the transport chain. The bytes still go through this connection's
+ * reads and writes, so every one stays metered. @return false when the connection closed. */
+static bool sync_direct(sv_conn *c)
+{
+    const sv_proto_ops *ops = c->handler->ops;
+    if (ops->direct == NULL || c->raw || c->closing)
+        return !c->closing;
+    if (sv_chain_direct(&c->chain, ops->direct(c->state)) < 0) {
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
 static void remote_alloc(void *owner, uv_buf_t *buf)
 {
     sv_conn *c = owner;
@@ -664,7 +684,8 @@ static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    write_client(c, wire, (size_t)len);
+    if (write_client(c, wire, (size_t)len))
+        sync_direct(c); /* after the frame that says so is sealed */
 }
 
 static void remote_read_start(sv_conn *c)
@@ -1721,6 +1742,8 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             conn_close(c); /* a core error always comes with an SV_FX_ERROR effect */
             return;
         }
+        if (!sync_direct(c)) /* before the chain unwraps the client's next record */
+            return;
         if (r == 0 && (ops->more == NULL || !ops->more(c->state)))
             break;
         off += (size_t)r;

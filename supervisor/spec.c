@@ -289,7 +289,8 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            str_eq(a->reality.private_key, b->reality.private_key) &&
            str_eq(a->reality.short_ids, b->reality.short_ids) &&
            str_eq(a->reality.server_names, b->reality.server_names) &&
-           a->reality.max_time_diff_ms == b->reality.max_time_diff_ms;
+           a->reality.max_time_diff_ms == b->reality.max_time_diff_ms &&
+           a->reality.vision == b->reality.vision;
 }
 
 sv_policy sv_removal_policy_of(const sv_spec *spec, const sv_inbound_spec *in)

@@ -127,6 +127,8 @@ typedef struct sv_inbound_reality {
                              NULL or "" = the all-zero id only */
     char *server_names; /**< comma-separated SNI values clients must send (exact match) */
     uint64_t max_time_diff_ms; /**< largest |now - client time|; 0 = not checked */
+    bool vision;        /**< every user's flow is xtls-rprx-vision (PROTOCOLS-2.md §2; the
+                             panel's node `flow`): the rules of §2.2 apply to each request */
 } sv_inbound_reality;
 
 /** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */

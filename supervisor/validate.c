@@ -478,6 +478,10 @@ static int check_vless(const sv_inbound_spec *in, sv_error *err)
     int rc = check_stream_inbound(in, "vless", false, true, err);
     if (rc == 0 && in->reality.private_key != NULL)
         rc = check_reality(in, err);
+    if (rc == 0 && in->reality.vision &&
+        (in->reality.private_key == NULL || in->grpc.service_name != NULL))
+        return INVALID(err, "inbound %s: the vision flow is served over reality on TCP only "
+                       "(PROTOCOLS-2.md §2.1)", in->tag);
     return rc;
 }
 

@@ -80,6 +80,14 @@ typedef struct sv_effect {
     unsigned trials;
 } sv_effect;
 
+/** Bits of sv_proto_ops.direct (XTLS Vision, PROTOCOLS-2.md §2.6); the values of layer.h's
+ *  enum sv_layer_direct, which the runtime passes to the transport chain as they are. */
+enum sv_direct {
+    SV_DIRECT_WATCH = 1u, /**< the client may switch to raw: deliver its records one by one */
+    SV_DIRECT_IN = 2u,    /**< client bytes after the piece last fed are raw under the layer */
+    SV_DIRECT_OUT = 4u,   /**< bytes framed after those given so far go raw under the layer */
+};
+
 #define SV_EFFECTS_MAX 16 /**< bound of one feed() call's effects */
 
 /** The effects of one feed() call, in order. */
@@ -195,6 +203,15 @@ typedef struct sv_proto_ops {
      */
     ssize_t (*frame_end)(void *state, const void *creds, uint32_t stream, bool abort,
                          uint8_t *out, size_t cap);
+
+    /**
+     * Optional: the SV_DIRECT_* bits the core wants from the transport chain under it now (XTLS
+     * Vision: watch from the request on, raw in after the client's command 2 frame, raw out
+     * after ours). The runtime asks after every feed() and frame() and passes new bits to
+     * sv_chain_direct(); a chain that cannot ends the connection. IN and OUT stay once set;
+     * WATCH holds while the client may still switch.
+     */
+    unsigned (*direct)(const void *state);
 } sv_proto_ops;
 
 /** Append an effect to @p fx. @return the new effect (zeroed but for kind), or NULL when full. */

@@ -4,6 +4,7 @@
 #include "supervisor/proto/vless.h"
 #include "supervisor/util/digits.h"
 #include "supervisor/proto/mux.h"
+#include "supervisor/proto/vision.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 
 /* ---------------------------------------------------------------------------------------- */
 /* Credential table: 16-byte UUID → user index                                               */
@@ -29,6 +31,7 @@ typedef struct vless_creds {
     vless_slot *slots;
     uint8_t (*id)[SV_VLESS_UUID_LEN]; /* each user's UUID, by user index */
     bool fallback;                    /* the inbound has a fallback: failed clients go there */
+    bool vision;                      /* every user's flow is xtls-rprx-vision (§2.2) */
 } vless_creds;
 
 /*
@@ -151,6 +154,7 @@ static int creds_new(const sv_inbound_spec *in, const sv_user_set *users, void *
         t->slots = calloc(cap, sizeof *t->slots);
         t->id = calloc(n > 0 ? n : 1, sizeof *t->id);
         t->fallback = in != NULL && in->fallback != NULL;
+        t->vision = in != NULL && in->reality.vision;
     }
     if (t == NULL || t->slots == NULL || t->id == NULL) {
         creds_free(t);
@@ -178,6 +182,10 @@ typedef struct vless_conn {
     uint32_t skip;  /* PH_UDP: bytes of an oversized datagram still to drop */
     sv_dest dest;   /* PH_UDP: the request's destination, every datagram's */
     sv_mux *mux;    /* PH_MUX: the Mux.Cool decoder of the body (command 3) */
+    sv_vision *vision; /* the body is Vision-framed (PROTOCOLS-2.md §2); NULL: plain */
+    uint8_t *held;  /* Vision under Mux: un-padded bytes the decoder has not taken */
+    size_t held_off, held_len, held_cap;
+    bool full;      /* Vision under Mux: the last feed filled its effect list */
 } vless_conn;
 
 static int conn_init(void *state, const sv_inbound_spec *in)
@@ -192,6 +200,11 @@ static void conn_deinit(void *state)
     vless_conn *c = state;
     sv_mux_free(c->mux);
     c->mux = NULL;
+    free(c->vision);
+    c->vision = NULL;
+    free(c->held);
+    c->held = NULL;
+    c->held_off = c->held_len = c->held_cap = 0;
 }
 
 /*
@@ -211,12 +224,13 @@ static ssize_t varint(const uint8_t *p, size_t n, uint64_t *v)
 
 /*
  * Check the addons (§5.4): protobuf Addons{string Flow = 1; bytes Seed = 2;}, unknown fields
- * skipped. @return 0, -EPROTONOSUPPORT for a non-empty Flow (we serve none), -EPROTO when
- * malformed.
+ * skipped. @return the flow (enum sv_vision_request_flow: none, xtls-rprx-vision, another), or
+ * -EPROTO when malformed.
  */
 static int check_addons(const uint8_t *p, size_t n)
 {
     size_t at = 0;
+    int flow = SV_VISION_REQ_NONE;
     while (at < n) {
         uint64_t key, len;
         ssize_t k = varint(p + at, n - at, &key);
@@ -243,9 +257,12 @@ static int check_addons(const uint8_t *p, size_t n)
             k = varint(p + at, n - at, &len);
             if (k < 0 || n - at - (size_t)k < len)
                 return -EPROTO;
-            at += (size_t)k + len;
             if (key >> 3 == 1 && len > 0)
-                return -EPROTONOSUPPORT;
+                flow = len == strlen(SV_VISION_FLOW) &&
+                               memcmp(p + at + k, SV_VISION_FLOW, len) == 0
+                           ? SV_VISION_REQ_VISION
+                           : SV_VISION_REQ_OTHER;
+            at += (size_t)k + len;
             break;
         default:
             return -EPROTO;
@@ -253,7 +270,7 @@ static int check_addons(const uint8_t *p, size_t n)
         if (key >> 3 == 1 && (key & 7) != 2)
             return -EPROTO;
     }
-    return 0;
+    return flow;
 }
 
 /*
@@ -263,8 +280,9 @@ static int check_addons(const uint8_t *p, size_t n)
  * @return header length; 0 when more bytes are needed; -EPROTO, -EACCES or -EPROTONOSUPPORT.
  */
 static ssize_t parse_request(const void *creds, const uint8_t *p, size_t n, int *user,
-                             uint8_t *cmd, sv_dest *d)
+                             uint8_t *cmd, sv_dest *d, bool *framed)
 {
+    const vless_creds *t = creds;
     if (n < 1)
         return 0;
     if (p[0] != 0)
@@ -280,21 +298,31 @@ static ssize_t parse_request(const void *creds, const uint8_t *p, size_t n, int 
     size_t m = p[at++];
     if (n < at + m)
         return 0;
-    int r = check_addons(p + at, m);
-    if (r < 0)
-        return r;
+    int flow = check_addons(p + at, m);
+    if (flow < 0)
+        return flow;
+    if (flow == SV_VISION_REQ_OTHER) /* refused as soon as seen (§2.2: any command) */
+        return -EPROTONOSUPPORT;
+    if (flow == SV_VISION_REQ_VISION && (t == NULL || !t->vision))
+        return -EPERM;
     at += m;
     if (n < at + 1)
         return 0;
     *cmd = p[at++];
-    if (*cmd == SV_VLESS_MUX)
-        return (ssize_t)at; /* no address: the frames name each session's (§7.1) */
-    if (*cmd != SV_VLESS_TCP && *cmd != SV_VLESS_UDP)
+    if (*cmd != SV_VLESS_MUX && *cmd != SV_VLESS_TCP && *cmd != SV_VLESS_UDP)
         return -EPROTONOSUPPORT;
-    ssize_t a = sv_dest_parse_b(p + at, n - at, d);
-    if (a <= 0)
-        return a;
-    return (ssize_t)(at + (size_t)a);
+    if (*cmd != SV_VLESS_MUX) { /* Mux has no address: the frames name each session's (§7.1) */
+        ssize_t a = sv_dest_parse_b(p + at, n - at, d);
+        if (a <= 0)
+            return a;
+        at += (size_t)a;
+    }
+    /* the flow rules (PROTOCOLS-2.md §2.2); a Mux without flow on a Vision node must be XUDP */
+    int r = sv_vision_check(t != NULL && t->vision, (enum sv_vision_request_flow)flow, *cmd,
+                            p + at, n - at, framed);
+    if (r <= 0)
+        return r;
+    return (ssize_t)at;
 }
 
 static ssize_t fail(vless_conn *c, sv_effects *fx, int error, enum sv_probe_policy policy,
@@ -353,14 +381,78 @@ static void push_data(sv_effects *fx, uint8_t *p, size_t n)
     }
 }
 
-/* Mux.Cool frames from @p p + @p at (§7): the decoder's effects, stream = session ID.
+/* Vision: un-pad @p p + @p at in place (PROTOCOLS-2.md §2.4) and run the TLS filter over the
+ * content. @return the content length at @p p + @p at, -EAGAIN when the first frame's user id
+ * is not whole yet (nothing consumed), or a negative errno with an error effect. */
+static ssize_t unpad(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
+{
+    size_t k = 0;
+    ssize_t r = sv_vision_unpad(c->vision, p + at, n - at, &k);
+    if (r < 0)
+        return fail(c, fx, (int)r, SV_PROBE_CLOSE, NULL, 0);
+    if (r == 0)
+        return -EAGAIN;
+    sv_vision_filter(c->vision, p + at, k);
+    return (ssize_t)k;
+}
+
+/* Mux.Cool frames from @p p + @p at (§7): the decoder's effects, stream = session ID. Under
+ * Vision the content is un-padded, then decoded from the core's own buffer (what the decoder
+ * leaves there is already un-padded, so the runtime's carry cannot hold it).
  * @return bytes consumed (including @p at), or -EPROTO with an error effect. */
 static ssize_t feed_mux(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
 {
-    ssize_t r = sv_mux_feed(c->mux, p + at, n - at, fx);
+    if (c->vision == NULL) {
+        ssize_t r = sv_mux_feed(c->mux, p + at, n - at, fx);
+        if (r < 0)
+            return fail(c, fx, (int)r, SV_PROBE_CLOSE, NULL, 0);
+        return (ssize_t)at + r;
+    }
+    size_t k = 0;
+    if (n > at) {
+        ssize_t u = unpad(c, p, n, at, fx);
+        if (u == -EAGAIN)
+            return (ssize_t)at;
+        if (u < 0)
+            return u;
+        k = (size_t)u;
+    }
+    if (c->held_off > 0) { /* the effects pointing here were applied */
+        memmove(c->held, c->held + c->held_off, c->held_len);
+        c->held_off = 0;
+    }
+    if (c->held_len + k > c->held_cap) {
+        size_t cap = c->held_len + k + 4096;
+        uint8_t *h = realloc(c->held, cap);
+        if (h == NULL)
+            return fail(c, fx, -ENOMEM, SV_PROBE_CLOSE, NULL, 0);
+        c->held = h;
+        c->held_cap = cap;
+    }
+    if (k > 0)
+        memcpy(c->held + c->held_len, p + at, k);
+    c->held_len += k;
+    ssize_t r = c->held_len > 0 ? sv_mux_feed(c->mux, c->held, c->held_len, fx) : 0;
     if (r < 0)
         return fail(c, fx, (int)r, SV_PROBE_CLOSE, NULL, 0);
-    return (ssize_t)at + r;
+    c->held_off = (size_t)r;
+    c->held_len -= (size_t)r;
+    c->full = c->held_len > 0 && fx->n >= SV_EFFECTS_MAX;
+    return (ssize_t)n;
+}
+
+/* Vision over TCP: the frames' content goes to the outbound. */
+static ssize_t feed_vision_tcp(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
+{
+    if (n == at)
+        return (ssize_t)n;
+    ssize_t k = unpad(c, p, n, at, fx);
+    if (k == -EAGAIN)
+        return (ssize_t)at;
+    if (k < 0)
+        return k;
+    push_data(fx, p + at, (size_t)k);
+    return (ssize_t)n;
 }
 
 static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx)
@@ -371,6 +463,8 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     case PH_FAILED:
         return fail(c, fx, c->error, SV_PROBE_CLOSE, NULL, 0);
     case PH_TCP:
+        if (c->vision != NULL)
+            return feed_vision_tcp(c, p, n, 0, fx);
         push_data(fx, p, n);
         return (ssize_t)n;
     case PH_UDP:
@@ -384,7 +478,8 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     int user = -1;
     uint8_t cmd = 0;
     sv_dest d;
-    ssize_t h = parse_request(creds, p, n, &user, &cmd, &d);
+    bool framed = false;
+    ssize_t h = parse_request(creds, p, n, &user, &cmd, &d, &framed);
     if (h < 0 && user < 0) {
         const vless_creds *t = creds;
         bool fb = t != NULL && t->fallback;
@@ -394,6 +489,14 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
         return fail(c, fx, (int)h, SV_PROBE_CLOSE, NULL, 0);
     if (h == 0)
         return 0;
+    if (framed) {
+        uint64_t seed = 0;
+        c->vision = malloc(sizeof *c->vision);
+        if (c->vision == NULL)
+            return fail(c, fx, -ENOMEM, SV_PROBE_CLOSE, NULL, 0);
+        (void)RAND_bytes((unsigned char *)&seed, sizeof seed); /* padding lengths only */
+        sv_vision_init(c->vision, p + 1, cmd == SV_VLESS_TCP, seed);
+    }
     sv_effect *e = sv_effects_push(fx, SV_FX_AUTHENTICATED);
     e->principal = user;
     if (cmd == SV_VLESS_MUX) {
@@ -409,6 +512,8 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     e->dest = d;
     if (cmd == SV_VLESS_TCP) {
         c->phase = PH_TCP;
+        if (c->vision != NULL)
+            return feed_vision_tcp(c, p, n, (size_t)h, fx);
         push_data(fx, p + h, n - (size_t)h);
         return (ssize_t)n;
     }
@@ -423,7 +528,8 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
 
 static size_t frame_max(size_t len)
 {
-    return sv_mux_frame_max(len) + SV_VLESS_RESPONSE_LEN; /* room for Mux.Cool framing */
+    /* room for Mux.Cool framing, and Vision's padding frames around it */
+    return sv_vision_pad_max(sv_mux_frame_max(len)) + SV_VLESS_RESPONSE_LEN;
 }
 
 /* Write the response header at @p out unless it went out already. @return its length. */
@@ -437,11 +543,38 @@ static size_t put_response(vless_conn *c, uint8_t *out)
     return SV_VLESS_RESPONSE_LEN;
 }
 
+/* Vision: the response header if due, then @p inner (one write: a payload, a Mux.Cool frame)
+ * in padding frames (§2.3, §2.5). @p inner may lie in @p out's tail, after room for the
+ * padding overhead (sv_vision_pad's rule). */
+static ssize_t vision_out(vless_conn *c, const uint8_t *inner, size_t inner_len, uint8_t *out,
+                          size_t cap)
+{
+    size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+    if (cap < head)
+        return -EMSGSIZE;
+    ssize_t w = sv_vision_pad(c->vision, inner, inner_len, out + head, cap - head);
+    if (w < 0)
+        return w;
+    put_response(c, out);
+    return (ssize_t)head + w;
+}
+
 static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
                      size_t len, uint8_t *out, size_t cap)
 {
     (void)creds;
     vless_conn *c = state;
+    if (c->vision != NULL && c->mux != NULL) { /* the Keep frame in out's tail, then padded */
+        size_t room = sv_mux_frame_max(len);
+        if (cap < frame_max(len))
+            return -EMSGSIZE;
+        ssize_t w = sv_mux_frame_data((uint16_t)stream, in, len, out + cap - room, room);
+        if (w < 0)
+            return w;
+        return vision_out(c, out + cap - room, (size_t)w, out, cap);
+    }
+    if (c->vision != NULL)
+        return vision_out(c, in, len, out, cap);
     size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
     if (c->mux != NULL) { /* Keep frames of that session (§7.3) */
         if (cap < head)
@@ -466,6 +599,17 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
     (void)creds;
     vless_conn *c = state;
     size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+    if (c->mux != NULL && c->vision != NULL) { /* the Keep frame in out's tail, then padded */
+        if (len > SV_MUX_UDP_PAYLOAD_MAX)
+            return -EINVAL;
+        size_t room = SV_MUX_DGRAM_HEAD_MAX + len;
+        if (cap < SV_VLESS_RESPONSE_LEN + sv_vision_pad_max(room))
+            return -EMSGSIZE;
+        uint8_t *at = out + cap - room;
+        size_t h = sv_mux_frame_datagram_head((uint16_t)stream, from, len, at);
+        memmove(at + h, payload, len);
+        return vision_out(c, at, h + len, out, cap);
+    }
     if (c->mux != NULL) { /* one Keep frame per datagram with its source (XUDP full cone) */
         if (len > SV_MUX_UDP_PAYLOAD_MAX)
             return -EINVAL;
@@ -497,11 +641,38 @@ static ssize_t frame_end(void *state, const void *creds, uint32_t stream, bool a
     if (c->mux == NULL)
         return 0;
     size_t head = c->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+    if (c->vision != NULL) {
+        uint8_t end[SV_MUX_END_LEN];
+        if (cap < frame_max(0))
+            return -EMSGSIZE;
+        size_t w = sv_mux_frame_end((uint16_t)stream, abort, end);
+        sv_mux_session_gone(c->mux, (uint16_t)stream);
+        return vision_out(c, end, w, out, cap);
+    }
     if (cap < head + SV_MUX_END_LEN)
         return -EMSGSIZE;
     sv_mux_session_gone(c->mux, (uint16_t)stream);
     put_response(c, out);
     return (ssize_t)(head + sv_mux_frame_end((uint16_t)stream, abort, out + head));
+}
+
+/* Vision under Mux: the decoder stopped on a full effect list with bytes left. */
+static bool more(const void *state)
+{
+    const vless_conn *c = state;
+    return c->full;
+}
+
+/* Vision (PROTOCOLS-2.md §2.6): watch the client's records while it may still switch, then
+ * raw each way after its command 2 frame. */
+static unsigned direct(const void *state)
+{
+    const vless_conn *c = state;
+    if (c->vision == NULL)
+        return 0;
+    return (sv_vision_rx_watch(c->vision) ? SV_DIRECT_WATCH : 0u) |
+           (sv_vision_rx_direct(c->vision) ? SV_DIRECT_IN : 0u) |
+           (sv_vision_tx_direct(c->vision) ? SV_DIRECT_OUT : 0u);
 }
 
 const sv_proto_ops sv_vless_ops = {
@@ -517,4 +688,6 @@ const sv_proto_ops sv_vless_ops = {
     .frame_max = frame_max,
     .frame_datagram = frame_datagram,
     .frame_end = frame_end,
+    .more = more,
+    .direct = direct,
 };

@@ -1,5 +1,5 @@
 /*
- * VLESS (version 0, no flow, encryption none) server core, sans-I/O. Wire format: PROTOCOLS.md
+ * VLESS (version 0, no flow or XTLS Vision, encryption none) server core, sans-I/O. Wire format: PROTOCOLS.md
  * §5 (addresses in style B, §1.1). The core fills the protocol-core seam of proto.h: the runtime
  * unwraps TCP or TLS, feeds the plaintext and applies the effects.
  *
@@ -62,8 +62,14 @@ enum sv_vless_cmd { SV_VLESS_TCP = 0x01, SV_VLESS_UDP = 0x02, SV_VLESS_MUX = 0x0
  *    a prober learns nothing from when or how the connection ends); errors -EPROTO (version),
  *    -EACCES (UUID). Once the UUID matched, a bad rest of the header fails with SV_PROBE_CLOSE
  *    and no data: the peer holds a user's secret, so it is a client to fail fast, not a prober:
- *    -EPROTO (malformed addons or address), -EPROTONOSUPPORT (a non-empty flow in the addons,
- *    an unknown command). Command 3 (Mux.Cool, §7.1, no address) gives SV_FX_AUTHENTICATED
+ *    -EPROTO (malformed addons or address), -EPROTONOSUPPORT (an unknown command, a flow other
+ *    than xtls-rprx-vision, Vision with command 2), -EPERM (the Vision flow on an inbound
+ *    without it, or a TCP request / a Mux that is not XUDP without it on an inbound with it:
+ *    PROTOCOLS-2.md §2.2, vision.h). With the Vision flow (`reality.vision` inbounds) the body
+ *    of command 1 or 3 is un-padded (vision.h), frames towards the client are padded until
+ *    the sender's rules stop, and the optional `direct` op gives the SV_DIRECT_* bits of
+ *    §2.6; under Mux.Cool the un-padded bytes the decoder has not taken wait in the core
+ *    (`more` says when effects are held). Command 3 (Mux.Cool, §7.1, no address) gives SV_FX_AUTHENTICATED
  *    with multiplexed set; the body then goes through the Mux.Cool decoder (mux.h: streams =
  *    session IDs, its -EPROTO ends the connection with SV_PROBE_CLOSE). A complete request gives SV_FX_AUTHENTICATED
  *    (principal = user index) and SV_FX_OPEN (stream 0, the request's address, network TCP or

@@ -63,6 +63,8 @@ static int push_up(sv_chain *ch, unsigned i, const uint8_t *in, size_t n, uint8_
             w += (size_t)m;
             if (m == 0 && used == 0)
                 break; /* the layer needs more bytes */
+            if (m > 0 && (ops->status(ch->state[i]) & SV_LAYER_RECORDS))
+                break; /* this piece goes up before the next is unwrapped */
         }
         if (w == 0)
             return err < 0 ? err : off < n ? -EPROTO : 0; /* stuck: a unit over the bound */
@@ -130,6 +132,13 @@ int sv_chain_shutdown(sv_chain *ch)
             return rc;
     }
     return 0;
+}
+
+int sv_chain_direct(sv_chain *ch, unsigned bits)
+{
+    if (ch->n != 1 || ch->conf[0].ops->direct == NULL)
+        return bits == 0 ? 0 : -EOPNOTSUPP;
+    return ch->conf[0].ops->direct(ch->state[0], bits);
 }
 
 const uint8_t *sv_chain_out_peek(const sv_chain *ch, size_t *len)

@@ -38,6 +38,18 @@ enum sv_layer_status {
                                 the wrong path): from now on the layer passes bytes through
                                 as they are, every byte it was given first, so that the runtime
                                 can relay them to the inbound's fallback or answer 404 */
+    SV_LAYER_RECORDS = 8u, /**< deliver each unwrapped piece before unwrapping more (a layer
+                                watching for a switch to raw, SV_LAYER_WATCH) */
+};
+
+/** Bits of sv_layer_ops.direct (XTLS Vision's switch to direct copy, PROTOCOLS-2.md §2.6). */
+enum sv_layer_direct {
+    SV_LAYER_WATCH = 1u,   /**< unwrap one record per piece (status SV_LAYER_RECORDS), so that
+                                the protocol above sees each before the next is decrypted */
+    SV_LAYER_RAW_IN = 2u,  /**< the peer's bytes after the piece last delivered pass up as they
+                                are (what the layer already holds first) */
+    SV_LAYER_RAW_OUT = 4u, /**< bytes wrapped from now on go down as they are, after the output
+                                already pending; no end of stream of the layer's own any more */
 };
 
 /**
@@ -72,6 +84,10 @@ typedef struct sv_layer_ops {
     void (*out_consume)(void *state, size_t n);
     /** @return the SV_LAYER_* bits that hold now. */
     unsigned (*status)(const void *state);
+    /** Optional: switch directions to raw (SV_LAYER_WATCH / RAW_IN / RAW_OUT bits: WATCH holds
+     *  while given, RAW_IN and RAW_OUT stay once given; idempotent). @return 0, or a negative errno (e.g. -ENOTCONN before the
+     *  handshake): the connection ends. NULL: the layer cannot (sv_chain_direct fails). */
+    int (*direct)(void *state, unsigned bits);
 } sv_layer_ops;
 
 /** One layer of an inbound's list: its kind and its immutable, shared configuration. */
@@ -123,6 +139,13 @@ int sv_chain_pump(sv_chain *ch);
 /** End the stream at every layer, top first (each end is wrapped by the layers below).
  *  @return 0, or a negative errno when a layer cannot end cleanly (then just close). */
 int sv_chain_shutdown(sv_chain *ch);
+
+/**
+ * Pass @p bits (enum sv_layer_direct) to the chain's one layer (XTLS Vision sits directly on
+ * REALITY or TLS, PROTOCOLS-2.md §2.1). @return 0 (also for no bits), -EOPNOTSUPP when the
+ * chain is not exactly one layer that can, or the layer's negative errno.
+ */
+int sv_chain_direct(sv_chain *ch, unsigned bits);
 
 /** Borrow the bytes the bottom layer has for TCP. @param len receives their number. */
 const uint8_t *sv_chain_out_peek(const sv_chain *ch, size_t *len);

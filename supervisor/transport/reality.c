@@ -640,6 +640,14 @@ static unsigned r_status(const void *state)
     return s->phase == R_REFUSED ? SV_LAYER_UP | SV_LAYER_REFUSED : 0;
 }
 
+static int r_direct(void *state, unsigned bits)
+{
+    r_session *s = state;
+    if (s->phase == R_TLS)
+        return sv_tls13s_direct(s->tls, bits);
+    return bits == 0 ? 0 : -ENOTCONN;
+}
+
 const sv_layer_ops sv_reality_layer_ops = {
     .name = "reality",
     .open = r_open,
@@ -650,4 +658,5 @@ const sv_layer_ops sv_reality_layer_ops = {
     .out_peek = r_out_peek,
     .out_consume = r_out_consume,
     .status = r_status,
+    .direct = r_direct,
 };

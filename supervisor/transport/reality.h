@@ -137,7 +137,8 @@ void sv_reality_conf_free(sv_reality_conf *c);
  * (SV_LAYER_REFUSED): every byte it sent passes up as it is, and bytes from above pass down as
  * they are, so that the runtime relays the connection to the target (the inbound's fallback).
  * A valid client whose hello katana's server cannot serve (no X25519 share, no common suite) is
- * refused the same way. Per connection: about 100 bytes idle; the raw hello only while it is
+ * refused the same way. A served client's TLS takes XTLS Vision's switch to raw (the layer's
+ * `direct`, sv_tls13s_direct()). Per connection: about 100 bytes idle; the raw hello only while it is
  * collected or passed up; the TLS state while a client is served.
  */
 extern const sv_layer_ops sv_reality_layer_ops;

@@ -66,6 +66,9 @@ struct sv_tls13s {
     size_t hs_len;
     bool up, eof, closed;
     bool update_asked; /* the client asked for our KeyUpdate */
+    bool watch;        /* one application-data record per unwrap (SV_LAYER_WATCH) */
+    bool raw_in;       /* client bytes pass through as they are (SV_LAYER_RAW_IN) */
+    bool raw_out;      /* our output goes out as it is, unsealed (SV_LAYER_RAW_OUT) */
     int err;
 };
 
@@ -660,7 +663,8 @@ static int fail(sv_tls13s *s, int rc)
 {
     uint8_t desc = rc == -EBADMSG ? AL_BAD_MAC : rc == -EACCES ? AL_DECRYPT_ERROR
                  : rc == -EMSGSIZE ? AL_OVERFLOW : AL_UNEXPECTED;
-    if (s->err == 0 && rc != -ECONNRESET && rc != -ENOMEM && rc != -EIO && !s->closed) {
+    if (s->err == 0 && rc != -ECONNRESET && rc != -ENOMEM && rc != -EIO && !s->closed &&
+        !s->raw_out) {
         uint8_t alert[2] = {2, desc};
         (void)seal(s, CT_ALERT, alert, 2, 0);
     }
@@ -829,9 +833,17 @@ ssize_t sv_tls13s_unwrap(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used
     *used = 0;
     if (s->err != 0)
         return s->err;
+    if (s->raw_in) { /* what was decrypted or buffered first, then the bytes as they are */
+        w = take_plain(s, out, cap);
+        size_t k = n < cap - w ? n : cap - w;
+        if (k > 0)
+            memcpy(out + w, in, k);
+        *used = k;
+        return (ssize_t)(w + k);
+    }
     while (!s->eof) {
         w += take_plain(s, out + w, cap - w);
-        if (s->plain_len > 0 || w == cap)
+        if (s->plain_len > 0 || w == cap || (s->watch && w > 0))
             break;
         int rc = fill_record(s, in + *used, n - *used, used);
         if (rc == 0)
@@ -860,6 +872,20 @@ ssize_t sv_tls13s_wrap(sv_tls13s *s, const uint8_t *p, size_t n)
     if (s->closed)
         return -EPIPE;
     size_t acc = 0;
+    if (s->raw_out) {
+        size_t pending = s->out_end - s->out_off;
+        acc = pending < SV_TLS13S_OUT_MAX ? SV_TLS13S_OUT_MAX - pending : 0;
+        if (acc > n)
+            acc = n;
+        uint8_t *dst = acc > 0 ? out_room(s, acc) : NULL;
+        if (acc > 0 && dst == NULL)
+            return fail(s, -ENOMEM);
+        if (acc > 0) {
+            memcpy(dst, p, acc);
+            s->out_end += acc;
+        }
+        return (ssize_t)acc;
+    }
     if (n > 0 && s->update_asked) {
         int rc = answer_key_update(s);
         if (rc != 0)
@@ -883,6 +909,10 @@ int sv_tls13s_shutdown(sv_tls13s *s)
         return -ENOTCONN;
     if (s->closed)
         return 0;
+    if (s->raw_out) { /* no outer record ever again, not even close_notify (§2.6): TCP ends */
+        s->closed = true;
+        return 0;
+    }
     static const uint8_t close_notify[] = {1, AL_CLOSE_NOTIFY};
     int rc = seal(s, CT_ALERT, close_notify, sizeof close_notify, 0);
     s->closed = true;
@@ -910,7 +940,30 @@ void sv_tls13s_out_consume(sv_tls13s *s, size_t n)
 
 unsigned sv_tls13s_status(const sv_tls13s *s)
 {
-    return (s->up ? SV_LAYER_UP : 0u) | (s->eof ? SV_LAYER_EOF : 0u);
+    return (s->up ? SV_LAYER_UP : 0u) | (s->eof ? SV_LAYER_EOF : 0u) |
+           (s->watch && !s->raw_in ? SV_LAYER_RECORDS : 0u);
+}
+
+int sv_tls13s_direct(sv_tls13s *s, unsigned bits)
+{
+    if (s->err != 0)
+        return s->err;
+    if (bits != 0 && !s->up)
+        return -ENOTCONN;
+    s->watch = (bits & SV_LAYER_WATCH) != 0;
+    if ((bits & SV_LAYER_RAW_IN) && !s->raw_in) {
+        s->raw_in = true;
+        if (s->rec_len > 0 && s->plain_len == 0) { /* raw bytes already taken: they go first */
+            s->plain_off = 0;
+            s->plain_len = s->rec_len;
+            s->rec_len = 0;
+        }
+    }
+    if ((bits & SV_LAYER_RAW_OUT) && !s->raw_out) {
+        s->update_asked = false; /* no record of ours any more: a KeyUpdate stays unanswered */
+        s->raw_out = true;
+    }
+    return 0;
 }
 
 const uint8_t *sv_tls13s_server_hello(const sv_tls13s *s, size_t *len)

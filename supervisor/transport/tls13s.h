@@ -135,6 +135,18 @@ void sv_tls13s_out_consume(sv_tls13s *s, size_t n);
  *  close_notify (layer.h). */
 unsigned sv_tls13s_status(const sv_tls13s *s);
 
+/**
+ * XTLS Vision's switch to direct copy (PROTOCOLS-2.md §2.6), enum sv_layer_direct bits (RAW_IN
+ * and RAW_OUT kept once given, WATCH while given): SV_LAYER_WATCH makes unwrap return after each
+ * application-data record (status SV_LAYER_RECORDS until RAW_IN); SV_LAYER_RAW_IN makes every later input byte plaintext as it
+ * is (any plaintext or record bytes already held go first); SV_LAYER_RAW_OUT makes wrap queue
+ * bytes unsealed after the records already pending, and shutdown send nothing (no outer record
+ * ever again, not even close_notify or an alert). No record is decrypted past the switch point
+ * as long as WATCH was set before the record carrying the command was unwrapped.
+ * @return 0, -ENOTCONN before the handshake completed, or the terminal error.
+ */
+int sv_tls13s_direct(sv_tls13s *s, unsigned bits);
+
 /** The ServerHello handshake message that was sent (type byte, 3-byte length, body), e.g. for
  *  REALITY's ML-DSA-65 signature (§1.5). Valid while @p s lives. */
 const uint8_t *sv_tls13s_server_hello(const sv_tls13s *s, size_t *len);

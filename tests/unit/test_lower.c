@@ -670,6 +670,7 @@ static void lower__vless_reality_node__inbound_and_refusals(void **state)
     assert_string_equal(in->reality.short_ids, "0123456789abcdef");
     assert_string_equal(in->reality.server_names, "www.example.com");
     assert_int_equal(in->reality.max_time_diff_ms, 0);
+    assert_false(in->reality.vision);
     assert_null(in->grpc.service_name);
     sv_spec_free(&s);
     free_state(&st);
@@ -687,6 +688,17 @@ static void lower__vless_reality_node__inbound_and_refusals(void **state)
     assert_string_equal(in->grpc.service_name, "kt-tun");
     assert_string_equal(in->fallback, "www.example.com:443");
     assert_string_equal(in->reality.server_names, "www.example.com");
+    assert_false(in->reality.vision);
+    sv_spec_free(&s);
+    free_state(&st);
+
+    /* the Vision flow (PROTOCOLS-2.md §2) is served over REALITY on TCP */
+    state_from_json(&st, "vr", "{\"protocol\":\"vless\",\"server_port\":443,\"tls\":2,"
+                    "\"flow\":\"xtls-rprx-vision\",\"tls_settings\":{\"server_name\":"
+                    "\"www.example.com\",\"server_port\":\"8443\",\"private_key\":"
+                    "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"}}", "{\"users\":[]}");
+    lower_one(&st, &s);
+    assert_true(s.inbounds[0].reality.vision);
     sv_spec_free(&s);
     free_state(&st);
 
@@ -703,14 +715,20 @@ static void lower__vless_reality_node__inbound_and_refusals(void **state)
          "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\",\"short_id\":\"abc\"", "",
          "node vr: tls_settings.short_id \"abc\": expected at most 16 hex digits, an even count"},
         {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
-         "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"flow\":\"xtls-rprx-vision\"",
-         "node vr: flow: not served (no VLESS flow such as xtls-rprx-vision)"},
+         "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"flow\":\"xtls-rprx-direct\"",
+         "node vr: flow \"xtls-rprx-direct\": only \"xtls-rprx-vision\" is served"},
         {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
          "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"network\":\"ws\"",
          "node vr: network \"ws\": not served (vless over REALITY on TCP or gRPC only)"},
         {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
          "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"", ",\"network\":\"grpc\"",
          "node vr: networkSettings.serviceName: required for network grpc"},
+        {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
+         "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"",
+         ",\"flow\":\"xtls-rprx-vision\",\"network\":\"grpc\",\"networkSettings\":"
+         "{\"serviceName\":\"kt\"}",
+         "node vr: flow \"xtls-rprx-vision\": XTLS Vision is served over REALITY on TCP only, "
+         "not over gRPC"},
     };
     char json[512];
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
@@ -782,8 +800,8 @@ static void lower__vless_node__inbound_and_refusals(void **state)
                                   "WebSocket, HTTPUpgrade or gRPC only)"},
         {"\"tls\":2", "node vl: tls_settings.server_name: required for tls 2 (REALITY): the "
                       "target site's DNS name"},
-        {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow: not served (no VLESS flow such as "
-                                          "xtls-rprx-vision)"},
+        {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow \"xtls-rprx-vision\": XTLS Vision is "
+                                          "served over tls 2 (REALITY) only, not over tls 1"},
         {"\"decryption\":\"mlkem768x25519plus.native.600s.x\"",
          "node vl: decryption: not served (no VLESS encryption)"},
         {"\"multiplex\":{\"enabled\":true}", "node vl: multiplex: not served (no multiplexing)"},

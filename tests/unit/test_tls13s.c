@@ -546,6 +546,64 @@ static void key_update_is_answered(void **state)
     pair_free(&p);
 }
 
+/* ---------- XTLS Vision's switch to raw (PROTOCOLS-2.md §2.6) ---------- */
+
+/* Two records and raw bytes in one read: with WATCH each unwrap stops after one record, so
+ * that RAW_IN set after the second passes the raw bytes up as they are (never decrypted);
+ * RAW_OUT puts later output after the pending records unsealed, and shutdown sends nothing. */
+static void direct_switch_at_the_record_boundary(void **state)
+{
+    (void)state;
+    pair p;
+    client_start(&p, "TLS_AES_128_GCM_SHA256", NULL, 0);
+    p.piece = 1u << 20;
+    start_server(&p);
+    assert_int_equal(sv_tls13s_direct(p.srv, SV_LAYER_RAW_IN), -ENOTCONN); /* not up yet */
+    assert_int_equal(handshake(&p), 0);
+    assert_int_equal(sv_tls13s_direct(p.srv, SV_LAYER_WATCH), 0);
+    assert_true(sv_tls13s_status(p.srv) & SV_LAYER_RECORDS);
+    assert_int_equal(SSL_write(p.ssl, "first", 5), 5);
+    assert_int_equal(SSL_write(p.ssl, "second", 6), 6);
+    static uint8_t in[4096];
+    int n = BIO_read(p.wbio, in, sizeof in);
+    assert_true(n > 0);
+    static const char raw[] = "\x17\x03\x03\x00\x05inner"; /* not ours to decrypt */
+    memcpy(in + n, raw, sizeof raw - 1);
+    size_t total = (size_t)n + sizeof raw - 1, off = 0, used = 0;
+    uint8_t out[256];
+    ssize_t m = sv_tls13s_unwrap(p.srv, in, total, &used, out, sizeof out);
+    assert_int_equal(m, 5);
+    assert_memory_equal(out, "first", 5);
+    off += used;
+    m = sv_tls13s_unwrap(p.srv, in + off, total - off, &used, out, sizeof out);
+    assert_int_equal(m, 6);
+    assert_memory_equal(out, "second", 6);
+    off += used;
+    assert_int_equal(off, (size_t)n); /* the raw bytes are untouched */
+    assert_int_equal(sv_tls13s_direct(p.srv, SV_LAYER_RAW_IN), 0);
+    assert_false(sv_tls13s_status(p.srv) & SV_LAYER_RECORDS);
+    m = sv_tls13s_unwrap(p.srv, in + off, total - off, &used, out, sizeof out);
+    assert_int_equal(m, (ssize_t)(sizeof raw - 1));
+    assert_memory_equal(out, raw, sizeof raw - 1);
+    /* towards the client: one sealed record, then raw bytes behind it */
+    assert_int_equal(sv_tls13s_wrap(p.srv, (const uint8_t *)"sealed", 6), 6);
+    assert_int_equal(sv_tls13s_direct(p.srv, SV_LAYER_RAW_IN | SV_LAYER_RAW_OUT), 0);
+    assert_int_equal(sv_tls13s_wrap(p.srv, (const uint8_t *)"plain!", 6), 6);
+    size_t len = 0;
+    const uint8_t *o = sv_tls13s_out_peek(p.srv, &len);
+    assert_int_equal(len, 5 + 6 + 1 + 16 + 6);
+    assert_memory_equal(o + len - 6, "plain!", 6);
+    assert_int_equal(BIO_write(p.rbio, o, (int)(len - 6)), (int)(len - 6));
+    char b[16];
+    assert_int_equal(SSL_read(p.ssl, b, sizeof b), 6);
+    assert_memory_equal(b, "sealed", 6);
+    sv_tls13s_out_consume(p.srv, len);
+    assert_int_equal(sv_tls13s_shutdown(p.srv), 0);
+    sv_tls13s_out_peek(p.srv, &len);
+    assert_int_equal(len, 0); /* no close_notify once raw */
+    pair_free(&p);
+}
+
 /* ---------- ServerHello template and record padding (PROTOCOLS-2.md §1.5) ---------- */
 
 /* An OpenSSL server with a P-256 certificate plays the REALITY target: it answers the same
@@ -672,6 +730,7 @@ int main(void)
         cmocka_unit_test(corrupt_records_are_refused),
         cmocka_unit_test(client_alert_ends_the_handshake),
         cmocka_unit_test(key_update_is_answered),
+        cmocka_unit_test(direct_switch_at_the_record_boundary),
         cmocka_unit_test(template_and_padding_mirror_the_target),
     };
     return cmocka_run_group_tests(tests, make_cert, free_cert);

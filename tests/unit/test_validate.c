@@ -806,8 +806,12 @@ static void reality_settings_are_checked(void **state)
     f.in[1].ws.path = NULL;
     f.in[1].grpc.service_name = "kt-tun"; /* §1.6: gRPC over REALITY */
     expect_valid(&f);
+    f.in[1].reality.vision = true; /* PROTOCOLS-2.md §2.1: Vision directly on REALITY */
+    expect_invalid(&f, "inbound vr: the vision flow is served over reality on TCP only "
+                       "(PROTOCOLS-2.md §2.1)");
     f.in[1].grpc.service_name = NULL;
     expect_valid(&f);
+    f.in[1].reality.vision = false;
     f.in[1].protocol = SV_INBOUND_VMESS;
     f.in[1].fallback = NULL;
     expect_invalid(&f, "inbound vr: reality is served on vless inbounds only");

@@ -20,6 +20,7 @@
 
 #include "supervisor/proto/mux.h"
 #include "supervisor/proto/vless.h"
+#include "supervisor/proto/vision.h"
 
 #ifndef TOP_SRCDIR
 #define TOP_SRCDIR "."
@@ -471,7 +472,8 @@ static void frame__bounds(void **state)
     (void)state;
     static uint8_t in[70000], out[70010];
     memset(in, 0x42, sizeof in);
-    assert_int_equal(ops->frame_max(100), 2 + 8 + 100); /* room for a Mux.Cool Keep header */
+    /* room for a Mux.Cool Keep header and Vision's frames */
+    assert_int_equal(ops->frame_max(100), 2 + sv_vision_pad_max(8 + 100));
     void *st = conn_new();
     assert_int_equal(ops->frame(st, g_creds, 0, in, 100, out, 101), -EMSGSIZE);
     assert_int_equal(ops->frame(st, g_creds, 0, in, 100, out, 102), 102);
@@ -735,8 +737,16 @@ static void refuse__after_the_uuid(void **state)
     (void)state;
     bad_request b;
 
-    bad_start(&b, "flow xtls-rprx-vision", UUID_B);
+    /* PROTOCOLS-2.md §2.2: "not able to use the flow" on a node without flow */
+    bad_start(&b, "flow xtls-rprx-vision on a node without flow", UUID_B);
     bad_add(&b, "\x12\x0a\x10xtls-rprx-vision", 20);
+    bad_add(&b, "\x01\x00\x50\x01\x7f\x00\x00\x01", 8);
+    b.decide = 18 + 18, b.error = -EPERM, b.policy = SV_PROBE_CLOSE;
+    assert_refused_at(&b);
+
+    /* "unknown request flow" */
+    bad_start(&b, "flow xtls-rprx-direct", UUID_B);
+    bad_add(&b, "\x12\x0a\x10xtls-rprx-direct", 20);
     bad_add(&b, "\x01\x00\x50\x01\x7f\x00\x00\x01", 8);
     b.decide = 18 + 18, b.error = -EPROTONOSUPPORT, b.policy = SV_PROBE_CLOSE;
     assert_refused_at(&b);
