@@ -33,10 +33,10 @@ for vendor in xray sing-box; do
         scen=${tpl##*/client-}; scen=${scen%.json}
         name=$vendor-$scen
         case $scen in
-        *-reality|*-reality-grpc) # a vendor's REALITY server needs a target site;
-                   # t-reality.sh and t-reality-grpc.sh run these clients against katana with
-                   # a local target instead (issue 11)
-            echo "$name: not self-tested against $vendor's server (see t-reality*.sh)"
+        *-reality|*-reality-*) # a vendor's REALITY server needs a target site;
+                   # t-reality.sh, t-reality-grpc.sh and t-vision.sh run these clients against
+                   # katana with a local target instead (issue 11)
+            echo "$name: not self-tested against $vendor's server (see t-reality*.sh, t-vision.sh)"
             continue ;;
         esac
         secret=$(kt_uuid)
