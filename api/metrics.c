@@ -228,6 +228,12 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
            "Shadowsocks full scans refused over their CPU budget: the client was treated as "
            "unknown (drained, or the datagram dropped).");
     put(&p, "katana_ss_scans_dropped_total %" PRIu64 "\n", scn.dropped);
+    sv_vision_direct_counts vd = sv_vision_direct(s->sv);
+    family(&p, "katana_vision_direct_total", "counter",
+           "XTLS Vision connections whose outer TLS switched to raw copy, by direction (in: the "
+           "client's bytes, out: ours).");
+    put(&p, "katana_vision_direct_total{direction=\"in\"} %" PRIu64 "\n", vd.in);
+    put(&p, "katana_vision_direct_total{direction=\"out\"} %" PRIu64 "\n", vd.out);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

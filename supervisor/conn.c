@@ -74,6 +74,7 @@ typedef struct sv_conn {
     bool chain_up;       /**< their handshakes completed */
     bool chain_bye;      /**< their ends of stream (close_notify ...) are queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
+    uint8_t direct_counted; /**< SV_DIRECT_IN / OUT already counted in shared->direct */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
                               or NULL; its payload collects in to_remote meanwhile */
@@ -620,10 +621,18 @@ static bool sync_direct(sv_conn *c)
     const sv_proto_ops *ops = c->handler->ops;
     if (ops->direct == NULL || c->raw || c->closing)
         return !c->closing;
-    if (sv_chain_direct(&c->chain, ops->direct(c->state)) < 0) {
+    unsigned bits = ops->direct(c->state);
+    if (sv_chain_direct(&c->chain, bits) < 0) {
         conn_close(c);
         return false;
     }
+    /* PROTOCOLS-2.md §2.6: each direction's switch counted once per connection */
+    unsigned fresh = bits & (SV_DIRECT_IN | SV_DIRECT_OUT) & ~(unsigned)c->direct_counted;
+    if (fresh & SV_DIRECT_IN)
+        atomic_fetch_add_explicit(&c->w->shared->direct[0], 1, memory_order_relaxed);
+    if (fresh & SV_DIRECT_OUT)
+        atomic_fetch_add_explicit(&c->w->shared->direct[1], 1, memory_order_relaxed);
+    c->direct_counted |= (uint8_t)fresh;
     return true;
 }
 

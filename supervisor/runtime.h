@@ -236,6 +236,9 @@ typedef struct sv_shared {
     pthread_mutex_t scan_mu, scan_run_mu;
     sv_scan_budget scan_budget;
     _Atomic uint64_t ss_scans_queued, ss_scans_run, ss_scans_dropped;
+    /** PROTOCOLS-2.md §2.6: connections whose chain switched to raw, [0] client bytes (in),
+     *  [1] ours (out) (sv_vision_direct). */
+    _Atomic uint64_t direct[2];
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */

@@ -1140,6 +1140,14 @@ sv_ss_scan_counts sv_ss_scans(sv_supervisor *sv)
     };
 }
 
+sv_vision_direct_counts sv_vision_direct(sv_supervisor *sv)
+{
+    return (sv_vision_direct_counts){
+        .in = atomic_load_explicit(&sv->shared.direct[0], memory_order_relaxed),
+        .out = atomic_load_explicit(&sv->shared.direct[1], memory_order_relaxed),
+    };
+}
+
 sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv)
 {
     return (sv_ss_trial_counts){

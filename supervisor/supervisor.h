@@ -628,6 +628,16 @@ typedef struct sv_ss_scan_counts {
 /** The counts of sv_ss_scan_counts since start. Any thread. */
 sv_ss_scan_counts sv_ss_scans(sv_supervisor *sv);
 
+/** XTLS Vision connections whose transport chain switched to raw copy since start
+ *  (PROTOCOLS-2.md §2.6), each direction counted once per connection. */
+typedef struct sv_vision_direct_counts {
+    uint64_t in;  /**< the client's bytes arrive raw under the outer TLS */
+    uint64_t out; /**< our bytes go out raw */
+} sv_vision_direct_counts;
+
+/** The counts of sv_vision_direct_counts since start. Any thread. */
+sv_vision_direct_counts sv_vision_direct(sv_supervisor *sv);
+
 /** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);
 

@@ -11,6 +11,15 @@
 #   vless-reality   VLESS over REALITY (issue 11), no flow; the REALITY target every server
 #                   needs is tests/integration/reality_target.py on loopback
 #   vless-reality-grpc  VLESS over gRPC (Tun) over REALITY (HTTP/2 with prior knowledge)
+#   vless-reality-vision  VLESS with flow xtls-rprx-vision over REALITY. Vision reaches direct
+#                   copy only for TLS 1.3 inside the tunnel, so its traffic is not bulk.c's: the
+#                   client has a SOCKS inbound, and tests/integration/tls_peer.py downloads
+#                   BENCH_PEER_VISION_BYTES (1 GB) of TLS 1.3 from its own server on loopback
+#                   (server to client, the direction Xray splices; the other scenarios send
+#                   client to server); Gbit/s is those bytes over the transfer's time (the TLS
+#                   handshakes included), CPU s/GB the server's per those GB. No idle figure:
+#                   bulk.c's hold opens no SOCKS connection (idle, a Vision connection is a
+#                   vless-reality one until its first byte).
 # Per scenario and server:
 #  - server RSS per idle connection: BENCH_PEER_CONNS (1000) idle connections opened through
 #    the client (its mux is off, so each is a connection of its own to the server) and held
@@ -28,7 +37,8 @@
 # (the machine may be shared). Skips (exit 0, with the reason) without the Xray-core client; a
 # missing sing-box is left out with a note. Kills everything it starts.
 # Environment: BENCH_PEER_SERVERS ("katana xray sing-box"; empty: skip), BENCH_PEER_SCENARIOS
-# (all six), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_WORKERS (katana workers,
+# (all seven), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_PEER_VISION_BYTES
+# (1000000000), BENCH_WORKERS (katana workers,
 # 1), KATANA_BIN, BULK, KATANA_PEERS. Not part of `make check`; run by `make bench` or alone
 # by `make bench-peers`.
 set -euo pipefail
@@ -42,9 +52,10 @@ KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 TEMPLATES=$HERE/peers
 SERVERS=${BENCH_PEER_SERVERS-katana xray sing-box}
 SCENARIOS=${BENCH_PEER_SCENARIOS:-ss2022 vless-grpc-tls trojan-tls vmess-ws-tls vless-reality \
-vless-reality-grpc}
+vless-reality-grpc vless-reality-vision}
 CONNS=${BENCH_PEER_CONNS:-1000}
 SECS=${BENCH_PEER_SECONDS:-5}
+VISION_BYTES=${BENCH_PEER_VISION_BYTES:-1000000000}
 WORKERS=${BENCH_WORKERS:-1}
 XRAY=$PEERS_DIR/bin/xray
 SINGBOX=$PEERS_DIR/bin/sing-box
@@ -113,7 +124,7 @@ UKEY=$(printf '%s' "${UUID:0:16}" | base64 -w0)
 
 # REALITY (issue 11): the node's X25519 pair (base64url), a short id, and the target site every
 # REALITY server dials (Xray's and sing-box's for each connection, katana's for probes only)
-RPRIV= RPUB= RSID=0123abcd TARGET_PORT=0
+RPRIV= RPUB= RSID=0123abcd TARGET_PORT=0 TLS_PORT=0
 if [[ " $SCENARIOS " == *" vless-reality"* ]]; then
     if read -r RPRIV RPUB < <(python3 - 2>/dev/null <<'PY'
 import base64
@@ -123,11 +134,18 @@ k = X25519PrivateKey.generate()
 print(b(k.private_bytes_raw()), b(k.public_key().public_bytes_raw()))
 PY
     ); then
-        read -r TARGET_PORT <<<"$("${KATEST[@]}" freeport)"
+        read -r TARGET_PORT TLS_PORT <<<"$("${KATEST[@]}" freeport --count 2)"
         bg "$T/target.log" python3 "$HERE/../integration/reality_target.py" --port "$TARGET_PORT" \
             --cert "$T/srv.crt" --key "$T/srv.key" --body bench --count-file "$T/target.count" \
             --ready-file "$T/target.ready"
         "${KATEST[@]}" wait-port --port "$TARGET_PORT" >/dev/null
+        # vless-reality-vision's far end: TLS 1.3 on loopback (tls_peer.py server)
+        if [[ " $SCENARIOS " == *" vless-reality-vision "* ]]; then
+            bg "$T/tlspeer.log" python3 "$HERE/../integration/tls_peer.py" server \
+                --port "$TLS_PORT" --cert "$T/srv.crt" --key "$T/srv.key" \
+                --ready-file "$T/tlspeer.ready"
+            "${KATEST[@]}" wait-port --port "$TLS_PORT" >/dev/null
+        fi
     else
         note "no python3-cryptography: the REALITY scenarios are left out"
         SCENARIOS=$(tr ' ' '\n' <<<"$SCENARIOS" | grep -v '^vless-reality' | tr '\n' ' ')
@@ -157,7 +175,7 @@ start_server() {
         vless-grpc-tls) opts=(--protocol vless --grpc-service kt-bench) ;;
         trojan-tls) opts=(--protocol trojan) ;;
         vmess-ws-tls) opts=(--protocol vmess --ws-path /bench) ;;
-        vless-reality) opts=(--protocol vless) ;;
+        vless-reality | vless-reality-vision) opts=(--protocol vless) ;;
         vless-reality-grpc) opts=(--protocol vless --grpc-service kt-bench) ;;
         esac
         [[ $scen == ss2022 || $scen == vless-reality* ]] ||
@@ -172,6 +190,8 @@ f, priv, sid, target = sys.argv[1:5]
 c = json.load(open(f))
 node = c["nodes"][0]["panel"]["node"]
 node["tls"] = 2
+if f.endswith("-vless-reality-vision.json"):
+    node["flow"] = "xtls-rprx-vision"
 node["tls_settings"] = {"server_name": "node.test", "server_port": int(target),
                         "private_key": priv, "short_id": sid}
 json.dump(c, open(f, "w"))
@@ -210,6 +230,20 @@ throughput() {
     read -r bytes secs <<<"$line"
     awk -v b="$bytes" -v s="$secs" -v c0="$c0" -v c1="$c1" \
         'BEGIN { printf "%.2f %.2f\n", b * 8 / s / 1e9, (c1 - c0) / (b / 1e9) }'
+}
+
+# throughput_tls SOCKS_PORT: as throughput, for VISION_BYTES of TLS 1.3 downloaded through the
+# client's SOCKS inbound from tls_peer.py (checked byte for byte)
+throughput_tls() {
+    local c0 c1 t0 t1
+    c0=$(cpu_secs "$SRV"); t0=$(date +%s.%N)
+    if ! timeout 600 python3 "$HERE/../integration/tls_peer.py" client --socks "$1" \
+            --dest-port "$TLS_PORT" --mode down --bytes "$VISION_BYTES" >"$T/tls.out" 2>&1; then
+        note "vision transfer failed: $(tail -n 1 "$T/tls.out")"; echo "- -"; return
+    fi
+    t1=$(date +%s.%N); c1=$(cpu_secs "$SRV")
+    awk -v b="$VISION_BYTES" -v s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
+        -v c0="$c0" -v c1="$c1" 'BEGIN { printf "%.2f %.2f\n", b * 8 / s / 1e9, (c1 - c0) / (b / 1e9) }'
 }
 
 # idle_rss SCEN FORWARD_PORT SERVER_PORT: prints KiB of server RSS per idle connection once the
@@ -262,12 +296,21 @@ for scen in $SCENARIOS; do
         "${KATEST[@]}" wait-port --port "$FP" --timeout 10 >/dev/null ||
             { note "$scen: the client did not listen"; stop "$CL" "$SRV"; continue; }
         # idle first: after a bulk run the server's heap may still shrink
-        if [ "$CONNS" -gt 0 ]; then
+        if [ "$CONNS" -gt 0 ] && [ "$scen" != vless-reality-vision ]; then
             note "$scen $name: idle connections"
             RSS[$scen/$name]=$(idle_rss "$scen" "$FP" "$SP")
         fi
-        note "$scen $name: bulk ${SECS}s"
-        read -r g c <<<"$(throughput "$FP")"
+        if [ "$scen" = vless-reality-vision ]; then
+            note "$scen $name: TLS 1.3 download of $VISION_BYTES bytes"
+            read -r g c <<<"$(throughput_tls "$FP")"
+            # katana: did the transfer reach direct copy? (katana_vision_direct_total)
+            [ "$name" != katana ] || note "$scen katana: $(curl -sS -m 5 "http://$(python3 -c \
+                'import json, sys; print(json.load(open(sys.argv[1]))["api"]["listen"])' \
+                "$T/katana-$scen.json")/metrics" | grep '^katana_vision_direct_total' | tr '\n' ' ')"
+        else
+            note "$scen $name: bulk ${SECS}s"
+            read -r g c <<<"$(throughput "$FP")"
+        fi
         GBPS[$scen/$name]=$g; CPU[$scen/$name]=$c
         [ "$g" != - ] || note "$scen $name: no bulk transfer reached the sink: $(tail -n 2 "$T/client.log" | tr '\n' ' ')"
         stop "$CL" "$SRV"
@@ -298,19 +341,20 @@ echo "Peers (issue 10): katana vs Xray-core and sing-box servers, loopback, one 
      "Xray-core $("$XRAY" version 2>/dev/null | awk 'NR == 1 { print $2 }') (dokodemo-door," \
      "mux off); ${SECS}s one-way bulk per run; idle test $CONNS connections (vless-grpc-tls:" \
      "grpc_hold.py, one HTTP/2 connection per stream; vless-reality-grpc: 99 streams of the" \
-     "client's one connection); katana workers=$WORKERS; $(nproc) CPUs;" \
+     "client's one connection; vless-reality-vision: $VISION_BYTES bytes of TLS 1.3 downloaded" \
+     "by tls_peer.py through a SOCKS inbound, no idle test); katana workers=$WORKERS; $(nproc) CPUs;" \
      "load average $LOAD0 before, $LOAD1 after ($(($(date +%s) - START)) s)"
-printf '%-18s %-10s %10s %12s %14s\n' scenario server "Gbit/s" "CPU s/GB" "RSS KiB/conn"
+printf '%-20s %-10s %10s %12s %14s\n' scenario server "Gbit/s" "CPU s/GB" "RSS KiB/conn"
 for scen in $SCENARIOS; do
     [ -f "$TEMPLATES/xray/client-$scen.json" ] || continue
     for name in $SERVERS; do
-        printf '%-18s %-10s %10s %12s %14s\n' "$scen" "$name" "${GBPS[$scen/$name]}" \
+        printf '%-20s %-10s %10s %12s %14s\n' "$scen" "$name" "${GBPS[$scen/$name]}" \
             "${CPU[$scen/$name]}" "${RSS[$scen/$name]}"
     done
     [[ " $SERVERS " == *" katana "* ]] || continue
     rc=$(ratio "${CPU[$scen/katana]}" "$(best CPU "$scen" min)")
     rr=$(ratio "${RSS[$scen/katana]}" "$(best RSS "$scen" min)")
-    printf '%-18s %-10s %10s %12s %14s   goals: CPU <= 0.50 %s, RSS <= 0.20 %s\n' "$scen" k/best \
+    printf '%-20s %-10s %10s %12s %14s   goals: CPU <= 0.50 %s, RSS <= 0.20 %s\n' "$scen" k/best \
         "$(ratio "${GBPS[$scen/katana]}" "$(best GBPS "$scen" max)")" "$rc" "$rr" \
         "$(goal "$rc" 0.5)" "$(goal "$rr" 0.2)"
 done

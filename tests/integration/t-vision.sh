@@ -6,6 +6,8 @@
 # - Xray-core (user 1) and sing-box (user 2) VLESS+REALITY+Vision clients move 1 MiB each way
 #   at the same time through a TLS echo, byte-identical; each user is billed the TLS bytes its
 #   client moved (request header, padding and outer records before the switch within the bound).
+#   GET /metrics shows both transfers switched: katana_vision_direct_total{direction="in"} and
+#   {direction="out"} each rose by 2.
 # - UDP through Vision (XUDP over Mux, §2.7) with the Xray client: datagrams echoed.
 # - 50 MB downloaded through Vision by the Xray client (user 3) is billed >= 50 MB.
 # - katana's CPU time for that transfer is printed (no assertion).
@@ -98,8 +100,14 @@ billed() {
         [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
 }
 
+# direct_count DIRECTION: katana_vision_direct_total{direction=DIRECTION} from GET /metrics
+direct_count() {
+    curl -sS -m 10 "http://127.0.0.1:$API_PORT/metrics" |
+        awk -v d="katana_vision_direct_total{direction=\"$1\"}" '$1 == d { print $2 }'
+}
 vclient xray u1 "$U1"; c1=$CL_PORT
 vclient sing-box u2 "$U2"; c2=$CL_PORT
+in0=$(direct_count in) out0=$(direct_count out)
 r1=0 r2=0
 tls_rt "$c1" echo "$MIB" vision-u1 >"$T/u1.out" 2>&1 & p1=$!
 tls_rt "$c2" echo "$MIB" vision-u2 >"$T/u2.out" 2>&1 & p2=$!
@@ -110,6 +118,12 @@ check "Xray-core VLESS+REALITY+Vision (user 1): 1 MiB of TLS each way, echo iden
     test "$r1" = 0
 check "sing-box VLESS+REALITY+Vision (user 2) at the same time: 1 MiB each way, identical" \
     test "$r2" = 0
+in1=$(direct_count in) out1=$(direct_count out)
+echo "katana_vision_direct_total: in ${in0:-none} -> ${in1:-none}, out ${out0:-none} -> ${out1:-none}"
+check "both transfers switched the client's bytes to raw (direction in rose by 2)" \
+    test -n "$in0" -a -n "$in1" -a "${in1:-0}" -ge $((${in0:-0} + 2))
+check "both transfers switched our bytes to raw (direction out rose by 2)" \
+    test -n "$out0" -a -n "$out1" -a "${out1:-0}" -ge $((${out0:-0} + 2))
 read -r _ _ m1up m1down <<<"$(grep '^TLSPEER ok' "$T/u1.out" || echo "- - 0 0")"
 read -r _ _ m2up m2down <<<"$(grep '^TLSPEER ok' "$T/u2.out" || echo "- - 0 0")"
 sleep 1.5   # the sampler folds flow counters every second

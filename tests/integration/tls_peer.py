@@ -159,11 +159,11 @@ def cmd_client(a):
     t = Tls(s)
     t.handshake()
     n = a.bytes
-    want = pattern(a.seed, n)
     mode = b"E" if a.mode == "echo" else b"D"
     t.send(mode + struct.pack(">Q", n))
     err = []
     if a.mode == "echo":
+        want = pattern(a.seed, n)
         def sender():
             try:
                 for i in range(0, n, 16384):
