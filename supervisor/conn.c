@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <openssl/rand.h>
@@ -1930,7 +1931,12 @@ int sv__conn_open(sv_wlistener *l, int fd)
     sv_worker *w = l->w;
     const sv_proto_ops *ops = l->handler->ops;
     sv_conn *c = calloc(1, sizeof *c + ops->state_size);
-    sv_session_rec *sess = calloc(1, sizeof *sess);
+    struct sockaddr_storage peer = {0}; /* before the record: it keeps the source as text */
+    socklen_t peer_len = sizeof peer;
+    getpeername(fd, (struct sockaddr *)&peer, &peer_len);
+    char source[sizeof ((sv_session_info *)0)->source];
+    sv__addr_format((struct sockaddr *)&peer, source, sizeof source);
+    sv_session_rec *sess = sv_session_rec_new(l->handler->tag, source);
     if (c == NULL || sess == NULL || ops->init(c->state, &l->handler->in) != 0) {
         if (c != NULL)
             ops->deinit(c->state);
@@ -1959,8 +1965,7 @@ int sv__conn_open(sv_wlistener *l, int fd)
         conn_close(c);
         return 0;
     }
-    int len = sizeof c->peer;
-    uv_tcp_getpeername(&c->client, (struct sockaddr *)&c->peer, &len);
+    memcpy(&c->peer, &peer, sizeof c->peer);
     uv_tcp_nodelay(&c->client, 1);
     if (ops->set_guide != NULL) { /* issue 13: the user last seen from this IP first */
         int hint;
@@ -1970,8 +1975,6 @@ int sv__conn_open(sv_wlistener *l, int fd)
     }
     sess->worker = w->index;
     sess->owner = c;
-    snprintf(sess->info.inbound, sizeof sess->info.inbound, "%s", l->handler->tag);
-    sv__addr_format((struct sockaddr *)&c->peer, sess->info.source, sizeof sess->info.source);
     sess->info.started_ms = sv__wall_ms();
     sv_tracker_session_open(w->shared->tracker, sess);
     uv_timer_start(&c->timer, on_handshake_timeout,
