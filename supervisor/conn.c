@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <openssl/rand.h>
@@ -46,7 +47,8 @@ typedef struct sv_conn {
     sv_handler *handler;
     uv_tcp_t client;
     sv_ob_stream ob; /**< the remote side: the routed target's outbound stream */
-    uv_timer_t timer;
+    uv_timer_t *timer; /**< the bound on the handshake, sniff or drain while one runs; allocated
+                            on demand and dropped once relaying (issue 13: none while idle) */
     client_write *wr_client; /**< the client write in flight (to_client is its data), or NULL */
     int pending;  /**< open handles + in-flight requests that hold the connection */
     sv_principal *principal; /**< who the connection acts for, once authenticated (a reference) */
@@ -142,6 +144,7 @@ static void conn_release(sv_conn *c)
 
 static void on_handle_closed(uv_handle_t *h) { conn_release(h->data); }
 
+/* A timer the connection allocated (timer, pace_timer) has closed: free it, release its hold. */
 static void on_pace_timer_closed(uv_handle_t *h)
 {
     sv_conn *c = h->data;
@@ -160,13 +163,42 @@ static void conn_close(sv_conn *c)
         c->assoc = NULL;
     }
     uv_close((uv_handle_t *)&c->client, on_handle_closed);
-    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+    if (c->timer != NULL) {
+        uv_close((uv_handle_t *)c->timer, on_pace_timer_closed);
+        c->timer = NULL;
+    }
     if (c->pace_timer != NULL)
         uv_close((uv_handle_t *)c->pace_timer, on_pace_timer_closed);
     if (c->ob_opened) /* its release comes back as conn_release (on_ob_closed) */
         c->ob.ops->close(&c->ob);
     if (c->subs != NULL)
         subs_close(c);
+}
+
+/* Arm the connection's timer for @p ms, allocating it at need (it holds the connection until
+ * closed; issue 13). @return false when out of memory: the caller closes the connection. */
+static bool conn_timer_start(sv_conn *c, uv_timer_cb cb, uint64_t ms)
+{
+    if (c->closing)
+        return true; /* nothing left to bound (and a new handle would never be closed) */
+    if (c->timer == NULL) {
+        if ((c->timer = malloc(sizeof *c->timer)) == NULL)
+            return false;
+        uv_timer_init(&c->w->loop, c->timer);
+        c->timer->data = c;
+        c->pending++; /* released by on_pace_timer_closed */
+    }
+    uv_timer_start(c->timer, cb, ms, 0);
+    return true;
+}
+
+/* The connection relays: no bound runs any more, so give the timer back. */
+static void conn_timer_drop(sv_conn *c)
+{
+    if (c->timer == NULL)
+        return;
+    uv_close((uv_handle_t *)c->timer, on_pace_timer_closed);
+    c->timer = NULL;
 }
 
 /* A client that failed authentication gets no answer and no tell-tale close: read and discard
@@ -181,7 +213,11 @@ static void start_drain(sv_conn *c)
     c->carry = NULL;
     c->carry_len = 0;
     RAND_bytes((uint8_t *)&r, sizeof r);
-    uv_timer_start(&c->timer, on_drain_timeout, SV_PROBE_DRAIN_MIN_MS + r % SV_PROBE_DRAIN_SPAN_MS, 0);
+    if (!conn_timer_start(c, on_drain_timeout,
+                          SV_PROBE_DRAIN_MIN_MS + r % SV_PROBE_DRAIN_SPAN_MS)) {
+        conn_close(c);
+        return;
+    }
     client_read_start(c);
 }
 
@@ -731,7 +767,7 @@ static void on_connected(void *owner, int status)
     }
     c->connected = true;
     c->last_active = uv_now(&c->w->loop);
-    uv_timer_stop(&c->timer);
+    conn_timer_drop(c);
     if (c->flow != NULL) {
         sv_tracker_flow_open(c->w->shared->tracker, c->flow);
         c->flow_registered = true;
@@ -861,8 +897,7 @@ static bool hold_open(sv_conn *c, const sv_dest *d)
     if (c->held == NULL)
         return false;
     *c->held = *d;
-    uv_timer_start(&c->timer, on_sniff_timeout, SV_SNIFF_MS, 0);
-    return true;
+    return conn_timer_start(c, on_sniff_timeout, SV_SNIFF_MS); /* held is freed with c */
 }
 
 /* Sniff what the held open collected; open the flow once the answer is final or @p now.
@@ -877,8 +912,8 @@ static bool sniff_and_open(sv_conn *c, bool now)
     sv_dest *d = c->held;
     c->held = NULL;
     /* the protocol's bound again, now for the dial */
-    uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
-    bool ok = open_flow(c, d, r == SV_SNIFF_FOUND ? name : NULL);
+    bool ok = conn_timer_start(c, on_handshake_timeout, SV_HANDSHAKE_MS) &&
+              open_flow(c, d, r == SV_SNIFF_FOUND ? name : NULL);
     free(d);
     if (!ok)
         conn_close(c);
@@ -1145,7 +1180,10 @@ static void answer_not_found(sv_conn *c)
     free(c->carry);
     c->carry = NULL;
     c->carry_len = 0;
-    uv_timer_start(&c->timer, on_drain_timeout, SV_REFUSE_LINGER_MS, 0);
+    if (!conn_timer_start(c, on_drain_timeout, SV_REFUSE_LINGER_MS)) {
+        conn_close(c);
+        return;
+    }
     if (!write_client(c, (uint8_t *)resp, sizeof resp - 1))
         return;
     c->remote_eof = true; /* nothing more comes: the close follows the answer */
@@ -1220,7 +1258,7 @@ static bool open_assoc(sv_conn *c)
     c->pending++;
     c->connected = true;
     c->last_active = uv_now(&c->w->loop);
-    uv_timer_stop(&c->timer);
+    conn_timer_drop(c);
     return true;
 }
 
@@ -1498,7 +1536,7 @@ static bool mux_start(sv_conn *c)
         return false;
     c->connected = true;
     c->last_active = uv_now(&c->w->loop);
-    uv_timer_stop(&c->timer);
+    conn_timer_drop(c);
     return true;
 }
 
@@ -1886,8 +1924,11 @@ static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
     unsigned st = sv_chain_status(&c->chain);
     if (!c->chain_up && (st & SV_LAYER_UP)) {
         c->chain_up = true; /* the protocol's own bound from here */
-        if (!c->connected && !c->draining && !c->raw && c->held == NULL)
-            uv_timer_start(&c->timer, on_handshake_timeout, SV_HANDSHAKE_MS, 0);
+        if (!c->connected && !c->draining && !c->raw && c->held == NULL &&
+            !conn_timer_start(c, on_handshake_timeout, SV_HANDSHAKE_MS)) {
+            conn_close(c);
+            return;
+        }
     }
     if ((st & SV_LAYER_EOF) && !c->client_eof) {
         client_eof(c);
@@ -1939,7 +1980,12 @@ int sv__conn_open(sv_wlistener *l, int fd)
     sv_worker *w = l->w;
     const sv_proto_ops *ops = l->handler->ops;
     sv_conn *c = calloc(1, sizeof *c + ops->state_size);
-    sv_session_rec *sess = calloc(1, sizeof *sess);
+    struct sockaddr_storage peer = {0}; /* before the record: it keeps the source as text */
+    socklen_t peer_len = sizeof peer;
+    getpeername(fd, (struct sockaddr *)&peer, &peer_len);
+    char source[sizeof ((sv_session_info *)0)->source];
+    sv__addr_format((struct sockaddr *)&peer, source, sizeof source);
+    sv_session_rec *sess = sv_session_rec_new(l->handler->tag, source);
     if (c == NULL || sess == NULL || ops->init(c->state, &l->handler->in) != 0) {
         if (c != NULL)
             ops->deinit(c->state);
@@ -1957,9 +2003,8 @@ int sv__conn_open(sv_wlistener *l, int fd)
     c->sess = sess;
     int chain_rc = sv_chain_open(&c->chain, l->handler->layers, l->handler->n_layers);
     uv_tcp_init(&w->loop, &c->client);
-    uv_timer_init(&w->loop, &c->timer);
-    c->client.data = c->timer.data = c;
-    c->pending = 2;
+    c->client.data = c;
+    c->pending = 1;
     sv_list_insert_tail(&w->conns, &c->link);
     if (chain_rc != 0 || uv_tcp_open(&c->client, fd) != 0) { /* closed once the handles exist */
         close(fd); /* the handle never owned it */
@@ -1968,8 +2013,7 @@ int sv__conn_open(sv_wlistener *l, int fd)
         conn_close(c);
         return 0;
     }
-    int len = sizeof c->peer;
-    uv_tcp_getpeername(&c->client, (struct sockaddr *)&c->peer, &len);
+    memcpy(&c->peer, &peer, sizeof c->peer);
     uv_tcp_nodelay(&c->client, 1);
     if (ops->set_guide != NULL) { /* issue 13: the user last seen from this IP first */
         int hint;
@@ -1979,12 +2023,13 @@ int sv__conn_open(sv_wlistener *l, int fd)
     }
     sess->worker = w->index;
     sess->owner = c;
-    snprintf(sess->info.inbound, sizeof sess->info.inbound, "%s", l->handler->tag);
-    sv__addr_format((struct sockaddr *)&c->peer, sess->info.source, sizeof sess->info.source);
     sess->info.started_ms = sv__wall_ms();
     sv_tracker_session_open(w->shared->tracker, sess);
-    uv_timer_start(&c->timer, on_handshake_timeout,
-                   c->chain.n > 0 ? SV_TLS_HANDSHAKE_MS : SV_HANDSHAKE_MS, 0);
+    if (!conn_timer_start(c, on_handshake_timeout,
+                          c->chain.n > 0 ? SV_TLS_HANDSHAKE_MS : SV_HANDSHAKE_MS)) {
+        conn_close(c);
+        return 0;
+    }
     client_read_start(c);
     return 0;
 }

@@ -358,7 +358,7 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     sv__addr_format(from, source, sizeof source);
     sv_principal *p = h->principals[user_idx];
     sv_assoc *a = calloc(1, sizeof *a);
-    sv_session_rec *sess = calloc(1, sizeof *sess);
+    sv_session_rec *sess = sv_session_rec_new(h->tag, source);
     if (a == NULL || sess == NULL) {
         free(a);
         free(sess);
@@ -366,8 +366,6 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     }
     sess->worker = w->index;
     sess->info.udp = true;
-    snprintf(sess->info.inbound, sizeof sess->info.inbound, "%s", h->tag);
-    snprintf(sess->info.source, sizeof sess->info.source, "%s", source);
     sess->info.started_ms = sv__wall_ms();
     sv_tracker_session_open(w->shared->tracker, sess);
     if (sv_tracker_session_admit(w->shared->tracker, sess, p->id, sv_principal_device_limit(p),

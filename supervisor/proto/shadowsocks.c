@@ -7,7 +7,8 @@
  *           user; then the salt goes through the replay filter (-EEXIST); then the length is
  *           checked (1..0x3FFF, else -EPROTO).
  *   HEADER  payload chunks until the target address (§1.1 A) is complete. An address split over
- *           several chunks is collected in c->_addr (at most SV_DEST_WIRE_MAX bytes).
+ *           several chunks is collected in c->_addr (SV_DEST_WIRE_MAX bytes, allocated at the
+ *           first incomplete part and freed once the address is complete).
  *   RELAY   each payload chunk is handed out as plaintext, in place.
  *
  * Consumption rule: a length chunk is consumed together with its payload when the whole chunk
@@ -137,6 +138,7 @@ int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher)
     c->guide.limit = 0;
     c->guide.trials = 0;
     c->_addr_len = 0;
+    c->_addr = NULL;
     return 0;
 }
 
@@ -175,6 +177,9 @@ void sv_ss_tcp_deinit(sv_ss_tcp *c)
 {
     sv_aead_deinit(&c->open);
     sv_aead_deinit(&c->seal);
+    free(c->_addr);
+    c->_addr = NULL;
+    c->_addr_len = 0;
 }
 
 static ssize_t ss_fail(sv_ss_tcp *c, ssize_t err)
@@ -354,12 +359,16 @@ static int ss_header(sv_ss_tcp *c, uint8_t *pl, size_t plen, sv_ss_out *out)
     if (r == 0) {
         /* Incomplete: srcn < the address length <= SV_DEST_WIRE_MAX, so it fits. */
         if (have == 0) {
+            if (c->_addr == NULL && (c->_addr = malloc(SV_DEST_WIRE_MAX)) == NULL)
+                return -ENOMEM;
             memcpy(c->_addr, pl, plen);
             c->_addr_len = (uint16_t)plen;
         }
         return 0;
     }
     size_t used = (size_t)r - have; /* the earlier part was incomplete, so r > have */
+    free(c->_addr); /* out->dest holds its own copy of the address */
+    c->_addr = NULL;
     c->_addr_len = 0;
     c->state = SV_SS_RELAY;
     out->dest.network = SV_NET_TCP;

@@ -129,13 +129,15 @@ typedef struct sv_ss_tcp {
                                     init; the caller may set both before the first feed */
     void (*rng)(uint8_t *buf, size_t n); /**< salt source; NULL = OpenSSL RAND_bytes */
     uint16_t _addr_len;        /**< private: plaintext bytes of an address split over chunks */
-    uint8_t _addr[SV_DEST_WIRE_MAX]; /**< private: those bytes (never more than one address) */
+    uint8_t *_addr;            /**< private: those bytes, SV_DEST_WIRE_MAX allocated only while
+                                    an address is split (issue 13: no idle buffer), else NULL */
 } sv_ss_tcp;
 
-/** Prepare @p c for a new connection; allocates nothing (the keys come with the salts). @return 0,
- * or -EINVAL for an unknown cipher. */
+/** Prepare @p c for a new connection; allocates nothing (the keys come with the salts; an address
+ * split over chunks gets a buffer until it is complete). @return 0, or -EINVAL for an unknown
+ * cipher. */
 int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher);
-/** Forget the keys. Idempotent. */
+/** Forget the keys and free a split address's buffer. Idempotent. */
 void sv_ss_tcp_deinit(sv_ss_tcp *c);
 
 /**
@@ -163,7 +165,8 @@ typedef struct sv_ss_out {
  * @return bytes consumed (0 = need more bytes: keep them and call again with more; the core never
  *         needs more than SV_SS_SALT_MAX + SV_SS_NEED_MAX buffered);
  *         -EBADMSG: authentication failed (wrong key / probe, or corrupt chunk later);
- *         -EPROTO: bad length (> 0x3FFF) or bad address; -EEXIST: replayed salt.
+ *         -EPROTO: bad length (> 0x3FFF) or bad address; -EEXIST: replayed salt; -ENOMEM:
+ *         no buffer for an address split over chunks.
  *         After an error the core is in SV_SS_FAILED and takes no more input. But -EAGAIN:
  *         c->guide.limit keys did not open the first chunk and the others were not tried;
  *         nothing consumed, the core still in SV_SS_AUTH: scan the salt and length chunk (the

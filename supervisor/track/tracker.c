@@ -232,7 +232,12 @@ static void flow_snapshot(const sv_flow_rec *rec, sv_flow_info *out)
 
 static void session_snapshot(const sv_session_rec *rec, sv_session_info *out)
 {
-    *out = rec->info;
+    const sv_session_desc *d = &rec->info;
+    out->id = d->id;
+    copy_text(out->inbound, sizeof out->inbound, d->inbound);
+    copy_text(out->source, sizeof out->source, d->source);
+    out->started_ms = d->started_ms;
+    out->udp = d->udp;
     out->up = atomic_load_explicit(&rec->wire.up, memory_order_relaxed);
     out->down = atomic_load_explicit(&rec->wire.down, memory_order_relaxed);
     out->has_user = atomic_load_explicit(&rec->has_user, memory_order_acquire);
@@ -298,6 +303,25 @@ void sv_tracker_flow_close(sv_tracker *t, sv_flow_rec *rec)
     flow_snapshot(rec, &info); /* final counts; the sampler may free rec once unlocked */
     pthread_mutex_unlock(&w->lock);
     emit(t, SV_EVENT_CLOSED, &info);
+}
+
+sv_session_rec *sv_session_rec_new(const char *inbound, const char *source)
+{
+    size_t il = inbound != NULL ? strlen(inbound) : 0, sl = source != NULL ? strlen(source) : 0;
+    sv_session_rec *rec = calloc(1, sizeof *rec + il + 1 + sl + 1);
+    if (rec == NULL)
+        return NULL;
+    char *at = rec->text;
+    if (il > 0)
+        memcpy(at, inbound, il);
+    at[il] = '\0';
+    rec->info.inbound = at;
+    at += il + 1;
+    if (sl > 0)
+        memcpy(at, source, sl);
+    at[sl] = '\0';
+    rec->info.source = at;
+    return rec;
 }
 
 void sv_tracker_session_open(sv_tracker *t, sv_session_rec *rec)

@@ -75,8 +75,20 @@ typedef struct sv_flow_rec {
 sv_flow_rec *sv_flow_rec_new(const char *inbound, const char *source, const char *destination,
                              const char *sniffed, const char *outbound);
 
+/**
+ * A session's static fields as its record keeps them: sv_session_info's, its strings pointing into
+ * the record's own text (issue 13: the strings' lengths per session, not the 129 bytes of
+ * sv_session_info's arrays); user and counters live in the record.
+ */
+typedef struct sv_session_desc {
+    uint64_t id;
+    const char *inbound, *source; /**< never NULL */
+    uint64_t started_ms;          /**< wall clock, ms since the Unix epoch */
+    bool udp;
+} sv_session_desc;
+
 typedef struct sv_session_rec {
-    sv_session_info info; /**< static fields, filled by the worker (id by tracker) */
+    sv_session_desc info; /**< static fields, filled by the worker (id by tracker) */
     sv_meter wire;        /**< wire bytes on the client side */
     uint64_t wm_up, wm_down; /**< ledger watermarks (ledger only) */
     uint32_t account;        /**< ledger only: index + 1 of its user's account, 0 = not looked
@@ -88,7 +100,15 @@ typedef struct sv_session_rec {
     _Atomic bool close_requested; /**< set by sv_tracker_close_sessions(); the worker closes it */
     void *owner;
     sv_list link;
+    char text[]; /**< info's strings, each NUL-terminated */
 } sv_session_rec;
+
+/**
+ * Allocate a zeroed session record holding copies of @p inbound and @p source (NULL = "") as its
+ * info's strings; the caller fills the rest. One allocation: free() it (or hand it to the
+ * tracker). @return NULL when out of memory.
+ */
+sv_session_rec *sv_session_rec_new(const char *inbound, const char *source);
 
 typedef struct sv_tracker sv_tracker;
 

@@ -49,7 +49,7 @@ static void open_slot(sv_tracker *t, slot *s, unsigned long n, unsigned long use
     snprintf(source, sizeof source, "127.%lu.%lu.%lu:%lu", n >> 16 & 255, n >> 8 & 255, n & 255,
              10000 + n % 50000);
     snprintf(destination, sizeof destination, "site%lu.example.test:443", n);
-    sv_session_rec *ses = calloc(1, sizeof *ses);
+    sv_session_rec *ses = sv_session_rec_new(inbounds[n % 4], source);
     sv_flow_rec *f = sv_flow_rec_new(inbounds[n % 4], source, destination, "", outbounds[n % 3]);
     if (ses == NULL || f == NULL) {
         fprintf(stderr, "sampler_tick: out of memory\n");
@@ -58,8 +58,6 @@ static void open_slot(sv_tracker *t, slot *s, unsigned long n, unsigned long use
     uint64_t user = n % users + 1;
     unsigned worker = (unsigned)(n % WORKERS);
     ses->worker = worker;
-    snprintf(ses->info.inbound, sizeof ses->info.inbound, "%s", inbounds[n % 4]);
-    snprintf(ses->info.source, sizeof ses->info.source, "%s", source);
     ses->info.started_ms = 1700000000000ull + n;
     sv_tracker_session_open(t, ses);
     sv_tracker_session_bind_user(t, ses, user);

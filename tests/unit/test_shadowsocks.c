@@ -913,6 +913,85 @@ static void roundtrip__address_layouts__same_result(void **state)
     }
 }
 
+/* An address split in two chunks at every point parses the same; its buffer exists only while
+ * the address is incomplete (issue 13: no per-connection buffer once idle). */
+static void header__address_split_at_every_point__parses_and_frees(void **state)
+{
+    (void)state;
+    uint8_t dom[SV_DEST_WIRE_MAX];
+    dom[0] = SV_ATYP_DOMAIN;
+    dom[1] = 255;
+    for (int i = 0; i < 255; i++)
+        dom[2 + i] = (uint8_t)('a' + i % 26);
+    dom[257] = 0x01;
+    dom[258] = 0xbb;
+    static const uint8_t v6[] = {0x04, 0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1,
+                                 0x00, 0x35};
+    static const uint8_t shortdom[] = {0x03, 4, 'a', '.', 'b', 'c', 0x00, 0x50};
+    const struct {
+        const uint8_t *a;
+        size_t n;
+    } addrs[] = {{k_addr4, sizeof k_addr4}, {v6, sizeof v6}, {shortdom, sizeof shortdom},
+                 {dom, sizeof dom}};
+    sv_ss_keyring ring;
+    ring_init(&ring, SV_SS_AES_128_GCM, "pw", NULL, NULL);
+    for (size_t a = 0; a < sizeof addrs / sizeof addrs[0]; a++) {
+        sv_dest want;
+        assert_int_equal(sv_dest_parse(addrs[a].a, addrs[a].n, &want), (ssize_t)addrs[a].n);
+        for (size_t k = 0; k < addrs[a].n; k++) { /* k = 0: whole in one chunk, no buffer */
+            client cl;
+            craft(&cl, SV_SS_AES_128_GCM, (uint8_t)(k + 1));
+            uint8_t second[SV_DEST_WIRE_MAX + 4];
+            if (k > 0)
+                cl_chunk(&cl, addrs[a].a, k);
+            memcpy(second, addrs[a].a + k, addrs[a].n - k);
+            memcpy(second + addrs[a].n - k, "data", 4);
+            cl_chunk(&cl, second, addrs[a].n - k + 4);
+            sv_ss_tcp c = {0};
+            assert_int_equal(sv_ss_tcp_init(&c, SV_SS_AES_128_GCM), 0);
+            size_t off = 0;
+            int calls = 0;
+            sv_ss_out o;
+            do {
+                ssize_t r = sv_ss_tcp_feed(&c, &ring, NULL, cl.w + off, cl.len - off, &o);
+                assert_true(r > 0);
+                off += (size_t)r;
+                if (++calls == 1 && k > 0) { /* the first part: kept, in a buffer */
+                    assert_false(o.open);
+                    assert_int_equal(c._addr_len, k);
+                    assert_non_null(c._addr);
+                }
+            } while (!o.open);
+            assert_int_equal(off, cl.len);
+            assert_int_equal(calls, k > 0 ? 2 : 1);
+            assert_null(c._addr); /* freed once complete (never allocated when whole) */
+            assert_int_equal(c._addr_len, 0);
+            assert_int_equal(o.dest.atyp, want.atyp);
+            assert_string_equal(o.dest.host, want.host);
+            assert_memory_equal(o.dest.ip, want.ip, sizeof want.ip);
+            assert_int_equal(o.dest.port, want.port);
+            assert_int_equal(o.len, 4);
+            assert_memory_equal(o.data, "data", 4);
+            sv_ss_tcp_deinit(&c);
+            cl_free(&cl);
+        }
+    }
+    /* torn down while split: deinit frees the buffer (ASan checks) */
+    client cl;
+    craft(&cl, SV_SS_AES_128_GCM, 77);
+    cl_chunk(&cl, dom, 100);
+    sv_ss_tcp c = {0};
+    assert_int_equal(sv_ss_tcp_init(&c, SV_SS_AES_128_GCM), 0);
+    sv_ss_out o;
+    assert_int_equal(sv_ss_tcp_feed(&c, &ring, NULL, cl.w, cl.len, &o), cl.len);
+    assert_non_null(c._addr);
+    sv_ss_tcp_deinit(&c);
+    assert_null(c._addr);
+    sv_ss_tcp_deinit(&c);
+    cl_free(&cl);
+    sv_ss_keyring_deinit(&ring);
+}
+
 /* Server → client: several records, the salt only in the first, the client opens them all. */
 static void seal__many_chunks__client_opens_them(void **state)
 {
@@ -1514,6 +1593,7 @@ int main(void)
         cmocka_unit_test(corrupted__later_chunk__ebadmsg),
         cmocka_unit_test(roundtrip__sizes__plaintext_equal),
         cmocka_unit_test(roundtrip__address_layouts__same_result),
+        cmocka_unit_test(header__address_split_at_every_point__parses_and_frees),
         cmocka_unit_test(seal__many_chunks__client_opens_them),
         cmocka_unit_test(seal__bad_arguments__einval),
         cmocka_unit_test(seal_to__many_chunks__same_wire_as_per_chunk_seal),

@@ -69,11 +69,9 @@ static sv_flow_rec *open_flow(sv_tracker *t, unsigned worker, const char *inboun
 static sv_session_rec *open_session(sv_tracker *t, unsigned worker, const char *inbound,
                                     const char *source)
 {
-    sv_session_rec *r = calloc(1, sizeof *r);
+    sv_session_rec *r = sv_session_rec_new(inbound, source);
     assert_non_null(r);
     r->worker = worker;
-    snprintf(r->info.inbound, sizeof r->info.inbound, "%s", inbound);
-    snprintf(r->info.source, sizeof r->info.source, "%s", source);
     sv_tracker_session_open(t, r);
     return r;
 }
