@@ -1827,8 +1827,9 @@ static void peek_reply(sv_conn *c, bool final)
 {
     target_peek *pk = c->peek;
     if (final) /* the layer mirrors what it can of it; debug only: no line per client */
-        SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: reality target's flight incomplete "
-               "(%zu bytes): own ServerHello", (unsigned long long)c->sess->info.id, pk->len);
+        SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: reality target's first flight ended "
+               "at %zu bytes (time, its end or the bound): mirrored as far as it went",
+               (unsigned long long)c->sess->info.id, pk->len);
     int rc = sv_chain_target_reply(&c->chain, pk->buf, pk->len, final);
     if (rc == 1)
         return;
