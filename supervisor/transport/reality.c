@@ -522,7 +522,8 @@ static int decide(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_u
         !sv_reality_check(&cf->auth, share, h.random, msg, msg_len, h.session_id_off,
                           (const char *)h.server_name.p, h.server_name.n, now, key))
         return refuse(s), 0;
-    if (cf->mirror) { /* §1.5 step 1: the target answers the same hello first */
+    if (cf->mirror && h.x25519 != NULL) { /* §1.5 step 1: the target answers it first
+                                              (without an X25519 share: refused below) */
         s->hello = malloc(msg_len);
         if (s->hello == NULL) {
             OPENSSL_cleanse(key, sizeof key);

@@ -561,6 +561,12 @@ static void layer_mirrors_the_targets_flight(void **st)
     ocount = record_sizes(flight, len, osize, 16);
     assert_int_equal(ocount, 3); /* SH, CCS, our flight in one record */
     sv_chain_free(&ch);
+
+    /* a valid client katana cannot serve (no X25519 share) is relayed without asking */
+    load(&d, "valid-mlkem-only");
+    run_layer(rc, &d, 0);
+    assert_int_equal(d.status, SV_LAYER_UP | SV_LAYER_REFUSED);
+    assert_int_equal(d.up_len, d.in_len);
     sv_reality_conf_free(rc);
 }
 
