@@ -93,6 +93,7 @@ typedef struct sv_conn {
     uv_timer_t *pace_timer; /**< allocated at the first debt, closed with the connection;
                                  NULL before (issue 13: no per-connection cost while unpaced) */
     struct conn_paused *paused; /**< admission waiting for the fleet (issue 12), or NULL */
+    struct target_peek *peek; /**< REALITY: the target's first flight being read, or NULL */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 
@@ -108,6 +109,7 @@ static void subs_resume(sv_conn *c);
 static void subs_close(sv_conn *c);
 static void paused_end(sv_conn *c);
 static void process_client(sv_conn *c, uint8_t *data, size_t len);
+static void peek_end(sv_conn *c);
 
 static void conn_release(sv_conn *c)
 {
@@ -158,6 +160,7 @@ static void conn_close(sv_conn *c)
         return;
     c->closing = true;
     paused_end(c);
+    peek_end(c);
     if (c->assoc != NULL) { /* its release comes back as conn_release (on_assoc_released) */
         sv__assoc_close(c->assoc);
         c->assoc = NULL;
@@ -1834,6 +1837,144 @@ static void on_fleet_answer(void *ctx, sv_fleet_answer answer)
     paused_free(pz);
 }
 
+/* ---- REALITY's target flight (PROTOCOLS-2.md §1.5 step 1) ------------------------------------
+ * A layer that waits for its target (SV_LAYER_TARGET: a valid REALITY client) gets it through
+ * the fallback's dial (direct, to the inbound's fallback, which is the target): the client's
+ * hello is written, at most SV_LAYER_TARGET_MAX bytes are read for at most SV_TARGET_FLIGHT_MS,
+ * and each read goes to the layer until it goes on; the target connection then closes. The
+ * client is not read meanwhile. One dial per valid client, none for anyone else. */
+
+#define SV_TARGET_FLIGHT_MS 2000
+
+typedef struct target_peek {
+    sv_ob_stream ob;
+    sv_conn *c;           /* NULL once the connection stopped waiting (then only closing) */
+    sv_conn *owner_conn;  /* the connection it holds (pending), released when it closed */
+    size_t len;           /* bytes read into buf */
+    uint8_t buf[SV_LAYER_TARGET_MAX];
+    size_t hello_len;
+    uint8_t hello[];      /* the client's hello records, written to the target */
+} target_peek;
+
+static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n);
+
+/* Stop waiting: close the target connection (its closed event frees it). */
+static void peek_end(sv_conn *c)
+{
+    target_peek *pk = c->peek;
+    if (pk == NULL)
+        return;
+    c->peek = NULL;
+    pk->c = NULL;
+    pk->ob.ops->close(&pk->ob);
+}
+
+/* Give the layer what the target sent; once it went on, the client's handshake resumes. */
+static void peek_reply(sv_conn *c, bool final)
+{
+    target_peek *pk = c->peek;
+    if (final) /* the layer mirrors what it can of it; debug only: no line per client */
+        SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: reality target's first flight ended "
+               "at %zu bytes (time, its end or the bound): mirrored as far as it went",
+               (unsigned long long)c->sess->info.id, pk->len);
+    int rc = sv_chain_target_reply(&c->chain, pk->buf, pk->len, final);
+    if (rc == 1)
+        return;
+    peek_end(c);
+    if (rc < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_timer_start(&c->timer, on_handshake_timeout, SV_TLS_HANDSHAKE_MS, 0);
+    static const uint8_t none[1];
+    client_chain_read(c, none, 0); /* the server's flight out, held client bytes up */
+    if (!c->closing && !c->ob_opened) /* (a refused client waits for its fallback's dial) */
+        client_read_start(c);
+}
+
+static void on_target_timeout(uv_timer_t *t)
+{
+    sv_conn *c = t->data;
+    if (c->peek != NULL)
+        peek_reply(c, true);
+}
+
+static void peek_connected(void *owner, int status)
+{
+    target_peek *pk = owner;
+    if (pk->c == NULL)
+        return;
+    uv_buf_t b = uv_buf_init((char *)pk->hello, (unsigned)pk->hello_len);
+    if (status < 0 || pk->ob.ops->write(&pk->ob, &b, 1) != 0) {
+        peek_reply(pk->c, true);
+        return;
+    }
+    pk->ob.ops->read(&pk->ob, true);
+}
+
+static void peek_alloc(void *owner, uv_buf_t *buf)
+{
+    target_peek *pk = owner;
+    *buf = uv_buf_init((char *)pk->buf + pk->len, (unsigned)(sizeof pk->buf - pk->len));
+}
+
+static void peek_read(void *owner, ssize_t n, const uv_buf_t *buf)
+{
+    target_peek *pk = owner;
+    (void)buf;
+    if (pk->c == NULL)
+        return;
+    if (n > 0)
+        pk->len += (size_t)n;
+    peek_reply(pk->c, n < 0 || pk->len == sizeof pk->buf);
+}
+
+static void peek_written(void *owner, int status)
+{
+    target_peek *pk = owner;
+    if (status < 0 && pk->c != NULL)
+        peek_reply(pk->c, true);
+}
+
+static void peek_closed(void *owner)
+{
+    target_peek *pk = owner;
+    sv_conn *c = pk->owner_conn;
+    free(pk);
+    conn_release(c);
+}
+
+static const sv_ob_stream_events peek_events = {peek_connected, peek_alloc, peek_read,
+                                                peek_written, peek_closed};
+
+/* The chain waits for its target: dial it (the inbound's fallback, which a REALITY layer
+ * mirrors only when there is one) with the layer's bytes. */
+static void peek_start(sv_conn *c)
+{
+    size_t len = 0;
+    const uint8_t *hello = sv_chain_target_ask(&c->chain, &len);
+    target_peek *pk = c->handler->has_fallback && len > 0 ? calloc(1, sizeof *pk + len) : NULL;
+    if (pk == NULL) {
+        conn_close(c);
+        return;
+    }
+    memcpy(pk->hello, hello, len);
+    pk->hello_len = len;
+    pk->c = c;
+    pk->owner_conn = c;
+    c->peek = pk;
+    c->pending++; /* released by peek_closed */
+    pk->ob.ops = &sv_ob_direct;
+    pk->ob.ev = &peek_events;
+    pk->ob.owner = pk;
+    pk->ob.env = (sv_ob_env){&c->w->loop, &c->w->own_addrs, c->w->resolver, NULL};
+    pk->ob.allow_internal = true; /* the operator's fallback, as dial_fallback */
+    uv_read_stop((uv_stream_t *)&c->client);
+    uv_timer_start(&c->timer, on_target_timeout, SV_TARGET_FLIGHT_MS, 0);
+    if (pk->ob.ops->open(&pk->ob, &c->handler->fallback) != 0)
+        peek_reply(c, true);
+}
+
 /* Client bytes after the transport layers: to the core, or as they are to the fallback. */
 static void process_plain(sv_conn *c, uint8_t *data, size_t len)
 {
@@ -1922,6 +2063,10 @@ static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
     if (c->closing || !flush_chain(c))
         return;
     unsigned st = sv_chain_status(&c->chain);
+    if ((st & SV_LAYER_TARGET) && c->peek == NULL) {
+        peek_start(c); /* REALITY: the target answers the hello first (§1.5) */
+        return;
+    }
     if (!c->chain_up && (st & SV_LAYER_UP)) {
         c->chain_up = true; /* the protocol's own bound from here */
         if (!c->connected && !c->draining && !c->raw && c->held == NULL &&

@@ -142,6 +142,7 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
                          rc == -EINVAL ? "invalid" : "could not be made");
             goto fail;
         }
+        h->reality->mirror = h->has_fallback; /* the fallback is the target (§1.5) */
         h->layers[h->n_layers++] = (sv_layer_conf){&sv_reality_layer_ops, h->reality};
     }
     h->in.reality = (sv_inbound_reality){.max_time_diff_ms = in->reality.max_time_diff_ms};

@@ -141,6 +141,32 @@ int sv_chain_direct(sv_chain *ch, unsigned bits)
     return ch->conf[0].ops->direct(ch->state[0], bits);
 }
 
+/* The layer waiting for its target, or -1. */
+static int target_layer(const sv_chain *ch)
+{
+    for (unsigned i = 0; i < ch->n; i++)
+        if ((ch->conf[i].ops->status(ch->state[i]) & SV_LAYER_TARGET) &&
+            ch->conf[i].ops->target_ask != NULL && ch->conf[i].ops->target_reply != NULL)
+            return (int)i;
+    return -1;
+}
+
+const uint8_t *sv_chain_target_ask(const sv_chain *ch, size_t *len)
+{
+    int i = target_layer(ch);
+    *len = 0;
+    return i < 0 ? NULL : ch->conf[i].ops->target_ask(ch->state[i], len);
+}
+
+int sv_chain_target_reply(sv_chain *ch, const uint8_t *p, size_t n, bool final)
+{
+    int i = target_layer(ch);
+    if (i < 0)
+        return 0;
+    int rc = ch->conf[i].ops->target_reply(ch->state[i], p, n, final);
+    return rc < 0 ? rc : rc == 1 ? 1 : sv_chain_pump(ch);
+}
+
 const uint8_t *sv_chain_out_peek(const sv_chain *ch, size_t *len)
 {
     *len = 0;
@@ -160,7 +186,7 @@ unsigned sv_chain_status(const sv_chain *ch)
     unsigned all = SV_LAYER_UP, any = 0;
     for (unsigned i = 0; i < ch->n; i++) {
         unsigned s = ch->conf[i].ops->status(ch->state[i]);
-        any |= s & (SV_LAYER_EOF | SV_LAYER_REFUSED);
+        any |= s & (SV_LAYER_EOF | SV_LAYER_REFUSED | SV_LAYER_TARGET);
         if (s & SV_LAYER_REFUSED)
             break; /* the layers above never see a byte: their handshakes do not count */
         if (!(s & SV_LAYER_UP))

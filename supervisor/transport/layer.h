@@ -21,6 +21,8 @@
 
 /** Most layers above TCP in one chain. */
 #define SV_CHAIN_MAX 4
+/** Most bytes of a target's first flight a layer is given (PROTOCOLS-2.md §1.5 step 1). */
+#define SV_LAYER_TARGET_MAX 8192u
 /** Bytes of stage buffer a chain needs per layer boundary (unwrapped bytes between two layers
  *  are moved in pieces of at most this size: one TLS record and more). As large as a TCP read
  *  (SV_SCRATCH), so that a read under TLS and WebSocket reaches the protocol in one piece and
@@ -40,6 +42,10 @@ enum sv_layer_status {
                                 can relay them to the inbound's fallback or answer 404 */
     SV_LAYER_RECORDS = 8u, /**< deliver each unwrapped piece before unwrapping more (a layer
                                 watching for a switch to raw, SV_LAYER_WATCH) */
+    SV_LAYER_TARGET = 16u, /**< the layer waits for the target's first flight (REALITY,
+                                PROTOCOLS-2.md §1.5 step 1): the runtime sends target_ask()'s
+                                bytes to the inbound's fallback and gives the answer to
+                                target_reply(); the layer reads and answers nothing meanwhile */
 };
 
 /** Bits of sv_layer_ops.direct (XTLS Vision's switch to direct copy, PROTOCOLS-2.md §2.6). */
@@ -88,6 +94,14 @@ typedef struct sv_layer_ops {
      *  while given, RAW_IN and RAW_OUT stay once given; idempotent). @return 0, or a negative errno (e.g. -ENOTCONN before the
      *  handshake): the connection ends. NULL: the layer cannot (sv_chain_direct fails). */
     int (*direct)(void *state, unsigned bits);
+    /** Optional (SV_LAYER_TARGET): borrow the bytes to send to the target (valid until
+     *  target_reply). @return them, *@p len their number. */
+    const uint8_t *(*target_ask)(const void *state, size_t *len);
+    /** Optional (SV_LAYER_TARGET): the target's answer so far, @p p[0 .. n) (everything read
+     *  since the ask, at most SV_LAYER_TARGET_MAX bytes); @p final when no more will come
+     *  (timeout, EOF, error, bound reached; n may be 0). @return 1 to be given more, 0 when the
+     *  layer went on (the target connection may close), or a negative errno. */
+    int (*target_reply)(void *state, const uint8_t *p, size_t n, bool final);
 } sv_layer_ops;
 
 /** One layer of an inbound's list: its kind and its immutable, shared configuration. */
@@ -147,6 +161,19 @@ int sv_chain_shutdown(sv_chain *ch);
  */
 int sv_chain_direct(sv_chain *ch, unsigned bits);
 
+/**
+ * The bytes a layer of the chain waiting for its target (status SV_LAYER_TARGET) wants sent
+ * there. @return them (*@p len their number), or NULL when no layer waits.
+ */
+const uint8_t *sv_chain_target_ask(const sv_chain *ch, size_t *len);
+
+/**
+ * Give the target's answer to the layer waiting for it (layer.h target_reply: @p p, @p n,
+ * @p final). @return 1 when it wants more, 0 when it went on (also when none waits), or its
+ * negative errno.
+ */
+int sv_chain_target_reply(sv_chain *ch, const uint8_t *p, size_t n, bool final);
+
 /** Borrow the bytes the bottom layer has for TCP. @param len receives their number. */
 const uint8_t *sv_chain_out_peek(const sv_chain *ch, size_t *len);
 
@@ -156,7 +183,7 @@ void sv_chain_out_consume(sv_chain *ch, size_t n);
 /**
  * @return the chain's status: SV_LAYER_UP when every layer is up (or one refused, which ends the
  *         handshakes), SV_LAYER_EOF when any layer saw the peer's end, SV_LAYER_REFUSED when any
- *         layer refused the peer.
+ *         layer refused the peer, SV_LAYER_TARGET when a layer waits for its target.
  */
 unsigned sv_chain_status(const sv_chain *ch);
 

@@ -390,17 +390,21 @@ void sv_reality_conf_free(sv_reality_conf *c)
     free(c);
 }
 
-enum r_phase { R_HELLO, R_TLS, R_REFUSED };
+enum r_phase { R_HELLO, R_TARGET, R_TLS, R_REFUSED };
 
 typedef struct r_session {
     const sv_reality_conf *conf;
     enum r_phase phase;
-    uint8_t *raw;  /* HELLO: the client's bytes so far; TLS: those after the hello, for the
-                      server; REFUSED: those still to pass up; from raw_off to raw_len */
+    uint8_t *raw;  /* HELLO: the client's bytes so far; TARGET: the same, the hello's records
+                      first (hello_raw bytes); TLS: those after the hello, for the server;
+                      REFUSED: those still to pass up; from raw_off to raw_len */
     size_t raw_len, raw_off, raw_cap;
     sv_tls13s *tls;
     uint8_t *out;  /* REFUSED: bytes towards the client, out[out_off .. +out_len) */
     size_t out_off, out_len;
+    uint8_t *hello; /* TARGET: the valid client's ClientHello message, and its auth key */
+    size_t hello_len, hello_raw;
+    uint8_t key[32];
 } r_session;
 
 static void drop_raw(r_session *s)
@@ -410,8 +414,17 @@ static void drop_raw(r_session *s)
     s->raw_len = s->raw_off = s->raw_cap = 0;
 }
 
+static void drop_hello(r_session *s)
+{
+    free(s->hello);
+    s->hello = NULL;
+    s->hello_len = 0;
+    OPENSSL_cleanse(s->key, sizeof s->key);
+}
+
 static void refuse(r_session *s)
 {
+    drop_hello(s);
     s->phase = R_REFUSED;
     s->raw_off = 0;
     if (s->raw_len == 0)
@@ -441,8 +454,57 @@ static ssize_t raw_append(r_session *s, const uint8_t *in, size_t n)
     return (ssize_t)k;
 }
 
-/* The §1.3 check on a whole hello @p msg; for a valid client, start the TLS 1.3 server.
- * @return 0 (phase decided), or -ENOMEM. */
+/* Start katana's TLS 1.3 server for the valid client of hello @p msg and auth key @p key, with
+ * the target's ServerHello @p sh and record sizes @p pad when given (§1.5); a template or sizes
+ * the server refuses are dropped (our own ServerHello, no padding) rather than the client.
+ * @return 0 (phase TLS, the client's bytes after its hello records, @p raw_used, kept for the
+ *         server), 1 when the server cannot serve this client, or -ENOMEM. */
+static int serve(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_used,
+                 const uint8_t key[32], const uint8_t *sh, size_t sh_len, const uint16_t *pad,
+                 size_t pad_count)
+{
+    const sv_reality_conf *cf = s->conf;
+    sv_tls_hello h;
+    if (sv_tls_hello_parse(msg, msg_len, &h) != 0)
+        return 1;
+    uint8_t der[SV_TLS13S_CERT_MAX];
+    sv_reality_cert_patch(&cf->cert, key, der);
+    sv_tls13s_params p = {
+        .client_hello = msg,
+        .client_hello_len = msg_len,
+        .hello = &h,
+        .cert_der = der,
+        .cert_der_len = cf->cert.der_len,
+        .sign_key = cf->cert.key,
+        .server_hello = sh,
+        .server_hello_len = sh_len,
+        .pad_sizes = pad,
+        .pad_count = pad_count,
+    };
+    int rc = sv_tls13s_new(&p, &s->tls, NULL);
+    if ((rc == -EINVAL || rc == -EMSGSIZE) && pad_count > 0) {
+        p.pad_sizes = NULL, p.pad_count = 0;
+        rc = sv_tls13s_new(&p, &s->tls, NULL);
+    }
+    if ((rc == -EINVAL || rc == -EPROTONOSUPPORT) && sh != NULL) {
+        p.server_hello = NULL, p.server_hello_len = 0;
+        rc = sv_tls13s_new(&p, &s->tls, NULL);
+    }
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc != 0) {
+        s->tls = NULL;
+        return 1;
+    }
+    s->phase = R_TLS;
+    s->raw_off = raw_used; /* anything after the hello is the server's to read */
+    if (s->raw_off == s->raw_len)
+        drop_raw(s);
+    return 0;
+}
+
+/* The §1.3 check on a whole hello @p msg; a valid client waits for the target's flight when
+ * the settings mirror it, else is served at once. @return 0 (phase decided), or -ENOMEM. */
 static int decide(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_used)
 {
     const sv_reality_conf *cf = s->conf;
@@ -460,28 +522,73 @@ static int decide(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_u
         !sv_reality_check(&cf->auth, share, h.random, msg, msg_len, h.session_id_off,
                           (const char *)h.server_name.p, h.server_name.n, now, key))
         return refuse(s), 0;
-    uint8_t der[SV_TLS13S_CERT_MAX];
-    sv_reality_cert_patch(&cf->cert, key, der);
-    OPENSSL_cleanse(key, sizeof key);
-    sv_tls13s_params p = {
-        .client_hello = msg,
-        .client_hello_len = msg_len,
-        .hello = &h,
-        .cert_der = der,
-        .cert_der_len = cf->cert.der_len,
-        .sign_key = cf->cert.key,
-    };
-    int rc = sv_tls13s_new(&p, &s->tls, NULL);
-    if (rc == -ENOMEM)
-        return rc;
-    if (rc != 0) { /* a client katana cannot serve: to the target, as Xray does (§1.4) */
-        s->tls = NULL;
-        return refuse(s), 0;
+    if (cf->mirror && h.x25519 != NULL) { /* §1.5 step 1: the target answers it first
+                                              (without an X25519 share: refused below) */
+        s->hello = malloc(msg_len);
+        if (s->hello == NULL) {
+            OPENSSL_cleanse(key, sizeof key);
+            return -ENOMEM;
+        }
+        memcpy(s->hello, msg, msg_len);
+        s->hello_len = msg_len;
+        s->hello_raw = raw_used;
+        memcpy(s->key, key, sizeof key);
+        OPENSSL_cleanse(key, sizeof key);
+        s->phase = R_TARGET;
+        return 0;
     }
-    s->phase = R_TLS;
-    s->raw_off = raw_used; /* anything after the hello is the server's to read */
-    if (s->raw_off == s->raw_len)
-        drop_raw(s);
+    int rc = serve(s, msg, msg_len, raw_used, key, NULL, 0, NULL, 0);
+    OPENSSL_cleanse(key, sizeof key);
+    if (rc == 1) /* a client katana cannot serve: to the target, as Xray does (§1.4) */
+        refuse(s);
+    return rc < 0 ? rc : 0;
+}
+
+/* The wire size of the record at @p at of @p f[0 .. n) when its header has type @p type and
+ * version 0x0303 (0 when it has not, SIZE_MAX when the header is not all there yet). */
+static size_t record_at(const uint8_t *f, size_t n, size_t at, uint8_t type)
+{
+    if (at + 5 > n)
+        return SIZE_MAX;
+    if (f[at] != type || f[at + 1] != 3 || f[at + 2] != 3)
+        return 0;
+    return 5 + ((size_t)f[at + 3] << 8 | f[at + 4]);
+}
+
+int sv_reality_flight_parse(const uint8_t *f, size_t n, bool final, size_t *sh_len,
+                            uint16_t pad[SV_TLS13S_PAD_MAX], size_t *pad_count)
+{
+    *sh_len = 0, *pad_count = 0;
+    size_t sh = record_at(f, n, 0, 22);
+    if (sh == SIZE_MAX || (sh != 0 && sh > n))
+        return final ? -1 : 1;
+    /* record 0: one whole ServerHello message (type 2, its length filling the record) */
+    if (sh < 5 + 4 || f[5] != 2 || ((size_t)f[6] << 16 | (size_t)f[7] << 8 | f[8]) != sh - 9)
+        return -1;
+    *sh_len = sh - 5;
+    size_t ccs = record_at(f, n, sh, 20);
+    if (ccs == SIZE_MAX || (ccs == 6 && sh + ccs > n))
+        return final ? 0 : 1;
+    if (ccs != 6)
+        return 0; /* no CCS as the pattern wants: the ServerHello alone, no padding */
+    size_t at = sh + ccs, sizes[SV_TLS13S_PAD_MAX], k = 0;
+    bool more = false; /* the next record is not all there yet */
+    for (; k < SV_TLS13S_PAD_MAX; k++) {
+        size_t r = record_at(f, n, at, 23);
+        more = r == SIZE_MAX || (r != 0 && at + r > n);
+        if (more || r == 0)
+            break; /* not there yet, or not application data: the pattern ends */
+        sizes[k] = r;
+        at += r;
+    }
+    /* one record over 512 bytes: EncryptedExtensions..Finished joined, else one record each;
+     * one more whole record is the ticket's (§1.5 steps 1, 5) */
+    size_t want = k > 0 && sizes[0] > 512 ? 1 : 4;
+    if (k < want)
+        return more && !final ? 1 : 0;
+    *pad_count = k > want ? want + 1 : want;
+    for (size_t i = 0; i < *pad_count; i++)
+        pad[i] = (uint16_t)sizes[i];
     return 0;
 }
 
@@ -543,6 +650,7 @@ static void r_free(void *state)
     if (s == NULL)
         return;
     sv_tls13s_free(s->tls);
+    drop_hello(s);
     free(s->raw);
     free(s->out);
     free(s);
@@ -557,6 +665,13 @@ static ssize_t r_unwrap(void *state, const uint8_t *in, size_t n, size_t *used, 
         return unwrap_hello(s, in, n, used);
     if (s->phase == R_TLS)
         return unwrap_tls(s, in, n, used, out, cap);
+    if (s->phase == R_TARGET) { /* kept for the server, which starts after the target's flight */
+        ssize_t k = n > 0 ? raw_append(s, in, n) : 0;
+        if (k < 0)
+            return k;
+        *used = (size_t)k;
+        return 0;
+    }
     if (s->raw != NULL) { /* REFUSED: what was collected goes up first */
         size_t k = s->raw_len - s->raw_off < cap ? s->raw_len - s->raw_off : cap;
         memcpy(out, s->raw + s->raw_off, k);
@@ -576,7 +691,7 @@ static ssize_t r_wrap(void *state, const uint8_t *p, size_t n)
     r_session *s = state;
     if (s->phase == R_TLS)
         return sv_tls13s_wrap(s->tls, p, n);
-    if (s->phase == R_HELLO)
+    if (s->phase == R_HELLO || s->phase == R_TARGET)
         return -ENOTCONN;
     size_t room = SV_REALITY_OUT_MAX - s->out_len;
     size_t k = n < room ? n : room;
@@ -602,7 +717,7 @@ static int r_shutdown(void *state)
     r_session *s = state;
     if (s->phase == R_TLS)
         return sv_tls13s_shutdown(s->tls);
-    return s->phase == R_HELLO ? -ENOTCONN : 0; /* refused: the end is TCP's */
+    return s->phase == R_REFUSED ? 0 : -ENOTCONN; /* refused: the end is TCP's */
 }
 
 static const uint8_t *r_out_peek(const void *state, size_t *len)
@@ -637,7 +752,37 @@ static unsigned r_status(const void *state)
     const r_session *s = state;
     if (s->phase == R_TLS)
         return sv_tls13s_status(s->tls);
-    return s->phase == R_REFUSED ? SV_LAYER_UP | SV_LAYER_REFUSED : 0;
+    return s->phase == R_REFUSED ? SV_LAYER_UP | SV_LAYER_REFUSED
+           : s->phase == R_TARGET ? SV_LAYER_TARGET
+                                  : 0;
+}
+
+static const uint8_t *r_target_ask(const void *state, size_t *len)
+{
+    const r_session *s = state;
+    *len = s->phase == R_TARGET ? s->hello_raw : 0;
+    return *len > 0 ? s->raw : NULL;
+}
+
+static int r_target_reply(void *state, const uint8_t *p, size_t n, bool final)
+{
+    r_session *s = state;
+    if (s->phase != R_TARGET)
+        return 0;
+    size_t sh_len = 0, pad_count = 0;
+    uint16_t pad[SV_TLS13S_PAD_MAX];
+    int got = sv_reality_flight_parse(p, n, final, &sh_len, pad, &pad_count);
+    if (got == 1)
+        return 1;
+    uint8_t *msg = s->hello;
+    s->hello = NULL; /* serve() may keep raw; the hello copy and key go */
+    int rc = serve(s, msg, s->hello_len, s->hello_raw, s->key, got == 0 ? p + 5 : NULL,
+                   got == 0 ? sh_len : 0, pad, pad_count);
+    free(msg);
+    drop_hello(s);
+    if (rc == 1)
+        refuse(s);
+    return rc < 0 ? rc : 0;
 }
 
 static int r_direct(void *state, unsigned bits)
@@ -659,4 +804,6 @@ const sv_layer_ops sv_reality_layer_ops = {
     .out_consume = r_out_consume,
     .status = r_status,
     .direct = r_direct,
+    .target_ask = r_target_ask,
+    .target_reply = r_target_reply,
 };

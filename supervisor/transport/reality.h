@@ -5,8 +5,10 @@
  * byte of anyone else through, so that the runtime relays it to the target site (the inbound's
  * fallback) and a prober sees the real site.
  *
- * Minimum for interoperability only (§1.8): the ServerHello is katana's own, not a mirror of
- * the target's, and handshake records are not padded to the target's sizes.
+ * With a target (sv_reality_conf.mirror), a valid client's ServerHello mirrors the target's and
+ * the handshake records are padded to the target's sizes (§1.5): the layer asks the runtime for
+ * the target's first flight (SV_LAYER_TARGET). Not done: the post-handshake camouflage records
+ * and the CCS limit of §1.5 step 7, ML-DSA-65, X25519MLKEM768 (tls13s.h).
  */
 #ifndef SV_TRANSPORT_REALITY_H
 #define SV_TRANSPORT_REALITY_H
@@ -16,6 +18,7 @@
 #include <stdint.h>
 
 #include "supervisor/transport/layer.h"
+#include "supervisor/transport/tls13s.h"
 
 /** Most short ids and server names one inbound takes. */
 #define SV_REALITY_LIST_MAX 16
@@ -113,7 +116,26 @@ typedef struct sv_reality_conf {
     sv_reality_auth auth;
     sv_reality_cert cert;
     uint64_t (*now_ms)(void); /**< the wall clock (Unix ms) for the time window; tests set it */
+    bool mirror; /**< a valid client waits for the target's first flight (SV_LAYER_TARGET) and
+                      gets its ServerHello and record sizes (§1.5); set when the inbound has a
+                      fallback (the target). false: katana's own ServerHello, no padding */
 } sv_reality_conf;
+
+/**
+ * Read a target's first flight (§1.5 step 1): record 0 one whole ServerHello, record 1 a
+ * 6-byte ChangeCipherSpec, then application-data records: one over 512 bytes (its encrypted
+ * flight joined) or four (EncryptedExtensions, Certificate, CertificateVerify, Finished), and
+ * one more whole record as the ticket's; every header with version 0x0303.
+ * @param f, n       the bytes read from the target so far (record headers included)
+ * @param final      no more will come
+ * @param sh_len     receives the ServerHello message's length (it starts at f + 5)
+ * @param pad        receives the record sizes for sv_tls13s_params.pad_sizes
+ * @param pad_count  receives their count (0: the pattern broke after the ServerHello)
+ * @return 1 when more bytes may complete it, 0 when the ServerHello (and pad) are usable,
+ *         -1 when there is no usable ServerHello record.
+ */
+int sv_reality_flight_parse(const uint8_t *f, size_t n, bool final, size_t *sh_len,
+                            uint16_t pad[SV_TLS13S_PAD_MAX], size_t *pad_count);
 
 /**
  * Build an inbound's REALITY settings (sv_reality_auth_init's texts) and its temporary
@@ -137,7 +159,10 @@ void sv_reality_conf_free(sv_reality_conf *c);
  * (SV_LAYER_REFUSED): every byte it sent passes up as it is, and bytes from above pass down as
  * they are, so that the runtime relays the connection to the target (the inbound's fallback).
  * A valid client whose hello katana's server cannot serve (no X25519 share, no common suite) is
- * refused the same way. A served client's TLS takes XTLS Vision's switch to raw (the layer's
+ * refused the same way. With sv_reality_conf.mirror a valid client first puts the layer in
+ * SV_LAYER_TARGET: target_ask() gives the client's hello records to send to the target,
+ * target_reply() takes the target's answer (sv_reality_flight_parse(); a template or sizes the
+ * server refuses, or none in time, give katana's own ServerHello). A served client's TLS takes XTLS Vision's switch to raw (the layer's
  * `direct`, sv_tls13s_direct()). Per connection: about 100 bytes idle; the raw hello only while it is
  * collected or passed up; the TLS state while a client is served.
  */

@@ -15,7 +15,8 @@
  * and an Ed25519 key for CertificateVerify (scheme 0x0807, whatever the client's
  * signature_algorithms say: §1.5). Not supported: PSK, session tickets, 0-RTT, client
  * certificates, HelloRetryRequest, X25519MLKEM768 (Debian's OpenSSL 3.0 has no ML-KEM: a
- * template choosing it is refused, and REALITY relays such a client, PROTOCOLS-2.md §1.4).
+ * template choosing it is refused (REALITY then answers with its own ServerHello), and REALITY
+ * relays a client without an X25519 share, PROTOCOLS-2.md §1.4).
  * Received KeyUpdate is honoured (and answered when asked,
  * before our next application data).
  */

@@ -11,6 +11,10 @@
  * not); a refused session passes up exactly every byte it was given and answers nothing, then
  * passes a wrap down as it is; otherwise nothing comes up before the TLS handshake is done,
  * and whatever goes down is TLS records.
+ * The same input is also a target's first flight (§1.5 step 1) for the valid hello of
+ * tests/unit/vectors/reality/valid on a mirroring layer: sv_reality_flight_parse() stays within
+ * the bytes, and the layer goes on with a ServerHello record (mirrored or its own) whatever the
+ * target sent.
  */
 #include "config.h"
 
@@ -19,6 +23,10 @@
 #include <string.h>
 
 #include "supervisor/transport/reality.h"
+
+#ifndef TOP_SRCDIR
+#define TOP_SRCDIR "."
+#endif
 
 #define FUZZ_CHECK(x)                                                                          \
     do {                                                                                       \
@@ -107,8 +115,59 @@ static void drive(const sv_reality_conf *rc, const uint8_t *p, size_t n, size_t 
     sv_chain_free(&ch);
 }
 
+/* The valid hello (a unit vector), or NULL when it cannot be read. */
+static const uint8_t *valid_hello(size_t *len)
+{
+    static uint8_t buf[4096];
+    static size_t n;
+    static bool tried;
+    if (!tried) {
+        tried = true;
+        FILE *f = fopen(TOP_SRCDIR "/tests/unit/vectors/reality/valid", "rb");
+        if (f != NULL) {
+            n = fread(buf, 1, sizeof buf, f);
+            fclose(f);
+        }
+    }
+    *len = n;
+    return n > 0 ? buf : NULL;
+}
+
+/* @p f as the target's flight for a valid client of a mirroring layer. */
+static void target_flight(const sv_reality_conf *rc, const uint8_t *f, size_t n, bool final)
+{
+    size_t sh = 0, np = 0, hl = 0;
+    uint16_t pad[SV_TLS13S_PAD_MAX];
+    int got = sv_reality_flight_parse(f, n, final, &sh, pad, &np);
+    FUZZ_CHECK(got >= -1 && got <= 1 && !(final && got == 1));
+    FUZZ_CHECK(got != 0 || (sh + 5 <= n && (np == 0 || np == 1 || np == 2 || np == 4 || np == 5)));
+    const uint8_t *hello = valid_hello(&hl);
+    if (hello == NULL)
+        return;
+    static uint8_t stage[SV_CHAIN_STAGE_BYTES];
+    sv_layer_conf conf[1] = {{&sv_reality_layer_ops, rc}};
+    sv_chain ch;
+    run r;
+    memset(&r, 0, sizeof r);
+    r.cap = hl + 16;
+    r.up = malloc(r.cap);
+    FUZZ_CHECK(r.up != NULL && sv_chain_open(&ch, conf, 1) == 0);
+    FUZZ_CHECK(sv_chain_unwrap(&ch, hello, hl, stage, alloc_cb, deliver_cb, &r) == 0);
+    FUZZ_CHECK(sv_chain_status(&ch) == SV_LAYER_TARGET);
+    int rc2 = sv_chain_target_reply(&ch, f, n, final);
+    FUZZ_CHECK(rc2 == got || (rc2 == 0 && got == -1));
+    if (rc2 == 0) {
+        size_t len;
+        const uint8_t *p = sv_chain_out_peek(&ch, &len);
+        FUZZ_CHECK(sv_chain_status(&ch) == 0 && len > 5 && memcmp(p, "\x16\x03\x03", 3) == 0);
+    }
+    sv_chain_free(&ch);
+    free(r.up);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    static sv_reality_conf *mirror_rc;
     static sv_reality_conf *rc;
     if (rc == NULL) {
         const char *what;
@@ -116,6 +175,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         rc = sv_reality_conf_new("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA",
                                  "0123456789abcdef,", "www.example.com", 0, &what, &e);
         FUZZ_CHECK(rc != NULL);
+        mirror_rc = sv_reality_conf_new("AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA",
+                                        "0123456789abcdef,", "www.example.com", 0, &what, &e);
+        FUZZ_CHECK(mirror_rc != NULL);
+        mirror_rc->mirror = true;
     }
     if (size < 1)
         return 0;
@@ -131,5 +194,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(whole.down);
     free(split.up);
     free(split.down);
+    target_flight(mirror_rc, data + 1, size - 1, data[0] & 1);
     return 0;
 }

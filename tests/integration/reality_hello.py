@@ -8,7 +8,14 @@ the session id sealed with AES-256-GCM under HKDF-SHA256(X25519(client, server p
 random[0..20), "REALITY")). It reads what the server answers for up to --wait seconds and prints
 "bytes=N first=HEX" (the first 3 bytes; "16 03 03" for a ServerHello record, whoever sent it).
 
+With --flight-file (the target's first flight as reality_target.py recorded it) it also prints
+"mirror=ok" when the answer mirrors the target's as §1.5 says: a ServerHello record of the same
+size with the target's version, random, session id, cipher suite and extensions in the same
+order, only the key share's data ours; a 6-byte CCS; then records of the target's sizes.
+Else "mirror=differs: WHY".
+
 usage: reality_hello.py --port P --public-key B64URL --short-id HEX --sni NAME --offset SECONDS
+                       [--flight-file F]
 """
 import argparse
 import base64
@@ -48,6 +55,60 @@ def hello(server_pub, short_id, sni, when):
     return msg[:39] + sealed + msg[71:]
 
 
+def records(data):
+    """[(type, body)] of the whole records at the start of data."""
+    out, at = [], 0
+    while at + 5 <= len(data):
+        n = struct.unpack(">H", data[at + 3:at + 5])[0]
+        if at + 5 + n > len(data):
+            break
+        out.append((data[at], data[at + 5:at + 5 + n]))
+        at += 5 + n
+    return out
+
+
+def server_hello(body):
+    """(version, random, session id, suite, [(ext type, data)]) of a ServerHello message."""
+    b = body[4:]
+    sid_len = b[34]
+    at = 35 + sid_len
+    suite = b[at:at + 2]
+    at += 3
+    end = at + 2 + struct.unpack(">H", b[at:at + 2])[0]
+    at += 2
+    exts = []
+    while at + 4 <= end:
+        kind, n = struct.unpack(">HH", b[at:at + 4])
+        exts.append((kind, b[at + 4:at + 4 + n]))
+        at += 4 + n
+    return b[:2], b[2:34], b[35:35 + sid_len], suite, exts
+
+
+def mirror(got, target):
+    """Why @p got does not mirror @p target (§1.5), or None."""
+    g, t = records(got), records(target)
+    if len(g) < len(t) or not t or g[0][0] != 22 or t[0][0] != 22:
+        return "records: %d got, %d from the target" % (len(g), len(t))
+    gs, ts = server_hello(g[0][1]), server_hello(t[0][1])
+    for i, name in enumerate(["version", "random", "session id", "cipher suite"]):
+        if gs[i] != ts[i]:
+            return "%s %s, the target's %s" % (name, gs[i].hex(), ts[i].hex())
+    if [k for k, _ in gs[4]] != [k for k, _ in ts[4]]:
+        return "extensions %s, the target's %s" % ([k for k, _ in gs[4]], [k for k, _ in ts[4]])
+    for (k, gd), (_, td) in zip(gs[4], ts[4]):
+        if k == 51 and (gd[:4] != td[:4] or gd == td):
+            return "key share not ours in the target's group"
+        if k != 51 and gd != td:
+            return "extension %d differs" % k
+    if g[1] != (20, b"\x01"):
+        return "no 6-byte CCS after the ServerHello"
+    sizes = [len(b) + 5 for _, b in g[:len(t)]]
+    tsizes = [len(b) + 5 for _, b in t]
+    if sizes != tsizes:
+        return "record sizes %s, the target's %s" % (sizes, tsizes)
+    return None
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, required=True)
@@ -56,6 +117,7 @@ def main():
     p.add_argument("--sni", default="localhost")
     p.add_argument("--offset", type=int, default=0, help="seconds added to the clock")
     p.add_argument("--wait", type=float, default=3.0)
+    p.add_argument("--flight-file")
     a = p.parse_args()
     pub = base64.urlsafe_b64decode(a.public_key + "=" * (-len(a.public_key) % 4))
     msg = hello(pub, bytes.fromhex(a.short_id), a.sni.encode(), int(time.time()) + a.offset)
@@ -73,6 +135,13 @@ def main():
         except OSError:
             pass
     print("bytes=%d first=%s" % (len(got), got[:3].hex(" ")))
+    if a.flight_file:
+        with open(a.flight_file, "rb") as f:
+            target = f.read()
+        print("target's records: %s" % [len(b) + 5 for _, b in records(target)])
+        print("our records: %s" % [len(b) + 5 for _, b in records(got)])
+        why = mirror(got, target)
+        print("mirror=ok" if why is None else "mirror=differs: " + why)
 
 
 if __name__ == "__main__":

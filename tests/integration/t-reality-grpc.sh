@@ -6,8 +6,10 @@
 # - Probes: `openssl s_client` gets the target's certificate and `curl` its page through the
 #   gRPC node's port.
 # - REALITY hellos sealed with the right key and short id (reality_hello.py): one stamped now is
-#   answered by katana (the target sees no connection); ones stamped 10 minutes before or after
-#   are probes, relayed to the target (it sees each), with no log line.
+#   answered by katana, mirroring the target's first flight (the target sees katana's one
+#   connection for it, PROTOCOLS-2.md §1.5, and the key share is katana's); ones stamped 10
+#   minutes before or after are probes, relayed to the target (it sees each and its own key
+#   share reaches the client), with no log line.
 # - An Xray-core REALITY+gRPC client with a wrong short id is relayed to the target too.
 # - Valid clients: Xray-core (user 1), sing-box with its full gRPC client (user 2) and the
 #   "lite" one (sing-box-lite, user 3) move 1 MiB each way at the same time, byte-identical,
@@ -46,7 +48,7 @@ kt_ports 4
 TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
 kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" --cert "$T/target.crt" \
     --key "$T/target.key" --body "$PAGE" --count-file "$T/target.count" \
-    --ready-file "$T/target.ready"
+    --ready-file "$T/target.ready" --flight-file "$T/target.flight"
 kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
 target_count() { cat "$T/target.count"; }
 
@@ -91,26 +93,27 @@ check "curl to the gRPC node's port gets the target's page" test "$page" = "$PAG
 check "the target saw those connections" test "$(target_count)" -ge $((c0 + 2))
 
 # hello OFFSET_S: a sealed REALITY hello stamped OFFSET_S seconds from now; prints
-# "TARGET_CONNECTIONS_SEEN bytes=N first=HEX".
+# "TARGET_CONNECTIONS_SEEN first=HEX mirror=ok|differs" (ok: katana's answer mirroring the
+# target's flight; differs: not a mirror, e.g. the target's own flight relayed).
 hello() {
     local before out
     before=$(target_count)
     out=$(timeout 20 python3 "$KT_DIR/reality_hello.py" --port "$NODE_PORT" \
-        --public-key "$PUB" --short-id "$SID" --sni localhost --offset "$1" --wait 2)
+        --public-key "$PUB" --short-id "$SID" --sni localhost --offset "$1" --wait 2 \
+        --flight-file "$T/target.flight")
     sleep 0.3
-    echo "$(($(target_count) - before)) $out"
+    echo "$(($(target_count) - before)) $(sed -n 's/^bytes=[0-9]* //p' <<<"$out")" \
+        "$(sed -n 's/^\(mirror=[a-z]*\).*/\1/p' <<<"$out")"
 }
 lines0=$(tj_log_lines)
 now=$(hello 0); early=$(hello -600); late=$(hello 600)
 echo "stamped now: $now; 10 min early: $early; 10 min late: $late"
-# answer LINE: "SEEN/FIRST": the target connections it caused, the first bytes it got
-answer() { echo "${1%% *}/${1##*first=}"; }
-check "a REALITY hello stamped now is katana's (a ServerHello, the target sees nothing)" \
-    test "$(answer "$now")" = "0/16 03 03"
+check "a REALITY hello stamped now is katana's (its ServerHello mirrors the target's flight)" \
+    test "$now" = "1 first=16 03 03 mirror=ok"
 check "a REALITY hello 10 minutes early is a probe: relayed, the target answers" \
-    test "$(answer "$early")" = "1/16 03 03"
+    test "$early" = "1 first=16 03 03 mirror=differs"
 check "a REALITY hello 10 minutes late is a probe: relayed, the target answers" \
-    test "$(answer "$late")" = "1/16 03 03"
+    test "$late" = "1 first=16 03 03 mirror=differs"
 check "hellos outside the window: no log line" test "$(tj_log_lines)" = "$lines0"
 
 # rclient VENDOR NAME UUID SHORT_ID SERVER_PORT: a VLESS+REALITY+gRPC client (template

@@ -11,6 +11,10 @@
 # - Valid clients: Xray-core (user 1) and sing-box (user 2) VLESS+REALITY without Vision move
 #   1 MiB each way at the same time, byte-identical, and each user is billed the bytes its
 #   client moved (request header and response included, within TLS record overhead).
+# - A valid client's ServerHello mirrors the one the target sent katana for that client (same
+#   version, random, session id, cipher suite, extensions in order; only the key share's data
+#   katana's), and katana's handshake records have the target's sizes (PROTOCOLS-2.md §1.5;
+#   reality_target.py records its first flights, reality_hello.py compares).
 KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
@@ -45,7 +49,7 @@ kt_ports 4
 TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
 kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" --cert "$T/target.crt" \
     --key "$T/target.key" --body "$PAGE" --count-file "$T/target.count" \
-    --ready-file "$T/target.ready"
+    --ready-file "$T/target.ready" --flight-file "$T/target.flight"
 kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
 target_count() { cat "$T/target.count"; }
 
@@ -130,6 +134,16 @@ echo "1000 probes: $got got the page; RSS $rss0 -> $rss1 KiB; log lines $lines0 
 check "1 000 probes get the target's page" test "$got" = 1000
 check "1 000 probes: RSS grows by less than 8 MiB" test $((rss1 - rss0)) -lt 8192
 check "1 000 probes: no log line" test "$lines1" = "$lines0"
+
+# --- a valid client's ServerHello mirrors the target's (§1.5) ---------------------------
+c0=$(target_count)
+out=$(timeout 20 python3 "$KT_DIR/reality_hello.py" --port "$NODE_PORT" --public-key "$PUB" \
+    --short-id "$SID" --sni localhost --flight-file "$T/target.flight" 2>&1 || true)
+echo "$out"
+check "a valid client's hello reached the target once (katana's dial for its flight)" \
+    test "$(target_count)" = $((c0 + 1))
+check "a valid client's ServerHello mirrors the target's, records of the target's sizes" \
+    test "$(sed -n 's/^mirror=//p' <<<"$out")" = ok
 
 # --- REALITY clients -------------------------------------------------------------------
 # rclient VENDOR NAME UUID PUBLIC_KEY SHORT_ID: a VLESS+REALITY client (template

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include "supervisor/transport/reality.h"
@@ -421,6 +422,191 @@ static void layer_passes_everyone_else_through(void **st)
     sv_reality_conf_free(rc);
 }
 
+/* ---------- the target's first flight mirrored (PROTOCOLS-2.md §1.5 steps 1-5) ---------- */
+
+/* An OpenSSL 3 server with a P-256 certificate plays the target: it answers @p hello (records
+ * as the client sent them). @return its first flight's length in @p out. */
+static size_t target_answer(const uint8_t *hello, size_t len, uint8_t *out, size_t cap)
+{
+    EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+    X509 *x = X509_new();
+    X509_NAME *name = X509_get_subject_name(x);
+    assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                                                (const unsigned char *)"www.example.com", -1,
+                                                -1, 0), 1);
+    X509_set_issuer_name(x, name);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 7);
+    X509_gmtime_adj(X509_getm_notBefore(x), 0);
+    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+    X509_set_pubkey(x, key);
+    assert_true(X509_sign(x, key, EVP_sha256()) > 0);
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    assert_int_equal(SSL_CTX_use_certificate(ctx, x), 1);
+    assert_int_equal(SSL_CTX_use_PrivateKey(ctx, key), 1);
+    SSL *ssl = SSL_new(ctx);
+    BIO *rbio = BIO_new(BIO_s_mem()), *wbio = BIO_new(BIO_s_mem());
+    SSL_set_bio(ssl, rbio, wbio);
+    SSL_set_accept_state(ssl);
+    BIO_write(rbio, hello, (int)len);
+    assert_int_equal(SSL_do_handshake(ssl), -1);
+    int n = BIO_read(wbio, out, (int)cap);
+    assert_true(n > 0);
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    X509_free(x);
+    EVP_PKEY_free(key);
+    return (size_t)n;
+}
+
+/* Wire sizes of the records of @p f into @p sizes. @return how many. */
+static size_t record_sizes(const uint8_t *f, size_t n, size_t *sizes, size_t max)
+{
+    size_t count = 0;
+    for (size_t at = 0; at + 5 <= n && count < max; count++) {
+        sizes[count] = 5 + ((size_t)f[at + 3] << 8 | f[at + 4]);
+        at += sizes[count];
+    }
+    return count;
+}
+
+/* Open a mirroring layer on the "valid" hello: it waits for the target (nothing down, nothing
+ * up) and asks for the hello's records to be sent there. */
+static void start_mirror(sv_chain *ch, sv_layer_conf *conf, drv *d)
+{
+    load(d, "valid");
+    assert_int_equal(sv_chain_open(ch, conf, 1), 0);
+    d->up_len = 0;
+    assert_int_equal(sv_chain_unwrap(ch, d->in, d->in_len, d->stage, d_alloc, d_deliver, d), 0);
+    assert_int_equal(sv_chain_status(ch), SV_LAYER_TARGET);
+    size_t len = 0;
+    assert_null(sv_chain_out_peek(ch, &len));
+    assert_int_equal(len, 0);
+    assert_int_equal(d->up_len, 0);
+    assert_int_equal(sv_chain_wrap(ch, (const uint8_t *)"x", 1), -ENOTCONN);
+    const uint8_t *ask = sv_chain_target_ask(ch, &len);
+    assert_int_equal(len, d->in_len); /* the hello's records, as the client sent them */
+    assert_memory_equal(ask, d->in, len);
+}
+
+static void layer_mirrors_the_targets_flight(void **st)
+{
+    (void)st;
+    static drv d;
+    static uint8_t target[16384], ours[16384];
+    sv_reality_conf *rc = layer_conf(0);
+    rc->mirror = true;
+    sv_layer_conf conf[1] = {{&sv_reality_layer_ops, rc}};
+    sv_chain ch;
+    start_mirror(&ch, conf, &d);
+    size_t len = 0;
+    const uint8_t *ask = sv_chain_target_ask(&ch, &len);
+    size_t tn = target_answer(ask, len, target, sizeof target), tsize[16] = {0};
+    size_t tcount = record_sizes(target, tn, tsize, 16);
+    assert_true(tcount == 3 || tcount == 6); /* SH, CCS, then 1 or 4 encrypted records */
+    assert_int_equal(tsize[1], 6);
+    /* a flight not all there yet: the layer asks for more, whatever the piece */
+    for (size_t k = 0; k < tn; k += 97) {
+        assert_int_equal(sv_chain_target_reply(&ch, target, k, false), 1);
+        assert_int_equal(sv_chain_status(&ch), SV_LAYER_TARGET);
+    }
+    /* the target's ticket follows in the same read: one record more */
+    static const uint8_t ticket[5 + 200] = {23, 3, 3, 0, 200};
+    memcpy(target + tn, ticket, sizeof ticket);
+    assert_int_equal(sv_chain_target_reply(&ch, target, tn + sizeof ticket, false), 0);
+    assert_int_equal(sv_chain_status(&ch), 0); /* waiting for the client's Finished */
+    assert_null(sv_chain_target_ask(&ch, &len));
+    const uint8_t *flight = sv_chain_out_peek(&ch, &len);
+    assert_true(len <= sizeof ours);
+    memcpy(ours, flight, len);
+    size_t osize[16] = {0}, ocount = record_sizes(ours, len, osize, 16);
+    assert_int_equal(ocount, tcount + 1);
+    for (size_t i = 0; i < tcount; i++)
+        assert_int_equal(osize[i], tsize[i]); /* every record the target's size */
+    assert_int_equal(osize[tcount], sizeof ticket);
+    assert_memory_equal(ours + tsize[0], "\x14\x03\x03\x00\x01\x01", 6);
+    /* the ServerHello is the target's (version, random, session id, suite, extensions and
+     * their order) except the 32 bytes of the X25519 key share, which are ours */
+    size_t differ = 0, first = 0, last = 0;
+    for (size_t i = 0; i < tsize[0]; i++)
+        if (ours[i] != target[i])
+            last = i, first = differ++ == 0 ? i : first;
+    assert_true(differ > 0 && last - first < 32);
+    assert_true(first > 5 + 4 + 2 + 32 + 1 + 32 + 3);
+    size_t ks = 0; /* where the key share's data is in the target's ServerHello */
+    for (size_t i = 5 + 4 + 2 + 32 + 1 + 32 + 3 + 2; i + 8 < tsize[0]; i++)
+        if (memcmp(target + i, "\x00\x33\x00\x24\x00\x1d\x00\x20", 8) == 0)
+            ks = i + 8;
+    assert_true(ks > 0 && first >= ks && last < ks + 32);
+    sv_chain_free(&ch);
+
+    /* nothing usable in time (here: a flight cut inside its ServerHello): katana's own */
+    start_mirror(&ch, conf, &d);
+    assert_int_equal(sv_chain_target_reply(&ch, target, 20, true), 0);
+    assert_int_equal(sv_chain_status(&ch), 0);
+    flight = sv_chain_out_peek(&ch, &len);
+    assert_true(len > 200);
+    assert_memory_equal(flight, "\x16\x03\x03", 3);
+    assert_memory_not_equal(flight + 11, target + 11, 32); /* our own random */
+    sv_chain_free(&ch);
+
+    /* a ServerHello alone at the end (no CCS): mirrored, records not padded */
+    start_mirror(&ch, conf, &d);
+    ask = sv_chain_target_ask(&ch, &len);
+    tn = target_answer(ask, len, target, sizeof target);
+    tcount = record_sizes(target, tn, tsize, 16);
+    assert_int_equal(sv_chain_target_reply(&ch, target, tsize[0], false), 1);
+    assert_int_equal(sv_chain_target_reply(&ch, target, tsize[0], true), 0);
+    flight = sv_chain_out_peek(&ch, &len);
+    assert_memory_equal(flight + 11, target + 11, 32); /* the target's random */
+    ocount = record_sizes(flight, len, osize, 16);
+    assert_int_equal(ocount, 3); /* SH, CCS, our flight in one record */
+    sv_chain_free(&ch);
+
+    /* a valid client katana cannot serve (no X25519 share) is relayed without asking */
+    load(&d, "valid-mlkem-only");
+    run_layer(rc, &d, 0);
+    assert_int_equal(d.status, SV_LAYER_UP | SV_LAYER_REFUSED);
+    assert_int_equal(d.up_len, d.in_len);
+    sv_reality_conf_free(rc);
+}
+
+static void flight_patterns(void **st)
+{
+    (void)st;
+    uint8_t f[64] = {22, 3, 3, 0, 6, 2, 0, 0, 2, 0xaa, 0xbb, /* a (short) ServerHello */
+                     20, 3, 3, 0, 1, 1};                   /* CCS */
+    uint16_t pad[SV_TLS13S_PAD_MAX];
+    size_t sh = 0, np = 0;
+    assert_int_equal(sv_reality_flight_parse(f, 4, false, &sh, pad, &np), 1);
+    assert_int_equal(sv_reality_flight_parse(f, 4, true, &sh, pad, &np), -1);
+    assert_int_equal(sv_reality_flight_parse(f, 17, false, &sh, pad, &np), 1);
+    assert_int_equal(sh, 6);
+    assert_int_equal(sv_reality_flight_parse(f, 17, true, &sh, pad, &np), 0);
+    assert_int_equal(np, 0);
+    /* four small records, then a ticket */
+    size_t n = 17;
+    for (int i = 0; i < 5; i++) {
+        static const uint8_t r[] = {23, 3, 3, 0, 3, 0, 0, 0};
+        memcpy(f + n, r, sizeof r);
+        n += sizeof r;
+        int want = i < 3 ? 1 : 0;
+        assert_int_equal(sv_reality_flight_parse(f, n, false, &sh, pad, &np), want);
+    }
+    assert_int_equal(np, 5);
+    assert_int_equal(pad[0], 8);
+    /* the pattern broken: not a ServerHello first, not TLS 1.2 headers, a long CCS */
+    f[5] = 1;
+    assert_int_equal(sv_reality_flight_parse(f, n, false, &sh, pad, &np), -1);
+    f[5] = 2, f[1] = 1;
+    assert_int_equal(sv_reality_flight_parse(f, n, false, &sh, pad, &np), -1);
+    f[1] = 3, f[14] = 2;
+    assert_int_equal(sv_reality_flight_parse(f, n, false, &sh, pad, &np), 0);
+    assert_int_equal(np, 0);
+    f[14] = 1, f[17] = 21; /* an alert where application data should be */
+    assert_int_equal(sv_reality_flight_parse(f, n, false, &sh, pad, &np), 0);
+    assert_int_equal(np, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +617,8 @@ int main(void)
         cmocka_unit_test(layer_answers_a_valid_hello_with_its_flight),
         cmocka_unit_test(layer_passes_everyone_else_through),
         cmocka_unit_test(certificate_key_survives_a_rebuild),
+        cmocka_unit_test(layer_mirrors_the_targets_flight),
+        cmocka_unit_test(flight_patterns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
