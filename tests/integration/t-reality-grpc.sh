@@ -19,6 +19,7 @@ KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 . "$(dirname "$0")/trojan.sh"
+. "$(dirname "$0")/reality.sh"
 . "$(dirname "$0")/../interop/peers.sh"
 kt_need openssl curl
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
@@ -30,55 +31,11 @@ SID=0123abcd
 SERVICE=kt-tun
 PAGE="reality grpc target page $$"
 
-read -r PRIV PUB < <(python3 - <<'PY'
-import base64
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-b = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-k = X25519PrivateKey.generate()
-print(b(k.private_bytes_raw()), b(k.public_key().public_bytes_raw()))
-PY
-)
+rl_keys
+rl_target "$PAGE"
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-    -keyout "$T/target.key" -out "$T/target.crt" -subj "/CN=localhost" \
-    -addext "subjectAltName=DNS:localhost" 2>/dev/null
-TARGET_FP=$(openssl x509 -in "$T/target.crt" -noout -fingerprint -sha256)
-
-kt_ports 4
-TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
-kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" --cert "$T/target.crt" \
-    --key "$T/target.key" --body "$PAGE" --count-file "$T/target.count" \
-    --ready-file "$T/target.ready" --flight-file "$T/target.flight"
-kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
-target_count() { cat "$T/target.count"; }
-
-python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$SERVICE" \
-    "$U1" "$U2" "$U3" "$U4" <<'PY'
-import json, sys
-t, node, target, priv, pub, sid, svc = sys.argv[1:8]
-json.dump({"protocol": "vless", "listen_ip": "0.0.0.0", "server_port": int(node),
-           "network": "grpc", "networkSettings": {"serviceName": svc}, "tls": 2, "flow": None,
-           "decryption": None,
-           "tls_settings": {"server_name": "localhost", "server_port": target,
-                            "public_key": pub, "private_key": priv, "short_id": sid,
-                            "max_time_diff": 60000, "allow_insecure": False},
-           "base_config": {"push_interval": 60, "pull_interval": 60}},
-          open(t + "/panel-config.json", "w"))
-json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": None, "device_limit": None}
-                     for i, u in enumerate(sys.argv[8:])]}, open(t + "/panel-users.json", "w"))
-PY
-kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
-    --config "$T/panel-config.json" --users "$T/panel-users.json" --ready-file "$T/panel.ready"
-kt_wait_file "$T/panel.ready" 10 || { fail "panel emulator did not start"; exit 1; }
-cat >"$T/katana.json" <<EOF
-{"log": {"level": "info"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
- "db": {"path": "$T/katana.db", "flush_interval": 1},
- "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
-            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
-                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "vless"}}]}
-EOF
-echo_start
-kat_start "$T/katana.json"
+rl_node "{\"network\": \"grpc\", \"networkSettings\": {\"serviceName\": \"$SERVICE\"},
+         \"tls_settings\": {\"max_time_diff\": 60000}}" "$U1" "$U2" "$U3" "$U4"
 
 # --- probes ------------------------------------------------------------------------------
 c0=$(target_count)
@@ -157,17 +114,9 @@ check "sing-box-lite VLESS+REALITY over gRPC (user 3) at the same time: identica
 tj_relays_settle u1 u2 u3
 snap=$(kat_snapshot)
 echo "SIGUSR1 snapshot:"; echo "$snap"
-# billed LINES UID UP DOWN: within [it, it + 5% + 4 KiB] each way (t-reality.sh's bounds)
-billed() {
-    local up down
-    read -r _ up down <<<"$(awk -v u="$2" '$1 == u' <<<"$1")"
-    echo "user $2: up ${up:-none} down ${down:-none}, expected $3 and $4"
-    [ -n "${up:-}" ] && [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 4096)) ] &&
-        [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
-}
 for u in 1 2 3; do
     # one stream: the VLESS request header (26 bytes for 127.0.0.1) up, 00 00 down
-    check "usage of user $u is the bytes moved" billed "$snap" "$u" $((MIB + 26)) $((MIB + 2))
+    check "usage of user $u is the bytes moved" rl_billed "$snap" "$u" $((MIB + 26)) $((MIB + 2))
     check "usage of user $u is the wire bytes its relay counted" tj_wire_is "$snap" "$u" "u$u"
 done
 check "idle user 4 billed nothing" test -z "$(awk '$1 == 4 && ($2 > 0 || $3 > 0)' <<<"$snap")"

@@ -19,6 +19,7 @@ KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 . "$(dirname "$0")/trojan.sh"
+. "$(dirname "$0")/reality.sh"
 . "$(dirname "$0")/../interop/peers.sh"
 kt_need openssl curl
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
@@ -29,59 +30,13 @@ U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 SID=0123abcd
 PAGE="reality target page $$"
 
-# the node's X25519 pair (base64url, no padding) and another public key
-read -r PRIV PUB OTHER_PUB < <(python3 - <<'PY'
-import base64
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-b = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-k, o = X25519PrivateKey.generate(), X25519PrivateKey.generate()
-print(b(k.private_bytes_raw()), b(k.public_key().public_bytes_raw()),
-      b(o.public_key().public_bytes_raw()))
-PY
-)
+rl_keys
+rl_target "$PAGE"
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-    -keyout "$T/target.key" -out "$T/target.crt" -subj "/CN=localhost" \
-    -addext "subjectAltName=DNS:localhost" 2>/dev/null
-TARGET_FP=$(openssl x509 -in "$T/target.crt" -noout -fingerprint -sha256)
-
-kt_ports 4
-TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
-kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" --cert "$T/target.crt" \
-    --key "$T/target.key" --body "$PAGE" --count-file "$T/target.count" \
-    --ready-file "$T/target.ready" --flight-file "$T/target.flight"
-kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
-target_count() { cat "$T/target.count"; }
-
-python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$U1" "$U2" "$U3" <<'PY'
-import json, sys
-t, node, target, priv, pub, sid = sys.argv[1:7]
-json.dump({"protocol": "vless", "listen_ip": "0.0.0.0", "server_port": int(node),
-           "network": "tcp", "networkSettings": None, "tls": 2, "flow": None,
-           "decryption": None,
-           "tls_settings": {"server_name": "localhost", "server_port": target,
-                            "public_key": pub, "private_key": priv, "short_id": sid,
-                            "allow_insecure": False},
-           "base_config": {"push_interval": 60, "pull_interval": 60}},
-          open(t + "/panel-config.json", "w"))
-json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": None, "device_limit": None}
-                     for i, u in enumerate(sys.argv[7:])]}, open(t + "/panel-users.json", "w"))
-PY
-kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
-    --config "$T/panel-config.json" --users "$T/panel-users.json" --ready-file "$T/panel.ready"
-kt_wait_file "$T/panel.ready" 10 || { fail "panel emulator did not start"; exit 1; }
-cat >"$T/katana.json" <<EOF
-{"log": {"level": "info"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
- "db": {"path": "$T/katana.db", "flush_interval": 1},
- "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
-            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
-                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "vless"}}]}
-EOF
-echo_start
 # under AddressSanitizer (the CI's second run) freed memory sits in a quarantine of 256 MiB by
 # default, which the RSS bound below would count: keep it small for this daemon
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=4
-kat_start "$T/katana.json"
+rl_node '{}' "$U1" "$U2" "$U3"
 
 # --- probes ------------------------------------------------------------------------------
 c0=$(target_count)
@@ -184,17 +139,9 @@ check "sing-box VLESS+REALITY (user 2) at the same time: 1 MiB each way, echo id
 sleep 1.5   # the sampler folds flow counters every second
 snap=$(kat_snapshot)
 echo "SIGUSR1 snapshot:"; echo "$snap"
-# billed LINES UID UP DOWN: within [it, it + 5% + 4 KiB] each way (TLS records)
-billed() {
-    local up down
-    read -r _ up down <<<"$(awk -v u="$2" '$1 == u' <<<"$1")"
-    echo "user $2: up ${up:-none} down ${down:-none}, expected $3 and $4"
-    [ -n "${up:-}" ] && [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 4096)) ] &&
-        [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
-}
 # one connection each: the VLESS request header (26 bytes for 127.0.0.1) up, 00 00 down
-check "usage of user 1 is the bytes moved" billed "$snap" 1 $((MIB + 26)) $((MIB + 2))
-check "usage of user 2 is the bytes moved" billed "$snap" 2 $((MIB + 26)) $((MIB + 2))
+check "usage of user 1 is the bytes moved" rl_billed "$snap" 1 $((MIB + 26)) $((MIB + 2))
+check "usage of user 2 is the bytes moved" rl_billed "$snap" 2 $((MIB + 26)) $((MIB + 2))
 check "idle user 3 billed nothing" test -z "$(awk '$1 == 3 && ($2 > 0 || $3 > 0)' <<<"$snap")"
 check "daemon still runs" kt_alive "$SRV_PID"
 kt_finish

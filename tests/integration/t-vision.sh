@@ -15,6 +15,7 @@ KT_LIMIT=${KT_LIMIT:-300}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 . "$(dirname "$0")/trojan.sh"
+. "$(dirname "$0")/reality.sh"
 . "$(dirname "$0")/../interop/peers.sh"
 kt_need openssl
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: Vision needs katana"
@@ -23,55 +24,14 @@ pr_need xray sing-box
 
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 SID=0123abcd
-read -r PRIV PUB < <(python3 - <<'PY'
-import base64
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-b = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-k = X25519PrivateKey.generate()
-print(b(k.private_bytes_raw()), b(k.public_key().public_bytes_raw()))
-PY
-)
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-    -keyout "$T/target.key" -out "$T/target.crt" -subj "/CN=localhost" \
-    -addext "subjectAltName=DNS:localhost" 2>/dev/null
-
-kt_ports 5
-TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
-TLS_PORT=${PORTS[4]}
-kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" --cert "$T/target.crt" \
-    --key "$T/target.key" --body "target" --count-file "$T/target.count" \
-    --ready-file "$T/target.ready"
-kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
+rl_keys
+rl_target target
+kt_ports 1; TLS_PORT=${PORTS[0]}
 kt_bg tlspeer python3 "$KT_DIR/tls_peer.py" server --port "$TLS_PORT" --cert "$T/target.crt" \
     --key "$T/target.key" --ready-file "$T/tlspeer.ready"
 kt_wait_file "$T/tlspeer.ready" 10 || { fail "TLS peer did not start"; exit 1; }
 
-python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$U1" "$U2" "$U3" <<'PY'
-import json, sys
-t, node, target, priv, pub, sid = sys.argv[1:7]
-json.dump({"protocol": "vless", "listen_ip": "0.0.0.0", "server_port": int(node),
-           "network": "tcp", "networkSettings": None, "tls": 2, "flow": "xtls-rprx-vision",
-           "decryption": None,
-           "tls_settings": {"server_name": "localhost", "server_port": target,
-                            "public_key": pub, "private_key": priv, "short_id": sid,
-                            "allow_insecure": False},
-           "base_config": {"push_interval": 60, "pull_interval": 60}},
-          open(t + "/panel-config.json", "w"))
-json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": None, "device_limit": None}
-                     for i, u in enumerate(sys.argv[7:])]}, open(t + "/panel-users.json", "w"))
-PY
-kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
-    --config "$T/panel-config.json" --users "$T/panel-users.json" --ready-file "$T/panel.ready"
-kt_wait_file "$T/panel.ready" 10 || { fail "panel emulator did not start"; exit 1; }
-cat >"$T/katana.json" <<EOF
-{"log": {"level": "info"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
- "db": {"path": "$T/katana.db", "flush_interval": 1},
- "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
-            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
-                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "vless"}}]}
-EOF
-echo_start
-kat_start "$T/katana.json"
+rl_node '{"flow": "xtls-rprx-vision"}' "$U1" "$U2" "$U3"
 check "the vless node with flow xtls-rprx-vision is served (not refused)" \
     kt_wait_port "$NODE_PORT" 10
 
@@ -90,14 +50,6 @@ vclient() {
 tls_rt() {
     timeout 120 python3 "$KT_DIR/tls_peer.py" client --socks "$1" --dest-port "$TLS_PORT" \
         --mode "$2" --bytes "$3" --seed "$4"
-}
-# billed SNAPSHOT UID UP DOWN: within [it, it + 5% + 4 KiB] each way (as t-reality)
-billed() {
-    local up down
-    read -r _ up down <<<"$(awk -v u="$2" '$1 == u' <<<"$1")"
-    echo "user $2: up ${up:-none} down ${down:-none}, moved $3 and $4"
-    [ -n "${up:-}" ] && [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 4096)) ] &&
-        [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
 }
 
 # direct_count DIRECTION: katana_vision_direct_total{direction=DIRECTION} from GET /metrics
@@ -130,8 +82,8 @@ sleep 1.5   # the sampler folds flow counters every second
 snap=$(kat_snapshot)
 echo "SIGUSR1 snapshot:"; echo "$snap"
 # the VLESS request header (26 bytes for 127.0.0.1 with the 18-byte flow addons: 44) up, 00 00 down
-check "usage of user 1 is the bytes moved" billed "$snap" 1 $((m1up + 44)) $((m1down + 2))
-check "usage of user 2 is the bytes moved" billed "$snap" 2 $((m2up + 44)) $((m2down + 2))
+check "usage of user 1 is the bytes moved" rl_billed "$snap" 1 $((m1up + 44)) $((m1down + 2))
+check "usage of user 2 is the bytes moved" rl_billed "$snap" 2 $((m2up + 44)) $((m2down + 2))
 check "idle user 3 billed nothing yet" test -z "$(awk '$1 == 3 && ($2 > 0 || $3 > 0)' <<<"$snap")"
 
 # UDP through Vision: the Xray client sends it as XUDP over Mux (§2.7)

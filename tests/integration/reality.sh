@@ -1,0 +1,86 @@
+#!/bin/bash
+# reality.sh: the setup the REALITY tests share (issue 11; t-reality, t-reality-grpc, t-vision):
+# the node's X25519 pair, a local target site (reality_target.py with a self-signed certificate
+# for localhost), and a vless node with tls 2 served to katana by the panel emulator.
+# Source after lib.sh and panel.sh; needs openssl and python3-cryptography.
+
+# rl_keys: sets PRIV and PUB, the node's X25519 pair, and OTHER_PUB, another public key (each
+# base64url without padding, PROTOCOLS-2.md §1.1).
+rl_keys() {
+    read -r PRIV PUB OTHER_PUB < <(python3 - <<'PY'
+import base64
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+b = lambda raw: base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+k, o = X25519PrivateKey.generate(), X25519PrivateKey.generate()
+print(b(k.private_bytes_raw()), b(k.public_key().public_bytes_raw()),
+      b(o.public_key().public_bytes_raw()))
+PY
+)
+}
+
+# rl_target BODY: picks TARGET_PORT, PANEL_PORT, NODE_PORT and API_PORT; makes the target's
+# certificate ($T/target.crt, .key; its fingerprint in TARGET_FP) and starts the target site
+# answering BODY and recording each handshake's first flight in $T/target.flight. target_count prints how many connections the target has seen.
+rl_target() {
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -keyout "$T/target.key" -out "$T/target.crt" -subj "/CN=localhost" \
+        -addext "subjectAltName=DNS:localhost" 2>/dev/null
+    TARGET_FP=$(openssl x509 -in "$T/target.crt" -noout -fingerprint -sha256)
+    kt_ports 4
+    TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
+    kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" \
+        --cert "$T/target.crt" --key "$T/target.key" --body "$1" \
+        --count-file "$T/target.count" --ready-file "$T/target.ready" \
+        --flight-file "$T/target.flight"
+    kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
+}
+target_count() { cat "$T/target.count"; }
+
+# rl_node NODE_JSON UUID...: the panel emulator serves a vless node with tls 2 on NODE_PORT
+# (PANEL.md §1.4: REALITY towards localhost:TARGET_PORT with PRIV, PUB and short id SID) with
+# NODE_JSON's members over it (a tls_settings object adds to the REALITY one), and users 1, 2...
+# with the given uuids; then katana (one worker, API on API_PORT) is started on that panel.
+rl_node() {
+    python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$@" <<'PY'
+import json, sys
+t, node, target, priv, pub, sid, extra = sys.argv[1:8]
+config = {"protocol": "vless", "listen_ip": "0.0.0.0", "server_port": int(node),
+          "network": "tcp", "networkSettings": None, "tls": 2, "flow": None,
+          "decryption": None,
+          "tls_settings": {"server_name": "localhost", "server_port": target,
+                           "public_key": pub, "private_key": priv, "short_id": sid,
+                           "allow_insecure": False},
+          "base_config": {"push_interval": 60, "pull_interval": 60}}
+for key, value in json.loads(extra).items():
+    if key == "tls_settings":
+        config[key].update(value)
+    else:
+        config[key] = value
+json.dump(config, open(t + "/panel-config.json", "w"))
+json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": None, "device_limit": None}
+                     for i, u in enumerate(sys.argv[8:])]}, open(t + "/panel-users.json", "w"))
+PY
+    kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
+        --config "$T/panel-config.json" --users "$T/panel-users.json" \
+        --ready-file "$T/panel.ready"
+    kt_wait_file "$T/panel.ready" 10 || { fail "panel emulator did not start"; exit 1; }
+    cat >"$T/katana.json" <<JSON
+{"log": {"level": "info"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
+ "db": {"path": "$T/katana.db", "flush_interval": 1},
+ "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
+            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
+                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "vless"}}]}
+JSON
+    echo_start
+    kat_start "$T/katana.json"
+}
+
+# rl_billed SNAPSHOT UID UP DOWN: the user's usage line in a SIGUSR1 snapshot is within
+# [UP, UP + 5% + 4 KiB] up and the same for DOWN (TLS record overhead and padding).
+rl_billed() {
+    local up down
+    read -r _ up down <<<"$(awk -v u="$2" '$1 == u' <<<"$1")"
+    echo "user $2: up ${up:-none} down ${down:-none}, expected $3 and $4"
+    [ -n "${up:-}" ] && [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 4096)) ] &&
+        [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
+}
