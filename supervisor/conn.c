@@ -1885,7 +1885,10 @@ static void peek_reply(sv_conn *c, bool final)
         conn_close(c);
         return;
     }
-    uv_timer_start(&c->timer, on_handshake_timeout, SV_TLS_HANDSHAKE_MS, 0);
+    if (!conn_timer_start(c, on_handshake_timeout, SV_TLS_HANDSHAKE_MS)) {
+        conn_close(c);
+        return;
+    }
     static const uint8_t none[1];
     client_chain_read(c, none, 0); /* the server's flight out, held client bytes up */
     if (!c->closing && !c->ob_opened) /* (a refused client waits for its fallback's dial) */
@@ -1954,7 +1957,8 @@ static void peek_start(sv_conn *c)
     size_t len = 0;
     const uint8_t *hello = sv_chain_target_ask(&c->chain, &len);
     target_peek *pk = c->handler->has_fallback && len > 0 ? calloc(1, sizeof *pk + len) : NULL;
-    if (pk == NULL) {
+    if (pk == NULL || !conn_timer_start(c, on_target_timeout, SV_TARGET_FLIGHT_MS)) {
+        free(pk);
         conn_close(c);
         return;
     }
@@ -1970,7 +1974,6 @@ static void peek_start(sv_conn *c)
     pk->ob.env = (sv_ob_env){&c->w->loop, &c->w->own_addrs, c->w->resolver, NULL};
     pk->ob.allow_internal = true; /* the operator's fallback, as dial_fallback */
     uv_read_stop((uv_stream_t *)&c->client);
-    uv_timer_start(&c->timer, on_target_timeout, SV_TARGET_FLIGHT_MS, 0);
     if (pk->ob.ops->open(&pk->ob, &c->handler->fallback) != 0)
         peek_reply(c, true);
 }
