@@ -68,8 +68,9 @@ typedef struct sv_user_set {
     char *tag;
     sv_user *users;
     size_t n_users;
-    /** NULL, or one block holding every user's label and secret (sv_user_set_clone packs them:
-     *  a malloc block per secret was a tenth of the memory per user, issue 13); owned */
+    /** NULL (each label and secret is its own malloc block), or one block holding every user's
+     *  label and secret, freed as a whole by sv_user_set_free (sv_user_set_clone and the agent
+     *  pack them: a malloc block per secret was a tenth of the memory per user, issue 13) */
     char *strings;
 } sv_user_set;
 
