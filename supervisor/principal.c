@@ -9,6 +9,17 @@
 
 #include "supervisor/principal.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SLOT_POISON(p) ASAN_POISON_MEMORY_REGION((p), sizeof(sv_principal))
+#define SLOT_UNPOISON(p) ASAN_UNPOISON_MEMORY_REGION((p), sizeof(sv_principal))
+#define CHUNK_UNPOISON(c) ASAN_UNPOISON_MEMORY_REGION((c), sizeof *(c))
+#else
+#define CHUNK_UNPOISON(c) ((void)(c))
+#define SLOT_POISON(p) ((void)(p))
+#define SLOT_UNPOISON(p) ((void)(p))
+#endif
+
 /* A user-set tag shared by that set's principals, counted by them. */
 struct sv_principal_set {
     size_t refs;
@@ -17,6 +28,17 @@ struct sv_principal_set {
 };
 
 #define BUCKETS_MIN 1024u
+#define CHUNK_SLOTS 1024u
+
+/* Principals come from chunks of CHUNK_SLOTS slots (a malloc block each was 64 bytes for 48,
+ * issue 13 "Limits that refuse real panels"): a freed slot goes on a free list (poisoned under
+ * ASan, so a use after the last unref is still caught), slots past `used` are not touched yet,
+ * and all chunks are freed when the last principal is. */
+typedef struct chunk {
+    struct chunk *next;
+    size_t used; /* slots handed out at least once */
+    sv_principal slots[CHUNK_SLOTS];
+} chunk;
 
 /* Everything below is under reg_mu. The table doubles when it holds two principals per bucket,
  * so a lookup walks a short chain at 1 000 000 users too. */
@@ -24,6 +46,48 @@ static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static sv_principal **reg;
 static size_t reg_buckets, reg_count;
 static sv_principal_set *sets;
+static chunk *chunks;           /* newest first: slots are bumped from the head */
+static sv_principal *free_slots; /* chained through `next` */
+
+/* A zeroed slot, or NULL when out of memory. */
+static sv_principal *slot_alloc(void)
+{
+    sv_principal *p = free_slots;
+    if (p != NULL) {
+        SLOT_UNPOISON(p);
+        free_slots = p->next;
+    } else {
+        if (chunks == NULL || chunks->used == CHUNK_SLOTS) {
+            chunk *c = malloc(sizeof *c);
+            if (c == NULL)
+                return NULL;
+            c->next = chunks;
+            c->used = 0;
+            chunks = c;
+        }
+        p = &chunks->slots[chunks->used++];
+    }
+    memset(p, 0, sizeof *p);
+    return p;
+}
+
+/* Return @p p's slot; the last one frees every chunk (reg_count already counts it out). */
+static void slot_free(sv_principal *p)
+{
+    if (reg_count == 0) {
+        while (chunks != NULL) {
+            chunk *c = chunks;
+            chunks = c->next;
+            CHUNK_UNPOISON(c); /* free slots are poisoned; hand the allocator a clean block */
+            free(c);
+        }
+        free_slots = NULL;
+        return;
+    }
+    p->next = free_slots;
+    free_slots = p;
+    SLOT_POISON(p);
+}
 
 static size_t bucket_of(uint64_t id, size_t buckets)
 {
@@ -105,9 +169,11 @@ static sv_principal *reg_find(const char *tag, uint64_t id, const uint8_t *fp)
 /* A new registered principal for (@p tag, @p user, @p fp) with one reference, or NULL. */
 static sv_principal *reg_insert(const char *tag, const sv_user *user, const uint8_t *fp)
 {
-    sv_principal *p = reg_reserve() ? calloc(1, sizeof *p) : NULL;
-    if (p == NULL || (p->set = set_acquire(tag)) == NULL) {
-        free(p);
+    sv_principal *p = reg_reserve() ? slot_alloc() : NULL;
+    if (p == NULL)
+        return NULL;
+    if ((p->set = set_acquire(tag)) == NULL) {
+        slot_free(p);
         return NULL;
     }
     atomic_init(&p->refs, 1);
@@ -179,6 +245,6 @@ void sv_principal_unref(sv_principal *p)
             break;
         }
     set_release(p->set);
+    slot_free(p);
     pthread_mutex_unlock(&reg_mu);
-    free(p);
 }

@@ -23,10 +23,11 @@ void sv_user_set_free(sv_user_set *set)
 {
     if (set == NULL)
         return;
-    for (size_t i = 0; i < set->n_users; i++) {
+    for (size_t i = 0; set->strings == NULL && i < set->n_users; i++) {
         free(set->users[i].label);
         free(set->users[i].secret);
     }
+    free(set->strings);
     free(set->users);
     free(set->tag);
     memset(set, 0, sizeof *set);
@@ -114,20 +115,40 @@ static bool alloc_failed(const void *p, size_t n)
     return n > 0 && p == NULL;
 }
 
+/* Append @p src (may be NULL) to @p *at and point @p dst at the copy. */
+static void pack_opt(char **dst, const char *src, char **at)
+{
+    if (src == NULL) {
+        *dst = NULL;
+        return;
+    }
+    size_t len = strlen(src) + 1;
+    *dst = memcpy(*at, src, len);
+    *at += len;
+}
+
+/* The users of @p src into @p dst, their labels and secrets packed into dst->strings. */
 static int users_clone(sv_user_set *dst, const sv_user_set *src)
 {
+    size_t bytes = 0;
+    for (size_t i = 0; i < src->n_users; i++) {
+        const sv_user *s = &src->users[i];
+        bytes += (s->label != NULL ? strlen(s->label) + 1 : 0) +
+                 (s->secret != NULL ? strlen(s->secret) + 1 : 0);
+    }
     dst->users = alloc_array(src->n_users, sizeof *dst->users);
     if (alloc_failed(dst->users, src->n_users))
         return -ENOMEM;
+    if (bytes > 0 && (dst->strings = malloc(bytes)) == NULL)
+        return -ENOMEM;
+    dst->n_users = src->n_users;
+    char *at = dst->strings;
     for (size_t i = 0; i < src->n_users; i++) {
         const sv_user *s = &src->users[i];
         sv_user *d = &dst->users[i];
-        dst->n_users = i + 1; /* the slot is zeroed, so freeing it half-filled is safe */
         *d = *s;
-        d->label = NULL;
-        d->secret = NULL;
-        if (dup_opt(&d->label, s->label) < 0 || dup_opt(&d->secret, s->secret) < 0)
-            return -ENOMEM;
+        pack_opt(&d->label, s->label, &at);
+        pack_opt(&d->secret, s->secret, &at);
     }
     return 0;
 }

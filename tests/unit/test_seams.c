@@ -13,6 +13,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +269,50 @@ static void principal__same_user__same_principal_until_released(void **state)
     sv_principal_unref(NULL);
 }
 
+/* Principals come from a pool of chunks (issue 13, memory per user): more than one chunk's worth,
+ * freed slots reused while others live, every principal distinct and its fields intact, and the
+ * registry emptied completely (under ASan a use of a released slot is reported). */
+static void principal__many_users__distinct_and_reused_slots(void **state)
+{
+    (void)state;
+    enum { N = 2500 };
+    static sv_principal *ps[N];
+    char secret[32];
+    for (size_t i = 0; i < N; i++) {
+        snprintf(secret, sizeof secret, "pw-%zu", i);
+        sv_user u = {.id = i + 1, .secret = secret, .device_limit = (uint32_t)(i % 7)};
+        ps[i] = sv_principal_acquire("many", &u);
+        assert_non_null(ps[i]);
+        if (i > 0)
+            assert_ptr_not_equal(ps[i], ps[i - 1]);
+    }
+    for (size_t i = 0; i < N; i += 2) /* release every other one */
+        sv_principal_unref(ps[i]);
+    for (size_t i = 0; i < N; i += 2) { /* the same users again: new principals, still found */
+        snprintf(secret, sizeof secret, "pw-%zu", i);
+        sv_user u = {.id = i + 1, .secret = secret, .device_limit = 3};
+        ps[i] = sv_principal_acquire("many", &u);
+        assert_non_null(ps[i]);
+    }
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(ps[i]->id, i + 1);
+        assert_int_equal(sv_principal_device_limit(ps[i]), i % 2 == 0 ? 3 : i % 7);
+        snprintf(secret, sizeof secret, "pw-%zu", i); /* the registered one is shared */
+        sv_user u = {.id = i + 1, .secret = secret, .device_limit = sv_principal_device_limit(ps[i])};
+        sv_principal *again = sv_principal_acquire("many", &u);
+        assert_ptr_equal(again, ps[i]);
+        sv_principal_unref(again);
+    }
+    for (size_t i = 0; i < N; i++)
+        sv_principal_unref(ps[i]);
+    /* emptied: a fresh acquire works from a new chunk */
+    sv_user u = {.id = 1, .secret = pw_a};
+    sv_principal *p = sv_principal_acquire("many", &u);
+    assert_non_null(p);
+    assert_int_equal(p->id, 1);
+    sv_principal_unref(p);
+}
+
 static void hostport__forms__parsed_or_refused(void **state)
 {
     (void)state;
@@ -298,6 +343,7 @@ int main(void)
         cmocka_unit_test(ss_ops__declared_bounds__fit_the_runtime),
         cmocka_unit_test(ss_ops__md5_unavailable__creds_refused_with_reason),
         cmocka_unit_test(principal__same_user__same_principal_until_released),
+        cmocka_unit_test(principal__many_users__distinct_and_reused_slots),
         cmocka_unit_test(hostport__forms__parsed_or_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
