@@ -76,6 +76,19 @@ JSON
     kat_start "$T/katana.json"
 }
 
+# rl_client VENDOR SCENARIO NAME UUID PUBLIC_KEY SHORT_ID [SERVER_PORT]: starts the vendor's
+# client from tests/interop/VENDOR/client-SCENARIO.json (sing-box-lite: sing-box's template)
+# towards SERVER_PORT (default NODE_PORT) with SNI localhost; its local port in CL_PORT.
+rl_client() {
+    kt_ports 1; CL_PORT=${PORTS[0]}
+    pr_render "$PR_TEMPLATES/${1%-lite}/client-$2.json" "$T/client-$3.json" \
+        LOCAL_PORT="$CL_PORT" SERVER_PORT="${7:-$NODE_PORT}" SECRET="$4" SNI=localhost \
+        PUBLIC_KEY="$5" SHORT_ID="$6"
+    pr_cmd "$1" "$T/client-$3.json"
+    kt_bg "client-$3" "${PR_CMD[@]}"
+    kt_wait_port "$CL_PORT" 10 || { fail "$1 client $3 did not listen"; exit 1; }
+}
+
 # rl_billed SNAPSHOT UID UP DOWN: the user's usage line in a SIGUSR1 snapshot is within
 # [UP, UP + 5% + 4 KiB] up and the same for DOWN (TLS record overhead and padding).
 rl_billed() {

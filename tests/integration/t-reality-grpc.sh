@@ -75,15 +75,7 @@ check "hellos outside the window: no log line" test "$(tj_log_lines)" = "$lines0
 
 # rclient VENDOR NAME UUID SHORT_ID SERVER_PORT: a VLESS+REALITY+gRPC client (template
 # tests/interop/VENDOR/client-vless-reality-grpc.json, sing-box-lite: sing-box's); sets CL_PORT.
-rclient() {
-    kt_ports 1; CL_PORT=${PORTS[0]}
-    pr_render "$PR_TEMPLATES/${1%-lite}/client-vless-reality-grpc.json" "$T/client-$2.json" \
-        LOCAL_PORT="$CL_PORT" SERVER_PORT="$5" SECRET="$3" SNI=localhost \
-        PUBLIC_KEY="$PUB" SHORT_ID="$4"
-    pr_cmd "$1" "$T/client-$2.json"
-    kt_bg "client-$2" "${PR_CMD[@]}"
-    kt_wait_port "$CL_PORT" 10 || { fail "$1 client $2 did not listen"; exit 1; }
-}
+rclient() { rl_client "$1" vless-reality-grpc "$2" "$3" "$PUB" "$4" "$5"; }
 
 lines0=$(tj_log_lines)
 rclient xray bad-sid "$U1" deadbeef "$NODE_PORT"

@@ -103,15 +103,7 @@ check "a valid client's ServerHello mirrors the target's, records of the target'
 # --- REALITY clients -------------------------------------------------------------------
 # rclient VENDOR NAME UUID PUBLIC_KEY SHORT_ID: a VLESS+REALITY client (template
 # tests/interop/VENDOR/client-vless-reality.json); sets CL_PORT.
-rclient() {
-    kt_ports 1; CL_PORT=${PORTS[0]}
-    pr_render "$PR_TEMPLATES/$1/client-vless-reality.json" "$T/client-$2.json" \
-        LOCAL_PORT="$CL_PORT" SERVER_PORT="$NODE_PORT" SECRET="$3" SNI=localhost \
-        PUBLIC_KEY="$4" SHORT_ID="$5"
-    pr_cmd "$1" "$T/client-$2.json"
-    kt_bg "client-$2" "${PR_CMD[@]}"
-    kt_wait_port "$CL_PORT" 10 || { fail "$1 client $2 did not listen"; exit 1; }
-}
+rclient() { rl_client "$1" vless-reality "$2" "$3" "$4" "$5"; }
 
 lines0=$(tj_log_lines)
 rclient xray bad-sid "$U1" "$PUB" deadbeef; bad_sid=$CL_PORT

@@ -37,15 +37,7 @@ check "the vless node with flow xtls-rprx-vision is served (not refused)" \
 
 # vclient VENDOR NAME UUID: a VLESS+REALITY+Vision client
 # (tests/interop/VENDOR/client-vless-reality-vision.json); sets CL_PORT.
-vclient() {
-    kt_ports 1; CL_PORT=${PORTS[0]}
-    pr_render "$PR_TEMPLATES/$1/client-vless-reality-vision.json" "$T/client-$2.json" \
-        LOCAL_PORT="$CL_PORT" SERVER_PORT="$NODE_PORT" SECRET="$3" SNI=localhost \
-        PUBLIC_KEY="$PUB" SHORT_ID="$SID"
-    pr_cmd "$1" "$T/client-$2.json"
-    kt_bg "client-$2" "${PR_CMD[@]}"
-    kt_wait_port "$CL_PORT" 10 || { fail "$1 client $2 did not listen"; exit 1; }
-}
+vclient() { rl_client "$1" vless-reality-vision "$2" "$3" "$PUB" "$SID"; }
 # tls_rt SOCKS_PORT MODE BYTES SEED: TLS 1.3 through the client to tls_peer.py
 tls_rt() {
     timeout 120 python3 "$KT_DIR/tls_peer.py" client --socks "$1" --dest-port "$TLS_PORT" \
