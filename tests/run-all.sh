@@ -11,9 +11,9 @@ JOBS=${JOBS:-2}
 START=$(date +%s)
 stage() { echo; echo "== [$(($(date +%s) - START))s] $*"; }
 
-# run_check DIR: make check in DIR; on failure show the logs of the failed tests
+# run_check DIR [MAKEVAR=VALUE...]: make check in DIR; on failure show the logs of the failed tests
 run_check() {
-    if ! make -C "$1" -j"$JOBS" check; then
+    if ! make -C "$1" -j"$JOBS" check "${@:2}"; then
         echo "== make check failed in $1; test-suite.log:"
         cat "$1/test-suite.log" || true
         return 1
@@ -51,7 +51,12 @@ mkdir -p build-asan
 make -C build-asan -j"$JOBS"
 
 stage "make check (build-asan/)"
-run_check build-asan
+# t-peers-selftest runs the vendors' clients against the vendors' own servers and no katana
+# code, so the sanitizers have nothing to check there; build/ runs it.
+ASAN_TESTS="$(make -s -C build-asan --no-print-directory \
+    --eval='print-tests: ; @echo $(TESTS)' print-tests | tr ' ' '\n' |
+    grep -v '/t-peers-selftest\.sh$' | tr '\n' ' ')"
+run_check build-asan TESTS="$ASAN_TESTS"
 
 stage "packages: make deb, dpkg -i, run, make rpm, lint, purge (tests/packaging/check.sh)"
 "$TOP/tests/packaging/check.sh" "$TOP/build"
