@@ -23,20 +23,11 @@
 #include <string.h>
 
 #include "supervisor/transport/reality.h"
+#include "tests/fuzz/fuzz.h"
 
 #ifndef TOP_SRCDIR
 #define TOP_SRCDIR "."
 #endif
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define DOWN_MAX (64u * 1024u)
 
