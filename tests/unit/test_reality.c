@@ -21,6 +21,7 @@
 #include <openssl/x509.h>
 
 #include "supervisor/transport/reality.h"
+#include "tests/unit/tls_target.h"
 
 #ifndef TOP_SRCDIR
 #define TOP_SRCDIR "."
@@ -424,51 +425,6 @@ static void layer_passes_everyone_else_through(void **st)
 
 /* ---------- the target's first flight mirrored (PROTOCOLS-2.md §1.5 steps 1-5) ---------- */
 
-/* An OpenSSL 3 server with a P-256 certificate plays the target: it answers @p hello (records
- * as the client sent them). @return its first flight's length in @p out. */
-static size_t target_answer(const uint8_t *hello, size_t len, uint8_t *out, size_t cap)
-{
-    EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-    X509 *x = X509_new();
-    X509_NAME *name = X509_get_subject_name(x);
-    assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                                                (const unsigned char *)"www.example.com", -1,
-                                                -1, 0), 1);
-    X509_set_issuer_name(x, name);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 7);
-    X509_gmtime_adj(X509_getm_notBefore(x), 0);
-    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-    X509_set_pubkey(x, key);
-    assert_true(X509_sign(x, key, EVP_sha256()) > 0);
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
-    assert_int_equal(SSL_CTX_use_certificate(ctx, x), 1);
-    assert_int_equal(SSL_CTX_use_PrivateKey(ctx, key), 1);
-    SSL *ssl = SSL_new(ctx);
-    BIO *rbio = BIO_new(BIO_s_mem()), *wbio = BIO_new(BIO_s_mem());
-    SSL_set_bio(ssl, rbio, wbio);
-    SSL_set_accept_state(ssl);
-    BIO_write(rbio, hello, (int)len);
-    assert_int_equal(SSL_do_handshake(ssl), -1);
-    int n = BIO_read(wbio, out, (int)cap);
-    assert_true(n > 0);
-    SSL_free(ssl);
-    SSL_CTX_free(ctx);
-    X509_free(x);
-    EVP_PKEY_free(key);
-    return (size_t)n;
-}
-
-/* Wire sizes of the records of @p f into @p sizes. @return how many. */
-static size_t record_sizes(const uint8_t *f, size_t n, size_t *sizes, size_t max)
-{
-    size_t count = 0;
-    for (size_t at = 0; at + 5 <= n && count < max; count++) {
-        sizes[count] = 5 + ((size_t)f[at + 3] << 8 | f[at + 4]);
-        at += sizes[count];
-    }
-    return count;
-}
-
 /* Open a mirroring layer on the "valid" hello: it waits for the target (nothing down, nothing
  * up) and asks for the hello's records to be sent there. */
 static void start_mirror(sv_chain *ch, sv_layer_conf *conf, drv *d)
@@ -500,8 +456,8 @@ static void layer_mirrors_the_targets_flight(void **st)
     start_mirror(&ch, conf, &d);
     size_t len = 0;
     const uint8_t *ask = sv_chain_target_ask(&ch, &len);
-    size_t tn = target_answer(ask, len, target, sizeof target), tsize[16] = {0};
-    size_t tcount = record_sizes(target, tn, tsize, 16);
+    size_t tn = tls_target_answer("www.example.com", ask, len, target, sizeof target), tsize[16] = {0};
+    size_t tcount = tls_record_sizes(target, tn, tsize, 16);
     assert_true(tcount == 3 || tcount == 6); /* SH, CCS, then 1 or 4 encrypted records */
     assert_int_equal(tsize[1], 6);
     /* a flight not all there yet: the layer asks for more, whatever the piece */
@@ -518,7 +474,7 @@ static void layer_mirrors_the_targets_flight(void **st)
     const uint8_t *flight = sv_chain_out_peek(&ch, &len);
     assert_true(len <= sizeof ours);
     memcpy(ours, flight, len);
-    size_t osize[16] = {0}, ocount = record_sizes(ours, len, osize, 16);
+    size_t osize[16] = {0}, ocount = tls_record_sizes(ours, len, osize, 16);
     assert_int_equal(ocount, tcount + 1);
     for (size_t i = 0; i < tcount; i++)
         assert_int_equal(osize[i], tsize[i]); /* every record the target's size */
@@ -552,13 +508,13 @@ static void layer_mirrors_the_targets_flight(void **st)
     /* a ServerHello alone at the end (no CCS): mirrored, records not padded */
     start_mirror(&ch, conf, &d);
     ask = sv_chain_target_ask(&ch, &len);
-    tn = target_answer(ask, len, target, sizeof target);
-    tcount = record_sizes(target, tn, tsize, 16);
+    tn = tls_target_answer("www.example.com", ask, len, target, sizeof target);
+    tcount = tls_record_sizes(target, tn, tsize, 16);
     assert_int_equal(sv_chain_target_reply(&ch, target, tsize[0], false), 1);
     assert_int_equal(sv_chain_target_reply(&ch, target, tsize[0], true), 0);
     flight = sv_chain_out_peek(&ch, &len);
     assert_memory_equal(flight + 11, target + 11, 32); /* the target's random */
-    ocount = record_sizes(flight, len, osize, 16);
+    ocount = tls_record_sizes(flight, len, osize, 16);
     assert_int_equal(ocount, 3); /* SH, CCS, our flight in one record */
     sv_chain_free(&ch);
 
