@@ -2,7 +2,8 @@
  * Unit tests: the REALITY check and temporary certificate (supervisor/transport/reality.c,
  * issue 11) on the PROTOCOLS-2.md §1.7 vector, and the ways a client fails the §1.3 check; the
  * layer through a transport chain on the hellos of tests/unit/vectors/reality/ (made by
- * tests/fuzz/reality_seeds.py), whole and a byte at a time.
+ * tests/fuzz/reality_seeds.py), whole and a byte at a time, and on ClientHellos recorded from
+ * the Xray-core and sing-box clients (tests/unit/fixtures/reality/).
  */
 #include "config.h"
 
@@ -261,15 +262,23 @@ static bool d_deliver(void *ctx, uint8_t *p, size_t n)
     return true;
 }
 
-static void load(drv *d, const char *name)
+/* Read @p name, relative to the source tree, into d->in. */
+static void load_file(drv *d, const char *name)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/tests/unit/vectors/reality/%s", TOP_SRCDIR, name);
+    snprintf(path, sizeof path, "%s/%s", TOP_SRCDIR, name);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     d->in_len = fread(d->in, 1, sizeof d->in, f);
     fclose(f);
     assert_true(d->in_len > 0);
+}
+
+static void load(drv *d, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "tests/unit/vectors/reality/%s", name);
+    load_file(d, path);
 }
 
 static uint64_t clock_far(void) { return 0x65000000ull * 1000u + 3600000u; }
@@ -423,6 +432,87 @@ static void layer_passes_everyone_else_through(void **st)
     sv_reality_conf_free(rc);
 }
 
+/* ---------- ClientHellos recorded from real clients (tests/unit/fixtures/reality/) ---------- */
+
+/* Each recorded by capture.py with §1.7's key pair (k_priv), short id 0123456789abcdef and
+ * server name www.example.com; @c time_s is the Unix time just after it arrived, so the
+ * client's REALITY timestamp is that or a second or two less (see the README there). */
+static const struct {
+    const char *file;
+    uint64_t time_s;
+} k_recorded[] = {
+    {"xray-26.3.27.hello", 1796171042u},
+    {"sing-box-1.14.1.hello", 1796171044u},
+};
+
+static uint64_t g_now_ms; /* the clock of recorded_clock */
+static uint64_t recorded_clock(void) { return g_now_ms; }
+
+/* Run the layer over @p d (whole and a byte at a time) with these settings, the window 60 s
+ * and the clock at @p now_ms. @return true when the client was taken as valid. */
+static bool recorded_valid(drv *d, const char *priv, const char *sids, const char *names,
+                           uint64_t now_ms)
+{
+    const char *what;
+    int rc;
+    sv_reality_conf *c = sv_reality_conf_new(priv, sids, names, 60000, &what, &rc);
+    assert_non_null(c);
+    c->now_ms = recorded_clock;
+    g_now_ms = now_ms;
+    bool valid = false;
+    static const size_t steps[] = {0, 1};
+    for (size_t s = 0; s < 2; s++) {
+        run_layer(c, d, steps[s]);
+        assert_int_equal(d->rc, 0);
+        bool ok = d->status == 0;
+        if (ok) { /* our flight down, nothing up */
+            assert_int_equal(d->up_len, 0);
+            assert_true(d->down_len > 200);
+            assert_memory_equal(d->down, "\x16\x03\x03", 3);
+        } else { /* a probe: every byte up, as it came */
+            assert_int_equal(d->status, SV_LAYER_UP | SV_LAYER_REFUSED);
+            assert_int_equal(d->up_len, d->in_len);
+            assert_memory_equal(d->up, d->in, d->in_len);
+            assert_int_equal(d->down_len, 0);
+        }
+        if (s > 0)
+            assert_int_equal(ok, valid); /* the same verdict byte by byte */
+        valid = ok;
+    }
+    sv_reality_conf_free(c);
+    return valid;
+}
+
+static void recorded_client_hellos(void **st)
+{
+    (void)st;
+    static drv d;
+    static const char wrong_priv[] = "AQIEBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
+    for (size_t i = 0; i < sizeof k_recorded / sizeof k_recorded[0]; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/unit/fixtures/reality/%s", k_recorded[i].file);
+        load_file(&d, path);
+        uint64_t t = k_recorded[i].time_s * 1000u;
+        print_message("%s: %zu bytes\n", k_recorded[i].file, d.in_len);
+        /* the right key, short id and name, inside the window on either side */
+        assert_true(recorded_valid(&d, k_priv, "aa,0123456789abcdef", "www.example.com", t));
+        assert_true(recorded_valid(&d, k_priv, "0123456789abcdef", "a.test,www.example.com",
+                                   t + 55000));
+        assert_true(recorded_valid(&d, k_priv, "0123456789abcdef", "www.example.com",
+                                   t - 55000));
+        /* a wrong private key, short id or server name */
+        assert_false(recorded_valid(&d, wrong_priv, "0123456789abcdef", "www.example.com", t));
+        assert_false(recorded_valid(&d, k_priv, "0123456789abcdee", "www.example.com", t));
+        assert_false(recorded_valid(&d, k_priv, "01234567", "www.example.com", t));
+        assert_false(recorded_valid(&d, k_priv, "0123456789abcdef", "www.example.org", t));
+        /* outside the window, later and earlier */
+        assert_false(recorded_valid(&d, k_priv, "0123456789abcdef", "www.example.com",
+                                    t + 65000));
+        assert_false(recorded_valid(&d, k_priv, "0123456789abcdef", "www.example.com",
+                                    t - 65000));
+    }
+}
+
 /* ---------- the target's first flight mirrored (PROTOCOLS-2.md §1.5 steps 1-5) ---------- */
 
 /* Open a mirroring layer on the "valid" hello: it waits for the target (nothing down, nothing
@@ -573,6 +663,7 @@ int main(void)
         cmocka_unit_test(layer_answers_a_valid_hello_with_its_flight),
         cmocka_unit_test(layer_passes_everyone_else_through),
         cmocka_unit_test(certificate_key_survives_a_rebuild),
+        cmocka_unit_test(recorded_client_hellos),
         cmocka_unit_test(layer_mirrors_the_targets_flight),
         cmocka_unit_test(flight_patterns),
     };
