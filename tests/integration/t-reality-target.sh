@@ -11,7 +11,7 @@
 # - a target that accepts and never answers (a silent listener here): the valid client is
 #   served once the 2 s ran out, several at the same time are served together and the API
 #   answers meanwhile; the listener got each hello and katana closed each of its connections;
-# - the target back on its port: probes get its page and the valid client is mirrored again;
+# - the target back on its port: a probe gets its page and the valid client's hello goes to it;
 #   no log line for any of this, the daemon runs on and holds no connection at the end.
 KT_LIMIT=${KT_LIMIT:-240}
 . "$(dirname "$0")/lib.sh"
@@ -164,7 +164,10 @@ for p in "${pids[@]}"; do wait "$p" && ok=$((ok + 1)); done
 echo "silent target: $ok of 6 parallel requests served; healthz meanwhile: $health"
 check "silent target: 6 valid requests at once all served" test "$ok" = 6
 check "silent target: the API answered while they waited" test "$health" = 200
-for _ in $(seq 50); do [ "$(cat "$T/silent.conns" 2>/dev/null | wc -l)" -ge 7 ] && break; sleep 0.2; done
+for _ in $(seq 50); do
+    [ "$(cat "$T/silent.conns" 2>/dev/null | wc -l)" -ge 7 ] && break
+    sleep 0.2
+done
 cat "$T/silent.conns"
 check "silent target: it got 7 connections, each starting with a TLS handshake record" \
     test "$(awk '$1 > 0 && $2 == 22' "$T/silent.conns" | wc -l)" = 7

@@ -546,7 +546,8 @@ static void layer_mirrors_the_targets_flight(void **st)
     start_mirror(&ch, conf, &d);
     size_t len = 0;
     const uint8_t *ask = sv_chain_target_ask(&ch, &len);
-    size_t tn = tls_target_answer("www.example.com", ask, len, target, sizeof target), tsize[16] = {0};
+    size_t tn = tls_target_answer("www.example.com", ask, len, target, sizeof target);
+    size_t tsize[16] = {0};
     size_t tcount = tls_record_sizes(target, tn, tsize, 16);
     assert_true(tcount == 3 || tcount == 6); /* SH, CCS, then 1 or 4 encrypted records */
     assert_int_equal(tsize[1], 6);
