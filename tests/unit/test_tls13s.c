@@ -25,6 +25,7 @@
 #include <openssl/x509.h>
 
 #include "supervisor/transport/tls13s.h"
+#include "tests/unit/tls_target.h"
 
 #define DATA_LEN (1u << 20)
 #define BUF_MAX (1u << 21)
@@ -606,52 +607,14 @@ static void direct_switch_at_the_record_boundary(void **state)
 
 /* ---------- ServerHello template and record padding (PROTOCOLS-2.md §1.5) ---------- */
 
-/* An OpenSSL server with a P-256 certificate plays the REALITY target: it answers the same
- * ClientHello. @return its first flight's length in @p out. */
+/* The REALITY target (tls_target.c) answers the same ClientHello, in one record. @return its
+ * first flight's length in @p out. */
 static size_t target_flight(const pair *p, uint8_t *out, size_t cap)
 {
-    EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-    X509 *x = X509_new();
-    X509_NAME *name = X509_get_subject_name(x);
-    assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                                                (const unsigned char *)"target.example.test",
-                                                -1, -1, 0), 1);
-    X509_set_issuer_name(x, name);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 12345);
-    X509_gmtime_adj(X509_getm_notBefore(x), 0);
-    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-    X509_set_pubkey(x, key);
-    assert_true(X509_sign(x, key, EVP_sha256()) > 0);
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
-    assert_int_equal(SSL_CTX_use_certificate(ctx, x), 1);
-    assert_int_equal(SSL_CTX_use_PrivateKey(ctx, key), 1);
-    SSL *ssl = SSL_new(ctx);
-    BIO *rbio = BIO_new(BIO_s_mem()), *wbio = BIO_new(BIO_s_mem());
-    SSL_set_bio(ssl, rbio, wbio);
-    SSL_set_accept_state(ssl);
     uint8_t rec[5 + SV_TLS_HELLO_MAX] = {22, 3, 1, (uint8_t)(p->hello_len >> 8),
                                          (uint8_t)p->hello_len};
     memcpy(rec + 5, p->hello, p->hello_len);
-    BIO_write(rbio, rec, (int)(5 + p->hello_len));
-    assert_int_equal(SSL_do_handshake(ssl), -1);
-    int n = BIO_read(wbio, out, (int)cap);
-    assert_true(n > 0);
-    SSL_free(ssl);
-    SSL_CTX_free(ctx);
-    X509_free(x);
-    EVP_PKEY_free(key);
-    return (size_t)n;
-}
-
-/* Split a flight into records: their wire sizes into @p sizes. @return how many. */
-static size_t record_sizes(const uint8_t *f, size_t n, size_t *sizes, size_t max)
-{
-    size_t count = 0;
-    for (size_t at = 0; at + 5 <= n && count < max; count++) {
-        sizes[count] = 5 + ((size_t)f[at + 3] << 8 | f[at + 4]);
-        at += sizes[count];
-    }
-    return count;
+    return tls_target_answer("target.example.test", rec, 5 + p->hello_len, out, cap);
 }
 
 static void template_and_padding_mirror_the_target(void **state)
@@ -661,7 +624,7 @@ static void template_and_padding_mirror_the_target(void **state)
     client_start(&p, NULL, NULL, 0);
     uint8_t target[16384], ours[16384];
     size_t tn = target_flight(&p, target, sizeof target), tsize[16] = {0};
-    size_t tcount = record_sizes(target, tn, tsize, 16);
+    size_t tcount = tls_record_sizes(target, tn, tsize, 16);
     assert_true(tcount == 3 || tcount == 6); /* SH, CCS, then 1 or 4 encrypted records */
     assert_int_equal(target[0], 22);
     assert_int_equal(tsize[1], 6);
@@ -695,7 +658,7 @@ static void template_and_padding_mirror_the_target(void **state)
     const uint8_t *flight = sv_tls13s_out_peek(p.srv, &on);
     assert_true(on <= sizeof ours);
     memcpy(ours, flight, on);
-    size_t osize[16] = {0}, ocount = record_sizes(ours, on, osize, 16);
+    size_t osize[16] = {0}, ocount = tls_record_sizes(ours, on, osize, 16);
     assert_int_equal(ocount, tcount + 1);
     for (size_t i = 0; i < tcount; i++)
         assert_int_equal(osize[i], tsize[i]); /* same wire sizes */
