@@ -1658,6 +1658,115 @@ static void sub_client_end(sv_conn *c, uint32_t stream, bool half)
         sub_flush(s);
 }
 
+/* SV_FX_AUTHENTICATED: admit the principal (the fleet may make it wait: the effects after
+ * @p i are kept), start the sub-flow table of a multiplexed core. @return false when the
+ * connection closed or paused. */
+static bool fx_authenticated(sv_conn *c, const sv_effects *fx, unsigned i)
+{
+    const sv_effect *e = &fx->v[i];
+    if (e->trials > 0)
+        sv__ss_count(c->w->shared, e->trials);
+    if (c->handler->ops->set_guide != NULL)
+        sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
+    enum admit_result a = admit(c, e->principal);
+    if (a == ADMIT_WAIT) {
+        if (!pause_effects(c, fx, i + 1, e->multiplexed))
+            conn_close(c);
+        return false;
+    }
+    if (a == ADMIT_NO || (e->multiplexed && !mux_start(c))) {
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
+/* SV_FX_OPEN: a sub-flow, else the connection's one flow (UDP: an association; TCP: held for
+ * sniffing). @return false when the connection closed. */
+static bool fx_open(sv_conn *c, const sv_effect *e)
+{
+    if (c->subs != NULL) {
+        sub_open(c, e);
+        return true;
+    }
+    if (c->principal == NULL || c->flow != NULL || c->held != NULL || c->assoc != NULL) {
+        conn_close(c); /* one flow per connection for now */
+        return false;
+    }
+    if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !hold_open(c, &e->dest)) {
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
+/* SV_FX_DATAGRAM, SV_FX_TO_OUTBOUND and SV_FX_TO_CLIENT: bytes to their flow, the caller's
+ * batch (@p iov, @p niov) or the client. @return false when the connection closed or stopped
+ * taking client bytes. */
+static bool fx_data(sv_conn *c, const sv_effect *e, uv_buf_t *iov, unsigned *niov)
+{
+    if (e->kind == SV_FX_TO_CLIENT) {
+        if (!write_remote(c, iov, *niov) || !write_client(c, e->data, e->len))
+            return false;
+        *niov = 0;
+        return true;
+    }
+    if (c->subs != NULL) {
+        sv_subflow *s = NULL;
+        if (e->kind == SV_FX_TO_OUTBOUND)
+            sub_write(c, e->stream, e->data, e->len);
+        else if ((s = sub_find(c, e->stream, NULL)) != NULL && s->assoc != NULL)
+            sv__assoc_send(s->assoc, &e->dest, e->data, e->len);
+        return true;
+    }
+    if (e->kind == SV_FX_DATAGRAM) {
+        if (c->assoc == NULL) {
+            conn_close(c);
+            return false;
+        }
+        sv__assoc_send(c->assoc, &e->dest, e->data, e->len);
+        return true;
+    }
+    if (c->flow == NULL && c->held == NULL) {
+        conn_close(c);
+        return false;
+    }
+    return e->len == 0 || to_outbound(c, iov, niov, e->data, e->len);
+}
+
+/* SV_FX_CLOSE, SV_FX_FINISH, SV_FX_SCAN and SV_FX_ERROR: a sub-flow's end, else the
+ * connection's; a scan off the loop; a failed client's policy. @return false when the
+ * connection closed or paused (true: a refused scan, the core is fed again and fails). */
+static bool fx_close(sv_conn *c, const sv_effect *e, uv_buf_t *iov, unsigned *niov)
+{
+    switch (e->kind) {
+    case SV_FX_CLOSE:
+        if (c->subs != NULL) {
+            sub_client_end(c, e->stream, e->half_close);
+            return true;
+        }
+        break;
+    case SV_FX_SCAN:
+        if (e->trials > 0)
+            sv__ss_count(c->w->shared, e->trials);
+        if (c->principal == NULL && c->handler->ops->scan != NULL)
+            return !scan_elsewhere(c, e); /* paused: process_client keeps the bytes not fed */
+        break;
+    case SV_FX_ERROR:
+        if (e->trials > 0)
+            sv__ss_count(c->w->shared, e->trials);
+        if (!write_remote(c, iov, *niov))
+            return false;
+        *niov = 0;
+        client_failed(c, e);
+        return false;
+    default:
+        break;
+    }
+    conn_close(c);
+    return false;
+}
+
 /* Apply the effects of one feed() call in order. Bytes for the outbound join the caller's batch
  * @p iov (@p niov entries, pointing into the fed buffer), which the caller writes once all of a
  * read was fed. @return false when the connection closed or stopped taking client bytes. */
@@ -1665,96 +1774,28 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
 {
     for (unsigned i = 0; i < fx->n && !c->closing; i++) {
         const sv_effect *e = &fx->v[i];
+        bool go_on = true;
         switch (e->kind) {
-        case SV_FX_AUTHENTICATED: {
-            if (e->trials > 0)
-                sv__ss_count(c->w->shared, e->trials);
-            if (c->handler->ops->set_guide != NULL)
-                sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
-            enum admit_result a = admit(c, e->principal);
-            if (a == ADMIT_WAIT) {
-                if (!pause_effects(c, fx, i + 1, e->multiplexed))
-                    conn_close(c);
-                return false;
-            }
-            if (a == ADMIT_NO || (e->multiplexed && !mux_start(c))) {
-                conn_close(c);
-                return false;
-            }
+        case SV_FX_AUTHENTICATED:
+            go_on = fx_authenticated(c, fx, i);
             break;
-        }
         case SV_FX_OPEN:
-            if (c->subs != NULL) {
-                sub_open(c, e);
-                break;
-            }
-            if (c->principal == NULL || c->flow != NULL || c->held != NULL || c->assoc != NULL) {
-                conn_close(c); /* one flow per connection for now */
-                return false;
-            }
-            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !hold_open(c, &e->dest)) {
-                conn_close(c);
-                return false;
-            }
+            go_on = fx_open(c, e);
             break;
         case SV_FX_DATAGRAM:
-            if (c->subs != NULL) {
-                sv_subflow *s = sub_find(c, e->stream, NULL);
-                if (s != NULL && s->assoc != NULL)
-                    sv__assoc_send(s->assoc, &e->dest, e->data, e->len);
-                break;
-            }
-            if (c->assoc == NULL) {
-                conn_close(c);
-                return false;
-            }
-            sv__assoc_send(c->assoc, &e->dest, e->data, e->len);
-            break;
         case SV_FX_TO_OUTBOUND:
-            if (c->subs != NULL) {
-                sub_write(c, e->stream, e->data, e->len);
-                break;
-            }
-            if (c->flow == NULL && c->held == NULL) {
-                conn_close(c);
-                return false;
-            }
-            if (e->len > 0 && !to_outbound(c, iov, niov, e->data, e->len))
-                return false;
-            break;
         case SV_FX_TO_CLIENT:
-            if (!write_remote(c, iov, *niov) || !write_client(c, e->data, e->len))
-                return false;
-            *niov = 0;
+            go_on = fx_data(c, e, iov, niov);
             break;
         case SV_FX_CLOSE:
-            if (c->subs != NULL) {
-                sub_client_end(c, e->stream, e->half_close);
-                break;
-            }
-            /* fall through */
         case SV_FX_FINISH:
-            conn_close(c);
-            return false;
         case SV_FX_SCAN:
-            if (e->trials > 0)
-                sv__ss_count(c->w->shared, e->trials);
-            if (c->principal != NULL || c->handler->ops->scan == NULL) {
-                conn_close(c);
-                return false;
-            }
-            if (scan_elsewhere(c, e))
-                return false; /* process_client keeps the bytes not fed */
-            break;            /* refused: the core is fed again (its more()) and fails */
         case SV_FX_ERROR:
-            if (e->trials > 0)
-                sv__ss_count(c->w->shared, e->trials);
-            if (!write_remote(c, iov, *niov))
-                return false;
-            *niov = 0;
-            client_failed(c, e);
-            return false;
+            go_on = fx_close(c, e, iov, niov);
+            break;
         }
+        if (!go_on)
+            return false;
     }
     if (c->held != NULL && !c->closing && !sniff_and_open(c, false))
         return false;
