@@ -48,7 +48,8 @@ rl_target_up() {
 # rl_node NODE_JSON UUID...: the panel emulator serves a vless node with tls 2 on NODE_PORT
 # (PANEL.md §1.4: REALITY towards localhost:TARGET_PORT with PRIV, PUB and short id SID) with
 # NODE_JSON's members over it (a tls_settings object adds to the REALITY one), and users 1, 2...
-# with the given uuids; then katana (one worker, API on API_PORT) is started on that panel.
+# with the given uuids (UUID@MBPS: with that speed_limit); then katana (one worker, API on
+# API_PORT) is started on that panel.
 rl_node() {
     python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$@" <<'PY'
 import json, sys
@@ -66,8 +67,10 @@ for key, value in json.loads(extra).items():
     else:
         config[key] = value
 json.dump(config, open(t + "/panel-config.json", "w"))
-json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": None, "device_limit": None}
-                     for i, u in enumerate(sys.argv[8:])]}, open(t + "/panel-users.json", "w"))
+users = [u.partition("@") for u in sys.argv[8:]]
+json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": int(mbps) if mbps else None,
+                      "device_limit": None} for i, (u, _, mbps) in enumerate(users)]},
+          open(t + "/panel-users.json", "w"))
 PY
     kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
         --config "$T/panel-config.json" --users "$T/panel-users.json" \

@@ -551,7 +551,8 @@ static void key_update_is_answered(void **state)
 
 /* Two records and raw bytes in one read: with WATCH each unwrap stops after one record, so
  * that RAW_IN set after the second passes the raw bytes up as they are (never decrypted);
- * RAW_OUT puts later output after the pending records unsealed, and shutdown sends nothing. */
+ * RAW_OUT puts later output after the pending records unsealed, and shutdown sends nothing.
+ * PASS (issue 11: the runtime may splice) holds only raw both ways with nothing held. */
 static void direct_switch_at_the_record_boundary(void **state)
 {
     (void)state;
@@ -583,12 +584,14 @@ static void direct_switch_at_the_record_boundary(void **state)
     assert_int_equal(off, (size_t)n); /* the raw bytes are untouched */
     assert_int_equal(sv_tls13s_direct(p.srv, SV_LAYER_RAW_IN), 0);
     assert_false(sv_tls13s_status(p.srv) & SV_LAYER_RECORDS);
+    assert_false(sv_tls13s_status(p.srv) & SV_LAYER_PASS); /* raw in only */
     m = sv_tls13s_unwrap(p.srv, in + off, total - off, &used, out, sizeof out);
     assert_int_equal(m, (ssize_t)(sizeof raw - 1));
     assert_memory_equal(out, raw, sizeof raw - 1);
     /* towards the client: one sealed record, then raw bytes behind it */
     assert_int_equal(sv_tls13s_wrap(p.srv, (const uint8_t *)"sealed", 6), 6);
     assert_int_equal(sv_tls13s_direct(p.srv, SV_LAYER_RAW_IN | SV_LAYER_RAW_OUT), 0);
+    assert_false(sv_tls13s_status(p.srv) & SV_LAYER_PASS); /* the sealed record waits */
     assert_int_equal(sv_tls13s_wrap(p.srv, (const uint8_t *)"plain!", 6), 6);
     size_t len = 0;
     const uint8_t *o = sv_tls13s_out_peek(p.srv, &len);
@@ -598,8 +601,11 @@ static void direct_switch_at_the_record_boundary(void **state)
     char b[16];
     assert_int_equal(SSL_read(p.ssl, b, sizeof b), 6);
     assert_memory_equal(b, "sealed", 6);
+    assert_false(sv_tls13s_status(p.srv) & SV_LAYER_PASS);
     sv_tls13s_out_consume(p.srv, len);
+    assert_true(sv_tls13s_status(p.srv) & SV_LAYER_PASS); /* raw both ways, nothing held */
     assert_int_equal(sv_tls13s_shutdown(p.srv), 0);
+    assert_false(sv_tls13s_status(p.srv) & SV_LAYER_PASS); /* ended */
     sv_tls13s_out_peek(p.srv, &len);
     assert_int_equal(len, 0); /* no close_notify once raw */
     pair_free(&p);
