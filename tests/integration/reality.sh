@@ -40,7 +40,8 @@ target_count() { cat "$T/target.count"; }
 # rl_node NODE_JSON UUID...: the panel emulator serves a vless node with tls 2 on NODE_PORT
 # (PANEL.md §1.4: REALITY towards localhost:TARGET_PORT with PRIV, PUB and short id SID) with
 # NODE_JSON's members over it (a tls_settings object adds to the REALITY one), and users 1, 2...
-# with the given uuids; then katana (one worker, API on API_PORT) is started on that panel.
+# with the given uuids; then katana (one worker, API on API_PORT) is started on that panel,
+# asking for node type RL_NODE_TYPE (default vless; "trojan" with NODE_JSON's protocol trojan).
 rl_node() {
     python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$@" <<'PY'
 import json, sys
@@ -70,7 +71,7 @@ PY
  "db": {"path": "$T/katana.db", "flush_interval": 1},
  "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
             "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
-                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "vless"}}]}
+                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "${RL_NODE_TYPE:-vless}"}}]}
 JSON
     echo_start
     kat_start "$T/katana.json"
