@@ -248,7 +248,8 @@ static int reality_dest(const json_t *v, char **out, sv_error *err)
                                 "port", s);
         memcpy(buf, s, n + 1);
     }
-    return dup_text(out, buf) == 0 ? 0 : sv_error_set(err, -ENOMEM, "out of memory");
+    *out = strdup(buf);
+    return *out != NULL ? 0 : sv_error_set(err, -ENOMEM, "out of memory");
 }
 
 /* The short ids (each at most 16 hex digits, an even count) or server names (each 1..253
@@ -262,7 +263,8 @@ static int reality_list(const json_t *ro, const char *key, bool names, char **ou
         if (names)
             return sv_error_set(err, -EINVAL, RO "%s: missing (the SNI values clients send)",
                                 key);
-        return dup_text(out, "") == 0 ? 0 : sv_error_set(err, -ENOMEM, "out of memory");
+        *out = strdup("");
+        return *out != NULL ? 0 : sv_error_set(err, -ENOMEM, "out of memory");
     }
     if (!json_is_array(v))
         return sv_error_set(err, -EINVAL, RO "%s: expected an array of strings", key);

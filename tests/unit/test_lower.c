@@ -693,6 +693,30 @@ static void lower__trojan_reality_node__inbound(void **state)
     assert_string_equal(err.msg, "node tr: flow: not served (no VLESS flow such as "
                                  "xtls-rprx-vision)");
     free_state(&st);
+    /* PANEL.md §2.5: an SSPanel node's reality-opts (panel/sspanel.c) give the target, the
+     * lists, the client version bounds and xver as they are */
+    state_from_json(&st, "tr", "{\"protocol\":\"trojan\",\"server_port\":443,\"tls\":2,"
+                    "\"tls_settings\":{\"private_key\":"
+                    "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"}}", users);
+    pn_reality *r = &st.node.reality;
+    r->target = strdup("127.0.0.1:8443");
+    r->server_names = strdup("a.test,b.test");
+    r->short_ids = strdup(",ab");
+    r->min_client_ver = 0x010800;
+    r->max_client_ver = 0x1a031b;
+    r->xver = 1;
+    r->max_time_diff = 60000;
+    lower_one(&st, &s);
+    in = &s.inbounds[0];
+    assert_string_equal(in->fallback, "127.0.0.1:8443");
+    assert_string_equal(in->reality.server_names, "a.test,b.test");
+    assert_string_equal(in->reality.short_ids, ",ab");
+    assert_int_equal(in->reality.min_client_ver, 0x010800);
+    assert_int_equal(in->reality.max_client_ver, 0x1a031b);
+    assert_int_equal(in->reality.xver, 1);
+    assert_int_equal(in->reality.max_time_diff_ms, 60000);
+    sv_spec_free(&s);
+    free_state(&st);
 }
 
 /* Issue 11: a vless node with tls 2 lowers to a VLESS inbound with REALITY, its target as the
