@@ -4,8 +4,9 @@
  * run through the report acknowledgement check and, when it is JSON, the node-info and users
  * parsers (users both with the sort the node answer gave and with the picked one).
  * Checks: results are 0 or negative with a message; a parsed node has a port, a protocol and
- * the configured intervals, and with enable_reality whole reality-opts (issue 11); a parsed user list holds at most PN_USERS_MAX users with non-NULL
- * secrets, unique ids and limits within their bounds; the outputs are zeroed on failure.
+ * the configured intervals, and with enable_reality whole reality-opts (issue 11); a parsed
+ * user list holds at most PN_USERS_MAX users with non-NULL secrets, unique ids and limits
+ * within their bounds; the outputs are zeroed on failure.
  */
 #include "config.h"
 

@@ -71,7 +71,8 @@ PY
  "db": {"path": "$T/katana.db", "flush_interval": 1},
  "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
             "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
-                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "${RL_NODE_TYPE:-vless}"}}]}
+                      "token": "$PANEL_TOKEN", "node_id": 1,
+                      "node_type": "${RL_NODE_TYPE:-vless}"}}]}
 JSON
     echo_start
     kat_start "$T/katana.json"
