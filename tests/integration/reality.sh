@@ -18,9 +18,10 @@ PY
 )
 }
 
-# rl_target BODY: picks TARGET_PORT, PANEL_PORT, NODE_PORT and API_PORT; makes the target's
-# certificate ($T/target.crt, .key; its fingerprint in TARGET_FP) and starts the target site
-# answering BODY and recording each handshake's first flight in $T/target.flight.
+# rl_target BODY [OPTION...]: picks TARGET_PORT, PANEL_PORT, NODE_PORT and API_PORT; makes the
+# target's certificate ($T/target.crt, .key; its fingerprint in TARGET_FP) and starts the target
+# site answering BODY and recording each handshake's first flight in $T/target.flight (more
+# reality_target.py options after BODY, e.g. --proxy-file).
 # target_count prints how many connections the target has seen.
 rl_target() {
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
@@ -32,7 +33,7 @@ rl_target() {
     kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" \
         --cert "$T/target.crt" --key "$T/target.key" --body "$1" \
         --count-file "$T/target.count" --ready-file "$T/target.ready" \
-        --flight-file "$T/target.flight"
+        --flight-file "$T/target.flight" "${@:2}"
     kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
 }
 target_count() { cat "$T/target.count"; }
@@ -42,6 +43,8 @@ target_count() { cat "$T/target.count"; }
 # NODE_JSON's members over it (a tls_settings object adds to the REALITY one), and users 1, 2...
 # with the given uuids; then katana (one worker, API on API_PORT) is started on that panel,
 # asking for node type RL_NODE_TYPE (default vless; "trojan" with NODE_JSON's protocol trojan).
+# RL_PANEL=sspanel: the emulator speaks SSPanel mod_mu (NODE_JSON's sspanel_custom_config
+# members join the node's custom_config) and katana's panel is "sspanel".
 rl_node() {
     python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$@" <<'PY'
 import json, sys
@@ -64,15 +67,16 @@ json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": None, "device_limit
 PY
     kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
         --config "$T/panel-config.json" --users "$T/panel-users.json" \
-        --ready-file "$T/panel.ready"
+        --ready-file "$T/panel.ready" --mode "${RL_PANEL:-uniproxy}"
     kt_wait_file "$T/panel.ready" 10 || { fail "panel emulator did not start"; exit 1; }
+    local panel="\"node_type\": \"${RL_NODE_TYPE:-vless}\""
+    [ "${RL_PANEL:-uniproxy}" = sspanel ] && panel='"pull_interval": 60, "push_interval": 60'
     cat >"$T/katana.json" <<JSON
 {"log": {"level": "info"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
  "db": {"path": "$T/katana.db", "flush_interval": 1},
  "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
-            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
-                      "token": "$PANEL_TOKEN", "node_id": 1,
-                      "node_type": "${RL_NODE_TYPE:-vless}"}}]}
+            "panel": {"type": "${RL_PANEL:-uniproxy}", "url": "http://127.0.0.1:$PANEL_PORT",
+                      "token": "$PANEL_TOKEN", "node_id": 1, $panel}}]}
 JSON
     echo_start
     kat_start "$T/katana.json"
