@@ -410,12 +410,12 @@ static int check_stream_inbound(const sv_inbound_spec *in, const char *name, boo
     return 0;
 }
 
-/* Trojan (issue 8): over TLS, with an optional fallback. VLESS (issue 9): TLS optional (the
- * UUID travels in clear without it, PROTOCOLS.md §5.4), optional fallback. VMess (issue 9,
- * PROTOCOLS.md §6): TLS optional, no fallback. */
 static int check_reality(const sv_inbound_spec *in, sv_error *err);
 
-/* Trojan over TLS with a certificate, or over REALITY (issue 11: PANEL.md §1.4, tls 2). */
+/* Trojan (issue 8): over TLS, with an optional fallback, or over REALITY (issue 11: PANEL.md
+ * §1.4, tls 2). VLESS (issue 9): TLS optional (the UUID travels in clear without it,
+ * PROTOCOLS.md §5.4), optional fallback. VMess (issue 9, PROTOCOLS.md §6): TLS optional, no
+ * fallback. */
 static int check_trojan(const sv_inbound_spec *in, sv_error *err)
 {
     bool reality = in->reality.private_key != NULL;
