@@ -619,17 +619,19 @@ static const char *stream_network(const ag_node_state *n, unsigned *served, sv_e
     return n->node.network;
 }
 
+static int check_reality(const ag_node_state *n, const char *what, sv_error *err);
+
 /*
  * A trojan node (PANEL.md §1.4: server_port, server_name, host, network tcp, ws or httpupgrade
  * (issue 10) with networkSettings path and headers.Host) is served over TLS with the agent
- * config's certificate (issue 8, issue 9). Other transports, transport settings on tcp, and REALITY are refused naming
- * the field until their issues land; the node keeps its last good state.
+ * config's certificate (issue 8, issue 9), or over REALITY on TCP or gRPC when tls is 2
+ * (PANEL.md §1.4: the same REALITY tls_settings as vless; check_reality). Other transports and
+ * transport settings on tcp are refused naming the field; the node keeps its last good state.
  */
 static int check_trojan(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
-        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (trojan over "
-                            "TLS only)", n->tag);
+        return check_reality(n, "trojan over REALITY on TCP or gRPC", err);
     unsigned served = PN_SET_TLS;
     int rc;
     const char *net = stream_network(n, &served, err, &rc);
@@ -649,33 +651,39 @@ static bool chars_in(const char *s, size_t n, const char *set)
 }
 
 /*
- * A vless node with tls 2 (issue 11): REALITY on TCP or gRPC with its `tls_settings` (PANEL.md
- * §1.4):
+ * A vless or trojan node with tls 2 (issue 11): REALITY on TCP or gRPC with its `tls_settings`
+ * (PANEL.md §1.4), @p what naming what is served in refusals:
  * the target's server_name (also the one SNI served) and server_port, the X25519 private_key
  * (base64url of 32 bytes) and the short_id (hex, at most 16 digits, even count; empty = the
  * all-zero id). The agent config's "fallback" does not apply (the target is the fallback);
  * `flow` "xtls-rprx-vision" is served on TCP (XTLS Vision, PROTOCOLS-2.md §2; not over gRPC,
  * §2.1); another flow and transports other than gRPC (PROTOCOLS-2.md §1.6: HTTP/2 with prior
  * knowledge inside REALITY, networkSettings.serviceName required) are refused naming the field.
+ * An SSPanel node's reality-opts (PANEL.md §2.5, checked by panel/sspanel.c) give the target,
+ * the server name and short id lists, client version bounds and xver instead.
  */
-static int check_reality(const ag_node_state *n, sv_error *err)
+static int check_reality(const ag_node_state *n, const char *what, sv_error *err)
 {
     const pn_reality *r = &n->node.reality;
     static const char b64url[] =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    if (r->server_name == NULL || r->server_name[0] == '\0' ||
-        strlen(r->server_name) > 253 || strpbrk(r->server_name, " ,:/[]") != NULL)
+    if (r->target == NULL && (r->server_name == NULL || r->server_name[0] == '\0' ||
+                              strlen(r->server_name) > 253 ||
+                              strpbrk(r->server_name, " ,:/[]") != NULL))
         return sv_error_set(err, -EINVAL, "node %s: tls_settings.server_name: required for tls "
                             "2 (REALITY): the target site's DNS name", n->tag);
-    if (r->server_port == 0)
+    if (r->target == NULL && r->server_port == 0)
         return sv_error_set(err, -EINVAL, "node %s: tls_settings.server_port: required for tls "
                             "2 (REALITY): the target site's port", n->tag);
+    if (r->target != NULL && (r->server_names == NULL || r->short_ids == NULL))
+        return sv_error_set(err, -EINVAL, "node %s: reality-opts: server_names and short_ids "
+                            "are required with dest", n->tag);
     if (!chars_in(r->private_key, 43, b64url))
         return sv_error_set(err, -EINVAL, "node %s: tls_settings.private_key: expected an X25519 "
                             "key, 43 base64url characters", n->tag);
     const char *sid = r->short_id != NULL ? r->short_id : "";
-    if (strlen(sid) > 16 || strlen(sid) % 2 != 0 ||
-        !chars_in(sid, strlen(sid), "0123456789abcdefABCDEF"))
+    if (r->target == NULL && (strlen(sid) > 16 || strlen(sid) % 2 != 0 ||
+                              !chars_in(sid, strlen(sid), "0123456789abcdefABCDEF")))
         return sv_error_set(err, -EINVAL, "node %s: tls_settings.short_id \"%.32s\": expected "
                             "at most 16 hex digits, an even count", n->tag, sid);
     if (n->fallback != NULL)
@@ -687,7 +695,8 @@ static int check_reality(const ag_node_state *n, sv_error *err)
     const char *net = is_grpc(&n->node) ? stream_network(n, &served, err, &rc) : NULL;
     if (rc != 0)
         return rc;
-    if (n->node.set & PN_SET_FLOW) {
+    bool vless = strcmp(n->node.protocol, "vless") == 0;
+    if (vless && (n->node.set & PN_SET_FLOW)) {
         if (n->node.flow == NULL || strcmp(n->node.flow, VISION_FLOW) != 0)
             return sv_error_set(err, -EINVAL, "node %s: flow \"%.32s\": only \"%s\" is served",
                                 n->tag, n->node.flow != NULL ? n->node.flow : "",
@@ -697,7 +706,7 @@ static int check_reality(const ag_node_state *n, sv_error *err)
                                 "over REALITY on TCP only, not over gRPC", n->tag, VISION_FLOW);
         served |= PN_SET_FLOW;
     }
-    return check_unserved(n, "vless over REALITY on TCP or gRPC", served, net, err);
+    return check_unserved(n, what, served, net, err);
 }
 
 /*
@@ -711,7 +720,7 @@ static int check_reality(const ag_node_state *n, sv_error *err)
 static int check_vless(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
-        return check_reality(n, err);
+        return check_reality(n, "vless over REALITY on TCP or gRPC", err);
     if (n->node.set & PN_SET_FLOW)
         return sv_error_set(err, -EINVAL, "node %s: flow \"%.32s\": XTLS Vision is served over "
                             "tls 2 (REALITY) only, not over tls %u", n->tag,
@@ -821,19 +830,25 @@ static int add_ss_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_i
     return rc;
 }
 
-/* REALITY settings of a vless node with tls 2 (checked by check_reality): the target as the
- * inbound's fallback, its name as the one server name (issue 11). */
+/* REALITY settings of a vless or trojan node with tls 2 (checked by check_reality): the target
+ * as the inbound's fallback, its name as the one server name (issue 11); an SSPanel node's
+ * reality-opts target, lists, client version bounds and xver as they are (PANEL.md §2.5). */
 static int add_reality(const ag_node_state *n, sv_inbound_spec *in)
 {
     const pn_reality *r = &n->node.reality;
     char target[300];
     snprintf(target, sizeof target, "%s:%u", r->server_name, (unsigned)r->server_port);
     in->reality.max_time_diff_ms = r->max_time_diff;
+    in->reality.min_client_ver = r->min_client_ver;
+    in->reality.max_client_ver = r->max_client_ver;
+    in->reality.xver = r->xver;
     in->reality.vision = (n->node.set & PN_SET_FLOW) != 0; /* checked: xtls-rprx-vision */
-    if ((in->fallback = strdup(target)) == NULL ||
+    const char *names = r->server_names != NULL ? r->server_names : r->server_name;
+    const char *sids = r->short_ids != NULL ? r->short_ids : r->short_id;
+    if ((in->fallback = strdup(r->target != NULL ? r->target : target)) == NULL ||
         (in->reality.private_key = strdup(r->private_key)) == NULL ||
-        (in->reality.server_names = strdup(r->server_name)) == NULL ||
-        (r->short_id != NULL && (in->reality.short_ids = strdup(r->short_id)) == NULL))
+        (in->reality.server_names = strdup(names)) == NULL ||
+        (sids != NULL && (in->reality.short_ids = strdup(sids)) == NULL))
         return -ENOMEM;
     return 0;
 }
@@ -864,8 +879,9 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     in->ws.httpupgrade = is_ws(&n->node) && strcmp(n->node.network, "httpupgrade") == 0;
     if (is_grpc(&n->node) && (in->grpc.service_name = strdup(n->node.grpc_service)) == NULL)
         return -ENOMEM;
-    in->tls.cert = (vless || vmess) && n->node.tls != 1 ? SV_CERT_NONE : n->cert;
-    if (vless && n->node.tls == 2)
+    in->tls.cert = n->node.tls == 2 || ((vless || vmess) && n->node.tls != 1) ? SV_CERT_NONE
+                                                                               : n->cert;
+    if (n->node.tls == 2) /* vless or trojan: REALITY (check_reality) */
         return add_reality(n, in);
     if (in->tls.cert == SV_CERT_NONE)
         return n->fallback != NULL && (in->fallback = strdup(n->fallback)) == NULL ? -ENOMEM : 0;

@@ -529,6 +529,9 @@ void pn_node_free(pn_node *node)
     free(node->reality.server_name);
     free(node->reality.private_key);
     free(node->reality.short_id);
+    free(node->reality.target);
+    free(node->reality.server_names);
+    free(node->reality.short_ids);
     for (size_t i = 0; i < node->n_routes; i++)
         route_free(&node->routes[i]);
     free(node->routes);
@@ -677,10 +680,16 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
         dup_opt(&d->grpc_service, s->grpc_service) != 0 ||
         dup_opt(&d->reality.server_name, s->reality.server_name) != 0 ||
         dup_opt(&d->reality.private_key, s->reality.private_key) != 0 ||
-        dup_opt(&d->reality.short_id, s->reality.short_id) != 0)
+        dup_opt(&d->reality.short_id, s->reality.short_id) != 0 ||
+        dup_opt(&d->reality.target, s->reality.target) != 0 ||
+        dup_opt(&d->reality.server_names, s->reality.server_names) != 0 ||
+        dup_opt(&d->reality.short_ids, s->reality.short_ids) != 0)
         return -ENOMEM;
     d->reality.server_port = s->reality.server_port;
     d->reality.max_time_diff = s->reality.max_time_diff;
+    d->reality.min_client_ver = s->reality.min_client_ver;
+    d->reality.max_client_ver = s->reality.max_client_ver;
+    d->reality.xver = s->reality.xver;
     if (s->n_routes == 0)
         return 0;
     d->routes = calloc(s->n_routes, sizeof *d->routes);
@@ -765,7 +774,13 @@ bool pn_node_equal(const pn_node *a, const pn_node *b)
         !str_eq(a->reality.private_key, b->reality.private_key) ||
         !str_eq(a->reality.short_id, b->reality.short_id) ||
         a->reality.server_port != b->reality.server_port ||
-        a->reality.max_time_diff != b->reality.max_time_diff)
+        a->reality.max_time_diff != b->reality.max_time_diff ||
+        !str_eq(a->reality.target, b->reality.target) ||
+        !str_eq(a->reality.server_names, b->reality.server_names) ||
+        !str_eq(a->reality.short_ids, b->reality.short_ids) ||
+        a->reality.min_client_ver != b->reality.min_client_ver ||
+        a->reality.max_client_ver != b->reality.max_client_ver ||
+        a->reality.xver != b->reality.xver)
         return false;
     for (size_t i = 0; i < a->n_routes; i++)
         if (!route_eq(&a->routes[i], &b->routes[i]))

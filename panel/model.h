@@ -50,15 +50,24 @@ enum pn_node_set {
                                                 encryption) */
 };
 
-/** The REALITY object a node with `tls` 2 sends as `tls_settings` (PANEL.md §1.4; issue 11):
- *  each member NULL / 0 when absent or null. `public_key` and `allow_insecure` are the
- *  clients' and not read. */
+/** The REALITY object a node with `tls` 2 sends as `tls_settings` (PANEL.md §1.4; issue 11),
+ *  or SSPanel's custom_config `reality-opts` (§2.5): each member NULL / 0 when absent or null.
+ *  `public_key` and `allow_insecure` are the clients' and not read. */
 typedef struct pn_reality {
     char *server_name;    /**< the target site's name, also the SNI clients send */
     uint16_t server_port; /**< the target's port (a string or an int in the body); 0 = absent */
     char *private_key;    /**< X25519, base64url (never log it) */
     char *short_id;       /**< hex, at most 16 digits; "" = the all-zero id */
     uint64_t max_time_diff; /**< `max_time_diff` in ms when a panel sends one; 0 = none */
+    char *target;         /**< SSPanel `dest` as "host:port" (a bare port N is 127.0.0.1:N,
+                               Xray's localhost:N, PROTOCOLS-2.md §1.1); NULL = server_name:
+                               server_port */
+    char *server_names;   /**< SSPanel `server_names`, joined with ','; NULL = server_name */
+    char *short_ids;      /**< SSPanel `short_ids`, joined with ',' (possibly ""); NULL =
+                               short_id */
+    uint32_t min_client_ver, max_client_ver; /**< SSPanel `min_client_ver` / `max_client_ver`
+                               "x.y.z" as x << 16 | y << 8 | z; 0 = no bound */
+    uint8_t xver;         /**< SSPanel `proxy_protocol_ver`: 0, 1 or 2 */
 } pn_reality;
 
 /** A node's settings from `GET config` (PANEL.md §1.4). Unknown keys are ignored. */

@@ -201,6 +201,176 @@ static int custom_config(const json_t *data, json_t **out, sv_error *err)
     return sv_error_set(err, -EINVAL, "data.custom_config: expected an object");
 }
 
+/* ---- reality-opts (PANEL.md §2.5; PROTOCOLS-2.md §1.1) ------------------------------------ */
+
+#define RO "data.custom_config.reality-opts."
+#define RO_LIST_MAX 16u  /* names or short ids, as the REALITY layer's SV_REALITY_LIST_MAX */
+#define RO_NAME_MAX 253u /* a DNS name */
+
+/* `dest`: "host:port" ([v6]:port too) or a bare port N, as a string or a number, into
+ * @p out as "host:port" (N: "127.0.0.1:N", Xray's localhost:N). */
+static int reality_dest(const json_t *v, char **out, sv_error *err)
+{
+    char buf[RO_NAME_MAX + 16];
+    uint64_t port = 0;
+    if (v == NULL || json_is_null(v))
+        return sv_error_set(err, -EINVAL, RO "dest: missing (the target site, host:port)");
+    if (json_is_integer(v) || (json_is_string(v) && json_string_length(v) > 0 &&
+                               json_string_length(v) <= 5 &&
+                               strspn(json_string_value(v), "0123456789") ==
+                                   json_string_length(v))) {
+        int rc = get_uint(v, RO "dest", 65535, &port, err);
+        if (rc == 0 && port == 0)
+            rc = sv_error_set(err, -EINVAL, RO "dest: port 0");
+        if (rc != 0)
+            return rc;
+        snprintf(buf, sizeof buf, "127.0.0.1:%u", (unsigned)port);
+    } else {
+        if (!json_is_string(v))
+            return sv_error_set(err, -EINVAL, RO "dest: expected host:port or a port");
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (n >= sizeof buf)
+            return sv_error_set(err, -EMSGSIZE, RO "dest: longer than %zu bytes",
+                                sizeof buf - 1);
+        if (s[0] == '/' || s[0] == '@')
+            return sv_error_set(err, -EINVAL, RO "dest: a Unix socket target is not served "
+                                "(host:port or a port)");
+        const char *colon = strrchr(s, ':');
+        size_t host = colon != NULL ? (size_t)(colon - s) : 0;
+        size_t digits = colon != NULL ? strspn(colon + 1, "0123456789") : 0;
+        for (size_t i = 0; colon != NULL && i < digits && i < 6; i++)
+            port = port * 10 + (uint64_t)(colon[1 + i] - '0');
+        if (host == 0 || digits == 0 || digits > 5 || colon[1 + digits] != '\0' ||
+            port == 0 || port > 65535 || strlen(s) != n || strcspn(s, " \t,/") != n ||
+            (s[0] == '[') != (s[host - 1] == ']'))
+            return sv_error_set(err, -EINVAL, RO "dest: \"%.64s\": expected host:port or a "
+                                "port", s);
+        memcpy(buf, s, n + 1);
+    }
+    *out = strdup(buf);
+    return *out != NULL ? 0 : sv_error_set(err, -ENOMEM, "out of memory");
+}
+
+/* The short ids (each at most 16 hex digits, an even count) or server names (each 1..253
+ * printable characters, no ',' or space) of array member @p key, joined with ',' into @p out;
+ * at most RO_LIST_MAX, at least one name (no short id means the all-zero one only). */
+static int reality_list(const json_t *ro, const char *key, bool names, char **out,
+                        sv_error *err)
+{
+    const json_t *v = json_object_get(ro, key);
+    if (v == NULL || json_is_null(v)) {
+        if (names)
+            return sv_error_set(err, -EINVAL, RO "%s: missing (the SNI values clients send)",
+                                key);
+        *out = strdup("");
+        return *out != NULL ? 0 : sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    if (!json_is_array(v))
+        return sv_error_set(err, -EINVAL, RO "%s: expected an array of strings", key);
+    size_t count = json_array_size(v);
+    if ((names && count == 0) || count > RO_LIST_MAX)
+        return sv_error_set(err, -EINVAL, RO "%s: expected %s to %u entries", key,
+                            names ? "1" : "0", RO_LIST_MAX);
+    char *joined = calloc(1, RO_LIST_MAX * (RO_NAME_MAX + 1) + 1);
+    if (joined == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    size_t at = 0;
+    for (size_t i = 0; i < count; i++) {
+        const json_t *e = json_array_get(v, i);
+        const char *s = json_is_string(e) ? json_string_value(e) : NULL;
+        size_t n = s != NULL ? json_string_length(e) : 0;
+        bool ok = s != NULL && strlen(s) == n;
+        for (size_t k = 0; ok && k < n; k++)
+            ok = names ? s[k] > ' ' && s[k] < 0x7f && s[k] != ','
+                       : strchr("0123456789abcdefABCDEF", s[k]) != NULL;
+        ok = ok && (names ? n >= 1 && n <= RO_NAME_MAX : n <= 16 && n % 2 == 0);
+        if (!ok) {
+            free(joined);
+            return sv_error_set(err, -EINVAL, RO "%s[%zu]: expected %s", key, i,
+                                names ? "a DNS name of 1 to 253 characters"
+                                      : "at most 16 hex digits, an even count");
+        }
+        if (i > 0)
+            joined[at++] = ',';
+        memcpy(joined + at, s, n);
+        at += n;
+    }
+    *out = joined;
+    return 0;
+}
+
+/* A client version bound "x.y.z" (each part 0..255; "" or null = none) as a 24-bit value. */
+static int reality_version(const json_t *ro, const char *key, uint32_t *out, sv_error *err)
+{
+    const char *s = NULL;
+    char path[64];
+    snprintf(path, sizeof path, RO "%s", key);
+    int rc = opt_text(ro, key, path, 16, &s, err);
+    if (rc != 0 || !set_text(s))
+        return rc;
+    uint32_t v = 0;
+    const char *p = s;
+    for (int part = 0; part < 3; part++) {
+        size_t n = strspn(p, "0123456789");
+        unsigned x = 0;
+        for (size_t i = 0; i < n && i < 4; i++)
+            x = x * 10 + (unsigned)(p[i] - '0');
+        if (n == 0 || n > 3 || x > 255 || p[n] != (part < 2 ? '.' : '\0'))
+            return sv_error_set(err, -EINVAL, "%s: \"%.16s\": expected x.y.z, each part at "
+                                "most 255", path, s);
+        v = v << 8 | x;
+        p += n + 1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* enable_reality's `reality-opts` (PANEL.md §2.5) into @p r, each field checked and its bounds
+ * enforced here so that an error names the SSPanel field (PROTOCOLS-2.md §1.1 for the
+ * meanings). */
+static int reality_opts(const json_t *cc, pn_reality *r, sv_error *err)
+{
+    static const char b64url[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const json_t *ro = json_object_get(cc, "reality-opts");
+    if (ro == NULL || json_is_null(ro))
+        return sv_error_set(err, -EINVAL, "data.custom_config.reality-opts: missing (required "
+                            "with enable_reality)");
+    if (!json_is_object(ro))
+        return sv_error_set(err, -EINVAL, "data.custom_config.reality-opts: expected an object");
+    const char *key = NULL;
+    uint64_t xver = 0, diff = 0;
+    const json_t *pv = json_object_get(ro, "proxy_protocol_ver");
+    const json_t *dv = json_object_get(ro, "max_time_diff");
+    int rc = reality_dest(json_object_get(ro, "dest"), &r->target, err);
+    if (rc == 0)
+        rc = reality_list(ro, "server_names", true, &r->server_names, err);
+    if (rc == 0)
+        rc = reality_list(ro, "short_ids", false, &r->short_ids, err);
+    if (rc == 0)
+        rc = opt_text(ro, "private_key", RO "private_key", 44, &key, err);
+    if (rc == 0 && (key == NULL || strspn(key, b64url) != 43 ||
+                    (key[43] != '\0' && strcmp(key + 43, "=") != 0)))
+        rc = sv_error_set(err, -EINVAL, RO "private_key: expected an X25519 key, 43 base64url "
+                          "characters");
+    if (rc == 0 && (r->private_key = strndup(key, 43)) == NULL)
+        rc = sv_error_set(err, -ENOMEM, "out of memory");
+    if (rc == 0 && pv != NULL && !json_is_null(pv))
+        rc = get_uint(pv, RO "proxy_protocol_ver", 2, &xver, err);
+    if (rc == 0 && dv != NULL && !json_is_null(dv))
+        rc = get_uint(dv, RO "max_time_diff", UINT32_MAX, &diff, err);
+    if (rc == 0)
+        rc = reality_version(ro, "min_client_ver", &r->min_client_ver, err);
+    if (rc == 0)
+        rc = reality_version(ro, "max_client_ver", &r->max_client_ver, err);
+    if (rc == 0 && r->max_client_ver != 0 && r->min_client_ver > r->max_client_ver)
+        rc = sv_error_set(err, -EINVAL, RO "min_client_ver: above max_client_ver");
+    r->xver = (uint8_t)xver;
+    r->max_time_diff = diff;
+    return rc;
+}
+
 /* The V2Ray / Trojan transport and TLS keys of custom_config (§2.5) into the model's fields
  * and PN_SET_* bits, so lowering serves or refuses them by name. */
 static int transport_fields(const json_t *cc, pn_node *out, sv_error *err)
@@ -234,6 +404,9 @@ static int transport_fields(const json_t *cc, pn_node *out, sv_error *err)
     if (json_is_true(reality)) {
         out->set |= PN_SET_TLS;
         out->tls = 2;
+        rc = reality_opts(cc, &out->reality, err);
+        if (rc != 0)
+            return rc;
     }
     if (set_text(flow)) {
         out->set |= PN_SET_FLOW;

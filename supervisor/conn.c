@@ -1484,18 +1484,35 @@ static void answer_not_found(sv_conn *c)
 
 static void dial_fallback(sv_conn *c);
 
+/* REALITY's xver (PROTOCOLS-2.md §1.1): the PROXY protocol header the target gets first, from
+ * the client's address to the one it reached, into @p out; 0 when the inbound sends none. */
+static size_t target_proxy_header(sv_conn *c, uint8_t out[SV_PROXY_HEADER_MAX])
+{
+    const sv_reality_conf *r = c->handler->reality;
+    struct sockaddr_storage local;
+    int len = sizeof local;
+    if (r == NULL || r->xver == 0 ||
+        uv_tcp_getsockname(&c->client, (struct sockaddr *)&local, &len) != 0)
+        return 0;
+    return sv_proxy_header(r->xver, &c->peer.sa, (struct sockaddr *)&local, out);
+}
+
 /* Issue 8 fallback: relay every byte received so far (@p data, @p len), then both ways, to the
- * inbound's fallback, unmetered for users (no principal, no flow). */
+ * inbound's fallback, unmetered for users (no principal, no flow); a REALITY target gets its
+ * PROXY header first. */
 static void start_fallback(sv_conn *c, const uint8_t *data, size_t len)
 {
+    uint8_t head[SV_PROXY_HEADER_MAX];
+    size_t hl = target_proxy_header(c, head);
     c->raw = true;
-    c->to_remote = malloc(len ? len : 1);
+    c->to_remote = malloc(hl + len > 0 ? hl + len : 1);
     if (c->to_remote == NULL) {
         conn_close(c);
         return;
     }
-    memcpy(c->to_remote, data, len);
-    c->to_remote_len = len;
+    memcpy(c->to_remote, head, hl);
+    memcpy(c->to_remote + hl, data, len);
+    c->to_remote_len = hl + len;
     free(c->carry);
     c->carry = NULL;
     c->carry_len = 0;
@@ -2285,15 +2302,19 @@ static const sv_ob_stream_events peek_events = {peek_connected, peek_alloc, peek
 static void peek_start(sv_conn *c)
 {
     size_t len = 0;
+    uint8_t head[SV_PROXY_HEADER_MAX];
+    size_t hl = target_proxy_header(c, head); /* xver: the target gets it first here too */
     const uint8_t *hello = sv_chain_target_ask(&c->chain, &len);
-    target_peek *pk = c->handler->has_fallback && len > 0 ? calloc(1, sizeof *pk + len) : NULL;
+    target_peek *pk = c->handler->has_fallback && len > 0 ? calloc(1, sizeof *pk + hl + len)
+                                                          : NULL;
     if (pk == NULL || !conn_timer_start(c, on_target_timeout, SV_TARGET_FLIGHT_MS)) {
         free(pk);
         conn_close(c);
         return;
     }
-    memcpy(pk->hello, hello, len);
-    pk->hello_len = len;
+    memcpy(pk->hello, head, hl);
+    memcpy(pk->hello + hl, hello, len);
+    pk->hello_len = hl + len;
     pk->c = c;
     pk->owner_conn = c;
     c->peek = pk;

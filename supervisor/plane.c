@@ -143,6 +143,9 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
             goto fail;
         }
         h->reality->mirror = h->has_fallback; /* the fallback is the target (§1.5) */
+        h->reality->auth.min_client_ver = r->min_client_ver; /* §1.1: 0 = no bound */
+        h->reality->auth.max_client_ver = r->max_client_ver;
+        h->reality->xver = r->xver;
         h->layers[h->n_layers++] = (sv_layer_conf){&sv_reality_layer_ops, h->reality};
     }
     h->in.reality = (sv_inbound_reality){.max_time_diff_ms = in->reality.max_time_diff_ms};

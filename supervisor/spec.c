@@ -311,6 +311,9 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            str_eq(a->reality.short_ids, b->reality.short_ids) &&
            str_eq(a->reality.server_names, b->reality.server_names) &&
            a->reality.max_time_diff_ms == b->reality.max_time_diff_ms &&
+           a->reality.min_client_ver == b->reality.min_client_ver &&
+           a->reality.max_client_ver == b->reality.max_client_ver &&
+           a->reality.xver == b->reality.xver &&
            a->reality.vision == b->reality.vision;
 }
 

@@ -122,7 +122,8 @@ typedef struct sv_inbound_grpc {
                              custom path, §3.1); NULL = no gRPC */
 } sv_inbound_grpc;
 
-/** REALITY under a VLESS inbound (issue 11, PROTOCOLS-2.md §1): on when private_key is set.
+/** REALITY under a VLESS or Trojan inbound (issue 11, PROTOCOLS-2.md §1): on when private_key
+ *  is set.
  *  The target site, which gets every client that is not a valid REALITY client byte for byte,
  *  is the inbound's fallback (required then). */
 typedef struct sv_inbound_reality {
@@ -131,6 +132,12 @@ typedef struct sv_inbound_reality {
                              NULL or "" = the all-zero id only */
     char *server_names; /**< comma-separated SNI values clients must send (exact match) */
     uint64_t max_time_diff_ms; /**< largest |now - client time|; 0 = not checked */
+    uint32_t min_client_ver;   /**< lowest client version accepted, x.y.z as the 24-bit
+                                    x << 16 | y << 8 | z (§1.1); 0 = no bound */
+    uint32_t max_client_ver;   /**< highest client version accepted, the same; 0 = no bound */
+    uint8_t xver;              /**< 1 or 2: a PROXY protocol header of that version goes to the
+                                    target before a relayed client's bytes (§1.1 xver); 0 =
+                                    none */
     bool vision;        /**< every user's flow is xtls-rprx-vision (PROTOCOLS-2.md §2; the
                              panel's node `flow`): the rules of §2.2 apply to each request */
 } sv_inbound_reality;
@@ -177,7 +184,8 @@ typedef struct sv_inbound_spec {
     sv_policy user_removal;            /**< overrides sv_spec.user_removal (DEFAULT: the
                                             spec's); not part of the inbound's equality */
     sv_inbound_grpc grpc;              /**< gRPC over TCP or TLS (Trojan, VLESS, VMess; issue 10) */
-    sv_inbound_reality reality;        /**< REALITY instead of TLS (VLESS on TCP; issue 11) */
+    sv_inbound_reality reality;        /**< REALITY instead of TLS (VLESS or Trojan, on TCP or
+                                            under gRPC; issue 11) */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {

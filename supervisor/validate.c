@@ -410,12 +410,22 @@ static int check_stream_inbound(const sv_inbound_spec *in, const char *name, boo
     return 0;
 }
 
-/* Trojan (issue 8): over TLS, with an optional fallback. VLESS (issue 9): TLS optional (the
- * UUID travels in clear without it, PROTOCOLS.md §5.4), optional fallback. VMess (issue 9,
- * PROTOCOLS.md §6): TLS optional, no fallback. */
+static int check_reality(const sv_inbound_spec *in, sv_error *err);
+
+/* Trojan (issue 8): over TLS, with an optional fallback, or over REALITY (issue 11: PANEL.md
+ * §1.4, tls 2). VLESS (issue 9): TLS optional (the UUID travels in clear without it,
+ * PROTOCOLS.md §5.4), optional fallback. VMess (issue 9, PROTOCOLS.md §6): TLS optional, no
+ * fallback. */
 static int check_trojan(const sv_inbound_spec *in, sv_error *err)
 {
-    return check_stream_inbound(in, "trojan", true, true, err);
+    bool reality = in->reality.private_key != NULL;
+    int rc = check_stream_inbound(in, "trojan", !reality, true, err);
+    if (rc == 0 && reality)
+        rc = check_reality(in, err);
+    if (rc == 0 && in->reality.vision)
+        return INVALID(err, "inbound %s: the vision flow is served on vless inbounds only",
+                       in->tag);
+    return rc;
 }
 
 /* Is every comma-separated item of @p list (NULL = none) @p ok? Empty items count when
@@ -447,8 +457,9 @@ static bool name_ok(const char *p, size_t n)
 }
 
 /* REALITY (issue 11, PROTOCOLS-2.md §1.1): a base64url X25519 key of 32 bytes, short ids of at
- * most 16 hex digits (even count), at least one server name, the target as the fallback; on TCP
- * or under gRPC (§1.6: HTTP/2 with prior knowledge), not with a certificate or WebSocket. */
+ * most 16 hex digits (even count), at least one server name, the target as the fallback, xver
+ * 0..2, client versions of 24 bits (min not above max); on TCP or under gRPC (§1.6: HTTP/2 with
+ * prior knowledge), not with a certificate or WebSocket. */
 static int check_reality(const sv_inbound_spec *in, sv_error *err)
 {
     const sv_inbound_reality *r = &in->reality;
@@ -470,6 +481,13 @@ static int check_reality(const sv_inbound_spec *in, sv_error *err)
     if (in->tls.cert != SV_CERT_NONE || in->ws.path != NULL)
         return INVALID(err, "inbound %s: reality is served on TCP or under gRPC (no cert or "
                        "WebSocket)", in->tag);
+    if (r->xver > 2)
+        return INVALID(err, "inbound %s: reality xver %u: expected 0, 1 or 2 (the PROXY "
+                       "protocol version)", in->tag, (unsigned)r->xver);
+    if (r->min_client_ver > 0xffffff || r->max_client_ver > 0xffffff ||
+        (r->max_client_ver != 0 && r->min_client_ver > r->max_client_ver))
+        return INVALID(err, "inbound %s: reality client versions must be 24-bit x.y.z values, "
+                       "the minimum not above the maximum", in->tag);
     return 0;
 }
 
@@ -582,8 +600,10 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
     int rc = check_bind_overlap(spec, i, &addr, err);
     if (rc < 0)
         return rc;
-    if (in->protocol != SV_INBOUND_VLESS && in->reality.private_key != NULL)
-        return INVALID(err, "inbound %s: reality is served on vless inbounds only", in->tag);
+    if (in->protocol != SV_INBOUND_VLESS && in->protocol != SV_INBOUND_TROJAN &&
+        in->reality.private_key != NULL)
+        return INVALID(err, "inbound %s: reality is served on vless and trojan inbounds only",
+                       in->tag);
     if (in->protocol == SV_INBOUND_TROJAN)
         return check_trojan(in, err);
     if (in->protocol == SV_INBOUND_VLESS)

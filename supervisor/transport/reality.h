@@ -116,6 +116,9 @@ typedef struct sv_reality_conf {
     sv_reality_auth auth;
     sv_reality_cert cert;
     uint64_t (*now_ms)(void); /**< the wall clock (Unix ms) for the time window; tests set it */
+    uint8_t xver; /**< 1 or 2: the runtime sends a PROXY protocol header of that version to the
+                       target before a relayed client's bytes (§1.1 xver; sv_proxy_header()); 0 =
+                       none. The layer itself does not use it */
     bool mirror; /**< a valid client waits for the target's first flight (SV_LAYER_TARGET) and
                       gets its ServerHello and record sizes (§1.5); set when the inbound has a
                       fallback (the target). false: katana's own ServerHello, no padding */
@@ -150,6 +153,26 @@ sv_reality_conf *sv_reality_conf_new(const char *private_key, const char *short_
 
 /** Free the settings. NULL-safe. */
 void sv_reality_conf_free(sv_reality_conf *c);
+
+/** Longest PROXY protocol header sv_proxy_header() writes: version 1 with two IPv6 addresses
+ *  ("PROXY TCP6 " + 2 × 39 + 2 × 5 + 3 spaces + CRLF = 104 bytes). */
+#define SV_PROXY_HEADER_MAX 108
+
+struct sockaddr;
+
+/**
+ * Write the PROXY protocol header (HAProxy's proxy-protocol.txt) that REALITY's xver sends to
+ * the target before relaying a connection (PROTOCOLS-2.md §1.1): version 1 (text, "PROXY TCP4
+ * src dst sport dport\r\n") or 2 (binary, command PROXY over TCP) for a TCP connection from
+ * @p src (the client) to @p dst (the address it reached), both AF_INET or AF_INET6; IPv4 and
+ * IPv4-mapped IPv6 addresses are written as IPv4. Addresses of other or mixed families give
+ * "PROXY UNKNOWN\r\n" (v1) or the LOCAL command without addresses (v2).
+ * @param ver  1 or 2
+ * @param out  SV_PROXY_HEADER_MAX bytes
+ * @return the header's length, or 0 for another @p ver.
+ */
+size_t sv_proxy_header(unsigned ver, const struct sockaddr *src, const struct sockaddr *dst,
+                       uint8_t out[SV_PROXY_HEADER_MAX]);
 
 /**
  * The REALITY layer (layer.h), the first above TCP; conf is an sv_reality_conf. It collects the

@@ -4,8 +4,9 @@
  * run through the report acknowledgement check and, when it is JSON, the node-info and users
  * parsers (users both with the sort the node answer gave and with the picked one).
  * Checks: results are 0 or negative with a message; a parsed node has a port, a protocol and
- * the configured intervals; a parsed user list holds at most PN_USERS_MAX users with non-NULL
- * secrets, unique ids and limits within their bounds; the outputs are zeroed on failure.
+ * the configured intervals, and with enable_reality whole reality-opts (issue 11); a parsed
+ * user list holds at most PN_USERS_MAX users with non-NULL secrets, unique ids and limits
+ * within their bounds; the outputs are zeroed on failure.
  */
 #include "config.h"
 
@@ -70,6 +71,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_CHECK(node.pull_interval == 30 && node.push_interval == 90);
         FUZZ_CHECK(meta.sort == 0 || meta.sort == 1 || meta.sort == 11 || meta.sort == 14);
         FUZZ_CHECK(meta.sort > 1 || node.cipher != NULL);
+        const pn_reality *r = &node.reality; /* enable_reality: reality-opts whole or refused */
+        FUZZ_CHECK(r->target == NULL || (node.tls == 2 && r->server_names != NULL &&
+                                         r->short_ids != NULL && r->private_key != NULL &&
+                                         strlen(r->private_key) == 43 && r->xver <= 2));
         pn_node_free(&node);
         check_users(j, &meta);
     } else {

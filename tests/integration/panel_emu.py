@@ -25,7 +25,8 @@ envelopes, 401 {"ret":0,"msg":"Invalid request."} on a bad key), POST /mod_mu/us
 {"t","req","user_id","list_id"}, req = the request's number) and the legacy POST /mod_mu/nodes/{id}/info load report. The state and the
 control endpoints stay in UniProxy shapes: the config and users set through /_emu/ are translated
 (shadowsocks -> sort 0 with custom_config.method and offset_port_node, trojan -> sort 14, vless
--> sort 11 with enable_vless; uuid -> passwd on sort 0; speed_limit -> node_speedlimit,
+-> sort 11 with enable_vless; a config's own "sspanel_custom_config" object joins custom_config,
+e.g. enable_reality and reality-opts; uuid -> passwd on sort 0; speed_limit -> node_speedlimit,
 device_limit -> node_iplimit), endpoint names for faults and hits are the UniProxy ones
 (config, user, push, alive, status), and pushes are recorded as {uid: [up, down]}. Extra controls:
   POST /_emu/raw      {"endpoint":"config"|"user","body":<raw answer or null>, "status":200}:
@@ -117,6 +118,7 @@ def ss_info(cfg):
         cc["host"] = cfg["server_name"]
     if cfg.get("network") not in (None, "", "tcp"):
         cc["network"] = cfg["network"]
+    cc.update(cfg.get("sspanel_custom_config") or {})  # the test's own keys (reality-opts ...)
     return {"ret": 1, "data": {"node_speedlimit": 0, "sort": sort, "server": "127.0.0.1",
                                "custom_config": cc, "type": "SSPanel-UIM",
                                "version": "2025.1.0"}}

@@ -18,9 +18,9 @@ PY
 )
 }
 
-# rl_target BODY: picks TARGET_PORT, PANEL_PORT, NODE_PORT and API_PORT; makes the target's
-# certificate ($T/target.crt, .key; its fingerprint in TARGET_FP) and starts the target site
-# (rl_target_up BODY). target_count prints how many connections the target has seen.
+# rl_target BODY [OPTION...]: picks TARGET_PORT, PANEL_PORT, NODE_PORT and API_PORT; makes the
+# target's certificate ($T/target.crt, .key; its fingerprint in TARGET_FP) and starts the target
+# site (rl_target_up BODY [OPTION...]). target_count prints how many connections the target has seen.
 rl_target() {
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
         -keyout "$T/target.key" -out "$T/target.crt" -subj "/CN=localhost" \
@@ -28,19 +28,20 @@ rl_target() {
     TARGET_FP=$(openssl x509 -in "$T/target.crt" -noout -fingerprint -sha256)
     kt_ports 4
     TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
-    rl_target_up "$1"
+    rl_target_up "$@"
 }
 target_count() { cat "$T/target.count"; }
 
-# rl_target_up BODY: (re)starts the target site on TARGET_PORT with rl_target's certificate,
-# answering BODY and recording each handshake's first flight in $T/target.flight (a restart
-# counts connections from 0 again); its pid in TARGET_PID.
+# rl_target_up BODY [OPTION...]: (re)starts the target site on TARGET_PORT with rl_target's
+# certificate, answering BODY and recording each handshake's first flight in $T/target.flight (a
+# restart counts connections from 0 again), with more reality_target.py options after BODY (e.g.
+# --proxy-file); its pid in TARGET_PID.
 rl_target_up() {
     rm -f "$T/target.ready"
     kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" \
         --cert "$T/target.crt" --key "$T/target.key" --body "$1" \
         --count-file "$T/target.count" --ready-file "$T/target.ready" \
-        --flight-file "$T/target.flight"
+        --flight-file "$T/target.flight" "${@:2}"
     TARGET_PID=$BG_PID
     kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
 }
@@ -49,7 +50,10 @@ rl_target_up() {
 # (PANEL.md §1.4: REALITY towards localhost:TARGET_PORT with PRIV, PUB and short id SID) with
 # NODE_JSON's members over it (a tls_settings object adds to the REALITY one), and users 1, 2...
 # with the given uuids (UUID@MBPS: with that speed_limit); then katana (one worker, API on
-# API_PORT) is started on that panel.
+# API_PORT) is started on that panel, asking for node type RL_NODE_TYPE (default vless;
+# "trojan" with NODE_JSON's protocol trojan). RL_PANEL=sspanel: the emulator speaks SSPanel
+# mod_mu (NODE_JSON's sspanel_custom_config members join the node's custom_config) and katana's
+# panel is "sspanel".
 rl_node() {
     python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$@" <<'PY'
 import json, sys
@@ -74,14 +78,16 @@ json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": int(mbps) if mbps e
 PY
     kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
         --config "$T/panel-config.json" --users "$T/panel-users.json" \
-        --ready-file "$T/panel.ready"
+        --ready-file "$T/panel.ready" --mode "${RL_PANEL:-uniproxy}"
     kt_wait_file "$T/panel.ready" 10 || { fail "panel emulator did not start"; exit 1; }
+    local panel="\"node_type\": \"${RL_NODE_TYPE:-vless}\""
+    [ "${RL_PANEL:-uniproxy}" = sspanel ] && panel='"pull_interval": 60, "push_interval": 60'
     cat >"$T/katana.json" <<JSON
 {"log": {"level": "info"}, "workers": 1, "api": {"listen": "127.0.0.1:$API_PORT"},
  "db": {"path": "$T/katana.db", "flush_interval": 1},
  "nodes": [{"tag": "n1", "listen": "127.0.0.1", "allow_private": true,
-            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$PANEL_PORT",
-                      "token": "$PANEL_TOKEN", "node_id": 1, "node_type": "vless"}}]}
+            "panel": {"type": "${RL_PANEL:-uniproxy}", "url": "http://127.0.0.1:$PANEL_PORT",
+                      "token": "$PANEL_TOKEN", "node_id": 1, $panel}}]}
 JSON
     echo_start
     kat_start "$T/katana.json"

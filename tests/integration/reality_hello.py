@@ -15,7 +15,7 @@ order, only the key share's data ours; a 6-byte CCS; then records of the target'
 Else "mirror=differs: WHY".
 
 usage: reality_hello.py --port P --public-key B64URL --short-id HEX --sni NAME --offset SECONDS
-                       [--flight-file F]
+                       [--flight-file F] [--client-version X.Y.Z (default Xray's 26.3.27)]
 """
 import argparse
 import base64
@@ -34,7 +34,7 @@ def ext(kind, body):
     return struct.pack(">HH", kind, len(body)) + body
 
 
-def hello(server_pub, short_id, sni, when):
+def hello(server_pub, short_id, sni, when, version=(26, 3, 27)):
     """The ClientHello handshake message with its sealed session id (§1.2 steps 2-7)."""
     key = X25519PrivateKey.generate()
     share = key.public_key().public_bytes_raw()
@@ -50,7 +50,7 @@ def hello(server_pub, short_id, sni, when):
     msg = b"\x01" + struct.pack(">I", len(body))[1:] + body
     shared = key.exchange(X25519PublicKey.from_public_bytes(server_pub))
     auth = HKDF(hashes.SHA256(), 32, rnd[:20], b"REALITY").derive(shared)
-    plain = bytes([26, 3, 27, 0]) + struct.pack(">I", when) + short_id.ljust(8, b"\0")
+    plain = bytes(list(version) + [0]) + struct.pack(">I", when) + short_id.ljust(8, b"\0")
     sealed = AESGCM(auth).encrypt(rnd[20:], plain, msg)
     return msg[:39] + sealed + msg[71:]
 
@@ -118,9 +118,12 @@ def main():
     p.add_argument("--offset", type=int, default=0, help="seconds added to the clock")
     p.add_argument("--wait", type=float, default=3.0)
     p.add_argument("--flight-file")
+    p.add_argument("--client-version", default="26.3.27", help="x.y.z sealed in the hello")
     a = p.parse_args()
     pub = base64.urlsafe_b64decode(a.public_key + "=" * (-len(a.public_key) % 4))
-    msg = hello(pub, bytes.fromhex(a.short_id), a.sni.encode(), int(time.time()) + a.offset)
+    version = tuple(int(x) for x in a.client_version.split("."))
+    msg = hello(pub, bytes.fromhex(a.short_id), a.sni.encode(), int(time.time()) + a.offset,
+                version)
     got = b""
     with socket.create_connection(("127.0.0.1", a.port), timeout=a.wait) as s:
         s.sendall(b"\x16\x03\x01" + struct.pack(">H", len(msg)) + msg)

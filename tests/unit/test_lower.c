@@ -611,7 +611,8 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     } refused[] = {
         {"\"network\":\"grpc\"", "node tj: networkSettings.serviceName: required for network "
                                  "grpc"},
-        {"\"tls\":2", "node tj: tls 2 (REALITY): not served (trojan over TLS only)"},
+        {"\"tls\":2", "node tj: tls_settings.server_name: required for tls 2 (REALITY): the "
+                      "target site's DNS name"},
         {"\"networkSettings\":{\"path\":\"/x\"}", "node tj: networkSettings: not served (no "
                                                   "transport settings)"},
     };
@@ -643,6 +644,78 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
     assert_string_equal(err.msg, "node ss: \"cert\" applies to a shadowsocks node only with "
                                  "v2ray-plugin tls");
+    free_state(&st);
+}
+
+/* Issue 11, PANEL.md §1.4: a trojan node with tls 2 lowers to a Trojan inbound with REALITY (no
+ * certificate needed), on TCP or gRPC, the target as the fallback; a flow is refused. */
+static void lower__trojan_reality_node__inbound(void **state)
+{
+    (void)state;
+    ag_node_state st;
+    sv_spec s;
+    sv_error err = {0};
+    static const char users[] = "{\"users\":[{\"id\":1,\"uuid\":\"pw1\"}]}";
+    state_from_json(&st, "tr", "{\"protocol\":\"trojan\",\"server_port\":443,\"tls\":2,"
+                    "\"server_name\":\"www.example.com\",\"tls_settings\":{\"server_name\":"
+                    "\"www.example.com\",\"server_port\":\"8443\",\"private_key\":"
+                    "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\",\"short_id\":\"ab\"}}", users);
+    lower_one(&st, &s);
+    const sv_inbound_spec *in = &s.inbounds[0];
+    assert_int_equal(in->protocol, SV_INBOUND_TROJAN);
+    assert_int_equal(in->tls.cert, SV_CERT_NONE);
+    assert_string_equal(in->fallback, "www.example.com:8443");
+    assert_string_equal(in->reality.private_key, "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA");
+    assert_string_equal(in->reality.short_ids, "ab");
+    assert_string_equal(in->reality.server_names, "www.example.com");
+    assert_false(in->reality.vision);
+    sv_spec_free(&s);
+    free_state(&st);
+
+    state_from_json(&st, "tr", "{\"protocol\":\"trojan\",\"server_port\":443,\"tls\":2,"
+                    "\"network\":\"grpc\",\"networkSettings\":{\"serviceName\":\"kt-tun\"},"
+                    "\"tls_settings\":{\"server_name\":\"www.example.com\",\"server_port\":443,"
+                    "\"private_key\":\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"}}", users);
+    lower_one(&st, &s);
+    in = &s.inbounds[0];
+    assert_int_equal(in->protocol, SV_INBOUND_TROJAN);
+    assert_string_equal(in->grpc.service_name, "kt-tun");
+    assert_string_equal(in->fallback, "www.example.com:443");
+    sv_spec_free(&s);
+    free_state(&st);
+
+    state_from_json(&st, "tr", "{\"protocol\":\"trojan\",\"server_port\":443,\"tls\":2,"
+                    "\"flow\":\"xtls-rprx-vision\",\"tls_settings\":{\"server_name\":"
+                    "\"www.example.com\",\"server_port\":443,\"private_key\":"
+                    "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"}}", users);
+    ag_fleet f = {.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node tr: flow: not served (no VLESS flow such as "
+                                 "xtls-rprx-vision)");
+    free_state(&st);
+    /* PANEL.md §2.5: an SSPanel node's reality-opts (panel/sspanel.c) give the target, the
+     * lists, the client version bounds and xver as they are */
+    state_from_json(&st, "tr", "{\"protocol\":\"trojan\",\"server_port\":443,\"tls\":2,"
+                    "\"tls_settings\":{\"private_key\":"
+                    "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"}}", users);
+    pn_reality *r = &st.node.reality;
+    r->target = strdup("127.0.0.1:8443");
+    r->server_names = strdup("a.test,b.test");
+    r->short_ids = strdup(",ab");
+    r->min_client_ver = 0x010800;
+    r->max_client_ver = 0x1a031b;
+    r->xver = 1;
+    r->max_time_diff = 60000;
+    lower_one(&st, &s);
+    in = &s.inbounds[0];
+    assert_string_equal(in->fallback, "127.0.0.1:8443");
+    assert_string_equal(in->reality.server_names, "a.test,b.test");
+    assert_string_equal(in->reality.short_ids, ",ab");
+    assert_int_equal(in->reality.min_client_ver, 0x010800);
+    assert_int_equal(in->reality.max_client_ver, 0x1a031b);
+    assert_int_equal(in->reality.xver, 1);
+    assert_int_equal(in->reality.max_time_diff_ms, 60000);
+    sv_spec_free(&s);
     free_state(&st);
 }
 
@@ -1443,6 +1516,7 @@ int main(void)
         cmocka_unit_test(lower__ss_v2ray_plugin__websocket_inbound),
         cmocka_unit_test(lower__vless_node__inbound_and_refusals),
         cmocka_unit_test(lower__vless_reality_node__inbound_and_refusals),
+        cmocka_unit_test(lower__trojan_reality_node__inbound),
         cmocka_unit_test(lower__vmess_node__tcp_or_tls_and_refusals),
         cmocka_unit_test(lower__match_string_array_object__are_the_same),
         cmocka_unit_test(lower__every_match_form),

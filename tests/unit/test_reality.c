@@ -20,6 +20,8 @@
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "supervisor/transport/reality.h"
 #include "tests/unit/tls_target.h"
@@ -654,6 +656,76 @@ static void flight_patterns(void **st)
     assert_int_equal(np, 0);
 }
 
+/* xver (PROTOCOLS-2.md §1.1): the PROXY protocol header the target gets, v1 text and v2 binary
+ * (HAProxy's proxy-protocol.txt examples' layout), IPv4-mapped addresses as IPv4, mixed
+ * families as UNKNOWN / LOCAL, other versions none. */
+static void proxy_header_v1_v2(void **state)
+{
+    (void)state;
+    struct sockaddr_in s4 = {.sin_family = AF_INET, .sin_port = htons(56324)};
+    struct sockaddr_in d4 = {.sin_family = AF_INET, .sin_port = htons(443)};
+    inet_pton(AF_INET, "192.0.2.1", &s4.sin_addr);
+    inet_pton(AF_INET, "198.51.100.7", &d4.sin_addr);
+    uint8_t out[SV_PROXY_HEADER_MAX + 1];
+    size_t n = sv_proxy_header(1, (struct sockaddr *)&s4, (struct sockaddr *)&d4, out);
+    out[n] = 0;
+    assert_string_equal((char *)out, "PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\n");
+
+    static const uint8_t v2[] = {0x0d, 0x0a, 0x0d, 0x0a, 0x00, 0x0d, 0x0a, 0x51, 0x55, 0x49,
+                                 0x54, 0x0a, 0x21, 0x11, 0x00, 0x0c, 192, 0, 2, 1, 198, 51,
+                                 100, 7, 0xdc, 0x04, 0x01, 0xbb};
+    n = sv_proxy_header(2, (struct sockaddr *)&s4, (struct sockaddr *)&d4, out);
+    assert_int_equal(n, sizeof v2);
+    assert_memory_equal(out, v2, sizeof v2);
+
+    struct sockaddr_in6 s6 = {.sin6_family = AF_INET6, .sin6_port = htons(1)};
+    struct sockaddr_in6 d6 = {.sin6_family = AF_INET6, .sin6_port = htons(65535)};
+    inet_pton(AF_INET6, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", &s6.sin6_addr);
+    inet_pton(AF_INET6, "2001:db8::1", &d6.sin6_addr);
+    n = sv_proxy_header(1, (struct sockaddr *)&s6, (struct sockaddr *)&d6, out);
+    out[n] = 0;
+    assert_string_equal((char *)out, "PROXY TCP6 ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff "
+                                     "2001:db8::1 1 65535\r\n");
+    n = sv_proxy_header(2, (struct sockaddr *)&s6, (struct sockaddr *)&d6, out);
+    assert_int_equal(n, 16 + 36);
+    assert_int_equal(out[13], 0x21);
+    assert_int_equal(out[15], 36);
+    assert_memory_equal(out + 16, s6.sin6_addr.s6_addr, 16);
+    assert_memory_equal(out + 32, d6.sin6_addr.s6_addr, 16);
+    assert_int_equal(out[48] << 8 | out[49], 1);
+    assert_int_equal(out[50] << 8 | out[51], 65535);
+
+    /* a dual-stack listener: IPv4-mapped on both sides is IPv4 */
+    inet_pton(AF_INET6, "::ffff:127.0.0.1", &s6.sin6_addr);
+    inet_pton(AF_INET6, "::ffff:127.0.0.2", &d6.sin6_addr);
+    n = sv_proxy_header(1, (struct sockaddr *)&s6, (struct sockaddr *)&d6, out);
+    out[n] = 0;
+    assert_string_equal((char *)out, "PROXY TCP4 127.0.0.1 127.0.0.2 1 65535\r\n");
+
+    /* IPv4 and IPv4-mapped mix as IPv4; IPv4 and IPv6 have nothing to say */
+    n = sv_proxy_header(1, (struct sockaddr *)&s4, (struct sockaddr *)&d6, out);
+    out[n] = 0;
+    assert_string_equal((char *)out, "PROXY TCP4 192.0.2.1 127.0.0.2 56324 65535\r\n");
+    inet_pton(AF_INET6, "2001:db8::1", &d6.sin6_addr);
+    n = sv_proxy_header(1, (struct sockaddr *)&s4, (struct sockaddr *)&d6, out);
+    out[n] = 0;
+    assert_string_equal((char *)out, "PROXY UNKNOWN\r\n");
+    n = sv_proxy_header(2, (struct sockaddr *)&s4, (struct sockaddr *)&d6, out);
+    assert_int_equal(n, 16);
+    assert_int_equal(out[12], 0x20);
+    assert_int_equal(out[13], 0x00);
+    assert_int_equal(out[14] << 8 | out[15], 0);
+    assert_int_equal(sv_proxy_header(0, (struct sockaddr *)&s4, (struct sockaddr *)&d4, out), 0);
+    assert_int_equal(sv_proxy_header(3, (struct sockaddr *)&s4, (struct sockaddr *)&d4, out), 0);
+
+    /* the longest fits */
+    inet_pton(AF_INET6, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", &d6.sin6_addr);
+    inet_pton(AF_INET6, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", &s6.sin6_addr);
+    s6.sin6_port = htons(65535);
+    n = sv_proxy_header(1, (struct sockaddr *)&s6, (struct sockaddr *)&d6, out);
+    assert_int_equal(n, 104);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -667,6 +739,7 @@ int main(void)
         cmocka_unit_test(recorded_client_hellos),
         cmocka_unit_test(layer_mirrors_the_targets_flight),
         cmocka_unit_test(flight_patterns),
+        cmocka_unit_test(proxy_header_v1_v2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

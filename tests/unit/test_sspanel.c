@@ -282,12 +282,149 @@ static void sspanel__acks(void **state)
     assert_int_equal(pn_sspanel_check_ack(401, bad, strlen(bad), &err), -EPROTO);
 }
 
+/* PANEL.md §2.5, issue 11: enable_reality with reality-opts (PROTOCOLS-2.md §1.1) gives tls 2
+ * and the REALITY model: dest as host:port (a bare port is 127.0.0.1:N), the server name and
+ * short id lists joined, the key, the time window, the client version bounds and xver; each
+ * bad field is refused by name. */
+#define RO_HEAD "{\"ret\":1,\"data\":{\"sort\":11,\"custom_config\":{\"offset_port_node\":443," \
+                "\"enable_vless\":\"1\",\"enable_reality\":true,\"reality-opts\":"
+#define RO_KEY "\"private_key\":\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\""
+#define RO_BASE RO_KEY ",\"server_names\":[\"a.test\"]"
+static void sspanel__reality_opts__parsed_strictly(void **state)
+{
+    (void)state;
+    json_t *j = text(RO_HEAD "{\"dest\":\"www.example.com:8443\",\"proxy_protocol_ver\":2,"
+                     "\"server_names\":[\"www.example.com\",\"b.test\"]," RO_KEY ","
+                     "\"min_client_ver\":\"1.8.0\",\"max_client_ver\":\"26.3.27\","
+                     "\"max_time_diff\":60000,\"short_ids\":[\"\",\"0123456789abcdef\",\"ab\"]}"
+                     "}}}");
+    pn_sspanel_meta meta;
+    pn_node node;
+    sv_error err = {0};
+    assert_int_equal(pn_sspanel_parse_node(j, 0, 0, &meta, &node, &err), 0);
+    assert_string_equal(node.protocol, "vless");
+    assert_int_equal(node.tls, 2);
+    assert_string_equal(node.reality.target, "www.example.com:8443");
+    assert_string_equal(node.reality.server_names, "www.example.com,b.test");
+    assert_string_equal(node.reality.short_ids, ",0123456789abcdef,ab");
+    assert_string_equal(node.reality.private_key, "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA");
+    assert_int_equal(node.reality.max_time_diff, 60000);
+    assert_int_equal(node.reality.min_client_ver, 1 << 16 | 8 << 8);
+    assert_int_equal(node.reality.max_client_ver, 26 << 16 | 3 << 8 | 27);
+    assert_int_equal(node.reality.xver, 2);
+    pn_node_free(&node);
+    json_decref(j);
+
+    /* a bare port (a number or a string) is localhost's; no short ids = the all-zero one */
+    j = text(RO_HEAD "{\"dest\":8443," RO_BASE "}}}}");
+    assert_int_equal(pn_sspanel_parse_node(j, 0, 0, &meta, &node, &err), 0);
+    assert_string_equal(node.reality.target, "127.0.0.1:8443");
+    assert_string_equal(node.reality.short_ids, "");
+    assert_int_equal(node.reality.xver, 0);
+    assert_int_equal(node.reality.min_client_ver, 0);
+    pn_node_free(&node);
+    json_decref(j);
+    j = text("{\"ret\":1,\"data\":{\"sort\":14,\"custom_config\":{\"offset_port_node\":443,"
+             "\"enable_reality\":true,\"reality-opts\":{\"dest\":\"443\"," RO_BASE "}}}}");
+    assert_int_equal(pn_sspanel_parse_node(j, 0, 0, &meta, &node, &err), 0);
+    assert_string_equal(node.protocol, "trojan");
+    assert_int_equal(node.tls, 2);
+    assert_string_equal(node.reality.target, "127.0.0.1:443");
+    pn_node_free(&node);
+    json_decref(j);
+
+    static const struct {
+        const char *opts, *msg;
+    } bad[] = {
+        {"null", "data.custom_config.reality-opts: missing (required with enable_reality)"},
+        {"[]", "data.custom_config.reality-opts: expected an object"},
+        {"{" RO_BASE "}", "data.custom_config.reality-opts.dest: missing (the target site, "
+                          "host:port)"},
+        {"{\"dest\":0," RO_BASE "}", "data.custom_config.reality-opts.dest: port 0"},
+        {"{\"dest\":65536," RO_BASE "}",
+         "data.custom_config.reality-opts.dest: larger than 65535"},
+        {"{\"dest\":\"/run/t.sock\"," RO_BASE "}", "data.custom_config.reality-opts.dest: a "
+                                                   "Unix socket target is not served (host:port "
+                                                   "or a port)"},
+        {"{\"dest\":\"a.test\"," RO_BASE "}", "data.custom_config.reality-opts.dest: "
+                                              "\"a.test\": expected host:port or a port"},
+        {"{\"dest\":\"a.test:99999\"," RO_BASE "}", "data.custom_config.reality-opts.dest: "
+                                                    "\"a.test:99999\": expected host:port or a "
+                                                    "port"},
+        {"{\"dest\":\"a b:443\"," RO_BASE "}", "data.custom_config.reality-opts.dest: \"a "
+                                               "b:443\": expected host:port or a port"},
+        {"{\"dest\":true," RO_BASE "}", "data.custom_config.reality-opts.dest: expected "
+                                        "host:port or a port"},
+        {"{\"dest\":443," RO_KEY "}", "data.custom_config.reality-opts.server_names: missing "
+                                      "(the SNI values clients send)"},
+        {"{\"dest\":443," RO_KEY ",\"server_names\":[]}",
+         "data.custom_config.reality-opts.server_names: expected 1 to 16 entries"},
+        {"{\"dest\":443," RO_KEY ",\"server_names\":\"a.test\"}",
+         "data.custom_config.reality-opts.server_names: expected an array of strings"},
+        {"{\"dest\":443," RO_KEY ",\"server_names\":[\"a,b\"]}",
+         "data.custom_config.reality-opts.server_names[0]: expected a DNS name of 1 to 253 "
+         "characters"},
+        {"{\"dest\":443," RO_KEY ",\"server_names\":[\"a\",\"\"]}",
+         "data.custom_config.reality-opts.server_names[1]: expected a DNS name of 1 to 253 "
+         "characters"},
+        {"{\"dest\":443," RO_BASE ",\"short_ids\":[\"abc\"]}",
+         "data.custom_config.reality-opts.short_ids[0]: expected at most 16 hex digits, an "
+         "even count"},
+        {"{\"dest\":443," RO_BASE ",\"short_ids\":[\"0123456789abcdef01\"]}",
+         "data.custom_config.reality-opts.short_ids[0]: expected at most 16 hex digits, an "
+         "even count"},
+        {"{\"dest\":443," RO_BASE ",\"short_ids\":[\"zz\"]}",
+         "data.custom_config.reality-opts.short_ids[0]: expected at most 16 hex digits, an "
+         "even count"},
+        {"{\"dest\":443," RO_BASE ",\"short_ids\":[1]}",
+         "data.custom_config.reality-opts.short_ids[0]: expected at most 16 hex digits, an "
+         "even count"},
+        {"{\"dest\":443,\"server_names\":[\"a\"]}", "data.custom_config.reality-opts."
+                                                    "private_key: expected an X25519 key, 43 "
+                                                    "base64url characters"},
+        {"{\"dest\":443,\"server_names\":[\"a\"],\"private_key\":\"AQID\"}",
+         "data.custom_config.reality-opts.private_key: expected an X25519 key, 43 base64url "
+         "characters"},
+        {"{\"dest\":443," RO_BASE ",\"proxy_protocol_ver\":3}",
+         "data.custom_config.reality-opts.proxy_protocol_ver: larger than 2"},
+        {"{\"dest\":443," RO_BASE ",\"proxy_protocol_ver\":-1}",
+         "data.custom_config.reality-opts.proxy_protocol_ver: negative"},
+        {"{\"dest\":443," RO_BASE ",\"max_time_diff\":\"1m\"}",
+         "data.custom_config.reality-opts.max_time_diff: expected a number"},
+        {"{\"dest\":443," RO_BASE ",\"min_client_ver\":\"1.8\"}",
+         "data.custom_config.reality-opts.min_client_ver: \"1.8\": expected x.y.z, each part "
+         "at most 255"},
+        {"{\"dest\":443," RO_BASE ",\"max_client_ver\":\"1.256.0\"}",
+         "data.custom_config.reality-opts.max_client_ver: \"1.256.0\": expected x.y.z, each "
+         "part at most 255"},
+        {"{\"dest\":443," RO_BASE ",\"max_client_ver\":\"1.2.3.4\"}",
+         "data.custom_config.reality-opts.max_client_ver: \"1.2.3.4\": expected x.y.z, each "
+         "part at most 255"},
+        {"{\"dest\":443," RO_BASE ",\"min_client_ver\":\"2.0.0\",\"max_client_ver\":\"1.0.0\"}",
+         "data.custom_config.reality-opts.min_client_ver: above max_client_ver"},
+    };
+    char body[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, RO_HEAD "%s}}}", bad[i].opts);
+        node_refused(body, -EINVAL, bad[i].msg);
+    }
+    /* at most 16 names */
+    char *p = body + snprintf(body, sizeof body, RO_HEAD "{\"dest\":443," RO_KEY
+                              ",\"server_names\":[");
+    for (int i = 0; i < 17; i++)
+        p += sprintf(p, "%s\"n%d.test\"", i > 0 ? "," : "", i);
+    strcpy(p, "]}}}}");
+    node_refused(body, -EINVAL, "data.custom_config.reality-opts.server_names: expected 1 to 16 "
+                                "entries");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(sspanel__vmess_node__lowers_transport_and_port),
         cmocka_unit_test(sspanel__ss2022_node__has_method_and_server_key),
         cmocka_unit_test(sspanel__bad_nodes__are_refused_naming_the_field),
+        cmocka_unit_test(sspanel__reality_opts__parsed_strictly),
         cmocka_unit_test(sspanel__legacy_server_string__gives_the_port),
         cmocka_unit_test(sspanel__users__secret_by_sort_and_limits),
         cmocka_unit_test(sspanel__legacy_users__iplimit_and_alive_ip),

@@ -770,8 +770,8 @@ static void within_a_phase_spec_order_decides(void **state)
 
 /* Issue 9: a WebSocket transport on a trojan inbound: path starting with '/', printable, Host
  * only with a path; shadowsocks refuses it. */
-/* Issue 11: REALITY on a vless inbound: key, short ids, server names, the target as the
- * fallback, TCP or gRPC; not on other protocols. */
+/* Issue 11: REALITY on a vless or trojan inbound: key, short ids, server names, the target as
+ * the fallback, xver, client versions, TCP or gRPC; not on other protocols. */
 static void reality_settings_are_checked(void **state)
 {
     (void)state;
@@ -812,9 +812,28 @@ static void reality_settings_are_checked(void **state)
     f.in[1].grpc.service_name = NULL;
     expect_valid(&f);
     f.in[1].reality.vision = false;
-    f.in[1].protocol = SV_INBOUND_VMESS;
+    f.in[1].reality.xver = 3; /* §1.1: PROXY protocol v1 or v2 */
+    expect_invalid(&f, "inbound vr: reality xver 3: expected 0, 1 or 2 (the PROXY protocol "
+                       "version)");
+    f.in[1].reality.xver = 2;
+    f.in[1].reality.min_client_ver = 0x010900;
+    f.in[1].reality.max_client_ver = 0x010801;
+    expect_invalid(&f, "inbound vr: reality client versions must be 24-bit x.y.z values, the "
+                       "minimum not above the maximum");
+    f.in[1].reality.max_client_ver = 0x1000000;
+    expect_invalid(&f, "inbound vr: reality client versions must be 24-bit x.y.z values, the "
+                       "minimum not above the maximum");
+    f.in[1].reality.max_client_ver = 0; /* no upper bound */
+    expect_valid(&f);
+    f.in[1].protocol = SV_INBOUND_TROJAN; /* PANEL.md §1.4: trojan with tls 2 */
+    expect_valid(&f);
+    f.in[1].reality.vision = true;
+    expect_invalid(&f, "inbound vr: the vision flow is served on vless inbounds only");
+    f.in[1].reality.vision = false;
     f.in[1].fallback = NULL;
-    expect_invalid(&f, "inbound vr: reality is served on vless inbounds only");
+    expect_invalid(&f, "inbound vr: reality needs its target as the fallback (HOST:PORT)");
+    f.in[1].protocol = SV_INBOUND_VMESS;
+    expect_invalid(&f, "inbound vr: reality is served on vless and trojan inbounds only");
 }
 
 static void websocket_settings_are_checked(void **state)
