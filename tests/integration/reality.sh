@@ -20,7 +20,8 @@ PY
 
 # rl_target BODY [OPTION...]: picks TARGET_PORT, PANEL_PORT, NODE_PORT and API_PORT; makes the
 # target's certificate ($T/target.crt, .key; its fingerprint in TARGET_FP) and starts the target
-# site (rl_target_up BODY [OPTION...]). target_count prints how many connections the target has seen.
+# site (rl_target_up BODY [OPTION...]). target_count prints how many connections the target has
+# seen.
 rl_target() {
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
         -keyout "$T/target.key" -out "$T/target.crt" -subj "/CN=localhost" \
