@@ -69,6 +69,8 @@ struct sv_tls13s {
                                           (a whole record in the input is opened from there) */
     size_t rec_len;
     size_t plain_off, plain_len;       /* decrypted application data in rec not yet handed up */
+    size_t rec_dirty;                  /* rec[0 .. rec_dirty) may hold plaintext: cleansed
+                                          before it is freed */
     uint8_t hs[HS_MAX];                /* the client's handshake bytes not yet handled */
     size_t hs_len;
     bool up, eof, closed;
@@ -664,8 +666,10 @@ void sv_tls13s_free(sv_tls13s *s)
     EVP_CIPHER_CTX_free(s->wr.ctx);
     free(s->sh);
     free(s->out);
-    if (s->rec != NULL)
-        OPENSSL_clear_free(s->rec, REC_BUF); /* a plaintext record not handed up */
+    if (s->rec != NULL) { /* a plaintext record not handed up */
+        OPENSSL_cleanse(s->rec, s->rec_dirty);
+        free(s->rec);
+    }
     OPENSSL_cleanse(s, sizeof *s); /* secrets */
     free(s);
 }
@@ -870,12 +874,15 @@ static size_t take_plain(sv_tls13s *s, uint8_t *out, size_t cap)
     return k;
 }
 
-/* Free the record buffer once it holds nothing (an idle connection keeps none). */
+/* Free the record buffer once it holds nothing (an idle connection keeps none), cleansing
+ * the plaintext decrypted there. */
 static void release_rec(sv_tls13s *s)
 {
     if (s->rec != NULL && s->rec_len == 0 && s->plain_len == 0) {
-        OPENSSL_clear_free(s->rec, REC_BUF);
+        OPENSSL_cleanse(s->rec, s->rec_dirty);
+        free(s->rec);
         s->rec = NULL;
+        s->rec_dirty = 0;
     }
 }
 
@@ -896,11 +903,16 @@ static int next_record(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used, 
         rc = fill_record(s, in, n, used);
     if (rc <= 0)
         return rc;
-    size_t plain = 0;
-    rc = on_record(s, s->rec, s->rec_len - REC_HDR, s->rec + REC_HDR, &plain);
-    s->rec_len = 0; /* its plaintext, if any, stays in s->rec until taken */
-    s->plain_off = REC_HDR;
-    s->plain_len = rc == 0 ? plain : 0;
+    size_t rlen = s->rec_len - REC_HDR, plain = 0;
+    s->rec_len = 0;
+    if (rlen <= cap + TAG_LEN) { /* the plaintext fits: straight there */
+        rc = on_record(s, s->rec, rlen, out, got);
+    } else { /* in place; it stays in s->rec until taken */
+        s->rec_dirty = REC_BUF;
+        rc = on_record(s, s->rec, rlen, s->rec + REC_HDR, &plain);
+        s->plain_off = REC_HDR;
+        s->plain_len = rc == 0 ? plain : 0;
+    }
     return rc < 0 ? rc : 1;
 }
 
