@@ -28,7 +28,7 @@
 #include "supervisor/transport/tls13s.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+size_t __sanitizer_get_current_allocated_bytes(void); /* libasan (allocator_interface.h) */
 #endif
 
 #define DATA_LEN (1u << 20)
