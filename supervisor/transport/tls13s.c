@@ -20,6 +20,10 @@
 #define HS_MAX 64u           /* client handshake messages we accept: Finished, KeyUpdate */
 #define TEMPLATE_MAX 2048u   /* a target ServerHello (X25519: about 120 bytes) */
 #define FLIGHT_MAX (SV_TLS13S_CERT_MAX + 1024u)
+#define REC_BUF (REC_HDR + CIPHER_MAX) /* one record of the client's being read */
+/* The output buffer when it is (re)made: a full queue plus one more record, under glibc's
+ * mmap threshold so that freeing it when empty costs no page faults on the next write. */
+#define OUT_BUF (SV_TLS13S_OUT_MAX + REC_HDR + PLAIN_MAX + 1u + TAG_LEN + 64u)
 
 enum { CT_CCS = 20, CT_ALERT = 21, CT_HANDSHAKE = 22, CT_APPDATA = 23 };
 enum { HT_SERVER_HELLO = 2, HT_EE = 8, HT_CERT = 11, HT_CV = 15, HT_FINISHED = 20,
@@ -51,17 +55,22 @@ typedef struct dir {
 
 struct sv_tls13s {
     const suite *suite;
-    EVP_MD_CTX *transcript;
+    EVP_MD_CTX *transcript;            /* until the client's Finished */
     dir rd, wr;
     uint8_t client_ap[HASH_MAX];       /* client application secret, in use after Finished */
     uint8_t client_finished[HASH_MAX]; /* the verify_data the client must send */
     uint8_t *sh;                       /* the ServerHello message sent */
     size_t sh_len;
-    uint8_t *out;                      /* pending output: out[out_off .. out_end) */
+    uint8_t *out;                      /* pending output: out[out_off .. out_end); NULL when
+                                          empty, so that an idle connection holds none */
     size_t out_off, out_end, out_cap;
-    uint8_t rec[REC_HDR + CIPHER_MAX]; /* the client's record being read */
+    uint8_t *rec;                      /* REC_BUF bytes while a record of the client's is
+                                          partly read or its plaintext is not all handed up
+                                          (a whole record in the input is opened from there) */
     size_t rec_len;
-    size_t plain_off, plain_len;       /* decrypted application data not yet handed up */
+    size_t plain_off, plain_len;       /* decrypted application data in rec not yet handed up */
+    size_t rec_dirty;                  /* rec[0 .. rec_dirty) may hold plaintext: cleansed
+                                          before it is freed */
     uint8_t hs[HS_MAX];                /* the client's handshake bytes not yet handled */
     size_t hs_len;
     bool up, eof, closed;
@@ -83,7 +92,8 @@ static uint8_t *out_room(sv_tls13s *s, size_t k)
         s->out_off = 0;
     }
     if (s->out_end + k > s->out_cap) {
-        size_t cap = s->out_cap * 2 > s->out_end + k ? s->out_cap * 2 : s->out_end + k + 4096;
+        size_t cap = s->out_cap == 0 && s->out_end + k <= OUT_BUF ? OUT_BUF
+                     : s->out_cap * 2 > s->out_end + k ? s->out_cap * 2 : s->out_end + k + 4096;
         uint8_t *p = realloc(s->out, cap);
         if (p == NULL)
             return NULL;
@@ -202,7 +212,8 @@ static void nonce(const dir *d, uint8_t *n)
 }
 
 /* Queue one protected record: @p len bytes of @p type content, zero-padded so that the record
- * is @p wire bytes long (0: no padding). */
+ * is @p wire bytes long (0: no padding). The content is encrypted from @p p straight into the
+ * output (not copied first); @p p must not point into the output buffer. */
 static int seal(sv_tls13s *s, uint8_t type, const uint8_t *p, size_t len, size_t wire)
 {
     size_t inner = wire == 0 ? len + 1 : wire - REC_HDR - TAG_LEN;
@@ -213,16 +224,16 @@ static int seal(sv_tls13s *s, uint8_t type, const uint8_t *p, size_t len, size_t
         return -ENOMEM;
     r[0] = CT_APPDATA, r[1] = 3, r[2] = 3;
     put16(r + 3, inner + TAG_LEN);
-    if (len > 0)
-        memmove(r + REC_HDR, p, len);
-    r[REC_HDR + len] = type;
-    memset(r + REC_HDR + len + 1, 0, inner - len - 1);
+    uint8_t *tail = r + REC_HDR + len; /* the content type, then the padding */
+    tail[0] = type;
+    memset(tail + 1, 0, inner - len - 1);
     nonce(&s->wr, n);
     int l = 0;
     EVP_CIPHER_CTX *c = s->wr.ctx;
     if (!EVP_EncryptInit_ex(c, NULL, NULL, NULL, n) ||
         !EVP_EncryptUpdate(c, NULL, &l, r, REC_HDR) ||
-        !EVP_EncryptUpdate(c, r + REC_HDR, &l, r + REC_HDR, (int)inner) ||
+        (len > 0 && !EVP_EncryptUpdate(c, r + REC_HDR, &l, p, (int)len)) ||
+        !EVP_EncryptUpdate(c, tail, &l, tail, (int)(inner - len)) ||
         !EVP_EncryptFinal_ex(c, r + REC_HDR + inner, &l) ||
         !EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_GET_TAG, TAG_LEN, r + REC_HDR + inner))
         return -EIO;
@@ -231,30 +242,33 @@ static int seal(sv_tls13s *s, uint8_t type, const uint8_t *p, size_t len, size_t
     return 0;
 }
 
-/* Decrypt the buffered record in place. @return its inner content type with the content at
- * rec + REC_HDR, *@p len bytes long, or a negative errno. */
-static int open_record(sv_tls13s *s, size_t *len)
+/* Decrypt the whole protected record @p r (header and @p rlen bytes of body) into @p dst
+ * (room for rlen - TAG_LEN bytes; may be r + REC_HDR: in place).
+ * @return its inner content type with the content at dst, *@p len bytes long, or a negative
+ * errno. */
+static int open_record(sv_tls13s *s, const uint8_t *r, size_t rlen, uint8_t *dst, size_t *len)
 {
-    uint8_t *r = s->rec, n[IV_LEN];
-    size_t clen = s->rec_len - REC_HDR - TAG_LEN;
+    uint8_t n[IV_LEN], tag[TAG_LEN];
+    size_t clen = rlen - TAG_LEN;
+    memcpy(tag, r + REC_HDR + clen, TAG_LEN);
     nonce(&s->rd, n);
     int l = 0;
     EVP_CIPHER_CTX *c = s->rd.ctx;
     if (!EVP_DecryptInit_ex(c, NULL, NULL, NULL, n) ||
-        !EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, TAG_LEN, r + REC_HDR + clen) ||
+        !EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_TAG, TAG_LEN, tag) ||
         !EVP_DecryptUpdate(c, NULL, &l, r, REC_HDR) ||
-        !EVP_DecryptUpdate(c, r + REC_HDR, &l, r + REC_HDR, (int)clen) ||
-        EVP_DecryptFinal_ex(c, r + REC_HDR + clen, &l) <= 0)
+        !EVP_DecryptUpdate(c, dst, &l, r + REC_HDR, (int)clen) ||
+        EVP_DecryptFinal_ex(c, dst + clen, &l) <= 0)
         return -EBADMSG;
     s->rd.seq++;
-    while (clen > 0 && r[REC_HDR + clen - 1] == 0) /* strip the padding (§5.4) */
+    while (clen > 0 && dst[clen - 1] == 0) /* strip the padding (§5.4) */
         clen--;
     if (clen == 0)
         return -EPROTO; /* no content type */
     if (clen - 1 > PLAIN_MAX)
         return -EMSGSIZE;
     *len = clen - 1;
-    return r[REC_HDR + clen - 1];
+    return dst[clen - 1];
 }
 
 /* ---------- the server's first flight ---------- */
@@ -652,7 +666,11 @@ void sv_tls13s_free(sv_tls13s *s)
     EVP_CIPHER_CTX_free(s->wr.ctx);
     free(s->sh);
     free(s->out);
-    OPENSSL_cleanse(s, sizeof *s); /* secrets, and the last plaintext record */
+    if (s->rec != NULL) { /* a plaintext record not handed up */
+        OPENSSL_cleanse(s->rec, s->rec_dirty);
+        free(s->rec);
+    }
+    OPENSSL_cleanse(s, sizeof *s); /* secrets */
     free(s);
 }
 
@@ -715,6 +733,8 @@ static int on_finished(sv_tls13s *s, const uint8_t *body, size_t len)
     int rc = set_traffic(s, &s->rd, s->client_ap, 0);
     OPENSSL_cleanse(s->client_ap, sizeof s->client_ap);
     OPENSSL_cleanse(s->client_finished, sizeof s->client_finished);
+    EVP_MD_CTX_free(s->transcript); /* the handshake is over: nothing more to hash */
+    s->transcript = NULL;
     s->up = rc == 0;
     return rc;
 }
@@ -762,38 +782,54 @@ static int on_handshake(sv_tls13s *s, const uint8_t *p, size_t len)
     return 0;
 }
 
-/* Handle the record buffered in s->rec (§5): application data becomes pending plaintext. */
-static int on_record(sv_tls13s *s)
+/* Handle the whole record @p r (header and @p rlen bytes of body, §5), its plaintext written
+ * to @p dst (room for rlen bytes; r + REC_HDR to decrypt in place). @return 0 with *@p plain
+ * bytes of application data at dst (0: none), or a negative errno. */
+static int on_record(sv_tls13s *s, const uint8_t *r, size_t rlen, uint8_t *dst, size_t *plain)
 {
-    uint8_t type = s->rec[0];
-    size_t len = s->rec_len - REC_HDR;
-    const uint8_t *p = s->rec + REC_HDR;
-    if (type == CT_CCS) /* dropped until the client's Finished (§5) */
+    const uint8_t *p = r + REC_HDR;
+    size_t len = rlen;
+    *plain = 0;
+    if (r[0] == CT_CCS) /* dropped until the client's Finished (§5) */
         return !s->up && len == 1 && p[0] == 1 ? 0 : -EPROTO;
-    if (type == CT_ALERT && !s->up) /* a client that could not read our flight */
+    if (r[0] == CT_ALERT && !s->up) /* a client that could not read our flight */
         return on_alert(s, p, len);
-    if (type != CT_APPDATA)
+    if (r[0] != CT_APPDATA)
         return -EPROTO;
     if (len < TAG_LEN + 1)
         return -EBADMSG;
-    int inner = open_record(s, &len);
+    int inner = open_record(s, r, rlen, dst, &len);
     if (inner < 0)
         return inner;
     if (inner == CT_ALERT)
-        return on_alert(s, p, len);
+        return on_alert(s, dst, len);
     if (inner == CT_HANDSHAKE)
-        return on_handshake(s, p, len);
+        return on_handshake(s, dst, len);
     if (inner != CT_APPDATA || !s->up)
         return -EPROTO;
-    s->plain_off = REC_HDR;
-    s->plain_len = len;
+    *plain = len;
     return 0;
 }
 
-/* Take bytes of @p in into s->rec up to one whole record. @return 1 when it is whole, 0 when
- * more is needed, or a negative errno for a bad header. */
+/* Check a record header (§5.1). @return the body length, or a negative errno. */
+static int check_header(const uint8_t *h)
+{
+    size_t len = get16(h + 3);
+    if (h[0] < CT_CCS || h[0] > CT_APPDATA || h[1] != 3)
+        return -EPROTO;
+    if (len > CIPHER_MAX)
+        return -EMSGSIZE;
+    return len == 0 ? -EPROTO : (int)len;
+}
+
+/* Take bytes of @p in into s->rec (made here) up to one whole record. @return 1 when it is
+ * whole, 0 when more is needed, or a negative errno for a bad header or no memory. */
 static int fill_record(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used)
 {
+    if (n == 0)
+        return 0;
+    if (s->rec == NULL && (s->rec = malloc(REC_BUF)) == NULL)
+        return -ENOMEM;
     size_t want = REC_HDR;
     if (s->rec_len >= REC_HDR)
         want = REC_HDR + get16(s->rec + 3);
@@ -804,26 +840,80 @@ static int fill_record(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used)
     if (s->rec_len < REC_HDR)
         return 0;
     if (s->rec_len == REC_HDR && want == REC_HDR) {
-        size_t len = get16(s->rec + 3);
-        if (s->rec[0] < CT_CCS || s->rec[0] > CT_APPDATA || s->rec[1] != 3)
-            return -EPROTO;
-        if (len > CIPHER_MAX)
-            return -EMSGSIZE;
-        if (len == 0)
-            return -EPROTO;
-        return fill_record(s, in + k, n - k, used);
+        int len = check_header(s->rec);
+        return len < 0 ? len : fill_record(s, in + k, n - k, used);
     }
     return s->rec_len == want;
+}
+
+/* The record at the start of @p in when it is there whole, is application data and its
+ * plaintext fits @p room: @return its body length (it is opened from @p in straight into the
+ * caller's buffer), 0 when it must be collected in s->rec, or a negative errno. */
+static int whole_record(const sv_tls13s *s, const uint8_t *in, size_t n, size_t room)
+{
+    if (s->rec_len != 0 || n < REC_HDR)
+        return 0;
+    int len = check_header(in);
+    if (len < 0)
+        return len;
+    size_t rlen = (size_t)len;
+    return in[0] == CT_APPDATA && rlen >= TAG_LEN + 1 && REC_HDR + rlen <= n &&
+                   rlen - TAG_LEN <= room
+               ? len
+               : 0;
 }
 
 /* Hand up pending plaintext. @return bytes copied. */
 static size_t take_plain(sv_tls13s *s, uint8_t *out, size_t cap)
 {
     size_t k = s->plain_len < cap ? s->plain_len : cap;
-    memcpy(out, s->rec + s->plain_off, k);
+    if (k > 0)
+        memcpy(out, s->rec + s->plain_off, k);
     s->plain_off += k;
     s->plain_len -= k;
     return k;
+}
+
+/* Free the record buffer once it holds nothing (an idle connection keeps none), cleansing
+ * the plaintext decrypted there. */
+static void release_rec(sv_tls13s *s)
+{
+    if (s->rec != NULL && s->rec_len == 0 && s->plain_len == 0) {
+        OPENSSL_cleanse(s->rec, s->rec_dirty);
+        free(s->rec);
+        s->rec = NULL;
+        s->rec_dirty = 0;
+    }
+}
+
+/* Open the next record of @p in: straight into @p out when it is there whole and fits, else
+ * through s->rec. @return 1 after a record (*@p got plaintext bytes at out, or pending in
+ * s->rec), 0 when more input is needed, or a negative errno. */
+static int next_record(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used, uint8_t *out,
+                       size_t cap, size_t *got)
+{
+    *got = 0;
+    int rc = whole_record(s, in, n, cap);
+    if (rc > 0) {
+        *used += REC_HDR + (size_t)rc;
+        rc = on_record(s, in, (size_t)rc, out, got);
+        return rc < 0 ? rc : 1;
+    }
+    if (rc == 0)
+        rc = fill_record(s, in, n, used);
+    if (rc <= 0)
+        return rc;
+    size_t rlen = s->rec_len - REC_HDR, plain = 0;
+    s->rec_len = 0;
+    if (rlen <= cap + TAG_LEN) { /* the plaintext fits: straight there */
+        rc = on_record(s, s->rec, rlen, out, got);
+    } else { /* in place; it stays in s->rec until taken */
+        s->rec_dirty = REC_BUF;
+        rc = on_record(s, s->rec, rlen, s->rec + REC_HDR, &plain);
+        s->plain_off = REC_HDR;
+        s->plain_len = rc == 0 ? plain : 0;
+    }
+    return rc < 0 ? rc : 1;
 }
 
 ssize_t sv_tls13s_unwrap(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used, uint8_t *out,
@@ -839,25 +929,28 @@ ssize_t sv_tls13s_unwrap(sv_tls13s *s, const uint8_t *in, size_t n, size_t *used
         if (k > 0)
             memcpy(out + w, in, k);
         *used = k;
+        release_rec(s);
         return (ssize_t)(w + k);
     }
     while (!s->eof) {
         w += take_plain(s, out + w, cap - w);
         if (s->plain_len > 0 || w == cap || (s->watch && w > 0))
             break;
-        int rc = fill_record(s, in + *used, n - *used, used);
+        size_t got = 0;
+        int rc = next_record(s, in + *used, n - *used, used, out + w, cap - w, &got);
         if (rc == 0)
             break;
-        if (rc > 0)
-            rc = on_record(s);
-        s->rec_len = 0; /* its plaintext, if any, stays in s->rec until taken */
         if (rc < 0) {
+            s->rec_len = 0;
             fail(s, rc);
+            release_rec(s);
             return w > 0 ? (ssize_t)w : rc; /* the plaintext before the error goes up first */
         }
+        w += got;
     }
     if (s->eof)
         *used = n; /* nothing counts after close_notify (§6.1) */
+    release_rec(s);
     return (ssize_t)w;
 }
 
@@ -931,11 +1024,9 @@ void sv_tls13s_out_consume(sv_tls13s *s, size_t n)
     if (s->out_off < s->out_end)
         return;
     s->out_off = s->out_end = 0;
-    if (s->out_cap > PLAIN_MAX + 1024) { /* an idle connection keeps no large buffer */
-        free(s->out);
-        s->out = NULL;
-        s->out_cap = 0;
-    }
+    free(s->out); /* an idle connection keeps no buffer */
+    s->out = NULL;
+    s->out_cap = 0;
 }
 
 unsigned sv_tls13s_status(const sv_tls13s *s)

@@ -98,7 +98,9 @@ void sv_tls13s_free(sv_tls13s *s);
 /**
  * Take the client's records and produce application plaintext: consume up to @p n bytes of
  * @p in (*@p used receives how many; at most one partial record is buffered), write up to @p cap
- * plaintext bytes into @p out. Before the handshake completes this consumes the client's
+ * plaintext bytes into @p out (@p out must not overlap @p in). A whole record whose plaintext
+ * fits is decrypted from @p in straight into @p out, so bytes of @p out past the count returned
+ * are scratch (a KeyUpdate's content, a record that failed authentication). Before the handshake completes this consumes the client's
  * ChangeCipherSpec and Finished (checked, RFC 8446 §4.4.4); afterwards KeyUpdate (§4.6.3) and
  * alerts. Call again with n = 0 while it returns bytes. After the client's close_notify the
  * status has SV_LAYER_EOF and further input is dropped. On an error the matching fatal alert
