@@ -67,7 +67,21 @@ static int local_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
     sv_error err = {0};
     json_t *body = NULL;
     pn_users users;
-    int rc = local_body(l->users, l->users_file, &body, &err);
+    int rc;
+    if (l->users != NULL) {
+        rc = local_body(l->users, NULL, &body, &err);
+    } else { /* issue 13: the plain shape is read without a JSON tree */
+        char *text = NULL;
+        size_t len = 0;
+        rc = pn_read_file(l->users_file, PN_BODY_MAX, &text, &len, &err);
+        if (rc == 0 && (rc = pn_users_scan(text, len, &users)) == 1)
+            rc = pn_json_parse_text(l->users_file, text, len, &body, &err);
+        else if (rc == -ENOMEM)
+            sv_error_set(&err, rc, "users body %s: out of memory", l->users_file);
+        free(text);
+        if (rc == 0 && body == NULL)
+            goto parsed;
+    }
     if (rc == 0) {
         rc = pn_users_parse(body, PN_PARSE_STRICT, &users, &err);
         if (rc != 0)
@@ -78,6 +92,7 @@ static int local_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
         cb(c, rc, NULL, &err, arg);
         return 0;
     }
+parsed:
     cb(c, PN_OK, &users, NULL, arg);
     pn_users_free(&users);
     return 0;
