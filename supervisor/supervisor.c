@@ -460,6 +460,20 @@ static int inbound_tls(const sv_inbound_spec *in, sv_tls_ctx *old, sv_tls_ctx **
 
 /* Stage one inbound: a new listener (BIND), or a new handler for a running one when its
  * settings or its users changed. Unchanged inbounds stage nothing. */
+/* What listener @p run's handler was built from (issue 13): the running spec's user set of its
+ * inbound, the one with its tag. */
+static sv_handler_was handler_was(sv_supervisor *sv, const ctl_listener *run)
+{
+    sv_handler_was was = {0};
+    for (size_t i = 0; run != NULL && sv->has_running && i < sv->running.n_inbounds; i++)
+        if (strcmp(sv->running.inbounds[i].tag, run->tag) == 0 &&
+            sv->running.inbounds[i].users != NULL) {
+            was.handler = run->handler;
+            was.users = sv_spec_user_set(&sv->running, sv->running.inbounds[i].users);
+        }
+    return was;
+}
+
 static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec,
                            const sv_inbound_spec *in, prepared *p, sv_error *err)
 {
@@ -507,7 +521,8 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
         atomic_fetch_add(&s->l.replay->refs, 1);
     s->l.id = run != NULL && !bind ? run->id : 0;
     sv_error herr = {0};
-    s->l.handler = sv_handler_new(in, set, s->l.replay, tls, &herr);
+    sv_handler_was was = handler_was(sv, run);
+    s->l.handler = sv_handler_new(in, set, &was, s->l.replay, tls, &herr);
     sv_tls_ctx_unref(tls);
     if (s->l.handler == NULL)
         return sv_error_set(err, herr.code, "%s", herr.msg);
