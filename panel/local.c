@@ -66,23 +66,22 @@ static int local_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
     pn_local *l = (pn_local *)c;
     sv_error err = {0};
     json_t *body = NULL;
-    pn_users users;
+    pn_users users = {0};
     int rc;
     if (l->users != NULL) {
         rc = local_body(l->users, NULL, &body, &err);
-    } else { /* issue 13: the plain shape is read without a JSON tree */
+    } else { /* issue 13: the plain shape is read without a JSON tree (pn_users_scan) */
         char *text = NULL;
         size_t len = 0;
         rc = pn_read_file(l->users_file, PN_BODY_MAX, &text, &len, &err);
-        if (rc == 0 && (rc = pn_users_scan(text, len, &users)) == 1)
+        int scanned = rc == 0 ? pn_users_scan(text, len, &users) : rc;
+        if (scanned == 1)
             rc = pn_json_parse_text(l->users_file, text, len, &body, &err);
-        else if (rc == -ENOMEM)
-            sv_error_set(&err, rc, "users body %s: out of memory", l->users_file);
+        else if (rc == 0 && scanned < 0)
+            rc = sv_error_set(&err, scanned, "users body %s: out of memory", l->users_file);
         free(text);
-        if (rc == 0 && body == NULL)
-            goto parsed;
     }
-    if (rc == 0) {
+    if (rc == 0 && body != NULL) {
         rc = pn_users_parse(body, PN_PARSE_STRICT, &users, &err);
         if (rc != 0)
             wrap_error(&err, "users body", l->users != NULL ? NULL : l->users_file);
@@ -92,7 +91,6 @@ static int local_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
         cb(c, rc, NULL, &err, arg);
         return 0;
     }
-parsed:
     cb(c, PN_OK, &users, NULL, arg);
     pn_users_free(&users);
     return 0;
