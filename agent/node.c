@@ -531,7 +531,7 @@ static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
         if (rc == 0)
             ag_lower_node_speed(&set, nxt->speed_limit);
         if (rc == 0)
-            rc = sv_set_users(m->sv, set.tag, set.users, set.n_users, err);
+            rc = sv_set_users_take(m->sv, &set, err); /* zeroes set */
         sv_user_set_free(&set);
         if (rc != 0)
             return rc;

@@ -66,9 +66,22 @@ static int local_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
     pn_local *l = (pn_local *)c;
     sv_error err = {0};
     json_t *body = NULL;
-    pn_users users;
-    int rc = local_body(l->users, l->users_file, &body, &err);
-    if (rc == 0) {
+    pn_users users = {0};
+    int rc;
+    if (l->users != NULL) {
+        rc = local_body(l->users, NULL, &body, &err);
+    } else { /* issue 13: the plain shape is read without a JSON tree (pn_users_scan) */
+        char *text = NULL;
+        size_t len = 0;
+        rc = pn_read_file(l->users_file, PN_BODY_MAX, &text, &len, &err);
+        int scanned = rc == 0 ? pn_users_scan(text, len, &users) : rc;
+        if (scanned == 1)
+            rc = pn_json_parse_text(l->users_file, text, len, &body, &err);
+        else if (rc == 0 && scanned < 0)
+            rc = sv_error_set(&err, scanned, "users body %s: out of memory", l->users_file);
+        free(text);
+    }
+    if (rc == 0 && body != NULL) {
         rc = pn_users_parse(body, PN_PARSE_STRICT, &users, &err);
         if (rc != 0)
             wrap_error(&err, "users body", l->users != NULL ? NULL : l->users_file);

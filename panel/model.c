@@ -635,6 +635,182 @@ int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *
     return rc;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* users body from text, without a JSON tree (issue 13)                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* A cursor over a users body. Every step either advances or gives up (false): the body is then
+ * left to json_loadb() + pn_users_parse(), which also say what is wrong with it. */
+typedef struct scan {
+    const char *p, *end;
+} scan;
+
+static void scan_ws(scan *s)
+{
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++;
+}
+
+/* Skip white space, then take @p c. */
+static bool scan_char(scan *s, char c)
+{
+    scan_ws(s);
+    if (s->p == s->end || *s->p != c)
+        return false;
+    s->p++;
+    return true;
+}
+
+/* A string of printable ASCII without escapes, 1..max bytes: [*str, *str + *n). */
+static bool scan_plain_string(scan *s, size_t max, const char **str, size_t *n)
+{
+    if (!scan_char(s, '"'))
+        return false;
+    const char *b = s->p;
+    while (s->p < s->end && *s->p != '"') {
+        unsigned char c = (unsigned char)*s->p;
+        if (c < 0x20 || c > 0x7e || c == '\\' || (size_t)(s->p - b) >= max)
+            return false;
+        s->p++;
+    }
+    if (s->p == s->end || s->p == b)
+        return false;
+    *str = b;
+    *n = (size_t)(s->p - b);
+    s->p++;
+    return true;
+}
+
+/* A JSON integer of at most 19 digits, no sign, at most @p max; or null (*null set) when
+ * @p null_ok. */
+static bool scan_uint(scan *s, uint64_t max, bool null_ok, uint64_t *out, bool *null)
+{
+    scan_ws(s);
+    *null = false;
+    if (null_ok && s->end - s->p >= 4 && memcmp(s->p, "null", 4) == 0) {
+        s->p += 4;
+        *null = true;
+        *out = 0;
+    } else {
+        const char *b = s->p;
+        uint64_t v = 0;
+        while (s->p < s->end && *s->p >= '0' && *s->p <= '9' && s->p - b < 19)
+            v = v * 10 + (uint64_t)(*s->p++ - '0');
+        if (s->p == b || (*b == '0' && s->p - b > 1) || v > max)
+            return false;
+        *out = v;
+    }
+    /* what follows a number or null: not more of a token (a fraction, exponent, 20th digit) */
+    return s->p == s->end || (*s->p != '\0' && strchr(" \t\n\r,}]", *s->p) != NULL);
+}
+
+/* One user object into @p u (uuid allocated). @return 0, 1 (not for this scanner), -ENOMEM. */
+static int scan_user(scan *s, pn_user *u)
+{
+    if (!scan_char(s, '{'))
+        return 1;
+    bool seen[UF_OTHER] = {false};
+    if (!scan_char(s, '}')) {
+        do {
+            const char *key, *str = NULL;
+            size_t klen, n = 0;
+            if (!scan_plain_string(s, 16, &key, &klen) || !scan_char(s, ':'))
+                return 1;
+            enum user_field f = UF_OTHER;
+            for (int k = UF_ID; k < UF_OTHER; k++)
+                if (strlen(user_keys[k]) == klen && memcmp(user_keys[k], key, klen) == 0)
+                    f = (enum user_field)k;
+            if (f == UF_OTHER || seen[f])
+                return 1; /* unknown keys (refused when strict) and duplicates: jansson's */
+            seen[f] = true;
+            uint64_t x;
+            bool null;
+            switch (f) {
+            case UF_ID:
+                if (!scan_uint(s, INT64_MAX, false, &u->id, &null))
+                    return 1;
+                break;
+            case UF_UUID:
+                if (!scan_plain_string(s, PN_UUID_MAX, &str, &n))
+                    return 1;
+                if ((u->uuid = dup_n(str, n)) == NULL)
+                    return -ENOMEM;
+                break;
+            case UF_SPEED:
+                if (!scan_uint(s, UINT64_MAX / 125000, true, &u->speed_limit, &null))
+                    return 1;
+                break;
+            case UF_DEVICES:
+                if (!scan_uint(s, UINT32_MAX, true, &x, &null))
+                    return 1;
+                u->device_limit = (uint32_t)x;
+                break;
+            case UF_OTHER:
+                return 1;
+            }
+        } while (scan_char(s, ','));
+        if (!scan_char(s, '}'))
+            return 1;
+    }
+    return seen[UF_ID] && seen[UF_UUID] ? 0 : 1;
+}
+
+int pn_users_scan(const char *body, size_t len, pn_users *out)
+{
+    memset(out, 0, sizeof *out);
+    scan s = {body, body + len};
+    const char *key;
+    size_t klen, cap = 0;
+    if (!scan_char(&s, '{') || !scan_plain_string(&s, 8, &key, &klen) || klen != 5 ||
+        memcmp(key, "users", 5) != 0 || !scan_char(&s, ':') || !scan_char(&s, '['))
+        return 1;
+    int rc = 1;
+    if (scan_char(&s, ']'))
+        goto close;
+    do {
+        if (out->n == cap) {
+            /* a user is at least 18 bytes ({"id":1,"uuid":"x"}): no larger guess than that */
+            size_t guess = cap == 0 ? len / 64 + 1 : 2 * cap;
+            if (guess > PN_USERS_MAX)
+                guess = PN_USERS_MAX;
+            if (guess <= cap) {
+                rc = 1; /* more than PN_USERS_MAX: pn_users_parse() says so */
+                goto out;
+            }
+            pn_user *grown = realloc(out->users, guess * sizeof *grown);
+            if (grown == NULL) {
+                rc = -ENOMEM;
+                goto out;
+            }
+            out->users = grown;
+            cap = guess;
+        }
+        pn_user *u = &out->users[out->n];
+        memset(u, 0, sizeof *u);
+        out->n++;
+        if ((rc = scan_user(&s, u)) != 0)
+            goto out;
+    } while (scan_char(&s, ','));
+    rc = 1;
+    if (!scan_char(&s, ']'))
+        goto out;
+close:
+    if (scan_char(&s, '}')) {
+        scan_ws(&s);
+        if (s.p == s.end)
+            rc = 0;
+    }
+out:
+    if (rc != 0) {
+        pn_users_free(out);
+    } else if (out->n < cap) { /* give back the guess's slack (n > 0 here) */
+        pn_user *fit = realloc(out->users, out->n * sizeof *fit);
+        if (fit != NULL)
+            out->users = fit;
+    }
+    return rc;
+}
+
 void pn_users_free(pn_users *users)
 {
     if (users == NULL)
@@ -945,11 +1121,10 @@ static const char *file_kind(mode_t mode)
     return "a special file";
 }
 
-int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err)
+int pn_read_file(const char *path, size_t max_bytes, char **buf, size_t *len, sv_error *err)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    *out = NULL;
+    *buf = NULL;
+    *len = 0;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer (issue 15); no effect on a file */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
@@ -969,15 +1144,20 @@ int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error
     if ((uint64_t)st.st_size > max_bytes)
         rc = -EMSGSIZE;
     else
-        rc = read_bounded(fd, max_bytes, &buf, &len);
+        rc = read_bounded(fd, max_bytes, buf, len);
     close(fd);
     if (rc == -EMSGSIZE)
         return sv_error_set(err, rc, "%s: file is larger than %zu bytes", path, max_bytes);
     if (rc != 0)
         return sv_error_set(err, rc, "%s: %s", path, strerror(-rc));
+    return 0;
+}
+
+int pn_json_parse_text(const char *path, const char *buf, size_t len, json_t **out,
+                       sv_error *err)
+{
     json_error_t jerr;
     *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-    free(buf);
     char *near = *out == NULL ? strstr(jerr.text, " near '") : NULL;
     if (near != NULL)
         *near = '\0'; /* jansson quotes the token there, maybe a password: log no secrets (#5) */
@@ -985,6 +1165,18 @@ int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error
         return sv_error_set(err, -EINVAL, "%s: line %d, column %d: %s", path, jerr.line,
                             jerr.column, jerr.text);
     return 0;
+}
+
+int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    *out = NULL;
+    int rc = pn_read_file(path, max_bytes, &buf, &len, err);
+    if (rc == 0)
+        rc = pn_json_parse_text(path, buf, len, out, err);
+    free(buf);
+    return rc;
 }
 
 char *pn_users_body(const pn_users *u)

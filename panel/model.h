@@ -154,6 +154,22 @@ int pn_node_parse(const json_t *body, const char *node_type, unsigned flags, pn_
 int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *err);
 
 /**
+ * Parse a `GET user` body given as text, straight into @p out without a JSON tree (issue 13:
+ * json_loadb() and the tree's frees were two thirds of an apply of 50 000 users). It takes
+ * only the plain shape panels send, `{"users":[{"id":N,"uuid":"...","speed_limit":N|null,
+ * "device_limit":N|null},...]}` in any key order and white space, with uuids of printable
+ * ASCII without escapes; anything else (other keys, escapes, duplicates, a malformed or
+ * refused value, more than PN_USERS_MAX users) it leaves to json_loadb() (duplicate keys
+ * rejected) + pn_users_parse(), the reference, which says what is wrong. A body it takes,
+ * that path reads as the same list in either mode (PN_PARSE_STRICT or not): tests/fuzz/
+ * fuzz_uniproxy.c checks so.
+ * @param body  @p len bytes (borrowed), bounded by the caller (PN_BODY_MAX)
+ * @param out   on 0 the list, owned by the caller (pn_users_free); else zeroed
+ * @return 0, 1 when the body is left to the reference path, -ENOMEM.
+ */
+int pn_users_scan(const char *body, size_t len, pn_users *out);
+
+/**
  * The `GET user` body of @p u, `{"users":[{"id","uuid","speed_limit","device_limit"}...]}`
  * (PANEL.md §1.5), that pn_users_parse() reads back as @p u: the last good state of a user list
  * that came as a push (issue 14). @return malloc'ed compact JSON, or NULL (out of memory).
@@ -214,5 +230,20 @@ int pn_users_restore(pn_users *shed, pn_users *candidate);
  *         @p max_bytes, -EINVAL when it is not a regular file or not valid JSON, -ENOMEM.
  */
 int pn_json_load_file(const char *path, size_t max_bytes, json_t **out, sv_error *err);
+
+/**
+ * The reading half of pn_json_load_file(): the whole regular file @p path, at most
+ * @p max_bytes bytes, with its errors.
+ * @param buf  receives a malloc'ed copy of its @p len bytes on 0 (not NUL-terminated)
+ * @return 0 or pn_json_load_file()'s errors but -EINVAL for JSON.
+ */
+int pn_read_file(const char *path, size_t max_bytes, char **buf, size_t *len, sv_error *err);
+
+/**
+ * The parsing half of pn_json_load_file(): @p len bytes of @p buf read from @p path.
+ * @return 0 (*out a new reference) or -EINVAL, "<path>: line L, column C: <jansson text>".
+ */
+int pn_json_parse_text(const char *path, const char *buf, size_t len, json_t **out,
+                       sv_error *err);
 
 #endif

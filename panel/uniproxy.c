@@ -203,7 +203,12 @@ static int fetch_answer(call *k, const pn_http_response *r, json_t **j, pn_node 
         return PN_NOT_MODIFIED;
     if (r->status < 200 || r->status > 299)
         return pn_uniproxy_error(r->status, r->body, r->len, err);
-    int rc = body_json(r, j, err);
+    int rc = k->kind == CALL_NODE ? 1 : pn_users_scan(r->body, r->len, users);
+    if (rc == 0)
+        set_good(&u->good[PN_BODY_USERS], r);
+    if (rc <= 0)
+        return rc == 0 ? 0 : sv_error_set(err, rc, "users: out of memory");
+    rc = body_json(r, j, err);
     if (rc != 0)
         return rc;
     if (k->kind == CALL_NODE)
@@ -467,12 +472,15 @@ static int up_parse_body(pn_client *c, enum pn_body_kind kind, const char *body,
                          pn_node *node, pn_users *users, sv_error *err)
 {
     pn_uniproxy *u = (pn_uniproxy *)c;
+    int rc = kind == PN_BODY_CONFIG ? 1 : pn_users_scan(body, len, users);
+    if (rc <= 0)
+        return rc == 0 ? 0 : sv_error_set(err, rc, "users: out of memory");
     json_error_t jerr;
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (j == NULL)
         return sv_error_set(err, -EINVAL, "stored body is not JSON");
-    int rc = kind == PN_BODY_CONFIG ? pn_node_parse(j, u->node_type, 0, node, err)
-                                    : pn_users_parse(j, 0, users, err);
+    rc = kind == PN_BODY_CONFIG ? pn_node_parse(j, u->node_type, 0, node, err)
+                                : pn_users_parse(j, 0, users, err);
     json_decref(j);
     return rc;
 }

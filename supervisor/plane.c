@@ -76,9 +76,61 @@ const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in)
     return NULL;
 }
 
-sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
-                           sv_replay_ref *replay, sv_tls_ctx *tls, sv_error *err)
+static uint64_t id_slot(uint64_t id, size_t mask)
 {
+    return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 17) & mask;
+}
+
+/* from[i]: the index in @p was's handler of user i of @p users when it is the same user (id) with
+ * the same secret in the same user set, else -1. NULL when nothing can be reused or out of
+ * memory (then everything is derived again). Ids are unique in a validated set. */
+static int *reuse_map(const sv_user_set *users, const sv_handler_was *was)
+{
+    const sv_user_set *old = was != NULL ? was->users : NULL;
+    size_t n = users != NULL ? users->n_users : 0, m = old != NULL ? old->n_users : 0;
+    if (n == 0 || m == 0 || was->handler == NULL || was->handler->n_users != m ||
+        strcmp(users->tag != NULL ? users->tag : "", old->tag != NULL ? old->tag : "") != 0)
+        return NULL;
+    int *from = malloc(n * sizeof *from);
+    size_t *slots = NULL, mask = 0; /* old ids -> index + 1, built at the first moved user */
+    for (size_t i = 0; from != NULL && i < n; i++) {
+        const sv_user *u = &users->users[i];
+        size_t j = i < m && old->users[i].id == u->id ? i : SIZE_MAX;
+        if (j == SIZE_MAX && slots == NULL) {
+            for (mask = 15; mask < 2 * m; mask = 2 * mask + 1)
+                ;
+            if ((slots = calloc(mask + 1, sizeof *slots)) == NULL) {
+                free(from);
+                return NULL;
+            }
+            for (size_t k = 0; k < m; k++) {
+                size_t s = id_slot(old->users[k].id, mask);
+                while (slots[s] != 0)
+                    s = (s + 1) & mask;
+                slots[s] = k + 1;
+            }
+        }
+        if (j == SIZE_MAX)
+            for (size_t s = id_slot(u->id, mask); slots[s] != 0; s = (s + 1) & mask)
+                if (old->users[slots[s] - 1].id == u->id) {
+                    j = slots[s] - 1;
+                    break;
+                }
+        from[i] = j != SIZE_MAX && was->handler->principals[j]->id == u->id &&
+                          u->secret != NULL && old->users[j].secret != NULL &&
+                          strcmp(u->secret, old->users[j].secret) == 0
+                      ? (int)j
+                      : -1;
+    }
+    free(slots);
+    return from;
+}
+
+sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
+                           const sv_handler_was *was, sv_replay_ref *replay, sv_tls_ctx *tls,
+                           sv_error *err)
+{
+    int *from = NULL;
     size_t n = users != NULL ? users->n_users : 0;
     sv_handler *h = calloc(1, sizeof *h);
     if (h == NULL)
@@ -95,17 +147,25 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     h->principals = calloc(n ? n : 1, sizeof *h->principals);
     if (h->principals == NULL)
         goto oom;
+    from = reuse_map(users, was);
     for (size_t i = 0; i < n; i++) {
-        h->principals[i] = sv_principal_acquire(users->tag, &users->users[i]);
+        h->principals[i] = from != NULL && from[i] >= 0
+                               ? sv_principal_keep(was->handler->principals[from[i]],
+                                                   &users->users[i])
+                               : sv_principal_acquire(users->tag, &users->users[i]);
         if (h->principals[i] == NULL)
             goto oom;
         h->n_users = i + 1;
     }
     sv_user_set none = {.tag = in->users};
+    bool reuse = from != NULL && was->handler->ops == h->ops && h->ops->creds_new_from != NULL;
     int rc = h->ops == &sv_grpc_ops
                  ? sv_grpc_creds_new(core, in->grpc.service_name, in,
                                      users != NULL ? users : &none, &h->creds, err)
-                 : h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
+             : reuse ? h->ops->creds_new_from(in, users, was->handler->creds, from, &h->creds, err)
+                     : h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
+    free(from);
+    from = NULL;
     if (rc != 0) {
         h->creds = NULL;
         if (rc == -ENOMEM)
@@ -167,6 +227,7 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     atomic_init(&h->refs, 1);
     return h;
 oom:
+    free(from);
     sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
 fail:
     if (h != NULL) {

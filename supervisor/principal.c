@@ -233,6 +233,13 @@ sv_principal *sv_principal_acquire(const char *set, const sv_user *user)
 
 void sv_principal_ref(sv_principal *p) { atomic_fetch_add(&p->refs, 1); }
 
+sv_principal *sv_principal_keep(sv_principal *p, const sv_user *user)
+{
+    atomic_fetch_add(&p->refs, 1);
+    atomic_store(&p->device_limit, user->device_limit);
+    return p;
+}
+
 void sv_principal_unref(sv_principal *p)
 {
     if (p == NULL || atomic_fetch_sub(&p->refs, 1) != 1)

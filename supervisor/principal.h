@@ -37,6 +37,14 @@ struct sv_principal {
  */
 sv_principal *sv_principal_acquire(const char *set, const sv_user *user);
 
+/**
+ * Take one more reference on @p p for @p user, known by the caller to be the same user with the
+ * same secret as @p p's (issue 13: a handler rebuilt for a reload keeps its unchanged users'
+ * principals without a digest each); the device limit is updated to @p user's as
+ * sv_principal_acquire() does. @return @p p.
+ */
+sv_principal *sv_principal_keep(sv_principal *p, const sv_user *user);
+
 /** Take one more reference on @p p (any thread; @p p must already be referenced). */
 void sv_principal_ref(sv_principal *p);
 

@@ -137,15 +137,27 @@ typedef struct sv_plane {
  *  over Mux.Cool), or NULL when none does. */
 const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in);
 
+/** What a new handler replaces (issue 13): the listener's running handler and the running
+ *  spec's user set it was built from (both borrowed). */
+typedef struct sv_handler_was {
+    const sv_handler *handler;
+    const sv_user_set *users;
+} sv_handler_was;
+
 /**
  * Build the handler of inbound @p in for @p users (may be NULL: no user is admitted): the core's
  * credential table (e.g. one master key per user, PROTOCOLS.md §2.2), one principal per user from
  * the registry (principal.h), and a reference on @p replay, shared with the table.
+ * @param was  NULL, or the handler this one replaces: a user of @p users with the same id and
+ *             secret in @p was's set (same set tag) keeps its principal there, and the core
+ *             copies what it derived for it (creds_new_from), so a reload that changes one user
+ *             of 50 000 derives one (issue 13 "Scale benchmarks")
  * @return a handler with one reference, or NULL with @p err set (out of memory, or a user set
  *         the protocol refuses, e.g. two Trojan users with one password).
  */
 sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
-                           sv_replay_ref *replay, sv_tls_ctx *tls, sv_error *err);
+                           const sv_handler_was *was, sv_replay_ref *replay, sv_tls_ctx *tls,
+                           sv_error *err);
 /** Take / drop a reference (any thread); the last unref frees the keys. NULL-safe unref. */
 void sv_handler_ref(sv_handler *h);
 void sv_handler_unref(sv_handler *h);

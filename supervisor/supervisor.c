@@ -460,6 +460,20 @@ static int inbound_tls(const sv_inbound_spec *in, sv_tls_ctx *old, sv_tls_ctx **
 
 /* Stage one inbound: a new listener (BIND), or a new handler for a running one when its
  * settings or its users changed. Unchanged inbounds stage nothing. */
+/* What listener @p run's handler was built from (issue 13): the running spec's user set of its
+ * inbound, the one with its tag. */
+static sv_handler_was handler_was(sv_supervisor *sv, const ctl_listener *run)
+{
+    sv_handler_was was = {0};
+    for (size_t i = 0; run != NULL && sv->has_running && i < sv->running.n_inbounds; i++)
+        if (strcmp(sv->running.inbounds[i].tag, run->tag) == 0 &&
+            sv->running.inbounds[i].users != NULL) {
+            was.handler = run->handler;
+            was.users = sv_spec_user_set(&sv->running, sv->running.inbounds[i].users);
+        }
+    return was;
+}
+
 static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec,
                            const sv_inbound_spec *in, prepared *p, sv_error *err)
 {
@@ -507,7 +521,8 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
         atomic_fetch_add(&s->l.replay->refs, 1);
     s->l.id = run != NULL && !bind ? run->id : 0;
     sv_error herr = {0};
-    s->l.handler = sv_handler_new(in, set, s->l.replay, tls, &herr);
+    sv_handler_was was = handler_was(sv, run);
+    s->l.handler = sv_handler_new(in, set, &was, s->l.replay, tls, &herr);
     sv_tls_ctx_unref(tls);
     if (s->l.handler == NULL)
         return sv_error_set(err, herr.code, "%s", herr.msg);
@@ -930,12 +945,24 @@ int sv_check(const sv_spec *spec, sv_error *err)
 
 /* User edits (seed 001 "user edits"): no plan, no new plane; only the inbounds admitting the
  * set get a new user table, and sessions of users no longer admitted are revoked. */
-static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set *users, sv_error *err)
+/* Replace set @p set_tag by a copy of @p users, or by @p take itself (zeroed, owned here). */
+static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set *users,
+                      sv_user_set *take, sv_error *err)
 {
-    if (sv->shut || !sv->has_running)
+    sv_user_set taken = {0};
+    if (take != NULL) {
+        taken = *take;
+        memset(take, 0, sizeof *take);
+    }
+    if (sv->shut || !sv->has_running) {
+        sv_user_set_free(&taken);
         return sv_error_set(err, -ESHUTDOWN, "the supervisor has shut down");
-    if (sv_spec_user_set(&sv->running, set_tag) == NULL)
-        return sv_error_set(err, -ENOENT, "user set %s: no such user set", set_tag);
+    }
+    if (sv_spec_user_set(&sv->running, set_tag) == NULL) {
+        sv_error_set(err, -ENOENT, "user set %s: no such user set", set_tag);
+        sv_user_set_free(&taken);
+        return -ENOENT;
+    }
     /* the running spec without the edited set's users, which are replaced anyway (issue 13: a
      * copy of 50 000 users to be freed was a third of a reload that changes one) */
     sv_spec next;
@@ -945,13 +972,21 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
     edited->n_users = 0;
     int rc = sv_spec_clone(&next, &sv->running);
     *edited = kept;
-    if (rc != 0)
+    if (rc != 0) {
+        sv_user_set_free(&taken);
         return sv_error_set(err, -ENOMEM, "out of memory");
+    }
     for (size_t i = 0; i < next.n_user_sets; i++)
         if (strcmp(next.user_sets[i].tag, set_tag) == 0) {
             sv_user_set_free(&next.user_sets[i]);
-            rc = sv_user_set_clone(&next.user_sets[i], users);
+            if (take != NULL) {
+                next.user_sets[i] = taken; /* set tags are unique: taken once */
+                memset(&taken, 0, sizeof taken);
+            } else {
+                rc = sv_user_set_clone(&next.user_sets[i], users);
+            }
         }
+    sv_user_set_free(&taken);
     if (rc != 0)
         sv_error_set(err, rc, "out of memory");
     if (rc == 0)
@@ -1054,7 +1089,19 @@ int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, s
                  sv_error *err)
 {
     sv_user_set set = {.tag = (char *)set_tag, .users = (sv_user *)users, .n_users = n_users};
-    return edit_users(sv, set_tag, &set, err);
+    return edit_users(sv, set_tag, &set, NULL, err);
+}
+
+int sv_set_users_take(sv_supervisor *sv, sv_user_set *set, sv_error *err)
+{
+    char *tag = set->tag != NULL ? strdup(set->tag) : NULL;
+    if (tag == NULL) {
+        sv_user_set_free(set);
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    }
+    int rc = edit_users(sv, tag, NULL, set, err);
+    free(tag);
+    return rc;
 }
 
 const sv_user_set *sv_running_user_set(sv_supervisor *sv, const char *set_tag)

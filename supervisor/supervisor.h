@@ -503,6 +503,13 @@ int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, s
                  sv_error *err);
 
 /**
+ * sv_set_users() of the set @p set->tag that takes @p set instead of copying it (issue 13: the
+ * agent's lowered list of 50 000 users need not be copied once more): @p set is owned by the
+ * supervisor on return, whatever the result, and zeroed. Same results.
+ */
+int sv_set_users_take(sv_supervisor *sv, sv_user_set *set, sv_error *err);
+
+/**
  * The running user set @p set_tag, in the order it was given (borrowed: valid until the next
  * apply or user edit), or NULL when none runs. The agent lowers a list it shed from it
  * (issue 13).

@@ -115,6 +115,15 @@ typedef struct sv_proto_ops {
                      sv_error *err);
     void (*creds_free)(void *creds);
     /**
+     * Optional: creds_new() for a reload (issue 13 "a reload that changes one user of 50 000"):
+     * @p was_creds is the credential table of the handler being replaced (same core, same
+     * inbound tag; borrowed), @p from[i] the index there of new user i when it is the same user
+     * with the same secret, else -1. A core copies what it derived for such users instead of
+     * deriving it again, when its own settings (e.g. the cipher) are unchanged.
+     */
+    int (*creds_new_from)(const sv_inbound_spec *in, const sv_user_set *users,
+                          const void *was_creds, const int *from, void **out, sv_error *err);
+    /**
      * Optional: share the inbound's replay filter @p filter (borrowed; it outlives the table)
      * with the credential table, for protocols whose handshakes carry a salt (Shadowsocks).
      */

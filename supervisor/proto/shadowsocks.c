@@ -90,6 +90,13 @@ int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_
 int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char *const *passwords,
                        size_t n)
 {
+    return sv_ss_keyring_init_from(ring, cipher, passwords, n, NULL, NULL);
+}
+
+int sv_ss_keyring_init_from(sv_ss_keyring *ring, enum sv_ss_cipher cipher,
+                            const char *const *passwords, size_t n, const sv_ss_keyring *was,
+                            const int *from)
+{
     ring->cipher = cipher;
     ring->n = 0;
     ring->keys = NULL;
@@ -104,8 +111,13 @@ int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char
     EVP_MD *md5 = EVP_MD_fetch(NULL, "MD5", NULL);
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = password_to_key_md(md5, md, cipher, passwords[i], ring->keys[i]);
+    bool reuse = was != NULL && from != NULL && was->cipher == cipher;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (reuse && from[i] >= 0 && (size_t)from[i] < was->n)
+            memcpy(ring->keys[i], was->keys[from[i]], sizeof ring->keys[i]);
+        else
+            rc = password_to_key_md(md5, md, cipher, passwords[i], ring->keys[i]);
+    }
     EVP_MD_CTX_free(md);
     EVP_MD_free(md5);
     if (rc != 0)

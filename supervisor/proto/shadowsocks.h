@@ -54,6 +54,15 @@ int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_
  */
 int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char *const *passwords,
                        size_t n);
+/**
+ * sv_ss_keyring_init() that copies the key of user i from @p was (index @p from[i]) when
+ * @p from[i] >= 0 and @p was has the same cipher, instead of deriving it (issue 13: a reload
+ * that changes one user of 50 000 derives one key). @p was and @p from may be NULL.
+ * @return as sv_ss_keyring_init().
+ */
+int sv_ss_keyring_init_from(sv_ss_keyring *ring, enum sv_ss_cipher cipher,
+                            const char *const *passwords, size_t n, const sv_ss_keyring *was,
+                            const int *from);
 /** Free the keys of a keyring and zero it. Idempotent. */
 void sv_ss_keyring_deinit(sv_ss_keyring *ring);
 

@@ -16,8 +16,9 @@ typedef struct ss_creds {
     sv_replay *replay; /**< the inbound's salt filter (borrowed; set by attach_replay) */
 } ss_creds;
 
-static int ss_creds_new(const sv_inbound_spec *in, const sv_user_set *users, void **out,
-                        sv_error *err)
+/* ss_creds_new(), copying the unchanged users' keys from @p was (issue 13). */
+static int ss_creds_new_from(const sv_inbound_spec *in, const sv_user_set *users,
+                             const void *was, const int *from, void **out, sv_error *err)
 {
     size_t n = users != NULL ? users->n_users : 0;
     ss_creds *c = calloc(1, sizeof *c);
@@ -29,7 +30,8 @@ static int ss_creds_new(const sv_inbound_spec *in, const sv_user_set *users, voi
     }
     for (size_t i = 0; i < n; i++)
         pw[i] = users->users[i].secret;
-    int rc = sv_ss_keyring_init(&c->ring, in->ss_cipher, pw, n);
+    int rc = sv_ss_keyring_init_from(&c->ring, in->ss_cipher, pw, n,
+                                     was != NULL ? &((const ss_creds *)was)->ring : NULL, from);
     free(pw);
     if (rc != 0) {
         free(c);
@@ -44,6 +46,12 @@ static int ss_creds_new(const sv_inbound_spec *in, const sv_user_set *users, voi
     }
     *out = c;
     return 0;
+}
+
+static int ss_creds_new(const sv_inbound_spec *in, const sv_user_set *users, void **out,
+                        sv_error *err)
+{
+    return ss_creds_new_from(in, users, NULL, NULL, out, err);
 }
 
 static void ss_creds_free(void *creds)
@@ -147,6 +155,7 @@ const sv_proto_ops sv_shadowsocks_ops = {
     .name = "shadowsocks",
     .creds_new = ss_creds_new,
     .creds_free = ss_creds_free,
+    .creds_new_from = ss_creds_new_from,
     .attach_replay = ss_attach_replay,
     .state_size = sizeof(sv_ss_tcp),
     .init = ss_init,

@@ -4,7 +4,9 @@
  * body, run through the report acknowledgement check, the error-envelope reader, and, when it
  * is JSON, the config, user and alivelist parsers.
  * Checks: results are 0 or negative with a message; a parsed user list holds at most
- * PN_USERS_MAX users with non-NULL uuids; a parsed node has a port; alivelist counts fit.
+ * PN_USERS_MAX users with non-NULL uuids; a parsed node has a port; alivelist counts fit; a body
+ * pn_users_scan() takes (issue 13) is JSON that pn_users_parse() reads, in either mode, as the
+ * same list, and one it leaves gives an empty list.
  */
 #include "config.h"
 
@@ -63,6 +65,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
     if (j != NULL)
         parse_bodies(j);
+    pn_users scanned, ref;
+    rc = pn_users_scan(body, len, &scanned);
+    FUZZ_CHECK(rc == 0 || rc == 1 || rc == -ENOMEM);
+    FUZZ_CHECK(rc == 0 || (scanned.users == NULL && scanned.n == 0));
+    FUZZ_CHECK(rc != 0 || j != NULL);
+    for (unsigned flags = 0; rc == 0 && flags <= PN_PARSE_STRICT; flags += PN_PARSE_STRICT) {
+        FUZZ_CHECK(pn_users_parse(j, flags, &ref, &err) == 0);
+        FUZZ_CHECK(pn_users_equal(&scanned, &ref));
+        pn_users_free(&ref);
+    }
+    pn_users_free(&scanned);
     json_decref(j);
     return 0;
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -1448,6 +1449,53 @@ static void panel__local_missing_file__reports_through_callback(void **state)
     assert_int_equal(pn_local_new(&bad, &c, &err), -EINVAL);
 }
 
+/* The local panel's users_file (issue 13: read without a JSON tree when plain): a plain body, a
+ * strict refusal and a JSON error each reach the callback as they did through jansson. */
+static void panel__local_users_file__scanned_or_refused_with_the_path(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"users\":[{\"id\":4,\"uuid\":\"u4\",\"device_limit\":2}]}",
+        "{\"users\":[{\"id\":4,\"uuid\":\"u4\",\"speed\":1}]}",
+        "{\"users\":[{\"id\":4,}]}",
+    };
+    char path[] = "/tmp/katana-test-users-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    for (size_t i = 0; i < 3; i++) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(bodies[i], f);
+        fclose(f);
+        pn_local_options o = {.node_file = path, .users_file = path};
+        pn_client *c;
+        sv_error err = {0};
+        got g = {0};
+        assert_int_equal(pn_local_new(&o, &c, &err), 0);
+        assert_int_equal(pn_fetch_users(c, got_users, &g), 0);
+        pn_client_free(c);
+        char want[PATH_MAX + 80];
+        if (i == 0) {
+            assert_int_equal(g.users_rc, PN_OK);
+            assert_int_equal(g.users.n, 1);
+            assert_int_equal(g.users.users[0].id, 4);
+            assert_string_equal(g.users.users[0].uuid, "u4");
+            assert_int_equal(g.users.users[0].device_limit, 2);
+            pn_users_free(&g.users);
+        } else if (i == 1) {
+            snprintf(want, sizeof want, "users body %s: users[0].speed: unknown key", path);
+            assert_int_equal(g.users_rc, -EINVAL);
+            assert_string_equal(g.err.msg, want);
+        } else {
+            snprintf(want, sizeof want, "%s: line 1, column ", path);
+            assert_int_equal(g.users_rc, -EINVAL);
+            assert_memory_equal(g.err.msg, want, strlen(want));
+        }
+    }
+    unlink(path);
+}
+
 /* Issue 13: a shed list keeps its digest (and, asked to, its ids and limits), compares with the
  * list it was and with no other, copies as shed, refuses to be lowered, and is made whole only
  * by a candidate with its digest. */
@@ -1525,6 +1573,7 @@ int main(void)
         cmocka_unit_test(lower__settings_and_transport_equality),
         cmocka_unit_test(panel__body_variants_and_errors),
         cmocka_unit_test(panel__local_missing_file__reports_through_callback),
+        cmocka_unit_test(panel__local_users_file__scanned_or_refused_with_the_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,6 +77,13 @@ int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, s
     return 0;
 }
 
+int sv_set_users_take(sv_supervisor *sv, sv_user_set *set, sv_error *err)
+{
+    int rc = sv_set_users(sv, set->tag, set->users, set->n_users, err);
+    sv_user_set_free(set);
+    return rc;
+}
+
 const sv_user_set *sv_running_user_set(sv_supervisor *sv, const char *set_tag)
 {
     (void)sv;

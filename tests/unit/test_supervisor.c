@@ -21,8 +21,11 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <openssl/evp.h>
 #include <uv.h>
 
+#include "supervisor/principal.h"
+#include "supervisor/proto/ss_ops.h"
 #include "supervisor/runtime.h"
 
 #define WORKERS 2
@@ -177,6 +180,73 @@ static void a_failed_message_allocation_fails_the_apply_not_a_worker(void **stat
         assert_int_equal(atomic_load(&seen[w]), epoch + 1);
 }
 
+/* Issue 13: a handler rebuilt for a reload keeps its unchanged users' principals and copies
+ * their Shadowsocks keys from the handler it replaces; a changed secret, a moved user and a new
+ * user get what a fresh build gives them, and a new cipher derives every key again. */
+static void rebuilt_handler_reuses_unchanged_users_only(void **state)
+{
+    (void)state;
+    char s1[] = "secret-1", s2[] = "secret-2", s3[] = "secret-3", s2b[] = "secret-2-new",
+         s4[] = "secret-4";
+    sv_user old_users[] = {{.id = 1, .secret = s1}, {.id = 2, .secret = s2},
+                           {.id = 3, .secret = s3}};
+    /* user 3 moved to the front, user 2 has a new secret, user 4 is new, user 1 unchanged */
+    sv_user new_users[] = {{.id = 3, .secret = s3, .device_limit = 4}, {.id = 1, .secret = s1},
+                           {.id = 2, .secret = s2b}, {.id = 4, .secret = s4}};
+    sv_user_set old_set = {.tag = (char *)"u", .users = old_users, .n_users = 3};
+    sv_user_set new_set = {.tag = (char *)"u", .users = new_users, .n_users = 4};
+    sv_inbound_spec in = {.tag = (char *)"in", .protocol = SV_INBOUND_SHADOWSOCKS,
+                          .ss_cipher = SV_SS_AES_256_GCM, .users = (char *)"u"};
+    sv_replay_ref *replay = sv_replay_ref_new();
+    assert_non_null(replay);
+    sv_error err = {0};
+    sv_handler *was = sv_handler_new(&in, &old_set, NULL, replay, NULL, &err);
+    assert_non_null(was);
+    sv_handler_was prev = {.handler = was, .users = &old_set};
+    sv_handler *now = sv_handler_new(&in, &new_set, &prev, replay, NULL, &err);
+    assert_non_null(now);
+    assert_ptr_equal(now->principals[0], was->principals[2]);
+    assert_int_equal(sv_principal_device_limit(now->principals[0]), 4);
+    assert_ptr_equal(now->principals[1], was->principals[0]);
+    assert_ptr_not_equal(now->principals[2], was->principals[1]);
+    assert_int_equal(now->principals[2]->id, 2);
+    const sv_ss_keyring *ring = sv_ss_creds_ring(now->creds);
+    uint8_t key[SV_SS_KEY_MAX];
+    for (size_t i = 0; i < 4; i++) { /* every key is the one its secret derives */
+        assert_int_equal(sv_ss_password_to_key(in.ss_cipher, new_users[i].secret, key), 0);
+        assert_memory_equal(ring->keys[i], key, 32);
+    }
+    /* another set tag: nothing is kept */
+    sv_user_set other = new_set;
+    other.tag = (char *)"v";
+    sv_handler *elsewhere = sv_handler_new(&in, &other, &prev, replay, NULL, &err);
+    assert_non_null(elsewhere);
+    assert_ptr_not_equal(elsewhere->principals[1], was->principals[0]);
+    /* nothing is derived for an unchanged user: with MD5 unavailable (OpenSSL restricted to
+     * FIPS-approved algorithms) the same set still builds, and a set with a new secret does not */
+    assert_int_equal(EVP_set_default_properties(NULL, "fips=yes"), 1);
+    sv_handler *same = sv_handler_new(&in, &old_set, &prev, replay, NULL, &err);
+    sv_handler *changed = sv_handler_new(&in, &new_set, &prev, replay, NULL, &err);
+    assert_int_equal(EVP_set_default_properties(NULL, ""), 1);
+    assert_non_null(same);
+    assert_null(changed);
+    assert_int_equal(err.code, -EIO);
+    /* a new cipher: each key is the one that cipher derives */
+    sv_inbound_spec in128 = in;
+    in128.ss_cipher = SV_SS_AES_128_GCM;
+    sv_handler *rekeyed = sv_handler_new(&in128, &new_set, &prev, replay, NULL, &err);
+    assert_non_null(rekeyed);
+    ring = sv_ss_creds_ring(rekeyed->creds);
+    assert_int_equal(sv_ss_password_to_key(in128.ss_cipher, s1, key), 0);
+    assert_memory_equal(ring->keys[1], key, 16);
+    sv_handler_unref(same);
+    sv_handler_unref(rekeyed);
+    sv_handler_unref(elsewhere);
+    sv_handler_unref(now);
+    sv_handler_unref(was);
+    sv_replay_ref_unref(replay);
+}
+
 int main(void)
 {
     alarm(60); /* bounded: a lost event must not hang the suite */
@@ -185,6 +255,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_failed_message_allocation_fails_the_apply_not_a_worker,
                                         setup, teardown),
+        cmocka_unit_test(rebuilt_handler_reuses_unchanged_users_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

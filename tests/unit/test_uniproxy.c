@@ -538,6 +538,90 @@ static void uniproxy__bad_options__are_refused(void **state)
     assert_null(c);
 }
 
+/* @p body through json_loadb + pn_users_parse (the reference) with @p flags. */
+static int reference_users(const char *body, unsigned flags, pn_users *out)
+{
+    sv_error err = {0};
+    json_t *j = json_loadb(body, strlen(body), JSON_REJECT_DUPLICATES, NULL);
+    int rc = j != NULL ? pn_users_parse(j, flags, out, &err) : -EINVAL;
+    json_decref(j);
+    return rc;
+}
+
+/* Issue 13: the plain shape of a users body is read without a JSON tree, into the list the
+ * reference parser gives in either mode. */
+static void users_scan__plain_bodies__same_list_as_the_json_parser(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "{\"users\":[]}",
+        " \n{ \"users\" : [ ] }\r\n\t",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"9e8d-x\",\"speed_limit\":null,\"device_limit\":null},"
+        "{\"device_limit\":4294967295,\"uuid\":\"b b\",\"id\":9223372036854775807,"
+        "\"speed_limit\":147573952589676}]}",
+        "{\"users\": [ {\"id\": 0, \"uuid\": \"~!@#$%^&*()\", \"speed_limit\": 0,\n"
+        "  \"device_limit\": 3} ,{\"uuid\":\"z\",\"id\":2}\n]}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        pn_users scanned, ref;
+        assert_int_equal(pn_users_scan(bodies[i], strlen(bodies[i]), &scanned), 0);
+        for (unsigned flags = 0; flags <= PN_PARSE_STRICT; flags += PN_PARSE_STRICT) {
+            assert_int_equal(reference_users(bodies[i], flags, &ref), 0);
+            assert_true(pn_users_equal(&scanned, &ref));
+            pn_users_free(&ref);
+        }
+        pn_users_free(&scanned);
+    }
+}
+
+/* Anything but the plain shape is left to the reference parser (which refuses it or reads it):
+ * escapes, other keys, duplicates, refused or unusual values, trailing bytes. */
+static void users_scan__other_bodies__left_to_the_json_parser(void **state)
+{
+    (void)state;
+    static const char *const bodies[] = {
+        "", "[]", "{}", "{\"users\":null}", "{\"users\":{}}", "{\"users\":[]} x",
+        "{\"users\":[],\"extra\":1}", "{\"users\":[1]}", "{\"users\":[{}]}",
+        "{\"users\":[{\"id\":1}]}", "{\"users\":[{\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\"},]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"\"}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\\u0062\"}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"\xc3\xa9\"}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\",\"email\":\"x\"}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\",\"id\":2}]}",
+        "{\"users\":[{\"id\":-1,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":1.0,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":1e3,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":01,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":\"1\",\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":null,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":9223372036854775808,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":12345678901234567890,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\",\"device_limit\":4294967296}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\",\"speed_limit\":147573952589677}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\",\"speed_limit\":nul}]}",
+        "{\"users\":[{\"id\":1,\"uuid\":\"a\"}]",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        pn_users scanned;
+        assert_int_equal(pn_users_scan(bodies[i], strlen(bodies[i]), &scanned), 1);
+        assert_null(scanned.users);
+        assert_int_equal(scanned.n, 0);
+    }
+    /* a NUL byte after a number, and a uuid one byte over PN_UUID_MAX */
+    static const char nul[] = "{\"users\":[{\"id\":1\0,\"uuid\":\"a\"}]}";
+    pn_users scanned;
+    assert_int_equal(pn_users_scan(nul, sizeof nul - 1, &scanned), 1);
+    char body[PN_UUID_MAX + 64];
+    snprintf(body, sizeof body, "{\"users\":[{\"id\":1,\"uuid\":\"%0*d\"}]}", PN_UUID_MAX, 7);
+    assert_int_equal(pn_users_scan(body, strlen(body), &scanned), 0);
+    assert_int_equal(strlen(scanned.users[0].uuid), PN_UUID_MAX);
+    pn_users_free(&scanned);
+    snprintf(body, sizeof body, "{\"users\":[{\"id\":1,\"uuid\":\"%0*d\"}]}", PN_UUID_MAX + 1, 7);
+    assert_int_equal(pn_users_scan(body, strlen(body), &scanned), 1);
+}
+
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
 int main(void)
@@ -556,6 +640,8 @@ int main(void)
         T(uniproxy__alive_status_alivelist),
         cmocka_unit_test(uniproxy__check_ack__without_a_server),
         T(uniproxy__bad_options__are_refused),
+        cmocka_unit_test(users_scan__plain_bodies__same_list_as_the_json_parser),
+        cmocka_unit_test(users_scan__other_bodies__left_to_the_json_parser),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
