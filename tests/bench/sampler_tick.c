@@ -101,10 +101,10 @@ int main(int argc, char **argv)
     unsigned long churn = flows / 100, victim = 0;
     for (unsigned long k = 0; k < ticks; k++) {
         for (unsigned long i = 0; i < flows; i++) { /* the workers' traffic of one second */
-            sv_meter_add(&slots[i].flow->bytes.up, 1000 + i % 7);
-            sv_meter_add(&slots[i].flow->bytes.down, 20000 + i % 13);
-            sv_meter_add(&slots[i].session->wire.up, 1100);
-            sv_meter_add(&slots[i].session->wire.down, 21000);
+            sv_meter_add(&slots[i].flow->bytes->up, 1000 + i % 7);
+            sv_meter_add(&slots[i].flow->bytes->down, 20000 + i % 13);
+            sv_meter_add(&slots[i].session->wire->up, 1100);
+            sv_meter_add(&slots[i].session->wire->down, 21000);
         }
         for (unsigned long i = 0; i < churn; i++, victim = (victim + 97) % flows) {
             sv_tracker_flow_close(t, slots[victim].flow);

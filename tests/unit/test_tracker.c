@@ -110,10 +110,10 @@ static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void
     sv_flow_rec *a = open_flow(t, 0, "in-a", "direct@v1", 1, 0);
     sv_flow_rec *b = open_flow(t, 1, "in-b", "direct@v2", 2, 0);
     sv_flow_rec *c = open_flow(t, 0, "in-a", "block@v1", 0, 0);
-    sv_meter_add(&a->bytes.up, 10);
-    sv_meter_add(&a->bytes.down, 20);
-    sv_meter_add(&b->bytes.up, 5);
-    sv_meter_add(&c->bytes.down, 40);
+    sv_meter_add(&a->bytes->up, 10);
+    sv_meter_add(&a->bytes->down, 20);
+    sv_meter_add(&b->bytes->up, 5);
+    sv_meter_add(&c->bytes->down, 40);
 
     /* tick 1: 0.5 s */
     sv_tracker_tick(t, 500000000);
@@ -135,8 +135,8 @@ static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void
     sv_stats_free(&s);
 
     /* between ticks: a moves 50 up; b moves 7 down, then closes */
-    sv_meter_add(&a->bytes.up, 50);
-    sv_meter_add(&b->bytes.down, 7);
+    sv_meter_add(&a->bytes->up, 50);
+    sv_meter_add(&b->bytes->down, 7);
     sv_tracker_flow_close(t, b);
     sv_tracker_tick(t, 500000000);
     assert_int_equal(sv_tracker_stats(t, &s), 0);
@@ -159,7 +159,7 @@ static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void
     sv_stats_free(&s);
 
     /* a zero interval gives zero rates; bytes are still counted */
-    sv_meter_add(&c->bytes.up, 3);
+    sv_meter_add(&c->bytes->up, 3);
     sv_tracker_tick(t, 0);
     assert_int_equal(sv_tracker_stats(t, &s), 0);
     expect_tag(&s.total, 68, 67, 0, 0, 2);
@@ -186,15 +186,15 @@ static void remembered_groups_survive_table_growth_and_users_stay_sorted(void **
         ses[i] = open_session(t, i % 2, tag, "1.1.1.1:1");
         sv_tracker_session_bind_user(t, ses[i], N - i);
         f[i] = open_flow(t, i % 2, tag, "out@v1", N - i, ses[i]->info.id);
-        sv_meter_add(&f[i]->bytes.up, 1);
-        sv_meter_add(&ses[i]->wire.up, 2);
+        sv_meter_add(&f[i]->bytes->up, 1);
+        sv_meter_add(&ses[i]->wire->up, 2);
         if (i % 50 == 49)
             sv_tracker_tick(t, 1000000000); /* groups made so far are remembered */
     }
     for (unsigned round = 0; round < 2; round++) {
         for (unsigned i = 0; i < N; i++) {
-            sv_meter_add(&f[i]->bytes.up, 10);
-            sv_meter_add(&ses[i]->wire.up, 20);
+            sv_meter_add(&f[i]->bytes->up, 10);
+            sv_meter_add(&ses[i]->wire->up, 20);
         }
         sv_tracker_tick(t, 1000000000);
     }
@@ -224,8 +224,8 @@ static void remembered_groups_survive_table_growth_and_users_stay_sorted(void **
     sv_tracker_session_bind_user(t, late_s, 0);
     sv_flow_rec *late = open_flow(t, 0, "in0", "out@v1", 0, late_s->info.id);
     late->info.has_user = true; /* user id 0 is a user too */
-    sv_meter_add(&late->bytes.up, 5);
-    sv_meter_add(&f[0]->bytes.up, 1);
+    sv_meter_add(&late->bytes->up, 5);
+    sv_meter_add(&f[0]->bytes->up, 1);
     sv_tracker_tick(t, 1000000000);
     assert_int_equal(sv_tracker_stats(t, &s), 0);
     assert_int_equal(s.n_users, N + 1);
@@ -248,8 +248,8 @@ static void rates_saturate_instead_of_overflowing(void **state)
     (void)state;
     sv_tracker *t = new_tracker(1);
     sv_flow_rec *a = open_flow(t, 0, "in", "out@v1", 0, 0);
-    sv_meter_add(&a->bytes.up, UINT64_MAX / 2);
-    sv_meter_add(&a->bytes.down, 3);
+    sv_meter_add(&a->bytes->up, UINT64_MAX / 2);
+    sv_meter_add(&a->bytes->down, 3);
     sv_tracker_tick(t, 1); /* 1 ns */
     sv_stats s;
     assert_int_equal(sv_tracker_stats(t, &s), 0);
@@ -275,8 +275,8 @@ static void events_report_opened_then_closed_with_final_counts(void **state)
 
     sv_flow_rec *f = open_flow(t, 1, "in2", "out@v3", 9, 4);
     uint64_t id = f->info.id;
-    sv_meter_add(&f->bytes.up, 7);
-    sv_meter_add(&f->bytes.down, 11);
+    sv_meter_add(&f->bytes->up, 7);
+    sv_meter_add(&f->bytes->down, 11);
     sv_tracker_flow_close(t, f);
 
     assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 1);
@@ -377,7 +377,7 @@ static void flow_ids_name_their_worker_and_listing_is_sorted(void **state)
             if (r[j]->worker == r[i]->worker)
                 assert_true(r[j]->info.id < r[i]->info.id);
     }
-    sv_meter_add(&r[4]->bytes.down, 99);
+    sv_meter_add(&r[4]->bytes->down, 99);
     sv_flow_info *v = NULL;
     assert_int_equal(sv_tracker_flows(t, &v), 6);
     for (unsigned i = 1; i < 6; i++)
@@ -545,12 +545,12 @@ static void take_usage_returns_deltas_then_nothing(void **state)
     sv_session_rec *a = open_session(t, 0, "in", "1.1.1.1:1");
     sv_session_rec *b = open_session(t, 1, "in", "1.1.1.2:1");
     sv_session_rec *anon = open_session(t, 1, "in", "1.1.1.3:1");
-    sv_meter_add(&a->wire.up, 100); /* before the bind: charged to the user once bound */
+    sv_meter_add(&a->wire->up, 100); /* before the bind: charged to the user once bound */
     sv_tracker_session_bind_user(t, a, 7);
-    sv_meter_add(&a->wire.down, 30);
+    sv_meter_add(&a->wire->down, 30);
     sv_tracker_session_bind_user(t, b, 8);
-    sv_meter_add(&b->wire.up, 1);
-    sv_meter_add(&anon->wire.up, 500); /* never bound: nobody's */
+    sv_meter_add(&b->wire->up, 1);
+    sv_meter_add(&anon->wire->up, 500); /* never bound: nobody's */
 
     sv_usage *u = NULL;
     long n = sv_tracker_take_usage(t, &u);
@@ -564,9 +564,9 @@ static void take_usage_returns_deltas_then_nothing(void **state)
     free(u);
 
     /* more bytes, a tick in between (it reconciles), then a close with a last remainder */
-    sv_meter_add(&a->wire.up, 5);
+    sv_meter_add(&a->wire->up, 5);
     sv_tracker_tick(t, 1000000000);
-    sv_meter_add(&a->wire.up, 6);
+    sv_meter_add(&a->wire->up, 6);
     sv_tracker_session_close(t, a);
     sv_tracker_session_close(t, anon);
     n = sv_tracker_take_usage(t, &u);
@@ -773,9 +773,9 @@ static void *smoke_worker(void *arg)
     for (unsigned i = 0; i < 2000; i++) {
         sv_flow_rec *f = open_flow(sm->t, i % 2, "in", "out@v1", 3, sess->info.id);
         for (unsigned k = 0; k < 20; k++) {
-            sv_meter_add(&f->bytes.up, k + 1);
-            sv_meter_add(&f->bytes.down, 2);
-            sv_meter_add(&sess->wire.up, 3);
+            sv_meter_add(&f->bytes->up, k + 1);
+            sv_meter_add(&f->bytes->down, 2);
+            sv_meter_add(&sess->wire->up, 3);
             sm->flow_bytes += k + 3;
             sm->wire_bytes += 3;
         }
