@@ -73,6 +73,12 @@ typedef struct sv__group {
     uint64_t tick_up, tick_down;
 } sv__group;
 
+/** A user of the users table: its id and the id in decimal (its snapshot tag, made once). */
+typedef struct sv__user {
+    uint64_t user;
+    char tag[24];
+} sv__user;
+
 /** A user's sums, indexed like the users table (dense: the tick adds each flow into one). */
 typedef struct sv__user_sum {
     uint64_t up, down;           /**< bytes since start */
@@ -102,7 +108,7 @@ struct sv_tracker {
     uint64_t tick;
     sv__group total;
     sv_table inbounds, outbounds; /**< of sv__group */
-    sv_table users;           /**< of uint64_t user ids, in order of first use */
+    sv_table users;           /**< of sv__user, in order of first use */
     sv__user_sum *user_sums;  /**< users.n of them, room for n_user_sums */
     size_t n_user_sums;
     sv_tag_stats *spare_users; /**< the users array of the snapshot before, for reuse */

@@ -243,6 +243,84 @@ static void remembered_groups_survive_table_growth_and_users_stay_sorted(void **
     sv_tracker_free(t);
 }
 
+/* Issue 13: counters live in per-worker slots that are reused once a closed flow's (session's)
+ * last bytes are counted. A reused slot starts from the new record's own bytes (those moved before
+ * it registered) and counts for the new flow's groups and user only; a slot is not reused before
+ * the tick that counts its last bytes. */
+static void a_reused_slot_counts_only_for_its_new_flow(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(1);
+    sv_session_rec *sa = open_session(t, 0, "in-a", "1.1.1.1:1");
+    sv_tracker_session_bind_user(t, sa, 1);
+    sv_flow_rec *a = open_flow(t, 0, "in-a", "out-a@v1", 1, sa->info.id);
+    sv_meter_add(&a->bytes->up, 100);
+    sv_meter_add(&a->bytes->down, 200);
+    sv_meter_add(&sa->wire->up, 300);
+    sv_tracker_tick(t, 1000000000);
+    sv_meter_add(&a->bytes->up, 5);
+    sv_meter_add(&sa->wire->up, 7);
+    uintptr_t a_slot = (uintptr_t)a->bytes, sa_slot = (uintptr_t)sa->wire;
+    sv_tracker_flow_close(t, a);
+    sv_tracker_session_close(t, sa);
+
+    /* before the tick that counts a's last bytes: a's slot is still a's */
+    sv_flow_rec *b = open_flow(t, 0, "in-b", "out-b@v1", 2, 0);
+    assert_true((uintptr_t)b->bytes != a_slot);
+    sv_meter_add(&b->bytes->up, 1);
+    sv_tracker_tick(t, 1000000000);
+    sv_stats s;
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    expect_tag(find_tag(s.users, s.n_users, "1"), 105, 200, 5, 0, 0);
+    expect_tag(find_tag(s.users, s.n_users, "2"), 1, 0, 1, 0, 1);
+    sv_stats_free(&s);
+
+    /* now a's slots are free: the next flow and session take them */
+    sv_session_rec *sc = open_session(t, 0, "in-c", "1.1.1.3:1");
+    sv_tracker_session_bind_user(t, sc, 3);
+    sv_flow_rec *c = flow_rec(0, "in-c", "out-c@v1", 3, sc->info.id);
+    sv_meter_add(&c->bytes->up, 4); /* before it registers: still its bytes */
+    sv_tracker_flow_open(t, c);
+    assert_true((uintptr_t)c->bytes == a_slot);
+    assert_true((uintptr_t)sc->wire == sa_slot);
+    sv_meter_add(&c->bytes->up, 2);
+    sv_meter_add(&sc->wire->down, 9);
+    sv_tracker_tick(t, 1000000000);
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    assert_int_equal(s.n_users, 2);
+    assert_null(find_tag(s.users, s.n_users, "1")); /* nothing more for a's user */
+    expect_tag(find_tag(s.users, s.n_users, "3"), 6, 0, 6, 0, 1);
+    expect_tag(find_tag(s.inbounds, s.n_inbounds, "in-a"), 105, 200, 0, 0, 0);
+    expect_tag(find_tag(s.inbounds, s.n_inbounds, "in-c"), 6, 0, 6, 0, 1);
+    expect_tag(find_tag(s.outbounds, s.n_outbounds, "out-c"), 6, 0, 6, 0, 1);
+    expect_tag(&s.total, 112, 200, 6, 0, 2);
+    sv_stats_free(&s);
+
+    sv_flow_info *fl = NULL;
+    assert_int_equal(sv_tracker_flows(t, &fl), 2);
+    assert_int_equal(fl[0].id, b->info.id);
+    assert_int_equal(fl[0].up, 1);
+    assert_int_equal(fl[1].id, c->info.id);
+    assert_int_equal(fl[1].up, 6);
+    assert_int_equal(fl[1].down, 0);
+    free(fl);
+
+    sv_usage *u = NULL;
+    assert_int_equal(sv_tracker_take_usage(t, &u), 2);
+    assert_int_equal(u[0].user, 1);
+    assert_int_equal(u[0].up, 307);
+    assert_int_equal(u[0].down, 0);
+    assert_int_equal(u[1].user, 3);
+    assert_int_equal(u[1].up, 0);
+    assert_int_equal(u[1].down, 9);
+    free(u);
+
+    sv_tracker_flow_close(t, b);
+    sv_tracker_flow_close(t, c);
+    sv_tracker_session_close(t, sc);
+    sv_tracker_free(t);
+}
+
 static void rates_saturate_instead_of_overflowing(void **state)
 {
     (void)state;
@@ -846,6 +924,7 @@ int main(void)
         cmocka_unit_test(device_admit_is_atomic_across_workers),
         cmocka_unit_test(concurrent_counting_loses_and_doubles_nothing),
         cmocka_unit_test(remembered_groups_survive_table_growth_and_users_stay_sorted),
+        cmocka_unit_test(a_reused_slot_counts_only_for_its_new_flow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
