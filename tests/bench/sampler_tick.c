@@ -61,6 +61,7 @@ static void open_slot(sv_tracker *t, slot *s, unsigned long n, unsigned long use
     ses->info.started_ms = 1700000000000ull + n;
     sv_tracker_session_open(t, ses);
     sv_tracker_session_bind_user(t, ses, user);
+    sv_meter_add(&ses->wire->up, 300); /* its handshake: the next tick charges its user */
     f->worker = worker;
     f->info.session = ses->info.id;
     f->info.has_user = true;
@@ -97,7 +98,7 @@ int main(int argc, char **argv)
     unsigned long next = 0;
     for (unsigned long i = 0; i < flows; i++)
         open_slot(t, &slots[i], next++, users);
-    sv_tracker_tick(t, 1000000000u); /* the first tick creates every group */
+    sv_tracker_tick(t, 1000000000u); /* the first tick creates every group and account */
     unsigned long churn = flows / 100, victim = 0;
     for (unsigned long k = 0; k < ticks; k++) {
         for (unsigned long i = 0; i < flows; i++) { /* the workers' traffic of one second */
