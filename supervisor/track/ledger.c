@@ -7,7 +7,7 @@
  * bytes it moved before authenticating (the handshake that authenticated it) are charged to that
  * user at the first reconcile after the bind. A session that never binds charges nobody: its
  * bytes are dropped when it closes. A closed session's last bytes are charged when its record is
- * drained; then the record is freed.
+ * drained; then its slot goes back to its worker's pool and the record is freed.
  */
 #include "supervisor/track/tracker_internal.h"
 
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/** How many records ahead a scan prefetches (tracker_internal.h sv__ptrset). */
+/** How many slots ahead a pool scan prefetches what a slot adds into. */
 #define PREFETCH_AHEAD 16
 
 static bool account_eq(const void *entry, const void *key)

@@ -4,10 +4,10 @@
  * A tick: (1) reconcile the ledger; (2) tick += 1, zero every group's per-tick bytes and live
  * counts; (3) scan live flows: the bytes since each flow's watermark go to the total, its
  * inbound, its outbound tag (without "@vN") and its user, and the flow counts as live; (4) drain
- * the closed queue the same way, not counting as live, and free the records; (5) build and
- * publish the snapshot: rates = tick bytes * 1e9 / interval_ns in 128 bits (saturating, 0 for a
- * zero interval); users kept only with live flows or bytes this tick, sorted by id; inbounds and
- * outbounds are every tag that ever carried a flow, sorted by tag.
+ * the closed queue the same way, not counting as live, release the slots and free the records;
+ * (5) build and publish the snapshot: rates = tick bytes * 1e9 / interval_ns in 128 bits
+ * (saturating, 0 for a zero interval); users kept only with live flows or bytes this tick,
+ * sorted by id; inbounds and outbounds are every tag that ever carried a flow, sorted by tag.
  *
  * Exactness: a flow leaves the live list for the closed queue under its worker's lock, and each
  * slot's watermark is moved only here, so every byte is counted by exactly one tick.
@@ -26,7 +26,7 @@
 
 #include "supervisor/util/log.h"
 
-/** How many records ahead a scan prefetches (tracker_internal.h sv__ptrset). */
+/** How many slots ahead a pool scan prefetches what a slot adds into. */
 #define PREFETCH_AHEAD 16
 
 static bool group_eq_tag(const void *entry, const void *key)

@@ -2,7 +2,7 @@
  * Internals shared by tracker.c (registry, kill, events), sampler.c (stats ticks) and ledger.c
  * (per-user usage). Not for other modules: they use supervisor/track/tracker.h.
  *
- * Lock order (never taken the other way round): sample_lock → worker lock; ledger lock →
+ * Lock order (never taken the other way round): sample_lock → worker lock, stats_lock; ledger lock →
  * worker lock; a device admission lock → worker lock, dev_lock; stats_lock and ev_lock are leaves (nothing else is taken while they are held).
  */
 #ifndef SV_TRACK_TRACKER_INTERNAL_H
