@@ -549,7 +549,7 @@ static bool write_remote(sv_conn *c, const uv_buf_t *iov, unsigned n)
         return true;
     size_t total = iov_total(iov, n);
     if (c->flow != NULL)
-        sv_meter_add(&c->flow->bytes.up, total);
+        sv_meter_add(&c->flow->bytes->up, total);
     pace_charge(c, total, true);
     if (c->writing_remote) { /* behind a write in flight: append, on_remote_written sends it */
         uint8_t *grown = realloc(c->remote_more, c->remote_more_len + total);
@@ -587,7 +587,7 @@ static bool flush_chain(sv_conn *c)
         p = sv_chain_out_peek(&c->chain, &len);
         if (len == 0)
             return true;
-        sv_meter_add(&c->sess->wire.down, len);
+        sv_meter_add(&c->sess->wire->down, len);
         uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
         int r = uv_try_write((uv_stream_t *)&c->client, &b, 1);
         if (r == UV_EAGAIN)
@@ -654,7 +654,7 @@ static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
         return true;
     }
     uv_buf_t b = uv_buf_init((char *)wire, (unsigned)len);
-    sv_meter_add(&c->sess->wire.down, len);
+    sv_meter_add(&c->sess->wire->down, len);
     return write_side(c, &b, 1);
 }
 
@@ -751,8 +751,8 @@ static void splice_end(sv_conn *c)
 /* @p n bytes entered direction @p d's pipe: metered and charged as a read of that side. */
 static void splice_meter(sv_conn *c, unsigned d, size_t n)
 {
-    sv_meter_add(d == 0 ? &c->sess->wire.up : &c->sess->wire.down, n);
-    sv_meter_add(d == 0 ? &c->flow->bytes.up : &c->flow->bytes.down, n);
+    sv_meter_add(d == 0 ? &c->sess->wire->up : &c->sess->wire->down, n);
+    sv_meter_add(d == 0 ? &c->flow->bytes->up : &c->flow->bytes->down, n);
     atomic_fetch_add_explicit(&c->w->shared->splice_bytes, n, memory_order_relaxed);
     c->last_active = uv_now(&c->w->loop);
     pace_charge(c, n, d == 0);
@@ -1001,7 +1001,7 @@ static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
         return;
     }
     if (c->flow != NULL)
-        sv_meter_add(&c->flow->bytes.down, (uint64_t)n);
+        sv_meter_add(&c->flow->bytes->down, (uint64_t)n);
     pace_charge(c, (uint64_t)n, false);
     c->last_active = uv_now(&c->w->loop);
     if (c->raw) {
@@ -1068,7 +1068,7 @@ static void on_connected(void *owner, int status)
     if (c->to_remote_len > 0) {
         uv_buf_t b = uv_buf_init((char *)c->to_remote, (unsigned)c->to_remote_len);
         if (c->flow != NULL)
-            sv_meter_add(&c->flow->bytes.up, c->to_remote_len);
+            sv_meter_add(&c->flow->bytes->up, c->to_remote_len);
         pace_charge(c, c->to_remote_len, true);
         if (c->ob.ops->write(&c->ob, &b, 1) != 0)
             conn_close(c);
@@ -1709,7 +1709,7 @@ static void sub_flush(sv_subflow *s)
     free(s->out);
     s->out = s->held;
     uv_buf_t b = uv_buf_init((char *)s->out, (unsigned)s->held_len);
-    sv_meter_add(&s->flow->bytes.up, s->held_len);
+    sv_meter_add(&s->flow->bytes->up, s->held_len);
     pace_charge(s->c, s->held_len, true);
     s->held = NULL;
     s->held_len = 0;
@@ -1778,7 +1778,7 @@ static void sub_read(void *owner, ssize_t n, const uv_buf_t *buf)
         sub_end(s, true, n != UV_EOF); /* a clean end, or a failed outbound */
         return;
     }
-    sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
+    sv_meter_add(&s->flow->bytes->down, (uint64_t)n);
     if (pace_account(c, (uint64_t)n) && pace_arm(c)) {
         s->paced = true; /* this sub-flow alone waits: one stream never starves its siblings */
         c->subs_paced = true;
@@ -1919,7 +1919,7 @@ static void sub_write(sv_conn *c, uint32_t stream, uint8_t *data, size_t len)
             sub_end(s, true, true);
             return;
         }
-        sv_meter_add(&s->flow->bytes.up, (uint64_t)r);
+        sv_meter_add(&s->flow->bytes->up, (uint64_t)r);
         pace_charge(c, (uint64_t)r, true);
         data += r;
         len -= (size_t)r;
@@ -2450,7 +2450,7 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
             client_eof(c);
         return;
     }
-    sv_meter_add(&c->sess->wire.up, (uint64_t)n);
+    sv_meter_add(&c->sess->wire->up, (uint64_t)n);
     c->last_active = uv_now(&c->w->loop);
     if (c->chain.n > 0) {
         client_chain_read(c, (const uint8_t *)buf->base, (size_t)n);

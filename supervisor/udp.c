@@ -203,7 +203,7 @@ static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t 
     sv_dest src;
     sockaddr_to_dest(from, &src);
     if (a->src != NULL) { /* inside a stream: the connection frames and meters the wire */
-        sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
+        sv_meter_add(&s->flow->bytes->down, (uint64_t)n);
         pace_charge(a, n);
         a->src->reply(a->src_ctx, &src, p, n);
         return;
@@ -223,8 +223,8 @@ static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t 
         return;
     uv_buf_t b = uv_buf_init((char *)out, (unsigned)len);
     if (uv_udp_try_send(&a->l->udp, &b, 1, (const struct sockaddr *)&a->client) >= 0) {
-        sv_meter_add(&s->flow->bytes.down, (uint64_t)n);
-        sv_meter_add(&a->sess->wire.down, (uint64_t)len);
+        sv_meter_add(&s->flow->bytes->down, (uint64_t)n);
+        sv_meter_add(&a->sess->wire->down, (uint64_t)len);
         pace_charge(a, n);
     }
     uv_timer_again(&a->idle);
@@ -240,7 +240,7 @@ static bool allow_private_now(const sv_assoc *a)
 static void on_sub_sent(void *owner, size_t n)
 {
     sv_sublink *s = owner;
-    sv_meter_add(&s->flow->bytes.up, n);
+    sv_meter_add(&s->flow->bytes->up, n);
     pace_charge(s->a, n);
 }
 
@@ -429,7 +429,7 @@ static void ss22_on_recv(sv_wlistener *l, uint8_t *p, size_t n, const struct soc
         return; /* a replayed or too old packet */
     memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                                          : sizeof(struct sockaddr_in));
-    sv_meter_add(&a->sess->wire.up, (uint64_t)n);
+    sv_meter_add(&a->sess->wire->up, (uint64_t)n);
     uv_timer_again(&a->idle);
     sv__assoc_send(a, &in.dest, in.payload, in.len);
 }
@@ -523,7 +523,7 @@ static void ss_udp_in(sv_wlistener *l, uint8_t *p, size_t n, const struct sockad
         if (a == NULL)
             return;
     }
-    sv_meter_add(&a->sess->wire.up, (uint64_t)n);
+    sv_meter_add(&a->sess->wire->up, (uint64_t)n);
     uv_timer_again(&a->idle);
     d.network = SV_NET_UDP;
     sv__assoc_send(a, &d, payload, (size_t)plen);

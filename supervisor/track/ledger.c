@@ -7,7 +7,7 @@
  * bytes it moved before authenticating (the handshake that authenticated it) are charged to that
  * user at the first reconcile after the bind. A session that never binds charges nobody: its
  * bytes are dropped when it closes. A closed session's last bytes are charged when its record is
- * drained; then the record is freed.
+ * drained; then its slot goes back to its worker's pool and the record is freed.
  */
 #include "supervisor/track/tracker_internal.h"
 
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/** How many records ahead a scan prefetches (tracker_internal.h sv__ptrset). */
+/** How many slots ahead a pool scan prefetches what a slot adds into. */
 #define PREFETCH_AHEAD 16
 
 static bool account_eq(const void *entry, const void *key)
@@ -28,50 +28,37 @@ void sv__ledger_init(sv_tracker *t) { sv_table_init(&t->accounts, sizeof(sv__acc
 void sv__ledger_free(sv_tracker *t) { sv_table_free(&t->accounts); }
 
 /**
- * Add bytes to @p rec's user's pending and total. The account's index is remembered in the
- * session (accounts never move or go, util/table.h; a session's user never changes once
- * bound), so that a session is looked up once, not every tick (issue 13).
- * @return 0, or -ENOMEM when the account cannot be created.
+ * Charge a bound session's bytes since its watermarks and move them. The account's index is
+ * remembered in the slot (accounts never move or go, util/table.h; a session's user never
+ * changes once bound), so that a session is looked up once, not every tick (issue 13). The
+ * watermarks stay when the session is unbound or the account cannot be created, so the bytes
+ * are counted later. @return 0 or -ENOMEM.
  */
-static int charge(sv_tracker *t, sv_session_rec *rec, uint64_t user, uint64_t up, uint64_t down)
+static int reconcile_slot(sv_tracker *t, sv_session_slot *s)
 {
-    sv__account *a;
-    if (rec->account != 0) {
-        a = sv_table_at(&t->accounts, rec->account - 1);
-    } else {
+    uint64_t up = atomic_load_explicit(&s->wire.up, memory_order_relaxed);
+    uint64_t down = atomic_load_explicit(&s->wire.down, memory_order_relaxed);
+    uint64_t du = up - s->wm_up, dd = down - s->wm_down;
+    if (du == 0 && dd == 0)
+        return 0;
+    if (s->account == 0) {
+        if (!atomic_load_explicit(&s->rec->has_user, memory_order_acquire))
+            return 0;
+        uint64_t user = atomic_load_explicit(&s->rec->user, memory_order_relaxed);
         bool added;
-        a = sv_table_get(&t->accounts, sv_hash_u64(user), &user, account_eq, &added);
+        sv__account *a = sv_table_get(&t->accounts, sv_hash_u64(user), &user, account_eq, &added);
         if (!a)
             return -ENOMEM;
         a->user = user;
-        rec->account = (uint32_t)(((char *)a - t->accounts.v) / t->accounts.elem) + 1;
+        s->account = (uint32_t)(((char *)a - t->accounts.v) / t->accounts.elem) + 1;
     }
-    a->pend_up += up;
-    a->pend_down += down;
-    a->total_up += up;
-    a->total_down += down;
-    return 0;
-}
-
-/**
- * Charge a bound session's bytes since its watermarks and move them. The watermarks stay when
- * the session is unbound or the charge failed, so the bytes are counted later.
- * @return 0 or -ENOMEM.
- */
-static int reconcile_session(sv_tracker *t, sv_session_rec *rec)
-{
-    if (!atomic_load_explicit(&rec->has_user, memory_order_acquire))
-        return 0;
-    uint64_t user = atomic_load_explicit(&rec->user, memory_order_relaxed);
-    uint64_t up = atomic_load_explicit(&rec->wire.up, memory_order_relaxed);
-    uint64_t down = atomic_load_explicit(&rec->wire.down, memory_order_relaxed);
-    uint64_t du = up - rec->wm_up, dd = down - rec->wm_down;
-    if (du == 0 && dd == 0)
-        return 0;
-    if (charge(t, rec, user, du, dd) < 0)
-        return -ENOMEM;
-    rec->wm_up = up;
-    rec->wm_down = down;
+    sv__account *a = sv_table_at(&t->accounts, s->account - 1);
+    a->pend_up += du;
+    a->pend_down += dd;
+    a->total_up += du;
+    a->total_down += dd;
+    s->wm_up = up;
+    s->wm_down = down;
     return 0;
 }
 
@@ -80,32 +67,37 @@ void sv__ledger_reconcile(sv_tracker *t)
     pthread_mutex_lock(&t->ledger_lock);
     for (unsigned i = 0; i < t->n_workers; i++) {
         sv__worker *w = &t->workers[i];
+        sv__pool *p = &w->session_pool;
         pthread_mutex_lock(&w->lock);
-        sv_list *pos, *tmp;
-        if (w->session_set.broken) {
-            sv_list_foreach_safe(pos, tmp, &w->sessions)
-                reconcile_session(t, sv_container_of(pos, sv_session_rec, link));
-        } else {
-            sv_session_rec **v = (sv_session_rec **)w->session_set.v;
-            size_t n = w->session_set.n;
-            for (size_t k = 0; k < n; k++) {
-                /* records PREFETCH_AHEAD ahead, the account of one half as far */
-                if (k + PREFETCH_AHEAD < n) {
-                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->wire);
-                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->user);
-                }
-                if (k + PREFETCH_AHEAD / 2 < n && v[k + PREFETCH_AHEAD / 2]->account != 0)
+        for (uint32_t c = 0; c < p->n_chunks; c++) { /* the live slots, in order */
+            sv_session_slot *v = (sv_session_slot *)p->chunks[c];
+            uint32_t n = p->used - c * SV__POOL_CHUNK;
+            if (n > SV__POOL_CHUNK)
+                n = SV__POOL_CHUNK;
+            for (uint32_t k = 0; k < n; k++) {
+                if (k + PREFETCH_AHEAD < n && v[k + PREFETCH_AHEAD].account != 0)
                     __builtin_prefetch(
-                        sv_table_at(&t->accounts, v[k + PREFETCH_AHEAD / 2]->account - 1));
-                reconcile_session(t, v[k]);
+                        sv_table_at(&t->accounts, v[k + PREFETCH_AHEAD].account - 1));
+                if (v[k].live)
+                    reconcile_slot(t, &v[k]);
             }
         }
+        sv_list *pos, *tmp;
+        if (p->n_own > 0) /* those the pool had no memory for */
+            sv_list_foreach_safe(pos, tmp, &w->sessions)
+            {
+                sv_session_rec *rec = sv_container_of(pos, sv_session_rec, link);
+                if (rec->slot_id == SV__SLOT_OWN)
+                    reconcile_slot(t, &rec->own);
+            }
         sv_list_foreach_safe(pos, tmp, &w->closed_sessions)
         {
             sv_session_rec *rec = sv_container_of(pos, sv_session_rec, link);
-            if (reconcile_session(t, rec) < 0)
+            if (reconcile_slot(t, (sv_session_slot *)rec->wire) < 0)
                 continue; /* out of memory: keep it queued, retry next time */
             sv_list_unlink(pos);
+            if (rec->slot_id != SV__SLOT_OWN)
+                sv__pool_put(p, rec->slot_id);
             free(rec);
         }
         pthread_mutex_unlock(&w->lock);

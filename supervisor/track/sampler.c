@@ -4,13 +4,17 @@
  * A tick: (1) reconcile the ledger; (2) tick += 1, zero every group's per-tick bytes and live
  * counts; (3) scan live flows: the bytes since each flow's watermark go to the total, its
  * inbound, its outbound tag (without "@vN") and its user, and the flow counts as live; (4) drain
- * the closed queue the same way, not counting as live, and free the records; (5) build and
- * publish the snapshot: rates = tick bytes * 1e9 / interval_ns in 128 bits (saturating, 0 for a
- * zero interval); users kept only with live flows or bytes this tick, sorted by id; inbounds and
- * outbounds are every tag that ever carried a flow, sorted by tag.
+ * the closed queue the same way, not counting as live, release the slots and free the records;
+ * (5) build and publish the snapshot: rates = tick bytes * 1e9 / interval_ns in 128 bits
+ * (saturating, 0 for a zero interval); users kept only with live flows or bytes this tick,
+ * sorted by id; inbounds and outbounds are every tag that ever carried a flow, sorted by tag.
  *
  * Exactness: a flow leaves the live list for the closed queue under its worker's lock, and each
- * record's watermark is moved only here, so every byte is counted by exactly one tick.
+ * slot's watermark is moved only here, so every byte is counted by exactly one tick.
+ *
+ * Issue 13 (a tick over 100 000 flows and 50 000 users): step 3 walks each worker's dense slot
+ * pool, not the records; each slot remembers its groups' indexes, and the users' sums are one
+ * dense array indexed like the users table, so a flow costs no hash lookup after its first tick.
  */
 #include "supervisor/track/tracker_internal.h"
 
@@ -22,7 +26,7 @@
 
 #include "supervisor/util/log.h"
 
-/** How many records ahead a scan prefetches (tracker_internal.h sv__ptrset). */
+/** How many slots ahead a pool scan prefetches what a slot adds into. */
 #define PREFETCH_AHEAD 16
 
 static bool group_eq_tag(const void *entry, const void *key)
@@ -30,16 +34,16 @@ static bool group_eq_tag(const void *entry, const void *key)
     return strcmp(((const sv__group *)entry)->s.tag, (const char *)key) == 0;
 }
 
-static bool group_eq_user(const void *entry, const void *key)
+static bool user_eq(const void *entry, const void *key)
 {
-    return ((const sv__group *)entry)->user == *(const uint64_t *)key;
+    return ((const sv__user *)entry)->user == *(const uint64_t *)key;
 }
 
 void sv__sampler_init(sv_tracker *t)
 {
     sv_table_init(&t->inbounds, sizeof(sv__group));
     sv_table_init(&t->outbounds, sizeof(sv__group));
-    sv_table_init(&t->users, sizeof(sv__group));
+    sv_table_init(&t->users, sizeof(sv__user));
 }
 
 void sv__sampler_free(sv_tracker *t)
@@ -47,6 +51,12 @@ void sv__sampler_free(sv_tracker *t)
     free(t->user_order);
     t->user_order = NULL;
     t->n_user_order = 0;
+    free(t->user_sums);
+    t->user_sums = NULL;
+    t->n_user_sums = 0;
+    free(t->spare_users);
+    t->spare_users = NULL;
+    t->n_spare_users = t->n_published_users = 0;
     sv_table_free(&t->inbounds);
     sv_table_free(&t->outbounds);
     sv_table_free(&t->users);
@@ -78,58 +88,78 @@ static sv__group *group_of_tag(sv_table *tab, const char *tag, size_t n)
     return g;
 }
 
-static sv__group *group_of_user(sv_table *tab, uint64_t user)
+/** The index of user @p user's sums, created (zeroed) on first use. -1 when out of memory. */
+static long user_of(sv_tracker *t, uint64_t user)
 {
-    bool added;
-    sv__group *g = sv_table_get(tab, sv_hash_u64(user), &user, group_eq_user, &added);
-    if (g && added) {
-        g->user = user;
-        snprintf(g->s.tag, sizeof g->s.tag, "%" PRIu64, user);
+    if (t->n_user_sums == t->users.n) { /* room for one more first: the table cannot undo */
+        size_t n = t->n_user_sums ? t->n_user_sums * 2 : 64;
+        sv__user_sum *v = realloc(t->user_sums, n * sizeof *v);
+        if (v == NULL)
+            return -1;
+        t->user_sums = v;
+        t->n_user_sums = n;
     }
-    return g;
+    bool added;
+    sv__user *u = sv_table_get(&t->users, sv_hash_u64(user), &user, user_eq, &added);
+    if (u == NULL)
+        return -1;
+    size_t at = (size_t)((char *)u - t->users.v) / t->users.elem;
+    if (added) {
+        u->user = user;
+        snprintf(u->tag, sizeof u->tag, "%" PRIu64, user);
+        memset(&t->user_sums[at], 0, sizeof t->user_sums[at]);
+    }
+    return (long)at;
 }
 
-/* The group whose index + 1 is @p *cached, else @p found (the lookup's result, NULL on OOM),
- * whose index is then remembered: table entries never move or go (util/table.h) and a flow's
- * inbound, outbound and user never change, so each flow is looked up once (issue 13: a tick
- * over 100 000 flows). */
-static sv__group *cached(sv_table *tab, uint32_t *cache, sv__group *found)
+/* The index + 1 of the group @p found (the lookup's result, NULL on OOM) in @p tab, 0 for
+ * NULL: table entries never move or go (util/table.h) and a flow's inbound, outbound and user
+ * never change, so each flow is looked up once (issue 13: a tick over 100 000 flows). */
+static uint32_t index_of(const sv_table *tab, const sv__group *found)
 {
-    if (found != NULL)
-        *cache = (uint32_t)(((char *)found - tab->v) / tab->elem) + 1;
-    return found;
+    return found ? (uint32_t)(((const char *)found - tab->v) / tab->elem) + 1 : 0;
 }
 
-/** take_sample + count: move the watermarks and add the bytes since them to every group. */
-static void count_flow(sv_tracker *t, sv_flow_rec *rec, bool live)
+/**
+ * take_sample + count for one flow's slot: move the watermarks and add the bytes since them to
+ * the total, its inbound, its outbound tag and its user. The slot remembers its groups.
+ */
+static void count_flow(sv_tracker *t, sv_flow_slot *s, bool live)
 {
-    uint64_t up = atomic_load_explicit(&rec->bytes.up, memory_order_relaxed);
-    uint64_t down = atomic_load_explicit(&rec->bytes.down, memory_order_relaxed);
-    uint64_t du = up - rec->wm_up, dd = down - rec->wm_down;
-    rec->wm_up = up;
-    rec->wm_down = down;
-    const sv_flow_desc *info = &rec->info;
-    uint32_t *c = rec->groups;
-    /* three different tables: one lookup never moves another's entries */
-    sv__group *groups[3] = {
-        c[0] ? sv_table_at(&t->inbounds, c[0] - 1)
-             : cached(&t->inbounds, &c[0],
-                      group_of_tag(&t->inbounds, info->inbound, strlen(info->inbound))),
-        c[1] ? sv_table_at(&t->outbounds, c[1] - 1)
-             : cached(&t->outbounds, &c[1],
-                      group_of_tag(&t->outbounds, info->outbound,
-                                   sv__outbound_tag_len(info->outbound))),
-        c[2]            ? sv_table_at(&t->users, c[2] - 1)
-        : info->has_user ? cached(&t->users, &c[2], group_of_user(&t->users, info->user))
-                         : NULL,
-    };
-    group_add(&t->total, du, dd, live);
-    for (size_t i = 0; i < 3; i++) {
-        if (groups[i])
-            group_add(groups[i], du, dd, live);
-        else if (i < 2 || info->has_user) /* out of memory: looked up again next tick */
+    uint64_t up = atomic_load_explicit(&s->bytes.up, memory_order_relaxed);
+    uint64_t down = atomic_load_explicit(&s->bytes.down, memory_order_relaxed);
+    uint64_t du = up - s->wm_up, dd = down - s->wm_down;
+    s->wm_up = up;
+    s->wm_down = down;
+    uint32_t *c = s->groups;
+    if (c[0] == 0 || c[1] == 0 || (c[2] == 0 && s->rec->info.has_user)) {
+        const sv_flow_desc *info = &s->rec->info;
+        if (c[0] == 0)
+            c[0] = index_of(&t->inbounds, group_of_tag(&t->inbounds, info->inbound,
+                                                       strlen(info->inbound)));
+        if (c[1] == 0)
+            c[1] = index_of(&t->outbounds,
+                            group_of_tag(&t->outbounds, info->outbound,
+                                         sv__outbound_tag_len(info->outbound)));
+        if (c[2] == 0 && info->has_user)
+            c[2] = (uint32_t)(user_of(t, info->user) + 1);
+        if (c[0] == 0 || c[1] == 0 || (c[2] == 0 && info->has_user))
+            /* out of memory: looked up again next tick */
             SV_LOG(SV_LOG_WARN, "sv.track", "sampler: out of memory, flow %" PRIu64 " not grouped",
                    info->id);
+    }
+    group_add(&t->total, du, dd, live);
+    if (c[0] != 0)
+        group_add(sv_table_at(&t->inbounds, c[0] - 1), du, dd, live);
+    if (c[1] != 0)
+        group_add(sv_table_at(&t->outbounds, c[1] - 1), du, dd, live);
+    if (c[2] != 0) {
+        sv__user_sum *u = &t->user_sums[c[2] - 1];
+        u->up += du;
+        u->down += dd;
+        u->tick_up += du;
+        u->tick_down += dd;
+        u->flows += live;
     }
 }
 
@@ -145,52 +175,56 @@ static void reset_table(sv_table *tab)
         reset_tick(sv_table_at(tab, i));
 }
 
-/** Steps 3 and 4: live flows first, then the closed queue. */
+/** Steps 3 and 4: live flows first (each worker's slots in order), then the closed queue. */
 static void scan_flows(sv_tracker *t)
 {
     for (unsigned i = 0; i < t->n_workers; i++) {
         sv__worker *w = &t->workers[i];
+        sv__pool *p = &w->flow_pool;
         pthread_mutex_lock(&w->lock);
-        if (w->flow_set.broken) {
-            sv_list *pos, *tmp;
-            sv_list_foreach_safe(pos, tmp, &w->flows)
-                count_flow(t, sv_container_of(pos, sv_flow_rec, link), true);
-        } else {
-            sv_flow_rec **v = (sv_flow_rec **)w->flow_set.v;
-            size_t n = w->flow_set.n;
-            for (size_t k = 0; k < n; k++) {
-                /* records PREFETCH_AHEAD ahead, the user group of one half as far */
-                if (k + PREFETCH_AHEAD < n) {
-                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->bytes);
-                    __builtin_prefetch(&v[k + PREFETCH_AHEAD]->groups);
-                }
-                if (k + PREFETCH_AHEAD / 2 < n && v[k + PREFETCH_AHEAD / 2]->groups[2] != 0)
-                    __builtin_prefetch(
-                        sv_table_at(&t->users, v[k + PREFETCH_AHEAD / 2]->groups[2] - 1));
-                count_flow(t, v[k], true);
+        for (uint32_t c = 0; c < p->n_chunks; c++) {
+            sv_flow_slot *v = (sv_flow_slot *)p->chunks[c];
+            uint32_t n = p->used - c * SV__POOL_CHUNK;
+            if (n > SV__POOL_CHUNK)
+                n = SV__POOL_CHUNK;
+            for (uint32_t k = 0; k < n; k++) {
+                if (k + PREFETCH_AHEAD < n && v[k + PREFETCH_AHEAD].groups[2] != 0)
+                    __builtin_prefetch(&t->user_sums[v[k + PREFETCH_AHEAD].groups[2] - 1]);
+                if (v[k].live)
+                    count_flow(t, &v[k], true);
             }
         }
-        pthread_mutex_unlock(&w->lock);
-    }
-    for (unsigned i = 0; i < t->n_workers; i++) {
-        sv__worker *w = &t->workers[i];
+        if (p->n_own > 0) { /* those the pool had no memory for */
+            sv_list *pos, *tmp;
+            sv_list_foreach_safe(pos, tmp, &w->flows)
+            {
+                sv_flow_rec *rec = sv_container_of(pos, sv_flow_rec, link);
+                if (rec->slot_id == SV__SLOT_OWN)
+                    count_flow(t, &rec->own, true);
+            }
+        }
+        /* the closed queue: last counts, slots back to the pool, records freed once unlocked */
         sv_list closed;
         sv_list_init(&closed);
-        pthread_mutex_lock(&w->lock);
         if (!sv_list_is_empty(&w->closed_flows)) { /* splice the queue out */
             closed.next = w->closed_flows.next;
             closed.prev = w->closed_flows.prev;
             closed.next->prev = closed.prev->next = &closed;
             sv_list_init(&w->closed_flows);
         }
-        pthread_mutex_unlock(&w->lock);
         sv_list *pos, *tmp;
         sv_list_foreach_safe(pos, tmp, &closed)
         {
             sv_flow_rec *rec = sv_container_of(pos, sv_flow_rec, link);
+            count_flow(t, (sv_flow_slot *)rec->bytes, false);
+            if (rec->slot_id != SV__SLOT_OWN)
+                sv__pool_put(p, rec->slot_id);
+        }
+        pthread_mutex_unlock(&w->lock);
+        sv_list_foreach_safe(pos, tmp, &closed)
+        {
             sv_list_unlink(pos);
-            count_flow(t, rec, false);
-            free(rec);
+            free(sv_container_of(pos, sv_flow_rec, link));
         }
     }
 }
@@ -200,6 +234,8 @@ static uint64_t per_second(uint64_t bytes, uint64_t interval_ns)
 {
     if (interval_ns == 0)
         return 0;
+    if (bytes <= UINT64_MAX / 1000000000u) /* the same quotient without a 128-bit division */
+        return bytes * 1000000000u / interval_ns;
     unsigned __int128 r = (unsigned __int128)bytes * 1000000000u / interval_ns;
     return r > UINT64_MAX ? UINT64_MAX : (uint64_t)r;
 }
@@ -244,7 +280,7 @@ static int order_users(sv_tracker *t)
         return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++)
-        tmp[i] = (user_index){((const sv__group *)sv_table_at(&t->users, i))->user, (uint32_t)i};
+        tmp[i] = (user_index){((const sv__user *)sv_table_at(&t->users, i))->user, (uint32_t)i};
     qsort(tmp, n, sizeof *tmp, cmp_user_index);
     for (size_t i = 0; i < n; i++)
         v[i] = tmp[i].at;
@@ -272,7 +308,7 @@ static int export_groups(const sv_table *tab, uint64_t interval_ns, sv_tag_stats
     return 0;
 }
 
-/** The user groups active this tick (live flows or bytes), sorted by id. */
+/** The users active this tick (live flows or bytes), sorted by id, into the spare array. */
 static int export_users(sv_tracker *t, uint64_t interval_ns, sv_tag_stats **out, size_t *n_out)
 {
     *out = NULL;
@@ -281,14 +317,30 @@ static int export_users(sv_tracker *t, uint64_t interval_ns, sv_tag_stats **out,
         return 0;
     if (order_users(t) < 0)
         return -ENOMEM;
-    sv_tag_stats *v = malloc(t->users.n * sizeof *v);
-    if (!v)
-        return -ENOMEM;
+    if (t->n_spare_users < t->users.n) { /* reused from tick to tick: no page faults each time */
+        free(t->spare_users);
+        t->n_spare_users = 0;
+        t->spare_users = calloc(t->users.n, sizeof *t->spare_users); /* tags zero-padded */
+        if (t->spare_users == NULL)
+            return -ENOMEM;
+        t->n_spare_users = t->users.n;
+    }
+    sv_tag_stats *v = t->spare_users;
     size_t n = 0;
     for (size_t i = 0; i < t->users.n; i++) {
-        const sv__group *g = sv_table_at(&t->users, t->user_order[i]);
-        if (g->s.flows != 0 || g->tick_up != 0 || g->tick_down != 0)
-            v[n++] = group_stats(g, interval_ns);
+        uint32_t at = t->user_order[i];
+        const sv__user_sum *u = &t->user_sums[at];
+        if (u->flows == 0 && u->tick_up == 0 && u->tick_down == 0)
+            continue;
+        sv_tag_stats *o = &v[n++];
+        const sv__user *e = sv_table_at(&t->users, at);
+        _Static_assert(sizeof e->tag <= sizeof o->tag, "a user's tag fits a snapshot tag");
+        memcpy(o->tag, e->tag, sizeof e->tag);
+        o->up = u->up;
+        o->down = u->down;
+        o->up_rate = per_second(u->tick_up, interval_ns);
+        o->down_rate = per_second(u->tick_down, interval_ns);
+        o->flows = u->flows;
     }
     *out = v;
     *n_out = n;
@@ -304,6 +356,8 @@ static int build_snapshot(sv_tracker *t, uint64_t interval_ns, sv_stats *s)
     if (export_groups(&t->inbounds, interval_ns, &s->inbounds, &s->n_inbounds) < 0 ||
         export_groups(&t->outbounds, interval_ns, &s->outbounds, &s->n_outbounds) < 0 ||
         export_users(t, interval_ns, &s->users, &s->n_users) < 0) {
+        if (s->users == t->spare_users)
+            s->users = NULL; /* the tracker's */
         sv_stats_free(s);
         return -ENOMEM;
     }
@@ -318,19 +372,31 @@ void sv_tracker_tick(sv_tracker *t, uint64_t interval_ns)
     reset_tick(&t->total);
     reset_table(&t->inbounds);
     reset_table(&t->outbounds);
-    reset_table(&t->users);
+    for (size_t i = 0; i < t->users.n; i++) {
+        t->user_sums[i].tick_up = t->user_sums[i].tick_down = 0;
+        t->user_sums[i].flows = 0;
+    }
     scan_flows(t);
     sv_stats next;
     int rc = build_snapshot(t, interval_ns, &next);
-    pthread_mutex_unlock(&t->sample_lock);
-    if (rc < 0) {
-        SV_LOG(SV_LOG_WARN, "sv.track", "sampler: out of memory, snapshot not published");
-        return;
+    sv_stats old = {0};
+    if (rc == 0) {
+        pthread_mutex_lock(&t->stats_lock);
+        old = t->stats;
+        t->stats = next;
+        pthread_mutex_unlock(&t->stats_lock);
+        /* the users array just published came from the spare; the one it replaces is next */
+        size_t published = next.users != NULL ? t->n_spare_users : 0;
+        if (next.users != NULL) {
+            t->spare_users = old.users;
+            t->n_spare_users = old.users != NULL ? t->n_published_users : 0;
+            old.users = NULL;
+        }
+        t->n_published_users = published;
     }
-    pthread_mutex_lock(&t->stats_lock);
-    sv_stats old = t->stats;
-    t->stats = next;
-    pthread_mutex_unlock(&t->stats_lock);
+    pthread_mutex_unlock(&t->sample_lock);
+    if (rc < 0)
+        SV_LOG(SV_LOG_WARN, "sv.track", "sampler: out of memory, snapshot not published");
     sv_stats_free(&old);
 }
 

@@ -49,6 +49,8 @@ sv_tracker *sv_tracker_new(unsigned n_workers, sv_tracker_wake_fn wake, void *wa
         sv_list_init(&w->sessions);
         sv_list_init(&w->closed_flows);
         sv_list_init(&w->closed_sessions);
+        w->flow_pool.elem = sizeof(sv_flow_slot);
+        w->session_pool.elem = sizeof(sv_session_slot);
         w->next_flow = 1;
     }
     pthread_mutex_init(&t->ev_lock, NULL);
@@ -64,6 +66,44 @@ sv_tracker *sv_tracker_new(unsigned n_workers, sv_tracker_wake_fn wake, void *wa
     sv__sampler_init(t);
     sv__ledger_init(t);
     return t;
+}
+
+static void pool_free(sv__pool *p)
+{
+    for (uint32_t i = 0; i < p->n_chunks; i++)
+        free(p->chunks[i]);
+    free(p->chunks);
+    free(p->free);
+    p->chunks = NULL;
+    p->free = NULL;
+    p->n_chunks = p->used = p->n_free = 0;
+}
+
+/* A free entry of @p p (a released one first, else a new one, adding a chunk when full), or
+ * SV__SLOT_OWN when memory runs out. Under the worker's lock. */
+static uint32_t pool_take(sv__pool *p)
+{
+    if (p->n_free > 0)
+        return p->free[--p->n_free];
+    if (p->used == p->n_chunks * SV__POOL_CHUNK) {
+        if (p->n_chunks >= UINT32_MAX / SV__POOL_CHUNK - 1)
+            return SV__SLOT_OWN;
+        uint32_t n = p->n_chunks + 1;
+        char **chunks = realloc(p->chunks, n * sizeof *chunks);
+        if (chunks == NULL)
+            return SV__SLOT_OWN;
+        p->chunks = chunks;
+        /* room for every entry in the free list now, so that a release never allocates */
+        uint32_t *free_ids = realloc(p->free, (size_t)n * SV__POOL_CHUNK * sizeof *free_ids);
+        if (free_ids == NULL)
+            return SV__SLOT_OWN;
+        p->free = free_ids;
+        chunks[p->n_chunks] = calloc(SV__POOL_CHUNK, p->elem);
+        if (chunks[p->n_chunks] == NULL)
+            return SV__SLOT_OWN;
+        p->n_chunks = n;
+    }
+    return p->used++;
 }
 
 static void free_flow_list(sv_list *head)
@@ -92,8 +132,8 @@ void sv_tracker_free(sv_tracker *t)
         return;
     for (unsigned i = 0; i < t->n_workers; i++) {
         sv__worker *w = &t->workers[i];
-        free(w->flow_set.v);
-        free(w->session_set.v);
+        pool_free(&w->flow_pool);
+        pool_free(&w->session_pool);
         free_flow_list(&w->flows);
         free_flow_list(&w->closed_flows);
         free_session_list(&w->sessions);
@@ -185,6 +225,9 @@ sv_flow_rec *sv_flow_rec_new(const char *inbound, const char *source, const char
     sv_flow_rec *rec = calloc(1, sizeof *rec + total);
     if (rec == NULL)
         return NULL;
+    rec->bytes = &rec->own.bytes;
+    rec->slot_id = SV__SLOT_OWN;
+    rec->own.rec = rec;
     const char **field[5] = {&rec->info.inbound, &rec->info.source, &rec->info.destination,
                              &rec->info.sniffed, &rec->info.outbound};
     char *at = rec->text;
@@ -226,8 +269,8 @@ static void flow_snapshot(const sv_flow_rec *rec, sv_flow_info *out)
     out->rule = d->rule;
     out->epoch = d->epoch;
     out->started_ms = d->started_ms;
-    out->up = atomic_load_explicit(&rec->bytes.up, memory_order_relaxed);
-    out->down = atomic_load_explicit(&rec->bytes.down, memory_order_relaxed);
+    out->up = atomic_load_explicit(&rec->bytes->up, memory_order_relaxed);
+    out->down = atomic_load_explicit(&rec->bytes->down, memory_order_relaxed);
 }
 
 static void session_snapshot(const sv_session_rec *rec, sv_session_info *out)
@@ -238,41 +281,30 @@ static void session_snapshot(const sv_session_rec *rec, sv_session_info *out)
     copy_text(out->source, sizeof out->source, d->source);
     out->started_ms = d->started_ms;
     out->udp = d->udp;
-    out->up = atomic_load_explicit(&rec->wire.up, memory_order_relaxed);
-    out->down = atomic_load_explicit(&rec->wire.down, memory_order_relaxed);
+    out->up = atomic_load_explicit(&rec->wire->up, memory_order_relaxed);
+    out->down = atomic_load_explicit(&rec->wire->down, memory_order_relaxed);
     out->has_user = atomic_load_explicit(&rec->has_user, memory_order_acquire);
     out->user = out->has_user ? atomic_load_explicit(&rec->user, memory_order_relaxed) : 0;
 }
 
-/* Add @p rec to @p set, its index into @p *at; on allocation failure the set breaks for good
- * (the scans walk the lists). Under the worker's lock. */
-static void set_add(sv__ptrset *set, void *rec, size_t *at)
+/* Move the counters of a record being registered from its own slot into an entry of @p p
+ * (the bytes it moved before registering stay its bytes), or keep them in @p own when the pool
+ * has no memory. The caller is the record's worker (the counters' writer), under its lock.
+ * @return the slot the record now counts in. */
+static void *slot_take(sv__pool *p, sv_meter *own, uint32_t *slot_id)
 {
-    if (set->broken)
-        return;
-    if (set->n == set->cap) {
-        size_t cap = set->cap ? set->cap * 2 : 64;
-        void **v = realloc(set->v, cap * sizeof *v);
-        if (v == NULL) {
-            set->broken = true;
-            return;
-        }
-        set->v = v;
-        set->cap = cap;
+    uint32_t id = pool_take(p);
+    *slot_id = id;
+    if (id == SV__SLOT_OWN) {
+        p->n_own++;
+        return own;
     }
-    *at = set->n;
-    set->v[set->n++] = rec;
-}
-
-/* Remove the record at @p at: the last one takes its place, and its index (a size_t at
- * @p at_offset in the record) follows. Under the worker's lock. */
-static void set_remove(sv__ptrset *set, size_t at, size_t at_offset)
-{
-    if (set->broken)
-        return;
-    void *last = set->v[--set->n];
-    set->v[at] = last;
-    *(size_t *)((char *)last + at_offset) = at;
+    sv_meter *m = sv__pool_at(p, id); /* the slot's first member */
+    atomic_store_explicit(&m->up, atomic_load_explicit(&own->up, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&m->down, atomic_load_explicit(&own->down, memory_order_relaxed),
+                          memory_order_relaxed);
+    return m;
 }
 
 void sv_tracker_flow_open(sv_tracker *t, sv_flow_rec *rec)
@@ -280,13 +312,16 @@ void sv_tracker_flow_open(sv_tracker *t, sv_flow_rec *rec)
     assert(rec->worker < t->n_workers);
     sv__worker *w = &t->workers[rec->worker];
     sv_flow_info info;
-    rec->wm_up = rec->wm_down = 0;
-    memset(rec->groups, 0, sizeof rec->groups);
     atomic_store_explicit(&rec->kill, false, memory_order_relaxed);
     pthread_mutex_lock(&w->lock);
+    sv_flow_slot *slot = slot_take(&w->flow_pool, &rec->own.bytes, &rec->slot_id);
+    slot->wm_up = slot->wm_down = 0;
+    memset(slot->groups, 0, sizeof slot->groups);
+    slot->rec = rec;
+    slot->live = true;
+    rec->bytes = &slot->bytes;
     rec->info.id = (w->next_flow++ << 8) | rec->worker;
     sv_list_insert_tail(&w->flows, &rec->link);
-    set_add(&w->flow_set, rec, &rec->set_at);
     flow_snapshot(rec, &info);
     pthread_mutex_unlock(&w->lock);
     emit(t, SV_EVENT_OPENED, &info); /* after the insert: a reader can find the flow */
@@ -298,7 +333,9 @@ void sv_tracker_flow_close(sv_tracker *t, sv_flow_rec *rec)
     sv_flow_info info;
     pthread_mutex_lock(&w->lock);
     sv_list_unlink(&rec->link);
-    set_remove(&w->flow_set, rec->set_at, offsetof(sv_flow_rec, set_at));
+    ((sv_flow_slot *)rec->bytes)->live = false; /* the closed queue counts it from now */
+    if (rec->slot_id == SV__SLOT_OWN)
+        w->flow_pool.n_own--;
     sv_list_insert_tail(&w->closed_flows, &rec->link);
     flow_snapshot(rec, &info); /* final counts; the sampler may free rec once unlocked */
     pthread_mutex_unlock(&w->lock);
@@ -311,6 +348,9 @@ sv_session_rec *sv_session_rec_new(const char *inbound, const char *source)
     sv_session_rec *rec = calloc(1, sizeof *rec + il + 1 + sl + 1);
     if (rec == NULL)
         return NULL;
+    rec->wire = &rec->own.wire;
+    rec->slot_id = SV__SLOT_OWN;
+    rec->own.rec = rec;
     char *at = rec->text;
     if (il > 0)
         memcpy(at, inbound, il);
@@ -328,13 +368,16 @@ void sv_tracker_session_open(sv_tracker *t, sv_session_rec *rec)
 {
     assert(rec->worker < t->n_workers);
     sv__worker *w = &t->workers[rec->worker];
-    rec->wm_up = rec->wm_down = 0;
-    rec->account = 0;
     atomic_store_explicit(&rec->close_requested, false, memory_order_relaxed);
     pthread_mutex_lock(&w->lock);
+    sv_session_slot *slot = slot_take(&w->session_pool, &rec->own.wire, &rec->slot_id);
+    slot->wm_up = slot->wm_down = 0;
+    slot->account = 0;
+    slot->rec = rec;
+    slot->live = true;
+    rec->wire = &slot->wire;
     rec->info.id = atomic_fetch_add_explicit(&t->next_session, 1, memory_order_relaxed);
     sv_list_insert_tail(&w->sessions, &rec->link);
-    set_add(&w->session_set, rec, &rec->set_at);
     pthread_mutex_unlock(&w->lock);
 }
 
@@ -343,7 +386,9 @@ void sv_tracker_session_close(sv_tracker *t, sv_session_rec *rec)
     sv__worker *w = &t->workers[rec->worker];
     pthread_mutex_lock(&w->lock);
     sv_list_unlink(&rec->link);
-    set_remove(&w->session_set, rec->set_at, offsetof(sv_session_rec, set_at));
+    ((sv_session_slot *)rec->wire)->live = false; /* the closed queue counts it from now */
+    if (rec->slot_id == SV__SLOT_OWN)
+        w->session_pool.n_own--;
     sv_list_insert_tail(&w->closed_sessions, &rec->link);
     pthread_mutex_unlock(&w->lock);
 }

@@ -8,6 +8,11 @@
  * or the ledger (sessions) has counted its last bytes. Registry mutations take a per-worker mutex
  * (once per open/close, never per byte); readers (API, sampler) take the same mutex briefly.
  *
+ * The counters live in a slot of a per-worker pool of fixed chunks (issue 13: the sampler and
+ * the ledger walk those dense arrays instead of chasing one record per flow); the record points
+ * at its slot (rec->bytes, rec->wire). A slot is handed back only once its last bytes are
+ * counted, and a new flow's slot starts from zero, so nothing carries over to the next flow.
+ *
  * Counting is exact (seed 003, "the sampler counts every byte once"): each record has watermarks
  * owned by the counting side; live records are scanned first, then the closed queue is drained,
  * and the watermark swap hands every byte to exactly one tick.
@@ -53,17 +58,30 @@ typedef struct sv_flow_desc {
     uint64_t started_ms;
 } sv_flow_desc;
 
+/**
+ * A flow's counters and the sampler's state for it (issue 13): an entry of its worker's dense
+ * pool while registered, so that a tick reads arrays rather than scattered records; the
+ * record's own before registration, or for good when the pool had no memory.
+ */
+typedef struct sv_flow_slot {
+    sv_meter bytes;          /**< payload bytes (written by the worker only) */
+    uint64_t wm_up, wm_down; /**< sampler watermarks (sampler only) */
+    uint32_t groups[3];      /**< sampler only: index + 1 of its inbound, outbound tag and user
+                                  group, 0 = not looked up yet (set to 0 at register) */
+    bool live;               /**< registered and not closed (under the worker's lock) */
+    struct sv_flow_rec *rec; /**< the record it counts for (the sampler's first lookup) */
+} sv_flow_slot;
+
 typedef struct sv_flow_rec {
     sv_flow_desc info;   /**< static fields, filled by the worker before register (id by tracker) */
-    sv_meter bytes;      /**< payload bytes */
-    uint64_t wm_up, wm_down; /**< sampler watermarks (sampler only) */
-    uint32_t groups[3];  /**< sampler only: index + 1 of its inbound, outbound tag and user
-                              group, 0 = not looked up yet (set to 0 at register) */
-    size_t set_at;       /**< its index in the worker's flow set (tracker only) */
+    sv_meter *bytes;     /**< payload bytes, written by the worker only: its slot's counters
+                              (set by sv_flow_rec_new, moved into the pool by register) */
+    uint32_t slot_id;    /**< tracker only: its entry in the worker's pool, or UINT32_MAX */
     unsigned worker;
     _Atomic bool kill;   /**< set by sv_tracker_kill*(); the worker closes the flow */
     void *owner;         /**< the worker's object for this flow (only the worker dereferences it) */
     sv_list link;        /**< registry or closed queue */
+    sv_flow_slot own;    /**< the slot while unregistered or when the pool had no memory */
     char text[];         /**< info's strings, each NUL-terminated */
 } sv_flow_rec;
 
@@ -87,20 +105,29 @@ typedef struct sv_session_desc {
     bool udp;
 } sv_session_desc;
 
+/** A session's wire counters and the ledger's state for it (see sv_flow_slot). */
+typedef struct sv_session_slot {
+    sv_meter wire;              /**< wire bytes on the client side (written by the worker only) */
+    uint64_t wm_up, wm_down;    /**< ledger watermarks (ledger only) */
+    uint32_t account;           /**< ledger only: index + 1 of its user's account, 0 = not looked
+                                     up yet (set to 0 at register) */
+    bool live;                  /**< registered and not closed (under the worker's lock) */
+    struct sv_session_rec *rec; /**< the record it counts for (its user, until looked up) */
+} sv_session_slot;
+
 typedef struct sv_session_rec {
     sv_session_desc info; /**< static fields, filled by the worker (id by tracker) */
-    sv_meter wire;        /**< wire bytes on the client side */
-    uint64_t wm_up, wm_down; /**< ledger watermarks (ledger only) */
-    uint32_t account;        /**< ledger only: index + 1 of its user's account, 0 = not looked
-                                  up yet (set to 0 at register) */
-    size_t set_at;           /**< its index in the worker's session set (tracker only) */
-    _Atomic bool has_user;   /**< set once by the worker when the first flow authenticates */
-    _Atomic uint64_t user;   /**< frontend user id, valid when has_user */
+    sv_meter *wire;       /**< wire bytes on the client side, written by the worker only: its
+                               slot's counters (set by sv_session_rec_new, moved by register) */
+    uint32_t slot_id;     /**< tracker only: its entry in the worker's pool, or UINT32_MAX */
+    _Atomic bool has_user; /**< set once by the worker when the first flow authenticates */
+    _Atomic uint64_t user; /**< frontend user id, valid when has_user */
     unsigned worker;
     _Atomic bool close_requested; /**< set by sv_tracker_close_sessions(); the worker closes it */
     void *owner;
     sv_list link;
-    char text[]; /**< info's strings, each NUL-terminated */
+    sv_session_slot own; /**< the slot while unregistered or when the pool had no memory */
+    char text[];         /**< info's strings, each NUL-terminated */
 } sv_session_rec;
 
 /**

@@ -2,7 +2,7 @@
  * Internals shared by tracker.c (registry, kill, events), sampler.c (stats ticks) and ledger.c
  * (per-user usage). Not for other modules: they use supervisor/track/tracker.h.
  *
- * Lock order (never taken the other way round): sample_lock → worker lock; ledger lock →
+ * Lock order (never taken the other way round): sample_lock → worker lock, stats_lock; ledger lock →
  * worker lock; a device admission lock → worker lock, dev_lock; stats_lock and ev_lock are leaves (nothing else is taken while they are held).
  */
 #ifndef SV_TRACK_TRACKER_INTERNAL_H
@@ -24,34 +24,67 @@
 /** Device admission locks (devices.c), a power of two: users are spread over them by id. */
 #define SV__DEV_STRIPES 16u
 
+/** Entries per chunk of a slot pool: chunks never move, so a worker's pointer stays valid. */
+#define SV__POOL_CHUNK 1024u
+
+/** slot_id of a record counting in its own slot (unregistered, or the pool had no memory). */
+#define SV__SLOT_OWN UINT32_MAX
+
 /**
- * Live records of one kind as an array of pointers in no order, for the sampler's and the
- * ledger's scans (issue 13: a walk over an array prefetches records ahead, a list walk waits for
- * each record in turn, which was most of a tick over 100 000 flows). Each record keeps its index
- * (set_at). When growing fails for want of memory, @c broken is set for good and the scans walk
- * the lists instead.
+ * One worker's dense slots of one kind (sv_flow_slot or sv_session_slot), issue 13: the
+ * sampler's and the ledger's scans walk entries [0, used) in order and skip those not live.
+ * Released entries are reused last-in first-out. Under the worker's lock.
  */
-typedef struct sv__ptrset {
-    void **v;
-    size_t n, cap;
-    bool broken;
-} sv__ptrset;
+typedef struct sv__pool {
+    char **chunks;     /**< n_chunks chunks of SV__POOL_CHUNK entries of elem bytes */
+    size_t elem;
+    uint32_t n_chunks;
+    uint32_t used;     /**< entries handed out at least once */
+    uint32_t *free;    /**< released entries; room for every entry of every chunk */
+    uint32_t n_free;
+    uint32_t n_own;    /**< live records counting in their own slot (pool out of memory) */
+} sv__pool;
+
+/** Entry @p id (< used) of @p p. */
+static inline void *sv__pool_at(const sv__pool *p, uint32_t id)
+{
+    return p->chunks[id / SV__POOL_CHUNK] + (size_t)(id % SV__POOL_CHUNK) * p->elem;
+}
+
+/** Release entry @p id of @p p for reuse (its last bytes are counted). Never fails. */
+static inline void sv__pool_put(sv__pool *p, uint32_t id)
+{
+    p->free[p->n_free++] = id;
+}
 
 /** One worker's registry: live records and records unregistered since the last count. */
 typedef struct sv__worker {
     pthread_mutex_t lock;
     sv_list flows, sessions;               /**< live, in id order */
-    sv__ptrset flow_set, session_set;      /**< the same live records, unordered */
+    sv__pool flow_pool, session_pool;      /**< the live records' counters (and closed ones'
+                                                until counted) */
     sv_list closed_flows, closed_sessions; /**< owned by the tracker, not yet counted */
     uint64_t next_flow;                    /**< per-worker flow counter, from 1 */
 } sv__worker;
 
-/** One group of the stats snapshot (total, an inbound, an outbound tag, a user). */
+/** One group of the stats snapshot (total, an inbound, an outbound tag). */
 typedef struct sv__group {
     sv_tag_stats s;   /**< tag, cumulative up/down, live flows of this tick */
     uint64_t tick_up, tick_down;
-    uint64_t user;    /**< user groups only */
 } sv__group;
+
+/** A user of the users table: its id and the id in decimal (its snapshot tag, made once). */
+typedef struct sv__user {
+    uint64_t user;
+    char tag[24];
+} sv__user;
+
+/** A user's sums, indexed like the users table (dense: the tick adds each flow into one). */
+typedef struct sv__user_sum {
+    uint64_t up, down;           /**< bytes since start */
+    uint64_t tick_up, tick_down; /**< bytes this tick */
+    uint32_t flows;              /**< live flows this tick */
+} sv__user_sum;
 
 /** A user's ledger account (wire bytes). */
 typedef struct sv__account {
@@ -74,7 +107,12 @@ struct sv_tracker {
     pthread_mutex_t sample_lock; /**< the sampler's aggregation state */
     uint64_t tick;
     sv__group total;
-    sv_table inbounds, outbounds, users; /**< of sv__group */
+    sv_table inbounds, outbounds; /**< of sv__group */
+    sv_table users;           /**< of sv__user, in order of first use */
+    sv__user_sum *user_sums;  /**< users.n of them, room for n_user_sums */
+    size_t n_user_sums;
+    sv_tag_stats *spare_users; /**< the users array of the snapshot before, for reuse */
+    size_t n_spare_users, n_published_users; /**< room in spare_users / in stats.users */
     uint32_t *user_order; /**< indexes of the user groups sorted by id, users.n of them once
                                sorted (sampler.c); re-sorted only when a user group was added */
     size_t n_user_order;

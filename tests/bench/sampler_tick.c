@@ -61,6 +61,7 @@ static void open_slot(sv_tracker *t, slot *s, unsigned long n, unsigned long use
     ses->info.started_ms = 1700000000000ull + n;
     sv_tracker_session_open(t, ses);
     sv_tracker_session_bind_user(t, ses, user);
+    sv_meter_add(&ses->wire->up, 300); /* its handshake: the next tick charges its user */
     f->worker = worker;
     f->info.session = ses->info.id;
     f->info.has_user = true;
@@ -97,14 +98,14 @@ int main(int argc, char **argv)
     unsigned long next = 0;
     for (unsigned long i = 0; i < flows; i++)
         open_slot(t, &slots[i], next++, users);
-    sv_tracker_tick(t, 1000000000u); /* the first tick creates every group */
+    sv_tracker_tick(t, 1000000000u); /* the first tick creates every group and account */
     unsigned long churn = flows / 100, victim = 0;
     for (unsigned long k = 0; k < ticks; k++) {
         for (unsigned long i = 0; i < flows; i++) { /* the workers' traffic of one second */
-            sv_meter_add(&slots[i].flow->bytes.up, 1000 + i % 7);
-            sv_meter_add(&slots[i].flow->bytes.down, 20000 + i % 13);
-            sv_meter_add(&slots[i].session->wire.up, 1100);
-            sv_meter_add(&slots[i].session->wire.down, 21000);
+            sv_meter_add(&slots[i].flow->bytes->up, 1000 + i % 7);
+            sv_meter_add(&slots[i].flow->bytes->down, 20000 + i % 13);
+            sv_meter_add(&slots[i].session->wire->up, 1100);
+            sv_meter_add(&slots[i].session->wire->down, 21000);
         }
         for (unsigned long i = 0; i < churn; i++, victim = (victim + 97) % flows) {
             sv_tracker_flow_close(t, slots[victim].flow);

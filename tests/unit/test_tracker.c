@@ -110,10 +110,10 @@ static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void
     sv_flow_rec *a = open_flow(t, 0, "in-a", "direct@v1", 1, 0);
     sv_flow_rec *b = open_flow(t, 1, "in-b", "direct@v2", 2, 0);
     sv_flow_rec *c = open_flow(t, 0, "in-a", "block@v1", 0, 0);
-    sv_meter_add(&a->bytes.up, 10);
-    sv_meter_add(&a->bytes.down, 20);
-    sv_meter_add(&b->bytes.up, 5);
-    sv_meter_add(&c->bytes.down, 40);
+    sv_meter_add(&a->bytes->up, 10);
+    sv_meter_add(&a->bytes->down, 20);
+    sv_meter_add(&b->bytes->up, 5);
+    sv_meter_add(&c->bytes->down, 40);
 
     /* tick 1: 0.5 s */
     sv_tracker_tick(t, 500000000);
@@ -135,8 +135,8 @@ static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void
     sv_stats_free(&s);
 
     /* between ticks: a moves 50 up; b moves 7 down, then closes */
-    sv_meter_add(&a->bytes.up, 50);
-    sv_meter_add(&b->bytes.down, 7);
+    sv_meter_add(&a->bytes->up, 50);
+    sv_meter_add(&b->bytes->down, 7);
     sv_tracker_flow_close(t, b);
     sv_tracker_tick(t, 500000000);
     assert_int_equal(sv_tracker_stats(t, &s), 0);
@@ -159,7 +159,7 @@ static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void
     sv_stats_free(&s);
 
     /* a zero interval gives zero rates; bytes are still counted */
-    sv_meter_add(&c->bytes.up, 3);
+    sv_meter_add(&c->bytes->up, 3);
     sv_tracker_tick(t, 0);
     assert_int_equal(sv_tracker_stats(t, &s), 0);
     expect_tag(&s.total, 68, 67, 0, 0, 2);
@@ -186,15 +186,15 @@ static void remembered_groups_survive_table_growth_and_users_stay_sorted(void **
         ses[i] = open_session(t, i % 2, tag, "1.1.1.1:1");
         sv_tracker_session_bind_user(t, ses[i], N - i);
         f[i] = open_flow(t, i % 2, tag, "out@v1", N - i, ses[i]->info.id);
-        sv_meter_add(&f[i]->bytes.up, 1);
-        sv_meter_add(&ses[i]->wire.up, 2);
+        sv_meter_add(&f[i]->bytes->up, 1);
+        sv_meter_add(&ses[i]->wire->up, 2);
         if (i % 50 == 49)
             sv_tracker_tick(t, 1000000000); /* groups made so far are remembered */
     }
     for (unsigned round = 0; round < 2; round++) {
         for (unsigned i = 0; i < N; i++) {
-            sv_meter_add(&f[i]->bytes.up, 10);
-            sv_meter_add(&ses[i]->wire.up, 20);
+            sv_meter_add(&f[i]->bytes->up, 10);
+            sv_meter_add(&ses[i]->wire->up, 20);
         }
         sv_tracker_tick(t, 1000000000);
     }
@@ -224,8 +224,8 @@ static void remembered_groups_survive_table_growth_and_users_stay_sorted(void **
     sv_tracker_session_bind_user(t, late_s, 0);
     sv_flow_rec *late = open_flow(t, 0, "in0", "out@v1", 0, late_s->info.id);
     late->info.has_user = true; /* user id 0 is a user too */
-    sv_meter_add(&late->bytes.up, 5);
-    sv_meter_add(&f[0]->bytes.up, 1);
+    sv_meter_add(&late->bytes->up, 5);
+    sv_meter_add(&f[0]->bytes->up, 1);
     sv_tracker_tick(t, 1000000000);
     assert_int_equal(sv_tracker_stats(t, &s), 0);
     assert_int_equal(s.n_users, N + 1);
@@ -243,13 +243,91 @@ static void remembered_groups_survive_table_growth_and_users_stay_sorted(void **
     sv_tracker_free(t);
 }
 
+/* Issue 13: counters live in per-worker slots that are reused once a closed flow's (session's)
+ * last bytes are counted. A reused slot starts from the new record's own bytes (those moved before
+ * it registered) and counts for the new flow's groups and user only; a slot is not reused before
+ * the tick that counts its last bytes. */
+static void a_reused_slot_counts_only_for_its_new_flow(void **state)
+{
+    (void)state;
+    sv_tracker *t = new_tracker(1);
+    sv_session_rec *sa = open_session(t, 0, "in-a", "1.1.1.1:1");
+    sv_tracker_session_bind_user(t, sa, 1);
+    sv_flow_rec *a = open_flow(t, 0, "in-a", "out-a@v1", 1, sa->info.id);
+    sv_meter_add(&a->bytes->up, 100);
+    sv_meter_add(&a->bytes->down, 200);
+    sv_meter_add(&sa->wire->up, 300);
+    sv_tracker_tick(t, 1000000000);
+    sv_meter_add(&a->bytes->up, 5);
+    sv_meter_add(&sa->wire->up, 7);
+    uintptr_t a_slot = (uintptr_t)a->bytes, sa_slot = (uintptr_t)sa->wire;
+    sv_tracker_flow_close(t, a);
+    sv_tracker_session_close(t, sa);
+
+    /* before the tick that counts a's last bytes: a's slot is still a's */
+    sv_flow_rec *b = open_flow(t, 0, "in-b", "out-b@v1", 2, 0);
+    assert_true((uintptr_t)b->bytes != a_slot);
+    sv_meter_add(&b->bytes->up, 1);
+    sv_tracker_tick(t, 1000000000);
+    sv_stats s;
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    expect_tag(find_tag(s.users, s.n_users, "1"), 105, 200, 5, 0, 0);
+    expect_tag(find_tag(s.users, s.n_users, "2"), 1, 0, 1, 0, 1);
+    sv_stats_free(&s);
+
+    /* now a's slots are free: the next flow and session take them */
+    sv_session_rec *sc = open_session(t, 0, "in-c", "1.1.1.3:1");
+    sv_tracker_session_bind_user(t, sc, 3);
+    sv_flow_rec *c = flow_rec(0, "in-c", "out-c@v1", 3, sc->info.id);
+    sv_meter_add(&c->bytes->up, 4); /* before it registers: still its bytes */
+    sv_tracker_flow_open(t, c);
+    assert_true((uintptr_t)c->bytes == a_slot);
+    assert_true((uintptr_t)sc->wire == sa_slot);
+    sv_meter_add(&c->bytes->up, 2);
+    sv_meter_add(&sc->wire->down, 9);
+    sv_tracker_tick(t, 1000000000);
+    assert_int_equal(sv_tracker_stats(t, &s), 0);
+    assert_int_equal(s.n_users, 2);
+    assert_null(find_tag(s.users, s.n_users, "1")); /* nothing more for a's user */
+    expect_tag(find_tag(s.users, s.n_users, "3"), 6, 0, 6, 0, 1);
+    expect_tag(find_tag(s.inbounds, s.n_inbounds, "in-a"), 105, 200, 0, 0, 0);
+    expect_tag(find_tag(s.inbounds, s.n_inbounds, "in-c"), 6, 0, 6, 0, 1);
+    expect_tag(find_tag(s.outbounds, s.n_outbounds, "out-c"), 6, 0, 6, 0, 1);
+    expect_tag(&s.total, 112, 200, 6, 0, 2);
+    sv_stats_free(&s);
+
+    sv_flow_info *fl = NULL;
+    assert_int_equal(sv_tracker_flows(t, &fl), 2);
+    assert_int_equal(fl[0].id, b->info.id);
+    assert_int_equal(fl[0].up, 1);
+    assert_int_equal(fl[1].id, c->info.id);
+    assert_int_equal(fl[1].up, 6);
+    assert_int_equal(fl[1].down, 0);
+    free(fl);
+
+    sv_usage *u = NULL;
+    assert_int_equal(sv_tracker_take_usage(t, &u), 2);
+    assert_int_equal(u[0].user, 1);
+    assert_int_equal(u[0].up, 307);
+    assert_int_equal(u[0].down, 0);
+    assert_int_equal(u[1].user, 3);
+    assert_int_equal(u[1].up, 0);
+    assert_int_equal(u[1].down, 9);
+    free(u);
+
+    sv_tracker_flow_close(t, b);
+    sv_tracker_flow_close(t, c);
+    sv_tracker_session_close(t, sc);
+    sv_tracker_free(t);
+}
+
 static void rates_saturate_instead_of_overflowing(void **state)
 {
     (void)state;
     sv_tracker *t = new_tracker(1);
     sv_flow_rec *a = open_flow(t, 0, "in", "out@v1", 0, 0);
-    sv_meter_add(&a->bytes.up, UINT64_MAX / 2);
-    sv_meter_add(&a->bytes.down, 3);
+    sv_meter_add(&a->bytes->up, UINT64_MAX / 2);
+    sv_meter_add(&a->bytes->down, 3);
     sv_tracker_tick(t, 1); /* 1 ns */
     sv_stats s;
     assert_int_equal(sv_tracker_stats(t, &s), 0);
@@ -275,8 +353,8 @@ static void events_report_opened_then_closed_with_final_counts(void **state)
 
     sv_flow_rec *f = open_flow(t, 1, "in2", "out@v3", 9, 4);
     uint64_t id = f->info.id;
-    sv_meter_add(&f->bytes.up, 7);
-    sv_meter_add(&f->bytes.down, 11);
+    sv_meter_add(&f->bytes->up, 7);
+    sv_meter_add(&f->bytes->down, 11);
     sv_tracker_flow_close(t, f);
 
     assert_int_equal(sv_tracker_events_next(t, &cursor, &ev), 1);
@@ -377,7 +455,7 @@ static void flow_ids_name_their_worker_and_listing_is_sorted(void **state)
             if (r[j]->worker == r[i]->worker)
                 assert_true(r[j]->info.id < r[i]->info.id);
     }
-    sv_meter_add(&r[4]->bytes.down, 99);
+    sv_meter_add(&r[4]->bytes->down, 99);
     sv_flow_info *v = NULL;
     assert_int_equal(sv_tracker_flows(t, &v), 6);
     for (unsigned i = 1; i < 6; i++)
@@ -545,12 +623,12 @@ static void take_usage_returns_deltas_then_nothing(void **state)
     sv_session_rec *a = open_session(t, 0, "in", "1.1.1.1:1");
     sv_session_rec *b = open_session(t, 1, "in", "1.1.1.2:1");
     sv_session_rec *anon = open_session(t, 1, "in", "1.1.1.3:1");
-    sv_meter_add(&a->wire.up, 100); /* before the bind: charged to the user once bound */
+    sv_meter_add(&a->wire->up, 100); /* before the bind: charged to the user once bound */
     sv_tracker_session_bind_user(t, a, 7);
-    sv_meter_add(&a->wire.down, 30);
+    sv_meter_add(&a->wire->down, 30);
     sv_tracker_session_bind_user(t, b, 8);
-    sv_meter_add(&b->wire.up, 1);
-    sv_meter_add(&anon->wire.up, 500); /* never bound: nobody's */
+    sv_meter_add(&b->wire->up, 1);
+    sv_meter_add(&anon->wire->up, 500); /* never bound: nobody's */
 
     sv_usage *u = NULL;
     long n = sv_tracker_take_usage(t, &u);
@@ -564,9 +642,9 @@ static void take_usage_returns_deltas_then_nothing(void **state)
     free(u);
 
     /* more bytes, a tick in between (it reconciles), then a close with a last remainder */
-    sv_meter_add(&a->wire.up, 5);
+    sv_meter_add(&a->wire->up, 5);
     sv_tracker_tick(t, 1000000000);
-    sv_meter_add(&a->wire.up, 6);
+    sv_meter_add(&a->wire->up, 6);
     sv_tracker_session_close(t, a);
     sv_tracker_session_close(t, anon);
     n = sv_tracker_take_usage(t, &u);
@@ -773,9 +851,9 @@ static void *smoke_worker(void *arg)
     for (unsigned i = 0; i < 2000; i++) {
         sv_flow_rec *f = open_flow(sm->t, i % 2, "in", "out@v1", 3, sess->info.id);
         for (unsigned k = 0; k < 20; k++) {
-            sv_meter_add(&f->bytes.up, k + 1);
-            sv_meter_add(&f->bytes.down, 2);
-            sv_meter_add(&sess->wire.up, 3);
+            sv_meter_add(&f->bytes->up, k + 1);
+            sv_meter_add(&f->bytes->down, 2);
+            sv_meter_add(&sess->wire->up, 3);
             sm->flow_bytes += k + 3;
             sm->wire_bytes += 3;
         }
@@ -846,6 +924,7 @@ int main(void)
         cmocka_unit_test(device_admit_is_atomic_across_workers),
         cmocka_unit_test(concurrent_counting_loses_and_doubles_nothing),
         cmocka_unit_test(remembered_groups_survive_table_growth_and_users_stay_sorted),
+        cmocka_unit_test(a_reused_slot_counts_only_for_its_new_flow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
