@@ -15,6 +15,7 @@
 
 #include "supervisor/crypto/aead.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -275,63 +276,86 @@ int sv_ss_subkey(const uint8_t *key, size_t len, const uint8_t *salt, uint8_t *o
 /*
  * HKDF-SHA1 on precomputed HMAC states (RFC 2104, RFC 5869), for trial decryption over many keys:
  * Extract = HMAC(salt, key) starts from the salt's states; Expand = HMAC(PRK, T(i-1) | info | i).
+ * Every message after an HMAC pad block fits one SHA-1 block (key <= 32, digest 20, T | info | i
+ * 30 bytes), so each hash is one SHA1_Transform() on a block padded here (FIPS 180-4 §5.1.1):
+ * 8 compressions per 32-byte subkey, 6 per 16-byte one, and no buffering or finalisation.
  */
 #define HMAC_BLOCK 64
+#define SHA1_PAD_AT 56 /* the message's bit length goes in the block's last 8 bytes */
 
-static void hmac_states(SHA_CTX *inner, SHA_CTX *outer, const uint8_t *key, size_t len)
+/* SHA-1 of @p st's state followed by the @p n (<= 55) bytes at @p blk[0..n), the HMAC pad block
+ * being already in @p st: pads @p blk in place (64 bytes) and writes the digest to @p md. */
+static void sha1_last_block(const SHA_CTX *st, uint8_t blk[HMAC_BLOCK], size_t n,
+                            uint8_t md[SHA_DIGEST_LENGTH])
 {
-    uint8_t pad[HMAC_BLOCK] = {0};
-    memcpy(pad, key, len);
-    for (size_t i = 0; i < HMAC_BLOCK; i++)
-        pad[i] ^= 0x36;
+    SHA_CTX c; /* SHA1_Transform() reads and writes the chaining value h0..h4 alone */
+    c.h0 = st->h0;
+    c.h1 = st->h1;
+    c.h2 = st->h2;
+    c.h3 = st->h3;
+    c.h4 = st->h4;
+    uint64_t bits = htobe64((uint64_t)(HMAC_BLOCK + n) * 8);
+    blk[n] = 0x80;
+    memset(blk + n + 1, 0, SHA1_PAD_AT - n - 1);
+    memcpy(blk + SHA1_PAD_AT, &bits, sizeof bits);
+    SHA1_Transform(&c, blk);
+    const uint32_t h[5] = {htobe32(c.h0), htobe32(c.h1), htobe32(c.h2), htobe32(c.h3),
+                           htobe32(c.h4)};
+    memcpy(md, h, sizeof h);
+}
+
+/* The SHA-1 states after HMAC's inner and outer pad blocks of @p key (@p len <= 64 bytes). */
+static void hmac_states(SHA_CTX *inner, SHA_CTX *outer, const uint8_t *key, size_t len,
+                        uint8_t pad[HMAC_BLOCK])
+{
+    memset(pad, 0x36, HMAC_BLOCK);
+    for (size_t i = 0; i < len; i++)
+        pad[i] ^= key[i];
     SHA1_Init(inner);
-    SHA1_Update(inner, pad, HMAC_BLOCK);
+    SHA1_Transform(inner, pad);
     for (size_t i = 0; i < HMAC_BLOCK; i++)
         pad[i] ^= 0x36 ^ 0x5c;
     SHA1_Init(outer);
-    SHA1_Update(outer, pad, HMAC_BLOCK);
-    OPENSSL_cleanse(pad, sizeof pad);
+    SHA1_Transform(outer, pad);
 }
 
-static void hmac_finish(const SHA_CTX *inner, const SHA_CTX *outer, const uint8_t *msg, size_t n,
-                        uint8_t mac[SHA_DIGEST_LENGTH])
+/* HMAC of the @p n (<= 55) bytes at @p blk[0..n) (the block is clobbered) from the key's states. */
+static void hmac_block(const SHA_CTX *inner, const SHA_CTX *outer, uint8_t blk[HMAC_BLOCK],
+                       size_t n, uint8_t mac[SHA_DIGEST_LENGTH])
 {
-    SHA_CTX c = *inner;
-    uint8_t in[SHA_DIGEST_LENGTH];
-    SHA1_Update(&c, msg, n);
-    SHA1_Final(in, &c);
-    c = *outer;
-    SHA1_Update(&c, in, sizeof in);
-    SHA1_Final(mac, &c);
-    OPENSSL_cleanse(in, sizeof in);
-    OPENSSL_cleanse(&c, sizeof c);
+    sha1_last_block(inner, blk, n, mac);
+    memmove(blk, mac, SHA_DIGEST_LENGTH);
+    sha1_last_block(outer, blk, SHA_DIGEST_LENGTH, mac);
 }
 
 void sv_ss_kdf_init(sv_ss_kdf *k, const uint8_t *salt, size_t len)
 {
-    k->len = len > HMAC_BLOCK ? HMAC_BLOCK : len;
-    hmac_states(&k->inner, &k->outer, salt, k->len);
+    uint8_t pad[HMAC_BLOCK];
+    k->len = len > SV_SS_KDF_MAX ? SV_SS_KDF_MAX : len;
+    hmac_states(&k->inner, &k->outer, salt, k->len, pad);
+    OPENSSL_cleanse(pad, sizeof pad);
 }
 
 void sv_ss_kdf_derive(const sv_ss_kdf *k, const uint8_t *key, uint8_t *out)
 {
     static const char info[] = "ss-subkey";
-    uint8_t prk[SHA_DIGEST_LENGTH], t[SHA_DIGEST_LENGTH + sizeof info];
-    SHA_CTX pi, po;
-    hmac_finish(&k->inner, &k->outer, key, k->len, prk);
-    hmac_states(&pi, &po, prk, sizeof prk);
+    struct {
+        uint8_t blk[HMAC_BLOCK], prk[SHA_DIGEST_LENGTH], t[SHA_DIGEST_LENGTH];
+        SHA_CTX pi, po;
+    } w; /* every secret of the derivation, cleansed once at the end */
+    memcpy(w.blk, key, k->len);
+    hmac_block(&k->inner, &k->outer, w.blk, k->len, w.prk);
+    hmac_states(&w.pi, &w.po, w.prk, sizeof w.prk, w.blk);
     size_t have = 0, tlen = 0;
     for (uint8_t i = 1; have < k->len; i++) {
-        memcpy(t + tlen, info, sizeof info - 1); /* t = T(i-1) | info | i */
-        t[tlen + sizeof info - 1] = i;
-        hmac_finish(&pi, &po, t, tlen + sizeof info, t);
+        memcpy(w.blk, w.t, tlen); /* T(i) = HMAC(PRK, T(i-1) | info | i), T(0) empty */
+        memcpy(w.blk + tlen, info, sizeof info - 1);
+        w.blk[tlen + sizeof info - 1] = i;
+        hmac_block(&w.pi, &w.po, w.blk, tlen + sizeof info, w.t);
         tlen = SHA_DIGEST_LENGTH;
         size_t take = k->len - have < tlen ? k->len - have : tlen;
-        memcpy(out + have, t, take);
+        memcpy(out + have, w.t, take);
         have += take;
     }
-    OPENSSL_cleanse(prk, sizeof prk);
-    OPENSSL_cleanse(t, sizeof t);
-    OPENSSL_cleanse(&pi, sizeof pi);
-    OPENSSL_cleanse(&po, sizeof po);
+    OPENSSL_cleanse(&w, sizeof w);
 }
