@@ -70,6 +70,18 @@ int sv_aead_seal_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out);
 int sv_aead_open(sv_aead *a, uint8_t *p, size_t n);
 
 /**
+ * Whether the 16-byte tag at @p ct + @p n authenticates the @p n ciphertext bytes at @p ct under
+ * @p cipher's @p key, the all-zero nonce and no associated data: a stream's first chunk or a
+ * datagram (PROTOCOLS.md §2.3, §2.4). Computes the tag only, decrypts nothing, allocates
+ * nothing: a filter for trial decryption over many keys (issue 13), about a tenth of an EVP
+ * re-key and open for AES-GCM on a CPU with AES-NI and PCLMULQDQ. A match is still to be opened
+ * with sv_aead_open() or sv_aead_open_to().
+ * @return 1 authentic, 0 not; -ENOTSUP when this CPU or cipher has no such check (open with EVP
+ *         instead); -EINVAL for a NULL key or ciphertext.
+ */
+int sv_aead_check_first(enum sv_ss_cipher cipher, const uint8_t *key, const uint8_t *ct, size_t n);
+
+/**
  * HKDF-SHA1(ikm = key, salt, info = "ss-subkey") → @p out of @p len bytes (PROTOCOLS.md §2.2).
  * @return 0 or -EINVAL.
  */

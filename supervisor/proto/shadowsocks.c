@@ -256,9 +256,10 @@ size_t sv_ss_order_next(const sv_ss_order *o, size_t i) { return o->next[i]; }
 /*
  * Trial decryption (§2.3, §2.4): the first key, in @p g's order, whose subkey under @p salt opens
  * the @p n ciphertext bytes at @p ct (and their tag) in place with @p a. A failed open leaves
- * the bytes as they were. The salt's HKDF half is computed once, the cipher chosen once (then
- * only re-keyed). @return the keyring index, -EBADMSG when no key opens them, -EAGAIN when @p g's
- * limit stopped the walk first, or -ENOMEM/-EINVAL.
+ * the bytes as they were. The salt's HKDF half is computed once; each key's tag is checked
+ * alone (sv_aead_check_first) where the CPU can, and only a match is opened with EVP; else the
+ * cipher is chosen once, then only re-keyed. @return the keyring index, -EBADMSG when no key
+ * opens them, -EAGAIN when @p g's limit stopped the walk first, or -ENOMEM/-EINVAL.
  */
 static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *salt, sv_aead *a,
                     uint8_t *ct, size_t n)
@@ -275,11 +276,20 @@ static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *sa
     bool hinted = hint >= 0;
     uint8_t copy[SS_TRIAL_COPY];
     unsigned limit = g != NULL ? g->limit : 0;
+    bool keyed = false, checks = true;
     while (i < ring->n && found < 0 && rc == 0 && (limit == 0 || tried < limit)) {
         sv_ss_kdf_derive(&kdf, ring->keys[i], sub);
-        rc = tried++ == 0 ? sv_aead_init(a, ring->cipher, sub, false) : sv_aead_rekey(a, sub);
-        bool opened = rc == 0 && (n <= sizeof copy ? sv_aead_open_to(a, ct, n, copy)
-                                                   : sv_aead_open(a, ct, n)) == 0;
+        tried++;
+        /* the tag alone first where the CPU computes it cheaply; a match is opened with EVP */
+        int check = checks ? sv_aead_check_first(ring->cipher, sub, ct, n) : -ENOTSUP;
+        checks = check != -ENOTSUP;
+        bool opened = false;
+        if (check != 0) {
+            rc = keyed ? sv_aead_rekey(a, sub) : sv_aead_init(a, ring->cipher, sub, false);
+            keyed = rc == 0;
+            opened = rc == 0 && (n <= sizeof copy ? sv_aead_open_to(a, ct, n, copy)
+                                                  : sv_aead_open(a, ct, n)) == 0;
+        }
         if (opened) {
             if (n <= sizeof copy)
                 memcpy(ct, copy, n);

@@ -1174,6 +1174,43 @@ static void kdf__precomputed_salt__equal_to_subkey(void **state)
     }
 }
 
+/* The tag-only check of a first AEAD says 1 exactly when an EVP open with the same key succeeds:
+ * for all three methods, every length up to 300 bytes, a true tag and one bit flipped anywhere in
+ * ciphertext or tag (-ENOTSUP, a method or CPU without it, is allowed and then nothing is said). */
+static void check_first__random_inputs__same_verdict_as_evp_open(void **state)
+{
+    (void)state;
+    static const enum sv_ss_cipher ciphers[] = {SV_SS_AES_128_GCM, SV_SS_AES_256_GCM,
+                                                SV_SS_CHACHA20_POLY1305};
+    uint64_t s = 11;
+    for (size_t c = 0; c < sizeof ciphers / sizeof *ciphers; c++) {
+        for (size_t n = 0; n <= 300; n++) {
+            uint8_t key[32], buf[300 + SV_SS_TAG], plain[300];
+            for (size_t k = 0; k < sizeof key; k++)
+                key[k] = (uint8_t)prng(&s);
+            for (size_t k = 0; k < n; k++)
+                buf[k] = (uint8_t)prng(&s);
+            sv_aead a = {0};
+            assert_int_equal(sv_aead_init(&a, ciphers[c], key, true), 0);
+            assert_int_equal(sv_aead_seal(&a, buf, n), 0);
+            sv_aead_deinit(&a);
+            int r = sv_aead_check_first(ciphers[c], key, buf, n);
+            if (r == -ENOTSUP)
+                continue;
+            assert_int_equal(r, 1);
+            size_t bit = (size_t)(prng(&s) % ((n + SV_SS_TAG) * 8));
+            buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            assert_int_equal(sv_aead_check_first(ciphers[c], key, buf, n), 0);
+            assert_int_equal(sv_aead_init(&a, ciphers[c], key, false), 0);
+            assert_int_equal(sv_aead_open_to(&a, buf, n, plain), -EBADMSG);
+            sv_aead_deinit(&a);
+            key[prng(&s) % 16] ^= 0x40; /* the right bytes under another key */
+            buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            assert_int_equal(sv_aead_check_first(ciphers[c], key, buf, n), 0);
+        }
+    }
+}
+
 static void order_expect(const sv_ss_order *o, const size_t *want, size_t n)
 {
     size_t k = 0;
@@ -1603,6 +1640,7 @@ int main(void)
         cmocka_unit_test(aead__nonce__little_endian_counter),
         cmocka_unit_test(aead__interleaved_streams__own_keys),
         cmocka_unit_test(kdf__precomputed_salt__equal_to_subkey),
+        cmocka_unit_test(check_first__random_inputs__same_verdict_as_evp_open),
         cmocka_unit_test(order__touch__most_recently_matched_first),
         cmocka_unit_test(guide__hint__one_trial_and_never_a_wrong_user),
         cmocka_unit_test(guide__order__returning_user_first),
