@@ -669,6 +669,144 @@ static bool gcm_fast(void)
 }
 #endif
 
+/*
+ * The same for ChaCha20-Poly1305 (RFC 8439 §2.8), in portable C: the one-time Poly1305 key is
+ * ChaCha20 block 0 under the key and the zero nonce (§2.6); the tag is Poly1305 (§2.5) of the
+ * ciphertext padded to 16 bytes and the lengths block [0]64 | [n]64 little-endian. 26-bit limbs
+ * ("poly1305-donna" layout). About a quarter of an EVP re-key and open for a short chunk.
+ */
+static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                                                (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+#define CHACHA_QR(a, b, c, d)                                                                      \
+    do {                                                                                           \
+        a += b, d ^= a, d = d << 16 | d >> 16;                                                     \
+        c += d, b ^= c, b = b << 12 | b >> 20;                                                     \
+        a += b, d ^= a, d = d << 8 | d >> 24;                                                      \
+        c += d, b ^= c, b = b << 7 | b >> 25;                                                      \
+    } while (0)
+
+/* ChaCha20 block 0 under @p key and the all-zero nonce, its first 32 bytes as 8 words. */
+static void chacha_block0(const uint8_t key[32], uint32_t out[8])
+{
+    uint32_t x[16] = {0x61707865, 0x3320646e, 0x79622d32, 0x6b206574};
+    for (int i = 0; i < 8; i++)
+        x[4 + i] = le32(key + 4 * i);
+    uint32_t in[16];
+    memcpy(in, x, sizeof in);
+    for (int r = 0; r < 10; r++) {
+        CHACHA_QR(x[0], x[4], x[8], x[12]);
+        CHACHA_QR(x[1], x[5], x[9], x[13]);
+        CHACHA_QR(x[2], x[6], x[10], x[14]);
+        CHACHA_QR(x[3], x[7], x[11], x[15]);
+        CHACHA_QR(x[0], x[5], x[10], x[15]);
+        CHACHA_QR(x[1], x[6], x[11], x[12]);
+        CHACHA_QR(x[2], x[7], x[8], x[13]);
+        CHACHA_QR(x[3], x[4], x[9], x[14]);
+    }
+    for (int i = 0; i < 8; i++)
+        out[i] = x[i] + in[i];
+    OPENSSL_cleanse(x, sizeof x);
+    OPENSSL_cleanse(in, sizeof in);
+}
+
+typedef struct poly1305 {
+    uint32_t r[5], s4[4], h[5]; /* s4[i] = r[i + 1] * 5 */
+} poly1305;
+
+static void poly_block(poly1305 *p, const uint8_t m[16])
+{
+    const uint32_t mask = 0x3ffffff, *r = p->r, *s = p->s4;
+    uint32_t *h = p->h;
+    h[0] += le32(m) & mask;
+    h[1] += (le32(m + 3) >> 2) & mask;
+    h[2] += (le32(m + 6) >> 4) & mask;
+    h[3] += (le32(m + 9) >> 6) & mask;
+    h[4] += (le32(m + 12) >> 8) | 1u << 24; /* every block is whole: the 2^128 bit */
+    uint64_t d0 = (uint64_t)h[0] * r[0] + (uint64_t)h[1] * s[3] + (uint64_t)h[2] * s[2] +
+                  (uint64_t)h[3] * s[1] + (uint64_t)h[4] * s[0];
+    uint64_t d1 = (uint64_t)h[0] * r[1] + (uint64_t)h[1] * r[0] + (uint64_t)h[2] * s[3] +
+                  (uint64_t)h[3] * s[2] + (uint64_t)h[4] * s[1];
+    uint64_t d2 = (uint64_t)h[0] * r[2] + (uint64_t)h[1] * r[1] + (uint64_t)h[2] * r[0] +
+                  (uint64_t)h[3] * s[3] + (uint64_t)h[4] * s[2];
+    uint64_t d3 = (uint64_t)h[0] * r[3] + (uint64_t)h[1] * r[2] + (uint64_t)h[2] * r[1] +
+                  (uint64_t)h[3] * r[0] + (uint64_t)h[4] * s[3];
+    uint64_t d4 = (uint64_t)h[0] * r[4] + (uint64_t)h[1] * r[3] + (uint64_t)h[2] * r[2] +
+                  (uint64_t)h[3] * r[1] + (uint64_t)h[4] * r[0];
+    d1 += d0 >> 26;
+    d2 += d1 >> 26;
+    d3 += d2 >> 26;
+    d4 += d3 >> 26;
+    h[0] = (uint32_t)d0 & mask;
+    h[1] = (uint32_t)d1 & mask;
+    h[2] = (uint32_t)d2 & mask;
+    h[3] = (uint32_t)d3 & mask;
+    h[4] = (uint32_t)d4 & mask;
+    h[0] += (uint32_t)(d4 >> 26) * 5;
+    h[1] += h[0] >> 26;
+    h[0] &= mask;
+}
+
+/* 1 when @p tag is ChaCha20-Poly1305's tag of @p n bytes at @p ct under @p key and nonce 0. */
+static int chacha_check_zero_nonce(const uint8_t key[32], const uint8_t *ct, size_t n,
+                                   const uint8_t *tag)
+{
+    const uint32_t mask = 0x3ffffff;
+    uint32_t otk[8];
+    chacha_block0(key, otk);
+    poly1305 p = {{0}, {0}, {0}};
+    /* r clamped (§2.5.1), split into 26-bit limbs */
+    uint32_t t0 = otk[0] & 0x0fffffff, t1 = otk[1] & 0x0ffffffc, t2 = otk[2] & 0x0ffffffc,
+             t3 = otk[3] & 0x0ffffffc;
+    p.r[0] = t0 & mask;
+    p.r[1] = (t0 >> 26 | t1 << 6) & mask;
+    p.r[2] = (t1 >> 20 | t2 << 12) & mask;
+    p.r[3] = (t2 >> 14 | t3 << 18) & mask;
+    p.r[4] = t3 >> 8;
+    for (int i = 0; i < 4; i++)
+        p.s4[i] = p.r[i + 1] * 5;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        poly_block(&p, ct + i);
+    uint8_t blk[16] = {0};
+    if (i < n) {
+        memcpy(blk, ct + i, n - i);
+        poly_block(&p, blk);
+    }
+    uint64_t bits = htole64((uint64_t)n);
+    memset(blk, 0, 8);
+    memcpy(blk + 8, &bits, 8);
+    poly_block(&p, blk);
+    /* full carry, then h mod 2^130 - 5 by a constant-time select of h or h - p */
+    uint32_t *h = p.h, g[5], c;
+    c = h[1] >> 26, h[1] &= mask, h[2] += c;
+    c = h[2] >> 26, h[2] &= mask, h[3] += c;
+    c = h[3] >> 26, h[3] &= mask, h[4] += c;
+    c = h[4] >> 26, h[4] &= mask, h[0] += c * 5;
+    c = h[0] >> 26, h[0] &= mask, h[1] += c;
+    g[0] = h[0] + 5, c = g[0] >> 26, g[0] &= mask;
+    g[1] = h[1] + c, c = g[1] >> 26, g[1] &= mask;
+    g[2] = h[2] + c, c = g[2] >> 26, g[2] &= mask;
+    g[3] = h[3] + c, c = g[3] >> 26, g[3] &= mask;
+    g[4] = h[4] + c - (1u << 26);
+    uint32_t use_g = (g[4] >> 31) - 1; /* all ones when h >= p */
+    for (int k = 0; k < 5; k++)
+        h[k] = (h[k] & ~use_g) | (g[k] & use_g);
+    /* h mod 2^128, plus s (the block's second 16 bytes), as 4 little-endian words */
+    uint32_t w[4] = {h[0] | h[1] << 26, h[1] >> 6 | h[2] << 20, h[2] >> 12 | h[3] << 14,
+                     h[3] >> 18 | h[4] << 8};
+    uint64_t f = 0;
+    uint32_t diff = 0;
+    for (int k = 0; k < 4; k++) {
+        f += (uint64_t)w[k] + otk[4 + k];
+        diff |= (uint32_t)f ^ le32(tag + 4 * k);
+        f >>= 32;
+    }
+    OPENSSL_cleanse(otk, sizeof otk);
+    OPENSSL_cleanse(&p, sizeof p);
+    return diff == 0;
+}
+
 int sv_aead_check_first(enum sv_ss_cipher cipher, const uint8_t *key, const uint8_t *ct, size_t n)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -679,8 +817,10 @@ int sv_aead_check_first(enum sv_ss_cipher cipher, const uint8_t *key, const uint
                                                                                    : 0;
     if (len != 0 && gcm_fast())
         return gcm_check_zero_nonce(key, len, ct, n, ct + n);
-#else
-    (void)cipher, (void)key, (void)ct, (void)n;
 #endif
+    if (key == NULL || (ct == NULL && n > 0))
+        return -EINVAL;
+    if (cipher == SV_SS_CHACHA20_POLY1305 || cipher == SV_SS_2022_CHACHA20_POLY1305)
+        return chacha_check_zero_nonce(key, ct, n, ct + n);
     return -ENOTSUP;
 }
