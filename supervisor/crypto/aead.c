@@ -591,24 +591,29 @@ GCM_TARGET static int aes_expand(const uint8_t *key, size_t len, __m128i rk[15])
 
 /*
  * a * b in GF(2^128) as GCM defines it, both operands and the product byte-reversed (so GCM's
- * reflected bit order becomes a left shift by one after the carry-less product): Karatsuba-free
- * schoolbook product of the 64-bit halves, then reduction modulo x^128 + x^7 + x^2 + x + 1
- * (Gueron and Kounavis, "Intel Carry-Less Multiplication Instruction and its Usage for Computing
- * the GCM Mode", algorithms 1 and 5).
+ * reflected bit order becomes a left shift by one after the carry-less product): gf_mul_wide()
+ * is the schoolbook carry-less product of the 64-bit halves into hi:lo, gf_reduce() the shift and
+ * the reduction modulo x^128 + x^7 + x^2 + x + 1 (Gueron and Kounavis, "Intel Carry-Less
+ * Multiplication Instruction and its Usage for Computing the GCM Mode", algorithms 1 and 5).
+ * Both steps are linear, so several wide products are summed before one reduction.
  */
-GCM_TARGET static inline __m128i gf_mul(__m128i a, __m128i b)
+GCM_TARGET static inline void gf_mul_wide(__m128i a, __m128i b, __m128i *lo, __m128i *hi)
 {
-    __m128i lo = _mm_clmulepi64_si128(a, b, 0x00);
-    __m128i hi = _mm_clmulepi64_si128(a, b, 0x11);
     __m128i mid = _mm_xor_si128(_mm_clmulepi64_si128(a, b, 0x10), _mm_clmulepi64_si128(a, b, 0x01));
-    lo = _mm_xor_si128(lo, _mm_slli_si128(mid, 8));
-    hi = _mm_xor_si128(hi, _mm_srli_si128(mid, 8));
-    /* the 256-bit product hi:lo shifted left by one bit */
+    *lo = _mm_xor_si128(_mm_clmulepi64_si128(a, b, 0x00), _mm_slli_si128(mid, 8));
+    *hi = _mm_xor_si128(_mm_clmulepi64_si128(a, b, 0x11), _mm_srli_si128(mid, 8));
+}
+
+/* The 256-bit carry-less product hi:lo of gf_mul_wide() (or a xor of several) reduced to a
+ * field element. */
+GCM_TARGET static inline __m128i gf_reduce(__m128i lo, __m128i hi)
+{
+    /* the product shifted left by one bit (the reflected bit order) */
     __m128i lo_carry = _mm_srli_epi32(lo, 31), hi_carry = _mm_srli_epi32(hi, 31);
     lo = _mm_or_si128(_mm_slli_epi32(lo, 1), _mm_slli_si128(lo_carry, 4));
     hi = _mm_or_si128(_mm_or_si128(_mm_slli_epi32(hi, 1), _mm_slli_si128(hi_carry, 4)),
                       _mm_srli_si128(lo_carry, 12));
-    /* reduce: fold lo into hi with the polynomial's x^7 + x^2 + x + 1 (bit-reflected) */
+    /* fold lo into hi with the polynomial's x^7 + x^2 + x + 1 (bit-reflected) */
     __m128i t = _mm_xor_si128(_mm_xor_si128(_mm_slli_epi32(lo, 31), _mm_slli_epi32(lo, 30)),
                               _mm_slli_epi32(lo, 25));
     __m128i t_hi = _mm_srli_si128(t, 4);
@@ -617,6 +622,19 @@ GCM_TARGET static inline __m128i gf_mul(__m128i a, __m128i b)
                               _mm_srli_epi32(lo, 7));
     u = _mm_xor_si128(u, t_hi);
     return _mm_xor_si128(hi, _mm_xor_si128(lo, u));
+}
+
+GCM_TARGET static inline __m128i gf_mul(__m128i a, __m128i b)
+{
+    __m128i lo, hi;
+    gf_mul_wide(a, b, &lo, &hi);
+    return gf_reduce(lo, hi);
+}
+
+/* Block @p i of @p ct byte-reversed. */
+GCM_TARGET static inline __m128i ghash_load(const uint8_t *ct, size_t i, __m128i swap)
+{
+    return _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(ct + i)), swap);
 }
 
 /* 1 when @p tag is AES-GCM's tag of @p n bytes at @p ct under @p key (@p len 16 or 32 bytes) and
@@ -637,10 +655,21 @@ GCM_TARGET static int gcm_check_zero_nonce(const uint8_t *key, size_t len, const
     j0 = _mm_aesenclast_si128(j0, rk[rounds]);
     __m128i x = _mm_setzero_si128();
     size_t i = 0;
+    if (n >= 64) { /* 4 blocks per reduction: X' = (X + B0) H^4 + B1 H^3 + B2 H^2 + B3 H */
+        __m128i h2 = gf_mul(h, h), h3 = gf_mul(h2, h), h4 = gf_mul(h2, h2);
+        for (; i + 64 <= n; i += 64) {
+            __m128i lo, hi, l, u;
+            gf_mul_wide(_mm_xor_si128(x, ghash_load(ct, i, swap)), h4, &lo, &hi);
+            gf_mul_wide(ghash_load(ct, i + 16, swap), h3, &l, &u);
+            lo = _mm_xor_si128(lo, l), hi = _mm_xor_si128(hi, u);
+            gf_mul_wide(ghash_load(ct, i + 32, swap), h2, &l, &u);
+            lo = _mm_xor_si128(lo, l), hi = _mm_xor_si128(hi, u);
+            gf_mul_wide(ghash_load(ct, i + 48, swap), h, &l, &u);
+            x = gf_reduce(_mm_xor_si128(lo, l), _mm_xor_si128(hi, u));
+        }
+    }
     for (; i + 16 <= n; i += 16)
-        x = gf_mul(_mm_xor_si128(x, _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(ct + i)),
-                                                     swap)),
-                   h);
+        x = gf_mul(_mm_xor_si128(x, ghash_load(ct, i, swap)), h);
     if (i < n) {
         uint8_t last[16] = {0};
         memcpy(last, ct + i, n - i);
