@@ -688,13 +688,15 @@ GCM_TARGET static int gcm_check_zero_nonce(const uint8_t *key, size_t len, const
 
 static bool gcm_fast(void)
 {
-    static int have = -1; /* racy but idempotent: every thread computes the same answer */
-    if (have < 0) {
+    static _Atomic int have = -1; /* every thread that asks first computes the same answer */
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
         __builtin_cpu_init();
-        have = __builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul") &&
-               __builtin_cpu_supports("ssse3");
+        h = __builtin_cpu_supports("aes") && __builtin_cpu_supports("pclmul") &&
+            __builtin_cpu_supports("ssse3");
+        atomic_store_explicit(&have, h, memory_order_relaxed);
     }
-    return have == 1;
+    return h == 1;
 }
 #endif
 
