@@ -119,9 +119,9 @@ void sv_ss_kdf_derive(const sv_ss_kdf *k, const uint8_t *key, uint8_t *out);
 /**
  * The subkeys of the @p count master keys @p keys[0..count) (each k->len bytes; count at most
  * SV_SS_KDF_LANES, more are ignored) under @p k's salt into @p out[0..count): the same bytes as
- * sv_ss_kdf_derive() on each, one SHA-1 per vector lane (AVX-512, AVX2 or the baseline, chosen
- * at load), for trial decryption over many keys (issue 13). Below a few keys it derives them one
- * by one (cheaper then). Allocates nothing, cannot fail.
+ * sv_ss_kdf_derive() on each, one SHA-1 per vector lane (AVX-512 or AVX2, chosen at load), for
+ * trial decryption over many keys (issue 13). Below a few keys, or without those vectors, it
+ * derives them one by one (cheaper then). Allocates nothing, cannot fail.
  */
 void sv_ss_kdf_derive_many(const sv_ss_kdf *k, const uint8_t *const *keys, size_t count,
                            uint8_t (*out)[SV_SS_KDF_MAX]);
