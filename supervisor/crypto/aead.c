@@ -542,8 +542,8 @@ void sv_ss_kdf_derive_many(const sv_ss_kdf *k, const uint8_t *const *keys, size_
  * (issue 13): AES-GCM computed directly with AES-NI and PCLMULQDQ (NIST SP 800-38D §7.2:
  * H = E(K, 0^128), J0 = nonce | 1, T = E(K, J0) xor GHASH_H(C | pad | [0]64 | [len(C)]64)). An
  * EVP re-key and open costs ~650 ns, most of it provider dispatch; this ~130 ns for a short
- * chunk (the key schedule's latency, mostly). Nothing is decrypted: a match is opened again with EVP (sv_aead_open), so this is a
- * filter, never the last word.
+ * chunk (the key schedule's latency, mostly). Nothing is decrypted: a match is opened again
+ * with EVP (sv_aead_open), so this is a filter, never the last word.
  */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
