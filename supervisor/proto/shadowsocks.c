@@ -268,10 +268,27 @@ size_t sv_ss_order_next(const sv_ss_order *o, size_t i) { return o->next[i]; }
 /*
  * Trial decryption (§2.3, §2.4): the first key, in @p g's order, whose subkey under @p salt opens
  * the @p n ciphertext bytes at @p ct (and their tag) in place with @p a. A failed open leaves
- * the bytes as they were. The salt's HKDF half is computed once, the cipher chosen once (then
- * only re-keyed). @return the keyring index, -EBADMSG when no key opens them, -EAGAIN when @p g's
- * limit stopped the walk first, or -ENOMEM/-EINVAL.
+ * the bytes as they were. The salt's HKDF half is computed once, and the subkeys of up to
+ * SV_SS_KDF_LANES keys together; each key's tag is checked alone (sv_aead_check_first) where the
+ * CPU can, and only a match is opened with EVP; else the cipher is chosen once, then only
+ * re-keyed. @return the keyring index, -EBADMSG when no key
+ * opens them, -EAGAIN when @p g's limit stopped the walk first, or -ENOMEM/-EINVAL.
  */
+/* The key after @p i in a trial's walk (ss_trial): the hint first, then @p order (or index
+ * order) from its start, skipping the hint. Clears *@p hinted once past the hint. */
+static size_t trial_next(size_t i, bool *hinted, int hint, const sv_ss_order *order)
+{
+    if (*hinted) { /* the hint missed: walk the rest from the start */
+        *hinted = false;
+        i = order != NULL ? sv_ss_order_first(order) : 0;
+    } else {
+        i = order != NULL ? sv_ss_order_next(order, i) : i + 1;
+    }
+    if (i == (size_t)hint)
+        i = order != NULL ? sv_ss_order_next(order, i) : i + 1;
+    return i;
+}
+
 static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *salt, sv_aead *a,
                     uint8_t *ct, size_t n)
 {
@@ -279,7 +296,9 @@ static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *sa
     int hint = g != NULL && g->hint >= 0 && (size_t)g->hint < ring->n ? g->hint : -1;
     sv_ss_order *order = g != NULL && g->order != NULL && g->order->n == ring->n ? g->order : NULL;
     sv_ss_kdf kdf;
-    uint8_t sub[SV_SS_KEY_MAX];
+    uint8_t subs[SV_SS_KDF_LANES][SV_SS_KDF_MAX];
+    const uint8_t *keys[SV_SS_KDF_LANES];
+    size_t users[SV_SS_KDF_LANES];
     int found = -1, rc = 0;
     unsigned tried = 0;
     sv_ss_kdf_init(&kdf, salt, sl);
@@ -287,27 +306,38 @@ static int ss_trial(const sv_ss_keyring *ring, sv_ss_guide *g, const uint8_t *sa
     bool hinted = hint >= 0;
     uint8_t copy[SS_TRIAL_COPY];
     unsigned limit = g != NULL ? g->limit : 0;
+    bool keyed = false, checks = true;
     while (i < ring->n && found < 0 && rc == 0 && (limit == 0 || tried < limit)) {
-        sv_ss_kdf_derive(&kdf, ring->keys[i], sub);
-        rc = tried++ == 0 ? sv_aead_init(a, ring->cipher, sub, false) : sv_aead_rekey(a, sub);
-        bool opened = rc == 0 && (n <= sizeof copy ? sv_aead_open_to(a, ct, n, copy)
-                                                   : sv_aead_open(a, ct, n)) == 0;
-        if (opened) {
-            if (n <= sizeof copy)
-                memcpy(ct, copy, n);
-            found = (int)i;
-            break;
+        /* the next keys of the walk, their subkeys derived together: the hint alone, then up
+         * to SV_SS_KDF_LANES at a time (never past the limit) */
+        size_t batch = 0, room = hinted ? 1 : SV_SS_KDF_LANES;
+        if (limit != 0 && limit - tried < room)
+            room = limit - tried;
+        for (; batch < room && i < ring->n; i = trial_next(i, &hinted, hint, order)) {
+            users[batch] = i;
+            keys[batch++] = ring->keys[i];
         }
-        if (hinted) { /* the hint missed: walk the rest from the start */
-            hinted = false;
-            i = order != NULL ? sv_ss_order_first(order) : 0;
-        } else {
-            i = order != NULL ? sv_ss_order_next(order, i) : i + 1;
+        sv_ss_kdf_derive_many(&kdf, keys, batch, subs);
+        for (size_t b = 0; b < batch && found < 0 && rc == 0; b++) {
+            const uint8_t *sub = subs[b];
+            tried++;
+            /* the tag alone first where the CPU computes it cheaply; a match is opened with EVP */
+            int check = checks ? sv_aead_check_first(ring->cipher, sub, ct, n) : -ENOTSUP;
+            checks = check != -ENOTSUP;
+            if (check == 0)
+                continue;
+            rc = keyed ? sv_aead_rekey(a, sub) : sv_aead_init(a, ring->cipher, sub, false);
+            keyed = rc == 0;
+            bool opened = rc == 0 && (n <= sizeof copy ? sv_aead_open_to(a, ct, n, copy)
+                                                       : sv_aead_open(a, ct, n)) == 0;
+            if (opened) {
+                if (n <= sizeof copy)
+                    memcpy(ct, copy, n);
+                found = (int)users[b];
+            }
         }
-        if (i == (size_t)hint)
-            i = order != NULL ? sv_ss_order_next(order, i) : i + 1;
     }
-    OPENSSL_cleanse(sub, sizeof sub);
+    OPENSSL_cleanse(subs, sizeof subs);
     OPENSSL_cleanse(&kdf, sizeof kdf);
     OPENSSL_cleanse(copy, sizeof copy);
     if (g != NULL)

@@ -1174,6 +1174,101 @@ static void kdf__precomputed_salt__equal_to_subkey(void **state)
     }
 }
 
+/* The subkeys derived 16 at a time (vector lanes) equal the plain HKDF-SHA1 (sv_ss_subkey, the
+ * EVP KDF) for random salts and keys, every batch size, both key lengths of the three methods;
+ * and a trial over a keyring of 100 users finds each of them, under every method. */
+static void kdf_many__random_inputs__equal_to_hkdf_and_trial_finds_every_user(void **state)
+{
+    (void)state;
+    uint64_t s = 13;
+    for (int round = 0; round < 64; round++) {
+        size_t len = round % 2 ? 32 : 16, count = 1 + (size_t)round % SV_SS_KDF_LANES;
+        uint8_t salt[32], keys[SV_SS_KDF_LANES][32], got[SV_SS_KDF_LANES][SV_SS_KDF_MAX], want[32];
+        const uint8_t *kp[SV_SS_KDF_LANES];
+        for (size_t k = 0; k < sizeof salt; k++)
+            salt[k] = (uint8_t)prng(&s);
+        for (size_t j = 0; j < SV_SS_KDF_LANES; j++) {
+            for (size_t k = 0; k < sizeof keys[j]; k++)
+                keys[j][k] = (uint8_t)prng(&s);
+            kp[j] = keys[j];
+        }
+        sv_ss_kdf kdf;
+        sv_ss_kdf_init(&kdf, salt, len);
+        sv_ss_kdf_derive_many(&kdf, kp, count, got);
+        for (size_t j = 0; j < count; j++) {
+            assert_int_equal(sv_ss_subkey(keys[j], len, salt, want), 0);
+            assert_memory_equal(got[j], want, len);
+        }
+    }
+    static const enum sv_ss_cipher ciphers[] = {SV_SS_AES_128_GCM, SV_SS_AES_256_GCM,
+                                                SV_SS_CHACHA20_POLY1305};
+    enum { USERS = 100 };
+    char names[USERS][16];
+    const char *pw[USERS];
+    for (size_t u = 0; u < USERS; u++) {
+        snprintf(names[u], sizeof names[u], "pw-%zu", u);
+        pw[u] = names[u];
+    }
+    for (size_t c = 0; c < sizeof ciphers / sizeof *ciphers; c++) {
+        sv_ss_keyring ring;
+        assert_int_equal(sv_ss_keyring_init(&ring, ciphers[c], pw, USERS), 0);
+        size_t sl = sv_ss_key_len(ciphers[c]);
+        for (size_t u = 0; u < USERS; u += 7) {
+            uint8_t w[SV_SS_SALT_MAX + 2 + SV_SS_TAG], sub[SV_SS_KEY_MAX];
+            for (size_t k = 0; k < sl; k++)
+                w[k] = (uint8_t)prng(&s);
+            assert_int_equal(sv_ss_subkey(ring.keys[u], sl, w, sub), 0);
+            sv_aead a = {0};
+            assert_int_equal(sv_aead_init(&a, ciphers[c], sub, true), 0);
+            w[sl] = 0x01;
+            w[sl + 1] = 0x23;
+            assert_int_equal(sv_aead_seal(&a, w + sl, 2), 0);
+            sv_aead_deinit(&a);
+            unsigned trials = 0;
+            assert_int_equal(sv_ss_scan(&ring, w, sl + 2 + SV_SS_TAG, &trials), (int)u);
+            assert_int_equal(trials, u + 1);
+        }
+        sv_ss_keyring_deinit(&ring);
+    }
+}
+
+/* The tag-only check of a first AEAD says 1 exactly when an EVP open with the same key succeeds:
+ * for all three methods, every length up to 300 bytes, a true tag and one bit flipped anywhere in
+ * ciphertext or tag (-ENOTSUP, a method or CPU without it, is allowed and then nothing is said). */
+static void check_first__random_inputs__same_verdict_as_evp_open(void **state)
+{
+    (void)state;
+    static const enum sv_ss_cipher ciphers[] = {SV_SS_AES_128_GCM, SV_SS_AES_256_GCM,
+                                                SV_SS_CHACHA20_POLY1305};
+    uint64_t s = 11;
+    for (size_t c = 0; c < sizeof ciphers / sizeof *ciphers; c++) {
+        for (size_t n = 0; n <= 300; n++) {
+            uint8_t key[32], buf[300 + SV_SS_TAG], plain[300];
+            for (size_t k = 0; k < sizeof key; k++)
+                key[k] = (uint8_t)prng(&s);
+            for (size_t k = 0; k < n; k++)
+                buf[k] = (uint8_t)prng(&s);
+            sv_aead a = {0};
+            assert_int_equal(sv_aead_init(&a, ciphers[c], key, true), 0);
+            assert_int_equal(sv_aead_seal(&a, buf, n), 0);
+            sv_aead_deinit(&a);
+            int r = sv_aead_check_first(ciphers[c], key, buf, n);
+            if (r == -ENOTSUP)
+                continue;
+            assert_int_equal(r, 1);
+            size_t bit = (size_t)(prng(&s) % ((n + SV_SS_TAG) * 8));
+            buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            assert_int_equal(sv_aead_check_first(ciphers[c], key, buf, n), 0);
+            assert_int_equal(sv_aead_init(&a, ciphers[c], key, false), 0);
+            assert_int_equal(sv_aead_open_to(&a, buf, n, plain), -EBADMSG);
+            sv_aead_deinit(&a);
+            key[prng(&s) % 16] ^= 0x40; /* the right bytes under another key */
+            buf[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+            assert_int_equal(sv_aead_check_first(ciphers[c], key, buf, n), 0);
+        }
+    }
+}
+
 static void order_expect(const sv_ss_order *o, const size_t *want, size_t n)
 {
     size_t k = 0;
@@ -1603,6 +1698,8 @@ int main(void)
         cmocka_unit_test(aead__nonce__little_endian_counter),
         cmocka_unit_test(aead__interleaved_streams__own_keys),
         cmocka_unit_test(kdf__precomputed_salt__equal_to_subkey),
+        cmocka_unit_test(check_first__random_inputs__same_verdict_as_evp_open),
+        cmocka_unit_test(kdf_many__random_inputs__equal_to_hkdf_and_trial_finds_every_user),
         cmocka_unit_test(order__touch__most_recently_matched_first),
         cmocka_unit_test(guide__hint__one_trial_and_never_a_wrong_user),
         cmocka_unit_test(guide__order__returning_user_first),
