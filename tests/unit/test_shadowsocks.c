@@ -1269,6 +1269,40 @@ static void check_first__random_inputs__same_verdict_as_evp_open(void **state)
     }
 }
 
+/* The GCM specification's test cases with the all-zero 96-bit IV and no AAD (McGrew and Viega,
+ * "The Galois/Counter Mode of Operation", Appendix B, cases 1, 2, 13 and 14): the tag check of
+ * sv_aead_check_first() on the official vectors, and a flipped tag bit refused. */
+static void check_first__gcm_spec_vectors(void **state)
+{
+    (void)state;
+    static const struct {
+        enum sv_ss_cipher cipher;
+        size_t n;
+        const char *ct_tag;
+    } cases[] = {
+        {SV_SS_AES_128_GCM, 0, "58e2fccefa7e3061367f1d57a4e7455a"},
+        {SV_SS_AES_128_GCM, 16,
+         "0388dace60b6a392f328c2b971b2fe78ab6e47d42cec13bdf53a67b21257bddf"},
+        {SV_SS_AES_256_GCM, 0, "530f8afbc74536b9a963b4f1c4cb738b"},
+        {SV_SS_AES_256_GCM, 16,
+         "cea7403d4d606b6e074ec5d3baf39d18d0d1c8a799996bf0265b98b5d48ab919"},
+    };
+    const uint8_t key[32] = {0};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint8_t buf[16 + SV_SS_TAG];
+        size_t len = strlen(cases[i].ct_tag) / 2;
+        assert_int_equal(len, cases[i].n + SV_SS_TAG);
+        for (size_t k = 0; k < len; k++)
+            assert_int_equal(sscanf(cases[i].ct_tag + 2 * k, "%2hhx", &buf[k]), 1);
+        int r = sv_aead_check_first(cases[i].cipher, key, buf, cases[i].n);
+        if (r == -ENOTSUP) /* no AES-NI and PCLMULQDQ here: trial decryption opens with EVP */
+            continue;
+        assert_int_equal(r, 1);
+        buf[len - 1] ^= 0x01;
+        assert_int_equal(sv_aead_check_first(cases[i].cipher, key, buf, cases[i].n), 0);
+    }
+}
+
 static void order_expect(const sv_ss_order *o, const size_t *want, size_t n)
 {
     size_t k = 0;
@@ -1699,6 +1733,7 @@ int main(void)
         cmocka_unit_test(aead__interleaved_streams__own_keys),
         cmocka_unit_test(kdf__precomputed_salt__equal_to_subkey),
         cmocka_unit_test(check_first__random_inputs__same_verdict_as_evp_open),
+        cmocka_unit_test(check_first__gcm_spec_vectors),
         cmocka_unit_test(kdf_many__random_inputs__equal_to_hkdf_and_trial_finds_every_user),
         cmocka_unit_test(order__touch__most_recently_matched_first),
         cmocka_unit_test(guide__hint__one_trial_and_never_a_wrong_user),
