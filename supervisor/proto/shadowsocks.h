@@ -121,8 +121,7 @@ typedef struct sv_ss_tcp {
     int scan_user;
     sv_aead open;              /**< client→server direction */
     sv_aead seal;              /**< server→client direction */
-    uint8_t seal_salt[SV_SS_SALT_MAX];
-    bool salt_sent;
+    bool salt_sent;            /**< the seal direction is keyed: its salt went out */
     bool scanned;              /**< a scan's answer came (sv_ss_tcp_scan_result): AUTH tries
                                     scan_user alone, or fails when it is -1 */
     uint16_t pending_len;      /**< payload length of a chunk whose length was opened, 0 = none */
