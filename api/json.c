@@ -157,78 +157,72 @@ static void jw_time(api_jw *w, uint64_t ms)
     jw_str(w, buf);
 }
 
+/* jw_key_*: a member, its separator and key given as one literal (",\"up\":") */
+static void jw_key_str(api_jw *w, const char *key, const char *text)
+{
+    jw_lit(w, key);
+    jw_str(w, text);
+}
+
+static void jw_key_u64(api_jw *w, const char *key, uint64_t v)
+{
+    jw_lit(w, key);
+    jw_u64(w, v);
+}
+
+/* the members a flow and a session end with: start, up, down and the closing brace */
+static void jw_tail(api_jw *w, uint64_t started_ms, uint64_t up, uint64_t down)
+{
+    jw_lit(w, ",\"start\":");
+    jw_time(w, started_ms);
+    jw_key_u64(w, ",\"up\":", up);
+    jw_key_u64(w, ",\"down\":", down);
+    jw_lit(w, "}");
+}
+
 void api_jw_flow(api_jw *w, const sv_flow_info *f)
 {
-    jw_lit(w, "{\"id\":");
-    jw_u64(w, f->id);
-    jw_lit(w, ",\"session\":");
-    jw_u64(w, f->session);
+    jw_key_u64(w, "{\"id\":", f->id);
+    jw_key_u64(w, ",\"session\":", f->session);
     /* katana lowers each node to one inbound tagged with the node's tag (agent/lower.h) */
-    jw_lit(w, ",\"node\":");
-    jw_str(w, f->inbound);
-    jw_lit(w, ",\"inbound\":");
-    jw_str(w, f->inbound);
+    jw_key_str(w, ",\"node\":", f->inbound);
+    jw_key_str(w, ",\"inbound\":", f->inbound);
     jw_lit(w, ",\"user\":");
     if (f->has_user) {
-        jw_lit(w, "{\"uid\":");
-        jw_u64(w, f->user);
-        jw_lit(w, ",\"label\":");
-        jw_str(w, f->user_label);
+        jw_key_u64(w, "{\"uid\":", f->user);
+        jw_key_str(w, ",\"label\":", f->user_label);
         jw_lit(w, "}");
     } else {
         jw_lit(w, "null");
     }
-    jw_lit(w, ",\"source\":");
-    jw_str(w, f->source);
-    jw_lit(w, ",\"destination\":");
-    jw_str(w, f->destination);
-    jw_lit(w, ",\"sniffed_host\":");
+    jw_key_str(w, ",\"source\":", f->source);
+    jw_key_str(w, ",\"destination\":", f->destination);
     if (f->sniffed[0])
-        jw_str(w, f->sniffed);
+        jw_key_str(w, ",\"sniffed_host\":", f->sniffed);
     else
-        jw_lit(w, "null");
+        jw_lit(w, ",\"sniffed_host\":null");
     jw_lit(w, f->network == SV_NET_UDP ? ",\"network\":\"udp\"" : ",\"network\":\"tcp\"");
-    jw_lit(w, ",\"outbound\":");
-    jw_str(w, f->outbound);
-    jw_lit(w, ",\"rule\":");
+    jw_key_str(w, ",\"outbound\":", f->outbound);
     if (f->rule < 0)
-        jw_lit(w, "null");
+        jw_lit(w, ",\"rule\":null");
     else
-        jw_u64(w, (uint64_t)f->rule);
-    jw_lit(w, ",\"epoch\":");
-    jw_u64(w, f->epoch);
-    jw_lit(w, ",\"start\":");
-    jw_time(w, f->started_ms);
-    jw_lit(w, ",\"up\":");
-    jw_u64(w, f->up);
-    jw_lit(w, ",\"down\":");
-    jw_u64(w, f->down);
-    jw_lit(w, "}");
+        jw_key_u64(w, ",\"rule\":", (uint64_t)f->rule);
+    jw_key_u64(w, ",\"epoch\":", f->epoch);
+    jw_tail(w, f->started_ms, f->up, f->down);
 }
 
 void api_jw_session(api_jw *w, const sv_session_info *s)
 {
-    jw_lit(w, "{\"id\":");
-    jw_u64(w, s->id);
-    jw_lit(w, ",\"node\":");
-    jw_str(w, s->inbound);
-    jw_lit(w, ",\"inbound\":");
-    jw_str(w, s->inbound);
-    jw_lit(w, ",\"source\":");
-    jw_str(w, s->source);
-    jw_lit(w, ",\"user\":");
+    jw_key_u64(w, "{\"id\":", s->id);
+    jw_key_str(w, ",\"node\":", s->inbound);
+    jw_key_str(w, ",\"inbound\":", s->inbound);
+    jw_key_str(w, ",\"source\":", s->source);
     if (s->has_user)
-        jw_u64(w, s->user);
+        jw_key_u64(w, ",\"user\":", s->user);
     else
-        jw_lit(w, "null");
+        jw_lit(w, ",\"user\":null");
     jw_lit(w, s->udp ? ",\"network\":\"udp\"" : ",\"network\":\"tcp\"");
-    jw_lit(w, ",\"start\":");
-    jw_time(w, s->started_ms);
-    jw_lit(w, ",\"up\":");
-    jw_u64(w, s->up);
-    jw_lit(w, ",\"down\":");
-    jw_u64(w, s->down);
-    jw_lit(w, "}");
+    jw_tail(w, s->started_ms, s->up, s->down);
 }
 
 char *api_jw_take(api_jw *w, size_t *len)

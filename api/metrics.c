@@ -234,6 +234,12 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
            "client's bytes, out: ours).");
     put(&p, "katana_vision_direct_total{direction=\"in\"} %" PRIu64 "\n", vd.in);
     put(&p, "katana_vision_direct_total{direction=\"out\"} %" PRIu64 "\n", vd.out);
+    family(&p, "katana_vision_splice_total", "counter",
+           "XTLS Vision connections relayed in the kernel (splice) once direct both ways.");
+    put(&p, "katana_vision_splice_total %" PRIu64 "\n", vd.spliced);
+    family(&p, "katana_vision_splice_bytes_total", "counter",
+           "Payload bytes those connections moved by splice, both directions (billed as any).");
+    put(&p, "katana_vision_splice_bytes_total %" PRIu64 "\n", vd.splice_bytes);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

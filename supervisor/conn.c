@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -97,6 +98,8 @@ typedef struct sv_conn {
                                  NULL before (issue 13: no per-connection cost while unpaced) */
     struct conn_paused *paused; /**< admission waiting for the fleet (issue 12), or NULL */
     struct target_peek *peek; /**< REALITY: the target's first flight being read, or NULL */
+    struct conn_splice *splice; /**< Vision direct both ways: the kernel relay, or NULL */
+    bool no_splice;       /**< the kernel relay is not possible for this connection */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 
@@ -113,6 +116,9 @@ static void subs_close(sv_conn *c);
 static void paused_end(sv_conn *c);
 static void process_client(sv_conn *c, uint8_t *data, size_t len);
 static void peek_end(sv_conn *c);
+static void splice_end(sv_conn *c);
+static void splice_run(sv_conn *c);
+static void splice_try(sv_conn *c);
 
 static void conn_release(sv_conn *c)
 {
@@ -162,6 +168,7 @@ static void conn_close(sv_conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    splice_end(c); /* its polls go before the sockets they watch */
     paused_end(c);
     peek_end(c);
     if (c->assoc != NULL) { /* its release comes back as conn_release (on_assoc_released) */
@@ -427,6 +434,7 @@ static void on_remote_written(void *owner, int status)
         else
             client_read_start(c);
         maybe_finish(c);
+        splice_try(c);
     }
 }
 
@@ -460,6 +468,7 @@ static void on_client_written(uv_write_t *req, int status)
         else
             remote_read_start(c);
         maybe_finish(c);
+        splice_try(c);
     }
     conn_release(c);
 }
@@ -504,7 +513,11 @@ static bool write_side(sv_conn *c, const uv_buf_t *iov, unsigned n)
     return client_write_queued(c, len);
 }
 
-static void client_read_stop(sv_conn *c) { uv_read_stop((uv_stream_t *)&c->client); }
+static void client_read_stop(sv_conn *c)
+{
+    if (c->splice == NULL) /* relayed in the kernel: its poll stops reading (splice_watch) */
+        uv_read_stop((uv_stream_t *)&c->client);
+}
 
 /* The remote side of write_side: the outbound stream takes what it can now, the rest is copied
  * to to_remote and queued (reading the client stops until on_remote_written). */
@@ -678,6 +691,276 @@ static bool sync_direct(sv_conn *c)
     return true;
 }
 
+/* ---- kernel relay (issue 11: Vision's direct copy by splice(2)) ------------------------------
+ * Once Vision is direct both ways, the chain passes bytes as they are and holds none, nothing
+ * waits in the connection and the remote is a stream with a socket of its own (direct), the two
+ * sockets are relayed in the kernel: splice(2) through one pipe per direction, driven by uv_poll
+ * on the sockets (their libuv streams stop reading first and never write again). Each move is
+ * metered as a read is: the session's wire bytes (the user's usage), the flow's bytes (listing)
+ * and the user's speed limit, whose debt stops that direction's reading until pace_timer fires,
+ * as in user space. The pipes exist only while relaying, at the kernel's default size until one
+ * fills (bulk), which then grows to SPLICE_PIPE_BULK. A splice the kernel refuses (EINVAL,
+ * ENOSYS) before any byte moved sends the connection back to user space for good. */
+
+#define SPLICE_PIPE_BULK (1 << 20) /* a pipe that filled grows to this (from the kernel's 64 KiB):
+                                      a third of the CPU per byte in bulk (tests/bench) */
+#define SPLICE_CHUNK (1u << 20)    /* asked of one splice; the pipe takes what it holds */
+#define SPLICE_ROUNDS 16        /* moves per direction per wake-up, then the loop's turn */
+
+typedef struct conn_splice {
+    sv_conn *c;
+    uv_poll_t poll[2];   /**< [0] watches the client socket, [1] the remote's */
+    int fd[2];           /**< the sockets (owned by their libuv handles) */
+    int pipe[2][2];      /**< per direction ([0] up: client to remote, [1] down): read, write */
+    size_t held[2];      /**< bytes in that direction's pipe */
+    bool eof[2];         /**< that direction's source ended (its destination is half-closed) */
+    bool moved;          /**< a byte went either way */
+    bool grown[2];       /**< that pipe was asked to grow to SPLICE_PIPE_BULK (once) */
+    int watching[2];     /**< the events each poll watches now */
+    unsigned open_polls; /**< poll handles not closed yet: the last close frees the struct */
+} conn_splice;
+
+static void on_splice_poll_closed(uv_handle_t *h)
+{
+    conn_splice *sp = h->data;
+    sv_conn *c = sp->c;
+    if (--sp->open_polls == 0)
+        free(sp);
+    conn_release(c);
+}
+
+static void splice_pipes_close(conn_splice *sp)
+{
+    for (unsigned d = 0; d < 2; d++)
+        for (unsigned e = 0; e < 2; e++)
+            if (sp->pipe[d][e] >= 0)
+                close(sp->pipe[d][e]);
+}
+
+/* Leave the kernel relay: the pipes close (what they hold is lost: the connection is closing, or
+ * nothing moved), the polls close before the sockets do. */
+static void splice_end(sv_conn *c)
+{
+    conn_splice *sp = c->splice;
+    if (sp == NULL)
+        return;
+    c->splice = NULL;
+    splice_pipes_close(sp);
+    unsigned n = sp->open_polls;
+    for (unsigned i = 0; i < n; i++)
+        uv_close((uv_handle_t *)&sp->poll[i], on_splice_poll_closed);
+}
+
+/* @p n bytes entered direction @p d's pipe: metered and charged as a read of that side. */
+static void splice_meter(sv_conn *c, unsigned d, size_t n)
+{
+    sv_meter_add(d == 0 ? &c->sess->wire.up : &c->sess->wire.down, n);
+    sv_meter_add(d == 0 ? &c->flow->bytes.up : &c->flow->bytes.down, n);
+    atomic_fetch_add_explicit(&c->w->shared->splice_bytes, n, memory_order_relaxed);
+    c->last_active = uv_now(&c->w->loop);
+    pace_charge(c, n, d == 0);
+}
+
+/* Direction @p d's source ended: half-close its destination (the pipe is empty). */
+static void splice_eof(sv_conn *c, unsigned d)
+{
+    conn_splice *sp = c->splice;
+    sp->eof[d] = true;
+    if (d == 0) {
+        c->client_eof = c->remote_shut = true;
+    } else {
+        c->remote_eof = c->client_shut = true; /* raw out: the outer TLS has no end of its own */
+    }
+    shutdown(sp->fd[d ^ 1], SHUT_WR);
+}
+
+/* Back to user space (the kernel refused the first splice): nothing moved, so nothing is lost. */
+static void splice_back(sv_conn *c)
+{
+    splice_end(c);
+    c->no_splice = true;
+    client_read_start(c);
+    remote_read_start(c);
+}
+
+/* Move what direction @p d (0: client to remote, 1: back) can now: the pipe out first, then
+ * more in. @return false when the connection closed or left the kernel relay. */
+static bool splice_move(sv_conn *c, unsigned d)
+{
+    conn_splice *sp = c->splice;
+    const unsigned flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK;
+    for (unsigned round = 0; round < SPLICE_ROUNDS; round++) {
+        ssize_t n;
+        if (sp->held[d] > 0) {
+            n = splice(sp->pipe[d][0], NULL, sp->fd[d ^ 1], NULL, sp->held[d], flags);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && errno == EAGAIN)
+                return true; /* splice_watch waits until the destination takes more */
+            if (n <= 0) {
+                conn_close(c);
+                return false;
+            }
+            sp->held[d] -= (size_t)n;
+            continue;
+        }
+        if (sp->eof[d] || (d == 0 ? c->paced_up : c->paced_down))
+            return true;
+        n = splice(sp->fd[d], NULL, sp->pipe[d][1], NULL, SPLICE_CHUNK, flags);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        if (n < 0) {
+            if ((errno == EINVAL || errno == ENOSYS) && !sp->moved)
+                splice_back(c);
+            else
+                conn_close(c);
+            return false;
+        }
+        if (n == 0) {
+            splice_eof(c, d);
+            return true;
+        }
+        sp->moved = true;
+        sp->held[d] = (size_t)n;
+        if (!sp->grown[d] && n >= 65536) { /* bulk: a larger pipe, fewer moves per byte; refused
+                                              past fs.pipe-user-pages-soft (the pipe stays) */
+            sp->grown[d] = true;
+            (void)fcntl(sp->pipe[d][1], F_SETPIPE_SZ, SPLICE_PIPE_BULK);
+        }
+        splice_meter(c, d, (size_t)n);
+        if (c->closing)
+            return false;
+    }
+    return true;
+}
+
+static void on_splice_poll(uv_poll_t *h, int status, int events);
+
+/* Watch what the relay waits for: a destination that took part of a pipe, else the source
+ * (not at its end, not in debt to the speed limit). @return false when the connection closed. */
+static bool splice_watch(sv_conn *c)
+{
+    conn_splice *sp = c->splice;
+    int want[2] = {0, 0};
+    for (unsigned d = 0; d < 2; d++) {
+        if (sp->held[d] > 0)
+            want[d ^ 1] |= UV_WRITABLE;
+        else if (!sp->eof[d] && !(d == 0 ? c->paced_up : c->paced_down))
+            want[d] |= UV_READABLE;
+    }
+    for (unsigned i = 0; i < 2; i++) {
+        if (want[i] == sp->watching[i])
+            continue;
+        int rc = want[i] != 0 ? uv_poll_start(&sp->poll[i], want[i], on_splice_poll)
+                              : uv_poll_stop(&sp->poll[i]);
+        if (rc != 0) {
+            conn_close(c);
+            return false;
+        }
+        sp->watching[i] = want[i];
+    }
+    return true;
+}
+
+/* Move both directions as far as they go now, then wait for the sockets; the connection ends
+ * once both directions ended and their pipes are empty. */
+static void splice_run(sv_conn *c)
+{
+    if (c->splice == NULL || c->closing)
+        return;
+    if (!splice_move(c, 0) || !splice_move(c, 1))
+        return;
+    conn_splice *sp = c->splice;
+    if (sp->eof[0] && sp->eof[1] && sp->held[0] == 0 && sp->held[1] == 0)
+        conn_close(c);
+    else
+        splice_watch(c);
+}
+
+static void on_splice_poll(uv_poll_t *h, int status, int events)
+{
+    conn_splice *sp = h->data;
+    sv_conn *c = sp->c;
+    (void)events;
+    if (c->splice != sp || c->closing)
+        return;
+    if (status < 0)
+        conn_close(c);
+    else
+        splice_run(c);
+}
+
+/* Whether the connection can be relayed in the kernel now: Vision direct both ways and nothing
+ * that is not the sockets' own bytes (a layer's, the core's carry, a write in flight, a
+ * sub-flow, an end already seen) in the way. */
+static bool splice_ready(sv_conn *c)
+{
+    const unsigned both = SV_DIRECT_IN | SV_DIRECT_OUT;
+    return c->handler->ops->direct(c->state) == both && c->connected && c->ob_opened &&
+           c->flow != NULL && c->subs == NULL && c->assoc == NULL && c->held == NULL && !c->raw &&
+           !c->draining && c->paused == NULL && c->peek == NULL && !c->writing_client &&
+           !c->writing_remote && c->to_remote_len == 0 && c->remote_more_len == 0 &&
+           c->client_more_len == 0 && c->carry_len == 0 && !c->client_eof && !c->remote_eof &&
+           !c->client_shut && !c->remote_shut &&
+           (sv_chain_status(&c->chain) & SV_LAYER_PASS) != 0;
+}
+
+/* Called after each read and write of a connection that went direct both ways: switch to the
+ * kernel relay when it is ready and possible; stay in user space otherwise (no pipe, a remote
+ * without a socket of its own: no_splice). */
+static void splice_try(sv_conn *c)
+{
+    if (c->direct_counted != (SV_DIRECT_IN | SV_DIRECT_OUT) || c->splice != NULL ||
+        c->no_splice || c->closing || !splice_ready(c))
+        return;
+    uv_os_fd_t cfd = -1;
+    int rfd = c->ob.ops->fileno != NULL ? c->ob.ops->fileno(&c->ob) : -1;
+    if (rfd < 0 || uv_fileno((uv_handle_t *)&c->client, &cfd) != 0) {
+        c->no_splice = true;
+        return;
+    }
+    conn_splice *sp = calloc(1, sizeof *sp);
+    if (sp == NULL)
+        return; /* user space goes on */
+    sp->c = c;
+    sp->fd[0] = cfd;
+    sp->fd[1] = rfd;
+    memset(sp->pipe, -1, sizeof sp->pipe);
+    if (pipe2(sp->pipe[0], O_NONBLOCK | O_CLOEXEC) != 0 ||
+        pipe2(sp->pipe[1], O_NONBLOCK | O_CLOEXEC) != 0) {
+        splice_pipes_close(sp); /* out of descriptors: user space goes on */
+        free(sp);
+        return;
+    }
+    client_read_stop(c); /* before the polls take the sockets over */
+    remote_read_stop(c);
+    c->splice = sp;
+    for (unsigned i = 0; i < 2; i++) {
+        if (uv_poll_init(&c->w->loop, &sp->poll[i], sp->fd[i]) != 0)
+            break;
+        sp->poll[i].data = sp;
+        sp->open_polls++;
+        c->pending++; /* released by on_splice_poll_closed */
+    }
+    if (sp->open_polls < 2) {
+        if (sp->open_polls == 0) {
+            c->splice = NULL;
+            splice_pipes_close(sp);
+            free(sp);
+            c->no_splice = true;
+            client_read_start(c);
+            remote_read_start(c);
+        } else {
+            splice_back(c);
+        }
+        return;
+    }
+    atomic_fetch_add_explicit(&c->w->shared->splice_conns, 1, memory_order_relaxed);
+    splice_run(c);
+}
+
 static void remote_alloc(void *owner, uv_buf_t *buf)
 {
     sv_conn *c = owner;
@@ -735,14 +1018,18 @@ static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
         conn_close(c);
         return;
     }
-    if (write_client(c, wire, (size_t)len))
-        sync_direct(c); /* after the frame that says so is sealed */
+    if (write_client(c, wire, (size_t)len) && sync_direct(c)) /* after the frame that says so */
+        splice_try(c);
 }
 
 static void remote_read_start(sv_conn *c)
 {
     if (c->paced_down)
         return; /* pace_resume starts it */
+    if (c->splice != NULL) {
+        splice_run(c);
+        return;
+    }
     if (c->subs != NULL) {
         subs_read(c, true);
         return;
@@ -753,6 +1040,8 @@ static void remote_read_start(sv_conn *c)
 
 static void remote_read_stop(sv_conn *c)
 {
+    if (c->splice != NULL)
+        return; /* its poll stops reading (splice_watch) */
     if (c->subs != NULL) {
         subs_read(c, false);
         return;
@@ -1661,6 +1950,115 @@ static void sub_client_end(sv_conn *c, uint32_t stream, bool half)
         sub_flush(s);
 }
 
+/* SV_FX_AUTHENTICATED: admit the principal (the fleet may make it wait: the effects after
+ * @p i are kept), start the sub-flow table of a multiplexed core. @return false when the
+ * connection closed or paused. */
+static bool fx_authenticated(sv_conn *c, const sv_effects *fx, unsigned i)
+{
+    const sv_effect *e = &fx->v[i];
+    if (e->trials > 0)
+        sv__ss_count(c->w->shared, e->trials);
+    if (c->handler->ops->set_guide != NULL)
+        sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
+    enum admit_result a = admit(c, e->principal);
+    if (a == ADMIT_WAIT) {
+        if (!pause_effects(c, fx, i + 1, e->multiplexed))
+            conn_close(c);
+        return false;
+    }
+    if (a == ADMIT_NO || (e->multiplexed && !mux_start(c))) {
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
+/* SV_FX_OPEN: a sub-flow, else the connection's one flow (UDP: an association; TCP: held for
+ * sniffing). @return false when the connection closed. */
+static bool fx_open(sv_conn *c, const sv_effect *e)
+{
+    if (c->subs != NULL) {
+        sub_open(c, e);
+        return true;
+    }
+    if (c->principal == NULL || c->flow != NULL || c->held != NULL || c->assoc != NULL) {
+        conn_close(c); /* one flow per connection for now */
+        return false;
+    }
+    if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !hold_open(c, &e->dest)) {
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
+/* SV_FX_DATAGRAM, SV_FX_TO_OUTBOUND and SV_FX_TO_CLIENT: bytes to their flow, the caller's
+ * batch (@p iov, @p niov) or the client. @return false when the connection closed or stopped
+ * taking client bytes. */
+static bool fx_data(sv_conn *c, const sv_effect *e, uv_buf_t *iov, unsigned *niov)
+{
+    if (e->kind == SV_FX_TO_CLIENT) {
+        if (!write_remote(c, iov, *niov) || !write_client(c, e->data, e->len))
+            return false;
+        *niov = 0;
+        return true;
+    }
+    if (c->subs != NULL) {
+        sv_subflow *s = NULL;
+        if (e->kind == SV_FX_TO_OUTBOUND)
+            sub_write(c, e->stream, e->data, e->len);
+        else if ((s = sub_find(c, e->stream, NULL)) != NULL && s->assoc != NULL)
+            sv__assoc_send(s->assoc, &e->dest, e->data, e->len);
+        return true;
+    }
+    if (e->kind == SV_FX_DATAGRAM) {
+        if (c->assoc == NULL) {
+            conn_close(c);
+            return false;
+        }
+        sv__assoc_send(c->assoc, &e->dest, e->data, e->len);
+        return true;
+    }
+    if (c->flow == NULL && c->held == NULL) {
+        conn_close(c);
+        return false;
+    }
+    return e->len == 0 || to_outbound(c, iov, niov, e->data, e->len);
+}
+
+/* SV_FX_CLOSE, SV_FX_FINISH, SV_FX_SCAN and SV_FX_ERROR: a sub-flow's end, else the
+ * connection's; a scan off the loop; a failed client's policy. @return false when the
+ * connection closed or paused (true: a refused scan, the core is fed again and fails). */
+static bool fx_close(sv_conn *c, const sv_effect *e, uv_buf_t *iov, unsigned *niov)
+{
+    switch (e->kind) {
+    case SV_FX_CLOSE:
+        if (c->subs != NULL) {
+            sub_client_end(c, e->stream, e->half_close);
+            return true;
+        }
+        break;
+    case SV_FX_SCAN:
+        if (e->trials > 0)
+            sv__ss_count(c->w->shared, e->trials);
+        if (c->principal == NULL && c->handler->ops->scan != NULL)
+            return !scan_elsewhere(c, e); /* paused: process_client keeps the bytes not fed */
+        break;
+    case SV_FX_ERROR:
+        if (e->trials > 0)
+            sv__ss_count(c->w->shared, e->trials);
+        if (!write_remote(c, iov, *niov))
+            return false;
+        *niov = 0;
+        client_failed(c, e);
+        return false;
+    default:
+        break;
+    }
+    conn_close(c);
+    return false;
+}
+
 /* Apply the effects of one feed() call in order. Bytes for the outbound join the caller's batch
  * @p iov (@p niov entries, pointing into the fed buffer), which the caller writes once all of a
  * read was fed. @return false when the connection closed or stopped taking client bytes. */
@@ -1668,96 +2066,28 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
 {
     for (unsigned i = 0; i < fx->n && !c->closing; i++) {
         const sv_effect *e = &fx->v[i];
+        bool go_on = true;
         switch (e->kind) {
-        case SV_FX_AUTHENTICATED: {
-            if (e->trials > 0)
-                sv__ss_count(c->w->shared, e->trials);
-            if (c->handler->ops->set_guide != NULL)
-                sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
-            enum admit_result a = admit(c, e->principal);
-            if (a == ADMIT_WAIT) {
-                if (!pause_effects(c, fx, i + 1, e->multiplexed))
-                    conn_close(c);
-                return false;
-            }
-            if (a == ADMIT_NO || (e->multiplexed && !mux_start(c))) {
-                conn_close(c);
-                return false;
-            }
+        case SV_FX_AUTHENTICATED:
+            go_on = fx_authenticated(c, fx, i);
             break;
-        }
         case SV_FX_OPEN:
-            if (c->subs != NULL) {
-                sub_open(c, e);
-                break;
-            }
-            if (c->principal == NULL || c->flow != NULL || c->held != NULL || c->assoc != NULL) {
-                conn_close(c); /* one flow per connection for now */
-                return false;
-            }
-            if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !hold_open(c, &e->dest)) {
-                conn_close(c);
-                return false;
-            }
+            go_on = fx_open(c, e);
             break;
         case SV_FX_DATAGRAM:
-            if (c->subs != NULL) {
-                sv_subflow *s = sub_find(c, e->stream, NULL);
-                if (s != NULL && s->assoc != NULL)
-                    sv__assoc_send(s->assoc, &e->dest, e->data, e->len);
-                break;
-            }
-            if (c->assoc == NULL) {
-                conn_close(c);
-                return false;
-            }
-            sv__assoc_send(c->assoc, &e->dest, e->data, e->len);
-            break;
         case SV_FX_TO_OUTBOUND:
-            if (c->subs != NULL) {
-                sub_write(c, e->stream, e->data, e->len);
-                break;
-            }
-            if (c->flow == NULL && c->held == NULL) {
-                conn_close(c);
-                return false;
-            }
-            if (e->len > 0 && !to_outbound(c, iov, niov, e->data, e->len))
-                return false;
-            break;
         case SV_FX_TO_CLIENT:
-            if (!write_remote(c, iov, *niov) || !write_client(c, e->data, e->len))
-                return false;
-            *niov = 0;
+            go_on = fx_data(c, e, iov, niov);
             break;
         case SV_FX_CLOSE:
-            if (c->subs != NULL) {
-                sub_client_end(c, e->stream, e->half_close);
-                break;
-            }
-            /* fall through */
         case SV_FX_FINISH:
-            conn_close(c);
-            return false;
         case SV_FX_SCAN:
-            if (e->trials > 0)
-                sv__ss_count(c->w->shared, e->trials);
-            if (c->principal != NULL || c->handler->ops->scan == NULL) {
-                conn_close(c);
-                return false;
-            }
-            if (scan_elsewhere(c, e))
-                return false; /* process_client keeps the bytes not fed */
-            break;            /* refused: the core is fed again (its more()) and fails */
         case SV_FX_ERROR:
-            if (e->trials > 0)
-                sv__ss_count(c->w->shared, e->trials);
-            if (!write_remote(c, iov, *niov))
-                return false;
-            *niov = 0;
-            client_failed(c, e);
-            return false;
+            go_on = fx_close(c, e, iov, niov);
+            break;
         }
+        if (!go_on)
+            return false;
     }
     if (c->held != NULL && !c->closing && !sniff_and_open(c, false))
         return false;
@@ -2106,6 +2436,7 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     c->last_active = uv_now(&c->w->loop);
     if (c->chain.n > 0) {
         client_chain_read(c, (const uint8_t *)buf->base, (size_t)n);
+        splice_try(c);
         return;
     }
     if (c->draining)
@@ -2115,6 +2446,10 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 
 static void client_read_start(sv_conn *c)
 {
+    if (c->splice != NULL) {
+        splice_run(c);
+        return;
+    }
     if (!c->client_eof && !c->closing && !c->paced_up && c->paused == NULL)
         uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
 }

@@ -239,6 +239,9 @@ typedef struct sv_shared {
     /** PROTOCOLS-2.md §2.6: connections whose chain switched to raw, [0] client bytes (in),
      *  [1] ours (out) (sv_vision_direct). */
     _Atomic uint64_t direct[2];
+    /** Issue 11: connections relayed by splice(2) once Vision went direct both ways, and the
+     *  payload bytes they moved so (sv_vision_direct). */
+    _Atomic uint64_t splice_conns, splice_bytes;
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */

@@ -1145,6 +1145,8 @@ sv_vision_direct_counts sv_vision_direct(sv_supervisor *sv)
     return (sv_vision_direct_counts){
         .in = atomic_load_explicit(&sv->shared.direct[0], memory_order_relaxed),
         .out = atomic_load_explicit(&sv->shared.direct[1], memory_order_relaxed),
+        .spliced = atomic_load_explicit(&sv->shared.splice_conns, memory_order_relaxed),
+        .splice_bytes = atomic_load_explicit(&sv->shared.splice_bytes, memory_order_relaxed),
     };
 }
 

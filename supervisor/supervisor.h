@@ -639,6 +639,8 @@ sv_ss_scan_counts sv_ss_scans(sv_supervisor *sv);
 typedef struct sv_vision_direct_counts {
     uint64_t in;  /**< the client's bytes arrive raw under the outer TLS */
     uint64_t out; /**< our bytes go out raw */
+    uint64_t spliced; /**< issue 11: connections then relayed in the kernel (splice(2)) */
+    uint64_t splice_bytes; /**< the payload bytes they moved so, both ways (billed as any) */
 } sv_vision_direct_counts;
 
 /** The counts of sv_vision_direct_counts since start. Any thread. */

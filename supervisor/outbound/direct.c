@@ -453,6 +453,14 @@ static int direct_shutdown(sv_ob_stream *s)
     return rc;
 }
 
+static int direct_fileno(const sv_ob_stream *s)
+{
+    uv_os_fd_t fd = -1;
+    if (s->sock == NULL || s->closing || uv_fileno((const uv_handle_t *)s->sock, &fd) != 0)
+        return -1;
+    return fd;
+}
+
 static void direct_close(sv_ob_stream *s)
 {
     if (s->closing)
@@ -707,6 +715,7 @@ const sv_outbound_ops sv_ob_direct = {
     .write = direct_write,
     .shutdown = direct_shutdown,
     .close = direct_close,
+    .fileno = direct_fileno,
     .dgram_open = direct_dgram_open,
     .dgram_send = direct_dgram_send,
     .dgram_close = direct_dgram_close,

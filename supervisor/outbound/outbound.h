@@ -176,6 +176,15 @@ struct sv_outbound_ops {
     int (*shutdown)(sv_ob_stream *s);
     /** Close: cancel a pending dial or resolution; ev->closed follows once. */
     void (*close)(sv_ob_stream *s);
+    /**
+     * Optional (issue 11, Vision's direct copy by splice(2)): the connected socket of a stream
+     * whose bytes pass to the destination as they are, for the owner to relay in the kernel.
+     * The owner may use it only while no read or write of the stream is active, does its own
+     * half-close on it (shutdown(2)) and never closes it: close() does. @return the descriptor,
+     * or < 0 when the stream has none (not connected, closing) or transforms its bytes; NULL:
+     * never (a proxy's cipher).
+     */
+    int (*fileno)(const sv_ob_stream *s);
     /** Open a datagram link. @return 0, or < 0 (seed 002: direct fails only when no address
      *  family binds, -EADDRNOTAVAIL); close it all the same. */
     int (*dgram_open)(sv_ob_dgram *g);

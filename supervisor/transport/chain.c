@@ -190,14 +190,15 @@ void sv_chain_out_consume(sv_chain *ch, size_t n)
 
 unsigned sv_chain_status(const sv_chain *ch)
 {
-    unsigned all = SV_LAYER_UP, any = 0;
+    unsigned all = ch->n > 0 ? SV_LAYER_UP | SV_LAYER_PASS : SV_LAYER_UP, any = 0;
     for (unsigned i = 0; i < ch->n; i++) {
         unsigned s = ch->conf[i].ops->status(ch->state[i]);
         any |= s & (SV_LAYER_EOF | SV_LAYER_REFUSED | SV_LAYER_TARGET);
         if (s & SV_LAYER_REFUSED)
             break; /* the layers above never see a byte: their handshakes do not count */
-        if (!(s & SV_LAYER_UP))
-            all = 0;
+        all &= s | ~(SV_LAYER_UP | SV_LAYER_PASS);
     }
+    if (any & (SV_LAYER_EOF | SV_LAYER_REFUSED | SV_LAYER_TARGET))
+        all &= ~SV_LAYER_PASS;
     return (any & SV_LAYER_REFUSED ? SV_LAYER_UP : all) | any;
 }

@@ -46,6 +46,9 @@ enum sv_layer_status {
                                 PROTOCOLS-2.md §1.5 step 1): the runtime sends target_ask()'s
                                 bytes to the inbound's fallback and gives the answer to
                                 target_reply(); the layer reads and answers nothing meanwhile */
+    SV_LAYER_PASS = 32u,   /**< raw both ways (SV_LAYER_RAW_IN and RAW_OUT) with nothing held
+                                either way and no end seen: the bytes below are the bytes above,
+                                so the runtime may relay the socket itself (issue 11: splice) */
 };
 
 /** Bits of sv_layer_ops.direct (XTLS Vision's switch to direct copy, PROTOCOLS-2.md §2.6). */
@@ -184,7 +187,9 @@ void sv_chain_out_consume(sv_chain *ch, size_t n);
 /**
  * @return the chain's status: SV_LAYER_UP when every layer is up (or one refused, which ends the
  *         handshakes), SV_LAYER_EOF when any layer saw the peer's end, SV_LAYER_REFUSED when any
- *         layer refused the peer, SV_LAYER_TARGET when a layer waits for its target.
+ *         layer refused the peer, SV_LAYER_TARGET when a layer waits for its target,
+ *         SV_LAYER_PASS when there are layers and every one passes bytes as they are, holding
+ *         none (and none saw an end, refused or waits).
  */
 unsigned sv_chain_status(const sv_chain *ch);
 

@@ -940,8 +940,10 @@ void sv_tls13s_out_consume(sv_tls13s *s, size_t n)
 
 unsigned sv_tls13s_status(const sv_tls13s *s)
 {
+    bool pass = s->raw_in && s->raw_out && s->err == 0 && !s->eof && !s->closed &&
+                s->plain_len == 0 && s->out_end == s->out_off;
     return (s->up ? SV_LAYER_UP : 0u) | (s->eof ? SV_LAYER_EOF : 0u) |
-           (s->watch && !s->raw_in ? SV_LAYER_RECORDS : 0u);
+           (s->watch && !s->raw_in ? SV_LAYER_RECORDS : 0u) | (pass ? SV_LAYER_PASS : 0u);
 }
 
 int sv_tls13s_direct(sv_tls13s *s, unsigned bits)

@@ -303,10 +303,11 @@ for scen in $SCENARIOS; do
         if [ "$scen" = vless-reality-vision ]; then
             note "$scen $name: TLS 1.3 download of $VISION_BYTES bytes"
             read -r g c <<<"$(throughput_tls "$FP")"
-            # katana: did the transfer reach direct copy? (katana_vision_direct_total)
+            # katana: did the transfer reach direct copy (katana_vision_direct_total) and the
+            # kernel relay (katana_vision_splice_total, _bytes_total)?
             [ "$name" != katana ] || note "$scen katana: $(curl -sS -m 5 "http://$(python3 -c \
                 'import json, sys; print(json.load(open(sys.argv[1]))["api"]["listen"])' \
-                "$T/katana-$scen.json")/metrics" | grep '^katana_vision_direct_total' | tr '\n' ' ')"
+                "$T/katana-$scen.json")/metrics" | grep -E '^katana_vision_(direct|splice)' | tr '\n' ' ')"
         else
             note "$scen $name: bulk ${SECS}s"
             read -r g c <<<"$(throughput "$FP")"

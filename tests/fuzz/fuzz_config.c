@@ -18,16 +18,7 @@
 #include "agent/lower.h"
 #include "panel/model.h"
 #include "supervisor/util/log.h"
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz.h"
 
 static void check_spec(const sv_spec *s, const ag_fleet *f)
 {

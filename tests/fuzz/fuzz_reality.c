@@ -5,7 +5,8 @@
  * pattern; the rest is what a client sends after TCP. The settings are fixed: the §1.7 server
  * key, short ids 0123456789abcdef and the all-zero id, SNI www.example.com, no time window.
  * Seeds (tests/fuzz/reality_seeds.py): valid hellos (one record, two records, followed by a
- * record), an X25519MLKEM768-only one, a wrong short id, a wrong SNI, no TLS 1.3, plain HTTP.
+ * record), an X25519MLKEM768-only one, a wrong short id, a wrong SNI, no TLS 1.3, plain HTTP;
+ * and recorded-*: the Xray-core and sing-box hellos of tests/unit/fixtures/reality/ (valid).
  * Checks: never a crash; the same status, error and bytes up whether the input comes whole or
  * split (and the same number of bytes down: the server's flight is random but its size is
  * not); a refused session passes up exactly every byte it was given and answers nothing, then
@@ -23,20 +24,11 @@
 #include <string.h>
 
 #include "supervisor/transport/reality.h"
+#include "tests/fuzz/fuzz.h"
 
 #ifndef TOP_SRCDIR
 #define TOP_SRCDIR "."
 #endif
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define DOWN_MAX (64u * 1024u)
 

@@ -13,18 +13,9 @@
 #include <string.h>
 
 #include "supervisor/proto/sniff.h"
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "tests/fuzz/fuzz.h"
 
 #define PREFIX_CHECK_MAX 4096 /* longer inputs: only the whole and this many prefixes */
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static sv_sniff_result sniff_copy(const uint8_t *data, size_t n, char name[SV_SNIFF_NAME_CAP])
 {

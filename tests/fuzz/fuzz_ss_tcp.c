@@ -12,18 +12,9 @@
 #include <string.h>
 
 #include "supervisor/proto/shadowsocks.h"
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "tests/fuzz/fuzz.h"
 
 #define BUF_CAP (SV_SS_SALT_MAX + SV_SS_NEED_MAX)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* What a run produced, as one byte string, plus the final return code. */
 typedef struct transcript {

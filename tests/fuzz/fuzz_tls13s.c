@@ -22,18 +22,9 @@
 #include <openssl/x509.h>
 
 #include "supervisor/transport/tls13s.h"
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "tests/fuzz/fuzz.h"
 
 #define OUT_BOUND 2048 /* the first flight with a ~150-byte certificate is under 1 KB */
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static uint8_t g_hello[256];
 static size_t g_hello_len;

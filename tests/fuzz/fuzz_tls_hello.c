@@ -16,16 +16,7 @@
 #include <string.h>
 
 #include "supervisor/transport/tls_hello.h"
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz.h"
 
 static bool inside(const uint8_t *msg, size_t len, const uint8_t *p, size_t n)
 {

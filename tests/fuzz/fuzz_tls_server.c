@@ -17,20 +17,11 @@
 #include <string.h>
 
 #include "supervisor/transport/tls.h"
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "tests/fuzz/fuzz.h"
 
 /* The server's first flight with a self-signed P-256 certificate is about 1.2 KB; any pending
  * output above this is growth the client caused. */
 #define OUT_BOUND 8192
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static sv_tls_ctx *fuzz_ctx(void)
 {

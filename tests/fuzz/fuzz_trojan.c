@@ -17,16 +17,7 @@
 #include <string.h>
 
 #include "supervisor/proto/trojan.h"
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "tests/fuzz/fuzz.h"
 
 /* What a run produced, as byte strings: events, and the outbound stream (cut-independent). */
 typedef struct transcript {

@@ -19,19 +19,10 @@
 #include <string.h>
 
 #include "supervisor/proto/vmess.h"
-
-#define FUZZ_CHECK(x)                                                                          \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "tests/fuzz/fuzz.h"
 
 /* The seeds' clock: the vectors' first timestamp (captures span 1796013465..1796013472). */
 #define FUZZ_NOW 1796013468
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 typedef struct transcript {
     uint8_t *b;

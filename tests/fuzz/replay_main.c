@@ -15,13 +15,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tests/fuzz/fuzz.h"
+
 #ifndef TOP_SRCDIR
 #define TOP_SRCDIR "."
 #endif
 
 #define REPLAY_INPUT_MAX (1u << 20) /* bigger corpus files are refused */
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int replay_file(const char *path)
 {

@@ -111,6 +111,18 @@ kt_uuid() { cat /proc/sys/kernel/random/uuid; }
 
 kt_alive() { kill -0 "$1" 2>/dev/null; }
 
+# kt_until SECS CMD...: run CMD (its output discarded) every 0.2 s until it succeeds; 1 if it
+# has not succeeded when SECS (whole seconds) have passed.
+kt_until() {
+    local end=$((${EPOCHREALTIME/./} + $1 * 1000000))
+    shift
+    while :; do
+        "$@" >/dev/null 2>&1 && return 0
+        ((${EPOCHREALTIME/./} < end)) || return 1
+        sleep 0.2
+    done
+}
+
 # kt_wait_file FILE SECS: wait until FILE exists.
 kt_wait_file() {
     local i

@@ -20,8 +20,7 @@ PY
 
 # rl_target BODY: picks TARGET_PORT, PANEL_PORT, NODE_PORT and API_PORT; makes the target's
 # certificate ($T/target.crt, .key; its fingerprint in TARGET_FP) and starts the target site
-# answering BODY and recording each handshake's first flight in $T/target.flight.
-# target_count prints how many connections the target has seen.
+# (rl_target_up BODY). target_count prints how many connections the target has seen.
 rl_target() {
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
         -keyout "$T/target.key" -out "$T/target.crt" -subj "/CN=localhost" \
@@ -29,18 +28,28 @@ rl_target() {
     TARGET_FP=$(openssl x509 -in "$T/target.crt" -noout -fingerprint -sha256)
     kt_ports 4
     TARGET_PORT=${PORTS[0]} PANEL_PORT=${PORTS[1]} NODE_PORT=${PORTS[2]} API_PORT=${PORTS[3]}
+    rl_target_up "$1"
+}
+target_count() { cat "$T/target.count"; }
+
+# rl_target_up BODY: (re)starts the target site on TARGET_PORT with rl_target's certificate,
+# answering BODY and recording each handshake's first flight in $T/target.flight (a restart
+# counts connections from 0 again); its pid in TARGET_PID.
+rl_target_up() {
+    rm -f "$T/target.ready"
     kt_bg target python3 "$KT_DIR/reality_target.py" --port "$TARGET_PORT" \
         --cert "$T/target.crt" --key "$T/target.key" --body "$1" \
         --count-file "$T/target.count" --ready-file "$T/target.ready" \
         --flight-file "$T/target.flight"
+    TARGET_PID=$BG_PID
     kt_wait_file "$T/target.ready" 10 || { fail "target site did not start"; exit 1; }
 }
-target_count() { cat "$T/target.count"; }
 
 # rl_node NODE_JSON UUID...: the panel emulator serves a vless node with tls 2 on NODE_PORT
 # (PANEL.md §1.4: REALITY towards localhost:TARGET_PORT with PRIV, PUB and short id SID) with
 # NODE_JSON's members over it (a tls_settings object adds to the REALITY one), and users 1, 2...
-# with the given uuids; then katana (one worker, API on API_PORT) is started on that panel.
+# with the given uuids (UUID@MBPS: with that speed_limit); then katana (one worker, API on
+# API_PORT) is started on that panel.
 rl_node() {
     python3 - "$T" "$NODE_PORT" "$TARGET_PORT" "$PRIV" "$PUB" "$SID" "$@" <<'PY'
 import json, sys
@@ -58,8 +67,10 @@ for key, value in json.loads(extra).items():
     else:
         config[key] = value
 json.dump(config, open(t + "/panel-config.json", "w"))
-json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": None, "device_limit": None}
-                     for i, u in enumerate(sys.argv[8:])]}, open(t + "/panel-users.json", "w"))
+users = [u.partition("@") for u in sys.argv[8:]]
+json.dump({"users": [{"id": i + 1, "uuid": u, "speed_limit": int(mbps) if mbps else None,
+                      "device_limit": None} for i, (u, _, mbps) in enumerate(users)]},
+          open(t + "/panel-users.json", "w"))
 PY
     kt_bg panel python3 "$KT_DIR/panel_emu.py" --port "$PANEL_PORT" --token "$PANEL_TOKEN" \
         --config "$T/panel-config.json" --users "$T/panel-users.json" \

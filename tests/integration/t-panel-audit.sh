@@ -22,11 +22,6 @@ START=$SECONDS
 cl_start u1 "$CIPHER" "$U1" "$NODE_PORT"; C1=$CL_PORT
 kt_wait_port "$API_PORT" 10 || { fail "API did not listen"; exit 1; }
 
-eventually() {
-    local n=$(($1 * 5)) i; shift
-    for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-    return 1
-}
 metric() { curl -sf "http://127.0.0.1:$API_PORT/metrics" | awk -v m="$1{node=\"n1\"}" '$1 == m { print $2 }'; }
 metric_is() { test "$(metric "$1")" = "$2"; }
 # listed N: GET /v1/audit lists N hits of n1, all (user 1, rule 5).
@@ -36,21 +31,21 @@ listed() {
                                 all(.user == 1 and .rule == 5 and .reporting == false)' >/dev/null
 }
 
-check "the panel's block route refuses the domain" eventually 15 \
+check "the panel's block route refuses the domain" kt_until 15 \
     tcp_rt "$C1" refused --dest-host www.audit.test --bytes 1024
 R=0
 for i in 1 2 3 4 5; do tcp_rt "$C1" refused --dest-host audit.test --bytes 1024 && R=$((R + 1)); done
 check "5 retries refused" test "$R" = 5
 check "other destinations are served" tcp_rt "$C1" ok --bytes 65536
 [ $((SECONDS - START)) -lt 25 ] || kt_log "slow run: the first push may have ended the period"
-check "GET /v1/audit lists one hit for the retries" eventually 5 listed 1
-check "/metrics: recorded once" eventually 5 metric_is katana_audit_hits_total 1
+check "GET /v1/audit lists one hit for the retries" kt_until 5 listed 1
+check "/metrics: recorded once" kt_until 5 metric_is katana_audit_hits_total 1
 check "/metrics: pending 1, nothing reported (UniProxy takes no detect log)" \
     sh -c "test \"\$(curl -sf http://127.0.0.1:$API_PORT/metrics | grep -c '^katana_audit_pending{node=\"n1\"} 1\$')\" = 1"
-check "the push ends the period: the hit leaves the outbox" eventually 40 listed 0
+check "the push ends the period: the hit leaves the outbox" kt_until 40 listed 0
 check "... not reported" metric_is katana_audit_reported_total 0
 check "a hit in the next period" tcp_rt "$C1" refused --dest-host audit.test --bytes 1024
-check "is recorded again" eventually 5 metric_is katana_audit_hits_total 2
+check "is recorded again" kt_until 5 metric_is katana_audit_hits_total 2
 check "the panel got no unknown request" test "$(panel_ctl state | jq '.hits | keys - ["config", "user", "push", "alive", "alivelist", "status"] | length')" = 0
 kat_stop
 check "katana exits 0" test "$SRV_RC" = 0

@@ -54,12 +54,6 @@ n = [x for x in json.load(sys.stdin)["nodes"] if x["tag"] == "n1"]
 print(n[0]["users"] if n and n[0]["applied"] else "none")' 2>/dev/null || echo none
 }
 healthz() { curl -s -m 2 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$API_PORT/healthz"; }
-# eventually SECONDS CMD...: CMD succeeds within SECONDS (retried every 0.5 s).
-eventually() {
-    local n=$(($1 * 2)) i; shift
-    for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
-    return 1
-}
 restart() {
     kat_stop
     check "$1: katana exits 0 on SIGTERM" test "$SRV_RC" = 0
@@ -68,7 +62,7 @@ restart() {
 }
 
 # --- 1. a user list with a duplicate id, katana running ---------------------------------------
-check "the first panel state was stored after it applied" eventually 5 users_stored "$U1"
+check "the first panel state was stored after it applied" kt_until 5 users_stored "$U1"
 mark
 panel_ctl users "$DUP"
 check "the duplicate id is refused" wait_log 10 "reload refused.*user set n1: duplicate user 2"
@@ -140,9 +134,9 @@ check "nothing listens on the node's port" not_listening
 panel_ctl users "$GOOD2"
 check "healthy panel: the node listens" kt_wait_port "$NODE_PORT" 10
 check "healthy panel: users 1 and 2 are served" both_served
-check "healthy panel: /healthz says 200" eventually 5 test "$(healthz)" = 200
+check "healthy panel: /healthz says 200" kt_until 5 test "$(healthz)" = 200
 check "healthy panel: the healthy list replaced the refused one in the store" \
-    eventually 5 users_not_stored "$U3"
+    kt_until 5 users_not_stored "$U3"
 
 # --- 6. the stored node's port is taken, and the panel has moved the node since ----------------
 kat_stop

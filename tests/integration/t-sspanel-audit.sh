@@ -28,11 +28,6 @@ cl_start u1 "$CIPHER" "$U1" "$NODE_PORT"; C1=$CL_PORT
 cl_start u2 "$CIPHER" "$U2" "$NODE_PORT"; C2=$CL_PORT
 kt_wait_port "$API_PORT" 10 || { fail "API did not listen"; exit 1; }
 
-eventually() {
-    local n=$(($1 * 5)) i; shift
-    for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
-    return 1
-}
 not() { ! "$@"; }
 # http_as PORT NAME: HTTP through client PORT to 127.0.0.1 with "Host: NAME" (sniffed).
 http_as() {
@@ -59,7 +54,7 @@ reported_set() { test "$(pairs | sort -u | tr '\n' ';')" = "$1"; }
 requests() { panel_hits detectlog; }
 
 # the rule arrives with a pull: wait until the domain is refused
-check "a domain the detect rule matches is refused" eventually 15 \
+check "a domain the detect rule matches is refused" kt_until 15 \
     tcp_rt "$C1" refused --dest-host www.audit.test --bytes 1024
 check "other destinations are served" tcp_rt "$C1" ok --bytes 65536
 RETRIES=0
@@ -74,14 +69,14 @@ check "UDP datagrams to an IP literal a rule matches are dropped" \
 REQ1=$(requests) # detect log requests (= periods that ended) during the retries
 check "every retry was refused (domain, IP literal, sniffed Host)" test "$RETRIES" = 18
 check "the same request naming another host is served" http_as "$C2" open.test
-check "the detect log reaches the panel" eventually 20 reported_set "1 7;1 8;2 7;2 8;"
+check "the detect log reaches the panel" kt_until 20 reported_set "1 7;1 8;2 7;2 8;"
 sleep 4 # one more period: nothing new is hit, nothing more is reported
 check "no request of the detect log holds a pair twice" not dup_in_a_request
 N17=$(panel_ctl state | jq --argjson r "$REQ0" '[.detectlog[] | select(.req > $r and
                                                    .user_id == 1 and .list_id == 7)] | length')
 check "6 refused flows of user 1 to audit.test: reported $N17 times, at most once per period ($((REQ1 - REQ0)) periods ended meanwhile)" \
     test "$N17" -ge 1 -a "$N17" -le $((REQ1 - REQ0 + 1))
-check "nothing is pending after the panel took it" eventually 5 outbox_is 0
+check "nothing is pending after the panel took it" kt_until 5 outbox_is 0
 check "/metrics: hits recorded and reported" sh -c \
     "curl -sf 'http://127.0.0.1:$API_PORT/metrics' | grep -Eq '^katana_audit_reported_total\\{node=\"n1\"\\} ([3-9]|[1-9][0-9]+)\$' &&
      curl -sf 'http://127.0.0.1:$API_PORT/metrics' | grep -Eq '^katana_audit_hits_total\{node=\"n1\"\} ([4-9]|[1-9][0-9]+)\$'"
@@ -89,19 +84,19 @@ check "/metrics: hits recorded and reported" sh -c \
 # persistence: a hit while the panel is down is kept through a kill -9 and reported after
 panel_ctl down '{"down": true}'
 check "the panel down: the user is still refused" tcp_rt "$C2" refused --dest-host x.audit.test --bytes 1024
-check "the hit is in the outbox" eventually 10 outbox_is 1 "uid = 2 AND rule = 7"
+check "the hit is in the outbox" kt_until 10 outbox_is 1 "uid = 2 AND rule = 7"
 sleep 4 # a report fails (panel down): the hit stays
 BEFORE=$(pairs | grep -c '^2 7$')
 check "the panel down: not reported, still in the outbox" outbox_is 1 "uid = 2 AND rule = 7"
-check "GET /v1/audit lists it, its failed report pending" eventually 5 sh -c \
+check "GET /v1/audit lists it, its failed report pending" kt_until 5 sh -c \
     "curl -sf 'http://127.0.0.1:$API_PORT/v1/audit' | jq -e '.hits == [.hits[] | select(.node == \"n1\" and
      .user == 2 and .rule == 7 and .reporting)] and (.hits | length) == 1 and .dropped == 0'"
 kill -KILL "$SRV_PID"; kt_wait_exit "$SRV_PID" 5 || true
 panel_ctl down '{"down": false}'
 kat_start "$T/config.json"
-check "after kill -9 and a restart the hit reaches the panel" eventually 20 \
+check "after kill -9 and a restart the hit reaches the panel" kt_until 20 \
     reported_is $((BEFORE + 1)) 2 7
-check "and leaves the outbox" eventually 10 outbox_is 0
+check "and leaves the outbox" kt_until 10 outbox_is 0
 kat_stop
 check "katana exits 0" test "$SRV_RC" = 0
 kt_finish

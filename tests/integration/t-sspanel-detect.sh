@@ -20,16 +20,11 @@ kat_start "$T/config.json"
 cl_start u1 "$CIPHER" "$U1" "$NODE_PORT"; C1=$CL_PORT
 localhost_ok() { tcp_rt "$C1" ok --dest-host localhost --bytes 4096; }
 localhost_refused() { tcp_rt "$C1" refused --dest-host localhost --bytes 4096; }
-eventually() {
-    local n=$(($1 * 2)) i; shift
-    for ((i = 0; i < n; i++)); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
-    return 1
-}
 check "no rule: localhost reachable" localhost_ok
 
 panel_ctl detect_rules '[{"id": 3, "name": "local", "text": "no localhost", "regex": "^localhos[t]$", "type": 1},
                          {"id": 4, "name": "hex", "text": "GET", "regex": "474554", "type": 2}]'
-check "the panel's rule blocks localhost after a pull" eventually 15 localhost_refused
+check "the panel's rule blocks localhost after a pull" kt_until 15 localhost_refused
 check "other destinations still served" tcp_rt "$C1" ok --bytes 65536
 sleep 3  # several more pulls
 check "the hex rule is skipped with exactly one warning" \
@@ -43,7 +38,7 @@ check "restart with the panel down: the user is served" tcp_rt "$C1" ok --bytes 
 panel_ctl down '{"down": false}'
 
 panel_ctl detect_rules '[]'
-check "the rule removed in the panel stops blocking" eventually 15 localhost_ok
+check "the rule removed in the panel stops blocking" kt_until 15 localhost_ok
 kat_stop
 check "katana exits 0" test "$SRV_RC" = 0
 kt_finish

@@ -36,8 +36,7 @@ machine_set 600 "$(ss_node 11 "$NODE_PORT" "1:$U1" "3:$U3"), $(ss_node 12 "$P12"
 PULLS0=$(panel_hits user)
 panel_ctl ws_kill '{"partial": {"event": "sync.user.delta", "data": {"node_id": 11, "action": "remove", "users": [{"id": 2}]}}}'
 pulled() { [ "$(panel_hits user)" -ge $((PULLS0 + 2)) ]; }
-for ((i = 0; i < 30; i++)); do pulled && break; sleep 0.1; done
-check "both nodes polled over REST at once when the channel dropped" pulled
+check "both nodes polled over REST at once when the channel dropped" kt_until 3 pulled
 stream_wait gone "$S2" 5 "the user the panel removed from node 11 lost its session"
 cl_start u3 "$CIPHER" "$U3" "$NODE_PORT"; C3=$CL_PORT
 stream_bg added "$C3" 65536 65536 ok; S3=$STREAM_PID
@@ -47,15 +46,13 @@ check "node 12 serves the user the panel gave it meanwhile" tcp_rt "$C5" ok
 cl_start u4 "$CIPHER" "$U4" "$P12"; C4=$CL_PORT
 check "and refuses the one it took away" tcp_rt "$C4" refused
 reconnected() { [ "$(panel_ws connects)" -ge 2 ] && ws_wait_up 1 2; }
-for ((i = 0; i < 60; i++)); do reconnected && break; sleep 0.1; done
-check "the machine's channel reconnected after its backoff" reconnected
+check "the machine's channel reconnected after its backoff" kt_until 6 reconnected
 
 # a delta for node 12 that does not apply cleanly: a full pull follows
 PULLS1=$(panel_hits user)
 panel_ctl ws_send '{"event": "sync.user.delta", "data": {"node_id": 12, "action": "remove", "users": [{"id": 99}]}}'
 pulled1() { [ "$(panel_hits user)" -gt "$PULLS1" ]; }
-for ((i = 0; i < 30; i++)); do pulled1 && break; sleep 0.1; done
-check "a delta that does not apply triggers a full pull" pulled1
+check "a delta that does not apply triggers a full pull" kt_until 3 pulled1
 check "one clear error names it" test "$(grep -c 'm-12: node channel: user delta removes user 99, not held' "$SRV_LOG")" = 1
 stream_wait keep "$S1" 20 "user 1's session survived the drop and the bad delta"
 kat_stop

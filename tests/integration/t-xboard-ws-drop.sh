@@ -31,22 +31,19 @@ panel_ctl users "{\"users\": [{\"id\": 1, \"uuid\": \"$U1\", \"speed_limit\": nu
 PULLS0=$(panel_hits user)
 panel_ctl ws_kill '{"partial": {"event": "sync.user.delta", "data": {"action": "remove", "users": [{"id": 2}]}}}'
 pulled() { [ "$(panel_hits user)" -gt "$PULLS0" ]; }
-for ((i = 0; i < 30; i++)); do pulled && break; sleep 0.1; done
-check "katana polled over REST at once when the channel dropped" pulled
+check "katana polled over REST at once when the channel dropped" kt_until 3 pulled
 stream_wait gone "$S2" 5 "the user the panel removed lost its session"
 cl_start u3 "$CIPHER" "$U3" "$NODE_PORT"; C3=$CL_PORT
 stream_bg added "$C3" 65536 65536 ok; S3=$STREAM_PID
 stream_wait added "$S3" 10 "the user the panel added relays bytes"
 reconnected() { [ "$(panel_ws connects)" -ge 2 ] && ws_wait_up 1 2; }
-for ((i = 0; i < 60; i++)); do reconnected && break; sleep 0.1; done
-check "the channel reconnected after its backoff" reconnected
+check "the channel reconnected after its backoff" kt_until 6 reconnected
 
 # a delta that does not apply cleanly: a full pull follows
 PULLS1=$(panel_hits user)
 panel_ctl ws_send '{"event": "sync.user.delta", "data": {"action": "remove", "users": [{"id": 99}]}}'
 pulled1() { [ "$(panel_hits user)" -gt "$PULLS1" ]; }
-for ((i = 0; i < 30; i++)); do pulled1 && break; sleep 0.1; done
-check "a delta that does not apply triggers a full pull" pulled1
+check "a delta that does not apply triggers a full pull" kt_until 3 pulled1
 check "one clear error names it" test "$(grep -c 'removes user 99, not held' "$SRV_LOG")" = 1
 stream_wait keep "$S1" 20 "user 1's session survived the drop and the bad delta"
 kat_stop

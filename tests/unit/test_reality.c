@@ -2,7 +2,8 @@
  * Unit tests: the REALITY check and temporary certificate (supervisor/transport/reality.c,
  * issue 11) on the PROTOCOLS-2.md §1.7 vector, and the ways a client fails the §1.3 check; the
  * layer through a transport chain on the hellos of tests/unit/vectors/reality/ (made by
- * tests/fuzz/reality_seeds.py), whole and a byte at a time.
+ * tests/fuzz/reality_seeds.py), whole and a byte at a time, and on ClientHellos recorded from
+ * the Xray-core and sing-box clients (tests/unit/fixtures/reality/).
  */
 #include "config.h"
 
@@ -21,6 +22,7 @@
 #include <openssl/x509.h>
 
 #include "supervisor/transport/reality.h"
+#include "tests/unit/tls_target.h"
 
 #ifndef TOP_SRCDIR
 #define TOP_SRCDIR "."
@@ -260,15 +262,23 @@ static bool d_deliver(void *ctx, uint8_t *p, size_t n)
     return true;
 }
 
-static void load(drv *d, const char *name)
+/* Read @p name, relative to the source tree, into d->in. */
+static void load_file(drv *d, const char *name)
 {
     char path[512];
-    snprintf(path, sizeof path, "%s/tests/unit/vectors/reality/%s", TOP_SRCDIR, name);
+    snprintf(path, sizeof path, "%s/%s", TOP_SRCDIR, name);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
     d->in_len = fread(d->in, 1, sizeof d->in, f);
     fclose(f);
     assert_true(d->in_len > 0);
+}
+
+static void load(drv *d, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "tests/unit/vectors/reality/%s", name);
+    load_file(d, path);
 }
 
 static uint64_t clock_far(void) { return 0x65000000ull * 1000u + 3600000u; }
@@ -422,52 +432,88 @@ static void layer_passes_everyone_else_through(void **st)
     sv_reality_conf_free(rc);
 }
 
-/* ---------- the target's first flight mirrored (PROTOCOLS-2.md §1.5 steps 1-5) ---------- */
+/* ---------- ClientHellos recorded from real clients (tests/unit/fixtures/reality/) ---------- */
 
-/* An OpenSSL 3 server with a P-256 certificate plays the target: it answers @p hello (records
- * as the client sent them). @return its first flight's length in @p out. */
-static size_t target_answer(const uint8_t *hello, size_t len, uint8_t *out, size_t cap)
-{
-    EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-    X509 *x = X509_new();
-    X509_NAME *name = X509_get_subject_name(x);
-    assert_int_equal(X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
-                                                (const unsigned char *)"www.example.com", -1,
-                                                -1, 0), 1);
-    X509_set_issuer_name(x, name);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 7);
-    X509_gmtime_adj(X509_getm_notBefore(x), 0);
-    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-    X509_set_pubkey(x, key);
-    assert_true(X509_sign(x, key, EVP_sha256()) > 0);
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
-    assert_int_equal(SSL_CTX_use_certificate(ctx, x), 1);
-    assert_int_equal(SSL_CTX_use_PrivateKey(ctx, key), 1);
-    SSL *ssl = SSL_new(ctx);
-    BIO *rbio = BIO_new(BIO_s_mem()), *wbio = BIO_new(BIO_s_mem());
-    SSL_set_bio(ssl, rbio, wbio);
-    SSL_set_accept_state(ssl);
-    BIO_write(rbio, hello, (int)len);
-    assert_int_equal(SSL_do_handshake(ssl), -1);
-    int n = BIO_read(wbio, out, (int)cap);
-    assert_true(n > 0);
-    SSL_free(ssl);
-    SSL_CTX_free(ctx);
-    X509_free(x);
-    EVP_PKEY_free(key);
-    return (size_t)n;
-}
+/* Each recorded by capture.py with §1.7's key pair (k_priv), short id 0123456789abcdef and
+ * server name www.example.com; @c time_s is the Unix time just after it arrived, so the
+ * client's REALITY timestamp is that or a second or two less (see the README there). */
+static const struct {
+    const char *file;
+    uint64_t time_s;
+} k_recorded[] = {
+    {"xray-26.3.27.hello", 1796171042u},
+    {"sing-box-1.14.1.hello", 1796171044u},
+};
 
-/* Wire sizes of the records of @p f into @p sizes. @return how many. */
-static size_t record_sizes(const uint8_t *f, size_t n, size_t *sizes, size_t max)
+static uint64_t g_now_ms; /* the clock of recorded_clock */
+static uint64_t recorded_clock(void) { return g_now_ms; }
+
+/* Run the layer over @p d (whole and a byte at a time) with these settings, the window 60 s
+ * and the clock at @p now_ms. @return true when the client was taken as valid. */
+static bool recorded_valid(drv *d, const char *priv, const char *sids, const char *names,
+                           uint64_t now_ms)
 {
-    size_t count = 0;
-    for (size_t at = 0; at + 5 <= n && count < max; count++) {
-        sizes[count] = 5 + ((size_t)f[at + 3] << 8 | f[at + 4]);
-        at += sizes[count];
+    const char *what;
+    int rc;
+    sv_reality_conf *c = sv_reality_conf_new(priv, sids, names, 60000, &what, &rc);
+    assert_non_null(c);
+    c->now_ms = recorded_clock;
+    g_now_ms = now_ms;
+    bool valid = false;
+    static const size_t steps[] = {0, 1};
+    for (size_t s = 0; s < 2; s++) {
+        run_layer(c, d, steps[s]);
+        assert_int_equal(d->rc, 0);
+        bool ok = d->status == 0;
+        if (ok) { /* our flight down, nothing up */
+            assert_int_equal(d->up_len, 0);
+            assert_true(d->down_len > 200);
+            assert_memory_equal(d->down, "\x16\x03\x03", 3);
+        } else { /* a probe: every byte up, as it came */
+            assert_int_equal(d->status, SV_LAYER_UP | SV_LAYER_REFUSED);
+            assert_int_equal(d->up_len, d->in_len);
+            assert_memory_equal(d->up, d->in, d->in_len);
+            assert_int_equal(d->down_len, 0);
+        }
+        if (s > 0)
+            assert_int_equal(ok, valid); /* the same verdict byte by byte */
+        valid = ok;
     }
-    return count;
+    sv_reality_conf_free(c);
+    return valid;
 }
+
+static void recorded_client_hellos(void **st)
+{
+    (void)st;
+    static drv d;
+    static const char wrong_priv[] = "AQIEBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
+    for (size_t i = 0; i < sizeof k_recorded / sizeof k_recorded[0]; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/unit/fixtures/reality/%s", k_recorded[i].file);
+        load_file(&d, path);
+        uint64_t t = k_recorded[i].time_s * 1000u;
+        print_message("%s: %zu bytes\n", k_recorded[i].file, d.in_len);
+        /* the right key, short id and name, inside the window on either side */
+        assert_true(recorded_valid(&d, k_priv, "aa,0123456789abcdef", "www.example.com", t));
+        assert_true(recorded_valid(&d, k_priv, "0123456789abcdef", "a.test,www.example.com",
+                                   t + 55000));
+        assert_true(recorded_valid(&d, k_priv, "0123456789abcdef", "www.example.com",
+                                   t - 55000));
+        /* a wrong private key, short id or server name */
+        assert_false(recorded_valid(&d, wrong_priv, "0123456789abcdef", "www.example.com", t));
+        assert_false(recorded_valid(&d, k_priv, "0123456789abcdee", "www.example.com", t));
+        assert_false(recorded_valid(&d, k_priv, "01234567", "www.example.com", t));
+        assert_false(recorded_valid(&d, k_priv, "0123456789abcdef", "www.example.org", t));
+        /* outside the window, later and earlier */
+        assert_false(recorded_valid(&d, k_priv, "0123456789abcdef", "www.example.com",
+                                    t + 65000));
+        assert_false(recorded_valid(&d, k_priv, "0123456789abcdef", "www.example.com",
+                                    t - 65000));
+    }
+}
+
+/* ---------- the target's first flight mirrored (PROTOCOLS-2.md §1.5 steps 1-5) ---------- */
 
 /* Open a mirroring layer on the "valid" hello: it waits for the target (nothing down, nothing
  * up) and asks for the hello's records to be sent there. */
@@ -500,8 +546,9 @@ static void layer_mirrors_the_targets_flight(void **st)
     start_mirror(&ch, conf, &d);
     size_t len = 0;
     const uint8_t *ask = sv_chain_target_ask(&ch, &len);
-    size_t tn = target_answer(ask, len, target, sizeof target), tsize[16] = {0};
-    size_t tcount = record_sizes(target, tn, tsize, 16);
+    size_t tn = tls_target_answer("www.example.com", ask, len, target, sizeof target);
+    size_t tsize[16] = {0};
+    size_t tcount = tls_record_sizes(target, tn, tsize, 16);
     assert_true(tcount == 3 || tcount == 6); /* SH, CCS, then 1 or 4 encrypted records */
     assert_int_equal(tsize[1], 6);
     /* a flight not all there yet: the layer asks for more, whatever the piece */
@@ -518,7 +565,7 @@ static void layer_mirrors_the_targets_flight(void **st)
     const uint8_t *flight = sv_chain_out_peek(&ch, &len);
     assert_true(len <= sizeof ours);
     memcpy(ours, flight, len);
-    size_t osize[16] = {0}, ocount = record_sizes(ours, len, osize, 16);
+    size_t osize[16] = {0}, ocount = tls_record_sizes(ours, len, osize, 16);
     assert_int_equal(ocount, tcount + 1);
     for (size_t i = 0; i < tcount; i++)
         assert_int_equal(osize[i], tsize[i]); /* every record the target's size */
@@ -552,13 +599,13 @@ static void layer_mirrors_the_targets_flight(void **st)
     /* a ServerHello alone at the end (no CCS): mirrored, records not padded */
     start_mirror(&ch, conf, &d);
     ask = sv_chain_target_ask(&ch, &len);
-    tn = target_answer(ask, len, target, sizeof target);
-    tcount = record_sizes(target, tn, tsize, 16);
+    tn = tls_target_answer("www.example.com", ask, len, target, sizeof target);
+    tcount = tls_record_sizes(target, tn, tsize, 16);
     assert_int_equal(sv_chain_target_reply(&ch, target, tsize[0], false), 1);
     assert_int_equal(sv_chain_target_reply(&ch, target, tsize[0], true), 0);
     flight = sv_chain_out_peek(&ch, &len);
     assert_memory_equal(flight + 11, target + 11, 32); /* the target's random */
-    ocount = record_sizes(flight, len, osize, 16);
+    ocount = tls_record_sizes(flight, len, osize, 16);
     assert_int_equal(ocount, 3); /* SH, CCS, our flight in one record */
     sv_chain_free(&ch);
 
@@ -617,6 +664,7 @@ int main(void)
         cmocka_unit_test(layer_answers_a_valid_hello_with_its_flight),
         cmocka_unit_test(layer_passes_everyone_else_through),
         cmocka_unit_test(certificate_key_survives_a_rebuild),
+        cmocka_unit_test(recorded_client_hellos),
         cmocka_unit_test(layer_mirrors_the_targets_flight),
         cmocka_unit_test(flight_patterns),
     };
