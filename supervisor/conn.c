@@ -83,6 +83,7 @@ typedef struct sv_conn {
     bool paced_up : 1, paced_down : 1; /**< in debt: that side stopped reading until pace_timer
                                             fires */
     bool subs_paced : 1;  /**< some sub-flows stopped reading until pace_timer fires */
+    bool no_splice : 1;   /**< the kernel relay is not possible for this connection */
     sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
@@ -99,7 +100,6 @@ typedef struct sv_conn {
     struct conn_paused *paused; /**< admission waiting for the fleet (issue 12), or NULL */
     struct target_peek *peek; /**< REALITY: the target's first flight being read, or NULL */
     struct conn_splice *splice; /**< Vision direct both ways: the kernel relay, or NULL */
-    bool no_splice;       /**< the kernel relay is not possible for this connection */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 
