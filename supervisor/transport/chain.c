@@ -7,7 +7,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "supervisor/transport/layer.h"
@@ -18,10 +17,6 @@ int sv_chain_open(sv_chain *ch, const sv_layer_conf *conf, unsigned n)
     if (n > SV_CHAIN_MAX)
         return -EINVAL;
     ch->conf = conf;
-    if (n == 0)
-        return 0;
-    if ((ch->state = calloc(n, sizeof *ch->state)) == NULL)
-        return -ENOMEM;
     for (unsigned i = 0; i < n; i++) {
         int rc = conf[i].ops->open(conf[i].conf, &ch->state[i]);
         if (rc != 0) {
@@ -39,8 +34,6 @@ void sv_chain_free(sv_chain *ch)
         ch->conf[i].ops->free(ch->state[i]);
         ch->state[i] = NULL;
     }
-    free(ch->state);
-    ch->state = NULL;
     ch->n = 0;
 }
 

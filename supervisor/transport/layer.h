@@ -116,8 +116,7 @@ typedef struct sv_layer_conf {
 /** The layers of one connection, bottom (next to TCP) first. Zero layers = plain TCP. */
 typedef struct sv_chain {
     const sv_layer_conf *conf; /**< borrowed from the inbound's handler, which outlives it */
-    void **state; /**< n layer states, allocated by sv_chain_open when n > 0 (issue 13: a plain
-                       TCP connection holds no room for them) */
+    void *state[SV_CHAIN_MAX];
     uint8_t n;
 } sv_chain;
 
