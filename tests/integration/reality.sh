@@ -1,8 +1,23 @@
 #!/bin/bash
-# reality.sh: the setup the REALITY tests share (issue 11; t-reality, t-reality-grpc, t-vision):
+# reality.sh: the setup the REALITY tests share (issue 11; t-reality*, t-trojan-reality*,
+# t-sspanel-reality, t-vision):
 # the node's X25519 pair, a local target site (reality_target.py with a self-signed certificate
 # for localhost), and a vless node with tls 2 served to katana by the panel emulator.
-# Source after lib.sh and panel.sh; needs openssl and python3-cryptography.
+# Sourcing it sources lib.sh, panel.sh, trojan.sh and the interop peers (peers.sh) too.
+RL_DIR=$(dirname "${BASH_SOURCE[0]}")
+. "$RL_DIR/lib.sh"
+. "$RL_DIR/panel.sh"
+. "$RL_DIR/trojan.sh"
+. "$RL_DIR/../interop/peers.sh"
+
+# rl_need PEER...: skips the test unless it runs against katana (REALITY is katana's own) with
+# openssl, curl, python3-cryptography and the given interop peers (pr_need).
+rl_need() {
+    kt_need openssl curl
+    [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
+    python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
+    pr_need "$@"
+}
 
 # rl_keys: sets PRIV and PUB, the node's X25519 pair, and OTHER_PUB, another public key (each
 # base64url without padding, PROTOCOLS-2.md §1.1).

@@ -16,15 +16,8 @@
 #   each through a counting relay, and each user is billed within t-reality.sh's bounds of the
 #   bytes moved and exactly the wire bytes its relay counted.
 KT_LIMIT=${KT_LIMIT:-300}
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/panel.sh"
-. "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/reality.sh"
-. "$(dirname "$0")/../interop/peers.sh"
-kt_need openssl curl
-[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
-python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
-pr_need xray sing-box sing-box-lite
+rl_need xray sing-box sing-box-lite
 
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid); U4=$(kt_uuid)
 SID=0123abcd

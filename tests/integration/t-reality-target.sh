@@ -14,15 +14,8 @@
 # - the target back on its port: a probe gets its page and the valid client's hello goes to it;
 #   no log line for any of this, the daemon runs on and holds no connection at the end.
 KT_LIMIT=${KT_LIMIT:-240}
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/panel.sh"
-. "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/reality.sh"
-. "$(dirname "$0")/../interop/peers.sh"
-kt_need openssl curl
-[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
-python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
-pr_need xray
+rl_need xray
 
 U1=$(kt_uuid)
 SID=0123abcd

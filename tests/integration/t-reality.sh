@@ -16,15 +16,8 @@
 #   katana's), and katana's handshake records have the target's sizes (PROTOCOLS-2.md §1.5;
 #   reality_target.py records its first flights, reality_hello.py compares).
 KT_LIMIT=${KT_LIMIT:-300}
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/panel.sh"
-. "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/reality.sh"
-. "$(dirname "$0")/../interop/peers.sh"
-kt_need openssl curl
-[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
-python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
-pr_need xray sing-box
+rl_need xray sing-box
 
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 SID=0123abcd

@@ -12,15 +12,8 @@
 # - An Xray-core VLESS+REALITY client (user 1; the second short id and server name) moves 1 MiB
 #   each way byte-identical and is billed the bytes it moved.
 KT_LIMIT=${KT_LIMIT:-200}
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/panel.sh"
-. "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/reality.sh"
-. "$(dirname "$0")/../interop/peers.sh"
-kt_need curl openssl
-[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
-python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
-pr_need xray
+rl_need xray
 
 U1=$(kt_uuid); U2=$(kt_uuid)
 SID=0123abcd

@@ -9,15 +9,8 @@
 #   at the same time, byte-identical, and each user is billed the bytes its client moved (the
 #   Trojan request header included, within TLS record overhead); an idle user 3 nothing.
 KT_LIMIT=${KT_LIMIT:-200}
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/panel.sh"
-. "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/reality.sh"
-. "$(dirname "$0")/../interop/peers.sh"
-kt_need curl openssl
-[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: REALITY needs katana"
-python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
-pr_need xray sing-box
+rl_need xray sing-box
 
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 SID=0123abcd

@@ -20,15 +20,8 @@
 #   the flow listing shows its bytes; killed through the API (DELETE /v1/connections/ID), its
 #   client sees the close within 3 s.
 KT_LIMIT=${KT_LIMIT:-400}
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/panel.sh"
-. "$(dirname "$0")/trojan.sh"
 . "$(dirname "$0")/reality.sh"
-. "$(dirname "$0")/../interop/peers.sh"
-kt_need openssl
-[ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: Vision needs katana"
-python3 -c 'import cryptography' 2>/dev/null || skip_all "python3-cryptography is not installed"
-pr_need xray sing-box
+rl_need xray sing-box
 
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 SID=0123abcd
