@@ -131,3 +131,23 @@ rl_billed() {
     [ -n "${up:-}" ] && [ "$up" -ge "$3" ] && [ "$up" -le $(($3 + $3 / 20 + 4096)) ] &&
         [ "$down" -ge "$4" ] && [ "$down" -le $(($4 + $4 / 20 + 4096)) ]
 }
+
+# rl_pair SCEN WHAT: the Xray-core client on port C1 (user 1) and the sing-box client on C2 (user
+# 2), both of scenario SCEN, each move 1 MiB each way at the same time through the echo, checked
+# byte-identical; then, once the sampler has folded the flows, the SIGUSR1 snapshot is in SNAP.
+rl_pair() {
+    local scen=$1 what=$2 r1=0 r2=0 p1 p2
+    pr_tcp_opts xray "$scen"   # Xray 26.3.27's Trojan client: a small first write (peers.sh)
+    tcp_rt "$C1" ok --bytes "$MIB" --seed "$scen-u1" --label u1 "${PR_TCP[@]}" \
+        >"$T/u1.out" 2>&1 & p1=$!
+    tcp_rt "$C2" ok --bytes "$MIB" --seed "$scen-u2" --label u2 >"$T/u2.out" 2>&1 & p2=$!
+    wait "$p1" || r1=$?
+    wait "$p2" || r2=$?
+    cat "$T/u1.out" "$T/u2.out"
+    check "Xray-core $what (user 1): 1 MiB each way, echo identical" test "$r1" = 0
+    check "sing-box $what (user 2) at the same time: 1 MiB each way, echo identical" \
+        test "$r2" = 0
+    sleep 1.5   # the sampler folds flow counters every second
+    SNAP=$(kat_snapshot)
+    echo "SIGUSR1 snapshot:"; echo "$SNAP"
+}

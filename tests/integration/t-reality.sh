@@ -110,20 +110,9 @@ check "Xray client with a wrong public key: relayed to the target as a probe" \
     test "$(target_count)" -gt "$c1"
 check "wrong REALITY clients: no log line" test "$(tj_log_lines)" = "$lines0"
 
-rclient xray u1 "$U1" "$PUB" "$SID"; c1=$CL_PORT
-rclient sing-box u2 "$U2" "$PUB" "$SID"; c2=$CL_PORT
-r1=0 r2=0
-tcp_rt "$c1" ok --bytes "$MIB" --seed reality-u1 --label u1 >"$T/u1.out" 2>&1 & p1=$!
-tcp_rt "$c2" ok --bytes "$MIB" --seed reality-u2 --label u2 >"$T/u2.out" 2>&1 & p2=$!
-wait "$p1" || r1=$?
-wait "$p2" || r2=$?
-cat "$T/u1.out" "$T/u2.out"
-check "Xray-core VLESS+REALITY (user 1): 1 MiB each way, echo identical" test "$r1" = 0
-check "sing-box VLESS+REALITY (user 2) at the same time: 1 MiB each way, echo identical" \
-    test "$r2" = 0
-sleep 1.5   # the sampler folds flow counters every second
-snap=$(kat_snapshot)
-echo "SIGUSR1 snapshot:"; echo "$snap"
+rclient xray u1 "$U1" "$PUB" "$SID"; C1=$CL_PORT
+rclient sing-box u2 "$U2" "$PUB" "$SID"; C2=$CL_PORT
+rl_pair vless-reality VLESS+REALITY; snap=$SNAP
 # one connection each: the VLESS request header (26 bytes for 127.0.0.1) up, 00 00 down
 check "usage of user 1 is the bytes moved" rl_billed "$snap" 1 $((MIB + 26)) $((MIB + 2))
 check "usage of user 2 is the bytes moved" rl_billed "$snap" 2 $((MIB + 26)) $((MIB + 2))

@@ -23,22 +23,9 @@ page=$(timeout 10 curl -sk --resolve "localhost:$NODE_PORT:127.0.0.1" \
     "https://localhost:$NODE_PORT/" || true)
 check "curl to the trojan gRPC REALITY port gets the target's page" test "$page" = "$PAGE"
 
-rl_client xray trojan-reality-grpc u1 "$U1" "$PUB" "$SID"; c1=$CL_PORT
-rl_client sing-box trojan-reality-grpc u2 "$U2" "$PUB" "$SID"; c2=$CL_PORT
-r1=0 r2=0
-pr_tcp_opts xray trojan-reality-grpc   # Xray 26.3.27's Trojan client: a small first write
-tcp_rt "$c1" ok --bytes "$MIB" --seed trojan-rg-u1 --label u1 "${PR_TCP[@]}" \
-    >"$T/u1.out" 2>&1 & p1=$!
-tcp_rt "$c2" ok --bytes "$MIB" --seed trojan-rg-u2 --label u2 >"$T/u2.out" 2>&1 & p2=$!
-wait "$p1" || r1=$?
-wait "$p2" || r2=$?
-cat "$T/u1.out" "$T/u2.out"
-check "Xray-core Trojan+gRPC+REALITY (user 1): 1 MiB each way, echo identical" test "$r1" = 0
-check "sing-box Trojan+gRPC+REALITY (user 2) at the same time: 1 MiB each way, echo identical" \
-    test "$r2" = 0
-sleep 1.5   # the sampler folds flow counters every second
-snap=$(kat_snapshot)
-echo "SIGUSR1 snapshot:"; echo "$snap"
+rl_client xray trojan-reality-grpc u1 "$U1" "$PUB" "$SID"; C1=$CL_PORT
+rl_client sing-box trojan-reality-grpc u2 "$U2" "$PUB" "$SID"; C2=$CL_PORT
+rl_pair trojan-reality-grpc Trojan+gRPC+REALITY; snap=$SNAP
 check "usage of user 1 is the bytes moved" rl_billed "$snap" 1 $((MIB + 68)) "$MIB"
 check "usage of user 2 is the bytes moved" rl_billed "$snap" 2 $((MIB + 68)) "$MIB"
 check "idle user 3 billed nothing" test -z "$(awk '$1 == 3 && ($2 > 0 || $3 > 0)' <<<"$snap")"

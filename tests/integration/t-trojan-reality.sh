@@ -37,22 +37,9 @@ check "Xray Trojan client with a wrong short id: relayed to the target as a prob
 check "wrong REALITY client: no log line" test "$(tj_log_lines)" = "$lines0"
 
 # --- valid clients -----------------------------------------------------------------------
-rl_client xray trojan-reality u1 "$U1" "$PUB" "$SID"; c1=$CL_PORT
-rl_client sing-box trojan-reality u2 "$U2" "$PUB" "$SID"; c2=$CL_PORT
-r1=0 r2=0
-pr_tcp_opts xray trojan-reality   # Xray 26.3.27's Trojan client: a small first write (peers.sh)
-tcp_rt "$c1" ok --bytes "$MIB" --seed trojan-reality-u1 --label u1 "${PR_TCP[@]}" \
-    >"$T/u1.out" 2>&1 & p1=$!
-tcp_rt "$c2" ok --bytes "$MIB" --seed trojan-reality-u2 --label u2 >"$T/u2.out" 2>&1 & p2=$!
-wait "$p1" || r1=$?
-wait "$p2" || r2=$?
-cat "$T/u1.out" "$T/u2.out"
-check "Xray-core Trojan+REALITY (user 1): 1 MiB each way, echo identical" test "$r1" = 0
-check "sing-box Trojan+REALITY (user 2) at the same time: 1 MiB each way, echo identical" \
-    test "$r2" = 0
-sleep 1.5   # the sampler folds flow counters every second
-snap=$(kat_snapshot)
-echo "SIGUSR1 snapshot:"; echo "$snap"
+rl_client xray trojan-reality u1 "$U1" "$PUB" "$SID"; C1=$CL_PORT
+rl_client sing-box trojan-reality u2 "$U2" "$PUB" "$SID"; C2=$CL_PORT
+rl_pair trojan-reality Trojan+REALITY; snap=$SNAP
 # one connection each: the Trojan request (56 hex digits, CRLF, command, IPv4 address, port,
 # CRLF: 68 bytes) up, nothing added down
 check "usage of user 1 is the bytes moved" rl_billed "$snap" 1 $((MIB + 68)) "$MIB"
