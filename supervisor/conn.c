@@ -969,19 +969,35 @@ static void remote_alloc(void *owner, uv_buf_t *buf)
     buf->len = c->chain.n > 0 ? SV_TLS_PLAIN_READ : SV_SCRATCH;
 }
 
+/* The core's end-of-stream bytes for @p stream (proto.h frame_end), built in the worker's
+ * end_frame: sealed may hold the client's read under layers, whose unread part a stream refused
+ * inside that read must not overwrite. @return their length (at *out) or a negative errno. */
+static ssize_t end_frame(sv_conn *c, uint32_t stream, bool abort, uint8_t **out)
+{
+    const sv_proto_ops *ops = c->handler->ops;
+    uint8_t *buf = c->w->end_frame;
+    size_t cap = sizeof c->w->end_frame;
+    if (ops->frame_max(0) > cap) { /* not so for any core today */
+        buf = c->w->sealed;
+        cap = sizeof c->w->sealed;
+    }
+    *out = buf;
+    return ops->frame_end(c->state, c->handler->creds, stream, abort, buf, cap);
+}
+
 /* The outbound closed: the core's end-of-stream bytes, if it has any (proto.h frame_end).
  * @return false when the connection was closed. */
 static bool end_downstream(sv_conn *c)
 {
-    const sv_proto_ops *ops = c->handler->ops;
-    if (ops->frame_end == NULL)
+    if (c->handler->ops->frame_end == NULL)
         return true;
-    ssize_t len = ops->frame_end(c->state, c->handler->creds, 0, false, c->w->sealed, sizeof c->w->sealed);
+    uint8_t *out;
+    ssize_t len = end_frame(c, 0, false, &out);
     if (len < 0) {
         conn_close(c);
         return false;
     }
-    return len == 0 || write_client(c, c->w->sealed, (size_t)len);
+    return len == 0 || write_client(c, out, (size_t)len);
 }
 
 static void on_remote_read(void *owner, ssize_t n, const uv_buf_t *buf)
@@ -1628,13 +1644,12 @@ static void sub_end(sv_subflow *s, bool tell, bool abort)
     if (s->paused && !c->closing)
         subs_resume(c); /* its bytes are dropped with it */
     if (tell && !c->closing && !c->client_shut) {
-        const sv_proto_ops *ops = c->handler->ops;
-        ssize_t len = ops->frame_end(c->state, c->handler->creds, s->stream, abort,
-                                     c->w->sealed, sizeof c->w->sealed);
+        uint8_t *out;
+        ssize_t len = end_frame(c, s->stream, abort, &out);
         if (len < 0)
             conn_close(c);
         else if (len > 0)
-            write_client(c, c->w->sealed, (size_t)len);
+            write_client(c, out, (size_t)len);
     }
     /* last: sub_closed (which frees s) may come from inside. An XUDP association outlives
      * its sub-flow for a re-attach (udp.c), unless its session was asked to close. */

@@ -77,6 +77,9 @@
                                              adopt its plane (they do within a loop turn) */
 
 _Static_assert(SV_SEALED_MAX >= SV_SS_SEALED_MAX(SV_SCRATCH), "sealed buffer too small");
+/** Room for a core's end-of-stream bytes (proto.h frame_end; VLESS with Vision's padding needs
+ *  about 1.5 KiB); a core whose frame_max(0) is larger has them built in sealed instead. */
+#define SV_END_FRAME_MAX 2048
 
 /** A salt replay filter shared by every handler of one inbound. */
 typedef struct sv_replay_ref {
@@ -327,6 +330,8 @@ struct sv_worker {
     uint8_t sealed[SV_SEALED_MAX]; /**< downstream wire built from one remote read; also the
                                         client read under layers */
     uint8_t stage[SV_CHAIN_STAGE_BYTES]; /**< boundaries between transport layers (layer.h) */
+    uint8_t end_frame[SV_END_FRAME_MAX]; /**< a core's frame_end bytes: a stream refused inside a
+                                              client read is ended while sealed holds that read */
 };
 
 /**
