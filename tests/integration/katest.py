@@ -85,35 +85,63 @@ def touch(path, text="ready\n"):
 
 # --- ports -----------------------------------------------------------------------------
 
-def cmd_freeport(a):
-    held, ports = [], []
+# Test ports come from below the kernel's ephemeral range (ip_local_port_range, 32768-60999 on
+# Debian): a port picked there can be taken, before its server binds it, by the local end of any
+# outgoing connection of the tests running side by side. Here only another test's pick can meet
+# it, and the bind checks below make that unlikely.
+TEST_PORT_LO, TEST_PORT_HI = 20000, 32767
+
+
+def test_port_range():
+    """(lo, hi) of the ports tests pick from: TEST_PORT_LO..HI, ending below the ephemeral range
+    when this kernel's starts lower."""
     try:
-        while len(ports) < a.count:
-            t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            t.bind(("127.0.0.1", 0))
-            port = t.getsockname()[1]
-            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            try:
-                u.bind(("127.0.0.1", port))
-            except OSError:
-                t.close()
-                u.close()
-                continue
-            held += [t, u]
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            eph_lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        eph_lo = TEST_PORT_HI + 1
+    hi = min(TEST_PORT_HI, eph_lo - 1)
+    return (TEST_PORT_LO, hi) if hi - TEST_PORT_LO >= 1000 else (1024, 65535)
+
+
+def pick_ports(count, udp=True):
+    """COUNT distinct loopback ports, each free for TCP (and for UDP when UDP) at the time of the
+    call, chosen at random in test_port_range(). Dies after 2000 tries."""
+    lo, hi = test_port_range()
+    ports = []
+    for _ in range(2000):
+        if len(ports) == count:
+            break
+        port = random.randint(lo, hi)
+        if port in ports:
+            continue
+        kinds = (socket.SOCK_STREAM, socket.SOCK_DGRAM) if udp else (socket.SOCK_STREAM,)
+        held = []
+        try:
+            for kind in kinds:
+                s = socket.socket(socket.AF_INET, kind)
+                held.append(s)
+                s.bind(("127.0.0.1", port))
             ports.append(port)
-    finally:
-        for s in held:
-            s.close()
-    print(" ".join(str(p) for p in ports))
+        except OSError:
+            pass
+        finally:
+            for s in held:
+                s.close()
+    if len(ports) < count:
+        die("freeport: no %d free ports in %d-%d" % (count, lo, hi))
+    return ports
+
+
+def cmd_freeport(a):
+    print(" ".join(str(p) for p in pick_ports(a.count)))
     return 0
 
 
 def any_free_port():
     """A free loopback TCP port: the REST API of every test daemon gets its own, so that tests
     running side by side never meet on the default 127.0.0.1:9090."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-        t.bind(("127.0.0.1", 0))
-        return t.getsockname()[1]
+    return pick_ports(1, udp=False)[0]
 
 
 def cmd_wait_port(a):

@@ -81,7 +81,7 @@ kt_finish() {
             grep -E -A 20 "Sanitizer|runtime error:" "$f" | head -n 40
         fi
     done
-    kt_log "$KT_PASSES passed, $KT_FAILS failed"
+    kt_log "$KT_PASSES passed, $KT_FAILS failed in ${SECONDS}s"
     [ "$KT_FAILS" = 0 ] && exit 0
     exit 1
 }
