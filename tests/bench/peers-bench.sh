@@ -19,7 +19,11 @@
 #                   client to server); Gbit/s is those bytes over the transfer's time (the TLS
 #                   handshakes included), CPU s/GB the server's per those GB. No idle figure:
 #                   bulk.c's hold opens no SOCKS connection (idle, a Vision connection is a
-#                   vless-reality one until its first byte).
+#                   vless-reality one until its first byte). Also measured for it: the
+#                   same download through tests/bench/splice_relay.py, a SOCKS5 relay in Python
+#                   that only splices (blocking, one thread per direction): what the kernel
+#                   charges for moving those bytes with no protocol at all ("splice-py", and
+#                   katana's CPU over it, "k/splice-py").
 # Per scenario and server:
 #  - server RSS per idle connection: BENCH_PEER_CONNS (1000) idle connections opened through
 #    the client (its mux is off, so each is a connection of its own to the server) and held
@@ -316,6 +320,21 @@ for scen in $SCENARIOS; do
         [ "$g" != - ] || note "$scen $name: no bulk transfer reached the sink: $(tail -n 2 "$T/client.log" | tr '\n' ' ')"
         stop "$CL" "$SRV"
     done
+    if [ "$scen" = vless-reality-vision ]; then
+        # the same download through a relay that only splices (tests/bench/splice_relay.py):
+        # the kernel's share of a server that splices, its CPU s/GB in the server's place
+        read -r FP <<<"$("${KATEST[@]}" freeport)"
+        bg "$T/splice.log" python3 "$HERE/splice_relay.py" --port "$FP"
+        SRV=$BG
+        if "${KATEST[@]}" wait-port --port "$FP" --timeout 10 >/dev/null; then
+            note "$scen splice-py: TLS 1.3 download of $VISION_BYTES bytes"
+            read -r g c <<<"$(throughput_tls "$FP")"
+            GBPS[$scen/splice]=$g; CPU[$scen/splice]=$c; RSS[$scen/splice]=-
+        else
+            note "$scen splice-py: the relay did not listen: $(tail -n 1 "$T/splice.log")"
+        fi
+        stop "$SRV"
+    fi
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -352,7 +371,14 @@ for scen in $SCENARIOS; do
         printf '%-20s %-10s %10s %12s %14s\n' "$scen" "$name" "${GBPS[$scen/$name]}" \
             "${CPU[$scen/$name]}" "${RSS[$scen/$name]}"
     done
+    if [ -n "${CPU[$scen/splice]:-}" ]; then
+        printf '%-20s %-10s %10s %12s %14s\n' "$scen" splice-py "${GBPS[$scen/splice]}" \
+            "${CPU[$scen/splice]}" -
+    fi
     [[ " $SERVERS " == *" katana "* ]] || continue
+    [ -z "${CPU[$scen/splice]:-}" ] ||
+        printf '%-20s %-10s %10s %12s\n' "$scen" k/splice-py "" \
+            "$(ratio "${CPU[$scen/katana]}" "${CPU[$scen/splice]}")"
     rc=$(ratio "${CPU[$scen/katana]}" "$(best CPU "$scen" min)")
     rr=$(ratio "${RSS[$scen/katana]}" "$(best RSS "$scen" min)")
     printf '%-20s %-10s %10s %12s %14s   goals: CPU <= 0.50 %s, RSS <= 0.20 %s\n' "$scen" k/best \
