@@ -13,6 +13,10 @@
  *                             bytes (at most 256 KiB) go alone, 50 ms before the blocks.
  *   bulk hold PORT N          open N connections to 127.0.0.1:PORT, write one byte on each,
  *                             print "ready N" and keep them open until stdin closes.
+ *   bulk relay PORT TO        accept connections on 127.0.0.1:PORT one at a time and copy each
+ *                             one way to a new connection to 127.0.0.1:TO: level-triggered
+ *                             epoll, reads of 256 KiB, TCP_NODELAY, nothing else (the floor a
+ *                             relay's kernel time cannot go below, ssrelay-bench.sh).
  *
  * Loopback only by construction (the address is fixed).
  */
@@ -216,6 +220,55 @@ static int run_hold(int port, int count)
     return opened == count ? 0 : 1;
 }
 
+/* Copy @p from to @p to until EOF or an error; @p to is a blocking socket. */
+static void relay_one(int from, int to, char *buf)
+{
+    int ep = epoll_create1(0), one = 1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = from};
+    setsockopt(from, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(to, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, from, &ev) < 0)
+        goto out;
+    for (;;) {
+        if (epoll_wait(ep, &ev, 1, -1) < 0 && errno != EINTR)
+            break;
+        ssize_t n = read(from, buf, BLOCK);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (n <= 0)
+            break;
+        for (ssize_t off = 0, w; off < n; off += w)
+            if ((w = write(to, buf + off, (size_t)(n - off))) < 0)
+                goto out;
+    }
+out:
+    if (ep >= 0)
+        close(ep);
+}
+
+static int run_relay(int port, int to_port)
+{
+    struct sockaddr_in sa = loopback(port);
+    int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    char *buf = malloc(BLOCK);
+    if (buf == NULL || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 16) < 0) {
+        perror("bulk relay: bind/listen");
+        return 1;
+    }
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
+        if (fd < 0)
+            continue;
+        int to = dial(to_port);
+        if (to >= 0) {
+            relay_one(fd, to, buf);
+            close(to);
+        }
+        close(fd);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "sink") == 0)
@@ -224,6 +277,9 @@ int main(int argc, char **argv)
         return run_send(atoi(argv[2]), atof(argv[3]), argc == 5 ? (size_t)atol(argv[4]) : 0);
     if (argc == 4 && strcmp(argv[1], "hold") == 0)
         return run_hold(atoi(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: bulk sink PORT | bulk send PORT SECONDS [FIRST] | bulk hold PORT N\n");
+    if (argc == 4 && strcmp(argv[1], "relay") == 0)
+        return run_relay(atoi(argv[2]), atoi(argv[3]));
+    fprintf(stderr, "usage: bulk sink PORT | bulk send PORT SECONDS [FIRST] | bulk hold PORT N | "
+                    "bulk relay PORT TO\n");
     return 2;
 }

@@ -2,7 +2,9 @@
 # ssrelay-bench.sh BUILDDIR: issue 13 "Memory and throughput" for one katana Shadowsocks port
 # (aes-256-gcm, 1 worker), with the client bench.sh uses (ss-tunnel from shadowsocks-libev):
 #  - relay CPU: one-way bulk (tests/bench/bulk.c sender -> ss-tunnel -> katana -> sink), katana's
-#    CPU seconds per GB split into user and kernel time (utime, stime of /proc/PID/stat);
+#    CPU seconds per GB split into user and kernel time (utime, stime of /proc/PID/stat); then
+#    the floor: the same client and sink through `bulk relay` (reads of 256 KiB and writes, no
+#    crypto), the CPU that relaying these bytes over loopback costs any relay;
 #  - memory: katana's RSS per idle connection with BENCH_CONNS connections open, each
 #    authenticated with a flow open to the sink (VmRSS before/after, divided by the count), twice:
 #    on a fresh process, then again once those closed (what stays bounded whatever the count,
@@ -73,6 +75,23 @@ sleep 0.2
 read -r u1 s1 <<<"$(ticks "$SRV")"
 read -r bytes secs <<<"$(awk 'NF == 2' "$T/sink.out" | head -n 1)"
 
+# the floor (see the top): a second ss-tunnel in front of `bulk relay`
+read -r RP FP <<<"$("${KATEST[@]}" freeport --count 2)"
+bg "$T/relay.log" "$BULK" relay "$RP" "$SINK"
+RELAY=$BG
+bg "$T/tunnel2.log" ss-tunnel -s 127.0.0.1 -p "$RP" -b 127.0.0.1 -l "$FP" \
+    -L "127.0.0.1:$SINK" -k "$PASS" -m "$CIPHER"
+"${KATEST[@]}" wait-port --port "$RP" >/dev/null
+"${KATEST[@]}" wait-port --port "$FP" >/dev/null
+note "floor ${SECS}s"
+read -r fu0 fs0 <<<"$(ticks "$RELAY")"
+"$BULK" send "$FP" "$SECS" >/dev/null
+floor_bytes() { awk 'NF == 2 && ++n > 1 && $1 > b { b = $1 } END { print b + 0 }' "$T/sink.out"; }
+for _ in $(seq 1 100); do [ "$(floor_bytes)" -gt 1000000 ] && break; sleep 0.1; done
+sleep 0.2
+read -r fu1 fs1 <<<"$(ticks "$RELAY")"
+fbytes=$(floor_bytes) # the largest after katana's: the probes of wait-port carry a header alone
+
 # hold_conns N FD: opens N connections held until file descriptor FD closes; waits until katana
 # dialled the sink for each (authenticated, flow open); adds the count opened to HELD
 sink_conns() { ss -Htn state established "( dport = :$SINK )" | wc -l; }
@@ -111,6 +130,11 @@ awk -v b="${bytes:-0}" -v s="${secs:-0}" -v u0="$u0" -v u1="$u1" -v s0="$s0" -v 
     gb = b / 1e9; u = (u1 - u0) / t / gb; k = (s1 - s0) / t / gb
     printf "bulk %.2f Gbit/s: CPU %.2f s/GB (user %.2f, kernel %.2f)   goal <= 0.60 s/GB\n",
            b * 8 / s / 1e9, u + k, u, k }'
+awk -v b="${fbytes:-0}" -v u0="$fu0" -v u1="$fu1" -v s0="$fs0" -v s1="$fs1" -v t="$TCK" 'BEGIN {
+    if (b == 0) { print "floor: no result"; exit }
+    gb = b / 1e9; u = (u1 - u0) / t / gb; k = (s1 - s0) / t / gb
+    printf "floor (bulk relay: read and write only, same client and sink): CPU %.2f s/GB " \
+           "(user %.2f, kernel %.2f)\n", u + k, u, k }'
 awk -v r0="$r0" -v r1="$r1" -v r2="$r2" -v h1="$h1" -v n="$HELD" 'BEGIN {
     if (n == 0 || n == h1) { print "idle: no connection opened"; exit }
     printf "idle: %d connections, RSS %.2f KiB per connection (the second half alone: %.2f)" \
