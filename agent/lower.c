@@ -17,7 +17,7 @@
 #include "agent/lower.h"
 #include "supervisor/util/log.h"
 
-/** The one VLESS flow served (PROTOCOLS-2.md §2, issue 11): XTLS Vision over REALITY. */
+/** The one VLESS flow served (PROTOCOLS-2.md §2, issue 11): XTLS Vision over REALITY or TLS. */
 #define VISION_FLOW "xtls-rprx-vision"
 
 #define MOD "ag.lower"
@@ -622,6 +622,32 @@ static const char *stream_network(const ag_node_state *n, unsigned *served, sv_e
 static int check_reality(const ag_node_state *n, const char *what, sv_error *err);
 
 /*
+ * A vless node's `flow` (issue 11, PROTOCOLS-2.md §2): only "xtls-rprx-vision", and only
+ * directly on TLS (tls 1, OpenSSL's TLS 1.3) or REALITY (tls 2) over TCP, as Xray's server
+ * (§2.1: not in clear, nor over WebSocket, HTTPUpgrade or gRPC, @p net when the node has one).
+ * Adds PN_SET_FLOW to @p served when the node has a flow. @return 0, or -EINVAL naming `flow`.
+ */
+static int check_flow(const ag_node_state *n, const char *net, unsigned *served, sv_error *err)
+{
+    const char *flow = n->node.flow != NULL ? n->node.flow : "";
+    if (!(n->node.set & PN_SET_FLOW))
+        return 0;
+    if (strcmp(flow, VISION_FLOW) != 0)
+        return sv_error_set(err, -EINVAL, "node %s: flow \"%.32s\": only \"%s\" is served",
+                            n->tag, flow, VISION_FLOW);
+    if (n->node.tls != 1 && n->node.tls != 2)
+        return sv_error_set(err, -EINVAL, "node %s: flow \"%s\": XTLS Vision is served over "
+                            "tls 1 (TLS) or 2 (REALITY) only, not over tls %u", n->tag,
+                            VISION_FLOW, n->node.tls);
+    if (net != NULL)
+        return sv_error_set(err, -EINVAL, "node %s: flow \"%s\": XTLS Vision is served "
+                            "directly on TLS or REALITY over TCP only, not over %.32s", n->tag,
+                            VISION_FLOW, net);
+    *served |= PN_SET_FLOW;
+    return 0;
+}
+
+/*
  * A trojan node (PANEL.md §1.4: server_port, server_name, host, network tcp, ws or httpupgrade
  * (issue 10) with networkSettings path and headers.Host) is served over TLS with the agent
  * config's certificate (issue 8, issue 9), or over REALITY on TCP or gRPC when tls is 2
@@ -658,7 +684,8 @@ static bool chars_in(const char *s, size_t n, const char *set)
  * all-zero id). The agent config's "fallback" does not apply (the target is the fallback);
  * `flow` "xtls-rprx-vision" is served on TCP (XTLS Vision, PROTOCOLS-2.md §2; not over gRPC,
  * §2.1); another flow and transports other than gRPC (PROTOCOLS-2.md §1.6: HTTP/2 with prior
- * knowledge inside REALITY, networkSettings.serviceName required) are refused naming the field.
+ * knowledge inside REALITY, networkSettings.serviceName required) are refused naming the field
+ * (check_flow).
  * An SSPanel node's reality-opts (PANEL.md §2.5, checked by panel/sspanel.c) give the target,
  * the server name and short id lists, client version bounds and xver instead.
  */
@@ -695,39 +722,28 @@ static int check_reality(const ag_node_state *n, const char *what, sv_error *err
     const char *net = is_grpc(&n->node) ? stream_network(n, &served, err, &rc) : NULL;
     if (rc != 0)
         return rc;
-    bool vless = strcmp(n->node.protocol, "vless") == 0;
-    if (vless && (n->node.set & PN_SET_FLOW)) {
-        if (n->node.flow == NULL || strcmp(n->node.flow, VISION_FLOW) != 0)
-            return sv_error_set(err, -EINVAL, "node %s: flow \"%.32s\": only \"%s\" is served",
-                                n->tag, n->node.flow != NULL ? n->node.flow : "",
-                                VISION_FLOW);
-        if (net != NULL) /* Vision sits directly on REALITY (PROTOCOLS-2.md §2.1) */
-            return sv_error_set(err, -EINVAL, "node %s: flow \"%s\": XTLS Vision is served "
-                                "over REALITY on TCP only, not over gRPC", n->tag, VISION_FLOW);
-        served |= PN_SET_FLOW;
-    }
-    return check_unserved(n, what, served, net, err);
+    if (strcmp(n->node.protocol, "vless") == 0)
+        rc = check_flow(n, net, &served, err);
+    return rc != 0 ? rc : check_unserved(n, what, served, net, err);
 }
 
 /*
  * A vless node (PANEL.md §1.4: tls 0/1/2, flow, decryption, network tcp, ws or httpupgrade
  * (issue 10) with networkSettings path and headers.Host; issue 9) is served on TCP, WebSocket or
  * HTTPUpgrade, over TLS with the agent config's certificate when tls is 1, in clear when 0 (the
- * config's "cert" is then unused), over REALITY on TCP or gRPC when 2 (check_reality, which
- * serves the Vision flow on TCP). A flow over tls 0/1 (Vision over OpenSSL's record layer is not
- * done), VLESS encryption and other transports are refused naming the field.
+ * config's "cert" is then unused), over REALITY on TCP or gRPC when 2 (check_reality). The
+ * Vision flow is served over tls 1 or 2 on TCP (check_flow); VLESS encryption and other
+ * transports are refused naming the field.
  */
 static int check_vless(const ag_node_state *n, sv_error *err)
 {
     if (n->node.tls == 2)
         return check_reality(n, "vless over REALITY on TCP or gRPC", err);
-    if (n->node.set & PN_SET_FLOW)
-        return sv_error_set(err, -EINVAL, "node %s: flow \"%.32s\": XTLS Vision is served over "
-                            "tls 2 (REALITY) only, not over tls %u", n->tag,
-                            n->node.flow != NULL ? n->node.flow : "", n->node.tls);
     unsigned served = PN_SET_TLS;
     int rc;
     const char *net = stream_network(n, &served, err, &rc);
+    if (rc == 0)
+        rc = check_flow(n, net, &served, err);
     if (rc != 0)
         return rc;
     rc = check_unserved(n, "vless on TCP, WebSocket, HTTPUpgrade or gRPC", served, net, err);
@@ -842,7 +858,6 @@ static int add_reality(const ag_node_state *n, sv_inbound_spec *in)
     in->reality.min_client_ver = r->min_client_ver;
     in->reality.max_client_ver = r->max_client_ver;
     in->reality.xver = r->xver;
-    in->reality.vision = (n->node.set & PN_SET_FLOW) != 0; /* checked: xtls-rprx-vision */
     const char *names = r->server_names != NULL ? r->server_names : r->server_name;
     const char *sids = r->short_ids != NULL ? r->short_ids : r->short_id;
     if ((in->fallback = strdup(r->target != NULL ? r->target : target)) == NULL ||
@@ -881,6 +896,8 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
         return -ENOMEM;
     in->tls.cert = n->node.tls == 2 || ((vless || vmess) && n->node.tls != 1) ? SV_CERT_NONE
                                                                                : n->cert;
+    /* checked by check_flow: xtls-rprx-vision on a vless node over TLS or REALITY on TCP */
+    in->reality.vision = vless && (n->node.set & PN_SET_FLOW) != 0;
     if (n->node.tls == 2) /* vless or trojan: REALITY (check_reality) */
         return add_reality(n, in);
     if (in->tls.cert == SV_CERT_NONE)

@@ -139,7 +139,9 @@ typedef struct sv_inbound_reality {
                                     target before a relayed client's bytes (§1.1 xver); 0 =
                                     none */
     bool vision;        /**< every user's flow is xtls-rprx-vision (PROTOCOLS-2.md §2; the
-                             panel's node `flow`): the rules of §2.2 apply to each request */
+                             panel's node `flow`): the rules of §2.2 apply to each request.
+                             Also without private_key, on a VLESS inbound with a certificate
+                             (`tls`, OpenSSL's TLS 1.3) and no WebSocket or gRPC (§2.1) */
 } sv_inbound_reality;
 
 /** Shadowsocks AEAD methods (PROTOCOLS.md §2.1). */

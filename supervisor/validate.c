@@ -496,10 +496,11 @@ static int check_vless(const sv_inbound_spec *in, sv_error *err)
     int rc = check_stream_inbound(in, "vless", false, true, err);
     if (rc == 0 && in->reality.private_key != NULL)
         rc = check_reality(in, err);
+    bool outer_tls = in->reality.private_key != NULL || in->tls.cert != SV_CERT_NONE;
     if (rc == 0 && in->reality.vision &&
-        (in->reality.private_key == NULL || in->grpc.service_name != NULL))
-        return INVALID(err, "inbound %s: the vision flow is served over reality on TCP only "
-                       "(PROTOCOLS-2.md §2.1)", in->tag);
+        (!outer_tls || in->grpc.service_name != NULL || in->ws.path != NULL))
+        return INVALID(err, "inbound %s: the vision flow is served directly on reality or tls "
+                       "over TCP only (PROTOCOLS-2.md §2.1)", in->tag);
     return rc;
 }
 

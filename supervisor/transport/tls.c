@@ -71,6 +71,9 @@ struct sv_tls_session {
     const char *err_reason;
     int err;
     bool established, peer_closed, shut, hs_over, oom;
+    bool watch;   /* one record per read (SV_LAYER_WATCH) */
+    bool raw_in;  /* client bytes past the record last read pass as they are (SV_LAYER_RAW_IN) */
+    bool raw_out; /* our bytes go out as they are, after the records queued (SV_LAYER_RAW_OUT) */
 };
 
 /* The certificate and key bytes a context is built from, with their digests. */
@@ -125,6 +128,8 @@ static int bio_write_ex(BIO *b, const char *data, size_t n, size_t *written)
 {
     sv_tls_session *s = BIO_get_data(b);
     BIO_clear_retry_flags(b);
+    if (s->raw_out)
+        return 0; /* no record of OpenSSL's once raw (a KeyUpdate answer): the session fails */
     if (queue_append(&s->out, (const uint8_t *)data, n, SIZE_MAX) != 0) {
         s->oom = true;
         return 0;
@@ -1005,6 +1010,28 @@ ssize_t sv_tls_feed(sv_tls_session *s, const uint8_t *p, size_t n)
     return (ssize_t)k;
 }
 
+/* Raw input (PROTOCOLS-2.md §2.4 step 4): the plaintext OpenSSL still holds of the record it
+ * read last, then the ciphertext it never read, as it is. No record is read any more. */
+static ssize_t raw_read(sv_tls_session *s, uint8_t *buf, size_t cap)
+{
+    int pending = SSL_pending(s->ssl);
+    if (pending > 0) {
+        size_t got = 0;
+        errors_clear();
+        int r = SSL_read_ex(s->ssl, buf, cap < (size_t)pending ? cap : (size_t)pending, &got);
+        if (r == 1)
+            return (ssize_t)got;
+        int rc = ssl_failure(s, r);
+        return rc < 0 ? rc : session_fail(s, -EPROTO, "plaintext held but not read");
+    }
+    size_t k = s->in.len < cap ? s->in.len : cap;
+    if (k > 0) {
+        memcpy(buf, s->in.p + s->in.off, k);
+        queue_drop(&s->in, k);
+    }
+    return (ssize_t)k;
+}
+
 ssize_t sv_tls_read(sv_tls_session *s, uint8_t *buf, size_t cap)
 {
     if (s->err != 0)
@@ -1016,6 +1043,8 @@ ssize_t sv_tls_read(sv_tls_session *s, uint8_t *buf, size_t cap)
     }
     if (s->peer_closed || cap == 0)
         return 0;
+    if (s->raw_in)
+        return raw_read(s, buf, cap);
     size_t got = 0;
     errors_clear();
     int r = SSL_read_ex(s->ssl, buf, cap, &got);
@@ -1039,6 +1068,10 @@ ssize_t sv_tls_write(sv_tls_session *s, const uint8_t *p, size_t n)
     size_t k = n < room ? n : room;
     if (k == 0)
         return 0;
+    if (s->raw_out) /* as it is, behind the records already queued */
+        return queue_append(&s->out, p, k, SIZE_MAX) == 0
+                   ? (ssize_t)k
+                   : session_fail(s, -ENOMEM, "out of memory");
     size_t done = 0;
     errors_clear();
     int r = SSL_write_ex(s->ssl, p, k, &done);
@@ -1059,6 +1092,8 @@ int sv_tls_shutdown(sv_tls_session *s)
     if (s->shut)
         return 0;
     s->shut = true;
+    if (s->raw_out) /* no outer record ever again, not even close_notify (§2.6): TCP ends */
+        return 0;
     ERR_clear_error();
     int r = SSL_shutdown(s->ssl); /* 0: close_notify queued; 1: the peer's was already read */
     if (r >= 0)
@@ -1141,6 +1176,33 @@ unsigned sv_tls_version(const sv_tls_session *s)
     return s->established ? (unsigned)SSL_version(s->ssl) : 0;
 }
 
+int sv_tls_direct(sv_tls_session *s, unsigned bits)
+{
+    if (bits == 0) { /* not Vision, or no more watching: IN and OUT stay once given */
+        s->watch = false;
+        return 0;
+    }
+    if (s->err != 0)
+        return s->err;
+    if (!s->established)
+        return -ENOTCONN;
+    if (SSL_version(s->ssl) != TLS1_3_VERSION) /* PROTOCOLS-2.md §2.1, as Xray's server */
+        return session_fail(s, -EPROTONOSUPPORT, "XTLS Vision needs TLS 1.3");
+    s->watch = (bits & SV_LAYER_WATCH) != 0;
+    if ((bits & SV_LAYER_RAW_IN) && !s->raw_in) {
+        /* OpenSSL reads one record at a time (no read_ahead): past the record read last, it
+         * holds at most that record's plaintext, never ciphertext behind it */
+        if (SSL_has_pending(s->ssl) && SSL_pending(s->ssl) == 0)
+            return session_fail(s, -EPROTO, "ciphertext read past the switch to raw");
+        s->raw_in = true;
+    }
+    if (bits & SV_LAYER_RAW_OUT)
+        s->raw_out = true; /* SSL_write gave all its records to `out` (no partial writes) */
+    if (s->raw_in && s->raw_out && !SSL_has_pending(s->ssl))
+        release_buffers(s); /* OpenSSL's record buffers are not used again */
+    return 0;
+}
+
 /* ---- the TLS layer of a transport chain (layer.h) ---- */
 
 static int layer_open(const void *conf, void **state)
@@ -1156,6 +1218,14 @@ static ssize_t layer_unwrap(void *state, const uint8_t *in, size_t n, size_t *us
 {
     sv_tls_session *s = state;
     *used = 0;
+    if (s->raw_in && s->err == 0 && s->in.len == 0 && SSL_pending(s->ssl) == 0) {
+        size_t k = n < cap ? n : cap; /* raw, nothing held: the bytes as they are */
+        memcpy(out, in, k);
+        *used = k;
+        return (ssize_t)k;
+    }
+    if (s->raw_in) /* what is held goes first */
+        return s->err != 0 ? s->err : sv_tls_read(s, out, cap);
     if (s->established && s->err == 0 && !s->peer_closed && s->in.len == 0 && n > 0) {
         /* OpenSSL reads the ciphertext straight from @p in (no copy into `in`); what it takes
          * of a partial record waits in its own record buffer */
@@ -1193,8 +1263,13 @@ static void layer_out_consume(void *state, size_t n) { sv_tls_out_consume(state,
 static unsigned layer_status(const void *state)
 {
     const sv_tls_session *s = state;
-    return (s->established ? SV_LAYER_UP : 0u) | (s->peer_closed ? SV_LAYER_EOF : 0u);
+    bool pass = s->raw_in && s->raw_out && s->err == 0 && !s->peer_closed && !s->shut &&
+                s->in.len == 0 && s->out.len == 0 && !SSL_has_pending(s->ssl);
+    return (s->established ? SV_LAYER_UP : 0u) | (s->peer_closed ? SV_LAYER_EOF : 0u) |
+           (s->watch && !s->raw_in ? SV_LAYER_RECORDS : 0u) | (pass ? SV_LAYER_PASS : 0u);
 }
+
+static int layer_direct(void *state, unsigned bits) { return sv_tls_direct(state, bits); }
 
 const sv_layer_ops sv_tls_layer_ops = {
     .name = "tls",
@@ -1206,4 +1281,5 @@ const sv_layer_ops sv_tls_layer_ops = {
     .out_peek = layer_out_peek,
     .out_consume = layer_out_consume,
     .status = layer_status,
+    .direct = layer_direct,
 };

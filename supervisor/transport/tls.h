@@ -228,9 +228,30 @@ const char *sv_tls_sni(const sv_tls_session *s);
 unsigned sv_tls_version(const sv_tls_session *s);
 
 /**
+ * XTLS Vision's switch to direct copy over this layer (issue 11, PROTOCOLS-2.md §2.6), enum
+ * sv_layer_direct bits (RAW_IN and RAW_OUT kept once given, WATCH while given). Vision needs
+ * outer TLS 1.3 (§2.1): any bit on a TLS 1.2 session fails it with -EPROTONOSUPPORT, so the
+ * runtime closes the connection, as Xray's server refuses it.
+ * - SV_LAYER_WATCH: sv_tls_read() gives at most one record per call (it always does: OpenSSL
+ *   reads without read_ahead, one record at a time); the layer's status says SV_LAYER_RECORDS.
+ * - SV_LAYER_RAW_IN: no record is read any more; sv_tls_read() gives the plaintext OpenSSL still
+ *   holds of the record read last, then the buffered input and every later byte as they are.
+ *   Fails the session (-EPROTO) if OpenSSL holds ciphertext beyond that record.
+ * - SV_LAYER_RAW_OUT: sv_tls_write() queues bytes as they are behind the records already
+ *   pending; sv_tls_shutdown() sends nothing (no outer record again, not even close_notify);
+ *   a record OpenSSL would still write (a KeyUpdate answer) fails the session.
+ * The layer's status says SV_LAYER_PASS while raw both ways with nothing held or pending, no
+ * end seen and no error: the runtime may then relay the socket itself (splice).
+ * @return 0 (always for no bits); -ENOTCONN before the handshake is done; -EPROTONOSUPPORT
+ *         (TLS 1.2); -EPROTO; or the session's earlier error.
+ */
+int sv_tls_direct(sv_tls_session *s, unsigned bits);
+
+/**
  * The TLS layer of a transport chain (layer.h): its conf is the inbound's sv_tls_ctx, each
  * connection gets a session (sv_tls_session_new); unwrap = sv_tls_feed + sv_tls_read, wrap =
- * sv_tls_write, shutdown = close_notify; UP once the handshake is done, EOF on close_notify.
+ * sv_tls_write, shutdown = close_notify, direct = sv_tls_direct (XTLS Vision); UP once the
+ * handshake is done, EOF on close_notify.
  */
 extern const sv_layer_ops sv_tls_layer_ops;
 

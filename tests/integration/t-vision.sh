@@ -19,6 +19,14 @@
 #   at most the burst plus 1 MB/s over the time since the transfer began (+10% and 128 KiB);
 #   the flow listing shows its bytes; killed through the API (DELETE /v1/connections/ID), its
 #   client sees the close within 3 s.
+# - Vision over tls 1 (a second katana serving node n2 of a second panel emulator: a vless
+#   node with a certificate and the flow, OpenSSL's TLS 1.3 outside): the Xray-core
+#   VLESS+TLS+Vision client (user 5) moves 1 MiB each way through the TLS echo, byte-identical,
+#   billed the bytes moved (within 16 KiB each way: the padding before the switch); both
+#   directions switched to direct (katana_vision_direct_total in and out each rose by 1) and the
+#   connection went through the kernel relay (katana_vision_splice_total rose). A Vision request
+#   over outer TLS 1.2 is closed without an answer (PROTOCOLS-2.md §2.1, as Xray's server), the
+#   same request over TLS 1.3 answered.
 KT_LIMIT=${KT_LIMIT:-400}
 . "$(dirname "$0")/reality.sh"
 rl_need xray sing-box
@@ -173,4 +181,102 @@ check "the killed spliced flow's client sees the close within 3 s" \
     awk -v a="$k0" -v b="$k1" 'BEGIN { exit !(b - a < 3.0) }'
 kill "$p4" 2>/dev/null || true
 check "daemon still runs" kt_alive "$SRV_PID"
+
+# Vision over tls 1: node n2, a vless node with tls 1 (the test CA's certificate for node.test)
+# and the Vision flow from a second panel emulator, user 5 on it; OpenSSL's TLS 1.3 outside, the
+# Xray-core VLESS+TLS+Vision client. A second katana of its own (a node refused at lowering keeps
+# the whole config from applying, and a reload cannot add a panel node), its own API, database and
+# log; the first one keeps running.
+tj_certs "$T/certs" node
+kt_ports 3; PANEL2_PORT=${PORTS[0]} NODE2_PORT=${PORTS[1]} API_PORT=${PORTS[2]}
+U5=$(kt_uuid)
+python3 - "$T" "$NODE2_PORT" "$U5" "$PANEL2_PORT" "$PANEL_TOKEN" "$TJ_CERT" "$TJ_KEY" \
+    "$API_PORT" <<'PY'
+import json, sys
+t, port, user, panel, token, cert, key, api = sys.argv[1:9]
+json.dump({"protocol": "vless", "listen_ip": "0.0.0.0", "server_port": int(port),
+           "network": "tcp", "networkSettings": None, "tls": 1, "server_name": "node.test",
+           "flow": "xtls-rprx-vision", "decryption": None,
+           "base_config": {"push_interval": 60, "pull_interval": 60}},
+          open(t + "/panel2-config.json", "w"))
+json.dump({"users": [{"id": 5, "uuid": user, "speed_limit": None, "device_limit": None}]},
+          open(t + "/panel2-users.json", "w"))
+json.dump({"log": {"level": "info"}, "workers": 1, "api": {"listen": "127.0.0.1:" + api},
+           "db": {"path": t + "/katana2.db", "flush_interval": 1},
+           "nodes": [{"tag": "n2", "listen": "127.0.0.1", "allow_private": True,
+                      "cert": {"mode": "file", "cert_file": cert, "key_file": key},
+                      "panel": {"type": "uniproxy", "url": "http://127.0.0.1:" + panel,
+                                "token": token, "node_id": 1, "node_type": "vless"}}]},
+          open(t + "/katana2.json", "w"))
+PY
+kt_bg panel2 python3 "$KT_DIR/panel_emu.py" --port "$PANEL2_PORT" --token "$PANEL_TOKEN" \
+    --config "$T/panel2-config.json" --users "$T/panel2-users.json" \
+    --ready-file "$T/panel2.ready"
+kt_wait_file "$T/panel2.ready" 10 || { fail "panel emulator 2 did not start"; exit 1; }
+kt_bg server2 "$(katana_bin)" run -c "$T/katana2.json"
+SRV_PID=$BG_PID SRV_LOG=$T/server2.log
+check "the vless node with tls 1 and flow xtls-rprx-vision is served (not refused)" \
+    kt_wait_port "$NODE2_PORT" 10
+pr_client xray vless-tls-vision u5 "$U5" "$NODE2_PORT"; c5=$CL_PORT
+in0=$(direct_count in) out0=$(direct_count out) sp0=$(splice_count)
+r5=0
+tls_rt "$c5" echo "$MIB" vision-u5 >"$T/u5.out" 2>&1 || r5=$?
+cat "$T/u5.out"
+check "Xray-core VLESS+TLS+Vision over tls 1 (user 5): 1 MiB of TLS each way, echo identical" \
+    test "$r5" = 0
+in1=$(direct_count in) out1=$(direct_count out) sp1=$(splice_count)
+echo "tls 1: direct in ${in0:-none} -> ${in1:-none}, out ${out0:-none} -> ${out1:-none}; splice_total ${sp0:-none} -> ${sp1:-none}"
+check "over tls 1 both directions switched to raw (direct in and out each rose by 1)" \
+    test -n "$in0" -a "${in1:-0}" -ge $((${in0:-0} + 1)) -a \
+    -n "$out0" -a "${out1:-0}" -ge $((${out0:-0} + 1))
+check "over tls 1 the connection went through the kernel relay (splice_total rose)" \
+    test -n "$sp0" -a "${sp1:-0}" -gt "${sp0:-0}"
+read -r _ _ m5up m5down <<<"$(grep '^TLSPEER ok' "$T/u5.out" || echo "- - 0 0")"
+sleep 1.5   # the sampler folds flow counters every second
+snap=$(kat_snapshot)
+echo "SIGUSR1 snapshot:"; echo "$snap"
+read -r _ u5 d5 <<<"$(awk '$1 == 5' <<<"$snap")"
+echo "user 5: up ${u5:-none} down ${d5:-none}, moved $((m5up + 44)) and $((m5down + 2))"
+check "usage of user 5 (tls 1) is the bytes moved (within 16 KiB each way: padding before the switch)" \
+    awk -v u="${u5:-0}" -v d="${d5:-0}" -v mu=$((m5up + 44)) -v md=$((m5down + 2)) \
+        'BEGIN { exit !(u >= mu && u <= mu + 16384 && d >= md && d <= md + 16384) }'
+
+# vision_hello 1.2|1.3: a VLESS request with the Vision flow to the echo server and one Vision
+# frame "hello" (PROTOCOLS-2.md §2.8), over TLS of at most that version, to node n2 as user 5;
+# prints the version, then "answer N HEAD HELLO": the bytes answered before the end (N), their
+# first two in hex (0000: the response header) and whether "hello" came back in the first frame.
+vision_hello() {
+    timeout 20 python3 - "$NODE2_PORT" "$ECHO_PORT" "$U5" "$TJ_CA" "$1" <<'PY'
+import socket, ssl, struct, sys, uuid
+port, echo, user, ca, ver = sys.argv[1:6]
+ctx = ssl.create_default_context(cafile=ca)
+ctx.maximum_version = ssl.TLSVersion.TLSv1_2 if ver == "1.2" else ssl.TLSVersion.TLSv1_3
+uid = uuid.UUID(user).bytes
+req = (b"\x00" + uid + b"\x12\x0a\x10xtls-rprx-vision\x01" + struct.pack(">H", int(echo)) +
+       b"\x01" + socket.inet_aton("127.0.0.1"))
+frame = uid + b"\x00" + struct.pack(">HH", 5, 3) + b"hello" + bytes(3)
+with socket.create_connection(("127.0.0.1", int(port)), timeout=5) as raw:
+    with ctx.wrap_socket(raw, server_hostname="node.test") as t:
+        print("negotiated", t.version())
+        t.sendall(req + frame)
+        got = b""
+        try:
+            while len(got) < 2 + 16 + 5 + 5:
+                c = t.recv(4096)
+                if not c:
+                    break
+                got += c
+        except (ssl.SSLError, ConnectionResetError):
+            pass  # closed without close_notify, or reset: the end
+        print("answer", len(got), got[:2].hex() or "-", got[23:28] == b"hello")
+PY
+}
+out12=$(vision_hello 1.2 2>&1) || true
+out13=$(vision_hello 1.3 2>&1) || true
+echo "over TLS 1.2: $out12"; echo "over TLS 1.3: $out13"
+check "a Vision request over outer TLS 1.2 is closed without an answer (PROTOCOLS-2.md §2.1)" \
+    eval 'grep -qx "negotiated TLSv1.2" <<<"$out12" && grep -qx "answer 0 - False" <<<"$out12"'
+check "the same request over TLS 1.3 is answered (00 00, then hello in the first frame)" \
+    eval 'grep -qx "negotiated TLSv1.3" <<<"$out13" && grep -q "^answer [0-9]* 0000 True$" <<<"$out13"'
+check "daemon still runs (the tls 1 node's katana)" kt_alive "$SRV_PID"
 kt_finish

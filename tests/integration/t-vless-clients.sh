@@ -241,7 +241,7 @@ check "katana check: the base vless config is accepted" \
 check "tls 2 (REALITY) without its settings refused naming them" refused reality \
     "tls_settings.server_name: required for tls 2 (REALITY)"
 check "a flow without REALITY refused naming it" refused flow \
-    'flow "xtls-rprx-vision": XTLS Vision is served over tls 2 (REALITY) only'
+    'flow "xtls-rprx-vision": XTLS Vision is served over tls 1 (TLS) or 2 (REALITY) only'
 check "VLESS encryption refused naming it" refused decryption "decryption: not served"
 check "network xhttp refused naming it" refused xhttp 'network "xhttp": not served'
 check "a uuid that is not a UUID refused naming the user" refused notuuid \

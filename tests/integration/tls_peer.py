@@ -8,7 +8,8 @@ speak TLS end to end through the proxy.
       'E': echo n bytes back; 'D': send n bytes of the pattern; then close.
   client --socks S --dest-port P --mode echo|down --bytes N --seed X
       SOCKS5 CONNECT through 127.0.0.1:S to 127.0.0.1:P, TLS (no verification: a test CA is not
-      the point), then the request; checks the answer byte for byte. Prints
+      the point), then the request; checks the answer byte for byte (echo: the first KiB alone,
+      its echo awaited, then the rest while reading). Prints
       "TLSPEER ok RAW_UP RAW_DOWN": the TLS bytes that crossed the SOCKS connection each way
       (what the proxy's outbound carried: handshake and records included).
 Loopback only; every socket has a timeout.
@@ -162,11 +163,25 @@ def cmd_client(a):
     mode = b"E" if a.mode == "echo" else b"D"
     t.send(mode + struct.pack(">Q", n))
     err = []
+    got = hashlib.sha256()
+    ref = hashlib.sha256()
+    total = 0
     if a.mode == "echo":
         want = pattern(a.seed, n)
+        # A first piece alone, its echo awaited before the bulk: each Vision side then reads a
+        # write of whole TLS records, on which it may switch to direct (PROTOCOLS-2.md §2.5),
+        # instead of bulk records cut by its reads.
+        first = min(n, 1024)
+        t.send(want[:first])
+        while total < first:
+            c = t.recv()
+            if not c:
+                break
+            got.update(c)
+            total += len(c)
         def sender():
             try:
-                for i in range(0, n, 16384):
+                for i in range(first, n, 16384):
                     t.send(want[i:i + 16384])
             except OSError as e:
                 err.append(e)
@@ -174,9 +189,6 @@ def cmd_client(a):
         th.start()
     else:
         want = pattern("down", 1 << 20)
-    got = hashlib.sha256()
-    ref = hashlib.sha256()
-    total = 0
     while total < n:
         c = t.recv()
         if not c:

@@ -801,8 +801,8 @@ static void lower__vless_reality_node__inbound_and_refusals(void **state)
          "\"AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA\"",
          ",\"flow\":\"xtls-rprx-vision\",\"network\":\"grpc\",\"networkSettings\":"
          "{\"serviceName\":\"kt\"}",
-         "node vr: flow \"xtls-rprx-vision\": XTLS Vision is served over REALITY on TCP only, "
-         "not over gRPC"},
+         "node vr: flow \"xtls-rprx-vision\": XTLS Vision is served directly on TLS or REALITY "
+         "over TCP only, not over grpc"},
     };
     char json[512];
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
@@ -874,8 +874,19 @@ static void lower__vless_node__inbound_and_refusals(void **state)
                                   "WebSocket, HTTPUpgrade or gRPC only)"},
         {"\"tls\":2", "node vl: tls_settings.server_name: required for tls 2 (REALITY): the "
                       "target site's DNS name"},
-        {"\"flow\":\"xtls-rprx-vision\"", "node vl: flow \"xtls-rprx-vision\": XTLS Vision is "
-                                          "served over tls 2 (REALITY) only, not over tls 1"},
+        {"\"flow\":\"xtls-rprx-direct\"", "node vl: flow \"xtls-rprx-direct\": only "
+                                          "\"xtls-rprx-vision\" is served"},
+        /* Vision sits directly on TLS over TCP (PROTOCOLS-2.md §2.1, as Xray's server) */
+        {"\"flow\":\"xtls-rprx-vision\",\"network\":\"ws\"",
+         "node vl: flow \"xtls-rprx-vision\": XTLS Vision is served directly on TLS or REALITY "
+         "over TCP only, not over ws"},
+        {"\"flow\":\"xtls-rprx-vision\",\"network\":\"httpupgrade\"",
+         "node vl: flow \"xtls-rprx-vision\": XTLS Vision is served directly on TLS or REALITY "
+         "over TCP only, not over httpupgrade"},
+        {"\"flow\":\"xtls-rprx-vision\",\"network\":\"grpc\",\"networkSettings\":"
+         "{\"serviceName\":\"kt\"}",
+         "node vl: flow \"xtls-rprx-vision\": XTLS Vision is served directly on TLS or REALITY "
+         "over TCP only, not over grpc"},
         {"\"decryption\":\"mlkem768x25519plus.native.600s.x\"",
          "node vl: decryption: not served (no VLESS encryption)"},
         {"\"multiplex\":{\"enabled\":true}", "node vl: multiplex: not served (no multiplexing)"},
@@ -897,6 +908,43 @@ static void lower__vless_node__inbound_and_refusals(void **state)
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
     assert_string_equal(err.msg, "node vl: a vless node with tls 1 needs \"cert\" in the agent "
                                  "config (mode file or self)");
+    free_state(&st);
+    /* Vision needs an outer TLS (PROTOCOLS-2.md §2.1): not in clear */
+    state_from_json(&st, "vl", "{\"protocol\":\"vless\",\"server_port\":9,\"tls\":0,"
+                    "\"flow\":\"xtls-rprx-vision\"}", "{\"users\":[]}");
+    f = (ag_fleet){.nodes = &st, .n = 1};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node vl: flow \"xtls-rprx-vision\": XTLS Vision is served over "
+                                 "tls 1 (TLS) or 2 (REALITY) only, not over tls 0");
+    free_state(&st);
+}
+
+/* Issue 11: the Vision flow on a vless node with tls 1 (PANEL.md §1.4, as Xboard nodes run it)
+ * lowers to a VLESS inbound over TLS with the config's certificate and the flow on, so the TLS
+ * layer serves Vision's switch to direct copy (PROTOCOLS-2.md §2.6). */
+static void lower__vless_tls_vision_node__inbound(void **state)
+{
+    (void)state;
+    ag_node_state st;
+    sv_spec s;
+    state_from_json(&st, "vv", "{\"protocol\":\"vless\",\"server_port\":443,\"tls\":1,"
+                    "\"network\":\"tcp\",\"flow\":\"xtls-rprx-vision\",\"server_name\":"
+                    "\"node.example.com\",\"decryption\":\"none\"}",
+                    "{\"users\":[{\"id\":1,\"uuid\":\"27848739-7e62-4138-9fd3-098a63964b6b\"}]}");
+    st.cert = SV_CERT_SELF;
+    st.fallback = strdup("127.0.0.1:8080");
+    lower_one(&st, &s);
+    assert_int_equal(s.n_inbounds, 1);
+    const sv_inbound_spec *in = &s.inbounds[0];
+    assert_int_equal(in->protocol, SV_INBOUND_VLESS);
+    assert_int_equal(in->tls.cert, SV_CERT_SELF);
+    assert_string_equal(in->tls.server_name, "node.example.com");
+    assert_true(in->reality.vision);
+    assert_null(in->reality.private_key); /* not REALITY */
+    assert_null(in->ws.path);
+    assert_null(in->grpc.service_name);
+    assert_string_equal(in->fallback, "127.0.0.1:8080");
+    sv_spec_free(&s);
     free_state(&st);
 }
 
@@ -1563,6 +1611,7 @@ int main(void)
         cmocka_unit_test(lower__grpc_node__service_name),
         cmocka_unit_test(lower__ss_v2ray_plugin__websocket_inbound),
         cmocka_unit_test(lower__vless_node__inbound_and_refusals),
+        cmocka_unit_test(lower__vless_tls_vision_node__inbound),
         cmocka_unit_test(lower__vless_reality_node__inbound_and_refusals),
         cmocka_unit_test(lower__trojan_reality_node__inbound),
         cmocka_unit_test(lower__vmess_node__tcp_or_tls_and_refusals),

@@ -1166,6 +1166,107 @@ static void tls__renegotiation__refused(void **state)
     pair_free(&p);
 }
 
+/* ---------- XTLS Vision's switch to raw (issue 11, PROTOCOLS-2.md §2.6) ---------- */
+
+static const int lent_mode = 0, queue_mode = 1;
+
+/* Two client records then raw bytes, all in one read. With WATCH the layer gives one record per
+ * unwrap (lent: read in place by the chain's unwrap; queue: fed first, read after, with the
+ * second record's plaintext taken in two pieces), so RAW_IN set after the switch point passes
+ * the rest of that record's plaintext, then the raw bytes as they are (never decrypted). RAW_OUT
+ * puts later output after the pending records as it is; shutdown sends nothing. PASS (the
+ * runtime may splice) holds only raw both ways with nothing held. */
+static void tls__vision_direct__switch_at_the_record_boundary(void **state)
+{
+    bool queue = *(const int *)*state == queue_mode;
+    const sv_layer_ops *ops = &sv_tls_layer_ops;
+    pair p;
+    pair_start(&p, g_self, NULL);
+    assert_int_equal(sv_tls_direct(p.srv, 0), 0); /* not Vision: nothing to do */
+    assert_int_equal(sv_tls_direct(p.srv, SV_LAYER_RAW_IN), -ENOTCONN); /* not up yet */
+    handshake(&p);
+    assert_int_equal(ops->direct(p.srv, SV_LAYER_WATCH), 0);
+    assert_true(ops->status(p.srv) & SV_LAYER_RECORDS);
+    client_write(&p, (const uint8_t *)"first", 5);
+    client_write(&p, (const uint8_t *)"second", 6);
+    static uint8_t in[4096];
+    int n = BIO_read(p.from_cli, in, sizeof in);
+    assert_true(n > 0);
+    static const char raw[] = "\x17\x03\x03\x00\x05inner"; /* not ours to decrypt */
+    memcpy(in + n, raw, sizeof raw - 1);
+    size_t total = (size_t)n + sizeof raw - 1, off = 0, used = 0;
+    uint8_t out[256];
+    if (queue) {
+        assert_int_equal(sv_tls_feed(p.srv, in, total), (ssize_t)total);
+        off = total; /* all of it buffered by the layer */
+        assert_int_equal(sv_tls_read(p.srv, out, sizeof out), 5);
+        assert_memory_equal(out, "first", 5);
+        assert_int_equal(sv_tls_read(p.srv, out, 3), 3);
+        assert_memory_equal(out, "sec", 3);
+    } else {
+        ssize_t m = ops->unwrap(p.srv, in, total, &used, out, sizeof out);
+        assert_int_equal(m, 5);
+        assert_memory_equal(out, "first", 5);
+        off += used;
+        m = ops->unwrap(p.srv, in + off, total - off, &used, out, sizeof out);
+        assert_int_equal(m, 6);
+        assert_memory_equal(out, "second", 6);
+        off += used;
+        assert_int_equal(off, (size_t)n); /* the raw bytes are untouched */
+    }
+    assert_int_equal(ops->direct(p.srv, SV_LAYER_RAW_IN), 0);
+    assert_false(ops->status(p.srv) & SV_LAYER_RECORDS);
+    assert_false(ops->status(p.srv) & SV_LAYER_PASS); /* raw in only */
+    buf got = {0};
+    for (int i = 0; i < 8; i++) {
+        ssize_t m = ops->unwrap(p.srv, in + off, total - off, &used, out, sizeof out);
+        assert_true(m >= 0);
+        off += used;
+        buf_put(&got, out, (size_t)m);
+    }
+    assert_int_equal(off, total);
+    size_t rest = queue ? 3 : 0; /* "ond": the plaintext OpenSSL held goes first */
+    assert_int_equal(got.len, rest + sizeof raw - 1);
+    assert_memory_equal(got.p, "ond", rest);
+    assert_memory_equal(got.p + rest, raw, sizeof raw - 1);
+    free(got.p);
+    /* towards the client: one record, then raw bytes behind it */
+    assert_int_equal(ops->wrap(p.srv, (const uint8_t *)"sealed", 6), 6);
+    assert_int_equal(ops->direct(p.srv, SV_LAYER_RAW_IN | SV_LAYER_RAW_OUT), 0);
+    assert_false(ops->status(p.srv) & SV_LAYER_PASS); /* the record waits */
+    assert_int_equal(ops->wrap(p.srv, (const uint8_t *)"plain!", 6), 6);
+    size_t len = 0;
+    const uint8_t *o = ops->out_peek(p.srv, &len);
+    assert_true(len > 6);
+    assert_memory_equal(o + len - 6, "plain!", 6);
+    assert_int_equal(BIO_write(p.to_cli, o, (int)(len - 6)), (int)(len - 6));
+    char b[16];
+    assert_int_equal(SSL_read(p.cli, b, sizeof b), 6);
+    assert_memory_equal(b, "sealed", 6);
+    ops->out_consume(p.srv, len);
+    assert_true(ops->status(p.srv) & SV_LAYER_PASS); /* raw both ways, nothing held */
+    assert_int_equal(ops->shutdown(p.srv), 0);
+    assert_false(ops->status(p.srv) & SV_LAYER_PASS); /* ended */
+    ops->out_peek(p.srv, &len);
+    assert_int_equal(len, 0); /* no close_notify once raw */
+    pair_free(&p);
+}
+
+/* Vision needs outer TLS 1.3 (PROTOCOLS-2.md §2.1): on a TLS 1.2 session any direct bit fails
+ * the session, so the runtime closes the connection, as Xray's server refuses it. */
+static void tls__vision_direct_over_tls12__refused(void **state)
+{
+    pair p;
+    client_opts o = {.max_version = v12};
+    pair_start(&p, g_self, &o);
+    handshake(&p);
+    assert_int_equal(sv_tls_direct(p.srv, 0), 0); /* not Vision: served */
+    assert_int_equal(sv_tls_layer_ops.direct(p.srv, SV_LAYER_WATCH), -EPROTONOSUPPORT);
+    assert_int_equal(sv_tls_error(p.srv), -EPROTONOSUPPORT);
+    assert_false(sv_tls_layer_ops.status(p.srv) & SV_LAYER_PASS);
+    pair_free(&p);
+}
+
 /* ---------- one context shared by worker threads ---------- */
 
 enum { THREADS = 4, THREAD_SESSIONS = 16 };
@@ -1323,6 +1424,11 @@ int main(void)
         cmocka_unit_test(tls__expired_cert__accepted_and_noted),
         cmocka_unit_test(tls__reload__unchanged_swapped_broken),
         cmocka_unit_test(tls__renegotiation__refused),
+        cmocka_unit_test_prestate(tls__vision_direct__switch_at_the_record_boundary,
+                                  (void *)&lent_mode),
+        cmocka_unit_test_prestate(tls__vision_direct__switch_at_the_record_boundary,
+                                  (void *)&queue_mode),
+        cmocka_unit_test(tls__vision_direct_over_tls12__refused),
         cmocka_unit_test(tls__context_shared_by_threads__sessions_work),
         cmocka_unit_test(tls__stalled_before_client_hello__costs_bytes_sent),
         cmocka_unit_test(tls__idle_session__small),

@@ -807,10 +807,25 @@ static void reality_settings_are_checked(void **state)
     f.in[1].grpc.service_name = "kt-tun"; /* §1.6: gRPC over REALITY */
     expect_valid(&f);
     f.in[1].reality.vision = true; /* PROTOCOLS-2.md §2.1: Vision directly on REALITY */
-    expect_invalid(&f, "inbound vr: the vision flow is served over reality on TCP only "
-                       "(PROTOCOLS-2.md §2.1)");
+    expect_invalid(&f, "inbound vr: the vision flow is served directly on reality or tls over "
+                       "TCP only (PROTOCOLS-2.md §2.1)");
     f.in[1].grpc.service_name = NULL;
     expect_valid(&f);
+    /* or directly on TLS with a certificate (OpenSSL's TLS 1.3), not in clear or over WS */
+    char *key = f.in[1].reality.private_key, *fallback = f.in[1].fallback;
+    f.in[1].reality.private_key = NULL;
+    f.in[1].fallback = NULL;
+    expect_invalid(&f, "inbound vr: the vision flow is served directly on reality or tls over "
+                       "TCP only (PROTOCOLS-2.md §2.1)");
+    f.in[1].tls.cert = SV_CERT_SELF;
+    expect_valid(&f);
+    f.in[1].ws.path = "/ws";
+    expect_invalid(&f, "inbound vr: the vision flow is served directly on reality or tls over "
+                       "TCP only (PROTOCOLS-2.md §2.1)");
+    f.in[1].ws.path = NULL;
+    f.in[1].tls.cert = SV_CERT_NONE;
+    f.in[1].reality.private_key = key;
+    f.in[1].fallback = fallback;
     f.in[1].reality.vision = false;
     f.in[1].reality.xver = 3; /* §1.1: PROXY protocol v1 or v2 */
     expect_invalid(&f, "inbound vr: reality xver 3: expected 0, 1 or 2 (the PROXY protocol "
