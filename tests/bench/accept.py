@@ -14,8 +14,13 @@ tests/bench/ssusers.py) against katana at 127.0.0.1:PORT, each request to the ec
   udp (same options)
       Datagrams, one in flight: returning = one socket at 127.0.0.1 (one association), fresh =
       a new socket from the next address with the next password for each datagram.
+  --pair-port P2 --pair-passwords-file F2 (returning clients only)
+      Alternate each request with one to a second katana at 127.0.0.1:P2 (the 1-user reference,
+      first password of F2), so both see the same host load; each rate counts only the time
+      spent in its own requests.
 
-Prints "<per second> <failures> <done>". Loopback only; every socket has a 5 s timeout.
+Prints "<per second> <failures> <done>", and with --pair-port the same three for P2 after them.
+Loopback only; every socket has a 5 s timeout.
 """
 import argparse
 import ipaddress
@@ -68,7 +73,54 @@ def udp_once(a, key, sock):
     return reply.endswith(MSG)
 
 
+def first_password(path):
+    with open(path) as f:
+        return next(line.strip() for line in f if line.strip())
+
+
+def udp_socket(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.bind(("127.0.0.1", 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def run_pair(a):
+    """Returning requests alternating between --port and --pair-port (see the module text)."""
+    b = argparse.Namespace(**vars(a))
+    b.port = a.pair_port
+    sides = [[a, master_key(first_password(a.passwords_file)), 0, 0, 0.0],
+             [b, master_key(first_password(a.pair_passwords_file)), 0, 0, 0.0]]
+    socks = [udp_socket(a.port), udp_socket(b.port)] if a.cmd == "udp" else [None, None]
+    stop = time.monotonic() + a.seconds
+    turn = 0
+    while time.monotonic() < stop:
+        for k in (turn, 1 - turn):
+            side = sides[k]
+            t = time.monotonic()
+            try:
+                if a.cmd == "tcp":
+                    ok = tcp_once(side[0], side[1], "127.0.0.1")
+                else:
+                    ok = udp_once(side[0], side[1], socks[k])
+            except Exception:  # as in run()
+                ok = False
+            side[4] += time.monotonic() - t
+            side[2] += ok
+            side[3] += not ok
+        turn = 1 - turn
+    for s in socks:
+        if s is not None:
+            s.close()
+    print(" ".join("%.1f %d %d" % (d / t if t > 0 else 0, f, d) for _, _, d, f, t in sides))
+
+
 def run(a):
+    if a.pair_port:
+        if a.fresh:
+            sys.exit("accept: --pair-port is for returning clients only")
+        return run_pair(a)
     with open(a.passwords_file) as f:
         passwords = [line.strip() for line in f if line.strip()]
     keys = (master_key(pw) for pw in passwords)
@@ -120,6 +172,8 @@ def main():
         c.add_argument("--passwords-file", required=True)
         c.add_argument("--seconds", type=float, default=3)
         c.add_argument("--fresh", help="first loopback source address of never-seen clients")
+        c.add_argument("--pair-port", type=int, help="a reference katana to alternate with")
+        c.add_argument("--pair-passwords-file", help="its returning client's password")
     run(p.parse_args())
 
 
