@@ -52,14 +52,13 @@ typedef struct sv_conn {
                             on demand and dropped once relaying (issue 13: none while idle) */
     client_write *wr_client; /**< the client write in flight (to_client is its data), or NULL */
     int pending;  /**< open handles + in-flight requests that hold the connection */
+    uint32_t carry_len;
     sv_principal *principal; /**< who the connection acts for, once authenticated (a reference) */
     sv_session_rec *sess;
     sv_flow_rec *flow;
-    bool flow_registered;
     sv_plane *plane;
     uint64_t user_id;
     uint8_t *carry;
-    uint32_t carry_len;
     uint8_t *to_remote, *to_client;
     size_t to_remote_len, to_client_len;
     uint8_t *remote_more;  /**< bytes for the remote that came while to_remote was being written
@@ -70,14 +69,22 @@ typedef struct sv_conn {
         struct sockaddr_in in;
         struct sockaddr_in6 in6;
     } peer; /**< the client's address (not a sockaddr_storage: 100 bytes less per connection) */
+    unsigned n_subs;
+    /* the flags together, no padding between them (issue 13: every idle connection holds them) */
+    bool flow_registered;
     bool ob_opened; /**< ob was opened: it is closed with the connection (on_ob_closed) */
     bool connected, client_eof, remote_eof, remote_shut, client_shut;
     bool writing_remote, writing_client, draining, closing;
-    sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
-    bool chain_up;       /**< their handshakes completed */
-    bool chain_bye;      /**< their ends of stream (close_notify ...) are queued */
+    bool chain_up;       /**< the chain's handshakes completed */
+    bool chain_bye;      /**< the chain's ends of stream (close_notify ...) are queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
     uint8_t direct_counted; /**< SV_DIRECT_IN / OUT already counted in shared->direct */
+    bool pace_known : 1;  /**< pacer was looked up (at the first payload after admission) */
+    bool paced_up : 1, paced_down : 1; /**< in debt: that side stopped reading until pace_timer
+                                            fires */
+    bool subs_paced : 1;  /**< some sub-flows stopped reading until pace_timer fires */
+    bool no_splice : 1;   /**< the kernel relay is not possible for this connection */
+    sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
                               or NULL; its payload collects in to_remote meanwhile */
@@ -85,18 +92,14 @@ typedef struct sv_conn {
     uint8_t *client_more; /**< bytes for the client that came while to_client was being
                                written (a multiplexed connection's End frames) */
     size_t client_more_len;
-    sv_subflow **subs;    /**< multiplexed (Mux.Cool) only: the open sub-flows, or NULL */
-    unsigned n_subs;
+    sv_subflow **subs;    /**< multiplexed (Mux.Cool) only: the open sub-flows (n_subs), or
+                               NULL */
     sv_pacer *pacer;      /**< the user's speed limit (a reference), or NULL (anonymous) */
-    bool pace_known;      /**< pacer was looked up (at the first payload after admission) */
-    bool paced_up, paced_down; /**< in debt: that side stopped reading until pace_timer fires */
-    bool subs_paced;      /**< some sub-flows stopped reading until pace_timer fires */
     uv_timer_t *pace_timer; /**< allocated at the first debt, closed with the connection;
                                  NULL before (issue 13: no per-connection cost while unpaced) */
     struct conn_paused *paused; /**< admission waiting for the fleet (issue 12), or NULL */
     struct target_peek *peek; /**< REALITY: the target's first flight being read, or NULL */
     struct conn_splice *splice; /**< Vision direct both ways: the kernel relay, or NULL */
-    bool no_splice;       /**< the kernel relay is not possible for this connection */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 

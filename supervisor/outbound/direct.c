@@ -62,34 +62,63 @@ static void addr_sockaddr(const sv_dns_addr *a, uint16_t port, struct sockaddr_s
 
 /* ---- streams -------------------------------------------------------------------------------- */
 
-/* One connection attempt (RFC 8305 §5): allocated when it starts, freed once its handle is
- * closed, so a connection keeps only its winner. */
+/* One connection attempt (RFC 8305 §5): allocated when it starts. The first uses the stream's own
+ * socket, a later one brings its own (own[0]). Freed once its connect completed and, when it
+ * lost, its handle closed; a later attempt that won stays as the stream's socket until closed. */
 typedef struct he_attempt {
-    uv_tcp_t tcp;
     uv_connect_t req;
     struct sv_ob_eyeballs *he;
+    uv_tcp_t *tcp;      /* &s->tcp or own */
     size_t idx;         /* in he->at */
+    uv_tcp_t own[];     /* a later attempt's socket */
 } he_attempt;
 
+/* A name's dial: its query, then its attempts. Lives while it dials: once the stream connected
+ * or failed, the timer and the other attempts close and it goes (issue 13: an idle connection
+ * keeps only its socket). */
 struct sv_ob_eyeballs {
     sv_ob_stream *s;
-    uv_timer_t timer;   /* SV_OB_ATTEMPT_DELAY_MS to the next attempt */
+    sv_dns_req dns;     /* the query while the name resolves */
+    uv_timer_t timer;   /* SV_OB_ATTEMPT_DELAY_MS to the next attempt (once resolved) */
+    unsigned refs;      /* the timer once initialised, and each attempt not yet freed */
     size_t n, next, live; /* attempts, the next to start, connects in flight */
     int last_err;
+    bool resolving;     /* the query is in flight */
+    bool timer_inited;
     bool done;          /* connected or failed */
     bool starting;      /* inside he_start: a failure is returned, not reported */
     uint16_t port;
     sv_dns_result addrs;
-    he_attempt *at[SV_DNS_ADDRS_MAX]; /* started and not yet closed */
+    he_attempt *at[SV_DNS_ADDRS_MAX]; /* started, not yet closed, and not the winner */
 };
 
 static void stream_release(sv_ob_stream *s)
 {
-    if (--s->pending == 0 && s->closing) {
-        free(s->he);
-        s->he = NULL;
+    if (--s->pending == 0 && s->closing)
         s->ev->closed(s->owner);
-    }
+}
+
+/* Drop one of @p he's holds; the last frees it. */
+static void he_unref(struct sv_ob_eyeballs *he)
+{
+    if (--he->refs > 0)
+        return;
+    he->s->he = NULL;
+    free(he);
+}
+
+static void on_he_timer_closed(uv_handle_t *h)
+{
+    struct sv_ob_eyeballs *he = h->data;
+    sv_ob_stream *s = he->s;
+    he_unref(he);
+    stream_release(s);
+}
+
+static void he_timer_close(struct sv_ob_eyeballs *he)
+{
+    if (he->timer_inited && !uv_is_closing((uv_handle_t *)&he->timer))
+        uv_close((uv_handle_t *)&he->timer, on_he_timer_closed);
 }
 
 static void on_tcp_closed(uv_handle_t *h) { stream_release(h->data); }
@@ -103,6 +132,7 @@ static void tcp_connected(sv_ob_stream *s, uv_tcp_t *tcp)
 static void on_connect(uv_connect_t *req, int status)
 {
     sv_ob_stream *s = req->data;
+    free(req);
     if (!s->closing) {
         if (status == 0)
             tcp_connected(s, &s->tcp);
@@ -119,6 +149,7 @@ static int dial(sv_ob_stream *s, const struct sockaddr *sa)
     s->tcp.data = s;
     s->tcp_inited = true;
     s->sock = &s->tcp;
+    s->pending++;
     if (s->env.sock != NULL) {
         uv_os_fd_t fd;
         rc = uv_fileno((uv_handle_t *)&s->tcp, &fd);
@@ -127,27 +158,41 @@ static int dial(sv_ob_stream *s, const struct sockaddr *sa)
         if (rc != 0)
             return rc;
     }
-    s->pending++;
-    s->connect.data = s;
-    rc = uv_tcp_connect(&s->connect, &s->tcp, sa, on_connect);
+    uv_connect_t *req = malloc(sizeof *req);
+    if (req == NULL)
+        return -ENOMEM;
+    req->data = s;
+    rc = uv_tcp_connect(req, &s->tcp, sa, on_connect);
     if (rc == 0)
         s->pending++;
+    else
+        free(req);
     return rc;
 }
 
 static void on_attempt_closed(uv_handle_t *h)
 {
-    he_attempt *a = (he_attempt *)(void *)((char *)h - offsetof(he_attempt, tcp));
-    sv_ob_stream *s = h->data;
-    a->he->at[a->idx] = NULL;
+    he_attempt *a = h->data;
+    struct sv_ob_eyeballs *he = a->he;
+    sv_ob_stream *s = he->s;
+    he->at[a->idx] = NULL;
     free(a);
+    he_unref(he);
+    stream_release(s);
+}
+
+/* The socket of a later attempt that won has closed with its stream. */
+static void on_won_closed(uv_handle_t *h)
+{
+    sv_ob_stream *s = h->data;
+    free((char *)h - offsetof(he_attempt, own));
     stream_release(s);
 }
 
 static void attempt_close(he_attempt *a)
 {
-    if (a != NULL && !uv_is_closing((uv_handle_t *)&a->tcp))
-        uv_close((uv_handle_t *)&a->tcp, on_attempt_closed);
+    if (a != NULL && !uv_is_closing((uv_handle_t *)a->tcp))
+        uv_close((uv_handle_t *)a->tcp, on_attempt_closed);
 }
 
 static void he_fail(struct sv_ob_eyeballs *he)
@@ -167,30 +212,35 @@ static void he_next(struct sv_ob_eyeballs *he)
     sv_ob_stream *s = he->s;
     while (he->next < he->n) {
         struct sockaddr_storage ss;
+        int family = he->addrs.addrs[he->next].family;
         addr_sockaddr(&he->addrs.addrs[he->next], he->port, &ss);
         size_t idx = he->next++;
-        he_attempt *a = calloc(1, sizeof *a);
-        int rc = a == NULL ? -ENOMEM : uv_tcp_init_ex(s->env.loop, &a->tcp, ss.ss_family);
+        bool first = idx == 0; /* the stream's socket was never used before it */
+        he_attempt *a = calloc(1, sizeof *a + (first ? 0 : sizeof(uv_tcp_t)));
+        if (a != NULL)
+            a->tcp = first ? &s->tcp : &a->own[0];
+        int rc = a == NULL ? -ENOMEM : uv_tcp_init_ex(s->env.loop, a->tcp, (unsigned)family);
         if (rc != 0) {
             free(a);
             he->last_err = rc;
             continue;
         }
-        a->tcp.data = s; /* the stream's read callbacks take it from the winner's handle */
+        a->tcp->data = a; /* the stream once it won: its read callbacks take it from there */
         a->idx = idx;
         he->at[idx] = a;
+        he->refs++;
         s->pending++;
         a->he = he;
         a->req.data = a;
         uv_os_fd_t fd;
-        if (s->env.sock != NULL && ((rc = uv_fileno((uv_handle_t *)&a->tcp, &fd)) != 0 ||
-                                    (rc = sv_socket_policy_apply(s->env.sock, fd, ss.ss_family,
-                                                                 true)) != 0)) {
+        if (s->env.sock != NULL &&
+            ((rc = uv_fileno((uv_handle_t *)a->tcp, &fd)) != 0 ||
+             (rc = sv_socket_policy_apply(s->env.sock, fd, family, true)) != 0)) {
             he->last_err = rc;
             attempt_close(a);
             continue;
         }
-        rc = uv_tcp_connect(&a->req, &a->tcp, (struct sockaddr *)&ss, on_attempt);
+        rc = uv_tcp_connect(&a->req, a->tcp, (struct sockaddr *)&ss, on_attempt);
         if (rc != 0) { /* e.g. no route for this family: the next one at once */
             he->last_err = rc;
             attempt_close(a);
@@ -213,6 +263,26 @@ static void on_attempt_timer(uv_timer_t *t)
         he_next(he);
 }
 
+/* @p a won: it becomes the stream's socket, and the rest of the dial closes. */
+static void he_won(struct sv_ob_eyeballs *he, he_attempt *a)
+{
+    sv_ob_stream *s = he->s;
+    he->done = true;
+    he->at[a->idx] = NULL;
+    for (size_t i = 0; i < he->next; i++)
+        attempt_close(he->at[i]); /* the others' connects end cancelled */
+    s->sock = a->tcp;
+    s->sock->data = s;
+    if (a->tcp == &s->tcp) {
+        s->tcp_inited = true; /* closed as an IP destination's socket, by on_tcp_closed */
+        free(a);
+    } /* else a stays with its socket, freed by on_won_closed */
+    he_timer_close(he);
+    he_unref(he); /* a's hold */
+    tcp_connected(s, s->sock);
+    s->ev->connected(s->owner, 0);
+}
+
 static void on_attempt(uv_connect_t *req, int status)
 {
     he_attempt *a = req->data;
@@ -221,14 +291,7 @@ static void on_attempt(uv_connect_t *req, int status)
     he->live--;
     if (!s->closing && !he->done) {
         if (status == 0) {
-            he->done = true;
-            uv_timer_stop(&he->timer);
-            for (size_t i = 0; i < he->next; i++)
-                if (he->at[i] != a)
-                    attempt_close(he->at[i]); /* the others' connects end cancelled */
-            s->sock = &a->tcp;
-            tcp_connected(s, s->sock);
-            s->ev->connected(s->owner, 0);
+            he_won(he, a);
         } else {
             he->last_err = status;
             attempt_close(a);
@@ -245,27 +308,24 @@ static void on_failed_timer(uv_timer_t *t)
         he->s->ev->connected(he->s->owner, he->last_err);
 }
 
-/* Dial a name that resolved with @p status (@p res when 0): refused when any address is internal
- * (issue 15), else Happy Eyeballs. A failure is reported by ev->connected from the loop, never
- * from inside open. @return 0, or -ENOMEM (nothing reported). */
-static int he_start(sv_ob_stream *s, int status, const sv_dns_result *res, uint16_t port)
+/* Dial the name of s->he, which resolved with @p status (@p res when 0): refused when any
+ * address is internal (issue 15), else Happy Eyeballs. A failure is reported by ev->connected
+ * from the loop, never from inside open. */
+static void he_start(sv_ob_stream *s, int status, const sv_dns_result *res)
 {
+    struct sv_ob_eyeballs *he = s->he;
     sv_dns_result ordered = {0};
     if (status == 0) {
         ordered = *res;
         sv_dns_order(&ordered, sv_resolver_strategy(s->env.resolver));
     }
-    struct sv_ob_eyeballs *he = calloc(1, sizeof *he);
-    if (he == NULL)
-        return -ENOMEM;
-    he->s = s;
     he->n = ordered.n;
-    he->port = port;
     he->addrs = ordered;
     he->last_err = status != 0 ? status : ordered.n == 0 ? -ENOENT : -ECONNREFUSED;
-    s->he = he;
     uv_timer_init(s->env.loop, &he->timer);
     he->timer.data = he;
+    he->timer_inited = true;
+    he->refs++;
     s->pending++;
     if (status == 0 && !s->allow_internal && any_internal(res, *s->env.own_addrs))
         he->last_err = -EACCES; /* refused like a blocked route */
@@ -274,19 +334,18 @@ static int he_start(sv_ob_stream *s, int status, const sv_dns_result *res, uint1
         he_next(he);
         he->starting = false;
         if (!he->done)
-            return 0;
+            return;
     }
     he->done = true;
     uv_timer_start(&he->timer, on_failed_timer, 0, 0);
-    return 0;
 }
 
 static void on_resolved(sv_dns_req *req, int status, const sv_dns_result *res)
 {
     sv_ob_stream *s = req->data;
-    s->resolving = false;
-    if (!s->closing && he_start(s, status, res, s->port) != 0)
-        s->ev->connected(s->owner, -ENOMEM);
+    s->he->resolving = false;
+    if (!s->closing)
+        he_start(s, status, res);
     stream_release(s);
 }
 
@@ -297,13 +356,20 @@ static int direct_open(sv_ob_stream *s, const sv_dest *d)
         dest_sockaddr(d, &ss);
         return dial(s, (struct sockaddr *)&ss);
     }
+    struct sv_ob_eyeballs *he = calloc(1, sizeof *he);
+    if (he == NULL)
+        return -ENOMEM;
+    he->s = s;
+    he->port = d->port;
+    he->dns.data = s;
+    s->he = he;
     sv_dns_result res;
-    s->dns.data = s;
-    s->port = d->port;
-    int rc = sv_dns_resolve(s->env.resolver, &s->dns, d->host, on_resolved, &res);
-    if (rc != 1) /* answered now: dial (or report the failure) from the loop */
-        return he_start(s, rc, &res, d->port);
-    s->resolving = true;
+    int rc = sv_dns_resolve(s->env.resolver, &he->dns, d->host, on_resolved, &res);
+    if (rc != 1) { /* answered now: dial (or report the failure) from the loop */
+        he_start(s, rc, &res);
+        return 0;
+    }
+    he->resolving = true;
     s->pending++;
     return 0;
 }
@@ -341,6 +407,7 @@ static int direct_try_write(sv_ob_stream *s, const uv_buf_t *iov, unsigned n)
 static void on_written(uv_write_t *req, int status)
 {
     sv_ob_stream *s = req->data;
+    free(req);
     if (!s->closing)
         s->ev->written(s->owner, status);
     stream_release(s);
@@ -348,10 +415,15 @@ static void on_written(uv_write_t *req, int status)
 
 static int direct_write(sv_ob_stream *s, const uv_buf_t *iov, unsigned n)
 {
-    s->wr.data = s;
-    int rc = uv_write(&s->wr, (uv_stream_t *)s->sock, iov, n, on_written);
+    uv_write_t *req = malloc(sizeof *req); /* only while the kernel has not taken it all */
+    if (req == NULL)
+        return UV_ENOMEM;
+    req->data = s;
+    int rc = uv_write(req, (uv_stream_t *)s->sock, iov, n, on_written);
     if (rc == 0)
         s->pending++;
+    else
+        free(req);
     return rc;
 }
 
@@ -389,30 +461,32 @@ static int direct_fileno(const sv_ob_stream *s)
     return fd;
 }
 
-static void on_he_timer_closed(uv_handle_t *h)
-{
-    struct sv_ob_eyeballs *he = h->data;
-    stream_release(he->s);
-}
-
 static void direct_close(sv_ob_stream *s)
 {
     if (s->closing)
         return;
     s->closing = true;
     s->pending++; /* held while the close is issued, so closed comes once, last */
-    if (s->resolving) {
-        s->resolving = false;
-        sv_dns_cancel(&s->dns);
-        s->pending--; /* the resolution's hold; ours keeps the count above zero */
+    struct sv_ob_eyeballs *he = s->he;
+    if (he != NULL) {
+        if (he->resolving) {
+            he->resolving = false;
+            sv_dns_cancel(&he->dns);
+            s->pending--; /* the resolution's hold; ours keeps the count above zero */
+        }
+        if (he->refs == 0) { /* never resolved: nothing else holds it */
+            s->he = NULL;
+            free(he);
+        } else {
+            for (size_t i = 0; i < he->next; i++)
+                attempt_close(he->at[i]);
+            he_timer_close(he);
+        }
     }
     if (s->tcp_inited)
         uv_close((uv_handle_t *)&s->tcp, on_tcp_closed);
-    if (s->he != NULL) {
-        for (size_t i = 0; i < s->he->next; i++)
-            attempt_close(s->he->at[i]);
-        uv_close((uv_handle_t *)&s->he->timer, on_he_timer_closed);
-    }
+    else if (s->sock != NULL)
+        uv_close((uv_handle_t *)s->sock, on_won_closed);
     stream_release(s);
 }
 

@@ -100,18 +100,14 @@ typedef struct sv_ob_stream {
     /** A name that resolves to an internal address may be dialled (issue 15: the inbound's
      *  allow_private, a route that named the destination, or the operator's fallback). */
     bool allow_internal;
+    bool closing, tcp_inited;
     int pending;  /**< handles and requests in flight */
-    bool closing, tcp_inited, resolving;
-    uv_tcp_t tcp;           /**< an IP destination's socket */
-    uv_tcp_t *sock;         /**< the connected socket: &tcp, or a name's winning attempt */
-    sv_dns_req dns;
-    uint16_t port;          /**< the destination's, while its name resolves */
-    struct sv_ob_eyeballs *he; /**< a name's connection attempts (direct.c) */
-    union { /* issue 13: one request's room, not two, in every connection: the dial completes
-               (connected) before the owner may write */
-        uv_connect_t connect;
-        uv_write_t wr;
-    };
+    uv_tcp_t tcp;           /**< an IP destination's socket, or a name's first attempt */
+    uv_tcp_t *sock;         /**< the connected socket: &tcp, or a later attempt's that won */
+    /** A name's resolution and connection attempts (direct.c), only while it dials (issue 13:
+     *  nothing of it stays with an idle connection). The connect and write requests are
+     *  allocated while in flight, for the same reason. */
+    struct sv_ob_eyeballs *he;
     uv_shutdown_t *sd; /**< allocated at shutdown (once per stream), freed when it completes */
     void *impl;   /**< an implementation's own state (a proxy's cipher); NULL for direct */
 } sv_ob_stream;

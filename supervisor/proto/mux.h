@@ -58,7 +58,9 @@ void sv_mux_free(sv_mux *m);
  * the session's destination (dropped when above
  * SV_MUX_UDP_PAYLOAD_MAX); End → SV_FX_CLOSE. A Keep for an unknown session, and a New
  * beyond SV_MUX_SESSIONS_MAX sessions, get an End frame back (SV_FX_TO_CLIENT, data in @p m,
- * valid until the next call) and their data is dropped; KeepAlive data is dropped.
+ * valid until the next call: the plain frame, which a core whose body is sealed seals as the
+ * next bytes of its downstream, as VMess does) and their data is dropped; KeepAlive data is
+ * dropped.
  * @return bytes consumed (0 = need more: call again with more appended; never more than
  *         SV_MUX_CARRY_MAX bytes are left), or -EPROTO for metadata shorter than 4 bytes or
  *         longer than SV_MUX_META_MAX, an unknown status, network or address, or a New for a

@@ -482,14 +482,15 @@ static int ss_random(uint8_t *buf, size_t n, void (*rng)(uint8_t *buf, size_t n)
     return RAND_bytes(buf, (int)n) == 1 ? 0 : -EIO;
 }
 
-/* First downstream chunk: pick the server salt and key the seal direction. */
-static int ss_seal_start(sv_ss_tcp *c, const uint8_t *master)
+/* First downstream chunk: pick the server salt into @p salt (where the wire carries it; issue
+ * 13: no room for it in every connection) and key the seal direction. */
+static int ss_seal_start(sv_ss_tcp *c, const uint8_t *master, uint8_t *salt)
 {
     size_t sl = sv_ss_key_len(c->cipher);
     uint8_t sub[SV_SS_KEY_MAX];
-    int rc = ss_random(c->seal_salt, sl, c->rng);
+    int rc = ss_random(salt, sl, c->rng);
     if (rc == 0)
-        rc = sv_ss_subkey(master, sl, c->seal_salt, sub);
+        rc = sv_ss_subkey(master, sl, salt, sub);
     if (rc == 0)
         rc = sv_aead_init(&c->seal, c->cipher, sub, true);
     OPENSSL_cleanse(sub, sizeof sub);
@@ -505,11 +506,9 @@ ssize_t sv_ss_tcp_seal(sv_ss_tcp *c, const sv_ss_keyring *ring, uint8_t *buf, si
     uint8_t *pl = buf + SV_SS_SEAL_HEAD;
     uint8_t *start = pl - SS_LEN_CHUNK;
     if (!c->salt_sent) {
-        if (ss_seal_start(c, ring->keys[c->user]) != 0)
+        start -= sv_ss_key_len(c->cipher);
+        if (ss_seal_start(c, ring->keys[c->user], start) != 0)
             return -EINVAL;
-        size_t sl = sv_ss_key_len(c->cipher);
-        start -= sl;
-        memcpy(start, c->seal_salt, sl);
     }
     uint8_t *lp = pl - SS_LEN_CHUNK;
     lp[0] = (uint8_t)(len >> 8);
@@ -606,9 +605,8 @@ ssize_t sv_ss_tcp_seal_to(sv_ss_tcp *c, const sv_ss_keyring *ring, const uint8_t
         return -EMSGSIZE;
     uint8_t *w = out;
     if (!c->salt_sent) {
-        if (ss_seal_start(c, ring->keys[c->user]) != 0)
+        if (ss_seal_start(c, ring->keys[c->user], w) != 0)
             return -EINVAL;
-        memcpy(w, c->seal_salt, sl);
         w += sl;
         c->salt_sent = true;
     }

@@ -121,23 +121,23 @@ int sv_ss_scan(const sv_ss_keyring *ring, const uint8_t *in, size_t n, unsigned 
 
 enum sv_ss_state { SV_SS_AUTH = 0, SV_SS_HEADER, SV_SS_RELAY, SV_SS_FAILED };
 
-/** Server-side TCP state for one connection. Zero it, then sv_ss_tcp_init(). */
+/** Server-side TCP state for one connection (in every connection: fields ordered so that no
+ *  padding is left, issue 13). Zero it, then sv_ss_tcp_init(). */
 typedef struct sv_ss_tcp {
     enum sv_ss_state state;
     enum sv_ss_cipher cipher;
     int user;                  /**< index into the keyring once authenticated, else -1 */
+    int scan_user;
     sv_aead open;              /**< client→server direction */
     sv_aead seal;              /**< server→client direction */
-    bool salt_sent;
-    uint8_t seal_salt[SV_SS_SALT_MAX];
-    uint16_t pending_len;      /**< payload length of a chunk whose length was opened, 0 = none */
+    bool salt_sent;            /**< the seal direction is keyed: its salt went out */
     bool scanned;              /**< a scan's answer came (sv_ss_tcp_scan_result): AUTH tries
                                     scan_user alone, or fails when it is -1 */
-    int scan_user;
+    uint16_t pending_len;      /**< payload length of a chunk whose length was opened, 0 = none */
+    uint16_t _addr_len;        /**< private: plaintext bytes of an address split over chunks */
     sv_ss_guide guide;         /**< how AUTH walks the keyring: no hint and index order after
                                     init; the caller may set both before the first feed */
     void (*rng)(uint8_t *buf, size_t n); /**< salt source; NULL = OpenSSL RAND_bytes */
-    uint16_t _addr_len;        /**< private: plaintext bytes of an address split over chunks */
     uint8_t *_addr;            /**< private: those bytes, SV_DEST_WIRE_MAX allocated only while
                                     an address is split (issue 13: no idle buffer), else NULL */
 } sv_ss_tcp;

@@ -518,6 +518,7 @@ typedef struct vmess_conn {
     vmess_dir up, down;
     sv_mux *mux;      /* command 3: the Mux.Cool decoder of the body (§7) */
     uint8_t *mbuf;    /* mux, chunked modes: decrypted body bytes not decoded yet (MBUF_CAP) */
+    uint8_t *answers; /* mux: the last feed's End answers, sealed (seal_answers), or NULL */
     uint32_t moff, mlen; /* mbuf[moff, mlen) is undecoded; [0, moff) went out last call */
 } vmess_conn;
 
@@ -544,6 +545,8 @@ static void conn_deinit(void *state)
     c->mux = NULL;
     free(c->mbuf);
     c->mbuf = NULL;
+    free(c->answers);
+    c->answers = NULL;
 }
 
 static void set_time(void *state, int64_t unix_s) { ((vmess_conn *)state)->now = unix_s; }
@@ -812,15 +815,19 @@ static int read_size(vmess_conn *c, uint8_t *p)
 static ssize_t feed_chunks(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx,
                            bool to_mbuf);
 
+static ssize_t seal_answers(vmess_conn *c, sv_effects *fx, unsigned first, ssize_t consumed);
+
 /* The body under Mux.Cool: decode what mbuf holds, then one more chunk at a time while the
  * effects have room. A chunk holding more frames than one call's effects leaves the rest in
  * mbuf until the client's next bytes (v2ray puts a few frames in a chunk).
  * @return bytes of @p p consumed or an error. */
 static ssize_t feed_mux(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
 {
+    unsigned first = fx->n;
     if (c->mode == MODE_RAW) { /* the body is the frames: decode in place */
         ssize_t r = sv_mux_feed(c->mux, p + at, n - at, fx);
-        return r < 0 ? fail(c, fx, (int)r, SV_PROBE_CLOSE) : (ssize_t)at + r;
+        return r < 0 ? fail(c, fx, (int)r, SV_PROBE_CLOSE)
+                     : seal_answers(c, fx, first, (ssize_t)at + r);
     }
     if (c->moff > 0) { /* the last call's effects are applied: drop what they pointed at */
         memmove(c->mbuf, c->mbuf + c->moff, c->mlen - c->moff);
@@ -849,7 +856,7 @@ static ssize_t feed_mux(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effec
     }
     if (c->phase == PH_END && at < n)
         return fail(c, fx, -EPROTO, SV_PROBE_CLOSE);
-    return (ssize_t)at;
+    return seal_answers(c, fx, first, (ssize_t)at);
 }
 
 static ssize_t feed_body(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
@@ -924,6 +931,8 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     const vmess_creds *k = creds;
     size_t at = 0;
     fx->n = 0;
+    free(c->answers); /* the last call's effects are applied */
+    c->answers = NULL;
     if (c->phase == PH_FAILED)
         return fail(c, fx, c->error, SV_PROBE_CLOSE);
     if (c->phase == PH_AUTH) {
@@ -1023,6 +1032,48 @@ static ssize_t seal_body(vmess_conn *c, const uint8_t *in, size_t len, uint8_t *
         off += piece;
     }
     return (ssize_t)at;
+}
+
+/*
+ * The Mux.Cool decoder answers a Keep for a session it does not know (one whose stream ended
+ * here, e.g. killed, while the client was still sending) and a New beyond SV_MUX_SESSIONS_MAX
+ * with End frames, plaintext SV_FX_TO_CLIENT effects among fx->v[first ...]. The client reads
+ * them as the downstream's next chunks, after the response header: seal them here, in order,
+ * into one SV_FX_TO_CLIENT moved to fx->v[first], before every other effect of this call. Those
+ * may have the runtime seal more of the downstream when it applies them (a sub-flow that ends
+ * gets its End from frame_end), and the chunks must reach the client in the order of their
+ * nonces. @return @p consumed, or an error (the connection fails).
+ */
+static ssize_t seal_answers(vmess_conn *c, sv_effects *fx, unsigned first, ssize_t consumed)
+{
+    unsigned n_answers = 0;
+    for (unsigned i = first; i < fx->n; i++)
+        n_answers += fx->v[i].kind == SV_FX_TO_CLIENT;
+    if (n_answers == 0)
+        return consumed;
+    c->answers = malloc(n_answers * frame_max(SV_MUX_END_LEN));
+    if (c->answers == NULL) {
+        fx->n = first; /* the connection fails: none of this call's effects is applied */
+        return fail(c, fx, -ENOMEM, SV_PROBE_CLOSE);
+    }
+    size_t len = put_response(c, c->answers);
+    unsigned kept = first;
+    for (unsigned i = first; i < fx->n; i++) {
+        if (fx->v[i].kind != SV_FX_TO_CLIENT) {
+            fx->v[kept++] = fx->v[i];
+            continue;
+        }
+        ssize_t w = seal_body(c, fx->v[i].data, fx->v[i].len, c->answers + len);
+        if (w < 0) {
+            fx->n = first;
+            return fail(c, fx, (int)w, SV_PROBE_CLOSE);
+        }
+        len += (size_t)w;
+    }
+    memmove(&fx->v[first + 1], &fx->v[first], (kept - first) * sizeof fx->v[0]);
+    fx->n = kept + 1;
+    fx->v[first] = (sv_effect){.kind = SV_FX_TO_CLIENT, .data = c->answers, .len = len};
+    return consumed;
 }
 
 static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,

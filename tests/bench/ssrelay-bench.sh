@@ -7,8 +7,8 @@
 #    crypto), the CPU that relaying these bytes over loopback costs any relay;
 #  - memory: katana's RSS per idle connection with BENCH_CONNS connections open, each
 #    authenticated with a flow open to the sink (VmRSS before/after, divided by the count), twice:
-#    on a fresh process, then again once those closed (what stays bounded whatever the count,
-#    the salt replay filter's pages and the event ring, is then already resident).
+#    over all of them on a fresh process, and over the second half alone (what stays bounded
+#    whatever the count, the event ring, is then already resident).
 # Each figure is printed with the goal beside it; nothing is asserted.
 # Environment: BENCH_SECONDS (10), BENCH_CONNS (10000; fewer when the open-file limit is lower),
 # BENCH_CIPHER (aes-256-gcm), KATANA_BIN, BULK. Not part of `make check`: `make bench-ssrelay`.
@@ -112,8 +112,9 @@ hold_conns() {
     HELD=$((HELD + ${ready:-0}))
 }
 # Two halves: RSS per connection over all of them (the figure, on a fresh process), and
-# over the second half alone, when what is bounded whatever the count (the salt replay filter's
-# pages, the event ring) is mostly resident already: what one more connection costs.
+# over the second half alone, when what is bounded whatever the count (the event ring) is mostly
+# resident already: what one more connection costs (with the salt replay filter's growth, which
+# follows the salts seen up to its bound).
 note "$CONNS idle connections"
 r0=$(rss_kib "$SRV")
 hold_conns $((CONNS / 2)) 7

@@ -121,6 +121,40 @@ static void replay__capacity_one__still_exact(void **state)
     sv_replay_free(r);
 }
 
+/* Issue 13: the tables grow with the tokens of a generation, so a filter sized for 65 536 salts
+ * that saw 10 000 holds about 1 MiB, not 10 MiB; each token stays exact through the growth, and
+ * a retired generation starts small again. */
+static void replay__tables__grow_with_the_tokens_seen(void **state)
+{
+    (void)state;
+    const uint32_t cap = 65536;
+    sv_replay *r = sv_replay_new(cap);
+    assert_non_null(r);
+    assert_true(sv_replay_bytes(r) <= 128 * 1024);
+    uint8_t t[32];
+    for (uint32_t i = 0; i < 10000; i++) {
+        token_of(i, t);
+        assert_true(sv_replay_add(r, t, 32));
+    }
+    size_t at_10k = sv_replay_bytes(r);
+    assert_true(at_10k <= 2 * 1024 * 1024);
+    for (uint32_t i = 0; i < 10000; i++) {
+        token_of(i, t);
+        assert_false(sv_replay_add(r, t, 32));
+    }
+    /* fill to the swap and past it: the full window is still remembered */
+    for (uint32_t i = 10000; i < cap + 5000; i++) {
+        token_of(i, t);
+        assert_true(sv_replay_add(r, t, 32));
+    }
+    for (uint32_t i = 5000; i < cap + 5000; i += 7) {
+        token_of(i, t);
+        assert_false(sv_replay_add(r, t, 32));
+    }
+    assert_true(sv_replay_bytes(r) > at_10k);
+    sv_replay_free(r);
+}
+
 #define THREAD_OWN 20000
 #define THREAD_SHARED 20000
 
@@ -171,6 +205,7 @@ int main(void)
         cmocka_unit_test(replay__each_token__survives_capacity_more_inserts),
         cmocka_unit_test(replay__capacity_one__still_exact),
         cmocka_unit_test(replay__two_threads__each_token_accepted_once),
+        cmocka_unit_test(replay__tables__grow_with_the_tokens_seen),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -938,6 +938,73 @@ static void mux__frames_across_chunks(void **state)
     }
 }
 
+/* The Mux.Cool decoder's End answers (a Keep for a session never opened, one for a session that
+ * ended here while the client was still sending, as after a kill) are sealed as the
+ * downstream's next chunks, the response header first when nothing went out yet, in one
+ * SV_FX_TO_CLIENT ahead of the call's other effects. Plaintext there broke the client's stream:
+ * t-mux-clients' sub-flows were all reset after a sibling was killed. */
+static void mux__end_answers_are_sealed(void **state)
+{
+    (void)state;
+    static uint8_t wire[4096], down[4096], got[4096];
+    static const uint8_t opens[] = {
+        0x00, 0x0c, 0x00, 0x01, 0x01, 0x01, 0x01, 0x00, 0x50, 0x01, 127, 0, 0, 1, /* New 1 */
+        0x00, 0x01, 'a',
+        0x00, 0x0c, 0x00, 0x02, 0x01, 0x01, 0x01, 0x00, 0x50, 0x01, 127, 0, 0, 1, /* New 2 */
+        0x00, 0x01, 'b'};
+    static const uint8_t keep9[] = {0x00, 0x04, 0x00, 0x09, 0x02, 0x00}; /* never opened */
+    static const uint8_t later[] = {
+        0x00, 0x04, 0x00, 0x02, 0x02, 0x01, 0x00, 0x01, 'q',        /* Keep 2 */
+        0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x02, 'z', 'z'}; /* Keep 1: ended here */
+    const uint8_t S = SV_VMESS_OPT_CHUNK_STREAM, M = SV_VMESS_OPT_CHUNK_MASKING;
+    tclient t;
+    size_t n = tc_header(&t, VEC_UUID, NOW, S | M, SV_VMESS_SEC_AES_128_GCM, 3, NULL, 0,
+                         BREAK_NONE, wire);
+    n += tc_chunk(&t, opens, sizeof opens, wire + n);
+    n += tc_chunk(&t, keep9, sizeof keep9, wire + n);
+    void *st = conn_new(NOW);
+    size_t dl = 0;
+    char log[256] = "";
+    sv_effects fx;
+    for (int round = 0; round < 2; round++) {
+        ssize_t r = ops->feed(st, g_creds, wire, n, &fx);
+        assert_int_equal(r, (ssize_t)n);
+        for (unsigned i = 0; i < fx.n; i++) {
+            const sv_effect *e = &fx.v[i];
+            char one[64];
+            if (e->kind == SV_FX_TO_CLIENT) {
+                memcpy(down + dl, e->data, e->len);
+                dl += e->len;
+                snprintf(one, sizeof one, "client;");
+            } else if (e->kind == SV_FX_TO_OUTBOUND) {
+                snprintf(one, sizeof one, "data %u %.*s;", e->stream, (int)e->len,
+                         (const char *)e->data);
+            } else {
+                snprintf(one, sizeof one, "kind %d %u;", e->kind, e->stream);
+            }
+            strncat(log, one, sizeof log - strlen(log) - 1);
+        }
+        strncat(log, "|", sizeof log - strlen(log) - 1);
+        if (round == 0) { /* session 1's outbound ends here (a kill): its End goes out */
+            ssize_t w = ops->frame_end(st, g_creds, 1, true, down + dl, sizeof down - dl);
+            assert_true(w > 0);
+            dl += (size_t)w;
+            n = tc_chunk(&t, later, sizeof later, wire);
+        }
+    }
+    assert_string_equal(log, "kind 1 0;client;kind 2 1;data 1 a;kind 2 2;data 2 b;|"
+                             "client;data 2 q;|");
+    bool eof = false;
+    size_t gl = tc_read(&t, down, dl, true, got, &eof);
+    static const uint8_t want[] = {0x00, 0x04, 0x00, 0x09, 0x03, 0x00,  /* End 9 (answer) */
+                                   0x00, 0x04, 0x00, 0x01, 0x03, 0x02,  /* End 1 (killed) */
+                                   0x00, 0x04, 0x00, 0x01, 0x03, 0x00}; /* End 1 (answer) */
+    assert_false(eof);
+    assert_int_equal(gl, sizeof want);
+    assert_memory_equal(got, want, sizeof want);
+    conn_free(st);
+}
+
 /* The same auth ID twice: the second is a replay, refused like a wrong user; a request whose
  * length does not open does not enter the filter. */
 static void refuse__replayed_auth_id(void **state)
@@ -1095,6 +1162,7 @@ int main(void)
         cmocka_unit_test(options__every_security_and_option),
         cmocka_unit_test(refuse__auth_window_wrong_user_and_broken_fields),
         cmocka_unit_test(mux__frames_across_chunks),
+        cmocka_unit_test(mux__end_answers_are_sealed),
         cmocka_unit_test_setup_teardown(refuse__replayed_auth_id, replay_setup, replay_teardown),
         cmocka_unit_test(body__errors_close),
         cmocka_unit_test(body__many_chunks_fill_the_effects),
