@@ -240,6 +240,10 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
     family(&p, "katana_vision_splice_bytes_total", "counter",
            "Payload bytes those connections moved by splice, both directions (billed as any).");
     put(&p, "katana_vision_splice_bytes_total %" PRIu64 "\n", vd.splice_bytes);
+    family(&p, "katana_vision_splice_no_pipe_total", "counter",
+           "XTLS Vision connections direct both ways relayed in user space because no pipe could "
+           "be had (the descriptor budget was full, or pipe2 failed).");
+    put(&p, "katana_vision_splice_no_pipe_total %" PRIu64 "\n", vd.splice_no_pipe);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

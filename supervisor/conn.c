@@ -729,12 +729,15 @@ static void on_splice_poll_closed(uv_handle_t *h)
     conn_release(c);
 }
 
-static void splice_pipes_close(conn_splice *sp)
+/* Close the relay's pipes and give their descriptors back to the worker's share (sv_fds_fit):
+ * accepting may resume. */
+static void splice_pipes_close(sv_worker *w, conn_splice *sp)
 {
     for (unsigned d = 0; d < 2; d++)
         for (unsigned e = 0; e < 2; e++)
-            if (sp->pipe[d][e] >= 0)
-                close(sp->pipe[d][e]);
+            close(sp->pipe[d][e]);
+    w->n_spliced--;
+    w->conn_gone(w);
 }
 
 /* Leave the kernel relay: the pipes close (what they hold is lost: the connection is closing, or
@@ -745,7 +748,7 @@ static void splice_end(sv_conn *c)
     if (sp == NULL)
         return;
     c->splice = NULL;
-    splice_pipes_close(sp);
+    splice_pipes_close(c->w, sp);
     unsigned n = sp->open_polls;
     for (unsigned i = 0; i < n; i++)
         uv_close((uv_handle_t *)&sp->poll[i], on_splice_poll_closed);
@@ -907,9 +910,18 @@ static bool splice_ready(sv_conn *c)
            (sv_chain_status(&c->chain) & SV_LAYER_PASS) != 0;
 }
 
+/* No pipe for @p c: its worker's descriptor share is full or pipe2 failed. It stays in user space
+ * for good (counted once), so a busy worker does not try again on every read. */
+static void splice_no_pipe(sv_conn *c)
+{
+    c->no_splice = true;
+    atomic_fetch_add_explicit(&c->w->shared->splice_no_pipe, 1, memory_order_relaxed);
+}
+
 /* Called after each read and write of a connection that went direct both ways: switch to the
- * kernel relay when it is ready and possible; stay in user space otherwise (no pipe, a remote
- * without a socket of its own: no_splice). */
+ * kernel relay when it is ready and possible; stay in user space otherwise (a remote without a
+ * socket of its own; no pipe: the worker's connections and pipes would not fit its share of the
+ * descriptor limit with two more pipes, sv_fds_fit, or pipe2 failed). */
 static void splice_try(sv_conn *c)
 {
     if (c->direct_counted != (SV_DIRECT_IN | SV_DIRECT_OUT) || c->splice != NULL ||
@@ -921,19 +933,30 @@ static void splice_try(sv_conn *c)
         c->no_splice = true;
         return;
     }
+    sv_worker *w = c->w;
+    if (!sv_fds_fit(w->n_conns, (uint64_t)w->n_spliced + 1, w->shared->fd_cap)) {
+        splice_no_pipe(c);
+        return;
+    }
     conn_splice *sp = calloc(1, sizeof *sp);
     if (sp == NULL)
         return; /* user space goes on */
     sp->c = c;
     sp->fd[0] = cfd;
     sp->fd[1] = rfd;
-    memset(sp->pipe, -1, sizeof sp->pipe);
-    if (pipe2(sp->pipe[0], O_NONBLOCK | O_CLOEXEC) != 0 ||
-        pipe2(sp->pipe[1], O_NONBLOCK | O_CLOEXEC) != 0) {
-        splice_pipes_close(sp); /* out of descriptors: user space goes on */
+    if (pipe2(sp->pipe[0], O_NONBLOCK | O_CLOEXEC) != 0) {
         free(sp);
+        splice_no_pipe(c);
         return;
     }
+    if (pipe2(sp->pipe[1], O_NONBLOCK | O_CLOEXEC) != 0) {
+        close(sp->pipe[0][0]);
+        close(sp->pipe[0][1]);
+        free(sp);
+        splice_no_pipe(c);
+        return;
+    }
+    w->n_spliced++;
     client_read_stop(c); /* before the polls take the sockets over */
     remote_read_stop(c);
     c->splice = sp;
@@ -947,7 +970,7 @@ static void splice_try(sv_conn *c)
     if (sp->open_polls < 2) {
         if (sp->open_polls == 0) {
             c->splice = NULL;
-            splice_pipes_close(sp);
+            splice_pipes_close(w, sp);
             free(sp);
             c->no_splice = true;
             client_read_start(c);

@@ -236,6 +236,9 @@ typedef struct sv_shared {
     sv_redis_options redis;      /**< each worker's fleet client (issue 12; set before start) */
     sv_fleet_shared fleet;       /**< their shared state (log lines) */
     uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
+    /** Each worker's share of the descriptor limit in connections (sv_max_connections_default
+     *  over the workers): what its connections and kernel relays' pipes fit in (sv_fds_fit) */
+    uint32_t fd_cap;
     sv_accept_episode pause;
     /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
     unsigned n_workers;          /**< workers started (set by the control loop as they start) */
@@ -260,6 +263,7 @@ typedef struct sv_shared {
     /** Issue 11: connections relayed by splice(2) once Vision went direct both ways, and the
      *  payload bytes they moved so (sv_vision_direct). */
     _Atomic uint64_t splice_conns, splice_bytes;
+    _Atomic uint64_t splice_no_pipe; /**< relayed in user space: no pipe could be had */
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
@@ -298,8 +302,9 @@ struct sv_worker {
     pthread_t thread;
     pthread_mutex_t mu;
     sv_list inbox;          /**< sv_msg, under mu */
-    /** worker.c's hook, called by conn.c when one of its connections is gone (resume
-     *  accepting): a pointer, so that conn.c does not call back into worker.c */
+    /** worker.c's hook, called by conn.c when one of its connections is gone or gave its kernel
+     *  relay's pipes back (resume accepting): a pointer, so that conn.c does not call back into
+     *  worker.c */
     void (*conn_gone)(sv_worker *w);
     _Atomic bool flags_set; /**< a kill/close flag was set somewhere on this worker */
     sv_plane *plane;        /**< current plane (worker-owned reference) */
@@ -320,6 +325,7 @@ struct sv_worker {
     bool exiting;
     uv_timer_t sweep;       /**< SV_IDLE_SWEEP_MS: closes idle relays */
     uint32_t n_conns;       /**< live TCP connections (sv_conn), at most shared->conn_cap */
+    uint32_t n_spliced;     /**< of them, holding a kernel relay's pipes (issue 11, sv_fds_fit) */
     bool accept_paused;     /**< no listener of this worker polls its socket */
     bool paused_this_tick;  /**< paused since the last retry tick */
     bool in_episode;        /**< counted in shared->pause (the retry timer runs) */

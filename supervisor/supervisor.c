@@ -1194,6 +1194,7 @@ sv_vision_direct_counts sv_vision_direct(sv_supervisor *sv)
         .out = atomic_load_explicit(&sv->shared.direct[1], memory_order_relaxed),
         .spliced = atomic_load_explicit(&sv->shared.splice_conns, memory_order_relaxed),
         .splice_bytes = atomic_load_explicit(&sv->shared.splice_bytes, memory_order_relaxed),
+        .splice_no_pipe = atomic_load_explicit(&sv->shared.splice_no_pipe, memory_order_relaxed),
     };
 }
 
@@ -1247,13 +1248,26 @@ static int empty_plane(sv_supervisor *sv)
     return 0;
 }
 
+/* The soft RLIMIT_NOFILE, UINT64_MAX for none. */
+static uint64_t fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        return (uint64_t)rl.rlim_cur;
+    return UINT64_MAX;
+}
+
+/* Each worker's share of the connections the descriptor limit allows (sv_shared.fd_cap). */
+static uint32_t fd_share(unsigned workers)
+{
+    uint32_t total = sv_max_connections_default(fd_limit());
+    return total / workers > 0 ? total / workers : 1;
+}
+
 /* Each worker's share of max_connections (issue 15); logs the budget once at start. */
 static uint32_t connection_cap(uint32_t configured, unsigned workers)
 {
-    struct rlimit rl;
-    uint64_t limit = UINT64_MAX;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        limit = (uint64_t)rl.rlim_cur;
+    uint64_t limit = fd_limit();
     uint32_t total = configured ? configured : sv_max_connections_default(limit);
     uint32_t share = total / workers > 0 ? total / workers : 1;
     uint64_t need = (uint64_t)total * SV_FDS_PER_CONN + SV_FD_RESERVE;
@@ -1290,6 +1304,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         sv->shared.redis = opts->redis;
     }
     sv->shared.conn_cap = connection_cap(opts != NULL ? opts->max_connections : 0, sv->n_workers);
+    sv->shared.fd_cap = fd_share(sv->n_workers);
     sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
     sv->shared.audit = sv_audit_new();
     sv->shared.pacers = sv_pacers_new(opts != NULL ? opts->node_speed_limit : 0);

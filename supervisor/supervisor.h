@@ -350,6 +350,7 @@ typedef struct sv_supervisor sv_supervisor;
 
 #define SV_FD_RESERVE 128u    /**< descriptors kept for API, DB, panel, DNS, UDP, listeners */
 #define SV_FDS_PER_CONN 2u    /**< a relayed TCP connection: its client and its remote socket */
+#define SV_FDS_PER_SPLICE 4u  /**< issue 11: a kernel-relayed connection's two pipes, more */
 #define SV_MAX_CONNECTIONS_MAX (1u << 24) /**< largest max_connections */
 
 /** Address families a name is resolved to and dialled in (issue 13 "DNS" strategy). */
@@ -425,6 +426,21 @@ static inline uint32_t sv_max_connections_default(uint64_t fd_limit)
         return 1;
     uint64_t n = (fd_limit - SV_FD_RESERVE) / SV_FDS_PER_CONN;
     return n > SV_MAX_CONNECTIONS_MAX ? SV_MAX_CONNECTIONS_MAX : (uint32_t)n;
+}
+
+/**
+ * Whether @p conns TCP connections (SV_FDS_PER_CONN descriptors each) and @p pipes kernel relays
+ * (SV_FDS_PER_SPLICE more each, issue 11: Vision's splice(2) pipes) fit in @p fd_cap connections'
+ * worth of descriptors, a worker's share of sv_max_connections_default() for the process's
+ * descriptor limit. A worker gives a connection its pipes only when they fit with it counted, and
+ * while it holds pipes it stops accepting when one more connection would not fit: pipes never
+ * take the descriptors of a connection the budget was sized for (issue 15 "File descriptors run
+ * out"). Pure.
+ */
+static inline bool sv_fds_fit(uint64_t conns, uint64_t pipes, uint32_t fd_cap)
+{
+    return conns * SV_FDS_PER_CONN + pipes * SV_FDS_PER_SPLICE <=
+           (uint64_t)fd_cap * SV_FDS_PER_CONN;
 }
 
 typedef struct sv_apply_options {
@@ -658,6 +674,9 @@ typedef struct sv_vision_direct_counts {
     uint64_t out; /**< our bytes go out raw */
     uint64_t spliced; /**< issue 11: connections then relayed in the kernel (splice(2)) */
     uint64_t splice_bytes; /**< the payload bytes they moved so, both ways (billed as any) */
+    /** connections direct both ways relayed in user space because no pipe could be had: their
+     *  worker's descriptor share was full (sv_fds_fit) or pipe2(2) failed */
+    uint64_t splice_no_pipe;
 } sv_vision_direct_counts;
 
 /** The counts of sv_vision_direct_counts since start. Any thread. */

@@ -5,7 +5,8 @@
  *
  * Accepting (issue 15 "File descriptors run out"): the worker polls each listening socket and
  * calls accept4 itself, so that it can stop. It pauses every listener when accept fails for lack
- * of descriptors or memory, or when it serves its share of max_connections (shared->conn_cap);
+ * of descriptors or memory, or when it is full (worker_full: its share of max_connections,
+ * shared->conn_cap, or of the descriptors once kernel relays hold pipes, shared->fd_cap);
  * connections then wait in the kernel's accept queue, nothing is accepted only to be closed. It
  * resumes when one of its connections ends or, at the latest, on the next retry tick
  * (SV_ACCEPT_RETRY_MS). One pause episode of the whole process logs two lines.
@@ -74,12 +75,23 @@ static void episode_end(sv_worker *w)
            " ms; %" PRIu64 " connections had to wait", took, atomic_exchange(&e->waited, 0));
 }
 
-/* Retry tick: resume below the cap; end the episode after a whole tick without a pause. */
+/* Whether @p w serves all it may: its share of max_connections, or, while some of its
+ * connections hold a kernel relay's pipes (issue 11), its share of the descriptor limit, in
+ * which one more connection would not fit (sv_fds_fit). Without pipes the descriptor limit is
+ * met by accept() failing (EMFILE), as before. */
+static bool worker_full(const sv_worker *w)
+{
+    return w->n_conns >= w->shared->conn_cap ||
+           (w->n_spliced > 0 &&
+            !sv_fds_fit((uint64_t)w->n_conns + 1, w->n_spliced, w->shared->fd_cap));
+}
+
+/* Retry tick: resume when not full; end the episode after a whole tick without a pause. */
 static void on_accept_retry(uv_timer_t *t)
 {
     sv_worker *w = t->data;
     if (w->accept_paused) {
-        if (w->n_conns < w->shared->conn_cap) {
+        if (!worker_full(w)) {
             w->accept_paused = false;
             set_polling(w, true);
         }
@@ -113,10 +125,10 @@ static void accept_pause(sv_worker *w, const char *why)
            "(retry every %d ms)", w->index, why, SV_ACCEPT_RETRY_MS);
 }
 
-/* sv_worker.conn_gone: a connection ended; resume accepting below the cap. */
+/* sv_worker.conn_gone: a connection ended or gave its pipes back; resume accepting if not full. */
 static void on_conn_gone(sv_worker *w)
 {
-    if (w->accept_paused && !w->exiting && w->n_conns < w->shared->conn_cap) {
+    if (w->accept_paused && !w->exiting && !worker_full(w)) {
         w->accept_paused = false;
         set_polling(w, true);
     }
@@ -151,8 +163,13 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
         return;
     }
     for (int i = 0; i < SV_ACCEPT_BATCH && !w->accept_paused; i++) {
-        if (w->n_conns >= w->shared->conn_cap) {
-            snprintf(why, sizeof why, "reached its share of max_connections (%u)", w->n_conns);
+        if (worker_full(w)) {
+            if (w->n_conns >= w->shared->conn_cap)
+                snprintf(why, sizeof why, "reached its share of max_connections (%u)",
+                         w->n_conns);
+            else
+                snprintf(why, sizeof why, "reached its share of file descriptors (%u "
+                         "connections, %u relayed by splice)", w->n_conns, w->n_spliced);
             accept_pause(w, why);
             return;
         }

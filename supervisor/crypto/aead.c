@@ -732,24 +732,55 @@ static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] 
         c += d, b ^= c, b = b << 7 | b >> 25;                                                      \
     } while (0)
 
+void sv_chacha20_rounds(uint32_t s[16])
+{
+    for (int r = 0; r < 10; r++) {
+        CHACHA_QR(s[0], s[4], s[8], s[12]);
+        CHACHA_QR(s[1], s[5], s[9], s[13]);
+        CHACHA_QR(s[2], s[6], s[10], s[14]);
+        CHACHA_QR(s[3], s[7], s[11], s[15]);
+        CHACHA_QR(s[0], s[5], s[10], s[15]);
+        CHACHA_QR(s[1], s[6], s[11], s[12]);
+        CHACHA_QR(s[2], s[7], s[8], s[13]);
+        CHACHA_QR(s[3], s[4], s[9], s[14]);
+    }
+}
+
+/* The state of RFC 8439 §2.3 before the rounds: the constants, @p key, counter and nonce zero. */
+static void chacha_state(const uint8_t key[32], uint32_t s[16])
+{
+    static const uint32_t sigma[4] = {0x61707865, 0x3320646e, 0x79622d32, 0x6b206574};
+    memcpy(s, sigma, sizeof sigma);
+    for (int i = 0; i < 8; i++)
+        s[4 + i] = le32(key + 4 * i);
+    memset(s + 12, 0, 4 * sizeof *s);
+}
+
+void sv_hchacha20(const uint8_t key[32], const uint8_t nonce16[16], uint8_t out[32])
+{
+    uint32_t s[16];
+    chacha_state(key, s);
+    for (int i = 0; i < 4; i++)
+        s[12 + i] = le32(nonce16 + 4 * i);
+    sv_chacha20_rounds(s);
+    static const int pick[8] = {0, 1, 2, 3, 12, 13, 14, 15};
+    for (int i = 0; i < 8; i++) {
+        uint32_t v = s[pick[i]];
+        out[4 * i] = (uint8_t)v;
+        out[4 * i + 1] = (uint8_t)(v >> 8);
+        out[4 * i + 2] = (uint8_t)(v >> 16);
+        out[4 * i + 3] = (uint8_t)(v >> 24);
+    }
+    OPENSSL_cleanse(s, sizeof s);
+}
+
 /* ChaCha20 block 0 under @p key and the all-zero nonce, its first 32 bytes as 8 words. */
 static void chacha_block0(const uint8_t key[32], uint32_t out[8])
 {
-    uint32_t x[16] = {0x61707865, 0x3320646e, 0x79622d32, 0x6b206574};
-    for (int i = 0; i < 8; i++)
-        x[4 + i] = le32(key + 4 * i);
-    uint32_t in[16];
-    memcpy(in, x, sizeof in);
-    for (int r = 0; r < 10; r++) {
-        CHACHA_QR(x[0], x[4], x[8], x[12]);
-        CHACHA_QR(x[1], x[5], x[9], x[13]);
-        CHACHA_QR(x[2], x[6], x[10], x[14]);
-        CHACHA_QR(x[3], x[7], x[11], x[15]);
-        CHACHA_QR(x[0], x[5], x[10], x[15]);
-        CHACHA_QR(x[1], x[6], x[11], x[12]);
-        CHACHA_QR(x[2], x[7], x[8], x[13]);
-        CHACHA_QR(x[3], x[4], x[9], x[14]);
-    }
+    uint32_t x[16], in[16];
+    chacha_state(key, in);
+    memcpy(x, in, sizeof x);
+    sv_chacha20_rounds(x);
     for (int i = 0; i < 8; i++)
         out[i] = x[i] + in[i];
     OPENSSL_cleanse(x, sizeof x);

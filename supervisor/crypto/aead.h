@@ -126,4 +126,19 @@ void sv_ss_kdf_derive(const sv_ss_kdf *k, const uint8_t *key, uint8_t *out);
 void sv_ss_kdf_derive_many(const sv_ss_kdf *k, const uint8_t *const *keys, size_t count,
                            uint8_t (*out)[SV_SS_KDF_MAX]);
 
+/**
+ * The ChaCha20 block function's 20 rounds (10 double rounds: column then diagonal quarter rounds,
+ * RFC 8439 §2.3) on the 16-word state @p s, in place, without adding the input back: the block
+ * function is this plus that addition, HChaCha20 this alone. Cannot fail.
+ */
+void sv_chacha20_rounds(uint32_t s[16]);
+
+/**
+ * HChaCha20 (draft-irtf-cfrg-xchacha-03 §2.2): the 32-byte subkey @p out of XChaCha20 from the
+ * 32-byte @p key and the first 16 bytes @p nonce16 of its 24-byte nonce (state words 0-3 and
+ * 12-15 after sv_chacha20_rounds(), little-endian). Shadowsocks 2022's UDP XChaCha20-Poly1305
+ * (PROTOCOLS.md §1.2). Allocates nothing, cannot fail.
+ */
+void sv_hchacha20(const uint8_t key[32], const uint8_t nonce16[16], uint8_t out[32]);
+
 #endif

@@ -509,53 +509,11 @@ static int udp_key(const sv_ss22_creds *c, const uint8_t *key, const uint8_t hdr
     return rc;
 }
 
-static uint32_t rotl32(uint32_t x, unsigned n) { return (x << n) | (x >> (32 - n)); }
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-#define QR(a, b, c, d)                                                                             \
-    do {                                                                                           \
-        a += b, d = rotl32(d ^ a, 16), c += d, b = rotl32(b ^ c, 12);                              \
-        a += b, d = rotl32(d ^ a, 8), c += d, b = rotl32(b ^ c, 7);                                \
-    } while (0)
-
-/* HChaCha20 (draft-irtf-cfrg-xchacha §2.2): the subkey of XChaCha20 from @p key and the first
- * 16 bytes of its 24-byte nonce. */
-static void hchacha20(const uint8_t key[32], const uint8_t nonce16[16], uint8_t out[32])
-{
-    uint32_t s[16] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u};
-    for (int i = 0; i < 8; i++)
-        s[4 + i] = le32(key + 4 * i);
-    for (int i = 0; i < 4; i++)
-        s[12 + i] = le32(nonce16 + 4 * i);
-    for (int r = 0; r < 10; r++) {
-        QR(s[0], s[4], s[8], s[12]);
-        QR(s[1], s[5], s[9], s[13]);
-        QR(s[2], s[6], s[10], s[14]);
-        QR(s[3], s[7], s[11], s[15]);
-        QR(s[0], s[5], s[10], s[15]);
-        QR(s[1], s[6], s[11], s[12]);
-        QR(s[2], s[7], s[8], s[13]);
-        QR(s[3], s[4], s[9], s[14]);
-    }
-    const int pick[8] = {0, 1, 2, 3, 12, 13, 14, 15};
-    for (int i = 0; i < 8; i++) {
-        uint32_t v = s[pick[i]];
-        out[4 * i] = (uint8_t)v;
-        out[4 * i + 1] = (uint8_t)(v >> 8);
-        out[4 * i + 2] = (uint8_t)(v >> 16);
-        out[4 * i + 3] = (uint8_t)(v >> 24);
-    }
-}
-
 /* Key @p ctx for XChaCha20-Poly1305 with the PSK and a 24-byte nonce (§3.6, PROTOCOLS.md §1.2). */
 static int xchacha_key(const sv_ss22_creds *c, const uint8_t nonce[24], bool enc, sv_aead *ctx)
 {
     uint8_t sub[32];
-    hchacha20(c->upsk[0], nonce, sub);
+    sv_hchacha20(c->upsk[0], nonce, sub);
     int rc = sv_aead_init(ctx, c->cipher, sub, enc);
     OPENSSL_cleanse(sub, sizeof sub);
     if (rc == 0) {

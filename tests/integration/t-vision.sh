@@ -27,6 +27,18 @@
 #   connection went through the kernel relay (katana_vision_splice_total rose). A Vision request
 #   over outer TLS 1.2 is closed without an answer (PROTOCOLS-2.md §2.1, as Xray's server), the
 #   same request over TLS 1.3 answered.
+# - Half-close, client first, while spliced (node n1's user 5, the Xray client): the application
+#   behind it uploads 64 KiB, then half-closes (FIN, no close_notify); the remote reads the
+#   upload, sees the end, then sends a 256 KiB answer and closes. Neither real client passes a
+#   half-close on: Xray's VLESS outbound never shuts its write side (it closes both ways once the
+#   download was idle for its downlinkOnly, 1 s) and sing-box's Vision connection has no
+#   CloseWrite (it closes both ways at once), so the application cannot get the answer and
+#   katana sees the client's FIN with the client gone. Checked is katana's part: the remote
+#   gets the whole upload, then the end; katana still relays what the remote sends after it
+#   (katana_vision_splice_bytes_total rises after the FIN: had katana closed both directions on
+#   it, nothing more would be read); every byte katana moved is billed (up: the client's bytes,
+#   down: what reached the client plus what katana read of the answer, each within 16 KiB:
+#   padding, outer records).
 KT_LIMIT=${KT_LIMIT:-400}
 . "$(dirname "$0")/reality.sh"
 rl_need xray sing-box
@@ -40,8 +52,8 @@ kt_bg tlspeer python3 "$KT_DIR/tls_peer.py" server --port "$TLS_PORT" --cert "$T
     --key "$T/target.key" --ready-file "$T/tlspeer.ready"
 kt_wait_file "$T/tlspeer.ready" 10 || { fail "TLS peer did not start"; exit 1; }
 
-U4=$(kt_uuid)
-rl_node '{"flow": "xtls-rprx-vision"}' "$U1" "$U2" "$U3" "$U4@8"
+U4=$(kt_uuid); U6=$(kt_uuid)
+rl_node '{"flow": "xtls-rprx-vision"}' "$U1" "$U2" "$U3" "$U4@8" "$U6"
 check "the vless node with flow xtls-rprx-vision is served (not refused)" \
     kt_wait_port "$NODE_PORT" 10
 
@@ -180,6 +192,43 @@ echo "the killed flow's client ended $(awk -v a="$k0" -v b="$k1" 'BEGIN { printf
 check "the killed spliced flow's client sees the close within 3 s" \
     awk -v a="$k0" -v b="$k1" 'BEGIN { exit !(b - a < 3.0) }'
 kill "$p4" 2>/dev/null || true
+
+# half-close, client first, while spliced (the client's FIN, then the remote's answer)
+vclient xray u6 "$U6"; c6=$CL_PORT
+in0=$(direct_count in) out0=$(direct_count out) sp0=$(splice_count)
+r6=0
+timeout 60 python3 "$KT_DIR/tls_peer.py" client --socks "$c6" --dest-port "$TLS_PORT" \
+    --mode half --bytes 65536 --seed vision-u6 --metrics "http://127.0.0.1:$API_PORT/metrics" \
+    >"$T/u6.out" 2>&1 || r6=$?
+cat "$T/u6.out"
+read -r _ _ m6up m6down a6 s6 <<<"$(grep '^TLSPEER half' "$T/u6.out" || echo "- - 0 0 0 0")"
+check "half-close: TLS, the request and the 64 KiB upload went through" \
+    test "$r6" = 0 -a "${m6up:-0}" -gt 65536
+echo "the application got $a6 of the 262144 answer bytes (its client closed both ways)"
+check "the remote got the whole upload, then the end of the stream" \
+    grep -q '^TLSPEER half 65536 bytes then EOF' "$T/tlspeer.log"
+grep '^TLSPEER half' "$T/tlspeer.log"
+# the raw bytes the remote read after the upload (the client's outer TLS close_notify, 24, sent
+# into the raw stream as it closes) moved after the counter's first reading too: the rest of
+# its rise is the answer katana read after the FIN
+k6=$(sed -n 's/^TLSPEER half 65536 bytes then EOF (\([0-9]*\) more)$/\1/p' "$T/tlspeer.log")
+ans6=$((${s6:-0} - ${k6:-0}))
+if spliced_once "$in0" "$out0" "$sp0"; then
+    if [ "$(splice_count)" -gt "${sp0:-0}" ]; then
+        check "after the client's FIN katana relayed the remote's answer ($ans6 bytes of it)" \
+            test -n "$k6" -a "$ans6" -gt 0
+    fi
+else
+    fail "the half-closing flow, direct both ways, did not go through the kernel relay"
+fi
+sleep 1.5
+snap=$(kat_snapshot)
+read -r _ u6 d6 <<<"$(awk '$1 == 5' <<<"$snap")"
+echo "n1's user 5: up ${u6:-none} down ${d6:-none}; moved $((m6up + 44)) up, $((m6down + 2)) down" \
+    "and $ans6 of the answer"
+check "usage of n1's user 5 is the bytes moved, the answer katana read included (within 16 KiB)" \
+    awk -v u="${u6:-0}" -v d="${d6:-0}" -v mu=$((m6up + 44)) -v md=$((m6down + 2 + ans6)) \
+        'BEGIN { exit !(u >= mu && u <= mu + 16384 && d >= md && d <= md + 16384) }'
 check "daemon still runs" kt_alive "$SRV_PID"
 
 # Vision over tls 1: node n2, a vless node with tls 1 (the test CA's certificate for node.test)

@@ -4,14 +4,23 @@ switches to direct copy when the proxied stream is TLS 1.3, so the far end and t
 speak TLS end to end through the proxy.
 
   server --port P --cert C --key K --ready-file F
-      TLS 1.3 on 127.0.0.1:P. Each connection sends a 9-byte request: 'E' or 'D' and a u64 n.
+      TLS 1.3 on 127.0.0.1:P. Each connection sends a 9-byte request: 'E', 'D' or 'H' and a u64 n.
       'E': echo n bytes back; 'D': send n bytes of the pattern; then close.
-  client --socks S --dest-port P --mode echo|down --bytes N --seed X
+      'H' (half-close, client first): answer one byte, read n bytes, then the raw socket until
+      its end (the client's FIN), print "TLSPEER half N bytes then EOF (K more)" (N the bytes
+      read, K the raw bytes after them), then send ANSWER bytes of the pattern and close.
+  client --socks S --dest-port P --mode echo|down|half --bytes N --seed X [--metrics URL]
       SOCKS5 CONNECT through 127.0.0.1:S to 127.0.0.1:P, TLS (no verification: a test CA is not
       the point), then the request; checks the answer byte for byte (echo: the first KiB alone,
       its echo awaited, then the rest while reading). Prints
       "TLSPEER ok RAW_UP RAW_DOWN": the TLS bytes that crossed the SOCKS connection each way
       (what the proxy's outbound carried: handshake and records included).
+      half: after the one-byte answer, sends n bytes, waits 0.5 s, reads the proxy's
+      katana_vision_splice_bytes_total from URL (GET /metrics), half-closes its socket
+      (shutdown SHUT_WR) and reads until the end; then polls the counter for up to 5 s until it
+      moves, and reads it again 1 s later. Prints "TLSPEER half RAW_UP RAW_DOWN ANSWER
+      SPLICED": ANSWER the answer bytes that arrived whole and in order, SPLICED the counter's
+      rise after the half-close. Exit 0 unless the handshake or the upload failed.
 Loopback only; every socket has a timeout.
 """
 import argparse
@@ -21,6 +30,10 @@ import ssl
 import struct
 import sys
 import threading
+import time
+import urllib.request
+
+ANSWER = 256 * 1024  # the 'H' answer: 256 KiB
 
 
 def pattern(seed, n):
@@ -50,6 +63,25 @@ def serve_one(conn, ctx):
                         return
                     t.sendall(c)
                     left -= len(c)
+            elif mode == b"H":
+                t.sendall(b"A")
+                left = n
+                while left > 0:
+                    c = t.recv(min(65536, left))
+                    if not c:
+                        break
+                    left -= len(c)
+                # then the raw socket up to its end: a proxy's client may send bytes that are not
+                # of this TLS stream as it closes (Xray's and sing-box's Vision clients: their
+                # outer TLS close_notify, 24 bytes, into the raw stream)
+                extra = 0
+                while True:
+                    c = socket.socket.recv(t, 65536)
+                    if not c:
+                        break
+                    extra += len(c)
+                print("TLSPEER half %d bytes then EOF (%d more)" % (n - left, extra), flush=True)
+                t.sendall(pattern("down", ANSWER))
             elif mode == b"D":
                 block = pattern("down", 1 << 20)
                 left = n
@@ -155,11 +187,63 @@ class Tls:
                 return b""
 
 
+def splice_bytes(url):
+    """katana_vision_splice_bytes_total from the API's GET /metrics."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            f = line.split()
+            if len(f) == 2 and f[0] == "katana_vision_splice_bytes_total":
+                return int(f[1])
+    raise OSError("no katana_vision_splice_bytes_total in " + url)
+
+
+def half_client(s, t, n, seed, url):
+    """The 'H' exchange: upload n bytes, half-close, read the answer (see the module doc)."""
+    t.send(b"H" + struct.pack(">Q", n))
+    ack = b""
+    while not ack:
+        ack = t.recv()
+        if not ack:
+            raise OSError("closed before the answer to 'H'")
+    data = pattern(seed, n)
+    for i in range(0, n, 16384):
+        t.send(data[i:i + 16384])
+    time.sleep(0.5)
+    before = splice_bytes(url)
+    s.shutdown(socket.SHUT_WR)
+    got = bytearray()
+    try:
+        while True:
+            c = t.recv()
+            if not c:
+                break
+            got += c
+    except (OSError, ssl.SSLError):
+        pass
+    want = pattern("down", ANSWER)
+    whole = 0
+    while whole < len(got) and whole < len(want) and got[whole] == want[whole]:
+        whole += 1
+    after = before
+    for _ in range(50):
+        after = splice_bytes(url)
+        if after != before:
+            time.sleep(1.0)  # the rest of what it moves
+            after = splice_bytes(url)
+            break
+        time.sleep(0.1)
+    s.close()
+    print("TLSPEER half %d %d %d %d" % (t.up, t.down, whole, after - before))
+    return 0
+
+
 def cmd_client(a):
     s = socks_connect(a.socks, a.dest_port, 30)
     t = Tls(s)
     t.handshake()
     n = a.bytes
+    if a.mode == "half":
+        return half_client(s, t, n, a.seed, a.metrics)
     mode = b"E" if a.mode == "echo" else b"D"
     t.send(mode + struct.pack(">Q", n))
     err = []
@@ -223,7 +307,8 @@ def main():
     cl = sub.add_parser("client")
     cl.add_argument("--socks", type=int, required=True)
     cl.add_argument("--dest-port", type=int, required=True)
-    cl.add_argument("--mode", choices=["echo", "down"], default="echo")
+    cl.add_argument("--mode", choices=["echo", "down", "half"], default="echo")
+    cl.add_argument("--metrics", help="half: the proxy's GET /metrics URL")
     cl.add_argument("--bytes", type=int, required=True)
     cl.add_argument("--seed", default="x")
     a = p.parse_args()

@@ -619,6 +619,27 @@ static void config__max_connections__default_from_fd_limit(void **state)
     assert_int_equal(sv_max_connections_default(UINT64_MAX), SV_MAX_CONNECTIONS_MAX);
 }
 
+/* Issue 11: a kernel relay's pipes (4 descriptors, 2 connections' worth) fit a worker's
+ * descriptor share only beside the connections it serves; at the share, none. */
+static void config__splice_pipes_fit_the_fd_share(void **state)
+{
+    (void)state;
+    assert_true(sv_fds_fit(1, 1, 3));   /* 2 + 4 descriptors of 6 */
+    assert_false(sv_fds_fit(2, 1, 3));  /* 8 of 6 */
+    assert_true(sv_fds_fit(64, 0, 64)); /* connections alone: the default budget */
+    assert_false(sv_fds_fit(64, 1, 64));
+    assert_true(sv_fds_fit(60, 2, 64));
+    assert_false(sv_fds_fit(61, 2, 64));
+    assert_false(sv_fds_fit(0, 1, 1));
+    /* the default share of 256 descriptors, one worker: 64 connections, or 24 with 20 spliced */
+    uint32_t share = sv_max_connections_default(256);
+    assert_true(sv_fds_fit(24, 20, share));
+    assert_false(sv_fds_fit(25, 20, share));
+    /* no overflow at the largest counts */
+    assert_true(sv_fds_fit(SV_MAX_CONNECTIONS_MAX, SV_MAX_CONNECTIONS_MAX,
+                           sv_max_connections_default(UINT64_MAX) * 3u));
+}
+
 /* Make a unique temporary directory for one test. */
 static void tmpdir(char *buf, size_t cap)
 {
@@ -982,6 +1003,7 @@ int main(void)
         cmocka_unit_test(config__redis_url__parses_and_refuses_bad_values),
         cmocka_unit_test(config__redis__parses_and_refuses_bad_values),
         cmocka_unit_test(config__max_connections__default_from_fd_limit),
+        cmocka_unit_test(config__splice_pipes_fit_the_fd_share),
         cmocka_unit_test(config__outbound__parses_and_refuses_bad_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

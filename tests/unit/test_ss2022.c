@@ -3,7 +3,7 @@
  * vectors of tests/unit/vectors/shadowsocks-2022.json (single user and EIH, both AES sizes):
  * requests fed whole and byte at a time (the runtime's carry), the response built with the
  * vector's salt, and every refusal: a request 60 s old, a replayed salt, an unknown identity
- * header, a corrupt header; key decoding and credential errors.
+ * header, a corrupt header; key decoding and credential errors; HChaCha20 on its draft's vector.
  */
 #include "config.h"
 
@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "supervisor/crypto/aead.h"
 #include "supervisor/crypto/blake3.h"
 #include "supervisor/proto/ss2022.h"
 
@@ -541,6 +542,24 @@ static void test_udp_chacha_vectors(void **state)
     sv_ss22_creds_free(c);
 }
 
+/* HChaCha20 (sv_hchacha20, the key step of the UDP XChaCha20 above) on the test vector of
+ * draft-irtf-cfrg-xchacha-03 §2.2.1. */
+static void test_hchacha20_vector(void **state)
+{
+    (void)state;
+    uint8_t key[32], out[32];
+    for (int i = 0; i < 32; i++)
+        key[i] = (uint8_t)i;
+    static const uint8_t nonce[16] = {0x00, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00, 0x4a,
+                                      0x00, 0x00, 0x00, 0x00, 0x31, 0x41, 0x59, 0x27};
+    static const uint8_t want[32] = {
+        0x82, 0x41, 0x3b, 0x42, 0x27, 0xb2, 0x7b, 0xfe, 0xd3, 0x0e, 0x42, 0x50,
+        0x8a, 0x87, 0x7d, 0x73, 0xa0, 0xf9, 0xe4, 0xd5, 0x8a, 0x74, 0xa8, 0x53,
+        0xc1, 0x2e, 0xc4, 0x13, 0x26, 0xd3, 0xec, 0xdc};
+    sv_hchacha20(key, nonce, out);
+    assert_memory_equal(out, want, sizeof want);
+}
+
 /* The packet-ID window: each ID once, out of order within the window, nothing too old. */
 static void test_udp_window(void **state)
 {
@@ -576,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_udp_vectors),
         cmocka_unit_test(test_udp_window),
         cmocka_unit_test(test_udp_chacha_vectors),
+        cmocka_unit_test(test_hchacha20_vector),
     };
     return cmocka_run_group_tests(tests, load_vectors, free_vectors);
 }
