@@ -186,6 +186,7 @@ typedef struct vless_conn {
     uint8_t *held;  /* Vision under Mux: un-padded bytes the decoder has not taken */
     size_t held_off, held_len, held_cap;
     bool full;      /* Vision under Mux: the last feed filled its effect list */
+    uint8_t *answers; /* Mux: the last feed's End answers as sent (send_answers), or NULL */
 } vless_conn;
 
 static int conn_init(void *state, const sv_inbound_spec *in)
@@ -205,6 +206,8 @@ static void conn_deinit(void *state)
     free(c->held);
     c->held = NULL;
     c->held_off = c->held_len = c->held_cap = 0;
+    free(c->answers);
+    c->answers = NULL;
 }
 
 /*
@@ -396,17 +399,20 @@ static ssize_t unpad(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effects 
     return (ssize_t)k;
 }
 
+static ssize_t send_answers(vless_conn *c, sv_effects *fx, unsigned first, ssize_t consumed);
+
 /* Mux.Cool frames from @p p + @p at (§7): the decoder's effects, stream = session ID. Under
  * Vision the content is un-padded, then decoded from the core's own buffer (what the decoder
  * leaves there is already un-padded, so the runtime's carry cannot hold it).
  * @return bytes consumed (including @p at), or -EPROTO with an error effect. */
 static ssize_t feed_mux(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effects *fx)
 {
+    unsigned first = fx->n;
     if (c->vision == NULL) {
         ssize_t r = sv_mux_feed(c->mux, p + at, n - at, fx);
         if (r < 0)
             return fail(c, fx, (int)r, SV_PROBE_CLOSE, NULL, 0);
-        return (ssize_t)at + r;
+        return send_answers(c, fx, first, (ssize_t)at + r);
     }
     size_t k = 0;
     if (n > at) {
@@ -438,7 +444,7 @@ static ssize_t feed_mux(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effec
     c->held_off = (size_t)r;
     c->held_len -= (size_t)r;
     c->full = c->held_len > 0 && fx->n >= SV_EFFECTS_MAX;
-    return (ssize_t)n;
+    return send_answers(c, fx, first, (ssize_t)n);
 }
 
 /* Vision over TCP: the frames' content goes to the outbound. */
@@ -459,6 +465,8 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
 {
     vless_conn *c = state;
     fx->n = 0;
+    free(c->answers); /* the last call's effects are applied */
+    c->answers = NULL;
     switch ((enum vless_phase)c->phase) {
     case PH_FAILED:
         return fail(c, fx, c->error, SV_PROBE_CLOSE, NULL, 0);
@@ -557,6 +565,58 @@ static ssize_t vision_out(vless_conn *c, const uint8_t *inner, size_t inner_len,
         return w;
     put_response(c, out);
     return (ssize_t)head + w;
+}
+
+/*
+ * The Mux.Cool decoder answers a Keep for a session it does not know (one whose stream ended
+ * here, e.g. killed, while the client was still sending) and a New beyond SV_MUX_SESSIONS_MAX
+ * with End frames, bare SV_FX_TO_CLIENT effects among fx->v[first ...]. They are the
+ * downstream's next bytes: after the response header when it has not gone out (§5), in Vision
+ * padding frames while padding is on (PROTOCOLS-2.md §2.3, §2.5). Write them so, in order,
+ * into one SV_FX_TO_CLIENT moved to fx->v[first], before every other effect of this call,
+ * whose application may have the runtime write more of the downstream (frame_end of a
+ * sub-flow that ends). The buffer lives until the next feed. @return @p consumed, or an error
+ * (the connection fails).
+ */
+static ssize_t send_answers(vless_conn *c, sv_effects *fx, unsigned first, ssize_t consumed)
+{
+    unsigned n_answers = 0;
+    for (unsigned i = first; i < fx->n; i++)
+        n_answers += fx->v[i].kind == SV_FX_TO_CLIENT;
+    if (n_answers == 0)
+        return consumed;
+    size_t cap = n_answers * frame_max(SV_MUX_END_LEN);
+    c->answers = malloc(cap);
+    if (c->answers == NULL) {
+        fx->n = first; /* the connection fails: none of this call's effects is applied */
+        return fail(c, fx, -ENOMEM, SV_PROBE_CLOSE, NULL, 0);
+    }
+    size_t len = 0;
+    unsigned kept = first;
+    for (unsigned i = first; i < fx->n; i++) {
+        const sv_effect *e = &fx->v[i];
+        if (e->kind != SV_FX_TO_CLIENT) {
+            fx->v[kept++] = *e;
+            continue;
+        }
+        uint8_t *out = c->answers + len;
+        if (c->vision != NULL) {
+            ssize_t w = vision_out(c, e->data, e->len, out, cap - len);
+            if (w < 0) {
+                fx->n = first;
+                return fail(c, fx, (int)w, SV_PROBE_CLOSE, NULL, 0);
+            }
+            len += (size_t)w;
+        } else {
+            size_t head = put_response(c, out);
+            memcpy(out + head, e->data, e->len);
+            len += head + e->len;
+        }
+    }
+    memmove(&fx->v[first + 1], &fx->v[first], (kept - first) * sizeof fx->v[0]);
+    fx->n = kept + 1;
+    fx->v[first] = (sv_effect){.kind = SV_FX_TO_CLIENT, .data = c->answers, .len = len};
+    return consumed;
 }
 
 static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "supervisor/proto/mux.h"
 #include "supervisor/proto/vless.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -71,6 +72,7 @@ static void check_reframe(void *down, const void *creds, const sv_effect *e, con
 typedef struct run_state {
     bool authed, tcp, udp, mux, fallback, replied;
     void *down; /* a second connection state for the downstream checks */
+    transcript *answers; /* the End answers' frames, in their own order (ahead of the call's) */
 } run_state;
 
 static void check_effects(void *st, const void *creds, const sv_effects *fx, ssize_t r,
@@ -129,11 +131,15 @@ static void check_effects(void *st, const void *creds, const sv_effects *fx, ssi
             tr_put(ev, &e->len, sizeof e->len);
             tr_put(ev, e->data, e->len);
             break;
-        case SV_FX_TO_CLIENT: /* Mux.Cool End frames for unknown sessions */
-            FUZZ_CHECK(rs->mux && e->len == 6 && e->data != NULL);
-            tr_put(ev, "T", 1);
-            tr_put(ev, e->data, e->len);
+        case SV_FX_TO_CLIENT: { /* End frames for unknown sessions, the first after 00 00 */
+            size_t head = rs->replied ? 0 : SV_VLESS_RESPONSE_LEN;
+            FUZZ_CHECK(rs->mux && e->data != NULL);
+            FUZZ_CHECK(e->len > head && (e->len - head) % SV_MUX_END_LEN == 0);
+            FUZZ_CHECK(head == 0 || (e->data[0] == 0 && e->data[1] == 0));
+            rs->replied = true;
+            tr_put(rs->answers, e->data + head, e->len - head);
             break;
+        }
         case SV_FX_CLOSE:
             FUZZ_CHECK(rs->mux);
             tr_put(ev, "c", 1);
@@ -182,7 +188,7 @@ static void creds_once(void)
 
 /* Feed @p wire in pieces of at most @p piece bytes through a runtime-like carry buffer. */
 static int run(const uint8_t *wire, size_t n, size_t piece, uint32_t seed, bool fallback,
-               transcript *ev, transcript *out)
+               transcript *ev, transcript *out, transcript *answers)
 {
     const void *creds = g_creds[fallback];
     const sv_proto_ops *ops = &sv_vless_ops;
@@ -193,7 +199,8 @@ static int run(const uint8_t *wire, size_t n, size_t piece, uint32_t seed, bool 
     FUZZ_CHECK(buf != NULL);
     size_t have = 0, in = 0;
     int rc = 0;
-    run_state rs = {.fallback = fallback, .down = calloc(1, ops->state_size)};
+    run_state rs = {.fallback = fallback, .down = calloc(1, ops->state_size),
+                    .answers = answers};
     FUZZ_CHECK(rs.down != NULL && ops->init(rs.down, NULL) == 0);
     for (;;) {
         sv_effects fx;
@@ -245,17 +252,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *wire = data + 1;
     size_t n = size - 1;
 
-    transcript ev[2] = {{0}, {0}}, out[2] = {{0}, {0}};
+    transcript ev[2] = {{0}, {0}}, out[2] = {{0}, {0}}, ans[2] = {{0}, {0}};
     bool fallback = (data[0] / 6) & 1;
-    int rc0 = run(wire, n, n + 1, 0, fallback, &ev[0], &out[0]);
-    int rc1 = run(wire, n, piece, data[0], fallback, &ev[1], &out[1]);
+    int rc0 = run(wire, n, n + 1, 0, fallback, &ev[0], &out[0], &ans[0]);
+    int rc1 = run(wire, n, piece, data[0], fallback, &ev[1], &out[1], &ans[1]);
     FUZZ_CHECK(rc0 == rc1);
     FUZZ_CHECK(ev[0].len == ev[1].len && out[0].len == out[1].len);
     FUZZ_CHECK(ev[0].len == 0 || memcmp(ev[0].b, ev[1].b, ev[0].len) == 0);
     FUZZ_CHECK(out[0].len == 0 || memcmp(out[0].b, out[1].b, out[0].len) == 0);
+    FUZZ_CHECK(ans[0].len == ans[1].len &&
+               (ans[0].len == 0 || memcmp(ans[0].b, ans[1].b, ans[0].len) == 0));
     for (int i = 0; i < 2; i++) {
         free(ev[i].b);
         free(out[i].b);
+        free(ans[i].b);
     }
     return 0;
 }

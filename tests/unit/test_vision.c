@@ -460,6 +460,54 @@ static void core__direct_bits_follow_the_frames(void **state)
     ops->creds_free(vc);
 }
 
+/* ---------- the core under Mux (§2.7) ---------- */
+
+/* The Mux.Cool decoder's End answer to a Keep for an unknown session goes out like every
+ * downstream frame under Vision with Mux: after the response header, in a padding frame (the
+ * first, with the UUID); the next frame continues the same padded stream. */
+static void core__mux_end_answer_is_padded(void **state)
+{
+    (void)state;
+    void *vc = creds_for(true);
+    void *st = conn_new();
+    static uint8_t buf[256], out[16384];
+    memcpy(buf, k_example, 36); /* the §2.8 request up to its addons, then command 3 */
+    size_t n = 36;
+    buf[n++] = 0x03;
+    memcpy(buf + n, k_uuid, 16), n += 16;
+    static const uint8_t keep9[] = {0x00, 0x04, 0x00, 0x09, 0x02, 0x00}; /* never opened */
+    memcpy(buf + n, "\x00\x00\x06\x00\x00", 5), n += 5; /* continue, 6 bytes, no padding */
+    memcpy(buf + n, keep9, sizeof keep9), n += sizeof keep9;
+    sv_effects fx;
+    assert_int_equal(ops->feed(st, vc, buf, n, &fx), (ssize_t)n);
+    assert_int_equal(fx.n, 2);
+    assert_int_equal(fx.v[0].kind, SV_FX_AUTHENTICATED);
+    assert_true(fx.v[0].multiplexed);
+    assert_int_equal(fx.v[1].kind, SV_FX_TO_CLIENT);
+    const uint8_t *d = fx.v[1].data;
+    size_t dl = fx.v[1].len;
+    assert_true(dl > 2 + 16);
+    assert_int_equal(d[0], 0);
+    assert_int_equal(d[1], 0);
+    assert_memory_equal(d + 2, k_uuid, 16);
+    sv_vision rx;
+    sv_vision_init(&rx, k_uuid, false, 1);
+    memcpy(out, d + 2, dl - 2);
+    size_t k = 0;
+    assert_int_equal(sv_vision_unpad(&rx, out, dl - 2, &k), (ssize_t)(dl - 2));
+    static const uint8_t end9[] = {0x00, 0x04, 0x00, 0x09, 0x03, 0x00};
+    assert_int_equal(k, sizeof end9);
+    assert_memory_equal(out, end9, sizeof end9);
+    ssize_t w = ops->frame(st, vc, 1, (const uint8_t *)"xy", 2, out, sizeof out);
+    assert_true(w > 0);
+    assert_int_equal(sv_vision_unpad(&rx, out, (size_t)w, &k), w);
+    static const uint8_t keep1[] = {0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x02, 'x', 'y'};
+    assert_int_equal(k, sizeof keep1);
+    assert_memory_equal(out, keep1, sizeof keep1);
+    conn_free(st);
+    ops->creds_free(vc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -474,6 +522,7 @@ int main(void)
         cmocka_unit_test(pad__non_tls_ends_within_the_filter),
         cmocka_unit_test(pad__bounds),
         cmocka_unit_test(core__direct_bits_follow_the_frames),
+        cmocka_unit_test(core__mux_end_answer_is_padded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

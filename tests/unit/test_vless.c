@@ -862,6 +862,40 @@ static void mux__sessions_and_end(void **state)
     conn_free(st);
 }
 
+/* The decoder's End answer to a Keep for a session it does not know (here: never opened; in
+ * life: one that ended here, e.g. killed, while the client still sent) is the downstream's
+ * next bytes: the first ones start with the response header, later frames do not repeat it,
+ * and it goes ahead of the call's other effects (the client reads the downstream in order). */
+static void mux__end_answer_after_the_response_header(void **state)
+{
+    (void)state;
+    static const uint8_t body[] = {
+        0x00, 0x0c, 0x00, 0x01, 0x01, 0x01, 0x01, 0x00, 0x50, 0x01, 127, 0, 0, 1, /* New 1 */
+        0x00, 0x01, 'a',
+        0x00, 0x04, 0x00, 0x09, 0x02, 0x01, 0x00, 0x01, 'q'}; /* Keep 9: never opened */
+    static const uint8_t want[] = {0x00, 0x00, 0x00, 0x04, 0x00, 0x09, 0x03, 0x00};
+    uint8_t p[256];
+    size_t n = request(p, UUID_B, SV_VLESS_MUX, NULL, 0);
+    memcpy(p + n, body, sizeof body);
+    n += sizeof body;
+    void *st = conn_new();
+    sv_effects fx;
+    assert_int_equal(feed(st, p, n, &fx), n);
+    assert_int_equal(fx.n, 4);
+    assert_int_equal(fx.v[0].kind, SV_FX_AUTHENTICATED);
+    assert_int_equal(fx.v[1].kind, SV_FX_TO_CLIENT);
+    assert_int_equal(fx.v[1].len, sizeof want);
+    assert_memory_equal(fx.v[1].data, want, sizeof want);
+    assert_int_equal(fx.v[2].kind, SV_FX_OPEN);
+    assert_int_equal(fx.v[3].kind, SV_FX_TO_OUTBOUND);
+    uint8_t out[64];
+    static const uint8_t keep1[] = {0x00, 0x04, 0x00, 0x01, 0x02, 0x01, 0x00, 0x01, 'x'};
+    assert_int_equal(ops->frame(st, g_creds, 1, (const uint8_t *)"x", 1, out, sizeof out),
+                     sizeof keep1);
+    assert_memory_equal(out, keep1, sizeof keep1);
+    conn_free(st);
+}
+
 /* XUDP (issue 10, PROTOCOLS-2.md §5): Xray's New frame with a GlobalID opens a UDP session;
  * a Keep frame's address is that datagram's destination; each reply is a Keep frame carrying
  * its source (full cone), after the response header on the first. */
@@ -1050,6 +1084,7 @@ int main(void)
         cmocka_unit_test(refuse__after_the_uuid),
         cmocka_unit_test(addons__seed_and_empty_flow_accepted),
         cmocka_unit_test(mux__sessions_and_end),
+        cmocka_unit_test(mux__end_answer_after_the_response_header),
         cmocka_unit_test(mux__xudp_datagrams_carry_addresses),
         cmocka_unit_test(refuse__empty_user_set),
         cmocka_unit_test(creds__duplicates_and_bad_secrets_refused),
