@@ -13,20 +13,14 @@ import fcntl
 import os
 import socket
 import struct
+import sys
 import threading
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from katest import recv_exact  # noqa: E402
 
 PIPE_BYTES = 1 << 20
 CHUNK = 1 << 20
-
-
-def recv_exact(s, n):
-    b = b""
-    while len(b) < n:
-        c = s.recv(n - len(b))
-        if not c:
-            raise OSError("closed during the SOCKS5 handshake")
-        b += c
-    return b
 
 
 def socks_accept(c):
