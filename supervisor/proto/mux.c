@@ -358,3 +358,40 @@ size_t sv_mux_frame_datagram_head(uint16_t id, const sv_dest *from, size_t len, 
     out[8 + a] = (uint8_t)len;
     return 9 + a;
 }
+
+int sv_mux_answers_write(sv_effects *fx, unsigned first, size_t answer_max, sv_mux_answer_fn write,
+                         void *core, uint8_t **buf)
+{
+    *buf = NULL;
+    unsigned n_answers = 0;
+    for (unsigned i = first; i < fx->n; i++)
+        n_answers += fx->v[i].kind == SV_FX_TO_CLIENT;
+    if (n_answers == 0)
+        return 0;
+    size_t cap = n_answers * answer_max, len = 0;
+    uint8_t *out = malloc(cap);
+    if (out == NULL) {
+        fx->n = first;
+        return -ENOMEM;
+    }
+    unsigned kept = first;
+    for (unsigned i = first; i < fx->n; i++) {
+        const sv_effect *e = &fx->v[i];
+        if (e->kind != SV_FX_TO_CLIENT) {
+            fx->v[kept++] = *e;
+            continue;
+        }
+        ssize_t w = write(core, e->data, e->len, out + len, cap - len);
+        if (w < 0) {
+            free(out);
+            fx->n = first;
+            return (int)w;
+        }
+        len += (size_t)w;
+    }
+    memmove(&fx->v[first + 1], &fx->v[first], (kept - first) * sizeof fx->v[0]);
+    fx->n = kept + 1;
+    fx->v[first] = (sv_effect){.kind = SV_FX_TO_CLIENT, .data = out, .len = len};
+    *buf = out;
+    return 0;
+}

@@ -58,8 +58,8 @@ void sv_mux_free(sv_mux *m);
  * the session's destination (dropped when above
  * SV_MUX_UDP_PAYLOAD_MAX); End → SV_FX_CLOSE. A Keep for an unknown session, and a New
  * beyond SV_MUX_SESSIONS_MAX sessions, get an End frame back (SV_FX_TO_CLIENT, data in @p m,
- * valid until the next call: the plain frame, which a core whose body is sealed seals as the
- * next bytes of its downstream, as VMess does) and their data is dropped; KeepAlive data is
+ * valid until the next call: the plain frame, which a core whose downstream is not the bare
+ * frames writes as its own with sv_mux_answers_write()) and their data is dropped; KeepAlive data is
  * dropped.
  * @return bytes consumed (0 = need more: call again with more appended; never more than
  *         SV_MUX_CARRY_MAX bytes are left), or -EPROTO for metadata shorter than 4 bytes or
@@ -67,6 +67,30 @@ void sv_mux_free(sv_mux *m);
  *         session that is open: the whole connection ends (effects already appended stand).
  */
 ssize_t sv_mux_feed(sv_mux *m, uint8_t *p, size_t n, sv_effects *fx);
+
+/**
+ * Writes one End answer of the decoder (@p frame, @p len bytes: a plain Mux.Cool End frame) as
+ * the core's next downstream bytes at @p out (at most @p cap): after its response header if
+ * that has not gone out, sealed or padded as its wire format asks. @return bytes written or a
+ * negative errno.
+ */
+typedef ssize_t (*sv_mux_answer_fn)(void *core, const uint8_t *frame, size_t len, uint8_t *out,
+                                    size_t cap);
+
+/**
+ * The End answers sv_mux_feed() put among @p fx->v[first ...] (bare SV_FX_TO_CLIENT effects),
+ * each written by @p write (with @p core) in order into one buffer of @p answer_max bytes per
+ * answer, and moved into one SV_FX_TO_CLIENT at fx->v[first], ahead of the call's other effects:
+ * applying those may have the runtime write more of the downstream (a sub-flow's End from
+ * frame()), which must follow. For every core whose downstream is not the bare frames (VMess's
+ * sealed chunks, VLESS's response header and Vision padding).
+ * @param buf  set to the malloc'd buffer the new effect points into (NULL when there was no
+ *             answer); the caller frees it once the effects are applied (at its next feed).
+ * @return 0; or -ENOMEM or @p write's error, with fx->n = first (none of the call's effects may
+ *         be applied: the connection fails).
+ */
+int sv_mux_answers_write(sv_effects *fx, unsigned first, size_t answer_max, sv_mux_answer_fn write,
+                         void *core, uint8_t **buf);
 
 /**
  * Decode one step of sv_mux_feed(): one frame header (effects as sv_mux_feed's), or the next

@@ -567,56 +567,31 @@ static ssize_t vision_out(vless_conn *c, const uint8_t *inner, size_t inner_len,
     return (ssize_t)head + w;
 }
 
-/*
- * The Mux.Cool decoder answers a Keep for a session it does not know (one whose stream ended
- * here, e.g. killed, while the client was still sending) and a New beyond SV_MUX_SESSIONS_MAX
- * with End frames, bare SV_FX_TO_CLIENT effects among fx->v[first ...]. They are the
- * downstream's next bytes: after the response header when it has not gone out (§5), in Vision
- * padding frames while padding is on (PROTOCOLS-2.md §2.3, §2.5). Write them so, in order,
- * into one SV_FX_TO_CLIENT moved to fx->v[first], before every other effect of this call,
- * whose application may have the runtime write more of the downstream (frame_end of a
- * sub-flow that ends). The buffer lives until the next feed. @return @p consumed, or an error
- * (the connection fails).
- */
+/* sv_mux_answer_fn: an End answer as the downstream's next bytes: after the response header
+ * when it has not gone out (§5), in Vision padding frames while padding is on (PROTOCOLS-2.md
+ * §2.3, §2.5). */
+static ssize_t write_answer(void *core, const uint8_t *frame, size_t len, uint8_t *out,
+                            size_t cap)
+{
+    vless_conn *c = core;
+    if (c->vision != NULL)
+        return vision_out(c, frame, len, out, cap);
+    if (cap < SV_VLESS_RESPONSE_LEN + len)
+        return -EMSGSIZE;
+    size_t head = put_response(c, out);
+    memcpy(out + head, frame, len);
+    return (ssize_t)(head + len);
+}
+
+/* The Mux.Cool decoder's End answers (a Keep for a session that ended here while the client was
+ * still sending, e.g. killed; a New beyond SV_MUX_SESSIONS_MAX) among fx->v[first ...], written
+ * as the downstream (sv_mux_answers_write). @return @p consumed, or an error (the connection
+ * fails). */
 static ssize_t send_answers(vless_conn *c, sv_effects *fx, unsigned first, ssize_t consumed)
 {
-    unsigned n_answers = 0;
-    for (unsigned i = first; i < fx->n; i++)
-        n_answers += fx->v[i].kind == SV_FX_TO_CLIENT;
-    if (n_answers == 0)
-        return consumed;
-    size_t cap = n_answers * frame_max(SV_MUX_END_LEN);
-    c->answers = malloc(cap);
-    if (c->answers == NULL) {
-        fx->n = first; /* the connection fails: none of this call's effects is applied */
-        return fail(c, fx, -ENOMEM, SV_PROBE_CLOSE, NULL, 0);
-    }
-    size_t len = 0;
-    unsigned kept = first;
-    for (unsigned i = first; i < fx->n; i++) {
-        const sv_effect *e = &fx->v[i];
-        if (e->kind != SV_FX_TO_CLIENT) {
-            fx->v[kept++] = *e;
-            continue;
-        }
-        uint8_t *out = c->answers + len;
-        if (c->vision != NULL) {
-            ssize_t w = vision_out(c, e->data, e->len, out, cap - len);
-            if (w < 0) {
-                fx->n = first;
-                return fail(c, fx, (int)w, SV_PROBE_CLOSE, NULL, 0);
-            }
-            len += (size_t)w;
-        } else {
-            size_t head = put_response(c, out);
-            memcpy(out + head, e->data, e->len);
-            len += head + e->len;
-        }
-    }
-    memmove(&fx->v[first + 1], &fx->v[first], (kept - first) * sizeof fx->v[0]);
-    fx->n = kept + 1;
-    fx->v[first] = (sv_effect){.kind = SV_FX_TO_CLIENT, .data = c->answers, .len = len};
-    return consumed;
+    int rc = sv_mux_answers_write(fx, first, frame_max(SV_MUX_END_LEN), write_answer, c,
+                                  &c->answers);
+    return rc < 0 ? fail(c, fx, rc, SV_PROBE_CLOSE, NULL, 0) : consumed;
 }
 
 static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,

@@ -1034,46 +1034,26 @@ static ssize_t seal_body(vmess_conn *c, const uint8_t *in, size_t len, uint8_t *
     return (ssize_t)at;
 }
 
-/*
- * The Mux.Cool decoder answers a Keep for a session it does not know (one whose stream ended
- * here, e.g. killed, while the client was still sending) and a New beyond SV_MUX_SESSIONS_MAX
- * with End frames, plaintext SV_FX_TO_CLIENT effects among fx->v[first ...]. The client reads
- * them as the downstream's next chunks, after the response header: seal them here, in order,
- * into one SV_FX_TO_CLIENT moved to fx->v[first], before every other effect of this call. Those
- * may have the runtime seal more of the downstream when it applies them (a sub-flow that ends
- * gets its End from frame_end), and the chunks must reach the client in the order of their
- * nonces. @return @p consumed, or an error (the connection fails).
- */
+/* sv_mux_answer_fn: an End answer as the downstream's next chunk, after the response header
+ * when it has not gone out (the client reads it in the order of the chunks' nonces). */
+static ssize_t seal_answer(void *core, const uint8_t *frame, size_t len, uint8_t *out, size_t cap)
+{
+    vmess_conn *c = core;
+    if (cap < frame_max(len))
+        return -EMSGSIZE;
+    size_t head = put_response(c, out);
+    ssize_t w = seal_body(c, frame, len, out + head);
+    return w < 0 ? w : (ssize_t)head + w;
+}
+
+/* The Mux.Cool decoder's End answers (a Keep for a session that ended here while the client was
+ * still sending, e.g. killed; a New beyond SV_MUX_SESSIONS_MAX) among fx->v[first ...], sealed
+ * (sv_mux_answers_write). @return @p consumed, or an error (the connection fails). */
 static ssize_t seal_answers(vmess_conn *c, sv_effects *fx, unsigned first, ssize_t consumed)
 {
-    unsigned n_answers = 0;
-    for (unsigned i = first; i < fx->n; i++)
-        n_answers += fx->v[i].kind == SV_FX_TO_CLIENT;
-    if (n_answers == 0)
-        return consumed;
-    c->answers = malloc(n_answers * frame_max(SV_MUX_END_LEN));
-    if (c->answers == NULL) {
-        fx->n = first; /* the connection fails: none of this call's effects is applied */
-        return fail(c, fx, -ENOMEM, SV_PROBE_CLOSE);
-    }
-    size_t len = put_response(c, c->answers);
-    unsigned kept = first;
-    for (unsigned i = first; i < fx->n; i++) {
-        if (fx->v[i].kind != SV_FX_TO_CLIENT) {
-            fx->v[kept++] = fx->v[i];
-            continue;
-        }
-        ssize_t w = seal_body(c, fx->v[i].data, fx->v[i].len, c->answers + len);
-        if (w < 0) {
-            fx->n = first;
-            return fail(c, fx, (int)w, SV_PROBE_CLOSE);
-        }
-        len += (size_t)w;
-    }
-    memmove(&fx->v[first + 1], &fx->v[first], (kept - first) * sizeof fx->v[0]);
-    fx->n = kept + 1;
-    fx->v[first] = (sv_effect){.kind = SV_FX_TO_CLIENT, .data = c->answers, .len = len};
-    return consumed;
+    int rc = sv_mux_answers_write(fx, first, frame_max(SV_MUX_END_LEN), seal_answer, c,
+                                  &c->answers);
+    return rc < 0 ? fail(c, fx, rc, SV_PROBE_CLOSE) : consumed;
 }
 
 static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
