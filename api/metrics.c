@@ -95,6 +95,25 @@ static void tag_bytes(page *p, const char *name, const char *label, const sv_tag
     }
 }
 
+/* The worker loop turns as a Prometheus histogram of their CPU seconds (cumulative buckets). */
+static void turns(page *p, sv_turn_counts t)
+{
+    static const unsigned bounds_us[SV_TURN_BUCKETS] = SV_TURN_BOUNDS_US;
+    family(p, "katana_worker_turn_cpu_seconds", "histogram",
+           "Worker loop turns by the CPU time their thread spent in them: while a turn runs, "
+           "every other flow of that worker waits.");
+    uint64_t n = 0;
+    for (size_t i = 0; i < SV_TURN_BUCKETS; i++) {
+        n += t.le[i];
+        put(p, "katana_worker_turn_cpu_seconds_bucket{le=\"%g\"} %" PRIu64 "\n",
+            bounds_us[i] / 1e6, n);
+    }
+    n += t.le[SV_TURN_BUCKETS];
+    put(p, "katana_worker_turn_cpu_seconds_bucket{le=\"+Inf\"} %" PRIu64 "\n", n);
+    put(p, "katana_worker_turn_cpu_seconds_sum %.6f\n", (double)t.cpu_ns / 1e9);
+    put(p, "katana_worker_turn_cpu_seconds_count %" PRIu64 "\n", n);
+}
+
 static void traffic(page *p, const sv_stats *st)
 {
     family(p, "katana_inbound_bytes_total", "counter",
@@ -244,6 +263,7 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
            "XTLS Vision connections direct both ways relayed in user space because no pipe could "
            "be had (the descriptor budget was full, or pipe2 failed).");
     put(&p, "katana_vision_splice_no_pipe_total %" PRIu64 "\n", vd.splice_no_pipe);
+    turns(&p, sv_worker_turns(s->sv));
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

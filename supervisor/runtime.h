@@ -264,6 +264,11 @@ typedef struct sv_shared {
      *  payload bytes they moved so (sv_vision_direct). */
     _Atomic uint64_t splice_conns, splice_bytes;
     _Atomic uint64_t splice_no_pipe; /**< relayed in user space: no pipe could be had */
+    /** Worker loop turns by the CPU time their thread spent in them (sv_turn_counts): a turn
+     *  is everything one loop iteration ran, so its CPU time is how long every other flow of
+     *  that worker waited on katana's own work (issue 13, the 2 ms pause) */
+    _Atomic uint64_t turns[SV_TURN_BUCKETS + 1];
+    _Atomic uint64_t turn_cpu_ns; /**< their sum */
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
@@ -324,6 +329,8 @@ struct sv_worker {
     sv_xudp_table xudp;     /**< XUDP associations by GlobalID, attached and detached (udp.c) */
     bool exiting;
     uv_timer_t sweep;       /**< SV_IDLE_SWEEP_MS: closes idle relays */
+    uv_prepare_t turn_clock; /**< runs once per loop turn: charges the turn's CPU (turns) */
+    uint64_t turn_began_ns; /**< the thread's CPU clock at the last turn_clock, 0 = none yet */
     uint32_t n_conns;       /**< live TCP connections (sv_conn), at most shared->conn_cap */
     uint32_t n_spliced;     /**< of them, holding a kernel relay's pipes (issue 11, sv_fds_fit) */
     bool accept_paused;     /**< no listener of this worker polls its socket */

@@ -1198,6 +1198,15 @@ sv_vision_direct_counts sv_vision_direct(sv_supervisor *sv)
     };
 }
 
+sv_turn_counts sv_worker_turns(sv_supervisor *sv)
+{
+    sv_turn_counts c;
+    for (size_t i = 0; i <= SV_TURN_BUCKETS; i++)
+        c.le[i] = atomic_load_explicit(&sv->shared.turns[i], memory_order_relaxed);
+    c.cpu_ns = atomic_load_explicit(&sv->shared.turn_cpu_ns, memory_order_relaxed);
+    return c;
+}
+
 sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv)
 {
     return (sv_ss_trial_counts){

@@ -682,6 +682,22 @@ typedef struct sv_vision_direct_counts {
 /** The counts of sv_vision_direct_counts since start. Any thread. */
 sv_vision_direct_counts sv_vision_direct(sv_supervisor *sv);
 
+/** Upper bounds (µs) of the buckets of sv_turn_counts; one more bucket holds the rest. */
+#define SV_TURN_BUCKETS 7
+#define SV_TURN_BOUNDS_US {100, 500, 1000, 2000, 5000, 20000, 100000}
+
+/** Worker loop turns since start, all workers together, by the CPU time the worker's thread
+ *  spent in the turn (issue 13: an established flow waits as long as its worker's turn runs;
+ *  CPU time, so the host's scheduling of other processes does not count). */
+typedef struct sv_turn_counts {
+    uint64_t le[SV_TURN_BUCKETS + 1]; /**< turns of at most SV_TURN_BOUNDS_US[i]; [last]: the
+                                           rest (not cumulative) */
+    uint64_t cpu_ns;                  /**< CPU time of all of them */
+} sv_turn_counts;
+
+/** The counts of sv_turn_counts since start. Any thread. */
+sv_turn_counts sv_worker_turns(sv_supervisor *sv);
+
 /** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);
 

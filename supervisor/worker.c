@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "supervisor/runtime.h"
@@ -321,6 +322,7 @@ static void close_everything(sv_worker *w)
     w->in_episode = false;
     uv_close((uv_handle_t *)&w->accept_retry, NULL);
     uv_close((uv_handle_t *)&w->sweep, NULL);
+    uv_close((uv_handle_t *)&w->turn_clock, NULL);
     uv_close((uv_handle_t *)&w->async, NULL);
 }
 
@@ -356,6 +358,27 @@ static void on_sweep(uv_timer_t *t)
 {
     sv__conn_sweep_idle(t->data);
     sv__udp_sweep(t->data); /* detached XUDP associations expire (issue 10) */
+}
+
+/* Once per loop turn, before the loop polls: charge the CPU time the thread spent since the
+ * last turn to its bucket (sv_turn_counts). */
+static void on_turn(uv_prepare_t *p)
+{
+    static const uint64_t bounds_us[SV_TURN_BUCKETS] = SV_TURN_BOUNDS_US;
+    sv_worker *w = p->data;
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+    uint64_t began = w->turn_began_ns;
+    w->turn_began_ns = now;
+    if (began == 0 || now < began)
+        return;
+    uint64_t ns = now - began;
+    size_t b = 0;
+    while (b < SV_TURN_BUCKETS && ns > bounds_us[b] * 1000)
+        b++;
+    atomic_fetch_add_explicit(&w->shared->turns[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->shared->turn_cpu_ns, ns, memory_order_relaxed);
 }
 
 static void *worker_main(void *arg)
@@ -421,8 +444,13 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
     uv_unref((uv_handle_t *)&w->sweep);
     uv_timer_init(&w->loop, &w->accept_retry);
     w->accept_retry.data = w;
+    uv_prepare_init(&w->loop, &w->turn_clock);
+    w->turn_clock.data = w;
+    uv_prepare_start(&w->turn_clock, on_turn);
+    uv_unref((uv_handle_t *)&w->turn_clock);
     rc = pthread_create(&w->thread, NULL, worker_main, w);
     if (rc != 0) {
+        uv_close((uv_handle_t *)&w->turn_clock, NULL);
         uv_close((uv_handle_t *)&w->accept_retry, NULL);
         uv_close((uv_handle_t *)&w->sweep, NULL);
         uv_close((uv_handle_t *)&w->async, NULL);

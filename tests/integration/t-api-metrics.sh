@@ -38,6 +38,15 @@ check "users, epoch, applies and flows per node are there" \
 check "epoch 1" grep -q -x 'katana_epoch 1' "$T/metrics.txt"
 check "one successful apply" grep -q -x 'katana_applies_total{node="t1"} 1' "$T/metrics.txt"
 check "no live flow after the round trip" grep -q -x 'katana_flows{node="t1"} 0' "$T/metrics.txt"
+# the worker loop turns (issue 13): a histogram whose buckets rise to its count, which the echo
+# above made non-zero
+turns_counted() {
+    awk '/^katana_worker_turn_cpu_seconds_bucket/ { if ($2 < last) bad = 1; last = $2; inf = $2 }
+         $1 == "katana_worker_turn_cpu_seconds_count" { n = $2 }
+         $1 == "katana_worker_turn_cpu_seconds_sum" { s = $2 }
+         END { exit !(n > 0 && inf == n && s > 0 && !bad) }' "$T/metrics.txt"
+}
+check "worker loop turns counted by CPU time (buckets rise to the count)" turns_counted
 
 # --- a real Prometheus scrape ------------------------------------------------------------
 cat >"$T/prometheus.yml" <<YML
