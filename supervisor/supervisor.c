@@ -1266,11 +1266,16 @@ static uint64_t fd_limit(void)
     return UINT64_MAX;
 }
 
+/* One worker's share of @p total among @p workers: at least 1. */
+static uint32_t per_worker(uint32_t total, unsigned workers)
+{
+    return total / workers > 0 ? total / workers : 1;
+}
+
 /* Each worker's share of the connections the descriptor limit allows (sv_shared.fd_cap). */
 static uint32_t fd_share(unsigned workers)
 {
-    uint32_t total = sv_max_connections_default(fd_limit());
-    return total / workers > 0 ? total / workers : 1;
+    return per_worker(sv_max_connections_default(fd_limit()), workers);
 }
 
 /* Each worker's share of max_connections (issue 15); logs the budget once at start. */
@@ -1278,7 +1283,7 @@ static uint32_t connection_cap(uint32_t configured, unsigned workers)
 {
     uint64_t limit = fd_limit();
     uint32_t total = configured ? configured : sv_max_connections_default(limit);
-    uint32_t share = total / workers > 0 ? total / workers : 1;
+    uint32_t share = per_worker(total, workers);
     uint64_t need = (uint64_t)total * SV_FDS_PER_CONN + SV_FD_RESERVE;
     if (configured && need > limit)
         SV_LOG(SV_LOG_WARN, "sv.supervisor", "max_connections %u needs about %" PRIu64 " file "
