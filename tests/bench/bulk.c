@@ -11,8 +11,10 @@
  *                             connect to 127.0.0.1:PORT, write 256 KiB blocks for SECONDS,
  *                             close; print the bytes written. With FIRST, the first FIRST
  *                             bytes (at most 256 KiB) go alone, 50 ms before the blocks.
- *   bulk hold PORT N          open N connections to 127.0.0.1:PORT, write one byte on each,
- *                             print "ready N" and keep them open until stdin closes.
+ *   bulk hold PORT N [DEST]   open N connections to 127.0.0.1:PORT, write one byte on each,
+ *                             print "ready N" and keep them open until stdin closes. With
+ *                             DEST, PORT is a SOCKS5 server (no auth): each connection first
+ *                             asks it to CONNECT to 127.0.0.1:DEST.
  *   bulk relay PORT TO        accept connections on 127.0.0.1:PORT one at a time and copy each
  *                             one way to a new connection to 127.0.0.1:TO: level-triggered
  *                             epoll, reads of 256 KiB, TCP_NODELAY, nothing else (the floor a
@@ -197,11 +199,46 @@ static int run_send(int port, double seconds, size_t first)
     return 0;
 }
 
-static int run_hold(int port, int count)
+/* Read exactly @p n bytes from the blocking @p fd. @return 0, or -1 (EOF or an error). */
+static int read_exact(int fd, unsigned char *buf, size_t n)
+{
+    for (size_t got = 0; got < n;) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* SOCKS5 (RFC 1928), no authentication: ask the server on @p fd to CONNECT to 127.0.0.1:@p
+ * dest. @return 0 once it answered success, -1 otherwise. */
+static int socks_connect(int fd, int dest)
+{
+    unsigned char hello[3] = {5, 1, 0}, req[10] = {5, 1, 0, 1, 127, 0, 0, 1,
+                                                    (unsigned char)(dest >> 8),
+                                                    (unsigned char)dest};
+    unsigned char ans[10];
+    if (write(fd, hello, sizeof hello) != (ssize_t)sizeof hello || read_exact(fd, ans, 2) < 0 ||
+        ans[0] != 5 || ans[1] != 0)
+        return -1;
+    /* the answer to an IPv4 request carries an IPv4 bound address: 10 bytes */
+    if (write(fd, req, sizeof req) != (ssize_t)sizeof req || read_exact(fd, ans, 10) < 0 ||
+        ans[1] != 0)
+        return -1;
+    return 0;
+}
+
+static int run_hold(int port, int count, int socks_dest)
 {
     int opened = 0;
     for (int i = 0; i < count; i++) {
         int fd = dial(port);
+        if (fd >= 0 && socks_dest > 0 && socks_connect(fd, socks_dest) < 0) {
+            close(fd);
+            fd = -1;
+            errno = EPROTO;
+        }
         if (fd < 0) {
             fprintf(stderr, "bulk hold: connection %d: %s\n", i, strerror(errno));
             break;
@@ -258,8 +295,12 @@ static int run_relay(int port, int to_port)
     }
     for (;;) {
         int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK);
-        if (fd < 0)
+        if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
             continue;
+        if (fd < 0) {
+            perror("bulk relay: accept");
+            return 1;
+        }
         int to = dial(to_port);
         if (to >= 0) {
             relay_one(fd, to, buf);
@@ -275,11 +316,11 @@ int main(int argc, char **argv)
         return run_sink(atoi(argv[2]));
     if ((argc == 4 || argc == 5) && strcmp(argv[1], "send") == 0)
         return run_send(atoi(argv[2]), atof(argv[3]), argc == 5 ? (size_t)atol(argv[4]) : 0);
-    if (argc == 4 && strcmp(argv[1], "hold") == 0)
-        return run_hold(atoi(argv[2]), atoi(argv[3]));
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "hold") == 0)
+        return run_hold(atoi(argv[2]), atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 0);
     if (argc == 4 && strcmp(argv[1], "relay") == 0)
         return run_relay(atoi(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: bulk sink PORT | bulk send PORT SECONDS [FIRST] | bulk hold PORT N | "
+    fprintf(stderr, "usage: bulk sink PORT | bulk send PORT SECONDS [FIRST] | bulk hold PORT N [DEST] | "
                     "bulk relay PORT TO\n");
     return 2;
 }

@@ -17,9 +17,9 @@
 #                   BENCH_PEER_VISION_BYTES (1 GB) of TLS 1.3 from its own server on loopback
 #                   (server to client, the direction Xray splices; the other scenarios send
 #                   client to server); Gbit/s is those bytes over the transfer's time (the TLS
-#                   handshakes included), CPU s/GB the server's per those GB. No idle figure:
-#                   bulk.c's hold opens no SOCKS connection (idle, a Vision connection is a
-#                   vless-reality one until its first byte). Also measured for it: the
+#                   handshakes included), CPU s/GB the server's per those GB. Its idle
+#                   connections are opened through the same SOCKS inbound (bulk.c's hold with
+#                   a SOCKS destination), one byte each. Also measured for it: the
 #                   same download through tests/bench/splice_relay.py, a SOCKS5 relay in Python
 #                   that only splices (blocking, one thread per direction): what the kernel
 #                   charges for moving those bytes with no protocol at all ("splice-py", and
@@ -263,6 +263,8 @@ idle_rss() {
         python3 "$HERE/grpc_hold.py" --port "$3" --conns "$CONNS" --uuid "$UUID" \
             --dest-port "$SINK_PORT" --service kt-bench --sni node.test --ca "$T/ca.crt" \
             <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
+    elif [ "$1" = vless-reality-vision ]; then   # through the client's SOCKS inbound
+        "$BULK" hold "$2" "$n" "$SINK_PORT" <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
     else
         "$BULK" hold "$2" "$n" <"$T/hold.in" >"$T/hold.out" 2>"$T/hold.err" &
     fi
@@ -300,7 +302,7 @@ for scen in $SCENARIOS; do
         "${KATEST[@]}" wait-port --port "$FP" --timeout 10 >/dev/null ||
             { note "$scen: the client did not listen"; stop "$CL" "$SRV"; continue; }
         # idle first: after a bulk run the server's heap may still shrink
-        if [ "$CONNS" -gt 0 ] && [ "$scen" != vless-reality-vision ]; then
+        if [ "$CONNS" -gt 0 ]; then
             note "$scen $name: idle connections"
             RSS[$scen/$name]=$(idle_rss "$scen" "$FP" "$SP")
         fi
@@ -362,7 +364,7 @@ echo "Peers (issue 10): katana vs Xray-core and sing-box servers, loopback, one 
      "mux off); ${SECS}s one-way bulk per run; idle test $CONNS connections (vless-grpc-tls:" \
      "grpc_hold.py, one HTTP/2 connection per stream; vless-reality-grpc: 99 streams of the" \
      "client's one connection; vless-reality-vision: $VISION_BYTES bytes of TLS 1.3 downloaded" \
-     "by tls_peer.py through a SOCKS inbound, no idle test); katana workers=$WORKERS; $(nproc) CPUs;" \
+     "by tls_peer.py through a SOCKS inbound, idle connections through it too); katana workers=$WORKERS; $(nproc) CPUs;" \
      "load average $LOAD0 before, $LOAD1 after ($(($(date +%s) - START)) s)"
 printf '%-20s %-10s %10s %12s %14s\n' scenario server "Gbit/s" "CPU s/GB" "RSS KiB/conn"
 for scen in $SCENARIOS; do
