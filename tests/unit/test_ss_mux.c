@@ -210,7 +210,7 @@ static void drive(void *st, const void *creds, const bytes *wire, size_t step, s
             }
             if (scan) /* the same bytes are fed again: the answer waits there */
                 ops->scan_result(st, answer >= 0 ? answer : -1);
-            if (r == 0 && !ops->more(st))
+            if (r == 0 && (ops->more == NULL || !ops->more(st)))
                 break;
             memmove(buf, buf + r, have - (size_t)r);
             have -= (size_t)r;
