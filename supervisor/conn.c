@@ -2011,8 +2011,6 @@ static void sub_client_end(sv_conn *c, uint32_t stream, bool half)
 static bool fx_authenticated(sv_conn *c, const sv_effects *fx, unsigned i)
 {
     const sv_effect *e = &fx->v[i];
-    if (e->trials > 0)
-        sv__ss_count(c->w->shared, e->trials);
     if (c->handler->ops->set_guide != NULL)
         sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
     enum admit_result a = admit(c, e->principal);
@@ -2094,14 +2092,10 @@ static bool fx_close(sv_conn *c, const sv_effect *e, uv_buf_t *iov, unsigned *ni
         }
         break;
     case SV_FX_SCAN:
-        if (e->trials > 0)
-            sv__ss_count(c->w->shared, e->trials);
         if (c->principal == NULL && c->handler->ops->scan != NULL)
             return !scan_elsewhere(c, e); /* paused: process_client keeps the bytes not fed */
         break;
     case SV_FX_ERROR:
-        if (e->trials > 0)
-            sv__ss_count(c->w->shared, e->trials);
         if (!write_remote(c, iov, *niov))
             return false;
         *niov = 0;
@@ -2122,6 +2116,8 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
     for (unsigned i = 0; i < fx->n && !c->closing; i++) {
         const sv_effect *e = &fx->v[i];
         bool go_on = true;
+        if (e->trials > 0) /* issue 13: keys a trial decryption tried, whatever the effect */
+            sv__ss_count(c->w->shared, e->trials);
         switch (e->kind) {
         case SV_FX_AUTHENTICATED:
             go_on = fx_authenticated(c, fx, i);

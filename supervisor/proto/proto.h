@@ -74,9 +74,10 @@ typedef struct sv_effect {
     /** SV_FX_OPEN of a UDP stream: the XUDP GlobalID of its New frame (PROTOCOLS-2.md §5.1);
      *  all zeros = none (never re-attached). */
     uint8_t global_id[8];
-    /** SV_FX_AUTHENTICATED, SV_FX_SCAN, and SV_FX_ERROR before authentication: keys this feed
-     *  tried in a trial decryption (Shadowsocks AEAD, issue 13), 0 when the core looks users
-     *  up. */
+    /** Keys a trial decryption tried (Shadowsocks AEAD, issue 13), told once, on the effect
+     *  that follows it (SV_FX_AUTHENTICATED, SV_FX_SCAN, SV_FX_ERROR; over Mux.Cool also a
+     *  later session's SV_FX_OPEN or End): the runtime sums every effect's, one lookup each.
+     *  0 when the core looks users up. */
     unsigned trials;
 } sv_effect;
 
