@@ -126,3 +126,15 @@ const sv_iphint *sv_iphints_next(const sv_iphints *t, uint64_t now_s, size_t *po
     }
     return NULL;
 }
+
+size_t sv_iphints_keep(sv_iphints *t, bool (*keep)(const sv_iphint *e, void *arg), void *arg)
+{
+    size_t n = t->slots != NULL ? sv_iphints_capacity(t) : 0, dropped = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t->slots[i].expires != 0 && !keep(&t->slots[i], arg)) {
+            memset(&t->slots[i], 0, sizeof t->slots[i]);
+            dropped++;
+        }
+    }
+    return dropped;
+}

@@ -88,4 +88,10 @@ int sv_iphints_put_ip(sv_iphints *t, const uint8_t ip[16], uint64_t now_s, uint6
 const sv_iphint *sv_iphints_next(const sv_iphints *t, uint64_t now_s, size_t *pos,
                                  uint64_t *age_s);
 
+/**
+ * Forget every entry for which @p keep(entry, @p arg) is false (e.g. its user is no longer the
+ * owner's at that index). @return how many were forgotten.
+ */
+size_t sv_iphints_keep(sv_iphints *t, bool (*keep)(const sv_iphint *e, void *arg), void *arg);
+
 #endif

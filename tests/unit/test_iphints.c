@@ -162,6 +162,12 @@ static void hint__bound__oldest_evicted_newest_kept(void **state)
     sv_iphints_deinit(&t);
 }
 
+static bool not_idx_4(const sv_iphint *e, void *arg)
+{
+    (void)arg;
+    return e->idx != 4;
+}
+
 /* A hint put with an age expires that much earlier, never replaces a later one, and the walk
  * gives every live entry once with its age. */
 static void hint__aged_put_and_walk__carried_over(void **state)
@@ -206,6 +212,11 @@ static void hint__aged_put_and_walk__carried_over(void **state)
         }
     }
     assert_int_equal(seen, 3);
+    /* keep: the entries whose user the owner no longer has there are forgotten */
+    assert_int_equal(sv_iphints_keep(&t, not_idx_4, NULL), 1);
+    assert_false(sv_iphints_get(&t, SA(b), 520, &idx, &who));
+    assert_true(sv_iphints_get(&t, SA(a), 520, &idx, &who));
+    assert_int_equal(sv_iphints_put_ip(&t, kb, 500, 40, 4, &tag[4]), 0);
     pos = 0; /* at 561 b has expired */
     assert_non_null(e = sv_iphints_next(&t, 561, &pos, &age));
     assert_memory_equal(e->ip, ka, 16);
