@@ -92,6 +92,8 @@ static void stop(ag_main *am, uint32_t grace_ms)
         return;
     am->stopping = true;
     if (am->sv != NULL) {
+        if (am->exit_code == 0)
+            ag_uplink_save_hints(am->uplink); /* issue 13: known clients for the next start */
         sv_shutdown(am->sv, grace_ms);
         ag_uplink_flush(am->uplink); /* what the last sessions moved goes to the outbox */
         if (am->exit_code == 0)
@@ -111,6 +113,7 @@ static void on_reloaded(void *arg, int status, const sv_error *err)
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err->msg);
     } else {
         ag_uplink_applied(am->uplink, ag_manager_running(am->mgr)); /* now the last good */
+        ag_uplink_restore_hints(am->uplink); /* when the first load did not apply */
         sv_log_threshold = am->pending_level;
         am->grace_s = am->pending_grace;
         SV_LOG(SV_LOG_INFO, MOD, "config reloaded");
@@ -204,6 +207,7 @@ static void on_first_load(void *arg, int status, const sv_error *err)
     }
     if (status == 0) {
         ag_uplink_applied(am->uplink, ag_manager_running(am->mgr));
+        ag_uplink_restore_hints(am->uplink); /* issue 13: the clients known at the last stop */
         SV_LOG(SV_LOG_INFO, MOD, "katana %s running", PACKAGE_VERSION);
     } /* else a stored panel state was refused: the nodes wait for the panel (issue 15) */
     if (am->reload_pending) {

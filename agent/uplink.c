@@ -128,6 +128,7 @@ struct ag_uplink {
     uint64_t cpu_busy, cpu_total; /* /proc/stat at the previous status report */
     pthread_mutex_t snap_lock; /* the REST API's snapshot (issue 4), per uplink (issue 14) */
     snap_state snap;           /* under snap_lock */
+    bool hints_restored;       /* the stored client IP hints went to the supervisor (issue 13) */
 };
 
 static int64_t now_ms(void)
@@ -1901,7 +1902,8 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     u->on_change = on_change;
     u->arg = arg;
     u->flush_s = cfg->db_flush_s > 0 ? cfg->db_flush_s : AG_CONFIG_FLUSH_DEFAULT;
-    int rc = n > 0 ? db_open(cfg->db_path, &u->db, err) : 0;
+    /* with db.path the store opens even for local panels: it keeps the client IP hints */
+    int rc = cfg->db_path != NULL ? db_open(cfg->db_path, &u->db, err) : 0;
     for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
         if (is_machine(&cfg->nodes[i])) {
             rc = machine_prepare(u, &cfg->nodes[i], err);
@@ -2037,6 +2039,45 @@ void ag_uplink_free(ag_uplink *u)
         node_close(u->nodes[u->n - 1]);
     db_close(u->db);
     u->db = NULL;
+}
+
+void ag_uplink_save_hints(ag_uplink *u)
+{
+    if (u == NULL || u->db == NULL || !u->hints_restored)
+        return; /* before the restore: the stored hints are still the ones to keep */
+    sv_ip_hint *v = NULL;
+    long n = sv_hints_export(u->sv, &v);
+    sv_error err = {0};
+    if (n < 0)
+        SV_LOG(SV_LOG_WARN, MOD, "client IP hints not saved: %s", strerror((int)-n));
+    else if (db_hints_save(u->db, v, (size_t)n, now_ms(), &err) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "client IP hints not saved: %s", err.msg);
+    else
+        SV_LOG(SV_LOG_INFO, MOD, "saved %ld client IP hints for the next start", n);
+    free(v);
+}
+
+void ag_uplink_restore_hints(ag_uplink *u)
+{
+    if (u == NULL || u->hints_restored)
+        return;
+    u->hints_restored = true;
+    if (u->db == NULL)
+        return;
+    sv_ip_hint *v = NULL;
+    size_t n = 0;
+    sv_error err = {0};
+    if (db_hints_take(u->db, now_ms(), &v, &n, &err) != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "client IP hints not restored: %s", err.msg);
+        return;
+    }
+    long given = n > 0 ? sv_hints_import(u->sv, v, n) : 0;
+    if (given < 0)
+        SV_LOG(SV_LOG_WARN, MOD, "client IP hints not restored: %s", strerror((int)-given));
+    else if (n > 0)
+        SV_LOG(SV_LOG_INFO, MOD, "restored %ld of %zu client IP hints saved at the last stop",
+               given, n);
+    free(v);
 }
 
 /* ---------------------------------------------------------------------------------------- */
