@@ -228,8 +228,13 @@ static bool path_served(const grpc_creds *cr, const uint8_t *p, size_t n)
  * list, and the CLOSE of every session and stream at most (a step starts only when none is
  * held, see stream_run). */
 #define GRPC_DEFER_MAX (SV_EFFECTS_MAX + GRPC_STREAMS_MAX + GRPC_STREAMS_CAP)
-#define GRPC_STREAM_WINDOW (512 * 1024)
-#define GRPC_CONN_WINDOW (4 * 1024 * 1024)
+/* Receive windows: nghttp2 sends a WINDOW_UPDATE once half a window was received (and every
+ * byte received counts as taken: the runtime's own bound is the TCP read it stops), so their
+ * size sets how often one leaves, each a record and a write of its own towards the client;
+ * 512 KiB meant one per 256 KiB of upload. Memory is not theirs to bound: a stream's input
+ * holds at most one client read, as before. */
+#define GRPC_STREAM_WINDOW (8 * 1024 * 1024)
+#define GRPC_CONN_WINDOW (16 * 1024 * 1024)
 /* Most data bytes of one Mux.Cool Keep frame towards the client (see grpc_frame). */
 #define GRPC_MUX_DATA_MAX 8192u
 
@@ -247,7 +252,7 @@ typedef struct grpc_stream {
     bool mux;               /* its inner core said Mux.Cool: its sessions are the sub-flows */
     sv_gun_decoder dec;
     uint8_t *in;            /* decoded data not yet consumed by the inner core */
-    size_t in_len, in_off;
+    size_t in_len, in_off, in_cap;
     uint8_t *q;             /* gun-framed response bytes nghttp2 has not taken */
     size_t q_len, q_off;
     _Alignas(max_align_t) uint8_t inner[];
@@ -272,6 +277,7 @@ typedef struct grpc_state {
     int64_t now;
     grpc_stream **streams;
     unsigned n_streams;
+    uintptr_t recv_at, recv_end; /* the bytes nghttp2 reads in this feed(), or 0 */
     uint8_t *out; /* nghttp2 output not yet handed out: out[out_off .. out_len) */
     size_t out_off, out_len, out_cap;
     sv_effects *fx;                       /* effects of the current feed(), or NULL */
@@ -311,7 +317,7 @@ static void streams_sweep(grpc_state *st)
         if (s->in != NULL && s->in_off == s->in_len) { /* an idle stream holds no buffer */
             free(s->in);
             s->in = NULL;
-            s->in_off = s->in_len = 0;
+            s->in_off = s->in_len = s->in_cap = 0;
         }
         if (s->finished) {
             st->streams[i] = st->streams[--st->n_streams];
@@ -771,12 +777,22 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id, const u
         s->in_len -= s->in_off;
         s->in_off = 0;
     }
-    uint8_t *grown = realloc(s->in, s->in_len + len);
-    if (grown == NULL) {
-        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
-        return 0;
+    if (s->in_len + len > s->in_cap) {
+        /* room for the rest of the client's bytes at once (a stream's data is never more):
+         * one allocation per stream and read, not one copy per DATA frame; in_trim() gives
+         * back what was not used */
+        size_t cap = s->in_len + len;
+        uintptr_t at = (uintptr_t)data;
+        if (at >= st->recv_at && at < st->recv_end && st->recv_end - at > len)
+            cap = s->in_len + (size_t)(st->recv_end - at);
+        uint8_t *grown = realloc(s->in, cap);
+        if (grown == NULL) {
+            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+            return 0;
+        }
+        s->in = grown;
+        s->in_cap = cap;
     }
-    s->in = grown;
     ssize_t k = sv_gun_decode(&s->dec, data, len, s->in + s->in_len);
     if (k < 0) {
         stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
@@ -826,6 +842,28 @@ static int session_open(grpc_state *st, const grpc_creds *cr)
         nghttp2_session_set_local_window_size(st->h2, NGHTTP2_FLAG_NONE, 0, GRPC_CONN_WINDOW) != 0)
         return -ENOMEM;
     return 0;
+}
+
+/* After nghttp2 read a feed's bytes: each stream's input buffer keeps only its bytes (the
+ * room on_data_chunk made for the rest of the read goes back; shrinking moves nothing). */
+static void in_trim(grpc_state *st)
+{
+    for (unsigned i = 0; i < st->n_streams; i++) {
+        grpc_stream *s = st->streams[i];
+        if (s->in == NULL || s->in_cap == s->in_len)
+            continue;
+        if (s->in_len == 0) { /* only gun headers came */
+            free(s->in);
+            s->in = NULL;
+            s->in_off = s->in_cap = 0;
+            continue;
+        }
+        uint8_t *shrunk = realloc(s->in, s->in_len);
+        if (shrunk != NULL) {
+            s->in = shrunk;
+            s->in_cap = s->in_len;
+        }
+    }
 }
 
 /* Collect what nghttp2 has to send into st->out. @return 0 or -ENOMEM / -EPROTO. */
@@ -923,7 +961,11 @@ static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, s
      * that effects point into. Otherwise the runtime calls again at once (more()). */
     size_t used = 0;
     if (fx->n == 0 && st->n_defer == 0 && !backlog(st)) {
+        st->recv_at = (uintptr_t)p;
+        st->recv_end = (uintptr_t)(p + n);
         ssize_t r = nghttp2_session_mem_recv(st->h2, p, n);
+        st->recv_at = st->recv_end = 0;
+        in_trim(st);
         if (r < 0) {
             st->fx = NULL;
             return fail(st, fx, -EPROTO);
