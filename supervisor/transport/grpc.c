@@ -5,7 +5,9 @@
  * fed to the stream's own inner core; the inner effects are passed up tagged with the HTTP/2
  * stream ID, the inner core's bytes for the client are gun-framed into the stream's response.
  * Whatever nghttp2 has to send (settings, acks, window updates, responses, trailers) leaves as
- * SV_FX_TO_CLIENT from feed() or as the output of frame() / frame_end().
+ * SV_FX_TO_CLIENT from feed() or as the output of frame() / frame_end(); a response's DATA
+ * frames are written by on_send_data straight from the stream's queue (NGHTTP2_DATA_FLAG_NO_COPY:
+ * no copy through nghttp2's own buffer).
  */
 #include "config.h"
 
@@ -675,15 +677,59 @@ static ssize_t on_data_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
         return 0;
     }
-    size_t k = have < length ? have : length;
-    memcpy(buf, s->q + s->q_off, k);
-    s->q_off += k;
+    (void)buf; /* on_send_data copies the bytes from s->q straight to the output */
+    *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    return (ssize_t)(have < length ? have : length);
+}
+
+/* Room for @p k more bytes of output at st->out + st->out_len. @return false without memory. */
+static bool out_room(grpc_state *st, size_t k)
+{
+    if (st->out_len + k <= st->out_cap)
+        return true;
+    size_t cap = st->out_cap ? st->out_cap : 16384;
+    while (cap < st->out_len + k)
+        cap *= 2;
+    uint8_t *g = realloc(st->out, cap);
+    if (g == NULL)
+        return false;
+    st->out = g;
+    st->out_cap = cap;
+    return true;
+}
+
+/* A DATA frame on_data_read let go of (NGHTTP2_DATA_FLAG_NO_COPY): its header, then @p length
+ * bytes of the stream's response queue, written once, straight into the output (nghttp2 calls
+ * this in order among the frames drain_h2 collects). */
+static int on_send_data(nghttp2_session *h2, nghttp2_frame *f, const uint8_t *framehd,
+                        size_t length, nghttp2_data_source *src, void *ud)
+{
+    grpc_state *st = ud;
+    grpc_stream *s = stream_of(st, f->hd.stream_id);
+    size_t pad = f->data.padlen; /* 0: no padding callback is set */
+    (void)h2;
+    (void)src;
+    if (s == NULL || s->q_len - s->q_off < length)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (!out_room(st, 9 + pad + length))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    uint8_t *w = st->out + st->out_len;
+    memcpy(w, framehd, 9);
+    w += 9;
+    if (pad > 0)
+        *w++ = (uint8_t)(pad - 1);
+    memcpy(w, s->q + s->q_off, length);
+    w += length;
+    if (pad > 1)
+        memset(w, 0, pad - 1);
+    st->out_len += 9 + pad + length;
+    s->q_off += length;
     if (s->q_off == s->q_len) { /* an idle stream holds no buffer */
         free(s->q);
         s->q = NULL;
         s->q_off = s->q_len = 0;
     }
-    return (ssize_t)k;
+    return 0;
 }
 
 static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
@@ -830,6 +876,7 @@ static int session_open(grpc_state *st, const grpc_creds *cr)
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_send_data_callback(cb, on_send_data);
     int rc = nghttp2_session_server_new(&st->h2, cb, st);
     nghttp2_session_callbacks_del(cb);
     if (rc != 0)
@@ -876,16 +923,8 @@ static int drain_h2(grpc_state *st)
             return -EPROTO;
         if (n == 0)
             return 0;
-        if (st->out_len + (size_t)n > st->out_cap) {
-            size_t cap = st->out_cap ? st->out_cap : 16384;
-            while (cap < st->out_len + (size_t)n)
-                cap *= 2;
-            uint8_t *g = realloc(st->out, cap);
-            if (g == NULL)
-                return -ENOMEM;
-            st->out = g;
-            st->out_cap = cap;
-        }
+        if (!out_room(st, (size_t)n))
+            return -ENOMEM;
         memcpy(st->out + st->out_len, p, (size_t)n);
         st->out_len += (size_t)n;
     }
