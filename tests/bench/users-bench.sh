@@ -4,7 +4,11 @@
 # file of N users. Per N (BENCH_USERS, default "1 1000 50000 1000000"):
 #  - first apply: from `katana run` to the first successful apply (katana_applies_total),
 #    reading and parsing the file included; peak RSS (VmHWM) on the way;
-#  - RSS once applied, and RSS per user above the 1-user node (goal: at most 200 bytes);
+#  - RSS once applied, and RSS per user above the 1-user node (goal: at most 200 bytes), from
+#    the anonymous part of RSS (RssAnon: heap and anonymous maps, where every per-user byte
+#    lives); the file-backed rest is the binary's and the libraries' pages, shared with other
+#    processes and resident as far as the page cache and fault-around map them, which depends on
+#    the host, not on the users;
 #  - a reload that changes one user's key (SIGHUP to the second apply) while a real ss-tunnel client of
 #    the last user holds a connection; the flow must still be listed after it (kept 1/1).
 # "cpu" columns: CPU time of the control loop's thread (from the start, resp. during the reload),
@@ -101,10 +105,10 @@ for n in $SIZES; do
     apply_ms=$(($(now_ms) - t0))
     apply_cpu=$(cpu_ms "$SRV")
     sleep 1
-    rss=$(kib "$SRV" VmRSS); peak=$(kib "$SRV" VmHWM)
-    [ -n "$BASE_KIB" ] || BASE_KIB=$rss
+    rss=$(kib "$SRV" VmRSS); peak=$(kib "$SRV" VmHWM); anon=$(kib "$SRV" RssAnon)
+    [ -n "$BASE_KIB" ] || BASE_KIB=$anon
     per_user=-
-    [ "$n" -gt 1 ] && per_user=$(((rss - BASE_KIB) * 1024 / n))
+    [ "$n" -gt 1 ] && per_user=$(((anon - BASE_KIB) * 1024 / n))
     reload_ms=- reload_cpu=- kept=-
     if [ "$n" -gt 1 ]; then
         bg "$T/tunnel.log" ss-tunnel -s 127.0.0.1 -p "$sp" -b 127.0.0.1 -l "$tp" \
