@@ -1966,11 +1966,13 @@ static void store_pair(up_node *nd)
         SV_LOG(SV_LOG_WARN, MOD, "node %s: last good state not stored: %s", nd->tag, err.msg);
         return; /* tried again after the next apply */
     }
-    nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
     for (int k = 0; k < 2; k++) { /* stored: the held state is what runs */
+        if (nd->unstored[k] && nd->pushed[k] == NULL)
+            pn_forget_body(nd->client, (enum pn_body_kind)k); /* the store has it (issue 13) */
         free(nd->pushed[k]);
         nd->pushed[k] = NULL;
     }
+    nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
 }
 
 void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
