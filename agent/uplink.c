@@ -20,6 +20,9 @@
 #include "supervisor/util/log.h"
 
 #define MOD "ag.uplink"
+/* every body a panel may send can be stored as the last good state (issue 13: 1 000 000 users) */
+_Static_assert(DB_BODY_MAX >= PN_BODY_MAX, "the store refuses bodies the panel clients take");
+
 #define INTERVAL_DEFAULT 60u   /* s, PANEL.md §1.4 base_config defaults */
 #define BACKOFF_FIRST_MS 1000u
 #define BACKOFF_MAX_MS 300000u
