@@ -70,7 +70,7 @@ typedef struct up_node {
     int handles;         /* timers still closing */
     pn_client *client;
     pn_node node;     /* the panel's latest node settings (what the node manager is offered) */
-    pn_users users;   /* the panel's latest user list */
+    pn_users users;   /* the panel's latest user list (its uuids shed once it runs: held_refill) */
     bool has_node, has_users;
     bool unstored[2]; /* per pn_body_kind: a body was pulled that the store does not hold yet */
     char *pushed[2];  /* per pn_body_kind: the body of a state pushed over the channel since the
