@@ -24,9 +24,9 @@
 #define CHUNK_SLOTS 1024u
 
 /* Principals come from chunks of CHUNK_SLOTS slots (a malloc block each was 64 bytes for 48,
- * issue 13 "Limits that refuse real panels"; now 32): a freed slot goes on a free list (poisoned under
- * ASan, so a use after the last unref is still caught), slots past `used` are not touched yet,
- * and all chunks are freed when the last principal is. */
+ * issue 13 "Limits that refuse real panels"; a principal is now 32): a freed slot goes on a free
+ * list (poisoned under ASan, so a use after the last unref is still caught), slots past `used`
+ * are not touched yet, and all chunks are freed when the last principal is. */
 typedef struct chunk {
     struct chunk *next;
     size_t used; /* slots handed out at least once */
