@@ -4,7 +4,7 @@
 # file of N users. Per N (BENCH_USERS, default "1 1000 50000 1000000"):
 #  - first apply: from `katana run` to the first successful apply (katana_applies_total),
 #    reading and parsing the file included; peak RSS (VmHWM) on the way;
-#  - RSS once applied, and RSS per user above the 1-user node (goal: at most 200 bytes), from
+#  - RSS once applied and settled, and RSS per user above the 1-user node (goal: at most 200 bytes), from
 #    the anonymous part of RSS (RssAnon: heap and anonymous maps, where every per-user byte
 #    lives); the file-backed rest is the binary's and the libraries' pages, shared with other
 #    processes and resident as far as the page cache and fault-around map them, which depends on
@@ -129,7 +129,16 @@ EOF
     fi
     apply_ms=$(($(now_ms) - t0))
     apply_cpu=$(cpu_ms "$SRV")
+    # settled: what follows an apply (the uplink's store of the last good state, its trim) is
+    # done once RssAnon stops falling, read each second (at most 30 s)
     sleep 1
+    anon=$(kib "$SRV" RssAnon)
+    for _ in $(seq 1 30); do
+        sleep 1
+        next=$(kib "$SRV" RssAnon)
+        [ "$next" -lt "$anon" ] || break
+        anon=$next
+    done
     rss=$(kib "$SRV" VmRSS); peak=$(kib "$SRV" VmHWM); anon=$(kib "$SRV" RssAnon)
     [ -n "$BASE_KIB" ] || BASE_KIB=$anon
     per_user=-
