@@ -536,6 +536,9 @@ int db_state_put_pair(db_store *d, const char *node, const db_state_body *config
         rc = exec(d, "COMMIT", err);
     if (rc != 0)
         rollback(d);
+    /* a users body of a large panel went through the page cache (up to its 2 MB): give those
+     * pages back, the body is on disk now (issue 13, memory per user) */
+    sqlite3_db_release_memory(d->h);
     return rc;
 }
 
@@ -581,6 +584,7 @@ int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **
     else
         rc = fail(d, err, -EIO, "read state");
     sqlite3_finalize(st);
+    sqlite3_db_release_memory(d->h); /* as after db_state_put_pair: the body is copied out */
     return rc;
 }
 

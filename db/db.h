@@ -23,7 +23,7 @@
 #include "supervisor/util/usage.h"
 
 #define DB_SCHEMA_VERSION 3       /**< the version the migrations bring a file to */
-#define DB_BODY_MAX (32u << 20)   /**< largest stored panel body (= PN_BODY_MAX) */
+#define DB_BODY_MAX (256u << 20)  /**< largest stored panel body (= PN_BODY_MAX) */
 #define DB_KEY_MAX 256u           /**< bytes of a node key or an ETag */
 
 typedef struct db_store db_store;

@@ -469,6 +469,20 @@ static void db__state__stores_body_and_etag_per_node_and_kind(void **state)
     memset(longkey, 'k', sizeof longkey - 1);
     longkey[sizeof longkey - 1] = '\0';
     assert_int_equal(db_state_put(d, longkey, DB_STATE_USERS, NULL, "{}", 2, 1, &err), -EINVAL);
+    /* issue 13: a users body of a large panel (40 MiB, ~400 000 users; 32 MiB was the limit
+     * while panels may send 256) is stored and read back */
+    size_t big = 40u << 20;
+    char *huge = malloc(big);
+    assert_non_null(huge);
+    memset(huge, ' ', big);
+    huge[0] = '{';
+    huge[big - 1] = '}';
+    assert_int_equal(db_state_put(d, "a", DB_STATE_USERS, NULL, huge, big, 3, &err), 0);
+    assert_int_equal(db_state_get(d, "a", DB_STATE_USERS, &etag, &body, &len, &err), 0);
+    assert_int_equal(len, big);
+    assert_memory_equal(body, huge, big);
+    free(body);
+    free(huge);
     db_close(d);
 }
 
