@@ -183,6 +183,14 @@ typedef struct sv_proto_ops {
      * unconsumed rest of its input, which may be empty, even when feed() returned 0.
      */
     bool (*more)(const void *state);
+    /**
+     * Optional: bytes of stream @p stream's output the core holds because the client's flow
+     * control does not let them go yet (gRPC: the HTTP/2 windows). The runtime stops reading
+     * that stream's outbound while more than SV_SUB_QUEUED_HIGH are held, and reads it again
+     * once a feed() (which may carry the client's window update) brings it under
+     * SV_SUB_QUEUED_LOW. 0 for a stream the core does not know.
+     */
+    size_t (*queued)(void *state, uint32_t stream);
 
     /**
      * Frame @p len bytes (> 0) from stream @p stream's outbound for the client into @p out.

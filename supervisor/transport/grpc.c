@@ -1075,6 +1075,16 @@ static grpc_stream *target(grpc_state *st, uint32_t id, uint32_t *key, grpc_sub 
     return s != NULL && !s->mux ? s : NULL;
 }
 
+/* proto.h queued: the stream's response bytes that HTTP/2 flow control holds (the Mux.Cool
+ * sessions of one stream share its queue). */
+static size_t grpc_queued(void *state, uint32_t stream)
+{
+    uint32_t key;
+    grpc_sub *sub;
+    grpc_stream *s = target(state, stream, &key, &sub);
+    return s != NULL && !s->dead ? s->q_len - s->q_off : 0;
+}
+
 static ssize_t grpc_frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
                           size_t len, uint8_t *out, size_t cap)
 {
@@ -1186,6 +1196,7 @@ const sv_proto_ops sv_grpc_ops = {
     .feed = grpc_feed,
     .carry_max = sizeof h2_preface,
     .more = grpc_more,
+    .queued = grpc_queued,
     .frame = grpc_frame,
     .frame_max = grpc_frame_max,
     .frame_datagram = grpc_frame_datagram,
