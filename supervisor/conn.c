@@ -621,10 +621,10 @@ static bool flush_chain(sv_conn *c)
 }
 
 /* Keep @p len bytes for the client behind the write in flight (on_client_written sends them
- * next), at most @p max in all. @return false when the connection was closed. */
-static bool client_more_add(sv_conn *c, const uint8_t *p, size_t len, size_t max)
+ * next), at most SV_CLIENT_MORE_MAX in all. @return false when the connection was closed. */
+static bool client_more_add(sv_conn *c, const uint8_t *p, size_t len)
 {
-    if (c->client_more_len + len > max) {
+    if (c->client_more_len + len > SV_CLIENT_MORE_MAX) {
         conn_close(c); /* a client that does not read */
         return false;
     }
@@ -648,14 +648,14 @@ static bool write_client_chain(sv_conn *c, const uint8_t *p, size_t len)
     size_t off = 0;
     while (off < len) {
         if (c->client_more_len > 0) /* in order: behind what already waits */
-            return client_more_add(c, p + off, len - off, SV_CLIENT_MORE_MAX);
+            return client_more_add(c, p + off, len - off);
         ssize_t a = sv_chain_wrap(&c->chain, p + off, len - off);
         if (a < 0) {
             conn_close(c);
             return false;
         }
         if (a == 0 && c->writing_client)
-            return client_more_add(c, p + off, len - off, SV_CLIENT_MORE_MAX);
+            return client_more_add(c, p + off, len - off);
         off += (size_t)a;
         if (!flush_chain(c))
             return false;
@@ -668,7 +668,7 @@ static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
     if (c->chain.n > 0)
         return write_client_chain(c, wire, len);
     if (c->writing_client) /* behind a write in flight: on_client_written sends it next */
-        return client_more_add(c, wire, len, SV_SEALED_MAX);
+        return client_more_add(c, wire, len);
     uv_buf_t b = uv_buf_init((char *)wire, (unsigned)len);
     sv_meter_add(&c->sess->wire->down, len);
     return write_side(c, &b, 1);

@@ -47,9 +47,9 @@
  *  for the client's flow control (proto.h queued), and reads again under the low mark */
 #define SV_SUB_QUEUED_HIGH (512u * 1024u)
 #define SV_SUB_QUEUED_LOW (128u * 1024u)
-/** Most bytes for the client kept behind a write in flight under transport layers: what a
- *  core's flow-control backlog may release at once (SV_SUB_QUEUED_HIGH and a read per stream)
- *  for a client that reads; past it the client is taken as one that does not */
+/** Most bytes for the client kept behind a write in flight (a multiplexed connection's End
+ *  frames; what a core's flow-control backlog, SV_SUB_QUEUED_HIGH and a read per stream, may
+ *  release at once): past it the client is taken as one that does not read */
 #define SV_CLIENT_MORE_MAX (8u * 1024u * 1024u)
 /** Per-worker read buffer: one plain TCP read, either side. 256 KiB (issue 13): a bulk relay
  *  makes a quarter of the reads, writes and loop turns per GB that 64 KiB made, and carries a
