@@ -96,6 +96,8 @@ static void stop(ag_main *am, uint32_t grace_ms)
         return;
     am->stopping = true;
     if (am->sv != NULL) {
+        if (am->exit_code == 0)
+            ag_uplink_save_hints(am->uplink); /* issue 13: known clients for the next start */
         sv_shutdown(am->sv, grace_ms);
         ag_uplink_flush(am->uplink); /* what the last sessions moved goes to the outbox */
         if (am->exit_code == 0)
@@ -116,6 +118,7 @@ static void on_reloaded(void *arg, int status, const sv_error *err)
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err->msg);
     } else {
         ag_uplink_applied(am->uplink, ag_manager_running(am->mgr)); /* now the last good */
+        ag_uplink_restore_hints(am->uplink); /* when the first load did not apply */
         sv_log_threshold = am->pending_level;
         am->grace_s = am->pending_grace;
         SV_LOG(SV_LOG_INFO, MOD, "config reloaded");
@@ -231,6 +234,7 @@ static void on_first_load(void *arg, int status, const sv_error *err)
     }
     if (status == 0) {
         ag_uplink_applied(am->uplink, ag_manager_running(am->mgr));
+        ag_uplink_restore_hints(am->uplink); /* issue 13: the clients known at the last stop */
         SV_LOG(SV_LOG_INFO, MOD, "katana %s running", PACKAGE_VERSION);
     } /* else a stored panel state was refused: the nodes wait for the panel (issue 15) */
     if (am->reload_pending) {
@@ -483,10 +487,7 @@ static int check_local(const ag_config *cfg, sv_error *err)
         if (cfg->nodes[i].listen != NULL)
             rc = check_listen_ip(cfg->nodes[i].listen, what, err);
     }
-    bool store = false; /* run opens it for a remote panel's outbox */
-    for (size_t i = 0; i < cfg->n_nodes; i++)
-        store |= cfg->nodes[i].panel.type != AG_PANEL_LOCAL;
-    if (rc != 0 || cfg->db_path == NULL || !store)
+    if (rc != 0 || cfg->db_path == NULL) /* run opens the store whenever db.path is set */
         return rc;
     const char *slash = strrchr(cfg->db_path, '/');
     char dir[4096];

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,9 @@
 #include "supervisor/util/log.h"
 
 #define MOD "ag.uplink"
+/* every body a panel may send can be stored as the last good state (issue 13: 1 000 000 users) */
+_Static_assert(DB_BODY_MAX >= PN_BODY_MAX, "the store refuses bodies the panel clients take");
+
 #define INTERVAL_DEFAULT 60u   /* s, PANEL.md §1.4 base_config defaults */
 #define BACKOFF_FIRST_MS 1000u
 #define BACKOFF_MAX_MS 300000u
@@ -69,7 +73,7 @@ typedef struct up_node {
     int handles;         /* timers still closing */
     pn_client *client;
     pn_node node;     /* the panel's latest node settings (what the node manager is offered) */
-    pn_users users;   /* the panel's latest user list */
+    pn_users users;   /* the panel's latest user list (its uuids shed once it runs: held_refill) */
     bool has_node, has_users;
     bool unstored[2]; /* per pn_body_kind: a body was pulled that the store does not hold yet */
     char *pushed[2];  /* per pn_body_kind: the body of a state pushed over the channel since the
@@ -136,6 +140,7 @@ struct ag_uplink {
     uint64_t cpu_busy, cpu_total; /* /proc/stat at the previous status report */
     pthread_mutex_t snap_lock; /* the REST API's snapshot (issue 4), per uplink (issue 14) */
     snap_state snap;           /* under snap_lock */
+    bool hints_restored;       /* the stored client IP hints went to the supervisor (issue 13) */
 };
 
 static int64_t now_ms(void)
@@ -1027,6 +1032,38 @@ static void ev_resync(void *arg, const sv_error *why)
     pull_now(nd);
 }
 
+/* Issue 13: once the list the uplink holds runs, its uuids are dropped (pn_users_shed, ids and
+ * limits kept): the supervisor's running user set of the node, lowered from that very list, holds
+ * them as its secrets, in the same order. Refill them from there before the list is edited (a
+ * pushed delta); pn_users_restore() checks the result against the list's digest. -ESTALE when
+ * the running set is not that list any more, -ENOMEM. */
+static int held_refill(up_node *nd)
+{
+    if (!nd->users.shed)
+        return 0;
+    const sv_user_set *set = sv_running_user_set(nd->u->sv, nd->tag);
+    size_t n = nd->users.n;
+    if (set == NULL || set->n_users != n || (n > 0 && nd->users.users == NULL))
+        return -ESTALE;
+    pn_users cand = {0};
+    int rc = 0;
+    if (n > 0 && (cand.users = calloc(n, sizeof *cand.users)) == NULL)
+        return -ENOMEM;
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        cand.users[k] = nd->users.users[k]; /* id and limits; its uuid is NULL */
+        cand.n = k + 1;
+        if (set->users[k].id != cand.users[k].id)
+            rc = -ESTALE;
+        else if ((cand.users[k].uuid = strdup(set->users[k].secret != NULL
+                                                  ? set->users[k].secret : "")) == NULL)
+            rc = -ENOMEM;
+    }
+    if (rc == 0)
+        rc = pn_users_restore(&nd->users, &cand);
+    pn_users_free(&cand);
+    return rc;
+}
+
 /* Apply a delta to a copy of the held list: add replaces a user with the same id or appends;
  * remove must name held users. -ENOENT (a removed id not held), -ENOMEM. */
 static int delta_apply(const pn_users *held, const pn_users *add, const uint64_t *remove,
@@ -1082,10 +1119,14 @@ static void ev_delta(void *arg, const pn_users *add, const uint64_t *remove, siz
     pn_users next;
     uint64_t bad = 0;
     sv_error err = {0};
-    int rc = nd->has_users ? delta_apply(&nd->users, add, remove, n_remove, &next, &bad)
-                           : -EAGAIN;
+    int rc = !nd->has_users ? -EAGAIN : held_refill(nd);
+    if (rc == 0)
+        rc = delta_apply(&nd->users, add, remove, n_remove, &next, &bad);
     if (rc != 0) {
-        if (rc == -ENOENT)
+        if (rc == -ESTALE)
+            sv_error_set(&err, rc, "node channel: user delta not applied (the running users "
+                         "are not the list held): pulling everything");
+        else if (rc == -ENOENT)
             sv_error_set(&err, rc, "node channel: user delta removes user %" PRIu64 ", not "
                          "held: pulling everything", bad);
         else
@@ -1929,7 +1970,8 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     u->on_change = on_change;
     u->arg = arg;
     u->flush_s = cfg->db_flush_s > 0 ? cfg->db_flush_s : AG_CONFIG_FLUSH_DEFAULT;
-    int rc = n > 0 ? db_open(cfg->db_path, &u->db, err) : 0;
+    /* with db.path the store opens even for local panels: it keeps the client IP hints */
+    int rc = cfg->db_path != NULL ? db_open(cfg->db_path, &u->db, err) : 0;
     if (rc != 0) { /* name the setting: "db.path: /x/katana.db.lock: No such file ..." */
         sv_error inner = *err;
         sv_error_set(err, rc, "db.path: %s", inner.msg);
@@ -1998,11 +2040,16 @@ static void store_pair(up_node *nd)
         SV_LOG(SV_LOG_WARN, MOD, "node %s: last good state not stored: %s", nd->tag, err.msg);
         return; /* tried again after the next apply */
     }
-    nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
     for (int k = 0; k < 2; k++) { /* stored: the held state is what runs */
+        if (nd->unstored[k] && nd->pushed[k] == NULL)
+            pn_forget_body(nd->client, (enum pn_body_kind)k); /* the store has it (issue 13) */
         free(nd->pushed[k]);
         nd->pushed[k] = NULL;
     }
+    nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
+    /* the body, the store's page cache and the shed uuids were freed after the apply's trim
+     * (agent/node.c on_loaded): give their pages back too (issue 13) */
+    malloc_trim(0);
 }
 
 void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
@@ -2018,6 +2065,9 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
             !pn_node_equal(&st->node, &nd->node) || !pn_users_equal(&st->users, &nd->users))
             continue;
         nd->from_store = false;
+        /* it runs: the supervisor holds the uuids (held_refill gets them back; issue 13); shed
+         * before the store, whose trim gives their pages back */
+        (void)pn_users_shed(&nd->users, true);
         if (nd->unstored[PN_BODY_CONFIG] || nd->unstored[PN_BODY_USERS])
             store_pair(nd);
     }
@@ -2069,6 +2119,45 @@ void ag_uplink_free(ag_uplink *u)
         node_close(u->nodes[u->n - 1]);
     db_close(u->db);
     u->db = NULL;
+}
+
+void ag_uplink_save_hints(ag_uplink *u)
+{
+    if (u == NULL || u->db == NULL || !u->hints_restored)
+        return; /* before the restore: the stored hints are still the ones to keep */
+    sv_ip_hint *v = NULL;
+    long n = sv_hints_export(u->sv, &v);
+    sv_error err = {0};
+    if (n < 0)
+        SV_LOG(SV_LOG_WARN, MOD, "client IP hints not saved: %s", strerror((int)-n));
+    else if (db_hints_save(u->db, v, (size_t)n, now_ms(), &err) != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "client IP hints not saved: %s", err.msg);
+    else
+        SV_LOG(SV_LOG_INFO, MOD, "saved %ld client IP hints for the next start", n);
+    free(v);
+}
+
+void ag_uplink_restore_hints(ag_uplink *u)
+{
+    if (u == NULL || u->hints_restored)
+        return;
+    u->hints_restored = true;
+    if (u->db == NULL)
+        return;
+    sv_ip_hint *v = NULL;
+    size_t n = 0;
+    sv_error err = {0};
+    if (db_hints_take(u->db, now_ms(), &v, &n, &err) != 0) {
+        SV_LOG(SV_LOG_WARN, MOD, "client IP hints not restored: %s", err.msg);
+        return;
+    }
+    long given = n > 0 ? sv_hints_import(u->sv, v, n) : 0;
+    if (given < 0)
+        SV_LOG(SV_LOG_WARN, MOD, "client IP hints not restored: %s", strerror((int)-given));
+    else if (n > 0)
+        SV_LOG(SV_LOG_INFO, MOD, "restored %ld of %zu client IP hints saved at the last stop",
+               given, n);
+    free(v);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -129,6 +129,22 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running);
 size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why);
 
 /**
+ * Graceful stop (SIGTERM, SIGINT; issue 13 "Shadowsocks AEAD with many users"): save the
+ * supervisor's client IP hints (sv_hints_export) in the store, replacing those saved before, so
+ * that the next start knows its returning clients. Call it before sv_shutdown(). Nothing without
+ * a store (no db.path), or before ag_uplink_restore_hints() ran (the stored ones stay). A store
+ * error is logged.
+ */
+void ag_uplink_save_hints(ag_uplink *u);
+
+/**
+ * The first load applied (issue 13): give the hints saved at the last graceful stop to the
+ * supervisor (sv_hints_import; those of removed users or expired are dropped there) and delete
+ * them from the store. Once per process: later calls do nothing. Errors are logged.
+ */
+void ag_uplink_restore_hints(ag_uplink *u);
+
+/**
  * Take the supervisor's usage and write it to the outbox (one transaction per node). On a store
  * error the bytes stay in memory and are written by the next flush.
  * @return 0 or the store's error.

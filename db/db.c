@@ -102,6 +102,14 @@ static const char *const migrations[] = {
     " batch INTEGER NOT NULL DEFAULT 0);" /* 0 = not yet part of a report */
     "CREATE UNIQUE INDEX audit_pair ON audit_outbox(node, uid, rule);"
     "CREATE INDEX audit_by_batch ON audit_outbox(batch);",
+    /* 3 (issue 13): the client IP hints of the last graceful stop, until the next start */
+    "CREATE TABLE ip_hints ("
+    " inbound TEXT NOT NULL,"
+    " ip BLOB NOT NULL," /* 16 bytes: IPv6 or IPv4-mapped */
+    " uid INTEGER NOT NULL,"
+    " age_s INTEGER NOT NULL," /* at saved_ms */
+    " saved_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (inbound, ip));",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
@@ -528,6 +536,9 @@ int db_state_put_pair(db_store *d, const char *node, const db_state_body *config
         rc = exec(d, "COMMIT", err);
     if (rc != 0)
         rollback(d);
+    /* a users body of a large panel went through the page cache (up to its 2 MB): give those
+     * pages back, the body is on disk now (issue 13, memory per user) */
+    sqlite3_db_release_memory(d->h);
     return rc;
 }
 
@@ -573,6 +584,7 @@ int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **
     else
         rc = fail(d, err, -EIO, "read state");
     sqlite3_finalize(st);
+    sqlite3_db_release_memory(d->h); /* as after db_state_put_pair: the body is copied out */
     return rc;
 }
 
@@ -737,4 +749,87 @@ int db_audit_pending(db_store *d, const char *node, db_audit_row **out, size_t *
     if (rc != 0)
         return rc;
     return audit_read(d, node, -1, out, n, err);
+}
+
+int db_hints_save(db_store *d, const sv_ip_hint *v, size_t n, int64_t now_ms, sv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = exec(d, "BEGIN IMMEDIATE", err);
+    if (rc == 0)
+        rc = exec(d, "DELETE FROM ip_hints", err);
+    if (rc == 0 && sqlite3_prepare_v2(d->h, "INSERT OR REPLACE INTO ip_hints (inbound, ip, uid,"
+                                      " age_s, saved_ms) VALUES (?1, ?2, ?3, ?4, ?5)", -1, &st,
+                                      NULL) != SQLITE_OK)
+        rc = fail(d, err, -EIO, "prepare");
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_text(st, 1, v[i].inbound, -1, SQLITE_STATIC);
+        sqlite3_bind_blob(st, 2, v[i].ip, sizeof v[i].ip, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)v[i].user);
+        sqlite3_bind_int64(st, 4, v[i].age_s);
+        sqlite3_bind_int64(st, 5, now_ms);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            rc = fail(d, err, -EIO, "hint insert");
+    }
+    sqlite3_finalize(st);
+    if (rc == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0)
+        rollback(d);
+    return rc;
+}
+
+int db_hints_take(db_store *d, int64_t now_ms, sv_ip_hint **out, size_t *n, sv_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    sv_ip_hint *v = NULL;
+    size_t k = 0, cap = 0;
+    int rc = exec(d, "BEGIN IMMEDIATE", err);
+    if (rc == 0 && sqlite3_prepare_v2(d->h, "SELECT inbound, ip, uid, age_s, saved_ms FROM"
+                                      " ip_hints", -1, &st, NULL) != SQLITE_OK)
+        rc = fail(d, err, -EIO, "prepare");
+    int step = SQLITE_DONE;
+    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *tag = (const char *)sqlite3_column_text(st, 0);
+        const void *ip = sqlite3_column_blob(st, 1);
+        int64_t age = sqlite3_column_int64(st, 3), saved = sqlite3_column_int64(st, 4);
+        if (now_ms > saved) /* the time katana was down counts */
+            age += (now_ms - saved) / 1000;
+        if (tag == NULL || strlen(tag) > SV_TAG_MAX || ip == NULL ||
+            sqlite3_column_bytes(st, 1) != 16 || age < 0 || age >= SV_IP_HINT_TTL_S)
+            continue; /* expired (or not one this version wrote) */
+        if (k == cap) {
+            size_t c = cap ? 2 * cap : 256;
+            sv_ip_hint *g = realloc(v, c * sizeof *g);
+            if (g == NULL) {
+                rc = sv_error_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            v = g;
+            cap = c;
+        }
+        sv_ip_hint *h = &v[k++];
+        memset(h, 0, sizeof *h);
+        snprintf(h->inbound, sizeof h->inbound, "%s", tag);
+        memcpy(h->ip, ip, 16);
+        h->user = (uint64_t)sqlite3_column_int64(st, 2);
+        h->age_s = (uint32_t)age;
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = fail(d, err, -EIO, "hint read");
+    sqlite3_finalize(st);
+    if (rc == 0)
+        rc = exec(d, "DELETE FROM ip_hints", err);
+    if (rc == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0) {
+        rollback(d);
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *n = k;
+    return 0;
 }

@@ -22,8 +22,8 @@
 #include "supervisor/util/err.h"
 #include "supervisor/util/usage.h"
 
-#define DB_SCHEMA_VERSION 2       /**< the version the migrations bring a file to */
-#define DB_BODY_MAX (32u << 20)   /**< largest stored panel body (= PN_BODY_MAX) */
+#define DB_SCHEMA_VERSION 3       /**< the version the migrations bring a file to */
+#define DB_BODY_MAX (256u << 20)  /**< largest stored panel body (= PN_BODY_MAX) */
 #define DB_KEY_MAX 256u           /**< bytes of a node key or an ETag */
 
 typedef struct db_store db_store;
@@ -201,5 +201,28 @@ void db_audit_batch_free(db_audit_batch *b);
  */
 int db_audit_pending(db_store *d, const char *node, db_audit_row **out, size_t *n,
                      sv_error *err);
+
+/*
+ * Client IP hints (issue 13 "Shadowsocks AEAD with many users"): the supervisor's client IP ->
+ * user hints saved at a graceful stop (sv_hints_export) and taken back after the first apply of
+ * the next start (sv_hints_import), so that returning clients are not all never-seen after a
+ * restart. Bounded by the export: at most SV_IP_HINTS_PER_INBOUND rows per inbound. A crash saves
+ * none.
+ */
+
+/**
+ * Replace the stored hints by @p v (n rows) in one transaction.
+ * @param now_ms  wall clock in ms: each row's age_s is counted from it
+ * @return 0 or -EIO (the stored hints are left as they were).
+ */
+int db_hints_save(db_store *d, const sv_ip_hint *v, size_t n, int64_t now_ms, sv_error *err);
+
+/**
+ * Read the stored hints and delete them, in one transaction: each row's age grows by the time
+ * since it was saved (to @p now_ms); rows as old as SV_IP_HINT_TTL_S are left out.
+ * @param out  malloc'ed array (NULL when none) for the caller to free()
+ * @return 0, -ENOMEM or -EIO (nothing deleted).
+ */
+int db_hints_take(db_store *d, int64_t now_ms, sv_ip_hint **out, size_t *n, sv_error *err);
 
 #endif

@@ -147,6 +147,11 @@ typedef struct pn_client_ops {
      *  valid until the next fetch of that kind ends or the client is freed; NULL when none. */
     const char *(*last_body)(pn_client *c, enum pn_body_kind kind, size_t *len,
                              const char **etag);
+    /** Drop the body last_body() gives for @p kind, keeping its ETag: the caller stored it
+     *  (issue 13: a users body is about 90 bytes per user, held for nothing once stored); from
+     *  then on last_body() gives NULL for @p kind until the next PN_OK fetch. Optional: a
+     *  client that needs its body (e.g. to build another from it) leaves it NULL or keeps it. */
+    void (*forget_body)(pn_client *c, enum pn_body_kind kind);
     /** Parse a body of @p kind that an earlier last_body() returned (from the store after a
      *  restart) into @p node (PN_BODY_CONFIG) or @p users (PN_BODY_USERS), as a fetch would.
      *  0, -EINVAL (err set), -EMSGSIZE or -ENOMEM; the output is zeroed on failure. */
@@ -184,6 +189,13 @@ static inline int pn_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
 static inline int pn_set_etag(pn_client *c, enum pn_body_kind kind, const char *etag)
 {
     return c->ops->set_etag != NULL ? c->ops->set_etag(c, kind, etag) : 0;
+}
+
+/** ops->forget_body when the client has it (see there); nothing otherwise. */
+static inline void pn_forget_body(pn_client *c, enum pn_body_kind kind)
+{
+    if (c->ops->forget_body != NULL)
+        c->ops->forget_body(c, kind);
 }
 
 /** ops->last_body, or NULL for a client that keeps no body. */

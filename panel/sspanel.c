@@ -1343,6 +1343,17 @@ static const char *ss_last_body(pn_client *c, enum pn_body_kind kind, size_t *le
     return node ? s->combined : s->good[kind].body;
 }
 
+/* The users body only: the info body is kept, combined with the detect rules (build_combined). */
+static void ss_forget_body(pn_client *c, enum pn_body_kind kind)
+{
+    pn_sspanel *s = (pn_sspanel *)c;
+    if (kind != PN_BODY_USERS)
+        return;
+    free(s->good[kind].body);
+    s->good[kind].body = NULL;
+    s->good[kind].len = 0;
+}
+
 static int ss_parse_body(pn_client *c, enum pn_body_kind kind, const char *body, size_t len,
                          pn_node *node, pn_users *users, sv_error *err)
 {
@@ -1433,6 +1444,7 @@ static const pn_client_ops sspanel_ops = {
     .report_detect = ss_report_detect,
     .set_etag = ss_set_etag,
     .last_body = ss_last_body,
+    .forget_body = ss_forget_body,
     .parse_body = ss_parse_body,
     .requests = ss_requests,
     .free = ss_free,

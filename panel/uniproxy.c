@@ -486,6 +486,7 @@ static int up_parse_body(pn_client *c, enum pn_body_kind kind, const char *body,
 }
 static const char *up_last_body(pn_client *c, enum pn_body_kind kind, size_t *len,
                                 const char **etag);
+static void up_forget_body(pn_client *c, enum pn_body_kind kind);
 
 static const pn_client_ops uniproxy_ops = {
     .type = "uniproxy",
@@ -497,6 +498,7 @@ static const pn_client_ops uniproxy_ops = {
     .fetch_alivelist = up_fetch_alivelist,
     .set_etag = up_set_etag,
     .last_body = up_last_body,
+    .forget_body = up_forget_body,
     .parse_body = up_parse_body,
     .requests = up_requests,
     .free = up_free,
@@ -614,4 +616,12 @@ static const char *up_last_body(pn_client *c, enum pn_body_kind kind, size_t *le
     if (etag != NULL)
         *etag = u->good[kind].etag;
     return u->good[kind].body;
+}
+
+static void up_forget_body(pn_client *c, enum pn_body_kind kind)
+{
+    pn_uniproxy *u = (pn_uniproxy *)c;
+    free(u->good[kind].body);
+    u->good[kind].body = NULL;
+    u->good[kind].len = 0;
 }

@@ -1023,6 +1023,11 @@ static const char *xb_last_body(pn_client *c, enum pn_body_kind kind, size_t *le
     return pn_last_body(((pn_xboard *)c)->rest, kind, len, etag);
 }
 
+static void xb_forget_body(pn_client *c, enum pn_body_kind kind)
+{
+    pn_forget_body(((pn_xboard *)c)->rest, kind);
+}
+
 static int xb_parse_body(pn_client *c, enum pn_body_kind kind, const char *body, size_t len,
                          pn_node *node, pn_users *users, sv_error *err)
 {
@@ -1053,6 +1058,7 @@ static const pn_client_ops xboard_ops = {
     .fetch_alivelist = xb_fetch_alivelist,
     .set_etag = xb_set_etag,
     .last_body = xb_last_body,
+    .forget_body = xb_forget_body,
     .parse_body = xb_parse_body,
     .requests = xb_requests,
     .watch = xb_watch,

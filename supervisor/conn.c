@@ -83,6 +83,7 @@ typedef struct sv_conn {
     bool paced_up : 1, paced_down : 1; /**< in debt: that side stopped reading until pace_timer
                                             fires */
     bool subs_paced : 1;  /**< some sub-flows stopped reading until pace_timer fires */
+    bool subs_blocked : 1; /**< some sub-flows stopped reading until the core's queue drains */
     bool no_splice : 1;   /**< the kernel relay is not possible for this connection */
     sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
@@ -111,6 +112,7 @@ static bool flush_chain(sv_conn *c);
 static void on_handshake_timeout(uv_timer_t *t);
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 static void subs_read(sv_conn *c, bool on);
+static void subs_unblock(sv_conn *c);
 static void subs_resume(sv_conn *c);
 static void subs_close(sv_conn *c);
 static void paused_end(sv_conn *c);
@@ -618,18 +620,42 @@ static bool flush_chain(sv_conn *c)
     return client_write_queued(c, rest);
 }
 
+/* Keep @p len bytes for the client behind the write in flight (on_client_written sends them
+ * next), at most @p max in all. @return false when the connection was closed. */
+static bool client_more_add(sv_conn *c, const uint8_t *p, size_t len, size_t max)
+{
+    if (c->client_more_len + len > max) {
+        conn_close(c); /* a client that does not read */
+        return false;
+    }
+    uint8_t *grown = realloc(c->client_more, c->client_more_len + len);
+    if (grown == NULL) {
+        conn_close(c);
+        return false;
+    }
+    memcpy(grown + c->client_more_len, p, len);
+    c->client_more = grown;
+    c->client_more_len += len;
+    return true;
+}
+
 /* Bytes towards the client through the transport chain. A remote read (at most
- * SV_TLS_PLAIN_READ bytes) fits the layers' empty output queues whole; queues that are still
- * full mean a client that does not read, and the connection ends. */
+ * SV_TLS_PLAIN_READ bytes) fits the layers' empty output queues whole; what a full queue does
+ * not take while a write is in flight waits behind it (a core's flow-control backlog that the
+ * client's window update let go at once, gRPC), up to SV_CLIENT_MORE_MAX. */
 static bool write_client_chain(sv_conn *c, const uint8_t *p, size_t len)
 {
     size_t off = 0;
     while (off < len) {
+        if (c->client_more_len > 0) /* in order: behind what already waits */
+            return client_more_add(c, p + off, len - off, SV_CLIENT_MORE_MAX);
         ssize_t a = sv_chain_wrap(&c->chain, p + off, len - off);
-        if (a < 0 || (a == 0 && c->writing_client)) {
+        if (a < 0) {
             conn_close(c);
             return false;
         }
+        if (a == 0 && c->writing_client)
+            return client_more_add(c, p + off, len - off, SV_CLIENT_MORE_MAX);
         off += (size_t)a;
         if (!flush_chain(c))
             return false;
@@ -641,21 +667,8 @@ static bool write_client(sv_conn *c, uint8_t *wire, size_t len)
 {
     if (c->chain.n > 0)
         return write_client_chain(c, wire, len);
-    if (c->writing_client) { /* behind a write in flight: on_client_written sends it next */
-        if (c->client_more_len + len > SV_SEALED_MAX) {
-            conn_close(c); /* a client that does not read */
-            return false;
-        }
-        uint8_t *grown = realloc(c->client_more, c->client_more_len + len);
-        if (grown == NULL) {
-            conn_close(c);
-            return false;
-        }
-        memcpy(grown + c->client_more_len, wire, len);
-        c->client_more = grown;
-        c->client_more_len += len;
-        return true;
-    }
+    if (c->writing_client) /* behind a write in flight: on_client_written sends it next */
+        return client_more_add(c, wire, len, SV_SEALED_MAX);
     uv_buf_t b = uv_buf_init((char *)wire, (unsigned)len);
     sv_meter_add(&c->sess->wire->down, len);
     return write_side(c, &b, 1);
@@ -1635,6 +1648,8 @@ struct sv_subflow {
     bool half;      /* client_done by a half-close: the outbound is shut down, not closed */
     bool shut;      /* its outbound was half-closed */
     bool paced;     /* its outbound's reading waits for pace_timer (issue 12) */
+    bool blocked;   /* its outbound's reading waits for the core's queue for it to drain
+                       (proto.h queued: the client's flow control) */
     bool paused;    /* reading the client stopped for its held bytes (SUB_HELD_PAUSE) */
     uint8_t *out;   /* the write in flight */
     uint8_t *held;  /* bytes waiting for the dial or for the write in flight */
@@ -1826,13 +1841,19 @@ static void sub_read(void *owner, ssize_t n, const uv_buf_t *buf)
         s->ob.ops->read(&s->ob, false);
     }
     c->last_active = uv_now(&c->w->loop);
-    ssize_t len = c->handler->ops->frame(c->state, c->handler->creds, s->stream,
-                                         (const uint8_t *)buf->base, (size_t)n, c->w->sealed,
-                                         sizeof c->w->sealed);
-    if (len < 0)
+    const sv_proto_ops *ops = c->handler->ops;
+    ssize_t len = ops->frame(c->state, c->handler->creds, s->stream, (const uint8_t *)buf->base,
+                             (size_t)n, c->w->sealed, sizeof c->w->sealed);
+    if (len < 0) {
         conn_close(c);
-    else
-        write_client(c, c->w->sealed, (size_t)len);
+        return;
+    }
+    if (write_client(c, c->w->sealed, (size_t)len) && !c->closing && ops->queued != NULL &&
+        ops->queued(c->state, s->stream) > SV_SUB_QUEUED_HIGH) {
+        s->blocked = true; /* its client's window is shut: this stream alone waits */
+        c->subs_blocked = true;
+        s->ob.ops->read(&s->ob, false);
+    }
 }
 
 static const sv_ob_stream_events sub_events = {sub_connected, sub_alloc, sub_read, sub_written,
@@ -1843,8 +1864,30 @@ static const sv_ob_stream_events sub_events = {sub_connected, sub_alloc, sub_rea
 static void subs_read(sv_conn *c, bool on)
 {
     for (unsigned i = 0; i < c->n_subs; i++)
-        if (c->subs[i]->connected && c->subs[i]->assoc == NULL && !(on && c->subs[i]->paced))
+        if (c->subs[i]->connected && c->subs[i]->assoc == NULL &&
+            !(on && (c->subs[i]->paced || c->subs[i]->blocked)))
             c->subs[i]->ob.ops->read(&c->subs[i]->ob, on);
+}
+
+/* After a feed(): the blocked sub-flows whose queue in the core drained read again. */
+static void subs_unblock(sv_conn *c)
+{
+    const sv_proto_ops *ops = c->handler->ops;
+    bool still = false;
+    for (unsigned i = 0; i < c->n_subs; i++) {
+        sv_subflow *s = c->subs[i];
+        if (!s->blocked)
+            continue;
+        if (ops->queued(c->state, s->stream) > SV_SUB_QUEUED_LOW) {
+            still = true;
+            continue;
+        }
+        s->blocked = false;
+        if (s->connected && s->assoc == NULL && !s->paced && !c->writing_client &&
+            !c->paced_down)
+            s->ob.ops->read(&s->ob, true);
+    }
+    c->subs_blocked = still;
 }
 
 /* The user's debt is paid: the sub-flows that waited read again (issue 12). */
@@ -1856,7 +1899,8 @@ static void subs_resume_paced(sv_conn *c)
         if (!s->paced)
             continue;
         s->paced = false;
-        if (s->connected && s->assoc == NULL && !c->writing_client && !c->paced_down)
+        if (s->connected && s->assoc == NULL && !s->blocked && !c->writing_client &&
+            !c->paced_down)
             s->ob.ops->read(&s->ob, true);
     }
 }
@@ -2011,8 +2055,6 @@ static void sub_client_end(sv_conn *c, uint32_t stream, bool half)
 static bool fx_authenticated(sv_conn *c, const sv_effects *fx, unsigned i)
 {
     const sv_effect *e = &fx->v[i];
-    if (e->trials > 0)
-        sv__ss_count(c->w->shared, e->trials);
     if (c->handler->ops->set_guide != NULL)
         sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
     enum admit_result a = admit(c, e->principal);
@@ -2094,14 +2136,10 @@ static bool fx_close(sv_conn *c, const sv_effect *e, uv_buf_t *iov, unsigned *ni
         }
         break;
     case SV_FX_SCAN:
-        if (e->trials > 0)
-            sv__ss_count(c->w->shared, e->trials);
         if (c->principal == NULL && c->handler->ops->scan != NULL)
             return !scan_elsewhere(c, e); /* paused: process_client keeps the bytes not fed */
         break;
     case SV_FX_ERROR:
-        if (e->trials > 0)
-            sv__ss_count(c->w->shared, e->trials);
         if (!write_remote(c, iov, *niov))
             return false;
         *niov = 0;
@@ -2122,6 +2160,8 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
     for (unsigned i = 0; i < fx->n && !c->closing; i++) {
         const sv_effect *e = &fx->v[i];
         bool go_on = true;
+        if (e->trials > 0) /* issue 13: keys a trial decryption tried, whatever the effect */
+            sv__ss_count(c->w->shared, e->trials);
         switch (e->kind) {
         case SV_FX_AUTHENTICATED:
             go_on = fx_authenticated(c, fx, i);
@@ -2186,6 +2226,8 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             break;
         off += (size_t)r;
     }
+    if (c->subs_blocked && !c->closing)
+        subs_unblock(c);
     if (c->closing || c->draining || !write_remote(c, iov, niov))
         return;
     if (!keep_carry(c, data + off, len - off))

@@ -355,16 +355,102 @@ void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
         *order = &l->order;
 }
 
+/* Set up @p l's hint table at its first use (a zeroed listener). */
+static void hints_ready(sv_wlistener *l)
+{
+    if (l->hints.n_sets != 0)
+        return;
+    uint64_t seed = uv_hrtime() ^ (uint64_t)(uintptr_t)l;
+    (void)RAND_bytes((unsigned char *)&seed, sizeof seed); /* on failure: the clock's */
+    sv_iphints_init(&l->hints, SV_HINTS_MAX, SV_HINT_TTL_S, seed);
+}
+
 void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx)
 {
-    if (h->n_users < 2 || idx < 0 || (size_t)idx >= h->n_users)
-        return;
-    if (l->hints.n_sets == 0) { /* first use: a zeroed listener */
-        uint64_t seed = uv_hrtime() ^ (uint64_t)(uintptr_t)l;
-        (void)RAND_bytes((unsigned char *)&seed, sizeof seed); /* on failure: the clock's */
-        sv_iphints_init(&l->hints, SV_HINTS_MAX, SV_HINT_TTL_S, seed);
-    }
+    if (h != l->handler || h->n_users < 2 || idx < 0 || (size_t)idx >= h->n_users)
+        return; /* an older handler's principal could outlive the next check (sv__wl_swapped) */
+    hints_ready(l);
     (void)sv_iphints_put(&l->hints, client, uv_now(&l->w->loop) / 1000, idx, h->principals[idx]);
+}
+
+/* Does @p e still name the user at its index of the handler @p arg? */
+static bool hint_admitted(const sv_iphint *e, void *arg)
+{
+    const sv_handler *h = arg;
+    return e->idx >= 0 && (size_t)e->idx < h->n_users && h->principals[e->idx] == e->who;
+}
+
+void sv__wl_swapped(sv_wlistener *l)
+{
+    (void)sv_iphints_keep(&l->hints, hint_admitted, l->handler);
+}
+
+void sv__hints_export_worker(sv_worker *w, sv_hints_out *out)
+{
+    uint64_t now = uv_now(&w->loop) / 1000;
+    pthread_mutex_lock(&out->mu);
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &w->listeners) {
+        sv_wlistener *l = sv_container_of(pos, sv_wlistener, link);
+        const sv_handler *h = l->handler;
+        const sv_iphint *e;
+        size_t at = 0;
+        uint64_t age;
+        while (!out->closed && h != NULL && (e = sv_iphints_next(&l->hints, now, &at, &age))) {
+            if (!hint_admitted(e, (void *)h))
+                continue; /* a user the handler no longer admits there */
+            if (out->n == out->cap) {
+                size_t cap = out->cap ? 2 * out->cap : 256;
+                sv_ip_hint *v = realloc(out->v, cap * sizeof *v);
+                if (v == NULL) {
+                    out->short_of_memory = true;
+                    break;
+                }
+                out->v = v;
+                out->cap = cap;
+            }
+            sv_ip_hint *r = &out->v[out->n++];
+            memset(r, 0, sizeof *r);
+            snprintf(r->inbound, sizeof r->inbound, "%s", h->tag);
+            memcpy(r->ip, e->ip, 16);
+            r->user = h->principals[e->idx]->id;
+            r->age_s = (uint32_t)age;
+        }
+    }
+    out->answered++;
+    pthread_cond_broadcast(&out->cv);
+    pthread_mutex_unlock(&out->mu);
+}
+
+void sv__hints_import_listener(sv_wlistener *l, const sv_handler *h, const sv_hints_in *in)
+{
+    if (l->handler != h || h->n_users < 2)
+        return; /* swapped meanwhile: its users' indexes may differ */
+    hints_ready(l);
+    uint64_t now = uv_now(&l->w->loop) / 1000;
+    for (size_t i = 0; i < in->n; i++) {
+        const sv_hint_row *r = &in->rows[i];
+        if (r->idx >= 0 && (size_t)r->idx < h->n_users)
+            (void)sv_iphints_put_ip(&l->hints, r->ip, now, r->age_s, r->idx,
+                                    h->principals[r->idx]);
+    }
+}
+
+void sv__hints_release(sv_hints_out *out, sv_hints_in *in)
+{
+    if (in != NULL && atomic_fetch_sub(&in->refs, 1) == 1)
+        free(in);
+    if (out == NULL)
+        return;
+    pthread_mutex_lock(&out->mu);
+    bool last = --out->refs == 0;
+    pthread_mutex_unlock(&out->mu);
+    if (!last)
+        return;
+    pthread_cond_destroy(&out->cv);
+    pthread_mutex_destroy(&out->mu);
+    free(out->v);
+    free(out);
 }
 
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version)

@@ -20,20 +20,13 @@
 #define SLOT_UNPOISON(p) ((void)(p))
 #endif
 
-/* A user-set tag shared by that set's principals, counted by them. */
-struct sv_principal_set {
-    size_t refs;
-    sv_principal_set *next;
-    char tag[];
-};
-
 #define BUCKETS_MIN 1024u
 #define CHUNK_SLOTS 1024u
 
 /* Principals come from chunks of CHUNK_SLOTS slots (a malloc block each was 64 bytes for 48,
- * issue 13 "Limits that refuse real panels"): a freed slot goes on a free list (poisoned under
- * ASan, so a use after the last unref is still caught), slots past `used` are not touched yet,
- * and all chunks are freed when the last principal is. */
+ * issue 13 "Limits that refuse real panels"; a principal is now 32): a freed slot goes on a free
+ * list (poisoned under ASan, so a use after the last unref is still caught), slots past `used`
+ * are not touched yet, and all chunks are freed when the last principal is. */
 typedef struct chunk {
     struct chunk *next;
     size_t used; /* slots handed out at least once */
@@ -45,7 +38,6 @@ typedef struct chunk {
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static sv_principal **reg;
 static size_t reg_buckets, reg_count;
-static sv_principal_set *sets;
 static chunk *chunks;           /* newest first: slots are bumped from the head */
 static sv_principal *free_slots; /* chained through `next` */
 
@@ -94,37 +86,6 @@ static size_t bucket_of(uint64_t id, size_t buckets)
     return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 32) & (buckets - 1);
 }
 
-/* The interned set for @p tag with one more reference, or NULL when out of memory. */
-static sv_principal_set *set_acquire(const char *tag)
-{
-    for (sv_principal_set *s = sets; s != NULL; s = s->next)
-        if (strcmp(s->tag, tag) == 0) {
-            s->refs++;
-            return s;
-        }
-    size_t len = strlen(tag);
-    sv_principal_set *s = malloc(sizeof *s + len + 1);
-    if (s == NULL)
-        return NULL;
-    s->refs = 1;
-    memcpy(s->tag, tag, len + 1);
-    s->next = sets;
-    sets = s;
-    return s;
-}
-
-static void set_release(sv_principal_set *s)
-{
-    if (--s->refs > 0)
-        return;
-    for (sv_principal_set **pp = &sets; *pp != NULL; pp = &(*pp)->next)
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
-    free(s);
-}
-
 /* Make room for one more principal. @return false when the first table cannot be allocated
  * (a failed growth keeps the old table: longer chains, still correct). */
 static bool reg_reserve(void)
@@ -148,13 +109,13 @@ static bool reg_reserve(void)
     return true;
 }
 
-/* The registered principal for (@p tag, @p id, @p fp) with one more reference, or NULL. */
-static sv_principal *reg_find(const char *tag, uint64_t id, const uint8_t *fp)
+/* The registered principal for (@p id, @p fp) with one more reference, or NULL. */
+static sv_principal *reg_find(uint64_t id, uint64_t fp)
 {
     if (reg == NULL)
         return NULL;
     for (sv_principal *p = reg[bucket_of(id, reg_buckets)]; p != NULL; p = p->next) {
-        if (p->id != id || strcmp(p->set->tag, tag) != 0 || memcmp(p->fp, fp, SV_PRINCIPAL_FP))
+        if (p->id != id || p->fp != fp)
             continue;
         int r = atomic_load(&p->refs);
         /* a principal whose last reference is being dropped is not revived */
@@ -166,20 +127,16 @@ static sv_principal *reg_find(const char *tag, uint64_t id, const uint8_t *fp)
     return NULL;
 }
 
-/* A new registered principal for (@p tag, @p user, @p fp) with one reference, or NULL. */
-static sv_principal *reg_insert(const char *tag, const sv_user *user, const uint8_t *fp)
+/* A new registered principal for (@p user, @p fp) with one reference, or NULL. */
+static sv_principal *reg_insert(const sv_user *user, uint64_t fp)
 {
     sv_principal *p = reg_reserve() ? slot_alloc() : NULL;
     if (p == NULL)
         return NULL;
-    if ((p->set = set_acquire(tag)) == NULL) {
-        slot_free(p);
-        return NULL;
-    }
     atomic_init(&p->refs, 1);
     atomic_init(&p->device_limit, user->device_limit);
     p->id = user->id;
-    memcpy(p->fp, fp, SV_PRINCIPAL_FP);
+    p->fp = fp;
     size_t b = bucket_of(p->id, reg_buckets);
     p->next = reg[b];
     reg[b] = p;
@@ -198,17 +155,23 @@ static void sha256_fetch(void)
     sha256_ctx = EVP_MD_CTX_new();
 }
 
-/* The fingerprint of @p secret into @p fp (SV_PRINCIPAL_FP bytes). Under reg_mu. */
-static bool fingerprint(const char *secret, uint8_t *fp)
+/* The fingerprint of (@p tag, @p secret) into @p fp: the first 64 bits of SHA-256 over the tag's
+ * length (8 bytes, little-endian), the tag and the secret. Under reg_mu. */
+static bool fingerprint(const char *tag, const char *secret, uint64_t *fp)
 {
-    uint8_t digest[EVP_MAX_MD_SIZE];
+    uint8_t digest[EVP_MAX_MD_SIZE], len[8];
     unsigned digest_len = 0;
+    size_t tag_len = strlen(tag);
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)((uint64_t)tag_len >> (8 * i));
     if (sha256_fetched == NULL || sha256_ctx == NULL ||
         EVP_DigestInit_ex2(sha256_ctx, sha256_fetched, NULL) != 1 ||
+        EVP_DigestUpdate(sha256_ctx, len, sizeof len) != 1 ||
+        EVP_DigestUpdate(sha256_ctx, tag, tag_len) != 1 ||
         EVP_DigestUpdate(sha256_ctx, secret, strlen(secret)) != 1 ||
-        EVP_DigestFinal_ex(sha256_ctx, digest, &digest_len) != 1 || digest_len < SV_PRINCIPAL_FP)
+        EVP_DigestFinal_ex(sha256_ctx, digest, &digest_len) != 1 || digest_len < sizeof *fp)
         return false;
-    memcpy(fp, digest, SV_PRINCIPAL_FP);
+    memcpy(fp, digest, sizeof *fp);
     return true;
 }
 
@@ -216,16 +179,15 @@ sv_principal *sv_principal_acquire(const char *set, const sv_user *user)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, sha256_fetch);
-    uint8_t fp[SV_PRINCIPAL_FP];
-    const char *tag = set != NULL ? set : "";
+    uint64_t fp;
     sv_principal *p = NULL;
     pthread_mutex_lock(&reg_mu);
-    if (fingerprint(user->secret != NULL ? user->secret : "", fp)) {
-        p = reg_find(tag, user->id, fp);
+    if (fingerprint(set != NULL ? set : "", user->secret != NULL ? user->secret : "", &fp)) {
+        p = reg_find(user->id, fp);
         if (p != NULL)
             atomic_store(&p->device_limit, user->device_limit);
         else
-            p = reg_insert(tag, user, fp);
+            p = reg_insert(user, fp);
     }
     pthread_mutex_unlock(&reg_mu);
     return p;
@@ -251,7 +213,6 @@ void sv_principal_unref(sv_principal *p)
             reg_count--;
             break;
         }
-    set_release(p->set);
     slot_free(p);
     pthread_mutex_unlock(&reg_mu);
 }

@@ -14,19 +14,17 @@
 
 #include "supervisor/supervisor.h"
 
-#define SV_PRINCIPAL_FP 16 /**< bytes of a secret's fingerprint (SHA-256, truncated) */
-
 typedef struct sv_principal sv_principal;
-typedef struct sv_principal_set sv_principal_set;
 
-/* 48 bytes: a node may hold SV_USERS_MAX of them (issue 13 "Limits that refuse real panels":
+/* 32 bytes: a node may hold SV_USERS_MAX of them (issue 13 "Limits that refuse real panels":
  * at most 200 bytes of RSS per idle user in all). */
 struct sv_principal {
     _Atomic int refs;
     _Atomic uint32_t device_limit;  /**< sv_user.device_limit, updated in place (0 = unlimited) */
     uint64_t id;                    /**< frontend id (sv_user.id) */
-    sv_principal_set *set;          /**< the interned tag of its user set (one per tag) */
-    uint8_t fp[SV_PRINCIPAL_FP];    /**< of the secret: a new secret is a new principal */
+    /** SHA-256 of the user set's tag and the secret, its first 64 bits: a new secret, or the
+     *  same user in another set, is a new principal (no tag kept per principal) */
+    uint64_t fp;
     sv_principal *next;             /**< registry chain (under the registry lock) */
 };
 

@@ -43,6 +43,14 @@
  * response header and a chunk's overhead (up to 97 bytes) per 2 KiB-16 KiB of payload.
  */
 #define SV_SEALED_MAX (SV_SCRATCH + 16384)
+/** A sub-flow's outbound stops being read while the core holds more than this for it, waiting
+ *  for the client's flow control (proto.h queued), and reads again under the low mark */
+#define SV_SUB_QUEUED_HIGH (512u * 1024u)
+#define SV_SUB_QUEUED_LOW (128u * 1024u)
+/** Most bytes for the client kept behind a write in flight under transport layers: what a
+ *  core's flow-control backlog may release at once (SV_SUB_QUEUED_HIGH and a read per stream)
+ *  for a client that reads; past it the client is taken as one that does not */
+#define SV_CLIENT_MORE_MAX (8u * 1024u * 1024u)
 /** Per-worker read buffer: one plain TCP read, either side. 256 KiB (issue 13): a bulk relay
  *  makes a quarter of the reads, writes and loop turns per GB that 64 KiB made, and carries a
  *  chunk split by a read boundary a quarter as often. */
@@ -201,7 +209,12 @@ enum sv_msg_kind {
     SV_MSG_PUBLISH_PLANE,      /**< plane (ref moves) */
     SV_MSG_SET_OWN_ADDRS,      /**< own_addrs (ref moves): the node's own addresses (issue 15) */
     SV_MSG_EXIT,               /**< close everything and leave the loop */
+    SV_MSG_HINTS_EXPORT,       /**< hints_out: add this worker's hints (issue 13) */
+    SV_MSG_HINTS_IMPORT,       /**< id, handler and hints_in (refs move): put them in its table */
 };
+
+typedef struct sv_hints_out sv_hints_out;
+typedef struct sv_hints_in sv_hints_in;
 
 typedef struct sv_msg {
     enum sv_msg_kind kind;
@@ -211,6 +224,8 @@ typedef struct sv_msg {
     sv_plane *plane;
     sv_addrset *own_addrs;
     bool revoke;
+    sv_hints_out *hints_out; /**< SV_MSG_HINTS_EXPORT (a reference) */
+    sv_hints_in *hints_in;   /**< SV_MSG_HINTS_IMPORT (a reference) */
     sv_list link;
 } sv_msg;
 
@@ -376,8 +391,55 @@ struct sv_wlistener {
     const void *order_of;      /**< the credential table @p order was built for, or NULL */
 };
 
-#define SV_HINTS_MAX 4096      /**< client IPs remembered per worker and listener (issue 13) */
-#define SV_HINT_TTL_S 3600     /**< a client IP's user is forgotten after this without a login */
+#define SV_HINTS_MAX SV_IP_HINTS_PER_INBOUND /**< client IPs remembered per worker and listener
+                                                 (issue 13) */
+#define SV_HINT_TTL_S SV_IP_HINT_TTL_S /**< a client IP's user is forgotten after this without a
+                                            login */
+
+/* ---- hints across a restart (issue 13: sv_hints_export, sv_hints_import) ------------------- */
+
+/** Where the workers add their hints for sv_hints_export(): shared by the caller and each
+ *  message posted, freed by the last reference (sv__hints_release). */
+struct sv_hints_out {
+    pthread_mutex_t mu;  /**< guards everything below; cv: a worker answered */
+    pthread_cond_t cv;
+    unsigned refs;       /**< the caller's and each message's not yet handled */
+    unsigned answered;   /**< workers that added theirs */
+    bool closed;         /**< the caller took the result: later answers add nothing */
+    bool short_of_memory; /**< a worker could not add all of its hints */
+    sv_ip_hint *v;       /**< malloc'ed, grown by the workers */
+    size_t n, cap;
+};
+
+/** One hint for a listener's tables: its user by index in the message's handler. */
+typedef struct sv_hint_row {
+    uint8_t ip[16];
+    int32_t idx;
+    uint32_t age_s;
+} sv_hint_row;
+
+/** The hints for one listener, shared (read-only) by the messages to every worker. */
+struct sv_hints_in {
+    _Atomic unsigned refs;
+    size_t n;
+    sv_hint_row rows[];
+};
+
+/**
+ * Add every live hint of @p w's listeners whose user the listener's handler still admits (same
+ * index, same principal) to @p out, as (inbound tag, IP, user id, age); sets short_of_memory
+ * when not all fit. Worker thread (SV_MSG_HINTS_EXPORT). (plane.c)
+ */
+void sv__hints_export_worker(sv_worker *w, sv_hints_out *out);
+/**
+ * Put @p in's hints (indexes into @p h) in @p l's table, each as learnt age_s seconds ago, when
+ * @p l still serves @p h and keeps hints (two users or more). Worker thread
+ * (SV_MSG_HINTS_IMPORT). (plane.c)
+ */
+void sv__hints_import_listener(sv_wlistener *l, const sv_handler *h, const sv_hints_in *in);
+/** Drop one reference on each of @p out and @p in (any thread; either may be NULL); the last
+ *  frees it. (plane.c) */
+void sv__hints_release(sv_hints_out *out, sv_hints_in *in);
 
 /** Count one trial decryption that tried @p keys keys (> 0) in @p s (any worker). */
 void sv__ss_count(sv_shared *s, unsigned keys);
@@ -437,8 +499,16 @@ void sv__wl_guides_free(sv_wlistener *l);
 void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,
                   sv_ss_order **order);
 
-/** User @p idx of @p h authenticated from @p client on @p l: remember it for the IP (issue 13). */
+/** User @p idx of @p h authenticated from @p client on @p l: remember it for the IP (issue 13),
+ *  when @p h is still @p l's handler. */
 void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx);
+
+/**
+ * @p l has a new handler: forget the hints whose user is not at the same index in it (the same
+ * principal), so that every hint's principal is one the handler holds and no freed principal's
+ * address can come back as another user's (issue 13). Worker thread. (plane.c)
+ */
+void sv__wl_swapped(sv_wlistener *l);
 
 /**
  * Start serving the accepted client socket @p fd on listener @p l (conn.c): the connection

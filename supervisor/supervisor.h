@@ -667,6 +667,46 @@ typedef struct sv_ss_scan_counts {
 /** The counts of sv_ss_scan_counts since start. Any thread. */
 sv_ss_scan_counts sv_ss_scans(sv_supervisor *sv);
 
+/**
+ * A remembered client IP (issue 13 "Shadowsocks AEAD with many users"): the user who last
+ * authenticated from it on an inbound, whose key a trial decryption tries first. What
+ * sv_hints_export() gives and sv_hints_import() takes, so that a graceful restart keeps
+ * returning clients identified in one trial instead of a full scan each.
+ */
+typedef struct sv_ip_hint {
+    char inbound[SV_TAG_MAX + 1]; /**< the inbound's tag */
+    uint8_t ip[16];               /**< IPv6, or IPv4-mapped IPv6 (::ffff:a.b.c.d) */
+    uint64_t user;                /**< frontend user id (sv_user.id), stable across restarts */
+    uint32_t age_s;               /**< seconds since that user last authenticated from ip */
+} sv_ip_hint;
+
+#define SV_IP_HINTS_PER_INBOUND 4096u /**< at most this many per inbound, both ways (the size of
+                                           a worker's table of one listener) */
+#define SV_IP_HINT_TTL_S 3600u        /**< a hint this old is expired (the tables' expiry) */
+
+/**
+ * The hints every worker holds now for every inbound (control loop only; asks each worker by
+ * message and waits up to a second for the answers; a worker that has not answered by then is
+ * left out). An IP several workers know appears once, with its most recent user; each inbound
+ * gives at most SV_IP_HINTS_PER_INBOUND, the most recent. Only hints whose user the inbound
+ * still admits are given.
+ * @param out  receives a malloc'ed array (NULL when empty) the caller frees with free()
+ * @return the count, -ENOMEM, or -ESHUTDOWN (after sv_shutdown).
+ */
+long sv_hints_export(sv_supervisor *sv, sv_ip_hint **out);
+
+/**
+ * Give every worker's table of each named inbound the hints of @p v (control loop only), as if
+ * each user had authenticated from its IP @p age_s seconds ago; the workers take them by message
+ * (no lock on their tables). Hints of an inbound that is not running or keeps no hints (fewer
+ * than two users, or a protocol that does not guess), of a user the inbound does not admit now
+ * (removed since the export), or as old as SV_IP_HINT_TTL_S are skipped; at most
+ * SV_IP_HINTS_PER_INBOUND per inbound are taken (the most recent). A hint never names a wrong
+ * user: it is a first guess, checked like any other.
+ * @return how many were given to the workers, -ENOMEM (none was), or -ESHUTDOWN.
+ */
+long sv_hints_import(sv_supervisor *sv, const sv_ip_hint *v, size_t n);
+
 /** XTLS Vision connections whose transport chain switched to raw copy since start
  *  (PROTOCOLS-2.md §2.6), each direction counted once per connection. */
 typedef struct sv_vision_direct_counts {

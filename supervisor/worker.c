@@ -274,6 +274,7 @@ static void handle_msg(sv_worker *w, sv_msg *m)
         }
         sv_handler_unref(l->handler);
         l->handler = m->handler;
+        sv__wl_swapped(l);
         if (m->revoke) {
             sv__conn_revoke(w, l);
             sv__udp_revoke(w, l);
@@ -298,7 +299,17 @@ static void handle_msg(sv_worker *w, sv_msg *m)
     case SV_MSG_EXIT:
         w->exiting = true;
         break;
+    case SV_MSG_HINTS_EXPORT:
+        sv__hints_export_worker(w, m->hints_out);
+        break;
+    case SV_MSG_HINTS_IMPORT:
+        l = find_listener(w, m->listener);
+        if (l != NULL)
+            sv__hints_import_listener(l, m->handler, m->hints_in);
+        sv_handler_unref(m->handler);
+        break;
     }
+    sv__hints_release(m->hints_out, m->hints_in);
 }
 
 static void close_everything(sv_worker *w)
@@ -500,6 +511,7 @@ void sv_worker_join(sv_worker *w)
         sv_handler_unref(left->handler);
         sv_plane_unref(left->plane);
         sv_addrset_unref(left->own_addrs);
+        sv__hints_release(left->hints_out, left->hints_in);
         free(left);
     }
     pthread_mutex_destroy(&w->mu);

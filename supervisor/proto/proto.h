@@ -74,9 +74,10 @@ typedef struct sv_effect {
     /** SV_FX_OPEN of a UDP stream: the XUDP GlobalID of its New frame (PROTOCOLS-2.md §5.1);
      *  all zeros = none (never re-attached). */
     uint8_t global_id[8];
-    /** SV_FX_AUTHENTICATED, SV_FX_SCAN, and SV_FX_ERROR before authentication: keys this feed
-     *  tried in a trial decryption (Shadowsocks AEAD, issue 13), 0 when the core looks users
-     *  up. */
+    /** Keys a trial decryption tried (Shadowsocks AEAD, issue 13), told once, on the effect
+     *  that follows it (SV_FX_AUTHENTICATED, SV_FX_SCAN, SV_FX_ERROR; over Mux.Cool also a
+     *  later session's SV_FX_OPEN or End): the runtime sums every effect's, one lookup each.
+     *  0 when the core looks users up. */
     unsigned trials;
 } sv_effect;
 
@@ -182,6 +183,14 @@ typedef struct sv_proto_ops {
      * unconsumed rest of its input, which may be empty, even when feed() returned 0.
      */
     bool (*more)(const void *state);
+    /**
+     * Optional: bytes of stream @p stream's output the core holds because the client's flow
+     * control does not let them go yet (gRPC: the HTTP/2 windows). The runtime stops reading
+     * that stream's outbound while more than SV_SUB_QUEUED_HIGH are held, and reads it again
+     * once a feed() (which may carry the client's window update) brings it under
+     * SV_SUB_QUEUED_LOW. 0 for a stream the core does not know.
+     */
+    size_t (*queued)(void *state, uint32_t stream);
 
     /**
      * Frame @p len bytes (> 0) from stream @p stream's outbound for the client into @p out.

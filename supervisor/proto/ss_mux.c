@@ -26,6 +26,7 @@ typedef struct ssm_sub {
     sv_ss_tcp ss;
     uint8_t *carry;   /* CARRY_CAP bytes once a chunk straddled frames, else NULL */
     size_t carry_len; /* an incomplete chunk's bytes (never a whole one) */
+    unsigned trials;  /* keys its trial decryptions tried, not yet told in an effect */
 } ssm_sub;
 
 typedef struct ssm_conn {
@@ -33,6 +34,10 @@ typedef struct ssm_conn {
     sv_mux *mux;       /* allocated by the first feed() */
     int user;          /* the connection's user (key index), -1 until a session opened */
     bool failed;
+    bool answered;     /* scan_result() came: more() until the next feed() */
+    uint16_t scanning; /* the session whose SV_FX_SCAN waits for scan_result() */
+    sv_ss_guide guide; /* set_guide()'s: how a session walks the keyring before the connection
+                          authenticated (index order, no limit without it) */
     ssm_sub **subs;
     unsigned n_subs, cap_subs;
     ssm_sub *spent;    /* the session whose carry the last feed() read from (effects may point
@@ -59,7 +64,31 @@ static int ssm_init(void *state, const sv_inbound_spec *in)
     ssm_conn *st = state;
     st->cipher = in->ss_cipher;
     st->user = -1;
+    st->guide.hint = -1;
     return 0;
+}
+
+/* issue 13: the runtime's guide (the IP's hint, the worker's order, a limit past which the
+ * session's first chunk is scanned off the loop) for the sessions before authentication. */
+static void ssm_set_guide(void *state, int hint, sv_ss_order *order, unsigned limit)
+{
+    ssm_conn *st = state;
+    st->guide.hint = hint;
+    st->guide.order = order;
+    st->guide.limit = limit;
+}
+
+static int ssm_scan(const void *creds, const uint8_t *in, size_t n, unsigned *trials)
+{
+    return sv_ss_creds_scan(creds, in, n, trials);
+}
+
+/* The keys session @p s tried that no effect told yet, now told. */
+static unsigned take_trials(ssm_sub *s)
+{
+    unsigned t = s->trials;
+    s->trials = 0;
+    return t;
 }
 
 static void drop_sub(ssm_conn *st, ssm_sub *s)
@@ -102,7 +131,21 @@ static ssm_sub *find(const ssm_conn *st, uint32_t id)
     return NULL;
 }
 
-/* The connection fails: nothing more is read. */
+/* The scan's answer goes to the session that asked (no feed() came since). */
+static void ssm_scan_result(void *state, int user)
+{
+    ssm_conn *st = state;
+    ssm_sub *s = find(st, st->scanning);
+    if (s != NULL)
+        sv_ss_tcp_scan_result(&s->ss, user);
+    st->answered = true;
+}
+
+/* The answer waits for the next feed (with the same bytes, which the runtime kept). */
+static bool ssm_more(const void *state) { return ((const ssm_conn *)state)->answered; }
+
+/* The connection fails: nothing more is read. The effect tells the keys every session tried
+ * that no effect told. */
 static ssize_t fail(ssm_conn *st, int error, sv_effects *fx)
 {
     st->failed = true;
@@ -110,13 +153,15 @@ static ssize_t fail(ssm_conn *st, int error, sv_effects *fx)
     if (e != NULL) {
         e->error = error;
         e->policy = st->user < 0 ? SV_PROBE_DRAIN : SV_PROBE_CLOSE;
+        for (unsigned i = 0; i < st->n_subs; i++)
+            e->trials += take_trials(st->subs[i]);
     }
     return error;
 }
 
 /* Tell the client session @p id ended (nothing is answered before the connection
- * authenticated: a probe learns nothing). */
-static void push_end(ssm_conn *st, uint16_t id, bool error, sv_effects *fx)
+ * authenticated: a probe learns nothing); the effect tells @p trials keys tried. */
+static void push_end(ssm_conn *st, uint16_t id, bool error, unsigned trials, sv_effects *fx)
 {
     if (st->user < 0)
         return;
@@ -125,6 +170,7 @@ static void push_end(ssm_conn *st, uint16_t id, bool error, sv_effects *fx)
     sv_effect *e = sv_effects_push(fx, SV_FX_TO_CLIENT);
     e->data = f;
     e->len = SV_MUX_END_LEN;
+    e->trials = trials;
 }
 
 /* A New for a TCP session. @return 0 or a negative errno (the connection fails). */
@@ -157,22 +203,46 @@ static int new_sub(ssm_conn *st, uint16_t id)
 static void end_sub(ssm_conn *st, ssm_sub *s, sv_effects *fx)
 {
     uint16_t id = s->id;
-    push_end(st, id, true, fx);
+    push_end(st, id, true, take_trials(s), fx);
     if (s->opened)
         sv_effects_push(fx, SV_FX_CLOSE)->stream = id;
     sv_mux_session_gone(st->mux, id);
     drop_sub(st, s);
 }
 
-/* One Shadowsocks step of session @p s over @p p: its effects appended to @p fx.
- * @return bytes consumed (0: need more), -EPERM for another user than the connection's, or the
- *         core's error. */
+/*
+ * One Shadowsocks step of session @p s over @p p: its effects appended to @p fx. A session's
+ * first chunk walks the keyring as the runtime's guide says before the connection authenticated
+ * (past its limit: SV_FX_SCAN of the salt and length chunk at @p p); after, it tries the
+ * connection's user's key alone (issue 13: one trial, never a scan).
+ * @return bytes consumed (0: need more), -EAGAIN when SV_FX_SCAN was given (nothing consumed),
+ *         -EPERM for another user than the connection's, or the core's error.
+ */
 static ssize_t chunk(ssm_conn *st, const void *creds, ssm_sub *s, uint8_t *p, size_t n,
                      sv_effects *fx)
 {
     sv_ss_out out = {0};
+    bool auth = s->ss.state == SV_SS_AUTH;
+    if (auth && !s->ss.scanned) {
+        bool first = st->user < 0;
+        s->ss.guide.hint = first ? st->guide.hint : st->user;
+        s->ss.guide.order = first ? st->guide.order : NULL;
+        s->ss.guide.limit = first ? st->guide.limit : 1;
+    }
     ssize_t r = sv_ss_tcp_feed(&s->ss, sv_ss_creds_ring(creds), sv_ss_creds_replay(creds), p, n,
                                &out);
+    if (auth && r != 0) /* a trial ran (the check of a scan's answer counts none) */
+        s->trials += s->ss.guide.trials;
+    if (r == -EAGAIN && st->user >= 0)
+        return -EPERM; /* the connection's user's key does not open it */
+    if (r == -EAGAIN) {
+        sv_effect *e = sv_effects_push(fx, SV_FX_SCAN);
+        e->data = p;
+        e->len = sv_ss_key_len(st->cipher) + 2 + SV_SS_TAG;
+        e->trials = take_trials(s);
+        st->scanning = s->id;
+        return -EAGAIN;
+    }
     if (r <= 0)
         return r;
     /* the connection authenticates with its first session's header, not its first length
@@ -182,11 +252,13 @@ static ssize_t chunk(ssm_conn *st, const void *creds, ssm_sub *s, uint8_t *p, si
         sv_effect *e = sv_effects_push(fx, SV_FX_AUTHENTICATED);
         e->principal = st->user;
         e->multiplexed = true;
+        e->trials = take_trials(s);
     } else if (out.open && s->ss.user != st->user) {
         return -EPERM;
     }
     if (out.open) {
         sv_effect *e = sv_effects_push(fx, SV_FX_OPEN);
+        e->trials = take_trials(s);
         e->stream = s->id;
         e->dest = out.dest;
         e->dest.network = SV_NET_TCP;
@@ -231,6 +303,10 @@ static ssize_t sub_data(ssm_conn *st, const void *creds, ssm_sub *s, uint8_t *d,
         *stop = true;
         while (off < all && fx->n + ROOM <= SV_EFFECTS_MAX) {
             ssize_t r = chunk(st, creds, s, s->carry + off, all - off, fx);
+            if (r == -EAGAIN) { /* the session's first chunk (off is 0): the piece given back */
+                s->carry_len = old;
+                return 0;
+            }
             if (r < 0)
                 return sub_failed(st, s, (int)r, len, fx);
             if (r == 0)
@@ -248,6 +324,10 @@ static ssize_t sub_data(ssm_conn *st, const void *creds, ssm_sub *s, uint8_t *d,
     size_t off = 0;
     while (off < len && fx->n + ROOM <= SV_EFFECTS_MAX) {
         ssize_t r = chunk(st, creds, s, d + off, len - off, fx);
+        if (r == -EAGAIN) { /* a scan: the rest given back, read again with its answer */
+            *stop = true;
+            return (ssize_t)off;
+        }
         if (r < 0)
             return sub_failed(st, s, (int)r, len, fx);
         if (r == 0) {
@@ -292,7 +372,7 @@ static ssize_t apply_mux(ssm_conn *st, const void *creds, sv_effect *e, sv_effec
             return rc < 0 ? fail(st, rc, fx) : 0;
         }
         sv_mux_session_gone(st->mux, (uint16_t)e->stream); /* no UDP inside v2ray-plugin */
-        push_end(st, (uint16_t)e->stream, true, fx);
+        push_end(st, (uint16_t)e->stream, true, 0, fx);
         return 0;
     case SV_FX_TO_OUTBOUND: {
         if (s == NULL)
@@ -319,6 +399,7 @@ static ssize_t ssm_feed(void *state, const void *creds, uint8_t *p, size_t n, sv
 {
     ssm_conn *st = state;
     fx->n = 0;
+    st->answered = false;
     if (st->failed)
         return fail(st, -EPROTO, fx);
     free(st->stale);
@@ -414,6 +495,10 @@ const sv_proto_ops sv_ss_mux_ops = {
     .state_size = sizeof(ssm_conn),
     .init = ssm_init,
     .deinit = ssm_deinit,
+    .set_guide = ssm_set_guide,
+    .scan = ssm_scan,
+    .scan_result = ssm_scan_result,
+    .more = ssm_more,
     .feed = ssm_feed,
     .carry_max = SV_MUX_CARRY_MAX,
     .frame = ssm_frame,

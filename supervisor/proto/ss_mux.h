@@ -19,12 +19,21 @@
  * Shadowsocks core (shadowsocks.h) with its own salt, keys and chunk carry.
  *  - creds_new / creds_free / attach_replay: those of sv_shadowsocks_ops (the same table, so the
  *    inbound's SS-UDP and salt filter are shared).
+ *  - set_guide / scan / scan_result / more (issue 13): those of sv_shadowsocks_ops for the
+ *    sessions before the connection authenticated: a session's first chunk walks the guide
+ *    (the IP's hint, the worker's order) and past its limit feed gives SV_FX_SCAN (that
+ *    session's salt and length chunk; what follows in the input is not consumed), scan is
+ *    sv_ss_scan() over the keyring, scan_result gives the answer to that session, more() is
+ *    true until the next feed (the same bytes). A session after the connection authenticated
+ *    tries the connection's user's key alone: one trial, never a scan. Every effect that follows
+ *    a trial decryption carries its keys tried (proto.h `trials`).
  *  - feed: the first session whose Shadowsocks header (address) is read gives
  *    SV_FX_AUTHENTICATED (principal = key index, multiplexed); each session then gives
  *    SV_FX_OPEN (stream = session ID, the destination of its header) and SV_FX_TO_OUTBOUND
  *    (its plaintext, decrypted in place in @p p or in the session's carry). One user per
  *    connection (a client's mux carries one ss-local, one password): a session of another user
- *    is ended at its header (End with error), as is one whose stream fails after the connection
+ *    is ended (End with error; at its first chunk, or at its header when it began before the
+ *    connection authenticated), as is one whose stream fails after the connection
  *    authenticated; a client End gives SV_FX_CLOSE. UDP sessions are ended. Before the connection
  *    authenticated nothing is answered: a failure (bad frame, wrong key, replayed salt, more than
  *    SV_SS_MUX_UNAUTH_MAX sessions) is SV_FX_ERROR with SV_PROBE_DRAIN (§1.4 (b)); after, a

@@ -5,7 +5,9 @@
  * fed to the stream's own inner core; the inner effects are passed up tagged with the HTTP/2
  * stream ID, the inner core's bytes for the client are gun-framed into the stream's response.
  * Whatever nghttp2 has to send (settings, acks, window updates, responses, trailers) leaves as
- * SV_FX_TO_CLIENT from feed() or as the output of frame() / frame_end().
+ * SV_FX_TO_CLIENT from feed() or as the output of frame() / frame_end(); a response's DATA
+ * frames are written by on_send_data straight from the stream's queue (NGHTTP2_DATA_FLAG_NO_COPY:
+ * no copy through nghttp2's own buffer).
  */
 #include "config.h"
 
@@ -228,8 +230,13 @@ static bool path_served(const grpc_creds *cr, const uint8_t *p, size_t n)
  * list, and the CLOSE of every session and stream at most (a step starts only when none is
  * held, see stream_run). */
 #define GRPC_DEFER_MAX (SV_EFFECTS_MAX + GRPC_STREAMS_MAX + GRPC_STREAMS_CAP)
-#define GRPC_STREAM_WINDOW (512 * 1024)
-#define GRPC_CONN_WINDOW (4 * 1024 * 1024)
+/* Receive windows: nghttp2 sends a WINDOW_UPDATE once half a window was received (and every
+ * byte received counts as taken: the runtime's own bound is the TCP read it stops), so their
+ * size sets how often one leaves, each a record and a write of its own towards the client;
+ * 512 KiB meant one per 256 KiB of upload. Memory is not theirs to bound: a stream's input
+ * holds at most one client read, as before. */
+#define GRPC_STREAM_WINDOW (8 * 1024 * 1024)
+#define GRPC_CONN_WINDOW (16 * 1024 * 1024)
 /* Most data bytes of one Mux.Cool Keep frame towards the client (see grpc_frame). */
 #define GRPC_MUX_DATA_MAX 8192u
 
@@ -247,7 +254,7 @@ typedef struct grpc_stream {
     bool mux;               /* its inner core said Mux.Cool: its sessions are the sub-flows */
     sv_gun_decoder dec;
     uint8_t *in;            /* decoded data not yet consumed by the inner core */
-    size_t in_len, in_off;
+    size_t in_len, in_off, in_cap;
     uint8_t *q;             /* gun-framed response bytes nghttp2 has not taken */
     size_t q_len, q_off;
     _Alignas(max_align_t) uint8_t inner[];
@@ -272,6 +279,7 @@ typedef struct grpc_state {
     int64_t now;
     grpc_stream **streams;
     unsigned n_streams;
+    uintptr_t recv_at, recv_end; /* the bytes nghttp2 reads in this feed(), or 0 */
     uint8_t *out; /* nghttp2 output not yet handed out: out[out_off .. out_len) */
     size_t out_off, out_len, out_cap;
     sv_effects *fx;                       /* effects of the current feed(), or NULL */
@@ -311,7 +319,7 @@ static void streams_sweep(grpc_state *st)
         if (s->in != NULL && s->in_off == s->in_len) { /* an idle stream holds no buffer */
             free(s->in);
             s->in = NULL;
-            s->in_off = s->in_len = 0;
+            s->in_off = s->in_len = s->in_cap = 0;
         }
         if (s->finished) {
             st->streams[i] = st->streams[--st->n_streams];
@@ -669,15 +677,59 @@ static ssize_t on_data_read(nghttp2_session *h2, int32_t id, uint8_t *buf, size_
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
         return 0;
     }
-    size_t k = have < length ? have : length;
-    memcpy(buf, s->q + s->q_off, k);
-    s->q_off += k;
+    (void)buf; /* on_send_data copies the bytes from s->q straight to the output */
+    *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    return (ssize_t)(have < length ? have : length);
+}
+
+/* Room for @p k more bytes of output at st->out + st->out_len. @return false without memory. */
+static bool out_room(grpc_state *st, size_t k)
+{
+    if (st->out_len + k <= st->out_cap)
+        return true;
+    size_t cap = st->out_cap ? st->out_cap : 16384;
+    while (cap < st->out_len + k)
+        cap *= 2;
+    uint8_t *g = realloc(st->out, cap);
+    if (g == NULL)
+        return false;
+    st->out = g;
+    st->out_cap = cap;
+    return true;
+}
+
+/* A DATA frame on_data_read let go of (NGHTTP2_DATA_FLAG_NO_COPY): its header, then @p length
+ * bytes of the stream's response queue, written once, straight into the output (nghttp2 calls
+ * this in order among the frames drain_h2 collects). */
+static int on_send_data(nghttp2_session *h2, nghttp2_frame *f, const uint8_t *framehd,
+                        size_t length, nghttp2_data_source *src, void *ud)
+{
+    grpc_state *st = ud;
+    grpc_stream *s = stream_of(st, f->hd.stream_id);
+    size_t pad = f->data.padlen; /* 0: no padding callback is set */
+    (void)h2;
+    (void)src;
+    if (s == NULL || s->q_len - s->q_off < length)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (!out_room(st, 9 + pad + length))
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    uint8_t *w = st->out + st->out_len;
+    memcpy(w, framehd, 9);
+    w += 9;
+    if (pad > 0)
+        *w++ = (uint8_t)(pad - 1);
+    memcpy(w, s->q + s->q_off, length);
+    w += length;
+    if (pad > 1)
+        memset(w, 0, pad - 1);
+    st->out_len += 9 + pad + length;
+    s->q_off += length;
     if (s->q_off == s->q_len) { /* an idle stream holds no buffer */
         free(s->q);
         s->q = NULL;
         s->q_off = s->q_len = 0;
     }
-    return (ssize_t)k;
+    return 0;
 }
 
 static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
@@ -771,12 +823,22 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id, const u
         s->in_len -= s->in_off;
         s->in_off = 0;
     }
-    uint8_t *grown = realloc(s->in, s->in_len + len);
-    if (grown == NULL) {
-        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
-        return 0;
+    if (s->in_len + len > s->in_cap) {
+        /* room for the rest of the client's bytes at once (a stream's data is never more):
+         * one allocation per stream and read, not one copy per DATA frame; in_trim() gives
+         * back what was not used */
+        size_t cap = s->in_len + len;
+        uintptr_t at = (uintptr_t)data;
+        if (at >= st->recv_at && at < st->recv_end && st->recv_end - at > len)
+            cap = s->in_len + (size_t)(st->recv_end - at);
+        uint8_t *grown = realloc(s->in, cap);
+        if (grown == NULL) {
+            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+            return 0;
+        }
+        s->in = grown;
+        s->in_cap = cap;
     }
-    s->in = grown;
     ssize_t k = sv_gun_decode(&s->dec, data, len, s->in + s->in_len);
     if (k < 0) {
         stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
@@ -814,6 +876,7 @@ static int session_open(grpc_state *st, const grpc_creds *cr)
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_send_data_callback(cb, on_send_data);
     int rc = nghttp2_session_server_new(&st->h2, cb, st);
     nghttp2_session_callbacks_del(cb);
     if (rc != 0)
@@ -828,6 +891,28 @@ static int session_open(grpc_state *st, const grpc_creds *cr)
     return 0;
 }
 
+/* After nghttp2 read a feed's bytes: each stream's input buffer keeps only its bytes (the
+ * room on_data_chunk made for the rest of the read goes back; shrinking moves nothing). */
+static void in_trim(grpc_state *st)
+{
+    for (unsigned i = 0; i < st->n_streams; i++) {
+        grpc_stream *s = st->streams[i];
+        if (s->in == NULL || s->in_cap == s->in_len)
+            continue;
+        if (s->in_len == 0) { /* only gun headers came */
+            free(s->in);
+            s->in = NULL;
+            s->in_off = s->in_cap = 0;
+            continue;
+        }
+        uint8_t *shrunk = realloc(s->in, s->in_len);
+        if (shrunk != NULL) {
+            s->in = shrunk;
+            s->in_cap = s->in_len;
+        }
+    }
+}
+
 /* Collect what nghttp2 has to send into st->out. @return 0 or -ENOMEM / -EPROTO. */
 static int drain_h2(grpc_state *st)
 {
@@ -838,16 +923,8 @@ static int drain_h2(grpc_state *st)
             return -EPROTO;
         if (n == 0)
             return 0;
-        if (st->out_len + (size_t)n > st->out_cap) {
-            size_t cap = st->out_cap ? st->out_cap : 16384;
-            while (cap < st->out_len + (size_t)n)
-                cap *= 2;
-            uint8_t *g = realloc(st->out, cap);
-            if (g == NULL)
-                return -ENOMEM;
-            st->out = g;
-            st->out_cap = cap;
-        }
+        if (!out_room(st, (size_t)n))
+            return -ENOMEM;
         memcpy(st->out + st->out_len, p, (size_t)n);
         st->out_len += (size_t)n;
     }
@@ -923,7 +1000,11 @@ static ssize_t grpc_feed(void *state, const void *creds, uint8_t *p, size_t n, s
      * that effects point into. Otherwise the runtime calls again at once (more()). */
     size_t used = 0;
     if (fx->n == 0 && st->n_defer == 0 && !backlog(st)) {
+        st->recv_at = (uintptr_t)p;
+        st->recv_end = (uintptr_t)(p + n);
         ssize_t r = nghttp2_session_mem_recv(st->h2, p, n);
+        st->recv_at = st->recv_end = 0;
+        in_trim(st);
         if (r < 0) {
             st->fx = NULL;
             return fail(st, fx, -EPROTO);
@@ -992,6 +1073,16 @@ static grpc_stream *target(grpc_state *st, uint32_t id, uint32_t *key, grpc_sub 
     }
     grpc_stream *s = stream_of(st, (int32_t)id);
     return s != NULL && !s->mux ? s : NULL;
+}
+
+/* proto.h queued: the stream's response bytes that HTTP/2 flow control holds (the Mux.Cool
+ * sessions of one stream share its queue). */
+static size_t grpc_queued(void *state, uint32_t stream)
+{
+    uint32_t key;
+    grpc_sub *sub;
+    grpc_stream *s = target(state, stream, &key, &sub);
+    return s != NULL && !s->dead ? s->q_len - s->q_off : 0;
 }
 
 static ssize_t grpc_frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
@@ -1105,6 +1196,7 @@ const sv_proto_ops sv_grpc_ops = {
     .feed = grpc_feed,
     .carry_max = sizeof h2_preface,
     .more = grpc_more,
+    .queued = grpc_queued,
     .frame = grpc_frame,
     .frame_max = grpc_frame_max,
     .frame_datagram = grpc_frame_datagram,

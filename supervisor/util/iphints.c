@@ -30,8 +30,7 @@ void sv_iphints_deinit(sv_iphints *t)
 
 size_t sv_iphints_capacity(const sv_iphints *t) { return t->n_sets * SV_IPHINTS_WAYS; }
 
-/* The 16-byte key of @p sa's IP. @return false for a family without one. */
-static bool ip_key(const struct sockaddr *sa, uint8_t key[16])
+bool sv_iphints_ip_key(const struct sockaddr *sa, uint8_t key[16])
 {
     if (sa->sa_family == AF_INET6) {
         memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
@@ -59,7 +58,7 @@ bool sv_iphints_get(const sv_iphints *t, const struct sockaddr *client, uint64_t
                     const void **who)
 {
     uint8_t key[16];
-    if (t->slots == NULL || !ip_key(client, key))
+    if (t->slots == NULL || !sv_iphints_ip_key(client, key))
         return false;
     const sv_iphint *set = set_of(t, key);
     for (unsigned i = 0; i < SV_IPHINTS_WAYS; i++) {
@@ -76,13 +75,24 @@ int sv_iphints_put(sv_iphints *t, const struct sockaddr *client, uint64_t now_s,
                    const void *who)
 {
     uint8_t key[16];
-    if (!ip_key(client, key))
+    if (!sv_iphints_ip_key(client, key))
         return -EAFNOSUPPORT;
+    return sv_iphints_put_ip(t, key, now_s, 0, idx, who);
+}
+
+int sv_iphints_put_ip(sv_iphints *t, const uint8_t key[16], uint64_t now_s, uint64_t age_s,
+                      int idx, const void *who)
+{
+    if (age_s >= t->ttl)
+        return -ESTALE;
     if (t->slots == NULL) {
         t->slots = calloc(sv_iphints_capacity(t), sizeof *t->slots);
         if (t->slots == NULL)
             return -ENOMEM;
     }
+    uint64_t expires = now_s + (t->ttl - age_s);
+    if (expires == 0)
+        expires = 1;
     sv_iphint *set = set_of(t, key), *slot = &set[0];
     for (unsigned i = 0; i < SV_IPHINTS_WAYS; i++) {
         if (set[i].expires > 0 && memcmp(set[i].ip, key, 16) == 0) {
@@ -92,11 +102,39 @@ int sv_iphints_put(sv_iphints *t, const struct sockaddr *client, uint64_t now_s,
         if (set[i].expires < slot->expires)
             slot = &set[i]; /* empty (0) or expired first, else the oldest */
     }
+    if (slot->expires > expires) /* a later entry (only an aged put can be older) */
+        return 0;
     memcpy(slot->ip, key, 16);
-    slot->expires = now_s + t->ttl;
-    if (slot->expires == 0)
-        slot->expires = 1;
+    slot->expires = expires;
     slot->idx = idx;
     slot->who = who;
     return 0;
+}
+
+const sv_iphint *sv_iphints_next(const sv_iphints *t, uint64_t now_s, size_t *pos,
+                                 uint64_t *age_s)
+{
+    size_t n = t->slots != NULL ? sv_iphints_capacity(t) : 0;
+    for (; *pos < n; (*pos)++) {
+        const sv_iphint *e = &t->slots[*pos];
+        if (e->expires > now_s) {
+            uint64_t left = e->expires - now_s;
+            *age_s = left < t->ttl ? t->ttl - left : 0;
+            (*pos)++;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+size_t sv_iphints_keep(sv_iphints *t, bool (*keep)(const sv_iphint *e, void *arg), void *arg)
+{
+    size_t n = t->slots != NULL ? sv_iphints_capacity(t) : 0, dropped = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t->slots[i].expires != 0 && !keep(&t->slots[i], arg)) {
+            memset(&t->slots[i], 0, sizeof t->slots[i]);
+            dropped++;
+        }
+    }
+    return dropped;
 }

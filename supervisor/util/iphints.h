@@ -62,4 +62,36 @@ bool sv_iphints_get(const sv_iphints *t, const struct sockaddr *client, uint64_t
 int sv_iphints_put(sv_iphints *t, const struct sockaddr *client, uint64_t now_s, int idx,
                    const void *who);
 
+/**
+ * The 16-byte key of @p client's IP as entries hold it (IPv6, or IPv4-mapped IPv6) in @p ip.
+ * @return false for a family other than AF_INET / AF_INET6.
+ */
+bool sv_iphints_ip_key(const struct sockaddr *client, uint8_t ip[16]);
+
+/**
+ * Remember user @p idx (@p who as in sv_iphints_put) for the IP key @p ip (as sv_iphints_ip_key
+ * makes it) as learnt @p age_s seconds before @p now_s, so it expires at now_s + ttl - age_s: a
+ * hint carried over from an earlier process (issue 13, sv_hints_import). An entry of the table
+ * that expires later (the same IP, or the one a full set would evict) is kept instead.
+ * Allocates the table at the first call.
+ * @return 0 (remembered, or a later entry kept), -ESTALE (age_s >= ttl: nothing remembered), or
+ *         -ENOMEM.
+ */
+int sv_iphints_put_ip(sv_iphints *t, const uint8_t ip[16], uint64_t now_s, uint64_t age_s,
+                      int idx, const void *who);
+
+/**
+ * Walk the live entries at @p now_s: start with *@p pos = 0; each call gives the next entry not
+ * expired (borrowed, valid until the next put or deinit) and its age in *@p age_s (seconds since
+ * its last put), or NULL when there is none left. For sv_hints_export (issue 13).
+ */
+const sv_iphint *sv_iphints_next(const sv_iphints *t, uint64_t now_s, size_t *pos,
+                                 uint64_t *age_s);
+
+/**
+ * Forget every entry for which @p keep(entry, @p arg) is false (e.g. its user is no longer the
+ * owner's at that index). @return how many were forgotten.
+ */
+size_t sv_iphints_keep(sv_iphints *t, bool (*keep)(const sv_iphint *e, void *arg), void *arg);
+
 #endif

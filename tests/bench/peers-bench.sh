@@ -38,10 +38,14 @@
 #    (utime+stime of all its threads from /proc/PID/stat).
 # Printed with the ratios katana / the better of Xray-core and sing-box beside the issue's
 # goals (CPU s/GB at most 0.5x, idle RSS at most 0.2x), and the load average before and after
-# (the machine may be shared). Skips (exit 0, with the reason) without the Xray-core client; a
+# (the machine may be shared). With BENCH_PEER_ROUNDS=N above 1, each scenario's bulk (or
+# Vision download) runs N times with the servers alternating in every round, so that a change
+# of the machine's load falls on all of them alike: the table gives each server's median, and
+# the CPU ratio is the median of the rounds' own ratios (each round's ratios are printed too);
+# the idle test runs in the first round only. Skips (exit 0, with the reason) without the Xray-core client; a
 # missing sing-box is left out with a note. Kills everything it starts.
 # Environment: BENCH_PEER_SERVERS ("katana xray sing-box"; empty: skip), BENCH_PEER_SCENARIOS
-# (all seven), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_PEER_VISION_BYTES
+# (all seven), BENCH_PEER_ROUNDS (1), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_PEER_VISION_BYTES
 # (1000000000), BENCH_WORKERS (katana workers,
 # 1), KATANA_BIN, BULK, KATANA_PEERS. Not part of `make check`; run by `make bench` or alone
 # by `make bench-peers`.
@@ -57,6 +61,7 @@ TEMPLATES=$HERE/peers
 SERVERS=${BENCH_PEER_SERVERS-katana xray sing-box}
 SCENARIOS=${BENCH_PEER_SCENARIOS:-ss2022 vless-grpc-tls trojan-tls vmess-ws-tls vless-reality \
 vless-reality-grpc vless-reality-vision}
+ROUNDS=${BENCH_PEER_ROUNDS:-1}
 CONNS=${BENCH_PEER_CONNS:-1000}
 SECS=${BENCH_PEER_SECONDS:-5}
 VISION_BYTES=${BENCH_PEER_VISION_BYTES:-1000000000}
@@ -288,39 +293,58 @@ idle_rss() {
     awk -v a="$r0" -v b="$r1" -v n="$ready" 'BEGIN { printf "%.2f\n", (b - a) / n }'
 }
 
+# median V...: the middle of the figures that are not "-" (the mean of the two middle ones)
+median() {
+    printf '%s\n' "$@" | grep -vx -- - | sort -g | awk '{ v[NR] = $1 }
+        END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+              else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 declare -A GBPS CPU RSS
 START=$(date +%s)
 for scen in $SCENARIOS; do
     [ -f "$TEMPLATES/xray/client-$scen.json" ] || { note "$scen: unknown scenario"; continue; }
+    for name in $SERVERS; do RSS[$scen/$name]=-; done
+    for round in $(seq 1 "$ROUNDS"); do
+        for name in $SERVERS; do
+            GBPS[$scen@$round/$name]=-; CPU[$scen@$round/$name]=-
+            [ "$ROUNDS" = 1 ] ||
+                note "$scen round $round of $ROUNDS, $name (load $(cut -d' ' -f1 /proc/loadavg))"
+            read -r SP FP <<<"$("${KATEST[@]}" freeport --count 2)"
+            start_server "$name" "$scen" "$SP" || continue
+            render "$TEMPLATES/xray/client-$scen.json" "$T/client-$scen.json" "$SP" "$FP"
+            bg "$T/client.log" "$XRAY" run -c "$T/client-$scen.json"
+            CL=$BG
+            "${KATEST[@]}" wait-port --port "$FP" --timeout 10 >/dev/null ||
+                { note "$scen: the client did not listen"; stop "$CL" "$SRV"; continue; }
+            # idle first: after a bulk run the server's heap may still shrink
+            if [ "$CONNS" -gt 0 ] && [ "$round" = 1 ]; then
+                note "$scen $name: idle connections"
+                RSS[$scen/$name]=$(idle_rss "$scen" "$FP" "$SP")
+            fi
+            if [ "$scen" = vless-reality-vision ]; then
+                note "$scen $name: TLS 1.3 download of $VISION_BYTES bytes"
+                read -r g c <<<"$(throughput_tls "$FP")"
+                # katana: did the transfer reach direct copy (katana_vision_direct_total) and the
+                # kernel relay (katana_vision_splice_total, _bytes_total)?
+                [ "$name" != katana ] || note "$scen katana: $(curl -sS -m 5 "http://$(python3 -c \
+                    'import json, sys; print(json.load(open(sys.argv[1]))["api"]["listen"])' \
+                    "$T/katana-$scen.json")/metrics" | grep -E '^katana_vision_(direct|splice)' | tr '\n' ' ')"
+            else
+                note "$scen $name: bulk ${SECS}s"
+                read -r g c <<<"$(throughput "$FP")"
+            fi
+            GBPS[$scen@$round/$name]=$g; CPU[$scen@$round/$name]=$c
+            [ "$g" != - ] || note "$scen $name: no bulk transfer reached the sink: $(tail -n 2 "$T/client.log" | tr '\n' ' ')"
+            stop "$CL" "$SRV"
+        done
+    done
     for name in $SERVERS; do
-        GBPS[$scen/$name]=-; CPU[$scen/$name]=-; RSS[$scen/$name]=-
-        read -r SP FP <<<"$("${KATEST[@]}" freeport --count 2)"
-        start_server "$name" "$scen" "$SP" || continue
-        render "$TEMPLATES/xray/client-$scen.json" "$T/client-$scen.json" "$SP" "$FP"
-        bg "$T/client.log" "$XRAY" run -c "$T/client-$scen.json"
-        CL=$BG
-        "${KATEST[@]}" wait-port --port "$FP" --timeout 10 >/dev/null ||
-            { note "$scen: the client did not listen"; stop "$CL" "$SRV"; continue; }
-        # idle first: after a bulk run the server's heap may still shrink
-        if [ "$CONNS" -gt 0 ]; then
-            note "$scen $name: idle connections"
-            RSS[$scen/$name]=$(idle_rss "$scen" "$FP" "$SP")
-        fi
-        if [ "$scen" = vless-reality-vision ]; then
-            note "$scen $name: TLS 1.3 download of $VISION_BYTES bytes"
-            read -r g c <<<"$(throughput_tls "$FP")"
-            # katana: did the transfer reach direct copy (katana_vision_direct_total) and the
-            # kernel relay (katana_vision_splice_total, _bytes_total)?
-            [ "$name" != katana ] || note "$scen katana: $(curl -sS -m 5 "http://$(python3 -c \
-                'import json, sys; print(json.load(open(sys.argv[1]))["api"]["listen"])' \
-                "$T/katana-$scen.json")/metrics" | grep -E '^katana_vision_(direct|splice)' | tr '\n' ' ')"
-        else
-            note "$scen $name: bulk ${SECS}s"
-            read -r g c <<<"$(throughput "$FP")"
-        fi
-        GBPS[$scen/$name]=$g; CPU[$scen/$name]=$c
-        [ "$g" != - ] || note "$scen $name: no bulk transfer reached the sink: $(tail -n 2 "$T/client.log" | tr '\n' ' ')"
-        stop "$CL" "$SRV"
+        g=() c=()
+        for round in $(seq 1 "$ROUNDS"); do
+            g+=("${GBPS[$scen@$round/$name]}"); c+=("${CPU[$scen@$round/$name]}")
+        done
+        GBPS[$scen/$name]=$(median "${g[@]}"); CPU[$scen/$name]=$(median "${c[@]}")
     done
     if [ "$scen" = vless-reality-vision ]; then
         # the same download through a relay that only splices (tests/bench/splice_relay.py):
@@ -366,6 +390,8 @@ echo "Peers (issue 10): katana vs Xray-core and sing-box servers, loopback, one 
      "client's one connection; vless-reality-vision: $VISION_BYTES bytes of TLS 1.3 downloaded" \
      "by tls_peer.py through a SOCKS inbound, idle connections through it too); katana workers=$WORKERS; $(nproc) CPUs;" \
      "load average $LOAD0 before, $LOAD1 after ($(($(date +%s) - START)) s)"
+[ "$ROUNDS" = 1 ] || echo "Medians of $ROUNDS rounds, the servers alternating in each; k/best CPU:" \
+     "the median of the rounds' ratios"
 printf '%-20s %-10s %10s %12s %14s\n' scenario server "Gbit/s" "CPU s/GB" "RSS KiB/conn"
 for scen in $SCENARIOS; do
     [ -f "$TEMPLATES/xray/client-$scen.json" ] || continue
@@ -382,6 +408,14 @@ for scen in $SCENARIOS; do
         printf '%-20s %-10s %10s %12s\n' "$scen" k/splice-py "" \
             "$(ratio "${CPU[$scen/katana]}" "${CPU[$scen/splice]}")"
     rc=$(ratio "${CPU[$scen/katana]}" "$(best CPU "$scen" min)")
+    if [ "$ROUNDS" -gt 1 ]; then   # the median of the rounds' own ratios
+        rs=()
+        for round in $(seq 1 "$ROUNDS"); do
+            rs+=("$(ratio "${CPU[$scen@$round/katana]}" "$(best CPU "$scen@$round" min)")")
+        done
+        rc=$(median "${rs[@]}")
+        printf '%-20s %-10s %10s %12s   CPU per round: %s\n' "$scen" k/best "" "" "${rs[*]}"
+    fi
     rr=$(ratio "${RSS[$scen/katana]}" "$(best RSS "$scen" min)")
     printf '%-20s %-10s %10s %12s %14s   goals: CPU <= 0.50 %s, RSS <= 0.20 %s\n' "$scen" k/best \
         "$(ratio "${GBPS[$scen/katana]}" "$(best GBPS "$scen" max)")" "$rc" "$rr" \

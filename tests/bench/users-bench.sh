@@ -4,14 +4,22 @@
 # file of N users. Per N (BENCH_USERS, default "1 1000 50000 1000000"):
 #  - first apply: from `katana run` to the first successful apply (katana_applies_total),
 #    reading and parsing the file included; peak RSS (VmHWM) on the way;
-#  - RSS once applied, and RSS per user above the 1-user node (goal: at most 200 bytes);
+#  - RSS once applied and settled, and RSS per user above the 1-user node (goal: at most 200 bytes), from
+#    the anonymous part of RSS (RssAnon: heap and anonymous maps, where every per-user byte
+#    lives); the file-backed rest is the binary's and the libraries' pages, shared with other
+#    processes and resident as far as the page cache and fault-around map them, which depends on
+#    the host, not on the users;
 #  - a reload that changes one user's key (SIGHUP to the second apply) while a real ss-tunnel client of
 #    the last user holds a connection; the flow must still be listed after it (kept 1/1).
+# BENCH_USERS_PANEL=uniproxy serves the users from the panel emulator (panel_emu.py) over HTTP
+# instead, with the SQLite store of the last good state, as a remote panel runs (the uplink's
+# held list, the store); its apply times include the emulator's answer, and it has no reload
+# section (a SIGHUP reloads what the uplink holds; the panel's change comes with the next pull).
 # "cpu" columns: CPU time of the control loop's thread (from the start, resp. during the reload),
 # which a loaded machine does not inflate as it does the wall-clock columns.
 # Goals printed beside the figures (issue 13): apply of 50 000 users <= 200 ms, RSS <= 64 MiB,
 # no live connection dropped. A benchmark, not a test: nothing here fails on a figure.
-# Environment: BENCH_USERS, KATANA_BIN.
+# Environment: BENCH_USERS, BENCH_USERS_PANEL (local, uniproxy), KATANA_BIN.
 set -euo pipefail
 
 BUILDDIR=${1:-.}
@@ -19,6 +27,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 KATEST=(python3 "$HERE/../integration/katest.py")
 KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 SIZES=${BENCH_USERS:-1 1000 50000 1000000}
+PANEL=${BENCH_USERS_PANEL:-local}
 CIPHER=aes-256-gcm
 T=$(mktemp -d "${TMPDIR:-/tmp}/katana-users-bench.XXXXXX")
 PIDS=()
@@ -39,6 +48,7 @@ kib() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status"; }
 # the wall-clock figures it does not grow with other load on the machine
 cpu_ms() { awk '{ printf "%d", $1 / 1000000 }' "/proc/$1/task/$1/schedstat"; }
 
+case $PANEL in local | uniproxy) ;; *) echo "users-bench: BENCH_USERS_PANEL: local or uniproxy" >&2; exit 1 ;; esac
 command -v ss-tunnel >/dev/null || { echo "users-bench: ss-tunnel is not installed" >&2; exit 1; }
 [ -x "$KATANA" ] || { echo "users-bench: no katana at $KATANA" >&2; exit 1; }
 
@@ -92,21 +102,49 @@ for n in $SIZES; do
     "${KATEST[@]}" mkconfig --out "$T/k.json" --port "$sp" --cipher "$CIPHER" \
         --users-file "$T/users.json" --workers 1 --log-level warn --api-port "$ap"
     users_file "$n" "$T/users.json" # after mkconfig, which writes an empty list there
+    EMU=
+    if [ "$PANEL" = uniproxy ]; then
+        read -r pp <<<"$("${KATEST[@]}" freeport)"
+        printf '{"protocol":"shadowsocks","server_port":%d,"cipher":"%s","server_key":null,%s}' \
+            "$sp" "$CIPHER" '"base_config":{"push_interval":60,"pull_interval":60}' >"$T/node.json"
+        rm -f "$T/emu.ready" "$T/katana.db"
+        bg "$T/emu.log" python3 "$HERE/../integration/panel_emu.py" --port "$pp" --token bench \
+            --config "$T/node.json" --users "$T/users.json" --ready-file "$T/emu.ready"; EMU=$BG
+        for _ in $(seq 1 600); do [ -e "$T/emu.ready" ] && break; sleep 0.1; done
+        cat >"$T/k.json" <<EOF
+{"log": {"level": "warn"}, "workers": 1, "api": {"listen": "127.0.0.1:$ap"},
+ "db": {"path": "$T/katana.db"},
+ "nodes": [{"tag": "t1", "listen": "127.0.0.1", "allow_private": true,
+            "panel": {"type": "uniproxy", "url": "http://127.0.0.1:$pp", "token": "bench",
+                      "node_id": 1, "node_type": "shadowsocks", "timeout": 60}}]}
+EOF
+    fi
     t0=$(now_ms)
     bg "$T/katana-$n.log" "$KATANA" run -c "$T/k.json"; SRV=$BG
     if ! wait_applies "$ap" 1; then
         note "$n users: no plane within 120 s"; tail -3 "$T/katana-$n.log" >&2
-        kill -TERM "$SRV"; wait "$SRV" 2>/dev/null || true; continue
+        kill -TERM "$SRV"; wait "$SRV" 2>/dev/null || true
+        [ -z "$EMU" ] || { kill -TERM "$EMU"; wait "$EMU" 2>/dev/null || true; }
+        continue
     fi
     apply_ms=$(($(now_ms) - t0))
     apply_cpu=$(cpu_ms "$SRV")
+    # settled: what follows an apply (the uplink's store of the last good state, its trim) is
+    # done once RssAnon stops falling, read each second (at most 30 s)
     sleep 1
-    rss=$(kib "$SRV" VmRSS); peak=$(kib "$SRV" VmHWM)
-    [ -n "$BASE_KIB" ] || BASE_KIB=$rss
+    anon=$(kib "$SRV" RssAnon)
+    for _ in $(seq 1 30); do
+        sleep 1
+        next=$(kib "$SRV" RssAnon)
+        [ "$next" -lt "$anon" ] || break
+        anon=$next
+    done
+    rss=$(kib "$SRV" VmRSS); peak=$(kib "$SRV" VmHWM); anon=$(kib "$SRV" RssAnon)
+    [ -n "$BASE_KIB" ] || BASE_KIB=$anon
     per_user=-
-    [ "$n" -gt 1 ] && per_user=$(((rss - BASE_KIB) * 1024 / n))
+    [ "$n" -gt 1 ] && per_user=$(((anon - BASE_KIB) * 1024 / n))
     reload_ms=- reload_cpu=- kept=-
-    if [ "$n" -gt 1 ]; then
+    if [ "$n" -gt 1 ] && [ "$PANEL" = local ]; then
         bg "$T/tunnel.log" ss-tunnel -s 127.0.0.1 -p "$sp" -b 127.0.0.1 -l "$tp" \
             -L "127.0.0.1:$ECHO_PORT" -k "$(uuid_of "$n")" -m "$CIPHER"; TUN=$BG
         "${KATEST[@]}" wait-port --port "$tp" >/dev/null
@@ -131,8 +169,9 @@ for n in $SIZES; do
         kill -TERM "$TUN"; wait "$TUN" 2>/dev/null || true
     fi
     kill -TERM "$SRV"; wait "$SRV" 2>/dev/null || true
+    [ -z "$EMU" ] || { kill -TERM "$EMU"; wait "$EMU" 2>/dev/null || true; }
     printf '%-9s %10s %10s %10s %10s %10s %10s %12s %12s %6s\n' "$n" "$apply_ms" "$apply_cpu" \
         "$reload_ms" "$reload_cpu" $((rss / 1024)) $((peak / 1024)) "$per_user" 200 "$kept"
 done
-echo "goals (issue 13): apply of 50 000 users <= 200 ms with RSS <= 64 MiB; <= 200 B per idle" \
+echo "panel: $PANEL. goals (issue 13): apply of 50 000 users <= 200 ms with RSS <= 64 MiB; <= 200 B per idle" \
     "user; no live connection dropped by a reload. Load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,10 +1,13 @@
 /*
  * Fuzz harness: Shadowsocks over Mux.Cool (sv_ss_mux_ops, proto/ss_mux.h; issue 9).
- * Input: byte 0 picks the cipher, byte 1 the split pattern, the rest is client wire bytes (Mux.Cool
- * frames whose sessions carry Shadowsocks streams). The users' passwords are "fuzz-user-0" and
- * "katana-test-pass", so seeds built with them go deep. Checks (STYLE.md §11): consumed <= given;
- * the carry never passes carry_max; an error comes with its effect; every frame fits frame_max;
- * the same effects whole and split.
+ * Input: byte 0 picks the cipher (% 3) and whether the runtime's guide is set ((/ 3) % 2: no
+ * hint, a limit of one key, so a session of the second user asks for a scan, which the harness
+ * runs and answers as the runtime does; issue 13), byte 1 the split pattern, the rest is client
+ * wire bytes (Mux.Cool frames whose sessions carry Shadowsocks streams). The users' passwords
+ * are "fuzz-user-0" and "katana-test-pass", so seeds built with them go deep. Checks (STYLE.md
+ * §11): consumed <= given; the carry never passes carry_max; an error comes with its effect; a
+ * scan is the last effect and nothing of its bytes is consumed; every frame fits frame_max; the
+ * same effects whole and split.
  */
 #include "config.h"
 
@@ -37,10 +40,12 @@ static char g_pw0[] = "fuzz-user-0", g_pw1[] = "katana-test-pass";
 static sv_user g_users[] = {{.id = 1, .secret = g_pw0}, {.id = 2, .secret = g_pw1}};
 static sv_user_set g_set = {.tag = (char *)"f", .users = g_users, .n_users = 2};
 
-/* The effects of one feed() call into @p t; downstream frames for each opened stream. */
+/* The effects of one feed() call into @p t; downstream frames for each opened stream; a
+ * scan's answer to scan_result(). */
 static void tr_effects(transcript *t, const sv_proto_ops *ops, void *st, const void *creds,
                        const sv_effects *fx)
 {
+    int answer = -2;
     static uint8_t out[70000];
     static const uint8_t down[1000];
     for (unsigned i = 0; i < fx->n; i++) {
@@ -62,6 +67,12 @@ static void tr_effects(transcript *t, const sv_proto_ops *ops, void *st, const v
         }
         if (e->kind == SV_FX_ERROR)
             tr_put(t, &e->policy, sizeof e->policy);
+        if (e->kind == SV_FX_SCAN) {
+            FUZZ_CHECK(i == fx->n - 1 && e->data != NULL && e->len > 0);
+            unsigned trials = 0;
+            answer = ops->scan(creds, e->data, e->len, &trials);
+            tr_put(t, &answer, sizeof answer);
+        }
     }
     /* after the effects are used: answer an open stream (what the runtime does on a read) */
     for (unsigned i = 0; i < fx->n; i++)
@@ -70,11 +81,13 @@ static void tr_effects(transcript *t, const sv_proto_ops *ops, void *st, const v
             ssize_t w = ops->frame(st, creds, fx->v[i].stream, down, len, out, sizeof out);
             FUZZ_CHECK(w >= 0 && (size_t)w <= ops->frame_max(len)); /* 0: ended since */
         }
+    if (answer != -2)
+        ops->scan_result(st, answer >= 0 ? answer : -1);
 }
 
 /* Feed @p wire in pieces of at most @p piece bytes through a runtime-like buffer. */
-static void run(enum sv_ss_cipher cipher, const uint8_t *wire, size_t n, size_t piece,
-                uint32_t seed, transcript *t)
+static void run(enum sv_ss_cipher cipher, bool guided, const uint8_t *wire, size_t n,
+                size_t piece, uint32_t seed, transcript *t)
 {
     const sv_proto_ops *ops = &sv_ss_mux_ops;
     sv_inbound_spec in = {.tag = (char *)"f", .protocol = SV_INBOUND_SHADOWSOCKS,
@@ -86,6 +99,8 @@ static void run(enum sv_ss_cipher cipher, const uint8_t *wire, size_t n, size_t 
     ops->attach_replay(creds, rp);
     void *st = calloc(1, ops->state_size);
     FUZZ_CHECK(st != NULL && ops->init(st, &in) == 0);
+    if (guided)
+        ops->set_guide(st, -1, NULL, 1);
     uint8_t *buf = malloc(n + ops->carry_max + 1);
     FUZZ_CHECK(buf != NULL);
     size_t have = 0, at = 0;
@@ -105,6 +120,8 @@ static void run(enum sv_ss_cipher cipher, const uint8_t *wire, size_t n, size_t 
             have -= (size_t)r;
             continue;
         }
+        if (ops->more(st)) /* a scan's answer: the same bytes again */
+            continue;
         FUZZ_CHECK(have <= ops->carry_max);
         if (at == n)
             break;
@@ -133,13 +150,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                                 SV_SS_CHACHA20_POLY1305};
     static const size_t pieces[] = {1, 3, 17, 64, 1000, 20000};
     enum sv_ss_cipher cipher = ciphers[data[0] % 3];
+    bool guided = (data[0] / 3) % 2;
     size_t piece = pieces[data[1] % 6];
     const uint8_t *wire = data + 2;
     size_t n = size - 2;
 
     transcript whole = {0}, split = {0};
-    run(cipher, wire, n, n + 1, 0, &whole);
-    run(cipher, wire, n, piece, data[1], &split);
+    run(cipher, guided, wire, n, n + 1, 0, &whole);
+    run(cipher, guided, wire, n, piece, data[1], &split);
     FUZZ_CHECK(whole.rc == split.rc);
     FUZZ_CHECK(whole.len == split.len);
     FUZZ_CHECK(whole.len == 0 || memcmp(whole.b, split.b, whole.len) == 0);

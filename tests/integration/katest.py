@@ -157,12 +157,33 @@ def cmd_wait_port(a):
 
 # --- echo server -----------------------------------------------------------------------
 
+# A connection that opens with DOWNLOAD_MAGIC + b"N SEED\n" gets N seeded bytes as fast as
+# the socket takes them, then EOF (cmd_download): a download that no upload paces.
+DOWNLOAD_MAGIC = b"KTDOWNLOAD "
+DOWNLOAD_MAX = 1 << 30
+
+
+def download_bytes(n, seed):
+    return random.Random(seed).randbytes(n)
+
+
 def _tcp_echo_conn(c):
     try:
+        first = True
         while True:
             d = c.recv(262144)
             if not d:
                 break
+            if first and d.startswith(DOWNLOAD_MAGIC):
+                while b"\n" not in d and len(d) < 512:
+                    more = c.recv(512)
+                    if not more:
+                        break
+                    d += more
+                n, seed = d[len(DOWNLOAD_MAGIC):].split(b"\n", 1)[0].split(b" ", 1)
+                c.sendall(download_bytes(min(int(n), DOWNLOAD_MAX), seed.decode()))
+                break
+            first = False
             c.sendall(d)
     except OSError:
         pass
@@ -264,6 +285,34 @@ def socks_open(socks_port, cmd, host, port, timeout):
     if rep != 0:
         raise IOError("SOCKS5 reply code %d" % rep)
     return s, bhost, bport
+
+
+# --- TCP download --------------------------------------------------------------------
+
+def cmd_download(a):
+    """Ask the echo server behind a SOCKS5 client for --bytes seeded bytes, read them as fast
+    as they come and compare them with the expected ones (issue 11: a download that the
+    server's flow control, not the upload, has to pace)."""
+    require_loopback(a.dest_host)
+    t0 = time.monotonic()
+    try:
+        s, _, _ = socks_open(a.socks, 1, a.dest_host, a.dest_port, a.timeout)
+        s.sendall(DOWNLOAD_MAGIC + b"%d %s\n" % (a.bytes, a.seed.encode()))
+        got = bytearray()
+        while len(got) <= a.bytes:
+            d = s.recv(1 << 20)
+            if not d:
+                break
+            got += d
+        s.close()
+    except OSError as e:
+        print("%s: download failed after %.1fs: %s" % (a.label, time.monotonic() - t0, e))
+        return 1
+    want = download_bytes(a.bytes, a.seed)
+    ok = bytes(got) == want
+    print("%s: %d of %d bytes in %.2fs, %s" % (a.label, len(got), a.bytes,
+          time.monotonic() - t0, "identical" if ok else "DIFFERENT"))
+    return 0 if ok else 1
 
 
 # --- TCP round trip ------------------------------------------------------------------
@@ -1609,6 +1658,14 @@ def main():
                         "run the round trips again expecting this")
     c.add_argument("--ready-file")
     c.add_argument("--go-file")
+    c = sub.add_parser("download", help="issue 11: a fast download through a SOCKS5 client")
+    c.add_argument("--socks", type=int, required=True)
+    c.add_argument("--dest-host", default="127.0.0.1")
+    c.add_argument("--dest-port", type=int, required=True)
+    c.add_argument("--bytes", type=int, default=1 << 20)
+    c.add_argument("--seed", default="download")
+    c.add_argument("--timeout", type=float, default=10, help="idle timeout, seconds")
+    c.add_argument("--label", default="download")
     c = sub.add_parser("garbage")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--udp", action="store_true")
@@ -1756,7 +1813,7 @@ def main():
           "usage": cmd_usage, "ssplan": cmd_ssplan, "sse": cmd_sse, "relay": cmd_relay,
           "hold": cmd_hold, "cpu": cmd_cpu, "sockets": cmd_sockets, "httpd": cmd_httpd,
           "tlsprobe": cmd_tlsprobe, "stall": cmd_stall, "vmess": cmd_vmess,
-          "vlessburst": cmd_vlessburst}[a.cmd]
+          "vlessburst": cmd_vlessburst, "download": cmd_download}[a.cmd]
     sys.exit(fn(a))
 
 

@@ -346,6 +346,13 @@ tcp_rt() {
         --timeout "$t" "$@"
 }
 
+# tcp_download SOCKS_PORT [katest download options]: the echo server sends --bytes seeded bytes
+# as fast as they go; they must arrive whole and identical.
+tcp_download() {
+    local port=$1; shift
+    timeout 60 "${KT_PY[@]}" download --socks "$port" --dest-port "$ECHO_PORT" "$@"
+}
+
 # udp_rt SOCKS_PORT EXPECT [katest udp options]: SOCKS5 UDP ASSOCIATE round trips.
 udp_rt() {
     local port=$1 expect=$2; shift 2

@@ -198,6 +198,10 @@ scenario() {
     check "$name: usage of user 1 is the wire bytes its relay counted" tj_wire_is "$snap" 1 "$name-u1"
     check "$name: usage of user 2 is the wire bytes its relay counted" tj_wire_is "$snap" 2 "$name-u2"
     check "$name: idle user 3 billed nothing" no_usage "$snap" 3
+    # the source outruns the client's HTTP/2 windows: the stream's queue must hold the
+    # outbound back instead of overflowing (issue 11)
+    check "$name: a 16 MiB download from a source that never waits arrives whole" \
+        tcp_download "$c1" --bytes $((16 << 20)) --seed "$name-down" --label "$name-down"
 
     check "$name: three connections at once on one HTTP/2 connection, 256 KiB each, identical" \
         tcp_rt "$c1" ok --bytes 262144 --conns 3 --seed "$name-multi" "${PR_TCP[@]}"

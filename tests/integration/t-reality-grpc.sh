@@ -107,6 +107,13 @@ done
 check "idle user 4 billed nothing" test -z "$(awk '$1 == 4 && ($2 > 0 || $3 > 0)' <<<"$snap")"
 check "three connections at once on one REALITY+gRPC connection, 256 KiB each, identical" \
     tcp_rt "$c1" ok --bytes 262144 --conns 3 --seed rg-multi
+# sources that outrun the clients' HTTP/2 windows: each stream's queue holds its outbound back
+# instead of overflowing (issue 11)
+for u in 1 2 3; do
+    c=c$u
+    check "user $u: a 16 MiB download from a source that never waits arrives whole" \
+        tcp_download "${!c}" --bytes $((16 << 20)) --seed "rg-down-$u" --label "down-$u"
+done
 check "daemon still runs" kt_alive "$SRV_PID"
 kat_stop
 check "SIGTERM: katana exits 0" test "$SRV_RC" = 0

@@ -4,7 +4,8 @@
 # other user every time: each connection and datagram must still be served as its own user, the
 # usage billed to the right users (and no one else), and a returning client must cost a few key
 # trials (/metrics: katana_ss_key_trials_total per katana_ss_lookups_total), not a scan of the
-# list.
+# list. The hints survive a graceful restart (kept in db.path): after SIGTERM and a start on the
+# same database, the client the IP's hint names is identified in one trial, with no scan.
 . "$(dirname "$0")/lib.sh"
 kt_need ss-local curl jq
 [ "$KT_SERVER" = katana ] || skip_all "the hint table and /metrics need katana"
@@ -18,7 +19,8 @@ TOKEN=many-$$
 echo_start
 kt_ports 2; API_PORT=${PORTS[1]}
 mkconfig "$T/config.json" "${PORTS[0]}" "$CIPHER" --users-file "$T/users.json"
-jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" '.api = {listen: $l, token: $t}' \
+jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" --arg db "$T/katana.db" \
+    '.api = {listen: $l, token: $t} | .db = {path: $db}' \
     "$T/config.json" >"$T/c.tmp" && mv "$T/c.tmp" "$T/config.json"
 python3 - "$N" "$T/users.json" "$T/passwords" <<'PY'
 import json, sys, uuid
@@ -75,6 +77,8 @@ bounds() {
     echo "user $uid: up $up down $down, expected each in [$payload, $hi]"
     [ "$up" -ge "$payload" ] && [ "$up" -le "$hi" ] && [ "$down" -ge "$payload" ] && [ "$down" -le "$hi" ]
 }
+# user B logs in last: the IP's hint names B when katana stops
+check "user $B: last connection echoed" tcp_rt "$CB" ok --bytes 1000 --seed b5 --label b5
 srv_usage_mark
 srv_stop
 check "SIGTERM: daemon exits 0" test "$SRV_RC" = 0
@@ -83,7 +87,26 @@ echo "usage:"; echo "$FINAL"
 # UDP echo: every datagram of 1000 bytes that came back was billed both ways (a lost one is
 # resent by katest: at most 3 tries each, so up to 30 datagrams)
 check "user $A billed for its own traffic" bounds "$FINAL" "$A" $((1000 + 400 * KIB + 10 * 1000)) 5 30
-check "user $B billed for its own traffic" bounds "$FINAL" "$B" $((1000 + 1200 * KIB + 10 * 1000)) 5 30
+check "user $B billed for its own traffic" bounds "$FINAL" "$B" $((2000 + 1200 * KIB + 10 * 1000)) 6 30
 others() { awk -v a="$A" -v b="$B" '$1 != a && $1 != b && ($2 > 0 || $3 > 0)' <<<"$FINAL"; }
 check "no other user billed" test -z "$(others)"
+
+# Restart on the same database: the hints saved at the stop are restored after the first apply.
+srv_start "$T/config.json"
+kt_wait_port "$API_PORT" 10 || { fail "API did not listen on $API_PORT after the restart"; exit 1; }
+restored() { grep -q "restored [1-9][0-9]* of [0-9]* client IP hints" "$SRV_LOG"; }
+kt_until 10 restored || echo "no restored hints logged"
+for r in 1 2 3; do
+    check "after the restart: user $B's connection $r echoed" tcp_rt "$CB" ok --bytes 1000 --seed "r$r" --label "r$r"
+done
+one_trial() {
+    local l k q
+    l=$(metric katana_ss_lookups_total); k=$(metric katana_ss_key_trials_total)
+    q=$(metric katana_ss_scans_queued_total)
+    echo "after the restart: $l lookups tried $k keys, $q scans queued"
+    [ "$l" != none ] && [ "$l" -ge 3 ] && [ "$k" -le $((l + 2)) ] && [ "$q" = 0 ]
+}
+check "a returning client is identified by its restored hint, without a scan" one_trial
+srv_stop
+check "SIGTERM: the restarted daemon exits 0" test "$SRV_RC" = 0
 kt_finish

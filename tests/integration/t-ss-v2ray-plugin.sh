@@ -13,7 +13,9 @@
 # user 1's client mux=1, user 2's mux=8, the plugin's mux being its clients' concurrency): then
 # also three paced connections through user 2's client are three flows of one session in
 # GET /v1/connections, killing one leaves the other two running; 3 x 256 KiB at once through
-# user 1's client echo identical.
+# user 1's client echo identical; and with 1 000 users (issue 13, see many_users) a client's
+# first session is found by one scan off the worker loop, its later sessions by one key trial
+# each, and its second connection from the same IP by the IP's hint.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/trojan.sh"
 kt_need ss-local ss-v2ray-plugin openssl curl jq
@@ -166,11 +168,78 @@ mux_flows() {
         tcp_rt "$3" ok --bytes 262144 --conns 3 --seed "$n-u1x3" --label "$n-u1x3"
 }
 
+# ss_counts: "lookups keys scans" from /metrics (katana_ss_lookups_total,
+# katana_ss_key_trials_total, katana_ss_scans_run_total; "none" for a missing one).
+ss_counts() {
+    curl -sS -m 10 -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$API_PORT/metrics" |
+        awk 'BEGIN { l = k = s = "none" }
+             $1 == "katana_ss_lookups_total" { l = $2 }
+             $1 == "katana_ss_key_trials_total" { k = $2 }
+             $1 == "katana_ss_scans_run_total" { s = $2 } END { print l, k, s }'
+}
+# costs BEFORE AFTER MIN_LOOKUPS MAX_KEYS_PER_LOOKUP SCANS: between two ss_counts, at least
+# MIN_LOOKUPS lookups, at most MAX_KEYS_PER_LOOKUP keys each (the scans' keys aside), and
+# exactly SCANS scans.
+costs() {
+    local l0 k0 s0 l1 k1 s1
+    read -r l0 k0 s0 <<<"$1"; read -r l1 k1 s1 <<<"$2"
+    [ "$l0" != none ] && [ "$k1" != none ] && [ "$s1" != none ] ||
+        { echo "no katana_ss_* metrics"; return 1; }
+    local l=$((l1 - l0)) k=$((k1 - k0)) sc=$((s1 - s0))
+    echo "$l lookups, $k keys tried (with the scans'), $sc scans off the loop"
+    [ "$l" -ge "$3" ] && [ "$sc" = "$5" ] && { [ "$sc" -gt 0 ] || [ "$k" -le $(($4 * l)) ]; }
+}
+
+# many_users: issue 13 over Mux.Cool. 1 000 users on a ws node with mux (one worker, so that
+# one hint table sees every connection), a client of user 1000 (mux=8), never seen: its first
+# session is found by one scan off the worker loop; five later sessions of its WebSocket
+# connection, opened while the first one is held open, cost one key trial each and no scan;
+# a second client of the user from the same IP (a new WebSocket connection) is found by the
+# IP's hint in a trial or two, no scan.
+many_users() {
+    local n=1000 port pw c1 c2 ps m0 m1 m2 m3
+    kt_ports 2; port=${PORTS[0]}; API_PORT=${PORTS[1]}; TOKEN=ssmux-$$
+    mkconfig "$T/config-many.json" "$port" "$CIPHER" --users-file "$T/users-many.json" \
+        --plugin-opts "path=$WS_PATH;host=$TJ_SNI;mux=1"
+    jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" \
+        '.api = {listen: $l, token: $t} | .workers = 1' "$T/config-many.json" >"$T/c.tmp" &&
+        mv "$T/c.tmp" "$T/config-many.json"
+    pw=$(python3 - "$n" "$T/users-many.json" <<'PY'
+import json, sys, uuid
+users = [{"id": i + 1, "uuid": str(uuid.uuid4()), "speed_limit": None, "device_limit": None}
+         for i in range(int(sys.argv[1]))]
+json.dump({"users": users}, open(sys.argv[2], "w"))
+print(users[-1]["uuid"])
+PY
+)
+    srv_start "$T/config-many.json"
+    kt_wait_port "$API_PORT" 10 || { fail "API did not listen on $API_PORT"; exit 1; }
+    plugin_client many "$pw" "$port" 0 8; c1=$CL_PORT
+    m0=$(ss_counts)
+    stream_bg many-a "$c1" 600000 300000 ok; ps=$STREAM_PID
+    m1=$(ss_counts)
+    check "many users: a never-seen client's first session: one scan off the loop" \
+        costs "$m0" "$m1" 1 0 1
+    check "many users: five later sessions of the connection echoed" \
+        tcp_rt "$c1" ok --bytes 1000 --conns 5 --seed many-b --label many-b
+    m2=$(ss_counts)
+    check "many users: ... one key trial each, no scan of $n users" costs "$m1" "$m2" 5 1 0
+    stream_wait many-a "$ps" 15 "many users: the first session completes byte-identical"
+    plugin_client many2 "$pw" "$port" 0 8; c2=$CL_PORT
+    check "many users: a second client of the user from the same IP echoed" \
+        tcp_rt "$c2" ok --bytes 1000 --seed many-c --label many-c
+    m3=$(ss_counts)
+    check "many users: ... found by the IP's hint, no scan" costs "$m2" "$m3" 1 2 0
+    srv_stop
+    check "many users: SIGTERM: katana exits 0" test "$SRV_RC" = 0
+}
+
 if [ "${SS_PLUGIN_MUX:-0}" = 0 ]; then
     scenario ss-ws 0 0
     scenario ss-ws-tls 1 0 --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
 else
     scenario ss-ws-mux 0 1
     scenario ss-ws-tls-mux 1 1 --cert-file "$TJ_CERT" --key-file "$TJ_KEY"
+    many_users
 fi
 kt_finish

@@ -1,7 +1,7 @@
 /*
  * Unit tests: the SQLite store (db/db.c) on real files in a temp dir — migrations, the usage
  * outbox (merge, claim, delete exactly the batch, crash safety through a killed writer) and the
- * last good panel state.
+ * last good panel state, the client IP hints kept across a graceful restart (issue 13).
  */
 #include "config.h"
 
@@ -469,6 +469,20 @@ static void db__state__stores_body_and_etag_per_node_and_kind(void **state)
     memset(longkey, 'k', sizeof longkey - 1);
     longkey[sizeof longkey - 1] = '\0';
     assert_int_equal(db_state_put(d, longkey, DB_STATE_USERS, NULL, "{}", 2, 1, &err), -EINVAL);
+    /* issue 13: a users body of a large panel (40 MiB, ~400 000 users; 32 MiB was the limit
+     * while panels may send 256) is stored and read back */
+    size_t big = 40u << 20;
+    char *huge = malloc(big);
+    assert_non_null(huge);
+    memset(huge, ' ', big);
+    huge[0] = '{';
+    huge[big - 1] = '}';
+    assert_int_equal(db_state_put(d, "a", DB_STATE_USERS, NULL, huge, big, 3, &err), 0);
+    assert_int_equal(db_state_get(d, "a", DB_STATE_USERS, &etag, &body, &len, &err), 0);
+    assert_int_equal(len, big);
+    assert_memory_equal(body, huge, big);
+    free(body);
+    free(huge);
     db_close(d);
 }
 
@@ -552,6 +566,44 @@ static void db__audit__once_per_period_and_durable(void **state)
     db_close(d);
 }
 
+/* Hints saved at a stop are taken once, older by the time katana was down; expired ones and a
+ * second save's predecessors are gone; they survive closing the file. */
+static void db__hints__saved_then_taken_once_aged_by_the_downtime(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    sv_ip_hint h[3] = {{.inbound = "n1", .user = 7, .age_s = 5},
+                       {.inbound = "n1", .user = 8, .age_s = SV_IP_HINT_TTL_S - 20},
+                       {.inbound = "n2", .user = UINT64_MAX, .age_s = 0}};
+    h[0].ip[15] = 1;
+    h[1].ip[15] = 2;
+    h[2].ip[0] = 0x20;
+    assert_int_equal(db_hints_save(d, h, 1, 1000, &err), 0);
+    assert_int_equal(db_hints_save(d, h, 3, 1000000, &err), 0); /* replaces the first save */
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM ip_hints"), 3);
+    db_close(d);
+    d = open_ok(t);
+    sv_ip_hint *v = NULL;
+    size_t n = 0;
+    assert_int_equal(db_hints_take(d, 1000000 + 30500, &v, &n, &err), 0); /* 30 s later */
+    assert_int_equal(n, 2); /* h[1] expired meanwhile */
+    for (size_t i = 0; i < n; i++) {
+        const sv_ip_hint *want = v[i].user == 7 ? &h[0] : &h[2];
+        assert_string_equal(v[i].inbound, want->inbound);
+        assert_memory_equal(v[i].ip, want->ip, 16);
+        assert_int_equal(v[i].user, want->user);
+        assert_int_equal(v[i].age_s, want->age_s + 30);
+    }
+    free(v);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM ip_hints"), 0);
+    v = NULL;
+    assert_int_equal(db_hints_take(d, 1000000 + 31000, &v, &n, &err), 0); /* taken once */
+    assert_int_equal(n, 0);
+    assert_null(v);
+    db_close(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -580,6 +632,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(db__state_pair__is_written_together_or_not_at_all,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(db__state__stores_body_and_etag_per_node_and_kind,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(db__hints__saved_then_taken_once_aged_by_the_downtime,
                                         setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

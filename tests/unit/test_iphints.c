@@ -1,6 +1,7 @@
 /*
  * Unit tests: the client IP -> user hint table of issue 13 (supervisor/util/iphints.c): a hit,
- * a miss, the port ignored, families apart, expiry, refresh, the bound and its eviction order.
+ * a miss, the port ignored, families apart, expiry, refresh, the bound and its eviction order,
+ * and the aged puts and the walk that carry hints across a restart (sv_hints_import/export).
  */
 #include "config.h"
 
@@ -161,6 +162,83 @@ static void hint__bound__oldest_evicted_newest_kept(void **state)
     sv_iphints_deinit(&t);
 }
 
+static bool not_idx_4(const sv_iphint *e, void *arg)
+{
+    (void)arg;
+    return e->idx != 4;
+}
+
+/* A hint put with an age expires that much earlier, never replaces a later one, and the walk
+ * gives every live entry once with its age. */
+static void hint__aged_put_and_walk__carried_over(void **state)
+{
+    (void)state;
+    sv_iphints t;
+    sv_iphints_init(&t, 64, 100, 6);
+    struct sockaddr_storage a = v4("10.0.0.1", 1), b = v6("2001:db8::7", 1);
+    uint8_t ka[16], kb[16];
+    assert_true(sv_iphints_ip_key(SA(a), ka));
+    assert_true(sv_iphints_ip_key(SA(b), kb));
+    int idx = -1;
+    const void *who = NULL;
+    size_t pos = 0;
+    uint64_t age = 0;
+    assert_null(sv_iphints_next(&t, 500, &pos, &age)); /* nothing allocated yet */
+    assert_int_equal(sv_iphints_put_ip(&t, ka, 500, 100, 1, &tag[1]), -ESTALE);
+    assert_int_equal(sv_iphints_put_ip(&t, ka, 500, 30, 1, &tag[1]), 0);
+    assert_true(sv_iphints_get(&t, SA(a), 569, &idx, &who)); /* 30 s old: 70 s left */
+    assert_int_equal(idx, 1);
+    assert_false(sv_iphints_get(&t, SA(a), 570, &idx, &who));
+    /* a fresher login of the same IP stays; an older carried-over one does not replace it */
+    assert_int_equal(sv_iphints_put(&t, SA(a), 500, 2, &tag[2]), 0);
+    assert_int_equal(sv_iphints_put_ip(&t, ka, 500, 10, 3, &tag[3]), 0);
+    assert_true(sv_iphints_get(&t, SA(a), 550, &idx, &who));
+    assert_int_equal(idx, 2);
+    assert_int_equal(sv_iphints_put_ip(&t, kb, 500, 40, 4, &tag[4]), 0);
+    /* the walk at 520: a 20 s old, b 60 s old */
+    const sv_iphint *e;
+    int seen = 0;
+    while ((e = sv_iphints_next(&t, 520, &pos, &age)) != NULL) {
+        if (memcmp(e->ip, ka, 16) == 0) {
+            assert_int_equal(e->idx, 2);
+            assert_int_equal(age, 20);
+            seen |= 1;
+        } else {
+            assert_memory_equal(e->ip, kb, 16);
+            assert_int_equal(e->idx, 4);
+            assert_ptr_equal(e->who, &tag[4]);
+            assert_int_equal(age, 60);
+            seen |= 2;
+        }
+    }
+    assert_int_equal(seen, 3);
+    /* keep: the entries whose user the owner no longer has there are forgotten */
+    assert_int_equal(sv_iphints_keep(&t, not_idx_4, NULL), 1);
+    assert_false(sv_iphints_get(&t, SA(b), 520, &idx, &who));
+    assert_true(sv_iphints_get(&t, SA(a), 520, &idx, &who));
+    assert_int_equal(sv_iphints_put_ip(&t, kb, 500, 40, 4, &tag[4]), 0);
+    pos = 0; /* at 561 b has expired */
+    assert_non_null(e = sv_iphints_next(&t, 561, &pos, &age));
+    assert_memory_equal(e->ip, ka, 16);
+    assert_null(sv_iphints_next(&t, 561, &pos, &age));
+    /* a full set keeps its entries when the carried-over one is older than all of them */
+    sv_iphints one;
+    sv_iphints_init(&one, 1, 100, 7);
+    char ip[32];
+    for (int i = 0; i < SV_IPHINTS_WAYS; i++) {
+        snprintf(ip, sizeof ip, "10.9.9.%d", i);
+        struct sockaddr_storage c = v4(ip, 1);
+        assert_int_equal(sv_iphints_put(&one, SA(c), 200, i, &tag[0]), 0);
+    }
+    struct sockaddr_storage old = v4("10.9.9.99", 1);
+    uint8_t kold[16];
+    assert_true(sv_iphints_ip_key(SA(old), kold));
+    assert_int_equal(sv_iphints_put_ip(&one, kold, 200, 50, 9, &tag[0]), 0);
+    assert_false(sv_iphints_get(&one, SA(old), 200, &idx, &who));
+    sv_iphints_deinit(&one);
+    sv_iphints_deinit(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +246,7 @@ int main(void)
         cmocka_unit_test(hint__families__apart),
         cmocka_unit_test(hint__expiry__forgotten_after_ttl_unless_refreshed),
         cmocka_unit_test(hint__bound__oldest_evicted_newest_kept),
+        cmocka_unit_test(hint__aged_put_and_walk__carried_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -262,6 +262,14 @@ static void principal__same_user__same_principal_until_released(void **state)
     u.secret = pw_a; /* the same user in another set is another principal */
     sv_principal *d = sv_principal_acquire("set2", &u);
     assert_ptr_not_equal(a, d);
+    /* the fingerprint frames the set's tag: tag "set1" + secret "x" is not tag "set" + "1x" */
+    sv_user x = {.id = 42, .secret = "x"}, y = {.id = 42, .secret = "1x"};
+    sv_principal *e = sv_principal_acquire("set1", &x), *f = sv_principal_acquire("set", &y);
+    assert_non_null(e);
+    assert_non_null(f);
+    assert_ptr_not_equal(e, f);
+    sv_principal_unref(e);
+    sv_principal_unref(f);
     sv_principal_unref(b);
     sv_principal_unref(a);
     sv_principal_unref(c);

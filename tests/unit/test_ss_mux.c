@@ -110,13 +110,18 @@ static size_t mux_piece(bytes *out, uint16_t id, const bytes *w, size_t at, size
 }
 
 /* What a runtime-like driver saw: non-data events as text, data per stream (1..7), client
- * bytes. */
+ * bytes; keys tried as the runtime counts them (issue 13: every effect's trials, one lookup
+ * each) and the scans it ran (SV_FX_SCAN: ops->scan, its answer to scan_result, unless
+ * @c answer_set gives the answer). */
 typedef struct seen {
     char ev[512];
     bytes data[8];
     bytes client;
     int error;
     enum sv_probe_policy policy;
+    unsigned lookups, keys, scans, scan_keys;
+    bool answer_set;
+    int answer;
 } seen;
 
 static void seen_free(seen *s)
@@ -150,9 +155,15 @@ static void drive(void *st, const void *creds, const bytes *wire, size_t step, s
         off += take;
         for (;;) {
             sv_effects fx;
+            bool scan = false;
+            int answer = -1;
             ssize_t r = ops->feed(st, creds, buf, have, &fx);
             for (unsigned i = 0; i < fx.n; i++) {
                 const sv_effect *e = &fx.v[i];
+                if (e->trials > 0) {
+                    s->lookups++;
+                    s->keys += e->trials;
+                }
                 switch (e->kind) {
                 case SV_FX_AUTHENTICATED:
                     ev(s, "A%d%s ", e->principal, e->multiplexed ? "m" : "");
@@ -177,6 +188,18 @@ static void drive(void *st, const void *creds, const bytes *wire, size_t step, s
                     s->error = e->error;
                     s->policy = e->policy;
                     break;
+                case SV_FX_SCAN: {
+                    unsigned t = 0;
+                    assert_int_equal(i, fx.n - 1); /* its last effect */
+                    ev(s, "S ");
+                    scan = true;
+                    answer = ops->scan(creds, e->data, e->len, &t);
+                    s->scans++;
+                    s->scan_keys += t;
+                    if (s->answer_set)
+                        answer = s->answer;
+                    break;
+                }
                 default:
                     ev(s, "?%d ", (int)e->kind);
                 }
@@ -185,7 +208,9 @@ static void drive(void *st, const void *creds, const bytes *wire, size_t step, s
                 assert_int_not_equal(s->error, 0); /* an error comes with its effect */
                 break;
             }
-            if (r == 0)
+            if (scan) /* the same bytes are fed again: the answer waits there */
+                ops->scan_result(st, answer >= 0 ? answer : -1);
+            if (r == 0 && (ops->more == NULL || !ops->more(st)))
                 break;
             memmove(buf, buf + r, have - (size_t)r);
             have -= (size_t)r;
@@ -213,6 +238,24 @@ static void *new_creds(void)
 {
     void *creds = NULL;
     assert_int_equal(ops->creds_new(&k_in, &k_set, &creds, NULL), 0);
+    return creds;
+}
+
+/* A table of @p n users "user-<i>" (issue 13: more than the runtime's first guesses). */
+static void *new_creds_n(size_t n)
+{
+    char (*pw)[16] = calloc(n, sizeof *pw);
+    sv_user *u = calloc(n, sizeof *u);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(pw[i], sizeof pw[i], "user-%zu", i);
+        u[i].id = (uint64_t)i + 1;
+        u[i].secret = pw[i];
+    }
+    sv_user_set set = {.tag = (char *)"s", .users = u, .n_users = n};
+    void *creds = NULL;
+    assert_int_equal(ops->creds_new(&k_in, &set, &creds, NULL), 0);
+    free(u);
+    free(pw);
     return creds;
 }
 
@@ -542,6 +585,139 @@ static void ss_mux__frame__keep_frames_decode_and_end(void **state)
     ss->creds_free(creds);
 }
 
+/* issue 13: the runtime's first guesses (no hint yet, SV_SS_GUESSES keys) */
+#define GUESSES 16
+#define MANY 40 /* users: more than the guesses */
+#define LAST 30 /* a user past them in index order */
+
+/* Sessions 1..@p n of a connection, session i of user @p users[i - 1], each whole in its New
+ * frame (@p split: session 1's salt and length chunk cut over its New and a Keep frame). */
+static bytes sessions_of(const void *creds, const int *users, uint16_t n, bool split)
+{
+    uint8_t p[40];
+    memset(p, 'x', sizeof p);
+    bytes wire = {0};
+    for (uint16_t id = 1; id <= n; id++) {
+        bytes w = ss_wire(creds, users[id - 1], p, sizeof p, 64);
+        size_t cut = id == 1 && split ? 20 : w.len;
+        mux_new(&wire, id, 1, w.p, cut);
+        if (cut < w.len)
+            mux_keep(&wire, id, w.p + cut, w.len - cut);
+        free(w.p);
+    }
+    return wire;
+}
+
+/* With the runtime's guide, a never-seen client's first session asks for a scan (SV_FX_SCAN
+ * after the first guesses), whose answer is checked with no further trial; every later session
+ * tries the connection's user's key alone: one trial each, never a scan. Whole, byte at a time
+ * (the first chunk then straddles the session's carry) and in odd pieces. */
+static void ss_mux__later_sessions__one_trial_each(void **state)
+{
+    (void)state;
+    void *creds = new_creds_n(MANY);
+    static const int users[] = {LAST, LAST, LAST, LAST};
+    for (int split = 0; split <= 1; split++) {
+        bytes wire = sessions_of(creds, users, 4, split);
+        for (size_t step = 0; step <= 2; step++) {
+            void *st = new_state();
+            assert_non_null(ops->set_guide);
+            ops->set_guide(st, -1, NULL, GUESSES);
+            seen s = {0};
+            drive(st, creds, &wire, step == 2 ? wire.len : step, &s);
+            assert_int_equal(s.error, 0);
+            assert_string_equal(s.ev, "S A30m O1:10.0.0.1:8080 O2:10.0.0.1:8080 "
+                                      "O3:10.0.0.1:8080 O4:10.0.0.1:8080 ");
+            assert_int_equal(s.scans, 1);
+            assert_int_equal(s.scan_keys, LAST + 1);
+            assert_int_equal(s.lookups, 1 + 3);
+            assert_int_equal(s.keys, GUESSES + 3);
+            assert_int_equal(s.client.len, 0);
+            for (int k = 1; k <= 4; k++)
+                assert_int_equal(s.data[k].len, 40);
+            seen_free(&s);
+            free_state(st);
+        }
+        free(wire.p);
+    }
+    ss->creds_free(creds);
+}
+
+/* A later session of another user (one the first guesses would not even reach) is ended with
+ * End (error) after one trial, with no scan; the connection's user goes on. */
+static void ss_mux__later_session_of_other_user__ended_without_scan(void **state)
+{
+    (void)state;
+    void *creds = new_creds_n(MANY);
+    static const int users[] = {3, LAST, 3};
+    bytes wire = sessions_of(creds, users, 3, false);
+    for (size_t step = 0; step <= 1; step++) {
+        void *st = new_state();
+        assert_non_null(ops->set_guide);
+        ops->set_guide(st, -1, NULL, GUESSES);
+        seen s = {0};
+        drive(st, creds, &wire, step ? 1 : wire.len, &s);
+        assert_int_equal(s.error, 0);
+        assert_string_equal(s.ev, "A3m O1:10.0.0.1:8080 O3:10.0.0.1:8080 ");
+        static const uint8_t end2[] = {0, 4, 0, 2, 3, 2};
+        assert_int_equal(s.client.len, sizeof end2);
+        assert_memory_equal(s.client.p, end2, sizeof end2);
+        assert_int_equal(s.scans, 0);
+        assert_int_equal(s.lookups, 3);
+        assert_int_equal(s.keys, 4 + 1 + 1); /* users 0..3 in index order, then one each */
+        assert_int_equal(s.data[2].len, 0);
+        seen_free(&s);
+        free_state(st);
+    }
+    free(wire.p);
+    ss->creds_free(creds);
+}
+
+/* The first session and the scan: the IP's hint finds it in one trial (no scan); a scan's
+ * answer "none" (or refused over its budget) and a wrong answer fail the client as a wrong key
+ * does (drain, nothing answered, no user named); the right answer authenticates, also when the
+ * scanned bytes straddled two frames. */
+static void ss_mux__scan_result_first_session(void **state)
+{
+    (void)state;
+    void *creds = new_creds_n(MANY);
+    static const int users[] = {LAST, LAST};
+    for (int split = 0; split <= 1; split++) {
+        bytes wire = sessions_of(creds, users, 2, split);
+        static const struct {
+            int hint;
+            bool answer_set;
+            int answer;
+            const char *ev;
+            unsigned scans, keys;
+            int error;
+        } cases[] = {
+            {LAST, false, 0, "A30m O1:10.0.0.1:8080 O2:10.0.0.1:8080 ", 0, 1 + 1, 0},
+            {-1, true, -1, "S ", 1, GUESSES, -EBADMSG},
+            {-1, true, 7, "S ", 1, GUESSES, -EBADMSG},
+            {5, true, LAST, "S A30m O1:10.0.0.1:8080 O2:10.0.0.1:8080 ", 1, GUESSES + 1, 0},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            void *st = new_state();
+            assert_non_null(ops->set_guide);
+            ops->set_guide(st, cases[i].hint, NULL, GUESSES);
+            seen s = {.answer_set = cases[i].answer_set, .answer = cases[i].answer};
+            drive(st, creds, &wire, split ? 7 : wire.len, &s);
+            assert_string_equal(s.ev, cases[i].ev);
+            assert_int_equal(s.error, cases[i].error);
+            if (cases[i].error != 0)
+                assert_int_equal(s.policy, SV_PROBE_DRAIN);
+            assert_int_equal(s.client.len, 0);
+            assert_int_equal(s.scans, cases[i].scans);
+            assert_int_equal(s.keys, cases[i].keys);
+            seen_free(&s);
+            free_state(st);
+        }
+        free(wire.p);
+    }
+    ss->creds_free(creds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -553,6 +729,9 @@ int main(void)
         cmocka_unit_test(ss_mux__other_user_udp_unknown__ended),
         cmocka_unit_test(ss_mux__too_many_sessions_before_auth__drain),
         cmocka_unit_test(ss_mux__frame__keep_frames_decode_and_end),
+        cmocka_unit_test(ss_mux__later_sessions__one_trial_each),
+        cmocka_unit_test(ss_mux__later_session_of_other_user__ended_without_scan),
+        cmocka_unit_test(ss_mux__scan_result_first_session),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

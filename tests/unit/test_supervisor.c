@@ -3,7 +3,9 @@
  *  - sv_epoch() is an epoch every worker has adopted: sv_apply returns only once they all did,
  *    even when a worker is slow to take the plane (the test hook makes it slow);
  *  - commit cannot fail: every message it sends is allocated in prepare, so a failed
- *    allocation fails the apply (nothing changes) instead of dropping a worker's message.
+ *    allocation fails the apply (nothing changes) instead of dropping a worker's message;
+ *  - client IP hints go to every worker's table and come back by user id (issue 13: a graceful
+ *    restart keeps them), without the users removed, expired or unknown.
  * Listeners bind a free port on 127.0.0.1 only.
  */
 #include "config.h"
@@ -16,6 +18,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -247,6 +251,96 @@ static void rebuilt_handler_reuses_unchanged_users_only(void **state)
     sv_replay_ref_unref(replay);
 }
 
+/* ---- client IP hints across a restart (issue 13) ------------------------------------------- */
+
+/* Inbound ss1 on f->port for the users @p ids (secrets "secret-<id>"). */
+static void hints_spec(fx *f, sv_user *users, char (*secrets)[16], const uint64_t *ids, size_t n)
+{
+    fx_spec(f, true, 0);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(secrets[i], sizeof secrets[i], "secret-%llu", (unsigned long long)ids[i]);
+        users[i] = (sv_user){.id = ids[i], .secret = secrets[i]};
+    }
+    f->sets[0] = (sv_user_set){.tag = "u", .users = users, .n_users = n};
+}
+
+static sv_ip_hint ip_hint(const char *inbound, const char *ip4, uint64_t user, uint32_t age)
+{
+    sv_ip_hint h = {.user = user, .age_s = age};
+    snprintf(h.inbound, sizeof h.inbound, "%s", inbound);
+    h.ip[10] = h.ip[11] = 0xff;
+    assert_int_equal(inet_pton(AF_INET, ip4, h.ip + 12), 1);
+    return h;
+}
+
+static void hints_are_given_to_every_worker_and_come_back_by_user(void **state)
+{
+    fx *f = *state;
+    sv_user users[3];
+    char secrets[3][16];
+    sv_error err = {0};
+    hints_spec(f, users, secrets, (const uint64_t[]){1, 2, 3}, 3);
+    assert_int_equal(sv_apply(f->sv, &f->spec, NULL, NULL, &err), 0);
+    sv_ip_hint in[] = {
+        ip_hint("ss1", "10.0.0.1", 2, 10),
+        ip_hint("ss1", "10.0.0.2", 9, 10),              /* no such user */
+        ip_hint("ss1", "10.0.0.3", 3, SV_IP_HINT_TTL_S), /* expired */
+        ip_hint("nope", "10.0.0.4", 1, 10),             /* no such inbound */
+        ip_hint("ss1", "10.0.0.5", 3, 20),
+    };
+    assert_int_equal(sv_hints_import(f->sv, in, 5), 2);
+    sv_ip_hint *out = NULL;
+    long n = sv_hints_export(f->sv, &out);
+    assert_int_equal(n, 2); /* both workers hold both: one row per IP */
+    assert_string_equal(out[0].inbound, "ss1"); /* the most recent first */
+    assert_memory_equal(out[0].ip, in[0].ip, 16);
+    assert_int_equal(out[0].user, 2);
+    assert_true(out[0].age_s >= 10 && out[0].age_s <= 12);
+    assert_memory_equal(out[1].ip, in[4].ip, 16);
+    assert_int_equal(out[1].user, 3);
+    assert_true(out[1].age_s >= 20 && out[1].age_s <= 22);
+    /* the next start lists the users in another order and no longer has user 2 */
+    sv_user users2[2];
+    char secrets2[2][16];
+    hints_spec(f, users2, secrets2, (const uint64_t[]){3, 1}, 2);
+    assert_int_equal(sv_apply(f->sv, &f->spec, NULL, NULL, &err), 0);
+    assert_int_equal(sv_hints_import(f->sv, out, (size_t)n), 1); /* user 3's, at its new index */
+    free(out);
+    out = NULL;
+    n = sv_hints_export(f->sv, &out);
+    assert_int_equal(n, 1);
+    assert_memory_equal(out[0].ip, in[4].ip, 16);
+    assert_int_equal(out[0].user, 3);
+    free(out);
+    /* user 3 removed while its hint is in the tables: no longer given */
+    hints_spec(f, users2, secrets2, (const uint64_t[]){1, 4}, 2);
+    assert_int_equal(sv_apply(f->sv, &f->spec, NULL, NULL, &err), 0);
+    out = NULL;
+    assert_int_equal(sv_hints_export(f->sv, &out), 0);
+    assert_null(out);
+    /* at most SV_IP_HINTS_PER_INBOUND, the most recent */
+    size_t many = SV_IP_HINTS_PER_INBOUND + 100;
+    sv_ip_hint *v = calloc(many, sizeof *v);
+    assert_non_null(v);
+    char ip[32];
+    for (size_t i = 0; i < many; i++) {
+        snprintf(ip, sizeof ip, "10.1.%zu.%zu", i >> 8, i & 255);
+        uint32_t age = i < 100 ? 3000 : (uint32_t)(i % 2000); /* the first 100 the oldest */
+        v[i] = ip_hint("ss1", ip, 1 + (i & 1) * 3, age);      /* users 1 and 4 */
+    }
+    assert_int_equal(sv_hints_import(f->sv, v, many), SV_IP_HINTS_PER_INBOUND);
+    free(v);
+    out = NULL;
+    n = sv_hints_export(f->sv, &out);
+    assert_true(n > 0 && n <= (long)SV_IP_HINTS_PER_INBOUND); /* set-associative: a few miss */
+    for (long i = 0; i < n; i++)
+        assert_true(out[i].age_s < 2000 + 2); /* none of the oldest */
+    free(out);
+    sv_shutdown(f->sv, 0);
+    assert_int_equal(sv_hints_export(f->sv, &out), -ESHUTDOWN);
+    assert_int_equal(sv_hints_import(f->sv, in, 1), -ESHUTDOWN);
+}
+
 int main(void)
 {
     alarm(60); /* bounded: a lost event must not hang the suite */
@@ -256,6 +350,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_failed_message_allocation_fails_the_apply_not_a_worker,
                                         setup, teardown),
         cmocka_unit_test(rebuilt_handler_reuses_unchanged_users_only),
+        cmocka_unit_test_setup_teardown(hints_are_given_to_every_worker_and_come_back_by_user,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
