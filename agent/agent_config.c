@@ -1126,3 +1126,58 @@ void ag_config_free(ag_config *cfg)
     free(cfg->api_token);
     memset(cfg, 0, sizeof *cfg);
 }
+
+static bool str_differ(const char *a, const char *b)
+{
+    return (a == NULL) != (b == NULL) || (a != NULL && strcmp(a, b) != 0);
+}
+
+size_t ag_config_restart_keys(const ag_config *running, const ag_config *next,
+                              ag_restart_key_cb cb, void *arg)
+{
+    const ag_config *a = running, *b = next;
+    struct { bool differ; const char *path; } top[] = {
+        {a->workers != b->workers, "workers"},
+        {a->max_connections != b->max_connections, "max_connections"},
+        {a->node_speed_limit != b->node_speed_limit, "node_speed_limit"},
+        {memcmp(&a->dns, &b->dns, sizeof a->dns) != 0, "dns"},
+        {memcmp(&a->redis, &b->redis, sizeof a->redis) != 0, "redis"},
+        {str_differ(a->api_listen, b->api_listen), "api.listen"},
+        {str_differ(a->api_token, b->api_token), "api.token"},
+        {str_differ(a->db_path, b->db_path), "db.path"},
+        {a->db_flush_s != b->db_flush_s, "db.flush_interval"},
+    };
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (top[i].differ) {
+            cb(arg, top[i].path);
+            n++;
+        }
+    for (size_t j = 0; j < b->n_nodes; j++) {
+        const ag_panel_config *q = &b->nodes[j].panel, *p = NULL;
+        for (size_t i = 0; i < a->n_nodes && p == NULL; i++)
+            if (strcmp(a->nodes[i].tag, b->nodes[j].tag) == 0)
+                p = &a->nodes[i].panel;
+        if (p == NULL || p->type == AG_PANEL_LOCAL || q->type == AG_PANEL_LOCAL)
+            continue; /* a local panel is re-read on every load */
+        struct { bool differ; const char *key; } keys[] = {
+            {p->type != q->type, "type"},
+            {str_differ(p->url, q->url), "url"},
+            {str_differ(p->token, q->token), "token"},
+            {str_differ(p->node_id, q->node_id), "node_id"},
+            {str_differ(p->node_type, q->node_type), "node_type"},
+            {p->timeout_s != q->timeout_s, "timeout"},
+            {p->pull_interval_s != q->pull_interval_s, "pull_interval"},
+            {p->push_interval_s != q->push_interval_s, "push_interval"},
+            {str_differ(p->machine_id, q->machine_id), "machine_id"},
+        };
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+            if (keys[k].differ) {
+                char path[128];
+                snprintf(path, sizeof path, "nodes[%zu].panel.%s", j, keys[k].key);
+                cb(arg, path);
+                n++;
+            }
+    }
+    return n;
+}

@@ -211,4 +211,19 @@ void ag_node_config_free(ag_node_config *n);
 /** Free what a config owns and zero it. NULL-safe. */
 void ag_config_free(ag_config *cfg);
 
+/** Called once per restart-only setting that changed, with its JSON path ("api.token"). */
+typedef void (*ag_restart_key_cb)(void *arg, const char *path);
+
+/**
+ * The settings a reload (SIGHUP, an API sync, a panel change) does not apply, because they are
+ * fixed when katana starts: workers, max_connections, node_speed_limit, dns, redis, api.*,
+ * db.*, and the panel settings of a remote panel node (url, token, node_id, node_type, timeout,
+ * intervals, machine_id; its pulls run on clients made at start). Calls @p cb for each one that
+ * differs between @p running (the config katana started with) and @p next, nodes matched by
+ * tag. Values are not passed (tokens are secrets).
+ * @return how many differ.
+ */
+size_t ag_config_restart_keys(const ag_config *running, const ag_config *next,
+                              ag_restart_key_cb cb, void *arg);
+
 #endif

@@ -17,6 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <uv.h>
 
 #include "agent/agent_config.h"
@@ -29,6 +34,7 @@
 #include "supervisor/util/log.h"
 
 #define MOD "ag.main"
+#define RELOAD_SPACING_MS 200u /* shortest time between the starts of two reloads */
 
 static const char usage_text[] =
     "usage: katana run -c FILE | katana check [--offline] -c FILE | katana version\n";
@@ -38,17 +44,15 @@ typedef struct ag_main {
     sv_supervisor *sv;
     ag_manager *mgr;
     const char *config_path;
-    unsigned workers;   /* as started: a change needs a restart */
-    uint32_t max_connections; /* as started: a change needs a restart */
-    uint64_t node_speed_limit; /* as started (Mbps): a change needs a restart */
-    sv_dns_options dns; /* as started: a change needs a restart */
-    sv_redis_options redis; /* as started: a change needs a restart */
+    ag_config started;  /* as started: what a reload cannot change (ag_config_restart_keys) */
     int pending_level;  /* log level of the config being reloaded */
     unsigned grace_s;   /* shutdown_grace in force (seed 001 default 5 s, issue #5) */
     unsigned pending_grace; /* shutdown_grace of the config being reloaded */
     uv_signal_t sigs[4];
     size_t n_sigs;
     bool reload_pending;
+    uv_timer_t reload_timer; /* a reload held back by RELOAD_SPACING_MS (request_reload) */
+    uint64_t reload_started; /* uv_now() when the last reload started */
     bool stopping;
     int exit_code;
     api_server *api;    /* the REST API (issue 4); its settings need a restart to change */
@@ -101,10 +105,11 @@ static void stop(ag_main *am, uint32_t grace_ms)
     }
     for (size_t i = 0; i < am->n_sigs; i++)
         uv_close((uv_handle_t *)&am->sigs[i], NULL);
+    uv_close((uv_handle_t *)&am->reload_timer, NULL);
     uv_stop(&am->loop); /* the supervisor may keep control-loop handles until it is freed */
 }
 
-static void start_reload(ag_main *am);
+static bool request_reload(ag_main *am);
 
 static void on_reloaded(void *arg, int status, const sv_error *err)
 {
@@ -120,40 +125,65 @@ static void on_reloaded(void *arg, int status, const sv_error *err)
     }
     if (am->reload_pending && !am->stopping) {
         am->reload_pending = false;
-        start_reload(am);
+        request_reload(am);
     }
+}
+
+static void warn_restart_key(void *arg, const char *path)
+{
+    (void)arg;
+    SV_LOG(SV_LOG_WARN, MOD, "%s changed: restart to apply it", path);
 }
 
 static void start_reload(ag_main *am)
 {
     ag_config cfg;
     sv_error err = {0};
+    am->reload_started = uv_now(&am->loop);
     int rc = ag_config_load_file(am->config_path, &cfg, &err);
+    if (rc == 0) /* before a machine entry is expanded into its nodes */
+        ag_config_restart_keys(&am->started, &cfg, warn_restart_key, NULL);
     if (rc == 0 && (rc = ag_uplink_expand(am->uplink, &cfg, &err)) != 0)
         ag_config_free(&cfg); /* issue 14: a machine's nodes are the uplink's */
     if (rc != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err.msg);
         return;
     }
-    if (cfg.workers != am->workers)
-        SV_LOG(SV_LOG_WARN, MOD, "workers changed from %u to %u: restart to apply it",
-               am->workers, cfg.workers);
-    if (cfg.max_connections != am->max_connections)
-        SV_LOG(SV_LOG_WARN, MOD, "max_connections changed from %" PRIu32 " to %" PRIu32
-               ": restart to apply it", am->max_connections, cfg.max_connections);
-    if (cfg.node_speed_limit != am->node_speed_limit)
-        SV_LOG(SV_LOG_WARN, MOD, "node_speed_limit changed from %" PRIu64 " to %" PRIu64
-               " Mbit/s: restart to apply it", am->node_speed_limit, cfg.node_speed_limit);
-    if (memcmp(&cfg.dns, &am->dns, sizeof cfg.dns) != 0)
-        SV_LOG(SV_LOG_WARN, MOD, "dns changed: restart to apply it");
-    if (memcmp(&cfg.redis, &am->redis, sizeof cfg.redis) != 0)
-        SV_LOG(SV_LOG_WARN, MOD, "redis changed: restart to apply it");
     am->pending_level = cfg.log_level;
     am->pending_grace = cfg.shutdown_grace;
     rc = ag_manager_load(am->mgr, &cfg, on_reloaded, am, &err);
     ag_config_free(&cfg);
     if (rc != 0)
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err.msg);
+}
+
+static void on_reload_timer(uv_timer_t *t)
+{
+    request_reload(t->data);
+}
+
+/* Every reload request (SIGHUP, POST /v1/nodes/{tag}/sync, new panel data) comes here, so a
+ * storm of them makes a few reloads: while a load runs, or within RELOAD_SPACING_MS of the
+ * start of the last reload, the requests fold into one reload run when that ends.
+ * @return true when this request started or scheduled a reload, false when it was folded
+ *         into one already due. */
+static bool request_reload(ag_main *am)
+{
+    if (am->stopping)
+        return false;
+    if (ag_manager_busy(am->mgr)) {
+        bool folded = am->reload_pending;
+        am->reload_pending = true; /* run one more after the load in flight */
+        return !folded;
+    }
+    if (uv_is_active((uv_handle_t *)&am->reload_timer))
+        return false;
+    uint64_t now = uv_now(&am->loop), due = am->reload_started + RELOAD_SPACING_MS;
+    if (am->reload_started != 0 && now < due)
+        uv_timer_start(&am->reload_timer, on_reload_timer, due - now, 0);
+    else
+        start_reload(am);
+    return true;
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -164,10 +194,7 @@ static void on_signal(uv_signal_t *h, int signum)
     switch (signum) {
     case SIGHUP:
         SV_LOG(SV_LOG_INFO, MOD, "SIGHUP: reloading %s", am->config_path);
-        if (ag_manager_busy(am->mgr))
-            am->reload_pending = true; /* run one more after the load in flight */
-        else
-            start_reload(am);
+        request_reload(am);
         break;
     case SIGUSR1:
         log_usage(am);
@@ -212,7 +239,7 @@ static void on_first_load(void *arg, int status, const sv_error *err)
     } /* else a stored panel state was refused: the nodes wait for the panel (issue 15) */
     if (am->reload_pending) {
         am->reload_pending = false;
-        start_reload(am);
+        request_reload(am);
     }
 }
 
@@ -260,11 +287,10 @@ static void on_sync_request(void *arg, const char *tag)
     ag_main *am = arg;
     if (am->stopping)
         return;
-    SV_LOG(SV_LOG_INFO, MOD, "node %s: sync requested through the API", tag);
-    if (ag_manager_busy(am->mgr))
-        am->reload_pending = true;
-    else
-        start_reload(am);
+    if (request_reload(am))
+        SV_LOG(SV_LOG_INFO, MOD, "node %s: sync requested through the API", tag);
+    else /* folded into a reload already due */
+        SV_LOG(SV_LOG_DEBUG, MOD, "node %s: sync requested through the API (again)", tag);
 }
 
 static int start_api(ag_main *am, const ag_config *cfg)
@@ -292,12 +318,7 @@ static int start_api(ag_main *am, const ag_config *cfg)
 static void on_panel_change(void *arg)
 {
     ag_main *am = arg;
-    if (am->stopping)
-        return;
-    if (ag_manager_busy(am->mgr))
-        am->reload_pending = true;
-    else
-        start_reload(am);
+    request_reload(am);
 }
 
 /* The node manager's remote panel clients: the uplink's (issue 14: no process-wide hook). */
@@ -339,6 +360,7 @@ static int run_start(ag_main *am, const ag_config *cfg)
     if (rc != 0)
         return rc;
     if (!ag_uplink_ready(am->uplink)) { /* never exit on a panel answer: wait for one */
+        ag_manager_declare(am->mgr, cfg); /* listed, not applied, with the pulls' errors */
         SV_LOG(SV_LOG_INFO, MOD, "katana %s waiting for the panel's first answer",
                PACKAGE_VERSION);
         return 0;
@@ -363,11 +385,6 @@ static int cmd_run(const char *path)
         return 1;
     }
     sv_log_threshold = cfg.log_level;
-    am.workers = cfg.workers;
-    am.max_connections = cfg.max_connections;
-    am.node_speed_limit = cfg.node_speed_limit;
-    am.dns = cfg.dns;
-    am.redis = cfg.redis;
     am.grace_s = cfg.shutdown_grace;
     signal(SIGPIPE, SIG_IGN);
     int rc = uv_loop_init(&am.loop);
@@ -376,15 +393,19 @@ static int cmd_run(const char *path)
         fprintf(stderr, "katana: %s\n", uv_strerror(rc));
         return 1;
     }
-    if (run_start(&am, &cfg) != 0) {
+    uv_timer_init(&am.loop, &am.reload_timer);
+    am.reload_timer.data = &am;
+    am.started = cfg; /* freed at exit */
+    if (run_start(&am, &am.started) != 0) {
         am.exit_code = 1;
         stop(&am, 0);
     }
-    ag_config_free(&cfg);
     uv_run(&am.loop, UV_RUN_DEFAULT); /* returns at once when stop() already ran */
     for (size_t i = 0; i < am.n_sigs; i++)
         if (!uv_is_closing((uv_handle_t *)&am.sigs[i]))
             uv_close((uv_handle_t *)&am.sigs[i], NULL);
+    if (!uv_is_closing((uv_handle_t *)&am.reload_timer))
+        uv_close((uv_handle_t *)&am.reload_timer, NULL);
     api_server_stop(am.api); /* before what its threads read */
     ag_manager_free(am.mgr);
     ag_uplink_free(am.uplink);
@@ -393,6 +414,7 @@ static int cmd_run(const char *path)
     uv_run(&am.loop, UV_RUN_DEFAULT); /* finish the closes */
     if (uv_loop_close(&am.loop) != 0)
         SV_LOG(SV_LOG_DEBUG, MOD, "control loop closed with handles left");
+    ag_config_free(&am.started);
     return am.exit_code;
 }
 
@@ -405,6 +427,81 @@ typedef struct check_ctx {
     int status;
     sv_error err;
 } check_ctx;
+
+/* Whether @p sa's address can be bound on this host, as `run` will bind it: a scratch socket
+ * bound to it with port 0, not the port itself, which a running katana holds. 0 or -errno. */
+static int addr_assignable(const struct sockaddr_storage *sa)
+{
+    struct sockaddr_storage a = *sa;
+    socklen_t len = a.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                            : sizeof(struct sockaddr_in);
+    if (a.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&a)->sin6_port = 0;
+    else
+        ((struct sockaddr_in *)&a)->sin_port = 0;
+    int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc = fd < 0 || bind(fd, (struct sockaddr *)&a, len) != 0 ? -errno : 0;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* @p what ("api.listen") names @p addr in the error when it cannot be bound here. */
+static int check_assignable(const struct sockaddr_storage *sa, const char *what,
+                            const char *addr, sv_error *err)
+{
+    int rc = addr_assignable(sa);
+    if (rc == -EADDRNOTAVAIL)
+        return sv_error_set(err, -EINVAL, "%s: %s is not an address of this host", what, addr);
+    if (rc != 0)
+        return sv_error_set(err, -EINVAL, "%s: %s: %s", what, addr, strerror(-rc));
+    return 0;
+}
+
+/* An IP literal @p ip a node listens on; @p what names where it comes from. */
+static int check_listen_ip(const char *ip, const char *what, sv_error *err)
+{
+    struct sockaddr_storage sa = {0};
+    if (inet_pton(AF_INET, ip, &((struct sockaddr_in *)&sa)->sin_addr) == 1)
+        sa.ss_family = AF_INET;
+    else if (inet_pton(AF_INET6, ip, &((struct sockaddr_in6 *)&sa)->sin6_addr) == 1)
+        sa.ss_family = AF_INET6;
+    else
+        return 0; /* not a literal: sv_check has said what is wrong with it */
+    return check_assignable(&sa, what, ip, err);
+}
+
+/* What `run` opens before any node: the API's address and the store's directory (a missing
+ * one fails run with "x.db.lock: No such file or directory"). 0 or -EINVAL (err set). */
+static int check_local(const ag_config *cfg, sv_error *err)
+{
+    const char *listen = cfg->api_listen != NULL ? cfg->api_listen : API_DEFAULT_LISTEN;
+    struct sockaddr_storage sa;
+    bool loopback;
+    int rc = api_listen_parse(listen, &sa, &loopback, err);
+    if (rc == 0)
+        rc = check_assignable(&sa, "api.listen", listen, err);
+    for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
+        char what[48];
+        snprintf(what, sizeof what, "nodes[%zu].listen", i);
+        if (cfg->nodes[i].listen != NULL)
+            rc = check_listen_ip(cfg->nodes[i].listen, what, err);
+    }
+    if (rc != 0 || cfg->db_path == NULL) /* run opens the store whenever db.path is set */
+        return rc;
+    const char *slash = strrchr(cfg->db_path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash == NULL ? 1 : slash == cfg->db_path ? 1
+             : (int)(slash - cfg->db_path), slash == NULL ? "." : cfg->db_path);
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return sv_error_set(err, -EINVAL, "db.path: %s: directory %s: %s", cfg->db_path, dir,
+                            strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return sv_error_set(err, -EINVAL, "db.path: %s: %s is not a directory", cfg->db_path,
+                            dir);
+    return 0;
+}
 
 static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_error *err)
 {
@@ -421,6 +518,12 @@ static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_er
         return;
     c->status = sv_check(&spec, &c->err);
     sv_spec_free(&spec);
+    for (size_t i = 0; c->status == 0 && i < fleet->n; i++) { /* run binds them */
+        char what[SV_TAG_MAX + 32];
+        snprintf(what, sizeof what, "node %s: the panel's listen_ip", fleet->nodes[i].tag);
+        if (fleet->nodes[i].listen == NULL) /* the config's was checked first */
+            c->status = check_listen_ip(ag_node_listen(&fleet->nodes[i]), what, &c->err);
+    }
     for (size_t i = 0; c->status == 0 && i < fleet->n; i++) /* what a run would apply */
         printf("node %s: %s on port %u, %zu users\n", fleet->nodes[i].tag,
                fleet->nodes[i].node.protocol, (unsigned)fleet->nodes[i].node.server_port,
@@ -586,6 +689,10 @@ static int cmd_check(const char *path, bool offline)
     uv_loop_t loop;
     if (ag_config_load_file(path, &cfg, &c.err) != 0)
         goto invalid;
+    if (check_local(&cfg, &c.err) != 0) {
+        ag_config_free(&cfg);
+        goto invalid;
+    }
     sv_log_threshold = cfg.log_level;
     if (uv_loop_init(&loop) != 0) {
         ag_config_free(&cfg);

@@ -346,13 +346,18 @@ static node_entry *entry_find(ag_manager *m, const char *tag)
     return NULL;
 }
 
-/* A load of cfg starts: every node of it gets an entry (kept on failure), marked in_load. */
-static void status_begin(ag_manager *m, const ag_config *cfg)
+/* A load of cfg starts: every node of it gets an entry (kept on failure), marked in_load.
+ * declare: no load starts (ag_manager_declare): entries only, an unexpanded machine entry
+ * skipped. */
+static void status_begin(ag_manager *m, const ag_config *cfg, bool declare)
 {
     pthread_mutex_lock(&m->lock);
-    for (size_t i = 0; i < m->n_entries; i++)
+    for (size_t i = 0; i < m->n_entries && !declare; i++)
         m->entries[i].in_load = false;
     for (size_t i = 0; i < cfg->n_nodes; i++) {
+        if (declare && cfg->nodes[i].panel.machine_id != NULL &&
+            cfg->nodes[i].panel.node_id == NULL)
+            continue; /* its nodes come from the panel's machine list */
         node_entry *e = entry_find(m, cfg->nodes[i].tag);
         if (e == NULL) {
             node_entry *v = realloc(m->entries, (m->n_entries + 1) * sizeof *v);
@@ -363,14 +368,15 @@ static void status_begin(ag_manager *m, const ag_config *cfg)
             memset(e, 0, sizeof *e);
             snprintf(e->st.tag, sizeof e->st.tag, "%s", cfg->nodes[i].tag);
         }
-        e->in_load = true;
+        e->in_load = !declare;
         panel_describe(&cfg->nodes[i], &e->st);
     }
     pthread_mutex_unlock(&m->lock);
 }
 
-/* The load ended: fetched says whether every panel answered; status/err the overall result. */
-static void status_end(ag_manager *m, bool fetched, int status, const sv_error *err)
+/* The load ended with status/err, its overall result: a pull refused after it was fetched is
+ * a failed pull too (the served state stays the last good one). */
+static void status_end(ag_manager *m, int status, const sv_error *err)
 {
     uint64_t now = wall_ms(), epoch = sv_epoch(m->sv);
     const char *msg = status != 0 && err != NULL ? err->msg : "";
@@ -382,9 +388,8 @@ static void status_end(ag_manager *m, bool fetched, int status, const sv_error *
             continue; /* the node left the config */
         if (e->in_load) {
             e->st.last_pull_ms = now;
-            e->st.last_pull_status = fetched ? 0 : status;
-            snprintf(e->st.last_pull_error, sizeof e->st.last_pull_error, "%.159s",
-                     fetched ? "" : msg);
+            e->st.last_pull_status = status; /* fetched but refused: not ok either */
+            snprintf(e->st.last_pull_error, sizeof e->st.last_pull_error, "%.159s", msg);
             snprintf(e->st.last_apply_error, sizeof e->st.last_apply_error, "%.159s", msg);
             if (status != 0)
                 e->st.apply_errors++;
@@ -404,6 +409,11 @@ static void status_end(ag_manager *m, bool fetched, int status, const sv_error *
     }
     m->n_entries = kept;
     pthread_mutex_unlock(&m->lock);
+}
+
+void ag_manager_declare(ag_manager *m, const ag_config *cfg)
+{
+    status_begin(m, cfg, true);
 }
 
 long ag_manager_status(ag_manager *m, api_node_status **out)
@@ -665,7 +675,6 @@ static void on_loaded(void *arg, int status, ag_fleet *fleet, const sv_error *fe
 {
     ag_manager *m = arg;
     sv_error err = {0};
-    bool fetched = status == 0;
     m->job = NULL; /* the job frees itself after this callback */
     m->loading = false;
     if (status == 0) {
@@ -679,7 +688,7 @@ static void on_loaded(void *arg, int status, ag_fleet *fleet, const sv_error *fe
     } else {
         err = *ferr;
     }
-    status_end(m, fetched, status, &err);
+    status_end(m, status, &err);
     m->cb(m->arg, status, status != 0 ? &err : NULL);
 }
 
@@ -691,7 +700,7 @@ int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *ar
     m->loading = true;
     m->cb = cb;
     m->arg = arg;
-    status_begin(m, cfg);
+    status_begin(m, cfg, false);
     int rc = fetch_start(cfg, &m->running, &m->remote, on_loaded, m, &m->job, err);
     if (rc != 0)
         m->loading = false;

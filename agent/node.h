@@ -108,6 +108,14 @@ const ag_fleet *ag_manager_running(const ag_manager *m);
  */
 long ag_manager_status(ag_manager *m, api_node_status **out);
 
+/**
+ * List the nodes of @p cfg in the status (ag_manager_status) as not applied, before any load
+ * holds them: at start while a remote panel has not answered yet (no load runs), so /v1/nodes
+ * shows them with the uplink's pull errors and /healthz counts them. An Xboard machine entry
+ * is skipped (its nodes come from the panel). Control loop; @p cfg is only read.
+ */
+void ag_manager_declare(ag_manager *m, const ag_config *cfg);
+
 /** Runs on the control loop for each node whose sync was requested (ag_manager_request_sync). */
 typedef void (*ag_sync_cb)(void *arg, const char *tag);
 

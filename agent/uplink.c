@@ -33,6 +33,9 @@ _Static_assert(DB_BODY_MAX >= PN_BODY_MAX, "the store refuses bodies the panel c
 
 typedef struct snap_node {
     char tag[SV_TAG_MAX + 1];
+    uint64_t last_pull_ms;
+    int last_pull_status;
+    char last_pull_error[160];
     uint64_t last_push_ms;
     int last_push_status;
     char last_push_error[160];
@@ -82,6 +85,11 @@ typedef struct up_node {
     int pulls_pending;
     bool pull_changed, pull_failed;
     char pull_error[160]; /* the last pull error logged as a warning ("" after a good pull) */
+    int pull_rc;           /* the first error of the pull in flight, or 0 */
+    char pull_msg[160];    /* its text */
+    uint64_t last_pull_ms; /* end of the last pull (REST API), 0 = never */
+    int last_pull_status;  /* its first error, or 0 */
+    char last_pull_err[160];
     bool pushing;
     int64_t batch; /* the batch in flight */
     uint64_t last_push_ms; /* end of the last push (REST API), 0 = never */
@@ -233,6 +241,9 @@ static int snap_node_fill(ag_uplink *u, up_node *nd, snap_node *s)
 {
     sv_error err = {0};
     snprintf(s->tag, sizeof s->tag, "%s", nd->tag);
+    s->last_pull_ms = nd->last_pull_ms;
+    s->last_pull_status = nd->last_pull_status;
+    memcpy(s->last_pull_error, nd->last_pull_err, sizeof s->last_pull_error);
     s->last_push_ms = nd->last_push_ms;
     s->last_push_status = nd->last_push_status;
     memcpy(s->last_push_error, nd->last_push_error, sizeof s->last_push_error);
@@ -814,6 +825,16 @@ static void on_push_timer(uv_timer_t *t)
 
 static void on_pull_timer(uv_timer_t *t);
 
+/* Record this pull's first error for the REST API (issue 4: each pull's outcome). */
+static void pull_failed(up_node *nd, int rc, const char *msg)
+{
+    nd->pull_failed = true;
+    if (nd->pull_rc != 0)
+        return;
+    nd->pull_rc = rc < 0 ? rc : -EIO;
+    snprintf(nd->pull_msg, sizeof nd->pull_msg, "%.159s", msg);
+}
+
 static void pull_answered(up_node *nd)
 {
     if (--nd->pulls_pending > 0 || nd->retiring)
@@ -825,6 +846,11 @@ static void pull_answered(up_node *nd)
         nd->pull_fails = 0;
     if (!nd->pull_failed)
         nd->pull_error[0] = '\0';
+    if (nd->pull_failed && nd->pull_rc == 0) /* a fetch could not start */
+        pull_failed(nd, -EIO, "panel request could not start");
+    nd->last_pull_ms = (uint64_t)now_ms();
+    nd->last_pull_status = nd->pull_rc;
+    memcpy(nd->last_pull_err, nd->pull_msg, sizeof nd->last_pull_err);
     uv_timer_start(&nd->pull_timer, on_pull_timer, d, 0);
     publish(nd->u);
     if (nd->pull_changed && nd->has_node && nd->has_users && nd->u->on_change != NULL) {
@@ -857,8 +883,8 @@ static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, vo
     up_node *nd = arg;
     if (rc == PN_OK) {
         bool same = nd->has_node && pn_node_equal(&nd->node, node);
-        uint32_t old_pull = nd->node.pull_interval;
-        uint32_t old_push = nd->has_node ? nd->node.push_interval : 0;
+        uint64_t old_pull = nd->has_node ? pull_ms(nd) : 0; /* the intervals in use */
+        uint64_t old_push = nd->has_node ? push_ms(nd) : 0;
         pn_node_free(&nd->node);
         nd->node = *node;
         memset(node, 0, sizeof *node);
@@ -867,14 +893,14 @@ static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, vo
         nd->unstored[PN_BODY_CONFIG] = true; /* stored once it applied (ag_uplink_applied) */
         free(nd->pushed[PN_BODY_CONFIG]);
         nd->pushed[PN_BODY_CONFIG] = NULL;
-        if (old_pull != nd->node.pull_interval || old_push != nd->node.push_interval)
-            SV_LOG(SV_LOG_INFO, MOD, "node %s: pull interval %" PRIu32 " s, push interval %"
-                   PRIu32 " s", nd->tag, nd->node.pull_interval, nd->node.push_interval);
+        if (old_pull != pull_ms(nd) || old_push != push_ms(nd)) /* 0 from the panel: 60 s */
+            SV_LOG(SV_LOG_INFO, MOD, "node %s: pull interval %" PRIu64 " s, push interval %"
+                   PRIu64 " s", nd->tag, pull_ms(nd) / 1000u, push_ms(nd) / 1000u);
         /* a new push interval applies now, not after the old period (never stalls) */
-        if (old_push != nd->node.push_interval && !nd->pushing && nd->push_fails == 0)
+        if (old_push != push_ms(nd) && !nd->pushing && nd->push_fails == 0)
             uv_timer_start(&nd->push_timer, on_push_timer, push_ms(nd), 0);
     } else if (rc < 0) {
-        nd->pull_failed = true;
+        pull_failed(nd, rc, err != NULL ? err->msg : "pull failed");
         pull_error(nd, err);
     }
     pull_answered(nd);
@@ -896,7 +922,7 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
         free(nd->pushed[PN_BODY_USERS]);
         nd->pushed[PN_BODY_USERS] = NULL;
     } else if (rc < 0) {
-        nd->pull_failed = true;
+        pull_failed(nd, rc, err != NULL ? err->msg : "pull failed");
         pull_error(nd, err);
     }
     pull_answered(nd);
@@ -909,6 +935,8 @@ static void on_pull_timer(uv_timer_t *t)
         return;
     nd->pulls_pending = 3; /* +1 while issuing */
     nd->pull_changed = nd->pull_failed = false;
+    nd->pull_rc = 0;
+    nd->pull_msg[0] = '\0';
     if (pn_fetch_node(nd->client, on_node, nd) != 0) {
         nd->pull_failed = true;
         nd->pulls_pending--;
@@ -1944,6 +1972,10 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     u->flush_s = cfg->db_flush_s > 0 ? cfg->db_flush_s : AG_CONFIG_FLUSH_DEFAULT;
     /* with db.path the store opens even for local panels: it keeps the client IP hints */
     int rc = cfg->db_path != NULL ? db_open(cfg->db_path, &u->db, err) : 0;
+    if (rc != 0) { /* name the setting: "db.path: /x/katana.db.lock: No such file ..." */
+        sv_error inner = *err;
+        sv_error_set(err, rc, "db.path: %s", inner.msg);
+    }
     for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
         if (is_machine(&cfg->nodes[i])) {
             rc = machine_prepare(u, &cfg->nodes[i], err);
@@ -2143,6 +2175,16 @@ void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n)
             const snap_node *s = &snap->nodes[j];
             if (strcmp(s->tag, v[i].tag) != 0)
                 continue;
+            /* a remote node's pulls run here: each one's time, and its error when it failed;
+             * a good pull keeps the outcome of the last load (a refused answer stays refused
+             * while the panel gives the same) */
+            if (s->last_pull_ms > v[i].last_pull_ms)
+                v[i].last_pull_ms = s->last_pull_ms;
+            if (s->last_pull_status != 0 && s->last_pull_ms >= v[i].last_pull_ms) {
+                v[i].last_pull_status = s->last_pull_status;
+                snprintf(v[i].last_pull_error, sizeof v[i].last_pull_error, "%s",
+                         s->last_pull_error);
+            }
             v[i].last_push_ms = s->last_push_ms;
             v[i].last_push_status = s->last_push_status;
             snprintf(v[i].last_push_error, sizeof v[i].last_push_error, "%s",

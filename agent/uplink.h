@@ -161,7 +161,9 @@ int ag_uplink_client(void *uplink, const ag_node_config *nc, pn_client **out, sv
 /**
  * Fill the push and outbox fields (last_push_*, outbox_pending_bytes, outbox_oldest_ms) of the
  * remote nodes in @p v from the snapshot the control loop publishes after every flush, push
- * and pull (issue 4). Other nodes are left as they are. Any thread.
+ * and pull (issue 4), and their last pull: its time when later than the last load's, and its
+ * error when it failed (a good pull keeps the last load's outcome). Other nodes are left as
+ * they are. Any thread.
  */
 void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n);
 

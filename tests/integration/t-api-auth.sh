@@ -79,10 +79,25 @@ req "sync t1" 202 '{"node":"t1","queued":true}' "${AUTH[@]}" -X POST "$U/v1/node
 synced() { grep -q 'node t1: sync requested' "$SRV_LOG" && grep -q 'config reloaded' "$SRV_LOG"; }
 check "the control loop pulled again" bash -c "for i in \$(seq 50); do grep -q 'config reloaded' '$SRV_LOG' && exit 0; sleep 0.1; done; exit 1"
 check "and logged the API's request" synced
+# a storm of syncs folds into a few reloads (as SIGHUPs do), not one per request
+reloads() { grep -c 'config reloaded' "$SRV_LOG"; }
+infos() { grep -c 'INFO.*sync requested' "$SRV_LOG"; }
+N0=$(reloads); S0=$(infos)
+STORM=(); for _ in $(seq 100); do STORM+=("$U/v1/nodes/t1/sync"); done
+curl -s -m 60 "${AUTH[@]}" -X POST "${STORM[@]}" >/dev/null   # one after another
+sleep 1
+NR=$(($(reloads) - N0)); NS=$(($(infos) - S0))
+echo "100 sync requests: $NR reloads, $NS 'sync requested' INFO lines"
+check "100 sync requests: at least one reload, and at most 20" test "$NR" -ge 1 -a "$NR" -le 20
+check "100 sync requests: at most 20 'sync requested' INFO lines" test "$NS" -le 20
 # a reload that adds node t2 whose users file is missing is refused: t2 never applied → 503
-jq '.nodes += [.nodes[0] | .tag = "t2" | .panel.users_file = "missing-users.json" | del(.panel.users)]' \
+# and rotates api.token, which a reload does not apply: it says so (the old token still works)
+jq '.nodes += [.nodes[0] | .tag = "t2" | .panel.users_file = "missing-users.json" | del(.panel.users)]
+    | .api.token = "rotated"' \
     "$T/config.json" >"$T/c2.tmp" && mv "$T/c2.tmp" "$T/config.json"
 kill -HUP "$SRV_PID"
+check "the reload warns that api.token needs a restart" kt_until 5 \
+    grep -q 'WARN.*api.token changed: restart to apply it' "$SRV_LOG"
 unhealthy() { for i in $(seq 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$U/healthz")" = 503 ] && return 0; sleep 0.1; done; return 1; }
 check "/healthz is 503 while node t2 has not applied" unhealthy
 req "t2 shows its failed pull" 200 - "${AUTH[@]}" "$U/v1/nodes/t2"

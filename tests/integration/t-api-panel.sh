@@ -7,6 +7,10 @@
 # pending bytes and every user's unreported bytes go to 0, the per node, per user totals equal
 # katana's own counts (SIGUSR1 usage lines, wire bytes) and the panel's billed totals, the
 # request counters grew (push 200 appears) and the page still passes `promtool check metrics`.
+# While the panel answers 502: each failed pull shows in last_pull (ok false, its error, a new
+# time) and the node stays applied. A reload that changes the panel's token and timeout and
+# db.flush_interval warns that each needs a restart. A first start with the panel down and no
+# stored state lists the node as not applied with its pull error; /healthz counts it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 kt_need ss-local curl sqlite3 jq promtool
@@ -91,6 +95,47 @@ check "/metrics outbox pending is 0" grep -q -x 'katana_outbox_pending_bytes{nod
     "$T/metrics.txt"
 check "promtool check metrics accepts the page after the pushes" \
     promtool check metrics <"$T/metrics.txt"
+
+# --- pulls that fail: each one's outcome shows, the served state stays ------------------------
+panel_ctl down '{"down": true}'
+check "/v1/nodes: a failed pull shows with its error, the node stays applied" wait_jq 10 \
+    /v1/nodes '.nodes[0].last_pull.ok == false and (.nodes[0].last_pull.error | test("502"))
+               and .nodes[0].applied and .nodes[0].users == 2'
+T1=$(jq -r '.nodes[0].last_pull.time' "$T/body")
+check "the next failed pull moves last_pull.time" wait_jq 10 /v1/nodes \
+    ".nodes[0].last_pull.ok == false and .nodes[0].last_pull.time != \"$T1\""
+panel_ctl down '{"down": false}'
+check "/v1/nodes: a good pull again" wait_jq 10 /v1/nodes \
+    '.nodes[0].last_pull.ok == true and .nodes[0].last_pull.error == null'
+
+# --- a reload does not apply the panel's token or timeout, nor db.*: it says so --------------
+cp "$T/config.json" "$T/config.orig"
+python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); p = c["nodes"][0]["panel"]
+p["token"] = "other"; p["timeout"] = 7; c["db"]["flush_interval"] = 9
+json.dump(c, open(sys.argv[1], "w"))' "$T/config.json"
+kill -HUP "$SRV_PID"
+for key in 'nodes\[0\]\.panel\.token' 'nodes\[0\]\.panel\.timeout' 'db\.flush_interval'; do
+    check "reload: WARN $key changed: restart to apply it" \
+        kt_until 5 grep -q "WARN ag.main $key changed: restart to apply it" "$SRV_LOG"
+done
+check "reload: no secret in the warnings" bash -c "! grep -q -e other -e '$PANEL_TOKEN' '$SRV_LOG'"
+cp "$T/config.orig" "$T/config.json"
+kat_stop
+check "SIGTERM: katana exits 0" test "$SRV_RC" = 0
+
+# --- a first start (no stored state) with the panel down ------------------------------------
+rm -f "$T"/katana.db*
+panel_ctl down '{"down": true}'
+kt_bg server "$(katana_bin)" run -c "$T/config.json"
+SRV_PID=$BG_PID
+check "first start, panel down: /v1/nodes lists n1, not applied, with its pull error" \
+    wait_jq 15 /v1/nodes '(.nodes | length) == 1 and .nodes[0].tag == "n1"
+                          and .nodes[0].applied == false and .nodes[0].last_pull.ok == false
+                          and (.nodes[0].last_pull.error | test("502"))'
+check "first start, panel down: /v1/nodes/n1 answers" wait_jq 5 /v1/nodes/n1 '.tag == "n1"'
+check "first start, panel down: /healthz 503 counts n1 as not applied" bash -c \
+    "curl -s -m 5 '$A/healthz' | jq -e '.status == \"starting\" and .nodes_not_applied == 1'"
 kat_stop
 check "SIGTERM: katana exits 0" test "$SRV_RC" = 0
 kt_finish

@@ -4,8 +4,8 @@
 # pull_interval takes effect (pulls continue at the new period, the loop never stalls).
 # Checks: the limited user's stream completes across the change; the removed user's stream is
 # cut; every user's billed bytes equal katana's count exactly; after pull_interval goes from
-# 1 s to 3 s the gaps between pulls grow past 2 s, and pulls continue; alive reports carry the
-# live session's client IP.
+# 1 s to 3 s the gaps between pulls grow past 2 s, and pulls continue; pull_interval 0 logs the
+# 60 s default it uses; alive reports carry the live session's client IP.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 kt_need ss-local curl sqlite3
@@ -52,6 +52,13 @@ import sys
 gaps, since = sys.argv[1].split("|")
 g = [float(x) for x in gaps.split()]
 sys.exit(0 if g and min(g) > 2.0 and float(since.split(":")[1]) < 6 else 1)' "$GAPS"
+# pull_interval 0: the default (60 s) is used, and the log says so
+panel_ctl config "$(python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1])); c["base_config"]["pull_interval"] = 0; print(json.dumps(c))' \
+    "$T/panel-config.json")"
+check "pull_interval 0: the log names the interval used (60 s)" \
+    kt_until 8 grep -q "node n1: pull interval 60 s, push interval 1 s" "$SRV_LOG"
 fi
 
 sleep 2.5

@@ -6,7 +6,10 @@
 # Checks: stdout names the node's protocol, port and user count and ends "Configuration OK.";
 # the panel got exactly one node and one users request, no report; the node port stays free and
 # no database is created; --offline names the node as not contacted and sends nothing; with the
-# panel down the check exits 1 naming the answer; a bad key (token) exits 1 naming it.
+# panel down the check exits 1 naming the answer; what run refuses at start is refused by check
+# too, naming the setting: a node listen, api.listen or the panel's listen_ip that is not an
+# address of this host, db.path in a missing directory (run names db.path as well); a bad key
+# (token) exits 1 naming it.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 kt_need curl
@@ -41,6 +44,43 @@ echo "$OUT"
 check "panel down: check exits 1" test "$RC" = 1
 check "panel down: the reason is named" grep -q "configuration invalid: .*HTTP 502" <<<"$OUT"
 panel_ctl down '{"down": false}'
+
+# what run would refuse at start: an address this host does not have (192.0.2.1, TEST-NET-1;
+# only a scratch socket is bound, port 0), a database in a missing directory
+variant() { # NAME PYTHON-EDIT-OF-c: $T/NAME.json
+    python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[3], "w"))' \
+        "$T/config.json" "$2" "$T/$1.json"
+}
+variant listen 'c["nodes"][0]["listen"] = "192.0.2.1"'
+variant api 'c["api"] = {"listen": "192.0.2.1:9", "token": "t"}'
+variant db 'c["db"]["path"] = c["db"]["path"].replace("katana.db", "missing-dir/katana.db")'
+variant panel-listen 'del c["nodes"][0]["listen"]'
+refused() { # NAME EXPECTED-ERE: check exits 1 naming the setting
+    local rc=0 out
+    out=$(timeout 20 "$BIN" check -c "$T/$1.json" 2>&1) || rc=$?
+    echo "$1: check rc $rc: $out"
+    test "$rc" = 1 && grep -qE "configuration invalid: $2" <<<"$out"
+}
+check "a node listen address not on this host: check names nodes[0].listen" \
+    refused listen "nodes\[0\]\.listen: 192\.0\.2\.1 is not an address of this host"
+check "an api.listen address not on this host: check names api.listen" \
+    refused api "api\.listen: 192\.0\.2\.1:9 is not an address of this host"
+check "db.path in a missing directory: check names db.path" \
+    refused db "db\.path: .*missing-dir/katana\.db: directory .*missing-dir: No such file"
+RC=0; OUT=$(timeout 10 "$BIN" run -c "$T/db.json" 2>&1) || RC=$?
+echo "run with db.path in a missing directory: rc $RC: $OUT"
+check "db.path in a missing directory: run exits 1 naming db.path" \
+    bash -c "[ $RC = 1 ] && grep -q 'katana: db\.path: .*missing-dir' <<<'$OUT'"
+if [ "$PANEL_TYPE" != sspanel ]; then # mod_mu has no listen_ip
+    panel_ctl config "$(python3 -c '
+import json, sys
+c = json.load(open(sys.argv[1])); c["listen_ip"] = "192.0.2.1"; print(json.dumps(c))' \
+        "$T/panel-config.json")"
+    check "the panel's listen_ip not on this host: check names it" \
+        refused panel-listen "node n1: the panel's listen_ip: 192\.0\.2\.1 is not an address"
+    panel_ctl config "$(cat "$T/panel-config.json")"
+fi
 
 sed -i "s/\"token\": \"$PANEL_TOKEN\"/\"token\": \"wrong\"/" "$T/config.json"
 RC=0; OUT=$(timeout 20 "$BIN" check -c "$T/config.json" 2>&1) || RC=$?

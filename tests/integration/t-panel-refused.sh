@@ -4,7 +4,7 @@
 # rc4-md5, each with restarts in between, then healthy answers; finally katana starts on a stored
 # state it refuses (as an older version could have stored it) while the panel serves it too.
 # Checks: a refused answer is logged once (its ETag kept: not re-applied at every pull) and not
-# stored; after a restart katana keeps running and serves the previous good state; the healthy
+# stored, /v1/nodes shows it as a failed pull (the node stays applied); after a restart katana keeps running and serves the previous good state; the healthy
 # answer applies (real ss-local traffic for a new user, /v1/nodes shows its users) and is
 # stored; a refused stored state is skipped with one warning naming the node and the reason,
 # the panel's answer is fetched in full (not 304), /healthz says 503 and nothing listens until
@@ -72,6 +72,12 @@ check "the refused answer is not offered again at every pull (refused once)" \
 check "katana keeps running" kt_alive "$SRV_PID"
 check "user 1 is still served" tcp_rt "$C1" ok
 check "the refused user list was not stored" users_not_stored "$U3"
+check "/v1/nodes: the refused pull is not ok, names the reason, n1 stays applied" python3 -c '
+import json, sys, urllib.request
+n = json.load(urllib.request.urlopen(sys.argv[1], timeout=5))["nodes"][0]
+p = n["last_pull"]
+sys.exit(0 if n["applied"] and not p["ok"] and "duplicate user 2" in p["error"] else 1)' \
+    "http://127.0.0.1:$API_PORT/v1/nodes"
 
 # --- 2. restart while the panel still serves it ------------------------------------------------
 restart "duplicate id"

@@ -968,6 +968,37 @@ static void config__outbound__parses_and_refuses_bad_values(void **state)
                  "4294967295");
 }
 
+static void collect_key(void *arg, const char *path)
+{
+    char *buf = arg;
+    strcat(buf, path);
+    strcat(buf, " ");
+}
+
+/* A reload cannot apply these: every changed one is named (its JSON path), nothing else. */
+static void config__restart_keys__name_what_a_reload_cannot_apply(void **state)
+{
+    const char *a = "{\"workers\":2,\"api\":{\"listen\":\"127.0.0.1:9\",\"token\":\"x\"},"
+                    "\"db\":{\"path\":\"k.db\"},\"log\":{\"level\":\"info\"},"
+                    "\"nodes\":[{\"tag\":\"a\",\"panel\":" UP_PANEL(",\"node_id\":7") "}]}";
+    const char *b = "{\"workers\":2,\"api\":{\"listen\":\"127.0.0.1:9\",\"token\":\"y\"},"
+                    "\"db\":{\"path\":\"k.db\",\"flush_interval\":9},"
+                    "\"log\":{\"level\":\"debug\"},\"nodes\":[{\"tag\":\"a\",\"panel\":"
+                    UP_PANEL(",\"node_id\":7,\"timeout\":3") "}]}";
+    ag_config ca, cb;
+    sv_error err = {0};
+    char keys[256] = "";
+    (void)state;
+    assert_int_equal(ag_config_parse(a, strlen(a), NULL, &ca, &err), 0);
+    assert_int_equal(ag_config_parse(b, strlen(b), NULL, &cb, &err), 0);
+    assert_int_equal(ag_config_restart_keys(&ca, &ca, collect_key, keys), 0);
+    assert_string_equal(keys, "");
+    assert_int_equal(ag_config_restart_keys(&ca, &cb, collect_key, keys), 3);
+    assert_string_equal(keys, "api.token db.flush_interval nodes[0].panel.timeout ");
+    ag_config_free(&ca);
+    ag_config_free(&cb);
+}
+
 int main(void)
 {
     sv_log_threshold = SV_LOG_ERROR;
@@ -1005,6 +1036,7 @@ int main(void)
         cmocka_unit_test(config__max_connections__default_from_fd_limit),
         cmocka_unit_test(config__splice_pipes_fit_the_fd_share),
         cmocka_unit_test(config__outbound__parses_and_refuses_bad_values),
+        cmocka_unit_test(config__restart_keys__name_what_a_reload_cannot_apply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
