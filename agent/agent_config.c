@@ -247,6 +247,9 @@ static int parse_dns(const json_t *root, ag_config *cfg, sv_error *err)
         if (json_array_size(servers) > SV_DNS_SERVERS_MAX)
             return sv_error_set(err, -EINVAL, "dns.servers: at most %u servers",
                                 SV_DNS_SERVERS_MAX);
+        if (json_array_size(servers) == 0) /* the key absent is the way to say resolv.conf */
+            return sv_error_set(err, -EINVAL, "dns.servers: at least 1 server (leave the key "
+                                "out to use those of /etc/resolv.conf)");
         for (size_t i = 0; i < json_array_size(servers); i++) {
             const json_t *v = json_array_get(servers, i);
             if (!json_is_string(v) || !sv_dns_server_valid(json_string_value(v)))
@@ -903,6 +906,9 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
         rc = get_string(node, path, "tag", true, &tag, err);
     if (rc == 0 && strlen(tag) > TAG_MAX)
         rc = sv_error_set(err, -EINVAL, "%s.tag: longer than %d bytes", path, TAG_MAX);
+    if (rc == 0 && sv_tag_bad_byte(tag) != NULL) /* the tag itself would garble the line */
+        rc = sv_error_set(err, -EINVAL, "%s.tag: byte %zu is a control character, '\"' or '\\' "
+                          "(refused in tags)", path, (size_t)(sv_tag_bad_byte(tag) - tag));
     if (rc == 0)
         rc = get_string(node, path, "listen", false, &listen, err);
     if (rc == 0 && listen != NULL && !is_ip_literal(listen))

@@ -50,7 +50,7 @@
 
 #define AG_CONFIG_MAX_BYTES (16u << 20) /**< largest config file accepted */
 #define AG_CONFIG_NODES_MAX 256u        /**< nodes in one config */
-#define AG_CONFIG_WORKERS_MAX 1024u     /**< largest `workers` value */
+#define AG_CONFIG_WORKERS_MAX 64u       /**< largest `workers` value (SV_WORKERS_MAX) */
 #define AG_CONFIG_SPEED_MAX 10000000u   /**< largest `speed_limit` / `node_speed_limit`, Mbps */
 #define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds (issue #5) */
 #define AG_CONFIG_GRACE_MAX 3600u       /**< largest `shutdown_grace`, seconds */

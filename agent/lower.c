@@ -771,8 +771,8 @@ static int check_vmess(const ag_node_state *n, sv_error *err)
         return rc;
     rc = check_unserved(n, "vmess on TCP, WebSocket, HTTPUpgrade or gRPC", served, net, err);
     if (rc == 0 && n->fallback != NULL)
-        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan nodes only",
-                            n->tag);
+        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan and vless "
+                            "nodes only", n->tag);
     if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a vmess node with tls 1 needs \"cert\" in "
                             "the agent config (mode file or self)", n->tag);

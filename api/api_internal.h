@@ -73,6 +73,7 @@ typedef struct api_reply {
     const char *content_type;      /* for text */
     struct MHD_Response *response; /* a ready response (SSE streams) */
     struct MHD_Connection *conn;   /* the request's connection (a stream suspends it) */
+    bool head;                     /* HEAD: answered like GET, libmicrohttpd drops the body */
 } api_reply;
 
 /** Set an error reply {"error": msg} with @p status. @return 0. */

@@ -52,11 +52,12 @@ long api_node_list(api_server *s, api_node_status **out)
 /* Selectors                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 
-/** The fields a request selects on; NULL = any. node and inbound are both inbound tags. */
+/** The fields a request selects on; NULL / false = any. node and inbound are both inbound
+ * tags. */
 typedef struct selection {
-    const char *inbound, *node, *outbound, *user;
-    bool has_session;
-    uint64_t session;
+    const char *inbound, *node, *outbound;
+    bool has_user, has_session;
+    uint64_t user, session;
 } selection;
 
 static int selection_parse(const api_uri *uri, const char *const *keys, selection *sel,
@@ -69,7 +70,12 @@ static int selection_parse(const api_uri *uri, const char *const *keys, selectio
     sel->inbound = api_uri_param(uri, "inbound");
     sel->node = api_uri_param(uri, "node");
     sel->outbound = api_uri_param(uri, "outbound");
-    sel->user = api_uri_param(uri, "user");
+    const char *user = api_uri_param(uri, "user");
+    if (user != NULL) {
+        if (api_parse_u64(user, &sel->user) != 0)
+            return api_reply_error(r, 400, "user: expected a user id"), -EINVAL;
+        sel->has_user = true;
+    }
     const char *session = api_uri_param(uri, "session");
     if (session != NULL) {
         if (api_parse_u64(session, &sel->session) != 0)
@@ -86,22 +92,12 @@ static bool outbound_matches(const char *want, const char *have)
     return strncmp(want, have, n) == 0 && (have[n] == '\0' || (have[n] == '@' && !strchr(want, '@')));
 }
 
-static bool user_matches(const char *want, bool has_user, uint64_t id, const char *label)
-{
-    uint64_t v;
-    if (!has_user)
-        return false;
-    if (label != NULL && strcmp(want, label) == 0)
-        return true;
-    return api_parse_u64(want, &v) == 0 && v == id;
-}
-
 static bool flow_selected(const selection *s, const sv_flow_info *f)
 {
     return (s->inbound == NULL || strcmp(s->inbound, f->inbound) == 0) &&
            (s->node == NULL || strcmp(s->node, f->inbound) == 0) &&
            (s->outbound == NULL || outbound_matches(s->outbound, f->outbound)) &&
-           (s->user == NULL || user_matches(s->user, f->has_user, f->user, f->user_label)) &&
+           (!s->has_user || (f->has_user && f->user == s->user)) &&
            (!s->has_session || s->session == f->session);
 }
 
@@ -109,7 +105,7 @@ static bool session_selected(const selection *s, const sv_session_info *x)
 {
     return (s->inbound == NULL || strcmp(s->inbound, x->inbound) == 0) &&
            (s->node == NULL || strcmp(s->node, x->inbound) == 0) &&
-           (s->user == NULL || user_matches(s->user, x->has_user, x->user, NULL));
+           (!s->has_user || (x->has_user && x->user == s->user));
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -163,38 +159,21 @@ static void connections_get(api_server *s, const api_uri *uri, api_reply *r)
     r->content_type = "application/json";
 }
 
-/* Kill the selected flows: sv_kill_where when the filter can express the selection, else each
- * selected live flow by id (a user given by label). */
+/* Kill the selected flows (sv_kill_where). */
 static void connections_delete(api_server *s, const api_uri *uri, api_reply *r)
 {
     static const char *const keys[] = {"outbound", "inbound", "session", "user", "node", NULL};
     selection sel;
-    uint64_t uid;
     if (selection_parse(uri, keys, &sel, r) != 0)
         return;
     if (sel.node != NULL && sel.inbound != NULL && strcmp(sel.node, sel.inbound) != 0) {
         reply_json(r, 200, json_pack("{s:i}", "closed", 0));
         return;
     }
-    size_t closed = 0;
-    if (sel.user == NULL || api_parse_u64(sel.user, &uid) == 0) {
-        sv_flow_filter f = {.inbound = sel.inbound != NULL ? sel.inbound : sel.node,
-                            .outbound = sel.outbound, .has_user = sel.user != NULL,
-                            .user = sel.user != NULL ? uid : 0, .has_session = sel.has_session,
-                            .session = sel.session};
-        closed = sv_kill_where(s->sv, &f);
-    } else {
-        sv_flow_info *flows = NULL;
-        long n = sv_flows(s->sv, &flows);
-        if (n < 0) {
-            api_reply_error(r, 500, "out of memory");
-            return;
-        }
-        for (long i = 0; i < n; i++)
-            if (flow_selected(&sel, &flows[i]) && sv_kill(s->sv, flows[i].id) == 0)
-                closed++;
-        free(flows);
-    }
+    sv_flow_filter f = {.inbound = sel.inbound != NULL ? sel.inbound : sel.node,
+                        .outbound = sel.outbound, .has_user = sel.has_user, .user = sel.user,
+                        .has_session = sel.has_session, .session = sel.session};
+    size_t closed = sv_kill_where(s->sv, &f);
     reply_json(r, 200, json_pack("{s:I}", "closed", (json_int_t)closed));
 }
 
@@ -220,7 +199,7 @@ static void sessions_delete(api_server *s, const api_uri *uri, api_reply *r)
     size_t closed = 0;
     if (selection_parse(uri, keys, &sel, r) != 0)
         return;
-    if (sel.user == NULL && sel.node == NULL && sel.inbound == NULL) {
+    if (!sel.has_user && sel.node == NULL && sel.inbound == NULL) {
         sv_selector all = {.kind = SV_SELECT_ALL};
         closed = sv_close(s->sv, &all);
     } else {
@@ -428,6 +407,17 @@ static void method_not_allowed(api_reply *r)
     api_reply_error(r, 405, "method not allowed");
 }
 
+/* The answer to HEAD on a stream: a stream's headers, no stream started. */
+static void stream_head(api_reply *r)
+{
+    r->status = 200;
+    r->text = strdup("");
+    r->text_len = 0;
+    r->content_type = "text/event-stream";
+    if (r->text == NULL)
+        api_reply_error(r, 500, "out of memory");
+}
+
 static void route_connections(api_server *s, bool get, bool del, const api_uri *u, api_reply *r)
 {
     if (u->n_segments == 2) {
@@ -440,7 +430,11 @@ static void route_connections(api_server *s, bool get, bool del, const api_uri *
     } else if (u->n_segments == 3 && seg_is(u, 2, "events")) {
         if (!get)
             method_not_allowed(r);
-        else if (no_query(u, r) == 0 && (r->response = api_sse_events(s, r->conn)) == NULL)
+        else if (no_query(u, r) != 0)
+            return;
+        else if (r->head)
+            stream_head(r);
+        else if ((r->response = api_sse_events(s, r->conn)) == NULL)
             api_reply_error(r, 503, "too many streams");
     } else if (u->n_segments == 3) {
         if (!del)
@@ -481,6 +475,8 @@ static void route_v1(api_server *s, bool get, bool del, bool post, const api_uri
     } else if (seg_is(u, 1, "traffic") && u->n_segments == 2) {
         if (!get)
             method_not_allowed(r);
+        else if (r->head)
+            stream_head(r);
         else if ((r->response = api_sse_traffic(s, r->conn)) == NULL)
             api_reply_error(r, 503, "too many streams");
     } else if (seg_is(u, 1, "usage") && u->n_segments == 2) {
@@ -500,7 +496,8 @@ static void route_v1(api_server *s, bool get, bool del, bool post, const api_uri
 
 void api_route(api_server *s, const char *method, const api_uri *u, api_reply *r)
 {
-    bool get = strcmp(method, "GET") == 0, del = strcmp(method, "DELETE") == 0;
+    r->head = strcmp(method, "HEAD") == 0; /* RFC 9110 9.3.2: HEAD is GET without a body */
+    bool get = r->head || strcmp(method, "GET") == 0, del = strcmp(method, "DELETE") == 0;
     bool post = strcmp(method, "POST") == 0;
     if (u->n_segments == 1 && (seg_is(u, 0, "healthz") || seg_is(u, 0, "metrics"))) {
         if (!get)

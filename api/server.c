@@ -33,7 +33,7 @@
 #include "supervisor/util/log.h"
 
 #define MOD "api"
-#define BODY_MAX 65536u       /* request bodies are ignored, but bounded */
+#define BODY_MAX 65536u       /* request bodies are ignored, but bounded (413 over it) */
 #define LISTEN_BACKLOG 128
 #define ACCEPT_BATCH 64       /* connections taken per wakeup before polling again */
 #define ACCEPT_RETRY_MS 250   /* out of descriptors: try accept() again after this */
@@ -110,6 +110,13 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
      * and one line per connection */
     static const char gone[] = "Connection socket is closed", left[] = "Connection was closed by";
     if (strncmp(msg, gone, sizeof gone - 1) == 0 || strncmp(msg, left, sizeof left - 1) == 0)
+        return;
+    /* a client that closed a stream (or did not wait for its answer): libmicrohttpd's texts for
+     * EPIPE and ECONNRESET, after "Failed to send ... Error: " */
+    static const char failed[] = "Failed to send";
+    if (strncmp(msg, failed, sizeof failed - 1) == 0 &&
+        (strstr(msg, "no longer available for sending") != NULL ||
+         strstr(msg, "forcibly closed by remote peer") != NULL))
         return;
     log_limited(cls, "libmicrohttpd: %s", msg);
 }
@@ -317,6 +324,30 @@ static bool is_healthz(const char *target)
     return n == 8 && strncmp(target, "/healthz", 8) == 0;
 }
 
+/*
+ * The answer to a request known from its headers alone, before any of its body is read (so
+ * that libmicrohttpd sends no "100 Continue" for it): 414, 401, or 413 for a Content-Length over
+ * BODY_MAX. @return false when the request is to be read and routed.
+ */
+static bool refuse_early(api_server *s, struct MHD_Connection *c, const api_request *req,
+                         api_reply *r, bool *www_auth)
+{
+    uint64_t length = 0;
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (req->target == NULL)
+        return api_reply_error(r, 414, "request target longer than %d bytes", API_URI_MAX), true;
+    if (s->token[0] != '\0' && !is_healthz(req->target) &&
+        !api_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+                     s->token)) {
+        *www_auth = true;
+        return api_reply_error(r, 401, "unauthorized"), true;
+    }
+    /* libmicrohttpd has refused a malformed Content-Length itself */
+    if (cl != NULL && (api_parse_u64(cl, &length) != 0 || length > BODY_MAX))
+        return api_reply_error(r, 413, "request body larger than %u bytes", BODY_MAX), true;
+    return false;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -325,29 +356,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     api_server *s = cls;
     api_request *req = *con_cls;
     api_reply r = {0};
+    bool www_auth = false;
     if (req == NULL)
         return MHD_NO;
-    if (!req->started || *upload_data_size > 0) { /* wait for the whole (ignored) body */
+    if (!req->started) { /* the headers: refuse now, or read the (ignored) body */
         req->started = true;
+        if (refuse_early(s, c, req, &r, &www_auth)) {
+            conn_set_deadline(s, c, UINT64_MAX);
+            return send_reply(c, &r, www_auth);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) { /* a chunked body over BODY_MAX is read to its end, then 413 */
         req->body += *upload_data_size;
         *upload_data_size = 0;
-        if (req->body <= BODY_MAX)
-            return MHD_YES;
+        return MHD_YES;
     }
     conn_set_deadline(s, c, UINT64_MAX); /* the request is complete: answering it */
     if (req->body > BODY_MAX) {
         api_reply_error(&r, 413, "request body larger than %u bytes", BODY_MAX);
         return send_reply(c, &r, false);
-    }
-    if (req->target == NULL) {
-        api_reply_error(&r, 414, "request target longer than %d bytes", API_URI_MAX);
-        return send_reply(c, &r, false);
-    }
-    if (s->token[0] != '\0' && !is_healthz(req->target) &&
-        !api_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
-                     s->token)) {
-        api_reply_error(&r, 401, "unauthorized");
-        return send_reply(c, &r, true);
     }
     api_uri uri;
     sv_error err = {0};

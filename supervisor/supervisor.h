@@ -336,6 +336,21 @@ int sv_user_set_clone(sv_user_set *dst, const sv_user_set *src);
 const sv_user_set *sv_spec_user_set(const sv_spec *spec, const char *tag);
 
 /**
+ * The first byte of the tag @p tag that no tag may hold, or NULL: a control character (below
+ * 0x20, or 0x7f), '"' or '\\'. Tags are written raw into log lines (some between quotes) and
+ * name nodes in API paths and queries, where such a byte would split or garble the line or need
+ * escaping; any other byte (UTF-8 included) is allowed. Used by sv_validate() and by the agent's
+ * config parser, which names the field.
+ */
+static inline const char *sv_tag_bad_byte(const char *tag)
+{
+    for (const char *p = tag; *p != '\0'; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f || *p == '"' || *p == '\\')
+            return p;
+    return NULL;
+}
+
+/**
  * Check every semantic rule of @p spec without touching anything (the only owner of these rules,
  * supervisor/validate.c; texts from seed 001 "ApplyError").
  * @return 0, or -EINVAL with err->msg set to the first violation.

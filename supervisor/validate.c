@@ -9,7 +9,8 @@
  *
  * Check order (the first violation wins and is the one reported):
  *  1. tags, per kind: inbounds, then outbounds, then user sets; within a kind in spec order:
- *     empty, longer than SV_TAG_MAX, duplicate of an earlier one;
+ *     empty, a byte sv_tag_bad_byte() refuses, longer than SV_TAG_MAX, duplicate of an earlier
+ *     one;
  *  2. references, in spec order: each inbound's user set; then each route rule (its outbound,
  *     then its inbounds list); then the default outbound;
  *  3. per-resource rules: inbounds (address, port, bind overlap with an earlier inbound,
@@ -142,7 +143,8 @@ static bool secret_eq(const void *ctx, size_t i, size_t j)
 /* 1. Tags                                                                                   */
 /* ----------------------------------------------------------------------------------------- */
 
-/** Empty, too long, duplicate, in order, over @p n tags of one @p kind. */
+/** Empty, a refused byte (sv_tag_bad_byte; the tag is not printed then), too long, duplicate, in
+ * order, over @p n tags of one @p kind. */
 static int check_tags(const char *kind, const char *const *tags, size_t n, sv_error *err)
 {
     seen_set seen;
@@ -152,6 +154,9 @@ static int check_tags(const char *kind, const char *const *tags, size_t n, sv_er
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (is_empty(tags[i]))
             rc = INVALID(err, "a %s tag must not be empty", kind);
+        else if (sv_tag_bad_byte(tags[i]) != NULL)
+            rc = INVALID(err, "%s tag %zu: byte %zu is a control character, '\"' or '\\'", kind,
+                         i, (size_t)(sv_tag_bad_byte(tags[i]) - tags[i]));
         else if (strlen(tags[i]) > SV_TAG_MAX)
             rc = INVALID(err, "%s %s: the tag is longer than %d bytes", kind, tags[i], SV_TAG_MAX);
         else if (seen_insert(&seen, i) != SIZE_MAX)

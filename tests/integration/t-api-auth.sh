@@ -72,6 +72,34 @@ req "a flow id that is not a number" 400 '{"error":"not a flow id: abc"}' "${AUT
 req "usage answers per user" 200 - "${AUTH[@]}" "$U/v1/usage"
 check "usage has a users array" jq -e '.users | type == "array"' "$T/body"
 
+# --- HEAD and request bodies ------------------------------------------------------------
+req "HEAD /healthz is answered like GET" 200 - -I "$U/healthz"
+req "HEAD /metrics is answered like GET" 200 - -I "${AUTH[@]}" "$U/metrics"
+check "... with the metrics' content type" grep -qi '^content-type: text/plain' "$T/body"
+req "HEAD /metrics without a token" 401 - -I "$U/metrics"
+head -c 1048576 /dev/zero >"$T/big"
+# big DESC STATUS BODY CURL_ARGS...: a 1 MiB POST to sync t1 answers STATUS and BODY with no
+# "100 Continue" before it (curl sends "Expect: 100-continue")
+big() {
+    local desc=$1 want=$2 body=$3 st; shift 3
+    st=$(curl -sS -m 10 -v -o "$T/body" -w '%{http_code}' -X POST --data-binary @"$T/big" \
+        -H 'Expect: 100-continue' "$@" "$U/v1/nodes/t1/sync" 2>"$T/big.err") || true
+    if [ "$st" = "$want" ] && [ "$(cat "$T/body")" = "$body" ] &&
+        ! grep -q '< HTTP/1.1 100' "$T/big.err"; then
+        pass "$desc ($st $(cat "$T/body"))"
+    else
+        fail "$desc (got $st '$(cat "$T/body")', expected $want '$body')"
+        grep '^< HTTP' "$T/big.err" || true
+    fi
+}
+TOO_BIG='{"error":"request body larger than 65536 bytes"}'
+big "1 MiB without a token: 401 at once" 401 "$UNAUTH"
+big "1 MiB with the token: 413 at once" 413 "$TOO_BIG" "${AUTH[@]}"
+ST=$(curl -sS -m 10 -o "$T/body" -w '%{http_code}' -X POST --data-binary @"$T/big" \
+    -H 'Transfer-Encoding: chunked' "${AUTH[@]}" "$U/v1/nodes/t1/sync") || true
+check "1 MiB chunked with the token: 413 once read" test "$ST $(cat "$T/body")" = "413 $TOO_BIG"
+check "no internal error logged" bash -c "! grep -q 'internal error' '$T/server.log'"
+
 # --- sync and health -----------------------------------------------------------------------
 SRV_LOG=$T/server.log
 req "sync an unknown node" 404 '{"error":"no node zz"}' "${AUTH[@]}" -X POST "$U/v1/nodes/zz/sync"

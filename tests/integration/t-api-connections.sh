@@ -84,6 +84,11 @@ check "three flows are live" wait_flows 3
 expect_api "a selector matching nothing" DELETE "/v1/connections?outbound=block" 200 '{"closed":0}'
 expect_api "another selector matching nothing" DELETE "/v1/connections?inbound=nope&user=1" 200 '{"closed":0}'
 expect_api "an unknown query key" DELETE "/v1/connections?bogus=1" 400 '{"error":"unknown query key \"bogus\""}'
+for bad in abc "" 1.5; do
+    expect_api "user=$bad closes nothing" DELETE "/v1/connections?user=$bad" 400 '{"error":"user: expected a user id"}'
+    expect_api "user=$bad on sessions" DELETE "/v1/sessions?user=$bad" 400 '{"error":"user: expected a user id"}'
+done
+expect_api "user=abc lists nothing" GET "/v1/connections?user=abc" 400 '{"error":"user: expected a user id"}'
 check "nothing was closed by them" wait_flows 3
 expect_api "user 1 through direct on t1" DELETE "/v1/connections?outbound=direct&inbound=t1&user=1&node=t1" 200 '{"closed":1}'
 stream_wait d "$PD" 10 "the selected flow's connection is cut"

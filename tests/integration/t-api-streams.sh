@@ -39,7 +39,7 @@ wait_for() {
 }
 
 # --- traffic ---------------------------------------------------------------------------
-stream_start traffic /v1/traffic
+stream_start traffic /v1/traffic; TRAFFIC_CURL=$BG_PID
 check "1000 bytes echoed through user 1" tcp_rt "$C1" ok --bytes 1000 --seed tr
 check "a tick's totals reach the 1000 bytes each way" \
     wait_for traffic '.event == "traffic" and .data.total.up >= 1000 and .data.total.down >= 1000'
@@ -57,6 +57,12 @@ check "the tick that carried the bytes has an interval, totals, per inbound, out
               and (.outbounds | map(.tag) | index("direct")) != null
               and (.users | map(.user)) == [1] and .users[0].up >= 1000' < <(events traffic)
 echo "traffic: $N events when the totals reached 1000"
+
+# a client closing its stream is no server fault: nothing logged once the next tick is sent
+kill "$TRAFFIC_CURL"
+sleep 2.5
+check "a stream closed by its client is not warned about" \
+    bash -c "! grep -q 'Failed to send' '$SRV_LOG'"
 
 # --- connection events -----------------------------------------------------------------
 stream_start ev /v1/connections/events

@@ -150,7 +150,9 @@ static void config__wrong_types__are_named(void **state)
     expect_error("{\"workers\":1.5,\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "workers: expected an integer");
     expect_error("{\"workers\":-1,\"nodes\":[" NODE_OK "]}", -EINVAL,
-                 "workers: must be between 0 and 1024");
+                 "workers: must be between 0 and 64");
+    expect_error("{\"workers\":65,\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "workers: must be between 0 and 64");
     expect_error("{\"log\":\"info\",\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "log: expected an object");
     expect_error("{\"log\":{\"level\":3},\"nodes\":[" NODE_OK "]}", -EINVAL,
@@ -182,6 +184,16 @@ static void config__missing_keys__are_named(void **state)
                  "nodes[0].tag: missing required key");
     expect_error("{\"nodes\":[{\"tag\":\"\",\"panel\":" PANEL_OK "}]}", -EINVAL,
                  "nodes[0].tag: must not be empty");
+    /* control characters, '"' and '\\' in a tag would split or garble the log lines naming it */
+    static const char *const bad_tags[] = {"a\\nb", "a\\rb", "a\\\"b", "a\\\\b", "a\\u007fb",
+                                           "a\\tb"};
+    for (size_t i = 0; i < sizeof bad_tags / sizeof bad_tags[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"nodes\":[{\"tag\":\"%s\",\"panel\":" PANEL_OK "}]}",
+                 bad_tags[i]);
+        expect_error(text, -EINVAL, "nodes[0].tag: byte 1 is a control character, '\"' or '\\' "
+                     "(refused in tags)");
+    }
     expect_error("{\"nodes\":[{\"tag\":\"a\"}]}", -EINVAL, "nodes[0].panel: missing required key");
     expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"node_file\":\"n\"}}]}", -EINVAL,
                  "nodes[0].panel.type: missing required key");
@@ -469,6 +481,9 @@ static void config__dns__parses_and_refuses_bad_values(void **state)
     expect_error("{\"dns\":[],\"nodes\":[" NODE_OK "]}", -EINVAL, "dns: expected an object");
     expect_error("{\"dns\":{\"servers\":\"1.1.1.1\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "dns.servers: expected an array");
+    expect_error("{\"dns\":{\"servers\":[]},\"nodes\":[" NODE_OK "]}", -EINVAL,
+                 "dns.servers: at least 1 server (leave the key out to use those of "
+                 "/etc/resolv.conf)");
     static const char *const bad[] = {"dns.example", "1.2.3.4:0", "1.2.3.4:65536", "[::1]",
                                       "[::1]:x", "1.2.3:53", "::1:53:", ""};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -993,7 +993,7 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
                       "file or self)", SV_CERT_NONE, false},
         {"\"tls\":0", "node vm: \"cert\" is set but the vmess node has tls 0", SV_CERT_SELF,
          false},
-        {"\"tls\":0", "node vm: \"fallback\" applies to trojan nodes only", SV_CERT_NONE, true},
+        {"\"tls\":0", "node vm: \"fallback\" applies to trojan and vless nodes only", SV_CERT_NONE, true},
     };
     char json[256];
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {

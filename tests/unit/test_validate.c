@@ -126,6 +126,32 @@ static void no_tag_may_be_empty(void **state)
     expect_invalid(&f, "a user set tag must not be empty");
 }
 
+/* A tag with a control character, '"' or '\\' is refused without being printed (it would split
+ * or garble the log line that names it); other bytes, UTF-8 included, are fine. */
+static void a_tag_with_a_control_character_quote_or_backslash_is_refused(void **state)
+{
+    static const char *const bad[] = {"in\nx", "in\"x", "in\\x", "in\tx", "in\x7fx", "in\rx"};
+    char tag[16];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fx f;
+        fx_init(&f);
+        snprintf(tag, sizeof tag, "%s", bad[i]);
+        f.in[1].tag = tag;
+        expect_invalid(&f, "inbound tag 1: byte 2 is a control character, '\"' or '\\'");
+        fx_init(&f);
+        f.out[1].tag = tag;
+        f.rules[0].outbound = tag;
+        f.rules[1].outbound = tag;
+        expect_invalid(&f, "outbound tag 1: byte 2 is a control character, '\"' or '\\'");
+    }
+    fx f;
+    fx_init(&f);
+    f.out[1].tag = "\xe9\xa6\x99\xe6\xb8\xaf-1 a/b";
+    f.rules[0].outbound = f.out[1].tag;
+    f.rules[1].outbound = f.out[1].tag;
+    expect_valid(&f);
+}
+
 static void a_tag_longer_than_the_limit_is_refused(void **state)
 {
     char tag[SV_TAG_MAX + 2];
@@ -933,6 +959,7 @@ int main(void)
         cmocka_unit_test(a_null_spec_is_refused),
         cmocka_unit_test(no_tag_may_be_empty),
         cmocka_unit_test(a_tag_longer_than_the_limit_is_refused),
+        cmocka_unit_test(a_tag_with_a_control_character_quote_or_backslash_is_refused),
         cmocka_unit_test(duplicate_inbound_tag),
         cmocka_unit_test(duplicate_outbound_tag),
         cmocka_unit_test(duplicate_user_set_tag),
