@@ -136,6 +136,17 @@ static void rollback(db_store *d)
     sqlite3_exec(d->h, "ROLLBACK", NULL, NULL, NULL);
 }
 
+/* End the transaction begun before: COMMIT when @p rc is 0, else (or when the commit fails)
+ * ROLLBACK. @return @p rc, or the commit's error. */
+static int tx_end(db_store *d, int rc, sv_error *err)
+{
+    if (rc == 0)
+        rc = exec(d, "COMMIT", err);
+    if (rc != 0)
+        rollback(d);
+    return rc;
+}
+
 /* Run one statement that returns at most one integer. */
 static int query_int(db_store *d, const char *sql, int64_t *out, sv_error *err)
 {
@@ -299,10 +310,7 @@ int db_usage_add(db_store *d, const char *node, const sv_usage *items, size_t n,
     for (size_t i = 0; i < n && rc == 0; i++)
         if (items[i].up != 0 || items[i].down != 0)
             rc = add_one(d, get, put, node, &items[i], now_ms, err);
-    if (rc == 0)
-        rc = exec(d, "COMMIT", err);
-    if (rc != 0)
-        rollback(d);
+    rc = tx_end(d, rc, err);
 out:
     sqlite3_finalize(get);
     sqlite3_finalize(put);
@@ -364,10 +372,9 @@ int db_batch_claim(db_store *d, const char *node, db_batch *out, sv_error *err)
     int rc = check_key(node, err);
     if (rc != 0 || (rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
         return rc;
-    if ((rc = claim_rows(d, node, &out->id, err)) == 0 && (rc = read_batch(d, out, err)) == 0)
-        rc = exec(d, "COMMIT", err);
-    if (rc != 0) {
-        rollback(d);
+    if ((rc = claim_rows(d, node, &out->id, err)) == 0)
+        rc = read_batch(d, out, err);
+    if ((rc = tx_end(d, rc, err)) != 0) {
         db_batch_free(out);
         return rc;
     }
@@ -422,10 +429,7 @@ int db_usage_move(db_store *d, const char *from, const char *to, sv_error *err)
             rc = fail(d, err, -EIO, "move usage");
         sqlite3_finalize(st);
     }
-    if (rc == 0)
-        rc = exec(d, "COMMIT", err);
-    if (rc != 0)
-        rollback(d);
+    rc = tx_end(d, rc, err);
     return rc;
 }
 
@@ -532,10 +536,7 @@ int db_state_put_pair(db_store *d, const char *node, const db_state_body *config
         if (b[k] != NULL && b[k]->body != NULL)
             rc = db_state_put(d, node, k == 0 ? DB_STATE_CONFIG : DB_STATE_USERS, b[k]->etag,
                               b[k]->body, b[k]->len, now_ms, err);
-    if (rc == 0)
-        rc = exec(d, "COMMIT", err);
-    if (rc != 0)
-        rollback(d);
+    rc = tx_end(d, rc, err);
     /* a users body of a large panel went through the page cache (up to its 2 MB): give those
      * pages back, the body is on disk now (issue 13, memory per user) */
     sqlite3_db_release_memory(d->h);
@@ -618,10 +619,7 @@ int db_audit_add(db_store *d, const char *node, const sv_audit_hit *hits, size_t
             added += sqlite3_changes(d->h);
     }
     sqlite3_finalize(st);
-    if (rc == 0)
-        rc = exec(d, "COMMIT", err);
-    if (rc != 0) {
-        rollback(d);
+    if ((rc = tx_end(d, rc, err)) != 0) {
         return rc;
     }
     return added;
@@ -708,10 +706,7 @@ int db_audit_claim(db_store *d, const char *node, db_audit_batch *out, sv_error 
     sqlite3_finalize(st);
     if (rc == 0)
         rc = audit_read(d, node, out->id, &out->rows, &out->n, err);
-    if (rc == 0)
-        rc = exec(d, "COMMIT", err);
-    if (rc != 0) {
-        rollback(d);
+    if ((rc = tx_end(d, rc, err)) != 0) {
         db_audit_batch_free(out);
         return rc;
     }
@@ -772,10 +767,7 @@ int db_hints_save(db_store *d, const sv_ip_hint *v, size_t n, int64_t now_ms, sv
             rc = fail(d, err, -EIO, "hint insert");
     }
     sqlite3_finalize(st);
-    if (rc == 0)
-        rc = exec(d, "COMMIT", err);
-    if (rc != 0)
-        rollback(d);
+    rc = tx_end(d, rc, err);
     return rc;
 }
 
@@ -822,10 +814,7 @@ int db_hints_take(db_store *d, int64_t now_ms, sv_ip_hint **out, size_t *n, sv_e
     sqlite3_finalize(st);
     if (rc == 0)
         rc = exec(d, "DELETE FROM ip_hints", err);
-    if (rc == 0)
-        rc = exec(d, "COMMIT", err);
-    if (rc != 0) {
-        rollback(d);
+    if ((rc = tx_end(d, rc, err)) != 0) {
         free(v);
         return rc;
     }

@@ -107,6 +107,7 @@ def cmd_server(a):
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", a.port))
     ls.listen(64)
+    ls.settimeout(None)  # serves until its caller stops it, however long before the first client
     open(a.ready_file, "w").write("ready\n")
     while True:
         c, _ = ls.accept()
