@@ -19,13 +19,20 @@
  *                             one way to a new connection to 127.0.0.1:TO: level-triggered
  *                             epoll, reads of 256 KiB, TCP_NODELAY, nothing else (the floor a
  *                             relay's kernel time cannot go below, ssrelay-bench.sh).
+ *   bulk splice PORT          a SOCKS5 relay on 127.0.0.1:PORT (no auth, CONNECT to an IPv4
+ *                             address, always dialled on 127.0.0.1) that moves bytes with
+ *                             splice(2) alone through a 1 MiB pipe, one blocking thread per
+ *                             direction: what the kernel charges for a relay that only splices
+ *                             (peers-bench.sh's Vision floor).
  *
  * Loopback only by construction (the address is fixed).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,6 +317,84 @@ static int run_relay(int port, int to_port)
     }
 }
 
+struct splice_dir {
+    int from, to;
+};
+
+/* One direction of a spliced connection: socket to pipe to socket until EOF, then pass the
+ * EOF on. */
+static void *splice_dir_run(void *arg)
+{
+    struct splice_dir *d = arg;
+    int pipefd[2];
+    if (pipe(pipefd) < 0)
+        return NULL;
+    (void)fcntl(pipefd[1], F_SETPIPE_SZ, 1 << 20);
+    for (;;) {
+        ssize_t n = splice(d->from, NULL, pipefd[1], NULL, 1 << 20, SPLICE_F_MOVE | SPLICE_F_MORE);
+        if (n <= 0)
+            break;
+        while (n > 0) {
+            ssize_t m = splice(pipefd[0], NULL, d->to, NULL, (size_t)n, SPLICE_F_MOVE | SPLICE_F_MORE);
+            if (m <= 0)
+                goto out;
+            n -= m;
+        }
+    }
+out:
+    shutdown(d->to, SHUT_WR);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return NULL;
+}
+
+/* One SOCKS5 client: the handshake, the dial, then both directions spliced. */
+static void *splice_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg, to = -1;
+    unsigned char req[10], ok[10] = {5, 0, 0, 1, 127, 0, 0, 1, 0, 0};
+    if (read_exact(fd, req, 3) < 0 || write(fd, "\x05\x00", 2) != 2 ||
+        read_exact(fd, req, 10) < 0 || req[1] != 1 || req[3] != 1 ||
+        (to = dial(req[8] << 8 | req[9])) < 0 || write(fd, ok, sizeof ok) != (ssize_t)sizeof ok)
+        goto out;
+    struct splice_dir up = {fd, to}, down = {to, fd};
+    pthread_t t;
+    if (pthread_create(&t, NULL, splice_dir_run, &up) != 0)
+        goto out;
+    splice_dir_run(&down);
+    pthread_join(t, NULL);
+out:
+    if (to >= 0)
+        close(to);
+    close(fd);
+    return NULL;
+}
+
+static int run_splice(int port)
+{
+    struct sockaddr_in sa = loopback(port);
+    int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 64) < 0) {
+        perror("bulk splice: bind/listen");
+        return 1;
+    }
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+            continue;
+        if (fd < 0) {
+            perror("bulk splice: accept");
+            return 1;
+        }
+        pthread_t t;
+        if (pthread_create(&t, NULL, splice_conn, (void *)(intptr_t)fd) != 0)
+            close(fd);
+        else
+            pthread_detach(t);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "sink") == 0)
@@ -320,7 +405,9 @@ int main(int argc, char **argv)
         return run_hold(atoi(argv[2]), atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 0);
     if (argc == 4 && strcmp(argv[1], "relay") == 0)
         return run_relay(atoi(argv[2]), atoi(argv[3]));
+    if (argc == 3 && strcmp(argv[1], "splice") == 0)
+        return run_splice(atoi(argv[2]));
     fprintf(stderr, "usage: bulk sink PORT | bulk send PORT SECONDS [FIRST] | bulk hold PORT N [DEST] | "
-                    "bulk relay PORT TO\n");
+                    "bulk relay PORT TO | bulk splice PORT\n");
     return 2;
 }

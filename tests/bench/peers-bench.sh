@@ -20,10 +20,10 @@
 #                   handshakes included), CPU s/GB the server's per those GB. Its idle
 #                   connections are opened through the same SOCKS inbound (bulk.c's hold with
 #                   a SOCKS destination), one byte each. Also measured for it: the
-#                   same download through tests/bench/splice_relay.py, a SOCKS5 relay in Python
-#                   that only splices (blocking, one thread per direction): what the kernel
-#                   charges for moving those bytes with no protocol at all ("splice-py", and
-#                   katana's CPU over it, "k/splice-py").
+#                   same download through `bulk splice`, a SOCKS5 relay in C that only
+#                   splices (1 MiB pipes, blocking, one thread per direction): what the kernel
+#                   charges for moving those bytes with no protocol at all ("splice", and
+#                   katana's CPU over it, "k/splice").
 # Per scenario and server:
 #  - server RSS per idle connection: BENCH_PEER_CONNS (1000) idle connections opened through
 #    the client (its mux is off, so each is a connection of its own to the server) and held
@@ -347,17 +347,17 @@ for scen in $SCENARIOS; do
         GBPS[$scen/$name]=$(median "${g[@]}"); CPU[$scen/$name]=$(median "${c[@]}")
     done
     if [ "$scen" = vless-reality-vision ]; then
-        # the same download through a relay that only splices (tests/bench/splice_relay.py):
-        # the kernel's share of a server that splices, its CPU s/GB in the server's place
+        # the same download through a relay that only splices (bulk splice): the kernel's
+        # share of a server that splices, its CPU s/GB in the server's place
         read -r FP <<<"$("${KATEST[@]}" freeport)"
-        bg "$T/splice.log" python3 "$HERE/splice_relay.py" --port "$FP"
+        bg "$T/splice.log" "$BULK" splice "$FP"
         SRV=$BG
         if "${KATEST[@]}" wait-port --port "$FP" --timeout 10 >/dev/null; then
-            note "$scen splice-py: TLS 1.3 download of $VISION_BYTES bytes"
+            note "$scen splice: TLS 1.3 download of $VISION_BYTES bytes"
             read -r g c <<<"$(throughput_tls "$FP")"
             GBPS[$scen/splice]=$g; CPU[$scen/splice]=$c; RSS[$scen/splice]=-
         else
-            note "$scen splice-py: the relay did not listen: $(tail -n 1 "$T/splice.log")"
+            note "$scen splice: the relay did not listen: $(tail -n 1 "$T/splice.log")"
         fi
         stop "$SRV"
     fi
@@ -400,12 +400,12 @@ for scen in $SCENARIOS; do
             "${CPU[$scen/$name]}" "${RSS[$scen/$name]}"
     done
     if [ -n "${CPU[$scen/splice]:-}" ]; then
-        printf '%-20s %-10s %10s %12s %14s\n' "$scen" splice-py "${GBPS[$scen/splice]}" \
+        printf '%-20s %-10s %10s %12s %14s\n' "$scen" splice "${GBPS[$scen/splice]}" \
             "${CPU[$scen/splice]}" -
     fi
     [[ " $SERVERS " == *" katana "* ]] || continue
     [ -z "${CPU[$scen/splice]:-}" ] ||
-        printf '%-20s %-10s %10s %12s\n' "$scen" k/splice-py "" \
+        printf '%-20s %-10s %10s %12s\n' "$scen" k/splice "" \
             "$(ratio "${CPU[$scen/katana]}" "${CPU[$scen/splice]}")"
     rc=$(ratio "${CPU[$scen/katana]}" "$(best CPU "$scen" min)")
     if [ "$ROUNDS" -gt 1 ]; then   # the median of the rounds' own ratios
