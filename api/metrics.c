@@ -95,6 +95,53 @@ static void tag_bytes(page *p, const char *name, const char *label, const sv_tag
     }
 }
 
+/* One unlabelled counter: its family lines and its value. */
+static void counter(page *p, const char *name, const char *help, uint64_t v)
+{
+    family(p, name, "counter", help);
+    put(p, "%s %" PRIu64 "\n", name, v);
+}
+
+/* Shadowsocks trial decryption and its full scans (issue 13). */
+static void shadowsocks_counters(page *p, sv_supervisor *sv)
+{
+    sv_ss_trial_counts tc = sv_ss_trials(sv);
+    counter(p, "katana_ss_lookups_total",
+            "Shadowsocks trial decryptions: a new connection's first chunk or a UDP datagram.",
+            tc.lookups);
+    counter(p, "katana_ss_key_trials_total",
+            "Keys those trial decryptions tried (a returning client costs one).", tc.keys);
+    sv_ss_scan_counts scn = sv_ss_scans(sv);
+    counter(p, "katana_ss_scans_queued_total",
+            "Shadowsocks full scans (first guesses missed) queued off the worker loops.",
+            scn.queued);
+    counter(p, "katana_ss_scans_run_total",
+            "Shadowsocks full scans run off the worker loops, within their CPU budget.", scn.run);
+    counter(p, "katana_ss_scans_dropped_total",
+            "Shadowsocks full scans refused over their CPU budget: the client was treated as "
+            "unknown (drained, or the datagram dropped).", scn.dropped);
+}
+
+/* XTLS Vision's direct copy and its kernel relay (issue 11). */
+static void vision_counters(page *p, sv_supervisor *sv)
+{
+    sv_vision_direct_counts vd = sv_vision_direct(sv);
+    family(p, "katana_vision_direct_total", "counter",
+           "XTLS Vision connections whose outer TLS switched to raw copy, by direction (in: the "
+           "client's bytes, out: ours).");
+    put(p, "katana_vision_direct_total{direction=\"in\"} %" PRIu64 "\n", vd.in);
+    put(p, "katana_vision_direct_total{direction=\"out\"} %" PRIu64 "\n", vd.out);
+    counter(p, "katana_vision_splice_total",
+            "XTLS Vision connections relayed in the kernel (splice) once direct both ways.",
+            vd.spliced);
+    counter(p, "katana_vision_splice_bytes_total",
+            "Payload bytes those connections moved by splice, both directions (billed as any).",
+            vd.splice_bytes);
+    counter(p, "katana_vision_splice_no_pipe_total",
+            "XTLS Vision connections direct both ways relayed in user space because no pipe "
+            "could be had (the descriptor budget was full, or pipe2 failed).", vd.splice_no_pipe);
+}
+
 /* The worker loop turns as a Prometheus histogram of their CPU seconds (cumulative buckets). */
 static void turns(page *p, sv_turn_counts t)
 {
@@ -229,40 +276,8 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
     put(&p, "katana_refused_clients_total{action=\"drain\"} %" PRIu64 "\n", rc.drained);
     put(&p, "katana_refused_clients_total{action=\"close\"} %" PRIu64 "\n", rc.closed);
     put(&p, "katana_refused_clients_total{action=\"fallback\"} %" PRIu64 "\n", rc.fallback);
-    sv_ss_trial_counts tc = sv_ss_trials(s->sv);
-    family(&p, "katana_ss_lookups_total", "counter",
-           "Shadowsocks trial decryptions: a new connection's first chunk or a UDP datagram.");
-    put(&p, "katana_ss_lookups_total %" PRIu64 "\n", tc.lookups);
-    family(&p, "katana_ss_key_trials_total", "counter",
-           "Keys those trial decryptions tried (a returning client costs one).");
-    put(&p, "katana_ss_key_trials_total %" PRIu64 "\n", tc.keys);
-    sv_ss_scan_counts scn = sv_ss_scans(s->sv);
-    family(&p, "katana_ss_scans_queued_total", "counter",
-           "Shadowsocks full scans (first guesses missed) queued off the worker loops.");
-    put(&p, "katana_ss_scans_queued_total %" PRIu64 "\n", scn.queued);
-    family(&p, "katana_ss_scans_run_total", "counter",
-           "Shadowsocks full scans run off the worker loops, within their CPU budget.");
-    put(&p, "katana_ss_scans_run_total %" PRIu64 "\n", scn.run);
-    family(&p, "katana_ss_scans_dropped_total", "counter",
-           "Shadowsocks full scans refused over their CPU budget: the client was treated as "
-           "unknown (drained, or the datagram dropped).");
-    put(&p, "katana_ss_scans_dropped_total %" PRIu64 "\n", scn.dropped);
-    sv_vision_direct_counts vd = sv_vision_direct(s->sv);
-    family(&p, "katana_vision_direct_total", "counter",
-           "XTLS Vision connections whose outer TLS switched to raw copy, by direction (in: the "
-           "client's bytes, out: ours).");
-    put(&p, "katana_vision_direct_total{direction=\"in\"} %" PRIu64 "\n", vd.in);
-    put(&p, "katana_vision_direct_total{direction=\"out\"} %" PRIu64 "\n", vd.out);
-    family(&p, "katana_vision_splice_total", "counter",
-           "XTLS Vision connections relayed in the kernel (splice) once direct both ways.");
-    put(&p, "katana_vision_splice_total %" PRIu64 "\n", vd.spliced);
-    family(&p, "katana_vision_splice_bytes_total", "counter",
-           "Payload bytes those connections moved by splice, both directions (billed as any).");
-    put(&p, "katana_vision_splice_bytes_total %" PRIu64 "\n", vd.splice_bytes);
-    family(&p, "katana_vision_splice_no_pipe_total", "counter",
-           "XTLS Vision connections direct both ways relayed in user space because no pipe could "
-           "be had (the descriptor budget was full, or pipe2 failed).");
-    put(&p, "katana_vision_splice_no_pipe_total %" PRIu64 "\n", vd.splice_no_pipe);
+    shadowsocks_counters(&p, s->sv);
+    vision_counters(&p, s->sv);
     turns(&p, sv_worker_turns(s->sv));
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));

@@ -145,10 +145,7 @@ int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher)
     c->pending_len = 0;
     c->scanned = false;
     c->scan_user = -1;
-    c->guide.hint = -1;
-    c->guide.order = NULL;
-    c->guide.limit = 0;
-    c->guide.trials = 0;
+    c->guide = sv_ss_guide_make(-1, NULL, 0);
     c->_addr_len = 0;
     c->_addr = NULL;
     return 0;

@@ -106,6 +106,13 @@ typedef struct sv_ss_guide {
     unsigned trials;    /**< out: keys tried by the last trial decryption */
 } sv_ss_guide;
 
+/** The guide that tries @p hint first (-1: none), then the others in @p order (borrowed; NULL:
+ *  index order), at most @p limit keys (0: all); its trials count starts at 0. */
+static inline sv_ss_guide sv_ss_guide_make(int hint, sv_ss_order *order, unsigned limit)
+{
+    return (sv_ss_guide){.hint = hint, .order = order, .limit = limit};
+}
+
 /**
  * A full trial decryption of one first chunk or datagram, for a scan run off the worker loop
  * (issue 13): every key of @p ring in index order, until one opens the AEAD of @p in.

@@ -64,7 +64,7 @@ static int ssm_init(void *state, const sv_inbound_spec *in)
     ssm_conn *st = state;
     st->cipher = in->ss_cipher;
     st->user = -1;
-    st->guide.hint = -1;
+    st->guide = sv_ss_guide_make(-1, NULL, 0);
     return 0;
 }
 
@@ -72,10 +72,7 @@ static int ssm_init(void *state, const sv_inbound_spec *in)
  * session's first chunk is scanned off the loop) for the sessions before authentication. */
 static void ssm_set_guide(void *state, int hint, sv_ss_order *order, unsigned limit)
 {
-    ssm_conn *st = state;
-    st->guide.hint = hint;
-    st->guide.order = order;
-    st->guide.limit = limit;
+    ((ssm_conn *)state)->guide = sv_ss_guide_make(hint, order, limit);
 }
 
 static int ssm_scan(const void *creds, const uint8_t *in, size_t n, unsigned *trials)

@@ -74,10 +74,7 @@ static void ss_deinit(void *state) { sv_ss_tcp_deinit(state); }
 
 static void ss_set_guide(void *state, int hint, sv_ss_order *order, unsigned limit)
 {
-    sv_ss_tcp *c = state;
-    c->guide.hint = hint;
-    c->guide.order = order;
-    c->guide.limit = limit;
+    ((sv_ss_tcp *)state)->guide = sv_ss_guide_make(hint, order, limit);
 }
 
 static int ss_scan(const void *creds, const uint8_t *in, size_t n, unsigned *trials)
