@@ -39,6 +39,32 @@ void ag_fleet_free(ag_fleet *fleet)
     memset(fleet, 0, sizeof *fleet);
 }
 
+int ag_users_refill(pn_users *list, const sv_user_set *set)
+{
+    if (!list->shed)
+        return 0;
+    if (set == NULL || set->n_users != list->n)
+        return -ESTALE;
+    pn_users cand = {0};
+    int rc = 0;
+    if (list->n > 0 && (cand.users = calloc(list->n, sizeof *cand.users)) == NULL)
+        return -ENOMEM;
+    for (size_t k = 0; rc == 0 && k < list->n; k++) {
+        const sv_user *u = &set->users[k];
+        pn_user *c = &cand.users[k];
+        cand.n = k + 1;
+        c->id = u->id;
+        c->device_limit = u->device_limit;
+        c->speed_limit = list->users != NULL ? list->users[k].speed_limit : u->speed_limit / 125000;
+        if ((c->uuid = strdup(u->secret != NULL ? u->secret : "")) == NULL)
+            rc = -ENOMEM;
+    }
+    if (rc == 0)
+        rc = pn_users_restore(list, &cand);
+    pn_users_free(&cand);
+    return rc;
+}
+
 uint64_t ag_lower_speed(uint64_t mbps)
 {
     if (mbps > UINT64_MAX / 125000)

@@ -86,6 +86,18 @@ int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err);
  */
 int ag_lower_user_set(const char *tag, const pn_users *users, sv_user_set *out, sv_error *err);
 
+/**
+ * Make a shed user list whole again (issue 13 memory per user): rebuild it from @p set, the
+ * supervisor's running user set lowered from that very list by ag_lower_user_set() (same users,
+ * same order): ids, uuids (the secrets) and device limits from @p set; speed limits from @p list
+ * when pn_users_shed() kept them, else from @p set in Mbps (÷ 125 000, the inverse of
+ * ag_lower_speed(), exact for every speed a panel parser accepts; so a list may drop its limits
+ * only when the node has no speed limit of its own, which caps the set's). pn_users_restore()
+ * checks the result against the list's digest. A list that is not shed is left alone.
+ * @return 0, -ESTALE when @p set is NULL or is not the list shed, -ENOMEM.
+ */
+int ag_users_refill(pn_users *list, const sv_user_set *set);
+
 /** Mbps → bytes per second (× 125 000), saturating at UINT64_MAX. */
 uint64_t ag_lower_speed(uint64_t mbps);
 

@@ -576,36 +576,12 @@ static void close_changed(ag_manager *m, const ag_fleet *next)
 
 /* Issue 13: the running fleet's user lists are shed (pn_users_shed) once applied, and a list the
  * panel answered "not modified" is a copy of one. Before such a fleet is lowered again, each
- * shed list is rebuilt from the supervisor's running user set of the node, which was lowered
- * from that very list (same users, same order): uuids, ids and device limits from there, speed
- * limits from the list when it kept them, else (a node without a speed limit of its own, see
- * shed_running) from there in Mbps; pn_users_restore() checks the result against the digest. */
+ * shed list is rebuilt from the supervisor's running user set of the node (ag_users_refill). */
 static int refill_users(ag_manager *m, ag_fleet *next, sv_error *err)
 {
     for (size_t i = 0; i < next->n; i++) {
         ag_node_state *nd = &next->nodes[i];
-        if (!nd->users.shed)
-            continue;
-        const sv_user_set *set = sv_running_user_set(m->sv, nd->tag);
-        pn_users cand = {0};
-        int rc = set != NULL && set->n_users == nd->users.n ? 0 : -ESTALE;
-        if (rc == 0 && set->n_users > 0 &&
-            (cand.users = calloc(set->n_users, sizeof *cand.users)) == NULL)
-            rc = -ENOMEM;
-        for (size_t k = 0; rc == 0 && k < nd->users.n; k++) {
-            const sv_user *u = &set->users[k];
-            pn_user *c = &cand.users[k];
-            cand.n = k + 1;
-            c->id = u->id;
-            c->device_limit = u->device_limit;
-            c->speed_limit = nd->users.users != NULL ? nd->users.users[k].speed_limit
-                                                     : u->speed_limit / 125000;
-            if ((c->uuid = strdup(u->secret != NULL ? u->secret : "")) == NULL)
-                rc = -ENOMEM;
-        }
-        if (rc == 0)
-            rc = pn_users_restore(&nd->users, &cand);
-        pn_users_free(&cand);
+        int rc = ag_users_refill(&nd->users, sv_running_user_set(m->sv, nd->tag));
         if (rc != 0)
             return sv_error_set(err, rc, "node %s: %s", nd->tag, rc == -ENOMEM
                                 ? "out of memory" : "the running users do not match the list held");

@@ -31,6 +31,39 @@ _Static_assert(DB_BODY_MAX >= PN_BODY_MAX, "the store refuses bodies the panel c
 /* the snapshot the REST API reads (issue 4): published by the control loop under a mutex   */
 /* ---------------------------------------------------------------------------------------- */
 
+/* A node's user ids, sorted, for usage attribution: built when its list changes, shared by
+ * reference with the API's snapshots (issue 13: no copy per user per publish). References are
+ * taken and dropped on the control loop only. */
+typedef struct uid_index {
+    unsigned refs;
+    size_t n;
+    uint64_t ids[];
+} uid_index;
+
+static uid_index *uid_index_ref(uid_index *x)
+{
+    if (x != NULL)
+        x->refs++;
+    return x;
+}
+
+static void uid_index_unref(uid_index *x)
+{
+    if (x != NULL && --x->refs == 0)
+        free(x);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool uid_index_has(const uid_index *x, uint64_t uid)
+{
+    return x != NULL && bsearch(&uid, x->ids, x->n, sizeof uid, cmp_u64) != NULL;
+}
+
 typedef struct snap_node {
     char tag[SV_TAG_MAX + 1];
     uint64_t last_pull_ms;
@@ -43,8 +76,7 @@ typedef struct snap_node {
     int64_t oldest_ms;
     sv_usage *pending;      /* the same per uid, sorted */
     size_t n_pending;
-    uint64_t *uids;         /* the node's user ids, sorted (usage attribution) */
-    size_t n_uids;
+    uid_index *uids;        /* the node's user ids (a reference), NULL while it retires */
     pn_request_count req[PN_REQUEST_COUNTS_MAX];
     size_t n_req;
     db_audit_row *audit;    /* audit hits of the current period (issue 12) */
@@ -79,7 +111,7 @@ typedef struct up_node {
     char *pushed[2];  /* per pn_body_kind: the body of a state pushed over the channel since the
                          last pull of that kind (stored as last good once it applied), or NULL */
     bool from_store;  /* node/users were loaded from the store and have not run in this process */
-    uint64_t *uids; /* sorted ids of users, for usage attribution */
+    uid_index *uids; /* its users' ids (usage attribution), NULL when it has none */
     uv_timer_t pull_timer, push_timer;
     unsigned pull_fails, push_fails;
     int pulls_pending;
@@ -219,7 +251,7 @@ static void snap_clear(snap_state *st)
 {
     for (size_t i = 0; i < st->n; i++) {
         free(st->nodes[i].pending);
-        free(st->nodes[i].uids);
+        uid_index_unref(st->nodes[i].uids);
         free(st->nodes[i].audit);
     }
     free(st->nodes);
@@ -255,8 +287,7 @@ static int snap_node_fill(ag_uplink *u, up_node *nd, snap_node *s)
         SV_LOG(SV_LOG_DEBUG, MOD, "node %s: status not published: %s", nd->tag, err.msg);
         return -1;
     }
-    s->uids = dup_array(nd->uids, nd->uids != NULL ? nd->users.n : 0, sizeof *s->uids);
-    s->n_uids = s->uids != NULL ? nd->users.n : 0;
+    s->uids = nd->retiring ? NULL : uid_index_ref(nd->uids);
     s->n_req = nd->client != NULL ? pn_requests(nd->client, s->req, PN_REQUEST_COUNTS_MAX) : 0;
     return 0;
 }
@@ -297,22 +328,20 @@ static void unpublish(ag_uplink *u)
 /* usage: supervisor -> outbox                                                                */
 /* ---------------------------------------------------------------------------------------- */
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
+/* After the held list was replaced by a whole one (never a shed one). */
 static void index_users(up_node *nd)
 {
-    free(nd->uids);
+    uid_index_unref(nd->uids);
     nd->uids = NULL;
-    if (nd->retiring || nd->users.n == 0 ||
-        (nd->uids = malloc(nd->users.n * sizeof *nd->uids)) == NULL)
+    size_t n = nd->users.n;
+    if (n == 0 || nd->users.users == NULL ||
+        (nd->uids = malloc(sizeof *nd->uids + n * sizeof *nd->uids->ids)) == NULL)
         return;
-    for (size_t i = 0; i < nd->users.n; i++)
-        nd->uids[i] = nd->users.users[i].id;
-    qsort(nd->uids, nd->users.n, sizeof *nd->uids, cmp_u64);
+    nd->uids->refs = 1;
+    nd->uids->n = n;
+    for (size_t i = 0; i < n; i++)
+        nd->uids->ids[i] = nd->users.users[i].id;
+    qsort(nd->uids->ids, n, sizeof *nd->uids->ids, cmp_u64);
 }
 
 /* The node billing @p uid: the first whose user list holds it (a retiring node holds none),
@@ -321,8 +350,7 @@ static size_t owner(const ag_uplink *u, uint64_t uid)
 {
     size_t live = u->n;
     for (size_t i = 0; i < u->n; i++) {
-        if (u->nodes[i]->uids != NULL &&
-            bsearch(&uid, u->nodes[i]->uids, u->nodes[i]->users.n, sizeof uid, cmp_u64) != NULL)
+        if (!u->nodes[i]->retiring && uid_index_has(u->nodes[i]->uids, uid))
             return i;
         if (live == u->n && !u->nodes[i]->retiring)
             live = i;
@@ -1032,36 +1060,13 @@ static void ev_resync(void *arg, const sv_error *why)
     pull_now(nd);
 }
 
-/* Issue 13: once the list the uplink holds runs, its uuids are dropped (pn_users_shed, ids and
- * limits kept): the supervisor's running user set of the node, lowered from that very list, holds
- * them as its secrets, in the same order. Refill them from there before the list is edited (a
- * pushed delta); pn_users_restore() checks the result against the list's digest. -ESTALE when
- * the running set is not that list any more, -ENOMEM. */
+/* Issue 13: once the list the uplink holds runs, it is shed (ag_uplink_applied): the
+ * supervisor's running user set of the node, lowered from that very list, holds it. Refill it
+ * from there before the list is edited (a pushed delta). -ESTALE when the running set is not
+ * that list any more, -ENOMEM. */
 static int held_refill(up_node *nd)
 {
-    if (!nd->users.shed)
-        return 0;
-    const sv_user_set *set = sv_running_user_set(nd->u->sv, nd->tag);
-    size_t n = nd->users.n;
-    if (set == NULL || set->n_users != n || (n > 0 && nd->users.users == NULL))
-        return -ESTALE;
-    pn_users cand = {0};
-    int rc = 0;
-    if (n > 0 && (cand.users = calloc(n, sizeof *cand.users)) == NULL)
-        return -ENOMEM;
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        cand.users[k] = nd->users.users[k]; /* id and limits; its uuid is NULL */
-        cand.n = k + 1;
-        if (set->users[k].id != cand.users[k].id)
-            rc = -ESTALE;
-        else if ((cand.users[k].uuid = strdup(set->users[k].secret != NULL
-                                                  ? set->users[k].secret : "")) == NULL)
-            rc = -ENOMEM;
-    }
-    if (rc == 0)
-        rc = pn_users_restore(&nd->users, &cand);
-    pn_users_free(&cand);
-    return rc;
+    return ag_users_refill(&nd->users, sv_running_user_set(nd->u->sv, nd->tag));
 }
 
 /* Apply a delta to a copy of the held list: add replaces a user with the same id or appends;
@@ -1384,7 +1389,7 @@ static void node_unprepare(up_node *nd)
     pn_client_free(nd->client);
     pn_node_free(&nd->node);
     pn_users_free(&nd->users);
-    free(nd->uids);
+    uid_index_unref(nd->uids);
     free(nd->tag);
     free(nd->remote);
     free(nd->pushed[0]);
@@ -1521,9 +1526,7 @@ static bool retire_to_sibling(up_node *nd)
 static void node_retire(up_node *nd)
 {
     ag_uplink_flush(nd->u); /* its users' bytes so far, as they were billed */
-    nd->retiring = true;
-    free(nd->uids);
-    nd->uids = NULL;
+    nd->retiring = true; /* its index stays, unused (owner()), should it be listed again */
     free(nd->remote);
     nd->remote = NULL;
     nd->n_remote = 0;
@@ -1626,7 +1629,6 @@ static bool machine_apply(up_machine *m, const pn_xb_machine *l)
                 have = u->nodes[i];
         if (have != NULL && have->retiring) { /* listed again before it closed */
             have->retiring = false;
-            index_users(have);
             uv_timer_start(&have->pull_timer, on_pull_timer, 0, 0);
             changed = true;
         }
@@ -2065,9 +2067,10 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
             !pn_node_equal(&st->node, &nd->node) || !pn_users_equal(&st->users, &nd->users))
             continue;
         nd->from_store = false;
-        /* it runs: the supervisor holds the uuids (held_refill gets them back; issue 13); shed
-         * before the store, whose trim gives their pages back */
-        (void)pn_users_shed(&nd->users, true);
+        /* it runs: the supervisor holds the list (held_refill gets it back; issue 13), whole
+         * but for the panel's speed limits when the node caps them; shed before the store, whose
+         * trim gives their pages back */
+        (void)pn_users_shed(&nd->users, st->speed_limit != 0);
         if (nd->unstored[PN_BODY_CONFIG] || nd->unstored[PN_BODY_USERS])
             store_pair(nd);
     }
@@ -2202,8 +2205,7 @@ void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n)
 static size_t snap_owner(const snap_state *snap, uint64_t uid)
 {
     for (size_t i = 0; i < snap->n; i++)
-        if (snap->nodes[i].uids != NULL &&
-            bsearch(&uid, snap->nodes[i].uids, snap->nodes[i].n_uids, sizeof uid, cmp_u64) != NULL)
+        if (uid_index_has(snap->nodes[i].uids, uid))
             return i;
     return 0;
 }

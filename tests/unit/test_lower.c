@@ -1589,12 +1589,65 @@ static void model__shed_users__compare_by_digest_and_restore_only_the_same(void 
     json_decref(body);
 }
 
+/* Issue 13: a shed list is made whole from the user set lowered from it (ag_users_refill):
+ * uuids from the secrets, speed limits from the list when kept, else back from bytes/s to Mbps
+ * (the largest a panel may send included); a set of other users, or none, is refused. */
+static void lower__users_refill__rebuilds_the_list_from_its_running_set(void **state)
+{
+    (void)state;
+    json_t *body = json_loads("{\"users\":[{\"id\":7,\"uuid\":\"a\",\"speed_limit\":5},"
+                              "{\"id\":2,\"uuid\":\"b\",\"device_limit\":3},"
+                              "{\"id\":9,\"uuid\":\"c\",\"speed_limit\":147573952589676}]}",
+                              0, NULL);
+    pn_users full, held;
+    sv_error err = {0};
+    sv_user_set set, other;
+    assert_int_equal(pn_users_parse(body, 0, &full, &err), 0);
+    assert_int_equal(ag_lower_user_set("t", &full, &set, &err), 0);
+    for (int keep = 0; keep < 2; keep++) {
+        assert_int_equal(pn_users_clone(&held, &full), 0);
+        assert_int_equal(ag_users_refill(&held, &set), 0); /* not shed: left alone */
+        assert_int_equal(pn_users_shed(&held, keep), 0);
+        assert_int_equal(ag_users_refill(&held, NULL), -ESTALE);
+        assert_true(held.shed);
+        /* the same ids, one secret off: another list */
+        assert_int_equal(ag_lower_user_set("t", &full, &other, &err), 0);
+        other.users[2].secret[0] = 'x';
+        assert_int_equal(ag_users_refill(&held, &other), -ESTALE);
+        assert_true(held.shed);
+        sv_user_set_free(&other);
+        assert_int_equal(ag_users_refill(&held, &set), 0);
+        assert_false(held.shed);
+        assert_true(pn_users_equal(&held, &full));
+        assert_string_equal(held.users[2].uuid, "c");
+        assert_int_equal(held.users[2].speed_limit, 147573952589676u);
+        assert_int_equal(held.users[1].device_limit, 3);
+        pn_users_free(&held);
+    }
+    /* kept limits win over the set's: a node's own cap lowered into the set */
+    assert_int_equal(pn_users_clone(&held, &full), 0);
+    assert_int_equal(pn_users_shed(&held, true), 0);
+    ag_lower_node_speed(&set, 1);
+    assert_int_equal(ag_users_refill(&held, &set), 0);
+    assert_int_equal(held.users[0].speed_limit, 5);
+    pn_users_free(&held);
+    /* a list shed whole cannot be told from a capped set: refused, never a wrong limit */
+    assert_int_equal(pn_users_clone(&held, &full), 0);
+    assert_int_equal(pn_users_shed(&held, false), 0);
+    assert_int_equal(ag_users_refill(&held, &set), -ESTALE);
+    pn_users_free(&held);
+    sv_user_set_free(&set);
+    pn_users_free(&full);
+    json_decref(body);
+}
+
 int main(void)
 {
     sv_log_threshold = SV_LOG_ERROR; /* the skipped-route warnings are expected here */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lower__v17_fixture__gives_the_expected_spec),
         cmocka_unit_test(model__shed_users__compare_by_digest_and_restore_only_the_same),
+        cmocka_unit_test(lower__users_refill__rebuilds_the_list_from_its_running_set),
         cmocka_unit_test(lower__listen__override_then_panel_then_default),
         cmocka_unit_test(lower__allow_private__reaches_the_inbound_and_is_a_setting),
         cmocka_unit_test(lower__outbound__shared_and_per_node),
