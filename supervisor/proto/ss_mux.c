@@ -230,6 +230,9 @@ static ssize_t chunk(ssm_conn *st, const void *creds, ssm_sub *s, uint8_t *p, si
                                &out);
     if (auth && r != 0) /* a trial ran (the check of a scan's answer counts none) */
         s->trials += s->ss.guide.trials;
+    if (r > 0 && st->user < 0 && s->ss.user >= 0)
+        st->guide.hint = s->ss.user; /* found before its header came: the next first chunk of
+                                        another session tries that key first, never a 2nd scan */
     if (r == -EAGAIN && st->user >= 0)
         return -EPERM; /* the connection's user's key does not open it */
     if (r == -EAGAIN) {

@@ -24,8 +24,10 @@
  *    (the IP's hint, the worker's order) and past its limit feed gives SV_FX_SCAN (that
  *    session's salt and length chunk; what follows in the input is not consumed), scan is
  *    sv_ss_scan() over the keyring, scan_result gives the answer to that session, more() is
- *    true until the next feed (the same bytes). A session after the connection authenticated
- *    tries the connection's user's key alone: one trial, never a scan. Every effect that follows
+ *    true until the next feed (the same bytes). A key found for a session whose header has not
+ *    come yet becomes the guide's hint, so a session starting meanwhile tries it first (no second
+ *    scan). A session after the connection authenticated tries the connection's user's key
+ *    alone: one trial, never a scan. Every effect that follows
  *    a trial decryption carries its keys tried (proto.h `trials`).
  *  - feed: the first session whose Shadowsocks header (address) is read gives
  *    SV_FX_AUTHENTICATED (principal = key index, multiplexed); each session then gives

@@ -718,6 +718,41 @@ static void ss_mux__scan_result_first_session(void **state)
     ss->creds_free(creds);
 }
 
+/* A first session whose key was found (here by a scan) but whose header has not come yet: a
+ * second session starting meanwhile tries that key first (one trial, no second scan), and
+ * authenticates the connection with its own header. */
+static void ss_mux__second_session_before_first_header__no_second_scan(void **state)
+{
+    (void)state;
+    void *creds = new_creds_n(MANY);
+    uint8_t p[40];
+    memset(p, 'x', sizeof p);
+    bytes w1 = ss_wire(creds, LAST, p, sizeof p, 64), w2 = ss_wire(creds, LAST, p, sizeof p, 64);
+    size_t cut = sv_ss_key_len(k_in.ss_cipher) + 2 + SV_SS_TAG + 3; /* into the header chunk */
+    bytes wire = {0};
+    mux_new(&wire, 1, 1, w1.p, cut);
+    mux_new(&wire, 2, 1, w2.p, w2.len);
+    mux_keep(&wire, 1, w1.p + cut, w1.len - cut);
+    for (size_t step = 0; step <= 1; step++) {
+        void *st = new_state();
+        ops->set_guide(st, -1, NULL, GUESSES);
+        seen s = {0};
+        drive(st, creds, &wire, step ? 1 : wire.len, &s);
+        assert_int_equal(s.error, 0);
+        assert_string_equal(s.ev, "S A30m O2:10.0.0.1:8080 O1:10.0.0.1:8080 ");
+        assert_int_equal(s.scans, 1);
+        assert_int_equal(s.keys, GUESSES + 1);
+        assert_int_equal(s.data[1].len, 40);
+        assert_int_equal(s.data[2].len, 40);
+        seen_free(&s);
+        free_state(st);
+    }
+    free(w1.p);
+    free(w2.p);
+    free(wire.p);
+    ss->creds_free(creds);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -732,6 +767,7 @@ int main(void)
         cmocka_unit_test(ss_mux__later_sessions__one_trial_each),
         cmocka_unit_test(ss_mux__later_session_of_other_user__ended_without_scan),
         cmocka_unit_test(ss_mux__scan_result_first_session),
+        cmocka_unit_test(ss_mux__second_session_before_first_header__no_second_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
