@@ -333,6 +333,18 @@ void sv__wl_guides_free(sv_wlistener *l)
     l->order_of = NULL;
 }
 
+/* @p l's most-recently-matched order of its handler's users, set up at its first use after a
+ * swap; NULL when out of memory. */
+static sv_ss_order *order_ready(sv_wlistener *l)
+{
+    const sv_handler *h = l->handler;
+    if (l->order_of != h->creds) {
+        sv_ss_order_deinit(&l->order);
+        l->order_of = sv_ss_order_init(&l->order, h->n_users) == 0 ? h->creds : NULL;
+    }
+    return l->order_of != NULL ? &l->order : NULL;
+}
+
 void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,
                   sv_ss_order **order)
 {
@@ -345,14 +357,8 @@ void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
     if (sv_iphints_get(&l->hints, client, uv_now(&l->w->loop) / 1000, &idx, &who) && idx >= 0 &&
         (size_t)idx < h->n_users && h->principals[idx] == who)
         *hint = idx;
-    if (h != l->handler)
-        return;
-    if (l->order_of != h->creds) {
-        sv_ss_order_deinit(&l->order);
-        l->order_of = sv_ss_order_init(&l->order, h->n_users) == 0 ? h->creds : NULL;
-    }
-    if (l->order_of != NULL)
-        *order = &l->order;
+    if (h == l->handler)
+        *order = order_ready(l);
 }
 
 /* Set up @p l's hint table at its first use (a zeroed listener). */
@@ -365,12 +371,52 @@ static void hints_ready(sv_wlistener *l)
     sv_iphints_init(&l->hints, SV_HINTS_MAX, SV_HINT_TTL_S, seed);
 }
 
+/* Give the hint (@p ip, user @p idx of @p l's handler) to the same listener of every other
+ * worker, as an import of one row (sv__hints_import_listener: ignored where the handler differs). */
+static void share_hint(sv_wlistener *l, const uint8_t ip[16], int idx)
+{
+    sv_shared *sh = l->w->shared;
+    pthread_mutex_lock(&sh->peers_mu);
+    unsigned n = sh->peers != NULL ? sh->n_peers : 0;
+    sv_hints_in *in = n > 1 ? malloc(sizeof *in + sizeof in->rows[0]) : NULL;
+    if (in != NULL) {
+        in->n = 1;
+        in->matched = true;
+        atomic_init(&in->refs, 1); /* this call's; each message takes one more */
+        memcpy(in->rows[0].ip, ip, 16);
+        in->rows[0].idx = idx;
+        in->rows[0].age_s = 0;
+        for (unsigned i = 0; i < n; i++) {
+            sv_msg *m = sh->peers[i] != l->w ? calloc(1, sizeof *m) : NULL;
+            if (m == NULL)
+                continue;
+            m->kind = SV_MSG_HINTS_IMPORT;
+            m->listener = l->id;
+            sv_handler_ref(l->handler);
+            m->handler = l->handler;
+            atomic_fetch_add(&in->refs, 1);
+            m->hints_in = in;
+            sh->post(sh->peers[i], m);
+        }
+        sv__hints_release(NULL, in);
+    }
+    pthread_mutex_unlock(&sh->peers_mu);
+}
+
 void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx)
 {
     if (h != l->handler || h->n_users < 2 || idx < 0 || (size_t)idx >= h->n_users)
         return; /* an older handler's principal could outlive the next check (sv__wl_swapped) */
     hints_ready(l);
-    (void)sv_iphints_put(&l->hints, client, uv_now(&l->w->loop) / 1000, idx, h->principals[idx]);
+    uint64_t now = uv_now(&l->w->loop) / 1000;
+    int had = -1;
+    const void *who = NULL;
+    bool known = sv_iphints_get(&l->hints, client, now, &had, &who) && had == idx &&
+                 who == h->principals[idx];
+    uint8_t ip[16];
+    if (sv_iphints_put(&l->hints, client, now, idx, h->principals[idx]) == 0 && !known &&
+        sv_iphints_ip_key(client, ip))
+        share_hint(l, ip, idx); /* new here: new to the other workers too (issue 13) */
 }
 
 /* Does @p e still name the user at its index of the handler @p arg? */
@@ -430,9 +476,12 @@ void sv__hints_import_listener(sv_wlistener *l, const sv_handler *h, const sv_hi
     uint64_t now = uv_now(&l->w->loop) / 1000;
     for (size_t i = 0; i < in->n; i++) {
         const sv_hint_row *r = &in->rows[i];
-        if (r->idx >= 0 && (size_t)r->idx < h->n_users)
-            (void)sv_iphints_put_ip(&l->hints, r->ip, now, r->age_s, r->idx,
-                                    h->principals[r->idx]);
+        if (r->idx < 0 || (size_t)r->idx >= h->n_users)
+            continue;
+        (void)sv_iphints_put_ip(&l->hints, r->ip, now, r->age_s, r->idx, h->principals[r->idx]);
+        sv_ss_order *order = in->matched ? order_ready(l) : NULL;
+        if (order != NULL)
+            sv_ss_order_touch(order, (size_t)r->idx);
     }
 }
 

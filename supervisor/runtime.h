@@ -257,6 +257,15 @@ typedef struct sv_shared {
     sv_accept_episode pause;
     /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
     unsigned n_workers;          /**< workers started (set by the control loop as they start) */
+    /** Issue 13: a worker that learns a client IP's user tells the others (sv__wl_learn), so a
+     *  client is scanned for once, not once per worker. peers is the supervisor's worker array
+     *  from the moment all have started until shutdown joins them, else NULL; a worker posts to
+     *  them only while holding peers_mu. */
+    pthread_mutex_t peers_mu;
+    sv_worker *const *peers;
+    unsigned n_peers;
+    void (*post)(sv_worker *w, sv_msg *m); /**< sv_worker_post (set by the supervisor: the
+                                                 plane's code does not link the worker's) */
     pthread_mutex_t adopt_mu;    /**< with adopt_cv: a worker adopted a plane */
     pthread_cond_t adopt_cv;
     _Atomic uint64_t adopted[SV_WORKERS_MAX];
@@ -422,6 +431,8 @@ typedef struct sv_hint_row {
 struct sv_hints_in {
     _Atomic unsigned refs;
     size_t n;
+    bool matched; /**< just matched on another worker (issue 13): each row's user also moves to
+                       the front of the listener's order, as a match there would move it */
     sv_hint_row rows[];
 };
 
@@ -433,8 +444,8 @@ struct sv_hints_in {
 void sv__hints_export_worker(sv_worker *w, sv_hints_out *out);
 /**
  * Put @p in's hints (indexes into @p h) in @p l's table, each as learnt age_s seconds ago, when
- * @p l still serves @p h and keeps hints (two users or more). Worker thread
- * (SV_MSG_HINTS_IMPORT). (plane.c)
+ * @p l still serves @p h and keeps hints (two users or more); with in->matched their users also
+ * move to the front of @p l's order. Worker thread (SV_MSG_HINTS_IMPORT). (plane.c)
  */
 void sv__hints_import_listener(sv_wlistener *l, const sv_handler *h, const sv_hints_in *in);
 /** Drop one reference on each of @p out and @p in (any thread; either may be NULL); the last
@@ -500,7 +511,8 @@ void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
                   sv_ss_order **order);
 
 /** User @p idx of @p h authenticated from @p client on @p l: remember it for the IP (issue 13),
- *  when @p h is still @p l's handler. */
+ *  when @p h is still @p l's handler; when that is new to @p l's table, tell the same listener
+ *  of every other worker (sv_shared.peers: an SV_MSG_HINTS_IMPORT of one row, `matched`). */
 void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx);
 
 /**

@@ -1338,6 +1338,7 @@ static long import_listener(sv_supervisor *sv, const ctl_listener *l, const sv_i
         return -ENOMEM;
     }
     in->n = kept;
+    in->matched = false; /* restored: hints only, the order stays as it is */
     atomic_init(&in->refs, sv->n_workers + 1);
     for (size_t i = 0; i < kept; i++) {
         memcpy(in->rows[i].ip, picks[i].h->ip, 16);
@@ -1498,6 +1499,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     sv_list_init(&sv->spare);
     sv_list_init(&sv->graces);
     pthread_mutex_init(&sv->shared.adopt_mu, NULL);
+    pthread_mutex_init(&sv->shared.peers_mu, NULL);
     sv__scan_shared_init(&sv->shared);
     pthread_cond_init(&sv->shared.adopt_cv, NULL);
     if (opts != NULL) {
@@ -1515,6 +1517,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         sv_pacers_free(sv->shared.pacers);
         pthread_cond_destroy(&sv->shared.adopt_cv);
         pthread_mutex_destroy(&sv->shared.adopt_mu);
+        pthread_mutex_destroy(&sv->shared.peers_mu);
         sv__scan_shared_deinit(&sv->shared);
         free(sv);
         return -ENOMEM;
@@ -1528,6 +1531,11 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         }
         sv->shared.n_workers = i + 1;
     }
+    pthread_mutex_lock(&sv->shared.peers_mu); /* all run: they may tell each other hints */
+    sv->shared.peers = sv->workers;
+    sv->shared.n_peers = sv->n_workers;
+    sv->shared.post = sv_worker_post;
+    pthread_mutex_unlock(&sv->shared.peers_mu);
     if (empty_plane(sv) != 0) {
         sv_shutdown(sv, 0);
         sv_supervisor_free(sv);
@@ -1574,6 +1582,10 @@ void sv_shutdown(sv_supervisor *sv, uint32_t grace_ms)
     wait_sessions(sv, grace_ms); /* 2. grace for live connections */
     sv_tracker_close_sessions(sv->shared.tracker, NULL, false, 0, 0); /* 3. close the rest */
     wait_sessions(sv, 2000);
+    pthread_mutex_lock(&sv->shared.peers_mu); /* no worker posts to another once one may end */
+    sv->shared.peers = NULL;
+    sv->shared.n_peers = 0;
+    pthread_mutex_unlock(&sv->shared.peers_mu);
     for (unsigned i = 0; i < sv->n_workers; i++) { /* 4. workers end */
         sv_worker_join(sv->workers[i]);
         sv->workers[i] = NULL;
@@ -1611,6 +1623,7 @@ void sv_supervisor_free(sv_supervisor *sv)
     sv_pacers_free(sv->shared.pacers);
     pthread_cond_destroy(&sv->shared.adopt_cv);
     pthread_mutex_destroy(&sv->shared.adopt_mu);
+    pthread_mutex_destroy(&sv->shared.peers_mu);
     sv__scan_shared_deinit(&sv->shared);
     free(sv);
 }

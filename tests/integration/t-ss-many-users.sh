@@ -6,6 +6,9 @@
 # trials (/metrics: katana_ss_key_trials_total per katana_ss_lookups_total), not a scan of the
 # list. The hints survive a graceful restart (kept in db.path): after SIGTERM and a start on the
 # same database, the client the IP's hint names is identified in one trial, with no scan.
+# Two workers: connections from new source ports land on either (SO_REUSEPORT), and what one
+# worker learns about a client IP is told to the other, so a returning client costs no scan
+# on a worker it has not met yet.
 . "$(dirname "$0")/lib.sh"
 kt_need ss-local curl jq
 [ "$KT_SERVER" = katana ] || skip_all "the hint table and /metrics need katana"
@@ -18,7 +21,7 @@ KIB=1024
 TOKEN=many-$$
 echo_start
 kt_ports 2; API_PORT=${PORTS[1]}
-mkconfig "$T/config.json" "${PORTS[0]}" "$CIPHER" --users-file "$T/users.json"
+mkconfig "$T/config.json" "${PORTS[0]}" "$CIPHER" --users-file "$T/users.json" --workers 2
 jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" --arg db "$T/katana.db" \
     '.api = {listen: $l, token: $t} | .db = {path: $db}' \
     "$T/config.json" >"$T/c.tmp" && mv "$T/c.tmp" "$T/config.json"
