@@ -20,6 +20,9 @@
 # path moves the same rate. A sockmap relay has no backpressure: what the sender writes piles
 # up in the kernel, uncharged to any socket buffer, as fast as it arrives, so unpaced its
 # figures are those of a queue of cold memory; a proxy's rate is set by its network anyway.
+# BENCH_SOCKMAP_PIN="SEND_CPU SINK_CPU" pins the sender and the sink (taskset; the relays stay
+# free): the sockmap's sending kworker runs on the CPU that received the data, the sender's, so
+# placement decides whether it keeps up ("0 1": it does; "0 0": it does not, and the queue grows).
 # The sockmap relay needs root (CAP_BPF and CAP_NET_ADMIN): without it, its rows say why and
 # are skipped.
 set -u
@@ -28,6 +31,11 @@ BUILDDIR=${1:-$HERE/../../build}
 SECS=${BENCH_SOCKMAP_SECONDS:-4}
 ROUNDS=${BENCH_SOCKMAP_ROUNDS:-3}
 MBIT=${BENCH_SOCKMAP_MBIT:-0}
+SEND_PIN=() SINK_PIN=()
+if [ -n "${BENCH_SOCKMAP_PIN:-}" ]; then
+    read -r c1 c2 <<<"$BENCH_SOCKMAP_PIN"
+    SEND_PIN=(taskset -c "$c1") SINK_PIN=(taskset -c "$c2")
+fi
 note() { echo "# $*" >&2; }
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/katana-sockmap-bench.XXXXXX")
@@ -75,7 +83,7 @@ wait_port() {
 }
 
 SINK_PORT=$(freeport)
-bg "$T/sink.out" "$BULK" sink "$SINK_PORT"
+bg "$T/sink.out" "${SINK_PIN[@]}" "$BULK" sink "$SINK_PORT"
 SINK=$BG
 wait_port "$SINK_PORT" || { note "the sink did not listen"; exit 1; }
 declare -A PORT RELAY
@@ -101,7 +109,8 @@ run() {
     lines=$(wc -l <"$T/sink.out")
     [ "$mode" = direct ] || r0=$(cpu_secs "${RELAY[$mode]}")
     s0=$(cpu_secs "$SINK"); kthreads >"$T/k0"; m0=$(machine_secs)
-    sent=$(/usr/bin/time -f "%U %S" -o "$T/time" "$BULK" send "$port" "$SECS" 0 "$dest" "$MBIT")
+    sent=$(/usr/bin/time -f "%U %S" -o "$T/time" "${SEND_PIN[@]}" "$BULK" send "$port" "$SECS" 0 \
+        "$dest" "$MBIT")
     for _ in $(seq 1 600); do
         [ "$(wc -l <"$T/sink.out")" -gt "$lines" ] && break; sleep 0.05
     done
@@ -139,5 +148,6 @@ done
 echo "CPU in s/GB (1e9 bytes); kthr = kworker and ksoftirqd threads; ours = relay + sender + sink +" \
      "kthr; machine = busy CPU-seconds of all $(nproc) CPUs per GB; bg = busy CPU-seconds in the" \
      "idle second before the round; load $LOAD0 -> $(cut -d' ' -f1-3 /proc/loadavg); kernel" \
-     "$(uname -r); ${SECS}s of sending per run, paced at $MBIT Mbit/s (0: unpaced)"
+     "$(uname -r); ${SECS}s of sending per run, paced at $MBIT Mbit/s (0: unpaced); sender and" \
+     "sink pinned to CPUs: ${BENCH_SOCKMAP_PIN:-none}"
 exit "$BAD"
