@@ -17,9 +17,10 @@
 # Usage: sockmap-bench.sh [BUILDDIR]. Knobs: BENCH_SOCKMAP_SECONDS (4) of sending per run,
 # BENCH_SOCKMAP_ROUNDS (3), the order of the paths rotating from round to round;
 # BENCH_SOCKMAP_MBIT (0: as fast as it goes) paces the sender (SO_MAX_PACING_RATE) so that every
-# path moves the same rate. A sockmap relay has no backpressure: what the sender writes piles
-# up in the kernel, uncharged to any socket buffer, as fast as it arrives, so unpaced its
-# figures are those of a queue of cold memory; a proxy's rate is set by its network anyway.
+# path moves the same rate. A sockmap relay has no backpressure: when its sending kworker falls
+# behind, what the sender writes piles up in the kernel, charged to no socket buffer, and the
+# unpaced figures become those of a growing queue of cold memory (a proxy's rate is set by its
+# network anyway).
 # BENCH_SOCKMAP_PIN="SEND_CPU SINK_CPU" pins the sender and the sink (taskset; the relays stay
 # free): the sockmap's sending kworker runs on the CPU that received the data, the sender's, so
 # placement decides whether it keeps up ("0 1": it does; "0 0": it does not, and the queue grows).
