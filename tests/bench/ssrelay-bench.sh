@@ -86,7 +86,7 @@ bg "$T/tunnel2.log" ss-tunnel -s 127.0.0.1 -p "$RP" -b 127.0.0.1 -l "$FP" \
 note "floor ${SECS}s"
 read -r fu0 fs0 <<<"$(ticks "$RELAY")"
 "$BULK" send "$FP" "$SECS" >/dev/null
-floor_bytes() { awk 'NF == 2 && ++n > 1 && $1 > b { b = $1 } END { print b + 0 }' "$T/sink.out"; }
+floor_bytes() { awk 'NF == 2 && ++n > 1 && $1 > b { b = $1 } END { printf "%.0f\n", b }' "$T/sink.out"; }
 for _ in $(seq 1 100); do [ "$(floor_bytes)" -gt 1000000 ] && break; sleep 0.1; done
 sleep 0.2
 read -r fu1 fs1 <<<"$(ticks "$RELAY")"
