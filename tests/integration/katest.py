@@ -323,8 +323,9 @@ class Stream:
     sender writes the first `first` bytes alone and waits for their echo before the rest
     (an application's request before its bulk, as a browser's ClientHello)."""
 
-    def __init__(self, sock, data, rate, chunk, first=0):
+    def __init__(self, sock, data, rate, chunk, first=0, unpace_file=None):
         self.s, self.data, self.rate, self.chunk = sock, data, rate, chunk
+        self.unpace_file = unpace_file
         self.first = min(first, len(data))
         self.first_echoed = threading.Event()
         self.sent, self.send_err = 0, None
@@ -341,6 +342,8 @@ class Stream:
                 n = min(self.chunk, len(self.data) - self.sent)
                 self.s.sendall(self.data[self.sent:self.sent + n])
                 self.sent += n
+                if self.rate and self.unpace_file and os.path.exists(self.unpace_file):
+                    self.rate = 0   # told to finish: the rest as fast as the socket takes it
                 if self.rate:
                     ahead = self.sent / self.rate - (time.monotonic() - t0)
                     if ahead > 0:
@@ -391,7 +394,8 @@ def one_tcp(a, idx, results):
         results[idx] = (0, "connect failed: %s" % e, 0.0)
         return
     try:
-        got, reason = Stream(s, data, a.rate, a.chunk, a.first_echo).run(a.timeout, a.ready_file)
+        got, reason = Stream(s, data, a.rate, a.chunk, a.first_echo,
+                             a.unpace_file).run(a.timeout, a.ready_file)
     finally:
         s.close()
     results[idx] = (got, reason, time.monotonic() - t0)
@@ -969,7 +973,8 @@ def cmd_cpu(a):
 
 def cmd_sockets(a):
     """Print how many TCP connections (any state but LISTEN) process --pid holds whose local
-    port is --port: its socket inodes (/proc/PID/fd) matched against /proc/net/tcp{,6}."""
+    port is --port: its socket inodes (/proc/PID/fd) matched against /proc/net/tcp{,6}. With
+    --udp, how many UDP sockets it holds on that local port (/proc/net/udp{,6})."""
     inodes = set()
     fd_dir = "/proc/%d/fd" % a.pid
     for name in os.listdir(fd_dir):
@@ -980,7 +985,8 @@ def cmd_sockets(a):
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
     count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    kind = "udp" if a.udp else "tcp"
+    for table in ("/proc/net/%s" % kind, "/proc/net/%s6" % kind):
         try:
             with open(table) as f:
                 rows = f.readlines()[1:]
@@ -988,7 +994,8 @@ def cmd_sockets(a):
             continue
         for row in rows:
             w = row.split()
-            if int(w[1].rsplit(":", 1)[1], 16) == a.port and w[3] != "0A" and w[9] in inodes:
+            if (int(w[1].rsplit(":", 1)[1], 16) == a.port and (a.udp or w[3] != "0A")
+                    and w[9] in inodes):
                 count += 1
     print(count)
     return 0
@@ -1649,6 +1656,8 @@ def main():
     c.add_argument("--first-echo", type=int, default=0,
                    help="send this many bytes alone and wait for their echo before the rest")
     c.add_argument("--ready-file", help="written once the first echoed bytes arrive")
+    c.add_argument("--unpace-file", help="once this file exists, --rate no longer applies: "
+                   "the rest is sent as fast as the socket takes it")
     c = sub.choices["udp"]
     c.add_argument("--count", type=int, default=20)
     c.add_argument("--size", type=int, default=1200)
@@ -1803,6 +1812,7 @@ def main():
     c = sub.add_parser("sockets")
     c.add_argument("--pid", type=int, required=True)
     c.add_argument("--port", type=int, required=True)
+    c.add_argument("--udp", action="store_true", help="UDP sockets instead of TCP connections")
     a = p.parse_args()
     if a.cmd in ("tcp", "udp") and not (a.socks or getattr(a, "direct", None)):
         die("need --socks or --direct", 2)

@@ -30,6 +30,16 @@ KT_FAILS=0
 KT_PASSES=0
 T=$(mktemp -d "${TMPDIR:-/tmp}/katest.$KT_NAME.XXXXXX")
 : >"$T/pids"
+# python3 as found once: a version manager's shim (pyenv's is a bash script that runs
+# `pyenv exec`) adds ~0.2 s to each start, and a test starts python3 a hundred times or more.
+# $T/bin/python3 execs the interpreter the shim chose, by its full path (so that a venv stays one).
+if KT_PYBIN=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) &&
+    [ -x "$KT_PYBIN" ]; then
+    mkdir -p "$T/bin"
+    printf '#!/bin/sh\nexec "%s" "$@"\n' "$KT_PYBIN" >"$T/bin/python3"
+    chmod +x "$T/bin/python3"
+    PATH=$T/bin:$PATH
+fi
 SRV_LOG="$T/server.log"
 
 kt_log() { printf '[%s] %s\n' "$KT_NAME" "$*"; }
@@ -191,13 +201,14 @@ mkconfig() {
     "${KT_PY[@]}" mkconfig --out "$out" --port "$port" --cipher "$cipher" "$@"
 }
 
-# srv_start CONFIG: start the server for CONFIG and wait for its port(s); sets SRV_PID.
+# srv_start CONFIG: start the server for CONFIG and wait for its port(s); sets SRV_PID. katana
+# logs to $SRV_LOG ($T/server.log unless the test set another $T/NAME.log).
 srv_start() {
     SRV_CONFIG=$1
     if [ "$KT_SERVER" = katana ]; then
         local bin; bin=$(katana_bin)
         [ -x "$bin" ] || { fail "katana binary not found at $bin"; exit 1; }
-        kt_bg server "$bin" run -c "$SRV_CONFIG"
+        kt_bg "$(basename "$SRV_LOG" .log)" "$bin" run -c "$SRV_CONFIG"
         SRV_PID=$BG_PID
         local port; port=$(awk '$1 == "node" { print $2 }' <<<"$("${KT_PY[@]}" ssplan --config "$1")")
         local i
@@ -363,13 +374,20 @@ udp_rt() {
 
 # stream_bg NAME SOCKS_PORT BYTES RATE EXPECT: a paced connection in the background that is
 # open once "$T/NAME.ready" exists (first echo verified); sets STREAM_PID. Its verdict is its
-# exit status (see stream_wait).
+# exit status (see stream_wait). stream_unpace NAME lets it send the rest unpaced.
 stream_bg() {
     kt_bg "$1" "${KT_PY[@]}" tcp --socks "$2" --dest-port "$ECHO_PORT" --bytes "$3" \
         --rate "$4" --chunk 4096 --expect "$5" --timeout 10 --seed "$1" --label "$1" \
-        --ready-file "$T/$1.ready"
+        --ready-file "$T/$1.ready" --unpace-file "$T/$1.unpace"
     STREAM_PID=$BG_PID
     kt_wait_file "$T/$1.ready" 10 || { fail "$1: stream did not start"; cat "$T/$1.log"; exit 1; }
+}
+
+# stream_unpace NAME...: the named streams send what they have left as fast as it goes (once
+# what they had to stay open for is checked; their echo is still compared byte for byte).
+stream_unpace() {
+    local n
+    for n in "$@"; do : >"$T/$n.unpace"; done
 }
 
 # stream_wait NAME PID SECS DESCRIPTION: PASS if the stream ended as it expected within SECS.

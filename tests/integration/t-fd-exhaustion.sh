@@ -5,9 +5,10 @@
 #   - once they leave, a real ss-local client moves data within 5 s;
 #   - the episode takes at most 2 log lines;
 #   - held again, SIGTERM ends katana (exit 0) within shutdown_grace plus the close of the rest.
-# Even runs use the default connection cap (sized from the fd limit: accepting pauses at the
-# cap); odd runs set max_connections far above what 256 descriptors allow, so accept() itself
-# fails with EMFILE and the listener has to pause and retry on its own.
+# Odd runs use the default connection cap (sized from the fd limit: accepting pauses at the
+# cap); even runs set max_connections far above what 256 descriptors allow, so accept() itself
+# fails with EMFILE and the listener has to pause and retry on its own. Two runs (an odd and an
+# even one) go side by side, each with a katana, a client and a log of its own.
 KT_LIMIT=${KT_LIMIT:-180}
 . "$(dirname "$0")/lib.sh"
 kt_need ss-local
@@ -46,11 +47,14 @@ release() {
     kt_wait_exit "$2" 10 || kill -KILL "$2" 2>/dev/null || true
 }
 
-for ((run = 1; run <= RUNS; run++)); do
-    kt_ports 1; PORT=${PORTS[0]}
-    extra=(); mode="default cap"
+# one_run RUN: run number RUN with a katana, a client and a log of its own, so that two runs go
+# side by side; prints its PASS and FAIL lines.
+one_run() {
+    local run=$1 port extra=() mode="default cap" mark cpu t0 rec lines took
+    SRV_LOG=$T/server-r$run.log
+    kt_ports 1; port=${PORTS[0]}
     if ((run % 2 == 0)); then extra=(--max-connections 100000); mode="cap above the fd limit"; fi
-    mkconfig "$T/c$run.json" "$PORT" "$CIPHER" --user "1:$U1" --workers 0 --grace "$GRACE" \
+    mkconfig "$T/c$run.json" "$port" "$CIPHER" --user "1:$U1" --workers 0 --grace "$GRACE" \
         "${extra[@]}"
     srv_start "$T/c$run.json"
     if ((run == 1)); then
@@ -61,46 +65,67 @@ for ((run = 1; run <= RUNS; run++)); do
             "up to $SHARE TCP connections per worker (max_connections $TOTAL, from the file descriptor limit $NOFILE)" \
             "$SRV_LOG"
     fi
-    cl_start "r$run" "$CIPHER" "$U1" "$PORT"
-    MARK=$(stat -c %s "$SRV_LOG")
+    cl_start "r$run" "$CIPHER" "$U1" "$port"
+    mark=$(stat -c %s "$SRV_LOG")
 
-    hold "h$run" "$PORT" || break
+    hold "h$run" "$port" || return 0
     sleep 0.5
-    if CPU=$("${KT_PY[@]}" cpu --pid "$SRV_PID" --secs 2 --max 5); then
-        pass "run $run ($mode): exhausted, $CPU"
+    if cpu=$("${KT_PY[@]}" cpu --pid "$SRV_PID" --secs 2 --max 5); then
+        pass "run $run ($mode): exhausted, $cpu"
     else
-        fail "run $run ($mode): exhausted, $CPU"
+        fail "run $run ($mode): exhausted, $cpu"
     fi
     check "run $run: katana still runs while exhausted" srv_alive
 
-    T0=$(now_ms)
+    t0=$(now_ms)
     release "h$run" "$HOLD_PID"
     if tcp_rt "$CL_PORT" ok --bytes 65536 --timeout 5 >"$T/rt$run.out" 2>&1; then
-        REC=$(($(now_ms) - T0))
-        check "run $run: data moves ${REC} ms after the clients left (< 5000)" test "$REC" -lt 5000
+        rec=$(($(now_ms) - t0))
+        check "run $run: data moves ${rec} ms after the clients left (< 5000)" test "$rec" -lt 5000
     else
         fail "run $run: no data moved within 5 s of the clients leaving"
         cat "$T/rt$run.out"
     fi
     sleep 0.6 # the episode's closing line comes 200-400 ms after the last pause
-    LINES=$(tail -c +"$((MARK + 1))" "$SRV_LOG" | grep -c . || true)
-    check "run $run: $LINES log lines for the episode (<= 2)" test "$LINES" -le 2
-    tail -c +"$((MARK + 1))" "$SRV_LOG" | head -n 5
+    lines=$(tail -c +"$((mark + 1))" "$SRV_LOG" | grep -c . || true)
+    check "run $run: $lines log lines for the episode (<= 2)" test "$lines" -le 2
+    tail -c +"$((mark + 1))" "$SRV_LOG" | head -n 5
 
-    hold "s$run" "$PORT" || break
+    hold "s$run" "$port" || return 0
     sleep 0.3
-    T0=$(now_ms)
+    t0=$(now_ms)
     kill -TERM "$SRV_PID"
     kt_wait_exit "$SRV_PID" $((GRACE + 8)) || true
-    TOOK=$(($(now_ms) - T0))
+    took=$(($(now_ms) - t0))
     if [ "$WAIT_RC" = 124 ]; then
         fail "run $run: SIGTERM while exhausted: still running after $((GRACE + 8)) s"
         kill -KILL "$SRV_PID" 2>/dev/null || true
     else
-        check "run $run: SIGTERM while exhausted: exit $WAIT_RC after $TOOK ms (grace ${GRACE} s + 2 s close)" \
-            test "$WAIT_RC" = 0 -a "$TOOK" -lt $((GRACE * 1000 + 2000))
+        check "run $run: SIGTERM while exhausted: exit $WAIT_RC after $took ms (grace ${GRACE} s + 2 s close)" \
+            test "$WAIT_RC" = 0 -a "$took" -lt $((GRACE * 1000 + 2000))
     fi
     release "s$run" "$HOLD_PID"
     kill -TERM "$CL_PID" 2>/dev/null || true
+    return 0
+}
+
+# Two runs at a time (an even and an odd one), each in a subshell of its own: its PASS and FAIL
+# lines are counted here once it ended.
+for ((run = 1; run <= RUNS; run += 2)); do
+    pair=()
+    for r in "$run" $((run + 1)); do
+        ((r <= RUNS)) || continue
+        one_run "$r" >"$T/run$r.out" 2>&1 &
+        echo "$!" >>"$T/pids"
+        pair+=("$r:$!")
+    done
+    for p in "${pair[@]}"; do
+        r=${p%%:*} rc=0
+        wait "${p#*:}" || rc=$?
+        cat "$T/run$r.out"
+        KT_PASSES=$((KT_PASSES + $(grep -c '^PASS: ' "$T/run$r.out" || true)))
+        KT_FAILS=$((KT_FAILS + $(grep -c '^FAIL: ' "$T/run$r.out" || true)))
+        [ "$rc" = 0 ] || fail "run $r: ended with status $rc"
+    done
 done
 kt_finish

@@ -22,6 +22,9 @@ kt_need ss-local ss-v2ray-plugin openssl curl jq
 needs_katana "the v2ray-plugin node" || skip_all "needs katana"
 
 CIPHER=aes-128-gcm
+# shutdown_grace of the nodes served: the clients' WebSocket connections are still open at
+# SIGTERM, so katana waits this long before it closes them (the default 5 s only adds time)
+GRACE=1
 MIB=1048576
 WS_PATH=/ss-ws
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
@@ -107,7 +110,7 @@ scenario() {
     [ "$tls" = 1 ] && opts="tls;$opts"
     kt_ports 2; API_PORT=${PORTS[1]}; TOKEN=ssmux-$$
     mkconfig "$T/config-$name.json" "${PORTS[0]}" "$CIPHER" --plugin-opts "$opts" \
-        --user "1:$U1" --user "2:$U2" --user "3:$U3" "$@"
+        --grace "$GRACE" --user "1:$U1" --user "2:$U2" --user "3:$U3" "$@"
     jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" '.api = {listen: $l, token: $t}' \
         "$T/config-$name.json" >"$T/c.tmp" && mv "$T/c.tmp" "$T/config-$name.json"
     srv_start "$T/config-$name.json"
@@ -161,6 +164,7 @@ mux_flows() {
     st=$(api DELETE "/v1/connections/$victim")
     check "$n: DELETE /v1/connections/$victim (the third flow) -> 204" test "$st" = 204
     check "$n: the other two flows stay live" wait_flows 2 2
+    stream_unpace "$n-a" "$n-b"   # checked while they ran: the rest needs no pacing
     stream_wait "$n-k" "$pk" 5 "$n: the killed sub-flow is cut at once"
     stream_wait "$n-a" "$pa" 30 "$n: sub-flow a completes byte-identical"
     stream_wait "$n-b" "$pb" 30 "$n: sub-flow b completes byte-identical"
@@ -200,7 +204,7 @@ many_users() {
     local n=1000 port pw c1 c2 ps m0 m1 m2 m3
     kt_ports 2; port=${PORTS[0]}; API_PORT=${PORTS[1]}; TOKEN=ssmux-$$
     mkconfig "$T/config-many.json" "$port" "$CIPHER" --users-file "$T/users-many.json" \
-        --plugin-opts "path=$WS_PATH;host=$TJ_SNI;mux=1"
+        --grace "$GRACE" --plugin-opts "path=$WS_PATH;host=$TJ_SNI;mux=1"
     jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" \
         '.api = {listen: $l, token: $t} | .workers = 1' "$T/config-many.json" >"$T/c.tmp" &&
         mv "$T/c.tmp" "$T/config-many.json"
@@ -224,6 +228,7 @@ PY
         tcp_rt "$c1" ok --bytes 1000 --conns 5 --seed many-b --label many-b
     m2=$(ss_counts)
     check "many users: ... one key trial each, no scan of $n users" costs "$m1" "$m2" 5 1 0
+    stream_unpace many-a   # held open while the five later sessions came
     stream_wait many-a "$ps" 15 "many users: the first session completes byte-identical"
     plugin_client many2 "$pw" "$port" 0 8; c2=$CL_PORT
     check "many users: a second client of the user from the same IP echoed" \

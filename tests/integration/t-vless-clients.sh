@@ -33,6 +33,9 @@ pr_tcp_opts "$CLIENT" vless-tcp
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: no reference VLESS server mode"
 
 MIB=1048576
+# shutdown_grace of the nodes served: the clients' connections are still open at SIGTERM, so
+# katana waits this long before it closes them (the default 5 s only adds time)
+GRACE=1
 U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid); WRONG=$(kt_uuid)
 tj_certs "$T/pki" server
 echo_start
@@ -41,7 +44,10 @@ WS_PATH=/vl-ws
 # vl_client NAME UUID SERVER_PORT TLS NET: v2ray with a SOCKS5 inbound (UDP on) and a vless
 # outbound (encryption none) on NET (tcp, or ws: path $WS_PATH, Host node.test), over TLS for
 # node.test verified against $TJ_CA when TLS is 1 (the shape of
-# ../shared/interop/templates/v2ray/client-vless-{tcp,tls,ws,ws-tls}.json); sets CL_PORT.
+# ../shared/interop/templates/v2ray/client-vless-{tcp,tls,ws,ws-tls}.json); sets CL_PORT. It
+# starts the client only: clients_ready waits until the clients started listen (they start side
+# by side, and none connects before it is used).
+VL_STARTED=()
 vl_client() {
     local ws='' sec='"security": "none"'
     [ "$5" = ws ] && ws=', "wsSettings": {"path": "'$WS_PATH'", "headers": {"Host": "'$TJ_SNI'"}}'
@@ -62,11 +68,19 @@ vl_client() {
    "streamSettings": $stream}]}
 EOF
     kt_bg "client-$1" v2ray -config "$T/client-$1.json"
-    kt_wait_port "$CL_PORT" 10 || { fail "v2ray client $1 did not listen on $CL_PORT"; exit 1; }
+    VL_STARTED+=("$1 $CL_PORT")
+}
+clients_ready() {
+    local c
+    for c in "${VL_STARTED[@]}"; do
+        kt_wait_port "${c#* }" 10 ||
+            { fail "v2ray client ${c% *} did not listen on ${c#* }"; exit 1; }
+    done
+    VL_STARTED=()
 }
 
 # client NAME UUID SERVER_PORT TLS NET: the client under test ($CLIENT; NET ws with v2ray
-# only); sets CL_PORT.
+# only); sets CL_PORT. Then clients_ready.
 client() {
     if [ "$CLIENT" = v2ray ]; then vl_client "$@"; return; fi
     local scen=vless-tcp; [ "$4" = 1 ] && scen=vless-tls
@@ -103,10 +117,9 @@ no_usage() {
 }
 
 # usage_is LINES UID UP DOWN TLS NET: on tcp, billed as above; on ws, the wire bytes the
-# relay of that user ($name-uUID) counted.
+# relay of that user ($name-uUID) counted (the relays settled before the snapshot).
 usage_is() {
     if [ "$6" = ws ]; then
-        tj_relays_settle "$name-u$2"
         tj_wire_is "$1" "$2" "$name-u$2" $(($5 * 24))
     else
         billed "$1" "$2" "$3" "$4" "$5"
@@ -136,7 +149,7 @@ scenario() {
     kt_ports 1
     [ "$net" = ws ] && set -- "$@" --ws-path "$WS_PATH" --ws-host "$TJ_SNI"
     mkconfig "$T/config-$name.json" "${PORTS[0]}" - --protocol vless --user "1:$U1" \
-        --user "2:$U2" --user "3:$U3" "$@"
+        --user "2:$U2" --user "3:$U3" --grace "$GRACE" "$@"
     srv_start "$T/config-$name.json"
     local port=${PORTS[0]} c1 c2 bad to1=${PORTS[0]} to2=${PORTS[0]}
     VL_PORT=$port
@@ -147,6 +160,7 @@ scenario() {
     client "$name-u1" "$U1" "$to1" "$tls" "$net"; c1=$CL_PORT
     client "$name-u2" "$U2" "$to2" "$tls" "$net"; c2=$CL_PORT
     client "$name-bad" "$WRONG" "$port" "$tls" "$net"; bad=$CL_PORT
+    clients_ready
 
     local r1=0 r2=0 p1 p2
     tcp_rt "$c1" ok --bytes "$MIB" --seed "$name-u1" --label "$name-u1" "${PR_TCP[@]}" >"$T/$name-u1.out" 2>&1 &
@@ -159,6 +173,7 @@ scenario() {
     check "$name: user 1, 1 MiB each way, echo identical" test "$r1" = 0
     check "$name: user 2 at the same time, 1 MiB each way, echo identical" test "$r2" = 0
     local snap
+    if [ "$net" = ws ]; then tj_relays_settle "$name-u1" "$name-u2" || true; fi
     snap=$(usage_snapshot)
     echo "SIGUSR1 snapshot:"; echo "$snap"
     # one connection each: the request header (26 bytes for 127.0.0.1) up, 00 00 down
@@ -171,6 +186,7 @@ scenario() {
         udp_rt "$c1" ok --count 20 --size 1200 --seed "$name-udp"
     check "$name: UDP: 8-byte and 1400-byte datagrams" \
         eval 'udp_rt "$c2" ok --count 2 --size 8 --seed s && udp_rt "$c2" ok --count 2 --size 1400 --seed b'
+    if [ "$net" = ws ]; then tj_relays_settle "$name-u1" "$name-u2" || true; fi
     snap=$(usage_snapshot)
     echo "SIGUSR1 snapshot:"; echo "$snap"
     check "$name: usage of user 1 after UDP is the bytes moved" \
@@ -183,9 +199,17 @@ scenario() {
             timeout 60 "${KT_PY[@]}" udp-cone --socks "$c1" --count 6 --seed "$name-cone"
     fi
 
-    local lines0; lines0=$(tj_log_lines)
-    check "$name: wrong UUID: TCP gets no echo" tcp_rt "$bad" refused --bytes 4096 --conns 3
-    check "$name: wrong UUID: UDP gets no echo" udp_rt "$bad" refused --count 2
+    local lines0 rt=0 ru=0 pt pu; lines0=$(tj_log_lines)
+    # both wait for an echo that must not come: side by side
+    tcp_rt "$bad" refused --bytes 4096 --conns 3 >"$T/$name-bad-tcp.out" 2>&1 &
+    pt=$!
+    udp_rt "$bad" refused --count 2 >"$T/$name-bad-udp.out" 2>&1 &
+    pu=$!
+    wait "$pt" || rt=$?
+    wait "$pu" || ru=$?
+    cat "$T/$name-bad-tcp.out" "$T/$name-bad-udp.out"
+    check "$name: wrong UUID: TCP gets no echo" test "$rt" = 0
+    check "$name: wrong UUID: UDP gets no echo" test "$ru" = 0
     if [ "$net" = ws ]; then
         check "$name: a WebSocket upgrade on another path gets HTTP 404" \
             test "$(tj_ws_status "$port" /other "$tls")" = 404

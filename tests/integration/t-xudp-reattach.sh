@@ -10,7 +10,8 @@
 #  - a second connection with a GlobalID that a live connection carries takes it over (same
 #    port) and the first connection gets End for that session;
 #  - 60 s after its connection ended (plus the worker's 10 s sweep) the association is gone:
-#    the same GlobalID then gets another port;
+#    its outbound socket is still open at 59 s and closed by 73 s, and the same GlobalID then
+#    gets another port;
 #  - no log line per datagram or per re-attach.
 # Each reconnect is a new katest process: its TCP source port differs every time.
 KT_LIMIT=${KT_LIMIT:-200}
@@ -58,11 +59,14 @@ billed() {
 log_lines() { grep -vc "usage user" "$SRV_LOG"; }
 same() { echo "ports $1 and $2"; [ "$1" != none ] && [ "$1" = "$2" ]; }
 differ() { echo "ports $1 and $2"; [ "$1" != none ] && [ "$2" != none ] && [ "$1" != "$2" ]; }
+# udp_held PORT: katana holds a UDP socket on local port PORT (an association's outbound socket).
+udp_held() { [ "$("${KT_PY[@]}" sockets --udp --pid "$SRV_PID" --port "$1")" -gt 0 ]; }
+now_ms() { date +%s%3N; }
 
 lines0=$(log_lines)
 # the expiry case starts first: its connection ends now, its 60 s run while the rest is checked
 check "G2: first connection, 4 datagrams answered" xudp exp1 "$U1" "$G2"
-P_EXP=$XPORT; T_EXP=$(date +%s)
+P_EXP=$XPORT; T_EXP=$(now_ms)
 
 check "G1: first connection, 4 datagrams answered" xudp a1 "$U1" "$G1"
 P_A=$XPORT
@@ -92,9 +96,19 @@ check "GX on a live connection, then a second connection with GX: the first gets
 check "no log line per datagram or re-attach" test "$(log_lines)" = "$lines0"
 check "daemon still runs" srv_alive
 
-# expiry: 60 s after the connection ended, plus one sweep period (10 s) and a margin
-wait_s=$((T_EXP + 73 - $(date +%s)))
-[ "$wait_s" -gt 0 ] && { echo "waiting ${wait_s}s for the detached G2 association to expire"; sleep "$wait_s"; }
+# expiry: kept 60 s after its connection ended, then gone at the worker's next sweep (every
+# 10 s): the association's outbound socket (the port the remote saw) closes
+wait_ms=$((T_EXP + 59000 - $(now_ms)))
+((wait_ms <= 0)) || sleep "$((wait_ms / 1000)).$(printf %03d $((wait_ms % 1000)))"
+check "G2's association still holds port $P_EXP 59 s after its connection ended" \
+    udp_held "$P_EXP"
+gone=
+while (($(now_ms) < T_EXP + 73000)); do
+    udp_held "$P_EXP" || { gone=$(($(now_ms) - T_EXP)); break; }
+    sleep 0.5
+done
+check "G2's association closed ${gone:-not within 73000} ms after its connection ended" \
+    test -n "$gone"
 check "G2 after the window: answered" xudp exp2 "$U1" "$G2"
 check "G2 after the window is a new association: another port" differ "$P_EXP" "$XPORT"
 
