@@ -161,6 +161,7 @@ struct ag_uplink {
     size_t n_machines;
     bool freeing;
     uv_timer_t flush_timer;
+    uv_timer_t trim_timer; /* trim_soon() */
     unsigned flush_s;
     sv_usage *carry; /* taken but not yet written (store error) */
     size_t n_carry;
@@ -344,8 +345,8 @@ static void index_users(up_node *nd)
     qsort(nd->uids->ids, n, sizeof *nd->uids->ids, cmp_u64);
 }
 
-/* The node billing @p uid: the first whose user list holds it (a retiring node holds none),
- * else the first node that is not retiring, else the first. */
+/* The node billing @p uid: the first node not retiring whose user list holds it, else the first
+ * node that is not retiring, else the first. */
 static size_t owner(const ag_uplink *u, uint64_t uid)
 {
     size_t live = u->n;
@@ -455,6 +456,21 @@ int ag_uplink_flush(ag_uplink *u)
             u->carry[k++] = u->carry[j];
     u->n_carry = k;
     return rc;
+}
+
+static void on_trim_timer(uv_timer_t *t)
+{
+    (void)t;
+    malloc_trim(0);
+}
+
+/* Give freed heap pages back to the system (issue 13: a users answer or body of megabytes),
+ * on the next loop turn: after the callback that freed them has returned, and so has the HTTP
+ * request whose receive buffer held the answer. */
+static void trim_soon(ag_uplink *u)
+{
+    if (!u->freeing && !uv_is_active((uv_handle_t *)&u->trim_timer))
+        uv_timer_start(&u->trim_timer, on_trim_timer, 0, 0);
 }
 
 static void on_flush_timer(uv_timer_t *t)
@@ -938,7 +954,14 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
 {
     (void)c;
     up_node *nd = arg;
-    if (rc == PN_OK) {
+    if (rc == PN_OK && nd->has_users && nd->users.shed && pn_users_equal(&nd->users, users)) {
+        /* the running list answered again in full (a panel without ETags): it stays shed, and
+         * once stored (ag_uplink_applied) the new body need not be kept either (issue 13) */
+        pn_users_free(users);
+        if (!nd->unstored[PN_BODY_USERS])
+            pn_forget_body(nd->client, PN_BODY_USERS);
+        trim_soon(nd->u); /* the answer's pages back, as after a store */
+    } else if (rc == PN_OK) {
         bool same = nd->has_users && pn_users_equal(&nd->users, users);
         pn_users_free(&nd->users);
         nd->users = *users;
@@ -1629,6 +1652,10 @@ static bool machine_apply(up_machine *m, const pn_xb_machine *l)
                 have = u->nodes[i];
         if (have != NULL && have->retiring) { /* listed again before it closed */
             have->retiring = false;
+            /* its list was shed, and what it was shed for may have stopped: then the next pull
+             * must bring full bodies, never a "not modified" with nothing to refill from */
+            if (have->users.shed && sv_running_user_set(u->sv, have->tag) == NULL)
+                forget_state(have);
             uv_timer_start(&have->pull_timer, on_pull_timer, 0, 0);
             changed = true;
         }
@@ -2011,6 +2038,8 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     pthread_mutex_init(&u->snap_lock, NULL);
     uv_timer_init(loop, &u->flush_timer);
     u->flush_timer.data = u;
+    uv_timer_init(loop, &u->trim_timer);
+    u->trim_timer.data = u;
     *out = u;
     if (n == 0)
         return 0;
@@ -2051,7 +2080,7 @@ static void store_pair(up_node *nd)
     nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
     /* the body, the store's page cache and the shed uuids were freed after the apply's trim
      * (agent/node.c on_loaded): give their pages back too (issue 13) */
-    malloc_trim(0);
+    trim_soon(nd->u);
 }
 
 void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
@@ -2095,7 +2124,7 @@ size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why)
     return n;
 }
 
-static void flush_timer_closed(uv_handle_t *h)
+static void timer_closed(uv_handle_t *h)
 {
     closed(h->data);
 }
@@ -2109,8 +2138,9 @@ void ag_uplink_free(ag_uplink *u)
         SV_LOG(SV_LOG_ERROR, MOD, "usage of %zu users could not be written to the outbox",
                u->n_carry);
     u->freeing = true;
-    u->closing++;
-    uv_close((uv_handle_t *)&u->flush_timer, flush_timer_closed);
+    u->closing += 2;
+    uv_close((uv_handle_t *)&u->flush_timer, timer_closed);
+    uv_close((uv_handle_t *)&u->trim_timer, timer_closed);
     for (size_t i = 0; i < u->n_machines; i++) {
         up_machine *m = u->machines[i];
         pn_xb_machine_client_free(m->client); /* requests in flight end without callbacks */

@@ -376,7 +376,7 @@ static void hints_ready(sv_wlistener *l)
 static void share_hint(sv_wlistener *l, const uint8_t ip[16], int idx)
 {
     sv_shared *sh = l->w->shared;
-    pthread_mutex_lock(&sh->peers_mu);
+    pthread_rwlock_rdlock(&sh->peers_lock); /* workers post side by side */
     unsigned n = sh->peers != NULL ? sh->n_peers : 0;
     sv_hints_in *in = n > 1 ? malloc(sizeof *in + sizeof in->rows[0]) : NULL;
     if (in != NULL) {
@@ -400,7 +400,7 @@ static void share_hint(sv_wlistener *l, const uint8_t ip[16], int idx)
         }
         sv__hints_release(NULL, in);
     }
-    pthread_mutex_unlock(&sh->peers_mu);
+    pthread_rwlock_unlock(&sh->peers_lock);
 }
 
 void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx)

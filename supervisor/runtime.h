@@ -260,8 +260,8 @@ typedef struct sv_shared {
     /** Issue 13: a worker that learns a client IP's user tells the others (sv__wl_learn), so a
      *  client is scanned for once, not once per worker. peers is the supervisor's worker array
      *  from the moment all have started until shutdown joins them, else NULL; a worker posts to
-     *  them only while holding peers_mu. */
-    pthread_mutex_t peers_mu;
+     *  them only while holding peers_lock for reading (the supervisor writes it). */
+    pthread_rwlock_t peers_lock;
     sv_worker *const *peers;
     unsigned n_peers;
     void (*post)(sv_worker *w, sv_msg *m); /**< sv_worker_post (set by the supervisor: the
@@ -511,8 +511,10 @@ void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
                   sv_ss_order **order);
 
 /** User @p idx of @p h authenticated from @p client on @p l: remember it for the IP (issue 13),
- *  when @p h is still @p l's handler; when that is new to @p l's table, tell the same listener
- *  of every other worker (sv_shared.peers: an SV_MSG_HINTS_IMPORT of one row, `matched`). */
+ *  when @p h is still @p l's handler; when that is new to @p l's table (a new IP, another user
+ *  of the IP, or an expired entry), tell the same listener of every other worker
+ *  (sv_shared.peers: an SV_MSG_HINTS_IMPORT of one row, `matched`). A refresh stays local, so
+ *  the other workers' copies expire an hour after they were told. */
 void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx);
 
 /**

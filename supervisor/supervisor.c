@@ -1499,7 +1499,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     sv_list_init(&sv->spare);
     sv_list_init(&sv->graces);
     pthread_mutex_init(&sv->shared.adopt_mu, NULL);
-    pthread_mutex_init(&sv->shared.peers_mu, NULL);
+    pthread_rwlock_init(&sv->shared.peers_lock, NULL);
     sv__scan_shared_init(&sv->shared);
     pthread_cond_init(&sv->shared.adopt_cv, NULL);
     if (opts != NULL) {
@@ -1517,7 +1517,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         sv_pacers_free(sv->shared.pacers);
         pthread_cond_destroy(&sv->shared.adopt_cv);
         pthread_mutex_destroy(&sv->shared.adopt_mu);
-        pthread_mutex_destroy(&sv->shared.peers_mu);
+        pthread_rwlock_destroy(&sv->shared.peers_lock);
         sv__scan_shared_deinit(&sv->shared);
         free(sv);
         return -ENOMEM;
@@ -1531,11 +1531,11 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         }
         sv->shared.n_workers = i + 1;
     }
-    pthread_mutex_lock(&sv->shared.peers_mu); /* all run: they may tell each other hints */
+    pthread_rwlock_wrlock(&sv->shared.peers_lock); /* all run: they may tell each other hints */
     sv->shared.peers = sv->workers;
     sv->shared.n_peers = sv->n_workers;
     sv->shared.post = sv_worker_post;
-    pthread_mutex_unlock(&sv->shared.peers_mu);
+    pthread_rwlock_unlock(&sv->shared.peers_lock);
     if (empty_plane(sv) != 0) {
         sv_shutdown(sv, 0);
         sv_supervisor_free(sv);
@@ -1582,10 +1582,10 @@ void sv_shutdown(sv_supervisor *sv, uint32_t grace_ms)
     wait_sessions(sv, grace_ms); /* 2. grace for live connections */
     sv_tracker_close_sessions(sv->shared.tracker, NULL, false, 0, 0); /* 3. close the rest */
     wait_sessions(sv, 2000);
-    pthread_mutex_lock(&sv->shared.peers_mu); /* no worker posts to another once one may end */
+    pthread_rwlock_wrlock(&sv->shared.peers_lock); /* no worker posts to another once one may end */
     sv->shared.peers = NULL;
     sv->shared.n_peers = 0;
-    pthread_mutex_unlock(&sv->shared.peers_mu);
+    pthread_rwlock_unlock(&sv->shared.peers_lock);
     for (unsigned i = 0; i < sv->n_workers; i++) { /* 4. workers end */
         sv_worker_join(sv->workers[i]);
         sv->workers[i] = NULL;
@@ -1623,7 +1623,7 @@ void sv_supervisor_free(sv_supervisor *sv)
     sv_pacers_free(sv->shared.pacers);
     pthread_cond_destroy(&sv->shared.adopt_cv);
     pthread_mutex_destroy(&sv->shared.adopt_mu);
-    pthread_mutex_destroy(&sv->shared.peers_mu);
+    pthread_rwlock_destroy(&sv->shared.peers_lock);
     sv__scan_shared_deinit(&sv->shared);
     free(sv);
 }

@@ -27,8 +27,8 @@
  *    true until the next feed (the same bytes). A key found for a session whose header has not
  *    come yet becomes the guide's hint, so a session starting meanwhile tries it first (no second
  *    scan). A session after the connection authenticated tries the connection's user's key
- *    alone: one trial, never a scan. Every effect that follows
- *    a trial decryption carries its keys tried (proto.h `trials`).
+ *    alone: one trial, never a scan. Every effect that follows a trial decryption carries its
+ *    keys tried (proto.h `trials`).
  *  - feed: the first session whose Shadowsocks header (address) is read gives
  *    SV_FX_AUTHENTICATED (principal = key index, multiplexed); each session then gives
  *    SV_FX_OPEN (stream = session ID, the destination of its header) and SV_FX_TO_OUTBOUND

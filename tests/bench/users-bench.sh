@@ -19,7 +19,10 @@
 # which a loaded machine does not inflate as it does the wall-clock columns.
 # Goals printed beside the figures (issue 13): apply of 50 000 users <= 200 ms, RSS <= 64 MiB,
 # no live connection dropped. A benchmark, not a test: nothing here fails on a figure.
-# Environment: BENCH_USERS, BENCH_USERS_PANEL (local, uniproxy), KATANA_BIN.
+# BENCH_USERS_PANEL=uniproxy-full: the same with a panel that sends no ETag, so every pull (each
+# 2 s) brings the whole list again; RSS is read after three more pulls of the unchanged list,
+# with the emulator stopped (the pulls that fail then hold nothing).
+# Environment: BENCH_USERS, BENCH_USERS_PANEL (local, uniproxy, uniproxy-full), KATANA_BIN.
 set -euo pipefail
 
 BUILDDIR=${1:-.}
@@ -48,7 +51,10 @@ kib() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status"; }
 # the wall-clock figures it does not grow with other load on the machine
 cpu_ms() { awk '{ printf "%d", $1 / 1000000 }' "/proc/$1/task/$1/schedstat"; }
 
-case $PANEL in local | uniproxy) ;; *) echo "users-bench: BENCH_USERS_PANEL: local or uniproxy" >&2; exit 1 ;; esac
+case $PANEL in
+local | uniproxy | uniproxy-full) ;;
+*) echo "users-bench: BENCH_USERS_PANEL: local, uniproxy or uniproxy-full" >&2; exit 1 ;;
+esac
 command -v ss-tunnel >/dev/null || { echo "users-bench: ss-tunnel is not installed" >&2; exit 1; }
 [ -x "$KATANA" ] || { echo "users-bench: no katana at $KATANA" >&2; exit 1; }
 
@@ -103,13 +109,16 @@ for n in $SIZES; do
         --users-file "$T/users.json" --workers 1 --log-level warn --api-port "$ap"
     users_file "$n" "$T/users.json" # after mkconfig, which writes an empty list there
     EMU=
-    if [ "$PANEL" = uniproxy ]; then
+    if [ "$PANEL" != local ]; then
         read -r pp <<<"$("${KATEST[@]}" freeport)"
-        printf '{"protocol":"shadowsocks","server_port":%d,"cipher":"%s","server_key":null,%s}' \
-            "$sp" "$CIPHER" '"base_config":{"push_interval":60,"pull_interval":60}' >"$T/node.json"
+        pull=60 full=()
+        [ "$PANEL" = uniproxy ] || { pull=2 full=(--no-etag); }
+        printf '{"protocol":"shadowsocks","server_port":%d,"cipher":"%s","server_key":null,%s%d}}' \
+            "$sp" "$CIPHER" '"base_config":{"push_interval":60,"pull_interval":' "$pull" >"$T/node.json"
         rm -f "$T/emu.ready" "$T/katana.db"
         bg "$T/emu.log" python3 "$HERE/../integration/panel_emu.py" --port "$pp" --token bench \
-            --config "$T/node.json" --users "$T/users.json" --ready-file "$T/emu.ready"; EMU=$BG
+            --config "$T/node.json" --users "$T/users.json" --ready-file "$T/emu.ready" \
+            "${full[@]}"; EMU=$BG
         for _ in $(seq 1 600); do [ -e "$T/emu.ready" ] && break; sleep 0.1; done
         cat >"$T/k.json" <<EOF
 {"log": {"level": "warn"}, "workers": 1, "api": {"listen": "127.0.0.1:$ap"},
@@ -129,6 +138,10 @@ EOF
     fi
     apply_ms=$(($(now_ms) - t0))
     apply_cpu=$(cpu_ms "$SRV")
+    if [ "$PANEL" = uniproxy-full ]; then # three more full pulls of the same list, then none
+        sleep 7                               # (a pull in flight holds its answer for a while)
+        kill -TERM "$EMU"; wait "$EMU" 2>/dev/null || true; EMU=
+    fi
     # settled: what follows an apply (the uplink's store of the last good state, its trim) is
     # done once RssAnon stops falling, read each second (at most 30 s)
     sleep 1

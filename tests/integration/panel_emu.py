@@ -505,6 +505,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def fetch(self, obj):
         data, etag = body_etag(obj)
+        if ARGS.no_etag:  # a panel that answers every pull in full
+            self.send(200, data)
+            return
         inm = self.headers.get("If-None-Match") or ""
         if etag.strip('"') in inm:
             self.send_response(304)
@@ -723,6 +726,8 @@ def main():
     p.add_argument("--users", required=True)
     p.add_argument("--ready-file")
     p.add_argument("--hold", type=float, default=5.0)
+    p.add_argument("--no-etag", action="store_true",
+                   help="no ETag and never 304: every pull gets the full body")
     p.add_argument("--mode", choices=("uniproxy", "sspanel", "xboard"), default="uniproxy")
     ARGS = p.parse_args()
     with open(ARGS.config) as f:
