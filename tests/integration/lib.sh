@@ -117,6 +117,20 @@ kt_ports() { read -r -a PORTS <<<"$("${KT_PY[@]}" freeport --count "$1")"; }
 
 kt_wait_port() { "${KT_PY[@]}" wait-port --port "$1" --timeout "${2:-10}" >/dev/null; }
 
+# kt_listen_later WHAT PORT: a client started in the background whose PORT kt_listening waits
+# for, so that several clients start side by side (WHAT names it in the failure).
+KT_LISTEN_LATER=()
+kt_listen_later() { KT_LISTEN_LATER+=("$2 $1"); }
+# kt_listening: every port given to kt_listen_later since the last call listens within 10 s,
+# else the test fails and stops.
+kt_listening() {
+    local c
+    for c in "${KT_LISTEN_LATER[@]}"; do
+        kt_wait_port "${c%% *}" 10 || { fail "${c#* } did not listen on ${c%% *}"; exit 1; }
+    done
+    KT_LISTEN_LATER=()
+}
+
 kt_uuid() { cat /proc/sys/kernel/random/uuid; }
 
 kt_alive() { kill -0 "$1" 2>/dev/null; }

@@ -39,9 +39,8 @@ echo_start
 # gclient SCEN NAME SECRET SERVER_PORT [SERVICE] [TLS] [MUX]: the Xray client of template
 # client-SCEN.json, with another service name when given, in clear when TLS is 0, with Mux.Cool
 # on (its "mux" setting: every connection a session inside one stream) when MUX is 1; sets CL_PORT.
-# It starts the client only: gclients_ready waits until the clients started listen (they start
+# It starts the client only: kt_listening waits until the clients started listen (they start
 # side by side, and none connects before it is used).
-GC_STARTED=()
 gclient() {
     local svc=${5:-$SERVICE}
     kt_ports 1; CL_PORT=${PORTS[0]}
@@ -62,15 +61,7 @@ json.dump(c, open(f, "w"))
 PY
     pr_cmd xray "$T/client-$2.json"
     kt_bg "client-$2" "${PR_CMD[@]}"
-    GC_STARTED+=("$2 $CL_PORT")
-}
-gclients_ready() {
-    local c
-    for c in "${GC_STARTED[@]}"; do
-        kt_wait_port "${c#* }" 10 ||
-            { fail "xray client ${c% *} did not listen on ${c#* }"; exit 1; }
-    done
-    GC_STARTED=()
+    kt_listen_later "xray client $2" "$CL_PORT"
 }
 
 # half_close_h2c PORT UUID: curl over h2c (prior knowledge) POSTs a Tun stream carrying a VLESS
@@ -197,7 +188,7 @@ scenario() {
     if [ "$proto" != trojan ]; then   # used last (Mux.Cool inside a gRPC stream)
         gclient "$scen" "$name-mux" "$s1" "$port" "$SERVICE" "$tls" 1; cmux=$CL_PORT
     fi
-    gclients_ready
+    kt_listening
     pr_tcp_opts xray "$proto-tls"
 
     local r1=0 r2=0 p1 p2

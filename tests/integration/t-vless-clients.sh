@@ -45,9 +45,8 @@ WS_PATH=/vl-ws
 # outbound (encryption none) on NET (tcp, or ws: path $WS_PATH, Host node.test), over TLS for
 # node.test verified against $TJ_CA when TLS is 1 (the shape of
 # ../shared/interop/templates/v2ray/client-vless-{tcp,tls,ws,ws-tls}.json); sets CL_PORT. It
-# starts the client only: clients_ready waits until the clients started listen (they start side
+# starts the client only: kt_listening waits until the clients started listen (they start side
 # by side, and none connects before it is used).
-VL_STARTED=()
 vl_client() {
     local ws='' sec='"security": "none"'
     [ "$5" = ws ] && ws=', "wsSettings": {"path": "'$WS_PATH'", "headers": {"Host": "'$TJ_SNI'"}}'
@@ -68,19 +67,11 @@ vl_client() {
    "streamSettings": $stream}]}
 EOF
     kt_bg "client-$1" v2ray -config "$T/client-$1.json"
-    VL_STARTED+=("$1 $CL_PORT")
-}
-clients_ready() {
-    local c
-    for c in "${VL_STARTED[@]}"; do
-        kt_wait_port "${c#* }" 10 ||
-            { fail "v2ray client ${c% *} did not listen on ${c#* }"; exit 1; }
-    done
-    VL_STARTED=()
+    kt_listen_later "v2ray client $1" "$CL_PORT"
 }
 
 # client NAME UUID SERVER_PORT TLS NET: the client under test ($CLIENT; NET ws with v2ray
-# only); sets CL_PORT. Then clients_ready.
+# only); sets CL_PORT. Then kt_listening.
 client() {
     if [ "$CLIENT" = v2ray ]; then vl_client "$@"; return; fi
     local scen=vless-tcp; [ "$4" = 1 ] && scen=vless-tls
@@ -160,7 +151,7 @@ scenario() {
     client "$name-u1" "$U1" "$to1" "$tls" "$net"; c1=$CL_PORT
     client "$name-u2" "$U2" "$to2" "$tls" "$net"; c2=$CL_PORT
     client "$name-bad" "$WRONG" "$port" "$tls" "$net"; bad=$CL_PORT
-    clients_ready
+    kt_listening
 
     local r1=0 r2=0 p1 p2
     tcp_rt "$c1" ok --bytes "$MIB" --seed "$name-u1" --label "$name-u1" "${PR_TCP[@]}" >"$T/$name-u1.out" 2>&1 &
