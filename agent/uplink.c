@@ -2096,9 +2096,9 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
             !pn_node_equal(&st->node, &nd->node) || !pn_users_equal(&st->users, &nd->users))
             continue;
         nd->from_store = false;
-        /* it runs: the supervisor holds the list (held_refill gets it back; issue 13), whole
-         * but for the panel's speed limits when the node caps them; shed before the store, whose
-         * trim gives their pages back */
+        /* it runs: the supervisor holds the list (held_refill gets it back; issue 13). Shed it
+         * whole, or all but the ids and the panel's speed limits when the node caps them; before
+         * the store, whose trim gives the pages back */
         (void)pn_users_shed(&nd->users, st->speed_limit != 0);
         if (nd->unstored[PN_BODY_CONFIG] || nd->unstored[PN_BODY_USERS])
             store_pair(nd);
