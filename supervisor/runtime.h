@@ -243,6 +243,14 @@ typedef struct sv_accept_episode {
     _Atomic uint64_t waited;     /**< connections accepted late during the episode */
 } sv_accept_episode;
 
+/** One worker's turn counts (sv_turn_counts): written by that worker alone, read by any
+ *  thread; 64 bytes of padding keep two workers' counts off a common cache line. */
+typedef struct sv_turn_row {
+    _Atomic uint64_t le[SV_TURN_BUCKETS + 1];
+    _Atomic uint64_t cpu_ns; /**< their sum */
+    uint8_t pad[64];
+} sv_turn_row;
+
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
@@ -291,8 +299,7 @@ typedef struct sv_shared {
     /** Worker loop turns by the CPU time their thread spent in them (sv_turn_counts): a turn
      *  is everything one loop iteration ran, so its CPU time is how long every other flow of
      *  that worker waited on katana's own work (issue 13, the 2 ms pause) */
-    _Atomic uint64_t turns[SV_TURN_BUCKETS + 1];
-    _Atomic uint64_t turn_cpu_ns; /**< their sum */
+    sv_turn_row turns[SV_WORKERS_MAX]; /**< one row per worker (index), written by it alone */
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */

@@ -1388,10 +1388,13 @@ sv_vision_direct_counts sv_vision_direct(sv_supervisor *sv)
 
 sv_turn_counts sv_worker_turns(sv_supervisor *sv)
 {
-    sv_turn_counts c;
-    for (size_t i = 0; i <= SV_TURN_BUCKETS; i++)
-        c.le[i] = atomic_load_explicit(&sv->shared.turns[i], memory_order_relaxed);
-    c.cpu_ns = atomic_load_explicit(&sv->shared.turn_cpu_ns, memory_order_relaxed);
+    sv_turn_counts c = {0};
+    for (size_t w = 0; w < SV_WORKERS_MAX; w++) {
+        const sv_turn_row *row = &sv->shared.turns[w];
+        for (size_t i = 0; i <= SV_TURN_BUCKETS; i++)
+            c.le[i] += atomic_load_explicit(&row->le[i], memory_order_relaxed);
+        c.cpu_ns += atomic_load_explicit(&row->cpu_ns, memory_order_relaxed);
+    }
     return c;
 }
 

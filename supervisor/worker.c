@@ -388,8 +388,12 @@ static void on_turn(uv_prepare_t *p)
     size_t b = 0;
     while (b < SV_TURN_BUCKETS && ns > bounds_us[b] * 1000)
         b++;
-    atomic_fetch_add_explicit(&w->shared->turns[b], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->shared->turn_cpu_ns, ns, memory_order_relaxed);
+    sv_turn_row *row = &w->shared->turns[w->index]; /* this worker's alone: no locked add */
+    atomic_store_explicit(&row->le[b], atomic_load_explicit(&row->le[b], memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&row->cpu_ns,
+                          atomic_load_explicit(&row->cpu_ns, memory_order_relaxed) + ns,
+                          memory_order_relaxed);
 }
 
 static void *worker_main(void *arg)
