@@ -620,6 +620,21 @@ static bool flush_chain(sv_conn *c)
     return client_write_queued(c, rest);
 }
 
+/* Append @p len bytes at @p p to the malloc'ed *@p buf of *@p buf_len bytes; the connection
+ * closes when memory runs out. @return false when it was closed. */
+static bool held_append(sv_conn *c, uint8_t **buf, size_t *buf_len, const uint8_t *p, size_t len)
+{
+    uint8_t *grown = realloc(*buf, *buf_len + len);
+    if (grown == NULL) {
+        conn_close(c);
+        return false;
+    }
+    memcpy(grown + *buf_len, p, len);
+    *buf = grown;
+    *buf_len += len;
+    return true;
+}
+
 /* Keep @p len bytes for the client behind the write in flight (on_client_written sends them
  * next), at most SV_CLIENT_MORE_MAX in all. @return false when the connection was closed. */
 static bool client_more_add(sv_conn *c, const uint8_t *p, size_t len)
@@ -628,15 +643,7 @@ static bool client_more_add(sv_conn *c, const uint8_t *p, size_t len)
         conn_close(c); /* a client that does not read */
         return false;
     }
-    uint8_t *grown = realloc(c->client_more, c->client_more_len + len);
-    if (grown == NULL) {
-        conn_close(c);
-        return false;
-    }
-    memcpy(grown + c->client_more_len, p, len);
-    c->client_more = grown;
-    c->client_more_len += len;
-    return true;
+    return held_append(c, &c->client_more, &c->client_more_len, p, len);
 }
 
 /* Bytes towards the client through the transport chain. A remote read (at most
@@ -1498,17 +1505,8 @@ static bool keep_carry(sv_conn *c, const uint8_t *p, size_t n)
  * else appended to the bytes held until the dial completes. @return false when closed. */
 static bool to_outbound(sv_conn *c, uv_buf_t *iov, unsigned *niov, uint8_t *data, size_t len)
 {
-    if (!c->connected) {
-        uint8_t *grown = realloc(c->to_remote, c->to_remote_len + len);
-        if (grown == NULL) {
-            conn_close(c);
-            return false;
-        }
-        memcpy(grown + c->to_remote_len, data, len);
-        c->to_remote = grown;
-        c->to_remote_len += len;
-        return true;
-    }
+    if (!c->connected)
+        return held_append(c, &c->to_remote, &c->to_remote_len, data, len);
     iov[(*niov)++] = uv_buf_init((char *)data, (unsigned)len);
     if (*niov < IOV_MAX_BATCH)
         return true;
