@@ -779,8 +779,10 @@ int db_hints_take(db_store *d, int64_t now_ms, sv_ip_hint **out, size_t *n, sv_e
     sv_ip_hint *v = NULL;
     size_t k = 0, cap = 0;
     int rc = exec(d, "BEGIN IMMEDIATE", err);
-    if (rc == 0 && sqlite3_prepare_v2(d->h, "SELECT inbound, ip, uid, age_s, saved_ms FROM"
-                                      " ip_hints", -1, &st, NULL) != SQLITE_OK)
+    if (rc == 0 && (sqlite3_prepare_v2(d->h, "SELECT inbound, ip, uid, age_s, saved_ms FROM"
+                                       " ip_hints ORDER BY age_s LIMIT ?1", -1, &st,
+                                       NULL) != SQLITE_OK ||
+                    sqlite3_bind_int64(st, 1, DB_HINTS_TAKE_MAX) != SQLITE_OK))
         rc = fail(d, err, -EIO, "prepare");
     int step = SQLITE_DONE;
     while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {

@@ -217,9 +217,13 @@ int db_audit_pending(db_store *d, const char *node, db_audit_row **out, size_t *
  */
 int db_hints_save(db_store *d, const sv_ip_hint *v, size_t n, int64_t now_ms, sv_error *err);
 
+#define DB_HINTS_TAKE_MAX (1 << 20) /**< rows db_hints_take() reads at most (the most recent):
+                                         a bound whatever the file holds */
+
 /**
  * Read the stored hints and delete them, in one transaction: each row's age grows by the time
- * since it was saved (to @p now_ms); rows as old as SV_IP_HINT_TTL_S are left out.
+ * since it was saved (to @p now_ms); rows as old as SV_IP_HINT_TTL_S are left out, and past
+ * DB_HINTS_TAKE_MAX rows the oldest are dropped.
  * @param out  malloc'ed array (NULL when none) for the caller to free()
  * @return 0, -ENOMEM or -EIO (nothing deleted).
  */
