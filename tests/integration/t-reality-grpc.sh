@@ -49,7 +49,7 @@ hello() {
     local before out
     before=$(target_count)
     out=$(timeout 20 python3 "$KT_DIR/reality_hello.py" --port "$NODE_PORT" \
-        --public-key "$PUB" --short-id "$SID" --sni localhost --offset "$1" --wait 2 \
+        --public-key="$PUB" --short-id "$SID" --sni localhost --offset "$1" --wait 2 \
         --flight-file "$T/target.flight")
     sleep 0.3
     echo "$(($(target_count) - before)) $(sed -n 's/^bytes=[0-9]* //p' <<<"$out")" \

@@ -85,7 +85,7 @@ check "1 000 probes: no log line" test "$lines1" = "$lines0"
 
 # --- a valid client's ServerHello mirrors the target's (§1.5) ---------------------------
 c0=$(target_count)
-out=$(timeout 20 python3 "$KT_DIR/reality_hello.py" --port "$NODE_PORT" --public-key "$PUB" \
+out=$(timeout 20 python3 "$KT_DIR/reality_hello.py" --port "$NODE_PORT" --public-key="$PUB" \
     --short-id "$SID" --sni localhost --flight-file "$T/target.flight" 2>&1 || true)
 echo "$out"
 check "a valid client's hello reached the target once (katana's dial for its flight)" \

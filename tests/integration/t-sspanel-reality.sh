@@ -41,7 +41,7 @@ check "the target read a PROXY v1 header from the client's address to katana's p
 hello() {
     local before; before=$(target_count)
     out=$(timeout 20 python3 "$KT_DIR/reality_hello.py" --port "$NODE_PORT" \
-        --public-key "$PUB" --short-id "$SID" --sni localhost --client-version "$1" --wait 2 \
+        --public-key="$PUB" --short-id "$SID" --sni localhost --client-version "$1" --wait 2 \
         --flight-file "$T/target.flight")
     sleep 0.3
     echo "$(($(target_count) - before)) $(sed -n 's/^bytes=[0-9]* //p' <<<"$out")" \
