@@ -82,6 +82,7 @@ typedef struct snap_node {
     db_audit_row *audit;    /* audit hits of the current period (issue 12) */
     size_t n_audit;
     uint64_t audit_reported, audit_recorded;
+    uint64_t dropped_users, dropped_bytes;
 } snap_node;
 
 typedef struct snap_state {
@@ -124,6 +125,11 @@ typedef struct up_node {
     char last_pull_err[160];
     bool pushing;
     int64_t batch; /* the batch in flight */
+    int64_t held;  /* a batch the panel failed that waits for its settlement (issue 24), or 0 */
+    uint64_t pulls_started;  /* pulls begun since start */
+    uint64_t users_answered; /* the pull whose users answer last succeeded (1-based), or 0 */
+    uint64_t held_after;     /* the settlement needs a users answer of a pull numbered this */
+    uint64_t dropped_users, dropped_bytes; /* usage of users the panel no longer has */
     uint64_t last_push_ms; /* end of the last push (REST API), 0 = never */
     int last_push_status;
     char last_push_error[160];
@@ -281,6 +287,8 @@ static int snap_node_fill(ag_uplink *u, up_node *nd, snap_node *s)
     s->last_push_status = nd->last_push_status;
     memcpy(s->last_push_error, nd->last_push_error, sizeof s->last_push_error);
     s->audit_reported = nd->audit_reported;
+    s->dropped_users = nd->dropped_users;
+    s->dropped_bytes = nd->dropped_bytes;
     s->audit_recorded = nd->audit_recorded;
     if (db_usage_pending(u->db, nd->tag, &s->pending_bytes, &s->oldest_ms, &err) != 0 ||
         db_usage_pending_users(u->db, nd->tag, &s->pending, &s->n_pending, &err) != 0 ||
@@ -484,6 +492,7 @@ static void on_flush_timer(uv_timer_t *t)
 /* ---------------------------------------------------------------------------------------- */
 
 static void on_push_timer(uv_timer_t *t);
+static void pull_now(up_node *nd);
 static void node_close(up_node *nd);
 static bool retire_to_sibling(up_node *nd);
 
@@ -495,6 +504,65 @@ static void push_schedule(up_node *nd, bool failed)
     else
         nd->push_fails = 0;
     uv_timer_start(&nd->push_timer, on_push_timer, d, 0);
+}
+
+/* A panel that applies entries in order without a transaction failed the batch in flight
+ * (PN_USAGE_ORDERED): hold it (stored) until a users answer pulled from now on settles it. */
+static void hold_batch(up_node *nd, const sv_error *perr)
+{
+    sv_error err = {0};
+    if (db_batch_hold(nd->u->db, nd->tag, nd->batch, now_ms(), &err) != 0) {
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: push failed (%s) and the batch could not be held "
+               "for its settlement, kept for the next push: %s", nd->tag, perr->msg, err.msg);
+        return;
+    }
+    nd->held = nd->batch;
+    nd->held_after = nd->pulls_started + 1;
+    SV_LOG(SV_LOG_WARN, MOD, "node %s: push failed (%s): the panel may have billed part of "
+           "batch %" PRId64 "; nothing of it is sent again before a fresh user list settles it",
+           nd->tag, perr->msg, nd->held);
+    pull_now(nd);
+}
+
+/* Settle the held batch against the users answer just received (db_batch_settle): what the
+ * panel billed leaves the outbox, users it no longer has are dropped (kept in the store), the
+ * rest is pushed now. */
+static void settle_held(up_node *nd)
+{
+    if (nd->held == 0 || nd->users_answered < nd->held_after)
+        return;
+    db_settled st;
+    sv_error err = {0};
+    const uint64_t *ids = nd->uids != NULL ? nd->uids->ids : NULL;
+    size_t n = nd->uids != NULL ? nd->uids->n : 0;
+    int rc = !nd->has_users || (n == 0 && nd->users.n > 0) /* no index: out of memory */
+             ? sv_error_set(&err, -ENOMEM, "no index of the panel's user list")
+             : db_batch_settle(nd->u->db, nd->tag, ids, n, now_ms(), &st, &err);
+    if (rc != 0) {
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: held batch %" PRId64 " not settled (retried after "
+               "the next pull): %s", nd->tag, nd->held, err.msg);
+        nd->held_after = nd->pulls_started + 1;
+        return;
+    }
+    for (size_t i = 0; i < st.n_dropped; i++) {
+        const sv_usage *d = &st.dropped[i];
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: user %" PRIu64 " is no longer on the panel: its "
+               "%" PRIu64 " bytes up and %" PRIu64 " down are dropped (kept in the store)",
+               nd->tag, d->user, d->up, d->down);
+        nd->dropped_users++;
+        nd->dropped_bytes += d->up + d->down;
+    }
+    if (st.explained)
+        SV_LOG(SV_LOG_INFO, MOD, "node %s: batch %" PRId64 " settled: %zu users billed before "
+               "the failure (%" PRIu64 " bytes), %zu dropped, %zu sent again", nd->tag,
+               st.batch, st.n_applied, st.applied_bytes, st.n_dropped, st.n_kept);
+    else if (st.batch != 0)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: every user of batch %" PRId64 " is still on the "
+               "panel, so none explains its failure: sent again whole", nd->tag, st.batch);
+    db_settled_free(&st);
+    nd->held = 0;
+    if (!nd->pushing)
+        uv_timer_start(&nd->push_timer, on_push_timer, 0, 0);
 }
 
 static void on_pushed(pn_client *c, int rc, const sv_error *perr, void *arg)
@@ -510,6 +578,8 @@ static void on_pushed(pn_client *c, int rc, const sv_error *perr, void *arg)
         else
             SV_LOG(SV_LOG_DEBUG, MOD, "node %s: push of batch %" PRId64 " accepted", nd->tag,
                    nd->batch);
+    } else if (rc == PN_ERR_PANEL_FAILED && nd->client->ops->usage_apply == PN_USAGE_ORDERED) {
+        hold_batch(nd, perr);
     } else {
         SV_LOG(SV_LOG_WARN, MOD, "node %s: push failed, kept for the next one: %s", nd->tag,
                perr->msg);
@@ -828,6 +898,11 @@ static void on_push_timer(uv_timer_t *t)
     }
     ag_uplink_flush(nd->u);
     audit_report(nd);
+    if (nd->held != 0) { /* settled by a users answer (settle_held), then pushed at once */
+        pull_now(nd);
+        push_schedule(nd, true);
+        return;
+    }
     db_batch b;
     sv_error err = {0};
     int rc = db_batch_claim(nd->u->db, nd->tag, &b, &err);
@@ -888,6 +963,8 @@ static void pull_answered(up_node *nd)
         d = backoff_ms(++nd->pull_fails, nd->has_node && nd->has_users ? d : 60000u);
     else
         nd->pull_fails = 0;
+    if (nd->held != 0 && nd->held_after > nd->pulls_started && !nd->pull_failed)
+        d = 0; /* this pull began before the failure: the settlement needs the next one */
     if (!nd->pull_failed)
         nd->pull_error[0] = '\0';
     if (nd->pull_failed && nd->pull_rc == 0) /* a fetch could not start */
@@ -976,6 +1053,10 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
         pull_failed(nd, rc, err != NULL ? err->msg : "pull failed");
         pull_error(nd, err);
     }
+    if (rc >= 0) { /* PN_OK or PN_NOT_MODIFIED: nd->uids is the panel's list now */
+        nd->users_answered = nd->pulls_started;
+        settle_held(nd);
+    }
     pull_answered(nd);
 }
 
@@ -985,6 +1066,7 @@ static void on_pull_timer(uv_timer_t *t)
     if (nd->pulls_pending > 0)
         return;
     nd->pulls_pending = 3; /* +1 while issuing */
+    nd->pulls_started++;
     nd->pull_changed = nd->pull_failed = false;
     nd->pull_rc = 0;
     nd->pull_msg[0] = '\0';
@@ -1422,6 +1504,13 @@ static void node_unprepare(up_node *nd)
 
 static void node_start(ag_uplink *u, up_node *nd)
 {
+    sv_error err = {0};
+    if (db_batch_held(u->db, nd->tag, &nd->held, &err) != 0)
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: outbox read failed: %s", nd->tag, err.msg);
+    else if (nd->held != 0)
+        SV_LOG(SV_LOG_INFO, MOD, "node %s: batch %" PRId64 ", which the panel failed, waits for "
+               "a fresh user list to settle it", nd->tag, nd->held);
+    nd->held_after = 1; /* the first pull of this run */
     uv_timer_init(u->loop, &nd->pull_timer);
     uv_timer_init(u->loop, &nd->push_timer);
     nd->pull_timer.data = nd->push_timer.data = nd;
@@ -2227,6 +2316,8 @@ void ag_uplink_status_merge(ag_uplink *u, api_node_status *v, long n)
             v[i].audit_pending = s->n_audit;
             v[i].audit_recorded = s->audit_recorded;
             v[i].audit_reported = s->audit_reported;
+            v[i].usage_dropped_users = s->dropped_users;
+            v[i].usage_dropped_bytes = s->dropped_bytes;
         }
     pthread_mutex_unlock(&u->snap_lock);
 }

@@ -93,6 +93,9 @@ typedef struct api_node_status {
                                     each (user, rule) once per report period */
     uint64_t audit_pending;    /**< audit hits in the outbox, this report period */
     uint64_t audit_reported;   /**< audit hits the panel took as its detect log since start */
+    uint64_t usage_dropped_users; /**< users whose pending usage was dropped since start: the
+                                       panel no longer had them when it failed a push (issue 24) */
+    uint64_t usage_dropped_bytes; /**< their up+down */
 } api_node_status;
 
 /**

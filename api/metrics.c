@@ -253,6 +253,13 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
              nodes, n, offsetof(api_node_status, apply_errors));
     per_node(&p, "katana_outbox_pending_bytes", "gauge", "Usage bytes not yet reported.",
              nodes, n, offsetof(api_node_status, outbox_pending_bytes));
+    per_node(&p, "katana_usage_dropped_users_total", "counter",
+             "Users whose pending usage was dropped: the panel failed a push and no longer had "
+             "them (the rows stay in the store's usage_dropped table).", nodes, n,
+             offsetof(api_node_status, usage_dropped_users));
+    per_node(&p, "katana_usage_dropped_bytes_total", "counter",
+             "Usage bytes (up+down) of those users.", nodes, n,
+             offsetof(api_node_status, usage_dropped_bytes));
     per_node(&p, "katana_audit_hits_total", "counter",
              "Audit hits recorded: each (user, rule) once per report period.", nodes, n,
              offsetof(api_node_status, audit_recorded));

@@ -110,6 +110,20 @@ static const char *const migrations[] = {
     " age_s INTEGER NOT NULL," /* at saved_ms */
     " saved_ms INTEGER NOT NULL,"
     " PRIMARY KEY (inbound, ip));",
+    /* 4 (issue 24): a batch a non-transactional panel failed (5xx) waits for its settlement;
+     * usage of users the panel no longer has is kept as dropped, never deleted */
+    "CREATE TABLE usage_hold ("
+    " node TEXT PRIMARY KEY,"
+    " batch INTEGER NOT NULL,"
+    " held_ms INTEGER NOT NULL);"
+    "CREATE TABLE usage_dropped ("
+    " id INTEGER PRIMARY KEY,"
+    " node TEXT NOT NULL,"
+    " uid INTEGER NOT NULL,"
+    " up INTEGER NOT NULL,"
+    " down INTEGER NOT NULL,"
+    " batch INTEGER NOT NULL,"
+    " dropped_ms INTEGER NOT NULL);",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
@@ -366,13 +380,32 @@ static int read_batch(db_store *d, db_batch *b, sv_error *err)
     return rc;
 }
 
+/* The batch @p node holds, or 0, in @p id. */
+static int held_batch(db_store *d, const char *node, int64_t *id, sv_error *err)
+{
+    *id = 0;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "SELECT batch FROM usage_hold WHERE node = ?1", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW)
+        *id = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return s == SQLITE_ROW || s == SQLITE_DONE ? 0 : fail(d, err, -EIO, "read hold");
+}
+
 int db_batch_claim(db_store *d, const char *node, db_batch *out, sv_error *err)
 {
     memset(out, 0, sizeof *out);
     int rc = check_key(node, err);
     if (rc != 0 || (rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
         return rc;
-    if ((rc = claim_rows(d, node, &out->id, err)) == 0)
+    int64_t held = 0;
+    if ((rc = held_batch(d, node, &held, err)) == 0 && held != 0)
+        rc = sv_error_set(err, -EBUSY, "batch %lld awaits its settlement", (long long)held);
+    if (rc == 0 && (rc = claim_rows(d, node, &out->id, err)) == 0)
         rc = read_batch(d, out, err);
     if ((rc = tx_end(d, rc, err)) != 0) {
         db_batch_free(out);
@@ -397,9 +430,146 @@ int db_batch_done(db_store *d, int64_t id, sv_error *err)
     return rc;
 }
 
+int db_batch_hold(db_store *d, const char *node, int64_t id, int64_t now_ms, sv_error *err)
+{
+    int rc = check_key(node, err);
+    sqlite3_stmt *st = NULL;
+    if (rc != 0)
+        return rc;
+    if (sqlite3_prepare_v2(d->h, "INSERT INTO usage_hold (node, batch, held_ms)"
+                           " VALUES (?1, ?2, ?3)", -1, &st, NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, id);
+    sqlite3_bind_int64(st, 3, now_ms);
+    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "hold batch");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int db_batch_held(db_store *d, const char *node, int64_t *id, sv_error *err)
+{
+    int rc = check_key(node, err);
+    return rc != 0 ? rc : held_batch(d, node, id, err);
+}
+
+/* Run one statement whose only parameter (?1) is @p node. */
+static int exec_node(db_store *d, const char *sql, const char *node, sv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, sql, -1, &st, NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "write");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static bool listed_has(const uint64_t *v, size_t n, uint64_t uid)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v[mid] == uid)
+            return true;
+        if (v[mid] < uid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
+}
+
+/* Run @p sql (?1 batch, ?2 uid, then ?3 node, ?4 up, ?5 down, ?6 time when it has them) for
+ * one user of a batch. */
+static int batch_user_step(db_store *d, const char *sql, int64_t batch, const sv_usage *u,
+                           const char *node, int64_t now_ms, sv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, sql, -1, &st, NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_int64(st, 1, batch);
+    sqlite3_bind_int64(st, 2, (int64_t)u->user);
+    if (sqlite3_bind_parameter_count(st) >= 6) {
+        sqlite3_bind_text(st, 3, node, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, (int64_t)u->up);
+        sqlite3_bind_int64(st, 5, (int64_t)u->down);
+        sqlite3_bind_int64(st, 6, now_ms);
+    }
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "settle");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The rows of held batch @p b, inside the settlement's transaction (db_batch_settle). */
+static int settle_rows(db_store *d, const char *node, const db_batch *b, const uint64_t *listed,
+                       size_t n_listed, int64_t now_ms, db_settled *out, sv_error *err)
+{
+    static const char del[] = "DELETE FROM usage_outbox WHERE batch = ?1 AND uid = ?2";
+    static const char drop[] = "INSERT INTO usage_dropped (batch, uid, node, up, down,"
+                               " dropped_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    size_t first = 0;
+    while (first < b->n && listed_has(listed, n_listed, b->items[first].user))
+        first++;
+    out->explained = first < b->n;
+    if (!out->explained) {
+        out->n_kept = b->n;
+        return 0;
+    }
+    if ((out->dropped = calloc(b->n - first, sizeof *out->dropped)) == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < b->n; i++) {
+        const sv_usage *u = &b->items[i];
+        if (i < first) {
+            out->n_applied++;
+            out->applied_bytes += u->up + u->down;
+            rc = batch_user_step(d, del, b->id, u, node, now_ms, err);
+        } else if (!listed_has(listed, n_listed, u->user)) {
+            out->dropped[out->n_dropped++] = *u;
+            if ((rc = batch_user_step(d, drop, b->id, u, node, now_ms, err)) == 0)
+                rc = batch_user_step(d, del, b->id, u, node, now_ms, err);
+        } else {
+            out->n_kept++;
+        }
+    }
+    return rc;
+}
+
+int db_batch_settle(db_store *d, const char *node, const uint64_t *listed, size_t n_listed,
+                    int64_t now_ms, db_settled *out, sv_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_key(node, err);
+    if (rc != 0 || (rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+        return rc;
+    db_batch b = {0};
+    if ((rc = held_batch(d, node, &b.id, err)) == 0 && b.id != 0 &&
+        (rc = read_batch(d, &b, err)) == 0 &&
+        (rc = settle_rows(d, node, &b, listed, n_listed, now_ms, out, err)) == 0) {
+        out->batch = b.id;
+        rc = exec_node(d, "DELETE FROM usage_hold WHERE node = ?1", node, err);
+    }
+    db_batch_free(&b);
+    if ((rc = tx_end(d, rc, err)) != 0)
+        db_settled_free(out);
+    return rc;
+}
+
+void db_settled_free(db_settled *s)
+{
+    if (s == NULL)
+        return;
+    free(s->dropped);
+    memset(s, 0, sizeof *s);
+}
+
 int db_usage_move(db_store *d, const char *from, const char *to, sv_error *err)
 {
     static const char *const sql[] = {
+        /* a held batch and dropped rows go with the rows (a second hold fails: nothing moves) */
+        "UPDATE usage_hold SET node = ?2 WHERE node = ?1",
+        "UPDATE usage_dropped SET node = ?2 WHERE node = ?1",
         /* batches that were claimed and not acknowledged: the next claim of @to takes them */
         "UPDATE usage_outbox SET node = ?2 WHERE node = ?1 AND batch <> 0",
         /* open rows merge into @to's open rows */

@@ -22,7 +22,7 @@
 #include "supervisor/util/err.h"
 #include "supervisor/util/usage.h"
 
-#define DB_SCHEMA_VERSION 3       /**< the version the migrations bring a file to */
+#define DB_SCHEMA_VERSION 4       /**< the version the migrations bring a file to */
 #define DB_BODY_MAX (256u << 20)  /**< largest stored panel body (= PN_BODY_MAX) */
 #define DB_KEY_MAX 256u           /**< bytes of a node key or an ETag */
 
@@ -69,7 +69,7 @@ int db_usage_add(db_store *d, const char *node, const sv_usage *items, size_t n,
  * new batch and read its total per uid.
  * @param out  overwritten; free with db_batch_free(); out->id == 0 and n == 0 when nothing is
  *             pending
- * @return 0, -ENOMEM, -EIO.
+ * @return 0, -ENOMEM, -EIO, -EBUSY (the node holds a batch: db_batch_hold(); nothing changed).
  */
 int db_batch_claim(db_store *d, const char *node, db_batch *out, sv_error *err);
 
@@ -80,11 +80,57 @@ int db_batch_claim(db_store *d, const char *node, db_batch *out, sv_error *err);
 int db_batch_done(db_store *d, int64_t id, sv_error *err);
 
 /**
+ * The panel failed batch @p id of @p node (HTTP 500), and it applies a report entry by entry
+ * without a transaction (PN_USAGE_ORDERED, PANEL.md §2.6): an unknown prefix of the batch may be
+ * billed. Hold the batch until db_batch_settle(): meanwhile db_batch_claim() of @p node refuses
+ * (-EBUSY), so nothing of it is sent again before the settlement says what to send. The hold is
+ * stored, so a restart keeps it.
+ * @return 0, -EINVAL (key too long), -EIO (also when @p node holds another batch).
+ */
+int db_batch_hold(db_store *d, const char *node, int64_t id, int64_t now_ms, sv_error *err);
+
+/** The batch @p node holds (db_batch_hold()) in @p id, 0 when none. @return 0 or -EIO. */
+int db_batch_held(db_store *d, const char *node, int64_t *id, sv_error *err);
+
+/** What db_batch_settle() did with a held batch. */
+typedef struct db_settled {
+    int64_t batch;          /**< the batch settled; 0 when nothing was held */
+    bool explained;         /**< a user the panel no longer lists explained the failure; when
+                                 false nothing moved and the batch is sent again whole */
+    size_t n_applied;       /**< users before the first unlisted one: billed by the panel */
+    uint64_t applied_bytes; /**< their up+down */
+    sv_usage *dropped;      /**< unlisted users with their bytes, sorted by uid; malloc'ed */
+    size_t n_dropped;
+    size_t n_kept;          /**< users left in the batch for the next push */
+} db_settled;
+
+/**
+ * Settle the batch @p node holds against the user ids the panel lists now (a list pulled after
+ * the failure), in one transaction (issue 24). A batch is sent in uid order (db_batch_claim) and the
+ * panel applies its entries in that order until the first user it no longer has, which fails
+ * the request (PANEL.md §2.6), so:
+ * - rows of the uids below the batch's first unlisted uid were billed: deleted;
+ * - rows of every unlisted uid would fail again: moved to the usage_dropped table (kept, with
+ *   the batch id and the time);
+ * - every other row stays in the batch: the next claim takes it, merged with later deltas.
+ * When every uid of the batch is listed, no user explains the failure: nothing moves and the
+ * batch is sent again whole (the at-least-once window). Either way the hold ends.
+ * @param listed  the panel's user ids, sorted ascending; @p n_listed may be 0 (NULL allowed)
+ * @param out     overwritten; free with db_settled_free(); out->batch is 0 when nothing was held
+ * @return 0, -EINVAL (key too long), -ENOMEM, -EIO (nothing changed).
+ */
+int db_batch_settle(db_store *d, const char *node, const uint64_t *listed, size_t n_listed,
+                    int64_t now_ms, db_settled *out, sv_error *err);
+
+/** Free what a settlement result owns and zero it. NULL-safe. */
+void db_settled_free(db_settled *s);
+
+/**
  * Node @p from is gone (issue 14: removed from its Xboard machine): in one transaction, its
  * pending usage becomes @p to's (open rows merged into @p to's open rows, unacknowledged
- * batches kept whole for @p to's next claim), and its audit rows and stored panel state are
- * deleted. Usage is billed per user id, so the panel's per-user totals stay exact.
- * @return 0, -EINVAL (key too long), -EIO (nothing changed).
+ * batches kept whole for @p to's next claim, a held batch and dropped rows moved too), and its
+ * audit rows and stored panel state are deleted. Usage is billed per user id, so the panel's per-user totals stay exact.
+ * @return 0, -EINVAL (key too long), -EIO (nothing changed; also when both hold a batch).
  */
 int db_usage_move(db_store *d, const char *from, const char *to, sv_error *err);
 

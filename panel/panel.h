@@ -12,6 +12,7 @@
 #ifndef PN_PANEL_H
 #define PN_PANEL_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -122,12 +123,36 @@ typedef struct pn_push_events {
 } pn_push_events;
 
 /**
+ * What a panel does with one usage report (issue 24): the outbox decides from this, never from
+ * the panel's name, what a failed push means and what to send again.
+ */
+enum pn_usage_apply {
+    /** All entries or none: a failure applied nothing, so the batch is sent again whole; an
+     *  answer lost after the panel took the batch bills it twice (the at-least-once window).
+     *  UniProxy and Xboard: the body is queued whole or refused (PANEL.md §1.6). */
+    PN_USAGE_ATOMIC = 0,
+    /** Entries applied one by one in the order sent, with no transaction: the first entry that
+     *  fails (a user the panel deleted) ends the request with HTTP 5xx after the earlier ones
+     *  were billed. SSPanel mod_mu (PANEL.md §2.6). Its report_usage must end with
+     *  PN_ERR_PANEL_FAILED for an answer that says the panel's own code failed (HTTP 500; a
+     *  502 or 503 comes from the web front before the panel ran, a 504 is a lost answer), so
+     *  the outbox settles that batch against a fresh user list (db_batch_settle) before
+     *  sending any of it again. */
+    PN_USAGE_ORDERED = 1,
+};
+
+/** A report the panel's own code failed (HTTP 500): it took the request and failed while
+ *  processing it (what a PN_USAGE_ORDERED panel applied of it is not known). */
+#define PN_ERR_PANEL_FAILED (-EREMOTEIO)
+
+/**
  * What a panel client implements. A NULL report hook means the panel takes no such report
  * (the local panel takes none). fetch_node and fetch_users are required; the last three hooks
  * are for remote clients (issue 14: the uplink drives every remote panel through them alone).
  */
 typedef struct pn_client_ops {
     const char *type; /**< "local", "uniproxy", ... */
+    enum pn_usage_apply usage_apply; /**< what the panel does with a usage report */
     int (*fetch_node)(pn_client *c, pn_node_cb cb, void *arg);
     int (*fetch_users)(pn_client *c, pn_users_cb cb, void *arg);
     int (*report_usage)(pn_client *c, const sv_usage *items, size_t n, pn_report_cb cb,

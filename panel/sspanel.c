@@ -1147,6 +1147,8 @@ static void on_http(int rc, const pn_http_response *r, const sv_error *herr, voi
             sv_error_set(&err, rc, "panel %s: %s", k->what, herr->msg);
         else if ((rc = pn_sspanel_check_ack(r->status, r->body, r->len, &err)) != 0) {
             sv_error inner = err;
+            if (r->status == 500) /* PHP ran and failed (usage_apply); 502-504 are the front's */
+                rc = PN_ERR_PANEL_FAILED;
             sv_error_set(&err, rc, "panel %s: %s", k->what, inner.msg);
         }
         k->cb.report(&s->base, rc, rc != 0 ? &err : NULL, k->arg);
@@ -1435,6 +1437,7 @@ static void real_free(pn_sspanel *s)
 
 static const pn_client_ops sspanel_ops = {
     .type = "sspanel",
+    .usage_apply = PN_USAGE_ORDERED, /* PANEL.md §2.6: no transaction */
     .fetch_node = ss_fetch_node,
     .fetch_users = ss_fetch_users,
     .report_usage = ss_report_usage,

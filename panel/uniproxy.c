@@ -490,6 +490,7 @@ static void up_forget_body(pn_client *c, enum pn_body_kind kind);
 
 static const pn_client_ops uniproxy_ops = {
     .type = "uniproxy",
+    .usage_apply = PN_USAGE_ATOMIC,
     .fetch_node = up_fetch_node,
     .fetch_users = up_fetch_users,
     .report_usage = up_report_usage,

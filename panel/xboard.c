@@ -1050,6 +1050,7 @@ static void xb_free(pn_client *c)
 
 static const pn_client_ops xboard_ops = {
     .type = "xboard",
+    .usage_apply = PN_USAGE_ATOMIC,
     .fetch_node = xb_fetch_node,
     .fetch_users = xb_fetch_users,
     .report_usage = xb_report_usage,

@@ -33,8 +33,9 @@ device_limit -> node_iplimit), endpoint names for faults and hits are the UniPro
                       answer that endpoint with this body from now on (null: back to translating);
                       {"endpoint":...,"huge":N}: a 200 whose JSON body is N bytes long
   POST /_emu/detect_rules  [{"id","name","text","regex","type"}...]: GET func/detect_rules
-  POST /_emu/deleted  {"ids":[uid,...]}: users deleted from the panel: a traffic entry for one
-                      is fatal after the earlier entries were applied (HTTP 500, PANEL.md §2.6)
+  POST /_emu/deleted  {"ids":[uid,...]}: users deleted from the panel: gone from the users
+                      answer, and a traffic entry for one is fatal after the earlier entries
+                      were applied (HTTP 500, PANEL.md §2.6)
 
 --mode xboard (issue 14) speaks Xboard API v2 (PANEL.md §1.1, PROTOCOLS-2.md §6): the UniProxy
 endpoints under /api/v2/server/ (no node_type), POST handshake answering
@@ -129,6 +130,8 @@ def ss_users(cfg, users):
     sort = ss_info(cfg)["data"]["sort"]
     out = []
     for u in users.get("users", []):
+        if u["id"] in STATE["deleted"]:  # a deleted user is in no list
+            continue
         e = {"id": u["id"], "node_speedlimit": u.get("speed_limit") or 0}
         if sort <= 1:
             e.update({"passwd": u["uuid"], "method": cfg.get("cipher"),

@@ -277,6 +277,95 @@ static void db__done__deletes_only_the_batch(void **state)
     db_close(d);
 }
 
+/* issue 24 (PANEL.md §2.6): a batch held after a 5xx cannot be claimed; its settlement against
+ * the panel's list deletes the uids before the first unlisted one (billed), moves every unlisted
+ * uid to usage_dropped, and leaves the rest for the next claim, merged with later deltas; the
+ * hold survives a reopen. */
+static void db__settle__splits_a_held_batch_at_the_first_unlisted_user(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    add(d, "a", 11, 100, 1000);
+    add(d, "a", 12, 200, 2000);
+    add(d, "a", 13, 300, 3000);
+    add(d, "a", 14, 400, 4000);
+    add(d, "a", 15, 500, 5000);
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    assert_int_equal(b.n, 5);
+    assert_int_equal(db_batch_hold(d, "a", b.id, 5000, &err), 0);
+    add(d, "a", 13, 1, 1); /* a delta while held: open row, not part of the batch */
+    db_close(d);
+    d = open_ok(t);
+    int64_t held = 0;
+    assert_int_equal(db_batch_held(d, "a", &held, &err), 0);
+    assert_int_equal(held, b.id);
+    db_batch again;
+    assert_int_equal(db_batch_claim(d, "a", &again, &err), -EBUSY);
+    assert_int_equal(again.n, 0);
+    const uint64_t listed[] = {11, 13, 15}; /* 12 and 14 deleted from the panel */
+    db_settled st;
+    assert_int_equal(db_batch_settle(d, "a", listed, 3, 6000, &st, &err), 0);
+    assert_int_equal(st.batch, b.id);
+    assert_true(st.explained);
+    assert_int_equal(st.n_applied, 1);
+    assert_int_equal(st.applied_bytes, 1100);
+    assert_int_equal(st.n_dropped, 2);
+    assert_int_equal(st.dropped[0].user, 12);
+    assert_int_equal(st.dropped[0].down, 2000);
+    assert_int_equal(st.dropped[1].user, 14);
+    assert_int_equal(st.n_kept, 2);
+    db_settled_free(&st);
+    assert_int_equal(db_batch_held(d, "a", &held, &err), 0);
+    assert_int_equal(held, 0);
+    db_batch next;
+    assert_int_equal(db_batch_claim(d, "a", &next, &err), 0);
+    assert_int_equal(next.n, 2);
+    assert_int_equal(next.items[0].user, 13);
+    assert_int_equal(next.items[0].up, 301);
+    assert_int_equal(next.items[1].user, 15);
+    assert_int_equal(next.items[1].down, 5000);
+    db_batch_free(&next);
+    db_batch_free(&b);
+    db_close(d);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM usage_dropped WHERE node = 'a'"), 2);
+    assert_int_equal(count_rows(t, "SELECT SUM(up + down) FROM usage_dropped"), 6600);
+}
+
+/* issue 24: when every user of a held batch is still listed, nothing explains the 5xx: the hold
+ * ends and the batch is claimed again whole; with nothing held a settlement does nothing. */
+static void db__settle__without_an_unlisted_user_resends_the_whole_batch(void **state)
+{
+    tmp *t = *state;
+    db_store *d = open_ok(t);
+    sv_error err = {0};
+    db_settled st;
+    assert_int_equal(db_batch_settle(d, "a", NULL, 0, 1, &st, &err), 0);
+    assert_int_equal(st.batch, 0);
+    add(d, "a", 1, 10, 20);
+    add(d, "a", 2, 30, 40);
+    db_batch b;
+    assert_int_equal(db_batch_claim(d, "a", &b, &err), 0);
+    assert_int_equal(db_batch_hold(d, "a", b.id, 1, &err), 0);
+    assert_int_not_equal(db_batch_hold(d, "a", b.id, 1, &err), 0); /* one hold per node */
+    const uint64_t listed[] = {1, 2, 3};
+    assert_int_equal(db_batch_settle(d, "a", listed, 3, 2, &st, &err), 0);
+    assert_int_equal(st.batch, b.id);
+    assert_false(st.explained);
+    assert_int_equal(st.n_kept, 2);
+    assert_int_equal(st.n_applied + st.n_dropped, 0);
+    db_settled_free(&st);
+    db_batch next;
+    assert_int_equal(db_batch_claim(d, "a", &next, &err), 0);
+    assert_int_equal(next.n, 2);
+    assert_int_equal(next.items[1].up, 30);
+    db_batch_free(&next);
+    db_batch_free(&b);
+    db_close(d);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM usage_dropped"), 0);
+}
+
 /* issue 14: a node removed from its Xboard machine hands its pending usage (open rows and an
  * unacknowledged batch) to another node; per-user totals are kept exactly. */
 static void db__move__hands_every_pending_row_to_the_other_node(void **state)
@@ -617,6 +706,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(db__bad_path__fails_with_message, setup, teardown),
         cmocka_unit_test_setup_teardown(db__add__merges_per_node_and_uid, setup, teardown),
         cmocka_unit_test_setup_teardown(db__done__deletes_only_the_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__settle__splits_a_held_batch_at_the_first_unlisted_user,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            db__settle__without_an_unlisted_user_resends_the_whole_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(db__move__hands_every_pending_row_to_the_other_node,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(db__failed_batch__is_resent_merged_with_later_deltas,
