@@ -22,19 +22,26 @@
 
 #define MOD "ag.lower"
 
+void ag_node_state_free(ag_node_state *st)
+{
+    if (st == NULL)
+        return;
+    free(st->tag);
+    free(st->listen);
+    free(st->cert_file);
+    free(st->key_file);
+    free(st->fallback);
+    pn_node_free(&st->node);
+    pn_users_free(&st->users);
+    memset(st, 0, sizeof *st);
+}
+
 void ag_fleet_free(ag_fleet *fleet)
 {
     if (fleet == NULL)
         return;
-    for (size_t i = 0; i < fleet->n; i++) {
-        free(fleet->nodes[i].tag);
-        free(fleet->nodes[i].listen);
-        free(fleet->nodes[i].cert_file);
-        free(fleet->nodes[i].key_file);
-        free(fleet->nodes[i].fallback);
-        pn_node_free(&fleet->nodes[i].node);
-        pn_users_free(&fleet->nodes[i].users);
-    }
+    for (size_t i = 0; i < fleet->n; i++)
+        ag_node_state_free(&fleet->nodes[i]);
     free(fleet->nodes);
     memset(fleet, 0, sizeof *fleet);
 }

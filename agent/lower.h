@@ -50,6 +50,9 @@ typedef struct ag_fleet {
 /** Free what a fleet owns and zero it. NULL-safe. */
 void ag_fleet_free(ag_fleet *fleet);
 
+/** Free what one node state owns and zero it (not the struct). NULL-safe. */
+void ag_node_state_free(ag_node_state *st);
+
 /**
  * Compose the spec of every node of @p fleet: the shared outbounds and default route, then each
  * node's inbound, user set and rules (see ag_lower_node()). Duplicate node tags are not checked

@@ -114,7 +114,10 @@ static bool request_reload(ag_main *am);
 static void on_reloaded(void *arg, int status, const sv_error *err)
 {
     ag_main *am = arg;
-    if (status != 0) {
+    if (status != 0 && ag_manager_partly_applied(am->mgr)) {
+        SV_LOG(SV_LOG_INFO, MOD, "config reloaded but for refused nodes: %s", err->msg);
+        ag_uplink_applied(am->uplink, ag_manager_running(am->mgr)); /* the nodes that applied */
+    } else if (status != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err->msg);
     } else {
         ag_uplink_applied(am->uplink, ag_manager_running(am->mgr)); /* now the last good */
@@ -226,6 +229,10 @@ static int start_signals(ag_main *am)
 static void on_first_load(void *arg, int status, const sv_error *err)
 {
     ag_main *am = arg;
+    if (status != 0 && ag_manager_partly_applied(am->mgr)) {
+        SV_LOG(SV_LOG_INFO, MOD, "first load applied but for refused nodes: %s", err->msg);
+        status = 0; /* the other nodes run */
+    }
     if (status != 0 && ag_uplink_drop_stored(am->uplink, err) == 0) {
         fprintf(stderr, "katana: %s\n", err->msg);
         am->exit_code = 1;

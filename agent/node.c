@@ -255,6 +255,13 @@ typedef struct node_entry {
     bool in_load;
 } node_entry;
 
+/* One node's change refused while the rest of its load applied (issue 33). */
+typedef struct refusal {
+    char tag[SV_TAG_MAX + 1];
+    sv_error err; /* "node T: why" */
+    sv_error why; /* as the supervisor or the lowering gave it */
+} refusal;
+
 struct ag_manager {
     uv_loop_t *loop;
     sv_supervisor *sv;
@@ -273,6 +280,10 @@ struct ag_manager {
     void *sync_arg;
     char sync_queue[SYNC_QUEUE_MAX][SV_TAG_MAX + 1];
     size_t n_sync;
+    /* issue 33: nodes of the load in flight whose change was refused alone (the others
+     * applied); reset when a load starts, read by status_end */
+    refusal *refused;
+    size_t n_refused;
 };
 
 int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, const ag_remote_source *remote,
@@ -374,8 +385,17 @@ static void status_begin(ag_manager *m, const ag_config *cfg, bool declare)
     pthread_mutex_unlock(&m->lock);
 }
 
+static const refusal *refusal_find(const ag_manager *m, const char *tag)
+{
+    for (size_t i = 0; i < m->n_refused; i++)
+        if (strcmp(m->refused[i].tag, tag) == 0)
+            return &m->refused[i];
+    return NULL;
+}
+
 /* The load ended with status/err, its overall result: a pull refused after it was fetched is
- * a failed pull too (the served state stays the last good one). */
+ * a failed pull too (the served state stays the last good one). When only some nodes were
+ * refused (m->refused), each of those has its own error and the others applied. */
 static void status_end(ag_manager *m, int status, const sv_error *err)
 {
     uint64_t now = wall_ms(), epoch = sv_epoch(m->sv);
@@ -384,17 +404,20 @@ static void status_end(ag_manager *m, int status, const sv_error *err)
     size_t kept = 0;
     for (size_t i = 0; i < m->n_entries; i++) {
         node_entry *e = &m->entries[i];
-        if (!e->in_load && status == 0)
-            continue; /* the node left the config */
+        if (!e->in_load && (status == 0 || m->n_refused > 0))
+            continue; /* the node left the config (the load applied) */
+        const refusal *own = refusal_find(m, e->st.tag);
+        int st = own != NULL ? own->err.code : m->n_refused > 0 ? 0 : status;
+        const char *why = own != NULL ? own->err.msg : m->n_refused > 0 ? "" : msg;
         if (e->in_load) {
             e->st.last_pull_ms = now;
-            e->st.last_pull_status = status; /* fetched but refused: not ok either */
-            snprintf(e->st.last_pull_error, sizeof e->st.last_pull_error, "%.159s", msg);
-            snprintf(e->st.last_apply_error, sizeof e->st.last_apply_error, "%.159s", msg);
-            if (status != 0)
+            e->st.last_pull_status = st; /* fetched but refused: not ok either */
+            snprintf(e->st.last_pull_error, sizeof e->st.last_pull_error, "%.159s", why);
+            snprintf(e->st.last_apply_error, sizeof e->st.last_apply_error, "%.159s", why);
+            if (st != 0)
                 e->st.apply_errors++;
         }
-        if (e->in_load && status == 0) {
+        if (e->in_load && st == 0) {
             const ag_node_state *ns = NULL;
             for (size_t k = 0; k < m->running.n && ns == NULL; k++)
                 if (strcmp(m->running.nodes[k].tag, e->st.tag) == 0)
@@ -508,6 +531,7 @@ void ag_manager_free(ag_manager *m)
         uv_close((uv_handle_t *)m->sync_async, free_on_close);
     pthread_mutex_destroy(&m->lock);
     free(m->entries);
+    free(m->refused);
     free(m);
 }
 
@@ -528,7 +552,56 @@ static bool same_settings(const ag_fleet *a, const ag_fleet *b)
     return true;
 }
 
-/* Settings unchanged: edit the user sets that differ. */
+/* Record that @p tag's change was refused (@p code, @p why) while its load goes on: the node
+ * keeps what it runs (logged by refused_result once the others applied). 0 or -ENOMEM. */
+static int refuse_node(ag_manager *m, const char *tag, int code, const sv_error *why)
+{
+    refusal *v = realloc(m->refused, (m->n_refused + 1) * sizeof *v);
+    if (v == NULL)
+        return -ENOMEM;
+    m->refused = v;
+    refusal *r = &v[m->n_refused++];
+    snprintf(r->tag, sizeof r->tag, "%s", tag);
+    sv_error_set(&r->err, code < 0 ? code : -EINVAL, "node %s: %s", tag, why->msg);
+    r->why = *why;
+    r->why.code = r->err.code;
+    return 0;
+}
+
+/* The result of a load whose refused nodes were set aside: 0 when none was, else the first
+ * refusal (the other nodes applied). */
+static int refused_result(const ag_manager *m, sv_error *err)
+{
+    if (m->n_refused == 0)
+        return 0;
+    for (size_t i = 0; i < m->n_refused; i++)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: change refused, the node keeps its running state: "
+               "%s", m->refused[i].tag, m->refused[i].why.msg);
+    return sv_error_set(err, m->refused[0].err.code, "%s (every other node applied)",
+                        m->refused[0].err.msg);
+}
+
+/* Nothing but refused nodes changed: the load is refused as a whole, with the first
+ * refusal's own text (as before nodes were set aside). */
+static int refused_whole(ag_manager *m, sv_error *err)
+{
+    *err = m->refused[0].why;
+    m->n_refused = 0;
+    return err->code;
+}
+
+/* Whether node @p st of a load differs from what runs (new, other settings or users). */
+static bool node_changed(const ag_manager *m, const ag_node_state *st)
+{
+    for (size_t k = 0; k < m->running.n; k++)
+        if (strcmp(m->running.nodes[k].tag, st->tag) == 0)
+            return !ag_node_settings_equal(&m->running.nodes[k], st) ||
+                   !pn_users_equal(&m->running.nodes[k].users, &st->users);
+    return true;
+}
+
+/* Settings unchanged: edit the user sets that differ; a node whose new set is refused keeps its
+ * running one and the others are still edited (issue 33: nodes are independent). */
 static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
 {
     size_t edited = 0;
@@ -537,20 +610,26 @@ static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
         if (pn_users_equal(&cur->users, &nxt->users))
             continue;
         sv_user_set set;
-        int rc = ag_lower_user_set(nxt->tag, &nxt->users, &set, err);
+        sv_error nerr = {0};
+        int rc = ag_lower_user_set(nxt->tag, &nxt->users, &set, &nerr);
         if (rc == 0)
             ag_lower_node_speed(&set, nxt->speed_limit);
         if (rc == 0)
-            rc = sv_set_users_take(m->sv, &set, err); /* zeroes set */
+            rc = sv_set_users_take(m->sv, &set, &nerr); /* zeroes set */
         sv_user_set_free(&set);
-        if (rc != 0)
-            return rc;
+        if (rc != 0) { /* this node keeps its running users; the others go on (issue 33) */
+            if ((rc = refuse_node(m, nxt->tag, rc, &nerr)) != 0)
+                return sv_error_set(err, rc, "out of memory");
+            continue;
+        }
         pn_users tmp = cur->users; /* the old list goes with next and is freed with it */
         cur->users = nxt->users;
         nxt->users = tmp;
         edited++;
         SV_LOG(SV_LOG_INFO, MOD, "node %s: users updated, %zu users", cur->tag, cur->users.n);
     }
+    if (edited == 0 && m->n_refused > 0)
+        return refused_whole(m, err); /* next stays the caller's, as on any refusal */
     if (edited == 0)
         SV_LOG(SV_LOG_INFO, MOD, "nothing changed");
     ag_fleet_free(next);
@@ -628,23 +707,103 @@ static int reconcile_apply(ag_manager *m, ag_fleet *next, sv_error *err)
     return 0;
 }
 
+bool ag_manager_partly_applied(const ag_manager *m)
+{
+    return m->n_refused > 0;
+}
+
+static size_t fleet_find(const ag_fleet *f, const char *tag)
+{
+    size_t i = 0;
+    while (i < f->n && strcmp(f->nodes[i].tag, tag) != 0)
+        i++;
+    return i;
+}
+
+/* Lower node @p st alone (with @p next's fleet-wide settings) and validate it. */
+static int node_alone_valid(const ag_fleet *next, const ag_node_state *st, sv_error *why)
+{
+    ag_fleet one = {.nodes = (ag_node_state *)st, .n = 1, .user_removal = next->user_removal,
+                    .drain = next->drain, .outbound = next->outbound};
+    sv_spec spec;
+    int rc = ag_lower_fleet(&one, &spec, why);
+    if (rc == 0) {
+        rc = sv_validate(&spec, why);
+        sv_spec_free(&spec);
+    }
+    return rc;
+}
+
+/* Swap each refused node of @p next with its running state in m->running (a second call swaps
+ * them back). */
+static void swap_refused(ag_manager *m, ag_fleet *next)
+{
+    for (size_t r = 0; r < m->n_refused; r++) {
+        size_t i = fleet_find(next, m->refused[r].tag), k = fleet_find(&m->running,
+                                                                        m->refused[r].tag);
+        if (i == next->n || k == m->running.n)
+            continue;
+        ag_node_state tmp = next->nodes[i];
+        next->nodes[i] = m->running.nodes[k];
+        m->running.nodes[k] = tmp;
+    }
+}
+
+/* The supervisor refused @p next as a whole (@p err): set aside every node refused on its own
+ * (issue 33: nodes are independent). A running node keeps its running state, a new one leaves
+ * the load; then the rest applies. When no node alone is refused (a conflict between nodes,
+ * such as one port twice), the load is refused as before. */
+static int reconcile_set_aside(ag_manager *m, ag_fleet *next, sv_error *err)
+{
+    for (size_t i = 0; i < next->n;) {
+        sv_error why = {0};
+        int rc = node_alone_valid(next, &next->nodes[i], &why);
+        if (rc == -ENOMEM || (rc != 0 && refuse_node(m, next->nodes[i].tag, rc, &why) != 0))
+            return sv_error_set(err, -ENOMEM, "out of memory");
+        if (rc == 0 || fleet_find(&m->running, next->nodes[i].tag) < m->running.n) {
+            i++;
+            continue;
+        }
+        ag_node_state_free(&next->nodes[i]); /* new and refused: not part of this load */
+        memmove(&next->nodes[i], &next->nodes[i + 1], (next->n - i - 1) * sizeof *next->nodes);
+        next->n--;
+    }
+    size_t changed = 0;
+    for (size_t i = 0; i < next->n; i++)
+        changed += refusal_find(m, next->nodes[i].tag) == NULL &&
+                   node_changed(m, &next->nodes[i]);
+    if (m->n_refused == 0) /* err still says why the whole was refused */
+        return -EINVAL;
+    if (changed == 0)
+        return refused_whole(m, err);
+    swap_refused(m, next);
+    int rc = reconcile_apply(m, next, err);
+    if (rc != 0) {
+        swap_refused(m, next); /* what runs is unchanged */
+        m->n_refused = 0;
+    }
+    return rc;
+}
+
 int ag_manager_reconcile(ag_manager *m, ag_fleet *next, sv_error *err)
 {
+    m->n_refused = 0;
+    int rc;
     if (m->running.n > 0 && same_settings(&m->running, next)) {
-        int rc = reconcile_users(m, next, err);
+        rc = reconcile_users(m, next, err);
         sv_error cerr = {0};
         /* issue 8: certificates are re-read on every sync; a bad new pair keeps the old one
          * (the supervisor logs a refusal, once while the files stay the same) */
         if (rc == 0)
             (void)sv_reload_certs(m->sv, &cerr);
-        if (rc == 0)
-            shed_running(m);
-        return rc;
+    } else {
+        rc = reconcile_apply(m, next, err);
+        if (rc == -EINVAL && next->n > 1)
+            rc = reconcile_set_aside(m, next, err);
     }
-    int rc = reconcile_apply(m, next, err);
     if (rc == 0)
         shed_running(m);
-    return rc;
+    return rc == 0 ? refused_result(m, err) : rc;
 }
 
 static void on_loaded(void *arg, int status, ag_fleet *fleet, const sv_error *ferr)
@@ -676,6 +835,7 @@ int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *ar
     m->loading = true;
     m->cb = cb;
     m->arg = arg;
+    m->n_refused = 0;
     status_begin(m, cfg, false);
     int rc = fetch_start(cfg, &m->running, &m->remote, on_loaded, m, &m->job, err);
     if (rc != 0)

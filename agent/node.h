@@ -71,7 +71,8 @@ typedef struct ag_manager ag_manager;
 int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, const ag_remote_source *remote,
                    ag_manager **out);
 
-/** A load finished: 0 when the new state runs, else the reason (the old state keeps running). */
+/** A load finished: 0 when the new state runs, else the reason: the old state keeps running,
+ *  or, when ag_manager_partly_applied() says so, only the nodes refused keep theirs. */
 typedef void (*ag_load_cb)(void *arg, int status, const sv_error *err);
 
 /**
@@ -86,11 +87,19 @@ int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *ar
 /**
  * Make @p next the running state: users-only edits through sv_set_users(), anything else through
  * sv_apply() (allow_disruptive). Logs "node <tag>: applied epoch N, U users" (never a secret).
- * @param next  taken on success (the manager owns it); left to the caller on failure
- * @return 0; the lowering error; or sv_apply()/sv_set_users() errors with err set. On failure the
- *         running state is unchanged, except that user lists already edited stay edited.
+ * Nodes are independent (issue 33): a node whose new user set, or whose settings alone, are
+ * refused keeps its running state (a new one is left out) with one warning, and every other
+ * node applies; only a refusal no single node explains (e.g. two nodes on one port) refuses all.
+ * @param next  taken on success and on a partial apply (the manager owns it; zeroed); left to
+ *              the caller on failure
+ * @return 0; the first node refused, "node T: ... (every other node applied)", when some were
+ *         (ag_manager_partly_applied() is then true); or the lowering, sv_apply() error with err
+ *         set, the running state unchanged.
  */
 int ag_manager_reconcile(ag_manager *m, ag_fleet *next, sv_error *err);
+
+/** Whether the last load or reconcile refused some nodes and applied the others. */
+bool ag_manager_partly_applied(const ag_manager *m);
 
 /** Whether a load is in flight (a new ag_manager_load() would give -EBUSY). */
 bool ag_manager_busy(const ag_manager *m);

@@ -110,6 +110,15 @@ uint64_t sv_epoch(sv_supervisor *sv)
     return (uint64_t)rec.applies;
 }
 
+/* A node checked alone after its fleet was refused (issue 33): the recorder's apply_rc stands
+ * for a conflict of the whole, so each node alone passes. */
+int sv_validate(const sv_spec *spec, sv_error *err)
+{
+    (void)spec;
+    (void)err;
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Fixture: a config whose node and users live in files of a temporary directory                */
 /* ------------------------------------------------------------------------------------------ */
