@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -324,9 +325,29 @@ static bool is_healthz(const char *target)
     return n == 8 && strncmp(target, "/healthz", 8) == 0;
 }
 
+typedef struct length_headers {
+    const char *first;
+    bool differ; /* another Content-Length with another value */
+} length_headers;
+
+static enum MHD_Result on_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    (void)kind;
+    length_headers *h = cls;
+    if (key == NULL || value == NULL || strcasecmp(key, "Content-Length") != 0)
+        return MHD_YES;
+    if (h->first == NULL)
+        h->first = value;
+    else if (strcmp(h->first, value) != 0)
+        h->differ = true;
+    return MHD_YES;
+}
+
 /*
  * The answer to a request known from its headers alone, before any of its body is read (so
- * that libmicrohttpd sends no "100 Continue" for it): 414, 401, or 413 for a Content-Length over
+ * that libmicrohttpd sends no "100 Continue" for it): 414, 401, 400 for Content-Length headers
+ * that disagree (RFC 9110 §8.6: the body's length is unknown), or 413 for a Content-Length over
  * BODY_MAX. @return false when the request is to be read and routed.
  */
 static bool refuse_early(api_server *s, struct MHD_Connection *c, const api_request *req,
@@ -342,6 +363,10 @@ static bool refuse_early(api_server *s, struct MHD_Connection *c, const api_requ
         *www_auth = true;
         return api_reply_error(r, 401, "unauthorized"), true;
     }
+    length_headers lh = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, on_header, &lh);
+    if (lh.differ)
+        return api_reply_error(r, 400, "Content-Length headers that disagree"), true;
     /* libmicrohttpd has refused a malformed Content-Length itself */
     if (cl != NULL && (api_parse_u64(cl, &length) != 0 || length > BODY_MAX))
         return api_reply_error(r, 413, "request body larger than %u bytes", BODY_MAX), true;
