@@ -474,6 +474,10 @@ static int check_reality(const sv_inbound_spec *in, sv_error *err)
         strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != 43)
         return INVALID(err, "inbound %s: reality private_key must be 32 bytes in base64url",
                        in->tag);
+    /* 42 'A's and a last digit whose 4 data bits are 0: 32 zero bytes (issue 33) */
+    if (strspn(k, "A") >= 42 && strchr("ABCD", k[42]) != NULL)
+        return INVALID(err, "inbound %s: reality private_key is all zeros, a key anyone can "
+                       "derive the shared secrets of (make one with `xray x25519`)", in->tag);
     if (!list_ok(r->short_ids, true, short_id_ok))
         return INVALID(err, "inbound %s: reality short_ids \"%.64s\" must be at most 16 hex "
                        "ids of at most 16 digits (an even count)", in->tag, r->short_ids);

@@ -811,6 +811,17 @@ static void reality_settings_are_checked(void **state)
     expect_valid(&f);
     f.in[1].reality.private_key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHy+";
     expect_invalid(&f, "inbound vr: reality private_key must be 32 bytes in base64url");
+    /* issue 33: 32 zero bytes, with or without the padding, and with the unused low bits */
+    static char *const zero_keys[] = {"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+                                      "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+                                      "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAD"};
+    for (size_t i = 0; i < sizeof zero_keys / sizeof zero_keys[0]; i++) {
+        f.in[1].reality.private_key = zero_keys[i];
+        expect_invalid(&f, "inbound vr: reality private_key is all zeros, a key anyone can "
+                           "derive the shared secrets of (make one with `xray x25519`)");
+    }
+    f.in[1].reality.private_key = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAE"; /* a 1 bit */
+    expect_valid(&f);
     f.in[1].reality.private_key = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA";
     f.in[1].reality.short_ids = "abc";
     expect_invalid(&f, "inbound vr: reality short_ids \"abc\" must be at most 16 hex ids of at "
