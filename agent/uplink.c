@@ -130,6 +130,8 @@ typedef struct up_node {
     uint64_t users_answered; /* the pull whose users answer last succeeded (1-based), or 0 */
     uint64_t held_after;     /* the settlement needs a users answer of a pull numbered this */
     uint64_t dropped_users, dropped_bytes; /* usage of users the panel no longer has */
+    bool write_failing, audit_failing, claim_failing, audit_claim_failing; /* store_result's
+                                                                              failure streaks */
     uint64_t last_push_ms; /* end of the last push (REST API), 0 = never */
     int last_push_status;
     char last_push_error[160];
@@ -380,6 +382,19 @@ static void carry_add(ag_uplink *u, const sv_usage *items, size_t n)
     u->n_carry += n;
 }
 
+/* Log a failure of the store's @p what once per failure streak (issue 33: a full disk logged
+ * one error per flush): the repeats at debug, the first success after them at info. */
+static void store_result(const up_node *nd, bool *failing, int rc, const char *what,
+                         const char *msg)
+{
+    if (rc != 0)
+        SV_LOG(*failing ? SV_LOG_DEBUG : SV_LOG_ERROR, MOD, "node %s: %s failed: %s", nd->tag,
+               what, msg);
+    else if (*failing)
+        SV_LOG(SV_LOG_INFO, MOD, "node %s: %s works again", nd->tag, what);
+    *failing = rc != 0;
+}
+
 /* Write one node's share of @p all in one transaction. */
 static int write_node(ag_uplink *u, size_t idx, const sv_usage *all, size_t n, int64_t t)
 {
@@ -391,10 +406,10 @@ static int write_node(ag_uplink *u, size_t idx, const sv_usage *all, size_t n, i
         if (owner(u, all[i].user) == idx)
             items[k++] = all[i];
     sv_error err = {0};
-    int rc = db_usage_add(u->db, u->nodes[idx]->tag, items, k, t, &err);
-    if (rc != 0)
-        SV_LOG(SV_LOG_ERROR, MOD, "node %s: outbox write failed, usage kept in memory: %s",
-               u->nodes[idx]->tag, err.msg);
+    up_node *nd = u->nodes[idx];
+    int rc = db_usage_add(u->db, nd->tag, items, k, t, &err);
+    store_result(nd, &nd->write_failing, rc, "outbox write (the usage stays in memory)",
+                 err.msg);
     free(items);
     return rc;
 }
@@ -416,11 +431,12 @@ static void audit_flush(ag_uplink *u)
                 mine[k++] = hits[j];
         sv_error err = {0};
         int added = k > 0 ? db_audit_add(u->db, u->nodes[i]->tag, mine, k, &err) : 0;
-        if (added < 0)
-            SV_LOG(SV_LOG_ERROR, MOD, "node %s: audit outbox write failed, %zu hits lost: %s",
-                   u->nodes[i]->tag, k, err.msg);
-        else
-            u->nodes[i]->audit_recorded += (uint64_t)added;
+        up_node *nd = u->nodes[i];
+        if (added > 0)
+            nd->audit_recorded += (uint64_t)added;
+        if (k > 0)
+            store_result(nd, &nd->audit_failing, added < 0 ? added : 0,
+                         "audit outbox write (its hits are lost)", err.msg);
     }
     if (mine == NULL)
         SV_LOG(SV_LOG_ERROR, MOD, "out of memory: %ld audit hits lost", n);
@@ -856,10 +872,10 @@ static void audit_report(up_node *nd)
         return;
     db_audit_batch b;
     sv_error err = {0};
-    if (db_audit_claim(nd->u->db, nd->tag, &b, &err) != 0) {
-        SV_LOG(SV_LOG_ERROR, MOD, "node %s: audit outbox read failed: %s", nd->tag, err.msg);
+    int claimed = db_audit_claim(nd->u->db, nd->tag, &b, &err);
+    store_result(nd, &nd->audit_claim_failing, claimed, "audit outbox read", err.msg);
+    if (claimed != 0)
         return;
-    }
     if (b.n == 0)
         return;
     int rc = -ENOTSUP;
@@ -906,8 +922,8 @@ static void on_push_timer(uv_timer_t *t)
     db_batch b;
     sv_error err = {0};
     int rc = db_batch_claim(nd->u->db, nd->tag, &b, &err);
+    store_result(nd, &nd->claim_failing, rc, "outbox read", err.msg);
     if (rc != 0) {
-        SV_LOG(SV_LOG_ERROR, MOD, "node %s: outbox read failed: %s", nd->tag, err.msg);
         push_result(nd, rc, err.msg);
         publish(nd->u);
         push_schedule(nd, true);

@@ -70,6 +70,11 @@ kt_cleanup() {
     while read -r pid; do
         [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null || true
     done <"$T/pids"
+    if [ -s "$T/mounts" ]; then # kt_mount_tmpfs, after every process that used it is gone
+        while read -r mnt; do
+            umount "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+        done <"$T/mounts"
+    fi
     if [ "$rc" != 0 ] && [ "$rc" != 77 ] && [ -s "$SRV_LOG" ]; then
         echo "--- last lines of the server log ($SRV_LOG) ---"
         tail -n 40 "$SRV_LOG" || true
@@ -81,6 +86,14 @@ trap kt_cleanup EXIT
 trap 'exit 124' INT TERM
 trap 'exit 129' HUP
 trap 'exec >/dev/null 2>&1; exit 141' PIPE    # reader gone: still clean up, silently
+
+# kt_mount_tmpfs DIR SIZE: a tmpfs of SIZE (e.g. 4m) at DIR, unmounted at exit; 1 when this
+# host does not let us mount (not root, no privilege in a container).
+kt_mount_tmpfs() {
+    mkdir -p "$1"
+    mount -t tmpfs -o "size=$2" tmpfs "$1" 2>/dev/null || return 1
+    echo "$1" >>"$T/mounts"
+}
 
 # kt_finish: the test's verdict (a sanitizer report in any log we kept also fails it).
 kt_finish() {
