@@ -507,6 +507,13 @@ static int check_local(const ag_config *cfg, sv_error *err)
     if (!S_ISDIR(st.st_mode))
         return sv_error_set(err, -EINVAL, "db.path: %s: %s is not a directory", cfg->db_path,
                             dir);
+    /* run creates the lock file and the WAL beside the database, and writes the database
+     * (issue 33: check said OK for a read-only directory that run refused) */
+    if (access(dir, W_OK | X_OK) != 0)
+        return sv_error_set(err, -EINVAL, "db.path: %s: directory %s is not writable: %s",
+                            cfg->db_path, dir, strerror(errno));
+    if (access(cfg->db_path, F_OK) == 0 && access(cfg->db_path, R_OK | W_OK) != 0)
+        return sv_error_set(err, -EINVAL, "db.path: %s: %s", cfg->db_path, strerror(errno));
     return 0;
 }
 

@@ -72,6 +72,18 @@ RC=0; OUT=$(timeout 10 "$BIN" run -c "$T/db.json" 2>&1) || RC=$?
 echo "run with db.path in a missing directory: rc $RC: $OUT"
 check "db.path in a missing directory: run exits 1 naming db.path" \
     bash -c "[ $RC = 1 ] && grep -q 'katana: db\.path: .*missing-dir' <<<'$OUT'"
+# issue 33: a read-only database directory (a tmpfs remounted read-only): check refuses what run
+# refuses
+if kt_mount_tmpfs "$T/ro" 1m && mount -o remount,ro "$T/ro" 2>/dev/null; then
+    variant ro 'c["db"]["path"] = c["db"]["path"].replace("katana.db", "ro/katana.db")'
+    check "db.path in a read-only directory: check names db.path" \
+        refused ro "db\.path: .*ro/katana\.db: directory .*ro is not writable: Read-only file"
+    RC=0; OUT=$(timeout 10 "$BIN" run -c "$T/ro.json" 2>&1) || RC=$?
+    echo "run with db.path in a read-only directory: rc $RC: $OUT"
+    check "db.path in a read-only directory: run refuses it too" test "$RC" = 1
+else
+    echo "no tmpfs could be mounted read-only here: the read-only directory case is not run"
+fi
 if [ "$PANEL_TYPE" != sspanel ]; then # mod_mu has no listen_ip
     panel_ctl config "$(python3 -c '
 import json, sys
