@@ -580,6 +580,8 @@ static int parse_user(const json_t *v, size_t idx, unsigned flags, pn_user *u, s
         return sv_error_set(err, -EINVAL, "users[%zu].uuid: missing", idx);
     /* each check below runs again with its path once it failed without one */
     rc = get_uint(field[UF_ID], "", INT64_MAX, false, &u->id, NULL);
+    if (rc == 0 && u->id == 0) /* panels number users from 1; 0 is no user (PANEL.md §1.5) */
+        return sv_error_set(err, -EINVAL, "users[%zu].id: must be positive", idx);
     if (rc == 0) {
         bad = UF_UUID;
         rc = take_string(field[UF_UUID], "", PN_UUID_MAX, &u->uuid, NULL);
@@ -726,8 +728,8 @@ static int scan_user(scan *s, pn_user *u)
             uint64_t x;
             bool null;
             switch (f) {
-            case UF_ID:
-                if (!scan_uint(s, INT64_MAX, false, &u->id, &null))
+            case UF_ID: /* 0 too goes to the reference parser, which names it */
+                if (!scan_uint(s, INT64_MAX, false, &u->id, &null) || u->id == 0)
                     return 1;
                 break;
             case UF_UUID:

@@ -568,7 +568,7 @@ static void users_scan__plain_bodies__same_list_as_the_json_parser(void **state)
         "{\"users\":[{\"id\":1,\"uuid\":\"9e8d-x\",\"speed_limit\":null,\"device_limit\":null},"
         "{\"device_limit\":4294967295,\"uuid\":\"b b\",\"id\":9223372036854775807,"
         "\"speed_limit\":147573952589676}]}",
-        "{\"users\": [ {\"id\": 0, \"uuid\": \"~!@#$%^&*()\", \"speed_limit\": 0,\n"
+        "{\"users\": [ {\"id\": 3, \"uuid\": \"~!@#$%^&*()\", \"speed_limit\": 0,\n"
         "  \"device_limit\": 3} ,{\"uuid\":\"z\",\"id\":2}\n]}",
     };
     for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
@@ -599,6 +599,7 @@ static void users_scan__other_bodies__left_to_the_json_parser(void **state)
         "{\"users\":[{\"id\":1,\"uuid\":\"a\",\"email\":\"x\"}]}",
         "{\"users\":[{\"id\":1,\"uuid\":\"a\",\"id\":2}]}",
         "{\"users\":[{\"id\":-1,\"uuid\":\"a\"}]}",
+        "{\"users\":[{\"id\":0,\"uuid\":\"a\"}]}",
         "{\"users\":[{\"id\":1.0,\"uuid\":\"a\"}]}",
         "{\"users\":[{\"id\":1e3,\"uuid\":\"a\"}]}",
         "{\"users\":[{\"id\":01,\"uuid\":\"a\"}]}",
