@@ -401,6 +401,15 @@ static ssize_t unpad(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effects 
 
 static ssize_t send_answers(vless_conn *c, sv_effects *fx, unsigned first, ssize_t consumed);
 
+/* The Mux.Cool decoder failed with @p rc after putting effects among fx->v[first ...]: its End
+ * answers still go out as the downstream (as a feed split before the bad bytes sends them),
+ * never raw, then the connection fails. */
+static ssize_t mux_failed(vless_conn *c, sv_effects *fx, unsigned first, int rc)
+{
+    ssize_t w = send_answers(c, fx, first, 0);
+    return w < 0 ? w : fail(c, fx, rc, SV_PROBE_CLOSE, NULL, 0);
+}
+
 /* Mux.Cool frames from @p p + @p at (§7): the decoder's effects, stream = session ID. Under
  * Vision the content is un-padded, then decoded from the core's own buffer (what the decoder
  * leaves there is already un-padded, so the runtime's carry cannot hold it).
@@ -411,7 +420,7 @@ static ssize_t feed_mux(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effec
     if (c->vision == NULL) {
         ssize_t r = sv_mux_feed(c->mux, p + at, n - at, fx);
         if (r < 0)
-            return fail(c, fx, (int)r, SV_PROBE_CLOSE, NULL, 0);
+            return mux_failed(c, fx, first, (int)r);
         return send_answers(c, fx, first, (ssize_t)at + r);
     }
     size_t k = 0;
@@ -440,7 +449,7 @@ static ssize_t feed_mux(vless_conn *c, uint8_t *p, size_t n, size_t at, sv_effec
     c->held_len += k;
     ssize_t r = c->held_len > 0 ? sv_mux_feed(c->mux, c->held, c->held_len, fx) : 0;
     if (r < 0)
-        return fail(c, fx, (int)r, SV_PROBE_CLOSE, NULL, 0);
+        return mux_failed(c, fx, first, (int)r);
     c->held_off = (size_t)r;
     c->held_len -= (size_t)r;
     c->full = c->held_len > 0 && fx->n >= SV_EFFECTS_MAX;

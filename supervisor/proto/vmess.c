@@ -817,6 +817,15 @@ static ssize_t feed_chunks(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_ef
 
 static ssize_t seal_answers(vmess_conn *c, sv_effects *fx, unsigned first, ssize_t consumed);
 
+/* The Mux.Cool decoder failed with @p rc after putting effects among fx->v[first ...]: its End
+ * answers still go out sealed (as a feed split before the bad bytes sends them), never raw,
+ * then the connection fails. */
+static ssize_t mux_failed(vmess_conn *c, sv_effects *fx, unsigned first, int rc)
+{
+    ssize_t w = seal_answers(c, fx, first, 0);
+    return w < 0 ? w : fail(c, fx, rc, SV_PROBE_CLOSE);
+}
+
 /* The body under Mux.Cool: decode what mbuf holds, then one more chunk at a time while the
  * effects have room. A chunk holding more frames than one call's effects leaves the rest in
  * mbuf until the client's next bytes (v2ray puts a few frames in a chunk).
@@ -826,7 +835,7 @@ static ssize_t feed_mux(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effec
     unsigned first = fx->n;
     if (c->mode == MODE_RAW) { /* the body is the frames: decode in place */
         ssize_t r = sv_mux_feed(c->mux, p + at, n - at, fx);
-        return r < 0 ? fail(c, fx, (int)r, SV_PROBE_CLOSE)
+        return r < 0 ? mux_failed(c, fx, first, (int)r)
                      : seal_answers(c, fx, first, (ssize_t)at + r);
     }
     if (c->moff > 0) { /* the last call's effects are applied: drop what they pointed at */
@@ -838,7 +847,7 @@ static ssize_t feed_mux(vmess_conn *c, uint8_t *p, size_t n, size_t at, sv_effec
         if (c->moff < c->mlen) {
             ssize_t r = sv_mux_feed(c->mux, c->mbuf + c->moff, c->mlen - c->moff, fx);
             if (r < 0)
-                return fail(c, fx, (int)r, SV_PROBE_CLOSE);
+                return mux_failed(c, fx, first, (int)r);
             c->moff += (uint32_t)r;
             if (fx->n + 3 > SV_EFFECTS_MAX)
                 break;
