@@ -193,7 +193,10 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
         const sv_inbound_reality *r = &in->reality;
         const char *what = NULL;
         h->reality = sv_reality_conf_new(r->private_key, r->short_ids, r->server_names,
-                                         r->max_time_diff_ms, &what, &rc);
+                                         r->max_time_diff_ms != 0
+                                             ? r->max_time_diff_ms
+                                             : SV_REALITY_TIME_DIFF_DEFAULT_MS,
+                                         &what, &rc);
         if (h->reality == NULL && rc == -ENOMEM)
             goto oom;
         if (h->reality == NULL) {

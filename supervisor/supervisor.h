@@ -131,7 +131,9 @@ typedef struct sv_inbound_reality {
     char *short_ids;    /**< comma-separated hex short ids, each at most 16 digits, even count;
                              NULL or "" = the all-zero id only */
     char *server_names; /**< comma-separated SNI values clients must send (exact match) */
-    uint64_t max_time_diff_ms; /**< largest |now - client time|; 0 = not checked */
+    uint64_t max_time_diff_ms; /**< largest |now - client time|; 0 = 120 s (issue 33:
+                                    SV_REALITY_TIME_DIFF_DEFAULT_MS); a hello replayed within
+                                    it goes to the target */
     uint32_t min_client_ver;   /**< lowest client version accepted, x.y.z as the 24-bit
                                     x << 16 | y << 8 | z (§1.1); 0 = no bound */
     uint32_t max_client_ver;   /**< highest client version accepted, the same; 0 = no bound */

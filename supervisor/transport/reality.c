@@ -572,8 +572,84 @@ static int serve(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_us
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* replayed hellos (issue 33)                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Sealed session ids of valid hellos, process-wide (every worker and inbound: a session id is
+ * 32 random bytes), in two generations of an open-addressed table of 8-byte fingerprints. A
+ * generation turns over after twice the time window or when half full, so an id stays known
+ * for at least twice the window: the longest a hello inside the window can be replayed. */
+#define REPLAY_SLOTS 65536u /* per generation, a power of two: 512 KiB each */
+static struct {
+    pthread_mutex_t lock;
+    uint64_t *gen[2];
+    unsigned cur;
+    size_t used;       /* fingerprints in gen[cur] */
+    uint64_t since_ms; /* when gen[cur] began */
+} replay = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static bool replay_probe(uint64_t *t, uint64_t fp, bool insert)
+{
+    for (size_t i = (size_t)(fp * 0x9e3779b97f4a7c15u >> 48) & (REPLAY_SLOTS - 1);;
+         i = (i + 1) & (REPLAY_SLOTS - 1)) {
+        if (t[i] == fp)
+            return true;
+        if (t[i] == 0) {
+            if (insert)
+                t[i] = fp;
+            return false;
+        }
+    }
+}
+
+void sv_reality_replay_forget(void)
+{
+    pthread_mutex_lock(&replay.lock);
+    free(replay.gen[0]);
+    free(replay.gen[1]);
+    replay.gen[0] = replay.gen[1] = NULL;
+    replay.used = 0;
+    pthread_mutex_unlock(&replay.lock);
+}
+
+bool sv_reality_replayed(const uint8_t sid[32], uint64_t now_ms, uint64_t window_ms)
+{
+    if (window_ms == 0)
+        return false;
+    uint64_t fp = 0;
+    memcpy(&fp, sid + 24, sizeof fp); /* the GCM tag's tail: as random as the rest */
+    fp |= 1; /* 0 marks an empty slot */
+    pthread_mutex_lock(&replay.lock);
+    bool seen = false;
+    if (replay.gen[0] == NULL) {
+        replay.gen[0] = calloc(REPLAY_SLOTS, sizeof *replay.gen[0]);
+        replay.gen[1] = calloc(REPLAY_SLOTS, sizeof *replay.gen[1]);
+        replay.since_ms = now_ms;
+    }
+    if (replay.gen[0] == NULL || replay.gen[1] == NULL) { /* out of memory: not seen */
+        free(replay.gen[0]);
+        free(replay.gen[1]);
+        replay.gen[0] = replay.gen[1] = NULL;
+        pthread_mutex_unlock(&replay.lock);
+        return false;
+    }
+    if (now_ms - replay.since_ms >= 2 * window_ms || replay.used >= REPLAY_SLOTS / 2) {
+        replay.cur ^= 1u; /* the older generation is forgotten */
+        memset(replay.gen[replay.cur], 0, REPLAY_SLOTS * sizeof *replay.gen[0]);
+        replay.used = 0;
+        replay.since_ms = now_ms;
+    }
+    seen = replay_probe(replay.gen[replay.cur ^ 1u], fp, false) ||
+           replay_probe(replay.gen[replay.cur], fp, true);
+    replay.used += !seen;
+    pthread_mutex_unlock(&replay.lock);
+    return seen;
+}
+
 /* The §1.3 check on a whole hello @p msg; a valid client waits for the target's flight when
- * the settings mirror it, else is served at once. @return 0 (phase decided), or -ENOMEM. */
+ * the settings mirror it, else is served at once. A valid hello seen before is a replay: to the
+ * target like any probe (issue 33). @return 0 (phase decided), or -ENOMEM. */
 static int decide(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_used)
 {
     const sv_reality_conf *cf = s->conf;
@@ -586,11 +662,15 @@ static int decide(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_u
                            : h.x25519mlkem768 != NULL
                                ? h.x25519mlkem768 + SV_TLS_MLKEM_SHARE_LEN - 32
                                : NULL;
-    uint64_t now = cf->auth.max_time_diff_ms != 0 ? cf->now_ms() : 0;
+    uint64_t now = cf->now_ms();
     if (share == NULL ||
         !sv_reality_check(&cf->auth, share, h.random, msg, msg_len, h.session_id_off,
                           (const char *)h.server_name.p, h.server_name.n, now, key))
         return refuse(s), 0;
+    if (sv_reality_replayed(msg + h.session_id_off, now, cf->auth.max_time_diff_ms)) {
+        OPENSSL_cleanse(key, sizeof key);
+        return refuse(s), 0;
+    }
     if (cf->mirror && h.x25519 != NULL) { /* §1.5 step 1: the target answers it first
                                               (without an X25519 share: refused below) */
         s->hello = malloc(msg_len);

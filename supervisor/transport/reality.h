@@ -140,6 +140,24 @@ typedef struct sv_reality_conf {
 int sv_reality_flight_parse(const uint8_t *f, size_t n, bool final, size_t *sh_len,
                             uint16_t pad[SV_TLS13S_PAD_MAX], size_t *pad_count);
 
+/** The time window of an inbound whose settings give none (max_time_diff 0 or absent; issue
+ *  33: without one a day-old hello was served): clients' clocks within 2 minutes. */
+#define SV_REALITY_TIME_DIFF_DEFAULT_MS 120000u
+
+/**
+ * Whether the sealed session id @p sid of a valid hello was seen before within the replay
+ * window, remembering it if not (issue 33: a replayed valid hello goes to the target like a
+ * probe). Process-wide and thread-safe (one lock, once per valid hello); an id is remembered
+ * for at least 2 × @p window_ms, the longest a hello passing the time check can be replayed, in
+ * at most 1 MiB; with @p window_ms 0 (no time check) nothing is remembered and this is false.
+ * @p now_ms is the wall clock in ms, as given to the check.
+ */
+bool sv_reality_replayed(const uint8_t sid[32], uint64_t now_ms, uint64_t window_ms);
+
+/** Forget every session id sv_reality_replayed() remembers, as a restart does (for tests that
+ *  feed one valid hello more than once). Thread-safe. */
+void sv_reality_replay_forget(void);
+
 /**
  * Build an inbound's REALITY settings (sv_reality_auth_init's texts) and its temporary
  * certificate: the process's one Ed25519 key, made at the first call (§1.5: once at startup, as

@@ -16,6 +16,7 @@ Else "mirror=differs: WHY".
 
 usage: reality_hello.py --port P --public-key B64URL --short-id HEX --sni NAME --offset SECONDS
                        [--flight-file F] [--client-version X.Y.Z (default Xray's 26.3.27)]
+                       [--hello-file F (replay the hello saved there, else save this one)]
 """
 import argparse
 import base64
@@ -119,11 +120,20 @@ def main():
     p.add_argument("--wait", type=float, default=3.0)
     p.add_argument("--flight-file")
     p.add_argument("--client-version", default="26.3.27", help="x.y.z sealed in the hello")
+    p.add_argument("--hello-file", help="send the hello saved in this file (a replay), or save "
+                   "the new one there when the file does not exist")
     a = p.parse_args()
     pub = base64.urlsafe_b64decode(a.public_key + "=" * (-len(a.public_key) % 4))
     version = tuple(int(x) for x in a.client_version.split("."))
-    msg = hello(pub, bytes.fromhex(a.short_id), a.sni.encode(), int(time.time()) + a.offset,
-                version)
+    if a.hello_file and os.path.exists(a.hello_file):
+        with open(a.hello_file, "rb") as f:
+            msg = f.read()
+    else:
+        msg = hello(pub, bytes.fromhex(a.short_id), a.sni.encode(), int(time.time()) + a.offset,
+                    version)
+        if a.hello_file:
+            with open(a.hello_file, "wb") as f:
+                f.write(msg)
     got = b""
     with socket.create_connection(("127.0.0.1", a.port), timeout=a.wait) as s:
         s.sendall(b"\x16\x03\x01" + struct.pack(">H", len(msg)) + msg)

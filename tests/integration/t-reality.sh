@@ -93,6 +93,22 @@ check "a valid client's hello reached the target once (katana's dial for its fli
 check "a valid client's ServerHello mirrors the target's, records of the target's sizes" \
     test "$(sed -n 's/^mirror=//p' <<<"$out")" = ok
 
+# --- replays and the default time window (issue 33) ------------------------------------
+# mirrored HELLO-FILE OFFSET: "ok" when katana answered the hello (mirroring the target's
+# flight), "differs" when the target answered it (relayed as a probe)
+mirrored() {
+    timeout 20 python3 "$KT_DIR/reality_hello.py" --port "$NODE_PORT" --public-key="$PUB" \
+        --short-id "$SID" --sni localhost --offset "$2" --wait 2 --hello-file "$1" \
+        --flight-file "$T/target.flight" 2>&1 | sed -n 's/^mirror=\([a-z]*\).*/\1/p'
+}
+first=$(mirrored "$T/hello-1" 0); again=$(mirrored "$T/hello-1" 0)
+old=$(mirrored "$T/hello-old" -86400)
+echo "a hello: $first; the same hello again: $again; a hello stamped a day ago: $old"
+check "a valid hello is katana's" test "$first" = ok
+check "the same hello replayed goes to the target" test "$again" = differs
+check "with no max_time_diff, a day-old hello goes to the target (the default window)" \
+    test "$old" = differs
+
 # --- REALITY clients -------------------------------------------------------------------
 # rclient VENDOR NAME UUID PUBLIC_KEY SHORT_ID: a VLESS+REALITY client (template
 # tests/interop/VENDOR/client-vless-reality.json); sets CL_PORT.

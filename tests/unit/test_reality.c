@@ -332,6 +332,27 @@ static sv_reality_conf *layer_conf(uint64_t window_ms)
     return c;
 }
 
+/* Issue 33: a valid hello's sealed session id is remembered for at least twice the time window
+ * (the longest it can pass the time check again), then forgotten; no window, no memory. */
+static void replayed_session_ids_are_known_for_twice_the_window(void **st)
+{
+    (void)st;
+    uint8_t a[32], b[32];
+    memset(a, 0xa5, sizeof a);
+    memset(b, 0x5a, sizeof b);
+    sv_reality_replay_forget();
+    assert_false(sv_reality_replayed(a, 1000, 100));
+    assert_true(sv_reality_replayed(a, 1050, 100));
+    assert_false(sv_reality_replayed(b, 1100, 100));
+    assert_true(sv_reality_replayed(a, 1199, 100));
+    assert_true(sv_reality_replayed(a, 1250, 100)); /* a new generation: a is in the old one */
+    assert_true(sv_reality_replayed(b, 1300, 100));
+    assert_false(sv_reality_replayed(a, 1450, 100)); /* 450 ms > 2 x 100 later: forgotten */
+    assert_false(sv_reality_replayed(b, 1500, 0));   /* no window: nothing remembered */
+    assert_false(sv_reality_replayed(b, 1500, 0));
+    sv_reality_replay_forget();
+}
+
 static void layer_answers_a_valid_hello_with_its_flight(void **st)
 {
     (void)st;
@@ -464,6 +485,7 @@ static bool recorded_valid(drv *d, const char *priv, const char *sids, const cha
     bool valid = false;
     static const size_t steps[] = {0, 1};
     for (size_t s = 0; s < 2; s++) {
+        sv_reality_replay_forget(); /* the same hello twice: no replay of the other run */
         run_layer(c, d, steps[s]);
         assert_int_equal(d->rc, 0);
         bool ok = d->status == 0;
@@ -733,6 +755,7 @@ int main(void)
         cmocka_unit_test(failures_are_invalid),
         cmocka_unit_test(settings_are_parsed_strictly),
         cmocka_unit_test(certificate_carries_the_hmac),
+        cmocka_unit_test(replayed_session_ids_are_known_for_twice_the_window),
         cmocka_unit_test(layer_answers_a_valid_hello_with_its_flight),
         cmocka_unit_test(layer_passes_everyone_else_through),
         cmocka_unit_test(certificate_key_survives_a_rebuild),
