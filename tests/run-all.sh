@@ -1,8 +1,9 @@
 #!/bin/bash
 # tests/run-all.sh: from a fresh Debian 12 checkout to every test passing.
 #   deps (tests/setup-deps.sh) -> autoreconf -> build/ (--enable-werror): make, make check,
-#   make distcheck -> build-asan/ (--enable-asan, ASan+UBSan): make check -> the .deb and .rpm
-#   built, installed, run and removed (tests/packaging/check.sh).
+#   make fuzz (every harness FUZZ_SECONDS s, default 10), make distcheck -> build-asan/
+#   (--enable-asan, ASan+UBSan): make check -> the .deb and .rpm built, installed, run and
+#   removed (tests/packaging/check.sh).
 # Prints the test-suite log of a failing `make check`. Exit 0 only if everything passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,11 @@ make -C build -j"$JOBS"
 
 stage "make check (build/)"
 run_check build
+
+stage "make fuzz (build/fuzz-build: every harness under libFuzzer)"
+# A short run of each harness so that the fuzz build cannot rot (issue 24); longer campaigns
+# are `make -C build fuzz FUZZ_SECONDS=N`. A missing clang or libFuzzer runtime fails here.
+FUZZ_REQUIRED=1 make -C build fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-10}"
 
 stage "make distcheck (build/)"
 # The tarball builds and passes its unit and fuzz-replay tests and one integration test per

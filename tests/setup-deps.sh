@@ -11,6 +11,7 @@ BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libs
             libpcre2-dev libc-ares-dev libhiredis-dev libnghttp2-dev
             libwebsockets-dev) # libwebsockets: the Xboard node channel (issue 14)
 CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
+         libclang-rt-14-dev  # clang's libFuzzer and sanitizer runtimes: make fuzz (issue 24)
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
          sqlite3       # sqlite3: the panel tests read the usage outbox (issue #3)
          python3-cryptography  # katest.py vmess: hand-made VMess requests (issue 9)

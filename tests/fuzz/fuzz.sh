@@ -8,7 +8,8 @@
 #    replays every corpus with the plain build.
 #  - A crash, leak, UBSan report or timeout fails the run (exit 1) and names the reproducer in
 #    FUZZDIR/artifacts/; add it to the harness's .in directory once fixed.
-# Knobs: FUZZ_SECONDS (default 60), FUZZ_CC (default clang), FUZZ_HARNESSES (default: all).
+# Knobs: FUZZ_SECONDS (default 60), FUZZ_CC (default clang), FUZZ_HARNESSES (default: all),
+# FUZZ_REQUIRED (non-empty: a missing clang or libFuzzer runtime fails instead of skipping).
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
 DIR=$2
@@ -20,7 +21,12 @@ case $SECS in
 esac
 
 skip() {
-    echo "make fuzz: SKIP: $1; tests/setup-deps.sh installs clang." \
+    if [ -n "${FUZZ_REQUIRED:-}" ]; then # tests/run-all.sh: the fuzz build must not rot
+        echo "make fuzz: FAIL: $1 (FUZZ_REQUIRED is set); tests/setup-deps.sh installs clang" \
+            "and its libFuzzer runtime (libclang-rt-14-dev)" >&2
+        exit 1
+    fi
+    echo "make fuzz: SKIP: $1; tests/setup-deps.sh installs clang and libclang-rt-14-dev." \
         "The corpora are still replayed by 'make check'."
     exit 0
 }
