@@ -529,6 +529,34 @@ static void removing_an_inbound_stops_accepting_then_closes_its_sessions(void **
     run_free(&rs);
 }
 
+/* seed 001 / 000: the plan lists the inbound steps, then PublishPlane, then the drains; commit
+ * runs its own fixed order on them (plane before any listener starts, drains last). */
+static void an_inbound_and_an_outbound_removed_together_publish_after_the_inbound_steps(
+    void **state)
+{
+    fx f;
+    fx_init(&f);
+    run_state rs = {0};
+    sv_plan p = plan_and_commit(&rs, &f.spec);
+    sv_plan_free(&p);
+    f.spec.n_inbounds = 1;  /* ss2 goes */
+    f.spec.n_outbounds = 2; /* spare goes */
+    f.in[0].bind.port = 9000; /* ss1 moves */
+    p = plan_and_commit(&rs, &f.spec);
+    EXPECT_STEPS(&p,
+                 {SV_STEP_REUSE, OUT, "direct", 1, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                 {SV_STEP_REUSE, ROUTE, "", 0, NULL},
+                 {SV_STEP_BIND, IN, "ss1", 0, "127.0.0.1:9000"},
+                 {SV_STEP_STOP_ACCEPTING, IN, "ss1", 0, "127.0.0.1:8388"},
+                 {SV_STEP_STOP_ACCEPTING, IN, "ss2", 0, "[::1]:8389"},
+                 {SV_STEP_CLOSE_SESSIONS, IN, "ss2", 0, NULL},
+                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL},
+                 {SV_STEP_DRAIN, OUT, "spare", 1, NULL});
+    sv_plan_free(&p);
+    run_free(&rs);
+}
+
 static void a_renamed_inbound_keeps_the_listener_and_closes_the_old_sessions(void **state)
 {
     fx f;
@@ -897,6 +925,7 @@ int main(void)
         cmocka_unit_test(a_user_change_is_not_part_of_the_plan),
         cmocka_unit_test(a_bind_change_binds_anew_and_stops_the_old_listener),
         cmocka_unit_test(removing_an_inbound_stops_accepting_then_closes_its_sessions),
+        cmocka_unit_test(an_inbound_and_an_outbound_removed_together_publish_after_the_inbound_steps),
         cmocka_unit_test(a_renamed_inbound_keeps_the_listener_and_closes_the_old_sessions),
         cmocka_unit_test(inbounds_trading_binds_swap_handlers_and_bind_nothing),
         cmocka_unit_test(an_inbound_taking_over_a_removed_ones_bind_frees_its_own),
