@@ -956,7 +956,6 @@ static void publish_speed_limits(sv_supervisor *sv, const sv_spec *spec)
 
 /* ---- public API --------------------------------------------------------------------------------- */
 
-
 /* sv_apply(), and with @p adopt, sv_apply_take(): @p spec becomes the running spec. */
 static int apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_apply_options *opts,
                  sv_apply_report *report, sv_error *err)
