@@ -693,8 +693,11 @@ static int reconcile_apply(ag_manager *m, ag_fleet *next, sv_error *err)
     if (rc != 0)
         return rc;
     SV_LOG(SV_LOG_DEBUG, MOD, "apply: %zu reused, %zu built, %zu swapped, %zu drained, "
-           "%zu rebound, %zu removed", report.n_reused, report.n_built, report.n_swapped,
-           report.n_drained, report.n_rebound, report.n_removed);
+           "%zu rebound, %zu restarted, %zu removed", report.n_reused, report.n_built,
+           report.n_swapped, report.n_drained, report.n_rebound, report.n_restarted,
+           report.n_removed);
+    for (size_t i = 0; i < report.n_rebound; i++)
+        SV_LOG(SV_LOG_DEBUG, MOD, "apply: rebound %s", report.rebound[i]);
     sv_apply_report_free(&report);
     close_changed(m, next);
     uint64_t epoch = sv_epoch(m->sv);

@@ -97,8 +97,8 @@ void api_jw_raw(api_jw *w, const char *text, size_t n);
 
 /**
  * Append a flow object: id, session, node, inbound, user ({uid, label} or null), source,
- * destination, sniffed_host (or null), network, outbound, rule (or null), epoch, start (RFC 3339
- * or null), up, down (README "Operate a node"). Strings are escaped (RFC 8259 §7); bytes that are
+ * destination, sniffed_host (or null), network, outbound, rule (or null), epoch, killed (seed
+ * 003 FlowEntry::killed), start (RFC 3339 or null), up, down (README "Operate a node"). Strings are escaped (RFC 8259 §7); bytes that are
  * not well-formed UTF-8 become U+FFFD; integers above INT64_MAX are clamped.
  */
 void api_jw_flow(api_jw *w, const sv_flow_info *f);
@@ -114,6 +114,8 @@ void api_jw_session(api_jw *w, const sv_session_info *s);
 char *api_jw_take(api_jw *w, size_t *len);
 
 /* json.c: every builder returns a new reference or NULL on allocation failure. */
+/** A stats snapshot: tick, interval_ms, total, inbounds and outbounds ({tag, ...}), users
+ *  ({user, label, ...}: seed 003 UserStats). */
 json_t *api_json_stats(const sv_stats *st);
 json_t *api_json_node(const api_node_status *n, long sessions, long flows);
 json_t *api_json_time(uint64_t ms); /* RFC 3339 string, or null for 0 */

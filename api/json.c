@@ -208,6 +208,7 @@ void api_jw_flow(api_jw *w, const sv_flow_info *f)
     else
         jw_key_u64(w, ",\"rule\":", (uint64_t)f->rule);
     jw_key_u64(w, ",\"epoch\":", f->epoch);
+    jw_lit(w, f->killed ? ",\"killed\":true" : ",\"killed\":false");
     jw_tail(w, f->started_ms, f->up, f->down);
 }
 
@@ -247,9 +248,10 @@ static json_t *tag_stats(const sv_tag_stats *t, const char *key)
                           "flows", u64(t->flows));
     if (o != NULL && key != NULL) {
         uint64_t id;
-        json_t *v = strcmp(key, "user") == 0 && api_parse_u64(t->tag, &id) == 0
-                        ? u64(id) : json_string(t->tag);
-        if (json_object_set_new(o, key, v) != 0) {
+        bool user = strcmp(key, "user") == 0;
+        json_t *v = user && api_parse_u64(t->tag, &id) == 0 ? u64(id) : json_string(t->tag);
+        if (json_object_set_new(o, key, v) != 0 ||
+            (user && json_object_set_new(o, "label", json_string(t->label)) != 0)) {
             json_decref(o);
             return NULL;
         }

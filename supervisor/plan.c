@@ -94,10 +94,19 @@ static bool outbound_goes(const sv_spec *run, size_t i, const sv_spec *desired)
     return d < 0 || !sv_outbound_spec_equal(&desired->outbounds[d], &run->outbounds[i]);
 }
 
-/** REUSE/BUILD per desired outbound. @return true when anything was built. */
+/** The latest version @p tag was built at in @p running, 0 when never. */
+static uint64_t last_version(const sv_running *running, const char *tag)
+{
+    for (size_t i = 0; running->versions != NULL && i < running->n_versions; i++)
+        if (strcmp(running->versions[i].tag, tag) == 0)
+            return running->versions[i].version;
+    return 0;
+}
+
+/** REUSE/BUILD per desired outbound; a BUILD takes the tag's next version (seed 001: per tag,
+ *  from 1). @return true when anything was built. */
 static bool plan_outbounds(builder *b, const sv_running *running, const sv_spec *desired)
 {
-    uint32_t next = running->next_version != 0 ? running->next_version : 1;
     bool built = false;
     for (size_t i = 0; i < desired->n_outbounds; i++) {
         const sv_outbound_spec *o = &desired->outbounds[i];
@@ -106,7 +115,8 @@ static bool plan_outbounds(builder *b, const sv_running *running, const sv_spec 
             push(b, SV_STEP_REUSE, SV_RES_OUTBOUND, o->tag)->version =
                 running->outbound_versions[r];
         } else {
-            push(b, SV_STEP_BUILD, SV_RES_OUTBOUND, o->tag)->version = next++;
+            push(b, SV_STEP_BUILD, SV_RES_OUTBOUND, o->tag)->version =
+                last_version(running, o->tag) + 1;
             built = true;
         }
     }
@@ -200,13 +210,46 @@ int sv_plan_make(const sv_running *running, const sv_spec *desired, sv_plan *out
     bool route_same = run != NULL && sv_route_spec_equal(&run->route, &desired->route);
     push(&b, route_same ? SV_STEP_REUSE : SV_STEP_BUILD, SV_RES_ROUTE, "");
     publish = publish || !route_same || any_drain(running, desired);
+    plan_inbounds(&b, run, desired);
     if (publish)
         push(&b, SV_STEP_PUBLISH_PLANE, SV_RES_ROUTE, "");
-    plan_inbounds(&b, run, desired);
     plan_drains(&b, running, desired);
 
     out->steps = b.steps;
     out->n_steps = b.n;
+    return 0;
+}
+
+int sv_plan_versions(const sv_running *running, const sv_plan *plan, sv_tag_version **out,
+                     size_t *n)
+{
+    size_t have = running != NULL && running->versions != NULL ? running->n_versions : 0;
+    size_t cap = have;
+    for (size_t i = 0; i < plan->n_steps; i++)
+        cap += plan->steps[i].kind == SV_STEP_BUILD && plan->steps[i].resource == SV_RES_OUTBOUND;
+    *out = NULL;
+    *n = 0;
+    if (cap == 0)
+        return 0;
+    sv_tag_version *v = malloc(cap * sizeof *v);
+    if (v == NULL)
+        return -ENOMEM;
+    if (have > 0)
+        memcpy(v, running->versions, have * sizeof *v);
+    size_t len = have;
+    for (size_t i = 0; i < plan->n_steps; i++) {
+        const sv_step *s = &plan->steps[i];
+        if (s->kind != SV_STEP_BUILD || s->resource != SV_RES_OUTBOUND)
+            continue;
+        size_t j = 0;
+        while (j < len && strcmp(v[j].tag, s->tag) != 0)
+            j++;
+        if (j == len)
+            snprintf(v[len++].tag, sizeof v->tag, "%s", s->tag);
+        v[j].version = s->version;
+    }
+    *out = v;
+    *n = len;
     return 0;
 }
 

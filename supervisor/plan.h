@@ -28,7 +28,7 @@ typedef struct sv_step {
     enum sv_step_kind kind;
     enum sv_resource resource;
     char tag[SV_TAG_MAX + 1];
-    uint32_t version;  /**< outbound version for REUSE/BUILD/DRAIN of an outbound */
+    uint64_t version;  /**< outbound version for REUSE/BUILD/DRAIN of an outbound (per tag, from 1) */
     char bind[80];     /**< "address:port" for BIND / STOP_ACCEPTING */
     char reason[128];  /**< SV_STEP_DISRUPT */
     sv_policy policy;  /**< DRAIN: the version's drain policy (never SV_POLICY_DEFAULT): the
@@ -41,11 +41,21 @@ typedef struct sv_plan {
     size_t n_steps;
 } sv_plan;
 
+/** The latest version a tag was built at (seed 001 RunningState::versions). */
+typedef struct sv_tag_version {
+    char tag[SV_TAG_MAX + 1];
+    uint64_t version; /**< 1 for its first build */
+} sv_tag_version;
+
 /** The running state the planner compares against. */
 typedef struct sv_running {
     const sv_spec *spec;                /**< NULL before the first apply */
-    const uint32_t *outbound_versions;  /**< parallel to spec->outbounds */
-    uint32_t next_version;              /**< first version never used yet (versions start at 1) */
+    const uint64_t *outbound_versions;  /**< parallel to spec->outbounds */
+    /** every outbound tag ever built, removed ones too, with its latest version (seed 001:
+     *  "versions never go back"; a tag added back continues from its old builds); NULL/0 =
+     *  none built yet */
+    const sv_tag_version *versions;
+    size_t n_versions;
 } sv_running;
 
 /**
@@ -54,17 +64,23 @@ typedef struct sv_running {
  *
  * Order of steps:
  *  1. outbounds, in desired order: REUSE (equal spec; `version` = its running version) or BUILD
- *     (new or changed tag; `version` = running->next_version, +1 per BUILD of this plan);
+ *     (new or changed tag; `version` = the tag's latest version in running->versions plus 1, or
+ *     1 for a tag never built: seed 001 "outbound versions: u64, from 1 per tag");
  *  2. ROUTE: REUSE (equal route spec) or BUILD (changed, or first apply); `tag` is "";
- *  3. PUBLISH_PLANE (resource SV_RES_ROUTE, tag "") when an outbound was built or will be
- *     drained, or the route was built (always on the first apply); inbounds never cause it;
- *  4. inbounds, in desired order: REUSE, SWAP_HANDLER, BUILD + BIND or BIND (below);
- *  5. for each running inbound, in running order: STOP_ACCEPTING (tag = the running inbound)
+ *  3. inbounds, in desired order: REUSE, SWAP_HANDLER, BUILD + BIND or BIND (below);
+ *  4. for each running inbound, in running order: STOP_ACCEPTING (tag = the running inbound)
  *     when no desired inbound holds its bind, then CLOSE_SESSIONS when its tag is gone
  *     (removing an inbound: STOP_ACCEPTING then CLOSE_SESSIONS, seed 001);
+ *  5. PUBLISH_PLANE (resource SV_RES_ROUTE, tag "") when an outbound was built or will be
+ *     drained, or the route was built (always on the first apply, whose plan ends with it:
+ *     seed 001 the_first_plan_binds_and_builds_everything_then_publishes); inbounds never
+ *     cause it;
  *  6. DRAIN of every replaced or removed outbound version, in running order, last: after the
  *     publish, as seed 000 requires (a_changed_outbound_is_a_new_version_and_the_old_one_drains_
  *     after_the_publish).
+ * The plan is a list of what to do, not the order commit does it in: commit runs its fixed
+ * order (supervisor.c commit(), seed 001 "commit"), in which the plane is published before any
+ * listener starts and drains come after the publish.
  *
  * Inbounds: listeners are keyed by their bind (seed 001: "listeners are keyed by BindSpec"),
  * compared as socket addresses ("::1" equals "0::1"). `bind` is filled on every inbound step
@@ -84,17 +100,29 @@ typedef struct sv_running {
  * are planned as BIND of the new one before STOP_ACCEPTING of the old one; prepare may then fail
  * with -EADDRINUSE.
  *
- * Versions come from one counter shared by all tags, so no version is ever used twice, even by
- * a tag that is removed and added back (seed 001, "versions never go back"). After committing,
- * the caller's next_version is max(next_version, 1) plus the number of outbound BUILD steps.
+ * Versions count per tag (seed 001 "entity ids": OutboundId is (tag, version), {tag}@v{version}),
+ * so a tag's version never repeats, even for a tag that is removed and added back; after
+ * committing, the caller keeps sv_plan_versions()' table as its running->versions.
  *
  * @param running  NULL or running->spec == NULL means the first apply; otherwise
  *                 running->outbound_versions has running->spec->n_outbounds entries and
- *                 running->spec is a validated spec. next_version 0 is taken as 1.
+ *                 running->spec is a validated spec. running->versions may be given before
+ *                 the first apply too (a tag then continues from it).
  * @param out      receives the plan (zeroed on error)
  * @return 0 (free with sv_plan_free()), -EINVAL with err set (validation), -ENOMEM.
  */
 int sv_plan_make(const sv_running *running, const sv_spec *desired, sv_plan *out, sv_error *err);
+
+/**
+ * The version table to keep once @p plan is committed: @p running's (running->versions), with
+ * each outbound BUILD step's tag set to the step's version (a tag never built before is
+ * appended). Pure: the caller calls it in prepare, so that commit cannot fail.
+ * @param out  receives a malloc'ed table the caller frees with free() (NULL when empty)
+ * @param n    receives its number of entries
+ * @return 0 or -ENOMEM (nothing is returned then).
+ */
+int sv_plan_versions(const sv_running *running, const sv_plan *plan, sv_tag_version **out,
+                     size_t *n);
 
 /** Free the steps of @p plan and zero it. NULL-safe. */
 void sv_plan_free(sv_plan *plan);

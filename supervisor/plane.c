@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -505,7 +506,7 @@ void sv__hints_release(sv_hints_out *out, sv_hints_in *in)
     free(out);
 }
 
-sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version)
+sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint64_t version)
 {
     const sv_outbound_ops *ops = sv_outbound_ops_for(kind);
     sv_target *t = ops != NULL ? calloc(1, sizeof *t) : NULL;
@@ -514,7 +515,7 @@ sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t v
     t->ops = ops;
     t->version = version;
     snprintf(t->tag, sizeof t->tag, "%s", tag);
-    snprintf(t->id, sizeof t->id, "%s@v%u", tag, version);
+    snprintf(t->id, sizeof t->id, "%s@v%" PRIu64, tag, version);
     atomic_init(&t->refs, 1);
     return t;
 }

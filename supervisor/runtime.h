@@ -126,7 +126,7 @@ typedef struct sv_target {
     const sv_outbound_ops *ops; /**< its implementation (outbound/): the connector opens through it */
     char id[SV_TAG_MAX + 16]; /**< "tag@vN" */
     char tag[SV_TAG_MAX + 1];
-    uint32_t version;
+    uint64_t version; /**< per tag, from 1 (seed 001 OutboundId); 0 = the supervisor's own */
     sv_socket_policy sock; /**< its outbound's socket policy (issue 13); zero = none */
 } sv_target;
 
@@ -186,7 +186,7 @@ void sv_replay_ref_unref(sv_replay_ref *r);
 
 /** A target "tag@vN" of @p kind with one reference, or NULL on allocation failure (or a kind
  *  sv_outbound_ops_for() does not know). */
-sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint32_t version);
+sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint64_t version);
 /** Take / drop a reference (any thread). NULL-safe unref. */
 void sv_target_ref(sv_target *t);
 void sv_target_unref(sv_target *t);

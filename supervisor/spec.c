@@ -459,6 +459,7 @@ void sv_apply_report_free(sv_apply_report *report)
     strv_free(&report->swapped, &report->n_swapped);
     strv_free(&report->drained, &report->n_drained);
     strv_free(&report->rebound, &report->n_rebound);
+    strv_free(&report->restarted, &report->n_restarted);
     strv_free(&report->removed, &report->n_removed);
     memset(report, 0, sizeof *report);
 }

@@ -59,8 +59,9 @@ struct sv_supervisor {
     sv_spec running;
     bool has_running;
     sv_target **targets; /**< parallel to running.outbounds */
-    uint32_t *versions;  /**< parallel to running.outbounds */
-    uint32_t next_version;
+    uint64_t *versions;  /**< parallel to running.outbounds */
+    sv_tag_version *tag_versions; /**< every outbound tag built so far, its latest version */
+    size_t n_tag_versions;
     sv_routes_ref *routes;
     sv_plane *plane;
     uint64_t epoch;
@@ -100,7 +101,9 @@ typedef struct staged_listener {
 
 typedef struct prepared {
     sv_target **targets; /**< parallel to spec->outbounds */
-    uint32_t *versions;
+    uint64_t *versions;
+    sv_tag_version *tag_versions; /**< the table to keep (sv_plan_versions) */
+    size_t n_tag_versions;
     sv_routes_ref *routes;
     bool publish;
     sv_plane *plane;     /**< the plane to publish (when publish), built in prepare */
@@ -317,6 +320,25 @@ static int bind_all(sv_supervisor *sv, staged_listener *s, const sv_inbound_spec
 
 /* ---- prepare ------------------------------------------------------------------------------------ */
 
+/*
+ * Set @p err to seed 001's build error, "building {resource} failed: {source}" (ApplyError::Build,
+ * e.g. "building outbound direct@v2 failed: interface nosuchif0: no such interface on this
+ * host"). @p source is the builder's message; its own "{kind}{tag}: " prefix (@p kind
+ * "outbound " or "inbound ") is dropped, since @p resource names the resource already, and a
+ * message that is a build error already ("building ...") is kept as it is. @return @p rc.
+ */
+static int build_failed(sv_error *err, int rc, const char *resource, const char *tag,
+                        const char *kind, const char *source)
+{
+    if (strncmp(source, "building ", 9) == 0)
+        return sv_error_set(err, rc, "%s", source);
+    size_t kl = strlen(kind), tl = strlen(tag);
+    if (strncmp(source, kind, kl) == 0 && strncmp(source + kl, tag, tl) == 0 &&
+        strncmp(source + kl + tl, ": ", 2) == 0)
+        source += kl + tl + 2;
+    return sv_error_set(err, rc, "building %s failed: %s", resource, source);
+}
+
 static const sv_step *find_step(const sv_plan *plan, enum sv_resource res, enum sv_step_kind kind,
                                 const char *tag)
 {
@@ -344,6 +366,14 @@ static ctl_listener *listener_by_bind(sv_supervisor *sv, const char *bind)
     return NULL;
 }
 
+static void running_view(const sv_supervisor *sv, sv_running *r)
+{
+    r->spec = sv->has_running ? &sv->running : NULL;
+    r->outbound_versions = sv->versions;
+    r->versions = sv->tag_versions;
+    r->n_versions = sv->n_tag_versions;
+}
+
 static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
 {
     sv_plane_unref(p->plane);
@@ -353,6 +383,7 @@ static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
         sv_target_unref(p->targets[i]);
     free(p->targets);
     free(p->versions);
+    free(p->tag_versions);
     sv_routes_ref_unref(p->routes);
     for (size_t i = 0; i < p->n_ls; i++) {
         if (p->ls[i].is_new && sv != NULL)
@@ -390,9 +421,13 @@ static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_sp
             st = find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag);
             p->versions[i] = st != NULL ? st->version : 1;
             if (!sv_socket_policy_equal(&o->socket, &no_policy)) {
-                int rc = sv_socket_policy_check(&o->socket, o->tag, err);
-                if (rc != 0)
-                    return rc;
+                sv_error perr = {0};
+                int rc = sv_socket_policy_check(&o->socket, o->tag, &perr);
+                if (rc != 0) {
+                    char what[SV_TAG_MAX + 32];
+                    snprintf(what, sizeof what, "outbound %s@v%" PRIu64, o->tag, p->versions[i]);
+                    return build_failed(err, rc, what, o->tag, "outbound ", perr.msg);
+                }
             }
             p->targets[i] = sv_target_new(o->kind, o->tag, p->versions[i]);
             if (p->targets[i] == NULL)
@@ -494,8 +529,12 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
         tls = sv_tls_ctx_ref(old_tls);
         rc = 0;
     }
-    if (rc < 0)
+    char what[SV_TAG_MAX + 16];
+    snprintf(what, sizeof what, "inbound %s", in->tag);
+    if (rc < 0 && p->certs_only) /* sv_reload_certs reports "inbound x: certificate refused" */
         return sv_error_set(err, rc, "%s", terr.msg);
+    if (rc < 0)
+        return build_failed(err, rc, what, in->tag, "inbound ", terr.msg);
     if (!bind && !swap) {
         const sv_user_set *old = sv_spec_user_set(&sv->running, in->users);
         users_changed = old == NULL || set == NULL || !sv_user_set_equal(old, set);
@@ -525,7 +564,7 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
     s->l.handler = sv_handler_new(in, set, &was, s->l.replay, tls, &herr);
     sv_tls_ctx_unref(tls);
     if (s->l.handler == NULL)
-        return sv_error_set(err, herr.code, "%s", herr.msg);
+        return build_failed(err, herr.code, what, in->tag, "inbound ", herr.msg);
     if (bind && sv != NULL)
         return bind_all(sv, s, in, err);
     return 0;
@@ -570,6 +609,11 @@ static int prepare(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, 
     memset(p, 0, sizeof *p);
     p->adopt = adopt;
     int rc = prepare_outbounds(sv, plan, spec, p, err);
+    if (rc == 0 && sv != NULL) {
+        sv_running run;
+        running_view(sv, &run);
+        rc = sv_plan_versions(&run, plan, &p->tag_versions, &p->n_tag_versions);
+    }
     if (rc == 0)
         rc = prepare_routes(sv, plan, spec, p, err);
     if (rc == 0) {
@@ -742,7 +786,7 @@ static void act_on_drains(sv_supervisor *sv, const sv_plan *plan)
         if (st->kind != SV_STEP_DRAIN || st->policy.kind == SV_POLICY_KEEP)
             continue;
         char id[SV_TAG_MAX + 16];
-        snprintf(id, sizeof id, "%s@v%u", st->tag, st->version);
+        snprintf(id, sizeof id, "%s@v%" PRIu64, st->tag, st->version);
         if (st->policy.kind == SV_POLICY_CLOSE_AFTER &&
             grace_start(sv, st->policy.grace_ms, 0, id) == 0)
             continue;
@@ -766,23 +810,10 @@ static void commit_steps(sv_supervisor *sv, const sv_plan *plan)
     }
 }
 
-/* Cannot fail: prepare allocated the plane, the spec copy, the listener room and the messages. */
-static void commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, prepared *p)
+/* The targets and versions prepared become the running ones (the plane holds its own references
+ * on the targets it routes to). */
+static void commit_targets(sv_supervisor *sv, prepared *p)
 {
-    if (p->plane != NULL) {
-        sv->epoch++;
-        publish_plane(sv, p->plane);
-        p->plane = NULL;
-    }
-    commit_steps(sv, plan);
-    for (size_t i = 0; i < p->n_ls; i++) {
-        staged_listener *s = &p->ls[i];
-        if (s->is_new) {
-            add_listener(sv, s);
-        } else {
-            swap_with_policy(sv, s, spec, s->revoke);
-        }
-    }
     for (size_t i = 0; sv->has_running && i < sv->running.n_outbounds; i++)
         sv_target_unref(sv->targets[i]);
     free(sv->targets);
@@ -791,12 +822,44 @@ static void commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, 
     sv->versions = p->versions;
     p->targets = NULL;
     p->versions = NULL;
+    free(sv->tag_versions);
+    sv->tag_versions = p->tag_versions;
+    sv->n_tag_versions = p->n_tag_versions;
+    p->tag_versions = NULL;
+    p->n_tag_versions = 0;
+}
+
+static void publish_speed_limits(sv_supervisor *sv, const sv_spec *spec);
+
+/*
+ * Commit in seed 001's order ("commit"; seed 000 "publish the plane"): speed limits → targets →
+ * plane (epoch + 1, when the plan publishes) → start listeners → swap handlers (each with its
+ * revoke) → stop accepting / close sessions; the drains follow in apply() once every worker has
+ * adopted the plane. katana has no user keys to adopt first (users are the frontend's ids), and a
+ * revoke travels with its listener's handler swap (supervisor/README.md, "Where katana differs
+ * from the seeds"). So no listener started here ever serves a connection on the previous plane.
+ * Cannot fail: prepare allocated the plane, the spec copy, the listener room and the messages.
+ */
+static void commit(sv_supervisor *sv, const sv_plan *plan, prepared *p)
+{
+    const sv_spec *spec = &p->spec; /* the spec that becomes the running one */
+    publish_speed_limits(sv, spec);
+    commit_targets(sv, p);
+    if (p->plane != NULL) {
+        sv->epoch++;
+        publish_plane(sv, p->plane);
+        p->plane = NULL;
+    }
+    for (size_t i = 0; i < p->n_ls; i++)
+        if (p->ls[i].is_new)
+            add_listener(sv, &p->ls[i]);
+    for (size_t i = 0; i < p->n_ls; i++)
+        if (!p->ls[i].is_new)
+            swap_with_policy(sv, &p->ls[i], spec, p->ls[i].revoke);
+    commit_steps(sv, plan);
     sv_routes_ref_unref(sv->routes);
     sv->routes = p->routes;
     p->routes = NULL;
-    for (size_t i = 0; i < spec->n_outbounds; i++)
-        if (sv->versions[i] >= sv->next_version)
-            sv->next_version = sv->versions[i] + 1;
     sv_spec_free(&sv->running);
     sv->running = p->spec;
     p->has_spec = false;
@@ -817,6 +880,27 @@ static void report_add(char ***list, size_t *n, const char *text)
         (*n)++;
 }
 
+/* The debug line each commit ends with (seed 001 "log lines"): "applied: {} built, {} reused,
+ * {} swapped, {} drained", the lengths of those groups of the report. */
+static void log_applied(const sv_plan *plan)
+{
+    size_t n[SV_STEP_DISRUPT + 1] = {0};
+    for (size_t i = 0; i < plan->n_steps; i++)
+        if (plan->steps[i].kind <= SV_STEP_DISRUPT)
+            n[plan->steps[i].kind]++;
+    SV_LOG(SV_LOG_DEBUG, "sv.actor", "applied: %zu built, %zu reused, %zu swapped, %zu drained",
+           n[SV_STEP_BUILD], n[SV_STEP_REUSE], n[SV_STEP_SWAP_HANDLER], n[SV_STEP_DRAIN]);
+}
+
+/* Does @p plan build inbound @p tag (a new tag, as opposed to a rebind of a running one)? */
+static bool builds_inbound(const sv_plan *plan, const char *tag)
+{
+    return find_step(plan, SV_RES_INBOUND, SV_STEP_BUILD, tag) != NULL;
+}
+
+/* The report from the plan's steps (seed 001 ApplyReport): reused, built, swapped, drained,
+ * rebound (a BIND of an inbound whose tag ran on another bind; a new tag's BIND is only its
+ * BUILD), restarted (DISRUPT), removed (CLOSE_SESSIONS). */
 static void fill_report(const sv_plan *plan, sv_apply_report *r)
 {
     static const char *const kinds[] = {"", "inbound", "outbound", "route", "user set"};
@@ -825,7 +909,7 @@ static void fill_report(const sv_plan *plan, sv_apply_report *r)
         const sv_step *s = &plan->steps[i];
         char text[160];
         if (s->resource == SV_RES_OUTBOUND)
-            snprintf(text, sizeof text, "outbound %s@v%u", s->tag, s->version);
+            snprintf(text, sizeof text, "outbound %s@v%" PRIu64, s->tag, s->version);
         else
             snprintf(text, sizeof text, "%s %s", kinds[s->resource <= 4 ? s->resource : 0], s->tag);
         switch (s->kind) {
@@ -834,27 +918,33 @@ static void fill_report(const sv_plan *plan, sv_apply_report *r)
         case SV_STEP_SWAP_HANDLER: report_add(&r->swapped, &r->n_swapped, text); break;
         case SV_STEP_DRAIN: report_add(&r->drained, &r->n_drained, text); break;
         case SV_STEP_CLOSE_SESSIONS: report_add(&r->removed, &r->n_removed, text); break;
+        case SV_STEP_DISRUPT: report_add(&r->restarted, &r->n_restarted, text); break;
+        case SV_STEP_BIND:
+            if (!builds_inbound(plan, s->tag))
+                report_add(&r->rebound, &r->n_rebound, text);
+            break;
         default: break;
         }
     }
 }
 
-/* Issue 12 "Speed limits" (seed 003 publish_speed_limits): after a commit, every user of every
- * set of the running spec with a speed limit; a user in several sets gets the smallest. A
- * refused apply or user edit never gets here, so it cannot change the limits in force. */
-static void publish_speed_limits(sv_supervisor *sv)
+/* Issue 12 "Speed limits" (seed 003 publish_speed_limits; seed 001: at the start of every commit
+ * and of every user edit's commit): every user of every set of @p spec, the spec being
+ * committed, with a speed limit; a user in several sets gets the smallest. A refused apply or
+ * user edit never gets here, so it cannot change the limits in force. */
+static void publish_speed_limits(sv_supervisor *sv, const sv_spec *spec)
 {
     size_t n = 0, at = 0;
-    for (size_t i = 0; i < sv->running.n_user_sets; i++)
-        n += sv->running.user_sets[i].n_users;
+    for (size_t i = 0; i < spec->n_user_sets; i++)
+        n += spec->user_sets[i].n_users;
     sv_pace_limit *v = calloc(n ? n : 1, sizeof *v);
     if (v == NULL) {
         SV_LOG(SV_LOG_ERROR, "sv.actor", "speed limits: out of memory; the previous ones stay");
         return;
     }
-    for (size_t i = 0; i < sv->running.n_user_sets; i++)
-        for (size_t j = 0; j < sv->running.user_sets[i].n_users; j++) {
-            const sv_user *u = &sv->running.user_sets[i].users[j];
+    for (size_t i = 0; i < spec->n_user_sets; i++)
+        for (size_t j = 0; j < spec->user_sets[i].n_users; j++) {
+            const sv_user *u = &spec->user_sets[i].users[j];
             if (u->speed_limit != 0)
                 v[at++] = (sv_pace_limit){u->id, u->speed_limit};
         }
@@ -865,13 +955,6 @@ static void publish_speed_limits(sv_supervisor *sv)
 }
 
 /* ---- public API --------------------------------------------------------------------------------- */
-
-static void running_view(const sv_supervisor *sv, sv_running *r)
-{
-    r->spec = sv->has_running ? &sv->running : NULL;
-    r->outbound_versions = sv->versions;
-    r->next_version = sv->next_version;
-}
 
 /* sv_apply(), and with @p adopt, sv_apply_take(): @p spec becomes the running spec. */
 static int apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_apply_options *opts,
@@ -896,17 +979,17 @@ static int apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_ap
     if (rc != 0)
         goto out;
     bool published = p.plane != NULL;
-    commit(sv, &plan, spec, &p);
+    commit(sv, &plan, &p);
     prepared_free(sv, &p, spec->n_outbounds);
-    publish_speed_limits(sv);
-    /* issue 8: sv_epoch() is the plane every worker serves new flows with */
+    /* issue 8: sv_epoch() is the plane every worker serves new flows with; a drain waits for it,
+     * so no worker opens a new flow on the drained version after it */
     if (published && !sv__epoch_wait(&sv->shared, sv->epoch, SV_ADOPT_WAIT_MS))
         SV_LOG(SV_LOG_WARN, "sv.actor", "epoch %" PRIu64 ": not every worker adopted the plane "
                "within %d ms", sv->epoch, SV_ADOPT_WAIT_MS);
     act_on_drains(sv, &plan);
+    log_applied(&plan);
     if (report != NULL)
         fill_report(&plan, report);
-    SV_LOG(SV_LOG_DEBUG, "sv.actor", "applied: epoch %llu", (unsigned long long)sv->epoch);
 out:
     sv_plan_free(&plan);
     return rc;
@@ -930,7 +1013,6 @@ int sv_apply_take(sv_supervisor *sv, sv_spec *spec, const sv_apply_options *opts
 int sv_check(const sv_spec *spec, sv_error *err)
 {
     sv_running run = {0};
-    run.next_version = 1;
     sv_plan plan = {0};
     int rc = sv_plan_make(&run, spec, &plan, err);
     if (rc != 0)
@@ -1002,12 +1084,12 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
     if (rc == 0 && reserve_msgs(sv, p.n_ls * sv->n_workers) != 0)
         rc = sv_error_set(err, -ENOMEM, "out of memory");
     if (rc == 0) {
+        publish_speed_limits(sv, &next); /* seed 001 "user edits": limits, then revoke and tables */
         for (size_t i = 0; i < p.n_ls; i++)
             swap_with_policy(sv, &p.ls[i], &next, true);
         sv_spec_free(&sv->running);
         sv->running = next;
         memset(&next, 0, sizeof next);
-        publish_speed_limits(sv);
     }
     prepared_free(sv, &p, 0);
     sv_spec_free(&next);
@@ -1498,7 +1580,6 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     unsigned n = opts != NULL && opts->workers ? opts->workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
     sv->n_workers = n < 1 ? 1 : (n > SV_WORKERS_MAX ? SV_WORKERS_MAX : n);
     sv->control = control;
-    sv->next_version = 1;
     sv_list_init(&sv->spare);
     sv_list_init(&sv->graces);
     pthread_mutex_init(&sv->shared.adopt_mu, NULL);
@@ -1612,6 +1693,7 @@ void sv_supervisor_free(sv_supervisor *sv)
         sv_target_unref(sv->targets[i]);
     free(sv->targets);
     free(sv->versions);
+    free(sv->tag_versions);
     sv_routes_ref_unref(sv->routes);
     sv_plane_unref(sv->plane);
     sv_addrset_unref(sv->own_addrs);

@@ -464,10 +464,17 @@ typedef struct sv_apply_options {
     bool allow_disruptive;
 } sv_apply_options;
 
-/** What an apply did; each entry is "kind tag" or "outbound tag@vN". Owned by the report. */
+/**
+ * What an apply did (seed 001 ApplyReport); each entry is "kind tag" or "outbound tag@vN", the
+ * version counted per tag from 1. Every resource of the spec is in reused or built; swapped: a
+ * listener kept with a new handler; drained: a replaced or removed outbound version; rebound: a
+ * running inbound moved to another bind (a new inbound is only built); restarted: a disruptive
+ * change applied (none planned by katana yet); removed: an inbound whose sessions were closed.
+ * Owned by the report.
+ */
 typedef struct sv_apply_report {
-    char **reused, **built, **swapped, **drained, **rebound, **removed;
-    size_t n_reused, n_built, n_swapped, n_drained, n_rebound, n_removed;
+    char **reused, **built, **swapped, **drained, **rebound, **restarted, **removed;
+    size_t n_reused, n_built, n_swapped, n_drained, n_rebound, n_restarted, n_removed;
 } sv_apply_report;
 
 /** Free the strings of a report and zero it. NULL-safe. */
@@ -776,6 +783,9 @@ typedef struct sv_flow_info {
     uint64_t epoch;       /**< plane that routed it */
     uint64_t started_ms;  /**< wall clock */
     uint64_t up, down;    /**< payload bytes client→remote, remote→client */
+    bool killed;          /**< sv_kill / sv_kill_where (a drain too) told it to close (seed 003
+                               FlowEntry::killed): set once, never cleared; on a CLOSED event,
+                               whether it ended killed */
 } sv_flow_info;
 
 /** Every live flow sorted by id. Any thread. Same conventions as sv_sessions(). */
@@ -803,6 +813,8 @@ size_t sv_kill_where(sv_supervisor *sv, const sv_flow_filter *f);
 /** Per-tag traffic in one sampler tick (seed 003, StatsSnapshot). */
 typedef struct sv_tag_stats {
     char tag[SV_TAG_MAX + 1]; /**< inbound/outbound tag, or the user id in decimal */
+    char label[SV_TAG_MAX + 1]; /**< users: the user's label (seed 003 UserStats::label), the
+                                     flows' user_label; "" for inbounds, outbounds, the total */
     uint64_t up, down;        /**< bytes since start */
     uint64_t up_rate, down_rate; /**< bytes/s over the measured interval */
     uint32_t flows;           /**< live flows at the tick */

@@ -336,6 +336,7 @@ static int export_users(sv_tracker *t, uint64_t interval_ns, sv_tag_stats **out,
         const sv__user *e = sv_table_at(&t->users, at);
         _Static_assert(sizeof e->tag <= sizeof o->tag, "a user's tag fits a snapshot tag");
         memcpy(o->tag, e->tag, sizeof e->tag);
+        sv__user_label(e->user, o->label, sizeof o->label);
         o->up = u->up;
         o->down = u->down;
         o->up_rate = per_second(u->tick_up, interval_ns);

@@ -259,7 +259,7 @@ static void flow_snapshot(const sv_flow_rec *rec, sv_flow_info *out)
     out->user = d->user;
     out->user_label[0] = '\0';
     if (d->has_user)
-        snprintf(out->user_label, sizeof out->user_label, "%" PRIu64, d->user);
+        sv__user_label(d->user, out->user_label, sizeof out->user_label);
     copy_text(out->inbound, sizeof out->inbound, d->inbound);
     copy_text(out->source, sizeof out->source, d->source);
     copy_text(out->destination, sizeof out->destination, d->destination);
@@ -271,6 +271,7 @@ static void flow_snapshot(const sv_flow_rec *rec, sv_flow_info *out)
     out->started_ms = d->started_ms;
     out->up = atomic_load_explicit(&rec->bytes->up, memory_order_relaxed);
     out->down = atomic_load_explicit(&rec->bytes->down, memory_order_relaxed);
+    out->killed = atomic_load_explicit(&rec->kill, memory_order_acquire);
 }
 
 static void session_snapshot(const sv_session_rec *rec, sv_session_info *out)

@@ -12,7 +12,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "supervisor/track/tracker.h"
@@ -74,6 +76,17 @@ typedef struct sv__group {
 } sv__group;
 
 /** A user of the users table: its id and the id in decimal (its snapshot tag, made once). */
+/**
+ * The label user @p user is known by in flows and in the stats snapshot (seed 003
+ * FlowEntry::user_label, UserStats::label): katana's users are the frontend's numeric ids and
+ * their label is the id in decimal (seed 001: katana's Uid::name() is that number), so a flow
+ * carries no label of its own (issue 13: no string per flow). Written into @p out (@p cap bytes).
+ */
+static inline void sv__user_label(uint64_t user, char *out, size_t cap)
+{
+    snprintf(out, cap, "%" PRIu64, user);
+}
+
 typedef struct sv__user {
     uint64_t user;
     char tag[24];

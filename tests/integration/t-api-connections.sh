@@ -55,12 +55,13 @@ stream_bg a "$C1" 8000000 200000 cut; PA=$STREAM_PID
 stream_bg b "$C2" 600000 100000 ok; PB=$STREAM_PID
 check "two flows are live" wait_flows 2
 api GET /v1/connections >/dev/null; cp "$T/body" "$T/list.json"; jq . "$T/list.json"
-check "flows sorted by id, users 1 and 2, tcp to the echo port through direct@v1 on node t1" \
+check "flows sorted by id, users 1 and 2, tcp to the echo port through direct@v1 on node t1, not killed" \
     jq -e --arg d "127.0.0.1:$ECHO_PORT" '
       (.flows | map(.id)) == (.flows | map(.id) | sort) and
       (.flows | map(.user.uid) | sort) == [1, 2] and
       all(.flows[]; .network == "tcp" and .destination == $d and .outbound == "direct@v1"
                     and .node == "t1" and .inbound == "t1" and .rule == null and .epoch == 1
+                    and .killed == false and .user.label == (.user.uid | tostring)
                     and (.up | type) == "number" and (.down | type) == "number"
                     and (.start | test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z$")))' "$T/list.json"
 check "two sessions, each owning one of the flows" \

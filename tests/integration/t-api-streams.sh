@@ -51,11 +51,12 @@ check "only traffic events, tick numbers consecutive, at least 2 of them" \
     jq -e -s 'map(select(.event == "traffic") | .data.tick) as $t | length == ($t | length)
               and ($t | length) >= 2 and all(range(1; $t | length); $t[.] == $t[. - 1] + 1)' \
     < <(events traffic)
-check "the tick that carried the bytes has an interval, totals, per inbound, outbound and user rows" \
+check "the tick that carried the bytes has an interval, totals, per inbound, outbound and user rows (with its label)" \
     jq -e -s 'map(select(.event == "traffic" and .data.total.up >= 1000))[0].data
               | .interval_ms > 0 and (.inbounds | map(.tag)) == ["t1"]
               and (.outbounds | map(.tag) | index("direct")) != null
-              and (.users | map(.user)) == [1] and .users[0].up >= 1000' < <(events traffic)
+              and (.users | map(.user)) == [1] and .users[0].label == "1"
+              and .users[0].up >= 1000' < <(events traffic)
 echo "traffic: $N events when the totals reached 1000"
 
 # a client closing its stream is no server fault: nothing logged once the next tick is sent
@@ -69,11 +70,12 @@ stream_start ev /v1/connections/events
 check "7 bytes echoed through user 1" tcp_rt "$C1" ok --bytes 7 --seed ev
 check "a closed event arrives" wait_for ev '.event == "closed"'
 events ev
-check "opened then closed for the same flow, the close with 7 bytes each way" \
+check "opened then closed for the same flow, the close with 7 bytes each way, neither killed" \
     jq -e -s 'map(select(.event == "opened" or .event == "closed")) as $e
               | ($e | length) == 2 and $e[0].event == "opened" and $e[1].event == "closed"
               and $e[0].data.id == $e[1].data.id and $e[1].data.up == 7 and $e[1].data.down == 7
-              and $e[1].data.user.uid == 1 and $e[0].data.up == 0' < <(events ev)
+              and $e[1].data.user.uid == 1 and $e[0].data.up == 0
+              and $e[0].data.killed == false and $e[1].data.killed == false' < <(events ev)
 check "no lagged event for a reader that keeps up" \
     jq -e -s 'all(.[]; .event != "lagged")' < <(events ev)
 srv_stop

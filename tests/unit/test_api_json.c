@@ -36,7 +36,8 @@ static void a_flow_has_every_field(void **state)
     (void)state;
     sv_flow_info f = {.id = 513, .session = 7, .has_user = true, .user = 42,
                       .network = SV_NET_UDP, .rule = 3, .epoch = 9,
-                      .started_ms = 1714564800123ull, .up = 1000, .down = UINT64_MAX};
+                      .started_ms = 1714564800123ull, .up = 1000, .down = UINT64_MAX,
+                      .killed = true};
     strcpy(f.inbound, "node-a");
     strcpy(f.user_label, "alice");
     strcpy(f.source, "127.0.0.1:40000");
@@ -47,15 +48,17 @@ static void a_flow_has_every_field(void **state)
     api_jw_flow(&w, &f);
     json_t *v = parse(&w);
     json_int_t id, session, uid, rule, epoch, up, down;
+    int killed = -1;
     const char *node, *inbound, *label, *source, *dest, *sniffed, *net, *ob, *start;
     assert_int_equal(json_unpack(v, "{s:I, s:I, s:s, s:s, s:{s:I, s:s}, s:s, s:s, s:s, s:s, s:s, "
-                                    "s:I, s:I, s:s, s:I, s:I !}",
+                                    "s:I, s:I, s:b, s:s, s:I, s:I !}",
                                  "id", &id, "session", &session, "node", &node, "inbound", &inbound,
                                  "user", "uid", &uid, "label", &label, "source", &source,
                                  "destination", &dest, "sniffed_host", &sniffed, "network", &net,
-                                 "outbound", &ob, "rule", &rule, "epoch", &epoch, "start", &start,
-                                 "up", &up, "down", &down),
+                                 "outbound", &ob, "rule", &rule, "epoch", &epoch,
+                                 "killed", &killed, "start", &start, "up", &up, "down", &down),
                      0);
+    assert_int_equal(killed, 1); /* seed 003 FlowEntry::killed */
     assert_int_equal(id, 513);
     assert_int_equal(session, 7);
     assert_string_equal(node, "node-a");
@@ -88,6 +91,7 @@ static void absent_fields_are_null(void **state)
     assert_true(json_is_null(json_object_get(v, "sniffed_host")));
     assert_true(json_is_null(json_object_get(v, "rule")));
     assert_true(json_is_null(json_object_get(v, "start")));
+    assert_true(json_is_false(json_object_get(v, "killed")));
     assert_string_equal(json_string_value(json_object_get(v, "network")), "tcp");
     assert_string_equal(json_string_value(json_object_get(v, "destination")), "");
     json_decref(v);
@@ -113,6 +117,35 @@ static void strings_are_escaped_and_bad_bytes_replaced(void **state)
     assert_string_equal(json_string_value(json_object_get(v, "destination")),
                         "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd|"
                         "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(v);
+}
+
+/* seed 003 UserStats::label: a user row of the stats snapshot names its user by id and label;
+ * inbound and outbound rows carry no label. */
+static void a_stats_user_row_carries_its_label(void **state)
+{
+    (void)state;
+    sv_tag_stats in = {.up = 1, .flows = 1}, user = {.up = 5, .down = 6, .flows = 2};
+    strcpy(in.tag, "n1");
+    strcpy(user.tag, "42");
+    strcpy(user.label, "42");
+    sv_stats st = {.tick = 3, .interval_ns = 1000000000ull, .inbounds = &in, .n_inbounds = 1,
+                   .users = &user, .n_users = 1};
+    json_t *v = api_json_stats(&st);
+    assert_non_null(v);
+    json_int_t id, up, down, flows;
+    const char *label;
+    assert_int_equal(json_unpack(json_array_get(json_object_get(v, "users"), 0),
+                                 "{s:I, s:s, s:I, s:I, s:I}", "user", &id, "label", &label,
+                                 "up", &up, "down", &down, "flows", &flows),
+                     0);
+    assert_int_equal(id, 42);
+    assert_string_equal(label, "42");
+    assert_int_equal(up, 5);
+    assert_int_equal(flows, 2);
+    json_t *row = json_array_get(json_object_get(v, "inbounds"), 0);
+    assert_string_equal(json_string_value(json_object_get(row, "tag")), "n1");
+    assert_null(json_object_get(row, "label"));
     json_decref(v);
 }
 
@@ -151,6 +184,7 @@ int main(void)
         cmocka_unit_test(a_flow_has_every_field),
         cmocka_unit_test(absent_fields_are_null),
         cmocka_unit_test(strings_are_escaped_and_bad_bytes_replaced),
+        cmocka_unit_test(a_stats_user_row_carries_its_label),
         cmocka_unit_test(a_session_and_a_long_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,7 @@
  * Unit tests for the planner (supervisor/plan.c; seed 001 "plan", seed 000 "publish the plane",
  * "drain") and the spec helpers (supervisor/spec.c: clone, free, equality, bind text, lookup,
  * report free). Running state is simulated the way the actor keeps it: a clone of the applied
- * spec, the version of each outbound, and the next free version.
+ * spec, the version of each outbound, and every tag's latest version.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <inttypes.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -68,29 +69,44 @@ static void fx_init(fx *f)
 typedef struct run_state {
     sv_spec spec; /**< heap clone of the last committed spec */
     bool have;
-    uint32_t *versions;
-    uint32_t next;
+    uint64_t *versions;
+    sv_tag_version *tags; /**< sv_plan_versions() of the last commit */
+    size_t n_tags;
 } run_state;
 
 static sv_running running_of(const run_state *rs)
 {
     return (sv_running){.spec = rs->have ? &rs->spec : NULL, .outbound_versions = rs->versions,
-                        .next_version = rs->next};
+                        .versions = rs->tags, .n_versions = rs->n_tags};
+}
+
+/** The latest version @p tag was built at in @p rs, 0 when never. */
+static uint64_t last_of(const run_state *rs, const char *tag)
+{
+    for (size_t i = 0; i < rs->n_tags; i++)
+        if (strcmp(rs->tags[i].tag, tag) == 0)
+            return rs->tags[i].version;
+    return 0;
 }
 
 static void run_free(run_state *rs)
 {
     sv_spec_free(&rs->spec);
     free(rs->versions);
+    free(rs->tags);
     memset(rs, 0, sizeof *rs);
 }
 
-/** What the actor's commit keeps: the spec, each outbound's version, the next version. */
+/** What the actor's commit keeps: the spec, each outbound's version, every tag's version. */
 static void commit(run_state *rs, const sv_plan *p, const sv_spec *desired)
 {
-    uint32_t *v = calloc(desired->n_outbounds + 1, sizeof *v);
+    uint64_t *v = calloc(desired->n_outbounds + 1, sizeof *v);
     assert_non_null(v);
-    size_t k = 0, builds = 0;
+    size_t k = 0;
+    sv_running r = running_of(rs);
+    sv_tag_version *tags;
+    size_t n_tags;
+    assert_int_equal(sv_plan_versions(&r, p, &tags, &n_tags), 0);
     for (size_t i = 0; i < p->n_steps; i++) {
         const sv_step *s = &p->steps[i];
         if (s->resource != SV_RES_OUTBOUND || s->kind == SV_STEP_DRAIN)
@@ -99,12 +115,13 @@ static void commit(run_state *rs, const sv_plan *p, const sv_spec *desired)
         assert_true(k < desired->n_outbounds);
         assert_string_equal(s->tag, desired->outbounds[k].tag);
         v[k++] = s->version;
-        builds += s->kind == SV_STEP_BUILD;
     }
     assert_int_equal(k, desired->n_outbounds);
     free(rs->versions);
     rs->versions = v;
-    rs->next = (rs->next != 0 ? rs->next : 1) + (uint32_t)builds; /* as plan.h documents */
+    free(rs->tags);
+    rs->tags = tags;
+    rs->n_tags = n_tags;
     sv_spec_free(&rs->spec);
     assert_int_equal(sv_spec_clone(&rs->spec, desired), 0);
     rs->have = true;
@@ -147,7 +164,7 @@ typedef struct want {
     enum sv_step_kind kind;
     enum sv_resource res;
     const char *tag;
-    uint32_t version;
+    uint64_t version;
     const char *bind;
 } want;
 
@@ -157,8 +174,8 @@ static void expect_steps(const sv_plan *p, const want *w, size_t n)
         const sv_step *s = &p->steps[i];
         if (s->kind != w[i].kind || s->resource != w[i].res || strcmp(s->tag, w[i].tag) != 0 ||
             s->version != w[i].version || (w[i].bind && strcmp(s->bind, w[i].bind) != 0))
-            fail_msg("step %zu: got kind %d res %d tag '%s' v%u bind '%s'; want kind %d res %d "
-                     "tag '%s' v%u", i, s->kind, s->resource, s->tag, s->version, s->bind,
+            fail_msg("step %zu: got kind %d res %d tag '%s' v%" PRIu64 " bind '%s'; want kind %d "
+                     "res %d tag '%s' v%" PRIu64, i, s->kind, s->resource, s->tag, s->version, s->bind,
                      w[i].kind, w[i].res, w[i].tag, w[i].version);
     }
     assert_int_equal(p->n_steps, n);
@@ -184,31 +201,45 @@ static void the_first_plan_binds_and_builds_everything_then_publishes(void **sta
     sv_plan p = plan_and_commit(&rs, &f.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_BUILD, OUT, "direct", 1, NULL},
-                 {SV_STEP_BUILD, OUT, "block", 2, NULL},
-                 {SV_STEP_BUILD, OUT, "spare", 3, NULL},
+                 {SV_STEP_BUILD, OUT, "block", 1, NULL},
+                 {SV_STEP_BUILD, OUT, "spare", 1, NULL},
                  {SV_STEP_BUILD, ROUTE, "", 0, NULL},
-                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL},
                  {SV_STEP_BUILD, IN, "ss1", 0, NULL},
                  {SV_STEP_BIND, IN, "ss1", 0, "127.0.0.1:8388"},
                  {SV_STEP_BUILD, IN, "ss2", 0, NULL},
-                 {SV_STEP_BIND, IN, "ss2", 0, "[::1]:8389"});
+                 {SV_STEP_BIND, IN, "ss2", 0, "[::1]:8389"},
+                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL});
     assert_int_equal(count_kind(&p, SV_STEP_DISRUPT), 0);
-    assert_int_equal(rs.next, 4);
+    assert_int_equal(p.steps[p.n_steps - 1].kind, SV_STEP_PUBLISH_PLANE); /* seed 001: ends so */
+    assert_int_equal(last_of(&rs, "direct"), 1); /* every tag starts at version 1 */
+    assert_int_equal(last_of(&rs, "spare"), 1);
     sv_plan_free(&p);
     assert_null(p.steps);
     assert_int_equal(p.n_steps, 0);
     run_free(&rs);
 }
 
-static void a_first_plan_starts_at_the_given_next_version(void **state)
+static void a_first_plan_continues_each_tag_from_its_given_version(void **state)
 {
     fx f;
     fx_init(&f);
-    sv_running r = {.spec = NULL, .next_version = 7};
+    const sv_tag_version seen[] = {{"direct", 6}, {"gone", 9}};
+    sv_running r = {.spec = NULL, .versions = seen, .n_versions = 2};
     sv_plan p;
     assert_int_equal(sv_plan_make(&r, &f.spec, &p, NULL), 0);
     assert_int_equal(p.steps[find_step(&p, SV_STEP_BUILD, OUT, "direct")].version, 7);
-    assert_int_equal(p.steps[find_step(&p, SV_STEP_BUILD, OUT, "spare")].version, 9);
+    assert_int_equal(p.steps[find_step(&p, SV_STEP_BUILD, OUT, "spare")].version, 1);
+    sv_tag_version *next;
+    size_t n;
+    assert_int_equal(sv_plan_versions(&r, &p, &next, &n), 0);
+    assert_int_equal(n, 4); /* direct and gone kept, block and spare added */
+    assert_string_equal(next[0].tag, "direct");
+    assert_int_equal(next[0].version, 7);
+    assert_string_equal(next[1].tag, "gone");
+    assert_int_equal(next[1].version, 9);
+    assert_string_equal(next[3].tag, "spare");
+    assert_int_equal(next[3].version, 1);
+    free(next);
     sv_plan_free(&p);
     /* No running state at all is a first apply too. */
     assert_int_equal(sv_plan_make(NULL, &f.spec, &p, NULL), 0);
@@ -231,12 +262,12 @@ static void an_unchanged_spec_reuses_everything_and_publishes_nothing(void **sta
     p = plan_and_commit(&rs, &g.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                 {SV_STEP_REUSE, OUT, "block", 2, NULL},
-                 {SV_STEP_REUSE, OUT, "spare", 3, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                 {SV_STEP_REUSE, OUT, "spare", 1, NULL},
                  {SV_STEP_REUSE, ROUTE, "", 0, NULL},
                  {SV_STEP_REUSE, IN, "ss1", 0, "127.0.0.1:8388"},
                  {SV_STEP_REUSE, IN, "ss2", 0, "[::1]:8389"});
-    assert_int_equal(rs.next, 4);
+    assert_int_equal(last_of(&rs, "block"), 1);
     sv_plan_free(&p);
     run_free(&rs);
 }
@@ -253,13 +284,13 @@ static void a_changed_outbound_is_a_new_version_and_the_old_one_drains_after_the
     p = plan_and_commit(&rs, &f.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                 {SV_STEP_BUILD, OUT, "block", 4, NULL},
-                 {SV_STEP_REUSE, OUT, "spare", 3, NULL},
+                 {SV_STEP_BUILD, OUT, "block", 2, NULL},
+                 {SV_STEP_REUSE, OUT, "spare", 1, NULL},
                  {SV_STEP_REUSE, ROUTE, "", 0, NULL},
-                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL},
                  {SV_STEP_REUSE, IN, "ss1", 0, "127.0.0.1:8388"},
                  {SV_STEP_REUSE, IN, "ss2", 0, "[::1]:8389"},
-                 {SV_STEP_DRAIN, OUT, "block", 2, NULL});
+                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL},
+                 {SV_STEP_DRAIN, OUT, "block", 1, NULL});
     assert_true(find_step(&p, SV_STEP_DRAIN, OUT, "block") >
                 find_step(&p, SV_STEP_PUBLISH_PLANE, ROUTE, ""));
     sv_plan_free(&p);
@@ -314,11 +345,14 @@ static void each_rebuild_of_a_tag_takes_the_next_version(void **state)
     run_state rs = {0};
     sv_plan p = plan_and_commit(&rs, &f.spec);
     sv_plan_free(&p);
-    uint32_t prev = 2; /* block's first version */
+    uint64_t prev = 1; /* block's first version */
     for (int round = 0; round < 4; round++) {
         f.out[1].kind = f.out[1].kind == SV_OUTBOUND_BLACKHOLE ? SV_OUTBOUND_DIRECT
                                                                 : SV_OUTBOUND_BLACKHOLE;
-        uint32_t expected = rs.next;
+        if (round % 2 == 1) /* another tag's rebuilds do not move block's count */
+            f.out[2].kind = f.out[2].kind == SV_OUTBOUND_BLACKHOLE ? SV_OUTBOUND_DIRECT
+                                                                    : SV_OUTBOUND_BLACKHOLE;
+        uint64_t expected = prev + 1; /* the tag's own count, whatever the others did */
         p = plan_and_commit(&rs, &f.spec);
         long b = find_step(&p, SV_STEP_BUILD, OUT, "block");
         long d = find_step(&p, SV_STEP_DRAIN, OUT, "block");
@@ -327,6 +361,7 @@ static void each_rebuild_of_a_tag_takes_the_next_version(void **state)
         assert_true(p.steps[b].version > prev);
         assert_int_equal(p.steps[d].version, prev);
         assert_int_equal(rs.versions[1], p.steps[b].version);
+        assert_int_equal(last_of(&rs, "spare"), 1 + (uint64_t)(round + 1) / 2);
         prev = p.steps[b].version;
         sv_plan_free(&p);
     }
@@ -340,16 +375,16 @@ static void a_tag_added_back_takes_a_version_it_never_had(void **state)
     run_state rs = {0};
     sv_plan p = plan_and_commit(&rs, &f.spec);
     sv_plan_free(&p);
-    /* Remove spare (v3), then add it back: it takes the next version, 4. */
+    /* Remove spare (v1), then add it back: it takes its next version, 2. */
     f.spec.n_outbounds = 2;
     p = plan_and_commit(&rs, &f.spec);
-    assert_int_equal(p.steps[find_step(&p, SV_STEP_DRAIN, OUT, "spare")].version, 3);
+    assert_int_equal(p.steps[find_step(&p, SV_STEP_DRAIN, OUT, "spare")].version, 1);
     sv_plan_free(&p);
     f.spec.n_outbounds = 3;
     p = plan_and_commit(&rs, &f.spec);
     long b = find_step(&p, SV_STEP_BUILD, OUT, "spare");
     assert_true(b >= 0);
-    assert_int_equal(p.steps[b].version, 4); /* never 3, never any version used before */
+    assert_int_equal(p.steps[b].version, 2); /* never 1, never a version spare had before */
     assert_int_equal(count_kind(&p, SV_STEP_DRAIN), 0);
     sv_plan_free(&p);
     run_free(&rs);
@@ -366,12 +401,12 @@ static void removing_an_unreferenced_outbound_alone_republishes_the_plane(void *
     p = plan_and_commit(&rs, &f.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                 {SV_STEP_REUSE, OUT, "block", 2, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
                  {SV_STEP_REUSE, ROUTE, "", 0, NULL},
-                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL},
                  {SV_STEP_REUSE, IN, "ss1", 0, "127.0.0.1:8388"},
                  {SV_STEP_REUSE, IN, "ss2", 0, "[::1]:8389"},
-                 {SV_STEP_DRAIN, OUT, "spare", 3, NULL});
+                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL},
+                 {SV_STEP_DRAIN, OUT, "spare", 1, NULL});
     sv_plan_free(&p);
     run_free(&rs);
 }
@@ -387,12 +422,12 @@ static void a_route_change_alone_rebuilds_the_route_and_publishes(void **state)
     p = plan_and_commit(&rs, &f.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                 {SV_STEP_REUSE, OUT, "block", 2, NULL},
-                 {SV_STEP_REUSE, OUT, "spare", 3, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                 {SV_STEP_REUSE, OUT, "spare", 1, NULL},
                  {SV_STEP_BUILD, ROUTE, "", 0, NULL},
-                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL},
                  {SV_STEP_REUSE, IN, "ss1", 0, "127.0.0.1:8388"},
-                 {SV_STEP_REUSE, IN, "ss2", 0, "[::1]:8389"});
+                 {SV_STEP_REUSE, IN, "ss2", 0, "[::1]:8389"},
+                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL});
     sv_plan_free(&p);
     f.spec.route.default_outbound = "spare"; /* the default alone changes */
     p = plan_and_commit(&rs, &f.spec);
@@ -426,8 +461,8 @@ static void an_inbound_settings_change_swaps_its_handler(void **state)
         p = plan_and_commit(&rs, &f.spec);
         EXPECT_STEPS(&p,
                      {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                     {SV_STEP_REUSE, OUT, "block", 2, NULL},
-                     {SV_STEP_REUSE, OUT, "spare", 3, NULL},
+                     {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                     {SV_STEP_REUSE, OUT, "spare", 1, NULL},
                      {SV_STEP_REUSE, ROUTE, "", 0, NULL},
                      {SV_STEP_SWAP_HANDLER, IN, "ss1", 0, "127.0.0.1:8388"},
                      {SV_STEP_REUSE, IN, "ss2", 0, "[::1]:8389"});
@@ -463,8 +498,8 @@ static void a_bind_change_binds_anew_and_stops_the_old_listener(void **state)
     p = plan_and_commit(&rs, &f.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                 {SV_STEP_REUSE, OUT, "block", 2, NULL},
-                 {SV_STEP_REUSE, OUT, "spare", 3, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                 {SV_STEP_REUSE, OUT, "spare", 1, NULL},
                  {SV_STEP_REUSE, ROUTE, "", 0, NULL},
                  {SV_STEP_BIND, IN, "ss1", 0, "127.0.0.1:9000"},
                  {SV_STEP_REUSE, IN, "ss2", 0, "[::1]:8389"},
@@ -484,12 +519,40 @@ static void removing_an_inbound_stops_accepting_then_closes_its_sessions(void **
     p = plan_and_commit(&rs, &f.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                 {SV_STEP_REUSE, OUT, "block", 2, NULL},
-                 {SV_STEP_REUSE, OUT, "spare", 3, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                 {SV_STEP_REUSE, OUT, "spare", 1, NULL},
                  {SV_STEP_REUSE, ROUTE, "", 0, NULL},
                  {SV_STEP_REUSE, IN, "ss1", 0, "127.0.0.1:8388"},
                  {SV_STEP_STOP_ACCEPTING, IN, "ss2", 0, "[::1]:8389"},
                  {SV_STEP_CLOSE_SESSIONS, IN, "ss2", 0, NULL});
+    sv_plan_free(&p);
+    run_free(&rs);
+}
+
+/* seed 001 / 000: the plan lists the inbound steps, then PublishPlane, then the drains; commit
+ * runs its own fixed order on them (plane before any listener starts, drains last). */
+static void an_inbound_and_an_outbound_removed_together_publish_after_the_inbound_steps(
+    void **state)
+{
+    fx f;
+    fx_init(&f);
+    run_state rs = {0};
+    sv_plan p = plan_and_commit(&rs, &f.spec);
+    sv_plan_free(&p);
+    f.spec.n_inbounds = 1;  /* ss2 goes */
+    f.spec.n_outbounds = 2; /* spare goes */
+    f.in[0].bind.port = 9000; /* ss1 moves */
+    p = plan_and_commit(&rs, &f.spec);
+    EXPECT_STEPS(&p,
+                 {SV_STEP_REUSE, OUT, "direct", 1, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                 {SV_STEP_REUSE, ROUTE, "", 0, NULL},
+                 {SV_STEP_BIND, IN, "ss1", 0, "127.0.0.1:9000"},
+                 {SV_STEP_STOP_ACCEPTING, IN, "ss1", 0, "127.0.0.1:8388"},
+                 {SV_STEP_STOP_ACCEPTING, IN, "ss2", 0, "[::1]:8389"},
+                 {SV_STEP_CLOSE_SESSIONS, IN, "ss2", 0, NULL},
+                 {SV_STEP_PUBLISH_PLANE, ROUTE, "", 0, NULL},
+                 {SV_STEP_DRAIN, OUT, "spare", 1, NULL});
     sv_plan_free(&p);
     run_free(&rs);
 }
@@ -505,8 +568,8 @@ static void a_renamed_inbound_keeps_the_listener_and_closes_the_old_sessions(voi
     p = plan_and_commit(&rs, &f.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                 {SV_STEP_REUSE, OUT, "block", 2, NULL},
-                 {SV_STEP_REUSE, OUT, "spare", 3, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                 {SV_STEP_REUSE, OUT, "spare", 1, NULL},
                  {SV_STEP_REUSE, ROUTE, "", 0, NULL},
                  {SV_STEP_REUSE, IN, "ss1", 0, "127.0.0.1:8388"},
                  {SV_STEP_SWAP_HANDLER, IN, "ss3", 0, "[::1]:8389"},
@@ -548,8 +611,8 @@ static void an_inbound_taking_over_a_removed_ones_bind_frees_its_own(void **stat
     p = plan_and_commit(&rs, &f.spec);
     EXPECT_STEPS(&p,
                  {SV_STEP_REUSE, OUT, "direct", 1, NULL},
-                 {SV_STEP_REUSE, OUT, "block", 2, NULL},
-                 {SV_STEP_REUSE, OUT, "spare", 3, NULL},
+                 {SV_STEP_REUSE, OUT, "block", 1, NULL},
+                 {SV_STEP_REUSE, OUT, "spare", 1, NULL},
                  {SV_STEP_REUSE, ROUTE, "", 0, NULL},
                  {SV_STEP_SWAP_HANDLER, IN, "ss1", 0, "[::1]:8389"},
                  {SV_STEP_STOP_ACCEPTING, IN, "ss1", 0, "127.0.0.1:8388"},
@@ -849,7 +912,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(the_first_plan_binds_and_builds_everything_then_publishes),
-        cmocka_unit_test(a_first_plan_starts_at_the_given_next_version),
+        cmocka_unit_test(a_first_plan_continues_each_tag_from_its_given_version),
         cmocka_unit_test(an_unchanged_spec_reuses_everything_and_publishes_nothing),
         cmocka_unit_test(
             a_changed_outbound_is_a_new_version_and_the_old_one_drains_after_the_publish),
@@ -862,6 +925,7 @@ int main(void)
         cmocka_unit_test(a_user_change_is_not_part_of_the_plan),
         cmocka_unit_test(a_bind_change_binds_anew_and_stops_the_old_listener),
         cmocka_unit_test(removing_an_inbound_stops_accepting_then_closes_its_sessions),
+        cmocka_unit_test(an_inbound_and_an_outbound_removed_together_publish_after_the_inbound_steps),
         cmocka_unit_test(a_renamed_inbound_keeps_the_listener_and_closes_the_old_sessions),
         cmocka_unit_test(inbounds_trading_binds_swap_handlers_and_bind_nothing),
         cmocka_unit_test(an_inbound_taking_over_a_removed_ones_bind_frees_its_own),

@@ -282,7 +282,7 @@ static void a_removed_users_flow_is_closed_after_the_grace(void **state)
 
 /* ---- drain -------------------------------------------------------------------------------- */
 
-/* Open a flow on direct@v1, then replace direct (it becomes a blackhole: version 3). */
+/* Open a flow on direct@v1, then replace direct (it becomes a blackhole: direct@v2). */
 static flow replace_outbound_under(fx *f, sv_policy pol, bool on_outbound)
 {
     apply(f);

@@ -130,6 +130,9 @@ static void the_sampler_counts_every_byte_once_by_inbound_outbound_and_user(void
     expect_tag(find_tag(s.outbounds, 2, "block"), 0, 40, 0, 80, 1);
     assert_int_equal(s.n_users, 2); /* the anonymous flow has no user row */
     assert_string_equal(s.users[0].tag, "1");
+    assert_string_equal(s.users[0].label, "1"); /* seed 003 UserStats::label: the flows' label */
+    assert_string_equal(s.users[1].label, "2");
+    assert_string_equal(s.inbounds[0].label, ""); /* only users have one */
     expect_tag(&s.users[0], 10, 20, 20, 40, 1);
     expect_tag(&s.users[1], 5, 0, 10, 0, 1);
     sv_stats_free(&s);
@@ -518,6 +521,12 @@ static void kill_flags_one_flow_and_wakes_its_worker(void **state)
     assert_false(atomic_load(&a->kill));
     assert_int_equal(g_wakes.calls[1], 1);
     assert_int_equal(g_wakes.calls[0], 0);
+    /* the listing says which was killed (seed 003 FlowEntry::killed), and so does CLOSED */
+    sv_flow_info *v = NULL;
+    assert_int_equal(sv_tracker_flows(t, &v), 2);
+    assert_int_equal(v[0].id == b->info.id ? v[0].killed : v[1].killed, true);
+    assert_int_equal(v[0].id == a->info.id ? v[0].killed : v[1].killed, false);
+    free(v);
     /* still registered: found again (seed 003) */
     assert_int_equal(sv_tracker_kill(t, b->info.id), 0);
     assert_int_equal(sv_tracker_kill(t, b->info.id + 256), -ENOENT); /* unknown, same worker */
