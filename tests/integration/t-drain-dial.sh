@@ -2,15 +2,16 @@
 # A drain reaches a flow whose dial is still in flight (issue 24; seed 000 "Guarded": each
 # outbound version has a closed token, cancelled by a Close drain, that a dial checks when it
 # completes: such a flow fails with "the outbound this flow was opened on was drained"). The
-# dial is held in katana's resolver: the names late1.test and late2.test are answered by a DNS
-# server of the test's own (127.0.0.1, TTL 60) only after DELAY seconds. Through the real v2ray
-# client over VLESS, without Mux.Cool (the connection's one flow) and with it (a sub-flow), a
-# flow to each name starts dialling on the shared direct outbound; while both wait for their
-# answer, a SIGHUP changes that outbound's socket policy under "policies": {"drain": "close"},
-# so the version they were routed to is drained. When the answers come, both dials complete on
-# the drained version: each flow is closed without an echoed byte, and katana says why at debug
-# level, once per flow. Afterwards the same names (now cached) are echoed on the new version,
-# through the same clients.
+# dial is held in katana's resolver: names late*.test are answered by a DNS server of the
+# test's own (127.0.0.1, TTL 60) only after DELAY seconds. Through the real v2ray client over
+# VLESS, without Mux.Cool (the connection's one flow) and with it (a sub-flow), a flow to a
+# name of its own starts dialling on the shared direct outbound; while both wait for their
+# answer, a SIGHUP changes that outbound's socket policy, so the version they were routed to is
+# drained: under "close", and in a second round under {"close_after": 1} (its grace ends
+# before the answers come). When the answers come, both dials complete on the drained version:
+# each flow is closed without an echoed byte, and katana says why at debug level, once per
+# flow. Afterwards the same names (now cached) are echoed on the new version, through the same
+# clients.
 . "$(dirname "$0")/lib.sh"
 kt_need v2ray jq
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: outbound drains are katana's"
@@ -47,11 +48,12 @@ while True:
 kt_wait_file "$T/dns.ready" 10 || { fail "the DNS server did not start"; exit 1; }
 
 mkconfig "$T/base.json" "$PORT" - --protocol vless --user "1:$U1" --log-level debug
-# write_config IDLE: the base config, its resolver asking our DNS server, Close drains, and the
-# shared direct outbound's keepalive idle time IDLE (a change builds a new version of it)
+# write_config IDLE [POLICY]: the base config, its resolver asking our DNS server, drain policy
+# POLICY (JSON, default "close"), and the shared direct outbound's keepalive idle time IDLE (a
+# change builds a new version of it)
 write_config() {
-    jq --arg s "127.0.0.1:$DNS_PORT" --argjson idle "$1" '
-        .dns = {servers: [$s], timeout: 8} | .policies = {drain: "close"}
+    jq --arg s "127.0.0.1:$DNS_PORT" --argjson idle "$1" --argjson p "${2:-\"close\"}" '
+        .dns = {servers: [$s], timeout: 8} | .policies = {drain: $p}
         | .outbound = {tcp_keepalive: {idle: $idle, interval: 10, count: 5}}' \
         "$T/base.json" >"$T/config.json"
 }
@@ -85,29 +87,41 @@ late_flow() {
         --dest-port "$ECHO_PORT" --bytes 4096 --expect closed --timeout 15 --label "$1"
     LATE_PID=$BG_PID
 }
-late_flow late-plain "$PLAIN" late1.test; P1=$LATE_PID
-late_flow late-mux "$MUX" late2.test; P2=$LATE_PID
-both_asked() { grep -qx late1 "$T/asked" && grep -qx late2 "$T/asked"; }
-check "both dials wait for their names in katana's resolver" kt_until 10 both_asked
-
-write_config 61
-srv_reload
-check "the reload is applied" reload_applied
-check "it builds a new direct version and drains the old one" grep -q "1 built, .*1 drained" \
-    <<<"$SRV_RELOAD_LOG"
 # wait_late NAME PID WHAT: the flow ended as expected (closed, no echo) within DELAY + 15 s
 wait_late() {
     if kt_wait_exit "$2" $((DELAY + 15)) && [ "$WAIT_RC" = 0 ]; then pass "$3"; else fail "$3"; fi
     cat "$T/$1.log"
 }
-wait_late late-plain "$P1" "a flow whose dial completed after the drain is closed, nothing echoed"
-wait_late late-mux "$P2" "... and so is a Mux.Cool sub-flow's"
-n=$(grep -c "the outbound this flow was opened on was drained" "$SRV_LOG" || true)
-check "katana says why, once per flow ($n lines)" test "$n" = 2
-check "afterwards late1.test is echoed (the new version)" \
-    tcp_rt "$PLAIN" ok --dest-host late1.test --bytes 65536 --seed after-plain
-check "... and late2.test through the live mux client" \
-    tcp_rt "$MUX" ok --dest-host late2.test --bytes 65536 --seed after-mux
+# round NAME POLICY IDLE N: a flow through each client to lateN.test and late(N+1).test, both
+# waiting for their names while a reload replaces the direct outbound (keepalive idle IDLE)
+# under drain POLICY; both are closed when their dials complete, each said once; then the
+# same names are echoed on the new version
+round() {
+    local n=$1 host1=late$4 host2=late$(($4 + 1)) p1 p2
+    late_flow "$n-plain" "$PLAIN" "$host1.test"; p1=$LATE_PID
+    late_flow "$n-mux" "$MUX" "$host2.test"; p2=$LATE_PID
+    check "$n: both dials wait for their names in katana's resolver" \
+        kt_until 10 grep -qx "$host2" "$T/asked"
+    check "$n: ... both" grep -qx "$host1" "$T/asked"
+    local before; before=$(grep -c "$DRAINED" "$SRV_LOG" || true)
+    write_config "$3" "$2"
+    srv_reload
+    check "$n: the reload is applied" reload_applied
+    check "$n: it builds a new direct version and drains the old one" \
+        grep -q "1 built, .*1 drained" <<<"$SRV_RELOAD_LOG"
+    wait_late "$n-plain" "$p1" "$n: a flow whose dial completed after the drain is closed, nothing echoed"
+    wait_late "$n-mux" "$p2" "$n: ... and so is a Mux.Cool sub-flow's"
+    local said; said=$(($(grep -c "$DRAINED" "$SRV_LOG" || true) - before))
+    check "$n: katana says why, once per flow ($said lines)" test "$said" = 2
+    check "$n: afterwards $host1.test is echoed (the new version)" \
+        tcp_rt "$PLAIN" ok --dest-host "$host1.test" --bytes 65536 --seed "$n-after-plain"
+    check "$n: ... and $host2.test through the live mux client" \
+        tcp_rt "$MUX" ok --dest-host "$host2.test" --bytes 65536 --seed "$n-after-mux"
+}
+DRAINED="the outbound this flow was opened on was drained"
+round close '"close"' 61 1
+# the grace (1 s) ends before the answers come (DELAY): the version's token is cancelled then
+round close-after '{"close_after": 1}' 62 3
 srv_stop
 check "SIGTERM: katana exits 0" test "$SRV_RC" = 0
 kt_finish
