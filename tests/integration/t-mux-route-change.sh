@@ -2,9 +2,11 @@
 # A route change reaches the next sub-flow of a live multiplexed connection (issue 24; seed 000
 # "plane": every new flow reads the current plane, its test
 # a_route_change_reaches_the_next_mux_sub_flow_of_a_live_session), and each sub-flow is sniffed
-# like a plain TCP flow (seed 000: the demuxer sniffs each sub-flow's first payload). Two real
+# like a plain TCP flow (seed 000: the demuxer sniffs each sub-flow's first payload). Three real
 # clients, each carrying every proxied connection in one TCP connection: v2ray 4.34 with Mux.Cool
-# over VLESS, and Xray-core over VLESS over gRPC in clear (one HTTP/2 stream each). On each:
+# over VLESS, Xray-core over VLESS over gRPC in clear (one HTTP/2 stream each), and ss-local
+# with ss-v2ray-plugin, mux=8 (a Shadowsocks stream per Mux.Cool session over WebSocket). On
+# each:
 #  - a paced transfer to 127.0.0.2 runs as a sub-flow; a SIGHUP adds block routes for
 #    127.0.0.2/32 and domain:blocked.test: the next sub-flow to 127.0.0.2 is refused, an HTTP
 #    request to 127.0.0.1 with "Host: blocked.test" is refused while one with "Host: open.test"
@@ -15,7 +17,7 @@
 KT_LIMIT=${KT_LIMIT:-180}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../interop/peers.sh"
-kt_need v2ray curl jq
+kt_need v2ray curl jq ss-local ss-v2ray-plugin
 pr_need xray
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: katana only"
 
@@ -58,11 +60,12 @@ http_via() {
         true
 }
 
-# write_config NAME IDLE ROUTES [mkconfig options]: the node's config with the shared direct
-# outbound's keepalive idle time IDLE (a change is a new version) and block routes ROUTES (JSON)
+# write_config NAME IDLE ROUTES CIPHER [mkconfig options]: the node's config with the shared
+# direct outbound's keepalive idle time IDLE (a change is a new version) and block routes ROUTES
+# (JSON)
 write_config() {
-    local name=$1 idle=$2 routes=$3; shift 3
-    mkconfig "$T/base-$name.json" "$PORT" - --protocol vless --user "1:$U1" "$@"
+    local name=$1 idle=$2 routes=$3 cipher=$4; shift 4
+    mkconfig "$T/base-$name.json" "$PORT" "$cipher" --user "1:$U1" "$@"
     jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" --argjson idle "$idle" \
         --argjson r "$routes" '.api = {listen: $l, token: $t}
         | .outbound = {tcp_keepalive: {idle: $idle, interval: 10, count: 5}}
@@ -95,8 +98,15 @@ xray_client() {
     pr_cmd xray "$T/client-$1.json"
     kt_bg "client-$1" "${PR_CMD[@]}"
 }
+# plugin_client NAME: ss-local with ss-v2ray-plugin, Mux.Cool over WebSocket (mux=8); sets
+# CL_PORT
+plugin_client() {
+    kt_ports 1; CL_PORT=${PORTS[0]}
+    kt_bg "client-$1" ss-local -s 127.0.0.1 -p "$PORT" -b 127.0.0.1 -l "$CL_PORT" -k "$U1" \
+        -m "$CIPHER" --plugin ss-v2ray-plugin --plugin-opts "path=/ss-ws;host=node.test;mux=8"
+}
 
-# scenario NAME CLIENT [mkconfig options]
+# scenario NAME CLIENT CIPHER [mkconfig options]
 scenario() {
     local n=$1 client=$2; shift 2
     kt_ports 2; PORT=${PORTS[0]}; API_PORT=${PORTS[1]}; TOKEN=route-$$
@@ -150,6 +160,9 @@ scenario() {
     check "$n: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 }
 
-scenario v2ray-mux v2ray_client
-scenario xray-grpc xray_client --grpc-service "$SERVICE" --grace 1
+CIPHER=aes-128-gcm
+scenario v2ray-mux v2ray_client - --protocol vless
+scenario xray-grpc xray_client - --protocol vless --grpc-service "$SERVICE" --grace 1
+scenario v2ray-plugin-mux plugin_client "$CIPHER" --plugin-opts "path=/ss-ws;host=node.test;mux=1" \
+    --grace 1
 kt_finish
