@@ -16,7 +16,7 @@
 kt_need v2ray jq
 [ "$KT_SERVER" = katana ] || skip_all "KT_SERVER=$KT_SERVER: outbound drains are katana's"
 
-DELAY=3
+DELAY=4
 U1=$(kt_uuid)
 echo_start
 kt_ports 2; PORT=${PORTS[0]}; DNS_PORT=${PORTS[1]}
