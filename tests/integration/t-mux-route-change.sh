@@ -13,7 +13,9 @@
 #    is answered, and the transfer already open keeps running;
 #  - a second SIGHUP changes the shared direct outbound's socket policy (a new version; the old
 #    one drained with the default Keep): the next sub-flow is opened on the new version, in the
-#    same session as the transfer, which still runs on the old one; both complete byte-identical.
+#    same session as the transfer, which still runs on the old one; both complete byte-identical;
+#  - then a sub-flow whose server speaks first (no payload to sniff) is relayed once the sniff's
+#    time bound passes.
 KT_LIMIT=${KT_LIMIT:-180}
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/../interop/peers.sh"
@@ -58,6 +60,31 @@ one_session() {
 http_via() {
     curl -sS -m 5 --socks5 "127.0.0.1:$1" -H "Host: $2" "http://127.0.0.1:$HTTP_PORT/" 2>/dev/null ||
         true
+}
+
+# speaks_first SOCKS: through the client, a server on 127.0.0.1 that greets first; the client
+# reads the greeting without sending a byte, then echoes one line (bounded: 15 s). Its sub-flow
+# has no first payload to sniff: it is routed once SV_SNIFF_MS passed.
+speaks_first() {
+    timeout 15 python3 - "$1" "$KT_DIR" <<'PY'
+import socket, sys, threading
+sys.path.insert(0, sys.argv[2])
+import katest
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(1)
+def serve():
+    c, _ = ls.accept()
+    c.sendall(b"220 hello\r\n")
+    c.sendall(c.recv(100))
+    c.close()
+threading.Thread(target=serve, daemon=True).start()
+s, _, _ = katest.socks_open(int(sys.argv[1]), 1, "127.0.0.1", ls.getsockname()[1], 10)
+s.settimeout(10)
+assert katest.recv_exact(s, 11) == b"220 hello\r\n"
+s.sendall(b"HELO x\r\n")
+assert katest.recv_exact(s, 8) == b"HELO x\r\n"
+PY
 }
 
 # write_config NAME IDLE ROUTES CIPHER [mkconfig options]: the node's config with the shared
@@ -156,6 +183,9 @@ scenario() {
     stream_unpace "$n-a" "$n-b"
     stream_wait "$n-a" "$pa" 30 "$n: transfer a completes byte-identical"
     stream_wait "$n-b" "$pb" 30 "$n: transfer b completes byte-identical"
+    # nothing else moves on the connection now: the sniff's time bound alone opens it
+    check "$n: a sub-flow whose server speaks first is relayed (nothing to sniff)" \
+        speaks_first "$cl"
     srv_stop
     check "$n: SIGTERM: katana exits 0" test "$SRV_RC" = 0
 }
