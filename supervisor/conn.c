@@ -56,7 +56,7 @@ typedef struct sv_conn {
     sv_principal *principal; /**< who the connection acts for, once authenticated (a reference) */
     sv_session_rec *sess;
     sv_flow_rec *flow;
-    sv_plane *plane;
+    sv_target *target; /**< the outbound version flow was opened on (a reference), or NULL */
     uint64_t user_id;
     uint8_t *carry;
     uint8_t *to_remote, *to_client;
@@ -84,6 +84,7 @@ typedef struct sv_conn {
                                             fires */
     bool subs_paced : 1;  /**< some sub-flows stopped reading until pace_timer fires */
     bool subs_blocked : 1; /**< some sub-flows stopped reading until the core's queue drains */
+    bool subs_sniffing : 1; /**< some sub-flows wait for their first payload to be sniffed */
     bool no_splice : 1;   /**< the kernel relay is not possible for this connection */
     sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
@@ -139,7 +140,7 @@ static void conn_release(sv_conn *c)
     sv_principal_unref(c->principal);
     sv_pacer_release(c->pacer);
     sv_handler_unref(c->handler);
-    sv_plane_unref(c->plane);
+    sv_target_unref(c->target);
     free(c->carry);
     free(c->to_remote);
     free(c->remote_more);
@@ -1123,8 +1124,11 @@ static void on_connected(void *owner, int status)
     c->last_active = uv_now(&c->w->loop);
     conn_timer_drop(c);
     if (c->flow != NULL) {
-        sv_tracker_flow_open(c->w->shared->tracker, c->flow);
         c->flow_registered = true;
+        if (!sv__flow_opened(c->w->shared->tracker, c->flow, c->target)) {
+            conn_close(c); /* its version was drained while it dialled */
+            return;
+        }
     }
     remote_read_start(c);
     if (c->to_remote_len > 0) {
@@ -1149,7 +1153,7 @@ static const sv_ob_stream_events ob_events = {on_connected, remote_alloc, on_rem
                                               on_remote_written, on_ob_closed};
 
 /* Open the remote side through @p ops to @p d, under socket policy @p sock (issue 13; NULL =
- * none; owned by a target of c->plane), its name resolved on @p res (issue 13: a dns route's
+ * none; owned by c->target), its name resolved on @p res (issue 13: a dns route's
  * resolver, else the worker's); @p allow_internal lets a name that resolves to an internal
  * address be dialled (issue 15). Reading the client stops until it is there.
  * @return false when the connection is closing (refused or failed now). */
@@ -1188,19 +1192,19 @@ static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
     }
 }
 
-/* Connector steps 3-8 (seed 002): route on the current plane, refuse (issue 15) an internal IP
- * the route did not name, open through the target's outbound (a blackhole refuses there; a
- * name is checked once resolved). The flow is registered once the stream is connected. */
-/* Connector steps 3-4 for a TCP flow of @p c (its plane already held): route @p d (with the
- * sniffed name as an extra domain candidate, or NULL) into @p dec. @return the target, or NULL
- * when the destination is an internal IP the route did not name (issue 15). */
+/* Connector steps 3-4 for a TCP flow or sub-flow of @p c: route @p d (with the sniffed name as
+ * an extra domain candidate, or NULL) on the worker's current plane (seed 000: every new flow
+ * reads it) into @p dec. @return the target (held by that plane: take a reference before the
+ * loop turns), or NULL when the destination is an internal IP the route did not name
+ * (issue 15). */
 static sv_target *route_stream(sv_conn *c, const sv_dest *d, const char *sniffed, sv_decision *dec)
 {
+    const sv_plane *plane = c->w->plane;
     sv_route_query q = {.dest = d, .sniffed = sniffed, .inbound = c->handler->tag,
                         .source = (const struct sockaddr *)&c->peer, .network = SV_NET_TCP};
-    *dec = sv_routes_decide(c->plane->routes->routes, &q);
+    *dec = sv_routes_decide(plane->routes->routes, &q);
     if (c->principal != NULL) /* issue 12: an audit rule's hit is recorded */
-        sv__audit_hit(c->w->shared, c->plane->routes->routes, dec->rule, c->handler->tag,
+        sv__audit_hit(c->w->shared, plane->routes->routes, dec->rule, c->handler->tag,
                       c->user_id);
     struct sockaddr_storage ss;
     sv_ip16 ip;
@@ -1210,25 +1214,29 @@ static sv_target *route_stream(sv_conn *c, const sv_dest *d, const char *sniffed
             sv_dest_refused(c->handler->allow_private, dec->names_dest, &ip, c->w->own_addrs))
             return NULL;
     }
-    return c->plane->targets[dec->slot];
+    return plane->targets[dec->slot];
 }
 
+/* Connector steps 3-8 (seed 002): route on the current plane, refuse (issue 15) an internal IP
+ * the route did not name, open through the target's outbound (a blackhole refuses there; a
+ * name is checked once resolved). The flow is registered once the stream is connected
+ * (sv__flow_opened, which fails it when its version was drained meanwhile). */
 static bool open_flow(sv_conn *c, const sv_dest *d, const char *sniffed)
 {
     sv_worker *w = c->w;
-    c->plane = w->plane;
-    sv_plane_ref(c->plane);
     sv_decision dec;
     sv_target *t = route_stream(c, d, sniffed, &dec);
     if (t == NULL) {
         conn_close(c); /* refused like a blocked route */
         return false;
     }
+    c->target = t;
+    sv_target_ref(t);
     if (!open_stream(c, t->ops, &t->sock, sv__route_resolver(w, dec.dns_server), d,
                      c->handler->allow_private || dec.names_dest))
         return false;
     c->flow = sv__flow_new(w->index, c, c->sess, c->user_id, d, sniffed, SV_NET_TCP, t, dec.rule,
-                           c->plane->epoch);
+                           w->plane->epoch);
     if (c->flow == NULL) {
         conn_close(c);
         return false;
@@ -1642,6 +1650,10 @@ struct sv_subflow {
     sv_ob_stream ob;
     sv_assoc *assoc;
     sv_flow_rec *flow;
+    sv_target *target; /* the outbound version it was opened on (a reference), or NULL */
+    sv_dest *sniff;    /* a TCP stream held until its first payload is sniffed, or NULL; its
+                          bytes collect in held meanwhile */
+    uint64_t sniff_since; /* loop time (ms) the hold began */
     bool registered, connected, writing, client_done, ended;
     bool half;      /* client_done by a half-close: the outbound is shut down, not closed */
     bool shut;      /* its outbound was half-closed */
@@ -1737,6 +1749,8 @@ static void sub_closed(void *owner)
         else
             free(s->flow);
     }
+    sv_target_unref(s->target);
+    free(s->sniff);
     free(s->out);
     free(s->held);
     free(s);
@@ -1808,8 +1822,11 @@ static void sub_connected(void *owner, int status)
         return;
     }
     s->connected = true;
-    sv_tracker_flow_open(c->w->shared->tracker, s->flow);
     s->registered = true;
+    if (!sv__flow_opened(c->w->shared->tracker, s->flow, s->target)) {
+        sub_end(s, true, true); /* its version was drained while it dialled */
+        return;
+    }
     if (!c->writing_client && !c->paced_down)
         s->ob.ops->read(&s->ob, true);
     bool paused = s->paused;
@@ -1932,16 +1949,94 @@ static bool mux_start(sv_conn *c)
     return true;
 }
 
-/* A new stream (SV_FX_OPEN): connector steps 3-8 as open_flow, with the sub-flow's own
- * outbound stream and flow record; a UDP session gets its own association (datagrams routed,
- * billed and listed per destination by udp.c). A refused or failed stream gets its End. */
+/* Connector steps 3-8 for sub-flow @p s, sniffed name @p sniffed (or NULL), as open_flow: on
+ * the worker's current plane (seed 000: each sub-flow reads it; a route change reaches the next
+ * sub-flow of a live connection), with its own outbound stream and flow record. A refused or
+ * failed stream gets its End. */
+static void sub_route(sv_subflow *s, const char *sniffed)
+{
+    sv_conn *c = s->c;
+    sv_worker *w = c->w;
+    sv_dest *d = s->sniff;
+    s->sniff = NULL;
+    sv_decision dec;
+    sv_target *t = route_stream(c, d, sniffed, &dec);
+    s->flow = t != NULL ? sv__flow_new(w->index, s, c->sess, c->user_id, d, sniffed, SV_NET_TCP,
+                                       t, dec.rule, w->plane->epoch)
+                        : NULL;
+    if (s->flow == NULL) { /* refused like a blocked route (or no memory): no dial */
+        s->ob.ops->open(&s->ob, d);
+        free(d);
+        sub_end(s, true, true);
+        return;
+    }
+    s->target = t;
+    sv_target_ref(t);
+    s->ob.ops = t->ops;
+    s->ob.env.sock = &t->sock; /* s->target holds t */
+    s->ob.env.resolver = sv__route_resolver(w, dec.dns_server);
+    s->ob.allow_internal = c->handler->allow_private || dec.names_dest;
+    if (s->ob.ops->open(&s->ob, d) != 0)
+        sub_end(s, true, true); /* refused (blackhole) or failed */
+    free(d);
+}
+
+static void on_sub_sniff_timeout(uv_timer_t *t);
+
+/* Route the sub-flows held for sniffing (seed 000: the demuxer sniffs each sub-flow's first
+ * payload, as hold_open / sniff_and_open do for a connection's one flow) whose answer is final,
+ * whose bytes reached SV_SNIFF_MAX, whose client ended the stream, or that waited SV_SNIFF_MS;
+ * the connection's timer comes back for the others. @return false when the connection closed. */
+static bool subs_sniff(sv_conn *c)
+{
+    uint64_t now = uv_now(&c->w->loop), wait = SV_SNIFF_MS;
+    if (c->draining)
+        return !c->closing;
+    c->subs_sniffing = false;
+    for (unsigned i = c->n_subs; i-- > 0 && !c->closing;) {
+        sv_subflow *s = i < c->n_subs ? c->subs[i] : NULL;
+        if (s == NULL || s->sniff == NULL)
+            continue;
+        char name[SV_SNIFF_NAME_CAP];
+        sv_sniff_result r = s->held_len == 0 ? SV_SNIFF_NEED_MORE
+                                             : sv_sniff(s->held, s->held_len, name);
+        uint64_t waited = now - s->sniff_since;
+        if (r == SV_SNIFF_NEED_MORE && s->held_len < SV_SNIFF_MAX && !s->client_done &&
+            waited < SV_SNIFF_MS) {
+            c->subs_sniffing = true;
+            if (SV_SNIFF_MS - waited < wait)
+                wait = SV_SNIFF_MS - waited;
+            continue;
+        }
+        sub_route(s, r == SV_SNIFF_FOUND ? name : NULL);
+    }
+    if (c->closing)
+        return false;
+    if (!c->subs_sniffing) {
+        conn_timer_drop(c); /* a multiplexed connection's timer bounds nothing else */
+        return true;
+    }
+    if (!conn_timer_start(c, on_sub_sniff_timeout, wait)) {
+        conn_close(c);
+        return false;
+    }
+    return true;
+}
+
+static void on_sub_sniff_timeout(uv_timer_t *t)
+{
+    sv_conn *c = t->data;
+    if (!c->closing)
+        subs_sniff(c);
+}
+
+/* A new stream (SV_FX_OPEN): a TCP stream is held for sniffing (subs_sniff routes it, then
+ * sub_route opens it); a UDP session gets its own association (datagrams routed per datagram
+ * on the current plane, billed and listed per destination by udp.c). A refused or failed
+ * stream gets its End. */
 static void sub_open(sv_conn *c, const sv_effect *e)
 {
     sv_worker *w = c->w;
-    if (c->plane == NULL) {
-        c->plane = w->plane;
-        sv_plane_ref(c->plane);
-    }
     sv_subflow *s = calloc(1, sizeof *s);
     if (s == NULL || c->n_subs >= SV_MUX_SESSIONS_MAX || sub_find(c, e->stream, NULL) != NULL) {
         free(s);
@@ -1970,22 +2065,14 @@ static void sub_open(sv_conn *c, const sv_effect *e)
         s->connected = true;
         return;
     }
-    sv_decision dec;
-    sv_target *t = route_stream(c, d, NULL, &dec);
-    s->flow = t != NULL ? sv__flow_new(w->index, s, c->sess, c->user_id, d, NULL, SV_NET_TCP, t,
-                                       dec.rule, c->plane->epoch)
-                        : NULL;
-    if (s->flow == NULL) { /* refused like a blocked route (or no memory): no dial */
+    if ((s->sniff = malloc(sizeof *s->sniff)) == NULL) {
         s->ob.ops->open(&s->ob, d);
         sub_end(s, true, true);
         return;
     }
-    s->ob.ops = t->ops;
-    s->ob.env.sock = &t->sock; /* c->plane holds t */
-    s->ob.env.resolver = sv__route_resolver(w, dec.dns_server);
-    s->ob.allow_internal = c->handler->allow_private || dec.names_dest;
-    if (s->ob.ops->open(&s->ob, d) != 0)
-        sub_end(s, true, true); /* refused (blackhole) or failed */
+    *s->sniff = *d;
+    s->sniff_since = uv_now(&w->loop);
+    c->subs_sniffing = true; /* apply_effects routes it once this feed's bytes are in */
 }
 
 /* Client bytes of a stream (SV_FX_TO_OUTBOUND): to its outbound now, or held (bounded). Bytes
@@ -2179,10 +2266,15 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
             go_on = fx_close(c, e, iov, niov);
             break;
         }
-        if (!go_on)
+        if (!go_on) {
+            if (c->subs_sniffing && !c->closing) /* at least its timer runs (a pause) */
+                subs_sniff(c);
             return false;
+        }
     }
     if (c->held != NULL && !c->closing && !sniff_and_open(c, false))
+        return false;
+    if (c->subs_sniffing && !c->closing && !subs_sniff(c))
         return false;
     return !c->closing;
 }

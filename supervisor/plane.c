@@ -20,6 +20,7 @@
 #include "supervisor/runtime.h"
 #include "supervisor/transport/httpupgrade.h"
 #include "supervisor/transport/reality.h"
+#include "supervisor/util/log.h"
 
 #define REPLAY_CAPACITY 65536
 
@@ -517,8 +518,11 @@ sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint64_t v
     snprintf(t->tag, sizeof t->tag, "%s", tag);
     snprintf(t->id, sizeof t->id, "%s@v%" PRIu64, tag, version);
     atomic_init(&t->refs, 1);
+    atomic_init(&t->closed, false);
     return t;
 }
+
+void sv_target_close(sv_target *t) { atomic_store(&t->closed, true); }
 
 void sv_target_ref(sv_target *t) { atomic_fetch_add(&t->refs, 1); }
 
@@ -607,4 +611,16 @@ sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *se
     fi->epoch = epoch;
     fi->started_ms = sv__wall_ms();
     return f;
+}
+
+bool sv__flow_opened(sv_tracker *tracker, sv_flow_rec *f, const sv_target *t)
+{
+    sv_tracker_flow_open(tracker, f);
+    /* seq_cst after the registry's lock: a drain stores the token before it walks the registry */
+    if (!atomic_load(&t->closed))
+        return true;
+    SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: flow %llu to %s on %s: " SV_DRAINED_TEXT,
+           (unsigned long long)f->info.session, (unsigned long long)f->info.id,
+           f->info.destination, f->info.outbound);
+    return false;
 }

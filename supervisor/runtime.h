@@ -128,6 +128,10 @@ typedef struct sv_target {
     char tag[SV_TAG_MAX + 1];
     uint64_t version; /**< per tag, from 1 (seed 001 OutboundId); 0 = the supervisor's own */
     sv_socket_policy sock; /**< its outbound's socket policy (issue 13); zero = none */
+    /** The version's closed token (seed 000 "Guarded"): set once by a Close drain
+     *  (sv_target_close, control loop), read by every dial on it that completes
+     *  (sv__flow_opened, workers) */
+    _Atomic bool closed;
 } sv_target;
 
 typedef struct sv_routes_ref {
@@ -190,6 +194,19 @@ sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint64_t v
 /** Take / drop a reference (any thread). NULL-safe unref. */
 void sv_target_ref(sv_target *t);
 void sv_target_unref(sv_target *t);
+
+/** What a flow whose outbound version was drained while it dialled fails with (seed 000
+ *  "Guarded", the text of its io::ErrorKind::ConnectionAborted). */
+#define SV_DRAINED_TEXT "the outbound this flow was opened on was drained"
+
+/**
+ * Cancel outbound version @p t's closed token (seed 000 "Guarded", Target::close_flows): from
+ * now on every dial on @p t that completes fails (sv__flow_opened). The caller then kills the
+ * flows already registered on it (sv_tracker_kill_where on t->id): a flow is either registered
+ * before that kill sees the registry, or its check sees the token. Once set, it stays. Any
+ * thread (the control loop's drain).
+ */
+void sv_target_close(sv_target *t);
 
 /** Drop a reference on compiled routes; the last frees them. NULL-safe. */
 void sv_routes_ref_unref(sv_routes_ref *r);
@@ -636,6 +653,17 @@ void sv__udp_close_listener(sv_worker *w, sv_wlistener *l);
 sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *sess, uint64_t user,
                           const sv_dest *d, const char *sniffed, enum sv_network network,
                           const sv_target *t, int rule, uint64_t epoch);
+
+/**
+ * Connector step 8 (seed 000 "Guarded", seed 002 "register"): the one place where a dial
+ * completes, for a plain flow, a sub-flow and a UDP sub-link alike. Registers flow @p f, opened
+ * on outbound version @p t, with @p tracker (sv_tracker_flow_open; the tracker owns it from
+ * now), then checks @p t's closed token, in that order (see sv_target_close). Worker thread.
+ * @return true: the flow relays; false: @p t was drained while the flow dialled: the flow is
+ *         registered all the same and the caller ends it at once (a sub-flow with its End, a
+ *         sub-link dropped); logged here at debug level with SV_DRAINED_TEXT.
+ */
+bool sv__flow_opened(sv_tracker *tracker, sv_flow_rec *f, const sv_target *t);
 
 /** Format a socket address as "ip:port" ("[v6]:port"). */
 void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap);

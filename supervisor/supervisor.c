@@ -88,6 +88,7 @@ typedef struct grace_timer {
     sv_supervisor *sv;
     uint32_t listener;             /**< revoke: the listener's id; 0 = a drain */
     char outbound[SV_TAG_MAX + 16]; /**< drain: "tag@vN" */
+    sv_target *target;              /**< drain: that version (a reference), or NULL */
 } grace_timer;
 
 /* ---- staged work of one apply ---------------------------------------------------------------- */
@@ -112,6 +113,8 @@ typedef struct prepared {
     bool adopt;          /**< sv_apply_take: spec is the caller's, moved in, not a copy */
     staged_listener *ls;
     size_t n_ls;
+    sv_target **was;     /**< commit: the running targets it replaced, kept for the drains */
+    size_t n_was;
     bool certs_only; /**< sv_reload_certs: a pair that does not load is an error to report */
 } prepared;
 
@@ -382,6 +385,9 @@ static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
     for (size_t i = 0; p->targets != NULL && i < n_outbounds; i++)
         sv_target_unref(p->targets[i]);
     free(p->targets);
+    for (size_t i = 0; i < p->n_was; i++)
+        sv_target_unref(p->was[i]);
+    free(p->was);
     free(p->versions);
     free(p->tag_versions);
     sv_routes_ref_unref(p->routes);
@@ -713,16 +719,25 @@ static void revoke_listener(sv_supervisor *sv, uint32_t id)
     }
 }
 
-/* Kill every live flow opened on outbound version @p id ("tag@vN"). */
-static void close_version(sv_supervisor *sv, const char *id)
+/* Close outbound version @p id ("tag@vN"), @p t when the running targets held it: its closed
+ * token first (seed 000 "Guarded": a dial on it still in flight fails when it completes), then
+ * every live flow opened on it is killed. */
+static void close_version(sv_supervisor *sv, const char *id, sv_target *t)
 {
+    if (t != NULL)
+        sv_target_close(t);
     sv_flow_filter f = {.outbound = id};
     size_t n = sv_tracker_kill_where(sv->shared.tracker, &f);
     if (n > 0)
         SV_LOG(SV_LOG_INFO, "sv.actor", "drained outbound %s: %zu flow(s) closed", id, n);
 }
 
-static void on_grace_closed(uv_handle_t *h) { free(h->data); }
+static void on_grace_closed(uv_handle_t *h)
+{
+    grace_timer *g = h->data;
+    sv_target_unref(g->target);
+    free(g);
+}
 
 static void grace_end(grace_timer *g)
 {
@@ -737,19 +752,24 @@ static void on_grace(uv_timer_t *t)
     if (g->listener != 0)
         revoke_listener(g->sv, g->listener);
     else
-        close_version(g->sv, g->outbound);
+        close_version(g->sv, g->outbound, g->target);
     grace_end(g);
 }
 
 /* Start a CloseAfter timer of @p ms for listener @p listener (non-zero) or outbound version
- * @p outbound. @return 0 or -ENOMEM. */
-static int grace_start(sv_supervisor *sv, uint32_t ms, uint32_t listener, const char *outbound)
+ * @p outbound (@p t: that target, which the timer holds a reference of, or NULL).
+ * @return 0 or -ENOMEM. */
+static int grace_start(sv_supervisor *sv, uint32_t ms, uint32_t listener, const char *outbound,
+                       sv_target *t)
 {
     grace_timer *g = calloc(1, sizeof *g);
     if (g == NULL)
         return -ENOMEM;
     g->sv = sv;
     g->listener = listener;
+    g->target = t;
+    if (t != NULL)
+        sv_target_ref(t);
     snprintf(g->outbound, sizeof g->outbound, "%s", outbound != NULL ? outbound : "");
     uv_timer_init(sv->control, &g->timer);
     g->timer.data = g;
@@ -771,15 +791,16 @@ static void swap_with_policy(sv_supervisor *sv, staged_listener *s, const sv_spe
     uint32_t id = s->l.id;
     swap_listener(sv, s, revoke && pol.kind == SV_POLICY_CLOSE);
     if (revoke && pol.kind == SV_POLICY_CLOSE_AFTER &&
-        grace_start(sv, pol.grace_ms, id, NULL) != 0) {
+        grace_start(sv, pol.grace_ms, id, NULL, NULL) != 0) {
         SV_LOG(SV_LOG_ERROR, "sv.actor", "inbound %s: out of memory for the user removal grace; "
                "closing removed users' sessions now", s->l.tag);
         revoke_listener(sv, id);
     }
 }
 
-/* After the publish (every worker adopted the plane): each DRAIN step's policy on its version. */
-static void act_on_drains(sv_supervisor *sv, const sv_plan *plan)
+/* After the publish (every worker adopted the plane): each DRAIN step's policy on its version,
+ * found among the targets @p p's commit replaced. */
+static void act_on_drains(sv_supervisor *sv, const sv_plan *plan, const prepared *p)
 {
     for (size_t i = 0; i < plan->n_steps; i++) {
         const sv_step *st = &plan->steps[i];
@@ -787,10 +808,14 @@ static void act_on_drains(sv_supervisor *sv, const sv_plan *plan)
             continue;
         char id[SV_TAG_MAX + 16];
         snprintf(id, sizeof id, "%s@v%" PRIu64, st->tag, st->version);
+        sv_target *t = NULL;
+        for (size_t j = 0; j < p->n_was; j++)
+            if (strcmp(p->was[j]->id, id) == 0)
+                t = p->was[j];
         if (st->policy.kind == SV_POLICY_CLOSE_AFTER &&
-            grace_start(sv, st->policy.grace_ms, 0, id) == 0)
+            grace_start(sv, st->policy.grace_ms, 0, id, t) == 0)
             continue;
-        close_version(sv, id); /* Close, or no room for the timer */
+        close_version(sv, id, t); /* Close, or no room for the timer */
     }
 }
 
@@ -814,9 +839,8 @@ static void commit_steps(sv_supervisor *sv, const sv_plan *plan)
  * on the targets it routes to). */
 static void commit_targets(sv_supervisor *sv, prepared *p)
 {
-    for (size_t i = 0; sv->has_running && i < sv->running.n_outbounds; i++)
-        sv_target_unref(sv->targets[i]);
-    free(sv->targets);
+    p->was = sv->targets; /* their references go with p, after the drains */
+    p->n_was = sv->has_running ? sv->running.n_outbounds : 0;
     free(sv->versions);
     sv->targets = p->targets;
     sv->versions = p->versions;
@@ -980,13 +1004,13 @@ static int apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_ap
         goto out;
     bool published = p.plane != NULL;
     commit(sv, &plan, &p);
-    prepared_free(sv, &p, spec->n_outbounds);
     /* issue 8: sv_epoch() is the plane every worker serves new flows with; a drain waits for it,
      * so no worker opens a new flow on the drained version after it */
     if (published && !sv__epoch_wait(&sv->shared, sv->epoch, SV_ADOPT_WAIT_MS))
         SV_LOG(SV_LOG_WARN, "sv.actor", "epoch %" PRIu64 ": not every worker adopted the plane "
                "within %d ms", sv->epoch, SV_ADOPT_WAIT_MS);
-    act_on_drains(sv, &plan);
+    act_on_drains(sv, &plan, &p);
+    prepared_free(sv, &p, spec->n_outbounds); /* the replaced targets, after their drains */
     log_applied(&plan);
     if (report != NULL)
         fill_report(&plan, report);

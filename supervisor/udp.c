@@ -302,8 +302,11 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, sv_resolver *res, const s
         sub_close(s); /* seed 002: no family bound; the datagram is dropped */
         return NULL;
     }
-    sv_tracker_flow_open(a->w->shared->tracker, f);
     s->registered = true;
+    if (!sv__flow_opened(a->w->shared->tracker, f, t)) {
+        sub_close(s); /* its version was drained (seed 000 "Guarded"): the datagram is dropped */
+        return NULL;
+    }
     a->subs[a->n_subs++] = s;
     return s;
 }

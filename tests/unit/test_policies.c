@@ -5,7 +5,8 @@
  * remote end. Checks:
  *  - a removed user's live flow is kept (Keep), closed at once (Close), or closed after the
  *    grace (CloseAfter); another user's flow is never touched;
- *  - a replaced outbound version's flows likewise under the drain policy (default Keep);
+ *  - a replaced outbound version's flows likewise under the drain policy (default Keep), and
+ *    under Close a dial still in flight fails when it completes (seed 000 "Guarded");
  *  - shutdown with hour-long grace timers pending returns at once and leaves no timer behind.
  * Loopback only; every wait is bounded.
  */
@@ -132,19 +133,20 @@ static void flow_close(flow *fl)
     close(fl->remote);
 }
 
-/* Open a VLESS flow as user @p uuid to the echo listener and accept its remote end. */
-static flow open_flow(fx *f, const char *uuid)
+/* Connect to the inbound as user @p uuid and send a VLESS request for 127.0.0.1:@p port with
+ * "hi" as its first bytes. @return the client's socket. */
+static int send_request(fx *f, const char *uuid, uint16_t port)
 {
-    flow fl;
+    int client;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(f->port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     /* the workers start listening on their own loops, just after the apply returns */
     uint64_t end = now_ms() + 3000;
     for (;;) {
-        fl.client = socket(AF_INET, SOCK_STREAM, 0);
-        if (connect(fl.client, (struct sockaddr *)&a, sizeof a) == 0)
+        client = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(client, (struct sockaddr *)&a, sizeof a) == 0)
             break;
-        close(fl.client);
+        close(client);
         assert_true(now_ms() < end);
         usleep(10 * 1000);
     }
@@ -159,13 +161,21 @@ static flow open_flow(fx *f, const char *uuid)
     }
     *p++ = 0; /* no addons */
     *p++ = 1; /* TCP */
-    *p++ = (uint8_t)(f->echo_port >> 8);
-    *p++ = (uint8_t)f->echo_port;
+    *p++ = (uint8_t)(port >> 8);
+    *p++ = (uint8_t)port;
     *p++ = 1; /* IPv4 */
     *p++ = 127, *p++ = 0, *p++ = 0, *p++ = 1;
     memcpy(p, "hi", 2);
     p += 2;
-    assert_int_equal(send(fl.client, req, (size_t)(p - req), MSG_NOSIGNAL), p - req);
+    assert_int_equal(send(client, req, (size_t)(p - req), MSG_NOSIGNAL), p - req);
+    return client;
+}
+
+/* Open a VLESS flow as user @p uuid to the echo listener and accept its remote end. */
+static flow open_flow(fx *f, const char *uuid)
+{
+    flow fl;
+    fl.client = send_request(f, uuid, f->echo_port);
     assert_true(wait_readable(f, f->echo, 3000));
     fl.remote = accept(f->echo, NULL, NULL);
     assert_true(fl.remote >= 0);
@@ -331,6 +341,48 @@ static void a_replaced_outbounds_flow_is_closed_after_the_grace(void **state)
     flow_close(&fl);
 }
 
+/* Seed 000 "Guarded": a flow whose dial is still in flight when its version is closed fails
+ * when the dial completes. The dial is held by a listener whose accept queue is full (the
+ * kernel drops the SYN; the retransmission, a second later, finds room once the test accepted
+ * the connection that filled it). */
+static void a_dial_in_flight_fails_when_it_completes_on_a_closed_version(void **state)
+{
+    fx *f = *state;
+    uint16_t late_port;
+    int late = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(late, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(late, 0), 0); /* one connection fills the queue */
+    assert_int_equal(getsockname(late, (struct sockaddr *)&a, &len), 0);
+    late_port = ntohs(a.sin_port);
+    int filler = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(filler, (struct sockaddr *)&a, sizeof a), 0);
+    apply(f);
+    flow fl = {.client = send_request(f, UUID_2, late_port), .remote = -1};
+    usleep(300 * 1000); /* its SYN was dropped: the dial waits for the retransmission */
+    f->out[0].drain = (sv_policy){.kind = SV_POLICY_CLOSE};
+    f->out[0].kind = SV_OUTBOUND_BLACKHOLE;
+    sv_apply_report report = {0};
+    sv_error err = {0};
+    assert_int_equal(sv_apply(f->sv, &f->spec, NULL, &report, &err), 0);
+    assert_int_equal(report.n_drained, 1);
+    sv_apply_report_free(&report);
+    int first = accept(late, NULL, NULL); /* the filler's: room for the retransmitted SYN */
+    assert_true(first >= 0);
+    close(first);
+    assert_true(wait_readable(f, late, 5000)); /* the dial completed, on the closed version */
+    fl.remote = accept(late, NULL, NULL);
+    assert_true(fl.remote >= 0);
+    expect_closed(f, &fl, 3000);
+    uint8_t buf[8];
+    assert_true(wait_readable(f, fl.remote, 3000));
+    assert_int_equal(recv(fl.remote, buf, sizeof buf, 0), 0); /* closed: not one byte relayed */
+    flow_close(&fl);
+    close(filler);
+    close(late);
+}
+
 /* ---- shutdown ----------------------------------------------------------------------------- */
 
 static void shutdown_ends_pending_grace_timers(void **state)
@@ -371,6 +423,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_replaced_outbounds_flow_is_closed_after_the_grace,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            a_dial_in_flight_fails_when_it_completes_on_a_closed_version, setup, teardown),
         cmocka_unit_test_setup_teardown(shutdown_ends_pending_grace_timers, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
