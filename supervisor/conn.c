@@ -1628,11 +1628,15 @@ static bool open_assoc(sv_conn *c)
 
 /* Bytes a sub-flow holds for its outbound (dialling, or behind a write in flight): past
  * SUB_HELD_PAUSE reading the client stops until that write drains (every sub-flow of the
- * connection waits, as with v2ray's own server; no byte is dropped); past SUB_HELD_MAX (a
- * dial that never completes while other sub-flows keep reading) the sub-flow is ended towards
- * the client (README "Mux.Cool"). */
+ * connection waits, as with v2ray's own server; no byte is dropped; client_read_start never
+ * resumes while one is over the mark). What still reaches a sub-flow after the mark is the
+ * rest of the client read being processed: at most one read (SV_SCRATCH, SV_LAYERED_READ)
+ * and what the layers and the core carried over from the read before it (a TLS record, a
+ * frame's head: each far under a read), and that read may come whole to a sub-flow that sits
+ * just under the mark. SUB_HELD_MAX is the mark and two reads: past it (reading resumed while
+ * a sub-flow was over the mark) the sub-flow is ended towards the client (README "Mux.Cool"). */
 #define SUB_HELD_PAUSE (256 * 1024)
-#define SUB_HELD_MAX (512 * 1024)
+#define SUB_HELD_MAX (SUB_HELD_PAUSE + 2 * SV_SCRATCH)
 
 /* One stream of a multiplexed connection: its own outbound stream and flow record, or for a
  * UDP session its own association (whose sub-links are the flows). */
@@ -1773,14 +1777,17 @@ static void sub_flush(sv_subflow *s)
         s->writing = true;
 }
 
-/* Read the client again once no sub-flow holds more than SUB_HELD_PAUSE bytes. */
-static void subs_resume(sv_conn *c)
+/* Does a sub-flow hold more than SUB_HELD_PAUSE bytes (reading the client waits for it)? */
+static bool subs_over_pause(const sv_conn *c)
 {
     for (unsigned i = 0; i < c->n_subs; i++)
         if (c->subs[i]->held_len > SUB_HELD_PAUSE)
-            return;
-    client_read_start(c);
+            return true;
+    return false;
 }
+
+/* Read the client again once no sub-flow holds more than SUB_HELD_PAUSE bytes. */
+static void subs_resume(sv_conn *c) { client_read_start(c); }
 
 static void sub_written(void *owner, int status)
 {
@@ -2549,7 +2556,8 @@ static void client_read_start(sv_conn *c)
         splice_run(c);
         return;
     }
-    if (!c->client_eof && !c->closing && !c->paced_up && c->paused == NULL)
+    if (!c->client_eof && !c->closing && !c->paced_up && c->paused == NULL &&
+        !(c->subs != NULL && subs_over_pause(c))) /* the sub-flows' backpressure holds */
         uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
 }
 
