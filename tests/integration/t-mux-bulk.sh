@@ -12,7 +12,7 @@
 #   Mux.Cool over TCP           Xray-core ("mux" on; sing-box speaks no Mux.Cool)
 #   v2ray-plugin mux            ss-local + ss-v2ray-plugin, mux=1 (Shadowsocks, Mux.Cool over
 #                               WebSocket; neither Xray-core nor sing-box has this client)
-# KT_BULK_BYTES: 1 GiB each way per client in a plain build, 64 MiB in a sanitizer build
+# KT_BULK_BYTES: 1 GiB each way per client in a plain build, 256 MiB in a sanitizer build
 # (KATANA_ASAN=yes, set by `make check` from configure), whose katana is 3-5x slower.
 KT_LIMIT=${KT_LIMIT:-600}
 . "$(dirname "$0")/reality.sh"
@@ -20,7 +20,7 @@ rl_need xray sing-box
 kt_need jq
 
 if [ "${KATANA_ASAN:-no}" = yes ]; then
-    BYTES=${KT_BULK_BYTES:-$((64 << 20))}
+    BYTES=${KT_BULK_BYTES:-$((256 << 20))}
 else
     BYTES=${KT_BULK_BYTES:-$((1 << 30))}
 fi
