@@ -39,19 +39,29 @@ kt_bg bulk "$BULKCHECK" serve "$T/bulk.port"
 kt_wait_file "$T/bulk.port" 10 || { fail "bulkcheck serve did not start"; exit 1; }
 BULK_PORT=$(cat "$T/bulk.port")
 
+# transfer up|down SOCKS_PORT SEED: one bulkcheck transfer; when it fails, katana's debug
+# lines on why its flows and streams closed follow.
+transfer() {
+    "$BULKCHECK" "$1" "$2" "$BULK_PORT" "$BYTES" "$3" "$STALL" && return 0
+    echo "katana's closes meanwhile:"; grep -E "closed|reset" "$SRV_LOG" | tail -n 5
+    return 1
+}
+
 # move WHAT SOCKS_PORT: BYTES up, then BYTES down, through the client on SOCKS_PORT.
 move() {
     local seed; seed=$(tr -cs 'A-Za-z0-9\n' '-' <<<"$1")
     check "$1: $BYTES bytes up at full speed, all of them at the far end, identical" \
-        "$BULKCHECK" up "$2" "$BULK_PORT" "$BYTES" "$seed-up" "$STALL"
+        transfer up "$2" "$seed-up"
     check "$1: $BYTES bytes down at full speed, all of them, identical" \
-        "$BULKCHECK" down "$2" "$BULK_PORT" "$BYTES" "$seed-down" "$STALL"
+        transfer down "$2" "$seed-down"
 }
 
-# node NAME PORT [mkconfig options]: katana with one node of user U1 on PORT.
+# node NAME PORT [mkconfig options]: katana with one node of user U1 on PORT, logging at
+# debug (a flow's close says why: issue 24).
 node() {
     local name=$1 port=$2; shift 2
-    mkconfig "$T/config-$name.json" "$port" "$@" --user "1:$U1" --grace "$GRACE"
+    mkconfig "$T/config-$name.json" "$port" "$@" --user "1:$U1" --grace "$GRACE" \
+        --log-level debug
 }
 
 # serve NAME PORT: katana on $T/config-NAME.json (its node on PORT).
