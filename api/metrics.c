@@ -142,6 +142,19 @@ static void vision_counters(page *p, sv_supervisor *sv)
             "could be had (the descriptor budget was full, or pipe2 failed).", vd.splice_no_pipe);
 }
 
+/* Flow closes by reason (issue 24: sv_close_reason), every reason listed, 0 or not. */
+static void flow_closes(page *p, sv_supervisor *sv)
+{
+    sv_close_counts cc = sv_flow_closes(sv);
+    family(p, "katana_flow_closes_total", "counter",
+           "Flows (dialed connections, sub-flows of multiplexed connections, UDP sub-links) "
+           "closed, by why: end (its ends finished it), error, kill, session, revoke, idle, "
+           "limit (a bound on held bytes or sub-links), shutdown.");
+    for (unsigned r = 0; r < SV_CLOSE_REASONS; r++)
+        put(p, "katana_flow_closes_total{reason=\"%s\"} %" PRIu64 "\n",
+            sv_close_reason_name((sv_close_reason)r), cc.n[r]);
+}
+
 /* The worker loop turns as a Prometheus histogram of their CPU seconds (cumulative buckets). */
 static void turns(page *p, sv_turn_counts t)
 {
@@ -286,6 +299,7 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
     shadowsocks_counters(&p, s->sv);
     vision_counters(&p, s->sv);
     turns(&p, sv_worker_turns(s->sv));
+    flow_closes(&p, s->sv);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

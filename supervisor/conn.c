@@ -79,6 +79,7 @@ typedef struct sv_conn {
     bool chain_bye;      /**< the chain's ends of stream (close_notify ...) are queued */
     bool raw;            /**< fallback relay: client bytes go to the remote as they are */
     uint8_t direct_counted; /**< SV_DIRECT_IN / OUT already counted in shared->direct */
+    uint8_t end_why;        /**< why it ends (sv_close_reason + 1), 0: not said (an error) */
     bool pace_known : 1;  /**< pacer was looked up (at the first payload after admission) */
     bool paced_up : 1, paced_down : 1; /**< in debt: that side stopped reading until pace_timer
                                             fires */
@@ -129,6 +130,7 @@ static void conn_release(sv_conn *c)
         return;
     sv_tracker *t = c->w->shared->tracker;
     if (c->flow != NULL) {
+        sv__flow_closed(c->w->shared, c->flow, c->end_why ? c->end_why - 1u : SV_CLOSE_ERROR);
         if (c->flow_registered)
             sv_tracker_flow_close(t, c->flow);
         else
@@ -191,6 +193,15 @@ static void conn_close(sv_conn *c)
         subs_close(c);
 }
 
+/* Close @p c for reason @p why (issue 24: its flows' close says it, /metrics counts it), unless
+ * a reason was given first. */
+static void conn_end(sv_conn *c, sv_close_reason why)
+{
+    if (c->end_why == 0 && !c->closing)
+        c->end_why = (uint8_t)(why + 1);
+    conn_close(c);
+}
+
 /* Arm the connection's timer for @p ms, allocating it at need (it holds the connection until
  * closed; issue 13). @return false when out of memory: the caller closes the connection. */
 static bool conn_timer_start(sv_conn *c, uv_timer_cb cb, uint64_t ms)
@@ -240,7 +251,7 @@ static void start_drain(sv_conn *c)
 static void maybe_finish(sv_conn *c)
 {
     if (c->client_eof && c->remote_eof && !c->writing_client && !c->writing_remote)
-        conn_close(c);
+        conn_end(c, SV_CLOSE_END);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -340,7 +351,7 @@ static void pace_resume(uv_timer_t *t)
         return;
     int g = sv_pace_gate(c->flow != NULL ? &c->flow->kill : NULL, c->pacer, uv_hrtime(), &ms);
     if (g < 0) {
-        conn_close(c);
+        conn_end(c, SV_CLOSE_KILL);
     } else if (g > 0) {
         uv_timer_start(t, pace_resume, ms, 0);
     } else {
@@ -641,7 +652,7 @@ static bool held_append(sv_conn *c, uint8_t **buf, size_t *buf_len, const uint8_
 static bool client_more_add(sv_conn *c, const uint8_t *p, size_t len)
 {
     if (c->client_more_len + len > SV_CLIENT_MORE_MAX) {
-        conn_close(c); /* a client that does not read */
+        conn_end(c, SV_CLOSE_LIMIT); /* a client that does not read */
         return false;
     }
     return held_append(c, &c->client_more, &c->client_more_len, p, len);
@@ -1126,7 +1137,7 @@ static void on_connected(void *owner, int status)
     if (c->flow != NULL) {
         c->flow_registered = true;
         if (!sv__flow_opened(c->w->shared->tracker, c->flow, c->target)) {
-            conn_close(c); /* its version was drained while it dialled */
+            conn_end(c, SV_CLOSE_KILL); /* its version was drained while it dialled */
             return;
         }
     }
@@ -1636,11 +1647,15 @@ static bool open_assoc(sv_conn *c)
 
 /* Bytes a sub-flow holds for its outbound (dialling, or behind a write in flight): past
  * SUB_HELD_PAUSE reading the client stops until that write drains (every sub-flow of the
- * connection waits, as with v2ray's own server; no byte is dropped); past SUB_HELD_MAX (a
- * dial that never completes while other sub-flows keep reading) the sub-flow is ended towards
- * the client (README "Mux.Cool"). */
+ * connection waits, as with v2ray's own server; no byte is dropped; client_read_start never
+ * resumes while one is over the mark). What still reaches a sub-flow after the mark is the
+ * rest of the client read being processed: at most one read (SV_SCRATCH, SV_LAYERED_READ)
+ * and what the layers and the core carried over from the read before it (a TLS record, a
+ * frame's head: each far under a read), and that read may come whole to a sub-flow that sits
+ * just under the mark. SUB_HELD_MAX is the mark and two reads: past it (reading resumed while
+ * a sub-flow was over the mark) the sub-flow is ended towards the client (README "Mux.Cool"). */
 #define SUB_HELD_PAUSE (256 * 1024)
-#define SUB_HELD_MAX (512 * 1024)
+#define SUB_HELD_MAX (SUB_HELD_PAUSE + 2 * SV_SCRATCH)
 
 /* One stream of a multiplexed connection: its own outbound stream and flow record, or for a
  * UDP session its own association (whose sub-links are the flows). */
@@ -1661,6 +1676,7 @@ struct sv_subflow {
     bool blocked;   /* its outbound's reading waits for the core's queue for it to drain
                        (proto.h queued: the client's flow control) */
     bool paused;    /* reading the client stopped for its held bytes (SUB_HELD_PAUSE) */
+    uint8_t end_why; /* why it ends (sv_close_reason + 1), 0: not said yet (sub_end) */
     uint8_t *out;   /* the write in flight */
     uint8_t *held;  /* bytes waiting for the dial or for the write in flight */
     size_t held_len;
@@ -1679,13 +1695,16 @@ static sv_subflow *sub_find(sv_conn *c, uint32_t stream, unsigned *at)
 
 /* End @p s: out of the table, its outbound closed (sub_closed frees it). With @p tell, the
  * client gets the stream's End frame (frame_end; @p abort: the outbound failed, was killed or
- * overflowed) unless the connection is closing. */
+ * overflowed) unless the connection is closing. Its reason, unless its caller set one first:
+ * an error with @p abort, else its end. */
 static void sub_end(sv_subflow *s, bool tell, bool abort)
 {
     sv_conn *c = s->c;
     if (s->ended)
         return;
     s->ended = true;
+    if (s->end_why == 0)
+        s->end_why = (uint8_t)(1 + (abort ? SV_CLOSE_ERROR : SV_CLOSE_END));
     unsigned at = 0;
     if (sub_find(c, s->stream, &at) == s)
         c->subs[at] = c->subs[--c->n_subs];
@@ -1744,6 +1763,7 @@ static void sub_closed(void *owner)
     sv_subflow *s = owner;
     sv_conn *c = s->c;
     if (s->flow != NULL) {
+        sv__flow_closed(c->w->shared, s->flow, s->end_why ? s->end_why - 1u : SV_CLOSE_ERROR);
         if (s->registered)
             sv_tracker_flow_close(c->w->shared->tracker, s->flow);
         else
@@ -1787,14 +1807,17 @@ static void sub_flush(sv_subflow *s)
         s->writing = true;
 }
 
-/* Read the client again once no sub-flow holds more than SUB_HELD_PAUSE bytes. */
-static void subs_resume(sv_conn *c)
+/* Does a sub-flow hold more than SUB_HELD_PAUSE bytes (reading the client waits for it)? */
+static bool subs_over_pause(const sv_conn *c)
 {
     for (unsigned i = 0; i < c->n_subs; i++)
         if (c->subs[i]->held_len > SUB_HELD_PAUSE)
-            return;
-    client_read_start(c);
+            return true;
+    return false;
 }
+
+/* Read the client again once no sub-flow holds more than SUB_HELD_PAUSE bytes. */
+static void subs_resume(sv_conn *c) { client_read_start(c); }
 
 static void sub_written(void *owner, int status)
 {
@@ -1824,7 +1847,8 @@ static void sub_connected(void *owner, int status)
     s->connected = true;
     s->registered = true;
     if (!sv__flow_opened(c->w->shared->tracker, s->flow, s->target)) {
-        sub_end(s, true, true); /* its version was drained while it dialled */
+        s->end_why = (uint8_t)(1 + SV_CLOSE_KILL); /* its version was drained while it dialled */
+        sub_end(s, true, true);
         return;
     }
     if (!c->writing_client && !c->paced_down)
@@ -1920,18 +1944,26 @@ static void subs_resume_paced(sv_conn *c)
     }
 }
 
+/* The connection closes: every sub-flow ends with it, for its reason. */
 static void subs_close(sv_conn *c)
 {
-    while (c->n_subs > 0)
-        sub_end(c->subs[c->n_subs - 1], false, false);
+    while (c->n_subs > 0) {
+        sv_subflow *s = c->subs[c->n_subs - 1];
+        if (s->end_why == 0)
+            s->end_why = c->end_why ? c->end_why : (uint8_t)(1 + SV_CLOSE_ERROR);
+        sub_end(s, false, false);
+    }
 }
 
 /* A killed sub-flow (DELETE /v1/connections/<id>) ends alone; the client gets its End. */
 static void subs_scan_kill(sv_conn *c)
 {
     for (unsigned i = c->n_subs; i-- > 0;)
-        if (i < c->n_subs && c->subs[i]->flow != NULL && atomic_load(&c->subs[i]->flow->kill))
+        if (i < c->n_subs && c->subs[i]->flow != NULL &&
+            atomic_load(&c->subs[i]->flow->kill)) {
+            c->subs[i]->end_why = 1 + SV_CLOSE_KILL;
             sub_end(c->subs[i], true, true);
+        }
 }
 
 /* The client asked for Mux.Cool: the connection holds a table of sub-flows from here, and
@@ -2097,6 +2129,7 @@ static void sub_write(sv_conn *c, uint32_t stream, uint8_t *data, size_t len)
             return;
     }
     if (s->held_len + len > SUB_HELD_MAX) {
+        s->end_why = 1 + SV_CLOSE_LIMIT;
         sub_end(s, true, true);
         return;
     }
@@ -2518,7 +2551,7 @@ static void process_plain(sv_conn *c, uint8_t *data, size_t len)
 static void client_eof(sv_conn *c)
 {
     if (c->draining || !c->connected || c->assoc != NULL || c->subs != NULL) {
-        conn_close(c);
+        conn_end(c, SV_CLOSE_END); /* the client ended every sub-flow it carried */
         return;
     }
     c->client_eof = true;
@@ -2641,7 +2674,8 @@ static void client_read_start(sv_conn *c)
         splice_run(c);
         return;
     }
-    if (!c->client_eof && !c->closing && !c->paced_up && c->paused == NULL)
+    if (!c->client_eof && !c->closing && !c->paced_up && c->paused == NULL &&
+        !(c->subs != NULL && subs_over_pause(c))) /* the sub-flows' backpressure holds */
         uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
 }
 
@@ -2716,9 +2750,10 @@ void sv__conn_scan_flags(sv_worker *w)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->conns) {
         sv_conn *c = sv_container_of(pos, sv_conn, link);
-        if (atomic_load(&c->sess->close_requested) ||
-            (c->flow != NULL && atomic_load(&c->flow->kill)))
-            conn_close(c);
+        if (atomic_load(&c->sess->close_requested))
+            conn_end(c, SV_CLOSE_SESSION);
+        else if (c->flow != NULL && atomic_load(&c->flow->kill))
+            conn_end(c, SV_CLOSE_KILL);
         else if (c->subs != NULL)
             subs_scan_kill(c);
     }
@@ -2732,7 +2767,7 @@ void sv__conn_revoke(sv_worker *w, sv_wlistener *l)
         if (c->listener != l || c->closing || c->principal == NULL)
             continue;
         if (sv_handler_find(l->handler, c->handler, c->principal) < 0)
-            conn_close(c);
+            conn_end(c, SV_CLOSE_REVOKE);
     }
 }
 
@@ -2743,7 +2778,7 @@ void sv__conn_sweep_idle(sv_worker *w)
     sv_list_foreach_safe(pos, tmp, &w->conns) {
         sv_conn *c = sv_container_of(pos, sv_conn, link);
         if (c->connected && !c->closing && now - c->last_active >= SV_TCP_IDLE_MS)
-            conn_close(c);
+            conn_end(c, SV_CLOSE_IDLE);
     }
 }
 
@@ -2751,5 +2786,5 @@ void sv__conn_close_all(sv_worker *w)
 {
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->conns)
-        conn_close(sv_container_of(pos, sv_conn, link));
+        conn_end(sv_container_of(pos, sv_conn, link), SV_CLOSE_SHUTDOWN);
 }

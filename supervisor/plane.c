@@ -624,3 +624,25 @@ bool sv__flow_opened(sv_tracker *tracker, sv_flow_rec *f, const sv_target *t)
            f->info.destination, f->info.outbound);
     return false;
 }
+
+const char *sv_close_reason_name(sv_close_reason r)
+{
+    static const char *const names[SV_CLOSE_REASONS] = {
+        [SV_CLOSE_END] = "end",       [SV_CLOSE_ERROR] = "error",   [SV_CLOSE_KILL] = "kill",
+        [SV_CLOSE_SESSION] = "session", [SV_CLOSE_REVOKE] = "revoke", [SV_CLOSE_IDLE] = "idle",
+        [SV_CLOSE_LIMIT] = "limit",   [SV_CLOSE_SHUTDOWN] = "shutdown",
+    };
+    return (unsigned)r < SV_CLOSE_REASONS ? names[r] : "unknown";
+}
+
+void sv__flow_closed(sv_shared *s, const sv_flow_rec *f, sv_close_reason r)
+{
+    if ((unsigned)r >= SV_CLOSE_REASONS)
+        r = SV_CLOSE_ERROR;
+    _Atomic uint64_t *n = &s->closes[f->worker % SV_WORKERS_MAX].n[r];
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    SV_LOG(SV_LOG_DEBUG, "sv.flow", "flow %llu of session %llu to %s via %s closed: %s",
+           (unsigned long long)f->info.id, (unsigned long long)f->info.session,
+           f->info.destination, f->info.outbound, sv_close_reason_name(r));
+}

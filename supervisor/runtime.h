@@ -268,6 +268,13 @@ typedef struct sv_turn_row {
     uint8_t pad[64];
 } sv_turn_row;
 
+/** One worker's flow closes by reason (sv_close_counts): written by that worker alone (relaxed
+ *  load and store, no locked add), read by any thread; padded off the next worker's line. */
+typedef struct sv_close_row {
+    _Atomic uint64_t n[SV_CLOSE_REASONS];
+    uint8_t pad[64];
+} sv_close_row;
+
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
@@ -317,6 +324,7 @@ typedef struct sv_shared {
      *  is everything one loop iteration ran, so its CPU time is how long every other flow of
      *  that worker waited on katana's own work (issue 13, the 2 ms pause) */
     sv_turn_row turns[SV_WORKERS_MAX]; /**< one row per worker (index), written by it alone */
+    sv_close_row closes[SV_WORKERS_MAX]; /**< flow closes by reason (issue 24), likewise */
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
@@ -664,6 +672,14 @@ sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *se
  *         sub-link dropped); logged here at debug level with SV_DRAINED_TEXT.
  */
 bool sv__flow_opened(sv_tracker *tracker, sv_flow_rec *f, const sv_target *t);
+
+/**
+ * Flow @p f of worker f->worker ends for reason @p r (issue 24): counted in @p s's row of that
+ * worker (sv_flow_closes) and said at debug level with the flow's id (0 when it never
+ * registered: a dial that failed), session, destination and outbound. Call it on that worker's
+ * thread, before the record goes to the tracker or is freed.
+ */
+void sv__flow_closed(sv_shared *s, const sv_flow_rec *f, sv_close_reason r);
 
 /** Format a socket address as "ip:port" ("[v6]:port"). */
 void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap);

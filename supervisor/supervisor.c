@@ -1504,6 +1504,15 @@ sv_turn_counts sv_worker_turns(sv_supervisor *sv)
     return c;
 }
 
+sv_close_counts sv_flow_closes(sv_supervisor *sv)
+{
+    sv_close_counts c = {{0}};
+    for (size_t w = 0; w < SV_WORKERS_MAX; w++)
+        for (size_t r = 0; r < SV_CLOSE_REASONS; r++)
+            c.n[r] += atomic_load_explicit(&sv->shared.closes[w].n[r], memory_order_relaxed);
+    return c;
+}
+
 sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv)
 {
     return (sv_ss_trial_counts){

@@ -762,6 +762,36 @@ typedef struct sv_turn_counts {
 /** The counts of sv_turn_counts since start. Any thread. */
 sv_turn_counts sv_worker_turns(sv_supervisor *sv);
 
+/** Why a flow (a dialed connection, a sub-flow of a multiplexed connection, a UDP sub-link)
+ *  ended (issue 24): its close says so at debug level and /metrics counts closes by reason
+ *  (katana_flow_closes_total{reason=sv_close_reason_name()}). */
+typedef enum sv_close_reason {
+    SV_CLOSE_END,      /**< "end": its ends finished it in order (both EOFs, the client's End
+                            frame or stream end, the outbound's EOF, its association's owner) */
+    SV_CLOSE_ERROR,    /**< "error": a socket or protocol error on either side, a dial that
+                            failed, no memory */
+    SV_CLOSE_KILL,     /**< "kill": its kill flag (DELETE /v1/connections, sv_kill_where, a
+                            drain of its outbound version) */
+    SV_CLOSE_SESSION,  /**< "session": its session was asked to close (sv_close_sessions) */
+    SV_CLOSE_REVOKE,   /**< "revoke": its user left the reloaded node (sv__conn_revoke) */
+    SV_CLOSE_IDLE,     /**< "idle": nothing moved for the idle timeout */
+    SV_CLOSE_LIMIT,    /**< "limit": a bound passed: bytes held for a side that does not take
+                            them, UDP sub-links per association */
+    SV_CLOSE_SHUTDOWN, /**< "shutdown": its worker stopped */
+    SV_CLOSE_REASONS
+} sv_close_reason;
+
+/** The label of @p r in /metrics ("end", "error", ...); "unknown" out of range. Pure. */
+const char *sv_close_reason_name(sv_close_reason r);
+
+/** Flow closes since start by reason, all workers together. */
+typedef struct sv_close_counts {
+    uint64_t n[SV_CLOSE_REASONS];
+} sv_close_counts;
+
+/** The counts of sv_close_counts since start. Any thread. */
+sv_close_counts sv_flow_closes(sv_supervisor *sv);
+
 /** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);
 

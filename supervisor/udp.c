@@ -44,6 +44,7 @@ typedef struct sv_sublink {
     uint64_t last_used;
     bool closing;
     bool registered; /**< the flow is in the tracker (else it is freed here) */
+    uint8_t end_why; /**< why it ends (sv_close_reason + 1), 0: its association's reason */
 } sv_sublink;
 
 struct sv_assoc {
@@ -69,6 +70,7 @@ struct sv_assoc {
     int pending;
     uint64_t clock;
     bool closing;
+    uint8_t end_why;           /**< why it ends (sv_close_reason + 1), 0: its end */
     bool xudp;                 /**< in the worker's XUDP table (a GlobalID, xudp.h) */
     bool detached;             /**< XUDP: its owner let go; kept for a re-attach */
     sv_wlistener *held_l;      /**< while detached: a listener reference (settings_from) */
@@ -102,6 +104,8 @@ static void on_sub_closed(void *owner)
 {
     sv_sublink *s = owner;
     sv_assoc *a = s->a;
+    uint8_t why = s->end_why ? s->end_why : a->end_why;
+    sv__flow_closed(a->w->shared, s->flow, why ? why - 1u : SV_CLOSE_END);
     if (s->registered)
         sv_tracker_flow_close(a->w->shared->tracker, s->flow);
     else
@@ -136,7 +140,24 @@ static void assoc_close(sv_assoc *a)
 
 void sv__assoc_close(sv_assoc *a) { assoc_close(a); }
 
-static void on_idle(uv_timer_t *t) { assoc_close(t->data); }
+/* Close @p a for reason @p why (issue 24: its sub-links' closes say it), unless a reason was
+ * given first. */
+static void assoc_end(sv_assoc *a, sv_close_reason why)
+{
+    if (a->end_why == 0 && !a->closing)
+        a->end_why = (uint8_t)(why + 1);
+    assoc_close(a);
+}
+
+/* Close sub-link @p s for reason @p why. */
+static void sub_end(sv_sublink *s, sv_close_reason why)
+{
+    if (s->end_why == 0 && !s->closing)
+        s->end_why = (uint8_t)(why + 1);
+    sub_close(s);
+}
+
+static void on_idle(uv_timer_t *t) { assoc_end(t->data, SV_CLOSE_IDLE); }
 
 void sv__udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -278,7 +299,7 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, sv_resolver *res, const s
         for (unsigned i = 1; i < a->n_subs; i++)
             if (a->subs[i]->last_used < a->subs[lru]->last_used)
                 lru = i;
-        sub_close(a->subs[lru]);
+        sub_end(a->subs[lru], SV_CLOSE_LIMIT); /* SV_UDP_SUBLINKS_MAX: the oldest goes */
         a->subs[lru] = a->subs[--a->n_subs];
     }
     sv_sublink *s = calloc(1, sizeof *s);
@@ -299,12 +320,13 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, sv_resolver *res, const s
     s->link.owner = s;
     s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs, res, &t->sock};
     if (t->ops->dgram_open(&s->link) != 0) {
-        sub_close(s); /* seed 002: no family bound; the datagram is dropped */
+        sub_end(s, SV_CLOSE_ERROR); /* seed 002: no family bound; the datagram is dropped */
         return NULL;
     }
     s->registered = true;
     if (!sv__flow_opened(a->w->shared->tracker, f, t)) {
-        sub_close(s); /* its version was drained (seed 000 "Guarded"): the datagram is dropped */
+        sub_end(s, SV_CLOSE_KILL); /* its version was drained (seed 000 "Guarded"): the datagram
+                                      is dropped */
         return NULL;
     }
     a->subs[a->n_subs++] = s;
@@ -642,14 +664,14 @@ void sv__assoc_let_go(sv_assoc *a)
     sv_assoc *evicted = sv_xudp_detach(&a->w->xudp, a, uv_now(&a->w->loop));
     src->released(ctx); /* the owner may go now */
     if (evicted != NULL) /* over SV_XUDP_DETACHED_MAX: the oldest detached one goes */
-        assoc_close(evicted);
+        assoc_end(evicted, SV_CLOSE_LIMIT);
 }
 
 void sv__udp_sweep(sv_worker *w)
 {
     sv_assoc *a;
     while ((a = sv_xudp_expired(&w->xudp, uv_now(&w->loop))) != NULL)
-        assoc_close(a);
+        assoc_end(a, SV_CLOSE_IDLE);
 }
 
 void sv__udp_scan_flags(sv_worker *w)
@@ -658,12 +680,12 @@ void sv__udp_scan_flags(sv_worker *w)
     sv_list_foreach_safe(pos, tmp, &w->assocs) {
         sv_assoc *a = sv_container_of(pos, sv_assoc, link);
         if (a->src == NULL && atomic_load(&a->sess->close_requested)) {
-            assoc_close(a);
+            assoc_end(a, SV_CLOSE_SESSION);
             continue;
         }
         for (unsigned i = 0; i < a->n_subs;) {
             if (atomic_load(&a->subs[i]->flow->kill)) {
-                sub_close(a->subs[i]);
+                sub_end(a->subs[i], SV_CLOSE_KILL);
                 a->subs[i] = a->subs[--a->n_subs];
             } else {
                 i++;
@@ -679,7 +701,7 @@ void sv__udp_revoke(sv_worker *w, sv_wlistener *l)
         sv_assoc *a = sv_container_of(pos, sv_assoc, link);
         if ((a->l == l || a->held_l == l) &&
             sv_handler_find(l->handler, a->handler, a->principal) < 0)
-            assoc_close(a);
+            assoc_end(a, SV_CLOSE_REVOKE);
     }
 }
 
@@ -687,7 +709,7 @@ void sv__udp_close_all(sv_worker *w)
 {
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->assocs)
-        assoc_close(sv_container_of(pos, sv_assoc, link));
+        assoc_end(sv_container_of(pos, sv_assoc, link), SV_CLOSE_SHUTDOWN);
 }
 
 void sv__udp_close_listener(sv_worker *w, sv_wlistener *l)

@@ -13,6 +13,7 @@
 
 #include "supervisor/transport/grpc.h"
 #include "supervisor/util/digits.h"
+#include "supervisor/util/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -411,12 +412,15 @@ static void tell_close(grpc_state *st, grpc_stream *s, bool half)
         st->failed = true;
 }
 
-/* Drop a stream that failed (inner error, another user, overflow): RST_STREAM, its sub-flow
- * ends. No log line (issue 10: refused without a log line per attempt). */
-static void stream_reset(grpc_state *st, grpc_stream *s, uint32_t code)
+/* Drop a stream that failed (inner error, another user, overflow): RST_STREAM with @p code,
+ * its sub-flow ends. Said at debug level with @p why (issue 24); no line at info (issue 10:
+ * refused without a log line per attempt). */
+static void stream_reset(grpc_state *st, grpc_stream *s, uint32_t code, const char *why)
 {
     if (s->dead)
         return;
+    SV_LOG(SV_LOG_DEBUG, "sv.grpc", "gRPC stream %d reset (%s): %s", (int)s->id,
+           nghttp2_http2_strerror(code), why);
     s->dead = true;
     s->in_off = s->in_len; /* dropped; freed by streams_sweep(): effects being applied (or
                               deferred) may still point into it */
@@ -435,7 +439,8 @@ static bool stream_send(grpc_state *st, grpc_stream *s, const uint8_t *p, size_t
         return true;
     size_t need = s->q_len + SV_GUN_HDR_MAX + n;
     if (need - s->q_off > GRPC_QUEUE_MAX) {
-        stream_reset(st, s, NGHTTP2_FLOW_CONTROL_ERROR);
+        stream_reset(st, s, NGHTTP2_FLOW_CONTROL_ERROR,
+                     "its response queue passed GRPC_QUEUE_MAX (the client does not read it)");
         return false;
     }
     if (s->q_off > 0) { /* slide the unsent part to the front before growing */
@@ -446,7 +451,8 @@ static bool stream_send(grpc_state *st, grpc_stream *s, const uint8_t *p, size_t
     }
     uint8_t *q = realloc(s->q, need);
     if (q == NULL) {
-        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR,
+                     "no memory for its response");
         return false;
     }
     s->q = q;
@@ -496,7 +502,8 @@ static void map_session(grpc_state *st, grpc_stream *s, sv_effect e)
         if (st->subs == NULL)
             st->subs = malloc(GRPC_STREAMS_MAX * sizeof *st->subs);
         if (sub != NULL) { /* the decoder forgot it, we did not: should not happen */
-            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR,
+                         "a Mux.Cool session opened twice");
             return;
         }
         if (st->subs == NULL || subflows_open(st) >= GRPC_STREAMS_MAX) {
@@ -538,7 +545,8 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
         switch (e.kind) {
         case SV_FX_AUTHENTICATED:
             if (st->principal >= 0 && e.principal != st->principal) {
-                stream_reset(st, s, NGHTTP2_REFUSED_STREAM);
+                stream_reset(st, s, NGHTTP2_REFUSED_STREAM,
+                             "another user than the connection's");
                 break;
             }
             s->authed = true;
@@ -552,7 +560,8 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
             break;
         case SV_FX_OPEN:
             if (!s->authed || s->opened) {
-                stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
+                stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR,
+                             "an open before authentication, or a second one");
                 break;
             }
             s->opened = true;
@@ -573,7 +582,8 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
             break;
         case SV_FX_SCAN:  /* an inner core is given no guide (set_guide), so never asks */
         case SV_FX_ERROR: /* this stream only: no fallback inside HTTP/2 */
-            stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
+            stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM,
+                         "its inner core refused it");
             break;
         }
     }
@@ -601,7 +611,8 @@ static void stream_run(grpc_state *st, grpc_stream *s)
         s->inner_full = r >= 0 && fx.n + 3 > SV_EFFECTS_MAX; /* as the Mux.Cool decoder stops */
         map_effects(st, s, &fx);
         if (r < 0) {
-            stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM);
+            stream_reset(st, s, s->opened ? NGHTTP2_CANCEL : NGHTTP2_REFUSED_STREAM,
+                         "its inner core failed");
         } else {
             s->in_off += (size_t)r;
             if (!s->dead && ((r > 0 && s->in_off < s->in_len) || s->inner_full))
@@ -612,7 +623,8 @@ static void stream_run(grpc_state *st, grpc_stream *s)
         return; /* its end after what is held */
     s->dirty = false;
     if (!s->dead && s->in_len - s->in_off > inner->carry_max)
-        stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
+        stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR,
+                     "more undecoded input than its inner core may carry");
     if (s->gone || (s->client_end && s->mux)) {
         /* the stream is gone, or the client is done with every session it carries: they end,
          * as for a Mux.Cool End, and so does the response (what is queued, then the trailers) */
@@ -791,7 +803,8 @@ static void answer(grpc_state *st, grpc_stream *s)
     };
     nghttp2_data_provider dp = {.source.ptr = s, .read_callback = on_data_read};
     if (nghttp2_submit_response(st->h2, s->id, yes, 2, &dp) != 0)
-        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+        stream_reset(st, s, NGHTTP2_INTERNAL_ERROR,
+                     "its response could not be submitted");
 }
 
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *f, void *ud)
@@ -833,7 +846,8 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id, const u
             cap = s->in_len + (size_t)(st->recv_end - at);
         uint8_t *grown = realloc(s->in, cap);
         if (grown == NULL) {
-            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+            stream_reset(st, s, NGHTTP2_INTERNAL_ERROR,
+                         "no memory for its input");
             return 0;
         }
         s->in = grown;
@@ -841,7 +855,8 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id, const u
     }
     ssize_t k = sv_gun_decode(&s->dec, data, len, s->in + s->in_len);
     if (k < 0) {
-        stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR);
+        stream_reset(st, s, NGHTTP2_PROTOCOL_ERROR,
+                     "a malformed gun message");
         return 0;
     }
     s->in_len += (size_t)k;
@@ -854,10 +869,12 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code, void 
 {
     grpc_state *st = ud;
     (void)h2;
-    (void)code;
     grpc_stream *s = stream_of(st, id);
     if (s == NULL)
         return 0;
+    if (code != NGHTTP2_NO_ERROR && !s->dead) /* the client's RST_STREAM (or nghttp2's) */
+        SV_LOG(SV_LOG_DEBUG, "sv.grpc", "gRPC stream %d closed by a reset (%s)", (int)id,
+               nghttp2_http2_strerror(code));
     /* what came before the reset still counts, however the bytes were cut: stream_run ends
      * it after its input */
     s->gone = s->dirty = s->ended = true;
@@ -1106,7 +1123,8 @@ static ssize_t grpc_frame(void *state, const void *creds, uint32_t stream, const
             ssize_t k = cr->inner->frame(s->inner, cr->inner_creds, key, in + off, piece, out,
                                          cap);
             if (k < 0) {
-                stream_reset(st, s, NGHTTP2_INTERNAL_ERROR);
+                stream_reset(st, s, NGHTTP2_INTERNAL_ERROR,
+                             "its inner core could not frame the outbound's bytes");
                 break;
             }
             stream_send(st, s, out, (size_t)k);
@@ -1165,7 +1183,8 @@ static ssize_t grpc_frame_end(void *state, const void *creds, uint32_t stream, b
     } else if (s != NULL && !s->dead && !s->ended) {
         s->told_close = true; /* the runtime ended the sub-flow itself */
         if (abort) {
-            stream_reset(st, s, NGHTTP2_CANCEL);
+            stream_reset(st, s, NGHTTP2_CANCEL,
+                         "the runtime aborted its sub-flow (its outbound failed, was killed or passed a bound)");
         } else {
             if (cr->inner->frame_end != NULL) {
                 uint8_t end[256];

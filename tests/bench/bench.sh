@@ -27,6 +27,8 @@ set -euo pipefail
 
 BUILDDIR=${1:-.}
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bulk-judge.sh
+. "$HERE/bulk-judge.sh"   # bulk_judged: a cut transfer is no figure
 KATEST=(python3 "$HERE/../integration/katest.py")
 KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 SECONDS_RUN=${BENCH_SECONDS:-10}
@@ -113,20 +115,20 @@ EOF
 stop() { local p; for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
          for p in "$@"; do wait "$p" 2>/dev/null || true; done; }
 
-# throughput TUNNEL_PORT: prints "GBITS CPU_S_PER_GB" for the server $SRV
+# throughput TUNNEL_PORT: prints "GBITS CPU_S_PER_GB" for the server $SRV, or "CUT -" for a
+# transfer that was not whole (bulk-judge.sh), noted and counted in $T/cuts: a failure, never a
+# figure (issue 24)
 throughput() {
-    local lines c0 c1 line bytes secs
-    lines=$(wc -l <"$T/sink.out")
+    local c0 c1
     c0=$(cpu_secs "$SRV")
-    "$BULK" send "$1" "$SECONDS_RUN" >/dev/null
-    for _ in $(seq 1 100); do
-        [ "$(wc -l <"$T/sink.out")" -gt "$lines" ] && break; sleep 0.1
-    done
+    if ! bulk_judged "$T/sink.out" 100 "$BULK" send "$1" "$SECONDS_RUN"; then
+        note "CUT: $BULK_CUT"
+        echo cut >>"$T/cuts"
+        echo "CUT -"
+        return
+    fi
     c1=$(cpu_secs "$SRV")
-    line=$(tail -n +"$((lines + 1))" "$T/sink.out" | awk 'NF == 2' | head -n 1)
-    [ -n "$line" ] || { echo "- -"; return; }
-    read -r bytes secs <<<"$line"
-    awk -v b="$bytes" -v s="$secs" -v c0="$c0" -v c1="$c1" \
+    awk -v b="$BULK_BYTES" -v s="$BULK_SECS" -v c0="$c0" -v c1="$c1" \
         'BEGIN { printf "%.2f %.2f\n", b * 8 / s / 1e9, (c1 - c0) / (b / 1e9) }'
 }
 
@@ -362,7 +364,7 @@ elif [ -n "$V2_SERVERS" ]; then
     note "v2ray or openssl is not installed: no VMess/VLESS table"
 fi
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f\n", a / b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b + 0 == 0) print "-"; else printf "%.2f\n", a / b }'; }
 
 echo
 echo "katana benchmark: loopback, client ss-tunnel, ${SECONDS_RUN}s one-way bulk per run," \
@@ -420,4 +422,8 @@ if [ "${#V2_ROWS[@]}" -gt 0 ]; then
         done
     done
     echo "(issue 9 goal: katana's CPU s/GB at most 0.4x v2ray's; RSS per idle connection at most 8 KiB)"
+fi
+if [ -s "$T/cuts" ]; then   # issue 24: a cut transfer fails the benchmark
+    echo "FAILED: $(wc -l <"$T/cuts") transfer(s) cut (CUT: that row has no figure)"
+    exit 1
 fi

@@ -9,7 +9,8 @@
  *                             Keeps every other connection open (idle ones too).
  *   bulk send PORT SECONDS [FIRST [DEST [MBIT]]]
  *                             connect to 127.0.0.1:PORT, write 256 KiB blocks for SECONDS,
- *                             close; print the bytes written. With FIRST (not 0), the first
+ *                             close; print the bytes written (also when a write failed:
+ *                             the transfer was cut, exit 1). With FIRST (not 0), the first
  *                             FIRST bytes (at most 256 KiB) go alone, 50 ms before the blocks.
  *                             With DEST (not 0), PORT is a SOCKS5 server asked to CONNECT to
  *                             127.0.0.1:DEST first. With MBIT, TCP paces the socket at MBIT
@@ -211,18 +212,20 @@ static int run_send(int port, double seconds, size_t first, int socks_dest, unsi
         buf[i] = (char)(i * 131 + 7);
     unsigned long long total = 0;
     if (first > 0) {
-        ssize_t n = write(fd, buf, first < BLOCK ? first : BLOCK);
+        ssize_t n = send(fd, buf, first < BLOCK ? first : BLOCK, MSG_NOSIGNAL);
         if (n > 0)
             total += (unsigned long long)n;
         usleep(50000);
     }
     double end = now() + seconds;
+    int cut = 0;
     while (now() < end) {
-        ssize_t n = write(fd, buf, BLOCK);
+        ssize_t n = send(fd, buf, BLOCK, MSG_NOSIGNAL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
             perror("bulk send: write");
+            cut = 1;
             break;
         }
         total += (unsigned long long)n;
@@ -230,7 +233,7 @@ static int run_send(int port, double seconds, size_t first, int socks_dest, unsi
     close(fd);
     printf("%llu\n", total);
     free(buf);
-    return 0;
+    return cut;
 }
 
 /* Read exactly @p n bytes from the blocking @p fd. @return 0, or -1 (EOF or an error). */

@@ -35,7 +35,10 @@
 #    Xray client's one HTTP/2 connection, 99 streams (katana serves at most 100 sub-flows per
 #    connection), for every server alike;
 #  - one-way bulk throughput (BENCH_PEER_SECONDS, 5 s) and the server's CPU seconds per GB
-#    (utime+stime of all its threads from /proc/PID/stat).
+#    (utime+stime of all its threads from /proc/PID/stat). A transfer counts only when it was
+#    whole (bulk-judge.sh: the sender wrote without an error and the sink got every byte it
+#    wrote; the Vision download arrived whole and identical): a cut one is a failure (issue 24),
+#    the row says "CUT n/N" (n of N rounds) with no figure, and the script exits 1 at the end.
 # Printed with the ratios katana / the better of Xray-core and sing-box beside the issue's
 # goals (CPU s/GB at most 0.5x, idle RSS at most 0.2x), and the load average before and after
 # (the machine may be shared). With BENCH_PEER_ROUNDS=N above 1, each scenario's bulk (or
@@ -57,6 +60,8 @@ KATEST=(python3 "$HERE/../integration/katest.py")
 KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 # shellcheck source=../interop/peers.sh
 . "$HERE/../interop/peers.sh"   # PEERS_DIR, pr_render
+# shellcheck source=bulk-judge.sh
+. "$HERE/bulk-judge.sh"          # bulk_judged: a cut transfer is no figure
 TEMPLATES=$HERE/peers
 SERVERS=${BENCH_PEER_SERVERS-katana xray sing-box}
 SCENARIOS=${BENCH_PEER_SCENARIOS:-ss2022 vless-grpc-tls trojan-tls vmess-ws-tls vless-reality \
@@ -221,23 +226,22 @@ PY
     return 1
 }
 
-# throughput FORWARD_PORT: prints "GBITS CPU_S_PER_GB" for the server $SRV. The sender first
-# writes 4 KiB alone (Xray's Trojan client fails a first write larger than its 8 KiB buffer,
-# tests/interop/peers.sh pr_tcp_opts), then 256 KiB blocks.
+# throughput FORWARD_PORT: prints "GBITS CPU_S_PER_GB" for the server $SRV, or "cut cut" (and
+# a note) for a transfer that was not whole (bulk-judge.sh: a failed write, or the sink got
+# fewer bytes than were sent). The sender first writes 4 KiB alone (Xray's Trojan client fails
+# a first write larger than its 8 KiB buffer, tests/interop/peers.sh pr_tcp_opts), then 256 KiB
+# blocks.
 throughput() {
-    local lines c0 c1 line bytes secs
-    lines=$(wc -l <"$T/sink.out")
+    local c0 c1
     c0=$(cpu_secs "$SRV")
-    "$BULK" send "$1" "$SECS" 4096 >/dev/null || true
     # the sink reports at EOF, which some servers pass on only after their own timeout
-    for _ in $(seq 1 300); do
-        [ "$(wc -l <"$T/sink.out")" -gt "$lines" ] && break; sleep 0.1
-    done
+    if ! bulk_judged "$T/sink.out" 300 "$BULK" send "$1" "$SECS" 4096; then
+        note "$scen $name: CUT: $BULK_CUT"
+        echo "cut cut"
+        return
+    fi
     c1=$(cpu_secs "$SRV")
-    line=$(tail -n +"$((lines + 1))" "$T/sink.out" | awk 'NF == 2' | head -n 1)
-    [ -n "$line" ] || { echo "- -"; return; }
-    read -r bytes secs <<<"$line"
-    awk -v b="$bytes" -v s="$secs" -v c0="$c0" -v c1="$c1" \
+    awk -v b="$BULK_BYTES" -v s="$BULK_SECS" -v c0="$c0" -v c1="$c1" \
         'BEGIN { printf "%.2f %.2f\n", b * 8 / s / 1e9, (c1 - c0) / (b / 1e9) }'
 }
 
@@ -248,7 +252,8 @@ throughput_tls() {
     c0=$(cpu_secs "$SRV"); t0=$(date +%s.%N)
     if ! timeout 600 python3 "$HERE/../integration/tls_peer.py" client --socks "$1" \
             --dest-port "$TLS_PORT" --mode down --bytes "$VISION_BYTES" >"$T/tls.out" 2>&1; then
-        note "vision transfer failed: $(tail -n 1 "$T/tls.out")"; echo "- -"; return
+        note "$scen $name: CUT: vision transfer failed: $(tail -n 1 "$T/tls.out")"
+        echo "cut cut"; return
     fi
     t1=$(date +%s.%N); c1=$(cpu_secs "$SRV")
     awk -v b="$VISION_BYTES" -v s="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" \
@@ -293,14 +298,15 @@ idle_rss() {
     awk -v a="$r0" -v b="$r1" -v n="$ready" 'BEGIN { printf "%.2f\n", (b - a) / n }'
 }
 
-# median V...: the middle of the figures that are not "-" (the mean of the two middle ones)
+# median V...: the middle of the figures (not "-" or "cut"; the mean of the two middle ones)
 median() {
-    printf '%s\n' "$@" | grep -vx -- - | sort -g | awk '{ v[NR] = $1 }
+    printf '%s\n' "$@" | { grep -Ex -- '[0-9.]+' || true; } | sort -g | awk '{ v[NR] = $1 }
         END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
               else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 declare -A GBPS CPU RSS
+CUTS=0   # transfers that were not whole, in every scenario and round
 START=$(date +%s)
 for scen in $SCENARIOS; do
     [ -f "$TEMPLATES/xray/client-$scen.json" ] || { note "$scen: unknown scenario"; continue; }
@@ -335,16 +341,21 @@ for scen in $SCENARIOS; do
                 read -r g c <<<"$(throughput "$FP")"
             fi
             GBPS[$scen@$round/$name]=$g; CPU[$scen@$round/$name]=$c
-            [ "$g" != - ] || note "$scen $name: no bulk transfer reached the sink: $(tail -n 2 "$T/client.log" | tr '\n' ' ')"
+            [ "$g" != cut ] || note "$scen $name: the client's last words: $(tail -n 2 "$T/client.log" | tr '\n' ' ')"
             stop "$CL" "$SRV"
         done
     done
     for name in $SERVERS; do
-        g=() c=()
+        g=() c=() cuts=0
         for round in $(seq 1 "$ROUNDS"); do
             g+=("${GBPS[$scen@$round/$name]}"); c+=("${CPU[$scen@$round/$name]}")
+            [ "${GBPS[$scen@$round/$name]}" != cut ] || cuts=$((cuts + 1))
         done
         GBPS[$scen/$name]=$(median "${g[@]}"); CPU[$scen/$name]=$(median "${c[@]}")
+        if [ "$cuts" -gt 0 ]; then   # a failure, never a figure (issue 24)
+            GBPS[$scen/$name]="CUT $cuts/$ROUNDS"; CPU[$scen/$name]=-
+            CUTS=$((CUTS + cuts))
+        fi
     done
     if [ "$scen" = vless-reality-vision ]; then
         # the same download through a relay that only splices (bulk splice): the kernel's
@@ -371,13 +382,13 @@ best() {
     for n in $SERVERS; do
         [ "$n" = katana ] && continue
         v=${col[$2/$n]:--}
-        [ "$v" = - ] && continue
+        [[ $v =~ ^[0-9.]+$ ]] || continue   # "-", a cut run ("cut", "CUT n/N")
         if [ "$out" = - ] || awk -v a="$v" -v b="$out" -v m="$3" \
                'BEGIN { exit !((m == "min") ? a < b : a > b) }'; then out=$v; fi
     done
     echo "$out"
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f\n", a / b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a !~ /^[0-9.]+$/ || b !~ /^[0-9.]+$/ || b + 0 == 0) print "-"; else printf "%.2f\n", a / b }'; }
 goal() {   # goal RATIO BOUND: "met" / "not met" / "-"
     awk -v r="$1" -v g="$2" 'BEGIN { if (r == "-") print "-"; else print (r <= g) ? "met" : "not met" }'
 }
@@ -414,6 +425,7 @@ for scen in $SCENARIOS; do
             rs+=("$(ratio "${CPU[$scen@$round/katana]}" "$(best CPU "$scen@$round" min)")")
         done
         rc=$(median "${rs[@]}")
+        [[ ${GBPS[$scen/katana]} != CUT* ]] || rc=-
         printf '%-20s %-10s %10s %12s   CPU per round: %s\n' "$scen" k/best "" "" "${rs[*]}"
     fi
     rr=$(ratio "${RSS[$scen/katana]}" "$(best RSS "$scen" min)")
@@ -423,3 +435,7 @@ for scen in $SCENARIOS; do
 done
 echo "(k/best = katana / the better of Xray-core and sing-box for that column: above 1 is better" \
      "for Gbit/s, below 1 for CPU and RSS)"
+if [ "$CUTS" -gt 0 ]; then   # issue 24: a cut transfer fails the benchmark
+    echo "FAILED: $CUTS transfer(s) cut (CUT n/N: n of N rounds; their rows have no figure)"
+    exit 1
+fi

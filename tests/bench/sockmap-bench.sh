@@ -111,7 +111,7 @@ run() {
     [ "$mode" = direct ] || r0=$(cpu_secs "${RELAY[$mode]}")
     s0=$(cpu_secs "$SINK"); kthreads >"$T/k0"; m0=$(machine_secs)
     sent=$(/usr/bin/time -f "%U %S" -o "$T/time" "${SEND_PIN[@]}" "$BULK" send "$port" "$SECS" 0 \
-        "$dest" "$MBIT")
+        "$dest" "$MBIT") || sent=0   # a failed write: a cut, never equal to what the sink got
     for _ in $(seq 1 600); do
         [ "$(wc -l <"$T/sink.out")" -gt "$lines" ] && break; sleep 0.05
     done
@@ -139,6 +139,8 @@ for round in $(seq 1 "$ROUNDS"); do
         read -r sent sunk gb relay snd snk kthr mach <<<"$(run "$mode")"
         ok=ok
         [ "$sent" = "$sunk" ] || { ok=LOST; BAD=1; }
+        # a cut or lossy transfer is a failure, never a figure (issue 24)
+        [ "$ok" = ok ] || gb=- relay=- snd=- snk=- kthr=- mach=-
         ours=$(awk -v a="$relay" -v b="$snd" -v c="$snk" -v d="$kthr" \
             'BEGIN { if (d == "-") print "-"; else printf "%.3f", a + b + c + d }')
         printf '%-5s %-7s %6s %12s %7s %7s %7s %7s %7s %7s %7s %5s\n' "$round" "$mode" "$ok" \

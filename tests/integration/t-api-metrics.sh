@@ -2,6 +2,9 @@
 # GET /metrics (issue 4): after real traffic the page passes `promtool check metrics`, carries
 # the node's users, epoch and inbound bytes, and a real Prometheus server (temporary config and
 # storage, 1 s scrape interval, bearer token) scrapes it on loopback: up{job="katana"} == 1.
+# Flow closes by reason (issue 24, katana_flow_closes_total{reason}): the round trip that ended
+# in order counts one "end"; a flow killed by DELETE /v1/connections/<id> counts one "kill" and
+# no "end", and its close says "closed: kill" at debug level (the node logs at debug).
 . "$(dirname "$0")/lib.sh"
 kt_need ss-local curl jq promtool prometheus
 [ "$KT_SERVER" = katana ] || skip_all "the REST API needs katana"
@@ -11,7 +14,8 @@ TOKEN=metrics-$$
 U1=$(kt_uuid); U2=$(kt_uuid)
 echo_start
 kt_ports 3; API_PORT=${PORTS[1]}; PROM_PORT=${PORTS[2]}
-mkconfig "$T/config.json" "${PORTS[0]}" "$CIPHER" --user "1:$U1" --user "2:$U2"
+mkconfig "$T/config.json" "${PORTS[0]}" "$CIPHER" --user "1:$U1" --user "2:$U2" \
+    --log-level debug
 jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" '.api = {listen: $l, token: $t}' \
     "$T/config.json" >"$T/c.tmp" && mv "$T/c.tmp" "$T/config.json"
 srv_start "$T/config.json"
@@ -47,6 +51,40 @@ turns_counted() {
          END { exit !(n > 0 && inf == n && s > 0 && !bad) }' "$T/metrics.txt"
 }
 check "worker loop turns counted by CPU time (buckets rise to the count)" turns_counted
+
+# --- flow closes by reason (issue 24) ----------------------------------------------------
+# closes REASON: katana_flow_closes_total{reason="REASON"} now ("none" when the page lacks it)
+closes() {
+    metrics | awk -v k="katana_flow_closes_total{reason=\"$1\"}" \
+        'BEGIN { v = "none" } $1 == k { v = $2 } END { print v }'
+}
+reasons_listed() {
+    local r
+    for r in end error kill session revoke idle limit shutdown; do
+        grep -q "^katana_flow_closes_total{reason=\"$r\"} [0-9]" "$T/metrics.txt" ||
+            { echo "no $r"; return 1; }
+    done
+}
+check "katana_flow_closes_total lists every reason" reasons_listed
+end1=$(closes end)
+echo "closes after the round trip: end $end1, kill $(closes kill)"
+check "the round trip that ended in order counts one close for reason end" test "$end1" = 1
+kill0=$(closes kill)
+api() {
+    curl -sS -m 10 -X "$1" -H "Authorization: Bearer $TOKEN" -o "$T/body" -w '%{http_code}' \
+        "http://127.0.0.1:$API_PORT$2"
+}
+stream_bg victim "$C1" 4000000 200000 cut; VICTIM=$STREAM_PID
+api GET /v1/connections >/dev/null
+FLOW=$(jq -r '.flows[0].id // empty' "$T/body")
+check "the paced transfer is a live flow in GET /v1/connections" test -n "$FLOW"
+check "DELETE /v1/connections/$FLOW -> 204" test "$(api DELETE "/v1/connections/${FLOW:-0}")" = 204
+stream_wait victim "$VICTIM" 10 "the killed transfer is cut"
+kill_counted() { [ "$(closes kill)" = $((kill0 + 1)) ]; }
+check "the kill counts one close for reason kill" kt_until 5 kill_counted
+check "... and none for reason end" test "$(closes end)" = "$end1"
+check "its close says why at debug level" \
+    grep -q "flow ${FLOW:-none} of session [0-9]* to .* closed: kill" "$SRV_LOG"
 
 # --- a real Prometheus scrape ------------------------------------------------------------
 cat >"$T/prometheus.yml" <<YML
