@@ -866,6 +866,23 @@ static void call_unlink(call *k)
         k->next->prev = k->prev;
 }
 
+static void set_good(last_good *g, const char *body, size_t len, const char *etag);
+
+/* set_good() of an answer's body, taken from its request rather than copied (issue 33). */
+static void set_good_taken(last_good *g, const pn_http_response *r)
+{
+    char *e = r->etag != NULL ? strdup(r->etag) : NULL;
+    char *b = r->etag == NULL || e != NULL ? pn_http_take_body(r) : NULL;
+    if (b == NULL) {
+        free(e);
+        set_good(g, r->body, r->len, r->etag);
+        return;
+    }
+    free(g->etag);
+    free(g->body);
+    *g = (last_good){.etag = e, .body = b, .len = r->len};
+}
+
 static void set_good(last_good *g, const char *body, size_t len, const char *etag)
 {
     char *e = etag != NULL ? strdup(etag) : NULL;
@@ -981,7 +998,7 @@ static void deliver_fetch(call *k, int rc, const pn_http_response *r, const sv_e
              (rc = parse_json(r->body, r->len, r->status, r->content_type, &j, &err)) == 0)
         rc = parse_kind(s, kind, j, &node, &users, &err);
     if (rc == 0 && r != NULL && r->status != 304 && r->status >= 200 && r->status <= 299)
-        set_good(&s->good[kind], r->body, r->len, r->etag);
+        set_good_taken(&s->good[kind], r);
     if (rc < 0) {
         sv_error inner = err;
         sv_error_set(&err, rc, "panel %s: %s", k->what, inner.msg);

@@ -190,17 +190,21 @@ static void call_unlink(call *k)
         k->next->prev = k->prev;
 }
 
+/* Keep @p r's body (taken from the request, not copied: issue 33) and ETag as the last good. */
 static void set_good(last_good *g, const pn_http_response *r)
 {
     char *etag = r->etag != NULL ? strdup(r->etag) : NULL;
-    char *body = malloc(r->len + 1);
-    if (body == NULL || (r->etag != NULL && etag == NULL)) {
-        free(etag);
-        free(body);
+    if (r->etag != NULL && etag == NULL)
         return; /* keep the old one: the next fetch simply gets a 200 */
+    char *body = pn_http_take_body(r);
+    if (body == NULL && (body = malloc(r->len + 1)) != NULL) {
+        memcpy(body, r->body, r->len);
+        body[r->len] = '\0';
     }
-    memcpy(body, r->body, r->len);
-    body[r->len] = '\0';
+    if (body == NULL) {
+        free(etag);
+        return;
+    }
     free(g->etag);
     free(g->body);
     g->etag = etag;
