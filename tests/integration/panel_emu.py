@@ -36,7 +36,8 @@ device_limit -> node_iplimit), endpoint names for faults and hits are the UniPro
                       final ]}); with "shape":"uniproxy" it starts {"users":[ instead; with
                       "valid":true it is a whole user list of N bytes in that shape (ids from
                       1000000001 up, each secret distinct, as many users as fit, at most
-                      1 000 000; "secret":"passwd" names the secret passwd, as mod_mu's sort 0);
+                      1 000 000; "secret":"passwd" names the secret passwd, as mod_mu's sort 0;
+                      with an ETag of its own, and 304 when asked with it);
                       "once":true: for the next request only
   POST /_emu/detect_rules  [{"id","name","text","regex","type"}...]: GET func/detect_rules
   POST /_emu/deleted  {"ids":[uid,...]}: users deleted from the panel: gone from the users
@@ -459,9 +460,18 @@ class Handler(BaseHTTPRequestHandler):
         one (see /_emu/raw); the client may hang up early."""
         spec = spec or {}
         head = b'{"users":[' if spec.get("shape") == "uniproxy" else b'{"ret":1,"data":['
+        etag = '"huge-%d-%s-%s"' % (n, spec.get("shape", "sspanel"), spec.get("secret", "uuid"))
+        if spec.get("valid") and etag in (self.headers.get("If-None-Match") or ""):
+            self.send_response(304)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(n))
+        if spec.get("valid"):
+            self.send_header("ETag", etag)
         self.end_headers()
         try:
             if spec.get("valid"):
