@@ -925,9 +925,17 @@ static int parse_json(const char *body, size_t len, long status, const char *cty
     return not_json(status, ctype, err);
 }
 
-/* Parse a node or users body into the outputs, updating the client's meta / alive table. */
-static int parse_kind(pn_sspanel *s, enum pn_body_kind kind, const json_t *j, pn_node *node,
-                      pn_users *users, sv_error *err);
+/* Parse a node (info) body into @p node, updating the client's meta (the users' shape). */
+static int parse_node_body(pn_sspanel *s, const json_t *j, pn_node *node, sv_error *err)
+{
+    pn_sspanel_meta meta;
+    int rc = pn_sspanel_parse_node(j, s->pull, s->push, &meta, node, err);
+    if (rc == 0) {
+        s->meta = meta;
+        s->has_meta = true;
+    }
+    return rc;
+}
 
 /* A users body as text into @p users (the client's alive table and count updated), without a
  * tree of the whole list (issue 33). -EBADMSG: not JSON (err says why). */
@@ -940,32 +948,6 @@ static int parse_users_text(pn_sspanel *s, const char *body, size_t len, pn_user
     size_t n_al = 0, skipped = 0;
     int rc = pn_sspanel_parse_users_text(body, len, &s->meta, users, &skipped, &al, &n_al,
                                          err);
-    if (rc != 0)
-        return rc;
-    free(s->alive);
-    s->alive = al;
-    s->n_alive = n_al;
-    s->skipped = skipped;
-    return 0;
-}
-
-static int parse_kind(pn_sspanel *s, enum pn_body_kind kind, const json_t *j, pn_node *node,
-                      pn_users *users, sv_error *err)
-{
-    if (kind == PN_BODY_CONFIG) {
-        pn_sspanel_meta meta;
-        int rc = pn_sspanel_parse_node(j, s->pull, s->push, &meta, node, err);
-        if (rc == 0) {
-            s->meta = meta;
-            s->has_meta = true;
-        }
-        return rc;
-    }
-    if (!s->has_meta)
-        return sv_error_set(err, -EAGAIN, "no node info yet (users follow the node's type)");
-    pn_alive_count *al = NULL;
-    size_t n_al = 0, skipped = 0;
-    int rc = pn_sspanel_parse_users(j, &s->meta, users, &skipped, &al, &n_al, err);
     if (rc != 0)
         return rc;
     free(s->alive);
@@ -996,7 +978,7 @@ static void deliver_fetch(call *k, int rc, const pn_http_response *r, const sv_e
         rc = not_json(r->status, r->content_type, &err);
     else if (kind == PN_BODY_CONFIG &&
              (rc = parse_json(r->body, r->len, r->status, r->content_type, &j, &err)) == 0)
-        rc = parse_kind(s, kind, j, &node, &users, &err);
+        rc = parse_node_body(s, j, &node, &err);
     if (rc == 0 && r != NULL && r->status != 304 && r->status >= 200 && r->status <= 299)
         set_good_taken(&s->good[kind], r);
     if (rc < 0) {
@@ -1137,7 +1119,7 @@ static void finish_node(call *k, int rc, const pn_http_response *r, const sv_err
     if (rc == 0 && (rc = parse_json(ib, il, info_new ? s->info.status : 200, NULL, &ij,
                                     &err)) != 0)
         what = "info";
-    if (rc == 0 && (rc = parse_kind(s, PN_BODY_CONFIG, ij, &node, NULL, &err)) != 0)
+    if (rc == 0 && (rc = parse_node_body(s, ij, &node, &err)) != 0)
         what = "info";
     const char *rb = rules_none ? NULL : rules_new ? r->body : s->rules.body;
     size_t rl = rules_none ? 0 : rules_new ? r->len : s->rules.len;
@@ -1469,16 +1451,16 @@ static int ss_parse_body(pn_client *c, enum pn_body_kind kind, const char *body,
                 ? json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
     if (j == NULL)
         return sv_error_set(err, -EINVAL, "stored body is not JSON");
-    const json_t *info = kind == PN_BODY_CONFIG ? json_object_get(j, "info") : NULL;
-    if (info == NULL) { /* users, or an info body on its own */
-        int rc = parse_kind(s, kind, j, node, users, err);
+    const json_t *info = json_object_get(j, "info");
+    if (info == NULL) { /* an info body on its own */
+        int rc = parse_node_body(s, j, node, err);
         json_decref(j);
         return rc;
     }
     /* the stored pair: the held bodies come back too, so a 304 after the restart is served */
     const json_t *rules = json_object_get(j, "detect_rules");
     const json_t *rules_etag = json_object_get(j, "detect_rules_etag");
-    int rc = parse_kind(s, kind, info, node, users, err);
+    int rc = parse_node_body(s, info, node, err);
     if (rc == 0 && rules != NULL && !json_is_null(rules) &&
         (rc = add_rules(s, rules, node, err)) != 0)
         pn_node_free(node);
