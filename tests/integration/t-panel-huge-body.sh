@@ -1,13 +1,13 @@
 #!/bin/bash
 # Issue 33 "Refused panel bodies cost about 26× their size in memory": a users answer of 40 MB
 # that never closes ({"users":[{"id":1,"uuid":"x"},... without the final ]}; mod_mu's
-# {"ret":1,"data":[... with PANEL_TYPE=sspanel, t-sspanel-huge-body.sh), then a valid list of
-# 5 MB (78 000 users), each served once by the emulator. Checks: the broken one is refused as
-# not JSON, katana keeps running, answers /healthz and serves both users of the last good
-# state; its peak RSS (VmHWM, reset before the body) stays within 3× the body's size above
-# the RSS before it (a tree of it took 21×; not checked under ASan, whose allocator keeps freed
-# memory in quarantine); the valid list applies with all its users, the next pull brings the
-# two users back and they are served again.
+# {"ret":1,"data":[... with PANEL_TYPE=sspanel, t-sspanel-huge-body.sh), served once, then a
+# valid list of 5 MB (78 000 users), served until checked (with an ETag: 304 meanwhile).
+# Checks: the broken one is refused as not JSON, katana keeps running, answers /healthz and
+# serves both users of the last good state; its peak RSS (VmHWM, reset before the body) stays
+# within 3× the body's size above the RSS before it (a tree of it took 21×; not checked under
+# ASan, whose allocator keeps freed memory in quarantine); the valid list applies with all its
+# users, then the panel's own list brings the two users back and they are served again.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/panel.sh"
 kt_need ss-local curl
@@ -68,8 +68,9 @@ fi
 # the emulator's list: users of one width, {"id":1000000001,"<key>":"<36 bytes>"},
 n=$(((VALID - head - 2 + 1) / (${#key} + 28 - 4 + 36)))
 mark
-panel_ctl raw "{\"endpoint\": \"$ep\", \"huge\": $VALID$shape, \"valid\": true$secret, \"once\": true}"
+panel_ctl raw "{\"endpoint\": \"$ep\", \"huge\": $VALID$shape, \"valid\": true$secret}"
 check "the valid list applies with its $n users" kt_until 60 users_are "$n"
+panel_ctl raw "{\"endpoint\": \"$ep\", \"body\": null}" # its ETag is not the panel's own
 check "the next pull brings the 2 users back" kt_until 30 users_are 2
 check "user 1 served again" tcp_rt "$C1" ok
 check "user 2 served again" tcp_rt "$C2" ok
