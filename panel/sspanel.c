@@ -636,6 +636,10 @@ static int parse_users_from(const json_t *body, pn_json_body *src, const pn_sspa
     if (!json_is_array(data))
         return sv_error_set(err, -EINVAL, "data: expected an array of users");
     size_t n = src != NULL && src->open != 0 ? src->n : json_array_size(data);
+    if (n > PN_USERS_MAX)
+        return sv_error_set(err, -EMSGSIZE, "data: more than %u users", PN_USERS_MAX);
+    if (n == 0)
+        return 0; /* an empty list revokes everyone (PANEL.md §4.2) */
     uint32_t *index = malloc(n * sizeof *index);
     pn_alive_count *al = calloc(n, sizeof *al);
     out->users = calloc(n, sizeof *out->users);
