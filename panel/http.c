@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -165,7 +166,7 @@ static void finish(pn_http_req *r, CURLcode code)
     sv_error err = {0};
     int rc = 0;
     pn_http_response resp = {.body = r->body != NULL ? r->body : "", .len = r->len,
-                             .etag = r->etag, .content_type = r->content_type};
+                             .etag = r->etag, .content_type = r->content_type, .req = r};
     if (r->too_big || code == CURLE_FILESIZE_EXCEEDED) {
         rc = sv_error_set(&err, -EMSGSIZE, "response body larger than %zu bytes", r->max);
     } else if (code != CURLE_OK) {
@@ -267,6 +268,17 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
     return 0;
 }
 
+/* The first buffer of a body: its announced length (then one allocation holds it all, none
+ * copied by the doublings: issue 33), within the bound; else 4 KiB. */
+static size_t first_cap(pn_http_req *r)
+{
+    curl_off_t cl = -1;
+    if (curl_easy_getinfo(r->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK ||
+        cl <= 0 || (uint64_t)cl > r->max)
+        return 4096;
+    return (size_t)cl + 1 > 4096 ? (size_t)cl + 1 : 4096;
+}
+
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     pn_http_req *r = userdata;
@@ -276,7 +288,7 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
         return 0; /* CURLE_WRITE_ERROR ends the transfer */
     }
     if (r->len + n + 1 > r->cap) {
-        size_t cap = r->cap == 0 ? 4096 : r->cap;
+        size_t cap = r->cap == 0 ? first_cap(r) : r->cap;
         while (cap < r->len + n + 1)
             cap *= 2;
         char *b = realloc(r->body, cap);
@@ -459,6 +471,17 @@ int pn_http_start(pn_http *h, const pn_http_request *req, pn_http_cb cb, void *a
     if (out != NULL)
         *out = r;
     return 0;
+}
+
+char *pn_http_take_body(const pn_http_response *resp)
+{
+    pn_http_req *r = resp->req;
+    if (r == NULL || r->body == NULL || r->body != resp->body)
+        return NULL;
+    char *b = r->body;
+    r->body = NULL; /* resp->body stays valid: the caller owns it now */
+    r->len = r->cap = 0;
+    return b;
 }
 
 void pn_http_cancel(pn_http_req *r)

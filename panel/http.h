@@ -38,6 +38,7 @@ typedef struct pn_http_response {
     size_t len;
     const char *etag;         /**< the ETag header value as received, or NULL */
     const char *content_type; /**< or NULL */
+    pn_http_req *req;         /**< the request, for pn_http_take_body(); NULL for a copy */
 } pn_http_response;
 
 /**
@@ -63,6 +64,15 @@ int pn_http_new(uv_loop_t *loop, pn_http **out);
  */
 int pn_http_start(pn_http *h, const pn_http_request *req, pn_http_cb cb, void *arg,
                   pn_http_req **out, sv_error *err);
+
+/**
+ * Take the body of @p resp during its callback, instead of copying it (issue 33: a users body
+ * of 250 MB held twice): the malloc'ed buffer at resp->body (NUL-terminated, resp->len bytes,
+ * maybe with room after them) is the caller's to free() from now on, and resp->body stays
+ * valid until then. @return the buffer, or NULL when there is none to take (an empty body,
+ * taken already, or @p resp is a copy, not the request's own): copy it then.
+ */
+char *pn_http_take_body(const pn_http_response *resp);
 
 /** End a request without its callback. Not after its callback ran. */
 void pn_http_cancel(pn_http_req *r);

@@ -16,6 +16,7 @@
 
 #include <openssl/evp.h>
 
+#include "panel/jsonscan.h"
 #include "panel/model.h"
 
 static char *dup_n(const char *s, size_t n)
@@ -608,7 +609,24 @@ static int parse_user(const json_t *v, size_t idx, unsigned flags, pn_user *u, s
                           : get_uint(field[bad], path, max[bad], false, &x, err);
 }
 
-int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *err)
+/* Element @p i of the users list: from the tree, or (@p src splits the body) the next one
+ * from the text as a new reference in *own. @return 0, or pn_json_body_next()'s errors. */
+static int user_at(const json_t *list, pn_json_body *src, size_t i, const json_t **v,
+                   json_t **own, sv_error *err)
+{
+    *own = NULL;
+    if (src == NULL || src->open == 0) {
+        *v = json_array_get(list, i);
+        return 0;
+    }
+    int rc = pn_json_body_next(src, own, err);
+    *v = *own;
+    return rc == 1 ? sv_error_set(err, -EINVAL, "users: fewer users than counted") : rc;
+}
+
+/* pn_users_parse() of @p body, whose users array is @p src's when it splits the body. */
+static int parse_users(const json_t *body, pn_json_body *src, unsigned flags, pn_users *out,
+                       sv_error *err)
 {
     memset(out, 0, sizeof *out);
     if (!json_is_object(body))
@@ -621,7 +639,7 @@ int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *
         return sv_error_set(err, -EINVAL, "users: missing");
     if (!json_is_array(list))
         return sv_error_set(err, -EINVAL, "users: expected an array");
-    size_t n = json_array_size(list);
+    size_t n = src != NULL && src->open != 0 ? src->n : json_array_size(list);
     if (n > PN_USERS_MAX)
         return sv_error_set(err, -EMSGSIZE, "users: more than %u users", PN_USERS_MAX);
     if (n == 0)
@@ -630,10 +648,39 @@ int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *
     if (out->users == NULL)
         return sv_error_set(err, -ENOMEM, "users: out of memory");
     out->n = n;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = parse_user(json_array_get(list, i), i, flags, &out->users[i], err);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const json_t *v;
+        json_t *own;
+        rc = user_at(list, src, i, &v, &own, err);
+        if (rc == 0)
+            rc = parse_user(v, i, flags, &out->users[i], err);
+        json_decref(own);
+    }
     if (rc != 0)
         pn_users_free(out);
+    return rc;
+}
+
+int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *err)
+{
+    return parse_users(body, NULL, flags, out, err);
+}
+
+int pn_users_parse_text(const char *text, size_t len, unsigned flags, pn_users *out,
+                        sv_error *err)
+{
+    sv_error why = {0};
+    memset(out, 0, sizeof *out);
+    if (pn_json_check(text, len, &why) != 0) /* before any user is built (issue 33) */
+        return sv_error_set(err, -EBADMSG, "%s", why.msg);
+    int rc = pn_users_scan(text, len, out);
+    if (rc <= 0)
+        return rc == 0 ? 0 : sv_error_set(err, rc, "users: out of memory");
+    pn_json_body b;
+    rc = pn_json_body_load(&b, text, len, "users", err);
+    if (rc == 0)
+        rc = parse_users(b.root, &b, flags, out, err);
+    pn_json_body_free(&b);
     return rc;
 }
 

@@ -154,6 +154,20 @@ int pn_node_parse(const json_t *body, const char *node_type, unsigned flags, pn_
 int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *err);
 
 /**
+ * Parse a `GET user` body given as text (@p len bytes, borrowed, bounded by the caller:
+ * PN_BODY_MAX) as json_loadb(JSON_REJECT_DUPLICATES) + pn_users_parse() would, without a tree
+ * of the whole body (issue 33: a tree costs about 26 times the body): a body that is not JSON
+ * is refused before any user is built (pn_json_check()), the plain shape is read by
+ * pn_users_scan(), anything else with each user loaded and parsed alone (panel/jsonscan.h).
+ * A body with several faults may name another of them than the tree's parse would.
+ * @param err  on -EBADMSG: why the body is not JSON (no bytes of it quoted); else as for
+ *             pn_users_parse()
+ * @return 0, -EBADMSG (not JSON), -EINVAL, -EMSGSIZE or -ENOMEM; *out zeroed on failure.
+ */
+int pn_users_parse_text(const char *text, size_t len, unsigned flags, pn_users *out,
+                        sv_error *err);
+
+/**
  * Parse a `GET user` body given as text, straight into @p out without a JSON tree (issue 13:
  * json_loadb() and the tree's frees were two thirds of an apply of 50 000 users). It takes
  * only the plain shape panels send, `{"users":[{"id":N,"uuid":"...","speed_limit":N|null,

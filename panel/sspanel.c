@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "panel/http.h"
+#include "panel/jsonscan.h"
 #include "panel/sspanel.h"
 #include "panel/uniproxy.h"
 #include "supervisor/util/log.h"
@@ -602,9 +603,25 @@ static int check_unique(const pn_users *users, const uint32_t *index, sv_error *
     return rc;
 }
 
-int pn_sspanel_parse_users(const json_t *body, const pn_sspanel_meta *meta, pn_users *out,
-                           size_t *skipped, pn_alive_count **alive, size_t *n_alive,
-                           sv_error *err)
+/* Entry @p i of `data`: from the tree, or (@p src splits the body) the next one from the text
+ * as a new reference in *own. @return 0, or pn_json_body_next()'s errors. */
+static int entry_at(const json_t *data, pn_json_body *src, size_t i, const json_t **v,
+                    json_t **own, sv_error *err)
+{
+    *own = NULL;
+    if (src == NULL || src->open == 0) {
+        *v = json_array_get(data, i);
+        return 0;
+    }
+    int rc = pn_json_body_next(src, own, err);
+    *v = *own;
+    return rc == 1 ? sv_error_set(err, -EINVAL, "data: fewer users than counted") : rc;
+}
+
+/* pn_sspanel_parse_users() of @p body, whose `data` array is @p src's when it splits it. */
+static int parse_users_from(const json_t *body, pn_json_body *src, const pn_sspanel_meta *meta,
+                            pn_users *out, size_t *skipped, pn_alive_count **alive,
+                            size_t *n_alive, sv_error *err)
 {
     const json_t *data = NULL;
     memset(out, 0, sizeof *out);
@@ -618,7 +635,7 @@ int pn_sspanel_parse_users(const json_t *body, const pn_sspanel_meta *meta, pn_u
         return rc;
     if (!json_is_array(data))
         return sv_error_set(err, -EINVAL, "data: expected an array of users");
-    size_t n = json_array_size(data);
+    size_t n = src != NULL && src->open != 0 ? src->n : json_array_size(data);
     if (n > PN_USERS_MAX)
         return sv_error_set(err, -EMSGSIZE, "data: more than %u users", PN_USERS_MAX);
     if (n == 0)
@@ -632,9 +649,14 @@ int pn_sspanel_parse_users(const json_t *body, const pn_sspanel_meta *meta, pn_u
     }
     size_t k = 0, na = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
-        bool keep;
-        uint32_t cnt;
-        rc = parse_user(json_array_get(data, i), i, meta, &out->users[k], &keep, &cnt, err);
+        bool keep = false;
+        uint32_t cnt = 0;
+        const json_t *v;
+        json_t *own;
+        rc = entry_at(data, src, i, &v, &own, err);
+        if (rc == 0)
+            rc = parse_user(v, i, meta, &out->users[k], &keep, &cnt, err);
+        json_decref(own);
         if (rc == 0 && cnt > 0)
             al[na++] = (pn_alive_count){.user = out->users[k].id, .count = cnt};
         if (rc == 0 && keep) {
@@ -660,6 +682,31 @@ out:
         pn_users_free(out);
         *skipped = 0;
     }
+    return rc;
+}
+
+int pn_sspanel_parse_users(const json_t *body, const pn_sspanel_meta *meta, pn_users *out,
+                           size_t *skipped, pn_alive_count **alive, size_t *n_alive,
+                           sv_error *err)
+{
+    return parse_users_from(body, NULL, meta, out, skipped, alive, n_alive, err);
+}
+
+int pn_sspanel_parse_users_text(const char *text, size_t len, const pn_sspanel_meta *meta,
+                                pn_users *out, size_t *skipped, pn_alive_count **alive,
+                                size_t *n_alive, sv_error *err)
+{
+    pn_json_body b;
+    memset(out, 0, sizeof *out);
+    *skipped = 0;
+    if (alive != NULL) {
+        *alive = NULL;
+        *n_alive = 0;
+    }
+    int rc = pn_json_body_load(&b, text, len, "data", err);
+    if (rc == 0)
+        rc = parse_users_from(b.root, &b, meta, out, skipped, alive, n_alive, err);
+    pn_json_body_free(&b);
     return rc;
 }
 
@@ -746,7 +793,8 @@ int pn_sspanel_check_ack(long status, const char *body, size_t len, sv_error *er
 {
     if (status < 200 || status > 299)
         return pn_uniproxy_error(status, body, len, err);
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *j = pn_json_check(body, len, NULL) == 0
+                ? json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
     const json_t *data = NULL;
     sv_error inner = {0};
     int rc = j == NULL ? sv_error_set(&inner, -EPROTO, "body is not JSON")
@@ -822,6 +870,23 @@ static void call_unlink(call *k)
         k->next->prev = k->prev;
 }
 
+static void set_good(last_good *g, const char *body, size_t len, const char *etag);
+
+/* set_good() of an answer's body, taken from its request rather than copied (issue 33). */
+static void set_good_taken(last_good *g, const pn_http_response *r)
+{
+    char *e = r->etag != NULL ? strdup(r->etag) : NULL;
+    char *b = r->etag == NULL || e != NULL ? pn_http_take_body(r) : NULL;
+    if (b == NULL) {
+        free(e);
+        set_good(g, r->body, r->len, r->etag);
+        return;
+    }
+    free(g->etag);
+    free(g->body);
+    *g = (last_good){.etag = e, .body = b, .len = r->len};
+}
+
 static void set_good(last_good *g, const char *body, size_t len, const char *etag)
 {
     char *e = etag != NULL ? strdup(etag) : NULL;
@@ -838,38 +903,55 @@ static void set_good(last_good *g, const char *body, size_t len, const char *eta
     *g = (last_good){.etag = e, .body = b, .len = len};
 }
 
+/* The error of a 2xx body that is not JSON; @p err holds the reason on entry. */
+static int not_json(long status, const char *ctype, sv_error *err)
+{
+    sv_error why = *err;
+    return sv_error_set(err, -EPROTO, "HTTP %ld body is not JSON (%s): %.100s", status,
+                        ctype != NULL ? ctype : "no content type", why.msg);
+}
+
+/* A body as a tree; one that is not JSON builds none (issue 33). */
 static int parse_json(const char *body, size_t len, long status, const char *ctype,
                       json_t **out, sv_error *err)
 {
     json_error_t jerr;
+    *out = NULL;
+    if (pn_json_check(body, len, err) != 0)
+        return not_json(status, ctype, err);
     *out = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (*out != NULL)
         return 0;
     char *near = strstr(jerr.text, " near '");
     if (near != NULL)
         *near = '\0'; /* jansson quotes the token there, maybe a secret: log none (#5) */
-    return sv_error_set(err, -EPROTO, "HTTP %ld body is not JSON (%s): %.100s", status,
-                        ctype != NULL ? ctype : "no content type", jerr.text);
+    sv_error_set(err, -EPROTO, "%s", jerr.text);
+    return not_json(status, ctype, err);
 }
 
-/* Parse a node or users body into the outputs, updating the client's meta / alive table. */
-static int parse_kind(pn_sspanel *s, enum pn_body_kind kind, const json_t *j, pn_node *node,
-                      pn_users *users, sv_error *err)
+/* Parse a node (info) body into @p node, updating the client's meta (the users' shape). */
+static int parse_node_body(pn_sspanel *s, const json_t *j, pn_node *node, sv_error *err)
 {
-    if (kind == PN_BODY_CONFIG) {
-        pn_sspanel_meta meta;
-        int rc = pn_sspanel_parse_node(j, s->pull, s->push, &meta, node, err);
-        if (rc == 0) {
-            s->meta = meta;
-            s->has_meta = true;
-        }
-        return rc;
+    pn_sspanel_meta meta;
+    int rc = pn_sspanel_parse_node(j, s->pull, s->push, &meta, node, err);
+    if (rc == 0) {
+        s->meta = meta;
+        s->has_meta = true;
     }
+    return rc;
+}
+
+/* A users body as text into @p users (the client's alive table and count updated), without a
+ * tree of the whole list (issue 33). -EBADMSG: not JSON (err says why). */
+static int parse_users_text(pn_sspanel *s, const char *body, size_t len, pn_users *users,
+                            sv_error *err)
+{
     if (!s->has_meta)
         return sv_error_set(err, -EAGAIN, "no node info yet (users follow the node's type)");
     pn_alive_count *al = NULL;
     size_t n_al = 0, skipped = 0;
-    int rc = pn_sspanel_parse_users(j, &s->meta, users, &skipped, &al, &n_al, err);
+    int rc = pn_sspanel_parse_users_text(body, len, &s->meta, users, &skipped, &al, &n_al,
+                                         err);
     if (rc != 0)
         return rc;
     free(s->alive);
@@ -895,9 +977,14 @@ static void deliver_fetch(call *k, int rc, const pn_http_response *r, const sv_e
         rc = PN_NOT_MODIFIED;
     else if (r->status < 200 || r->status > 299)
         rc = pn_uniproxy_error(r->status, r->body, r->len, &err);
-    else if ((rc = parse_json(r->body, r->len, r->status, r->content_type, &j, &err)) == 0 &&
-             (rc = parse_kind(s, kind, j, &node, &users, &err)) == 0)
-        set_good(&s->good[kind], r->body, r->len, r->etag);
+    else if (kind == PN_BODY_USERS &&
+             (rc = parse_users_text(s, r->body, r->len, &users, &err)) == -EBADMSG)
+        rc = not_json(r->status, r->content_type, &err);
+    else if (kind == PN_BODY_CONFIG &&
+             (rc = parse_json(r->body, r->len, r->status, r->content_type, &j, &err)) == 0)
+        rc = parse_node_body(s, j, &node, &err);
+    if (rc == 0 && r != NULL && r->status != 304 && r->status >= 200 && r->status <= 299)
+        set_good_taken(&s->good[kind], r);
     if (rc < 0) {
         sv_error inner = err;
         sv_error_set(&err, rc, "panel %s: %s", k->what, inner.msg);
@@ -1036,7 +1123,7 @@ static void finish_node(call *k, int rc, const pn_http_response *r, const sv_err
     if (rc == 0 && (rc = parse_json(ib, il, info_new ? s->info.status : 200, NULL, &ij,
                                     &err)) != 0)
         what = "info";
-    if (rc == 0 && (rc = parse_kind(s, PN_BODY_CONFIG, ij, &node, NULL, &err)) != 0)
+    if (rc == 0 && (rc = parse_node_body(s, ij, &node, &err)) != 0)
         what = "info";
     const char *rb = rules_none ? NULL : rules_new ? r->body : s->rules.body;
     size_t rl = rules_none ? 0 : rules_new ? r->len : s->rules.len;
@@ -1360,19 +1447,24 @@ static int ss_parse_body(pn_client *c, enum pn_body_kind kind, const char *body,
                          pn_node *node, pn_users *users, sv_error *err)
 {
     pn_sspanel *s = (pn_sspanel *)c;
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    if (kind == PN_BODY_USERS) {
+        int rc = parse_users_text(s, body, len, users, err);
+        return rc == -EBADMSG ? sv_error_set(err, -EINVAL, "stored body is not JSON") : rc;
+    }
+    json_t *j = pn_json_check(body, len, NULL) == 0
+                ? json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL) : NULL;
     if (j == NULL)
         return sv_error_set(err, -EINVAL, "stored body is not JSON");
-    const json_t *info = kind == PN_BODY_CONFIG ? json_object_get(j, "info") : NULL;
-    if (info == NULL) { /* users, or an info body on its own */
-        int rc = parse_kind(s, kind, j, node, users, err);
+    const json_t *info = json_object_get(j, "info");
+    if (info == NULL) { /* an info body on its own */
+        int rc = parse_node_body(s, j, node, err);
         json_decref(j);
         return rc;
     }
     /* the stored pair: the held bodies come back too, so a 304 after the restart is served */
     const json_t *rules = json_object_get(j, "detect_rules");
     const json_t *rules_etag = json_object_get(j, "detect_rules_etag");
-    int rc = parse_kind(s, kind, info, node, users, err);
+    int rc = parse_node_body(s, info, node, err);
     if (rc == 0 && rules != NULL && !json_is_null(rules) &&
         (rc = add_rules(s, rules, node, err)) != 0)
         pn_node_free(node);

@@ -91,6 +91,19 @@ int pn_sspanel_parse_users(const json_t *body, const pn_sspanel_meta *meta, pn_u
                            sv_error *err);
 
 /**
+ * pn_sspanel_parse_users() of a body given as text (@p len bytes, borrowed, bounded by the
+ * caller), without a tree of the whole list (issue 33): a body that is not JSON is refused
+ * before any user is built, and each entry of `data` is loaded and parsed alone
+ * (panel/jsonscan.h). A body with several faults may name another of them than the tree's
+ * parse would.
+ * @return pn_sspanel_parse_users()'s values, or -EBADMSG when the body is not JSON (err says
+ *         why, quoting none of it).
+ */
+int pn_sspanel_parse_users_text(const char *text, size_t len, const pn_sspanel_meta *meta,
+                                pn_users *out, size_t *skipped, pn_alive_count **alive,
+                                size_t *n_alive, sv_error *err);
+
+/**
  * Parse a `GET /mod_mu/func/detect_rules` answer `{"ret":1,"data":[{id, name, text, regex,
  * type}]}` (PANEL.md §2.6) into block routes: each plaintext rule (type 1) becomes a route with
  * its id and the one match "regexp:<regex>" (lowered like a UniProxy block route: searched in

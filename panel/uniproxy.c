@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "panel/http.h"
+#include "panel/jsonscan.h"
 #include "panel/uniproxy.h"
 
 #define API_PATH "/api/v1/server/UniProxy/"
@@ -70,7 +71,7 @@ static const char *envelope_text(const json_t *j)
 
 int pn_uniproxy_error(long status, const char *body, size_t len, sv_error *err)
 {
-    json_t *j = json_loadb(body, len, 0, NULL);
+    json_t *j = pn_json_check(body, len, NULL) == 0 ? json_loadb(body, len, 0, NULL) : NULL;
     const char *text = envelope_text(j);
     if (text != NULL) {
         sv_error_set(err, -EPROTO, "HTTP %ld: %.200s", status, text);
@@ -86,19 +87,31 @@ int pn_uniproxy_error(long status, const char *body, size_t len, sv_error *err)
     return -EPROTO;
 }
 
-/* Parse a 2xx body as JSON; an HTML page or garbage is an error naming the content type. */
+/* The error of a 2xx body that is not JSON (an HTML page), naming its content type; @p err
+ * holds the reason on entry. */
+static int not_json(const pn_http_response *r, sv_error *err)
+{
+    sv_error why = *err;
+    return sv_error_set(err, -EPROTO, "HTTP %ld body is not JSON (%s): %.100s", r->status,
+                        r->content_type != NULL ? r->content_type : "no content type",
+                        why.msg);
+}
+
+/* Parse a 2xx body as JSON; a body that is not JSON builds no tree (issue 33). */
 static int body_json(const pn_http_response *r, json_t **out, sv_error *err)
 {
     json_error_t jerr;
+    *out = NULL;
+    if (pn_json_check(r->body, r->len, err) != 0)
+        return not_json(r, err);
     *out = json_loadb(r->body, r->len, JSON_REJECT_DUPLICATES, &jerr);
     if (*out != NULL)
         return 0;
     char *near = strstr(jerr.text, " near '");
     if (near != NULL)
         *near = '\0'; /* jansson quotes the token there, maybe a user's uuid: log no secrets (#5) */
-    return sv_error_set(err, -EPROTO, "HTTP %ld body is not JSON (%s): %.100s", r->status,
-                        r->content_type != NULL ? r->content_type : "no content type",
-                        jerr.text);
+    sv_error_set(err, -EPROTO, "%s", jerr.text);
+    return not_json(r, err);
 }
 
 int pn_uniproxy_check_ack(long status, const char *body, size_t len, sv_error *err)
@@ -106,7 +119,8 @@ int pn_uniproxy_check_ack(long status, const char *body, size_t len, sv_error *e
     if (status < 200 || status > 299)
         return pn_uniproxy_error(status, body, len, err);
     json_error_t jerr;
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *j = pn_json_check(body, len, NULL) == 0
+                ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     int rc = 0;
     if (!json_is_object(j)) {
         rc = sv_error_set(err, -EPROTO, "HTTP %ld body is not a JSON object", status);
@@ -176,17 +190,21 @@ static void call_unlink(call *k)
         k->next->prev = k->prev;
 }
 
+/* Keep @p r's body (taken from the request, not copied: issue 33) and ETag as the last good. */
 static void set_good(last_good *g, const pn_http_response *r)
 {
     char *etag = r->etag != NULL ? strdup(r->etag) : NULL;
-    char *body = malloc(r->len + 1);
-    if (body == NULL || (r->etag != NULL && etag == NULL)) {
-        free(etag);
-        free(body);
+    if (r->etag != NULL && etag == NULL)
         return; /* keep the old one: the next fetch simply gets a 200 */
+    char *body = pn_http_take_body(r);
+    if (body == NULL && (body = malloc(r->len + 1)) != NULL) {
+        memcpy(body, r->body, r->len);
+        body[r->len] = '\0';
     }
-    memcpy(body, r->body, r->len);
-    body[r->len] = '\0';
+    if (body == NULL) {
+        free(etag);
+        return;
+    }
     free(g->etag);
     free(g->body);
     g->etag = etag;
@@ -203,20 +221,20 @@ static int fetch_answer(call *k, const pn_http_response *r, json_t **j, pn_node 
         return PN_NOT_MODIFIED;
     if (r->status < 200 || r->status > 299)
         return pn_uniproxy_error(r->status, r->body, r->len, err);
-    int rc = k->kind == CALL_NODE ? 1 : pn_users_scan(r->body, r->len, users);
-    if (rc == 0)
-        set_good(&u->good[PN_BODY_USERS], r);
-    if (rc <= 0)
-        return rc == 0 ? 0 : sv_error_set(err, rc, "users: out of memory");
-    rc = body_json(r, j, err);
+    if (k->kind == CALL_USERS) { /* no tree of the whole list (issues 13, 33) */
+        int rc = pn_users_parse_text(r->body, r->len, 0, users, err);
+        if (rc == -EBADMSG)
+            return not_json(r, err);
+        if (rc == 0)
+            set_good(&u->good[PN_BODY_USERS], r);
+        return rc;
+    }
+    int rc = body_json(r, j, err);
     if (rc != 0)
         return rc;
-    if (k->kind == CALL_NODE)
-        rc = pn_node_parse(*j, u->node_type, 0, node, err);
-    else
-        rc = pn_users_parse(*j, 0, users, err);
+    rc = pn_node_parse(*j, u->node_type, 0, node, err);
     if (rc == 0)
-        set_good(&u->good[k->kind == CALL_NODE ? PN_BODY_CONFIG : PN_BODY_USERS], r);
+        set_good(&u->good[PN_BODY_CONFIG], r);
     return rc;
 }
 
@@ -472,15 +490,16 @@ static int up_parse_body(pn_client *c, enum pn_body_kind kind, const char *body,
                          pn_node *node, pn_users *users, sv_error *err)
 {
     pn_uniproxy *u = (pn_uniproxy *)c;
-    int rc = kind == PN_BODY_CONFIG ? 1 : pn_users_scan(body, len, users);
-    if (rc <= 0)
-        return rc == 0 ? 0 : sv_error_set(err, rc, "users: out of memory");
+    if (kind == PN_BODY_USERS) {
+        int rc = pn_users_parse_text(body, len, 0, users, err);
+        return rc == -EBADMSG ? sv_error_set(err, -EINVAL, "stored body is not JSON") : rc;
+    }
     json_error_t jerr;
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *j = pn_json_check(body, len, NULL) == 0
+                ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     if (j == NULL)
         return sv_error_set(err, -EINVAL, "stored body is not JSON");
-    rc = kind == PN_BODY_CONFIG ? pn_node_parse(j, u->node_type, 0, node, err)
-                                : pn_users_parse(j, 0, users, err);
+    int rc = pn_node_parse(j, u->node_type, 0, node, err);
     json_decref(j);
     return rc;
 }

@@ -17,6 +17,7 @@
 #include <libwebsockets.h>
 
 #include "panel/http.h"
+#include "panel/jsonscan.h"
 #include "panel/uniproxy.h"
 #include "panel/xboard.h"
 #include "supervisor/util/log.h"
@@ -185,7 +186,8 @@ int pn_xb_event_parse(const char *msg, size_t len, const char *node_type, pn_xb_
         return sv_error_set(err, -EMSGSIZE, "message of %zu bytes (bound %u)", len,
                             PN_XB_MSG_MAX);
     json_error_t jerr;
-    json_t *j = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *j = pn_json_check(msg, len, NULL) == 0 /* no tree of a broken one (issue 33) */
+                ? json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     if (!json_is_object(j)) {
         json_decref(j);
         return sv_error_set(err, -EINVAL, "message is not a JSON object");
@@ -227,7 +229,8 @@ int pn_xb_parse_handshake(const char *body, size_t len, char **url, sv_error *er
 {
     *url = NULL;
     json_error_t jerr;
-    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *j = pn_json_check(body, len, NULL) == 0
+                ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     const json_t *ws = json_is_object(j) ? json_object_get(j, "websocket") : NULL;
     int rc = 0;
     if (!json_is_object(ws)) {

@@ -6,7 +6,9 @@
  * Checks: results are 0 or negative with a message; a parsed node has a port, a protocol and
  * the configured intervals, and with enable_reality whole reality-opts (issue 11); a parsed
  * user list holds at most PN_USERS_MAX users with non-NULL secrets, unique ids and limits
- * within their bounds; the outputs are zeroed on failure.
+ * within their bounds; the outputs are zeroed on failure; the users parser of the text
+ * (issue 33: one entry at a time) accepts what the tree's parser accepts, as the same list,
+ * and refuses what jansson refuses.
  */
 #include "config.h"
 
@@ -45,6 +47,30 @@ static void check_users(const json_t *j, const pn_sspanel_meta *meta)
     pn_users_free(&users);
 }
 
+/* The text path (issue 33) against the tree's: the same outcome and the same list; a body
+ * jansson refuses (@p j NULL) is refused. */
+static void check_users_text(const char *body, size_t len, const json_t *j,
+                             const pn_sspanel_meta *meta)
+{
+    sv_error err = {0};
+    pn_users t, r = {0};
+    pn_alive_count *ta = NULL, *ra = NULL;
+    size_t tn = 0, rn = 0, ts = 0, rs = 0;
+    int rc = pn_sspanel_parse_users_text(body, len, meta, &t, &ts, &ta, &tn, &err);
+    FUZZ_CHECK(rc <= 0 && (rc == 0 || err.msg[0] != '\0'));
+    FUZZ_CHECK(rc == 0 || (t.users == NULL && t.n == 0 && ta == NULL && tn == 0 && ts == 0));
+    int ref = j != NULL ? pn_sspanel_parse_users(j, meta, &r, &rs, &ra, &rn, &err) : -EBADMSG;
+    FUZZ_CHECK((rc == 0) == (ref == 0));
+    if (rc == 0) {
+        FUZZ_CHECK(pn_users_equal(&t, &r) && ts == rs && tn == rn);
+        FUZZ_CHECK(tn == 0 || memcmp(ta, ra, tn * sizeof *ta) == 0);
+    }
+    pn_users_free(&t);
+    pn_users_free(&r);
+    free(ta);
+    free(ra);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > (1u << 20))
@@ -60,6 +86,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(rc != 0 || (status >= 200 && status < 300));
     FUZZ_CHECK(strlen(err.msg) < sizeof err.msg);
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    pn_sspanel_meta picked = {.sort = sorts[(data[0] >> 3) % 4], .speed_mbps = data[0] >> 5,
+                              .method = "aes-128-gcm"};
+    check_users_text(body, len, j, &picked);
     if (j == NULL)
         return 0;
     pn_sspanel_meta meta;
@@ -91,8 +120,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                    strcmp(routes[i].action, "block") == 0);
     pn_node holder = {.routes = routes, .n_routes = n_routes};
     pn_node_free(&holder);
-    pn_sspanel_meta picked = {.sort = sorts[(data[0] >> 3) % 4], .speed_mbps = data[0] >> 5,
-                              .method = "aes-128-gcm"};
     check_users(j, &picked);
     json_decref(j);
     return 0;

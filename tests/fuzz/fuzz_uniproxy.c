@@ -6,7 +6,8 @@
  * Checks: results are 0 or negative with a message; a parsed user list holds at most
  * PN_USERS_MAX users with non-NULL uuids; a parsed node has a port; alivelist counts fit; a body
  * pn_users_scan() takes (issue 13) is JSON that pn_users_parse() reads, in either mode, as the
- * same list, and one it leaves gives an empty list.
+ * same list, and one it leaves gives an empty list; pn_users_parse_text() (issue 33) accepts
+ * what pn_users_parse() accepts, as the same list, and refuses what jansson refuses.
  */
 #include "config.h"
 
@@ -65,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
     if (j != NULL)
         parse_bodies(j);
-    pn_users scanned, ref;
+    pn_users scanned, ref, ref_users = {0};
     rc = pn_users_scan(body, len, &scanned);
     FUZZ_CHECK(rc == 0 || rc == 1 || rc == -ENOMEM);
     FUZZ_CHECK(rc == 0 || (scanned.users == NULL && scanned.n == 0));
@@ -76,6 +77,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pn_users_free(&ref);
     }
     pn_users_free(&scanned);
+    for (unsigned flags = 0; flags <= PN_PARSE_STRICT; flags += PN_PARSE_STRICT) {
+        pn_users text; /* issue 33: one user at a time, as the tree's parser reads them */
+        rc = pn_users_parse_text(body, len, flags, &text, &err);
+        FUZZ_CHECK(rc <= 0 && (rc == 0 || err.msg[0] != '\0'));
+        FUZZ_CHECK(rc == 0 || (text.users == NULL && text.n == 0));
+        int want = j != NULL ? pn_users_parse(j, flags, &ref_users, &err) : -EBADMSG;
+        FUZZ_CHECK((rc == 0) == (want == 0));
+        FUZZ_CHECK(rc != 0 || pn_users_equal(&text, &ref_users));
+        pn_users_free(&text);
+        pn_users_free(&ref_users);
+    }
     json_decref(j);
     return 0;
 }

@@ -32,6 +32,13 @@ device_limit -> node_iplimit), endpoint names for faults and hits are the UniPro
   POST /_emu/raw      {"endpoint":"config"|"user","body":<raw answer or null>, "status":200}:
                       answer that endpoint with this body from now on (null: back to translating);
                       {"endpoint":...,"huge":N}: a 200 whose JSON body is N bytes long
+                      and never ends ({"ret":1,"data":[{"id":1,"uuid":"x"},... without the
+                      final ]}); with "shape":"uniproxy" it starts {"users":[ instead; with
+                      "valid":true it is a whole user list of N bytes in that shape (ids from
+                      1000000001 up, each secret distinct, as many users as fit, at most
+                      1 000 000; "secret":"passwd" names the secret passwd, as mod_mu's sort 0;
+                      with an ETag of its own, and 304 when asked with it);
+                      "once":true: for the next request only
   POST /_emu/detect_rules  [{"id","name","text","regex","type"}...]: GET func/detect_rules
   POST /_emu/deleted  {"ids":[uid,...]}: users deleted from the panel: gone from the users
                       answer, and a traffic entry for one is fatal after the earlier entries
@@ -220,9 +227,9 @@ class Handler(BaseHTTPRequestHandler):
         if fault and self.pre_fault(fault):
             return None
         with LOCK:
-            raw_answer = STATE["raw"].get(ep)
+            raw_answer = take_raw(ep)
         if raw_answer is not None and raw_answer.get("huge"):
-            return self.send_huge(int(raw_answer["huge"]))
+            return self.send_huge(int(raw_answer["huge"]), raw_answer)
         if raw_answer is not None:
             body = raw_answer["body"]
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -272,7 +279,7 @@ class Handler(BaseHTTPRequestHandler):
             STATE["hits"][ep] = STATE["hits"].get(ep, 0) + 1
             queue = STATE["faults"].get(ep) or []
             fault = queue.pop(0) if queue else None
-            raw_answer = STATE["raw"].get(ep)
+            raw_answer = take_raw(ep)
             down = STATE["down"]
         if down:
             return self.send(502, b"<html>502 Bad Gateway</html>", "text/html")
@@ -293,7 +300,7 @@ class Handler(BaseHTTPRequestHandler):
         if ep != "machine/nodes":
             return self.send(404, {"message": "not found"})
         if raw_answer is not None and raw_answer.get("huge"):
-            return self.send_huge(int(raw_answer["huge"]))
+            return self.send_huge(int(raw_answer["huge"]), raw_answer)
         if raw_answer is not None:
             data = raw_answer["body"]
             data = data.encode() if isinstance(data, str) else json.dumps(data).encode()
@@ -402,7 +409,7 @@ class Handler(BaseHTTPRequestHandler):
             queue = STATE["faults"].get(ep) or []
             fault = queue.pop(0) if queue else None
             down = STATE["down"]
-            raw_answer = STATE["raw"].get(ep)
+            raw_answer = take_raw(ep)
         if down:
             return self.send(502, b"<html>502 Bad Gateway</html>", "text/html")
         if q.get("key", [""])[0] != ARGS.token:
@@ -412,7 +419,7 @@ class Handler(BaseHTTPRequestHandler):
         if fault and self.pre_fault(fault):
             return None
         if raw_answer is not None and raw_answer.get("huge"):
-            return self.send_huge(int(raw_answer["huge"]))
+            return self.send_huge(int(raw_answer["huge"]), raw_answer)
         if raw_answer is not None:
             body = raw_answer["body"]
             data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -448,23 +455,59 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["status"].append(json.loads(raw))
         return self.send(200, {"ret": 1, "msg": "ok"})
 
-    def send_huge(self, n):
-        """A 200 of n bytes, a JSON array that never ends; the client may hang up early."""
+    def send_huge(self, n, spec=None):
+        """A 200 of n bytes: a JSON user list that never ends, or with spec["valid"] a whole
+        one (see /_emu/raw); the client may hang up early."""
+        spec = spec or {}
+        head = b'{"users":[' if spec.get("shape") == "uniproxy" else b'{"ret":1,"data":['
+        etag = '"huge-%d-%s-%s"' % (n, spec.get("shape", "sspanel"), spec.get("secret", "uuid"))
+        if spec.get("valid") and etag in (self.headers.get("If-None-Match") or ""):
+            self.send_response(304)
+            self.send_header("ETag", etag)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(n))
+        if spec.get("valid"):
+            self.send_header("ETag", etag)
         self.end_headers()
-        chunk = b'{"id":1,"uuid":"x"},' * 3276
         try:
-            self.wfile.write(b'{"ret":1,"data":[')
-            sent = 17
-            while sent < n:
-                part = chunk[:n - sent]
-                self.wfile.write(part)
-                sent += len(part)
+            if spec.get("valid"):
+                self.send_user_list(n, head, spec.get("secret", "uuid"))
+            else:
+                self.send_open_list(n, head)
         except OSError:
             pass
         self.close_connection = True
+
+    def send_open_list(self, n, head):
+        chunk = b'{"id":1,"uuid":"x"},' * 3276
+        self.wfile.write(head[:n])
+        sent = min(len(head), n)
+        while sent < n:
+            part = chunk[:n - sent]
+            self.wfile.write(part)
+            sent += len(part)
+
+    def send_user_list(self, n, head, secret):
+        """Users {"id":I,"<secret>":"s<I>..."} of one width, then blanks up to n bytes."""
+        tail = b"]}"
+        fixed = len('{"id":1000000001,"%s":""},' % secret)
+        width = max(36, -(-(n - len(head) - len(tail)) // 1000000) - fixed)
+        each = fixed + width
+        count = min(1000000, max(0, (n - len(head) - len(tail) + 1) // each))
+        self.wfile.write(head)
+        sent = len(head)
+        fmt = '{"id":%%d,"%s":"s%%0%dd"}' % (secret, width - 1)
+        for start in range(0, count, 10000):
+            ids = range(1000000001 + start, 1000000001 + min(count, start + 10000))
+            part = ",".join(fmt % (i, i) for i in ids)
+            part = ("," + part if start > 0 else part).encode()
+            self.wfile.write(part)
+            sent += len(part)
+        self.wfile.write(b" " * (n - sent - len(tail)) + tail)
 
     def ss_traffic(self, items, fault):
         """Applied entry by entry without a transaction (PANEL.md §2.6)."""
@@ -631,6 +674,14 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 return self.send(404, {"message": "unknown control"})
         return self.send(200, {"ok": True})
+
+
+def take_raw(ep):
+    """The raw answer set for endpoint ep (under LOCK); a "once" answer is dropped as taken."""
+    raw = STATE["raw"].get(ep)
+    if raw is not None and raw.get("once"):
+        STATE["raw"][ep] = None
+    return raw
 
 
 def machine_node_set(m):

@@ -240,6 +240,50 @@ static void sspanel__bad_users__are_refused_naming_the_entry(void **state)
     json_decref(j);
 }
 
+/* A users body of @p n entries "0" in @p head ... "]}" (malloc'ed, @p len set). */
+static char *long_list(const char *head, size_t n, size_t *len)
+{
+    size_t h = strlen(head);
+    char *b = malloc(h + 2 * n + 2);
+    assert_non_null(b);
+    memcpy(b, head, h);
+    for (size_t i = 0; i < n; i++)
+        memcpy(b + h + 2 * i, i + 1 < n ? "0," : "0]", 2);
+    b[h + 2 * n] = '}';
+    *len = h + 2 * n + 1;
+    return b;
+}
+
+/* Issue 33: the text parser refuses what the tree's parser refuses, with the same reasons, and
+ * a body that is not JSON (a list that never closes) before building any user. */
+static void sspanel__users_text__refused_as_the_tree_is(void **state)
+{
+    (void)state;
+    pn_sspanel_meta vm = {.sort = 11};
+    pn_users users;
+    size_t skipped, len;
+    sv_error err = {0};
+    const char *dup = "{\"ret\":1,\"data\":[{\"id\":1,\"uuid\":\"a\"},{\"id\":1,\"uuid\":\"b\"}]}";
+    assert_int_equal(pn_sspanel_parse_users_text(dup, strlen(dup), &vm, &users, &skipped, NULL,
+                                                 NULL, &err), -EINVAL);
+    assert_string_equal(err.msg, "data[1].id: duplicate user id 1");
+    const char *open = "{\"ret\":1,\"data\":[{\"id\":1,\"uuid\":\"x\"},{\"id\":1,\"uuid\":\"x\"},";
+    assert_int_equal(pn_sspanel_parse_users_text(open, strlen(open), &vm, &users, &skipped,
+                                                 NULL, NULL, &err), -EBADMSG);
+    assert_string_equal(err.msg, "premature end of input at byte 57");
+    const char *biz = "{\"ret\":0,\"msg\":\"Node out of bandwidth.\"}";
+    assert_int_equal(pn_sspanel_parse_users_text(biz, strlen(biz), &vm, &users, &skipped, NULL,
+                                                 NULL, &err), -EPROTO);
+    assert_string_equal(err.msg, "ret 0: Node out of bandwidth.");
+    char *many = long_list("{\"ret\":1,\"data\":[", PN_USERS_MAX + 1, &len);
+    assert_int_equal(pn_sspanel_parse_users_text(many, len, &vm, &users, &skipped, NULL, NULL,
+                                                 &err), -EMSGSIZE);
+    assert_string_equal(err.msg, "data: more than 1000000 users");
+    free(many);
+    assert_int_equal(users.n, 0);
+    assert_null(users.users);
+}
+
 static void sspanel__detect_rules__become_block_routes(void **state)
 {
     (void)state;
@@ -429,6 +473,7 @@ int main(void)
         cmocka_unit_test(sspanel__users__secret_by_sort_and_limits),
         cmocka_unit_test(sspanel__legacy_users__iplimit_and_alive_ip),
         cmocka_unit_test(sspanel__bad_users__are_refused_naming_the_entry),
+        cmocka_unit_test(sspanel__users_text__refused_as_the_tree_is),
         cmocka_unit_test(sspanel__detect_rules__become_block_routes),
         cmocka_unit_test(sspanel__acks),
     };

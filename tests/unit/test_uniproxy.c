@@ -633,6 +633,40 @@ static void users_scan__other_bodies__left_to_the_json_parser(void **state)
 
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
+/* Issue 33: pn_users_parse_text() refuses a list that never closes before building any user,
+ * and what the tree's parser refuses with the same reasons (bounds included). */
+static void users_text__refused_as_the_tree_is(void **state)
+{
+    (void)state;
+    pn_users users;
+    sv_error err = {0};
+    const char *open = "{\"users\":[{\"id\":1,\"uuid\":\"x\"},{\"id\":2,\"uuid\":\"y\"},";
+    assert_int_equal(pn_users_parse_text(open, strlen(open), 0, &users, &err), -EBADMSG);
+    assert_string_equal(err.msg, "premature end of input at byte 50");
+    const char *esc = "{\"users\":[{\"id\":1,\"uuid\":\"\\u0061\"},{\"id\":2}]}";
+    assert_int_equal(pn_users_parse_text(esc, strlen(esc), 0, &users, &err), -EINVAL);
+    assert_string_equal(err.msg, "users[1].uuid: missing");
+    const char *dupkey = "{\"users\":[{\"id\":1,\"uuid\":\"a\\u0062\",\"id\":2}]}";
+    assert_int_equal(pn_users_parse_text(dupkey, strlen(dupkey), 0, &users, &err), -EBADMSG);
+    size_t n = PN_USERS_MAX + 1, len = 10 + 2 * n + 1;
+    char *many = malloc(len);
+    assert_non_null(many);
+    memcpy(many, "{\"users\":[", 10);
+    for (size_t i = 0; i < n; i++)
+        memcpy(many + 10 + 2 * i, i + 1 < n ? "0," : "0]", 2);
+    many[len - 1] = '}';
+    assert_int_equal(pn_users_parse_text(many, len, 0, &users, &err), -EMSGSIZE);
+    assert_string_equal(err.msg, "users: more than 1000000 users");
+    free(many);
+    const char *esc_ok = "{\"users\":[{\"id\":7,\"uuid\":\"\\u0061b\",\"speed_limit\":null}]}";
+    assert_int_equal(pn_users_parse_text(esc_ok, strlen(esc_ok), PN_PARSE_STRICT, &users, &err),
+                     0);
+    assert_int_equal(users.n, 1);
+    assert_int_equal(users.users[0].id, 7);
+    assert_string_equal(users.users[0].uuid, "ab");
+    pn_users_free(&users);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -651,6 +685,7 @@ int main(void)
         T(uniproxy__bad_options__are_refused),
         cmocka_unit_test(users_scan__plain_bodies__same_list_as_the_json_parser),
         cmocka_unit_test(users_scan__other_bodies__left_to_the_json_parser),
+        cmocka_unit_test(users_text__refused_as_the_tree_is),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
