@@ -81,9 +81,12 @@ check "n1 still serves user 1" tcp_rt "$CA1" ok --bytes 65536 --seed f
 check "n1 still shows its own error" n1_refused
 
 # n1's panel fixed: n1 applies
+mark=$(grep -c "node n1: users updated" "$SRV_LOG" || true)
 PANEL_PORT=$PA panel_ctl users "$(users_json "1:$UX")"
 cl_start ax "$CIPHER" "$UX" "$NA"; CAX=$CL_PORT
-check "n1 applies once its panel is fixed" kt_until 10 tcp_rt "$CAX" ok --bytes 65536 --seed g
+n1_updated() { [ "$(grep -c "node n1: users updated" "$SRV_LOG" || true)" -gt "$mark" ]; }
+check "n1 applies once its panel is fixed" kt_until 15 n1_updated
+check "n1 serves its fixed user" tcp_rt "$CAX" ok --bytes 65536 --seed g
 check "n1's error is gone" test "$(node_field n1 .last_pull.ok)" = true
 kat_stop
 check "katana exits 0" test "$SRV_RC" = 0
