@@ -1457,37 +1457,35 @@ static uint64_t fd_limit(void)
     return UINT64_MAX;
 }
 
-/* One worker's share of @p total among @p workers: at least 1. */
-static uint32_t per_worker(uint32_t total, unsigned workers)
+/* Issue 33: the connections one of @p workers keeps before authentication, its share of half
+ * of the budget @p total: at least 1. */
+static uint32_t preauth_share(uint32_t total, unsigned workers)
 {
-    return total / workers > 0 ? total / workers : 1;
+    uint32_t n = total / 2 / workers;
+    return n > 0 ? n : 1;
 }
 
-/* Each worker's share of the connections the descriptor limit allows (sv_shared.fd_cap). */
-static uint32_t fd_share(unsigned workers)
-{
-    return per_worker(sv_max_connections_default(fd_limit()), workers);
-}
-
-/* Each worker's share of max_connections (issue 15); logs the budget once at start. */
+/* The process's connection budget from max_connections (issue 15; one for every worker, issue
+ * 33); logs it once at start. */
 static uint32_t connection_cap(uint32_t configured, unsigned workers)
 {
     uint64_t limit = fd_limit();
     uint32_t total = configured ? configured : sv_max_connections_default(limit);
-    uint32_t share = per_worker(total, workers);
     uint64_t need = (uint64_t)total * SV_FDS_PER_CONN + SV_FD_RESERVE;
     if (configured && need > limit)
         SV_LOG(SV_LOG_WARN, "sv.supervisor", "max_connections %u needs about %" PRIu64 " file "
                "descriptors but the limit is %" PRIu64 ": when they run out, accepting pauses",
                total, need, limit);
     if (configured)
-        SV_LOG(SV_LOG_INFO, "sv.supervisor", "up to %u TCP connections per worker "
-               "(max_connections %u)", share, total);
+        SV_LOG(SV_LOG_INFO, "sv.supervisor", "up to %u TCP connections, shared by %u workers "
+               "(max_connections); up to %u per worker before authentication", total, workers,
+               preauth_share(total, workers));
     else
-        SV_LOG(SV_LOG_INFO, "sv.supervisor", "up to %u TCP connections per worker "
-               "(max_connections %u, from the file descriptor limit %" PRIu64 ")", share, total,
-               limit);
-    return share;
+        SV_LOG(SV_LOG_INFO, "sv.supervisor", "up to %u TCP connections, shared by %u workers "
+               "(max_connections, from the file descriptor limit %" PRIu64 "); up to %u per "
+               "worker before authentication", total, workers, limit,
+               preauth_share(total, workers));
+    return total;
 }
 
 int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor **out)
@@ -1510,7 +1508,8 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         sv->shared.redis = opts->redis;
     }
     sv->shared.conn_cap = connection_cap(opts != NULL ? opts->max_connections : 0, sv->n_workers);
-    sv->shared.fd_cap = fd_share(sv->n_workers);
+    sv->shared.preauth_cap = preauth_share(sv->shared.conn_cap, sv->n_workers);
+    sv->shared.fd_cap = sv_max_connections_default(fd_limit());
     sv->shared.tracker = sv_tracker_new(sv->n_workers, wake_worker, sv);
     sv->shared.audit = sv_audit_new();
     sv->shared.pacers = sv_pacers_new(opts != NULL ? opts->node_speed_limit : 0);

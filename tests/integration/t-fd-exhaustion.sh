@@ -58,11 +58,12 @@ one_run() {
         "${extra[@]}"
     srv_start "$T/c$run.json"
     if ((run == 1)); then
-        # (limit - 128 reserved) / 2 descriptors per relay, split over one worker per CPU
+        # (limit - 128 reserved) / 2 descriptors per relay, one budget for the workers (one
+        # per CPU), half of it shared out for connections before authentication (issue 33)
         TOTAL=$(((NOFILE - 128) / 2))
-        SHARE=$((TOTAL / NCPU)); ((SHARE < 1)) && SHARE=1
-        check "default budget from the fd limit: $SHARE per worker" grep -q \
-            "up to $SHARE TCP connections per worker (max_connections $TOTAL, from the file descriptor limit $NOFILE)" \
+        PRE=$((TOTAL / 2 / NCPU)); ((PRE < 1)) && PRE=1
+        check "default budget from the fd limit: $TOTAL, $PRE per worker before authentication" grep -q \
+            "up to $TOTAL TCP connections, shared by $NCPU workers (max_connections, from the file descriptor limit $NOFILE); up to $PRE per worker before authentication" \
             "$SRV_LOG"
     fi
     cl_start "r$run" "$CIPHER" "$U1" "$port"
