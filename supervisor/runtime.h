@@ -81,6 +81,8 @@
 #define SV_LISTEN_BACKLOG 1024          /**< accept queue of each worker's listening socket */
 #define SV_ACCEPT_BATCH 64              /**< accepts per readiness callback (then the loop turns) */
 #define SV_ACCEPT_RETRY_MS 200          /**< a paused worker retries accepting this often */
+#define SV_TRIM_FALL 256                /**< issue 33: the heap is trimmed once the
+                                             connections fell by this many (and by half) */
 #define SV_EVICT_ON_EMFILE 16           /**< issue 33: pre-auth connections closed per accept
                                              that failed for lack of descriptors */
 #define SV_PREAUTH_PRESSED_MS 5000      /**< issue 33: under pressure a connection not
