@@ -6,8 +6,9 @@
 #   - katana never holds more than its budget of client connections once the flood is in
 #     (a new connection takes the place of the oldest one not authenticated);
 #   - a real client is served during the flood, and the 70 relays all still answer;
-#   - under that pressure the silent connections are closed after 5 s, not 60: katana is back
-#     to the 70 relays within 20 s.
+#   - under that pressure the silent connections are closed after 5 s, not 60: within 20 s
+#     katana holds the 70 relays and fewer than 25 of them (pressure ends below half of each
+#     worker's share of 25; the rest keep the usual 60 s).
 . "$(dirname "$0")/lib.sh"
 kt_need ss-local
 needs_katana "pre-auth bound" || exit 77
@@ -47,10 +48,10 @@ check "the $RELAYS relays all still answer" grep -q "\"alive\": $RELAYS, \"dead\
 
 back=no
 for ((i = 0; i < 200; i++)); do
-    [ "$(tcp_sockets)" = "$RELAYS" ] && { back=yes; break; }
+    [ "$(tcp_sockets)" -lt $((RELAYS + 25)) ] && { back=yes; break; }
     sleep 0.1
 done
-check "under pressure the silent connections are closed within 20 s ($(tcp_sockets) left)" test "$back" = yes
+check "under pressure the silent connections are closed within 20 s ($(tcp_sockets) client connections left)" test "$back" = yes
 check "a real client is served after the flood" tcp_rt "$CL_PORT" ok --bytes 65536
 check "no log line per connection (log has $(grep -c . "$SRV_LOG") lines)" test "$(grep -c . "$SRV_LOG")" -lt 20
 touch "$T/flood.release"
