@@ -64,17 +64,18 @@ bool sv__admit_room(const sv_worker *w, char *why, size_t why_len)
     const sv_shared *s = w->shared;
     uint32_t n = atomic_load(&s->n_conns);
     uint32_t spliced = atomic_load(&s->n_spliced);
+    bool fds_fit = spliced == 0 || sv_fds_fit((uint64_t)n + 1, spliced, s->fd_cap);
+    if (n < s->conn_cap && fds_fit)
+        return true; /* the usual case: nothing more to look at */
     bool evictable = w->n_preauth > 0 || peer_with_preauth(w) >= 0;
-    bool within_slack = n < s->conn_cap + SV_ACCEPT_BATCH; /* evictions not yet released */
-    if (spliced > 0 && !sv_fds_fit((uint64_t)n + 1, spliced, s->fd_cap) &&
-        !(evictable && within_slack)) {
+    if (evictable && n < s->conn_cap + SV_ACCEPT_BATCH) /* evictions not yet released */
+        return true;
+    if (!fds_fit) {
         if (why != NULL)
             snprintf(why, why_len, "the file descriptors are taken (%u connections, %u relayed "
                      "by splice)", n, spliced);
         return false;
     }
-    if (n < s->conn_cap || (evictable && within_slack))
-        return true;
     if (why != NULL)
         snprintf(why, why_len, "max_connections reached (%u connections, %s)", n,
                  evictable ? "closing the oldest before authentication"
