@@ -2,7 +2,7 @@
 # One connection budget for every worker (issue 33): two workers, max_connections 8. Seven
 # authenticated relays (real ss-local) stay open, so however SO_REUSEPORT spread them one worker
 # holds at least four, what a per-worker share of 8 / 2 allowed. While the process is under its
-# budget every new client must be served, whichever worker the kernel hands it: ten clients one
+# budget every new client must be served, whichever worker the kernel hands it: twenty clients one
 # after the other, each with a round trip (with per-worker shares, each had about one chance in
 # two to wait in a full worker's accept queue until the relays left). Then an eighth relay fills
 # the budget and a client waits until one leaves.
@@ -29,14 +29,14 @@ sleep 0.3
 check "katana holds the 7 relays ($(tcp_sockets))" test "$(tcp_sockets)" = 7
 
 served=0
-for i in $(seq 1 10); do
+for i in $(seq 1 20); do
     if tcp_rt "$CL_PORT" ok --bytes 4096 --seed "c$i" --timeout 8 >"$T/c$i.out" 2>&1; then
         served=$((served + 1))
     else
         cat "$T/c$i.out"
     fi
 done
-check "under the budget, 10 of 10 new clients served ($served)" test "$served" = 10
+check "under the budget, 20 of 20 new clients served ($served)" test "$served" = 20
 check "the 7 relays still held ($(tcp_sockets))" test "$(tcp_sockets)" = 7
 
 kt_bg eighth "${LOAD[@]}" relays --socks "$CL_PORT" --dest-port "$ECHO_PORT" --count 1 \
