@@ -37,6 +37,8 @@ typedef struct api_tally {
     uint64_t log_ms;  /* when last reported (0: never) */
 } api_tally;
 
+#define API_FD_SPARES 4 /* descriptors the API keeps in reserve for accept() (issue 33) */
+
 struct api_server {
     struct MHD_Daemon *daemon;
     int listen_fd;        /* ours: the accept thread hands connections to libmicrohttpd */
@@ -62,6 +64,10 @@ struct api_server {
     api_conn conns[API_CONNECTIONS_MAX];
     api_tally refused;         /* accept thread: new connections closed at the limits */
     api_tally late;            /* accept thread: connections cut at their request deadline */
+    /* issue 33: descriptors held in reserve (/dev/null) by the accept thread; one is given up
+     * when accept() finds the process out of descriptors, so /healthz answers meanwhile */
+    int spare[API_FD_SPARES];
+    unsigned n_spare;
 };
 
 /** What a handler answers: a status and either a JSON value, a text body or a response. */

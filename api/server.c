@@ -9,14 +9,19 @@
  * open, retries accept() in a busy loop and logs every try. The accept thread also enforces the
  * connection limits itself (libmicrohttpd 0.9.75 can deadlock its thread when a connection handed
  * over this way meets its own global limit) and the request deadline (API_REQUEST_DEADLINE_S),
- * in a table of the open connections (api_conn) shared with libmicrohttpd's callbacks. Out of descriptors (or on any error of the listen socket itself), this
- * thread stops polling the listen socket (new clients wait in its backlog), tries again every
- * ACCEPT_RETRY_MS, and logs the pause and the recovery once each. It also drives the SSE pump
+ * in a table of the open connections (api_conn) shared with libmicrohttpd's callbacks. It keeps
+ * API_FD_SPARES descriptors in reserve (issue 33): when accept() finds the process out of
+ * descriptors (the data plane took them), it gives one up and accepts into it, so /healthz
+ * answers throughout; it takes them back as soon as descriptors are free again (every
+ * SPARE_RETRY_MS while short). With no spare left (or on any error of the listen socket
+ * itself), this thread stops polling the listen socket (new clients wait in its backlog), tries
+ * again every ACCEPT_RETRY_MS, and logs the pause and the recovery once each. It also drives the SSE pump
  * (sse.c) and reports suppressed log lines.
  */
 #include <config.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -38,6 +43,7 @@
 #define LISTEN_BACKLOG 128
 #define ACCEPT_BATCH 64       /* connections taken per wakeup before polling again */
 #define ACCEPT_RETRY_MS 250   /* out of descriptors: try accept() again after this */
+#define SPARE_RETRY_MS 100    /* short of spare descriptors: try to take them back this often */
 #define SSE_STEP_MS 50        /* how often suspended streams are checked for news */
 #define IDLE_POLL_MS 1000     /* the accept thread's wakeup with no stream (log flush) */
 #define DEADLINE_MS ((uint64_t)API_REQUEST_DEADLINE_S * 1000u)
@@ -236,6 +242,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
         *slot = (api_conn){.fd = -1};
         pthread_mutex_unlock(&s->conn_lock);
         *ctx = NULL;
+        api_wake(s); /* a descriptor comes free: the accept thread takes its spares back */
     }
 }
 
@@ -440,8 +447,31 @@ static bool connection_error(int e)
            e == EOPNOTSUPP || e == ENETUNREACH;
 }
 
+/* Accept thread: hold up to API_FD_SPARES descriptors in reserve (/dev/null), stopping at the
+ * first that cannot be opened (the process is still out of them). */
+static void spares_fill(api_server *s)
+{
+    while (s->n_spare < API_FD_SPARES) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return;
+        s->spare[s->n_spare++] = fd;
+    }
+}
+
+/* Accept thread: give up one spare descriptor, for the accept() that follows.
+ * @return false when none is left. */
+static bool spare_release(api_server *s)
+{
+    if (s->n_spare == 0)
+        return false;
+    close(s->spare[--s->n_spare]);
+    return true;
+}
+
 /*
- * Take up to ACCEPT_BATCH pending connections and hand them to libmicrohttpd.
+ * Take up to ACCEPT_BATCH pending connections and hand them to libmicrohttpd. Out of
+ * descriptors, a spare is given up for the next try (issue 33).
  * @return 0 (the queue is empty or the batch is done) or the errno of a failed accept() that
  *         is not about one connection: out of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
  *         ENOMEM), or anything else wrong with the socket. The caller pauses on it.
@@ -458,6 +488,8 @@ static int accept_some(api_server *s)
             if (e == EAGAIN || e == EWOULDBLOCK)
                 return 0;
             if (connection_error(e))
+                continue;
+            if ((e == EMFILE || e == ENFILE) && spare_release(s))
                 continue;
             return e;
         }
@@ -492,9 +524,12 @@ static void *accept_main(void *arg)
     bool paused = false;
     uint64_t paused_at = 0, retry_at = 0, pumped_at = 0, next_deadline = UINT64_MAX;
     while (!atomic_load(&s->stopping)) {
+        spares_fill(s);
         uint64_t now = api_now_ms();
         bool streams = atomic_load(&s->streams) > 0;
         uint64_t wait = streams ? SSE_STEP_MS : IDLE_POLL_MS;
+        if (s->n_spare < API_FD_SPARES && wait > SPARE_RETRY_MS)
+            wait = SPARE_RETRY_MS;
         if (next_deadline != UINT64_MAX)
             wait = next_deadline > now ? (next_deadline - now < wait ? next_deadline - now : wait)
                                        : 0;
@@ -578,6 +613,8 @@ static void server_free(api_server *s)
         close(s->listen_fd);
     if (s->wake_fd >= 0)
         close(s->wake_fd);
+    while (s->n_spare > 0)
+        close(s->spare[--s->n_spare]);
     pthread_mutex_destroy(&s->stream_lock);
     pthread_mutex_destroy(&s->log_lock);
     pthread_mutex_destroy(&s->conn_lock);
@@ -644,6 +681,7 @@ int api_server_start(const api_options *o, api_server **out, sv_error *err)
         server_free(s);
         return sv_error_set(err, rc, "api: libmicrohttpd did not start: %s", strerror(-rc));
     }
+    spares_fill(s);
     rc = -pthread_create(&s->acceptor, NULL, accept_main, s);
     if (rc != 0) {
         MHD_stop_daemon(s->daemon);

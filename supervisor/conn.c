@@ -87,6 +87,7 @@ typedef struct sv_conn {
     bool subs_blocked : 1; /**< some sub-flows stopped reading until the core's queue drains */
     bool subs_sniffing : 1; /**< some sub-flows wait for their first payload to be sniffed */
     bool no_splice : 1;   /**< the kernel relay is not possible for this connection */
+    bool preauth : 1;     /**< issue 33: in w->preauth (accepted, not authenticated nor closing) */
     sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
@@ -107,6 +108,7 @@ typedef struct sv_conn {
 } sv_conn;
 
 static void conn_close(sv_conn *c);
+static void conn_end(sv_conn *c, sv_close_reason why);
 static void client_read_start(sv_conn *c);
 static void remote_read_start(sv_conn *c);
 static void remote_read_stop(sv_conn *c);
@@ -155,7 +157,45 @@ static void conn_release(sv_conn *c)
     sv_worker *w = c->w;
     free(c);
     w->n_conns--;
+    atomic_fetch_sub(&w->shared->n_conns, 1);
     w->conn_gone(w);
+}
+
+/* ---- admission (issue 33): connections before authentication ------------------------------- */
+
+/* @p c authenticated or is closing: it leaves w->preauth (its accept order) for w->conns, and
+ * stops counting against the worker's pre-authentication share. */
+static void preauth_leave(sv_conn *c)
+{
+    if (!c->preauth)
+        return;
+    sv_worker *w = c->w;
+    c->preauth = false;
+    sv_list_unlink(&c->link);
+    sv_list_insert_tail(&w->conns, &c->link);
+    w->n_preauth--;
+    atomic_store_explicit(&w->shared->preauth[w->index], w->n_preauth, memory_order_relaxed);
+}
+
+bool sv__conn_evict_oldest(sv_worker *w)
+{
+    if (sv_list_is_empty(&w->preauth))
+        return false;
+    conn_end(sv_container_of(w->preauth.next, sv_conn, link), SV_CLOSE_LIMIT); /* leaves it */
+    return true;
+}
+
+unsigned sv__conn_preauth_expire(sv_worker *w, uint64_t before_ms)
+{
+    unsigned n = 0;
+    while (!sv_list_is_empty(&w->preauth)) {
+        sv_conn *c = sv_container_of(w->preauth.next, sv_conn, link);
+        if (c->sess->info.started_ms >= before_ms)
+            break; /* the rest came later */
+        conn_end(c, SV_CLOSE_LIMIT);
+        n++;
+    }
+    return n;
 }
 
 static void on_handle_closed(uv_handle_t *h) { conn_release(h->data); }
@@ -173,6 +213,7 @@ static void conn_close(sv_conn *c)
     if (c->closing)
         return;
     c->closing = true;
+    preauth_leave(c);
     splice_end(c); /* its polls go before the sockets they watch */
     paused_end(c);
     peek_end(c);
@@ -769,6 +810,7 @@ static void splice_pipes_close(sv_worker *w, conn_splice *sp)
         for (unsigned e = 0; e < 2; e++)
             close(sp->pipe[d][e]);
     w->n_spliced--;
+    atomic_fetch_sub(&w->shared->n_spliced, 1);
     w->conn_gone(w);
 }
 
@@ -966,7 +1008,8 @@ static void splice_try(sv_conn *c)
         return;
     }
     sv_worker *w = c->w;
-    if (!sv_fds_fit(w->n_conns, (uint64_t)w->n_spliced + 1, w->shared->fd_cap)) {
+    if (!sv_fds_fit(atomic_load(&w->shared->n_conns),
+                    (uint64_t)atomic_load(&w->shared->n_spliced) + 1, w->shared->fd_cap)) {
         splice_no_pipe(c);
         return;
     }
@@ -989,6 +1032,7 @@ static void splice_try(sv_conn *c)
         return;
     }
     w->n_spliced++;
+    atomic_fetch_add(&w->shared->n_spliced, 1);
     client_read_stop(c); /* before the polls take the sockets over */
     remote_read_stop(c);
     c->splice = sp;
@@ -2173,6 +2217,7 @@ static void sub_client_end(sv_conn *c, uint32_t stream, bool half)
 static bool fx_authenticated(sv_conn *c, const sv_effects *fx, unsigned i)
 {
     const sv_effect *e = &fx->v[i];
+    preauth_leave(c); /* issue 33: no longer evicted to make room */
     if (c->handler->ops->set_guide != NULL)
         sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
     enum admit_result a = admit(c, e->principal);
@@ -2709,14 +2754,19 @@ int sv__conn_open(sv_wlistener *l, int fd)
     c->listener = l;
     l->n_users_of++;
     w->n_conns++;
+    atomic_fetch_add(&w->shared->n_conns, 1);
     c->handler = l->handler;
     sv_handler_ref(c->handler);
     c->sess = sess;
+    sess->info.started_ms = sv__wall_ms(); /* also its place in the accept order (issue 33) */
     int chain_rc = sv_chain_open(&c->chain, l->handler->layers, l->handler->n_layers);
     uv_tcp_init(&w->loop, &c->client);
     c->client.data = c;
     c->pending = 1;
-    sv_list_insert_tail(&w->conns, &c->link);
+    c->preauth = true;
+    sv_list_insert_tail(&w->preauth, &c->link);
+    w->n_preauth++;
+    atomic_store_explicit(&w->shared->preauth[w->index], w->n_preauth, memory_order_relaxed);
     if (chain_rc != 0 || uv_tcp_open(&c->client, fd) != 0) { /* closed once the handles exist */
         close(fd); /* the handle never owned it */
         sess->info.id = 0;
@@ -2734,7 +2784,6 @@ int sv__conn_open(sv_wlistener *l, int fd)
     }
     sess->worker = w->index;
     sess->owner = c;
-    sess->info.started_ms = sv__wall_ms();
     sv_tracker_session_open(w->shared->tracker, sess);
     if (!conn_timer_start(c, on_handshake_timeout,
                           c->chain.n > 0 ? SV_TLS_HANDSHAKE_MS : SV_HANDSHAKE_MS)) {
@@ -2745,18 +2794,25 @@ int sv__conn_open(sv_wlistener *l, int fd)
     return 0;
 }
 
-void sv__conn_scan_flags(sv_worker *w)
+/* Close the connections of @p list (w->conns or w->preauth) asked to close. */
+static void scan_flags_in(sv_list *list)
 {
     sv_list *pos, *tmp;
-    sv_list_foreach_safe(pos, tmp, &w->conns) {
+    sv_list_foreach_safe(pos, tmp, list) {
         sv_conn *c = sv_container_of(pos, sv_conn, link);
-        if (atomic_load(&c->sess->close_requested))
+        if (atomic_load(&c->sess->close_requested)) /* moves c alone, preauth to conns */
             conn_end(c, SV_CLOSE_SESSION);
         else if (c->flow != NULL && atomic_load(&c->flow->kill))
             conn_end(c, SV_CLOSE_KILL);
         else if (c->subs != NULL)
             subs_scan_kill(c);
     }
+}
+
+void sv__conn_scan_flags(sv_worker *w)
+{
+    scan_flags_in(&w->preauth);
+    scan_flags_in(&w->conns);
 }
 
 void sv__conn_revoke(sv_worker *w, sv_wlistener *l)
@@ -2771,19 +2827,29 @@ void sv__conn_revoke(sv_worker *w, sv_wlistener *l)
     }
 }
 
-void sv__conn_sweep_idle(sv_worker *w)
+/* Close the relays of @p list (w->conns or w->preauth: a fallback relay is never
+ * authenticated) that moved no byte since @p now - SV_TCP_IDLE_MS. */
+static void sweep_idle_in(sv_list *list, uint64_t now)
 {
-    uint64_t now = uv_now(&w->loop);
     sv_list *pos, *tmp;
-    sv_list_foreach_safe(pos, tmp, &w->conns) {
+    sv_list_foreach_safe(pos, tmp, list) {
         sv_conn *c = sv_container_of(pos, sv_conn, link);
         if (c->connected && !c->closing && now - c->last_active >= SV_TCP_IDLE_MS)
             conn_end(c, SV_CLOSE_IDLE);
     }
 }
 
+void sv__conn_sweep_idle(sv_worker *w)
+{
+    uint64_t now = uv_now(&w->loop);
+    sweep_idle_in(&w->preauth, now);
+    sweep_idle_in(&w->conns, now);
+}
+
 void sv__conn_close_all(sv_worker *w)
 {
+    while (!sv_list_is_empty(&w->preauth)) /* each leaves it for conns */
+        conn_end(sv_container_of(w->preauth.next, sv_conn, link), SV_CLOSE_SHUTDOWN);
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->conns)
         conn_end(sv_container_of(pos, sv_conn, link), SV_CLOSE_SHUTDOWN);

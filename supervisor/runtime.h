@@ -81,6 +81,12 @@
 #define SV_LISTEN_BACKLOG 1024          /**< accept queue of each worker's listening socket */
 #define SV_ACCEPT_BATCH 64              /**< accepts per readiness callback (then the loop turns) */
 #define SV_ACCEPT_RETRY_MS 200          /**< a paused worker retries accepting this often */
+#define SV_TRIM_FALL 256                /**< issue 33: the heap is trimmed once the
+                                             connections fell by this many (and by half) */
+#define SV_EVICT_ON_EMFILE 16           /**< issue 33: pre-auth connections closed per accept
+                                             that failed for lack of descriptors */
+#define SV_PREAUTH_PRESSED_MS 5000      /**< issue 33: under pressure a connection not
+                                             authenticated by then is closed (admission.c) */
 #define SV_ADOPT_WAIT_MS 2000           /**< sv_apply waits this long at most for every worker to
                                              adopt its plane (they do within a loop turn) */
 
@@ -282,10 +288,22 @@ typedef struct sv_shared {
     sv_dns_options dns;          /**< each worker's resolver (set before workers start) */
     sv_redis_options redis;      /**< each worker's fleet client (issue 12; set before start) */
     sv_fleet_shared fleet;       /**< their shared state (log lines) */
-    uint32_t conn_cap;           /**< TCP connections per worker (set before workers start) */
-    /** Each worker's share of the descriptor limit in connections (sv_max_connections_default
-     *  over the workers): what its connections and kernel relays' pipes fit in (sv_fds_fit) */
+    /** Issue 33: the process's TCP connection budget (max_connections), one for every worker,
+     *  so that a worker accepts while the process has room whichever worker the kernel picks
+     *  (set before workers start) */
+    uint32_t conn_cap;
+    /** The connections the descriptor limit allows (sv_max_connections_default): what the
+     *  process's connections and kernel relays' pipes fit in (sv_fds_fit) */
     uint32_t fd_cap;
+    /** Issue 33: connections one worker keeps before authentication (its share of half the
+     *  budget, at least 1); past it, its oldest such connection is closed (admission.c) */
+    uint32_t preauth_cap;
+    _Atomic uint32_t n_conns;    /**< live TCP connections of every worker (sv_conn) */
+    _Atomic uint32_t n_spliced;  /**< of them, holding a kernel relay's pipes (sv_fds_fit) */
+    /** Per worker (index): its connections before authentication (written by it alone), and
+     *  the evictions of them other workers asked it for (admission.c) */
+    _Atomic uint32_t preauth[SV_WORKERS_MAX];
+    _Atomic uint32_t evict_asked[SV_WORKERS_MAX];
     sv_accept_episode pause;
     /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
     unsigned n_workers;          /**< workers started (set by the control loop as they start) */
@@ -387,8 +405,13 @@ struct sv_worker {
     uv_timer_t sweep;       /**< SV_IDLE_SWEEP_MS: closes idle relays */
     uv_prepare_t turn_clock; /**< runs once per loop turn: charges the turn's CPU (turns) */
     uint64_t turn_began_ns; /**< the thread's CPU clock at the last turn_clock, 0 = none yet */
-    uint32_t n_conns;       /**< live TCP connections (sv_conn), at most shared->conn_cap */
+    uint32_t n_conns;       /**< live TCP connections (sv_conn) of this worker */
     uint32_t n_spliced;     /**< of them, holding a kernel relay's pipes (issue 11, sv_fds_fit) */
+    /** Issue 33: connections accepted and not yet authenticated by their core nor closing, in
+     *  accept order (oldest first; conn.c moves one to conns when it authenticates or
+     *  closes), and their number */
+    sv_list preauth;
+    uint32_t n_preauth;
     bool accept_paused;     /**< no listener of this worker polls its socket */
     bool paused_this_tick;  /**< paused since the last retry tick */
     bool in_episode;        /**< counted in shared->pause (the retry timer runs) */
@@ -558,10 +581,48 @@ void sv__wl_swapped(sv_wlistener *l);
 
 /**
  * Start serving the accepted client socket @p fd on listener @p l (conn.c): the connection
- * counts in l->w->n_conns until its last handle closes. Takes ownership of @p fd.
+ * counts in l->w->n_conns and sv_shared.n_conns until its last handle closes, and is pre-auth
+ * (sv_worker.preauth) until its core authenticates it or it closes. Takes ownership of @p fd.
  * @return 0, or -ENOMEM (the socket is closed: the client sees the connection end).
  */
 int sv__conn_open(sv_wlistener *l, int fd);
+/**
+ * Issue 33: close the oldest connection of @p w that is not authenticated (nor closing), in
+ * accept order (conn.c). @return false when there is none.
+ */
+bool sv__conn_evict_oldest(sv_worker *w);
+/**
+ * Issue 33: close the connections of @p w not authenticated (nor closing) that were accepted
+ * before @p before_ms (sv__wall_ms), oldest first (conn.c). @return how many.
+ */
+unsigned sv__conn_preauth_expire(sv_worker *w, uint64_t before_ms);
+
+/**
+ * Issue 33 (admission.c): whether @p w may accept one more connection now: the process is
+ * under its budget (sv_shared.conn_cap) and its descriptors fit (sv_fds_fit), or a connection
+ * not authenticated yet can make room (this worker's or another's), with at most
+ * SV_ACCEPT_BATCH connections over the budget while those close. When not, a reason for the
+ * log goes to @p why (@p why_len bytes; NULL: none). Worker thread.
+ */
+bool sv__admit_room(const sv_worker *w, char *why, size_t why_len);
+/**
+ * Issue 33 (admission.c): a connection was just accepted on @p w (sv__conn_open succeeded).
+ * Past the worker's pre-auth share, or over the budget, the oldest pre-auth connection of @p w
+ * is closed (never the new one), else another worker is asked to close its oldest; then
+ * sv__admit_tick(). Worker thread.
+ */
+void sv__admit_accepted(sv_worker *w);
+/** Issue 33 (admission.c): accept on @p w failed for lack of descriptors: close up to
+ *  SV_EVICT_ON_EMFILE of its oldest pre-auth connections. @return true when it closed any
+ *  (accept again on the next loop turn, once they are closed), false: pause. */
+bool sv__admit_out_of_fds(sv_worker *w);
+/** Issue 33 (admission.c): close as many of @p w's oldest pre-auth connections as other workers
+ *  asked for (sv_shared.evict_asked). Worker thread, on its wakeup. */
+void sv__admit_asked(sv_worker *w);
+/** Issue 33 (admission.c): under pressure, close @p w's pre-auth connections older than
+ *  SV_PREAUTH_PRESSED_MS. Worker thread (accepts, retry ticks, sweeps). */
+void sv__admit_tick(sv_worker *w);
+
 /** Close every connection whose session/flow was asked to close (conn.c). */
 void sv__conn_scan_flags(sv_worker *w);
 /** Close every TCP connection of @p l whose user is no longer in l->handler (conn.c). */

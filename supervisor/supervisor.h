@@ -420,9 +420,11 @@ typedef struct sv_redis_options {
 typedef struct sv_options {
     unsigned workers;            /**< worker threads; 0 = number of CPUs */
     uint32_t sample_interval_ms; /**< sampler tick; 0 = 1000 */
-    /** TCP connections the process serves at once, split evenly over the workers (each at least
-     * one); past its share a worker stops accepting until one of its connections ends. 0 = the
-     * default from the descriptor limit, sv_max_connections_default(). */
+    /** TCP connections the process serves at once, one budget for every worker (issue 33): a
+     * worker accepts while the process is under it; at it, a new connection takes the place
+     * of the oldest one not yet authenticated, and with every one authenticated accepting
+     * stops until one ends (admission.c). 0 = the default from the descriptor limit,
+     * sv_max_connections_default(). */
     uint32_t max_connections;
     sv_dns_options dns; /**< the workers' resolver (zero = resolv.conf, 5 s, prefer_ipv4) */
     /** Node-wide aggregate speed cap, payload bytes/s, shared fairly by the users moving bytes
@@ -448,9 +450,9 @@ static inline uint32_t sv_max_connections_default(uint64_t fd_limit)
 /**
  * Whether @p conns TCP connections (SV_FDS_PER_CONN descriptors each) and @p pipes kernel relays
  * (SV_FDS_PER_SPLICE more each, issue 11: Vision's splice(2) pipes) fit in @p fd_cap connections'
- * worth of descriptors, a worker's share of sv_max_connections_default() for the process's
- * descriptor limit. A worker gives a connection its pipes only when they fit with it counted, and
- * while it holds pipes it stops accepting when one more connection would not fit: pipes never
+ * worth of descriptors, sv_max_connections_default() for the process's descriptor limit (the
+ * process's counts, issue 33). A connection gets its pipes only when they fit with it counted,
+ * and while pipes are held accepting stops when one more connection would not fit: pipes never
  * take the descriptors of a connection the budget was sized for (issue 15 "File descriptors run
  * out"). Pure.
  */
@@ -483,8 +485,8 @@ void sv_apply_report_free(sv_apply_report *report);
 /**
  * Create a supervisor on @p control (the control loop) and start its workers. Nothing listens
  * until the first apply; the plane before it is the empty plane (drops everything, epoch 0).
- * Each worker's connection cap is fixed here from opts->max_connections and the descriptor
- * limit, and logged once (issue 15).
+ * The process's connection budget is fixed here from opts->max_connections and the descriptor
+ * limit, and logged once (issues 15, 33).
  * @param out  receives the supervisor, owned by the caller until sv_supervisor_free()
  * @return 0, -ENOMEM, or a libuv error from thread start.
  */

@@ -5,11 +5,13 @@
  *
  * Accepting (issue 15 "File descriptors run out"): the worker polls each listening socket and
  * calls accept4 itself, so that it can stop. It pauses every listener when accept fails for lack
- * of descriptors or memory, or when it is full (worker_full: its share of max_connections,
- * shared->conn_cap, or of the descriptors once kernel relays hold pipes, shared->fd_cap);
- * connections then wait in the kernel's accept queue, nothing is accepted only to be closed. It
- * resumes when one of its connections ends or, at the latest, on the next retry tick
- * (SV_ACCEPT_RETRY_MS). One pause episode of the whole process logs two lines.
+ * of descriptors or memory, or when the process has no room (sv__admit_room, admission.c:
+ * max_connections, shared->conn_cap, one budget for all workers (issue 33), or the descriptors
+ * once kernel relays hold pipes, shared->fd_cap, and no connection before authentication to
+ * make room); connections then wait in the kernel's accept queue, nothing is accepted only to
+ * be closed. It resumes when one of its connections ends or, at the latest, on the next retry
+ * tick (SV_ACCEPT_RETRY_MS), so a slot freed on another worker is used within that tick. One
+ * pause episode of the whole process logs two lines.
  */
 #include "config.h"
 
@@ -76,23 +78,13 @@ static void episode_end(sv_worker *w)
            " ms; %" PRIu64 " connections had to wait", took, atomic_exchange(&e->waited, 0));
 }
 
-/* Whether @p w serves all it may: its share of max_connections, or, while some of its
- * connections hold a kernel relay's pipes (issue 11), its share of the descriptor limit, in
- * which one more connection would not fit (sv_fds_fit). Without pipes the descriptor limit is
- * met by accept() failing (EMFILE), as before. */
-static bool worker_full(const sv_worker *w)
-{
-    return w->n_conns >= w->shared->conn_cap ||
-           (w->n_spliced > 0 &&
-            !sv_fds_fit((uint64_t)w->n_conns + 1, w->n_spliced, w->shared->fd_cap));
-}
-
-/* Retry tick: resume when not full; end the episode after a whole tick without a pause. */
+/* Retry tick: resume when there is room; end the episode after a whole tick without a pause. */
 static void on_accept_retry(uv_timer_t *t)
 {
     sv_worker *w = t->data;
+    sv__admit_tick(w);
     if (w->accept_paused) {
-        if (!worker_full(w)) {
+        if (sv__admit_room(w, NULL, 0)) {
             w->accept_paused = false;
             set_polling(w, true);
         }
@@ -129,7 +121,7 @@ static void accept_pause(sv_worker *w, const char *why)
 /* sv_worker.conn_gone: a connection ended or gave its pipes back; resume accepting if not full. */
 static void on_conn_gone(sv_worker *w)
 {
-    if (w->accept_paused && !w->exiting && !worker_full(w)) {
+    if (w->accept_paused && !w->exiting && sv__admit_room(w, NULL, 0)) {
         w->accept_paused = false;
         set_polling(w, true);
     }
@@ -155,7 +147,7 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
 {
     sv_wlistener *l = p->data;
     sv_worker *w = l->w;
-    char why[96];
+    char why[128];
     (void)events;
     if (status < 0) {
         snprintf(why, sizeof why, "inbound %s: poll failed (%s)", l->handler->tag,
@@ -164,13 +156,7 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
         return;
     }
     for (int i = 0; i < SV_ACCEPT_BATCH && !w->accept_paused; i++) {
-        if (worker_full(w)) {
-            if (w->n_conns >= w->shared->conn_cap)
-                snprintf(why, sizeof why, "reached its share of max_connections (%u)",
-                         w->n_conns);
-            else
-                snprintf(why, sizeof why, "reached its share of file descriptors (%u "
-                         "connections, %u relayed by splice)", w->n_conns, w->n_spliced);
+        if (!sv__admit_room(w, why, sizeof why)) {
             accept_pause(w, why);
             return;
         }
@@ -181,6 +167,8 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
                 return;
             if (accept_error_is_transient(err))
                 continue;
+            if ((err == EMFILE || err == ENFILE) && sv__admit_out_of_fds(w))
+                return; /* their descriptors are free once closed: the next turn accepts */
             snprintf(why, sizeof why, "%s (%s)",
                      err == EMFILE || err == ENFILE   ? "out of file descriptors"
                      : err == ENOBUFS || err == ENOMEM ? "out of memory"
@@ -195,6 +183,7 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
             accept_pause(w, "out of memory");
             return;
         }
+        sv__admit_accepted(w);
     }
 }
 
@@ -357,6 +346,7 @@ static void on_async(uv_async_t *a)
         handle_msg(w, m);
         free(m);
     }
+    sv__admit_asked(w); /* issue 33: other workers need room */
     if (atomic_exchange(&w->flags_set, false)) {
         sv__conn_scan_flags(w);
         sv__udp_scan_flags(w);
@@ -368,6 +358,7 @@ static void on_async(uv_async_t *a)
 static void on_sweep(uv_timer_t *t)
 {
     sv__conn_sweep_idle(t->data);
+    sv__admit_tick(t->data);
     sv__udp_sweep(t->data); /* detached XUDP associations expire (issue 10) */
 }
 
@@ -424,6 +415,7 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
     sv_list_init(&w->inbox);
     sv_list_init(&w->listeners);
     sv_list_init(&w->conns);
+    sv_list_init(&w->preauth);
     sv_list_init(&w->assocs);
     sv_list_init(&w->udp_scans);
     pthread_mutex_init(&w->mu, NULL);

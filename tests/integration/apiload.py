@@ -10,9 +10,11 @@ killed (SIGTERM), unless --report-after is given.
          empty) and nothing more. Summary: connected, failed. With --report-after, it then
          waits S seconds, prints {"report": true, "closed": C, "open": O} (C: the connections
          the server closed) and exits.
-  relays --socks P --dest-port D --count N
+  relays --socks P --dest-port D --count N [--check-file F]
          N SOCKS5 CONNECTs through ss-local to the echo server, each checked with one 8-byte
-         round trip. Summary: open, failed.
+         round trip. Summary: open, failed. With --check-file, each time F appears it makes one
+         more round trip on every relay held, writes {"alive": A, "dead": D} to F.out and
+         removes F.
   sse    --port P --count N [--sources A,B] [--path PATH] [--token T] [--timeout S]
          N concurrent stream requests. Each ends up as one of: served (200 and the stream's
          first comment), refused (503 with a JSON {"error": ...} body), closed (EOF or reset
@@ -155,7 +157,30 @@ def cmd_relays(a):
         except (OSError, IOError):
             failed += 1
     summary(a, {"open": len(conns), "failed": failed})
-    hold_forever()
+    if not a.check_file:
+        hold_forever()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    round_no = 0
+    while True:
+        time.sleep(0.05)
+        if not os.path.exists(a.check_file):
+            continue
+        round_no += 1
+        alive = 0
+        for i, s in enumerate(conns):
+            try:
+                s.settimeout(5)
+                probe = struct.pack("!II", round_no, i)
+                s.sendall(probe)
+                if recv_exact(s, 8) == probe:
+                    alive += 1
+            except (OSError, IOError):
+                pass
+        tmp = a.check_file + ".out.tmp"
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"alive": alive, "dead": len(conns) - alive}) + "\n")
+        os.rename(tmp, a.check_file + ".out")
+        os.unlink(a.check_file)
 
 
 # --- sse -------------------------------------------------------------------------------
@@ -334,6 +359,7 @@ def main():
     c.add_argument("--dest-port", type=int, required=True)
     c.add_argument("--count", type=int, required=True)
     c.add_argument("--ready-file")
+    c.add_argument("--check-file")
     c = sub.add_parser("sse")
     c.add_argument("--port", type=int, required=True)
     c.add_argument("--count", type=int, required=True)

@@ -4,6 +4,8 @@
 #   - while they are held, katana uses < 5% CPU (/proc/PID/stat over 2 s) and keeps running;
 #   - once they leave, a real ss-local client moves data within 5 s;
 #   - the episode takes at most 2 log lines;
+#   - (even runs, issue 33) the REST API answers /healthz while the descriptors are exhausted
+#     (it keeps a few in reserve) and adds no log line of its own;
 #   - held again, SIGTERM ends katana (exit 0) within shutdown_grace plus the close of the rest.
 # Odd runs use the default connection cap (sized from the fd limit: accepting pauses at the
 # cap); even runs set max_connections far above what 256 descriptors allow, so accept() itself
@@ -11,7 +13,7 @@
 # even one) go side by side, each with a katana, a client and a log of its own.
 KT_LIMIT=${KT_LIMIT:-180}
 . "$(dirname "$0")/lib.sh"
-kt_need ss-local
+kt_need ss-local curl
 needs_katana "fd exhaustion" || exit 77
 
 RUNS=${KT_RUNS:-10}
@@ -50,19 +52,23 @@ release() {
 # one_run RUN: run number RUN with a katana, a client and a log of its own, so that two runs go
 # side by side; prints its PASS and FAIL lines.
 one_run() {
-    local run=$1 port extra=() mode="default cap" mark cpu t0 rec lines took
+    local run=$1 port api extra=() mode="default cap" mark cpu t0 rec lines took code
     SRV_LOG=$T/server-r$run.log
-    kt_ports 1; port=${PORTS[0]}
-    if ((run % 2 == 0)); then extra=(--max-connections 100000); mode="cap above the fd limit"; fi
+    kt_ports 2; port=${PORTS[0]} api=${PORTS[1]}
+    if ((run % 2 == 0)); then
+        extra=(--max-connections 100000 --api-port "$api")
+        mode="cap above the fd limit"
+    fi
     mkconfig "$T/c$run.json" "$port" "$CIPHER" --user "1:$U1" --workers 0 --grace "$GRACE" \
         "${extra[@]}"
     srv_start "$T/c$run.json"
     if ((run == 1)); then
-        # (limit - 128 reserved) / 2 descriptors per relay, split over one worker per CPU
+        # (limit - 128 reserved) / 2 descriptors per relay, one budget for the workers (one
+        # per CPU), half of it shared out for connections before authentication (issue 33)
         TOTAL=$(((NOFILE - 128) / 2))
-        SHARE=$((TOTAL / NCPU)); ((SHARE < 1)) && SHARE=1
-        check "default budget from the fd limit: $SHARE per worker" grep -q \
-            "up to $SHARE TCP connections per worker (max_connections $TOTAL, from the file descriptor limit $NOFILE)" \
+        PRE=$((TOTAL / 2 / NCPU)); ((PRE < 1)) && PRE=1
+        check "default budget from the fd limit: $TOTAL, $PRE per worker before authentication" grep -q \
+            "up to $TOTAL TCP connections, shared by $NCPU workers (max_connections, from the file descriptor limit $NOFILE); up to $PRE per worker before authentication" \
             "$SRV_LOG"
     fi
     cl_start "r$run" "$CIPHER" "$U1" "$port"
@@ -76,6 +82,10 @@ one_run() {
         fail "run $run ($mode): exhausted, $cpu"
     fi
     check "run $run: katana still runs while exhausted" srv_alive
+    if ((run % 2 == 0)); then
+        code=$(curl -sS -m 5 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$api/healthz" 2>&1 || true)
+        check "run $run: /healthz answers while the descriptors are exhausted ($code)" test "$code" = 200
+    fi
 
     t0=$(now_ms)
     release "h$run" "$HOLD_PID"
