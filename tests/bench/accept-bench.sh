@@ -31,18 +31,8 @@ KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 SIZES=${BENCH_ACCEPT_USERS:-1 1000 10000}
 SECS=${BENCH_ACCEPT_SECONDS:-3}
 FRESH=${BENCH_ACCEPT_FRESH:-300}
-T=$(mktemp -d "${TMPDIR:-/tmp}/katana-accept-bench.XXXXXX")
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    [ "${BENCH_KEEP:-0}" = 1 ] && echo "kept $T" >&2 || rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
+. "$HERE/bench-lib.sh"
+bench_init accept-bench
 stop() { kill -TERM "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 TCK=$(getconf CLK_TCK)

@@ -31,18 +31,8 @@ CYCLES=${BENCH_ADMIT_CYCLES:-4}
 SECTIONS=${BENCH_ADMIT_SECTIONS:-latency memory}
 UUID=5d1c8e0a-3b7f-4e21-9c6d-7a0b2f4e8c13
 CIPHER=aes-128-gcm
-T=$(mktemp -d "${TMPDIR:-/tmp}/katana-admit-bench.XXXXXX")
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    [ "${BENCH_KEEP:-0}" = 1 ] && echo "kept $T" >&2 || rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
+. "$HERE/bench-lib.sh"
+bench_init admit-bench
 wait_file() { for _ in $(seq $(($2 * 10))); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
 
 [ -x "$KATANA" ] || { echo "admit-bench: no katana at $KATANA" >&2; exit 1; }

@@ -28,19 +28,8 @@ PANELS=${BENCH_BODIES_PANEL:-uniproxy sspanel}
 KINDS=${BENCH_BODIES_KINDS:-refused valid}
 CIPHER=aes-256-gcm
 TOKEN=bench
-T=$(mktemp -d "${TMPDIR:-/tmp}/katana-bodies-bench.XXXXXX")
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    [ "${BENCH_KEEP:-0}" = 1 ] && echo "kept $T" >&2 || rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
-note() { echo "# $*" >&2; }
+. "$HERE/bench-lib.sh"
+bench_init bodies-bench
 kib() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status"; }
 [ -x "$KATANA" ] || { echo "bodies-bench: no katana at $KATANA" >&2; exit 1; }
 

@@ -23,18 +23,8 @@ PER_CONN=${BENCH_API_PER_CONN:-100}
 GETS=${BENCH_API_GETS:-20}
 WORKERS=${BENCH_CONNS_WORKERS:-2}
 UUID=7f0c4a52-1d3e-4c65-9a8b-2e61f0d3c4b7
-T=$(mktemp -d "${TMPDIR:-/tmp}/katana-conns-bench.XXXXXX")
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    [ "${BENCH_KEEP:-0}" = 1 ] && echo "kept $T" >&2 || rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
+. "$HERE/bench-lib.sh"
+bench_init conns-bench
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
 
 [ -x "$KATANA" ] || { echo "conns-bench: no katana at $KATANA" >&2; exit 1; }

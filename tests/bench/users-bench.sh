@@ -32,19 +32,8 @@ KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 SIZES=${BENCH_USERS:-1 1000 50000 1000000}
 PANEL=${BENCH_USERS_PANEL:-local}
 CIPHER=aes-256-gcm
-T=$(mktemp -d "${TMPDIR:-/tmp}/katana-users-bench.XXXXXX")
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    sleep 0.3
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    [ "${BENCH_KEEP:-0}" = 1 ] && echo "kept $T" >&2 || rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-bg() { local log=$1; shift; ( exec "$@" ) >>"$log" 2>&1 & BG=$!; PIDS+=("$BG"); }
-note() { echo "# $*" >&2; }
+. "$HERE/bench-lib.sh"
+bench_init users-bench
 now_ms() { date +%s%3N; }
 kib() { awk -v k="$2" '$1 == k":" { print $2 }' "/proc/$1/status"; }
 # cpu_ms PID: CPU time of its main thread (the control loop, where applies run) in ms; unlike
