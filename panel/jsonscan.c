@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "panel/jsonscan.h"
+#include "supervisor/util/digits.h"
 
 #define DEPTH_MAX JSON_PARSER_MAX_DEPTH /* jansson's: a scalar counts as one level too */
 #define KEY_DECODE_MAX 256u            /* a key with escapes longer than this never matches */
@@ -25,17 +26,6 @@ static bool is_ws(unsigned char c)
 static bool is_digit(unsigned char c)
 {
     return c >= '0' && c <= '9';
-}
-
-static int hex_value(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 typedef struct cursor {
@@ -57,7 +47,7 @@ static bool hex4(cursor *c, unsigned *v)
         return fail(c, "premature end of input");
     unsigned x = 0;
     for (int k = 0; k < 4; k++) {
-        int h = hex_value(c->t[c->i + (size_t)k]);
+        int h = sv_hex_digit(c->t[c->i + (size_t)k]);
         if (h < 0)
             return fail(c, "invalid escape");
         x = x << 4 | (unsigned)h;
