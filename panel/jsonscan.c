@@ -532,3 +532,16 @@ void pn_json_body_free(pn_json_body *b)
     json_decref(b->root);
     memset(b, 0, sizeof *b);
 }
+
+int pn_json_body_at(const json_t *list, pn_json_body *src, size_t i, const char *what,
+                    const json_t **v, json_t **own, sv_error *err)
+{
+    *own = NULL;
+    if (src == NULL || src->open == 0) {
+        *v = json_array_get(list, i);
+        return 0;
+    }
+    int rc = pn_json_body_next(src, own, err);
+    *v = *own;
+    return rc == 1 ? sv_error_set(err, -EINVAL, "%s: fewer users than counted", what) : rc;
+}

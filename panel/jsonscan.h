@@ -63,6 +63,16 @@ int pn_json_body_load(pn_json_body *b, const char *text, size_t len, const char 
  */
 int pn_json_body_next(pn_json_body *b, json_t **out, sv_error *err);
 
+/**
+ * Element @p i of @p list, walked in order from 0: from the tree (@p src NULL, or it splits no
+ * array), or the next one of @p src's array apart (pn_json_body_next) as a new reference in
+ * @p own, which the caller decrefs (NULL otherwise). @p what names the array in the error when
+ * the text holds fewer elements than counted ("users", "data").
+ * @return 0, -EINVAL (fewer elements), or pn_json_body_next()'s errors.
+ */
+int pn_json_body_at(const json_t *list, pn_json_body *src, size_t i, const char *what,
+                    const json_t **v, json_t **own, sv_error *err);
+
 /** Free the tree and zero @p b. NULL-safe. */
 void pn_json_body_free(pn_json_body *b);
 

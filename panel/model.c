@@ -609,21 +609,6 @@ static int parse_user(const json_t *v, size_t idx, unsigned flags, pn_user *u, s
                           : get_uint(field[bad], path, max[bad], false, &x, err);
 }
 
-/* Element @p i of the users list: from the tree, or (@p src splits the body) the next one
- * from the text as a new reference in *own. @return 0, or pn_json_body_next()'s errors. */
-static int user_at(const json_t *list, pn_json_body *src, size_t i, const json_t **v,
-                   json_t **own, sv_error *err)
-{
-    *own = NULL;
-    if (src == NULL || src->open == 0) {
-        *v = json_array_get(list, i);
-        return 0;
-    }
-    int rc = pn_json_body_next(src, own, err);
-    *v = *own;
-    return rc == 1 ? sv_error_set(err, -EINVAL, "users: fewer users than counted") : rc;
-}
-
 /* pn_users_parse() of @p body, whose users array is @p src's when it splits the body. */
 static int parse_users(const json_t *body, pn_json_body *src, unsigned flags, pn_users *out,
                        sv_error *err)
@@ -651,7 +636,7 @@ static int parse_users(const json_t *body, pn_json_body *src, unsigned flags, pn
     for (size_t i = 0; i < n && rc == 0; i++) {
         const json_t *v;
         json_t *own;
-        rc = user_at(list, src, i, &v, &own, err);
+        rc = pn_json_body_at(list, src, i, "users", &v, &own, err);
         if (rc == 0)
             rc = parse_user(v, i, flags, &out->users[i], err);
         json_decref(own);

@@ -603,21 +603,6 @@ static int check_unique(const pn_users *users, const uint32_t *index, sv_error *
     return rc;
 }
 
-/* Entry @p i of `data`: from the tree, or (@p src splits the body) the next one from the text
- * as a new reference in *own. @return 0, or pn_json_body_next()'s errors. */
-static int entry_at(const json_t *data, pn_json_body *src, size_t i, const json_t **v,
-                    json_t **own, sv_error *err)
-{
-    *own = NULL;
-    if (src == NULL || src->open == 0) {
-        *v = json_array_get(data, i);
-        return 0;
-    }
-    int rc = pn_json_body_next(src, own, err);
-    *v = *own;
-    return rc == 1 ? sv_error_set(err, -EINVAL, "data: fewer users than counted") : rc;
-}
-
 /* pn_sspanel_parse_users() of @p body, whose `data` array is @p src's when it splits it. */
 static int parse_users_from(const json_t *body, pn_json_body *src, const pn_sspanel_meta *meta,
                             pn_users *out, size_t *skipped, pn_alive_count **alive,
@@ -653,7 +638,7 @@ static int parse_users_from(const json_t *body, pn_json_body *src, const pn_sspa
         uint32_t cnt = 0;
         const json_t *v;
         json_t *own;
-        rc = entry_at(data, src, i, &v, &own, err);
+        rc = pn_json_body_at(data, src, i, "data", &v, &own, err);
         if (rc == 0)
             rc = parse_user(v, i, meta, &out->users[k], &keep, &cnt, err);
         json_decref(own);
