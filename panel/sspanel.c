@@ -586,6 +586,8 @@ static int parse_user(const json_t *v, size_t idx, const pn_sspanel_meta *meta, 
 /* Refuse a list holding one id twice (katana keys users by id), naming the second entry. */
 static int check_unique(const pn_users *users, const uint32_t *index, sv_error *err)
 {
+    if (users->n < 2)
+        return 0;
     uint64_t *ids = malloc(users->n * sizeof *ids);
     if (ids == NULL)
         return sv_error_set(err, -ENOMEM, "out of memory");

@@ -54,6 +54,8 @@ static int cmp_u64(const void *a, const void *b)
 /* -EINVAL when two entries of @p ids share an id (sorts @p ids). */
 static int check_unique(uint64_t *ids, size_t n, const char *what, sv_error *err)
 {
+    if (n < 2) /* ids is NULL for an empty list: qsort's pointer must not be */
+        return 0;
     qsort(ids, n, sizeof *ids, cmp_u64);
     for (size_t i = 1; i < n; i++)
         if (ids[i] == ids[i - 1])
