@@ -9,12 +9,19 @@
 #  - A crash, leak, UBSan report or timeout fails the run (exit 1) and names the reproducer in
 #    FUZZDIR/artifacts/; add it to the harness's .in directory once fixed.
 # Knobs: FUZZ_SECONDS (default 60), FUZZ_CC (default clang), FUZZ_HARNESSES (default: all),
-# FUZZ_REQUIRED (non-empty: a missing clang or libFuzzer runtime fails instead of skipping).
+# FUZZ_REQUIRED (non-empty: a missing clang or libFuzzer runtime fails instead of skipping),
+# FUZZ_SEED (libFuzzer's -seed: the same mutations on every run; default: a new seed each run).
 set -euo pipefail
 SRC=$(cd "$1" && pwd)
 DIR=$2
 SECS=${FUZZ_SECONDS:-60}
 CLANG=${FUZZ_CC:-clang}
+SEED=()
+case ${FUZZ_SEED:-} in
+'') ;;
+*[!0-9]*) echo "make fuzz: FUZZ_SEED must be a number, not '$FUZZ_SEED'" >&2; exit 2 ;;
+*) SEED=(-seed="$FUZZ_SEED") ;;
+esac
 
 case $SECS in
 '' | *[!0-9]* | 0) echo "make fuzz: FUZZ_SECONDS must be a positive number of seconds, not '$SECS'" >&2; exit 2 ;;
@@ -87,7 +94,7 @@ for h in "${harnesses[@]}"; do
     log=logs/$h.log
     rc=0
     "./tests/fuzz/${h}_libfuzzer" -max_total_time="$SECS" -timeout=25 -print_final_stats=1 \
-        -artifact_prefix="$DIR/artifacts/$h-" "corpus/$h" "$SRC/tests/fuzz/$h.in" >"$log" 2>&1 ||
+        "${SEED[@]}" -artifact_prefix="$DIR/artifacts/$h-" "corpus/$h" "$SRC/tests/fuzz/$h.in" >"$log" 2>&1 ||
         rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
