@@ -22,7 +22,7 @@
 
 /**
  * Where the node manager gets the client of a remote panel node ("uniproxy", "sspanel"; issue
- * 14): the uplink that owns that node's pulls (agent/uplink.c, ag_uplink_client) answers from its
+ * 14): the uplink that owns that node's pulls (agent/uplink.h, ag_uplink_client) answers from its
  * held state, so the node manager needs no link to HTTP or the store and no process-wide hook.
  * @p client NULL (or a NULL source): such nodes are refused ("panel not running", e.g. in
  * `katana check --offline`).
