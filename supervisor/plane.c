@@ -11,7 +11,9 @@
 
 #include <openssl/rand.h>
 
+#include "supervisor/proto/ss22_dgram.h"
 #include "supervisor/proto/ss2022.h"
+#include "supervisor/proto/ss_dgram.h"
 #include "supervisor/proto/ss_mux.h"
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
@@ -74,6 +76,21 @@ const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in)
         return &sv_vmess_ops;
     case SV_INBOUND_SS2022:
         return &sv_ss2022_ops;
+    }
+    return NULL;
+}
+
+const sv_dgram_ops *sv_dgram_ops_for(const sv_inbound_spec *in)
+{
+    switch (in->protocol) {
+    case SV_INBOUND_SHADOWSOCKS:
+        return &sv_shadowsocks_dgram_ops; /* over Mux.Cool too: the same credential table */
+    case SV_INBOUND_SS2022:
+        return &sv_ss2022_dgram_ops;
+    case SV_INBOUND_TROJAN:
+    case SV_INBOUND_VLESS:
+    case SV_INBOUND_VMESS:
+        break; /* UDP inside the stream only */
     }
     return NULL;
 }
@@ -364,6 +381,16 @@ void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
         *hint = idx;
     if (h == l->handler)
         *order = order_ready(l);
+}
+
+void sv__wl_dgram_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client,
+                        sv_dgram_guide *g)
+{
+    sv_ss_order *order;
+    sv__wl_guide(l, h, client, &g->hint, &order);
+    g->order = order;
+    g->limit = SV_SS_GUESSES;
+    g->trials = 0;
 }
 
 /* Set up @p l's hint table at its first use (a zeroed listener). */

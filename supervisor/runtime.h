@@ -18,6 +18,7 @@
 #include "supervisor/netclass.h"
 #include "supervisor/outbound/outbound.h"
 #include "supervisor/principal.h"
+#include "supervisor/proto/dgram.h"
 #include "supervisor/proto/proto.h"
 #include "supervisor/proto/shadowsocks.h"
 #include "supervisor/proto/ss2022.h"
@@ -157,6 +158,8 @@ typedef struct sv_plane {
 /** The protocol core serving inbound @p in (its protocol; Shadowsocks with ws.mux: Shadowsocks
  *  over Mux.Cool), or NULL when none does. */
 const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in);
+/** The datagram framing of inbound @p in's own UDP socket (dgram.h), or NULL: none. */
+const sv_dgram_ops *sv_dgram_ops_for(const sv_inbound_spec *in);
 
 /** What a new handler replaces (issue 13): the listener's running handler and the running
  *  spec's user set it was built from (both borrowed). */
@@ -564,6 +567,9 @@ void sv__wl_guides_free(sv_wlistener *l);
  */
 void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,
                   sv_ss_order **order);
+/** sv__wl_guide() as a datagram core's guide @p g: its hint and order, limit SV_SS_GUESSES. */
+void sv__wl_dgram_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client,
+                        sv_dgram_guide *g);
 
 /** User @p idx of @p h authenticated from @p client on @p l: remember it for the IP (issue 13),
  *  when @p h is still @p l's handler; when that is new to @p l's table (a new IP, another user

@@ -6,12 +6,13 @@
  * sub-link carries its datagrams through its target's outbound (outbound.h datagram ops; direct
  * sends from one socket per address family to any destination); each sub-link is a tracked flow.
  * Replies go back through the association's source:
- *  - Shadowsocks UDP: every client (address, port) on the listener's UDP socket is an
- *    association (a session of its own) of the user whose key opened its first datagram;
- *    replies are sealed with that key and sent from the listener.
- *  - Shadowsocks 2022 UDP (PROTOCOLS.md §3.5, §3.6): an association per client session
- *    ID; its packet IDs pass a sliding window; replies carry the association's own session ID
- *    and packet counter and go to the client's latest source address (clients may roam).
+ *  - the inbound's own UDP socket: its protocol's datagram framing (proto/dgram.h, the
+ *    inbound's sv_dgram_ops_for()) opens each datagram and seals each reply; an association is
+ *    a session of its own, of the user whose key opened its first datagram. A core with
+ *    session_match keys it by the client's session (Shadowsocks 2022: its session ID, packet IDs
+ *    through the session's window, replies to the client's latest source address: clients may
+ *    roam); else it is the client's (address, port) (Shadowsocks AEAD). Replies are sent from
+ *    the listener.
  *  - UDP inside a stream (Trojan UDP ASSOCIATE, issue 8): the connection's session owns the
  *    association; replies go to the connection (sv_dgram_source), which frames them.
  *  - XUDP (issue 10, PROTOCOLS-2.md §5.3): a Mux.Cool UDP session with a GlobalID is also in
@@ -23,14 +24,11 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/rand.h>
-
-#include "supervisor/proto/ss2022.h"
-#include "supervisor/proto/ss_ops.h"
 #include "supervisor/runtime.h"
 #include "supervisor/util/log.h"
 
@@ -74,11 +72,10 @@ struct sv_assoc {
     bool xudp;                 /**< in the worker's XUDP table (a GlobalID, xudp.h) */
     bool detached;             /**< XUDP: its owner let go; kept for a re-attach */
     sv_wlistener *held_l;      /**< while detached: a listener reference (settings_from) */
-    bool ss22;                 /**< a Shadowsocks 2022 session, found by ss22_csid */
-    uint8_t ss22_csid[8];      /**< the client's session ID */
-    uint8_t ss22_ssid[8];      /**< ours (random; never the client's, §3.5) */
-    uint64_t ss22_pid;         /**< packet ID of our next reply */
-    sv_ss22_window ss22_win;   /**< the client's packet IDs seen */
+    const sv_dgram_ops *dgram; /**< on a listener's socket: the framing of its datagrams and
+                                    replies (dgram.h); NULL inside a stream */
+    /** dgram's session_size bytes of per-session state */
+    _Alignas(max_align_t) unsigned char session[];
 };
 
 static void assoc_release(sv_assoc *a)
@@ -97,6 +94,8 @@ static void assoc_release(sv_assoc *a)
         sv__wlistener_release(a->held_l);
     if (a->src != NULL)
         a->src->released(a->src_ctx);
+    if (a->dgram != NULL && a->dgram->session_deinit != NULL)
+        a->dgram->session_deinit(a->session);
     free(a);
 }
 
@@ -170,9 +169,10 @@ void sv__udp_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 static void sub_alloc(void *owner, uv_buf_t *buf)
 {
     sv_sublink *s = owner;
-    /* room before the payload for salt + address, after it for the tag: sealed out of place */
+    /* room before the payload for a reply's header and address, after it for its tag: sealed
+     * out of place, whatever the framing (dgram.h) */
     buf->base = (char *)s->a->w->scratch + SV_SCRATCH / 2;
-    buf->len = SV_SCRATCH / 2 - SV_SS22_UDP_OVERHEAD - SV_SS_SALT_MAX; /* either framing fits */
+    buf->len = SV_SCRATCH / 2 - SV_DGRAM_OVERHEAD_MAX;
 }
 
 static void sockaddr_to_dest(const struct sockaddr *sa, sv_dest *d)
@@ -230,16 +230,9 @@ static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t 
         return;
     }
     uint8_t *out = a->w->scratch;
-    ssize_t len;
-    if (a->ss22) {
-        len = sv_ss22_udp_seal(a->handler->creds, a->user_idx, a->ss22_ssid, a->ss22_pid++,
-                               a->ss22_csid, (int64_t)(sv__wall_ms() / 1000), &src, p, n, out,
-                               SV_SCRATCH / 2, &a->w->udp_seal, NULL);
-    } else {
-        const sv_ss_keyring *ring = sv_ss_creds_ring(a->handler->creds);
-        len = sv_ss_udp_seal_ctx(ring->cipher, ring->keys[a->user_idx], &src, p, n, out,
-                                 SV_SCRATCH / 2, NULL, &a->w->udp_seal);
-    }
+    ssize_t len = a->dgram->seal(a->session, a->handler->creds, a->user_idx,
+                                 (int64_t)(sv__wall_ms() / 1000), &src, p, n, out,
+                                 SV_SCRATCH / 2, &a->w->udp_seal, NULL);
     if (len < 0)
         return;
     uv_buf_t b = uv_buf_init((char *)out, (unsigned)len);
@@ -375,14 +368,15 @@ static sv_assoc *assoc_find(sv_worker *w, sv_wlistener *l, const struct sockaddr
     return NULL;
 }
 
-static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int user_idx)
+static sv_assoc *assoc_new(sv_wlistener *l, const sv_dgram_ops *ops, const struct sockaddr *from,
+                           int user_idx)
 {
     sv_worker *w = l->w;
     sv_handler *h = l->handler;
     char source[sizeof ((sv_session_info *)0)->source];
     sv__addr_format(from, source, sizeof source);
     sv_principal *p = h->principals[user_idx];
-    sv_assoc *a = calloc(1, sizeof *a);
+    sv_assoc *a = calloc(1, sizeof *a + ops->session_size);
     sv_session_rec *sess = sv_session_rec_new(h->tag, source);
     if (a == NULL || sess == NULL) {
         free(a);
@@ -412,51 +406,13 @@ static sv_assoc *assoc_new(sv_wlistener *l, const struct sockaddr *from, int use
     memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
     a->sess = sess;
     sess->owner = a;
+    a->dgram = ops;
     uv_timer_init(&w->loop, &a->idle);
     a->idle.data = a;
     a->pending = 1;
     uv_timer_start(&a->idle, on_idle, SV_UDP_IDLE_MS, SV_UDP_IDLE_MS);
     sv_list_insert_tail(&w->assocs, &a->link);
     return a;
-}
-
-/* A Shadowsocks 2022 datagram (§3.5): opened with the listener's current keys; its session's
- * association (new: the user's, with our own random session ID) checks the packet ID after
- * the packet authenticated, and follows the client to its latest source address. */
-static void ss22_on_recv(sv_wlistener *l, uint8_t *p, size_t n, const struct sockaddr *from)
-{
-    const sv_handler *hd = l->handler;
-    sv_ss22_udp_in in;
-    if (sv_ss22_udp_open(hd->creds, (int64_t)(sv__wall_ms() / 1000), p, n, &in,
-                         &l->w->udp_open) != 0)
-        return; /* not ours, stale or refused: no answer, no log */
-    sv_assoc *a = NULL;
-    sv_list *pos, *tmp;
-    sv_list_foreach_safe(pos, tmp, &l->w->assocs) {
-        sv_assoc *x = sv_container_of(pos, sv_assoc, link);
-        if (x->l == l && x->ss22 && !x->closing && memcmp(x->ss22_csid, in.session_id, 8) == 0)
-            a = x;
-    }
-    if (a != NULL && a->principal != hd->principals[in.user])
-        return;
-    if (a == NULL) {
-        a = assoc_new(l, from, in.user);
-        if (a == NULL)
-            return;
-        a->ss22 = true;
-        memcpy(a->ss22_csid, in.session_id, 8);
-        if (RAND_bytes(a->ss22_ssid, sizeof a->ss22_ssid) != 1) {
-            assoc_close(a);
-            return;
-        }
-    }
-    if (!sv_ss22_window_accept(&a->ss22_win, in.packet_id))
-        return; /* a replayed or too old packet */
-    memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                                         : sizeof(struct sockaddr_in));
-    sv_meter_add(&a->sess->wire->up, (uint64_t)n);
-    uv_timer_again(&a->idle);
-    sv__assoc_send(a, &in.dest, in.payload, in.len);
 }
 
 /* Issue 13 "junk": a datagram whose first guesses missed waits for its scan off the loop. */
@@ -467,29 +423,32 @@ typedef struct udp_scan {
     struct sockaddr_storage from;
 } udp_scan;
 
-#define UDP_NO_SCAN (-2) /* ss_udp_in: no scan ran for this datagram */
+#define UDP_NO_SCAN (-2) /* dgram_in: no scan ran for this datagram */
 
-static void ss_udp_in(sv_wlistener *l, uint8_t *p, size_t n, const struct sockaddr *from,
-                      int scanned);
+static void dgram_in(sv_wlistener *l, uint8_t *p, size_t n, const struct sockaddr *from,
+                     int scanned);
 
 static void on_udp_scan(void *ctx, int user, uint8_t *in, size_t n)
 {
     udp_scan *u = ctx;
     sv_list_unlink(&u->link);
     if (!u->l->stopped && user >= 0)
-        ss_udp_in(u->l, in, n, (const struct sockaddr *)&u->from, user);
+        dgram_in(u->l, in, n, (const struct sockaddr *)&u->from, user);
     sv__wlistener_release(u->l);
     free(u);
 }
 
-/* Scan the datagram off the loop; dropped when refused (over the budget, the queue bound). */
-static void udp_scan_start(sv_wlistener *l, const uint8_t *p, size_t n,
-                           const struct sockaddr *from)
+/* Scan the datagram off the loop with @p scan (the datagram core's); dropped when refused (over
+ * the budget, the queue bound). */
+static void udp_scan_start(sv_wlistener *l,
+                           int (*scan)(const void *creds, const uint8_t *in, size_t n,
+                                       unsigned *trials),
+                           const uint8_t *p, size_t n, const struct sockaddr *from)
 {
     udp_scan *u = calloc(1, sizeof *u);
     if (u == NULL)
         return;
-    u->job = sv__scan_start(l->w, l->handler, sv_ss_creds_scan, p, n, on_udp_scan, u);
+    u->job = sv__scan_start(l->w, l->handler, scan, p, n, on_udp_scan, u);
     if (u->job == NULL) {
         free(u);
         return;
@@ -513,45 +472,97 @@ void sv__udp_scans_cancel(sv_worker *w)
     }
 }
 
-/* A Shadowsocks AEAD datagram: opened by the guides (at most SV_SS_GUESSES keys, else a scan
- * off the loop), or with @p scanned, the user a scan found (one trial, UDP_NO_SCAN: none ran). */
-static void ss_udp_in(sv_wlistener *l, uint8_t *p, size_t n, const struct sockaddr *from,
-                      int scanned)
+/* Open datagram @p p of @p n bytes from @p from with @p hd's credential table (dgram.h). A
+ * guided core (with scan) walks the users as issue 13 says: association @p a's own user alone
+ * (its datagrams are its user's or no one's), or @p scanned, the user a scan found, alone (a
+ * match moves to the order's front), else the user last seen from this IP, then the worker's
+ * order, at most SV_SS_GUESSES keys; past them, a datagram of no association is scanned off the
+ * loop. @return 0 with @p in filled, or a negative errno: the datagram is not served now. */
+static int dgram_open(sv_wlistener *l, const sv_dgram_ops *ops, const sv_assoc *a,
+                      const sv_handler *hd, uint8_t *p, size_t n, const struct sockaddr *from,
+                      int scanned, sv_dgram_in *in)
 {
-    sv_assoc *a = assoc_find(l->w, l, from);
-    const sv_handler *hd = a != NULL ? a->handler : l->handler;
-    int user = -1;
-    sv_dest d;
-    uint8_t *payload = NULL;
-    /* Issue 13: an association's own user first, else the user last seen from this IP. */
-    sv_ss_guide g = {.hint = -1, .limit = SV_SS_GUESSES};
-    sv__wl_guide(l, hd, from, &g.hint, &g.order);
-    if (scanned != UDP_NO_SCAN) /* the scan's answer alone (a match moves to the order's front) */
-        g.hint = scanned, g.limit = 1;
-    if (a != NULL) /* an association's datagram is its user's or no one's */
-        g.hint = a->user_idx, g.limit = 1;
-    ssize_t plen = sv_ss_udp_open_guided(sv_ss_creds_ring(hd->creds), &g, p, n, &user, &d,
-                                         &payload, &l->w->udp_open);
+    sv_dgram_guide g = {.hint = -1}, *guide = NULL;
+    if (ops->scan != NULL) {
+        guide = &g;
+        sv__wl_dgram_guide(l, hd, from, &g);
+        if (scanned != UDP_NO_SCAN)
+            g.hint = scanned, g.limit = 1;
+        if (a != NULL)
+            g.hint = a->user_idx, g.limit = 1;
+    }
+    int rc = ops->open(hd->creds, (int64_t)(sv__wall_ms() / 1000), guide, p, n, in,
+                       &l->w->udp_open);
     if (g.trials > 0 && scanned == UDP_NO_SCAN)
         sv__ss_count(l->w->shared, g.trials);
-    if (plen == -EAGAIN && a == NULL && scanned == UDP_NO_SCAN) {
-        udp_scan_start(l, p, n, from);
-        return;
+    if (rc == -EAGAIN && a == NULL && scanned == UDP_NO_SCAN)
+        udp_scan_start(l, ops->scan, p, n, from);
+    return rc;
+}
+
+/* The live association of @p l whose session opened datagram @p in belongs to, or NULL. */
+static sv_assoc *session_find(sv_wlistener *l, const sv_dgram_ops *ops, const sv_dgram_in *in)
+{
+    sv_assoc *a = NULL;
+    sv_list *pos, *tmp;
+    sv_list_foreach_safe(pos, tmp, &l->w->assocs) {
+        sv_assoc *x = sv_container_of(pos, sv_assoc, link);
+        if (x->l == l && x->dgram == ops && !x->closing && ops->session_match(x->session, in))
+            a = x;
     }
-    if (plen < 0)
-        return; /* not ours: no answer, no log */
-    if (a != NULL && user != a->user_idx)
+    return a;
+}
+
+/* A new association of @p l for opened datagram @p in from @p from (its first), its session set
+ * up by the core (Shadowsocks 2022: our own random session ID); a guided core's listener
+ * remembers the IP's user (issue 13). */
+static sv_assoc *assoc_start(sv_wlistener *l, const sv_dgram_ops *ops, const sv_handler *hd,
+                             const struct sockaddr *from, const sv_dgram_in *in)
+{
+    if (ops->scan != NULL)
+        sv__wl_learn(l, hd, from, in->user);
+    sv_assoc *a = assoc_new(l, ops, from, in->user);
+    if (a != NULL && ops->session_init != NULL && ops->session_init(a->session, in, NULL) != 0) {
+        assoc_close(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* One datagram on @p l's socket (dgram.h): opened with the current keys (an association's own
+ * handler's, when it is found by the client's address); its association is the client's
+ * session (new: the user's), which accepts it (a packet ID passes the session's window) and,
+ * keyed by session, follows the client to its latest source address. @p scanned: the user a
+ * scan found, or UDP_NO_SCAN. */
+static void dgram_in(sv_wlistener *l, uint8_t *p, size_t n, const struct sockaddr *from,
+                     int scanned)
+{
+    const sv_dgram_ops *ops = sv_dgram_ops_for(&l->handler->in);
+    if (ops == NULL)
         return;
-    if (a == NULL) {
-        sv__wl_learn(l, hd, from, user);
-        a = assoc_new(l, from, user);
-        if (a == NULL)
+    bool by_session = ops->session_match != NULL;
+    sv_assoc *a = by_session ? NULL : assoc_find(l->w, l, from);
+    const sv_handler *hd = a != NULL ? a->handler : l->handler;
+    sv_dgram_in in;
+    if (dgram_open(l, ops, a, hd, p, n, from, scanned, &in) != 0)
+        return; /* not ours, stale, refused, or scanning: no answer, no log */
+    if (by_session) {
+        a = session_find(l, ops, &in);
+        if (a != NULL && a->principal != hd->principals[in.user])
             return;
+    } else if (a != NULL && in.user != a->user_idx) {
+        return;
     }
+    if (a == NULL && (a = assoc_start(l, ops, hd, from, &in)) == NULL)
+        return;
+    if (ops->session_accept != NULL && !ops->session_accept(a->session, &in))
+        return; /* a replayed or too old packet */
+    if (by_session)
+        memcpy(&a->client, from, from->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                             : sizeof(struct sockaddr_in));
     sv_meter_add(&a->sess->wire->up, (uint64_t)n);
     uv_timer_again(&a->idle);
-    d.network = SV_NET_UDP;
-    sv__assoc_send(a, &d, payload, (size_t)plen);
+    sv__assoc_send(a, &in.dest, in.payload, in.len);
 }
 
 void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from,
@@ -560,11 +571,7 @@ void sv__udp_on_recv(uv_udp_t *h, ssize_t n, const uv_buf_t *buf, const struct s
     sv_wlistener *l = h->data;
     if (n <= 0 || from == NULL || (flags & UV_UDP_PARTIAL))
         return;
-    if (l->handler->in.protocol == SV_INBOUND_SS2022) {
-        ss22_on_recv(l, (uint8_t *)buf->base, (size_t)n, from);
-        return;
-    }
-    ss_udp_in(l, (uint8_t *)buf->base, (size_t)n, from, UDP_NO_SCAN);
+    dgram_in(l, (uint8_t *)buf->base, (size_t)n, from, UDP_NO_SCAN);
 }
 
 sv_assoc *sv__assoc_open_in_stream(sv_worker *w, const sv_wlistener *l, sv_handler *h,

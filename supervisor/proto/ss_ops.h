@@ -21,12 +21,13 @@
  *    the relay (wrong key, probe, replayed salt, bad address) is SV_FX_ERROR with
  *    SV_PROBE_DRAIN (PROTOCOLS.md §1.4 (b)); a failure while relaying has SV_PROBE_CLOSE.
  *  - frame: sv_ss_tcp_seal_to() (salt on the first call, chunks of at most 0x3FFF bytes);
- *    frame_max(len) = SV_SS_SEALED_MAX(len). No datagram framing: SS-UDP is a datagram source of
- *    its own (udp.c).
+ *    frame_max(len) = SV_SS_SEALED_MAX(len). No datagram framing inside the stream: datagrams on
+ *    the inbound's own UDP socket are the datagram core's (ss_dgram.h), over the same table.
  */
 extern const sv_proto_ops sv_shadowsocks_ops;
 
-/** The keyring inside a credential table made by sv_shadowsocks_ops.creds_new (SS-UDP). */
+/** The keyring inside a credential table made by sv_shadowsocks_ops.creds_new (its datagram
+ *  core, ss_dgram.h). */
 const sv_ss_keyring *sv_ss_creds_ring(const void *creds);
 
 /** sv_ss_scan() over such a table's keyring (any thread): a datagram's scan off the loop
