@@ -104,11 +104,12 @@ def circle(graph, comp):
                 queue.append(w)
     return comp
 
-failed, n_allowed = False, 0
+failed, n_allowed, edges_seen = False, 0, set()
 def check(kind, label, graph, why, key, mine=lambda comp: True):
     """Prints every circle of graph that mine() keeps: the circle, the line making each of its
     edges and every node tied in it. Returns the number the allow-list lets pass."""
     global failed
+    edges_seen.update(key(v, w) for v, ws in graph.items() for w in ws)
     reduced = {v: {w for w in ws if key(v, w) not in allowed} for v, ws in graph.items()}
     bad = [b for b in sccs(reduced) if mine(b)]
     let = 0
@@ -214,6 +215,8 @@ for lib in sorted(libs):
                        lambda comp, lib=lib: any(lib in owner.get(v, ()) for v in comp))
     print("checked: %s includes, %d modules" % (lib, len(sub)))
 
+for entry in sorted(allowed - edges_seen):
+    print("NOTE: no such edge any more, remove it from %s: %s" % (allow_path, entry))
 if failed:
     sys.exit(1)
 print("PASS: no circle%s" % (" (%d allowed by %s)" % (n_allowed, allow_path) if n_allowed else ""))
