@@ -136,7 +136,7 @@ static sv_msg *msg_alloc(void)
 }
 
 /* Have @p n messages on the spare list. @return 0 or -ENOMEM (what was allocated stays). */
-static int reserve_msgs(sv_supervisor *sv, size_t n)
+static int sv__msgs_reserve(sv_supervisor *sv, size_t n)
 {
     while (sv->n_spare < n) {
         sv_msg *m = msg_alloc();
@@ -149,7 +149,7 @@ static int reserve_msgs(sv_supervisor *sv, size_t n)
 }
 
 /* A spare message, else a new one (only outside commit: shutdown). NULL when none. */
-static sv_msg *take_msg(sv_supervisor *sv)
+static sv_msg *sv__msg_take(sv_supervisor *sv)
 {
     if (sv->n_spare == 0)
         return msg_alloc();
@@ -161,10 +161,10 @@ static sv_msg *take_msg(sv_supervisor *sv)
     return m;
 }
 
-static void post(sv_supervisor *sv, unsigned w, enum sv_msg_kind kind, uint32_t listener,
-                 sv_handler *h, sv_plane *p, int tcp_fd, int udp_fd, bool revoke)
+static void sv__post(sv_supervisor *sv, unsigned w, enum sv_msg_kind kind, uint32_t listener,
+                     sv_handler *h, sv_plane *p, int tcp_fd, int udp_fd, bool revoke)
 {
-    sv_msg *m = take_msg(sv);
+    sv_msg *m = sv__msg_take(sv);
     if (m == NULL) {
         SV_LOG(SV_LOG_ERROR, "sv.actor", "out of memory posting to worker %u", w);
         return;
@@ -179,11 +179,11 @@ static void post(sv_supervisor *sv, unsigned w, enum sv_msg_kind kind, uint32_t 
     sv_worker_post(sv->workers[w], m);
 }
 
-static void publish_plane(sv_supervisor *sv, sv_plane *p)
+static void sv__publish_plane(sv_supervisor *sv, sv_plane *p)
 {
     for (unsigned i = 0; i < sv->n_workers; i++) {
         sv_plane_ref(p);
-        post(sv, i, SV_MSG_PUBLISH_PLANE, 0, NULL, p, -1, -1, false);
+        sv__post(sv, i, SV_MSG_PUBLISH_PLANE, 0, NULL, p, -1, -1, false);
     }
     sv_plane_unref(sv->plane);
     sv->plane = p;
@@ -192,7 +192,7 @@ static void publish_plane(sv_supervisor *sv, sv_plane *p)
 /* Re-read the node's own addresses (the host's interfaces and every inbound's listen address,
  * issue 15) and give the workers the new set when it changed. A failed read keeps the old set
  * and is logged once until a read succeeds again. */
-static void refresh_own_addrs(sv_supervisor *sv)
+static void sv__own_addrs_refresh(sv_supervisor *sv)
 {
     size_t n = sv->has_running ? sv->running.n_inbounds : 0;
     const char **binds = calloc(n ? n : 1, sizeof *binds);
@@ -216,13 +216,13 @@ static void refresh_own_addrs(sv_supervisor *sv)
         sv_addrset_unref(set);
         return;
     }
-    if (reserve_msgs(sv, sv->n_workers) != 0) { /* every worker or none: the next read retries */
+    if (sv__msgs_reserve(sv, sv->n_workers) != 0) { /* every worker or none: the next read retries */
         SV_LOG(SV_LOG_ERROR, "sv.actor", "out of memory giving the workers the host's addresses");
         sv_addrset_unref(set);
         return;
     }
     for (unsigned w = 0; w < sv->n_workers; w++) {
-        sv_msg *m = take_msg(sv);
+        sv_msg *m = sv__msg_take(sv);
         m->kind = SV_MSG_SET_OWN_ADDRS;
         m->tcp_fd = m->udp_fd = -1;
         sv_addrset_ref(set);
@@ -281,7 +281,7 @@ static int bind_socket(const sv_bind *b, int type)
     return fd;
 }
 
-static void close_fds(staged_listener *s, unsigned n)
+static void sv__close_fds(staged_listener *s, unsigned n)
 {
     for (unsigned i = 0; i < n; i++) {
         if (s->tcp_fds[i] >= 0)
@@ -292,7 +292,7 @@ static void close_fds(staged_listener *s, unsigned n)
     }
 }
 
-static int bind_all(sv_supervisor *sv, staged_listener *s, const sv_inbound_spec *in, sv_error *err)
+static int sv__bind_all(sv_supervisor *sv, staged_listener *s, const sv_inbound_spec *in, sv_error *err)
 {
     unsigned n = sv->n_workers;
     for (unsigned i = 0; i < n; i++)
@@ -315,7 +315,7 @@ static int bind_all(sv_supervisor *sv, staged_listener *s, const sv_inbound_spec
         if (ufd >= 0)
             s->udp_fds[i] = ufd;
         if (rc < 0) {
-            close_fds(s, n);
+            sv__close_fds(s, n);
             return sv_error_set(err, rc, "inbound %s: binding %s failed: %s", in->tag, s->l.bind,
                                 strerror(-rc));
         }
@@ -344,8 +344,8 @@ static int build_failed(sv_error *err, int rc, const char *resource, const char 
     return sv_error_set(err, rc, "building %s failed: %s", resource, source);
 }
 
-static const sv_step *find_step(const sv_plan *plan, enum sv_resource res, enum sv_step_kind kind,
-                                const char *tag)
+static const sv_step *sv__find_step(const sv_plan *plan, enum sv_resource res, enum sv_step_kind kind,
+                                    const char *tag)
 {
     for (size_t i = 0; i < plan->n_steps; i++) {
         const sv_step *s = &plan->steps[i];
@@ -355,7 +355,7 @@ static const sv_step *find_step(const sv_plan *plan, enum sv_resource res, enum 
     return NULL;
 }
 
-static ctl_listener *running_listener(sv_supervisor *sv, const char *tag)
+static ctl_listener *sv__running_listener(sv_supervisor *sv, const char *tag)
 {
     for (size_t i = 0; i < sv->n_listeners; i++)
         if (strcmp(sv->listeners[i].tag, tag) == 0)
@@ -371,7 +371,7 @@ static ctl_listener *listener_by_bind(sv_supervisor *sv, const char *bind)
     return NULL;
 }
 
-static void running_view(const sv_supervisor *sv, sv_running *r)
+static void sv__running_view(const sv_supervisor *sv, sv_running *r)
 {
     r->spec = sv->has_running ? &sv->running : NULL;
     r->outbound_versions = sv->versions;
@@ -379,7 +379,7 @@ static void running_view(const sv_supervisor *sv, sv_running *r)
     r->n_versions = sv->n_tag_versions;
 }
 
-static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
+static void sv__prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
 {
     sv_plane_unref(p->plane);
     if (p->has_spec)
@@ -395,7 +395,7 @@ static void prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
     sv_routes_ref_unref(p->routes);
     for (size_t i = 0; i < p->n_ls; i++) {
         if (p->ls[i].is_new && sv != NULL)
-            close_fds(&p->ls[i], sv->n_workers);
+            sv__close_fds(&p->ls[i], sv->n_workers);
         sv_handler_unref(p->ls[i].l.handler);
         sv_replay_ref_unref(p->ls[i].l.replay);
     }
@@ -416,7 +416,7 @@ static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_sp
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         const sv_outbound_spec *o = &spec->outbounds[i];
-        const sv_step *st = find_step(plan, SV_RES_OUTBOUND, SV_STEP_REUSE, o->tag);
+        const sv_step *st = sv__find_step(plan, SV_RES_OUTBOUND, SV_STEP_REUSE, o->tag);
         if (st != NULL && sv != NULL && sv->has_running) {
             for (size_t j = 0; j < sv->running.n_outbounds; j++)
                 if (strcmp(sv->running.outbounds[j].tag, o->tag) == 0) {
@@ -426,7 +426,7 @@ static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_sp
                 }
         }
         if (p->targets[i] == NULL) {
-            st = find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag);
+            st = sv__find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag);
             p->versions[i] = st != NULL ? st->version : 1;
             if (!sv_socket_policy_equal(&o->socket, &no_policy)) {
                 sv_error perr = {0};
@@ -442,7 +442,7 @@ static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_sp
                 return -ENOMEM;
             p->targets[i]->sock = o->socket;
         }
-        if (find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag) != NULL)
+        if (sv__find_step(plan, SV_RES_OUTBOUND, SV_STEP_BUILD, o->tag) != NULL)
             p->publish = true;
     }
     return 0;
@@ -455,7 +455,7 @@ static int prepare_routes(sv_supervisor *sv, const sv_plan *plan, const sv_spec 
         if (plan->steps[i].kind == SV_STEP_PUBLISH_PLANE || plan->steps[i].kind == SV_STEP_DRAIN)
             p->publish = true;
     bool rebuild = sv == NULL || sv->routes == NULL ||
-                   find_step(plan, SV_RES_ROUTE, SV_STEP_BUILD, "") != NULL ||
+                   sv__find_step(plan, SV_RES_ROUTE, SV_STEP_BUILD, "") != NULL ||
                    !sv_route_spec_equal(&sv->running.route, &spec->route);
     if (!rebuild) {
         p->routes = sv->routes;
@@ -517,16 +517,16 @@ static sv_handler_was handler_was(sv_supervisor *sv, const ctl_listener *run)
     return was;
 }
 
-static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec,
-                           const sv_inbound_spec *in, prepared *p, sv_error *err)
+static int sv__prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec,
+                               const sv_inbound_spec *in, prepared *p, sv_error *err)
 {
     const sv_user_set *set = sv_spec_user_set(spec, in->users);
     char where[80];
     sv_bind_format(&in->bind, where, sizeof where);
-    bool swap = find_step(plan, SV_RES_INBOUND, SV_STEP_SWAP_HANDLER, in->tag) != NULL;
+    bool swap = sv__find_step(plan, SV_RES_INBOUND, SV_STEP_SWAP_HANDLER, in->tag) != NULL;
     /* a swap keeps the listener that holds the bind, whatever its tag was (rename) */
-    ctl_listener *run = sv == NULL ? NULL : swap ? listener_by_bind(sv, where) : running_listener(sv, in->tag);
-    bool bind = find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
+    ctl_listener *run = sv == NULL ? NULL : swap ? listener_by_bind(sv, where) : sv__running_listener(sv, in->tag);
+    bool bind = sv__find_step(plan, SV_RES_INBOUND, SV_STEP_BIND, in->tag) != NULL || run == NULL;
     bool users_changed = false;
     sv_tls_ctx *tls = NULL, *old_tls = run != NULL && !bind ? run->handler->tls : NULL;
     sv_error terr = {0};
@@ -574,7 +574,7 @@ static int prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec
     if (s->l.handler == NULL)
         return build_failed(err, herr.code, what, in->tag, "inbound ", herr.msg);
     if (bind && sv != NULL)
-        return bind_all(sv, s, in, err);
+        return sv__bind_all(sv, s, in, err);
     return 0;
 }
 
@@ -596,7 +596,7 @@ static int prepare_commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec 
         sv->listeners = grown;
         sv->cap_listeners = sv->n_listeners + added;
     }
-    if (reserve_msgs(sv, sv->n_workers * ((p->publish ? 1 : 0) + p->n_ls + stops)) != 0)
+    if (sv__msgs_reserve(sv, sv->n_workers * ((p->publish ? 1 : 0) + p->n_ls + stops)) != 0)
         return -ENOMEM;
     if (p->publish && (p->plane = build_plane(sv, spec, p)) == NULL)
         return -ENOMEM;
@@ -611,15 +611,15 @@ static int prepare_commit(sv_supervisor *sv, const sv_plan *plan, const sv_spec 
     return 0;
 }
 
-static int prepare(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, bool adopt,
-                   prepared *p, sv_error *err)
+static int sv__prepare(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, bool adopt,
+                       prepared *p, sv_error *err)
 {
     memset(p, 0, sizeof *p);
     p->adopt = adopt;
     int rc = prepare_outbounds(sv, plan, spec, p, err);
     if (rc == 0 && sv != NULL) {
         sv_running run;
-        running_view(sv, &run);
+        sv__running_view(sv, &run);
         rc = sv_plan_versions(&run, plan, &p->tag_versions, &p->n_tag_versions);
     }
     if (rc == 0)
@@ -630,13 +630,13 @@ static int prepare(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec, 
             rc = -ENOMEM;
     }
     for (size_t i = 0; rc == 0 && i < spec->n_inbounds; i++)
-        rc = prepare_inbound(sv, plan, spec, &spec->inbounds[i], p, err);
+        rc = sv__prepare_inbound(sv, plan, spec, &spec->inbounds[i], p, err);
     if (rc == 0 && sv != NULL)
         rc = prepare_commit(sv, plan, spec, p);
     if (rc == -ENOMEM && (err == NULL || err->code != -ENOMEM))
         sv_error_set(err, rc, "out of memory");
     if (rc != 0)
-        prepared_free(sv, p, spec->n_outbounds);
+        sv__prepared_free(sv, p, spec->n_outbounds);
     return rc;
 }
 
@@ -663,13 +663,13 @@ static sv_plane *build_plane(sv_supervisor *sv, const sv_spec *spec, prepared *p
     return plane;
 }
 
-/* Start a listener bound in prepare (room for it was made there). */
-static void add_listener(sv_supervisor *sv, staged_listener *s)
+/* Start a listener bound in sv__prepare (room for it was made there). */
+static void sv__listener_add(sv_supervisor *sv, staged_listener *s)
 {
     s->l.id = ++sv->next_listener_id;
     for (unsigned w = 0; w < sv->n_workers; w++) {
         sv_handler_ref(s->l.handler);
-        post(sv, w, SV_MSG_START_LISTENER, s->l.id, s->l.handler, NULL, s->tcp_fds[w], s->udp_fds[w], false);
+        sv__post(sv, w, SV_MSG_START_LISTENER, s->l.id, s->l.handler, NULL, s->tcp_fds[w], s->udp_fds[w], false);
         s->tcp_fds[w] = s->udp_fds[w] = -1;
     }
     sv->listeners[sv->n_listeners++] = s->l;
@@ -677,17 +677,17 @@ static void add_listener(sv_supervisor *sv, staged_listener *s)
     memset(&s->l, 0, sizeof s->l);
 }
 
-static void remove_listener_at(sv_supervisor *sv, size_t i)
+static void sv__listener_remove_at(sv_supervisor *sv, size_t i)
 {
     ctl_listener *l = &sv->listeners[i];
     for (unsigned w = 0; w < sv->n_workers; w++)
-        post(sv, w, SV_MSG_STOP_LISTENER, l->id, NULL, NULL, -1, -1, false);
+        sv__post(sv, w, SV_MSG_STOP_LISTENER, l->id, NULL, NULL, -1, -1, false);
     sv_handler_unref(l->handler);
     sv_replay_ref_unref(l->replay);
     sv->listeners[i] = sv->listeners[--sv->n_listeners];
 }
 
-static void swap_listener(sv_supervisor *sv, staged_listener *s, bool revoke)
+static void sv__listener_swap(sv_supervisor *sv, staged_listener *s, bool revoke)
 {
     ctl_listener *run = NULL;
     for (size_t i = 0; i < sv->n_listeners; i++)
@@ -698,7 +698,7 @@ static void swap_listener(sv_supervisor *sv, staged_listener *s, bool revoke)
     snprintf(run->tag, sizeof run->tag, "%s", s->l.tag);
     for (unsigned w = 0; w < sv->n_workers; w++) {
         sv_handler_ref(s->l.handler);
-        post(sv, w, SV_MSG_SWAP_HANDLER, run->id, s->l.handler, NULL, -1, -1, revoke);
+        sv__post(sv, w, SV_MSG_SWAP_HANDLER, run->id, s->l.handler, NULL, -1, -1, revoke);
     }
     sv_handler_unref(run->handler);
     run->handler = s->l.handler;
@@ -709,14 +709,14 @@ static void swap_listener(sv_supervisor *sv, staged_listener *s, bool revoke)
 
 /* Close, on every worker, the sessions of listener @p id whose principal its current handler no
  * longer admits (a handler swap onto the same handler, with revoke). */
-static void revoke_listener(sv_supervisor *sv, uint32_t id)
+static void sv__listener_revoke(sv_supervisor *sv, uint32_t id)
 {
     for (size_t i = 0; i < sv->n_listeners; i++) {
         if (sv->listeners[i].id != id)
             continue;
         for (unsigned w = 0; w < sv->n_workers; w++) {
             sv_handler_ref(sv->listeners[i].handler);
-            post(sv, w, SV_MSG_SWAP_HANDLER, id, sv->listeners[i].handler, NULL, -1, -1, true);
+            sv__post(sv, w, SV_MSG_SWAP_HANDLER, id, sv->listeners[i].handler, NULL, -1, -1, true);
         }
     }
 }
@@ -741,7 +741,7 @@ static void on_grace_closed(uv_handle_t *h)
     free(g);
 }
 
-static void grace_end(grace_timer *g)
+static void sv__grace_end(grace_timer *g)
 {
     sv_list_unlink(&g->link);
     uv_timer_stop(&g->timer);
@@ -752,10 +752,10 @@ static void on_grace(uv_timer_t *t)
 {
     grace_timer *g = t->data;
     if (g->listener != 0)
-        revoke_listener(g->sv, g->listener);
+        sv__listener_revoke(g->sv, g->listener);
     else
         close_version(g->sv, g->outbound, g->target);
-    grace_end(g);
+    sv__grace_end(g);
 }
 
 /* Start a CloseAfter timer of @p ms for listener @p listener (non-zero) or outbound version
@@ -782,8 +782,8 @@ static int grace_start(sv_supervisor *sv, uint32_t ms, uint32_t listener, const 
 
 /* Apply the user removal policy of the inbound behind existing listener @p s after its handler
  * swap: Close revokes with the swap, CloseAfter revokes after the grace, Keep never. */
-static void swap_with_policy(sv_supervisor *sv, staged_listener *s, const sv_spec *spec,
-                             bool revoke)
+static void sv__swap_with_policy(sv_supervisor *sv, staged_listener *s, const sv_spec *spec,
+                                 bool revoke)
 {
     const sv_inbound_spec *in = NULL;
     for (size_t i = 0; i < spec->n_inbounds; i++)
@@ -791,18 +791,18 @@ static void swap_with_policy(sv_supervisor *sv, staged_listener *s, const sv_spe
             in = &spec->inbounds[i];
     sv_policy pol = sv_removal_policy_of(spec, in);
     uint32_t id = s->l.id;
-    swap_listener(sv, s, revoke && pol.kind == SV_POLICY_CLOSE);
+    sv__listener_swap(sv, s, revoke && pol.kind == SV_POLICY_CLOSE);
     if (revoke && pol.kind == SV_POLICY_CLOSE_AFTER &&
         grace_start(sv, pol.grace_ms, id, NULL, NULL) != 0) {
         SV_LOG(SV_LOG_ERROR, "sv.actor", "inbound %s: out of memory for the user removal grace; "
                "closing removed users' sessions now", s->l.tag);
-        revoke_listener(sv, id);
+        sv__listener_revoke(sv, id);
     }
 }
 
 /* After the publish (every worker adopted the plane): each DRAIN step's policy on its version,
  * found among the targets @p p's commit replaced. */
-static void act_on_drains(sv_supervisor *sv, const sv_plan *plan, const prepared *p)
+static void sv__act_on_drains(sv_supervisor *sv, const sv_plan *plan, const prepared *p)
 {
     for (size_t i = 0; i < plan->n_steps; i++) {
         const sv_step *st = &plan->steps[i];
@@ -828,7 +828,7 @@ static void commit_steps(sv_supervisor *sv, const sv_plan *plan)
         if (st->kind == SV_STEP_STOP_ACCEPTING) {
             for (size_t j = 0; j < sv->n_listeners; j++)
                 if (strcmp(sv->listeners[j].bind, st->bind) == 0) {
-                    remove_listener_at(sv, j);
+                    sv__listener_remove_at(sv, j);
                     break;
                 }
         } else if (st->kind == SV_STEP_CLOSE_SESSIONS) {
@@ -855,12 +855,12 @@ static void commit_targets(sv_supervisor *sv, prepared *p)
     p->n_tag_versions = 0;
 }
 
-static void publish_speed_limits(sv_supervisor *sv, const sv_spec *spec);
+static void sv__publish_speed_limits(sv_supervisor *sv, const sv_spec *spec);
 
 /*
  * Commit in seed 001's order ("commit"; seed 000 "publish the plane"): speed limits → targets →
  * plane (epoch + 1, when the plan publishes) → start listeners → swap handlers (each with its
- * revoke) → stop accepting / close sessions; the drains follow in apply() once every worker has
+ * revoke) → stop accepting / close sessions; the drains follow in sv__apply() once every worker has
  * adopted the plane. katana has no user keys to adopt first (users are the frontend's ids), and a
  * revoke travels with its listener's handler swap (supervisor/README.md, "Where katana differs
  * from the seeds"). So no listener started here ever serves a connection on the previous plane.
@@ -869,19 +869,19 @@ static void publish_speed_limits(sv_supervisor *sv, const sv_spec *spec);
 static void commit(sv_supervisor *sv, const sv_plan *plan, prepared *p)
 {
     const sv_spec *spec = &p->spec; /* the spec that becomes the running one */
-    publish_speed_limits(sv, spec);
+    sv__publish_speed_limits(sv, spec);
     commit_targets(sv, p);
     if (p->plane != NULL) {
         sv->epoch++;
-        publish_plane(sv, p->plane);
+        sv__publish_plane(sv, p->plane);
         p->plane = NULL;
     }
     for (size_t i = 0; i < p->n_ls; i++)
         if (p->ls[i].is_new)
-            add_listener(sv, &p->ls[i]);
+            sv__listener_add(sv, &p->ls[i]);
     for (size_t i = 0; i < p->n_ls; i++)
         if (!p->ls[i].is_new)
-            swap_with_policy(sv, &p->ls[i], spec, p->ls[i].revoke);
+            sv__swap_with_policy(sv, &p->ls[i], spec, p->ls[i].revoke);
     commit_steps(sv, plan);
     sv_routes_ref_unref(sv->routes);
     sv->routes = p->routes;
@@ -890,7 +890,7 @@ static void commit(sv_supervisor *sv, const sv_plan *plan, prepared *p)
     sv->running = p->spec;
     p->has_spec = false;
     sv->has_running = true;
-    refresh_own_addrs(sv); /* an inbound may listen on a new address */
+    sv__own_addrs_refresh(sv); /* an inbound may listen on a new address */
 }
 
 /* ---- report ------------------------------------------------------------------------------------- */
@@ -921,7 +921,7 @@ static void log_applied(const sv_plan *plan)
 /* Does @p plan build inbound @p tag (a new tag, as opposed to a rebind of a running one)? */
 static bool builds_inbound(const sv_plan *plan, const char *tag)
 {
-    return find_step(plan, SV_RES_INBOUND, SV_STEP_BUILD, tag) != NULL;
+    return sv__find_step(plan, SV_RES_INBOUND, SV_STEP_BUILD, tag) != NULL;
 }
 
 /* The report from the plan's steps (seed 001 ApplyReport): reused, built, swapped, drained,
@@ -958,7 +958,7 @@ static void fill_report(const sv_plan *plan, sv_apply_report *r)
  * and of every user edit's commit): every user of every set of @p spec, the spec being
  * committed, with a speed limit; a user in several sets gets the smallest. A refused apply or
  * user edit never gets here, so it cannot change the limits in force. */
-static void publish_speed_limits(sv_supervisor *sv, const sv_spec *spec)
+static void sv__publish_speed_limits(sv_supervisor *sv, const sv_spec *spec)
 {
     size_t n = 0, at = 0;
     for (size_t i = 0; i < spec->n_user_sets; i++)
@@ -983,13 +983,13 @@ static void publish_speed_limits(sv_supervisor *sv, const sv_spec *spec)
 /* ---- public API --------------------------------------------------------------------------------- */
 
 /* sv_apply(), and with @p adopt, sv_apply_take(): @p spec becomes the running spec. */
-static int apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_apply_options *opts,
-                 sv_apply_report *report, sv_error *err)
+static int sv__apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_apply_options *opts,
+                     sv_apply_report *report, sv_error *err)
 {
     if (sv->shut)
         return sv_error_set(err, -ESHUTDOWN, "the supervisor has shut down");
     sv_running run;
-    running_view(sv, &run);
+    sv__running_view(sv, &run);
     sv_plan plan = {0};
     int rc = sv_plan_make(&run, spec, &plan, err);
     if (rc != 0)
@@ -1001,7 +1001,7 @@ static int apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_ap
             goto out;
         }
     prepared p;
-    rc = prepare(sv, &plan, spec, adopt, &p, err);
+    rc = sv__prepare(sv, &plan, spec, adopt, &p, err);
     if (rc != 0)
         goto out;
     bool published = p.plane != NULL;
@@ -1011,8 +1011,8 @@ static int apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_ap
     if (published && !sv__epoch_wait(&sv->shared, sv->epoch, SV_ADOPT_WAIT_MS))
         SV_LOG(SV_LOG_WARN, "sv.actor", "epoch %" PRIu64 ": not every worker adopted the plane "
                "within %d ms", sv->epoch, SV_ADOPT_WAIT_MS);
-    act_on_drains(sv, &plan, &p);
-    prepared_free(sv, &p, spec->n_outbounds); /* the replaced targets, after their drains */
+    sv__act_on_drains(sv, &plan, &p);
+    sv__prepared_free(sv, &p, spec->n_outbounds); /* the replaced targets, after their drains */
     log_applied(&plan);
     if (report != NULL)
         fill_report(&plan, report);
@@ -1024,13 +1024,13 @@ out:
 int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opts,
              sv_apply_report *report, sv_error *err)
 {
-    return apply(sv, spec, false, opts, report, err);
+    return sv__apply(sv, spec, false, opts, report, err);
 }
 
 int sv_apply_take(sv_supervisor *sv, sv_spec *spec, const sv_apply_options *opts,
                   sv_apply_report *report, sv_error *err)
 {
-    int rc = apply(sv, spec, true, opts, report, err);
+    int rc = sv__apply(sv, spec, true, opts, report, err);
     if (rc == 0)
         memset(spec, 0, sizeof *spec); /* the running spec now */
     return rc;
@@ -1044,9 +1044,9 @@ int sv_check(const sv_spec *spec, sv_error *err)
     if (rc != 0)
         return rc;
     prepared p;
-    rc = prepare(NULL, &plan, spec, false, &p, err);
+    rc = sv__prepare(NULL, &plan, spec, false, &p, err);
     if (rc == 0)
-        prepared_free(NULL, &p, spec->n_outbounds);
+        sv__prepared_free(NULL, &p, spec->n_outbounds);
     sv_plan_free(&plan);
     return rc;
 }
@@ -1105,19 +1105,19 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
         rc = sv_error_set(err, -ENOMEM, "out of memory");
     for (size_t i = 0; rc == 0 && i < next.n_inbounds; i++)
         if (next.inbounds[i].users != NULL && strcmp(next.inbounds[i].users, set_tag) == 0 &&
-            running_listener(sv, next.inbounds[i].tag) != NULL)
-            rc = prepare_inbound(sv, &none, &next, &next.inbounds[i], &p, err);
-    if (rc == 0 && reserve_msgs(sv, p.n_ls * sv->n_workers) != 0)
+            sv__running_listener(sv, next.inbounds[i].tag) != NULL)
+            rc = sv__prepare_inbound(sv, &none, &next, &next.inbounds[i], &p, err);
+    if (rc == 0 && sv__msgs_reserve(sv, p.n_ls * sv->n_workers) != 0)
         rc = sv_error_set(err, -ENOMEM, "out of memory");
     if (rc == 0) {
-        publish_speed_limits(sv, &next); /* seed 001 "user edits": limits, then revoke and tables */
+        sv__publish_speed_limits(sv, &next); /* seed 001 "user edits": limits, then revoke and tables */
         for (size_t i = 0; i < p.n_ls; i++)
-            swap_with_policy(sv, &p.ls[i], &next, true);
+            sv__swap_with_policy(sv, &p.ls[i], &next, true);
         sv_spec_free(&sv->running);
         sv->running = next;
         memset(&next, 0, sizeof next);
     }
-    prepared_free(sv, &p, 0);
+    sv__prepared_free(sv, &p, 0);
     sv_spec_free(&next);
     return rc;
 }
@@ -1166,11 +1166,11 @@ int sv_reload_certs(sv_supervisor *sv, sv_error *err)
         return sv_error_set(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < sv->running.n_inbounds; i++) {
         const sv_inbound_spec *in = &sv->running.inbounds[i];
-        ctl_listener *run = running_listener(sv, in->tag);
+        ctl_listener *run = sv__running_listener(sv, in->tag);
         if (in->tls.cert == SV_CERT_NONE || run == NULL)
             continue;
         sv_error one = {0};
-        int rc = prepare_inbound(sv, &none, &sv->running, in, &p, &one);
+        int rc = sv__prepare_inbound(sv, &none, &sv->running, in, &p, &one);
         if (rc < 0) {
             cert_refusal_note(run, in, &one);
             if (first == 0)
@@ -1179,17 +1179,17 @@ int sv_reload_certs(sv_supervisor *sv, sv_error *err)
             run->refused.set = false;
         }
     }
-    if (reserve_msgs(sv, p.n_ls * sv->n_workers) != 0) {
-        prepared_free(sv, &p, 0);
+    if (sv__msgs_reserve(sv, p.n_ls * sv->n_workers) != 0) {
+        sv__prepared_free(sv, &p, 0);
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
     for (size_t i = 0; i < p.n_ls; i++) {
         if (p.ls[i].l.handler == NULL)
             continue;
         SV_LOG(SV_LOG_INFO, "sv.listener", "inbound %s: certificate reloaded", p.ls[i].l.tag);
-        swap_listener(sv, &p.ls[i], false);
+        sv__listener_swap(sv, &p.ls[i], false);
     }
-    prepared_free(sv, &p, 0);
+    sv__prepared_free(sv, &p, 0);
     return first;
 }
 
@@ -1330,7 +1330,7 @@ long sv_hints_export(sv_supervisor *sv, sv_ip_hint **out)
     o->refs = 1;
     unsigned posted = 0;
     for (unsigned w = 0; w < sv->n_workers; w++) {
-        sv_msg *m = take_msg(sv);
+        sv_msg *m = sv__msg_take(sv);
         if (m == NULL)
             break;
         m->kind = SV_MSG_HINTS_EXPORT;
@@ -1441,7 +1441,7 @@ static long import_listener(sv_supervisor *sv, const ctl_listener *l, const sv_i
     if (kept == 0)
         return 0;
     sv_hints_in *in = malloc(sizeof *in + kept * sizeof in->rows[0]);
-    if (in == NULL || reserve_msgs(sv, sv->n_workers) != 0) {
+    if (in == NULL || sv__msgs_reserve(sv, sv->n_workers) != 0) {
         free(in);
         return -ENOMEM;
     }
@@ -1454,7 +1454,7 @@ static long import_listener(sv_supervisor *sv, const ctl_listener *l, const sv_i
         in->rows[i].age_s = picks[i].h->age_s;
     }
     for (unsigned w = 0; w < sv->n_workers; w++) {
-        sv_msg *m = take_msg(sv);
+        sv_msg *m = sv__msg_take(sv);
         m->kind = SV_MSG_HINTS_IMPORT;
         m->listener = l->id;
         m->tcp_fd = m->udp_fd = -1;
@@ -1560,7 +1560,7 @@ static void on_sample(uv_timer_t *t)
     sv_pacers_rebalance(sv->shared.pacers, now);
     sv->last_tick_ns = now;
     if (now - sv->own_addrs_read_ns >= (uint64_t)SV_OWN_ADDRS_REFRESH_MS * 1000000u)
-        refresh_own_addrs(sv);
+        sv__own_addrs_refresh(sv);
 }
 
 static int empty_plane(sv_supervisor *sv)
@@ -1568,7 +1568,7 @@ static int empty_plane(sv_supervisor *sv)
     sv_routes_ref *r = calloc(1, sizeof *r);
     sv_target *t = sv_target_new(SV_OUTBOUND_BLACKHOLE, "", 0);
     if (r == NULL || t == NULL || (r->routes = sv_routes_single("")) == NULL ||
-        reserve_msgs(sv, sv->n_workers) != 0) {
+        sv__msgs_reserve(sv, sv->n_workers) != 0) {
         free(r);
         sv_target_unref(t);
         return -ENOMEM;
@@ -1579,7 +1579,7 @@ static int empty_plane(sv_supervisor *sv)
     sv_target_unref(t);
     if (p == NULL)
         return -ENOMEM;
-    publish_plane(sv, p);
+    sv__publish_plane(sv, p);
     return 0;
 }
 
@@ -1677,7 +1677,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
         sv_supervisor_free(sv);
         return -ENOMEM;
     }
-    refresh_own_addrs(sv);
+    sv__own_addrs_refresh(sv);
     uint32_t every = opts != NULL && opts->sample_interval_ms ? opts->sample_interval_ms : 1000;
     sv->sampler = calloc(1, sizeof *sv->sampler);
     if (sv->sampler != NULL) {
@@ -1712,9 +1712,9 @@ void sv_shutdown(sv_supervisor *sv, uint32_t grace_ms)
         return;
     sv->shut = true;
     while (!sv_list_is_empty(&sv->graces)) /* grace timers end instead of delaying shutdown */
-        grace_end(sv_container_of(sv->graces.next, grace_timer, link));
+        sv__grace_end(sv_container_of(sv->graces.next, grace_timer, link));
     while (sv->n_listeners > 0) /* 1. stop accepting */
-        remove_listener_at(sv, sv->n_listeners - 1);
+        sv__listener_remove_at(sv, sv->n_listeners - 1);
     wait_sessions(sv, grace_ms); /* 2. grace for live connections */
     sv_tracker_close_sessions(sv->shared.tracker, NULL, false, 0, 0); /* 3. close the rest */
     wait_sessions(sv, 2000);
@@ -1750,10 +1750,10 @@ void sv_supervisor_free(sv_supervisor *sv)
     sv_plane_unref(sv->plane);
     sv_addrset_unref(sv->own_addrs);
     while (sv->n_listeners > 0)
-        remove_listener_at(sv, sv->n_listeners - 1);
+        sv__listener_remove_at(sv, sv->n_listeners - 1);
     free(sv->listeners);
     while (sv->n_spare > 0)
-        free(take_msg(sv));
+        free(sv__msg_take(sv));
     sv_spec_free(&sv->running);
     sv_tracker_free(sv->shared.tracker);
     sv_audit_free(sv->shared.audit);
