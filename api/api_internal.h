@@ -53,6 +53,9 @@ struct api_server {
     api_requests_fn requests;
     api_audit_fn audit;
     void *arg;
+    /* server.c's clock and wake-up, for the stream code (sse.c calls nothing of server.c) */
+    uint64_t (*now_ms)(void);    /* monotonic milliseconds */
+    void (*wake)(api_server *s); /* wake the accept thread: a stream started, pump from now on */
     char token[API_TOKEN_MAX + 1]; /* "" = no token */
     uint16_t port;
     atomic_bool stopping; /* streams end when set (under stream_lock) */
@@ -142,14 +145,11 @@ void api_sse_pump(api_server *s, uint64_t now_ms);
  * MHD_stop_daemon, which must not meet a suspended connection). */
 void api_sse_stop(api_server *s);
 
-/* server.c: monotonic milliseconds. */
-uint64_t api_now_ms(void);
-
-/* server.c: wake the accept thread (a stream started: pump every step from now on). */
-void api_wake(api_server *s);
-
-/* metrics.c: the Prometheus text page. @return 0 or -ENOMEM. */
-int api_metrics_render(api_server *s, char **out, size_t *len);
+/* metrics.c: the Prometheus text page, with the node statuses @p nodes (@p n_nodes of them,
+ * the caller's: routes.c gives api_node_list()'s) in its per-node families. @return 0 (*out
+ * malloc'ed, the caller frees it) or -ENOMEM. */
+int api_metrics_render(api_server *s, const api_node_status *nodes, long n_nodes, char **out,
+                       size_t *len);
 
 /* Node statuses from the agent's callback (count >= 0, *out malloc'ed or NULL). */
 long api_node_list(api_server *s, api_node_status **out);

@@ -249,14 +249,11 @@ static void panel_requests(page *p, api_server *s)
         p->oom = true;
 }
 
-int api_metrics_render(api_server *s, char **out, size_t *len)
+int api_metrics_render(api_server *s, const api_node_status *nodes, long n, char **out,
+                       size_t *len)
 {
     page p = {0};
-    api_node_status *nodes = NULL;
     sv_stats st;
-    long n = api_node_list(s, &nodes);
-    if (n < 0)
-        n = 0;
     live(&p, s, nodes, n);
     per_node(&p, "katana_users", "gauge", "Users in the node's running user list.", nodes, n,
              offsetof(api_node_status, users));
@@ -282,7 +279,6 @@ int api_metrics_render(api_server *s, char **out, size_t *len)
     per_node(&p, "katana_audit_reported_total", "counter",
              "Audit hits the panel took as its detect log.", nodes, n,
              offsetof(api_node_status, audit_reported));
-    free(nodes);
     uint64_t noted, dropped;
     sv_audit_counts(s->sv, &noted, &dropped);
     family(&p, "katana_audit_hits_dropped_total", "counter",

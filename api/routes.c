@@ -48,6 +48,21 @@ long api_node_list(api_server *s, api_node_status **out)
     return n;
 }
 
+/* GET /metrics: the page over the agent's node statuses. */
+static void metrics(api_server *s, api_reply *r)
+{
+    api_node_status *nodes = NULL;
+    long n = api_node_list(s, &nodes);
+    int rc = api_metrics_render(s, nodes, n < 0 ? 0 : n, &r->text, &r->text_len);
+    free(nodes);
+    if (rc != 0) {
+        api_reply_error(r, 500, "out of memory");
+        return;
+    }
+    r->status = 200;
+    r->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Selectors                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
@@ -506,12 +521,8 @@ void api_route(api_server *s, const char *method, const api_uri *u, api_reply *r
             return;
         else if (seg_is(u, 0, "healthz"))
             healthz(s, r);
-        else if (api_metrics_render(s, &r->text, &r->text_len) != 0)
-            api_reply_error(r, 500, "out of memory");
-        else {
-            r->status = 200;
-            r->content_type = "text/plain; version=0.0.4; charset=utf-8";
-        }
+        else
+            metrics(s, r);
         return;
     }
     if (seg_is(u, 0, "v1") && u->n_segments >= 2)

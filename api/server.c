@@ -53,14 +53,16 @@
 #define REFUSED_LOG_MS ((uint64_t)API_LOG_WINDOW_S * 1000u) /* refusals: one line at most per */
 #define MHD_CONNECTIONS_MAX (2u * API_CONNECTIONS_MAX) /* a backstop never reached */
 
-uint64_t api_now_ms(void)
+/* Monotonic milliseconds (CLOCK_MONOTONIC). */
+static uint64_t now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-void api_wake(api_server *s)
+/* Wake the accept thread through its eventfd (a stream started, a descriptor came free, stop). */
+static void wake_acceptor(api_server *s)
 {
     uint64_t one = 1;
     ssize_t w = write(s->wake_fd, &one, sizeof one); /* EAGAIN: already signalled */
@@ -91,7 +93,7 @@ static void log_limited(api_server *s, const char *fmt, ...)
     va_end(ap);
     uint64_t dropped;
     pthread_mutex_lock(&s->log_lock);
-    bool ok = api_log_budget_take(&s->log_budget, api_now_ms(), &dropped);
+    bool ok = api_log_budget_take(&s->log_budget, now_ms(), &dropped);
     report_suppressed(dropped);
     if (ok)
         sv_log_write(SV_LOG_WARN, MOD, "%s", msg);
@@ -242,7 +244,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **ctx,
         *slot = (api_conn){.fd = -1};
         pthread_mutex_unlock(&s->conn_lock);
         *ctx = NULL;
-        api_wake(s); /* a descriptor comes free: the accept thread takes its spares back */
+        wake_acceptor(s); /* a descriptor comes free: the accept thread takes its spares back */
     }
 }
 
@@ -282,7 +284,7 @@ static void on_done(void *cls, struct MHD_Connection *c, void **con_cls,
                     enum MHD_RequestTerminationCode code)
 {
     /* answered: a kept-alive connection's next request is due in time too */
-    conn_set_deadline(cls, c, api_now_ms() + NEXT_REQUEST_MS);
+    conn_set_deadline(cls, c, now_ms() + NEXT_REQUEST_MS);
     api_request *req = *con_cls;
     if (req != NULL) {
         free(req->target);
@@ -493,7 +495,7 @@ static int accept_some(api_server *s)
                 continue;
             return e;
         }
-        api_conn *slot = conn_take(s, fd, &sa, api_now_ms());
+        api_conn *slot = conn_take(s, fd, &sa, now_ms());
         if (slot == NULL) { /* at a limit: closed unanswered, counted, logged by the tick */
             close(fd);
             s->refused.n++;
@@ -525,7 +527,7 @@ static void *accept_main(void *arg)
     uint64_t paused_at = 0, retry_at = 0, pumped_at = 0, next_deadline = UINT64_MAX;
     while (!atomic_load(&s->stopping)) {
         spares_fill(s);
-        uint64_t now = api_now_ms();
+        uint64_t now = now_ms();
         bool streams = atomic_load(&s->streams) > 0;
         uint64_t wait = streams ? SSE_STEP_MS : IDLE_POLL_MS;
         if (s->n_spare < API_FD_SPARES && wait > SPARE_RETRY_MS)
@@ -544,7 +546,7 @@ static void *accept_main(void *arg)
             ssize_t r = read(s->wake_fd, &v, sizeof v);
             (void)r;
         }
-        now = api_now_ms();
+        now = now_ms();
         if ((!paused && p[1].revents != 0) || (paused && now >= retry_at)) {
             int e = accept_some(s);
             if (e != 0 && !paused) {
@@ -638,6 +640,8 @@ int api_server_start(const api_options *o, api_server **out, sv_error *err)
     s->requests = o->requests;
     s->audit = o->audit;
     s->arg = o->arg;
+    s->now_ms = now_ms;
+    s->wake = wake_acceptor;
     if (o->token != NULL)
         strcpy(s->token, o->token);
     s->listen_fd = -1;
@@ -702,7 +706,7 @@ void api_server_stop(api_server *s)
     if (s == NULL)
         return;
     api_sse_stop(s); /* sets stopping: the accept thread ends, streams end */
-    api_wake(s);
+    wake_acceptor(s);
     pthread_join(s->acceptor, NULL);
     MHD_stop_daemon(s->daemon);
     flush_log(s, UINT64_MAX);

@@ -140,12 +140,12 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max)
                 st->buf = NULL;
                 st->len = st->off = 0;
             }
-            st->last_write_ms = api_now_ms();
+            st->last_write_ms = s->now_ms();
             return (ssize_t)n;
         }
         if (atomic_load(&s->stopping))
             return MHD_CONTENT_READER_END_OF_STREAM;
-        int got = produce(st, api_now_ms());
+        int got = produce(st, s->now_ms());
         if (got < 0)
             return MHD_CONTENT_READER_END_WITH_ERROR;
         if (got > 0)
@@ -246,7 +246,7 @@ static struct MHD_Response *sse_new(api_server *s, struct MHD_Connection *c,
     st->srv = s;
     st->conn = c;
     st->kind = kind;
-    st->last_write_ms = api_now_ms();
+    st->last_write_ms = s->now_ms();
     if (kind == STREAM_EVENTS) {
         st->cursor = sv_events_head(s->sv); /* from now on, none missed */
     } else {
@@ -269,7 +269,7 @@ static struct MHD_Response *sse_new(api_server *s, struct MHD_Connection *c,
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
-    api_wake(s);
+    s->wake(s);
     return r;
 }
 

@@ -79,7 +79,7 @@ typedef struct sv_running {
  *     publish, as seed 000 requires (a_changed_outbound_is_a_new_version_and_the_old_one_drains_
  *     after_the_publish).
  * The plan is a list of what to do, not the order commit does it in: commit runs its fixed
- * order (supervisor.c commit(), seed 001 "commit"), in which the plane is published before any
+ * order (actor/apply.c commit(), seed 001 "commit"), in which the plane is published before any
  * listener starts and drains come after the publish.
  *
  * Inbounds: listeners are keyed by their bind (seed 001: "listeners are keyed by BindSpec"),
