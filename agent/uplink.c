@@ -2,7 +2,7 @@
  * The panel uplink (agent/uplink.h): its start (the store, the remote nodes and Xboard machines
  * of the config, the flush timer) and its stop, the stored state dropped when its first load
  * was refused, and the client IP hints kept across a graceful restart. The other parts are
- * listed in agent/uplink_int.h.
+ * listed in agent/uplink_internal.h.
  */
 #include "config.h"
 
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/uplink_int.h"
+#include "agent/uplink_internal.h"
 #include "supervisor/util/log.h"
 
 #define MOD "ag.uplink"

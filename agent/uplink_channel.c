@@ -16,7 +16,7 @@
 #include <jansson.h>
 
 #include "agent/lower.h"
-#include "agent/uplink_int.h"
+#include "agent/uplink_internal.h"
 #include "supervisor/util/log.h"
 
 #define MOD "ag.uplink"

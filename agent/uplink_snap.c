@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/uplink_int.h"
+#include "agent/uplink_internal.h"
 #include "supervisor/util/log.h"
 
 #define MOD "ag.uplink"
