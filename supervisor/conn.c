@@ -33,10 +33,18 @@
 
 #include <openssl/rand.h>
 
+#include "supervisor/bounds.h"
+#include "supervisor/conn.h"
 #include "supervisor/conn_internal.h"
+#include "supervisor/flow.h"
+#include "supervisor/hints.h"
+#include "supervisor/plane.h"
 #include "supervisor/proto/mux.h"
 #include "supervisor/proto/sniff.h"
+#include "supervisor/scan.h"
+#include "supervisor/udp.h"
 #include "supervisor/util/log.h"
+#include "supervisor/worker.h"
 
 /* ---- the parts (conn_internal.h) --------------------------------------------------------- */
 

@@ -8,7 +8,9 @@
 #ifndef SV_CONN_INTERNAL_H
 #define SV_CONN_INTERNAL_H
 
-#include "supervisor/runtime.h"
+#include "supervisor/plane.h"
+#include "supervisor/udp.h"
+#include "supervisor/worker.h"
 
 #define IOV_MAX_BATCH 64 /* a read of 2 KiB VMess chunks (v2ray) goes out in one writev */
 

@@ -11,16 +11,20 @@
 
 #include <openssl/rand.h>
 
+#include "supervisor/bounds.h"
+#include "supervisor/flow.h"
+#include "supervisor/hints.h"
+#include "supervisor/plane.h"
 #include "supervisor/proto/ss2022.h"
 #include "supervisor/proto/ss_mux.h"
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
 #include "supervisor/proto/vless.h"
 #include "supervisor/proto/vmess.h"
-#include "supervisor/runtime.h"
 #include "supervisor/transport/httpupgrade.h"
 #include "supervisor/transport/reality.h"
 #include "supervisor/util/log.h"
+#include "supervisor/worker.h"
 
 #define REPLAY_CAPACITY 65536
 

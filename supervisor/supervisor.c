@@ -21,10 +21,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "supervisor/bounds.h"
+#include "supervisor/hints.h"
 #include "supervisor/plan.h"
-#include "supervisor/runtime.h"
+#include "supervisor/plane.h"
+#include "supervisor/scan.h"
 #include "supervisor/util/holder.h"
 #include "supervisor/util/log.h"
+#include "supervisor/worker.h"
 
 /** Identity of a certificate or key file as stat() sees it; all zero when it cannot be read. */
 typedef struct file_id {
