@@ -6,9 +6,6 @@
 #ifndef SV_BOUNDS_H
 #define SV_BOUNDS_H
 
-#include "supervisor/proto/shadowsocks.h"
-#include "supervisor/proto/ss2022.h"
-
 #define SV_WORKERS_MAX 64
 /**
  * Room for the wire framed from one remote read of SV_SCRATCH bytes: every core's
@@ -37,7 +34,7 @@
 #define SV_LAYERED_READ SV_SCRATCH
 /** Most unconsumed client bytes any protocol core keeps between reads (its carry_max): a whole
  *  Shadowsocks 2022 chunk (0xFFFF + tag, PROTOCOLS.md §3.2), the largest of the cores. */
-#define SV_CARRY_MAX SV_SS22_CARRY_MAX
+#define SV_CARRY_MAX (0xFFFF + 16) /* SV_SS22_CARRY_MAX; plane.c checks that they agree */
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
 #define SV_ROUTE_RESOLVERS_MAX 16       /**< issue 13: `dns` route servers a worker serves */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
@@ -64,7 +61,6 @@
 #define SV_ADOPT_WAIT_MS 2000           /**< sv_apply waits this long at most for every worker to
                                              adopt its plane (they do within a loop turn) */
 
-_Static_assert(SV_SEALED_MAX >= SV_SS_SEALED_MAX(SV_SCRATCH), "sealed buffer too small");
 /** Room for a core's end-of-stream bytes (proto.h frame_end; VLESS with Vision's padding needs
  *  about 1.5 KiB); a core whose frame_max(0) is larger has them built in sealed instead. */
 #define SV_END_FRAME_MAX 2048

@@ -9,6 +9,7 @@
 #define SV_CONN_INTERNAL_H
 
 #include "supervisor/plane.h"
+#include "supervisor/transport/reality.h" /* REALITY's xver: sv_proxy_header (conn_client) */
 #include "supervisor/udp.h"
 #include "supervisor/worker.h"
 

@@ -15,14 +15,18 @@
 #include "supervisor/flow.h"
 #include "supervisor/hints.h"
 #include "supervisor/plane.h"
+#include "supervisor/proto/shadowsocks.h"
 #include "supervisor/proto/ss2022.h"
 #include "supervisor/proto/ss_mux.h"
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
 #include "supervisor/proto/vless.h"
 #include "supervisor/proto/vmess.h"
+#include "supervisor/transport/grpc.h"
 #include "supervisor/transport/httpupgrade.h"
 #include "supervisor/transport/reality.h"
+#include "supervisor/transport/tls.h"
+#include "supervisor/transport/ws.h"
 #include "supervisor/util/log.h"
 #include "supervisor/worker.h"
 
@@ -64,6 +68,10 @@ void sv_replay_ref_unref(sv_replay_ref *r)
     sv_replay_free(r->filter);
     free(r);
 }
+
+/* The runtime's buffers fit every core registered here (bounds.h). */
+_Static_assert(SV_SEALED_MAX >= SV_SS_SEALED_MAX(SV_SCRATCH), "sealed buffer too small");
+_Static_assert(SV_CARRY_MAX == SV_SS22_CARRY_MAX, "SV_CARRY_MAX is Shadowsocks 2022's chunk");
 
 const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in)
 {
@@ -338,7 +346,10 @@ void sv__ss_count(sv_shared *s, unsigned keys)
 void sv__wl_guides_free(sv_wlistener *l)
 {
     sv_iphints_deinit(&l->hints);
-    sv_ss_order_deinit(&l->order);
+    if (l->order != NULL)
+        sv_ss_order_deinit(l->order);
+    free(l->order);
+    l->order = NULL;
     l->order_of = NULL;
 }
 
@@ -348,10 +359,12 @@ static sv_ss_order *order_ready(sv_wlistener *l)
 {
     const sv_handler *h = l->handler;
     if (l->order_of != h->creds) {
-        sv_ss_order_deinit(&l->order);
-        l->order_of = sv_ss_order_init(&l->order, h->n_users) == 0 ? h->creds : NULL;
+        if (l->order == NULL && (l->order = calloc(1, sizeof *l->order)) == NULL)
+            return NULL; /* (never built: order_of is NULL) */
+        sv_ss_order_deinit(l->order);
+        l->order_of = sv_ss_order_init(l->order, h->n_users) == 0 ? h->creds : NULL;
     }
-    return l->order_of != NULL ? &l->order : NULL;
+    return l->order_of != NULL ? l->order : NULL;
 }
 
 void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,

@@ -17,12 +17,13 @@
 #include "supervisor/proto/proto.h"
 #include "supervisor/router.h"
 #include "supervisor/supervisor.h"
-#include "supervisor/proto/shadowsocks.h"
-#include "supervisor/proto/ss2022.h"
-#include "supervisor/transport/tls.h"
-#include "supervisor/transport/grpc.h"
-#include "supervisor/transport/ws.h"
-#include "supervisor/transport/reality.h"
+#include "supervisor/transport/layer.h"
+
+/* The inbound's transport settings a handler holds (transport/tls.h, ws.h, reality.h): the
+ * runtime passes them to the layers and never looks inside. */
+typedef struct sv_tls_ctx sv_tls_ctx;
+typedef struct sv_ws_conf sv_ws_conf;
+typedef struct sv_reality_conf sv_reality_conf;
 
 /** A salt replay filter shared by every handler of one inbound. */
 typedef struct sv_replay_ref {

@@ -26,6 +26,7 @@
 #include "supervisor/plan.h"
 #include "supervisor/plane.h"
 #include "supervisor/scan.h"
+#include "supervisor/transport/tls.h"
 #include "supervisor/util/holder.h"
 #include "supervisor/util/log.h"
 #include "supervisor/worker.h"

@@ -26,6 +26,9 @@
 #include "supervisor/util/scanbudget.h"
 #include "supervisor/xudp.h"
 
+/* A worker's most recently matched order of a keyring's users (proto/shadowsocks.h) */
+typedef struct sv_ss_order sv_ss_order;
+
 /* ------------------------------------------------------------------------------------------ */
 
 enum sv_msg_kind {
@@ -254,7 +257,8 @@ struct sv_wlistener {
     sv_handler *handler;
     /* Issue 13: this worker's guides for trial decryption over handler's users (sv__wl_guide) */
     sv_iphints hints;          /**< client IP -> the user who last authenticated from it */
-    sv_ss_order order;         /**< most recently matched first, for order_of's users */
+    sv_ss_order *order;        /**< most recently matched first, for order_of's users;
+                                    allocated at its first use, or NULL */
     const void *order_of;      /**< the credential table @p order was built for, or NULL */
 };
 
