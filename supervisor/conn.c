@@ -65,7 +65,7 @@ static void conn_release(sv_conn *c)
     sv_tracker *t = c->w->shared->tracker;
     if (c->flow != NULL) {
         sv__flow_closed(c->w->shared, c->flow, c->end_why ? c->end_why - 1u : SV_CLOSE_ERROR);
-        if (c->flow_registered)
+        if (conn_has(c, SV_CONN_FLOW_REGISTERED))
             sv_tracker_flow_close(t, c->flow);
         else
             free(c->flow);
@@ -99,10 +99,10 @@ static void conn_release(sv_conn *c)
  * stops counting against the worker's pre-authentication share. */
 static void preauth_leave(sv_conn *c)
 {
-    if (!c->preauth)
+    if (!conn_has(c, SV_CONN_PREAUTH))
         return;
     sv_worker *w = c->w;
-    c->preauth = false;
+    conn_clear(c, SV_CONN_PREAUTH);
     sv_list_unlink(&c->link);
     sv_list_insert_tail(&w->conns, &c->link);
     w->n_preauth--;
@@ -142,9 +142,9 @@ static void on_pace_timer_closed(uv_handle_t *h)
 
 static void conn_close(sv_conn *c)
 {
-    if (c->closing)
+    if (conn_has(c, SV_CONN_CLOSING))
         return;
-    c->closing = true;
+    conn_set(c, SV_CONN_CLOSING);
     preauth_leave(c);
     splice_end(c); /* its polls go before the sockets they watch */
     paused_end(c);
@@ -160,7 +160,7 @@ static void conn_close(sv_conn *c)
     }
     if (c->pace_timer != NULL)
         uv_close((uv_handle_t *)c->pace_timer, on_pace_timer_closed);
-    if (c->ob_opened) /* its release comes back as conn_release (on_ob_closed) */
+    if (conn_has(c, SV_CONN_OB_OPENED)) /* its release comes back as conn_release (on_ob_closed) */
         c->ob.ops->close(&c->ob);
     if (c->subs != NULL)
         subs_close(c);
@@ -170,7 +170,7 @@ static void conn_close(sv_conn *c)
  * a reason was given first. */
 static void conn_end(sv_conn *c, sv_close_reason why)
 {
-    if (c->end_why == 0 && !c->closing)
+    if (c->end_why == 0 && !conn_has(c, SV_CONN_CLOSING))
         c->end_why = (uint8_t)(why + 1);
     conn_close(c);
 }
@@ -179,7 +179,7 @@ static void conn_end(sv_conn *c, sv_close_reason why)
  * closed; issue 13). @return false when out of memory: the caller closes the connection. */
 static bool conn_timer_start(sv_conn *c, uv_timer_cb cb, uint64_t ms)
 {
-    if (c->closing)
+    if (conn_has(c, SV_CONN_CLOSING))
         return true; /* nothing left to bound (and a new handle would never be closed) */
     if (c->timer == NULL) {
         if ((c->timer = malloc(sizeof *c->timer)) == NULL)
@@ -208,7 +208,7 @@ static void on_drain_timeout(uv_timer_t *t) { conn_close(t->data); }
 static void start_drain(sv_conn *c)
 {
     uint32_t r = 0;
-    c->draining = true;
+    conn_set(c, SV_CONN_DRAINING);
     free(c->carry);
     c->carry = NULL;
     c->carry_len = 0;
@@ -223,7 +223,8 @@ static void start_drain(sv_conn *c)
 
 static void maybe_finish(sv_conn *c)
 {
-    if (c->client_eof && c->remote_eof && !c->writing_client && !c->writing_remote)
+    if (conn_has(c, SV_CONN_CLIENT_EOF) && conn_has(c, SV_CONN_REMOTE_EOF) &&
+        !conn_has(c, SV_CONN_WRITING_CLIENT) && !conn_has(c, SV_CONN_WRITING_REMOTE))
         conn_end(c, SV_CLOSE_END);
 }
 
@@ -237,25 +238,26 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 
 static void shutdown_remote(sv_conn *c)
 {
-    if (c->remote_shut || c->closing || !c->connected || !c->ob_opened)
+    if (conn_has(c, SV_CONN_REMOTE_SHUT) || conn_has(c, SV_CONN_CLOSING) ||
+        !conn_has(c, SV_CONN_CONNECTED) || !conn_has(c, SV_CONN_OB_OPENED))
         return;
-    c->remote_shut = true;
+    conn_set(c, SV_CONN_REMOTE_SHUT);
     c->ob.ops->shutdown(&c->ob);
 }
 
 static void shutdown_client(sv_conn *c)
 {
-    if (c->client_shut || c->closing)
+    if (conn_has(c, SV_CONN_CLIENT_SHUT) || conn_has(c, SV_CONN_CLOSING))
         return;
-    if (c->chain.n > 0 && !c->chain_bye) {
-        c->chain_bye = true; /* the layers' ends first (TLS close_notify, RFC 8446 §6.1), then
-                                the TCP half-close */
+    if (c->chain.n > 0 && !conn_has(c, SV_CONN_CHAIN_BYE)) {
+        /* the layers' ends first (TLS close_notify, RFC 8446 §6.1), then the TCP half-close */
+        conn_set(c, SV_CONN_CHAIN_BYE);
         if (sv_chain_shutdown(&c->chain) == 0 && !flush_chain(c))
             return;
     }
-    if (c->writing_client)
+    if (conn_has(c, SV_CONN_WRITING_CLIENT))
         return; /* on_client_written comes back here */
-    c->client_shut = true;
+    conn_set(c, SV_CONN_CLIENT_SHUT);
     uv_shutdown_t *sd = malloc(sizeof *sd); /* once per connection: none kept while idle */
     if (sd == NULL) {
         conn_close(c);
@@ -377,7 +379,7 @@ static bool fx_close(sv_conn *c, const sv_effect *e, uv_buf_t *iov, unsigned *ni
  * read was fed. @return false when the connection closed or stopped taking client bytes. */
 static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsigned *niov)
 {
-    for (unsigned i = 0; i < fx->n && !c->closing; i++) {
+    for (unsigned i = 0; i < fx->n && !conn_has(c, SV_CONN_CLOSING); i++) {
         const sv_effect *e = &fx->v[i];
         bool go_on = true;
         if (e->trials > 0) /* issue 13: keys a trial decryption tried, whatever the effect */
@@ -402,16 +404,17 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
             break;
         }
         if (!go_on) {
-            if (c->subs_sniffing && !c->closing) /* at least its timer runs (a pause) */
+            /* at least its timer runs (a pause) */
+            if (conn_has(c, SV_CONN_SUBS_SNIFFING) && !conn_has(c, SV_CONN_CLOSING))
                 subs_sniff(c);
             return false;
         }
     }
-    if (c->held != NULL && !c->closing && !sniff_and_open(c, false))
+    if (c->held != NULL && !conn_has(c, SV_CONN_CLOSING) && !sniff_and_open(c, false))
         return false;
-    if (c->subs_sniffing && !c->closing && !subs_sniff(c))
+    if (conn_has(c, SV_CONN_SUBS_SNIFFING) && !conn_has(c, SV_CONN_CLOSING) && !subs_sniff(c))
         return false;
-    return !c->closing;
+    return !conn_has(c, SV_CONN_CLOSING);
 }
 
 /* Feed the core until it needs more bytes; apply what it produced. */
@@ -428,15 +431,16 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
         return;
     }
     /* a core with more effects than one list holds is called again at once (ops->more) */
-    while ((off < len || (ops->more != NULL && ops->more(c->state))) && !c->closing &&
-           !c->draining) {
+    while ((off < len || (ops->more != NULL && ops->more(c->state))) &&
+           !conn_has(c, SV_CONN_CLOSING) &&
+           !conn_has(c, SV_CONN_DRAINING)) {
         /* a multiplexed core (gRPC) authenticates every new stream: it keeps the clock */
         if (ops->set_time != NULL && (c->principal == NULL || c->subs != NULL))
             ops->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
         ssize_t r = ops->feed(c->state, c->handler->creds, data + off, len - off, &fx);
         if (!apply_effects(c, &fx, iov, &niov)) {
             size_t fed = off + (r > 0 ? (size_t)r : 0);
-            if (c->paused != NULL && !c->closing && r >= 0 &&
+            if (c->paused != NULL && !conn_has(c, SV_CONN_CLOSING) && r >= 0 &&
                 !pause_input(c, data + fed, len - fed))
                 conn_close(c);
             return;
@@ -451,9 +455,10 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             break;
         off += (size_t)r;
     }
-    if (c->subs_blocked && !c->closing)
+    if (conn_has(c, SV_CONN_SUBS_BLOCKED) && !conn_has(c, SV_CONN_CLOSING))
         subs_unblock(c);
-    if (c->closing || c->draining || !write_remote(c, iov, niov))
+    if (conn_has(c, SV_CONN_CLOSING) || conn_has(c, SV_CONN_DRAINING) ||
+        !write_remote(c, iov, niov))
         return;
     if (!keep_carry(c, data + off, len - off))
         conn_close(c);
@@ -462,7 +467,7 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
 /* Client bytes after the transport layers: to the core, or as they are to the fallback. */
 static void process_plain(sv_conn *c, uint8_t *data, size_t len)
 {
-    if (!c->raw) {
+    if (!conn_has(c, SV_CONN_RAW)) {
         process_client(c, data, len);
         return;
     }
@@ -474,13 +479,14 @@ static void process_plain(sv_conn *c, uint8_t *data, size_t len)
 
 static void client_eof(sv_conn *c)
 {
-    if (c->draining || !c->connected || c->assoc != NULL || c->subs != NULL) {
+    if (conn_has(c, SV_CONN_DRAINING) || !conn_has(c, SV_CONN_CONNECTED) || c->assoc != NULL ||
+        c->subs != NULL) {
         conn_end(c, SV_CLOSE_END); /* the client ended every sub-flow it carried */
         return;
     }
-    c->client_eof = true;
+    conn_set(c, SV_CONN_CLIENT_EOF);
     uv_read_stop((uv_stream_t *)&c->client);
-    if (!c->writing_remote)
+    if (!conn_has(c, SV_CONN_WRITING_REMOTE))
         shutdown_remote(c);
     maybe_finish(c);
 }
@@ -491,7 +497,7 @@ static uint8_t *chain_alloc(void *ctx, size_t *cap)
 {
     sv_conn *c = ctx;
     size_t base = 0;
-    if (!c->raw && !c->draining && c->carry_len > 0) {
+    if (!conn_has(c, SV_CONN_RAW) && !conn_has(c, SV_CONN_DRAINING) && c->carry_len > 0) {
         memcpy(c->w->scratch, c->carry, c->carry_len);
         base = c->carry_len;
     }
@@ -503,19 +509,19 @@ static uint8_t *chain_alloc(void *ctx, size_t *cap)
 static bool chain_deliver(void *ctx, uint8_t *p, size_t n)
 {
     sv_conn *c = ctx;
-    if (c->closing || c->draining)
-        return !c->closing;
-    if (!c->raw && c->principal == NULL && c->flow == NULL &&
+    if (conn_has(c, SV_CONN_CLOSING) || conn_has(c, SV_CONN_DRAINING))
+        return !conn_has(c, SV_CONN_CLOSING);
+    if (!conn_has(c, SV_CONN_RAW) && c->principal == NULL && c->flow == NULL &&
         (sv_chain_status(&c->chain) & SV_LAYER_REFUSED)) {
         /* a layer refused the peer (e.g. a WebSocket upgrade on another path): the fallback
          * gets its bytes, else a 404, as for a request the protocol refuses (issue 9) */
         sv_effect e = {.kind = SV_FX_ERROR, .policy = SV_PROBE_FALLBACK, .data = p, .len = n};
         client_failed(c, &e);
-        return !c->closing;
+        return !conn_has(c, SV_CONN_CLOSING);
     }
-    size_t base = c->raw ? 0 : c->carry_len;
+    size_t base = conn_has(c, SV_CONN_RAW) ? 0 : c->carry_len;
     process_plain(c, p - base, base + n);
-    return !c->closing;
+    return !conn_has(c, SV_CONN_CLOSING);
 }
 
 /* A layer failed: give the kernel what it queued last (a TLS alert, a WebSocket Close), once
@@ -523,7 +529,8 @@ static bool chain_deliver(void *ctx, uint8_t *p, size_t n)
 static void send_last_words(sv_conn *c)
 {
     size_t len = 0;
-    if (c->writing_client || c->closing || sv_chain_pump(&c->chain) < 0)
+    if (conn_has(c, SV_CONN_WRITING_CLIENT) || conn_has(c, SV_CONN_CLOSING) ||
+        sv_chain_pump(&c->chain) < 0)
         return;
     const uint8_t *p = sv_chain_out_peek(&c->chain, &len);
     if (len == 0)
@@ -544,26 +551,27 @@ static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
         conn_close(c);
         return;
     }
-    if (c->closing || !flush_chain(c))
+    if (conn_has(c, SV_CONN_CLOSING) || !flush_chain(c))
         return;
     unsigned st = sv_chain_status(&c->chain);
     if ((st & SV_LAYER_TARGET) && c->peek == NULL) {
         peek_start(c); /* REALITY: the target answers the hello first (§1.5) */
         return;
     }
-    if (!c->chain_up && (st & SV_LAYER_UP)) {
-        c->chain_up = true; /* the protocol's own bound from here */
-        if (!c->connected && !c->draining && !c->raw && c->held == NULL &&
+    if (!conn_has(c, SV_CONN_CHAIN_UP) && (st & SV_LAYER_UP)) {
+        conn_set(c, SV_CONN_CHAIN_UP); /* the protocol's own bound from here */
+        if (!conn_has(c, SV_CONN_CONNECTED) && !conn_has(c, SV_CONN_DRAINING) &&
+            !conn_has(c, SV_CONN_RAW) && c->held == NULL &&
             !conn_timer_start(c, on_handshake_timeout, SV_HANDSHAKE_MS)) {
             conn_close(c);
             return;
         }
     }
-    if ((st & SV_LAYER_EOF) && !c->client_eof) {
+    if ((st & SV_LAYER_EOF) && !conn_has(c, SV_CONN_CLIENT_EOF)) {
         client_eof(c);
         /* the layers below the one that ended still have their ends to read (a TLS
          * close_notify after a WebSocket Close): keep reading until TCP's EOF */
-        if (!c->closing && c->client_eof)
+        if (!conn_has(c, SV_CONN_CLOSING) && conn_has(c, SV_CONN_CLIENT_EOF))
             uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
     }
 }
@@ -571,7 +579,7 @@ static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
     sv_conn *c = s->data;
-    if (n == 0 || c->closing)
+    if (n == 0 || conn_has(c, SV_CONN_CLOSING))
         return;
     if (n < 0) {
         if (n != UV_EOF)
@@ -587,7 +595,7 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         splice_try(c);
         return;
     }
-    if (c->draining)
+    if (conn_has(c, SV_CONN_DRAINING))
         return;
     process_plain(c, c->w->scratch, c->carry_len + (size_t)n);
 }
@@ -598,7 +606,8 @@ static void client_read_start(sv_conn *c)
         splice_run(c);
         return;
     }
-    if (!c->client_eof && !c->closing && !c->paced_up && c->paused == NULL &&
+    if (!conn_has(c, SV_CONN_CLIENT_EOF) && !conn_has(c, SV_CONN_CLOSING) &&
+        !conn_has(c, SV_CONN_PACED_UP) && c->paused == NULL &&
         !(c->subs != NULL && subs_over_pause(c))) /* the sub-flows' backpressure holds */
         uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
 }
@@ -606,7 +615,7 @@ static void client_read_start(sv_conn *c)
 static void on_handshake_timeout(uv_timer_t *t)
 {
     sv_conn *c = t->data;
-    if (!c->connected)
+    if (!conn_has(c, SV_CONN_CONNECTED))
         conn_close(c);
 }
 
@@ -642,7 +651,7 @@ int sv__conn_open(sv_wlistener *l, int fd)
     uv_tcp_init(&w->loop, &c->client);
     c->client.data = c;
     c->pending = 1;
-    c->preauth = true;
+    conn_set(c, SV_CONN_PREAUTH);
     sv_list_insert_tail(&w->preauth, &c->link);
     w->n_preauth++;
     atomic_store_explicit(&w->shared->preauth[w->index], w->n_preauth, memory_order_relaxed);
@@ -699,7 +708,7 @@ void sv__conn_revoke(sv_worker *w, sv_wlistener *l)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->conns) {
         sv_conn *c = sv_container_of(pos, sv_conn, link);
-        if (c->listener != l || c->closing || c->principal == NULL)
+        if (c->listener != l || conn_has(c, SV_CONN_CLOSING) || c->principal == NULL)
             continue;
         if (sv_handler_find(l->handler, c->handler, c->principal) < 0)
             conn_end(c, SV_CLOSE_REVOKE);
@@ -713,7 +722,8 @@ static void sweep_idle_in(sv_list *list, uint64_t now)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, list) {
         sv_conn *c = sv_container_of(pos, sv_conn, link);
-        if (c->connected && !c->closing && now - c->last_active >= SV_TCP_IDLE_MS)
+        if (conn_has(c, SV_CONN_CONNECTED) && !conn_has(c, SV_CONN_CLOSING) &&
+            now - c->last_active >= SV_TCP_IDLE_MS)
             conn_end(c, SV_CLOSE_IDLE);
     }
 }

@@ -53,24 +53,9 @@ typedef struct sv_conn {
         struct sockaddr_in6 in6;
     } peer; /**< the client's address (not a sockaddr_storage: 100 bytes less per connection) */
     unsigned n_subs;
-    /* the flags together, no padding between them (issue 13: every idle connection holds them) */
-    bool flow_registered;
-    bool ob_opened; /**< ob was opened: it is closed with the connection (on_ob_closed) */
-    bool connected, client_eof, remote_eof, remote_shut, client_shut;
-    bool writing_remote, writing_client, draining, closing;
-    bool chain_up;       /**< the chain's handshakes completed */
-    bool chain_bye;      /**< the chain's ends of stream (close_notify ...) are queued */
-    bool raw;            /**< fallback relay: client bytes go to the remote as they are */
+    uint32_t flags;         /**< enum sv_conn_flag bits (conn_has, conn_set ...) */
     uint8_t direct_counted; /**< SV_DIRECT_IN / OUT already counted in shared->direct */
     uint8_t end_why;        /**< why it ends (sv_close_reason + 1), 0: not said (an error) */
-    bool pace_known : 1;  /**< pacer was looked up (at the first payload after admission) */
-    bool paced_up : 1, paced_down : 1; /**< in debt: that side stopped reading until pace_timer
-                                            fires */
-    bool subs_paced : 1;  /**< some sub-flows stopped reading until pace_timer fires */
-    bool subs_blocked : 1; /**< some sub-flows stopped reading until the core's queue drains */
-    bool subs_sniffing : 1; /**< some sub-flows wait for their first payload to be sniffed */
-    bool no_splice : 1;   /**< the kernel relay is not possible for this connection */
-    bool preauth : 1;     /**< issue 33: in w->preauth (accepted, not authenticated nor closing) */
     sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
     sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
@@ -89,6 +74,51 @@ typedef struct sv_conn {
     struct conn_splice *splice; /**< Vision direct both ways: the kernel relay, or NULL */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
+
+/** The states of a connection, one bit each of sv_conn.flags (set, cleared and read only
+ *  through conn_has, conn_set, conn_clear and conn_put). */
+enum sv_conn_flag {
+    SV_CONN_FLOW_REGISTERED = 1u << 0, /**< flow is the tracker's (registered), else ours */
+    SV_CONN_OB_OPENED = 1u << 1,   /**< ob was opened: it is closed with the connection
+                                        (on_ob_closed) */
+    SV_CONN_CONNECTED = 1u << 2,   /**< the remote side is connected */
+    SV_CONN_CLIENT_EOF = 1u << 3,  /**< the client ended its direction */
+    SV_CONN_REMOTE_EOF = 1u << 4,  /**< the remote ended its direction */
+    SV_CONN_REMOTE_SHUT = 1u << 5, /**< the remote was half-closed (the client's end passed on) */
+    SV_CONN_CLIENT_SHUT = 1u << 6, /**< the client was half-closed (the remote's end passed on) */
+    SV_CONN_WRITING_REMOTE = 1u << 7, /**< a write to the remote is in flight */
+    SV_CONN_WRITING_CLIENT = 1u << 8, /**< a write to the client is in flight (wr_client) */
+    SV_CONN_DRAINING = 1u << 9,    /**< a failed client is read and discarded until the timer */
+    SV_CONN_CLOSING = 1u << 10,    /**< conn_close ran: handles are closing */
+    SV_CONN_CHAIN_UP = 1u << 11,   /**< the chain's handshakes completed */
+    SV_CONN_CHAIN_BYE = 1u << 12,  /**< the chain's ends of stream (close_notify ...) are queued */
+    SV_CONN_RAW = 1u << 13,        /**< fallback relay: client bytes go to the remote as they are */
+    SV_CONN_PACE_KNOWN = 1u << 14, /**< pacer was looked up (at the first payload after
+                                        admission) */
+    SV_CONN_PACED_UP = 1u << 15,   /**< in debt: the client's side stopped reading until
+                                        pace_timer fires */
+    SV_CONN_PACED_DOWN = 1u << 16, /**< in debt: the remote's side, likewise */
+    SV_CONN_SUBS_PACED = 1u << 17, /**< some sub-flows stopped reading until pace_timer fires */
+    SV_CONN_SUBS_BLOCKED = 1u << 18, /**< some sub-flows stopped reading until the core's queue
+                                          drains */
+    SV_CONN_SUBS_SNIFFING = 1u << 19, /**< some sub-flows wait for their first payload to be
+                                           sniffed */
+    SV_CONN_NO_SPLICE = 1u << 20,  /**< the kernel relay is not possible for this connection */
+    SV_CONN_PREAUTH = 1u << 21,    /**< in w->preauth (accepted, not authenticated nor closing;
+                                        issue 33) */
+};
+
+/** Is any of the bits @p f of @p c set? */
+static inline bool conn_has(const sv_conn *c, uint32_t f) { return (c->flags & f) != 0; }
+/** Set the bits @p f of @p c. */
+static inline void conn_set(sv_conn *c, uint32_t f) { c->flags |= f; }
+/** Clear the bits @p f of @p c. */
+static inline void conn_clear(sv_conn *c, uint32_t f) { c->flags &= ~f; }
+/** Set the bits @p f of @p c when @p on, else clear them. */
+static inline void conn_put(sv_conn *c, uint32_t f, bool on)
+{
+    c->flags = on ? c->flags | f : c->flags & ~f;
+}
 
 /* What admit() decided: refuse, go on, or wait for the fleet (or a scan) to answer. */
 enum admit_result { ADMIT_NO, ADMIT_YES, ADMIT_WAIT };
