@@ -140,37 +140,47 @@ static int *reuse_map(const sv_user_set *users, const sv_handler_was *was)
     return from;
 }
 
-sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
-                           const sv_handler_was *was, sv_replay_ref *replay, sv_tls_ctx *tls,
-                           sv_error *err)
+/* The core serving @p in into h->ops (gRPC wraps it: one inner core, *@p core, per HTTP/2
+ * stream, transport/grpc.h). @return false when none does, or its carry or framing does not fit
+ * the worker's buffers (SV_CARRY_MAX, sv_worker.sealed). */
+static bool handler_core(sv_handler *h, const sv_inbound_spec *in, const sv_proto_ops **core)
 {
-    int *from = NULL;
+    *core = sv_proto_ops_for(in);
+    h->ops = in->grpc.service_name != NULL && *core != NULL ? &sv_grpc_ops : *core;
+    return h->ops != NULL && h->ops->carry_max <= SV_CARRY_MAX &&
+           h->ops->frame_max(SV_SCRATCH) <= sizeof ((sv_worker *)0)->sealed;
+}
+
+/* One principal per user of @p users (NULL: none), kept from @p was's where @p from says it is
+ * the same user (reuse_map), else from the registry. @return 0 or -ENOMEM (h->n_users counts
+ * the principals taken). */
+static int handler_principals(sv_handler *h, const sv_user_set *users, const sv_handler_was *was,
+                              const int *from)
+{
     size_t n = users != NULL ? users->n_users : 0;
-    sv_handler *h = calloc(1, sizeof *h);
-    if (h == NULL)
-        goto oom;
-    const sv_proto_ops *core = sv_proto_ops_for(in);
-    /* gRPC wraps the inbound's core: one inner core per HTTP/2 stream (transport/grpc.h) */
-    h->ops = in->grpc.service_name != NULL && core != NULL ? &sv_grpc_ops : core;
-    if (h->ops == NULL || h->ops->carry_max > SV_CARRY_MAX ||
-        h->ops->frame_max(SV_SCRATCH) > sizeof ((sv_worker *)0)->sealed) {
-        free(h);
-        sv_error_set(err, -EINVAL, "inbound %s: no protocol core", in->tag);
-        return NULL;
-    }
     h->principals = calloc(n ? n : 1, sizeof *h->principals);
     if (h->principals == NULL)
-        goto oom;
-    from = reuse_map(users, was);
+        return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         h->principals[i] = from != NULL && from[i] >= 0
                                ? sv_principal_keep(was->handler->principals[from[i]],
                                                    &users->users[i])
                                : sv_principal_acquire(users->tag, &users->users[i]);
         if (h->principals[i] == NULL)
-            goto oom;
+            return -ENOMEM;
         h->n_users = i + 1;
     }
+    return 0;
+}
+
+/* The core's credential table for @p users (NULL: an empty set of @p in's tag) into h->creds:
+ * copied from @p was's for the users @p from maps when the core can (creds_new_from), else
+ * derived; a gRPC inbound's wraps its inner @p core's. @return 0, or the core's error (@p err
+ * set; h->creds NULL). */
+static int handler_creds(sv_handler *h, const sv_proto_ops *core, const sv_inbound_spec *in,
+                         const sv_user_set *users, const sv_handler_was *was, const int *from,
+                         sv_error *err)
+{
     sv_user_set none = {.tag = in->users};
     bool reuse = from != NULL && was->handler->ops == h->ops && h->ops->creds_new_from != NULL;
     int rc = h->ops == &sv_grpc_ops
@@ -178,14 +188,16 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
                                      users != NULL ? users : &none, &h->creds, err)
              : reuse ? h->ops->creds_new_from(in, users, was->handler->creds, from, &h->creds, err)
                      : h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
-    free(from);
-    from = NULL;
-    if (rc != 0) {
+    if (rc != 0)
         h->creds = NULL;
-        if (rc == -ENOMEM)
-            goto oom;
-        goto fail;
-    }
+    return rc;
+}
+
+/* The inbound's settings the handler keeps: its scalars (h->in, whose strings and sub-settings
+ * the spec owns are dropped, but for the TLS certificate mode), allow_private and the fallback.
+ * @return 0, or -EINVAL with @p err set (a fallback that is not HOST:PORT). */
+static int handler_settings(sv_handler *h, const sv_inbound_spec *in, sv_error *err)
+{
     snprintf(h->tag, sizeof h->tag, "%s", in->tag);
     h->in = *in;
     h->in.tag = h->tag;
@@ -195,7 +207,7 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     if (in->fallback != NULL) {
         if (sv_dest_parse_hostport(in->fallback, &h->fallback) != 0) {
             sv_error_set(err, -EINVAL, "inbound %s: fallback is not HOST:PORT", in->tag);
-            goto fail;
+            return -EINVAL;
         }
         h->has_fallback = true;
     }
@@ -203,28 +215,47 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     h->in.fallback = NULL;
     h->in.ws = (sv_inbound_ws){0};
     h->in.grpc = (sv_inbound_grpc){0}; /* borrowed from the spec: the core keeps its paths */
-    if (in->reality.private_key != NULL) {
-        const sv_inbound_reality *r = &in->reality;
-        const char *what = NULL;
-        h->reality = sv_reality_conf_new(r->private_key, r->short_ids, r->server_names,
-                                         r->max_time_diff_ms != 0
-                                             ? r->max_time_diff_ms
-                                             : SV_REALITY_TIME_DIFF_DEFAULT_MS,
-                                         &what, &rc);
-        if (h->reality == NULL && rc == -ENOMEM)
-            goto oom;
-        if (h->reality == NULL) {
-            sv_error_set(err, rc, "inbound %s: reality %s: %s", in->tag,
-                         what != NULL ? what : "certificate",
-                         rc == -EINVAL ? "invalid" : "could not be made");
-            goto fail;
-        }
-        h->reality->mirror = h->has_fallback; /* the fallback is the target (§1.5) */
-        h->reality->auth.min_client_ver = r->min_client_ver; /* §1.1: 0 = no bound */
-        h->reality->auth.max_client_ver = r->max_client_ver;
-        h->reality->xver = r->xver;
-        h->layers[h->n_layers++] = (sv_layer_conf){&sv_reality_layer_ops, h->reality};
+    return 0;
+}
+
+/* The REALITY layer of @p in (PROTOCOLS-2.md §1.1), when it has a private key: its settings and
+ * certificate into h->reality, pushed on h->layers. @return 0, -ENOMEM, or -EINVAL with @p err
+ * set (settings refused or a certificate that could not be made). */
+static int handler_reality(sv_handler *h, const sv_inbound_spec *in, sv_error *err)
+{
+    const sv_inbound_reality *r = &in->reality;
+    if (r->private_key == NULL)
+        return 0;
+    const char *what = NULL;
+    int rc = 0;
+    h->reality = sv_reality_conf_new(r->private_key, r->short_ids, r->server_names,
+                                     r->max_time_diff_ms != 0 ? r->max_time_diff_ms
+                                                              : SV_REALITY_TIME_DIFF_DEFAULT_MS,
+                                     &what, &rc);
+    if (h->reality == NULL && rc == -ENOMEM)
+        return -ENOMEM;
+    if (h->reality == NULL) {
+        sv_error_set(err, rc, "inbound %s: reality %s: %s", in->tag,
+                     what != NULL ? what : "certificate",
+                     rc == -EINVAL ? "invalid" : "could not be made");
+        return -EINVAL;
     }
+    h->reality->mirror = h->has_fallback; /* the fallback is the target (§1.5) */
+    h->reality->auth.min_client_ver = r->min_client_ver; /* §1.1: 0 = no bound */
+    h->reality->auth.max_client_ver = r->max_client_ver;
+    h->reality->xver = r->xver;
+    h->layers[h->n_layers++] = (sv_layer_conf){&sv_reality_layer_ops, h->reality};
+    return 0;
+}
+
+/* The transport layers of @p in above TCP, bottom first: REALITY, TLS (a reference on @p tls),
+ * WebSocket or HTTPUpgrade. @return 0, -ENOMEM, or -EINVAL with @p err set. */
+static int handler_layers(sv_handler *h, const sv_inbound_spec *in, sv_tls_ctx *tls,
+                          sv_error *err)
+{
+    int rc = handler_reality(h, in, err);
+    if (rc != 0)
+        return rc;
     h->in.reality = (sv_inbound_reality){.max_time_diff_ms = in->reality.max_time_diff_ms};
     if (tls != NULL) {
         h->tls = sv_tls_ctx_ref(tls);
@@ -233,9 +264,56 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     if (in->ws.path != NULL) {
         h->ws = sv_ws_conf_new(in->ws.path, in->ws.host);
         if (h->ws == NULL)
-            goto oom; /* the path was validated */
+            return -ENOMEM; /* the path was validated */
         h->layers[h->n_layers++] = (sv_layer_conf){
             in->ws.httpupgrade ? &sv_httpupgrade_layer_ops : &sv_ws_layer_ops, h->ws};
+    }
+    return 0;
+}
+
+/* Free a handler that was not finished (sv_handler_new's failures): what it holds so far. */
+static void handler_free_partial(sv_handler *h)
+{
+    if (h->creds != NULL)
+        h->ops->creds_free(h->creds);
+    for (size_t i = 0; i < h->n_users; i++)
+        sv_principal_unref(h->principals[i]);
+    free(h->principals);
+    sv_tls_ctx_unref(h->tls);
+    sv_ws_conf_free(h->ws);
+    sv_reality_conf_free(h->reality);
+    free(h);
+}
+
+sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
+                           const sv_handler_was *was, sv_replay_ref *replay, sv_tls_ctx *tls,
+                           sv_error *err)
+{
+    const sv_proto_ops *core = NULL;
+    sv_handler *h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
+        return NULL;
+    }
+    if (!handler_core(h, in, &core)) {
+        free(h);
+        sv_error_set(err, -EINVAL, "inbound %s: no protocol core", in->tag);
+        return NULL;
+    }
+    int *from = reuse_map(users, was); /* NULL: every user's principal and key anew */
+    int rc = handler_principals(h, users, was, from);
+    if (rc == 0)
+        rc = handler_creds(h, core, in, users, was, from, err);
+    free(from);
+    if (rc == 0)
+        rc = handler_settings(h, in, err);
+    if (rc == 0)
+        rc = handler_layers(h, in, tls, err);
+    if (rc != 0) {
+        if (rc == -ENOMEM)
+            sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
+        handler_free_partial(h);
+        return NULL;
     }
     atomic_fetch_add(&replay->refs, 1);
     h->replay = replay;
@@ -243,22 +321,6 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
         h->ops->attach_replay(h->creds, replay->filter);
     atomic_init(&h->refs, 1);
     return h;
-oom:
-    free(from);
-    sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
-fail:
-    if (h != NULL) {
-        if (h->creds != NULL)
-            h->ops->creds_free(h->creds);
-        for (size_t i = 0; i < h->n_users; i++)
-            sv_principal_unref(h->principals[i]);
-        free(h->principals);
-        sv_tls_ctx_unref(h->tls);
-        sv_ws_conf_free(h->ws);
-        sv_reality_conf_free(h->reality);
-    }
-    free(h);
-    return NULL;
 }
 
 void sv_handler_ref(sv_handler *h) { atomic_fetch_add(&h->refs, 1); }
