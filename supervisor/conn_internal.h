@@ -9,8 +9,8 @@
 #define SV_CONN_INTERNAL_H
 
 #include "supervisor/plane.h"
-#include "supervisor/transport/reality.h" /* REALITY's xver: sv_proxy_header (conn_client) */
 #include "supervisor/udp.h"
+#include "supervisor/util/proxy_header.h"
 #include "supervisor/worker.h"
 
 #define IOV_MAX_BATCH 64 /* a read of 2 KiB VMess chunks (v2ray) goes out in one writev */

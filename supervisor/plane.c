@@ -256,7 +256,9 @@ static int handler_layers(sv_handler *h, const sv_inbound_spec *in, sv_tls_ctx *
     int rc = handler_reality(h, in, err);
     if (rc != 0)
         return rc;
-    h->in.reality = (sv_inbound_reality){.max_time_diff_ms = in->reality.max_time_diff_ms};
+    /* what the connection reads of REALITY (its PROXY header, conn_client.c.inc) */
+    h->in.reality = (sv_inbound_reality){.max_time_diff_ms = in->reality.max_time_diff_ms,
+                                         .xver = in->reality.xver};
     if (tls != NULL) {
         h->tls = sv_tls_ctx_ref(tls);
         h->layers[h->n_layers++] = (sv_layer_conf){&sv_tls_layer_ops, h->tls};
