@@ -3,7 +3,8 @@
  * state and the functions each part offers the others. conn.c is one translation unit with its
  * parts (the conn_*.c.inc files it includes): they call each other both ways (a write that
  * drains resumes a read, a close ends every part), and the objects of libsv.a must not call in
- * circles (tests/unit/t-no-cycles.sh). Included by conn.c only; every name here is static.
+ * circles (tests/unit/t-no-cycles.sh). Included by conn.c only; every function declared here
+ * is static, and its contract is the comment at its definition.
  */
 #ifndef SV_CONN_INTERNAL_H
 #define SV_CONN_INTERNAL_H
