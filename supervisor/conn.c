@@ -58,6 +58,9 @@
 
 static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 
+/* Drop one hold on @p c (an open handle or a request in flight, counted in pending); the last
+ * frees it: its flow's close is counted and the record goes to the tracker (or is freed), the
+ * session closes, every reference goes back, and the worker hears of it (conn_gone). */
 static void conn_release(sv_conn *c)
 {
     if (--c->pending > 0)
@@ -140,6 +143,8 @@ static void on_pace_timer_closed(uv_handle_t *h)
     conn_release(c);
 }
 
+/* Begin closing @p c (once): every part ends (kernel relay, pause, target flight, UDP in the
+ * stream, sub-flows) and every handle closes; @p c is freed by the last conn_release. */
 static void conn_close(sv_conn *c)
 {
     if (conn_has(c, SV_CONN_CLOSING))
@@ -205,6 +210,8 @@ static void conn_timer_drop(sv_conn *c)
  * for a random time, then close (PROTOCOLS.md §1.4 (b)). No log line per connection. */
 static void on_drain_timeout(uv_timer_t *t) { conn_close(t->data); }
 
+/* Drain a client that failed (PROTOCOLS.md §1.4 (b)): read and discard until a random time
+ * in [SV_PROBE_DRAIN_MIN_MS, + SV_PROBE_DRAIN_SPAN_MS) passes, then close. */
 static void start_drain(sv_conn *c)
 {
     uint32_t r = 0;
@@ -221,6 +228,7 @@ static void start_drain(sv_conn *c)
     client_read_start(c);
 }
 
+/* Both sides ended and nothing is in flight either way: the connection ends (SV_CLOSE_END). */
 static void maybe_finish(sv_conn *c)
 {
     if (conn_has(c, SV_CONN_CLIENT_EOF) && conn_has(c, SV_CONN_REMOTE_EOF) &&
@@ -236,6 +244,7 @@ static void on_shutdown(uv_shutdown_t *req, int status)
     (void)status;
 }
 
+/* Pass the client's end on: half-close the remote (once, when it is connected). */
 static void shutdown_remote(sv_conn *c)
 {
     if (conn_has(c, SV_CONN_REMOTE_SHUT) || conn_has(c, SV_CONN_CLOSING) ||
@@ -245,6 +254,8 @@ static void shutdown_remote(sv_conn *c)
     c->ob.ops->shutdown(&c->ob);
 }
 
+/* Pass the remote's end on: the layers' ends of stream first, then, once no write is in
+ * flight, the client's TCP half-close (once). */
 static void shutdown_client(sv_conn *c)
 {
     if (conn_has(c, SV_CONN_CLIENT_SHUT) || conn_has(c, SV_CONN_CLOSING))
@@ -477,6 +488,8 @@ static void process_plain(sv_conn *c, uint8_t *data, size_t len)
         write_remote(c, iov, niov);
 }
 
+/* The client ended its direction: half-close the remote once its writes are done; a
+ * connection that is draining, not connected, or carries UDP or sub-flows ends instead. */
 static void client_eof(sv_conn *c)
 {
     if (conn_has(c, SV_CONN_DRAINING) || !conn_has(c, SV_CONN_CONNECTED) || c->assoc != NULL ||
@@ -600,6 +613,8 @@ static void on_client_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     process_plain(c, c->w->scratch, c->carry_len + (size_t)n);
 }
 
+/* Read the client again, unless it ended, the connection closes, the client's side is in
+ * debt (pace), admission is paused, or a sub-flow holds too much; a kernel relay polls instead. */
 static void client_read_start(sv_conn *c)
 {
     if (c->splice != NULL) {
@@ -612,6 +627,7 @@ static void client_read_start(sv_conn *c)
         uv_read_start((uv_stream_t *)&c->client, client_alloc, on_client_read);
 }
 
+/* The protocol's bound ran out before the remote was connected: close. */
 static void on_handshake_timeout(uv_timer_t *t)
 {
     sv_conn *c = t->data;
