@@ -22,7 +22,11 @@
 
 #include <stdio.h>
 
-#include "supervisor/runtime.h"
+#include "supervisor/admission.h"
+#include "supervisor/bounds.h"
+#include "supervisor/conn.h"
+#include "supervisor/flow.h"
+#include "supervisor/worker.h"
 
 /* Whether @p w is under pressure: its pre-auth connections at half its share or more, or the
  * process at its budget. */

@@ -11,18 +11,27 @@
 
 #include <openssl/rand.h>
 
+#include "supervisor/bounds.h"
+#include "supervisor/flow.h"
+#include "supervisor/hints.h"
+#include "supervisor/plane.h"
+#include "supervisor/proto/shadowsocks.h"
 #include "supervisor/proto/ss22_dgram.h"
 #include "supervisor/proto/ss2022.h"
 #include "supervisor/proto/ss_dgram.h"
 #include "supervisor/proto/ss_mux.h"
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
+#include "supervisor/scan.h"
 #include "supervisor/proto/vless.h"
 #include "supervisor/proto/vmess.h"
-#include "supervisor/runtime.h"
+#include "supervisor/transport/grpc.h"
 #include "supervisor/transport/httpupgrade.h"
 #include "supervisor/transport/reality.h"
+#include "supervisor/transport/tls.h"
+#include "supervisor/transport/ws.h"
 #include "supervisor/util/log.h"
+#include "supervisor/worker.h"
 
 #define REPLAY_CAPACITY 65536
 
@@ -62,6 +71,10 @@ void sv_replay_ref_unref(sv_replay_ref *r)
     sv_replay_free(r->filter);
     free(r);
 }
+
+/* The runtime's buffers fit every core registered here (bounds.h). */
+_Static_assert(SV_SEALED_MAX >= SV_SS_SEALED_MAX(SV_SCRATCH), "sealed buffer too small");
+_Static_assert(SV_CARRY_MAX == SV_SS22_CARRY_MAX, "SV_CARRY_MAX is Shadowsocks 2022's chunk");
 
 const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in)
 {
@@ -145,37 +158,47 @@ static int *reuse_map(const sv_user_set *users, const sv_handler_was *was)
     return from;
 }
 
-sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
-                           const sv_handler_was *was, sv_replay_ref *replay, sv_tls_ctx *tls,
-                           sv_error *err)
+/* The core serving @p in into h->ops (gRPC wraps it: one inner core, *@p core, per HTTP/2
+ * stream, transport/grpc.h). @return false when none does, or its carry or framing does not fit
+ * the worker's buffers (SV_CARRY_MAX, sv_worker.sealed). */
+static bool handler_core(sv_handler *h, const sv_inbound_spec *in, const sv_proto_ops **core)
 {
-    int *from = NULL;
+    *core = sv_proto_ops_for(in);
+    h->ops = in->grpc.service_name != NULL && *core != NULL ? &sv_grpc_ops : *core;
+    return h->ops != NULL && h->ops->carry_max <= SV_CARRY_MAX &&
+           h->ops->frame_max(SV_SCRATCH) <= sizeof ((sv_worker *)0)->sealed;
+}
+
+/* One principal per user of @p users (NULL: none), kept from @p was's where @p from says it is
+ * the same user (reuse_map), else from the registry. @return 0 or -ENOMEM (h->n_users counts
+ * the principals taken). */
+static int handler_principals(sv_handler *h, const sv_user_set *users, const sv_handler_was *was,
+                              const int *from)
+{
     size_t n = users != NULL ? users->n_users : 0;
-    sv_handler *h = calloc(1, sizeof *h);
-    if (h == NULL)
-        goto oom;
-    const sv_proto_ops *core = sv_proto_ops_for(in);
-    /* gRPC wraps the inbound's core: one inner core per HTTP/2 stream (transport/grpc.h) */
-    h->ops = in->grpc.service_name != NULL && core != NULL ? &sv_grpc_ops : core;
-    if (h->ops == NULL || h->ops->carry_max > SV_CARRY_MAX ||
-        h->ops->frame_max(SV_SCRATCH) > sizeof ((sv_worker *)0)->sealed) {
-        free(h);
-        sv_error_set(err, -EINVAL, "inbound %s: no protocol core", in->tag);
-        return NULL;
-    }
     h->principals = calloc(n ? n : 1, sizeof *h->principals);
     if (h->principals == NULL)
-        goto oom;
-    from = reuse_map(users, was);
+        return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         h->principals[i] = from != NULL && from[i] >= 0
                                ? sv_principal_keep(was->handler->principals[from[i]],
                                                    &users->users[i])
                                : sv_principal_acquire(users->tag, &users->users[i]);
         if (h->principals[i] == NULL)
-            goto oom;
+            return -ENOMEM;
         h->n_users = i + 1;
     }
+    return 0;
+}
+
+/* The core's credential table for @p users (NULL: an empty set of @p in's tag) into h->creds:
+ * copied from @p was's for the users @p from maps when the core can (creds_new_from), else
+ * derived; a gRPC inbound's wraps its inner @p core's. @return 0, or the core's error (@p err
+ * set; h->creds NULL). */
+static int handler_creds(sv_handler *h, const sv_proto_ops *core, const sv_inbound_spec *in,
+                         const sv_user_set *users, const sv_handler_was *was, const int *from,
+                         sv_error *err)
+{
     sv_user_set none = {.tag = in->users};
     bool reuse = from != NULL && was->handler->ops == h->ops && h->ops->creds_new_from != NULL;
     int rc = h->ops == &sv_grpc_ops
@@ -183,14 +206,16 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
                                      users != NULL ? users : &none, &h->creds, err)
              : reuse ? h->ops->creds_new_from(in, users, was->handler->creds, from, &h->creds, err)
                      : h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
-    free(from);
-    from = NULL;
-    if (rc != 0) {
+    if (rc != 0)
         h->creds = NULL;
-        if (rc == -ENOMEM)
-            goto oom;
-        goto fail;
-    }
+    return rc;
+}
+
+/* The inbound's settings the handler keeps: its scalars (h->in, whose strings and sub-settings
+ * the spec owns are dropped, but for the TLS certificate mode), allow_private and the fallback.
+ * @return 0, or -EINVAL with @p err set (a fallback that is not HOST:PORT). */
+static int handler_settings(sv_handler *h, const sv_inbound_spec *in, sv_error *err)
+{
     snprintf(h->tag, sizeof h->tag, "%s", in->tag);
     h->in = *in;
     h->in.tag = h->tag;
@@ -200,7 +225,7 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     if (in->fallback != NULL) {
         if (sv_dest_parse_hostport(in->fallback, &h->fallback) != 0) {
             sv_error_set(err, -EINVAL, "inbound %s: fallback is not HOST:PORT", in->tag);
-            goto fail;
+            return -EINVAL;
         }
         h->has_fallback = true;
     }
@@ -208,29 +233,50 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     h->in.fallback = NULL;
     h->in.ws = (sv_inbound_ws){0};
     h->in.grpc = (sv_inbound_grpc){0}; /* borrowed from the spec: the core keeps its paths */
-    if (in->reality.private_key != NULL) {
-        const sv_inbound_reality *r = &in->reality;
-        const char *what = NULL;
-        h->reality = sv_reality_conf_new(r->private_key, r->short_ids, r->server_names,
-                                         r->max_time_diff_ms != 0
-                                             ? r->max_time_diff_ms
-                                             : SV_REALITY_TIME_DIFF_DEFAULT_MS,
-                                         &what, &rc);
-        if (h->reality == NULL && rc == -ENOMEM)
-            goto oom;
-        if (h->reality == NULL) {
-            sv_error_set(err, rc, "inbound %s: reality %s: %s", in->tag,
-                         what != NULL ? what : "certificate",
-                         rc == -EINVAL ? "invalid" : "could not be made");
-            goto fail;
-        }
-        h->reality->mirror = h->has_fallback; /* the fallback is the target (§1.5) */
-        h->reality->auth.min_client_ver = r->min_client_ver; /* §1.1: 0 = no bound */
-        h->reality->auth.max_client_ver = r->max_client_ver;
-        h->reality->xver = r->xver;
-        h->layers[h->n_layers++] = (sv_layer_conf){&sv_reality_layer_ops, h->reality};
+    return 0;
+}
+
+/* The REALITY layer of @p in (PROTOCOLS-2.md §1.1), when it has a private key: its settings and
+ * certificate into h->reality, pushed on h->layers. @return 0, -ENOMEM, or -EINVAL with @p err
+ * set (settings refused or a certificate that could not be made). */
+static int handler_reality(sv_handler *h, const sv_inbound_spec *in, sv_error *err)
+{
+    const sv_inbound_reality *r = &in->reality;
+    if (r->private_key == NULL)
+        return 0;
+    const char *what = NULL;
+    int rc = 0;
+    h->reality = sv_reality_conf_new(r->private_key, r->short_ids, r->server_names,
+                                     r->max_time_diff_ms != 0 ? r->max_time_diff_ms
+                                                              : SV_REALITY_TIME_DIFF_DEFAULT_MS,
+                                     &what, &rc);
+    if (h->reality == NULL && rc == -ENOMEM)
+        return -ENOMEM;
+    if (h->reality == NULL) {
+        sv_error_set(err, rc, "inbound %s: reality %s: %s", in->tag,
+                     what != NULL ? what : "certificate",
+                     rc == -EINVAL ? "invalid" : "could not be made");
+        return -EINVAL;
     }
-    h->in.reality = (sv_inbound_reality){.max_time_diff_ms = in->reality.max_time_diff_ms};
+    h->reality->mirror = h->has_fallback; /* the fallback is the target (§1.5) */
+    h->reality->auth.min_client_ver = r->min_client_ver; /* §1.1: 0 = no bound */
+    h->reality->auth.max_client_ver = r->max_client_ver;
+    h->reality->xver = r->xver;
+    h->layers[h->n_layers++] = (sv_layer_conf){&sv_reality_layer_ops, h->reality};
+    return 0;
+}
+
+/* The transport layers of @p in above TCP, bottom first: REALITY, TLS (a reference on @p tls),
+ * WebSocket or HTTPUpgrade. @return 0, -ENOMEM, or -EINVAL with @p err set. */
+static int handler_layers(sv_handler *h, const sv_inbound_spec *in, sv_tls_ctx *tls,
+                          sv_error *err)
+{
+    int rc = handler_reality(h, in, err);
+    if (rc != 0)
+        return rc;
+    /* what the connection reads of REALITY (its PROXY header, conn_client.c.inc) */
+    h->in.reality = (sv_inbound_reality){.max_time_diff_ms = in->reality.max_time_diff_ms,
+                                         .xver = in->reality.xver};
     if (tls != NULL) {
         h->tls = sv_tls_ctx_ref(tls);
         h->layers[h->n_layers++] = (sv_layer_conf){&sv_tls_layer_ops, h->tls};
@@ -238,9 +284,56 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     if (in->ws.path != NULL) {
         h->ws = sv_ws_conf_new(in->ws.path, in->ws.host);
         if (h->ws == NULL)
-            goto oom; /* the path was validated */
+            return -ENOMEM; /* the path was validated */
         h->layers[h->n_layers++] = (sv_layer_conf){
             in->ws.httpupgrade ? &sv_httpupgrade_layer_ops : &sv_ws_layer_ops, h->ws};
+    }
+    return 0;
+}
+
+/* Free a handler that was not finished (sv_handler_new's failures): what it holds so far. */
+static void handler_free_partial(sv_handler *h)
+{
+    if (h->creds != NULL)
+        h->ops->creds_free(h->creds);
+    for (size_t i = 0; i < h->n_users; i++)
+        sv_principal_unref(h->principals[i]);
+    free(h->principals);
+    sv_tls_ctx_unref(h->tls);
+    sv_ws_conf_free(h->ws);
+    sv_reality_conf_free(h->reality);
+    free(h);
+}
+
+sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
+                           const sv_handler_was *was, sv_replay_ref *replay, sv_tls_ctx *tls,
+                           sv_error *err)
+{
+    const sv_proto_ops *core = NULL;
+    sv_handler *h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
+        return NULL;
+    }
+    if (!handler_core(h, in, &core)) {
+        free(h);
+        sv_error_set(err, -EINVAL, "inbound %s: no protocol core", in->tag);
+        return NULL;
+    }
+    int *from = reuse_map(users, was); /* NULL: every user's principal and key anew */
+    int rc = handler_principals(h, users, was, from);
+    if (rc == 0)
+        rc = handler_creds(h, core, in, users, was, from, err);
+    free(from);
+    if (rc == 0)
+        rc = handler_settings(h, in, err);
+    if (rc == 0)
+        rc = handler_layers(h, in, tls, err);
+    if (rc != 0) {
+        if (rc == -ENOMEM)
+            sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
+        handler_free_partial(h);
+        return NULL;
     }
     atomic_fetch_add(&replay->refs, 1);
     h->replay = replay;
@@ -248,22 +341,6 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
         h->ops->attach_replay(h->creds, replay->filter);
     atomic_init(&h->refs, 1);
     return h;
-oom:
-    free(from);
-    sv_error_set(err, -ENOMEM, "building inbound %s failed: out of memory", in->tag);
-fail:
-    if (h != NULL) {
-        if (h->creds != NULL)
-            h->ops->creds_free(h->creds);
-        for (size_t i = 0; i < h->n_users; i++)
-            sv_principal_unref(h->principals[i]);
-        free(h->principals);
-        sv_tls_ctx_unref(h->tls);
-        sv_ws_conf_free(h->ws);
-        sv_reality_conf_free(h->reality);
-    }
-    free(h);
-    return NULL;
 }
 
 void sv_handler_ref(sv_handler *h) { atomic_fetch_add(&h->refs, 1); }
@@ -351,7 +428,10 @@ void sv__ss_count(sv_shared *s, unsigned keys)
 void sv__wl_guides_free(sv_wlistener *l)
 {
     sv_iphints_deinit(&l->hints);
-    sv_ss_order_deinit(&l->order);
+    if (l->order != NULL)
+        sv_ss_order_deinit(l->order);
+    free(l->order);
+    l->order = NULL;
     l->order_of = NULL;
 }
 
@@ -361,10 +441,12 @@ static sv_ss_order *order_ready(sv_wlistener *l)
 {
     const sv_handler *h = l->handler;
     if (l->order_of != h->creds) {
-        sv_ss_order_deinit(&l->order);
-        l->order_of = sv_ss_order_init(&l->order, h->n_users) == 0 ? h->creds : NULL;
+        if (l->order == NULL && (l->order = calloc(1, sizeof *l->order)) == NULL)
+            return NULL; /* (never built: order_of is NULL) */
+        sv_ss_order_deinit(l->order);
+        l->order_of = sv_ss_order_init(l->order, h->n_users) == 0 ? h->creds : NULL;
     }
-    return l->order_of != NULL ? &l->order : NULL;
+    return l->order_of != NULL ? l->order : NULL;
 }
 
 void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,

@@ -19,7 +19,9 @@
 
 #include <openssl/crypto.h>
 
-#include "supervisor/runtime.h"
+#include "supervisor/plane.h"
+#include "supervisor/scan.h"
+#include "supervisor/worker.h"
 
 struct sv_scan_job {
     uv_work_t req;

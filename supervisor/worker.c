@@ -23,8 +23,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "supervisor/runtime.h"
+#include "supervisor/admission.h"
+#include "supervisor/bounds.h"
+#include "supervisor/conn.h"
+#include "supervisor/flow.h"
+#include "supervisor/hints.h"
+#include "supervisor/plane.h"
+#include "supervisor/udp.h"
 #include "supervisor/util/log.h"
+#include "supervisor/worker.h"
 
 static void wlistener_on_close(uv_handle_t *h)
 {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "supervisor/actor/actor.h"
+#include "supervisor/transport/tls.h"
 
 /*
  * Set @p err to seed 001's build error, "building {resource} failed: {source}" (ApplyError::Build,

@@ -19,6 +19,7 @@
 
 #include "supervisor/transport/layer.h"
 #include "supervisor/transport/tls13s.h"
+#include "supervisor/util/proxy_header.h" /* xver's header, sv_proxy_header() */
 
 /** Most short ids and server names one inbound takes. */
 #define SV_REALITY_LIST_MAX 16
@@ -172,25 +173,6 @@ sv_reality_conf *sv_reality_conf_new(const char *private_key, const char *short_
 /** Free the settings. NULL-safe. */
 void sv_reality_conf_free(sv_reality_conf *c);
 
-/** Longest PROXY protocol header sv_proxy_header() writes: version 1 with two IPv6 addresses
- *  ("PROXY TCP6 " + 2 × 39 + 2 × 5 + 3 spaces + CRLF = 104 bytes). */
-#define SV_PROXY_HEADER_MAX 108
-
-struct sockaddr;
-
-/**
- * Write the PROXY protocol header (HAProxy's proxy-protocol.txt) that REALITY's xver sends to
- * the target before relaying a connection (PROTOCOLS-2.md §1.1): version 1 (text, "PROXY TCP4
- * src dst sport dport\r\n") or 2 (binary, command PROXY over TCP) for a TCP connection from
- * @p src (the client) to @p dst (the address it reached), both AF_INET or AF_INET6; IPv4 and
- * IPv4-mapped IPv6 addresses are written as IPv4. Addresses of other or mixed families give
- * "PROXY UNKNOWN\r\n" (v1) or the LOCAL command without addresses (v2).
- * @param ver  1 or 2
- * @param out  SV_PROXY_HEADER_MAX bytes
- * @return the header's length, or 0 for another @p ver.
- */
-size_t sv_proxy_header(unsigned ver, const struct sockaddr *src, const struct sockaddr *dst,
-                       uint8_t out[SV_PROXY_HEADER_MAX]);
 
 /**
  * The REALITY layer (layer.h), the first above TCP; conf is an sv_reality_conf. It collects the

@@ -1,0 +1,37 @@
+/*
+ * A worker's TCP connections as the worker sees them (conn.c): open one on an accepted socket,
+ * and close them by flag, revocation, idleness, age before authentication, or all.
+ */
+#ifndef SV_CONN_H
+#define SV_CONN_H
+
+#include "supervisor/worker.h"
+
+/**
+ * Start serving the accepted client socket @p fd on listener @p l (conn.c): the connection
+ * counts in l->w->n_conns and sv_shared.n_conns until its last handle closes, and is pre-auth
+ * (sv_worker.preauth) until its core authenticates it or it closes. Takes ownership of @p fd.
+ * @return 0, or -ENOMEM (the socket is closed: the client sees the connection end).
+ */
+int sv__conn_open(sv_wlistener *l, int fd);
+/**
+ * Issue 33: close the oldest connection of @p w that is not authenticated (nor closing), in
+ * accept order (conn.c). @return false when there is none.
+ */
+bool sv__conn_evict_oldest(sv_worker *w);
+/**
+ * Issue 33: close the connections of @p w not authenticated (nor closing) that were accepted
+ * before @p before_ms (sv__wall_ms), oldest first (conn.c). @return how many.
+ */
+unsigned sv__conn_preauth_expire(sv_worker *w, uint64_t before_ms);
+
+/** Close every connection whose session/flow was asked to close (conn.c). */
+void sv__conn_scan_flags(sv_worker *w);
+/** Close every TCP connection of @p l whose user is no longer in l->handler (conn.c). */
+void sv__conn_revoke(sv_worker *w, sv_wlistener *l);
+/** Close every established relay that moved no byte for SV_TCP_IDLE_MS (conn.c). */
+void sv__conn_sweep_idle(sv_worker *w);
+/** Close every TCP connection (shutdown / exit). */
+void sv__conn_close_all(sv_worker *w);
+
+#endif
