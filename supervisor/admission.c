@@ -26,7 +26,7 @@
 #include "supervisor/bounds.h"
 #include "supervisor/conn.h"
 #include "supervisor/flow.h"
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 /* Whether @p w is under pressure: its pre-auth connections at half its share or more, or the
  * process at its budget. */

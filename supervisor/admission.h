@@ -5,7 +5,7 @@
 #ifndef SV_ADMISSION_H
 #define SV_ADMISSION_H
 
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 /**
  * Issue 33 (admission.c): whether @p w may accept one more connection now: the process is

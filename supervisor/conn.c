@@ -44,7 +44,7 @@
 #include "supervisor/scan.h"
 #include "supervisor/udp.h"
 #include "supervisor/util/log.h"
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 /* ---- the parts (conn_internal.h) --------------------------------------------------------- */
 

@@ -5,7 +5,7 @@
 #ifndef SV_CONN_H
 #define SV_CONN_H
 
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 /**
  * Start serving the accepted client socket @p fd on listener @p l (conn.c): the connection

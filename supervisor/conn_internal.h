@@ -12,7 +12,7 @@
 #include "supervisor/plane.h"
 #include "supervisor/udp.h"
 #include "supervisor/util/proxy_header.h"
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 #define IOV_MAX_BATCH 64 /* a read of 2 KiB VMess chunks (v2ray) goes out in one writev */
 

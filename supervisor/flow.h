@@ -1,12 +1,12 @@
 /*
- * The connector's shared steps for every flow kind (plane.c; seed 002): a flow record, its
+ * The connector's shared steps for every flow kind (flow.c; seed 002): a flow record, its
  * registration against a drained outbound version, its close, the audit hit; the wall clock and
  * the address format they use.
  */
 #ifndef SV_FLOW_H
 #define SV_FLOW_H
 
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 /**
  * A new flow record of worker @p worker (its @p owner object) for session @p sess: user, source,

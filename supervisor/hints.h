@@ -1,12 +1,12 @@
 /*
- * Who a new client probably is (plane.c; issue 13): each worker listener's IP hints and
+ * Who a new client probably is (hints.c): each worker listener's IP hints and
  * most-recently-matched order over its handler's users, learnt at each login, shared with the
  * other workers, and exported / imported across a restart (sv_hints_export, sv_hints_import).
  */
 #ifndef SV_HINTS_H
 #define SV_HINTS_H
 
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 /* ---- hints across a restart (issue 13: sv_hints_export, sv_hints_import) ------------------- */
 
@@ -42,24 +42,19 @@ struct sv_hints_in {
 /**
  * Add every live hint of @p w's listeners whose user the listener's handler still admits (same
  * index, same principal) to @p out, as (inbound tag, IP, user id, age); sets short_of_memory
- * when not all fit. Worker thread (SV_MSG_HINTS_EXPORT). (plane.c)
+ * when not all fit. Worker thread (SV_MSG_HINTS_EXPORT). (hints.c)
  */
 void sv__hints_export_worker(sv_worker *w, sv_hints_out *out);
 /**
  * Put @p in's hints (indexes into @p h) in @p l's table, each as learnt age_s seconds ago, when
  * @p l still serves @p h and keeps hints (two users or more); with in->matched their users also
- * move to the front of @p l's order. Worker thread (SV_MSG_HINTS_IMPORT). (plane.c)
+ * move to the front of @p l's order. Worker thread (SV_MSG_HINTS_IMPORT). (hints.c)
  */
 void sv__hints_import_listener(sv_wlistener *l, const sv_handler *h, const sv_hints_in *in);
 /** Drop one reference on each of @p out and @p in (any thread; either may be NULL); the last
- *  frees it. (plane.c) */
+ *  frees it. (hints.c) */
 void sv__hints_release(sv_hints_out *out, sv_hints_in *in);
 
-/** Count one trial decryption that tried @p keys keys (> 0) in @p s (any worker). */
-void sv__ss_count(sv_shared *s, unsigned keys);
-
-/** Free what a worker listener's guides hold (plane.c; the listener is freed next). */
-void sv__wl_guides_free(sv_wlistener *l);
 
 /**
  * How a new client of @p l served by @p h is identified (issue 13): *@p hint is the index in
@@ -84,7 +79,7 @@ void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
 /**
  * @p l has a new handler: forget the hints whose user is not at the same index in it (the same
  * principal), so that every hint's principal is one the handler holds and no freed principal's
- * address can come back as another user's (issue 13). Worker thread. (plane.c)
+ * address can come back as another user's (issue 13). Worker thread. (hints.c)
  */
 void sv__wl_swapped(sv_wlistener *l);
 

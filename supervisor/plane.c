@@ -6,14 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 
 #include <openssl/rand.h>
 
 #include "supervisor/bounds.h"
-#include "supervisor/flow.h"
-#include "supervisor/hints.h"
 #include "supervisor/plane.h"
 #include "supervisor/proto/shadowsocks.h"
 #include "supervisor/proto/ss22_dgram.h"
@@ -22,7 +19,6 @@
 #include "supervisor/proto/ss_mux.h"
 #include "supervisor/proto/ss_ops.h"
 #include "supervisor/proto/trojan.h"
-#include "supervisor/scan.h"
 #include "supervisor/proto/vless.h"
 #include "supervisor/proto/vmess.h"
 #include "supervisor/transport/grpc.h"
@@ -31,24 +27,8 @@
 #include "supervisor/transport/tls.h"
 #include "supervisor/transport/ws.h"
 #include "supervisor/util/log.h"
-#include "supervisor/worker.h"
 
 #define REPLAY_CAPACITY 65536
-
-uint64_t sv__wall_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
-}
-
-void sv__audit_hit(sv_shared *s, const sv_routes *r, int rule, const char *inbound,
-                   uint64_t user)
-{
-    int64_t id;
-    if (rule >= 0 && s->audit != NULL && sv_routes_rule_audit(r, rule, &id))
-        sv_audit_note(s->audit, inbound, user, id, sv__wall_ms());
-}
 
 sv_replay_ref *sv_replay_ref_new(void)
 {
@@ -160,13 +140,13 @@ static int *reuse_map(const sv_user_set *users, const sv_handler_was *was)
 
 /* The core serving @p in into h->ops (gRPC wraps it: one inner core, *@p core, per HTTP/2
  * stream, transport/grpc.h). @return false when none does, or its carry or framing does not fit
- * the worker's buffers (SV_CARRY_MAX, sv_worker.sealed). */
+ * the worker's buffers (SV_CARRY_MAX, SV_SEALED_MAX: sv_worker.sealed). */
 static bool handler_core(sv_handler *h, const sv_inbound_spec *in, const sv_proto_ops **core)
 {
     *core = sv_proto_ops_for(in);
     h->ops = in->grpc.service_name != NULL && *core != NULL ? &sv_grpc_ops : *core;
     return h->ops != NULL && h->ops->carry_max <= SV_CARRY_MAX &&
-           h->ops->frame_max(SV_SCRATCH) <= sizeof ((sv_worker *)0)->sealed;
+           h->ops->frame_max(SV_SCRATCH) <= SV_SEALED_MAX;
 }
 
 /* One principal per user of @p users (NULL: none), kept from @p was's where @p from says it is
@@ -371,250 +351,22 @@ int sv_handler_find(const sv_handler *now, const sv_handler *was, const sv_princ
     return -1;
 }
 
-sv_test_hooks sv__test_hooks;
-
-void sv__epoch_adopted(sv_shared *s, unsigned index, uint64_t epoch)
+int sv__order_reset(struct sv_ss_order **o, size_t n)
 {
-    pthread_mutex_lock(&s->adopt_mu);
-    atomic_store(&s->adopted[index], epoch);
-    pthread_cond_broadcast(&s->adopt_cv);
-    pthread_mutex_unlock(&s->adopt_mu);
+    if (*o == NULL && (*o = calloc(1, sizeof **o)) == NULL)
+        return -ENOMEM;
+    sv_ss_order_deinit(*o);
+    return sv_ss_order_init(*o, n);
 }
 
-uint64_t sv__epoch_now(sv_shared *s)
+void sv__order_free(struct sv_ss_order *o)
 {
-    uint64_t low = UINT64_MAX;
-    for (unsigned i = 0; i < s->n_workers; i++) {
-        uint64_t e = atomic_load(&s->adopted[i]);
-        low = e < low ? e : low;
-    }
-    return s->n_workers > 0 ? low : 0;
+    if (o != NULL)
+        sv_ss_order_deinit(o);
+    free(o);
 }
 
-bool sv__epoch_wait(sv_shared *s, uint64_t epoch, unsigned ms)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&s->adopt_mu);
-    int rc = 0;
-    while (sv__epoch_now(s) < epoch && rc == 0)
-        rc = pthread_cond_timedwait(&s->adopt_cv, &s->adopt_mu, &until);
-    bool ok = sv__epoch_now(s) >= epoch;
-    pthread_mutex_unlock(&s->adopt_mu);
-    return ok;
-}
-
-void sv__wlistener_release(sv_wlistener *l)
-{
-    if (--l->n_users_of == 0 && l->stopped && l->open_handles == 0) {
-        sv_handler_unref(l->handler);
-        sv__wl_guides_free(l);
-        free(l);
-    }
-}
-
-void sv__ss_count(sv_shared *s, unsigned keys)
-{
-    atomic_fetch_add_explicit(&s->ss_lookups, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->ss_keys, keys, memory_order_relaxed);
-}
-
-void sv__wl_guides_free(sv_wlistener *l)
-{
-    sv_iphints_deinit(&l->hints);
-    if (l->order != NULL)
-        sv_ss_order_deinit(l->order);
-    free(l->order);
-    l->order = NULL;
-    l->order_of = NULL;
-}
-
-/* @p l's most-recently-matched order of its handler's users, set up at its first use after a
- * swap; NULL when out of memory. */
-static sv_ss_order *order_ready(sv_wlistener *l)
-{
-    const sv_handler *h = l->handler;
-    if (l->order_of != h->creds) {
-        if (l->order == NULL && (l->order = calloc(1, sizeof *l->order)) == NULL)
-            return NULL; /* (never built: order_of is NULL) */
-        sv_ss_order_deinit(l->order);
-        l->order_of = sv_ss_order_init(l->order, h->n_users) == 0 ? h->creds : NULL;
-    }
-    return l->order_of != NULL ? l->order : NULL;
-}
-
-void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,
-                  sv_ss_order **order)
-{
-    *hint = -1;
-    *order = NULL;
-    if (h->n_users < 2)
-        return;
-    int idx;
-    const void *who;
-    if (sv_iphints_get(&l->hints, client, uv_now(&l->w->loop) / 1000, &idx, &who) && idx >= 0 &&
-        (size_t)idx < h->n_users && h->principals[idx] == who)
-        *hint = idx;
-    if (h == l->handler)
-        *order = order_ready(l);
-}
-
-void sv__wl_dgram_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client,
-                        sv_dgram_guide *g)
-{
-    sv_ss_order *order;
-    sv__wl_guide(l, h, client, &g->hint, &order);
-    g->order = order;
-    g->limit = SV_SS_GUESSES;
-    g->trials = 0;
-}
-
-/* Set up @p l's hint table at its first use (a zeroed listener). */
-static void hints_ready(sv_wlistener *l)
-{
-    if (l->hints.n_sets != 0)
-        return;
-    uint64_t seed = uv_hrtime() ^ (uint64_t)(uintptr_t)l;
-    (void)RAND_bytes((unsigned char *)&seed, sizeof seed); /* on failure: the clock's */
-    sv_iphints_init(&l->hints, SV_HINTS_MAX, SV_HINT_TTL_S, seed);
-}
-
-/* Give the hint (@p ip, user @p idx of @p l's handler) to the same listener of every other
- * worker, as an import of one row (sv__hints_import_listener: ignored where the handler differs). */
-static void share_hint(sv_wlistener *l, const uint8_t ip[16], int idx)
-{
-    sv_shared *sh = l->w->shared;
-    pthread_rwlock_rdlock(&sh->peers_lock); /* workers post side by side */
-    unsigned n = sh->peers != NULL ? sh->n_peers : 0;
-    sv_hints_in *in = n > 1 ? malloc(sizeof *in + sizeof in->rows[0]) : NULL;
-    if (in != NULL) {
-        in->n = 1;
-        in->matched = true;
-        atomic_init(&in->refs, 1); /* this call's; each message takes one more */
-        memcpy(in->rows[0].ip, ip, 16);
-        in->rows[0].idx = idx;
-        in->rows[0].age_s = 0;
-        for (unsigned i = 0; i < n; i++) {
-            sv_msg *m = sh->peers[i] != l->w ? calloc(1, sizeof *m) : NULL;
-            if (m == NULL)
-                continue;
-            m->kind = SV_MSG_HINTS_IMPORT;
-            m->listener = l->id;
-            sv_handler_ref(l->handler);
-            m->handler = l->handler;
-            atomic_fetch_add(&in->refs, 1);
-            m->hints_in = in;
-            sh->post(sh->peers[i], m);
-        }
-        sv__hints_release(NULL, in);
-    }
-    pthread_rwlock_unlock(&sh->peers_lock);
-}
-
-void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int idx)
-{
-    if (h != l->handler || h->n_users < 2 || idx < 0 || (size_t)idx >= h->n_users)
-        return; /* an older handler's principal could outlive the next check (sv__wl_swapped) */
-    hints_ready(l);
-    uint64_t now = uv_now(&l->w->loop) / 1000;
-    int had = -1;
-    const void *who = NULL;
-    bool known = sv_iphints_get(&l->hints, client, now, &had, &who) && had == idx &&
-                 who == h->principals[idx];
-    uint8_t ip[16];
-    if (sv_iphints_put(&l->hints, client, now, idx, h->principals[idx]) == 0 && !known &&
-        sv_iphints_ip_key(client, ip))
-        share_hint(l, ip, idx); /* new here: new to the other workers too (issue 13) */
-}
-
-/* Does @p e still name the user at its index of the handler @p arg? */
-static bool hint_admitted(const sv_iphint *e, void *arg)
-{
-    const sv_handler *h = arg;
-    return e->idx >= 0 && (size_t)e->idx < h->n_users && h->principals[e->idx] == e->who;
-}
-
-void sv__wl_swapped(sv_wlistener *l)
-{
-    (void)sv_iphints_keep(&l->hints, hint_admitted, l->handler);
-}
-
-void sv__hints_export_worker(sv_worker *w, sv_hints_out *out)
-{
-    uint64_t now = uv_now(&w->loop) / 1000;
-    pthread_mutex_lock(&out->mu);
-    sv_list *pos, *tmp;
-    sv_list_foreach_safe(pos, tmp, &w->listeners) {
-        sv_wlistener *l = sv_container_of(pos, sv_wlistener, link);
-        const sv_handler *h = l->handler;
-        const sv_iphint *e;
-        size_t at = 0;
-        uint64_t age;
-        while (!out->closed && h != NULL && (e = sv_iphints_next(&l->hints, now, &at, &age))) {
-            if (!hint_admitted(e, (void *)h))
-                continue; /* a user the handler no longer admits there */
-            if (out->n == out->cap) {
-                size_t cap = out->cap ? 2 * out->cap : 256;
-                sv_ip_hint *v = realloc(out->v, cap * sizeof *v);
-                if (v == NULL) {
-                    out->short_of_memory = true;
-                    break;
-                }
-                out->v = v;
-                out->cap = cap;
-            }
-            sv_ip_hint *r = &out->v[out->n++];
-            memset(r, 0, sizeof *r);
-            snprintf(r->inbound, sizeof r->inbound, "%s", h->tag);
-            memcpy(r->ip, e->ip, 16);
-            r->user = h->principals[e->idx]->id;
-            r->age_s = (uint32_t)age;
-        }
-    }
-    out->answered++;
-    pthread_cond_broadcast(&out->cv);
-    pthread_mutex_unlock(&out->mu);
-}
-
-void sv__hints_import_listener(sv_wlistener *l, const sv_handler *h, const sv_hints_in *in)
-{
-    if (l->handler != h || h->n_users < 2)
-        return; /* swapped meanwhile: its users' indexes may differ */
-    hints_ready(l);
-    uint64_t now = uv_now(&l->w->loop) / 1000;
-    for (size_t i = 0; i < in->n; i++) {
-        const sv_hint_row *r = &in->rows[i];
-        if (r->idx < 0 || (size_t)r->idx >= h->n_users)
-            continue;
-        (void)sv_iphints_put_ip(&l->hints, r->ip, now, r->age_s, r->idx, h->principals[r->idx]);
-        sv_ss_order *order = in->matched ? order_ready(l) : NULL;
-        if (order != NULL)
-            sv_ss_order_touch(order, (size_t)r->idx);
-    }
-}
-
-void sv__hints_release(sv_hints_out *out, sv_hints_in *in)
-{
-    if (in != NULL && atomic_fetch_sub(&in->refs, 1) == 1)
-        free(in);
-    if (out == NULL)
-        return;
-    pthread_mutex_lock(&out->mu);
-    bool last = --out->refs == 0;
-    pthread_mutex_unlock(&out->mu);
-    if (!last)
-        return;
-    pthread_cond_destroy(&out->cv);
-    pthread_mutex_destroy(&out->mu);
-    free(out->v);
-    free(out);
-}
+void sv__order_touch(struct sv_ss_order *o, size_t i) { sv_ss_order_touch(o, i); }
 
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint64_t version)
 {
@@ -682,76 +434,4 @@ void sv_plane_unref(sv_plane *p)
     free(p->targets);
     sv_routes_ref_unref(p->routes);
     free(p);
-}
-
-void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap)
-{
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
-        uv_ip4_name(a, ip, sizeof ip);
-        snprintf(buf, cap, "%s:%u", ip, ntohs(a->sin_port));
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
-        uv_ip6_name(a, ip, sizeof ip);
-        snprintf(buf, cap, "[%s]:%u", ip, ntohs(a->sin6_port));
-    } else {
-        snprintf(buf, cap, "?");
-    }
-}
-
-sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *sess, uint64_t user,
-                          const sv_dest *d, const char *sniffed, enum sv_network network,
-                          const sv_target *t, int rule, uint64_t epoch)
-{
-    char dest[sizeof ((sv_flow_info *)0)->destination];
-    sv_dest_format(d, dest, sizeof dest);
-    sv_flow_rec *f = sv_flow_rec_new(sess->info.inbound, sess->info.source, dest, sniffed, t->id);
-    if (f == NULL)
-        return NULL;
-    sv_flow_desc *fi = &f->info;
-    f->worker = worker;
-    f->owner = owner;
-    fi->session = sess->info.id;
-    fi->has_user = true;
-    fi->user = user;
-    fi->network = network;
-    fi->rule = rule;
-    fi->epoch = epoch;
-    fi->started_ms = sv__wall_ms();
-    return f;
-}
-
-bool sv__flow_opened(sv_tracker *tracker, sv_flow_rec *f, const sv_target *t)
-{
-    sv_tracker_flow_open(tracker, f);
-    /* seq_cst after the registry's lock: a drain stores the token before it walks the registry */
-    if (!atomic_load(&t->closed))
-        return true;
-    SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: flow %llu to %s on %s: " SV_DRAINED_TEXT,
-           (unsigned long long)f->info.session, (unsigned long long)f->info.id,
-           f->info.destination, f->info.outbound);
-    return false;
-}
-
-const char *sv_close_reason_name(sv_close_reason r)
-{
-    static const char *const names[SV_CLOSE_REASONS] = {
-        [SV_CLOSE_END] = "end",       [SV_CLOSE_ERROR] = "error",   [SV_CLOSE_KILL] = "kill",
-        [SV_CLOSE_SESSION] = "session", [SV_CLOSE_REVOKE] = "revoke", [SV_CLOSE_IDLE] = "idle",
-        [SV_CLOSE_LIMIT] = "limit",   [SV_CLOSE_SHUTDOWN] = "shutdown",
-    };
-    return (unsigned)r < SV_CLOSE_REASONS ? names[r] : "unknown";
-}
-
-void sv__flow_closed(sv_shared *s, const sv_flow_rec *f, sv_close_reason r)
-{
-    if ((unsigned)r >= SV_CLOSE_REASONS)
-        r = SV_CLOSE_ERROR;
-    _Atomic uint64_t *n = &s->closes[f->worker % SV_WORKERS_MAX].n[r];
-    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    SV_LOG(SV_LOG_DEBUG, "sv.flow", "flow %llu of session %llu to %s via %s closed: %s",
-           (unsigned long long)f->info.id, (unsigned long long)f->info.session,
-           f->info.destination, f->info.outbound, sv_close_reason_name(r));
 }

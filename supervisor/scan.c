@@ -21,7 +21,7 @@
 
 #include "supervisor/plane.h"
 #include "supervisor/scan.h"
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 struct sv_scan_job {
     uv_work_t req;

@@ -5,7 +5,7 @@
 #ifndef SV_SCAN_H
 #define SV_SCAN_H
 
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 /* ---- full scans off the worker loop (issue 13 "junk", scan.c) ------------------------------
  * A trial decryption tries SV_SS_GUESSES keys on the loop (the hint, then the most recently

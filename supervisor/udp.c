@@ -29,7 +29,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "supervisor/runtime.h"
+#include "supervisor/bounds.h"
+#include "supervisor/flow.h"
+#include "supervisor/hints.h"
+#include "supervisor/plane.h"
+#include "supervisor/scan.h"
+#include "supervisor/shared.h"
+#include "supervisor/udp.h"
 #include "supervisor/util/log.h"
 
 typedef struct sv_assoc sv_assoc;

@@ -5,7 +5,7 @@
 #ifndef SV_UDP_H
 #define SV_UDP_H
 
-#include "supervisor/worker.h"
+#include "supervisor/shared.h"
 
 /**
  * A datagram source carried inside a stream (issue 8: Trojan UDP ASSOCIATE; later VLESS, VMess,
