@@ -137,8 +137,8 @@ void ag_import_send(ag_import *im, json_t *node, const char *where, const char *
 /**
  * Map a certificate setting onto @p node's "cert" (katana.json(5) nodes[].cert: modes file and
  * self). file → file; self → self; http, dns, tls (ACME) and content → self with a warning
- * that names the mode and what to do; none or NULL → no cert. A shadowsocks node takes none (warned
- * when the source sets one).
+ * that names the mode and what to do; none or NULL → no cert. A shadowsocks node takes none
+ * (warned when the source sets one).
  */
 void ag_import_set_cert(ag_import *im, json_t *node, const char *where, const char *node_type,
                         const ag_import_cert *c);

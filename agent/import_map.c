@@ -57,9 +57,9 @@ void ag_import_send(ag_import *im, json_t *node, const char *where, const char *
 static void cert_acme(ag_import *im, json_t *node, const char *where, const ag_import_cert *c)
 {
     ag_import_warnf(im, "%s: certificate mode %s: katana has no ACME client%s%s%s; wrote "
-                    "cert mode self (a self-signed certificate): get the certificate%s%s with certbot, acme.sh "
-                    "or lego and set cert mode file with its cert_file and key_file (katana "
-                    "reads them again at every panel sync)", where, c->mode,
+                    "cert mode self (a self-signed certificate): get the certificate%s%s with "
+                    "certbot, acme.sh or lego and set cert mode file with its cert_file and "
+                    "key_file (katana reads them again at every panel sync)", where, c->mode,
                     c->provider != NULL ? " (DNS provider " : "",
                     c->provider != NULL ? c->provider : "", c->provider != NULL ? " unused)" : "",
                     c->domain != NULL ? " for " : "", c->domain != NULL ? c->domain : "");
@@ -89,8 +89,8 @@ void ag_import_set_cert(ag_import *im, json_t *node, const char *where, const ch
         json_object_set_new(node, "cert", json_pack("{s:s}", "mode", "self"));
     } else if (strcasecmp(mode, "content") == 0) {
         ag_import_warnf(im, "%s: certificate mode content: katana reads a certificate from "
-                        "files only; wrote cert mode self: save cert_content and key_content to files and "
-                        "set cert mode file", where);
+                        "files only; wrote cert mode self: save cert_content and key_content to "
+                        "files and set cert mode file", where);
         json_object_set_new(node, "cert", json_pack("{s:s}", "mode", "self"));
     } else if (strcasecmp(mode, "http") == 0 || strcasecmp(mode, "dns") == 0 ||
                strcasecmp(mode, "tls") == 0) {

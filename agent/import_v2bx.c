@@ -32,8 +32,11 @@ static void strip_comments(char *b, size_t n)
             for (; i < n && b[i] != '\n'; i++)
                 b[i] = ' ';
         } else if (b[i] == '/' && i + 1 < n && b[i + 1] == '*') {
-            size_t j = i;
-            for (; j < n && !(j > i + 1 && b[j - 1] == '*' && b[j] == '/'); j++) {
+            size_t j = i + 2;
+            char prev = '\0';
+            b[i] = b[i + 1] = ' ';
+            for (; j < n && !(prev == '*' && b[j] == '/'); j++) {
+                prev = b[j];
                 if (b[j] != '\n')
                     b[j] = ' ';
             }
