@@ -15,6 +15,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "agent/agent_config.h"
+
 #define IMPORT_MAX_FILE (16u << 20) /* as katana.json(5): a config of at most 16 MiB */
 #define IMPORT_DEFAULT_DB "/var/lib/katana/katana.db"
 
@@ -219,6 +221,25 @@ static json_t *in_order(json_t *cfg)
     return o;
 }
 
+/* The output must be a file katana reads: parsed as `katana check` parses it (nothing on the
+ * host is looked at), so a source value katana refuses is named here, not at the first run. */
+static int self_check(const json_t *cfg, sv_error *err)
+{
+    ag_config c;
+    sv_error e = {0};
+    char *text = json_dumps(cfg, JSON_PRESERVE_ORDER | JSON_COMPACT);
+    if (text == NULL)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    int rc = ag_config_parse(text, strlen(text), NULL, &c, &e);
+    free(text);
+    if (rc == -ENOMEM)
+        return sv_error_set(err, -ENOMEM, "out of memory");
+    if (rc != 0)
+        return sv_error_set(err, -EBADMSG, "the source holds a value katana refuses: %s", e.msg);
+    ag_config_free(&c);
+    return 0;
+}
+
 static int load_tree(const char *agent, const char *text, size_t len, json_t **root,
                      sv_error *err)
 {
@@ -263,7 +284,12 @@ int ag_import_text(const char *agent, const char *text, size_t len, const char *
         return rc;
     }
     *out = in_order(im.out);
-    return *out != NULL ? 0 : sv_error_set(err, -ENOMEM, "out of memory");
+    rc = *out != NULL ? self_check(*out, err) : sv_error_set(err, -ENOMEM, "out of memory");
+    if (rc != 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */

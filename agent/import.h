@@ -62,8 +62,9 @@ typedef struct ag_import_cert {
  * @param out        on 0, the new katana configuration (the caller decrefs it)
  * @param err        on failure, the reason naming the setting or the byte where parsing stopped
  * @return 0; -EINVAL (unknown agent: err says so), -EBADMSG (the text is not valid JSON or
- *         YAML, or lacks what the agent requires), -ENOENT (no node katana can serve),
- *         -ENOMEM.
+ *         YAML, lacks what the agent requires, or holds a value katana's config parser,
+ *         ag_config_parse(), refuses in the result: err names its JSON path), -ENOENT (no
+ *         node katana can serve), -ENOMEM. A configuration given back always parses.
  */
 int ag_import_text(const char *agent, const char *text, size_t len, const char *base_dir,
                    const char *db_path, ag_import_warn_fn warn, void *arg, json_t **out,

@@ -194,7 +194,8 @@ static void map_limits(ag_import *im, json_t *node, const char *where, const jso
     json_int_t speed = 0;
     ag_import_keys(im, where, limit, limit_keys);
     if (ag_import_int(limit, "SpeedLimit", &speed) && speed > 0)
-        json_object_set_new(node, "speed_limit", json_integer(speed));
+        json_object_set_new(node, "speed_limit", /* katana.json(5): at most 10000000 */
+                            json_integer(speed > 10000000 ? 10000000 : speed));
     map_redis(im, where, limit);
 }
 

@@ -130,6 +130,7 @@ static void map_controller(ag_import *im, json_t *node, const char *where, const
     if (ag_import_true(ctl, "EnableDNS"))
         ag_import_dns_file(im, "DnsConfigPath", ag_import_str(root, "DnsConfigPath"));
     if (ag_import_int(ctl, "UpdatePeriodic", &period) && period > 0) {
+        period = period > 86400 ? 86400 : period; /* katana.json(5): 1 to 86400 */
         json_t *panel = json_object_get(node, "panel");
         if (strcmp(kind, "sspanel") == 0) {
             json_object_set_new(panel, "pull_interval", json_integer(period));
@@ -185,7 +186,8 @@ static int map_node(ag_import *im, size_t i, const json_t *n, const json_t *root
         json_object_set_new(json_object_get(node, "panel"), "timeout",
                             json_integer(timeout > 300 ? 300 : timeout));
     if (ag_import_int(api, "SpeedLimit", &speed) && speed > 0)
-        json_object_set_new(node, "speed_limit", json_integer(speed));
+        json_object_set_new(node, "speed_limit", /* katana.json(5): at most 10000000 */
+                            json_integer(speed > 10000000 ? 10000000 : speed));
     map_controller(im, node, where, kind, type, ag_import_get(n, "ControllerConfig"), root);
     return 0;
 }

@@ -163,6 +163,10 @@ err no-node-id 1 "Nodes\[0\]\.ApiConfig: ApiHost, ApiKey and a positive NodeID a
 printf 'Nodes:\n  - PanelType: PMpanel\n    ApiConfig: {ApiHost: "https://x", ApiKey: k, NodeID: 3}\n' \
     >"$T/none-served.yml"
 err none-served 1 "no node katana can serve" xrayr "$T/none-served.yml"
+printf 'Nodes:\n  - PanelType: SSpanel\n    ApiConfig: {ApiHost: "ftp://x", ApiKey: k, NodeID: 3, NodeType: Trojan}\n' \
+    >"$T/bad-url.yml"
+err bad-url 1 "the source holds a value katana refuses: nodes\[0\]\.panel\.url: must start with http" \
+    xrayr "$T/bad-url.yml"
 rc=0
 out=$("$KATANA" import --help 2>&1) || rc=$?
 check "import --help: exits 0 and names the agents" \
