@@ -115,7 +115,7 @@ static int place(ystack *st, json_t *v, const yaml_event_t *ev, sv_error *err)
         return json_array_append_new(top, v) == 0 ? 0 : sv_error_set(err, -ENOMEM, "no memory");
     char *key = st->key[st->depth - 1];
     if (key == NULL) {
-        bool ok = json_is_string(v) || json_is_integer(v) || json_is_true(v) ||
+        bool ok = json_is_string(v) || json_is_integer(v) || json_is_true(v) || json_is_null(v) ||
                   json_is_false(v) || json_is_real(v);
         json_decref(v);
         if (!ok)
@@ -128,13 +128,12 @@ static int place(ystack *st, json_t *v, const yaml_event_t *ev, sv_error *err)
     }
     st->key[st->depth - 1] = NULL;
     int rc = 0;
-    if (json_object_get(top, key) != NULL)
+    if (json_object_get(top, key) != NULL) {
+        json_decref(v);
         rc = yerr(err, ev, "a key is defined twice in one mapping");
-    else if (json_object_set_new(top, key, v) != 0)
-        rc = sv_error_set(err, -EBADMSG, "a key that is not UTF-8");
-    else
-        v = NULL;
-    json_decref(v);
+    } else if (json_object_set_new(top, key, v) != 0) { /* v is taken even on failure */
+        rc = yerr(err, ev, "a key that is not UTF-8");
+    }
     free(key);
     return rc;
 }
@@ -167,8 +166,12 @@ static int open_container(ystack *st, json_t *c, const yaml_event_t *ev, sv_erro
 static int on_event(ystack *st, const yaml_event_t *ev, bool *done, sv_error *err)
 {
     switch (ev->type) {
-    case YAML_SCALAR_EVENT:
-        return place(st, scalar_value(ev), ev, err);
+    case YAML_SCALAR_EVENT: {
+        json_t *v = scalar_value(ev);
+        if (v == NULL) /* json_stringn() refuses what is not UTF-8 */
+            return yerr(err, ev, "a value that is not UTF-8");
+        return place(st, v, ev, err);
+    }
     case YAML_SEQUENCE_START_EVENT:
         return open_container(st, json_array(), ev, err);
     case YAML_MAPPING_START_EVENT:
