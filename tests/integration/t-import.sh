@@ -14,13 +14,13 @@ KATANA=$(katana_bin)
 [ -x "$KATANA" ] || { fail "katana binary not found at $KATANA"; exit 1; }
 FIX=$KT_DIR/import
 
-# imp NAME AGENT FILE: import into $T/NAME.json (warnings in $T/NAME.err); sets RC.
+# imp NAME AGENT FILE: import into $T/NAME.json (warnings in $T/NAME.log); sets RC.
 imp() {
     RC=0
-    timeout 10 "$KATANA" import --db "$T/katana.db" "$2" "$3" >"$T/$1.json" 2>"$T/$1.err" ||
+    timeout 10 "$KATANA" import --db "$T/katana.db" "$2" "$3" >"$T/$1.json" 2>"$T/$1.log" ||
         RC=$?
     echo "$1: import rc $RC"
-    sed 's/^/    /' "$T/$1.err"
+    sed 's/^/    /' "$T/$1.log"
 }
 
 # imported NAME: the import exited 0 and `katana check --offline` accepts the output.
@@ -44,7 +44,7 @@ value() {
 warned() {
     local n=$1 lines t
     shift
-    lines=$(grep '^katana import: warning: ' "$T/$n.err" || true)
+    lines=$(grep '^katana import: warning: ' "$T/$n.log" || true)
     for t in "$@"; do
         lines=$(grep -F -e "$t" <<<"$lines" || true)
     done
@@ -79,7 +79,7 @@ warned v2bx 'server "https+local://dns.google/dns-query"' 'left out'
 warned v2bx 'a server for some domains only (9.9.9.9)'
 warned v2bx 'RejectUnknownSni'
 check "v2bx: no warning for a setting that is mapped (ApiHost, ListenIP, SpeedLimit)" \
-    bash -c "! grep -E 'ApiHost|ListenIP|LimitConfig.SpeedLimit|NodeID' '$T/v2bx.err'"
+    bash -c "test -s '$T/v2bx.log' && ! grep -E 'ApiHost|ListenIP|LimitConfig.SpeedLimit|NodeID' '$T/v2bx.log'"
 
 # --- XrayR: SSpanel node, CertMode file, Redis device limit, DNS file, fallbacks ---
 imp xrayr-file xrayr "$FIX/xrayr-file.yml"
@@ -140,10 +140,10 @@ warned xboard-node 'instances[1].health_port'
 err() {
     local n=$1 want=$2 pat=$3 rc=0
     shift 3
-    timeout 10 "$KATANA" import "$@" >"$T/$n.out" 2>"$T/$n.err" || rc=$?
-    echo "$n: rc $rc: $(head -c 300 "$T/$n.err")"
+    timeout 10 "$KATANA" import "$@" >"$T/$n.out" 2>"$T/$n.log" || rc=$?
+    echo "$n: rc $rc: $(head -c 300 "$T/$n.log")"
     check "$n: exits $want" test "$rc" = "$want"
-    check "$n: stderr says $pat" grep -q -E -e "$pat" "$T/$n.err"
+    check "$n: stderr says $pat" grep -q -E -e "$pat" "$T/$n.log"
     check "$n: nothing on stdout" test ! -s "$T/$n.out"
 }
 err missing 1 "katana import: .*/no-such\.yml: No such file or directory" xrayr "$T/no-such.yml"
