@@ -173,6 +173,9 @@ void ag_import_redis(ag_import *im, const char *where, const char *addr, const c
                                                                          : expiry_s));
     json_object_set_new(im->out, "redis", r);
     im->redis_set = true;
+    ag_import_warnf(im, "%s: katana keeps its own device sets in this Redis (redis.prefix "
+                    "\"katana:devices:\"): nodes still running the old agent count their "
+                    "devices apart from katana's", where);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -100,6 +100,7 @@ warned xrayr-file 'Nodes[0].ApiConfig.DeviceLimit'
 warned xrayr-file 'Nodes[0].ApiConfig.VlessFlow'
 warned xrayr-file 'FallBackConfigs[1]' 'one fallback per node'
 warned xrayr-file 'hosts: katana has no static host table'
+warned xrayr-file 'GlobalDeviceLimitConfig' 'count their devices apart'
 
 # --- XrayR: CertMode dns and http, a V2board and an unsupported panel ---
 imp xrayr-acme xrayr "$FIX/xrayr-acme.yml"
