@@ -356,13 +356,15 @@ int ag_import_main(int argc, char **argv)
     int ch;
     opterr = 0;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "+h", longs, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+:h", longs, NULL)) != -1) {
         if (ch == 'h') {
             fputs(import_usage, stdout);
             return 0;
         }
-        if (ch != 'd' || optarg[0] == '\0')
-            return usage_error(ch == 'd' ? "--db needs a path" : "unknown option");
+        if (ch == ':' || (ch == 'd' && optarg[0] == '\0'))
+            return usage_error("--db needs a path");
+        if (ch != 'd')
+            return usage_error("unknown option");
         db = optarg;
     }
     if (argc - optind != 2)

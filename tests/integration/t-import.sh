@@ -157,6 +157,7 @@ err no-file 2 "expected an agent name and a FILE" xrayr
 err no-args 2 "expected an agent name and a FILE"
 err extra 2 "too many arguments" xrayr "$FIX/xrayr-file.yml" more
 err bad-option 2 "unknown option" --dbx x xrayr "$FIX/xrayr-file.yml"
+err db-no-path 2 "--db needs a path" --db
 printf 'Nodes:\n  - PanelType: SSpanel\n    ApiConfig: {ApiHost: "https://x", ApiKey: k}\n' \
     >"$T/no-id.yml"
 err no-node-id 1 "Nodes\[0\]\.ApiConfig: ApiHost, ApiKey and a positive NodeID are required" \
