@@ -101,6 +101,10 @@ void ag_import_warnf(ag_import *im, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    for (char *p = line; *p != '\0'; p++) { /* source keys and values are quoted: one line */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
+    }
     im->n_warnings++;
     if (im->warn != NULL)
         im->warn(im->warn_arg, line);

@@ -80,7 +80,10 @@ int ag_import_main(int argc, char **argv);
 
 /* ---- for the mappers ------------------------------------------------------------------- */
 
-/** Give one warning: "WHERE: TEXT". printf-style; counts it in im->n_warnings. */
+/**
+ * Give one warning: "WHERE: TEXT". printf-style; control characters (from the source's keys and
+ * values) become '?', so a warning is one line. Counts it in im->n_warnings.
+ */
 void ag_import_warnf(ag_import *im, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /** Member @p key of object @p obj, found without regard to case; NULL when absent. */
