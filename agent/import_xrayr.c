@@ -140,6 +140,7 @@ static void map_controller(ag_import *im, json_t *node, const char *where, const
                             "at the panel's base_config intervals", where);
         }
     }
+    snprintf(w, sizeof w, "%.96s.ControllerConfig", where);
     map_auto_speed(im, w, ag_import_get(ctl, "AutoSpeedLimitConfig"));
     map_redis(im, w, ag_import_get(ctl, "GlobalDeviceLimitConfig"));
     if (ag_import_true(ctl, "EnableFallback")) {

@@ -69,6 +69,7 @@ value v2bx '.nodes[1].cert' '{"mode":"file","cert_file":"/etc/V2bX/cert/34.pem",
 value v2bx '.nodes[1].fallback' '"127.0.0.1:8080"'
 value v2bx '.dns' '{"servers":["1.1.1.1","8.8.8.8:5353"],"strategy":"ipv4_only"}'
 value v2bx '.db.path' "\"$T/katana.db\""
+value v2bx '.redis' '{"url":"redis://127.0.0.1:6379/1","expiry":120}'
 warned v2bx 'Nodes[2].NodeType "hysteria2"' 'node 35 left out'
 warned v2bx 'Nodes[0].EnableProxyProtocol: katana does not accept the PROXY protocol'
 warned v2bx 'Nodes[0].EnableTFO'
@@ -100,7 +101,8 @@ warned xrayr-file 'Nodes[0].ApiConfig.DeviceLimit'
 warned xrayr-file 'Nodes[0].ApiConfig.VlessFlow'
 warned xrayr-file 'FallBackConfigs[1]' 'one fallback per node'
 warned xrayr-file 'hosts: katana has no static host table'
-warned xrayr-file 'GlobalDeviceLimitConfig' 'count their devices apart'
+warned xrayr-file 'Nodes[0].ControllerConfig.GlobalDeviceLimitConfig: ' 'count their devices apart'
+warned v2bx 'Nodes[0].LimitConfig.IpRecorderConfig: ' 'count their devices apart'
 
 # --- XrayR: CertMode dns and http, a V2board and an unsupported panel ---
 imp xrayr-acme xrayr "$FIX/xrayr-acme.yml"
@@ -117,6 +119,7 @@ warned xrayr-acme 'Nodes[0].ControllerConfig.UpdatePeriodic'
 warned xrayr-acme 'Nodes[1].PanelType V2board'
 warned xrayr-acme 'Nodes[2].PanelType "PMpanel"' 'node 9 left out'
 warned xrayr-acme 'Log.Level none'
+warned xrayr-acme 'Nodes[0].ControllerConfig.AutoSpeedLimitConfig: katana has no automatic speed limit'
 
 # --- Xboard-Node: instances, several nodes of one panel, a machine, inherited cert ---
 imp xboard-node xboard-node "$FIX/xboard-node.yml"
