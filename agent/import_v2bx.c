@@ -279,7 +279,8 @@ static int map_node(ag_import *im, size_t i, const json_t *n, sv_error *err)
     if (ag_import_int(api, "Timeout", &timeout) && timeout > 0)
         json_object_set_new(json_object_get(node, "panel"), "timeout",
                             json_integer(timeout > 300 ? 300 : timeout));
-    map_options(im, node, where, type, opt);
+    snprintf(w, sizeof w, opt != n ? "%s.Options" : "%s", where);
+    map_options(im, node, w, type, opt);
     return 0;
 }
 

@@ -78,7 +78,7 @@ warned v2bx 'Cores[0].NTP'
 warned v2bx 'Cores[0].OriginalPath'
 warned v2bx 'server "https+local://dns.google/dns-query"' 'left out'
 warned v2bx 'a server for some domains only (9.9.9.9)'
-warned v2bx 'RejectUnknownSni'
+warned v2bx 'Nodes[1].Options.CertConfig.RejectUnknownSni: katana answers every SNI'
 check "v2bx: no warning for a setting that is mapped (ApiHost, ListenIP, SpeedLimit)" \
     bash -c "test -s '$T/v2bx.log' && ! grep -E 'ApiHost|ListenIP|LimitConfig.SpeedLimit|NodeID' '$T/v2bx.log'"
 
