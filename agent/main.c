@@ -3,6 +3,7 @@
  *   katana run -c FILE     serve every node of FILE; SIGHUP reloads, SIGTERM/SIGINT stop,
  *                          SIGUSR1 logs each user's usage since start
  *   katana check -c FILE   parse, fetch, lower and dry-run (seed 001 "check")
+ *   katana import AGENT FILE   a katana config from a V2bX, XrayR or Xboard-Node one (issue 32)
  *   katana version
  * Exit codes: 0 success, 1 configuration/runtime failure, 2 usage error.
  */
@@ -25,6 +26,7 @@
 #include <uv.h>
 
 #include "agent/agent_config.h"
+#include "agent/import.h"
 #include "agent/lower.h"
 #include "agent/node.h"
 #include "agent/uplink.h"
@@ -37,7 +39,8 @@
 #define RELOAD_SPACING_MS 200u /* shortest time between the starts of two reloads */
 
 static const char usage_text[] =
-    "usage: katana run -c FILE | katana check [--offline] -c FILE | katana version\n";
+    "usage: katana run -c FILE | katana check [--offline] -c FILE | katana version\n"
+    "       katana import [--db PATH] v2bx|xrayr|xboard-node FILE\n";
 
 typedef struct ag_main {
     uv_loop_t loop;
@@ -787,6 +790,8 @@ int main(int argc, char **argv)
         fputs(usage_text, stdout);
         return 0;
     }
+    if (strcmp(cmd, "import") == 0) /* issue 32: agent/import.c */
+        return ag_import_main(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0) {
         bool offline = false;
         const char *path = config_arg(argc - 1, argv + 1, cmd[0] == 'c' ? &offline : NULL);

@@ -9,6 +9,7 @@ set -euo pipefail
 BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libssl-dev
             libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libcmocka-dev
             libpcre2-dev libc-ares-dev libhiredis-dev libnghttp2-dev
+            libyaml-dev # libyaml: katana import xrayr / xboard-node (issue 32)
             libwebsockets-dev) # libwebsockets: the Xboard node channel (issue 14)
 CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
          libclang-rt-14-dev  # clang's libFuzzer and sanitizer runtimes: make fuzz (issue 24)
