@@ -21,7 +21,9 @@
 # BENCH_V2_SERVERS ("katana v2ray xray"; empty: no VMess/VLESS table), BENCH_V2_SCENARIOS
 # (vmess-tls vmess-ws-tls vless-tls vless-ws-tls), BENCH_V2_IDLE (the scenarios with an idle
 # test: vmess-tls vmess-ws-tls), BENCH_V2_CONNS (2000), BENCH_V2_SECONDS (5),
-# BENCH_WORKERS (katana workers, 1: ss-server is single-threaded too), KATANA_BIN.
+# BENCH_WORKERS (katana workers, 1: ss-server is single-threaded too), KATANA_BIN,
+# KATANA_BASE_BIN (another katana build, server name katana-base in BENCH_SERVERS: a change
+# measured side by side with the build before it; k/katana-base is the ratio).
 # Not part of `make check`; run with `make bench`.
 set -euo pipefail
 
@@ -87,11 +89,13 @@ bg "$T/sink.out" "$BULK" sink "$SINK_PORT"
 start_server() {
     local name=$1 cipher=$2 port=$3
     case $name in
-    katana)
-        [ -x "$KATANA" ] || { note "katana: no binary at $KATANA"; return 1; }
+    katana | katana-base)
+        local bin=$KATANA
+        [ "$name" = katana ] || bin=${KATANA_BASE_BIN:-}
+        [ -x "$bin" ] || { note "$name: no binary at '$bin'"; return 1; }
         "${KATEST[@]}" mkconfig --out "$T/katana.json" --port "$port" --cipher "$cipher" \
             --user "1:$PASS" --workers "$WORKERS" --log-level warn
-        bg "$T/katana.log" "$KATANA" run -c "$T/katana.json" ;;
+        bg "$T/$name.log" "$bin" run -c "$T/katana.json" ;;
     ss-server)
         command -v ss-server >/dev/null || return 1
         bg "$T/ss-server.log" ss-server -s 127.0.0.1 -p "$port" -k "$PASS" -m "$cipher" \
@@ -375,7 +379,7 @@ for cipher in $CIPHERS; do
         printf '%-24s %-10s %10s %12s %14s\n' "$cipher" "$name" "${GBPS[$cipher/$name]}" \
             "${CPU[$cipher/$name]}" "${RSS[$cipher/$name]}"
     done
-    for other in ss-server v2ray; do
+    for other in katana-base ss-server v2ray; do
         [[ " $SERVERS " == *" katana "* && " $SERVERS " == *" $other "* ]] || continue
         printf '%-24s %-10s %10s %12s %14s\n' "$cipher" "k/$other" \
             "$(ratio "${GBPS[$cipher/katana]}" "${GBPS[$cipher/$other]}")" \

@@ -50,7 +50,8 @@
 # Environment: BENCH_PEER_SERVERS ("katana xray sing-box"; empty: skip), BENCH_PEER_SCENARIOS
 # (all seven), BENCH_PEER_ROUNDS (1), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_PEER_VISION_BYTES
 # (1000000000), BENCH_WORKERS (katana workers,
-# 1), KATANA_BIN, BULK, KATANA_PEERS. Not part of `make check`; run by `make bench` or alone
+# 1), KATANA_BIN, KATANA_BASE_BIN (another katana build, server name katana-base in
+# BENCH_PEER_SERVERS: measured side by side, not counted as a peer), BULK, KATANA_PEERS. Not part of `make check`; run by `make bench` or alone
 # by `make bench-peers`.
 set -euo pipefail
 
@@ -182,8 +183,10 @@ render() {   # render TEMPLATE OUT SERVER_PORT [LOCAL_PORT]
 start_server() {
     local name=$1 scen=$2 port=$3 opts=()
     case $name in
-    katana)
-        [ -x "$KATANA" ] || { note "$scen katana: no binary at $KATANA"; return 1; }
+    katana | katana-base)
+        local bin=$KATANA
+        [ "$name" = katana ] || bin=${KATANA_BASE_BIN:-}
+        [ -x "$bin" ] || { note "$scen $name: no binary at '$bin'"; return 1; }
         case $scen in
         ss2022) opts=(--cipher 2022-blake3-aes-128-gcm --server-key "$SKEY") ;;
         vless-grpc-tls) opts=(--protocol vless --grpc-service kt-bench) ;;
@@ -210,7 +213,7 @@ node["tls_settings"] = {"server_name": "node.test", "server_port": int(target),
                         "private_key": priv, "short_id": sid}
 json.dump(c, open(f, "w"))
 PY
-        bg "$T/katana.log" "$KATANA" run -c "$T/katana-$scen.json" ;;
+        bg "$T/$name.log" "$bin" run -c "$T/katana-$scen.json" ;;
     xray)
         render "$TEMPLATES/xray/server-$scen.json" "$T/xray-$scen.json" "$port"
         bg "$T/xray.log" "$XRAY" run -c "$T/xray-$scen.json" ;;
@@ -380,7 +383,7 @@ best() {
     local -n col=$1
     local v out=- n
     for n in $SERVERS; do
-        [ "$n" = katana ] && continue
+        [[ $n == katana* ]] && continue   # katana-base is katana too, not a peer
         v=${col[$2/$n]:--}
         [[ $v =~ ^[0-9.]+$ ]] || continue   # "-", a cut run ("cut", "CUT n/N")
         if [ "$out" = - ] || awk -v a="$v" -v b="$out" -v m="$3" \
@@ -415,6 +418,11 @@ for scen in $SCENARIOS; do
             "${CPU[$scen/splice]}" -
     fi
     [[ " $SERVERS " == *" katana "* ]] || continue
+    [[ " $SERVERS " != *" katana-base "* ]] ||
+        printf '%-20s %-10s %10s %12s %14s\n' "$scen" k/base \
+            "$(ratio "${GBPS[$scen/katana]}" "${GBPS[$scen/katana-base]}")" \
+            "$(ratio "${CPU[$scen/katana]}" "${CPU[$scen/katana-base]}")" \
+            "$(ratio "${RSS[$scen/katana]}" "${RSS[$scen/katana-base]}")"
     [ -z "${CPU[$scen/splice]:-}" ] ||
         printf '%-20s %-10s %10s %12s\n' "$scen" k/splice "" \
             "$(ratio "${CPU[$scen/katana]}" "${CPU[$scen/splice]}")"
