@@ -614,6 +614,9 @@ static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
         int rc = ag_lower_user_set(nxt->tag, &nxt->users, &set, &nerr);
         if (rc == 0)
             ag_lower_node_speed(&set, nxt->speed_limit);
+        if (rc == 0) /* lowered: only its digest is needed now (issue 33: the secrets are in
+                        the set; a list that cannot be shed stays whole) */
+            (void)pn_users_shed(&nxt->users, nxt->speed_limit != 0);
         if (rc == 0)
             rc = sv_set_users_take(m->sv, &set, &nerr); /* zeroes set */
         sv_user_set_free(&set);
