@@ -765,24 +765,34 @@ int db_state_put_pair(db_store *d, const char *node, const db_state_body *config
     return rc;
 }
 
-static int copy_row(sqlite3_stmt *st, char **etag, char **body, size_t *body_len, sv_error *err)
+/* Read the body of panel_state row @p rowid into a new buffer of @p n bytes (NUL-terminated), a
+ * piece at a time (issue 33: sqlite3_column_blob() builds the whole blob in memory, a copy
+ * beside ours). */
+static int body_read(db_store *d, sqlite3_int64 rowid, char **body, size_t *n, sv_error *err)
 {
-    const unsigned char *e = sqlite3_column_text(st, 0);
-    const void *b = sqlite3_column_blob(st, 1);
-    size_t n = (size_t)sqlite3_column_bytes(st, 1);
-    *etag = e != NULL ? strdup((const char *)e) : NULL;
-    *body = malloc(n + 1);
-    if ((e != NULL && *etag == NULL) || *body == NULL) {
-        free(*etag);
-        free(*body);
-        *etag = *body = NULL;
-        return sv_error_set(err, -ENOMEM, "out of memory");
+    sqlite3_blob *b = NULL;
+    if (sqlite3_blob_open(d->h, "main", "panel_state", "body", rowid, 0, &b) != SQLITE_OK) {
+        int rc = fail(d, err, -EIO, "read state");
+        sqlite3_blob_close(b);
+        return rc;
     }
-    if (n > 0)
-        memcpy(*body, b, n);
-    (*body)[n] = '\0';
-    *body_len = n;
-    return 0;
+    *n = (size_t)sqlite3_blob_bytes(b);
+    int rc = (*body = malloc(*n + 1)) != NULL ? 0
+             : sv_error_set(err, -ENOMEM, "out of memory");
+    for (size_t off = 0; rc == 0 && off < *n; off += BODY_PIECE) {
+        size_t k = *n - off < BODY_PIECE ? *n - off : BODY_PIECE;
+        if (sqlite3_blob_read(b, *body + off, (int)k, (int)off) != SQLITE_OK)
+            rc = fail(d, err, -EIO, "read state");
+    }
+    sqlite3_blob_close(b);
+    if (rc == 0) {
+        (*body)[*n] = '\0';
+    } else {
+        free(*body);
+        *body = NULL;
+        *n = 0;
+    }
+    return rc;
 }
 
 int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **etag,
@@ -794,19 +804,28 @@ int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **
     if (rc != 0)
         return rc;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(d->h, "SELECT etag, body FROM panel_state WHERE node = ?1 AND"
+    if (sqlite3_prepare_v2(d->h, "SELECT etag, rowid FROM panel_state WHERE node = ?1 AND"
                            " kind = ?2", -1, &st, NULL) != SQLITE_OK)
         return fail(d, err, -EIO, "prepare");
     sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, (int)kind);
     int s = sqlite3_step(st);
-    if (s == SQLITE_ROW)
-        rc = copy_row(st, etag, body, body_len, err);
-    else if (s == SQLITE_DONE)
+    if (s == SQLITE_ROW) {
+        const unsigned char *e = sqlite3_column_text(st, 0);
+        if (e != NULL && (*etag = strdup((const char *)e)) == NULL)
+            rc = sv_error_set(err, -ENOMEM, "out of memory");
+        if (rc == 0)
+            rc = body_read(d, sqlite3_column_int64(st, 1), body, body_len, err);
+    } else if (s == SQLITE_DONE) {
         rc = sv_error_set(err, -ENOENT, "node %s: no stored state", node);
-    else
+    } else {
         rc = fail(d, err, -EIO, "read state");
+    }
     sqlite3_finalize(st);
+    if (rc != 0) {
+        free(*etag);
+        *etag = NULL;
+    }
     sqlite3_db_release_memory(d->h); /* as after db_state_put_pair: the body is copied out */
     return rc;
 }
