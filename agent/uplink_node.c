@@ -274,11 +274,10 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
 /* ---------------------------------------------------------------------------------------- */
 
 /* The text the held users state was read from, not yet stored: the pushed body, else the
- * client's last pulled one (store_pair's choice); NULL when there is none to parse again. */
+ * client's last pulled one (store_pair's choice); NULL when there is none. */
 static const char *held_users_text(up_node *nd, size_t *len)
 {
-    if (!nd->unstored[PN_BODY_USERS] || nd->client == NULL ||
-        nd->client->ops->parse_body == NULL)
+    if (!nd->unstored[PN_BODY_USERS])
         return NULL;
     if (nd->pushed[PN_BODY_USERS] != NULL) {
         *len = strlen(nd->pushed[PN_BODY_USERS]);
@@ -287,17 +286,26 @@ static const char *held_users_text(up_node *nd, size_t *len)
     return pn_last_body(nd->client, PN_BODY_USERS, len, NULL);
 }
 
+/* Whether the whole held list can be read again: from its held body, or from the store when
+ * it is the stored list (seeded, not run yet: a list replaced since is unstored). */
+static bool rereadable(up_node *nd)
+{
+    size_t len = 0;
+    if (nd->client == NULL || nd->client->ops->parse_body == NULL)
+        return false;
+    return nd->unstored[PN_BODY_USERS] ? held_users_text(nd, &len) != NULL : nd->from_store;
+}
+
 /* Issue 33: the node manager lowers the list once and sheds it; a copy of it held here beside
- * the body and the lowered set was a third of the peak. When the held list is whole and its
- * body is held (so it can be read again), move it to @p out and keep what pn_users_shed()
- * with @p keep_limits keeps (the digest; the ids and limits too when @p keep_limits): what
- * runs is told from it as before (pn_users_equal), and if the manager does not apply it,
- * ag__up_users_unlend() parses it again. Else @p out is a copy (pn_users_clone).
+ * the body and the lowered set was a third of the peak. When the held list is whole and can be
+ * read again (rereadable), move it to @p out and keep what pn_users_shed() with @p keep_limits
+ * keeps (the digest; the ids and limits too when @p keep_limits): what runs is told from it as
+ * before (pn_users_equal), and if the manager does not apply it, ag__up_users_unlend() reads
+ * it again. Else @p out is a copy (pn_users_clone).
  * @return 0 (*out the caller's), or -ENOMEM / -EIO (nothing moved). */
 int ag__up_users_lend(up_node *nd, bool keep_limits, pn_users *out)
 {
-    size_t len = 0;
-    if (nd->users.shed || held_users_text(nd, &len) == NULL)
+    if (nd->users.shed || !rereadable(nd))
         return pn_users_clone(out, &nd->users);
     pn_users kept = {.n = nd->users.n, .shed = true};
     int rc = pn_users_digest(&nd->users, kept.digest);
@@ -316,21 +324,30 @@ int ag__up_users_lend(up_node *nd, bool keep_limits, pn_users *out)
     return 0;
 }
 
-/* Make a list lent to the node manager and not applied whole again, from its held body (parsed
- * as the pull did; pn_users_restore() checks it is that list). A list not lent is left alone.
+/* Make a list lent to the node manager and not applied whole again, from its held body or the
+ * store's (parsed as the pull or the start did; pn_users_restore() checks it is that list). A
+ * list not lent is left alone.
  * @return 0, or an error with @p err set (the list stays shed). */
 int ag__up_users_unlend(up_node *nd, sv_error *err)
 {
     if (!nd->lent)
         return 0;
     size_t len = 0;
+    char *stored = NULL, *etag = NULL;
     const char *text = held_users_text(nd, &len);
-    if (text == NULL)
+    if (text == NULL && !nd->unstored[PN_BODY_USERS] &&
+        db_state_get(nd->u->db, nd->tag, DB_STATE_USERS, &etag, &stored, &len, err) == 0)
+        text = stored;
+    free(etag);
+    if (text == NULL || nd->client == NULL || nd->client->ops->parse_body == NULL) {
+        free(stored);
         return sv_error_set(err, -ESTALE, "the held user list has no body to be read from");
+    }
     pn_node none = {0};
     pn_users whole = {0};
     int rc = nd->client->ops->parse_body(nd->client, PN_BODY_USERS, text, len, &none, &whole,
                                          err);
+    free(stored);
     pn_node_free(&none);
     if (rc == 0 && (rc = pn_users_restore(&nd->users, &whole)) != 0)
         sv_error_set(err, rc, "the held user list does not read back from its body");
