@@ -614,6 +614,9 @@ static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
         int rc = ag_lower_user_set(nxt->tag, &nxt->users, &set, &nerr);
         if (rc == 0)
             ag_lower_node_speed(&set, nxt->speed_limit);
+        if (rc == 0) /* lowered: only its digest is needed now (issue 33: the secrets are in
+                        the set; a list that cannot be shed stays whole) */
+            (void)pn_users_shed(&nxt->users, nxt->speed_limit != 0);
         if (rc == 0)
             rc = sv_set_users_take(m->sv, &set, &nerr); /* zeroes set */
         sv_user_set_free(&set);
@@ -677,6 +680,29 @@ static void shed_running(ag_manager *m)
         (void)pn_users_shed(&m->running.nodes[i].users, m->running.nodes[i].speed_limit != 0);
 }
 
+/* Issue 33: once @p next is lowered into @p spec, which holds the secrets, its lists are needed
+ * only as digests (shed_running's shed): shed them before the apply builds the supervisor's
+ * tables. */
+static void shed_lowered(ag_fleet *next)
+{
+    for (size_t i = 0; i < next->n; i++)
+        (void)pn_users_shed(&next->nodes[i].users, next->nodes[i].speed_limit != 0);
+}
+
+/* The apply of @p spec failed: make @p next's lists whole again from the user sets lowered from
+ * them (reconcile_set_aside lowers nodes again). 0, or -ENOMEM / -ESTALE (err set). */
+static int unshed_lowered(ag_fleet *next, const sv_spec *spec, sv_error *err)
+{
+    for (size_t i = 0; i < next->n; i++) {
+        ag_node_state *nd = &next->nodes[i];
+        int rc = ag_users_refill(&nd->users, sv_spec_user_set(spec, nd->tag));
+        if (rc != 0)
+            return sv_error_set(err, rc, "node %s: %s", nd->tag, rc == -ENOMEM
+                                ? "out of memory" : "the lowered users do not match the list");
+    }
+    return 0;
+}
+
 static int reconcile_apply(ag_manager *m, ag_fleet *next, sv_error *err)
 {
     sv_spec spec;
@@ -688,7 +714,15 @@ static int reconcile_apply(ag_manager *m, ag_fleet *next, sv_error *err)
     rc = ag_lower_fleet(next, &spec, err);
     if (rc != 0)
         return rc;
+    shed_lowered(next);
     rc = sv_apply_take(m->sv, &spec, &opts, &report, err);
+    if (rc != 0) { /* the spec is left as it was */
+        sv_error uerr = {0};
+        if (unshed_lowered(next, &spec, &uerr) != 0) {
+            SV_LOG(SV_LOG_ERROR, MOD, "%s: the refused load is not set aside by node", uerr.msg);
+            rc = rc == -EINVAL ? -EIO : rc; /* no node is lowered alone from a shed list */
+        }
+    }
     sv_spec_free(&spec); /* zeroed when taken */
     if (rc != 0)
         return rc;

@@ -91,7 +91,8 @@ int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *ar
  * refused keeps its running state (a new one is left out) with one warning, and every other
  * node applies; only a refusal no single node explains (e.g. two nodes on one port) refuses all.
  * @param next  taken on success and on a partial apply (the manager owns it; zeroed); left to
- *              the caller on failure
+ *              the caller on failure, a user list lowered for an edit maybe shed by then
+ *              (pn_users_shed: issue 33, its secrets were in the lowered set only once)
  * @return 0; the first node refused, "node T: ... (every other node applied)", when some were
  *         (ag_manager_partly_applied() is then true); or the lowering, sv_apply() error with err
  *         set, the running state unchanged.

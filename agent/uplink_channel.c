@@ -85,6 +85,7 @@ void ag__up_ev_users(void *arg, pn_users *users)
     nd->users = *users;
     memset(users, 0, sizeof *users);
     nd->has_users = true;
+    nd->lent = false;
     ag__up_index_users(nd);
     SV_LOG(SV_LOG_INFO, MOD, "node %s: %zu users pushed by the panel", nd->tag, nd->users.n);
     pushed_change(nd, PN_BODY_USERS, pn_users_body(&nd->users));
@@ -101,10 +102,14 @@ void ag__up_ev_resync(void *arg, const sv_error *why)
 
 /* Issue 13: once the list the uplink holds runs, it is shed (ag_uplink_applied): the
  * supervisor's running user set of the node, lowered from that very list, holds it. Refill it
- * from there before the list is edited (a pushed delta). -ESTALE when the running set is not
+ * from there before the list is edited (a pushed delta); a list lent to the node manager and
+ * not applied is read again from its body (issue 33). -ESTALE when the running set is not
  * that list any more, -ENOMEM. */
 static int held_refill(up_node *nd)
 {
+    sv_error err = {0};
+    if (nd->lent)
+        return ag__up_users_unlend(nd, &err);
     return ag_users_refill(&nd->users, sv_running_user_set(nd->u->sv, nd->tag));
 }
 
@@ -181,6 +186,7 @@ void ag__up_ev_delta(void *arg, const pn_users *add, const uint64_t *remove, siz
     }
     pn_users_free(&nd->users);
     nd->users = next;
+    nd->lent = false; /* a whole list again */
     ag__up_index_users(nd);
     SV_LOG(SV_LOG_INFO, MOD, "node %s: user delta pushed by the panel: %zu added or changed, "
            "%zu removed", nd->tag, add->n, n_remove);

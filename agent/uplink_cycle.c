@@ -360,6 +360,7 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
         memset(users, 0, sizeof *users);
         nd->pull_changed |= !same || !nd->has_users;
         nd->has_users = true;
+        nd->lent = false;
         ag__up_index_users(nd);
         nd->unstored[PN_BODY_USERS] = true;
         free(nd->pushed[PN_BODY_USERS]);

@@ -9,7 +9,8 @@
  *   uplink_status.c   alive IPs, the alivelist, the host's load from /proc
  *   uplink_outbox.c   usage and audit hits: supervisor -> outbox; the detect log report
  *   uplink_node.c     a node made with its stored state, and closed; its held state stored once
- *                     it applied; the node manager's client answering from it
+ *                     it applied; the node manager's client answering from it, its whole user
+ *                     list lent to it
  *   uplink_cycle.c    a node's pull and push timers, which start each other
  *   uplink_channel.c  changes pushed over a node's channel; a node's start
  *   uplink_machine.c  Xboard machines: their node list starts and retires nodes; their channel
@@ -109,6 +110,9 @@ typedef struct up_node {
     pn_node node;     /* the panel's latest node settings (what the node manager is offered) */
     pn_users users;   /* the panel's latest user list (its uuids shed once it runs: held_refill) */
     bool has_node, has_users;
+    /* issue 33: the whole list went to the node manager (ag__up_users_lend), which has not
+     * applied it yet: users is shed, and made whole again from its held body when needed */
+    bool lent;
     bool unstored[2]; /* per pn_body_kind: a body was pulled that the store does not hold yet */
     char *pushed[2];  /* per pn_body_kind: the body of a state pushed over the channel since the
                          last pull of that kind (stored as last good once it applied), or NULL */
@@ -242,6 +246,9 @@ int ag__up_node_add(ag_uplink *u, up_node *nd);
 void ag__up_closed(ag_uplink *u); /* one handle of the uplink closed (frees it after the last) */
 void ag__up_node_close(up_node *nd);
 up_node *ag__up_find_node(ag_uplink *u, const char *tag); /* the live node of tag, or NULL */
+/* issue 33: hand the whole held list to the node manager, or make a lent one whole again */
+int ag__up_users_lend(up_node *nd, bool keep_limits, pn_users *out);
+int ag__up_users_unlend(up_node *nd, sv_error *err);
 
 /* uplink_cycle.c */
 void ag__up_on_push_timer(uv_timer_t *t);

@@ -3,8 +3,9 @@
  * (a stored pair this version refuses is skipped: the node waits for the panel), added to the
  * uplink, closed (its memory goes once its timers closed, its outbox rows stay in the store).
  * Its held state becomes the stored last good state only once it applied (ag_uplink_applied).
- * The node manager reads the held state through ag_uplink_client, which answers at once.
- * Control loop only.
+ * The node manager reads the held state through ag_uplink_client, which answers at once; a
+ * whole user list is lent to it, not copied, and read again from its body if it did not apply
+ * (issue 33). Control loop only.
  */
 #include "config.h"
 
@@ -32,7 +33,7 @@ void ag__up_forget_state(up_node *nd)
 {
     pn_node_free(&nd->node);
     pn_users_free(&nd->users);
-    nd->has_node = nd->has_users = false;
+    nd->has_node = nd->has_users = nd->lent = false;
     nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
     for (int k = 0; k < 2; k++) {
         free(nd->pushed[k]);
@@ -258,6 +259,7 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
             !pn_node_equal(&st->node, &nd->node) || !pn_users_equal(&st->users, &nd->users))
             continue;
         nd->from_store = false;
+        nd->lent = false; /* what was lent runs: the supervisor holds it */
         /* it runs: the supervisor holds the list (held_refill gets it back; issue 13). Shed it
          * whole, or all but the ids and the panel's speed limits when the node caps them; before
          * the store, whose trim gives the pages back */
@@ -268,6 +270,94 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* a whole list lent to the node manager (issue 33: one copy of it at the apply's peak)       */
+/* ---------------------------------------------------------------------------------------- */
+
+/* The text the held users state was read from, not yet stored: the pushed body, else the
+ * client's last pulled one (store_pair's choice); NULL when there is none. */
+static const char *held_users_text(up_node *nd, size_t *len)
+{
+    if (!nd->unstored[PN_BODY_USERS])
+        return NULL;
+    if (nd->pushed[PN_BODY_USERS] != NULL) {
+        *len = strlen(nd->pushed[PN_BODY_USERS]);
+        return nd->pushed[PN_BODY_USERS];
+    }
+    return pn_last_body(nd->client, PN_BODY_USERS, len, NULL);
+}
+
+/* Whether the whole held list can be read again: from its held body, or from the store when
+ * it is the stored list (seeded, not run yet: a list replaced since is unstored). */
+static bool rereadable(up_node *nd)
+{
+    size_t len = 0;
+    if (nd->client == NULL || nd->client->ops->parse_body == NULL)
+        return false;
+    return nd->unstored[PN_BODY_USERS] ? held_users_text(nd, &len) != NULL : nd->from_store;
+}
+
+/* Issue 33: the node manager lowers the list once and sheds it; a copy of it held here beside
+ * the body and the lowered set was a third of the peak. When the held list is whole and can be
+ * read again (rereadable), move it to @p out and keep what pn_users_shed() with @p keep_limits
+ * keeps (the digest; the ids and limits too when @p keep_limits): what runs is told from it as
+ * before (pn_users_equal), and if the manager does not apply it, ag__up_users_unlend() reads
+ * it again. Else @p out is a copy (pn_users_clone).
+ * @return 0 (*out the caller's), or -ENOMEM / -EIO (nothing moved). */
+int ag__up_users_lend(up_node *nd, bool keep_limits, pn_users *out)
+{
+    if (nd->users.shed || !rereadable(nd))
+        return pn_users_clone(out, &nd->users);
+    pn_users kept = {.n = nd->users.n, .shed = true};
+    int rc = pn_users_digest(&nd->users, kept.digest);
+    if (rc == 0 && keep_limits && kept.n > 0 &&
+        (kept.users = malloc(kept.n * sizeof *kept.users)) == NULL)
+        rc = -ENOMEM;
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; kept.users != NULL && i < kept.n; i++) {
+        kept.users[i] = nd->users.users[i];
+        kept.users[i].uuid = NULL;
+    }
+    *out = nd->users;
+    nd->users = kept;
+    nd->lent = true;
+    return 0;
+}
+
+/* Make a list lent to the node manager and not applied whole again, from its held body or the
+ * store's (parsed as the pull or the start did; pn_users_restore() checks it is that list). A
+ * list not lent is left alone.
+ * @return 0, or an error with @p err set (the list stays shed). */
+int ag__up_users_unlend(up_node *nd, sv_error *err)
+{
+    if (!nd->lent)
+        return 0;
+    size_t len = 0;
+    char *stored = NULL, *etag = NULL;
+    const char *text = held_users_text(nd, &len);
+    if (text == NULL && !nd->unstored[PN_BODY_USERS] &&
+        db_state_get(nd->u->db, nd->tag, DB_STATE_USERS, &etag, &stored, &len, err) == 0)
+        text = stored;
+    free(etag);
+    if (text == NULL || nd->client == NULL || nd->client->ops->parse_body == NULL) {
+        free(stored);
+        return sv_error_set(err, -ESTALE, "the held user list has no body to be read from");
+    }
+    pn_node none = {0};
+    pn_users whole = {0};
+    int rc = nd->client->ops->parse_body(nd->client, PN_BODY_USERS, text, len, &none, &whole,
+                                         err);
+    free(stored);
+    pn_node_free(&none);
+    if (rc == 0 && (rc = pn_users_restore(&nd->users, &whole)) != 0)
+        sv_error_set(err, rc, "the held user list does not read back from its body");
+    pn_users_free(&whole);
+    if (rc == 0)
+        nd->lent = false;
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* the node manager's view: a client answering from the last good state                       */
 /* ---------------------------------------------------------------------------------------- */
 
@@ -275,6 +365,7 @@ typedef struct snap_client {
     pn_client base;
     ag_uplink *u; /* borrowed: the node manager's clients live within one load */
     char *tag;
+    bool keep_limits; /* the node has a speed limit of its own (ag_uplink_applied's shed) */
 } snap_client;
 
 /* The live node of @p tag (a retiring node is no longer offered). */
@@ -310,22 +401,32 @@ static int snap_fetch_node(pn_client *c, pn_node_cb cb, void *arg)
     return 0;
 }
 
+/* The held list: lent (moved) when it can be read again from its body, else a copy; a list
+ * lent before and not applied is first made whole again (issue 33). */
 static int snap_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
 {
     snap_client *sc = (snap_client *)c;
     up_node *nd = ag__up_find_node(sc->u, sc->tag);
     sv_error err = {0};
-    pn_users copy;
+    pn_users out;
     if (nd == NULL || !nd->has_users) {
         sv_error_set(&err, -EAGAIN, "%s panel: no user list yet",
                      nd != NULL ? client_type(nd) : "remote");
         cb(c, -EAGAIN, NULL, &err, arg);
         return 0;
     }
-    if (pn_users_clone(&copy, &nd->users) != 0)
+    int rc = ag__up_users_unlend(nd, &err);
+    if (rc != 0) {
+        SV_LOG(SV_LOG_ERROR, MOD, "node %s: %s: forgotten until the next pull", nd->tag,
+               err.msg);
+        ag__up_forget_state(nd); /* the next pull brings it whole */
+        cb(c, rc, NULL, &err, arg);
+        return 0;
+    }
+    if (ag__up_users_lend(nd, sc->keep_limits, &out) != 0)
         return -ENOMEM;
-    cb(c, PN_OK, &copy, NULL, arg);
-    pn_users_free(&copy);
+    cb(c, PN_OK, &out, NULL, arg);
+    pn_users_free(&out);
     return 0;
 }
 
@@ -357,6 +458,7 @@ int ag_uplink_client(void *uplink, const ag_node_config *nc, pn_client **out, sv
         return sv_error_set(err, -ENOMEM, "out of memory");
     }
     s->u = u;
+    s->keep_limits = nc->speed_limit != 0;
     s->base.ops = &snap_ops;
     *out = &s->base;
     return 0;

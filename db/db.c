@@ -124,6 +124,19 @@ static const char *const migrations[] = {
     " down INTEGER NOT NULL,"
     " batch INTEGER NOT NULL,"
     " dropped_ms INTEGER NOT NULL);",
+    /* 5 (issue 33): the body last in a state row, so that a row is inserted with a zeroblob
+     * SQLite does not build in memory and the body is written into it in pieces (db_state_put) */
+    "CREATE TABLE panel_state_5 ("
+    " node TEXT NOT NULL,"
+    " kind INTEGER NOT NULL,"
+    " etag TEXT,"
+    " saved_ms INTEGER NOT NULL,"
+    " body BLOB NOT NULL,"
+    " PRIMARY KEY (node, kind));"
+    "INSERT INTO panel_state_5 (node, kind, etag, saved_ms, body)"
+    " SELECT node, kind, etag, saved_ms, body FROM panel_state;"
+    "DROP TABLE panel_state;"
+    "ALTER TABLE panel_state_5 RENAME TO panel_state;",
 };
 
 #define N_MIGRATIONS ((int)(sizeof migrations / sizeof migrations[0]))
@@ -671,6 +684,54 @@ int db_usage_pending_users(db_store *d, const char *node, sv_usage **out, size_t
     return rc;
 }
 
+#define BODY_PIECE (1u << 20) /* bytes of a stored body written at a time */
+
+/* Write @p len bytes of @p body into the zeroed body of panel_state row @p rowid, a piece at a
+ * time through the page cache. */
+static int body_write(db_store *d, sqlite3_int64 rowid, const char *body, size_t len,
+                      sv_error *err)
+{
+    sqlite3_blob *b = NULL;
+    if (sqlite3_blob_open(d->h, "main", "panel_state", "body", rowid, 1, &b) != SQLITE_OK) {
+        int rc = fail(d, err, -EIO, "store state");
+        sqlite3_blob_close(b);
+        return rc;
+    }
+    int rc = 0;
+    for (size_t off = 0; rc == 0 && off < len; off += BODY_PIECE) {
+        size_t n = len - off < BODY_PIECE ? len - off : BODY_PIECE;
+        if (sqlite3_blob_write(b, body + off, (int)n, (int)off) != SQLITE_OK)
+            rc = fail(d, err, -EIO, "store state");
+    }
+    if (sqlite3_blob_close(b) != SQLITE_OK && rc == 0)
+        rc = fail(d, err, -EIO, "store state");
+    return rc;
+}
+
+/* The row with a zeroblob of the body's length, then the body into it (issue 33: an INSERT of
+ * the blob builds the whole record in memory, a copy of a body of up to DB_BODY_MAX). */
+static int state_write(db_store *d, const char *node, enum db_state_kind kind,
+                       const char *etag, const char *body, size_t body_len, int64_t now_ms,
+                       sv_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(d->h, "INSERT OR REPLACE INTO panel_state (node, kind, etag,"
+                           " saved_ms, body) VALUES (?1, ?2, ?3, ?4, zeroblob(?5))", -1, &st,
+                           NULL) != SQLITE_OK)
+        return fail(d, err, -EIO, "prepare");
+    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, (int)kind);
+    if (etag != NULL)
+        sqlite3_bind_text(st, 3, etag, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, now_ms);
+    sqlite3_bind_int64(st, 5, (sqlite3_int64)body_len);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "store state");
+    sqlite3_finalize(st);
+    if (rc == 0 && body_len > 0)
+        rc = body_write(d, sqlite3_last_insert_rowid(d->h), body, body_len, err);
+    return rc;
+}
+
 int db_state_put(db_store *d, const char *node, enum db_state_kind kind, const char *etag,
                  const char *body, size_t body_len, int64_t now_ms, sv_error *err)
 {
@@ -681,20 +742,11 @@ int db_state_put(db_store *d, const char *node, enum db_state_kind kind, const c
         return sv_error_set(err, -EINVAL, "ETag longer than %u bytes", DB_KEY_MAX);
     if (body_len > DB_BODY_MAX)
         return sv_error_set(err, -EINVAL, "body larger than %u bytes", DB_BODY_MAX);
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(d->h, "INSERT OR REPLACE INTO panel_state (node, kind, etag, body,"
-                           " saved_ms) VALUES (?1, ?2, ?3, ?4, ?5)", -1, &st,
-                           NULL) != SQLITE_OK)
-        return fail(d, err, -EIO, "prepare");
-    sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 2, (int)kind);
-    if (etag != NULL)
-        sqlite3_bind_text(st, 3, etag, -1, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 4, body_len > 0 ? body : "", (int)body_len, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 5, now_ms);
-    rc = sqlite3_step(st) == SQLITE_DONE ? 0 : fail(d, err, -EIO, "store state");
-    sqlite3_finalize(st);
-    return rc;
+    bool own_tx = sqlite3_get_autocommit(d->h) != 0; /* the row and its body in one */
+    if (own_tx && (rc = exec(d, "BEGIN IMMEDIATE", err)) != 0)
+        return rc;
+    rc = state_write(d, node, kind, etag, body, body_len, now_ms, err);
+    return own_tx ? tx_end(d, rc, err) : rc;
 }
 
 int db_state_put_pair(db_store *d, const char *node, const db_state_body *config,
@@ -713,24 +765,34 @@ int db_state_put_pair(db_store *d, const char *node, const db_state_body *config
     return rc;
 }
 
-static int copy_row(sqlite3_stmt *st, char **etag, char **body, size_t *body_len, sv_error *err)
+/* Read the body of panel_state row @p rowid into a new buffer of @p n bytes (NUL-terminated), a
+ * piece at a time (issue 33: sqlite3_column_blob() builds the whole blob in memory, a copy
+ * beside ours). */
+static int body_read(db_store *d, sqlite3_int64 rowid, char **body, size_t *n, sv_error *err)
 {
-    const unsigned char *e = sqlite3_column_text(st, 0);
-    const void *b = sqlite3_column_blob(st, 1);
-    size_t n = (size_t)sqlite3_column_bytes(st, 1);
-    *etag = e != NULL ? strdup((const char *)e) : NULL;
-    *body = malloc(n + 1);
-    if ((e != NULL && *etag == NULL) || *body == NULL) {
-        free(*etag);
-        free(*body);
-        *etag = *body = NULL;
-        return sv_error_set(err, -ENOMEM, "out of memory");
+    sqlite3_blob *b = NULL;
+    if (sqlite3_blob_open(d->h, "main", "panel_state", "body", rowid, 0, &b) != SQLITE_OK) {
+        int rc = fail(d, err, -EIO, "read state");
+        sqlite3_blob_close(b);
+        return rc;
     }
-    if (n > 0)
-        memcpy(*body, b, n);
-    (*body)[n] = '\0';
-    *body_len = n;
-    return 0;
+    *n = (size_t)sqlite3_blob_bytes(b);
+    int rc = (*body = malloc(*n + 1)) != NULL ? 0
+             : sv_error_set(err, -ENOMEM, "out of memory");
+    for (size_t off = 0; rc == 0 && off < *n; off += BODY_PIECE) {
+        size_t k = *n - off < BODY_PIECE ? *n - off : BODY_PIECE;
+        if (sqlite3_blob_read(b, *body + off, (int)k, (int)off) != SQLITE_OK)
+            rc = fail(d, err, -EIO, "read state");
+    }
+    sqlite3_blob_close(b);
+    if (rc == 0) {
+        (*body)[*n] = '\0';
+    } else {
+        free(*body);
+        *body = NULL;
+        *n = 0;
+    }
+    return rc;
 }
 
 int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **etag,
@@ -742,19 +804,28 @@ int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **
     if (rc != 0)
         return rc;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(d->h, "SELECT etag, body FROM panel_state WHERE node = ?1 AND"
+    if (sqlite3_prepare_v2(d->h, "SELECT etag, rowid FROM panel_state WHERE node = ?1 AND"
                            " kind = ?2", -1, &st, NULL) != SQLITE_OK)
         return fail(d, err, -EIO, "prepare");
     sqlite3_bind_text(st, 1, node, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, (int)kind);
     int s = sqlite3_step(st);
-    if (s == SQLITE_ROW)
-        rc = copy_row(st, etag, body, body_len, err);
-    else if (s == SQLITE_DONE)
+    if (s == SQLITE_ROW) {
+        const unsigned char *e = sqlite3_column_text(st, 0);
+        if (e != NULL && (*etag = strdup((const char *)e)) == NULL)
+            rc = sv_error_set(err, -ENOMEM, "out of memory");
+        if (rc == 0)
+            rc = body_read(d, sqlite3_column_int64(st, 1), body, body_len, err);
+    } else if (s == SQLITE_DONE) {
         rc = sv_error_set(err, -ENOENT, "node %s: no stored state", node);
-    else
+    } else {
         rc = fail(d, err, -EIO, "read state");
+    }
     sqlite3_finalize(st);
+    if (rc != 0) {
+        free(*etag);
+        *etag = NULL;
+    }
     sqlite3_db_release_memory(d->h); /* as after db_state_put_pair: the body is copied out */
     return rc;
 }

@@ -22,7 +22,7 @@
 #include "supervisor/util/err.h"
 #include "supervisor/util/usage.h"
 
-#define DB_SCHEMA_VERSION 4       /**< the version the migrations bring a file to */
+#define DB_SCHEMA_VERSION 5       /**< the version the migrations bring a file to */
 #define DB_BODY_MAX (256u << 20)  /**< largest stored panel body (= PN_BODY_MAX) */
 #define DB_KEY_MAX 256u           /**< bytes of a node key or an ETag */
 
@@ -165,7 +165,9 @@ enum db_state_kind {
 /**
  * Store the last good body of one kind for @p node (replacing the previous one).
  * @param etag  the panel's ETag as received, or NULL
- * @param body  the JSON text that parsed and was applied
+ * @param body  the JSON text that parsed and was applied; written into the row in pieces, with
+ *              no copy of it in memory (issue 33); in a transaction of its own unless one is
+ *              open
  * @return 0, -EINVAL (key or ETag over DB_KEY_MAX, body over DB_BODY_MAX), -EIO.
  */
 int db_state_put(db_store *d, const char *node, enum db_state_kind kind, const char *etag,

@@ -166,6 +166,55 @@ static void db__newer_schema__is_refused(void **state)
     assert_non_null(strstr(err.msg, "newer"));
 }
 
+/* Issue 33: schema 5 puts a state row's body last (stored through a zeroblob, written in
+ * pieces); a file of schema 4 keeps its stored state, read back after the migration. */
+static void db__schema_4_state__is_kept_by_the_migration(void **state)
+{
+    tmp *t = *state;
+    db_close(open_ok(t));
+    sqlite3 *h = NULL;
+    assert_int_equal(sqlite3_open(t->path, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h, "DROP TABLE panel_state;"
+                                     "CREATE TABLE panel_state (node TEXT NOT NULL,"
+                                     " kind INTEGER NOT NULL, etag TEXT, body BLOB NOT NULL,"
+                                     " saved_ms INTEGER NOT NULL, PRIMARY KEY (node, kind));"
+                                     "INSERT INTO panel_state VALUES ('a', 1, '\"e4\"',"
+                                     " X'7B227573657273223A5B5D7D', 7);"
+                                     "UPDATE schema_version SET version = 4", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(h);
+    db_store *d = open_ok(t);
+    assert_int_equal(db_schema_version(d), DB_SCHEMA_VERSION);
+    char *etag = NULL, *body = NULL;
+    size_t len = 0;
+    sv_error err = {0};
+    assert_int_equal(db_state_get(d, "a", DB_STATE_USERS, &etag, &body, &len, &err), 0);
+    assert_string_equal(etag, "\"e4\"");
+    assert_int_equal(len, 12);
+    assert_memory_equal(body, "{\"users\":[]}", 12);
+    free(etag);
+    free(body);
+    /* a body over one piece of the incremental write, and an empty one, read back */
+    size_t big = (3u << 20) + 5;
+    char *b = malloc(big);
+    assert_non_null(b);
+    for (size_t i = 0; i < big; i++)
+        b[i] = (char)('a' + i % 23);
+    assert_int_equal(db_state_put(d, "a", DB_STATE_USERS, "\"e5\"", b, big, 8, &err), 0);
+    assert_int_equal(db_state_put(d, "a", DB_STATE_CONFIG, NULL, "", 0, 8, &err), 0);
+    assert_int_equal(db_state_get(d, "a", DB_STATE_USERS, &etag, &body, &len, &err), 0);
+    assert_int_equal(len, big);
+    assert_memory_equal(body, b, big);
+    free(etag);
+    free(body);
+    assert_int_equal(db_state_get(d, "a", DB_STATE_CONFIG, &etag, &body, &len, &err), 0);
+    assert_int_equal(len, 0);
+    assert_null(etag);
+    free(body);
+    free(b);
+    db_close(d);
+}
+
 /* One process per database (issue 15): a second open is refused naming the holder's pid, and
  * the lock goes with the holder, kill -9 included. */
 static void db__second_process__is_refused_until_the_holder_dies(void **state)
@@ -703,6 +752,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(db__pending_users__sums_open_and_claimed_rows_per_uid,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(db__newer_schema__is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(db__schema_4_state__is_kept_by_the_migration, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(db__bad_path__fails_with_message, setup, teardown),
         cmocka_unit_test_setup_teardown(db__add__merges_per_node_and_uid, setup, teardown),
         cmocka_unit_test_setup_teardown(db__done__deletes_only_the_batch, setup, teardown),
