@@ -185,7 +185,7 @@ static int handler_creds(sv_handler *h, const sv_proto_ops *core, const sv_inbou
                  ? sv_grpc_creds_new(core, in->grpc.service_name, in,
                                      users != NULL ? users : &none, &h->creds, err)
              : reuse ? sv_proto_reload(h->ops)->creds_new_from(in, users, was->handler->creds, from,
-                                                              &h->creds, err)
+                                                               &h->creds, err)
                      : h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
     if (rc != 0)
         h->creds = NULL;

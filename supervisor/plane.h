@@ -93,8 +93,9 @@ const sv_dgram_ops *sv_dgram_ops_for(const sv_inbound_spec *in);
 
 /**
  * A worker's most recently matched order of a credential table's @p n users (proto_ext.h's
- * struct sv_order, whose layout is the guided core's), made here so the runtime names no core: *@p o is allocated
- * at the first call (owned by the caller, freed by sv__order_free()) and reset to index order.
+ * struct sv_order, whose layout is the guided core's), made here so the runtime names no core:
+ * *@p o is allocated at the first call (owned by the caller, freed by sv__order_free()) and
+ * reset to index order.
  * @return 0, or -ENOMEM or -EINVAL (too many users; *@p o then holds no order, or is NULL).
  */
 int sv__order_reset(struct sv_order **o, size_t n);

@@ -129,7 +129,8 @@ static void check_frames(void *st)
     static const uint8_t reply[9000];
     const sv_proto_ops *ops = &sv_vmess_ops;
     sv_dest from = {.atyp = SV_ATYP_IPV4, .port = 53};
-    ssize_t w = sv_proto_datagram(ops)->frame_datagram(st, g_creds, 0, &from, reply, 100, out, sizeof out);
+    ssize_t w =
+        sv_proto_datagram(ops)->frame_datagram(st, g_creds, 0, &from, reply, 100, out, sizeof out);
     FUZZ_CHECK(w == -EINVAL || (w > 0 && (size_t)w <= ops->frame_max(100)));
     w = ops->frame(st, g_creds, 0, reply, sizeof reply, out, sizeof out);
     FUZZ_CHECK(w > 0 && (size_t)w <= ops->frame_max(sizeof reply));

@@ -304,8 +304,8 @@ static void apply(run *r, const sv_effects *fx)
             ev(r, "O%u:%u ", e->stream, e->dest.port);
             if (r->end_on_open) { /* as conn.c's sub_open: its End while applying the rest */
                 uint8_t out[1024];
-                ssize_t n = sv_proto_end(&sv_grpc_ops)->frame_end(r->core, r->creds, e->stream, true, out,
-                                                  sizeof out);
+                ssize_t n = sv_proto_end(&sv_grpc_ops)
+                                ->frame_end(r->core, r->creds, e->stream, true, out, sizeof out);
                 assert_true(n >= 0);
                 to_client(r, out, (size_t)n);
             }
@@ -632,8 +632,8 @@ static void mux_once(size_t piece)
     assert_true(n > 0);
     to_client(&r, out, (size_t)n);
     sv_dest from = {.atyp = SV_ATYP_IPV4, .ip = {127, 0, 0, 3}, .port = 7};
-    n = sv_proto_datagram(&sv_grpc_ops)->frame_datagram(r.core, r.creds, 4, &from, (const uint8_t *)"ok", 2, out,
-                                   sizeof out);
+    n = sv_proto_datagram(&sv_grpc_ops)
+            ->frame_datagram(r.core, r.creds, 4, &from, (const uint8_t *)"ok", 2, out, sizeof out);
     assert_true(n > 0);
     to_client(&r, out, (size_t)n);
     n = sv_grpc_ops.frame(r.core, r.creds, 6, (const uint8_t *)"uvw", 3, out, sizeof out);
@@ -683,7 +683,8 @@ static void mux_once(size_t piece)
     /* the runtime's late calls for forgotten sub-flows write nothing */
     assert_int_equal(sv_grpc_ops.frame(r.core, r.creds, 6, (const uint8_t *)"z", 1, out,
                                        sizeof out), 0);
-    assert_int_equal(sv_proto_end(&sv_grpc_ops)->frame_end(r.core, r.creds, 4, false, out, sizeof out), 0);
+    assert_int_equal(
+        sv_proto_end(&sv_grpc_ops)->frame_end(r.core, r.creds, 4, false, out, sizeof out), 0);
     run_close(&r);
 }
 

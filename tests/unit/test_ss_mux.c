@@ -570,7 +570,8 @@ static void ss_mux__frame__keep_frames_decode_and_end(void **state)
 
     uint8_t end[SV_MUX_END_LEN];
     static const uint8_t want[] = {0, 4, 0, 5, 3, 2};
-    assert_int_equal(sv_proto_end(ops)->frame_end(st, creds, 5, true, end, sizeof end), SV_MUX_END_LEN);
+    assert_int_equal(sv_proto_end(ops)->frame_end(st, creds, 5, true, end, sizeof end),
+                     SV_MUX_END_LEN);
     assert_memory_equal(end, want, sizeof want);
     assert_int_equal(sv_proto_end(ops)->frame_end(st, creds, 5, true, end, sizeof end), 0);
     assert_int_equal(ops->frame(st, creds, 5, down, n, out, ops->frame_max(n)), 0);

@@ -169,7 +169,8 @@ static void worked_example__through_the_core(void **state)
     assert_int_equal(fx.v[2].kind, SV_FX_TO_OUTBOUND);
     assert_int_equal(fx.v[2].len, 5);
     assert_memory_equal(fx.v[2].data, "hello", 5);
-    assert_int_equal(sv_proto_direct(ops)->direct(st), SV_DIRECT_WATCH); /* may still switch: watch */
+    assert_int_equal(sv_proto_direct(ops)->direct(st),
+                     SV_DIRECT_WATCH); /* may still switch: watch */
     /* towards the client: 00 00, then the first frame with the UUID (§2.8 check 1) */
     uint8_t out[70000];
     ssize_t w = ops->frame(st, vc, 0, (const uint8_t *)"hi", 2, out, sizeof out);
