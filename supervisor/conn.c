@@ -288,7 +288,7 @@ static bool fx_authenticated(sv_conn *c, const sv_effects *fx, unsigned i)
 {
     const sv_effect *e = &fx->v[i];
     preauth_leave(c); /* issue 33: no longer evicted to make room */
-    if (c->handler->ops->set_guide != NULL)
+    if (sv_proto_guide(c->handler->ops) != NULL)
         sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
     enum admit_result a = admit(c, e->principal);
     if (a == ADMIT_WAIT) {
@@ -369,7 +369,7 @@ static bool fx_close(sv_conn *c, const sv_effect *e, uv_buf_t *iov, unsigned *ni
         }
         break;
     case SV_FX_SCAN:
-        if (c->principal == NULL && c->handler->ops->scan != NULL)
+        if (c->principal == NULL && sv_proto_guide(c->handler->ops) != NULL)
             return !scan_elsewhere(c, e); /* paused: process_client keeps the bytes not fed */
         break;
     case SV_FX_ERROR:
@@ -441,13 +441,13 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
             conn_close(c);
         return;
     }
-    /* a core with more effects than one list holds is called again at once (ops->more) */
-    while ((off < len || (ops->more != NULL && ops->more(c->state))) &&
+    /* a core with more effects than one list holds is called again at once (backlog's more) */
+    while ((off < len || sv_proto_more(ops, c->state)) &&
            !conn_has(c, SV_CONN_CLOSING) &&
            !conn_has(c, SV_CONN_DRAINING)) {
         /* a multiplexed core (gRPC) authenticates every new stream: it keeps the clock */
-        if (ops->set_time != NULL && (c->principal == NULL || c->subs != NULL))
-            ops->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
+        if (sv_proto_clock(ops) != NULL && (c->principal == NULL || c->subs != NULL))
+            sv_proto_clock(ops)->set_time(c->state, (int64_t)(sv__wall_ms() / 1000));
         ssize_t r = ops->feed(c->state, c->handler->creds, data + off, len - off, &fx);
         if (!apply_effects(c, &fx, iov, &niov)) {
             size_t fed = off + (r > 0 ? (size_t)r : 0);
@@ -462,7 +462,7 @@ static void process_client(sv_conn *c, uint8_t *data, size_t len)
         }
         if (!sync_direct(c)) /* before the chain unwraps the client's next record */
             return;
-        if (r == 0 && (ops->more == NULL || !ops->more(c->state)))
+        if (r == 0 && !sv_proto_more(ops, c->state))
             break;
         off += (size_t)r;
     }
@@ -680,11 +680,11 @@ int sv__conn_open(sv_wlistener *l, int fd)
     }
     memcpy(&c->peer, &peer, sizeof c->peer);
     uv_tcp_nodelay(&c->client, 1);
-    if (ops->set_guide != NULL) { /* issue 13: the user last seen from this IP first */
+    if (sv_proto_guide(ops) != NULL) { /* issue 13: the user last seen from this IP first */
         int hint;
-        sv_ss_order *order;
+        struct sv_order *order;
         sv__wl_guide(l, c->handler, (struct sockaddr *)&c->peer, &hint, &order);
-        ops->set_guide(c->state, hint, order, ops->scan != NULL ? SV_SS_GUESSES : 0);
+        sv_proto_guide(ops)->set_guide(c->state, hint, order, SV_SS_GUESSES);
     }
     sess->worker = w->index;
     sess->owner = c;

@@ -26,7 +26,7 @@ void sv__wl_guides_free(sv_wlistener *l)
 
 /* @p l's most-recently-matched order of its handler's users, set up at its first use after a
  * swap; NULL when out of memory. */
-static sv_ss_order *order_ready(sv_wlistener *l)
+static sv_order *order_ready(sv_wlistener *l)
 {
     const sv_handler *h = l->handler;
     if (l->order_of != h->creds) /* on failure never built: order_of stays NULL */
@@ -35,7 +35,7 @@ static sv_ss_order *order_ready(sv_wlistener *l)
 }
 
 void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,
-                  sv_ss_order **order)
+                  sv_order **order)
 {
     *hint = -1;
     *order = NULL;
@@ -53,7 +53,7 @@ void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
 void sv__wl_dgram_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client,
                         sv_dgram_guide *g)
 {
-    sv_ss_order *order;
+    sv_order *order;
     sv__wl_guide(l, h, client, &g->hint, &order);
     g->order = order;
     g->limit = SV_SS_GUESSES;
@@ -178,7 +178,7 @@ void sv__hints_import_listener(sv_wlistener *l, const sv_handler *h, const sv_hi
         if (r->idx < 0 || (size_t)r->idx >= h->n_users)
             continue;
         (void)sv_iphints_put_ip(&l->hints, r->ip, now, r->age_s, r->idx, h->principals[r->idx]);
-        sv_ss_order *order = in->matched ? order_ready(l) : NULL;
+        sv_order *order = in->matched ? order_ready(l) : NULL;
         if (order != NULL)
             sv__order_touch(order, (size_t)r->idx);
     }

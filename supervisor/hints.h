@@ -64,7 +64,7 @@ void sv__hints_release(sv_hints_out *out, sv_hints_in *in);
  * current handler, has fewer than two users, or memory is short: index order then).
  */
 void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client, int *hint,
-                  sv_ss_order **order);
+                  sv_order **order);
 /** sv__wl_guide() as a datagram core's guide @p g: its hint and order, limit SV_SS_GUESSES. */
 void sv__wl_dgram_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client,
                         sv_dgram_guide *g);

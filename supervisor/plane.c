@@ -180,11 +180,12 @@ static int handler_creds(sv_handler *h, const sv_proto_ops *core, const sv_inbou
                          sv_error *err)
 {
     sv_user_set none = {.tag = in->users};
-    bool reuse = from != NULL && was->handler->ops == h->ops && h->ops->creds_new_from != NULL;
+    bool reuse = from != NULL && was->handler->ops == h->ops && sv_proto_reload(h->ops) != NULL;
     int rc = h->ops == &sv_grpc_ops
                  ? sv_grpc_creds_new(core, in->grpc.service_name, in,
                                      users != NULL ? users : &none, &h->creds, err)
-             : reuse ? h->ops->creds_new_from(in, users, was->handler->creds, from, &h->creds, err)
+             : reuse ? sv_proto_reload(h->ops)->creds_new_from(in, users, was->handler->creds, from,
+                                                               &h->creds, err)
                      : h->ops->creds_new(in, users != NULL ? users : &none, &h->creds, err);
     if (rc != 0)
         h->creds = NULL;
@@ -317,8 +318,8 @@ sv_handler *sv_handler_new(const sv_inbound_spec *in, const sv_user_set *users,
     }
     atomic_fetch_add(&replay->refs, 1);
     h->replay = replay;
-    if (h->ops->attach_replay != NULL)
-        h->ops->attach_replay(h->creds, replay->filter);
+    if (sv_proto_replay(h->ops) != NULL)
+        sv_proto_replay(h->ops)->attach_replay(h->creds, replay->filter);
     atomic_init(&h->refs, 1);
     return h;
 }
@@ -351,7 +352,7 @@ int sv_handler_find(const sv_handler *now, const sv_handler *was, const sv_princ
     return -1;
 }
 
-int sv__order_reset(struct sv_ss_order **o, size_t n)
+int sv__order_reset(struct sv_order **o, size_t n)
 {
     if (*o == NULL && (*o = calloc(1, sizeof **o)) == NULL)
         return -ENOMEM;
@@ -359,14 +360,14 @@ int sv__order_reset(struct sv_ss_order **o, size_t n)
     return sv_ss_order_init(*o, n);
 }
 
-void sv__order_free(struct sv_ss_order *o)
+void sv__order_free(struct sv_order *o)
 {
     if (o != NULL)
         sv_ss_order_deinit(o);
     free(o);
 }
 
-void sv__order_touch(struct sv_ss_order *o, size_t i) { sv_ss_order_touch(o, i); }
+void sv__order_touch(struct sv_order *o, size_t i) { sv_ss_order_touch(o, i); }
 
 sv_target *sv_target_new(enum sv_outbound_kind kind, const char *tag, uint64_t version)
 {

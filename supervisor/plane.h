@@ -92,16 +92,17 @@ const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in);
 const sv_dgram_ops *sv_dgram_ops_for(const sv_inbound_spec *in);
 
 /**
- * A worker's most recently matched order of a keyring's @p n users (the Shadowsocks core's
- * sv_ss_order, proto/shadowsocks.h), made here so the runtime names no core: *@p o is allocated
- * at the first call (owned by the caller, freed by sv__order_free()) and reset to index order.
+ * A worker's most recently matched order of a credential table's @p n users (proto_ext.h's
+ * struct sv_order, whose layout is the guided core's), made here so the runtime names no core:
+ * *@p o is allocated at the first call (owned by the caller, freed by sv__order_free()) and
+ * reset to index order.
  * @return 0, or -ENOMEM or -EINVAL (too many users; *@p o then holds no order, or is NULL).
  */
-int sv__order_reset(struct sv_ss_order **o, size_t n);
+int sv__order_reset(struct sv_order **o, size_t n);
 /** Free an order made by sv__order_reset() (NULL: nothing). */
-void sv__order_free(struct sv_ss_order *o);
+void sv__order_free(struct sv_order *o);
 /** User @p i of order @p o matched: it goes first. */
-void sv__order_touch(struct sv_ss_order *o, size_t i);
+void sv__order_touch(struct sv_order *o, size_t i);
 
 /** What a new handler replaces (issue 13): the listener's running handler and the running
  *  spec's user set it was built from (both borrowed). */

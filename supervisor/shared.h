@@ -27,8 +27,8 @@
 #include "supervisor/util/scanbudget.h"
 #include "supervisor/xudp.h"
 
-/* A worker's most recently matched order of a keyring's users (proto/shadowsocks.h) */
-typedef struct sv_ss_order sv_ss_order;
+/* A worker's most recently matched order of a credential table's users (proto_ext.h) */
+typedef struct sv_order sv_order;
 
 /* ------------------------------------------------------------------------------------------ */
 
@@ -249,7 +249,7 @@ struct sv_wlistener {
     sv_handler *handler;
     /* Issue 13: this worker's guides for trial decryption over handler's users (sv__wl_guide) */
     sv_iphints hints;          /**< client IP -> the user who last authenticated from it */
-    sv_ss_order *order;        /**< most recently matched first, for order_of's users;
+    sv_order *order;           /**< most recently matched first, for order_of's users;
                                     allocated at its first use, or NULL */
     const void *order_of;      /**< the credential table @p order was built for, or NULL */
 };

@@ -121,7 +121,7 @@ static long import_listener(sv_supervisor *sv, const ctl_listener *l, const sv_i
                             size_t n, hint_pick *picks)
 {
     const sv_handler *h = l->handler;
-    if (h == NULL || h->ops->set_guide == NULL || h->n_users < 2)
+    if (h == NULL || sv_proto_guide(h->ops) == NULL || h->n_users < 2)
         return 0; /* keeps no hints */
     size_t k = 0;
     for (size_t i = 0; i < n; i++)

@@ -4,8 +4,13 @@
  * transport layers) and applies the effects it returns; it never reads a core's state. A core
  * sees bytes and its credential table only: no socket, clock, log, allocator it was not given.
  *
- * One connection may carry several flows (Mux.Cool, XUDP, gRPC later): open, to_outbound,
- * datagram and close carry a stream key. Cores with one flow per connection use stream 0.
+ * One connection may carry several flows (Mux.Cool, XUDP, gRPC): open, to_outbound, datagram
+ * and close carry a stream key. Cores with one flow per connection use stream 0.
+ *
+ * sv_proto_ops is what every core has; what only some have (a reload that keeps derived keys, a
+ * replay filter, a clock, a guided trial decryption, a backlog, datagrams or end bytes inside
+ * the stream, direct copy) are the extensions of proto_ext.h, which the runtime asks for by
+ * capability (sv_proto_ext()).
  */
 #ifndef SV_PROTO_PROTO_H
 #define SV_PROTO_PROTO_H
@@ -17,9 +22,8 @@
 
 #include "supervisor/crypto/replay.h"
 #include "supervisor/proto/core.h"
+#include "supervisor/proto/proto_ext.h"
 #include "supervisor/supervisor.h"
-
-struct sv_ss_order; /* proto/shadowsocks.h: a worker's most recently matched order of users */
 
 enum sv_effect_kind {
     SV_FX_AUTHENTICATED = 1, /**< principal: index of the user in the credential table;
@@ -32,9 +36,10 @@ enum sv_effect_kind {
                                   else it ends) */
     SV_FX_FINISH,            /**< the client ended the connection cleanly */
     SV_FX_ERROR,             /**< error (negative errno) and policy: what the runtime does next */
-    SV_FX_SCAN,              /**< data/len: the bytes to scan (issue 13): the first guesses of a
-                                  trial decryption missed; the runtime runs scan() on them off its
-                                  loop (or refuses to: over budget), gives the answer to
+    SV_FX_SCAN,              /**< data/len: the bytes to scan (issue 13; a core with
+                                  SV_PROTO_CAP_GUIDE only): the first guesses of a trial
+                                  decryption missed; the runtime runs the guide's scan() on them
+                                  off its loop (or refuses to: over budget), gives the answer to
                                   scan_result() and feeds the same bytes again; feed consumed
                                   nothing of them, and this is its last effect */
 };
@@ -81,14 +86,6 @@ typedef struct sv_effect {
     unsigned trials;
 } sv_effect;
 
-/** Bits of sv_proto_ops.direct (XTLS Vision, PROTOCOLS-2.md §2.6); the values of layer.h's
- *  enum sv_layer_direct, which the runtime passes to the transport chain as they are. */
-enum sv_direct {
-    SV_DIRECT_WATCH = 1u, /**< the client may switch to raw: deliver its records one by one */
-    SV_DIRECT_IN = 2u,    /**< client bytes after the piece last fed are raw under the layer */
-    SV_DIRECT_OUT = 4u,   /**< bytes framed after those given so far go raw under the layer */
-};
-
 #define SV_EFFECTS_MAX 16 /**< bound of one feed() call's effects */
 
 /** The effects of one feed() call, in order. */
@@ -98,7 +95,8 @@ typedef struct sv_effects {
 } sv_effects;
 
 /**
- * A protocol core. Every function pointer is required unless marked optional.
+ * A protocol core: what every core has. Every member is required; the extensions a core offers
+ * are in ext.
  *
  * Lifecycle: creds_new() once per (inbound settings, user set) on the control loop; the
  * credential table is then immutable and shared read-only by every worker. Per connection:
@@ -115,50 +113,6 @@ typedef struct sv_proto_ops {
     int (*creds_new)(const sv_inbound_spec *in, const sv_user_set *users, void **out,
                      sv_error *err);
     void (*creds_free)(void *creds);
-    /**
-     * Optional: creds_new() for a reload (issue 13 "a reload that changes one user of 50 000"):
-     * @p was_creds is the credential table of the handler being replaced (same core, same
-     * inbound tag; borrowed), @p from[i] the index there of new user i when it is the same user
-     * with the same secret, else -1. A core copies what it derived for such users instead of
-     * deriving it again, when its own settings (e.g. the cipher) are unchanged.
-     */
-    int (*creds_new_from)(const sv_inbound_spec *in, const sv_user_set *users,
-                          const void *was_creds, const int *from, void **out, sv_error *err);
-    /**
-     * Optional: share the inbound's replay filter @p filter (borrowed; it outlives the table)
-     * with the credential table, for protocols whose handshakes carry a salt (Shadowsocks).
-     */
-    void (*attach_replay)(void *creds, sv_replay *filter);
-
-    /**
-     * Optional: the wall clock for a core that checks client timestamps (VMess auth ID window,
-     * PROTOCOLS.md §6.3; Shadowsocks 2022 ±30 s, §3.4), in Unix seconds. The runtime calls it
-     * before every feed() until the connection is authenticated; a core reads no clock of its
-     * own, so tests drive time here.
-     */
-    void (*set_time)(void *state, int64_t unix_s);
-
-    /**
-     * Optional: how the first feed() walks the users in a trial decryption (issue 13): try
-     * index @p hint first (-1: none), then the others in @p order (the worker's most recently
-     * matched order for this credential table, borrowed for the connection's life; NULL: index
-     * order), at most @p limit keys (0: all). Called after init() and before the first feed().
-     * A wrong hint costs one trial, never a wrong user. When @p limit keys missed, feed() gives
-     * SV_FX_SCAN instead of trying the rest. Shadowsocks AEAD (shadowsocks.h).
-     */
-    void (*set_guide)(void *state, int hint, struct sv_ss_order *order, unsigned limit);
-    /**
-     * Optional (with set_guide): the full scan of SV_FX_SCAN's bytes @p in (@p n bytes) over
-     * the credential table: any thread, reads @p creds and @p in only. @return the user's index,
-     * or a negative errno (-EBADMSG: no user); *@p trials the keys it tried.
-     */
-    int (*scan)(const void *creds, const uint8_t *in, size_t n, unsigned *trials);
-    /**
-     * Optional (with scan): the scan's answer, @p user (its index, or -1: none found, or the
-     * scan was refused over its budget). The next feed() with the same bytes checks it by a
-     * trial of that key alone: a wrong answer fails the client, never names a wrong user.
-     */
-    void (*scan_result)(void *state, int user);
 
     size_t state_size; /**< bytes of per-connection state */
     /** Prepare zeroed @p state for a connection of inbound @p in. @return 0 or -ENOMEM. */
@@ -176,21 +130,6 @@ typedef struct sv_proto_ops {
      */
     ssize_t (*feed)(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx);
     size_t carry_max; /**< most bytes feed() may leave unconsumed */
-    /**
-     * Optional: after a feed(), does the core have effects to give before it takes more bytes
-     * (a core around many streams, gRPC: one client read may carry more messages than one
-     * effect list holds; issue 10)? The runtime then calls feed() again at once with the
-     * unconsumed rest of its input, which may be empty, even when feed() returned 0.
-     */
-    bool (*more)(const void *state);
-    /**
-     * Optional: bytes of stream @p stream's output the core holds because the client's flow
-     * control does not let them go yet (gRPC: the HTTP/2 windows). The runtime stops reading
-     * that stream's outbound while more than SV_SUB_QUEUED_HIGH are held, and reads it again
-     * once a feed() (which may carry the client's window update) brings it under
-     * SV_SUB_QUEUED_LOW. 0 for a stream the core does not know.
-     */
-    size_t (*queued)(void *state, uint32_t stream);
 
     /**
      * Frame @p len bytes (> 0) from stream @p stream's outbound for the client into @p out.
@@ -201,36 +140,83 @@ typedef struct sv_proto_ops {
     /** Most wire bytes frame() writes for @p len payload bytes (the declared overhead). */
     size_t (*frame_max)(size_t len);
 
-    /**
-     * Optional: frame one reply datagram of a UDP association carried in the stream, from
-     * @p from. @return wire length, or -EMSGSIZE.
-     */
-    ssize_t (*frame_datagram)(void *state, const void *creds, uint32_t stream,
-                              const sv_dest *from, const uint8_t *payload, size_t len,
-                              uint8_t *out, size_t cap);
-
-    /**
-     * Optional: the bytes that end stream @p stream's downstream once its outbound has closed,
-     * written before the runtime half-closes the client (VMess: the response header if none went
-     * yet, then the end-of-stream chunk, PROTOCOLS.md §6.6). On a multiplexed connection: the
-     * stream's End frame (Mux.Cool, §7.3), written when its outbound ended, failed or was killed
-     * or its pending bytes overflowed (@p abort: it did not end cleanly, option 0x02, so the
-     * client drops the stream at once); the core forgets the stream, the connection goes on.
-     * @return wire length (0 = nothing), or a negative errno (-EMSGSIZE when @p cap <
-     *         frame_max(0)); the runtime then closes the connection.
-     */
-    ssize_t (*frame_end)(void *state, const void *creds, uint32_t stream, bool abort,
-                         uint8_t *out, size_t cap);
-
-    /**
-     * Optional: the SV_DIRECT_* bits the core wants from the transport chain under it now (XTLS
-     * Vision: watch from the request on, raw in after the client's command 2 frame, raw out
-     * after ours). The runtime asks after every feed() and frame() and passes new bits to
-     * sv_chain_direct(); a chain that cannot ends the connection. IN and OUT stay once set;
-     * WATCH holds while the client may still switch.
-     */
-    unsigned (*direct)(const void *state);
+    /** The extensions the core offers: ext[cap] points at the table of capability cap
+     *  (proto_ext.h: SV_PROTO_CAP_GUIDE -> sv_proto_ext_guide, ...), NULL when it has not that
+     *  capability. */
+    const void *ext[SV_PROTO_CAP_COUNT];
 } sv_proto_ops;
+
+/** The table of capability @p cap that core @p ops offers, or NULL. */
+static inline const void *sv_proto_ext(const sv_proto_ops *ops, enum sv_proto_cap cap)
+{
+    return ops->ext[cap];
+}
+
+/* Typed views of sv_proto_ext(): the table, or NULL when the core has not the capability. */
+/** SV_PROTO_CAP_RELOAD. */
+static inline const sv_proto_ext_reload *sv_proto_reload(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_RELOAD];
+}
+/** SV_PROTO_CAP_REPLAY. */
+static inline const sv_proto_ext_replay *sv_proto_replay(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_REPLAY];
+}
+/** SV_PROTO_CAP_CLOCK. */
+static inline const sv_proto_ext_clock *sv_proto_clock(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_CLOCK];
+}
+/** SV_PROTO_CAP_GUIDE. */
+static inline const sv_proto_ext_guide *sv_proto_guide(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_GUIDE];
+}
+/** SV_PROTO_CAP_BACKLOG. */
+static inline const sv_proto_ext_backlog *sv_proto_backlog(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_BACKLOG];
+}
+/** SV_PROTO_CAP_DATAGRAM. */
+static inline const sv_proto_ext_datagram *sv_proto_datagram(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_DATAGRAM];
+}
+/** SV_PROTO_CAP_END. */
+static inline const sv_proto_ext_end *sv_proto_end(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_END];
+}
+/** SV_PROTO_CAP_DIRECT. */
+static inline const sv_proto_ext_direct *sv_proto_direct(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_DIRECT];
+}
+
+/** Does the core of @p ops, in @p state, have effects to give before it takes more bytes
+ *  (sv_proto_ext_backlog.more)? false for a core without a backlog. */
+static inline bool sv_proto_more(const sv_proto_ops *ops, const void *state)
+{
+    const sv_proto_ext_backlog *b = sv_proto_backlog(ops);
+    return b != NULL && b->more(state);
+}
+
+/** Bytes of stream @p stream's output the core holds back (sv_proto_ext_backlog.queued); 0 for
+ *  a core that holds none. */
+static inline size_t sv_proto_queued(const sv_proto_ops *ops, void *state, uint32_t stream)
+{
+    const sv_proto_ext_backlog *b = sv_proto_backlog(ops);
+    return b != NULL && b->queued != NULL ? b->queued(state, stream) : 0;
+}
+
+/** The SV_DIRECT_* bits the core wants now (sv_proto_ext_direct.direct); 0 for a core without
+ *  direct copy. */
+static inline unsigned sv_proto_direct_bits(const sv_proto_ops *ops, const void *state)
+{
+    const sv_proto_ext_direct *d = sv_proto_direct(ops);
+    return d != NULL ? d->direct(state) : 0;
+}
 
 /** Append an effect to @p fx. @return the new effect (zeroed but for kind), or NULL when full. */
 sv_effect *sv_effects_push(sv_effects *fx, enum sv_effect_kind kind);

@@ -72,7 +72,7 @@ void sv_ss_keyring_deinit(sv_ss_keyring *ring);
  * O(1)). Mutable: owned by one thread (a worker keeps one per listener and keyring), never
  * shared. Built for a keyring of exactly n users; a trial ignores an order of another size.
  */
-typedef struct sv_ss_order {
+typedef struct sv_order { /* proto_ext.h's struct sv_order */
     uint32_t *next, *prev; /**< n links each; n = the end of the list */
     uint32_t head;         /**< the most recently matched user (n when empty) */
     size_t n;

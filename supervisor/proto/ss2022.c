@@ -705,12 +705,13 @@ static ssize_t ops_frame(void *state, const void *creds, uint32_t stream, const 
 
 static size_t ops_frame_max(size_t len) { return SV_SS22_FRAMED_MAX(len); }
 
+static const sv_proto_ext_replay ops_replay = {.attach_replay = ops_attach_replay};
+static const sv_proto_ext_clock ops_clock = {.set_time = ops_set_time};
+
 const sv_proto_ops sv_ss2022_ops = {
     .name = "shadowsocks-2022",
     .creds_new = ops_creds_new,
     .creds_free = ops_creds_free,
-    .attach_replay = ops_attach_replay,
-    .set_time = ops_set_time,
     .state_size = sizeof(sv_ss22_tcp),
     .init = ops_init,
     .deinit = ops_deinit,
@@ -718,4 +719,9 @@ const sv_proto_ops sv_ss2022_ops = {
     .carry_max = SV_SS22_CARRY_MAX,
     .frame = ops_frame,
     .frame_max = ops_frame_max,
+    .ext =
+        {
+            [SV_PROTO_CAP_REPLAY] = &ops_replay,
+            [SV_PROTO_CAP_CLOCK] = &ops_clock,
+        },
 };

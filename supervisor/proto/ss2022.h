@@ -169,8 +169,9 @@ ssize_t sv_ss22_udp_seal(const sv_ss22_creds *c, int user, const uint8_t server_
                          const sv_dest *from, const uint8_t *payload, size_t n, uint8_t *out,
                          size_t cap, sv_aead *ctx, void (*rng)(uint8_t *buf, size_t n));
 
-/** The core on the proto.h seam (set_time, attach_replay; no datagram framing inside the
- *  stream: datagrams on the inbound's own UDP socket are ss22_dgram.h's, over the same table). */
+/** The core on the proto.h seam, with the clock (set_time) and replay (attach_replay)
+ *  extensions of proto_ext.h; no datagram framing inside the stream: datagrams on the inbound's
+ *  own UDP socket are ss22_dgram.h's, over the same table. */
 extern const sv_proto_ops sv_ss2022_ops;
 
 #endif

@@ -56,7 +56,7 @@ static void ssm_creds_free(void *creds) { sv_shadowsocks_ops.creds_free(creds); 
 
 static void ssm_attach_replay(void *creds, sv_replay *filter)
 {
-    sv_shadowsocks_ops.attach_replay(creds, filter);
+    sv_proto_replay(&sv_shadowsocks_ops)->attach_replay(creds, filter);
 }
 
 static int ssm_init(void *state, const sv_inbound_spec *in)
@@ -70,7 +70,7 @@ static int ssm_init(void *state, const sv_inbound_spec *in)
 
 /* issue 13: the runtime's guide (the IP's hint, the worker's order, a limit past which the
  * session's first chunk is scanned off the loop) for the sessions before authentication. */
-static void ssm_set_guide(void *state, int hint, sv_ss_order *order, unsigned limit)
+static void ssm_set_guide(void *state, int hint, struct sv_order *order, unsigned limit)
 {
     ((ssm_conn *)state)->guide = sv_ss_guide_make(hint, order, limit);
 }
@@ -487,21 +487,31 @@ static ssize_t ssm_frame_end(void *state, const void *creds, uint32_t stream, bo
     return (ssize_t)sv_mux_frame_end(id, abort, out);
 }
 
+static const sv_proto_ext_replay ssm_replay = {.attach_replay = ssm_attach_replay};
+static const sv_proto_ext_guide ssm_guide = {
+    .set_guide = ssm_set_guide,
+    .scan = ssm_scan,
+    .scan_result = ssm_scan_result,
+};
+static const sv_proto_ext_backlog ssm_backlog = {.more = ssm_more};
+static const sv_proto_ext_end ssm_end = {.frame_end = ssm_frame_end};
+
 const sv_proto_ops sv_ss_mux_ops = {
     .name = "shadowsocks",
     .creds_new = ssm_creds_new,
     .creds_free = ssm_creds_free,
-    .attach_replay = ssm_attach_replay,
     .state_size = sizeof(ssm_conn),
     .init = ssm_init,
     .deinit = ssm_deinit,
-    .set_guide = ssm_set_guide,
-    .scan = ssm_scan,
-    .scan_result = ssm_scan_result,
-    .more = ssm_more,
     .feed = ssm_feed,
     .carry_max = SV_MUX_CARRY_MAX,
     .frame = ssm_frame,
     .frame_max = ssm_frame_max,
-    .frame_end = ssm_frame_end,
+    .ext =
+        {
+            [SV_PROTO_CAP_REPLAY] = &ssm_replay,
+            [SV_PROTO_CAP_GUIDE] = &ssm_guide,
+            [SV_PROTO_CAP_BACKLOG] = &ssm_backlog,
+            [SV_PROTO_CAP_END] = &ssm_end,
+        },
 };

@@ -42,6 +42,7 @@
  *    connection-level failure is SV_PROBE_CLOSE.
  *  - frame(stream): the stream's Shadowsocks chunks in Keep frames; nothing (0) for a stream
  *    that ended here. frame_end(stream): its End frame (0 when it already ended).
+ * Extensions (proto_ext.h): replay, guide, backlog (more), end.
  */
 extern const sv_proto_ops sv_ss_mux_ops;
 

@@ -72,7 +72,7 @@ static int ss_init(void *state, const sv_inbound_spec *in)
 
 static void ss_deinit(void *state) { sv_ss_tcp_deinit(state); }
 
-static void ss_set_guide(void *state, int hint, sv_ss_order *order, unsigned limit)
+static void ss_set_guide(void *state, int hint, struct sv_order *order, unsigned limit)
 {
     ((sv_ss_tcp *)state)->guide = sv_ss_guide_make(hint, order, limit);
 }
@@ -148,23 +148,33 @@ static ssize_t ss_frame(void *state, const void *creds, uint32_t stream, const u
 
 static size_t ss_frame_max(size_t len) { return SV_SS_SEALED_MAX(len); }
 
+static const sv_proto_ext_reload ss_reload = {.creds_new_from = ss_creds_new_from};
+static const sv_proto_ext_replay ss_replay = {.attach_replay = ss_attach_replay};
+static const sv_proto_ext_guide ss_guide = {
+    .set_guide = ss_set_guide,
+    .scan = ss_scan,
+    .scan_result = ss_scan_result,
+};
+static const sv_proto_ext_backlog ss_backlog = {.more = ss_more};
+
 const sv_proto_ops sv_shadowsocks_ops = {
     .name = "shadowsocks",
     .creds_new = ss_creds_new,
     .creds_free = ss_creds_free,
-    .creds_new_from = ss_creds_new_from,
-    .attach_replay = ss_attach_replay,
     .state_size = sizeof(sv_ss_tcp),
     .init = ss_init,
     .deinit = ss_deinit,
-    .set_guide = ss_set_guide,
-    .scan = ss_scan,
-    .scan_result = ss_scan_result,
-    .more = ss_more,
     .feed = ss_feed,
     .carry_max = SV_SS_SALT_MAX + SV_SS_NEED_MAX,
     .frame = ss_frame,
     .frame_max = ss_frame_max,
+    .ext =
+        {
+            [SV_PROTO_CAP_RELOAD] = &ss_reload,
+            [SV_PROTO_CAP_REPLAY] = &ss_replay,
+            [SV_PROTO_CAP_GUIDE] = &ss_guide,
+            [SV_PROTO_CAP_BACKLOG] = &ss_backlog,
+        },
 };
 
 const sv_ss_keyring *sv_ss_creds_ring(const void *creds) { return &((const ss_creds *)creds)->ring; }

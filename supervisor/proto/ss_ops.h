@@ -23,6 +23,7 @@
  *  - frame: sv_ss_tcp_seal_to() (salt on the first call, chunks of at most 0x3FFF bytes);
  *    frame_max(len) = SV_SS_SEALED_MAX(len). No datagram framing inside the stream: datagrams on
  *    the inbound's own UDP socket are the datagram core's (ss_dgram.h), over the same table.
+ * Extensions (proto_ext.h): reload (creds_new_from), replay, guide, backlog (more).
  */
 extern const sv_proto_ops sv_shadowsocks_ops;
 

@@ -433,6 +433,8 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
     return (ssize_t)total;
 }
 
+static const sv_proto_ext_datagram trojan_datagram = {.frame_datagram = frame_datagram};
+
 const sv_proto_ops sv_trojan_ops = {
     .name = "trojan",
     .creds_new = creds_new,
@@ -444,5 +446,8 @@ const sv_proto_ops sv_trojan_ops = {
     .carry_max = SV_TROJAN_CARRY_MAX,
     .frame = frame,
     .frame_max = frame_max,
-    .frame_datagram = frame_datagram,
+    .ext =
+        {
+            [SV_PROTO_CAP_DATAGRAM] = &trojan_datagram,
+        },
 };

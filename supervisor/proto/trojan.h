@@ -68,6 +68,7 @@ enum sv_trojan_cmd { SV_TROJAN_CONNECT = 0x01, SV_TROJAN_UDP_ASSOCIATE = 0x03 };
  *  - frame_datagram: ATYP ADDR PORT | length | CRLF | payload with @p from the remote's source
  *    address; -EINVAL for a bad address or a payload above SV_TROJAN_UDP_PAYLOAD_MAX (the runtime
  *    drops that datagram), -EMSGSIZE when @p cap is too small.
+ * Extensions (proto_ext.h): datagram.
  */
 extern const sv_proto_ops sv_trojan_ops;
 

@@ -719,6 +719,11 @@ static unsigned direct(const void *state)
            (sv_vision_tx_direct(c->vision) ? SV_DIRECT_OUT : 0u);
 }
 
+static const sv_proto_ext_backlog vless_backlog = {.more = more};
+static const sv_proto_ext_datagram vless_datagram = {.frame_datagram = frame_datagram};
+static const sv_proto_ext_end vless_end = {.frame_end = frame_end};
+static const sv_proto_ext_direct vless_direct = {.direct = direct};
+
 const sv_proto_ops sv_vless_ops = {
     .name = "vless",
     .creds_new = creds_new,
@@ -730,8 +735,11 @@ const sv_proto_ops sv_vless_ops = {
     .carry_max = SV_VLESS_CARRY_MAX,
     .frame = frame,
     .frame_max = frame_max,
-    .frame_datagram = frame_datagram,
-    .frame_end = frame_end,
-    .more = more,
-    .direct = direct,
+    .ext =
+        {
+            [SV_PROTO_CAP_BACKLOG] = &vless_backlog,
+            [SV_PROTO_CAP_DATAGRAM] = &vless_datagram,
+            [SV_PROTO_CAP_END] = &vless_end,
+            [SV_PROTO_CAP_DIRECT] = &vless_direct,
+        },
 };

@@ -87,6 +87,7 @@ enum sv_vless_cmd { SV_VLESS_TCP = 0x01, SV_VLESS_UDP = 0x02, SV_VLESS_MUX = 0x0
  *    written (the destination is the request's; under Mux.Cool one Keep frame). -EINVAL for a payload above
  *    SV_VLESS_UDP_PAYLOAD_MAX (the runtime drops that datagram), -EMSGSIZE when @p cap is too
  *    small.
+ * Extensions (proto_ext.h): backlog (more), datagram, end, direct (Vision).
  */
 extern const sv_proto_ops sv_vless_ops;
 

@@ -1143,12 +1143,15 @@ static ssize_t frame_end(void *state, const void *creds, uint32_t stream, bool a
     return w < 0 ? w : (ssize_t)at + w;
 }
 
+static const sv_proto_ext_replay vmess_replay = {.attach_replay = attach_replay};
+static const sv_proto_ext_clock vmess_clock = {.set_time = set_time};
+static const sv_proto_ext_datagram vmess_datagram = {.frame_datagram = frame_datagram};
+static const sv_proto_ext_end vmess_end = {.frame_end = frame_end};
+
 const sv_proto_ops sv_vmess_ops = {
     .name = "vmess",
     .creds_new = creds_new,
     .creds_free = creds_free,
-    .attach_replay = attach_replay,
-    .set_time = set_time,
     .state_size = sizeof(vmess_conn),
     .init = conn_init,
     .deinit = conn_deinit,
@@ -1156,6 +1159,11 @@ const sv_proto_ops sv_vmess_ops = {
     .carry_max = SV_VMESS_CARRY_MAX,
     .frame = frame,
     .frame_max = frame_max,
-    .frame_datagram = frame_datagram,
-    .frame_end = frame_end,
+    .ext =
+        {
+            [SV_PROTO_CAP_REPLAY] = &vmess_replay,
+            [SV_PROTO_CAP_CLOCK] = &vmess_clock,
+            [SV_PROTO_CAP_DATAGRAM] = &vmess_datagram,
+            [SV_PROTO_CAP_END] = &vmess_end,
+        },
 };

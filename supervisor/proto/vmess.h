@@ -94,6 +94,7 @@ enum sv_vmess_option {
  *    End frame (option 0x02 with abort). -EINVAL before the header was accepted
  *    or for a datagram above SV_VMESS_UDP_PAYLOAD_MAX, -EMSGSIZE when @p cap is too small, -EIO
  *    when the cipher fails.
+ * Extensions (proto_ext.h): replay, clock, datagram, end.
  */
 extern const sv_proto_ops sv_vmess_ops;
 

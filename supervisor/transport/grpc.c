@@ -275,7 +275,7 @@ typedef struct grpc_state {
     const grpc_creds *cr;
     nghttp2_session *h2;
     bool preface_ok, failed, have_time;
-    bool again; /* feed() wants to be called before more bytes come (sv_proto_ops.more) */
+    bool again; /* feed() wants to be called before more bytes come (sv_proto_ext_backlog.more) */
     int principal; /* -1 until the first stream authenticates */
     int64_t now;
     grpc_stream **streams;
@@ -509,9 +509,9 @@ static void map_session(grpc_state *st, grpc_stream *s, sv_effect e)
         if (st->subs == NULL || subflows_open(st) >= GRPC_STREAMS_MAX) {
             uint8_t end[64];
             const sv_proto_ops *inner = st->cr->inner;
-            ssize_t k = inner->frame_end == NULL ? 0
-                      : inner->frame_end(s->inner, st->cr->inner_creds, e.stream, true, end,
-                                         sizeof end);
+            const sv_proto_ext_end *x = sv_proto_end(inner);
+            ssize_t k = x == NULL ? 0
+                      : x->frame_end(s->inner, st->cr->inner_creds, e.stream, true, end, sizeof end);
             if (k > 0)
                 stream_send(st, s, end, (size_t)k);
             return;
@@ -593,7 +593,7 @@ static void map_effects(grpc_state *st, grpc_stream *s, const sv_effects *fx)
  * nghttp2's. The inner core is fed once per feed() at most, and only when no effect is held:
  * its effects may point into its own state until its next call (VMess keeps the plaintext of
  * its Mux.Cool frames there); what is left waits in s->in, or in the inner core when its list
- * came back full, for the next feed() (sv_proto_ops.more). */
+ * came back full, for the next feed() (sv_proto_ext_backlog.more). */
 static void stream_run(grpc_state *st, grpc_stream *s)
 {
     const sv_proto_ops *inner = st->cr->inner;
@@ -603,8 +603,8 @@ static void stream_run(grpc_state *st, grpc_stream *s)
         s->ran = true;
         sv_effects fx;
         static uint8_t none[1]; /* the input when the inner core only has more of its own */
-        if (inner->set_time != NULL && !s->authed && st->have_time)
-            inner->set_time(s->inner, st->now);
+        if (sv_proto_clock(inner) != NULL && !s->authed && st->have_time)
+            sv_proto_clock(inner)->set_time(s->inner, st->now);
         ssize_t r = inner->feed(s->inner, st->cr->inner_creds,
                                 s->in != NULL ? s->in + s->in_off : none, s->in_len - s->in_off,
                                 &fx);
@@ -1152,9 +1152,9 @@ static ssize_t grpc_frame_datagram(void *state, const void *creds, uint32_t stre
     grpc_sub *sub;
     grpc_stream *s = target(st, stream, &key, &sub);
     out_reset(st);
-    if (s != NULL && !s->dead && !s->ended && cr->inner->frame_datagram != NULL) {
-        ssize_t k = cr->inner->frame_datagram(s->inner, cr->inner_creds, key, from, payload, len,
-                                              out, cap);
+    const sv_proto_ext_datagram *x = sv_proto_datagram(cr->inner);
+    if (s != NULL && !s->dead && !s->ended && x != NULL) {
+        ssize_t k = x->frame_datagram(s->inner, cr->inner_creds, key, from, payload, len, out, cap);
         if (k > 0)
             stream_send(st, s, out, (size_t)k);
     }
@@ -1171,12 +1171,13 @@ static ssize_t grpc_frame_end(void *state, const void *creds, uint32_t stream, b
     uint32_t key;
     grpc_sub *sub;
     grpc_stream *s = target(st, stream, &key, &sub);
+    const sv_proto_ext_end *x = sv_proto_end(cr->inner);
     out_reset(st);
     if (sub != NULL) { /* a Mux.Cool session: its End frame, the stream goes on */
         *sub = st->subs[--st->n_subs]; /* the runtime forgot it */
         uint8_t end[64];
-        ssize_t k = s != NULL && !s->dead && !s->ended && cr->inner->frame_end != NULL
-                  ? cr->inner->frame_end(s->inner, cr->inner_creds, key, abort, end, sizeof end)
+        ssize_t k = s != NULL && !s->dead && !s->ended && x != NULL
+                  ? x->frame_end(s->inner, cr->inner_creds, key, abort, end, sizeof end)
                   : 0;
         if (k > 0)
             stream_send(st, s, end, (size_t)k);
@@ -1186,10 +1187,9 @@ static ssize_t grpc_frame_end(void *state, const void *creds, uint32_t stream, b
             stream_reset(st, s, NGHTTP2_CANCEL,
                          "the runtime aborted its sub-flow (its outbound failed, was killed or passed a bound)");
         } else {
-            if (cr->inner->frame_end != NULL) {
+            if (x != NULL) {
                 uint8_t end[256];
-                ssize_t k = cr->inner->frame_end(s->inner, cr->inner_creds, 0, false, end,
-                                                 sizeof end);
+                ssize_t k = x->frame_end(s->inner, cr->inner_creds, 0, false, end, sizeof end);
                 if (k > 0)
                     stream_send(st, s, end, (size_t)k);
             }
@@ -1204,20 +1204,30 @@ static ssize_t grpc_frame_end(void *state, const void *creds, uint32_t stream, b
     return give_out(st, out, cap);
 }
 
+static const sv_proto_ext_clock grpc_clock = {.set_time = grpc_set_time};
+static const sv_proto_ext_backlog grpc_backlog = {
+    .more = grpc_more,
+    .queued = grpc_queued,
+};
+static const sv_proto_ext_datagram grpc_datagram = {.frame_datagram = grpc_frame_datagram};
+static const sv_proto_ext_end grpc_end = {.frame_end = grpc_frame_end};
+
 const sv_proto_ops sv_grpc_ops = {
     .name = "grpc",
     .creds_new = grpc_creds_new_direct,
     .creds_free = grpc_creds_free,
-    .set_time = grpc_set_time,
     .state_size = sizeof(grpc_state),
     .init = grpc_init,
     .deinit = grpc_deinit,
     .feed = grpc_feed,
     .carry_max = sizeof h2_preface,
-    .more = grpc_more,
-    .queued = grpc_queued,
     .frame = grpc_frame,
     .frame_max = grpc_frame_max,
-    .frame_datagram = grpc_frame_datagram,
-    .frame_end = grpc_frame_end,
+    .ext =
+        {
+            [SV_PROTO_CAP_CLOCK] = &grpc_clock,
+            [SV_PROTO_CAP_BACKLOG] = &grpc_backlog,
+            [SV_PROTO_CAP_DATAGRAM] = &grpc_datagram,
+            [SV_PROTO_CAP_END] = &grpc_end,
+        },
 };

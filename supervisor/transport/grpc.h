@@ -77,6 +77,9 @@ int sv_grpc_creds_new(const sv_proto_ops *inner, const char *service, const sv_i
  * A client that does not open with the HTTP/2 preface gets SV_FX_ERROR with the fallback policy
  * (every byte so far). A stream on another path gets a trailers-only answer with grpc-status 12
  * (UNIMPLEMENTED), as a gRPC server answers an unknown method, and no log line.
+ * Extensions (proto_ext.h): clock (given to the inner core when it has one), backlog (more,
+ * queued), datagram, end; the inner core's own (datagram, end, clock) are used for its
+ * sessions.
  */
 extern const sv_proto_ops sv_grpc_ops;
 

@@ -91,7 +91,8 @@ static void run_core(const uint8_t *in, size_t n, size_t piece, void *creds, tra
         off += k;
         size_t len = carry + k, used = 0;
         /* as conn.c: again at once while the core has more (bounded: each call gives some) */
-        for (unsigned calls = 0; (used < len || sv_grpc_ops.more(core)) && !t->failed; calls++) {
+        for (unsigned calls = 0;
+             (used < len || sv_proto_backlog(&sv_grpc_ops)->more(core)) && !t->failed; calls++) {
             FUZZ_CHECK(calls < 100000);
             sv_effects fx;
             ssize_t c = sv_grpc_ops.feed(core, creds, buf + used, len - used, &fx);
@@ -99,7 +100,7 @@ static void run_core(const uint8_t *in, size_t n, size_t piece, void *creds, tra
             apply(core, creds, t, &fx, len - used);
             if (c < 0)
                 FUZZ_CHECK(t->failed);
-            if (c < 0 || (c == 0 && !sv_grpc_ops.more(core)))
+            if (c < 0 || (c == 0 && !sv_proto_backlog(&sv_grpc_ops)->more(core)))
                 break;
             used += (size_t)c;
         }
@@ -111,7 +112,8 @@ static void run_core(const uint8_t *in, size_t n, size_t piece, void *creds, tra
     }
     for (unsigned i = 0; i < t->n_open; i++) {
         uint8_t out[80 * 1024];
-        FUZZ_CHECK(sv_grpc_ops.frame_end(core, creds, t->open[i], i % 2 == 1, out, sizeof out) >= 0);
+        FUZZ_CHECK(sv_proto_end(&sv_grpc_ops)
+                       ->frame_end(core, creds, t->open[i], i % 2 == 1, out, sizeof out) >= 0);
     }
     if (t->failed) { /* sticky */
         sv_effects fx;

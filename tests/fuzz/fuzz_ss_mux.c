@@ -70,7 +70,7 @@ static void tr_effects(transcript *t, const sv_proto_ops *ops, void *st, const v
         if (e->kind == SV_FX_SCAN) {
             FUZZ_CHECK(i == fx->n - 1 && e->data != NULL && e->len > 0);
             unsigned trials = 0;
-            answer = ops->scan(creds, e->data, e->len, &trials);
+            answer = sv_proto_guide(ops)->scan(creds, e->data, e->len, &trials);
             tr_put(t, &answer, sizeof answer);
         }
     }
@@ -82,7 +82,7 @@ static void tr_effects(transcript *t, const sv_proto_ops *ops, void *st, const v
             FUZZ_CHECK(w >= 0 && (size_t)w <= ops->frame_max(len)); /* 0: ended since */
         }
     if (answer != -2)
-        ops->scan_result(st, answer >= 0 ? answer : -1);
+        sv_proto_guide(ops)->scan_result(st, answer >= 0 ? answer : -1);
 }
 
 /* Feed @p wire in pieces of at most @p piece bytes through a runtime-like buffer. */
@@ -96,11 +96,11 @@ static void run(enum sv_ss_cipher cipher, bool guided, const uint8_t *wire, size
     FUZZ_CHECK(ops->creds_new(&in, &g_set, &creds, NULL) == 0);
     sv_replay *rp = sv_replay_new(64);
     FUZZ_CHECK(rp != NULL);
-    ops->attach_replay(creds, rp);
+    sv_proto_replay(ops)->attach_replay(creds, rp);
     void *st = calloc(1, ops->state_size);
     FUZZ_CHECK(st != NULL && ops->init(st, &in) == 0);
     if (guided)
-        ops->set_guide(st, -1, NULL, 1);
+        sv_proto_guide(ops)->set_guide(st, -1, NULL, 1);
     uint8_t *buf = malloc(n + ops->carry_max + 1);
     FUZZ_CHECK(buf != NULL);
     size_t have = 0, at = 0;
@@ -120,7 +120,7 @@ static void run(enum sv_ss_cipher cipher, bool guided, const uint8_t *wire, size
             have -= (size_t)r;
             continue;
         }
-        if (ops->more(st)) /* a scan's answer: the same bytes again */
+        if (sv_proto_backlog(ops)->more(st)) /* a scan's answer: the same bytes again */
             continue;
         FUZZ_CHECK(have <= ops->carry_max);
         if (at == n)
@@ -134,7 +134,7 @@ static void run(enum sv_ss_cipher cipher, bool guided, const uint8_t *wire, size
     }
     uint8_t end[16];
     for (uint32_t id = 0; id < 4; id++) /* frame_end for open or unknown streams */
-        FUZZ_CHECK(ops->frame_end(st, creds, id, id & 1, end, sizeof end) >= 0);
+        FUZZ_CHECK(sv_proto_end(ops)->frame_end(st, creds, id, id & 1, end, sizeof end) >= 0);
     free(buf);
     ops->deinit(st);
     free(st);

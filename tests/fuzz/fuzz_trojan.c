@@ -54,8 +54,8 @@ static bool inside(const uint8_t *x, size_t len, const uint8_t *lo, size_t n)
 static void check_reframe(void *st, const void *creds, const sv_effect *e, const uint8_t *buf)
 {
     static uint8_t out[SV_TROJAN_UDP_PACKET_MAX];
-    ssize_t w = sv_trojan_ops.frame_datagram(st, creds, 0, &e->dest, e->data, e->len, out,
-                                             sizeof out);
+    ssize_t w = sv_proto_datagram(&sv_trojan_ops)
+                    ->frame_datagram(st, creds, 0, &e->dest, e->data, e->len, out, sizeof out);
     FUZZ_CHECK(w > 0 && (size_t)w >= e->len + 4);
     const uint8_t *end = e->data + e->len;
     FUZZ_CHECK((size_t)(end - buf) >= (size_t)w);

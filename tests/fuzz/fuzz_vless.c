@@ -59,8 +59,8 @@ static void check_reframe(void *down, const void *creds, const sv_effect *e, con
                           bool first)
 {
     static uint8_t out[2 + 2 + SV_VLESS_UDP_PAYLOAD_MAX];
-    ssize_t w = sv_vless_ops.frame_datagram(down, creds, 0, &e->dest, e->data, e->len, out,
-                                            sizeof out);
+    ssize_t w = sv_proto_datagram(&sv_vless_ops)
+                    ->frame_datagram(down, creds, 0, &e->dest, e->data, e->len, out, sizeof out);
     size_t head = first ? SV_VLESS_RESPONSE_LEN : 0;
     FUZZ_CHECK(w > 0 && (size_t)w == head + 2 + e->len);
     FUZZ_CHECK(!first || (out[0] == 0 && out[1] == 0));

@@ -129,11 +129,12 @@ static void check_frames(void *st)
     static const uint8_t reply[9000];
     const sv_proto_ops *ops = &sv_vmess_ops;
     sv_dest from = {.atyp = SV_ATYP_IPV4, .port = 53};
-    ssize_t w = ops->frame_datagram(st, g_creds, 0, &from, reply, 100, out, sizeof out);
+    ssize_t w =
+        sv_proto_datagram(ops)->frame_datagram(st, g_creds, 0, &from, reply, 100, out, sizeof out);
     FUZZ_CHECK(w == -EINVAL || (w > 0 && (size_t)w <= ops->frame_max(100)));
     w = ops->frame(st, g_creds, 0, reply, sizeof reply, out, sizeof out);
     FUZZ_CHECK(w > 0 && (size_t)w <= ops->frame_max(sizeof reply));
-    w = ops->frame_end(st, g_creds, 0, false, out, sizeof out);
+    w = sv_proto_end(ops)->frame_end(st, g_creds, 0, false, out, sizeof out);
     FUZZ_CHECK(w >= 0 && (size_t)w <= ops->frame_max(0));
 }
 
@@ -143,7 +144,7 @@ static int run(const uint8_t *wire, size_t n, size_t piece, uint32_t seed, trans
     const sv_proto_ops *ops = &sv_vmess_ops;
     void *st = calloc(1, ops->state_size);
     FUZZ_CHECK(st != NULL && ops->init(st, NULL) == 0);
-    ops->set_time(st, FUZZ_NOW);
+    sv_proto_clock(ops)->set_time(st, FUZZ_NOW);
     size_t cap = n + ops->carry_max;
     uint8_t *buf = malloc(cap ? cap : 1);
     FUZZ_CHECK(buf != NULL);

@@ -304,8 +304,8 @@ static void apply(run *r, const sv_effects *fx)
             ev(r, "O%u:%u ", e->stream, e->dest.port);
             if (r->end_on_open) { /* as conn.c's sub_open: its End while applying the rest */
                 uint8_t out[1024];
-                ssize_t n = sv_grpc_ops.frame_end(r->core, r->creds, e->stream, true, out,
-                                                  sizeof out);
+                ssize_t n = sv_proto_end(&sv_grpc_ops)
+                                ->frame_end(r->core, r->creds, e->stream, true, out, sizeof out);
                 assert_true(n >= 0);
                 to_client(r, out, (size_t)n);
             }
@@ -355,13 +355,13 @@ static void pump(run *r, size_t piece)
         size_t len = r->carry_len + k, used = 0;
         off += k;
         for (;;) { /* as conn.c's process_client */
-            bool more = sv_grpc_ops.more != NULL && sv_grpc_ops.more(r->core);
+            bool more = sv_proto_more(&sv_grpc_ops, r->core);
             if (used == len && !more)
                 break;
             sv_effects fx;
             ssize_t c = sv_grpc_ops.feed(r->core, r->creds, buf + used, len - used, &fx);
             apply(r, &fx);
-            if (c < 0 || (c == 0 && !(sv_grpc_ops.more != NULL && sv_grpc_ops.more(r->core))))
+            if (c < 0 || (c == 0 && !sv_proto_more(&sv_grpc_ops, r->core)))
                 break;
             used += (size_t)c;
         }
@@ -410,7 +410,7 @@ static void tun_once(size_t piece)
     to_client(&r, out, (size_t)n);
     assert_int_equal(r.down_len, 4);
     assert_memory_equal(r.down, "pong", 4);
-    n = sv_grpc_ops.frame_end(r.core, r.creds, 1, false, out, sizeof out);
+    n = sv_proto_end(&sv_grpc_ops)->frame_end(r.core, r.creds, 1, false, out, sizeof out);
     assert_true(n > 0);
     to_client(&r, out, (size_t)n);
     assert_string_equal(r.grpc_status, "0");
@@ -455,7 +455,7 @@ static void half_close_once(size_t piece, bool reset)
         pump(&r, piece);
         assert_string_equal(r.events, "A1m O1:4242 H1 C1 ");
     } else {
-        n = sv_grpc_ops.frame_end(r.core, r.creds, 1, false, out, sizeof out);
+        n = sv_proto_end(&sv_grpc_ops)->frame_end(r.core, r.creds, 1, false, out, sizeof out);
         assert_true(n > 0);
         to_client(&r, out, (size_t)n);
         assert_string_equal(r.grpc_status, "0");
@@ -632,14 +632,14 @@ static void mux_once(size_t piece)
     assert_true(n > 0);
     to_client(&r, out, (size_t)n);
     sv_dest from = {.atyp = SV_ATYP_IPV4, .ip = {127, 0, 0, 3}, .port = 7};
-    n = sv_grpc_ops.frame_datagram(r.core, r.creds, 4, &from, (const uint8_t *)"ok", 2, out,
-                                   sizeof out);
+    n = sv_proto_datagram(&sv_grpc_ops)
+            ->frame_datagram(r.core, r.creds, 4, &from, (const uint8_t *)"ok", 2, out, sizeof out);
     assert_true(n > 0);
     to_client(&r, out, (size_t)n);
     n = sv_grpc_ops.frame(r.core, r.creds, 6, (const uint8_t *)"uvw", 3, out, sizeof out);
     assert_true(n > 0);
     to_client(&r, out, (size_t)n);
-    n = sv_grpc_ops.frame_end(r.core, r.creds, 2, false, out, sizeof out);
+    n = sv_proto_end(&sv_grpc_ops)->frame_end(r.core, r.creds, 2, false, out, sizeof out);
     assert_true(n > 0);
     to_client(&r, out, (size_t)n);
     static const uint8_t want1[] = {
@@ -683,7 +683,8 @@ static void mux_once(size_t piece)
     /* the runtime's late calls for forgotten sub-flows write nothing */
     assert_int_equal(sv_grpc_ops.frame(r.core, r.creds, 6, (const uint8_t *)"z", 1, out,
                                        sizeof out), 0);
-    assert_int_equal(sv_grpc_ops.frame_end(r.core, r.creds, 4, false, out, sizeof out), 0);
+    assert_int_equal(
+        sv_proto_end(&sv_grpc_ops)->frame_end(r.core, r.creds, 4, false, out, sizeof out), 0);
     run_close(&r);
 }
 

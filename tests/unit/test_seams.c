@@ -164,7 +164,7 @@ static void ss_ops__limit__scan_effect_then_answer(void **state)
         uint8_t buf[512];
         memcpy(buf, wire, n);
         assert_int_equal(ops->init(st, &k_in), 0);
-        ops->set_guide(st, -1, NULL, 1);
+        sv_proto_guide(ops)->set_guide(st, -1, NULL, 1);
         sv_effects fx;
         assert_int_equal(ops->feed(st, creds, buf, n, &fx), 0);
         assert_int_equal(fx.n, 1);
@@ -172,12 +172,12 @@ static void ss_ops__limit__scan_effect_then_answer(void **state)
         assert_ptr_equal(fx.v[0].data, buf);
         assert_int_equal(fx.v[0].len, 32 + 2 + 16);
         assert_int_equal(fx.v[0].trials, 1);
-        assert_false(ops->more(st));
+        assert_false(sv_proto_backlog(ops)->more(st));
         unsigned t = 0;
-        assert_int_equal(ops->scan(creds, fx.v[0].data, fx.v[0].len, &t), 1);
+        assert_int_equal(sv_proto_guide(ops)->scan(creds, fx.v[0].data, fx.v[0].len, &t), 1);
         assert_int_equal(t, 2);
-        ops->scan_result(st, answer);
-        assert_true(ops->more(st));
+        sv_proto_guide(ops)->scan_result(st, answer);
+        assert_true(sv_proto_backlog(ops)->more(st));
         ssize_t r = ops->feed(st, creds, buf, n, &fx);
         if (answer == 1) {
             assert_int_equal(r, (ssize_t)n);
@@ -189,7 +189,7 @@ static void ss_ops__limit__scan_effect_then_answer(void **state)
             assert_int_equal(fx.v[0].kind, SV_FX_ERROR);
             assert_int_equal(fx.v[0].policy, SV_PROBE_DRAIN);
         }
-        assert_false(ops->more(st));
+        assert_false(sv_proto_backlog(ops)->more(st));
         ops->deinit(st);
     }
     ops->creds_free(creds);
@@ -221,7 +221,7 @@ static void ss_ops__declared_bounds__fit_the_runtime(void **state)
     assert_true(ops->frame_max(1) >= 1 + 32 + 2 + 16 + 16);
     assert_int_equal(ops->frame_max(65536), SV_SS_SEALED_MAX(65536));
     assert_int_equal(ops->carry_max, SV_SS_SALT_MAX + SV_SS_NEED_MAX);
-    assert_non_null(ops->attach_replay);
+    assert_non_null(sv_proto_replay(ops));
 }
 
 /* A failed MD5 (here: OpenSSL restricted to FIPS-approved algorithms, as on a FIPS host) must

@@ -193,7 +193,7 @@ static void drive(void *st, const void *creds, const bytes *wire, size_t step, s
                     assert_int_equal(i, fx.n - 1); /* its last effect */
                     ev(s, "S ");
                     scan = true;
-                    answer = ops->scan(creds, e->data, e->len, &t);
+                    answer = sv_proto_guide(ops)->scan(creds, e->data, e->len, &t);
                     s->scans++;
                     s->scan_keys += t;
                     if (s->answer_set)
@@ -209,8 +209,8 @@ static void drive(void *st, const void *creds, const bytes *wire, size_t step, s
                 break;
             }
             if (scan) /* the same bytes are fed again: the answer waits there */
-                ops->scan_result(st, answer >= 0 ? answer : -1);
-            if (r == 0 && (ops->more == NULL || !ops->more(st)))
+                sv_proto_guide(ops)->scan_result(st, answer >= 0 ? answer : -1);
+            if (r == 0 && !sv_proto_more(ops, st))
                 break;
             memmove(buf, buf + r, have - (size_t)r);
             have -= (size_t)r;
@@ -306,7 +306,7 @@ static void ss_mux__whole_byte_at_a_time_and_pieces__same_effects(void **state)
         /* a fresh table: the salts of the same wire would be replays for one filter */
         void *c = new_creds();
         sv_replay *rp = sv_replay_new(64);
-        ss->attach_replay(c, rp);
+        sv_proto_replay(ss)->attach_replay(c, rp);
         drive(st, c, &wire, step, &s);
         assert_int_equal(s.error, 0);
         assert_int_equal(s.data[1].len, n1);
@@ -383,7 +383,7 @@ static void ss_mux__replayed_salt_after_auth__session_ended(void **state)
     (void)state;
     void *creds = new_creds();
     sv_replay *rp = sv_replay_new(64);
-    ss->attach_replay(creds, rp);
+    sv_proto_replay(ss)->attach_replay(creds, rp);
     uint8_t p[10] = "0123456789";
     bytes w = ss_wire(creds, 0, p, sizeof p, 64), wire = {0};
     mux_new(&wire, 1, 1, w.p, w.len);
@@ -570,9 +570,10 @@ static void ss_mux__frame__keep_frames_decode_and_end(void **state)
 
     uint8_t end[SV_MUX_END_LEN];
     static const uint8_t want[] = {0, 4, 0, 5, 3, 2};
-    assert_int_equal(ops->frame_end(st, creds, 5, true, end, sizeof end), SV_MUX_END_LEN);
+    assert_int_equal(sv_proto_end(ops)->frame_end(st, creds, 5, true, end, sizeof end),
+                     SV_MUX_END_LEN);
     assert_memory_equal(end, want, sizeof want);
-    assert_int_equal(ops->frame_end(st, creds, 5, true, end, sizeof end), 0);
+    assert_int_equal(sv_proto_end(ops)->frame_end(st, creds, 5, true, end, sizeof end), 0);
     assert_int_equal(ops->frame(st, creds, 5, down, n, out, ops->frame_max(n)), 0);
     free(inner.p);
     free(plain.p);
@@ -621,8 +622,8 @@ static void ss_mux__later_sessions__one_trial_each(void **state)
         bytes wire = sessions_of(creds, users, 4, split);
         for (size_t step = 0; step <= 2; step++) {
             void *st = new_state();
-            assert_non_null(ops->set_guide);
-            ops->set_guide(st, -1, NULL, GUESSES);
+            assert_non_null(sv_proto_guide(ops));
+            sv_proto_guide(ops)->set_guide(st, -1, NULL, GUESSES);
             seen s = {0};
             drive(st, creds, &wire, step == 2 ? wire.len : step, &s);
             assert_int_equal(s.error, 0);
@@ -653,8 +654,8 @@ static void ss_mux__later_session_of_other_user__ended_without_scan(void **state
     bytes wire = sessions_of(creds, users, 3, false);
     for (size_t step = 0; step <= 1; step++) {
         void *st = new_state();
-        assert_non_null(ops->set_guide);
-        ops->set_guide(st, -1, NULL, GUESSES);
+        assert_non_null(sv_proto_guide(ops));
+        sv_proto_guide(ops)->set_guide(st, -1, NULL, GUESSES);
         seen s = {0};
         drive(st, creds, &wire, step ? 1 : wire.len, &s);
         assert_int_equal(s.error, 0);
@@ -699,8 +700,8 @@ static void ss_mux__scan_result_first_session(void **state)
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             void *st = new_state();
-            assert_non_null(ops->set_guide);
-            ops->set_guide(st, cases[i].hint, NULL, GUESSES);
+            assert_non_null(sv_proto_guide(ops));
+            sv_proto_guide(ops)->set_guide(st, cases[i].hint, NULL, GUESSES);
             seen s = {.answer_set = cases[i].answer_set, .answer = cases[i].answer};
             drive(st, creds, &wire, split ? 7 : wire.len, &s);
             assert_string_equal(s.ev, cases[i].ev);
@@ -735,7 +736,7 @@ static void ss_mux__second_session_before_first_header__no_second_scan(void **st
     mux_keep(&wire, 1, w1.p + cut, w1.len - cut);
     for (size_t step = 0; step <= 1; step++) {
         void *st = new_state();
-        ops->set_guide(st, -1, NULL, GUESSES);
+        sv_proto_guide(ops)->set_guide(st, -1, NULL, GUESSES);
         seen s = {0};
         drive(st, creds, &wire, step ? 1 : wire.len, &s);
         assert_int_equal(s.error, 0);

@@ -409,17 +409,17 @@ static void udp__server_reply_vector(void **state)
     sv_dest from = {.atyp = SV_ATYP_IPV4, .ip = {127, 0, 0, 1}, .port = 5353};
     const char *pong = "udp pong via trojan";
     size_t len = strlen(pong);
-    assert_non_null(ops->frame_datagram);
-    assert_int_equal(ops->frame_datagram(NULL, g_creds, 0, &from, (const uint8_t *)pong, len,
-                                         out, sizeof out),
+    assert_non_null(sv_proto_datagram(ops));
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         NULL, g_creds, 0, &from, (const uint8_t *)pong, len, out, sizeof out),
                      wn);
     assert_memory_equal(out, want, wn);
     /* Exactly enough room works; one byte less does not. */
-    assert_int_equal(ops->frame_datagram(NULL, g_creds, 0, &from, (const uint8_t *)pong, len,
-                                         out, wn),
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(NULL, g_creds, 0, &from,
+                                                            (const uint8_t *)pong, len, out, wn),
                      wn);
-    assert_int_equal(ops->frame_datagram(NULL, g_creds, 0, &from, (const uint8_t *)pong, len,
-                                         out, wn - 1),
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         NULL, g_creds, 0, &from, (const uint8_t *)pong, len, out, wn - 1),
                      -EMSGSIZE);
 }
 
@@ -436,17 +436,20 @@ static void frame__copy_and_datagram_refusals(void **state)
     static uint8_t big[SV_TROJAN_UDP_PACKET_MAX + 16];
     static uint8_t payload[SV_TROJAN_UDP_PAYLOAD_MAX + 1];
     sv_dest from = {.atyp = SV_ATYP_DOMAIN, .host = "dns.test", .port = 53};
-    ssize_t r = ops->frame_datagram(NULL, g_creds, 0, &from, payload, SV_TROJAN_UDP_PAYLOAD_MAX,
-                                    big, sizeof big);
+    ssize_t r = sv_proto_datagram(ops)->frame_datagram(NULL, g_creds, 0, &from, payload,
+                                                       SV_TROJAN_UDP_PAYLOAD_MAX, big, sizeof big);
     assert_int_equal(r, 1 + 1 + 8 + 2 + 2 + 2 + SV_TROJAN_UDP_PAYLOAD_MAX);
-    assert_int_equal(ops->frame_datagram(NULL, g_creds, 0, &from, payload,
-                                         SV_TROJAN_UDP_PAYLOAD_MAX + 1, big, sizeof big),
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(NULL, g_creds, 0, &from, payload,
+                                                            SV_TROJAN_UDP_PAYLOAD_MAX + 1, big,
+                                                            sizeof big),
                      -EINVAL);
     sv_dest bad = {.atyp = 2, .port = 53};
-    assert_int_equal(ops->frame_datagram(NULL, g_creds, 0, &bad, payload, 1, big, sizeof big),
-                     -EINVAL);
+    assert_int_equal(
+        sv_proto_datagram(ops)->frame_datagram(NULL, g_creds, 0, &bad, payload, 1, big, sizeof big),
+        -EINVAL);
     sv_dest empty = {.atyp = SV_ATYP_DOMAIN, .port = 53};
-    assert_int_equal(ops->frame_datagram(NULL, g_creds, 0, &empty, payload, 1, big, sizeof big),
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(NULL, g_creds, 0, &empty, payload, 1,
+                                                            big, sizeof big),
                      -EINVAL);
 }
 

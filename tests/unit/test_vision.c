@@ -144,7 +144,7 @@ static void flow_rules__through_the_core(void **state)
     assert_true(ops->feed(st, vc, req, n, &fx) > 0);
     assert_int_equal(fx.v[0].kind, SV_FX_AUTHENTICATED);
     assert_true(fx.v[0].multiplexed);
-    assert_int_equal(ops->direct(st), 0);
+    assert_int_equal(sv_proto_direct(ops)->direct(st), 0);
     conn_free(st);
     ops->creds_free(vc);
 }
@@ -169,7 +169,8 @@ static void worked_example__through_the_core(void **state)
     assert_int_equal(fx.v[2].kind, SV_FX_TO_OUTBOUND);
     assert_int_equal(fx.v[2].len, 5);
     assert_memory_equal(fx.v[2].data, "hello", 5);
-    assert_int_equal(ops->direct(st), SV_DIRECT_WATCH); /* may still switch: watch */
+    assert_int_equal(sv_proto_direct(ops)->direct(st),
+                     SV_DIRECT_WATCH); /* may still switch: watch */
     /* towards the client: 00 00, then the first frame with the UUID (§2.8 check 1) */
     uint8_t out[70000];
     ssize_t w = ops->frame(st, vc, 0, (const uint8_t *)"hi", 2, out, sizeof out);
@@ -437,7 +438,7 @@ static void core__direct_bits_follow_the_frames(void **state)
     memcpy(buf, k_example, EXAMPLE_HEADER);
     sv_effects fx;
     assert_int_equal(ops->feed(st, vc, buf, EXAMPLE_HEADER, &fx), EXAMPLE_HEADER);
-    assert_int_equal(ops->direct(st), SV_DIRECT_WATCH);
+    assert_int_equal(sv_proto_direct(ops)->direct(st), SV_DIRECT_WATCH);
     memcpy(buf, k_frames, sizeof k_frames);
     assert_int_equal(ops->feed(st, vc, buf, sizeof k_frames, &fx), (ssize_t)sizeof k_frames);
     size_t got = 0;
@@ -445,7 +446,7 @@ static void core__direct_bits_follow_the_frames(void **state)
         if (fx.v[i].kind == SV_FX_TO_OUTBOUND)
             got += fx.v[i].len;
     assert_int_equal(got, 7);
-    assert_int_equal(ops->direct(st), SV_DIRECT_IN);
+    assert_int_equal(sv_proto_direct(ops)->direct(st), SV_DIRECT_IN);
     /* downstream: ServerHello, then application data → command 2, then raw out */
     static uint8_t in[512], out[70000];
     size_t n = server_hello(in, 0x1302);
@@ -454,7 +455,7 @@ static void core__direct_bits_follow_the_frames(void **state)
     ssize_t w = ops->frame(st, vc, 0, in, 7, out, sizeof out);
     assert_true(w > 0);
     assert_int_equal(out[0], SV_VISION_DIRECT);
-    assert_int_equal(ops->direct(st), SV_DIRECT_IN | SV_DIRECT_OUT);
+    assert_int_equal(sv_proto_direct(ops)->direct(st), SV_DIRECT_IN | SV_DIRECT_OUT);
     assert_int_equal(ops->frame(st, vc, 0, in, 7, out, sizeof out), 7);
     conn_free(st);
     ops->creds_free(vc);

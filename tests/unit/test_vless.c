@@ -451,17 +451,18 @@ static void udp__vector(void **state)
     size_t wn = jhex("cases.2.server_to_client_hex", want, sizeof want);
     const char *pong = jstr("cases.2.server_reply_payload_text");
     sv_dest from = {.atyp = SV_ATYP_IPV4, .ip = {10, 9, 8, 7}, .port = 1};
-    assert_non_null(ops->frame_datagram);
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)pong,
-                                         strlen(pong), out, wn - 1),
+    assert_non_null(sv_proto_datagram(ops));
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         st, g_creds, 0, &from, (const uint8_t *)pong, strlen(pong), out, wn - 1),
                      -EMSGSIZE); /* no room: nothing written, the header still owed */
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)pong,
-                                         strlen(pong), out, wn),
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         st, g_creds, 0, &from, (const uint8_t *)pong, strlen(pong), out, wn),
                      wn);
     assert_memory_equal(out, want, wn);
     /* Later datagrams: length and payload only. */
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)pong,
-                                         strlen(pong), out, sizeof out),
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(st, g_creds, 0, &from,
+                                                            (const uint8_t *)pong, strlen(pong),
+                                                            out, sizeof out),
                      wn - SV_VLESS_RESPONSE_LEN);
     assert_memory_equal(out, want + SV_VLESS_RESPONSE_LEN, wn - SV_VLESS_RESPONSE_LEN);
     conn_free(st);
@@ -486,15 +487,16 @@ static void frame__bounds(void **state)
 
     st = conn_new();
     sv_dest from = {.atyp = SV_ATYP_DOMAIN, .host = "dns.test", .port = 53};
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, in, SV_VLESS_UDP_PAYLOAD_MAX + 1,
-                                         out, sizeof out),
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         st, g_creds, 0, &from, in, SV_VLESS_UDP_PAYLOAD_MAX + 1, out, sizeof out),
                      -EINVAL);
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, in, SV_VLESS_UDP_PAYLOAD_MAX,
-                                         out, sizeof out),
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         st, g_creds, 0, &from, in, SV_VLESS_UDP_PAYLOAD_MAX, out, sizeof out),
                      2 + 2 + SV_VLESS_UDP_PAYLOAD_MAX);
     assert_int_equal(out[2], SV_VLESS_UDP_PAYLOAD_MAX >> 8);
     assert_int_equal(out[3], SV_VLESS_UDP_PAYLOAD_MAX & 0xff);
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, in, 0, out, sizeof out), 2);
+    assert_int_equal(
+        sv_proto_datagram(ops)->frame_datagram(st, g_creds, 0, &from, in, 0, out, sizeof out), 2);
     conn_free(st);
 }
 
@@ -841,7 +843,7 @@ static void mux__sessions_and_end(void **state)
                                    0x01, 0x00, 0x03, 'x',  'y',  'z'};
     assert_int_equal(w, sizeof want);
     assert_memory_equal(out, want, sizeof want);
-    w = ops->frame_end(st, g_creds, 1, false, out, sizeof out);
+    w = sv_proto_end(ops)->frame_end(st, g_creds, 1, false, out, sizeof out);
     assert_int_equal(w, sizeof end1);
     assert_memory_equal(out, end1, sizeof end1);
 
@@ -858,7 +860,7 @@ static void mux__sessions_and_end(void **state)
     n = request(p, UUID_B, SV_VLESS_TCP, k_addr_v4, sizeof k_addr_v4);
     assert_int_equal(feed(st, p, n, &fx), n);
     assert_false(fx.v[0].multiplexed);
-    assert_int_equal(ops->frame_end(st, g_creds, 0, false, out, sizeof out), 0);
+    assert_int_equal(sv_proto_end(ops)->frame_end(st, g_creds, 0, false, out, sizeof out), 0);
     conn_free(st);
 }
 
@@ -930,16 +932,20 @@ static void mux__xudp_datagrams_carry_addresses(void **state)
     static const uint8_t want[] = {0x00, 0x00, 0x00, 0x0c, 0x00, 0x00, 0x02, 0x01, 0x02,
                                    0x00, 0x07, 0x01, 127,  0,    0,    3,    0x00, 0x02,
                                    'o',  'k'};
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)"ok", 2, out,
-                                         sizeof out), sizeof want);
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         st, g_creds, 0, &from, (const uint8_t *)"ok", 2, out, sizeof out),
+                     sizeof want);
     assert_memory_equal(out, want, sizeof want);
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)"ok", 2, out,
-                                         sizeof out), sizeof want - 2); /* header went */
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         st, g_creds, 0, &from, (const uint8_t *)"ok", 2, out, sizeof out),
+                     sizeof want - 2); /* header went */
     assert_memory_equal(out, want + 2, sizeof want - 2);
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, out, SV_MUX_UDP_PAYLOAD_MAX + 1,
-                                         out, sizeof out), -EINVAL);
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)"ok", 2, out,
-                                         20), -EMSGSIZE);
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(
+                         st, g_creds, 0, &from, out, SV_MUX_UDP_PAYLOAD_MAX + 1, out, sizeof out),
+                     -EINVAL);
+    assert_int_equal(sv_proto_datagram(ops)->frame_datagram(st, g_creds, 0, &from,
+                                                            (const uint8_t *)"ok", 2, out, 20),
+                     -EMSGSIZE);
     conn_free(st);
 }
 

@@ -85,14 +85,14 @@ static int replay_setup(void **state)
 {
     (void)state;
     g_replay = sv_replay_new(1024);
-    ops->attach_replay(g_creds, g_replay);
+    sv_proto_replay(ops)->attach_replay(g_creds, g_replay);
     return g_replay != NULL ? 0 : -1;
 }
 
 static int replay_teardown(void **state)
 {
     (void)state;
-    ops->attach_replay(g_creds, NULL);
+    sv_proto_replay(ops)->attach_replay(g_creds, NULL);
     sv_replay_free(g_replay);
     g_replay = NULL;
     return 0;
@@ -161,7 +161,7 @@ static void *conn_new(int64_t now)
     void *st = calloc(1, ops->state_size);
     assert_non_null(st);
     assert_int_equal(ops->init(st, NULL), 0);
-    ops->set_time(st, now);
+    sv_proto_clock(ops)->set_time(st, now);
     return st;
 }
 
@@ -643,13 +643,15 @@ static void response__vectors(void **state)
         const char *text = jstr(cpath(i, "server_to_client.payload_text"));
         bool udp = strcmp(jstr(cpath(i, "network")), "udp") == 0;
         sv_dest from = o->dest;
-        ssize_t w = udp ? ops->frame_datagram(st, g_creds, 0, &from, (const uint8_t *)text,
-                                              strlen(text), out, sizeof out)
-                        : ops->frame(st, g_creds, 0, (const uint8_t *)text, strlen(text), out,
-                                     sizeof out);
+        ssize_t w =
+            udp ? sv_proto_datagram(ops)->frame_datagram(
+                      st, g_creds, 0, &from, (const uint8_t *)text, strlen(text), out, sizeof out)
+                : ops->frame(st, g_creds, 0, (const uint8_t *)text, strlen(text), out, sizeof out);
         assert_true(w > 0 && (size_t)w <= ops->frame_max(strlen(text)));
         /* TCP ends with the end-of-stream chunk; the UDP captures have none */
-        ssize_t e = udp ? 0 : ops->frame_end(st, g_creds, 0, false, out + w, sizeof out - (size_t)w);
+        ssize_t e = udp ? 0
+                        : sv_proto_end(ops)->frame_end(st, g_creds, 0, false, out + w,
+                                                       sizeof out - (size_t)w);
         assert_true(udp || (e > 0 && (size_t)e <= ops->frame_max(0)));
         size_t total = (size_t)(w + e);
         size_t wl = jhex(cpath(i, "server_to_client.wire_hex"), want, sizeof want);
@@ -724,11 +726,12 @@ static void roundtrip(uint8_t opt, uint8_t sec, uint8_t cmd, size_t body, size_t
     size_t rl = cmd == 2 ? 1200 : 20000;
     for (size_t i = 0; i < rl; i++)
         reply[i] = (uint8_t)(i * 7 + 3);
-    ssize_t w = cmd == 2 ? ops->frame_datagram(st, g_creds, 0, &o->dest, reply, rl, frame_out,
-                                               sizeof frame_out)
+    ssize_t w = cmd == 2 ? sv_proto_datagram(ops)->frame_datagram(st, g_creds, 0, &o->dest, reply,
+                                                                  rl, frame_out, sizeof frame_out)
                          : ops->frame(st, g_creds, 0, reply, rl, frame_out, sizeof frame_out);
     assert_true(w > 0 && (size_t)w <= ops->frame_max(rl));
-    ssize_t e = ops->frame_end(st, g_creds, 0, false, frame_out + w, sizeof frame_out - (size_t)w);
+    ssize_t e = sv_proto_end(ops)->frame_end(st, g_creds, 0, false, frame_out + w,
+                                             sizeof frame_out - (size_t)w);
     assert_true(e >= 0);
     bool eof;
     if (raw) {
@@ -926,7 +929,8 @@ static void mux__frames_across_chunks(void **state)
         assert_string_equal(log, "auth 1 mux 1;open 1 port 80;data 1 abc;data 1 de;kind 6 1;");
         ssize_t w = ops->frame(st, g_creds, 1, (const uint8_t *)"xyz", 3, out, sizeof out);
         assert_true(w > 0 && (size_t)w <= ops->frame_max(3));
-        ssize_t e = ops->frame_end(st, g_creds, 1, true, out + w, sizeof out - (size_t)w);
+        ssize_t e =
+            sv_proto_end(ops)->frame_end(st, g_creds, 1, true, out + w, sizeof out - (size_t)w);
         assert_true(e > 0);
         bool eof = false;
         size_t gl = tc_read(&t, out, (size_t)(w + e), true, got, &eof);
@@ -986,7 +990,8 @@ static void mux__end_answers_are_sealed(void **state)
         }
         strncat(log, "|", sizeof log - strlen(log) - 1);
         if (round == 0) { /* session 1's outbound ends here (a kill): its End goes out */
-            ssize_t w = ops->frame_end(st, g_creds, 1, true, down + dl, sizeof down - dl);
+            ssize_t w =
+                sv_proto_end(ops)->frame_end(st, g_creds, 1, true, down + dl, sizeof down - dl);
             assert_true(w > 0);
             dl += (size_t)w;
             n = tc_chunk(&t, later, sizeof later, wire);
@@ -1117,10 +1122,12 @@ static void frame__bounds(void **state)
     assert_int_equal(run(st, wire, n, n, o), 0);
     uint8_t in[10] = {0};
     assert_int_equal(ops->frame(st, g_creds, 0, in, 10, out, ops->frame_max(10) - 1), -EMSGSIZE);
-    assert_int_equal(ops->frame_end(st, g_creds, 0, false, out, ops->frame_max(0) - 1), -EMSGSIZE);
+    assert_int_equal(
+        sv_proto_end(ops)->frame_end(st, g_creds, 0, false, out, ops->frame_max(0) - 1), -EMSGSIZE);
     /* TCP connection: no datagrams */
-    assert_int_equal(ops->frame_datagram(st, g_creds, 0, &o->dest, in, 10, out, sizeof out),
-                     -EINVAL);
+    assert_int_equal(
+        sv_proto_datagram(ops)->frame_datagram(st, g_creds, 0, &o->dest, in, 10, out, sizeof out),
+        -EINVAL);
     /* the worker's sealed buffer holds a whole remote read (runtime.h SV_SEALED_MAX) */
     assert_true(ops->frame_max(64 * 1024) <= 64 * 1024 + 4096);
     assert_true(ops->carry_max <= 32 + 2 + 16 + 0x3fff + 16);
