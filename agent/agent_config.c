@@ -120,8 +120,7 @@ static int parse_workers(const json_t *root, ag_config *cfg, sv_error *err)
     return 0;
 }
 
-/* "max_connections": TCP connections of the process, 0 = sized from the descriptor limit
- * (issue 15 "File descriptors run out"). */
+/* "max_connections": TCP connections of the process, 0 = sized from the descriptor limit. */
 static int parse_max_connections(const json_t *root, ag_config *cfg, sv_error *err)
 {
     const json_t *m = json_object_get(root, "max_connections");
@@ -137,7 +136,7 @@ static int parse_max_connections(const json_t *root, ag_config *cfg, sv_error *e
     return 0;
 }
 
-/* A policy at @p path (issue 12, seed 001 "policies"): "keep", "close" or
+/* A policy at @p path (seed 001 "policies"): "keep", "close" or
  * {"close_after": SECONDS} with 1..SV_POLICY_GRACE_MAX_MS / 1000 seconds. Absent: untouched. */
 static int parse_policy(const json_t *v, const char *path, sv_policy *out, sv_error *err)
 {
@@ -171,7 +170,7 @@ static int parse_policy(const json_t *v, const char *path, sv_policy *out, sv_er
     return 0;
 }
 
-/* "policies": {"user_removal": P, "drain": P} (issue 12). */
+/* "policies": {"user_removal": P, "drain": P}. */
 static int parse_policies(const json_t *root, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"user_removal", "drain", NULL};
@@ -189,7 +188,7 @@ static int parse_policies(const json_t *root, ag_config *cfg, sv_error *err)
     return rc;
 }
 
-/* A speed in Mbps (issue 12 "Speed limits"): an optional integer 0..AG_CONFIG_SPEED_MAX,
+/* A speed in Mbps: an optional integer 0..AG_CONFIG_SPEED_MAX,
  * 0 = none (absent: *out stays as it is). */
 static int get_mbps(const json_t *obj, const char *parent, const char *key, uint64_t *out,
                     sv_error *err)
@@ -209,7 +208,7 @@ static int get_mbps(const json_t *obj, const char *parent, const char *key, uint
     return 0;
 }
 
-/* "shutdown_grace": seconds a SIGTERM/SIGINT leaves live connections (issue #5, default 5). */
+/* "shutdown_grace": seconds a SIGTERM/SIGINT leaves live connections (default 5). */
 static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
 {
     const json_t *g = json_object_get(root, "shutdown_grace");
@@ -226,7 +225,7 @@ static int parse_grace(const json_t *root, ag_config *cfg, sv_error *err)
     return 0;
 }
 
-/* "dns": {"servers", "timeout", "strategy"} (issue 13 "DNS"). */
+/* "dns": {"servers", "timeout", "strategy"}. */
 static int parse_dns(const json_t *root, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"servers", "timeout", "strategy", NULL};
@@ -414,7 +413,7 @@ int ag_redis_url_parse(const char *url, sv_redis_options *out, sv_error *err)
     return 0;
 }
 
-/* "redis": {"url", "expiry", "timeout", "prefix"} (issue 12, the fleet-wide device limit). */
+/* "redis": {"url", "expiry", "timeout", "prefix"} (the fleet-wide device limit). */
 static int parse_redis(const json_t *root, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"url", "expiry", "timeout", "prefix", NULL};
@@ -464,7 +463,7 @@ static int parse_redis(const json_t *root, ag_config *cfg, sv_error *err)
     return 0;
 }
 
-/* "api": {"listen", "token"} (issue 4): a listen address beyond loopback needs a token. */
+/* "api": {"listen", "token"}: a listen address beyond loopback needs a token. */
 static int parse_api(const json_t *root, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"listen", "token", NULL};
@@ -482,7 +481,7 @@ static int parse_api(const json_t *root, ag_config *cfg, sv_error *err)
         rc = get_string(api, "api", "token", false, &token, err);
     if (rc == 0 && listen != NULL)
         rc = api_listen_parse(listen, NULL, &loopback, err); /* err: "api.listen: ..." */
-    /* the packaged config's placeholder, which postinst / %post replace (issue 15): a copy that
+    /* the packaged config's placeholder, which postinst / %post replace: a copy that
      * kept it would protect the API with a token everyone knows */
     if (rc == 0 && token != NULL && strcmp(token, AG_API_TOKEN_PLACEHOLDER) == 0)
         rc = sv_error_set(err, -EINVAL, "api.token: still the package placeholder %s; set a "
@@ -558,12 +557,12 @@ static int opt_seconds(const json_t *panel, const char *path, const char *key, u
     return 0;
 }
 
-/* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (issue #3, PANEL.md §1);
- * {"type":"xboard", the same keys} (issue 14, Xboard API v2 and its node channel), or
+/* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (PANEL.md §1);
+ * {"type":"xboard", the same keys} (Xboard API v2 and its node channel), or
  * {"type":"xboard","url","token","machine_id","timeout"} (machine mode, PANEL.md §1.1: the
  * panel's machine list names the nodes and their types); or
  * {"type":"sspanel","url","token","node_id","timeout","pull_interval","push_interval"}
- * (issue 14, PANEL.md §2: mod_mu has no interval setting of its own, no node_type). */
+ * (PANEL.md §2: mod_mu has no interval setting of its own, no node_type). */
 static int parse_remote(const json_t *panel, const char *path, enum ag_panel_type type,
                         ag_panel_config *pc, sv_error *err)
 {
@@ -665,7 +664,7 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
                             type);
     pc->type = AG_PANEL_LOCAL;
     rc = check_keys(panel, path, keys, err);
-    if (rc == 0) /* issue 8: the protocol a body without "protocol" has (default shadowsocks) */
+    if (rc == 0) /* the protocol a body without "protocol" has (default shadowsocks) */
         rc = get_string(panel, path, "node_type", false, &node_type, err);
     if (rc == 0 && node_type != NULL && strcmp(node_type, "shadowsocks") != 0 &&
         strcmp(node_type, "trojan") != 0 && strcmp(node_type, "vless") != 0 &&
@@ -683,7 +682,7 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
     return rc;
 }
 
-/* "db": {"path", "flush_interval"} (issue #3); a uniproxy panel needs db.path (the outbox). */
+/* "db": {"path", "flush_interval"}; a uniproxy panel needs db.path (the outbox). */
 static int parse_db(const json_t *root, const char *base_dir, ag_config *cfg, sv_error *err)
 {
     static const char *const keys[] = {"path", "flush_interval", NULL};
@@ -737,7 +736,7 @@ static int get_bool(const json_t *obj, const char *parent, const char *key, bool
     return 0;
 }
 
-/* "cert": {"mode": "file", "cert_file", "key_file"} or {"mode": "self"} (issue 8). */
+/* "cert": {"mode": "file", "cert_file", "key_file"} or {"mode": "self"}. */
 static int parse_cert(const json_t *node, const char *npath, const char *base_dir,
                       ag_cert_config *cc, sv_error *err)
 {
@@ -778,7 +777,7 @@ static int parse_cert(const json_t *node, const char *npath, const char *base_di
     return 0;
 }
 
-/* "fallback": "HOST:PORT" (issue 8). */
+/* "fallback": "HOST:PORT". */
 static int parse_fallback(const json_t *node, const char *npath, char **out, sv_error *err)
 {
     const char *fb = NULL;
@@ -913,16 +912,16 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
         rc = get_string(node, path, "listen", false, &listen, err);
     if (rc == 0 && listen != NULL && !is_ip_literal(listen))
         rc = sv_error_set(err, -EINVAL, "%s.listen: not an IP address \"%.64s\"", path, listen);
-    if (rc == 0) /* issue 15: users may reach internal addresses only when the node says so */
+    if (rc == 0) /* users may reach internal addresses only when the node says so */
         rc = get_bool(node, path, "allow_private", &nc->allow_private, err);
     if (rc == 0) {
         char p[PATH_MAX_TEXT];
         path_key(p, sizeof p, path, "user_removal");
         rc = parse_policy(json_object_get(node, "user_removal"), p, &nc->user_removal, err);
     }
-    if (rc == 0) /* issue 12: the node's limit for each of its users */
+    if (rc == 0) /* the node's limit for each of its users */
         rc = get_mbps(node, path, "speed_limit", &nc->speed_limit, err);
-    if (rc == 0 && json_object_get(node, "outbound") != NULL) { /* issue 13 */
+    if (rc == 0 && json_object_get(node, "outbound") != NULL) {
         char p[PATH_MAX_TEXT];
         path_key(p, sizeof p, path, "outbound");
         nc->has_outbound = true;
@@ -980,7 +979,7 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
         rc = parse_workers(root, cfg, err);
     if (rc == 0)
         rc = parse_max_connections(root, cfg, err);
-    if (rc == 0) /* issue 12: the node-wide aggregate cap */
+    if (rc == 0) /* the node-wide aggregate cap */
         rc = get_mbps(root, "", "node_speed_limit", &cfg->node_speed_limit, err);
     if (rc == 0)
         rc = parse_grace(root, cfg, err);
@@ -992,7 +991,7 @@ static int parse_root(const json_t *root, const char *base_dir, ag_config *cfg, 
         rc = parse_policies(root, cfg, err);
     if (rc == 0)
         rc = parse_redis(root, cfg, err);
-    if (rc == 0 && json_object_get(root, "outbound") != NULL) /* issue 13 */
+    if (rc == 0 && json_object_get(root, "outbound") != NULL)
         rc = ag_socket_policy_parse(json_object_get(root, "outbound"), "outbound",
                                     &cfg->outbound, err);
     if (rc == 0)

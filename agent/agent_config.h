@@ -12,28 +12,28 @@
  * panel.node / panel.users are panel data (PANEL.md §1.4–1.5) and are checked by the panel's
  * parser when fetched, not here.
  *
- * "api": {"listen": "127.0.0.1:9090", "token": "..."} configures the REST API (issue 4):
+ * "api": {"listen": "127.0.0.1:9090", "token": "..."} configures the REST API:
  * listen is "ip:port" or "[ipv6]:port"; a listen address beyond loopback requires a token.
  *
  * "dns": {"servers": ["127.0.0.53", "[::1]:5353"], "timeout": 5, "strategy": "prefer_ipv4"}
- * configures the workers' resolver (issue 13): servers are "ip", "ipv4:port" or "[ipv6]:port"
+ * configures the workers' resolver: servers are "ip", "ipv4:port" or "[ipv6]:port"
  * (none: /etc/resolv.conf); timeout is the seconds one server gets to answer; strategy is
  * prefer_ipv4, prefer_ipv6, ipv4_only or ipv6_only. Fixed at start (a reload warns).
  *
- * "policies": {"user_removal": P, "drain": P} and a node's "user_removal": P (issue 12, seed 001
+ * "policies": {"user_removal": P, "drain": P} and a node's "user_removal": P (seed 001
  * "policies"), P being "keep", "close" or {"close_after": SECONDS} (1..86400): what happens to
  * the live sessions of a user the panel removed (default close), and to flows on a replaced
  * outbound version (default keep).
  * "redis": {"url": "redis://127.0.0.1:6379/0", "expiry": 60, "timeout": 0.5,
- * "prefix": "katana:devices:"} turns on the fleet-wide device limit (issue 12,
- * supervisor/fleet.h): url (required) is redis://[[user]:password@]host[:port][/db] with an IP
+ * "prefix": "katana:devices:"} turns on the fleet-wide device limit
+ * (supervisor/fleet.h): url (required) is redis://[[user]:password@]host[:port][/db] with an IP
  * literal or localhost as host; expiry (seconds) how long an IP counts after its last session;
  * timeout (seconds) how long a new IP's connection waits for Redis before the node decides
  * alone; prefix the key prefix shared by the fleet. Fixed at start (a reload warns).
  *
  * "outbound": {"bind": ["192.0.2.7", "2001:db8::7"], "interface": "eth1", "mark": 7,
  * "tcp_keepalive": {"idle": 60, "interval": 10, "count": 5}, "tcp_nodelay": true} is the socket
- * policy of the shared direct outbound (issue 13 "Socket policy", seed 001); the same object as
+ * policy of the shared direct outbound (seed 001); the same object as
  * a node's "outbound" gives that node a direct outbound of its own (its own egress address).
  */
 #ifndef AG_CONFIG_H
@@ -52,7 +52,7 @@
 #define AG_CONFIG_NODES_MAX 256u        /**< nodes in one config */
 #define AG_CONFIG_WORKERS_MAX 64u       /**< largest `workers` value (SV_WORKERS_MAX) */
 #define AG_CONFIG_SPEED_MAX 10000000u   /**< largest `speed_limit` / `node_speed_limit`, Mbps */
-#define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds (issue #5) */
+#define AG_CONFIG_GRACE_DEFAULT 5u      /**< `shutdown_grace` when absent, seconds */
 #define AG_CONFIG_GRACE_MAX 3600u       /**< largest `shutdown_grace`, seconds */
 #define AG_CONFIG_DNS_TIMEOUT_MAX 60u   /**< largest `dns.timeout`, seconds */
 #define AG_CONFIG_REDIS_EXPIRY_DEFAULT 60u /**< `redis.expiry` when absent, seconds */
@@ -69,10 +69,10 @@ enum ag_panel_type {
     AG_PANEL_LOCAL = 1,
     AG_PANEL_UNIPROXY = 2,
     AG_PANEL_SSPANEL = 3,
-    AG_PANEL_XBOARD = 4, /**< Xboard API v2 with its node channel (issue 14), uniproxy's keys */
+    AG_PANEL_XBOARD = 4, /**< Xboard API v2 with its node channel, uniproxy's keys */
 };
 
-#define AG_CONFIG_FLUSH_DEFAULT 5u    /**< `db.flush_interval` when absent, seconds (issue #3) */
+#define AG_CONFIG_FLUSH_DEFAULT 5u    /**< `db.flush_interval` when absent, seconds */
 #define AG_CONFIG_FLUSH_MAX 3600u     /**< largest `db.flush_interval`, seconds */
 #define AG_CONFIG_TIMEOUT_DEFAULT 10u /**< uniproxy `timeout` when absent, seconds */
 #define AG_CONFIG_TIMEOUT_MAX 300u    /**< largest uniproxy `timeout`, seconds */
@@ -92,19 +92,19 @@ typedef struct ag_panel_config {
     char *node_id;      /**< numeric id or node code */
     char *node_type;    /**< "shadowsocks" */
     unsigned timeout_s; /**< per request, default AG_CONFIG_TIMEOUT_DEFAULT */
-    /* AG_PANEL_SSPANEL (PANEL.md §2, issue 14): url, token (sent as mod_mu's `key`), node_id
+    /* AG_PANEL_SSPANEL (PANEL.md §2): url, token (sent as mod_mu's `key`), node_id
      * (a positive integer), timeout, and the intervals the panel does not give (node_type is
      * "sspanel"). */
     uint32_t pull_interval_s; /**< 0 = default (60 s) */
     uint32_t push_interval_s; /**< 0 = default (60 s) */
-    /* AG_PANEL_XBOARD machine mode (issue 14, PANEL.md §1.1): machine_id instead of node_id
+    /* AG_PANEL_XBOARD machine mode (PANEL.md §1.1): machine_id instead of node_id
      * (node_id NULL, node_type "machine"); the entry stands for every node the panel assigns
      * to the machine, expanded at run time (ag_uplink_expand) into one node per panel node,
      * tagged "<tag>-<node id>", each with a copy of this entry's other settings. */
     char *machine_id; /**< decimal text, or NULL */
 } ag_panel_config;
 
-/** `cert` of a node (issue 8): where its TLS certificate comes from. */
+/** `cert` of a node: where its TLS certificate comes from. */
 enum ag_cert_mode {
     AG_CERT_NONE = 0, /**< no `cert`: the node serves no TLS */
     AG_CERT_FILE,     /**< "mode": "file": cert_file and key_file (PEM), re-read when changed */
@@ -120,16 +120,16 @@ typedef struct ag_cert_config {
 typedef struct ag_node_config {
     char *tag;    /**< non-empty, at most 64 bytes; unique tags are checked by sv_validate */
     char *listen; /**< IP literal overriding the panel's listen_ip, or NULL */
-    bool allow_private; /**< `allow_private` (issue 15): users may reach loopback, private and
+    bool allow_private; /**< `allow_private`: users may reach loopback, private and
                              link-local addresses and the node's own; default false */
-    uint64_t speed_limit; /**< `speed_limit` (issue 12), Mbps, 0 = none: each user's limit is the
+    uint64_t speed_limit; /**< `speed_limit`, Mbps, 0 = none: each user's limit is the
                                smallest non-zero of this and the panel's */
-    ag_cert_config cert; /**< `cert` (issue 8): required by a trojan node */
-    char *fallback;      /**< `fallback` "HOST:PORT" (issue 8, trojan), or NULL */
-    sv_policy user_removal; /**< `user_removal` (issue 12): overrides policies.user_removal for
+    ag_cert_config cert; /**< `cert`: required by a trojan node */
+    char *fallback;      /**< `fallback` "HOST:PORT" (trojan), or NULL */
+    sv_policy user_removal; /**< `user_removal`: overrides policies.user_removal for
                                  this node's inbound; kind SV_POLICY_DEFAULT when absent */
     bool has_outbound;        /**< `outbound` given: the node has a direct outbound of its own */
-    sv_socket_policy outbound; /**< `outbound` (issue 13): that outbound's socket policy */
+    sv_socket_policy outbound; /**< `outbound`: that outbound's socket policy */
     ag_panel_config panel;
 } ag_node_config;
 
@@ -137,25 +137,25 @@ typedef struct ag_config {
     int log_level;    /**< an sv_log_level; default SV_LOG_INFO */
     unsigned workers; /**< 0 = number of CPUs */
     uint32_t max_connections; /**< TCP connections of the process; 0 = from the fd limit */
-    uint64_t node_speed_limit; /**< `node_speed_limit` (issue 12), Mbps shared fairly by the
+    uint64_t node_speed_limit; /**< `node_speed_limit`, Mbps shared fairly by the
                                     active users; 0 = none; fixed at start */
     unsigned shutdown_grace; /**< seconds live connections get on SIGTERM/SIGINT */
-    sv_dns_options dns; /**< `dns` (issue 13); zero = resolv.conf, 5 s, prefer_ipv4 */
-    sv_redis_options redis; /**< `redis` (issue 12); zero (enabled false) = none */
-    char *api_listen; /**< REST API address, "ip:port"; NULL = API_DEFAULT_LISTEN (issue 4) */
+    sv_dns_options dns; /**< `dns`; zero = resolv.conf, 5 s, prefer_ipv4 */
+    sv_redis_options redis; /**< `redis`; zero (enabled false) = none */
+    char *api_listen; /**< REST API address, "ip:port"; NULL = API_DEFAULT_LISTEN */
     char *api_token;  /**< REST API bearer token, or NULL (then listen must be loopback) */
-    char *db_path;    /**< `db.path`: the SQLite store (issue #3); required with a uniproxy panel */
+    char *db_path;    /**< `db.path`: the SQLite store; required with a uniproxy panel */
     unsigned db_flush_s; /**< `db.flush_interval`, seconds (default AG_CONFIG_FLUSH_DEFAULT) */
-    sv_policy user_removal; /**< `policies.user_removal` (issue 12); DEFAULT = Close */
-    sv_policy drain;        /**< `policies.drain` (issue 12); DEFAULT = Keep */
-    sv_socket_policy outbound; /**< `outbound` (issue 13): the shared direct outbound's socket
+    sv_policy user_removal; /**< `policies.user_removal`; DEFAULT = Close */
+    sv_policy drain;        /**< `policies.drain`; DEFAULT = Keep */
+    sv_socket_policy outbound; /**< `outbound`: the shared direct outbound's socket
                                     policy; zero = none */
     ag_node_config *nodes;
     size_t n_nodes;   /**< at least 1 */
 } ag_config;
 
 /**
- * Parse a `redis.url` (issue 12): redis://[[user]:password@]host[:port][/db], host an IPv4
+ * Parse a `redis.url`: redis://[[user]:password@]host[:port][/db], host an IPv4
  * literal, [IPv6] literal or localhost (127.0.0.1; no name is resolved), port 6379 and db 0 by
  * default, user and password %XX-unescaped (an empty user: password-only AUTH). Fills host,
  * port, db, user, password of @p out; leaves its other fields alone.
@@ -164,7 +164,7 @@ typedef struct ag_config {
 int ag_redis_url_parse(const char *url, sv_redis_options *out, sv_error *err);
 
 /**
- * Parse a socket policy object at JSON path @p path (issue 13 "Socket policy"): "bind" (one or
+ * Parse a socket policy object at JSON path @p path: "bind" (one or
  * two IP literals, at most one per family), "interface" (at most 15 bytes), "mark" (0..2^32-1,
  * 0 = none), "tcp_keepalive" {"idle" 1..32767 s (required), "interval" 1..32767 s, "count"
  * 1..127}, "tcp_nodelay" (default true). Strict: unknown keys and wrong types are errors naming
@@ -199,7 +199,7 @@ int ag_config_load_file(const char *path, ag_config *out, sv_error *err);
 const char *ag_panel_type_name(enum ag_panel_type type);
 
 /**
- * Deep copy of one node's settings (issue 14: a machine entry is copied once per panel node).
+ * Deep copy of one node's settings (a machine entry is copied once per panel node).
  * @param dst  overwritten; free with ag_node_config_free()
  * @return 0 or -ENOMEM (dst zeroed).
  */

@@ -1,5 +1,5 @@
 /*
- * `katana import AGENT FILE` (issue 32 "katana import"): read the configuration of the agent a
+ * `katana import AGENT FILE`: read the configuration of the agent a
  * node runs today (V2bX's config.json, XrayR's config.yml, Xboard-Node's config.yml) and write
  * the katana configuration that serves the same panel nodes (JSON, the format of
  * katana.json(5)) to stdout. Every source setting katana has no equivalent for gives one

@@ -1,5 +1,5 @@
 /*
- * `katana import` (issue 32): the settings every agent has in some form, mapped onto the keys
+ * `katana import`: the settings every agent has in some form, mapped onto the keys
  * of katana.json(5): listen and send addresses, certificates (nodes[].cert), the Redis device
  * limit (redis.*), the resolver (dns.*), the log level and a node's fallback. See import.h.
  */

@@ -1,5 +1,5 @@
 /*
- * `katana import v2bx FILE` (issue 32): V2bX's config.json (InazumaV/V2bX and its forks: "Log",
+ * `katana import v2bx FILE`: V2bX's config.json (InazumaV/V2bX and its forks: "Log",
  * "Cores", "Nodes"; a node is flat, or split into "ApiConfig" and "Options") onto katana's
  * configuration. V2bX speaks V2Board's UniProxy API, so every node becomes a `uniproxy` panel
  * node. V2bX reads its file with comments and trailing commas allowed; so does this.

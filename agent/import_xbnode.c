@@ -1,5 +1,5 @@
 /*
- * `katana import xboard-node FILE` (issue 32): Xboard-Node's config.yml (cedar2025/Xboard-Node
+ * `katana import xboard-node FILE`: Xboard-Node's config.yml (cedar2025/Xboard-Node
  * config.yml.example and internal/config: "panel", "node", "kernel", "cert", "log", "ws",
  * "nodes" for several nodes of one panel, "machine" for machine mode, "instances" for several
  * panels) onto katana's configuration. Xboard-Node speaks Xboard's API v2, so every node becomes

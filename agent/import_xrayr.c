@@ -1,5 +1,5 @@
 /*
- * `katana import xrayr FILE` (issue 32): XrayR's config.yml (XrayR-project/XrayR
+ * `katana import xrayr FILE`: XrayR's config.yml (XrayR-project/XrayR
  * release/config/config.yml.example: "Log", the Xray-core file paths, "ConnectionConfig",
  * "Nodes" of PanelType / ApiConfig / ControllerConfig) onto katana's configuration. An SSpanel
  * node becomes an `sspanel` panel node, a NewV2board or V2board node a `uniproxy` one.

@@ -1,5 +1,5 @@
 /*
- * `katana import` (issue 32): YAML (XrayR's and Xboard-Node's config.yml) into a jansson tree,
+ * `katana import`: YAML (XrayR's and Xboard-Node's config.yml) into a jansson tree,
  * read with libyaml's event parser so that the mappers read YAML and JSON alike. See
  * ag_import_yaml_load() in import.h for the rules.
  */

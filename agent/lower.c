@@ -17,7 +17,7 @@
 #include "agent/lower.h"
 #include "supervisor/util/log.h"
 
-/** The one VLESS flow served (PROTOCOLS-2.md §2, issue 11): XTLS Vision over REALITY or TLS. */
+/** The one VLESS flow served (PROTOCOLS-2.md §2): XTLS Vision over REALITY or TLS. */
 #define VISION_FLOW "xtls-rprx-vision"
 
 #define MOD "ag.lower"
@@ -338,13 +338,13 @@ static int rule_fill(const char *tag, const pn_route *route, sv_route_rule *r)
     if (r->inbounds[0] == NULL)
         return -ENOMEM;
     r->n_inbounds = 1;
-    r->audit = true; /* issue 12: a block route is an audit rule, its hits recorded */
+    r->audit = true; /* a block route is an audit rule, its hits recorded */
     r->audit_id = route->id;
     r->outbound = strdup(AG_OUTBOUND_BLOCK);
     return r->outbound != NULL ? 0 : -ENOMEM;
 }
 
-/* Issue 13: a `dns` route's server (PANEL.md §1.4 action_value; "udp://" prefix dropped), or
+/* a `dns` route's server (PANEL.md §1.4 action_value; "udp://" prefix dropped), or
  * NULL with a warning when katana does not serve it (DoH, TCP, a name, V2bX's raw "main" JSON). */
 static char *dns_route_server(const char *tag, const pn_route *route)
 {
@@ -364,7 +364,7 @@ static char *dns_route_server(const char *tag, const pn_route *route)
     return strdup(v);
 }
 
-/* A `dns` route (issue 13): a rule of the node's inbound, not an audit rule, to the node's
+/* A `dns` route: a rule of the node's inbound, not an audit rule, to the node's
  * direct outbound (@p outbound), with the route's server resolving what it matches. */
 static int dns_rule_fill(const char *tag, const pn_route *route, const char *outbound,
                          sv_route_rule *r)
@@ -427,7 +427,7 @@ int ag_lower_user_set(const char *tag, const pn_users *users, sv_user_set *out, 
     if (out->tag == NULL)
         goto nomem;
     /* the secrets in one block (sv_user_set.strings): a malloc block each was a tenth of the
-     * memory per user of a large node (issue 13) */
+     * memory per user of a large node */
     size_t bytes = 0;
     for (size_t i = 0; i < users->n; i++)
         bytes += strlen(users->users[i].uuid != NULL ? users->users[i].uuid : "") + 1;
@@ -457,7 +457,7 @@ nomem:
 }
 
 /*
- * Panel settings that change what clients speak or where their traffic goes (issue 15): a node
+ * Panel settings that change what clients speak or where their traffic goes: a node
  * whose protocol does not serve one is refused naming the field, never served as if it were
  * absent (clients set up from the panel would speak a transport, TLS, mux, obfs or plugin katana
  * does not, or expect their traffic to leave through the panel's outbounds).
@@ -494,7 +494,7 @@ static int check_unserved(const ag_node_state *n, const char *what, unsigned ser
     return 0;
 }
 
-/* A shadowsocks node's SIP003 v2ray-plugin in WebSocket mode (issue 9): TLS or not, Mux.Cool
+/* A shadowsocks node's SIP003 v2ray-plugin in WebSocket mode: TLS or not, Mux.Cool
  * or not, the path (default "/") and the Host clients send (NULL: not checked), each NULL when
  * absent. */
 typedef struct {
@@ -571,13 +571,13 @@ static int parse_ws_plugin(const ag_node_state *n, ss_ws_plugin *out, sv_error *
     return rc;
 }
 
-/* Does the shadowsocks node use the SIP003 v2ray-plugin (`plugin` "v2ray-plugin", issue 9)? */
+/* Does the shadowsocks node use the SIP003 v2ray-plugin (`plugin` "v2ray-plugin")? */
 static bool is_v2ray_plugin(const pn_node *p)
 {
     return p->plugin != NULL && strcmp(p->plugin, "v2ray-plugin") == 0;
 }
 
-/* Is @p cipher one of the Shadowsocks 2022 (2022-blake3-*) methods (issue 10)? */
+/* Is @p cipher one of the Shadowsocks 2022 (2022-blake3-*) methods? */
 static bool is_ss2022(enum sv_ss_cipher cipher)
 {
     return cipher == SV_SS_2022_AES_128_GCM || cipher == SV_SS_2022_AES_256_GCM ||
@@ -622,22 +622,22 @@ static int check_shadowsocks(const ag_node_state *n, enum sv_ss_cipher cipher, s
     return check_unserved(n, "shadowsocks over plain TCP and UDP", 0, NULL, err);
 }
 
-/* Is the node's transport WebSocket (`network` "ws", issue 9) or HTTPUpgrade ("httpupgrade",
- * issue 10), both set by networkSettings path and Host? */
+/* Is the node's transport WebSocket (`network` "ws") or HTTPUpgrade ("httpupgrade"),
+ * both set by networkSettings path and Host? */
 static bool is_ws(const pn_node *p)
 {
     return p->network != NULL &&
            (strcmp(p->network, "ws") == 0 || strcmp(p->network, "httpupgrade") == 0);
 }
 
-/* Is the node's transport gRPC (`network` "grpc", issue 10)? */
+/* Is the node's transport gRPC (`network` "grpc")? */
 static bool is_grpc(const pn_node *p)
 {
     return p->network != NULL && strcmp(p->network, "grpc") == 0;
 }
 
-/* The transports a trojan, vless or vmess node may name besides tcp (ws, issue 9; httpupgrade
- * and grpc, issue 10): the node's own when it is one of them (its networkSettings are then served, @p served
+/* The transports a trojan, vless or vmess node may name besides tcp (ws; httpupgrade
+ * and grpc): the node's own when it is one of them (its networkSettings are then served, @p served
  * gets their bits), else NULL. A grpc node needs networkSettings.serviceName. */
 static const char *stream_network(const ag_node_state *n, unsigned *served, sv_error *err,
                                   int *rc)
@@ -655,7 +655,7 @@ static const char *stream_network(const ag_node_state *n, unsigned *served, sv_e
 static int check_reality(const ag_node_state *n, const char *what, sv_error *err);
 
 /*
- * A vless node's `flow` (issue 11, PROTOCOLS-2.md §2): only "xtls-rprx-vision", and only
+ * A vless node's `flow` (PROTOCOLS-2.md §2): only "xtls-rprx-vision", and only
  * directly on TLS (tls 1, OpenSSL's TLS 1.3) or REALITY (tls 2) over TCP, as Xray's server
  * (§2.1: not in clear, nor over WebSocket, HTTPUpgrade or gRPC, @p net when the node has one).
  * Adds PN_SET_FLOW to @p served when the node has a flow. @return 0, or -EINVAL naming `flow`.
@@ -682,8 +682,8 @@ static int check_flow(const ag_node_state *n, const char *net, unsigned *served,
 
 /*
  * A trojan node (PANEL.md §1.4: server_port, server_name, host, network tcp, ws or httpupgrade
- * (issue 10) with networkSettings path and headers.Host) is served over TLS with the agent
- * config's certificate (issue 8, issue 9), or over REALITY on TCP or gRPC when tls is 2
+ * with networkSettings path and headers.Host) is served over TLS with the agent
+ * config's certificate, or over REALITY on TCP or gRPC when tls is 2
  * (PANEL.md §1.4: the same REALITY tls_settings as vless; check_reality). Other transports and
  * transport settings on tcp are refused naming the field; the node keeps its last good state.
  */
@@ -710,7 +710,7 @@ static bool chars_in(const char *s, size_t n, const char *set)
 }
 
 /*
- * A vless or trojan node with tls 2 (issue 11): REALITY on TCP or gRPC with its `tls_settings`
+ * A vless or trojan node with tls 2: REALITY on TCP or gRPC with its `tls_settings`
  * (PANEL.md §1.4), @p what naming what is served in refusals:
  * the target's server_name (also the one SNI served) and server_port, the X25519 private_key
  * (base64url of 32 bytes) and the short_id (hex, at most 16 digits, even count; empty = the
@@ -762,7 +762,7 @@ static int check_reality(const ag_node_state *n, const char *what, sv_error *err
 
 /*
  * A vless node (PANEL.md §1.4: tls 0/1/2, flow, decryption, network tcp, ws or httpupgrade
- * (issue 10) with networkSettings path and headers.Host; issue 9) is served on TCP, WebSocket or
+ * with networkSettings path and headers.Host) is served on TCP, WebSocket or
  * HTTPUpgrade, over TLS with the agent config's certificate when tls is 1, in clear when 0 (the
  * config's "cert" is then unused), over REALITY on TCP or gRPC when 2 (check_reality). The
  * Vision flow is served over tls 1 or 2 on TCP (check_flow); VLESS encryption and other
@@ -787,10 +787,10 @@ static int check_vless(const ag_node_state *n, sv_error *err)
 }
 
 /*
- * A vmess node (PANEL.md §1.4: server_port, network tcp, ws or httpupgrade (issue 10) with
+ * A vmess node (PANEL.md §1.4: server_port, network tcp, ws or httpupgrade with
  * networkSettings path and headers.Host, tls 0/1) is served on TCP, WebSocket or HTTPUpgrade,
- * in clear or over TLS with the agent config's certificate when tls is 1 (issue 9). Other transports and REALITY are refused naming
- * the field until their issues land.
+ * in clear or over TLS with the agent config's certificate when tls is 1. Other transports and
+ * REALITY are refused, naming the field.
  */
 static int check_vmess(const ag_node_state *n, sv_error *err)
 {
@@ -836,7 +836,7 @@ static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_erro
 }
 
 /* The node's WebSocket path (an empty one is "/", as v2ray and Xray take it) and Host into
- * @p in (issue 9). */
+ * @p in. */
 static int set_ws(sv_inbound_spec *in, const char *path, const char *host)
 {
     if ((in->ws.path = strdup(path != NULL && path[0] != '\0' ? path : "/")) == NULL ||
@@ -847,13 +847,13 @@ static int set_ws(sv_inbound_spec *in, const char *path, const char *host)
 
 /* A shadowsocks inbound: UDP on its port; with the v2ray-plugin, TCP inside WebSocket (and
  * Mux.Cool unless mux=0), over TLS with the agent config's certificate when the plugin options
- * say tls (issue 9). */
+ * say tls. */
 static int add_ss_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_inbound_spec *in)
 {
     in->udp = true;
     in->ss_cipher = cipher;
     if (is_ss2022(cipher)) {
-        /* issue 10: Shadowsocks 2022 on TCP and UDP, users told apart by identity headers
+        /* Shadowsocks 2022 on TCP and UDP, users told apart by identity headers
          * under server_key (PANEL.md §1.4); check_shadowsocks refused a plugin */
         in->protocol = SV_INBOUND_SS2022;
         const char *key = n->node.server_key;
@@ -880,7 +880,7 @@ static int add_ss_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_i
 }
 
 /* REALITY settings of a vless or trojan node with tls 2 (checked by check_reality): the target
- * as the inbound's fallback, its name as the one server name (issue 11); an SSPanel node's
+ * as the inbound's fallback, its name as the one server name; an SSPanel node's
  * reality-opts target, lists, client version bounds and xver as they are (PANEL.md §2.5). */
 static int add_reality(const ag_node_state *n, sv_inbound_spec *in)
 {
@@ -956,7 +956,7 @@ static int add_user_set(const ag_node_state *n, sv_spec *spec, sv_error *err)
     return rc;
 }
 
-/* Issue 13: a node with its own `outbound` gets a direct outbound tagged with the node's tag
+/* a node with its own `outbound` gets a direct outbound tagged with the node's tag
  * and, after its block rules, a rule of its inbound sending every flow (tcp or udp) there. */
 static int add_own_outbound(const ag_node_state *n, sv_spec *spec)
 {
@@ -1020,7 +1020,7 @@ static int add_outbounds(const ag_fleet *fleet, sv_spec *spec)
         return -ENOMEM;
     spec->n_outbounds = 2;
     spec->outbounds[0].kind = SV_OUTBOUND_DIRECT;
-    spec->outbounds[0].socket = fleet->outbound; /* issue 13 */
+    spec->outbounds[0].socket = fleet->outbound;
     spec->outbounds[0].tag = strdup(AG_OUTBOUND_DIRECT);
     spec->outbounds[1].kind = SV_OUTBOUND_BLACKHOLE;
     spec->outbounds[1].tag = strdup(AG_OUTBOUND_BLOCK);

@@ -5,7 +5,7 @@
  * One node of type shadowsocks becomes an inbound and a user set, both tagged with the node tag,
  * plus one route rule per `block` route scoped to that inbound. All nodes share the outbounds
  * "direct" (freedom, under the config's `outbound` socket policy) and "block" (blackhole) and the
- * default route "direct"; a node with its own `outbound` (issue 13) has a direct outbound tagged
+ * default route "direct"; a node with its own `outbound` has a direct outbound tagged
  * with its tag and a last rule of its inbound to it.
  */
 #ifndef AG_LOWER_H
@@ -26,14 +26,14 @@
 typedef struct ag_node_state {
     char *tag;      /**< node tag from the config */
     char *listen;   /**< config `listen` override, or NULL */
-    bool allow_private; /**< config `allow_private` (issue 15) → sv_inbound_spec.allow_private */
-    uint64_t speed_limit; /**< config `speed_limit` (issue 12), Mbps, 0 = none */
-    enum sv_cert_source cert; /**< config `cert.mode` (issue 8) → sv_inbound_spec.tls */
+    bool allow_private; /**< config `allow_private` → sv_inbound_spec.allow_private */
+    uint64_t speed_limit; /**< config `speed_limit`, Mbps, 0 = none */
+    enum sv_cert_source cert; /**< config `cert.mode` → sv_inbound_spec.tls */
     char *cert_file;          /**< config `cert.cert_file` (resolved), or NULL */
     char *key_file;           /**< config `cert.key_file` (resolved), or NULL */
-    char *fallback;           /**< config `fallback` "HOST:PORT" (issue 8), or NULL */
-    sv_policy user_removal;   /**< config `user_removal` (issue 12) → sv_inbound_spec */
-    bool has_outbound;        /**< config `outbound` (issue 13): the node's own direct outbound */
+    char *fallback;           /**< config `fallback` "HOST:PORT", or NULL */
+    sv_policy user_removal;   /**< config `user_removal` → sv_inbound_spec */
+    bool has_outbound;        /**< config `outbound`: the node's own direct outbound */
     sv_socket_policy outbound; /**< its socket policy */
     pn_node node;   /**< the panel's node settings */
     pn_users users; /**< the panel's user list */
@@ -43,8 +43,8 @@ typedef struct ag_node_state {
 typedef struct ag_fleet {
     ag_node_state *nodes;
     size_t n;
-    sv_policy user_removal, drain; /**< config `policies` (issue 12) → sv_spec */
-    sv_socket_policy outbound; /**< config `outbound` (issue 13): the shared "direct"'s policy */
+    sv_policy user_removal, drain; /**< config `policies` → sv_spec */
+    sv_socket_policy outbound; /**< config `outbound`: the shared "direct"'s policy */
 } ag_fleet;
 
 /** Free what a fleet owns and zero it. NULL-safe. */
@@ -66,10 +66,10 @@ int ag_lower_fleet(const ag_fleet *fleet, sv_spec *out, sv_error *err);
  * Append one node to @p spec: inbound {tag, bind = listen override / panel listen_ip /
  * "0.0.0.0" : server_port, udp, shadowsocks, cipher, users = tag, allow_private}, the user set (see
  * ag_lower_user_set()) and one rule per `block` route (see ag_lower_match()), then one per
- * `dns` route (issue 13: same matchers, to the node's direct outbound, with the route's
+ * `dns` route (same matchers, to the node's direct outbound, with the route's
  * action_value as the rule's dns_server; an unserved server is skipped with a warning). Other
  * route actions are ignored with a warning each. Settings katana does not serve are refused naming the
- * field (issue 15). A node with its own `outbound` (issue 13) also gets a direct outbound tagged
+ * field. A node with its own `outbound` also gets a direct outbound tagged
  * with the node's tag under that socket policy, and a last rule of the inbound's sending every
  * flow (tcp and udp) there. Refused: a `network` other than "tcp", `networkSettings` / `network_settings`, `tls`,
  * `multiplex` enabled, `obfs`, `plugin`, `custom_outbounds`, `custom_routes` (see
@@ -90,7 +90,7 @@ int ag_lower_node(const ag_node_state *node, sv_spec *spec, sv_error *err);
 int ag_lower_user_set(const char *tag, const pn_users *users, sv_user_set *out, sv_error *err);
 
 /**
- * Make a shed user list whole again (issue 13 memory per user): rebuild it from @p set, the
+ * Make a shed user list whole again (memory per user): rebuild it from @p set, the
  * supervisor's running user set lowered from that very list by ag_lower_user_set() (same users,
  * same order): ids, uuids (the secrets) and device limits from @p set; speed limits from @p list
  * when pn_users_shed() kept them, else from @p set in Mbps (÷ 125 000, the inverse of
@@ -106,15 +106,15 @@ uint64_t ag_lower_speed(uint64_t mbps);
 
 /**
  * Apply the node's own `speed_limit` (@p node_mbps, Mbps, 0 = none) to a lowered user set: each
- * user's limit becomes the smallest non-zero of the node's and the panel's (issue 12 "Speed
- * limits"; the panels' conversion, ag_lower_speed()).
+ * user's limit becomes the smallest non-zero of the node's and the panel's (the panels'
+ * conversion, ag_lower_speed()).
  */
 void ag_lower_node_speed(sv_user_set *set, uint64_t node_mbps);
 
 /**
  * Map a Shadowsocks method name: aes-128-gcm, aes-256-gcm, chacha20-ietf-poly1305 (also
  * "chacha20-poly1305") (PROTOCOLS.md §2.1), and the Shadowsocks 2022 methods
- * 2022-blake3-aes-128-gcm, 2022-blake3-aes-256-gcm, 2022-blake3-chacha20-poly1305 (§3.1; issue 10).
+ * 2022-blake3-aes-128-gcm, 2022-blake3-aes-256-gcm, 2022-blake3-chacha20-poly1305 (§3.1).
  * @return 0, or -EINVAL for any other name.
  */
 int ag_lower_cipher(const char *name, enum sv_ss_cipher *out);
@@ -127,7 +127,7 @@ enum ag_match_result {
 };
 
 /**
- * Pre-check a block-route regex before it goes into a spec (issue 3; PANEL.md §1.4, §5 item 5):
+ * Pre-check a block-route regex before it goes into a spec (PANEL.md §1.4, §5 item 5):
  * it must compile with PCRE2 (caseless, as the router compiles it) and its minimum match length
  * must not be 0 — a pattern that can match an empty string (`a||b`, `x*`, `\b`) would block
  * every destination. @p why (cap bytes, may be NULL) receives the reason on refusal.
@@ -136,7 +136,7 @@ enum ag_match_result {
 int ag_regex_check(const char *pattern, char *why, size_t cap);
 
 /**
- * Lower one `match` entry of a block route (issue 3: every entry is a regex, PANEL.md §1.4).
+ * Lower one `match` entry of a block route (every entry is a regex, PANEL.md §1.4).
  * Explicit prefixes keep their meaning: "domain:x" → domain_suffix, "full:x" → domain,
  * "keyword:x" → domain_keyword, "port:N" / "port:N-M" → port range, an IPv4/IPv6 address or
  * CIDR → cidr (host bits cleared). "regexp:X" (prefix stripped, as V2bX does) and any other

@@ -3,7 +3,7 @@
  *   katana run -c FILE     serve every node of FILE; SIGHUP reloads, SIGTERM/SIGINT stop,
  *                          SIGUSR1 logs each user's usage since start
  *   katana check -c FILE   parse, fetch, lower and dry-run (seed 001 "check")
- *   katana import AGENT FILE   a katana config from a V2bX, XrayR or Xboard-Node one (issue 32)
+ *   katana import AGENT FILE   a katana config from a V2bX, XrayR or Xboard-Node one
  *   katana version
  * Exit codes: 0 success, 1 configuration/runtime failure, 2 usage error.
  */
@@ -49,7 +49,7 @@ typedef struct ag_main {
     const char *config_path;
     ag_config started;  /* as started: what a reload cannot change (ag_config_restart_keys) */
     int pending_level;  /* log level of the config being reloaded */
-    unsigned grace_s;   /* shutdown_grace in force (seed 001 default 5 s, issue #5) */
+    unsigned grace_s;   /* shutdown_grace in force (seed 001 default 5 s) */
     unsigned pending_grace; /* shutdown_grace of the config being reloaded */
     uv_signal_t sigs[4];
     size_t n_sigs;
@@ -58,8 +58,8 @@ typedef struct ag_main {
     uint64_t reload_started; /* uv_now() when the last reload started */
     bool stopping;
     int exit_code;
-    api_server *api;    /* the REST API (issue 4); its settings need a restart to change */
-    ag_uplink *uplink;  /* remote panel pulls, usage outbox and pushes (issue #3, issue 14) */
+    api_server *api;    /* the REST API; its settings need a restart to change */
+    ag_uplink *uplink;  /* remote panel pulls, usage outbox and pushes */
 } ag_main;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -100,7 +100,7 @@ static void stop(ag_main *am, uint32_t grace_ms)
     am->stopping = true;
     if (am->sv != NULL) {
         if (am->exit_code == 0)
-            ag_uplink_save_hints(am->uplink); /* issue 13: known clients for the next start */
+            ag_uplink_save_hints(am->uplink); /* known clients for the next start */
         sv_shutdown(am->sv, grace_ms);
         ag_uplink_flush(am->uplink); /* what the last sessions moved goes to the outbox */
         if (am->exit_code == 0)
@@ -150,7 +150,7 @@ static void start_reload(ag_main *am)
     if (rc == 0) /* before a machine entry is expanded into its nodes */
         ag_config_restart_keys(&am->started, &cfg, warn_restart_key, NULL);
     if (rc == 0 && (rc = ag_uplink_expand(am->uplink, &cfg, &err)) != 0)
-        ag_config_free(&cfg); /* issue 14: a machine's nodes are the uplink's */
+        ag_config_free(&cfg); /* a machine's nodes are the uplink's */
     if (rc != 0) {
         SV_LOG(SV_LOG_WARN, MOD, "reload refused, keeping the running config: %s", err.msg);
         return;
@@ -244,9 +244,9 @@ static void on_first_load(void *arg, int status, const sv_error *err)
     }
     if (status == 0) {
         ag_uplink_applied(am->uplink, ag_manager_running(am->mgr));
-        ag_uplink_restore_hints(am->uplink); /* issue 13: the clients known at the last stop */
+        ag_uplink_restore_hints(am->uplink); /* the clients known at the last stop */
         SV_LOG(SV_LOG_INFO, MOD, "katana %s running", PACKAGE_VERSION);
-    } /* else a stored panel state was refused: the nodes wait for the panel (issue 15) */
+    } /* else a stored panel state was refused: the nodes wait for the panel */
     if (am->reload_pending) {
         am->reload_pending = false;
         request_reload(am);
@@ -254,7 +254,7 @@ static void on_first_load(void *arg, int status, const sv_error *err)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* REST API hooks (issue 4)                                                                     */
+/* REST API hooks                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
 static long api_nodes(void *arg, api_node_status **out)
@@ -324,14 +324,14 @@ static int start_api(ag_main *am, const ag_config *cfg)
     return 0;
 }
 
-/* The uplink has new panel data (issue #3): reload, as SIGHUP does, after the load in flight. */
+/* The uplink has new panel data: reload, as SIGHUP does, after the load in flight. */
 static void on_panel_change(void *arg)
 {
     ag_main *am = arg;
     request_reload(am);
 }
 
-/* The node manager's remote panel clients: the uplink's (issue 14: no process-wide hook). */
+/* The node manager's remote panel clients: the uplink's (no process-wide hook). */
 static int remote_client(void *arg, const ag_node_config *nc, pn_client **out, sv_error *err)
 {
     ag_main *am = arg;
@@ -511,7 +511,7 @@ static int check_local(const ag_config *cfg, sv_error *err)
         return sv_error_set(err, -EINVAL, "db.path: %s: %s is not a directory", cfg->db_path,
                             dir);
     /* run creates the lock file and the WAL beside the database, and writes the database
-     * (issue 33: check said OK for a read-only directory that run refused) */
+     * (check said OK for a read-only directory that run refused) */
     if (access(dir, W_OK | X_OK) != 0)
         return sv_error_set(err, -EINVAL, "db.path: %s: directory %s is not writable: %s",
                             cfg->db_path, dir, strerror(errno));
@@ -547,7 +547,7 @@ static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_er
                fleet->nodes[i].users.n);
 }
 
-/* `katana check` (issue 14): a remote panel node gets a real client that fetches the panel
+/* `katana check`: a remote panel node gets a real client that fetches the panel
  * once on the check's loop; nothing is stored, pushed or bound. */
 static int check_client(void *arg, const ag_node_config *nc, pn_client **out, sv_error *err)
 {
@@ -567,7 +567,7 @@ static int check_client(void *arg, const ag_node_config *nc, pn_client **out, sv
     return rc;
 }
 
-/* An Xboard machine entry (issue 14): panel.machine_id without a node_id. */
+/* An Xboard machine entry: panel.machine_id without a node_id. */
 static bool is_machine_entry(const ag_node_config *nc)
 {
     return nc->panel.type == AG_PANEL_XBOARD && nc->panel.machine_id != NULL &&
@@ -666,7 +666,7 @@ static int check_machine(uv_loop_t *loop, const ag_node_config *entry, ag_node_c
     return rc;
 }
 
-/* Replace every machine entry of @p cfg by the nodes its panel lists now (issue 14: check
+/* Replace every machine entry of @p cfg by the nodes its panel lists now (check
  * fetches what run would serve). 0 or an error (err set; @p cfg stays valid for freeing). */
 static int check_machines(uv_loop_t *loop, ag_config *cfg, sv_error *err)
 {
@@ -790,7 +790,7 @@ int main(int argc, char **argv)
         fputs(usage_text, stdout);
         return 0;
     }
-    if (strcmp(cmd, "import") == 0) /* issue 32: agent/import.c */
+    if (strcmp(cmd, "import") == 0) /* agent/import.c */
         return ag_import_main(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0) {
         bool offline = false;

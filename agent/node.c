@@ -255,7 +255,7 @@ typedef struct node_entry {
     bool in_load;
 } node_entry;
 
-/* One node's change refused while the rest of its load applied (issue 33). */
+/* One node's change refused while the rest of its load applied. */
 typedef struct refusal {
     char tag[SV_TAG_MAX + 1];
     sv_error err; /* "node T: why" */
@@ -271,7 +271,7 @@ struct ag_manager {
     bool loading;
     ag_load_cb cb;
     void *arg;
-    /* REST API side (issue 4): node status and sync requests, under lock */
+    /* REST API side: node status and sync requests, under lock */
     pthread_mutex_t lock;
     node_entry *entries;
     size_t n_entries;
@@ -280,7 +280,7 @@ struct ag_manager {
     void *sync_arg;
     char sync_queue[SYNC_QUEUE_MAX][SV_TAG_MAX + 1];
     size_t n_sync;
-    /* issue 33: nodes of the load in flight whose change was refused alone (the others
+    /* nodes of the load in flight whose change was refused alone (the others
      * applied); reset when a load starts, read by status_end */
     refusal *refused;
     size_t n_refused;
@@ -302,7 +302,7 @@ int ag_manager_new(uv_loop_t *loop, sv_supervisor *sv, const ag_remote_source *r
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Node status and sync requests for the REST API (issue 4)                                    */
+/* Node status and sync requests for the REST API                                              */
 /* ------------------------------------------------------------------------------------------ */
 
 static uint64_t wall_ms(void)
@@ -601,7 +601,7 @@ static bool node_changed(const ag_manager *m, const ag_node_state *st)
 }
 
 /* Settings unchanged: edit the user sets that differ; a node whose new set is refused keeps its
- * running one and the others are still edited (issue 33: nodes are independent). */
+ * running one and the others are still edited (nodes are independent). */
 static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
 {
     size_t edited = 0;
@@ -614,13 +614,13 @@ static int reconcile_users(ag_manager *m, ag_fleet *next, sv_error *err)
         int rc = ag_lower_user_set(nxt->tag, &nxt->users, &set, &nerr);
         if (rc == 0)
             ag_lower_node_speed(&set, nxt->speed_limit);
-        if (rc == 0) /* lowered: only its digest is needed now (issue 33: the secrets are in
+        if (rc == 0) /* lowered: only its digest is needed now (the secrets are in
                         the set; a list that cannot be shed stays whole) */
             (void)pn_users_shed(&nxt->users, nxt->speed_limit != 0);
         if (rc == 0)
             rc = sv_set_users_take(m->sv, &set, &nerr); /* zeroes set */
         sv_user_set_free(&set);
-        if (rc != 0) { /* this node keeps its running users; the others go on (issue 33) */
+        if (rc != 0) { /* this node keeps its running users; the others go on */
             if ((rc = refuse_node(m, nxt->tag, rc, &nerr)) != 0)
                 return sv_error_set(err, rc, "out of memory");
             continue;
@@ -656,7 +656,7 @@ static void close_changed(ag_manager *m, const ag_fleet *next)
     }
 }
 
-/* Issue 13: the running fleet's user lists are shed (pn_users_shed) once applied, and a list the
+/* the running fleet's user lists are shed (pn_users_shed) once applied, and a list the
  * panel answered "not modified" is a copy of one. Before such a fleet is lowered again, each
  * shed list is rebuilt from the supervisor's running user set of the node (ag_users_refill). */
 static int refill_users(ag_manager *m, ag_fleet *next, sv_error *err)
@@ -680,7 +680,7 @@ static void shed_running(ag_manager *m)
         (void)pn_users_shed(&m->running.nodes[i].users, m->running.nodes[i].speed_limit != 0);
 }
 
-/* Issue 33: once @p next is lowered into @p spec, which holds the secrets, its lists are needed
+/* once @p next is lowered into @p spec, which holds the secrets, its lists are needed
  * only as digests (shed_running's shed): shed them before the apply builds the supervisor's
  * tables. */
 static void shed_lowered(ag_fleet *next)
@@ -787,7 +787,7 @@ static void swap_refused(ag_manager *m, ag_fleet *next)
 }
 
 /* The supervisor refused @p next as a whole (@p err): set aside every node refused on its own
- * (issue 33: nodes are independent). A running node keeps its running state, a new one leaves
+ * (nodes are independent). A running node keeps its running state, a new one leaves
  * the load; then the rest applies. When no node alone is refused (a conflict between nodes,
  * such as one port twice), the load is refused as before. */
 static int reconcile_set_aside(ag_manager *m, ag_fleet *next, sv_error *err)
@@ -829,7 +829,7 @@ int ag_manager_reconcile(ag_manager *m, ag_fleet *next, sv_error *err)
     if (m->running.n > 0 && same_settings(&m->running, next)) {
         rc = reconcile_users(m, next, err);
         sv_error cerr = {0};
-        /* issue 8: certificates are re-read on every sync; a bad new pair keeps the old one
+        /* certificates are re-read on every sync; a bad new pair keeps the old one
          * (the supervisor logs a refusal, once while the files stay the same) */
         if (rc == 0)
             (void)sv_reload_certs(m->sv, &cerr);

@@ -87,12 +87,12 @@ int ag_manager_load(ag_manager *m, const ag_config *cfg, ag_load_cb cb, void *ar
 /**
  * Make @p next the running state: users-only edits through sv_set_users(), anything else through
  * sv_apply() (allow_disruptive). Logs "node <tag>: applied epoch N, U users" (never a secret).
- * Nodes are independent (issue 33): a node whose new user set, or whose settings alone, are
+ * Nodes are independent: a node whose new user set, or whose settings alone, are
  * refused keeps its running state (a new one is left out) with one warning, and every other
  * node applies; only a refusal no single node explains (e.g. two nodes on one port) refuses all.
  * @param next  taken on success and on a partial apply (the manager owns it; zeroed); left to
  *              the caller on failure, a user list lowered for an edit maybe shed by then
- *              (pn_users_shed: issue 33, its secrets were in the lowered set only once)
+ *              (pn_users_shed: its secrets were in the lowered set only once)
  * @return 0; the first node refused, "node T: ... (every other node applied)", when some were
  *         (ag_manager_partly_applied() is then true); or the lowering, sv_apply() error with err
  *         set, the running state unchanged.
@@ -109,7 +109,7 @@ bool ag_manager_busy(const ag_manager *m);
 const ag_fleet *ag_manager_running(const ag_manager *m);
 
 /**
- * Status of every node for the REST API (issue 4): panel type and URL (no secret), last pull
+ * Status of every node for the REST API: panel type and URL (no secret), last pull
  * and its result, last apply, epoch, users. Any thread (a copy under the manager's lock).
  * Nodes appear when a load that holds them starts and leave when a load without them succeeds.
  * Push and outbox fields are 0 here: the agent fills them from the uplink (ag_uplink_status_merge).

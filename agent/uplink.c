@@ -58,7 +58,7 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
         if (rc != 0 && nd != NULL)
             ag__up_node_unprepare(nd);
     }
-    if (rc != 0) { /* nothing is left for the caller to undo (issue 14) */
+    if (rc != 0) { /* nothing is left for the caller to undo */
         for (size_t i = 0; i < u->n; i++)
             ag__up_node_unprepare(u->nodes[i]);
         for (size_t i = 0; i < u->n_machines; i++) {

@@ -1,12 +1,12 @@
 /*
- * The panel uplink (issue #3, issue 14): for every node whose panel is remote ("uniproxy",
+ * The panel uplink: for every node whose panel is remote ("uniproxy",
  * "sspanel"), a persistent client made by pn_remote_new() and driven only through the ops of
  * panel/panel.h, that pulls node settings and users on the node's pull_interval, keeps the panel's
  * latest state in memory (what the node manager is offered) and the last state that applied in
  * the SQLite store, and a usage outbox that is flushed from the supervisor every
  * db.flush_interval and pushed every push_interval.
  *
- * Refused panel answers (issue 15): a pulled state is stored only after the node manager applied
+ * Refused panel answers: a pulled state is stored only after the node manager applied
  * it (ag_uplink_applied), so a refused answer never becomes the state a restart loads. A refused
  * answer stays held with its ETag: the next pulls get 304 and the same refused state is not
  * offered again at every pull, only when the panel changes it (a new ETag, a full body) or a
@@ -26,7 +26,7 @@
  * through the first remote node whose user list holds it (the first remote node when none
  * does any more). Each node keeps its own alivelist answer; the supervisor gets their union.
  *
- * Xboard machine mode (issue 14, PANEL.md §1.1): a machine entry (panel.machine_id) has no
+ * Xboard machine mode (PANEL.md §1.1): a machine entry (panel.machine_id) has no
  * node of its own; its `machine/nodes` list, pulled every pull_interval (with a machine/status
  * report) and stored as its last good list, makes one node per listed node of a type katana
  * serves. A node the list drops stops being offered (ag_uplink_expand leaves it out, so the next
@@ -40,10 +40,10 @@
  * drops every node of the machine pulls at once.
  *
  * Pushed changes (Xboard's channel): applied at once; their state is stored as the last good
- * state, without an ETag, once it applied, like a pulled body (issue 14); the next pull's full
+ * state, without an ETag, once it applied, like a pulled body; the next pull's full
  * body replaces it.
  *
- * No process-wide state (issue 14): everything, the REST API's snapshot included, hangs on the
+ * No process-wide state: everything, the REST API's snapshot included, hangs on the
  * ag_uplink, so several uplinks (or several nodes on different panels in one) run side by side.
  * Control loop only, except the API readers.
  */
@@ -79,7 +79,7 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
                   ag_uplink_change_cb on_change, void *arg, ag_uplink **out, sv_error *err);
 
 /**
- * Replace every Xboard machine entry of @p cfg (panel.machine_id; issue 14) by one node per
+ * Replace every Xboard machine entry of @p cfg (panel.machine_id) by one node per
  * node the uplink runs for that machine (its live nodes, as the machine's last good list
  * made them): the entry's settings, tag "<tag>-<node id>", panel.node_id the node's id,
  * panel.node_type its type. Other entries stay as they are. A machine with no node (yet)
@@ -90,12 +90,12 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
 int ag_uplink_expand(ag_uplink *u, ag_config *cfg, sv_error *err);
 
 /** Whether katana serves panel node type @p type ("shadowsocks", "vmess", "vless", "trojan"):
- *  a machine's node of another type is skipped (issue 14). */
+ *  a machine's node of another type is skipped. */
 bool ag_machine_type_served(const char *type);
 
 /**
- * The config of panel node @p id (of @p type) of the Xboard machine entry @p entry (issue 14,
- * PANEL.md §1.1): the entry's settings with tag "<tag>-<id>", panel.node_id the id and
+ * The config of panel node @p id (of @p type) of the Xboard machine entry @p entry
+ * (PANEL.md §1.1): the entry's settings with tag "<tag>-<id>", panel.node_id the id and
  * panel.node_type the type (panel.machine_id kept: REST auth is the machine's). What `run`
  * serves for each node of the machine's list, and what `check` fetches.
  * @param out  filled; valid for ag_node_config_free() whatever the result
@@ -112,7 +112,7 @@ bool ag_uplink_ready(const ag_uplink *u);
  * A load of the node manager succeeded and @p running (borrowed, the manager's running fleet)
  * now runs: for every remote node whose running node and users equal the uplink's held state,
  * write the bodies pulled since the last store, with their ETags, to the store in one
- * transaction (issue 15: only a state that applied becomes the last good state). Nodes whose
+ * transaction (only a state that applied becomes the last good state). Nodes whose
  * held state differs (a refused answer still held) are left alone. A store error is logged and
  * the write is tried again after the next successful load.
  */
@@ -122,14 +122,14 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running);
  * The first load, made from the stored state, was refused (@p why; e.g. a bind error the
  * per-node check at start cannot see): forget the held state of every node served from the store
  * together with its ETags, log one warning per such node naming it and @p why, and pull at once,
- * so the node waits for the panel instead of katana exiting (issue 15).
+ * so the node waits for the panel instead of katana exiting.
  * @return the number of such nodes; 0 when the refused state did not come from the store (the
  *         caller then fails as before).
  */
 size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why);
 
 /**
- * Graceful stop (SIGTERM, SIGINT; issue 13 "Shadowsocks AEAD with many users"): save the
+ * Graceful stop (SIGTERM, SIGINT): save the
  * supervisor's client IP hints (sv_hints_export) in the store, replacing those saved before, so
  * that the next start knows its returning clients. Call it before sv_shutdown(). Nothing without
  * a store (no db.path), or before ag_uplink_restore_hints() ran (the stored ones stay). A store
@@ -138,7 +138,7 @@ size_t ag_uplink_drop_stored(ag_uplink *u, const sv_error *why);
 void ag_uplink_save_hints(ag_uplink *u);
 
 /**
- * The first load applied (issue 13): give the hints saved at the last graceful stop to the
+ * The first load applied: give the hints saved at the last graceful stop to the
  * supervisor (sv_hints_import; those of removed users or expired are dropped there) and delete
  * them from the store. Once per process: later calls do nothing. Errors are logged.
  */
@@ -161,7 +161,7 @@ int ag_uplink_client(void *uplink, const ag_node_config *nc, pn_client **out, sv
 /**
  * Fill the push and outbox fields (last_push_*, outbox_pending_bytes, outbox_oldest_ms) of the
  * remote nodes in @p v from the snapshot the control loop publishes after every flush, push
- * and pull (issue 4), and their last pull: its time when later than the last load's, and its
+ * and pull, and their last pull: its time when later than the last load's, and its
  * error when it failed (a good pull keeps the last load's outcome). Other nodes are left as
  * they are. Any thread.
  */
@@ -187,7 +187,7 @@ long ag_uplink_usage(ag_uplink *u, api_usage_row **out);
 long ag_uplink_requests(ag_uplink *u, api_panel_requests **out);
 
 /**
- * The audit hits of the current report period of every remote node (issue 12 GET /v1/audit):
+ * The audit hits of the current report period of every remote node (GET /v1/audit):
  * the outbox rows not yet taken by the panel (SSPanel's detect log) or, for a panel without an
  * audit endpoint, recorded since the node's last push. Any thread; reads the published snapshot.
  * The uplink may be NULL (nothing).

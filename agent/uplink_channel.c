@@ -22,7 +22,7 @@
 #define MOD "ag.uplink"
 
 /* ---------------------------------------------------------------------------------------- */
-/* pushed changes (issue 14: Xboard's node channel, PROTOCOLS-2.md §6)                        */
+/* pushed changes (Xboard's node channel, PROTOCOLS-2.md §6)                                  */
 /* ---------------------------------------------------------------------------------------- */
 
 /* Offer a pushed change to the node manager now, with @p body (taken; NULL when it could not
@@ -100,10 +100,10 @@ void ag__up_ev_resync(void *arg, const sv_error *why)
     ag__up_pull_now(nd);
 }
 
-/* Issue 13: once the list the uplink holds runs, it is shed (ag_uplink_applied): the
+/* once the list the uplink holds runs, it is shed (ag_uplink_applied): the
  * supervisor's running user set of the node, lowered from that very list, holds it. Refill it
  * from there before the list is edited (a pushed delta); a list lent to the node manager and
- * not applied is read again from its body (issue 33). -ESTALE when the running set is not
+ * not applied is read again from its body. -ESTALE when the running set is not
  * that list any more, -ENOMEM. */
 static int held_refill(up_node *nd)
 {
@@ -161,7 +161,7 @@ static int delta_apply(const pn_users *held, const pn_users *add, const uint64_t
     return 0;
 }
 
-/* sync.user.delta: a delta that does not apply cleanly triggers a full pull (issue 14). */
+/* sync.user.delta: a delta that does not apply cleanly triggers a full pull. */
 void ag__up_ev_delta(void *arg, const pn_users *add, const uint64_t *remove, size_t n_remove)
 {
     up_node *nd = arg;

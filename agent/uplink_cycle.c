@@ -259,7 +259,7 @@ void ag__up_on_push_timer(uv_timer_t *t)
 /* pull                                                                                       */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Record this pull's first error for the REST API (issue 4: each pull's outcome). */
+/* Record this pull's first error for the REST API (each pull's outcome). */
 static void pull_failed(up_node *nd, int rc, const char *msg)
 {
     nd->pull_failed = true;
@@ -293,7 +293,7 @@ static void pull_answered(up_node *nd)
         ag_uplink_flush(nd->u); /* usage of users about to be removed is queued first */
         nd->u->on_change(nd->u->arg);
     } else if (!nd->pull_failed && nd->has_node && nd->has_users) {
-        /* issue 8: certificate files are re-read on every panel sync, also when the panel's
+        /* certificate files are re-read on every panel sync, also when the panel's
          * data did not change (a change reloads them through on_change); a refusal is logged
          * by the supervisor, once while the files stay the same */
         sv_error err = {0};
@@ -301,8 +301,8 @@ static void pull_answered(up_node *nd)
     }
 }
 
-/* A refused pull answer: one warning while the panel keeps giving the same error (issue 14:
- * "one clear error"), the repeats at debug level; a good pull re-arms the warning. */
+/* A refused pull answer: one warning while the panel keeps giving the same error
+ * ("one clear error"), the repeats at debug level; a good pull re-arms the warning. */
 void ag__up_pull_error(up_node *nd, const sv_error *err)
 {
     if (strncmp(nd->pull_error, err->msg, sizeof nd->pull_error - 1) == 0) {
@@ -348,7 +348,7 @@ static void on_users(pn_client *c, int rc, pn_users *users, const sv_error *err,
     up_node *nd = arg;
     if (rc == PN_OK && nd->has_users && nd->users.shed && pn_users_equal(&nd->users, users)) {
         /* the running list answered again in full (a panel without ETags): it stays shed, and
-         * once stored (ag_uplink_applied) the new body need not be kept either (issue 13) */
+         * once stored (ag_uplink_applied) the new body need not be kept either */
         pn_users_free(users);
         if (!nd->unstored[PN_BODY_USERS])
             pn_forget_body(nd->client, PN_BODY_USERS);

@@ -35,7 +35,7 @@
 #define BACKOFF_MAX_MS 300000u
 
 /* A node's user ids, sorted, for usage attribution: built when its list changes, shared by
- * reference with the API's snapshots (issue 13: no copy per user per publish). References are
+ * reference with the API's snapshots (no copy per user per publish). References are
  * taken and dropped on the control loop only. */
 typedef struct uid_index {
     unsigned refs;
@@ -82,7 +82,7 @@ typedef struct snap_node {
     uid_index *uids;        /* the node's user ids (a reference), NULL while it retires */
     pn_request_count req[PN_REQUEST_COUNTS_MAX];
     size_t n_req;
-    db_audit_row *audit;    /* audit hits of the current period (issue 12) */
+    db_audit_row *audit;    /* audit hits of the current period */
     size_t n_audit;
     uint64_t audit_reported, audit_recorded;
     uint64_t dropped_users, dropped_bytes;
@@ -100,7 +100,7 @@ typedef struct up_machine up_machine;
 typedef struct up_node {
     ag_uplink *u;
     char *tag;
-    up_machine *machine; /* the Xboard machine this node came from (issue 14), or NULL */
+    up_machine *machine; /* the Xboard machine this node came from, or NULL */
     uint64_t machine_node; /* its id in the machine's list */
     char machine_type[PN_XB_TYPE_MAX + 1]; /* its type in that list */
     bool retiring;       /* the machine no longer lists it: not offered, not billed, pushing
@@ -110,7 +110,7 @@ typedef struct up_node {
     pn_node node;     /* the panel's latest node settings (what the node manager is offered) */
     pn_users users;   /* the panel's latest user list (its uuids shed once it runs: held_refill) */
     bool has_node, has_users;
-    /* issue 33: the whole list went to the node manager (ag__up_users_lend), which has not
+    /* the whole list went to the node manager (ag__up_users_lend), which has not
      * applied it yet: users is shed, and made whole again from its held body when needed */
     bool lent;
     bool unstored[2]; /* per pn_body_kind: a body was pulled that the store does not hold yet */
@@ -130,7 +130,7 @@ typedef struct up_node {
     char last_pull_err[160];
     bool pushing;
     int64_t batch; /* the batch in flight */
-    int64_t held;  /* a batch the panel failed that waits for its settlement (issue 24), or 0 */
+    int64_t held;  /* a batch the panel failed that waits for its settlement, or 0 */
     uint64_t pulls_started;  /* pulls begun since start */
     uint64_t users_answered; /* the pull whose users answer last succeeded (1-based), or 0 */
     uint64_t held_after;     /* the settlement needs a users answer of a pull numbered this */
@@ -142,14 +142,14 @@ typedef struct up_node {
     char last_push_error[160];
     sv_device_count *remote; /* this node's alivelist answer, others' IPs per user (sorted) */
     size_t n_remote;
-    bool audit_reporting;    /* a detect log report is in flight (issue 12) */
+    bool audit_reporting;    /* a detect log report is in flight */
     int64_t audit_batch;     /* its batch */
     size_t audit_batch_n;    /* hits in it */
     uint64_t audit_reported; /* hits the panel took since start */
     uint64_t audit_recorded; /* hits written to the outbox since start */
 } up_node;
 
-/* An Xboard machine (issue 14, PANEL.md §1.1): its node list, pulled on the machine's
+/* An Xboard machine (PANEL.md §1.1): its node list, pulled on the machine's
  * pull_interval, names the nodes this uplink runs for it. */
 struct up_machine {
     ag_uplink *u;
@@ -184,9 +184,9 @@ struct ag_uplink {
     void *arg;
     int closing;
     uint64_t cpu_busy, cpu_total; /* /proc/stat at the previous status report */
-    pthread_mutex_t snap_lock; /* the REST API's snapshot (issue 4), per uplink (issue 14) */
+    pthread_mutex_t snap_lock; /* the REST API's snapshot, per uplink */
     snap_state snap;           /* under snap_lock */
-    bool hints_restored;       /* the stored client IP hints went to the supervisor (issue 13) */
+    bool hints_restored;       /* the stored client IP hints went to the supervisor */
 };
 
 static inline int64_t now_ms(void)
@@ -246,7 +246,7 @@ int ag__up_node_add(ag_uplink *u, up_node *nd);
 void ag__up_closed(ag_uplink *u); /* one handle of the uplink closed (frees it after the last) */
 void ag__up_node_close(up_node *nd);
 up_node *ag__up_find_node(ag_uplink *u, const char *tag); /* the live node of tag, or NULL */
-/* issue 33: hand the whole held list to the node manager, or make a lent one whole again */
+/* hand the whole held list to the node manager, or make a lent one whole again */
 int ag__up_users_lend(up_node *nd, bool keep_limits, pn_users *out);
 int ag__up_users_unlend(up_node *nd, sv_error *err);
 

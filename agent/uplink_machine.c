@@ -22,7 +22,7 @@
 #define MOD "ag.uplink"
 
 /* ---------------------------------------------------------------------------------------- */
-/* Xboard machines (issue 14, PANEL.md §1.1): the machine's list makes and retires nodes       */
+/* Xboard machines (PANEL.md §1.1): the machine's list makes and retires nodes                 */
 /* ---------------------------------------------------------------------------------------- */
 
 bool ag__up_is_machine(const ag_node_config *nc)
@@ -265,7 +265,7 @@ static void on_machine_timer(uv_timer_t *t)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* the machine's channel (issue 14, PROTOCOLS-2.md §6.2-6.5): node-scoped events go to that  */
+/* the machine's channel (PROTOCOLS-2.md §6.2-6.5): node-scoped events go to that            */
 /* node's push handlers, as a node's own channel would give them                             */
 /* ---------------------------------------------------------------------------------------- */
 

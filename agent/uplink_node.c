@@ -4,8 +4,8 @@
  * uplink, closed (its memory goes once its timers closed, its outbox rows stay in the store).
  * Its held state becomes the stored last good state only once it applied (ag_uplink_applied).
  * The node manager reads the held state through ag_uplink_client, which answers at once; a
- * whole user list is lent to it, not copied, and read again from its body if it did not apply
- * (issue 33). Control loop only.
+ * whole user list is lent to it, not copied, and read again from its body if it did not apply.
+ * Control loop only.
  */
 #include "config.h"
 
@@ -20,7 +20,7 @@
 
 #define MOD "ag.uplink"
 
-/* every body a panel may send can be stored as the last good state (issue 13: 1 000 000 users) */
+/* every body a panel may send can be stored as the last good state (1 000 000 users) */
 _Static_assert(DB_BODY_MAX >= PN_BODY_MAX, "the store refuses bodies the panel clients take");
 
 /* ---------------------------------------------------------------------------------------- */
@@ -62,7 +62,7 @@ static int check_stored(const up_node *nd, const ag_node_config *nc, sv_error *e
 }
 
 /* Serve from the stored last good state until the panel answers. A stored pair this version
- * refuses (issue 15: stored by an older version, or under other rules) is skipped with one
+ * refuses (stored by an older version, or under other rules) is skipped with one
  * warning: the node waits for the panel instead of failing the start. */
 static void seed(up_node *nd, const ag_node_config *nc)
 {
@@ -236,13 +236,13 @@ static void store_pair(up_node *nd)
     }
     for (int k = 0; k < 2; k++) { /* stored: the held state is what runs */
         if (nd->unstored[k] && nd->pushed[k] == NULL)
-            pn_forget_body(nd->client, (enum pn_body_kind)k); /* the store has it (issue 13) */
+            pn_forget_body(nd->client, (enum pn_body_kind)k); /* the store has it */
         free(nd->pushed[k]);
         nd->pushed[k] = NULL;
     }
     nd->unstored[PN_BODY_CONFIG] = nd->unstored[PN_BODY_USERS] = false;
     /* the body, the store's page cache and the shed uuids were freed after the apply's trim
-     * (agent/node.c on_loaded): give their pages back too (issue 13) */
+     * (agent/node.c on_loaded): give their pages back too */
     ag__up_trim_soon(nd->u);
 }
 
@@ -260,7 +260,7 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
             continue;
         nd->from_store = false;
         nd->lent = false; /* what was lent runs: the supervisor holds it */
-        /* it runs: the supervisor holds the list (held_refill gets it back; issue 13). Shed it
+        /* it runs: the supervisor holds the list (held_refill gets it back). Shed it
          * whole, or all but the ids and the panel's speed limits when the node caps them; before
          * the store, whose trim gives the pages back */
         (void)pn_users_shed(&nd->users, st->speed_limit != 0);
@@ -270,7 +270,7 @@ void ag_uplink_applied(ag_uplink *u, const ag_fleet *running)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* a whole list lent to the node manager (issue 33: one copy of it at the apply's peak)       */
+/* a whole list lent to the node manager (one copy of it at the apply's peak)                 */
 /* ---------------------------------------------------------------------------------------- */
 
 /* The text the held users state was read from, not yet stored: the pushed body, else the
@@ -296,7 +296,7 @@ static bool rereadable(up_node *nd)
     return nd->unstored[PN_BODY_USERS] ? held_users_text(nd, &len) != NULL : nd->from_store;
 }
 
-/* Issue 33: the node manager lowers the list once and sheds it; a copy of it held here beside
+/* the node manager lowers the list once and sheds it; a copy of it held here beside
  * the body and the lowered set was a third of the peak. When the held list is whole and can be
  * read again (rereadable), move it to @p out and keep what pn_users_shed() with @p keep_limits
  * keeps (the digest; the ids and limits too when @p keep_limits): what runs is told from it as
@@ -402,7 +402,7 @@ static int snap_fetch_node(pn_client *c, pn_node_cb cb, void *arg)
 }
 
 /* The held list: lent (moved) when it can be read again from its body, else a copy; a list
- * lent before and not applied is first made whole again (issue 33). */
+ * lent before and not applied is first made whole again. */
 static int snap_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
 {
     snap_client *sc = (snap_client *)c;

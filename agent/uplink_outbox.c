@@ -86,7 +86,7 @@ static void carry_add(ag_uplink *u, const sv_usage *items, size_t n)
     u->n_carry += n;
 }
 
-/* Log a failure of the store's @p what once per failure streak (issue 33: a full disk logged
+/* Log a failure of the store's @p what once per failure streak (a full disk logged
  * one error per flush): the repeats at debug, the first success after them at info. */
 void ag__up_store_result(const up_node *nd, bool *failing, int rc, const char *what,
                          const char *msg)
@@ -118,7 +118,7 @@ static int write_node(ag_uplink *u, size_t idx, const sv_usage *all, size_t n, i
     return rc;
 }
 
-/* Audit hits (issue 12): taken from the supervisor with the usage and written to the outbox of
+/* Audit hits: taken from the supervisor with the usage and written to the outbox of
  * the node whose inbound they came in on (one row per (user, rule) and period). A node outside
  * this uplink (a local panel) keeps no hits: they are counted in /metrics only. */
 static void audit_flush(ag_uplink *u)
@@ -192,7 +192,7 @@ static void on_trim_timer(uv_timer_t *t)
     malloc_trim(0);
 }
 
-/* Give freed heap pages back to the system (issue 13: a users answer or body of megabytes),
+/* Give freed heap pages back to the system (a users answer or body of megabytes),
  * on the next loop turn: after the callback that freed them has returned, and so has the HTTP
  * request whose receive buffer held the answer. */
 void ag__up_trim_soon(ag_uplink *u)
@@ -208,7 +208,7 @@ void ag__up_on_flush_timer(uv_timer_t *t)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* audit hits -> the panel's detect log (issue 12, PANEL.md §2), once per push interval       */
+/* audit hits -> the panel's detect log (PANEL.md §2), once per push interval                 */
 /* ---------------------------------------------------------------------------------------- */
 
 static void on_audit_reported(pn_client *c, int rc, const sv_error *perr, void *arg)

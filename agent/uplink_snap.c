@@ -19,7 +19,7 @@
 #define MOD "ag.uplink"
 
 /* ---------------------------------------------------------------------------------------- */
-/* the snapshot the REST API reads (issue 4): published by the control loop under a mutex   */
+/* the snapshot the REST API reads: published by the control loop under a mutex             */
 /* ---------------------------------------------------------------------------------------- */
 
 static void snap_clear(snap_state *st)

@@ -106,8 +106,8 @@ static uint32_t local_ips(const sv_session_info *ss, size_t k, uint64_t user)
     return n;
 }
 
-/* The supervisor's one remote device table from every node's own alivelist answer (issue 14:
- * the alivelist is per node; a node's answer replaces only its own part). A user listed by two
+/* The supervisor's one remote device table from every node's own alivelist answer
+ * (the alivelist is per node; a node's answer replaces only its own part). A user listed by two
  * nodes keeps the larger count (sv_set_remote_devices). 0 or -ENOMEM (the old table stays). */
 int ag__up_remote_devices_apply(ag_uplink *u)
 {
@@ -125,7 +125,7 @@ int ag__up_remote_devices_apply(ag_uplink *u)
     return rc;
 }
 
-/* alivelist answered (issue 3, device limit): the panel counts this node's reported IPs too, so
+/* alivelist answered (device limit): the panel counts this node's reported IPs too, so
  * each user's local distinct IPs are taken off (floor 0) before the table goes to the
  * supervisor, which adds the live local IPs back at admission. A failure keeps the old table. */
 void ag__up_on_alivelist(pn_client *c, int rc, const pn_alive_count *items, size_t n,

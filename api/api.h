@@ -1,6 +1,6 @@
 /*
- * katana operator REST API (issue 4; DESIGN.md "api/", "Threads and loops"; seed 003, "REST
- * API"): a libmicrohttpd server in two threads of its own (issue 15): libmicrohttpd's epoll
+ * katana operator REST API (DESIGN.md "api/", "Threads and loops"; seed 003, "REST
+ * API"): a libmicrohttpd server in two threads of its own: libmicrohttpd's epoll
  * thread serves every connection, and an accept thread takes connections (pausing while the
  * process is out of descriptors) and wakes suspended SSE streams. Reads come from the supervisor's published
  * snapshots and flow registry (sv_flows, sv_sessions, sv_stats_get, sv_events_next, ...);
@@ -33,27 +33,27 @@
 #define API_PATH_SEGMENTS_MAX 8 /**< path segments */
 #define API_SEGMENT_MAX 128    /**< bytes in a decoded path segment */
 /**
- * Live SSE streams at a time (issue 15). A stream holds a connection slot but no thread: it is
+ * Live SSE streams at a time. A stream holds a connection slot but no thread: it is
  * suspended while it has nothing to send. One more is answered 503 {"error":"too many streams"}.
  */
 #define API_SSE_STREAMS_MAX 256
 /**
- * Open API connections at a time, streams included (issue 15): each costs one descriptor and at
+ * Open API connections at a time, streams included: each costs one descriptor and at
  * most libmicrohttpd's 32 KiB connection pool. Beyond it a new connection is closed unanswered.
  */
 #define API_CONNECTIONS_MAX 512
-/** Open API connections from one IP address (issue 15); beyond it, closed unanswered. */
+/** Open API connections from one IP address; beyond it, closed unanswered. */
 #define API_PER_IP_CONNECTIONS_MAX 64
 /**
  * Seconds a new connection has to deliver its whole first request (headers and body) before it
- * is closed unanswered, however steadily it trickles bytes (issue 15: a short timeout for
+ * is closed unanswered, however steadily it trickles bytes (a short timeout for
  * connections that have not sent a full request). On a kept-alive connection the next request
  * must be complete within API_IDLE_TIMEOUT_S + API_REQUEST_DEADLINE_S of the previous answer.
  */
 #define API_REQUEST_DEADLINE_S 5
 /**
  * Seconds a connection may stay silent (no request bytes in, no response bytes out) before it is
- * closed: an idle kept-alive connection, a stream whose client stopped reading (issue 15; an
+ * closed: an idle kept-alive connection, a stream whose client stopped reading (an
  * unfinished request meets API_REQUEST_DEADLINE_S first). Streams send a comment every
  * API_SSE_KEEPALIVE_S, and a suspended stream does not time out.
  */
@@ -62,7 +62,7 @@
 #define API_SSE_KEEPALIVE_S 5
 /** Lines the API logs (its own and libmicrohttpd's) per API_LOG_WINDOW_S; more are counted. */
 #define API_LOG_BURST 5
-/** The window of API_LOG_BURST, seconds (issue 15: never a log line in a loop). */
+/** The window of API_LOG_BURST, seconds (never a log line in a loop). */
 #define API_LOG_WINDOW_S 60
 
 /* ------------------------------------------------------------------------------------------ */
@@ -89,12 +89,12 @@ typedef struct api_node_status {
     uint64_t apply_errors;     /**< refused loads that included this node */
     uint64_t outbox_pending_bytes; /**< up+down in the outbox not yet acknowledged by the panel */
     uint64_t outbox_oldest_ms; /**< wall clock of the oldest pending report; 0 = none */
-    uint64_t audit_recorded;   /**< audit hits (issue 12) written to the outbox since start:
+    uint64_t audit_recorded;   /**< audit hits written to the outbox since start:
                                     each (user, rule) once per report period */
     uint64_t audit_pending;    /**< audit hits in the outbox, this report period */
     uint64_t audit_reported;   /**< audit hits the panel took as its detect log since start */
     uint64_t usage_dropped_users; /**< users whose pending usage was dropped since start: the
-                                       panel no longer had them when it failed a push (issue 24) */
+                                       panel no longer had them when it failed a push */
     uint64_t usage_dropped_bytes; /**< their up+down */
 } api_node_status;
 
@@ -133,7 +133,7 @@ typedef struct api_usage_row {
  */
 typedef long (*api_usage_fn)(void *arg, api_usage_row **out);
 
-/** One audit hit of the current report period (GET /v1/audit, issue 12). */
+/** One audit hit of the current report period (GET /v1/audit). */
 typedef struct api_audit_row {
     char node[SV_TAG_MAX + 1];
     uint64_t user;
@@ -187,8 +187,8 @@ typedef struct api_server api_server;
  * thread per connection, descriptors >= 1024 are fine) and the accept thread. Limits: the
  * API_CONNECTIONS_MAX, API_PER_IP_CONNECTIONS_MAX, API_IDLE_TIMEOUT_S and API_SSE_STREAMS_MAX
  * above. When accept() fails for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM) the accept
- * thread stops accepting, retries every 250 ms and logs the pause and the recovery once each
- * (issue 15); libmicrohttpd's messages go to the log within the API_LOG_BURST budget.
+ * thread stops accepting, retries every 250 ms and logs the pause and the recovery once each;
+ * libmicrohttpd's messages go to the log within the API_LOG_BURST budget.
  * @return 0; -EINVAL (bad listen, err: "api.listen: ..."); -EPERM when listen is not a loopback
  *         address and no token is set (err says so, nothing is bound); -EADDRINUSE or another
  *         bind error; -ENOMEM; another negative errno when a thread or libmicrohttpd cannot

@@ -18,7 +18,7 @@
 #include "supervisor/util/list.h"
 
 /**
- * One API connection as the accept thread tracks it (issue 15): katana enforces the connection
+ * One API connection as the accept thread tracks it: katana enforces the connection
  * limits and the request deadline itself, so libmicrohttpd never reaches its own limit paths.
  * Slots are guarded by api_server.conn_lock; a slot is free when fd < 0.
  */
@@ -37,7 +37,7 @@ typedef struct api_tally {
     uint64_t log_ms;  /* when last reported (0: never) */
 } api_tally;
 
-#define API_FD_SPARES 4 /* descriptors the API keeps in reserve for accept() (issue 33) */
+#define API_FD_SPARES 4 /* descriptors the API keeps in reserve for accept() */
 
 struct api_server {
     struct MHD_Daemon *daemon;
@@ -67,7 +67,7 @@ struct api_server {
     api_conn conns[API_CONNECTIONS_MAX];
     api_tally refused;         /* accept thread: new connections closed at the limits */
     api_tally late;            /* accept thread: connections cut at their request deadline */
-    /* issue 33: descriptors held in reserve (/dev/null) by the accept thread; one is given up
+    /* descriptors held in reserve (/dev/null) by the accept thread; one is given up
      * when accept() finds the process out of descriptors, so /healthz answers meanwhile */
     int spare[API_FD_SPARES];
     unsigned n_spare;
@@ -90,8 +90,8 @@ int api_reply_error(api_reply *r, unsigned status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /**
- * A JSON text written directly (json.c), for the bodies that grow with the live flows (issue 13:
- * GET /v1/connections at 10 000 flows, where building jansson values per flow cost 10 times the
+ * A JSON text written directly (json.c), for the bodies that grow with the live flows
+ * (GET /v1/connections at 10 000 flows, where building jansson values per flow cost 10 times the
  * goal). Start zeroed; appends grow the buffer; after an allocation failure every append is a
  * no-op and @c oom stays set.
  */

@@ -1,5 +1,5 @@
 /*
- * The API's log budget (api/api.h, issue 15): libmicrohttpd logs once per refused or failed
+ * The API's log budget (api/api.h): libmicrohttpd logs once per refused or failed
  * connection and, out of descriptors, once per accept() attempt; the budget keeps that to
  * API_LOG_BURST lines per API_LOG_WINDOW_S plus one line with the count of the rest.
  */

@@ -102,7 +102,7 @@ static void counter(page *p, const char *name, const char *help, uint64_t v)
     put(p, "%s %" PRIu64 "\n", name, v);
 }
 
-/* Shadowsocks trial decryption and its full scans (issue 13). */
+/* Shadowsocks trial decryption and its full scans. */
 static void shadowsocks_counters(page *p, sv_supervisor *sv)
 {
     sv_ss_trial_counts tc = sv_ss_trials(sv);
@@ -122,7 +122,7 @@ static void shadowsocks_counters(page *p, sv_supervisor *sv)
             "unknown (drained, or the datagram dropped).", scn.dropped);
 }
 
-/* XTLS Vision's direct copy and its kernel relay (issue 11). */
+/* XTLS Vision's direct copy and its kernel relay. */
 static void vision_counters(page *p, sv_supervisor *sv)
 {
     sv_vision_direct_counts vd = sv_vision_direct(sv);
@@ -142,7 +142,7 @@ static void vision_counters(page *p, sv_supervisor *sv)
             "could be had (the descriptor budget was full, or pipe2 failed).", vd.splice_no_pipe);
 }
 
-/* Flow closes by reason (issue 24: sv_close_reason), every reason listed, 0 or not. */
+/* Flow closes by reason (sv_close_reason), every reason listed, 0 or not. */
 static void flow_closes(page *p, sv_supervisor *sv)
 {
     sv_close_counts cc = sv_flow_closes(sv);

@@ -243,7 +243,7 @@ static void put_digits(char *p, unsigned n, int width)
 }
 
 /* Plain arithmetic rather than gmtime_r + snprintf: GET /v1/connections formats one time per
- * flow, and libc's time zone lock and format parsing were a fifth of it (issue 13). Days to a
+ * flow, and libc's time zone lock and format parsing were a fifth of it. Days to a
  * proleptic Gregorian date through 400-year eras of 146 097 days, years starting on 1 March so
  * that the leap day ends the year. */
 void api_time_rfc3339(uint64_t ms, char *buf, size_t cap)

@@ -1,5 +1,5 @@
 /*
- * Route handlers of the REST API (api/api.h, issue 4; seed 003 "REST API": connections sorted
+ * Route handlers of the REST API (api/api.h; seed 003 "REST API": connections sorted
  * by id, DELETE /v1/connections/{flow} is kill (204, else 404 "no live flow <id>"), the selector
  * DELETE is kill_where over the given fields with {"closed": n}, unknown query keys are 400).
  */
@@ -128,7 +128,7 @@ static bool session_selected(const selection *s, const sv_session_info *x)
 /* ------------------------------------------------------------------------------------------ */
 
 /* The body is written directly (api_jw): at 10 000 flows a jansson value per flow cost about
- * ten times issue 13's goal of 50 ms. */
+ * ten times the goal of 50 ms. */
 static void connections_get(api_server *s, const api_uri *uri, api_reply *r)
 {
     static const char *const keys[] = {"node", "user", "inbound", "outbound", NULL};
@@ -355,7 +355,7 @@ static void usage_get(api_server *s, api_reply *r)
                                  "unreported", unrep));
 }
 
-/* GET /v1/audit (issue 12): {"hits": [{"node","user","rule","first_seen","reporting"}] (the
+/* GET /v1/audit: {"hits": [{"node","user","rule","first_seen","reporting"}] (the
  * hits of the current report period, from the agent), "dropped" (hits lost since start because
  * the supervisor held too many between two flushes)}. */
 static void audit_get(api_server *s, api_reply *r)

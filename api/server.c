@@ -3,14 +3,14 @@
  * route but /healthz when a token is set; 401 {"error":"unauthorized"}), the request target
  * parsed by api_uri_parse() from the raw URI, and replies serialised to JSON.
  *
- * Threads (issue 15): libmicrohttpd runs on epoll in its one internal thread, without a listen
+ * Threads: libmicrohttpd runs on epoll in its one internal thread, without a listen
  * socket of its own. The accept thread here owns the listen socket and hands each connection
  * over with MHD_add_connection(), because libmicrohttpd, out of descriptors with no connection
  * open, retries accept() in a busy loop and logs every try. The accept thread also enforces the
  * connection limits itself (libmicrohttpd 0.9.75 can deadlock its thread when a connection handed
  * over this way meets its own global limit) and the request deadline (API_REQUEST_DEADLINE_S),
  * in a table of the open connections (api_conn) shared with libmicrohttpd's callbacks. It keeps
- * API_FD_SPARES descriptors in reserve (issue 33): when accept() finds the process out of
+ * API_FD_SPARES descriptors in reserve: when accept() finds the process out of
  * descriptors (the data plane took them), it gives one up and accepts into it, so /healthz
  * answers throughout; it takes them back as soon as descriptors are free again (every
  * SPARE_RETRY_MS while short). With no spare left (or on any error of the listen socket
@@ -131,7 +131,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Connection table: the limits and the request deadline (issue 15)                            */
+/* Connection table: the limits and the request deadline                                       */
 /* ------------------------------------------------------------------------------------------ */
 
 static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
@@ -473,7 +473,7 @@ static bool spare_release(api_server *s)
 
 /*
  * Take up to ACCEPT_BATCH pending connections and hand them to libmicrohttpd. Out of
- * descriptors, a spare is given up for the next try (issue 33).
+ * descriptors, a spare is given up for the next try.
  * @return 0 (the queue is empty or the batch is done) or the errno of a failed accept() that
  *         is not about one connection: out of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
  *         ENOMEM), or anything else wrong with the socket. The caller pauses on it.
@@ -509,7 +509,7 @@ static int accept_some(api_server *s)
 }
 
 /* Accept thread: one line "closed N <what>" for the connections counted in @p t since it was
- * last reported, at most one per REFUSED_LOG_MS (issue 15: no log line per connection). */
+ * last reported, at most one per REFUSED_LOG_MS (no log line per connection). */
 static void log_tally(api_server *s, api_tally *t, uint64_t now_ms, const char *what)
 {
     if (t->n == t->logged || (t->log_ms != 0 && now_ms - t->log_ms < REFUSED_LOG_MS))

@@ -1,8 +1,8 @@
 /*
- * Server-Sent Events streams (issue 4): GET /v1/connections/events (opened / closed / lagged
+ * Server-Sent Events streams: GET /v1/connections/events (opened / closed / lagged
  * from the supervisor's event ring) and GET /v1/traffic (one `traffic` event per sampler tick).
  *
- * No stream holds a thread (issue 15). libmicrohttpd's single epoll thread calls the reader
+ * No stream holds a thread. libmicrohttpd's single epoll thread calls the reader
  * whenever the socket can take more; a reader with nothing to send suspends its connection
  * (MHD_suspend_connection) and returns 0 at once. The accept thread calls api_sse_pump() every
  * STEP_MS while streams live and resumes those that have something new: an event past their

@@ -25,7 +25,7 @@ struct db_store {
     int lock_fd; /**< the instance lock on PATH.lock, held until db_close */
 };
 
-/* One process per database (issue 15, "Two instances on one port"): an exclusive flock on
+/* One process per database ("Two instances on one port"): an exclusive flock on
  * PATH.lock, which holds the holder's pid. The kernel drops it when the process dies, kill -9
  * included. A separate file, because SQLite's POSIX locks on the database itself are released
  * when any descriptor of the file closes. */
@@ -92,7 +92,7 @@ static const char *const migrations[] = {
     " PRIMARY KEY (node, kind));"
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
     "INSERT INTO meta (key, value) VALUES ('batch_seq', 0);",
-    /* 2 (issue 12): the audit outbox, one row per (node, uid, rule) until the panel took it */
+    /* 2: the audit outbox, one row per (node, uid, rule) until the panel took it */
     "CREATE TABLE audit_outbox ("
     " id INTEGER PRIMARY KEY,"
     " node TEXT NOT NULL,"
@@ -102,7 +102,7 @@ static const char *const migrations[] = {
     " batch INTEGER NOT NULL DEFAULT 0);" /* 0 = not yet part of a report */
     "CREATE UNIQUE INDEX audit_pair ON audit_outbox(node, uid, rule);"
     "CREATE INDEX audit_by_batch ON audit_outbox(batch);",
-    /* 3 (issue 13): the client IP hints of the last graceful stop, until the next start */
+    /* 3: the client IP hints of the last graceful stop, until the next start */
     "CREATE TABLE ip_hints ("
     " inbound TEXT NOT NULL,"
     " ip BLOB NOT NULL," /* 16 bytes: IPv6 or IPv4-mapped */
@@ -110,7 +110,7 @@ static const char *const migrations[] = {
     " age_s INTEGER NOT NULL," /* at saved_ms */
     " saved_ms INTEGER NOT NULL,"
     " PRIMARY KEY (inbound, ip));",
-    /* 4 (issue 24): a batch a non-transactional panel failed (5xx) waits for its settlement;
+    /* 4: a batch a non-transactional panel failed (5xx) waits for its settlement;
      * usage of users the panel no longer has is kept as dropped, never deleted */
     "CREATE TABLE usage_hold ("
     " node TEXT PRIMARY KEY,"
@@ -124,7 +124,7 @@ static const char *const migrations[] = {
     " down INTEGER NOT NULL,"
     " batch INTEGER NOT NULL,"
     " dropped_ms INTEGER NOT NULL);",
-    /* 5 (issue 33): the body last in a state row, so that a row is inserted with a zeroblob
+    /* 5: the body last in a state row, so that a row is inserted with a zeroblob
      * SQLite does not build in memory and the body is written into it in pieces (db_state_put) */
     "CREATE TABLE panel_state_5 ("
     " node TEXT NOT NULL,"
@@ -708,7 +708,7 @@ static int body_write(db_store *d, sqlite3_int64 rowid, const char *body, size_t
     return rc;
 }
 
-/* The row with a zeroblob of the body's length, then the body into it (issue 33: an INSERT of
+/* The row with a zeroblob of the body's length, then the body into it (an INSERT of
  * the blob builds the whole record in memory, a copy of a body of up to DB_BODY_MAX). */
 static int state_write(db_store *d, const char *node, enum db_state_kind kind,
                        const char *etag, const char *body, size_t body_len, int64_t now_ms,
@@ -760,13 +760,13 @@ int db_state_put_pair(db_store *d, const char *node, const db_state_body *config
                               b[k]->body, b[k]->len, now_ms, err);
     rc = tx_end(d, rc, err);
     /* a users body of a large panel went through the page cache (up to its 2 MB): give those
-     * pages back, the body is on disk now (issue 13, memory per user) */
+     * pages back, the body is on disk now (memory per user) */
     sqlite3_db_release_memory(d->h);
     return rc;
 }
 
 /* Read the body of panel_state row @p rowid into a new buffer of @p n bytes (NUL-terminated), a
- * piece at a time (issue 33: sqlite3_column_blob() builds the whole blob in memory, a copy
+ * piece at a time (sqlite3_column_blob() builds the whole blob in memory, a copy
  * beside ours). */
 static int body_read(db_store *d, sqlite3_int64 rowid, char **body, size_t *n, sv_error *err)
 {
@@ -830,7 +830,7 @@ int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **
     return rc;
 }
 
-/* ---- audit outbox (issue 12) ------------------------------------------------------------- */
+/* ---- audit outbox ------------------------------------------------------------- */
 
 int db_audit_add(db_store *d, const char *node, const sv_audit_hit *hits, size_t n,
                  sv_error *err)

@@ -2,7 +2,7 @@
  * The SQLite store (DESIGN.md "db/"): one file in WAL mode holding the usage outbox and the
  * last good panel state of every node, with versioned migrations (table schema_version).
  *
- * Usage outbox (issue #3, PANEL.md §4.1 "journal the traffic before resetting it"): deltas taken
+ * Usage outbox (PANEL.md §4.1 "journal the traffic before resetting it"): deltas taken
  * from the supervisor are added per (node, uid) in one transaction; a row not yet part of a push
  * is "open" and later deltas merge into it. A push claims every pending row of its node as one
  * batch (a new batch id) and reads the total per uid; after a 2xx the batch's rows are deleted.
@@ -38,7 +38,7 @@ typedef struct db_batch {
 /**
  * Open (creating if needed) the store at @p path: WAL journal, synchronous=FULL, then run the
  * migrations up to DB_SCHEMA_VERSION (each in its own transaction; re-running is a no-op).
- * One process per database (issue 15): an exclusive flock on "<real path>.lock" (symlinks resolved,
+ * One process per database: an exclusive flock on "<real path>.lock" (symlinks resolved,
  * so every name of one file takes the same lock; created 0600, holding
  * the pid) is taken first and held until db_close(); another process holding it is refused.
  * @param out  receives the store, freed with db_close()
@@ -106,7 +106,7 @@ typedef struct db_settled {
 
 /**
  * Settle the batch @p node holds against the user ids the panel lists now (a list pulled after
- * the failure), in one transaction (issue 24). A batch is sent in uid order (db_batch_claim) and the
+ * the failure), in one transaction. A batch is sent in uid order (db_batch_claim) and the
  * panel applies its entries in that order until the first user it no longer has, which fails
  * the request (PANEL.md §2.6), so:
  * - rows of the uids below the batch's first unlisted uid were billed: deleted;
@@ -126,7 +126,7 @@ int db_batch_settle(db_store *d, const char *node, const uint64_t *listed, size_
 void db_settled_free(db_settled *s);
 
 /**
- * Node @p from is gone (issue 14: removed from its Xboard machine): in one transaction, its
+ * Node @p from is gone (removed from its Xboard machine): in one transaction, its
  * pending usage becomes @p to's (open rows merged into @p to's open rows, unacknowledged
  * batches kept whole for @p to's next claim, a held batch and dropped rows moved too), and its
  * audit rows and stored panel state are deleted. Usage is billed per user id, so the panel's per-user totals stay exact.
@@ -149,7 +149,7 @@ int db_usage_pending(db_store *d, const char *node, uint64_t *bytes, int64_t *ol
 /**
  * Pending bytes of @p node per uid (every row not yet deleted by db_batch_done(): open rows and
  * claimed batches still waiting for the panel's 2xx), sorted by uid. For the REST API's
- * "unreported" (issue 4).
+ * "unreported".
  * @param out  malloc'ed array (NULL when nothing is pending) for the caller to free()
  * @return 0, -ENOMEM or -EIO.
  */
@@ -166,7 +166,7 @@ enum db_state_kind {
  * Store the last good body of one kind for @p node (replacing the previous one).
  * @param etag  the panel's ETag as received, or NULL
  * @param body  the JSON text that parsed and was applied; written into the row in pieces, with
- *              no copy of it in memory (issue 33); in a transaction of its own unless one is
+ *              no copy of it in memory; in a transaction of its own unless one is
  *              open
  * @return 0, -EINVAL (key or ETag over DB_KEY_MAX, body over DB_BODY_MAX), -EIO.
  */
@@ -182,7 +182,7 @@ typedef struct db_state_body {
 
 /**
  * Store the config and users bodies of @p node in one transaction: the pair that applied
- * together (issue 15: a panel state is stored only after it applied, so a crash never leaves
+ * together (a panel state is stored only after it applied, so a crash never leaves
  * half of a newer pair). A NULL @p config / @p users, or one whose body is NULL, keeps the stored
  * body of that kind.
  * @return 0, or db_state_put()'s errors (nothing written).
@@ -200,7 +200,7 @@ int db_state_get(db_store *d, const char *node, enum db_state_kind kind, char **
                  char **body, size_t *body_len, sv_error *err);
 
 /*
- * Audit outbox (issue 12 "Audit"): one row per (node, uid, rule) hit and not yet taken by the
+ * Audit outbox: one row per (node, uid, rule) hit and not yet taken by the
  * panel, so a pair is reported once per report period however often it is hit, and nothing is
  * lost on a restart. A report claims every row of its node as one batch; after the panel's 2xx
  * the batch is deleted and the next hit of a pair is a new row. A pair already pending (claimed
@@ -251,7 +251,7 @@ int db_audit_pending(db_store *d, const char *node, db_audit_row **out, size_t *
                      sv_error *err);
 
 /*
- * Client IP hints (issue 13 "Shadowsocks AEAD with many users"): the supervisor's client IP ->
+ * Client IP hints: the supervisor's client IP ->
  * user hints saved at a graceful stop (sv_hints_export) and taken back after the first apply of
  * the next start (sv_hints_import), so that returning clients are not all never-seen after a
  * restart. Bounded by the export: at most SV_IP_HINTS_PER_INBOUND rows per inbound. A crash saves

@@ -269,7 +269,7 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
 }
 
 /* The first buffer of a body: its announced length (then one allocation holds it all, none
- * copied by the doublings: issue 33), within the bound; else 4 KiB. */
+ * copied by the doublings), within the bound; else 4 KiB. */
 static size_t first_cap(pn_http_req *r)
 {
     curl_off_t cl = -1;

@@ -66,7 +66,7 @@ int pn_http_start(pn_http *h, const pn_http_request *req, pn_http_cb cb, void *a
                   pn_http_req **out, sv_error *err);
 
 /**
- * Take the body of @p resp during its callback, instead of copying it (issue 33: a users body
+ * Take the body of @p resp during its callback, instead of copying it (a users body
  * of 250 MB held twice): the malloc'ed buffer at resp->body (NUL-terminated, resp->len bytes,
  * maybe with room after them) is the caller's to free() from now on, and resp->body stays
  * valid until then. @return the buffer, or NULL when there is none to take (an empty body,

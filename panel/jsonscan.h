@@ -1,7 +1,7 @@
 /*
- * Large panel bodies without a whole JSON tree (issue 33 "Refused panel bodies cost about 26×
- * their size in memory"). jansson builds a tree of a body at about 26 times the body's size;
- * a user list of 100 MB cost 2.6 GB before it was refused. Two tools keep that down:
+ * Large panel bodies without a whole JSON tree. jansson builds a tree of a body at about 26
+ * times the body's size: a user list of 100 MB would cost 2.6 GB before it is refused. Two
+ * tools keep that down:
  *  - pn_json_check(): one pass over the text, no allocation, that refuses what json_loadb()
  *    would refuse for its syntax (truncated, garbage, control characters, bad escapes, bad
  *    UTF-8, nesting over JSON_PARSER_MAX_DEPTH), so a malformed body never becomes a tree;

@@ -70,7 +70,7 @@ static int local_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
     int rc;
     if (l->users != NULL) {
         rc = local_body(l->users, NULL, &body, &err);
-    } else { /* issue 13: the plain shape is read without a JSON tree (pn_users_scan) */
+    } else { /* the plain shape is read without a JSON tree (pn_users_scan) */
         char *text = NULL;
         size_t len = 0;
         rc = pn_read_file(l->users_file, PN_BODY_MAX, &text, &len, &err);

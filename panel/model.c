@@ -380,7 +380,7 @@ static unsigned tls_value(const json_t *v, unsigned set)
 }
 
 /* `networkSettings` (or `network_settings`): a ws or httpupgrade node's `path` and
- * `headers.Host` (PANEL.md §1.4), else `host` (Xray's httpupgradeSettings spelling, issue 10);
+ * `headers.Host` (PANEL.md §1.4), else `host` (Xray's httpupgradeSettings spelling);
  * a grpc node's `serviceName`. Other members are not read here. */
 static int parse_network_settings(const json_t *body, pn_node *out, sv_error *err)
 {
@@ -403,7 +403,7 @@ static int parse_network_settings(const json_t *body, pn_node *out, sv_error *er
     return rc;
 }
 
-/* A `tls` 2 node's REALITY `tls_settings` (or `tlsSettings`; PANEL.md §1.4, issue 11). */
+/* A `tls` 2 node's REALITY `tls_settings` (or `tlsSettings`; PANEL.md §1.4). */
 static int parse_reality(const json_t *body, pn_reality *out, sv_error *err)
 {
     const json_t *ts = json_object_get(body, "tls_settings");
@@ -554,7 +554,7 @@ static enum user_field user_field_of(const char *key)
     return UF_OTHER;
 }
 
-/* One user object, in a single pass over its members (issue 13: a list of 1 000 000 users is
+/* One user object, in a single pass over its members (a list of 1 000 000 users is
  * parsed on every pull): the field path of an error ("users[7].uuid") is written only when
  * there is an error. */
 static int parse_user(const json_t *v, size_t idx, unsigned flags, pn_user *u, sv_error *err)
@@ -656,7 +656,7 @@ int pn_users_parse_text(const char *text, size_t len, unsigned flags, pn_users *
 {
     sv_error why = {0};
     memset(out, 0, sizeof *out);
-    if (pn_json_check(text, len, &why) != 0) /* before any user is built (issue 33) */
+    if (pn_json_check(text, len, &why) != 0) /* before any user is built */
         return sv_error_set(err, -EBADMSG, "%s", why.msg);
     int rc = pn_users_scan(text, len, out);
     if (rc <= 0)
@@ -670,7 +670,7 @@ int pn_users_parse_text(const char *text, size_t len, unsigned flags, pn_users *
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* users body from text, without a JSON tree (issue 13)                                        */
+/* users body from text, without a JSON tree                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
 /* A cursor over a users body. Every step either advances or gives up (false): the body is then
@@ -1159,7 +1159,7 @@ int pn_read_file(const char *path, size_t max_bytes, char **buf, size_t *len, sv
 {
     *buf = NULL;
     *len = 0;
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer (issue 15); no effect on a file */
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; no effect on a file */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return sv_error_set(err, -errno, "%s: %s", path, strerror(errno));

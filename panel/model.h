@@ -36,7 +36,7 @@ typedef struct pn_route {
  * Body keys whose value changes what clients speak or where their traffic goes, recorded in
  * pn_node.set when their value is set — anything but absent, null, false, 0, "", "0", {} and []
  * (for `multiplex`: its `enabled` member) — so that lowering can refuse what katana does not
- * serve instead of ignoring it (issue 15; PANEL.md §1.4).
+ * serve instead of ignoring it (PANEL.md §1.4).
  */
 enum pn_node_set {
     PN_SET_NETWORK_SETTINGS = 1u << 0,     /**< `networkSettings` (transport options) */
@@ -50,7 +50,7 @@ enum pn_node_set {
                                                 encryption) */
 };
 
-/** The REALITY object a node with `tls` 2 sends as `tls_settings` (PANEL.md §1.4; issue 11),
+/** The REALITY object a node with `tls` 2 sends as `tls_settings` (PANEL.md §1.4),
  *  or SSPanel's custom_config `reality-opts` (§2.5): each member NULL / 0 when absent or null.
  *  `public_key` and `allow_insecure` are the clients' and not read. */
 typedef struct pn_reality {
@@ -80,9 +80,9 @@ typedef struct pn_node {
     char *ws_path;        /**< `networkSettings.path` (or `network_settings.path`); NULL when
                                absent or null */
     char *ws_host;        /**< `networkSettings.headers.Host`; NULL when absent or null */
-    char *grpc_service;   /**< `networkSettings.serviceName` (gRPC, issue 10); NULL when absent
+    char *grpc_service;   /**< `networkSettings.serviceName` (gRPC); NULL when absent
                                or null */
-    char *flow;           /**< vless `flow` ("xtls-rprx-vision", issue 11); NULL when absent,
+    char *flow;           /**< vless `flow` ("xtls-rprx-vision"); NULL when absent,
                                null or "" */
     char *cipher;         /**< shadowsocks method; NULL when absent */
     char *server_key;     /**< shadowsocks-2022 server key; NULL when absent or null */
@@ -94,7 +94,7 @@ typedef struct pn_node {
     char *host;           /**< `host` (trojan: the address clients dial); NULL when absent or null */
     unsigned tls;         /**< `tls` value: 0 absent/none, 1 TLS, 2 REALITY (int, numeric string or
                                bool; anything else counts as 1 when PN_SET_TLS is set) */
-    pn_reality reality;   /**< `tls_settings` when `tls` is 2 (issue 11) */
+    pn_reality reality;   /**< `tls_settings` when `tls` is 2 */
     pn_route *routes;
     size_t n_routes;
     uint32_t push_interval; /**< seconds from base_config; 0 = not given */
@@ -156,7 +156,7 @@ int pn_users_parse(const json_t *body, unsigned flags, pn_users *out, sv_error *
 /**
  * Parse a `GET user` body given as text (@p len bytes, borrowed, bounded by the caller:
  * PN_BODY_MAX) as json_loadb(JSON_REJECT_DUPLICATES) + pn_users_parse() would, without a tree
- * of the whole body (issue 33: a tree costs about 26 times the body): a body that is not JSON
+ * of the whole body (a tree costs about 26 times the body): a body that is not JSON
  * is refused before any user is built (pn_json_check()), the plain shape is read by
  * pn_users_scan(), anything else with each user loaded and parsed alone (panel/jsonscan.h).
  * A body with several faults may name another of them than the tree's parse would.
@@ -168,8 +168,8 @@ int pn_users_parse_text(const char *text, size_t len, unsigned flags, pn_users *
                         sv_error *err);
 
 /**
- * Parse a `GET user` body given as text, straight into @p out without a JSON tree (issue 13:
- * json_loadb() and the tree's frees were two thirds of an apply of 50 000 users). It takes
+ * Parse a `GET user` body given as text, straight into @p out without a JSON tree
+ * (json_loadb() and the tree's frees were two thirds of an apply of 50 000 users). It takes
  * only the plain shape panels send, `{"users":[{"id":N,"uuid":"...","speed_limit":N|null,
  * "device_limit":N|null},...]}` in any key order and white space, with uuids of printable
  * ASCII without escapes; anything else (other keys, escapes, duplicates, a malformed or
@@ -186,7 +186,7 @@ int pn_users_scan(const char *body, size_t len, pn_users *out);
 /**
  * The `GET user` body of @p u, `{"users":[{"id","uuid","speed_limit","device_limit"}...]}`
  * (PANEL.md §1.5), that pn_users_parse() reads back as @p u: the last good state of a user list
- * that came as a push (issue 14). @return malloc'ed compact JSON, or NULL (out of memory).
+ * that came as a push. @return malloc'ed compact JSON, or NULL (out of memory).
  */
 char *pn_users_body(const pn_users *u);
 
@@ -216,7 +216,7 @@ bool pn_users_equal(const pn_users *a, const pn_users *b);
 int pn_users_digest(const pn_users *users, uint8_t out[PN_USERS_DIGEST]);
 
 /**
- * Keep only the digest of @p users (issue 13: the agent keeps what runs only to tell a changed
+ * Keep only the digest of @p users (the agent keeps what runs only to tell a changed
  * list from the same one; the supervisor keeps the secrets): every uuid is freed, and the user
  * array too unless @p keep_limits (then ids and limits stay). A list already shed is left as
  * it is.
@@ -235,7 +235,7 @@ int pn_users_restore(pn_users *shed, pn_users *candidate);
 /**
  * Read a JSON file of at most @p max_bytes bytes and parse it (duplicate keys rejected). Only a
  * regular file is read: a FIFO, directory, device or socket is refused without blocking (the
- * open never waits for a FIFO's writer; issue 15). Used for the config file and the local
+ * open never waits for a FIFO's writer). Used for the config file and the local
  * panel's node_file / users_file.
  * @param out  receives a new reference on success
  * @param err  "<path>: <reason>" or "<path>: line L, column C: <jansson text>"; for a

@@ -70,7 +70,7 @@ typedef struct pn_alive_count {
 typedef void (*pn_alivelist_cb)(pn_client *c, int result, const pn_alive_count *items, size_t n,
                                 const sv_error *err, void *arg);
 
-/** One audit hit for a detect log report (issue 12, PANEL.md §2 `users/detectlog`). */
+/** One audit hit for a detect log report (PANEL.md §2 `users/detectlog`). */
 typedef struct pn_detect_hit {
     uint64_t user;
     int64_t rule; /**< the panel's rule id (`list_id`) */
@@ -94,7 +94,7 @@ enum pn_body_kind {
 
 #define PN_REQUEST_COUNTS_MAX 64 /**< (endpoint, status) pairs counted per client */
 
-/** Finished requests of one endpoint with one outcome (issue 4, /metrics). */
+/** Finished requests of one endpoint with one outcome (/metrics). */
 typedef struct pn_request_count {
     const char *endpoint; /**< "config", "user", "push", ... (static, the client's names) */
     long status;          /**< HTTP status, 0 when no answer arrived (transport error, timeout) */
@@ -109,7 +109,7 @@ typedef struct pn_request_count {
 typedef struct pn_push_events {
     /** `sync.config`: new node settings (no intervals: those come from REST only); @p body
      *  (@p len bytes, may be NULL) is the same settings as a REST config body without
-     *  `base_config`, for the last good store (issue 14). */
+     *  `base_config`, for the last good store. */
     void (*node)(void *arg, pn_node *node, const char *body, size_t len);
     /** `sync.users`: the full user list (an empty list revokes everyone). */
     void (*users)(void *arg, pn_users *users);
@@ -123,7 +123,7 @@ typedef struct pn_push_events {
 } pn_push_events;
 
 /**
- * What a panel does with one usage report (issue 24): the outbox decides from this, never from
+ * What a panel does with one usage report: the outbox decides from this, never from
  * the panel's name, what a failed push means and what to send again.
  */
 enum pn_usage_apply {
@@ -148,7 +148,7 @@ enum pn_usage_apply {
 /**
  * What a panel client implements. A NULL report hook means the panel takes no such report
  * (the local panel takes none). fetch_node and fetch_users are required; the last three hooks
- * are for remote clients (issue 14: the uplink drives every remote panel through them alone).
+ * are for remote clients (the uplink drives every remote panel through them alone).
  */
 typedef struct pn_client_ops {
     const char *type; /**< "local", "uniproxy", ... */
@@ -161,7 +161,7 @@ typedef struct pn_client_ops {
                         void *arg);
     int (*report_status)(pn_client *c, const pn_status *status, pn_report_cb cb, void *arg);
     int (*fetch_alivelist)(pn_client *c, pn_alivelist_cb cb, void *arg);
-    /** Report audit hits (issue 12): SSPanel's detect log; NULL for a panel without an audit
+    /** Report audit hits: SSPanel's detect log; NULL for a panel without an audit
      *  endpoint (UniProxy, PANEL.md §1: its hits are recorded locally only). */
     int (*report_detect)(pn_client *c, const pn_detect_hit *items, size_t n, pn_report_cb cb,
                          void *arg);
@@ -173,7 +173,7 @@ typedef struct pn_client_ops {
     const char *(*last_body)(pn_client *c, enum pn_body_kind kind, size_t *len,
                              const char **etag);
     /** Drop the body last_body() gives for @p kind, keeping its ETag: the caller stored it
-     *  (issue 13: a users body is about 90 bytes per user, held for nothing once stored); from
+     *  (a users body is about 90 bytes per user, held for nothing once stored); from
      *  then on last_body() gives NULL for @p kind until the next PN_OK fetch. Optional: a
      *  client that needs its body (e.g. to build another from it) leaves it NULL or keeps it. */
     void (*forget_body)(pn_client *c, enum pn_body_kind kind);
@@ -184,7 +184,7 @@ typedef struct pn_client_ops {
                       pn_node *node, pn_users *users, sv_error *err);
     /** Copy at most @p cap request counters; @return the number written. */
     size_t (*requests)(pn_client *c, pn_request_count *out, size_t cap);
-    /** Start the panel's push channel (optional; issue 14, PROTOCOLS-2.md §6): @p ev (borrowed,
+    /** Start the panel's push channel (optional, PROTOCOLS-2.md §6): @p ev (borrowed,
      *  must outlive the client) gets every pushed change until the client is freed. The client
      *  keeps the channel up by itself (handshake, reconnects). 0, -EALREADY or -ENOMEM. */
     int (*watch)(pn_client *c, const pn_push_events *ev, void *arg);
@@ -261,11 +261,11 @@ typedef struct pn_remote_options {
     long timeout_ms;       /**< per request; 0 = PN_HTTP_TIMEOUT_MS */
     uint32_t pull_interval; /**< s, sspanel: the panel has none of its own; 0 = default */
     uint32_t push_interval; /**< s, sspanel; 0 = default */
-    const char *machine_id; /**< xboard machine mode (issue 14, PANEL.md §1.1), or NULL */
+    const char *machine_id; /**< xboard machine mode (PANEL.md §1.1), or NULL */
 } pn_remote_options;
 
 /**
- * Create the client of a remote panel of type @p o->type (issue 14: the one constructor the
+ * Create the client of a remote panel of type @p o->type (the one constructor the
  * uplink calls, whatever the panel). A failure leaves nothing to free.
  * @return 0, -EINVAL (unknown type or a missing option, err names it), -ENOMEM, -EIO (curl).
  */

@@ -1,5 +1,5 @@
 /*
- * The one constructor of remote panel clients (panel/panel.h pn_remote_new, issue 14).
+ * The one constructor of remote panel clients (panel/panel.h pn_remote_new).
  */
 #include "config.h"
 

@@ -859,7 +859,7 @@ static void call_unlink(call *k)
 
 static void set_good(last_good *g, const char *body, size_t len, const char *etag);
 
-/* set_good() of an answer's body, taken from its request rather than copied (issue 33). */
+/* set_good() of an answer's body, taken from its request rather than copied. */
 static void set_good_taken(last_good *g, const pn_http_response *r)
 {
     char *e = r->etag != NULL ? strdup(r->etag) : NULL;
@@ -898,7 +898,7 @@ static int not_json(long status, const char *ctype, sv_error *err)
                         ctype != NULL ? ctype : "no content type", why.msg);
 }
 
-/* A body as a tree; one that is not JSON builds none (issue 33). */
+/* A body as a tree; one that is not JSON builds none. */
 static int parse_json(const char *body, size_t len, long status, const char *ctype,
                       json_t **out, sv_error *err)
 {
@@ -929,7 +929,7 @@ static int parse_node_body(pn_sspanel *s, const json_t *j, pn_node *node, sv_err
 }
 
 /* A users body as text into @p users (the client's alive table and count updated), without a
- * tree of the whole list (issue 33). -EBADMSG: not JSON (err says why). */
+ * tree of the whole list. -EBADMSG: not JSON (err says why). */
 static int parse_users_text(pn_sspanel *s, const char *body, size_t len, pn_users *users,
                             sv_error *err)
 {
@@ -1352,7 +1352,7 @@ static int ss_report_alive(pn_client *c, const pn_alive *items, size_t n, pn_rep
 }
 
 /* Audit hits as the detect log (PANEL.md §2: POST users/detectlog
- * {"data":[{"user_id","list_id"}]}; issue 12, 14). */
+ * {"data":[{"user_id","list_id"}]}). */
 static int ss_report_detect(pn_client *c, const pn_detect_hit *items, size_t n, pn_report_cb cb,
                             void *arg)
 {

@@ -1,5 +1,5 @@
 /*
- * The SSPanel-UIM `mod_mu` WebAPI client (PANEL.md §2, issue 14): GET nodes/{id}/info and
+ * The SSPanel-UIM `mod_mu` WebAPI client (PANEL.md §2): GET nodes/{id}/info and
  * users with ETag / If-None-Match / 304, POST users/traffic and users/aliveip, the legacy
  * POST nodes/{id}/info load report on panels older than 2023.2; every request carries the
  * token as `key` (and `muKey`, as XrayR sends it, §2.2). HTTP through panel/http.h on the
@@ -92,7 +92,7 @@ int pn_sspanel_parse_users(const json_t *body, const pn_sspanel_meta *meta, pn_u
 
 /**
  * pn_sspanel_parse_users() of a body given as text (@p len bytes, borrowed, bounded by the
- * caller), without a tree of the whole list (issue 33): a body that is not JSON is refused
+ * caller), without a tree of the whole list: a body that is not JSON is refused
  * before any user is built, and each entry of `data` is loaded and parsed alone
  * (panel/jsonscan.h). A body with several faults may name another of them than the tree's
  * parse would.

@@ -97,7 +97,7 @@ static int not_json(const pn_http_response *r, sv_error *err)
                         why.msg);
 }
 
-/* Parse a 2xx body as JSON; a body that is not JSON builds no tree (issue 33). */
+/* Parse a 2xx body as JSON; a body that is not JSON builds no tree. */
 static int body_json(const pn_http_response *r, json_t **out, sv_error *err)
 {
     json_error_t jerr;
@@ -190,7 +190,7 @@ static void call_unlink(call *k)
         k->next->prev = k->prev;
 }
 
-/* Keep @p r's body (taken from the request, not copied: issue 33) and ETag as the last good. */
+/* Keep @p r's body (taken from the request, not copied) and ETag as the last good. */
 static void set_good(last_good *g, const pn_http_response *r)
 {
     char *etag = r->etag != NULL ? strdup(r->etag) : NULL;
@@ -221,7 +221,7 @@ static int fetch_answer(call *k, const pn_http_response *r, json_t **j, pn_node 
         return PN_NOT_MODIFIED;
     if (r->status < 200 || r->status > 299)
         return pn_uniproxy_error(r->status, r->body, r->len, err);
-    if (k->kind == CALL_USERS) { /* no tree of the whole list (issues 13, 33) */
+    if (k->kind == CALL_USERS) { /* no tree of the whole list */
         int rc = pn_users_parse_text(r->body, r->len, 0, users, err);
         if (rc == -EBADMSG)
             return not_json(r, err);

@@ -188,7 +188,7 @@ int pn_xb_event_parse(const char *msg, size_t len, const char *node_type, pn_xb_
         return sv_error_set(err, -EMSGSIZE, "message of %zu bytes (bound %u)", len,
                             PN_XB_MSG_MAX);
     json_error_t jerr;
-    json_t *j = pn_json_check(msg, len, NULL) == 0 /* no tree of a broken one (issue 33) */
+    json_t *j = pn_json_check(msg, len, NULL) == 0 /* no tree of a broken one */
                 ? json_loadb(msg, len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
     if (!json_is_object(j)) {
         json_decref(j);

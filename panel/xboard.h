@@ -1,5 +1,5 @@
 /*
- * The Xboard API v2 panel client (issue 14; PANEL.md §1.1; PROTOCOLS-2.md §6): the UniProxy
+ * The Xboard API v2 panel client (PANEL.md §1.1; PROTOCOLS-2.md §6): the UniProxy
  * REST calls on /api/v2/server/ (config, user, push, alive, status, alivelist: the same handlers
  * as v1, without node_type) plus the node channel: `handshake`, then a WebSocket to its
  * `ws_url` carrying `sync.config`, `sync.users` and `sync.user.delta` as they happen, `ping`
@@ -115,7 +115,7 @@ typedef struct pn_xboard_options {
 int pn_xboard_new(const pn_xboard_options *o, pn_client **out, sv_error *err);
 
 /* ---------------------------------------------------------------------------------------- */
-/* machine mode (issue 14; PANEL.md §1.1 `/api/v2/server/machine/nodes` and `machine/status`) */
+/* machine mode (PANEL.md §1.1 `/api/v2/server/machine/nodes` and `machine/status`) */
 /* ---------------------------------------------------------------------------------------- */
 
 /**
@@ -175,7 +175,7 @@ int pn_xb_machine_status(pn_xb_machine_client *c, const pn_status *st,
 void pn_xb_machine_client_free(pn_xb_machine_client *c);
 
 /**
- * What the machine's channel tells its watcher (issue 14; PROTOCOLS-2.md §6.2-6.4), on the
+ * What the machine's channel tells its watcher (PROTOCOLS-2.md §6.2-6.4), on the
  * control loop. Node-scoped events carry the panel's node id (`data.node_id`); one without it
  * is dropped. Data pointers are valid during the call and may be taken (copy, then zero).
  * Every member is required.

@@ -1,5 +1,5 @@
 /*
- * Admission of new TCP connections (issue 33): one budget for the process and a bound on the
+ * Admission of new TCP connections: one budget for the process and a bound on the
  * connections that have not authenticated yet.
  *
  * - The budget (sv_shared.conn_cap, max_connections) is one atomic count for every worker, so a

@@ -1,6 +1,6 @@
 /*
  * Whether a worker accepts one more connection, and which connections not yet authenticated
- * make room (admission.c; issue 33).
+ * make room (admission.c).
  */
 #ifndef SV_ADMISSION_H
 #define SV_ADMISSION_H

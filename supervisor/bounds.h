@@ -22,12 +22,12 @@
  *  frames; what a core's flow-control backlog, SV_SUB_QUEUED_HIGH and a read per stream, may
  *  release at once): past it the client is taken as one that does not read */
 #define SV_CLIENT_MORE_MAX (8u * 1024u * 1024u)
-/** Per-worker read buffer: one plain TCP read, either side. 256 KiB (issue 13): a bulk relay
+/** Per-worker read buffer: one plain TCP read, either side. 256 KiB: a bulk relay
  *  makes a quarter of the reads, writes and loop turns per GB that 64 KiB made, and carries a
  *  chunk split by a read boundary a quarter as often. */
 #define SV_SCRATCH (256 * 1024)
 /** A client read under transport layers (wrapped bytes, into the sealed buffer): as large as a
- *  plain read (issue 11: a quarter of the reads and writes per GB that 64 KiB made for
+ *  plain read (a quarter of the reads and writes per GB that 64 KiB made for
  *  REALITY). The top layer unwraps into scratch, so under one layer (TLS, REALITY) a read
  *  reaches the protocol in one piece; between two layers it moves in stage pieces
  *  (layer.h SV_CHAIN_STAGE). */
@@ -36,10 +36,10 @@
  *  Shadowsocks 2022 chunk (0xFFFF + tag, PROTOCOLS.md §3.2), the largest of the cores. */
 #define SV_CARRY_MAX (0xFFFF + 16) /* SV_SS22_CARRY_MAX; plane.c checks that they agree */
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
-#define SV_ROUTE_RESOLVERS_MAX 16       /**< issue 13: `dns` route servers a worker serves */
+#define SV_ROUTE_RESOLVERS_MAX 16       /**< `dns` route servers a worker serves */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
 #define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */
-#define SV_TLS_HANDSHAKE_MS 10000       /**< issue 8: a transport handshake (TLS, WebSocket
+#define SV_TLS_HANDSHAKE_MS 10000       /**< a transport handshake (TLS, WebSocket
                                              upgrade ...) not done by then is dropped */
 #define SV_TLS_PLAIN_READ (3 * 16384)   /**< remote read size under transport layers: its
                                              wrapping fits their output queues (SV_TLS_OUT_MAX) */
@@ -52,11 +52,11 @@
 #define SV_LISTEN_BACKLOG 1024          /**< accept queue of each worker's listening socket */
 #define SV_ACCEPT_BATCH 64              /**< accepts per readiness callback (then the loop turns) */
 #define SV_ACCEPT_RETRY_MS 200          /**< a paused worker retries accepting this often */
-#define SV_TRIM_FALL 256                /**< issue 33: the heap is trimmed once the
+#define SV_TRIM_FALL 256                /**< the heap is trimmed once the
                                              connections fell by this many (and by half) */
-#define SV_EVICT_ON_EMFILE 16           /**< issue 33: pre-auth connections closed per accept
+#define SV_EVICT_ON_EMFILE 16           /**< pre-auth connections closed per accept
                                              that failed for lack of descriptors */
-#define SV_PREAUTH_PRESSED_MS 5000      /**< issue 33: under pressure a connection not
+#define SV_PREAUTH_PRESSED_MS 5000      /**< under pressure a connection not
                                              authenticated by then is closed (admission.c) */
 #define SV_ADOPT_WAIT_MS 2000           /**< sv_apply waits this long at most for every worker to
                                              adopt its plane (they do within a loop turn) */

@@ -1,5 +1,5 @@
 /*
- * The fleet-wide device limit on Redis (issue 12; XrayR GlobalDeviceLimitConfig, soga
+ * The fleet-wide device limit on Redis (XrayR GlobalDeviceLimitConfig, soga
  * redis_enable). One client per worker, on the worker's loop (hiredis async with its libuv
  * adapter: no blocking call on a worker; the host is an IP literal, so connecting resolves
  * nothing).

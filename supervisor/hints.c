@@ -115,7 +115,7 @@ void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
     uint8_t ip[16];
     if (sv_iphints_put(&l->hints, client, now, idx, h->principals[idx]) == 0 && !known &&
         sv_iphints_ip_key(client, ip))
-        share_hint(l, ip, idx); /* new here: new to the other workers too (issue 13) */
+        share_hint(l, ip, idx); /* new here: new to the other workers too */
 }
 
 /* Does @p e still name the user at its index of the handler @p arg? */

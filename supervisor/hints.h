@@ -8,7 +8,7 @@
 
 #include "supervisor/shared.h"
 
-/* ---- hints across a restart (issue 13: sv_hints_export, sv_hints_import) ------------------- */
+/* ---- hints across a restart (sv_hints_export, sv_hints_import) ------------------- */
 
 /** Where the workers add their hints for sv_hints_export(): shared by the caller and each
  *  message posted, freed by the last reference (sv__hints_release). */
@@ -34,7 +34,7 @@ typedef struct sv_hint_row {
 struct sv_hints_in {
     _Atomic unsigned refs;
     size_t n;
-    bool matched; /**< just matched on another worker (issue 13): each row's user also moves to
+    bool matched; /**< just matched on another worker: each row's user also moves to
                        the front of the listener's order, as a match there would move it */
     sv_hint_row rows[];
 };
@@ -57,7 +57,7 @@ void sv__hints_release(sv_hints_out *out, sv_hints_in *in);
 
 
 /**
- * How a new client of @p l served by @p h is identified (issue 13): *@p hint is the index in
+ * How a new client of @p l served by @p h is identified: *@p hint is the index in
  * @p h of the user who last authenticated from @p client's IP on this worker (-1: none, or that
  * user is no longer at that index), *@p order the worker's most recently matched order of @p h's
  * users (built at the first use after a handler swap; NULL when @p h is not the listener's
@@ -69,7 +69,7 @@ void sv__wl_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
 void sv__wl_dgram_guide(sv_wlistener *l, const sv_handler *h, const struct sockaddr *client,
                         sv_dgram_guide *g);
 
-/** User @p idx of @p h authenticated from @p client on @p l: remember it for the IP (issue 13),
+/** User @p idx of @p h authenticated from @p client on @p l: remember it for the IP,
  *  when @p h is still @p l's handler; when that is new to @p l's table (a new IP, another user
  *  of the IP, or an expired entry), tell the same listener of every other worker
  *  (sv_shared.peers: an SV_MSG_HINTS_IMPORT of one row, `matched`). A refresh stays local, so
@@ -79,7 +79,7 @@ void sv__wl_learn(sv_wlistener *l, const sv_handler *h, const struct sockaddr *c
 /**
  * @p l has a new handler: forget the hints whose user is not at the same index in it (the same
  * principal), so that every hint's principal is one the handler holds and no freed principal's
- * address can come back as another user's (issue 13). Worker thread. (hints.c)
+ * address can come back as another user's. Worker thread. (hints.c)
  */
 void sv__wl_swapped(sv_wlistener *l);
 

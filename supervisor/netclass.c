@@ -1,4 +1,4 @@
-/* Internal destinations and the node's own addresses (netclass.h; issue 15). */
+/* Internal destinations and the node's own addresses (netclass.h). */
 #include "config.h"
 
 #include <arpa/inet.h>

@@ -1,5 +1,5 @@
 /*
- * Internal destinations (issue 15, "Proxy users can reach the node itself"): the address classes
+ * Internal destinations ("Proxy users can reach the node itself"): the address classes
  * a user's flow may not reach by default (loopback, private, link-local, shared, unspecified,
  * multicast, reserved and broadcast, also in IPv6 forms that embed an IPv4 address), and the
  * set of the node's own addresses. The classification and the refusal rule are pure; only
@@ -48,7 +48,7 @@ bool sv_ip16_from_sockaddr(const struct sockaddr *sa, sv_ip16 *out);
 
 /**
  * The node's own addresses: immutable once built, reference-counted, shared by the workers
- * (issue 15: "the node's own addresses" are refused like the internal classes).
+ * ("the node's own addresses" are refused like the internal classes).
  */
 typedef struct sv_addrset {
     _Atomic int refs;
@@ -82,7 +82,7 @@ bool sv_addrset_equal(const sv_addrset *a, const sv_addrset *b);
 int sv_addrset_from_host(const char *const *extra, size_t n_extra, sv_addrset **out);
 
 /**
- * The connector's rule (issue 15): may a user flow dial @p ip? It may not when it is internal
+ * The connector's rule: may a user flow dial @p ip? It may not when it is internal
  * (sv_addr_classify() is not SV_ADDR_PUBLIC) or one of the node's own addresses (@p own, may
  * be NULL), unless the node allows private destinations (`allow_private`) or the route rule
  * that chose the outbound named the destination itself (sv_decision.names_dest).

@@ -46,7 +46,7 @@ typedef struct sv_handler {
     sv_principal **principals; /**< one reference per user, indexed like the credential table */
     size_t n_users;
     sv_replay_ref *replay;
-    bool allow_private; /**< sv_inbound_spec.allow_private (issue 15) */
+    bool allow_private; /**< sv_inbound_spec.allow_private */
     sv_tls_ctx *tls;    /**< the inbound's TLS context (a reference), or NULL: plain TCP */
     sv_ws_conf *ws;     /**< the inbound's WebSocket or HTTPUpgrade settings, or NULL: none */
     sv_reality_conf *reality; /**< the inbound's REALITY settings and certificate, or NULL */
@@ -64,7 +64,7 @@ typedef struct sv_target {
     char id[SV_TAG_MAX + 16]; /**< "tag@vN" */
     char tag[SV_TAG_MAX + 1];
     uint64_t version; /**< per tag, from 1 (seed 001 OutboundId); 0 = the supervisor's own */
-    sv_socket_policy sock; /**< its outbound's socket policy (issue 13); zero = none */
+    sv_socket_policy sock; /**< its outbound's socket policy; zero = none */
     /** The version's closed token (seed 000 "Guarded"): set once by a Close drain
      *  (sv_target_close, control loop), read by every dial on it that completes
      *  (sv__flow_opened, workers) */
@@ -104,7 +104,7 @@ void sv__order_free(struct sv_order *o);
 /** User @p i of order @p o matched: it goes first. */
 void sv__order_touch(struct sv_order *o, size_t i);
 
-/** What a new handler replaces (issue 13): the listener's running handler and the running
+/** What a new handler replaces: the listener's running handler and the running
  *  spec's user set it was built from (both borrowed). */
 typedef struct sv_handler_was {
     const sv_handler *handler;
@@ -118,7 +118,7 @@ typedef struct sv_handler_was {
  * @param was  NULL, or the handler this one replaces: a user of @p users with the same id and
  *             secret in @p was's set (same set tag) keeps its principal there, and the core
  *             copies what it derived for it (creds_new_from), so a reload that changes one user
- *             of 50 000 derives one (issue 13 "Scale benchmarks")
+ *             of 50 000 derives one
  * @return a handler with one reference, or NULL with @p err set (out of memory, or a user set
  *         the protocol refuses, e.g. two Trojan users with one password).
  */

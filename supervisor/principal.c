@@ -23,8 +23,8 @@
 #define BUCKETS_MIN 1024u
 #define CHUNK_SLOTS 1024u
 
-/* Principals come from chunks of CHUNK_SLOTS slots (a malloc block each was 64 bytes for 48,
- * issue 13 "Limits that refuse real panels"; a principal is now 32): a freed slot goes on a free
+/* Principals come from chunks of CHUNK_SLOTS slots (a malloc block each was 64 bytes for 48;
+ * a principal is now 32): a freed slot goes on a free
  * list (poisoned under ASan, so a use after the last unref is still caught), slots past `used`
  * are not touched yet, and all chunks are freed when the last principal is. */
 typedef struct chunk {
@@ -146,7 +146,7 @@ static sv_principal *reg_insert(const sv_user *user, uint64_t fp)
 
 /* SHA-256, fetched once per process (an implicit fetch per user doubled the cost of building a
  * handler of many users), and one digest context reused under reg_mu (a context per user was a
- * tenth of an apply of 50 000 users, issue 13). Kept for the process's life. */
+ * tenth of an apply of 50 000 users). Kept for the process's life. */
 static EVP_MD *sha256_fetched;
 static EVP_MD_CTX *sha256_ctx;
 static void sha256_fetch(void)

@@ -1,5 +1,5 @@
 /*
- * Principals (issue 8 "Principals"): who a connection acts for, shared by every inbound's handler.
+ * Principals: who a connection acts for, shared by every inbound's handler.
  * One registry per process maps (user set, user id, secret) to a reference-counted principal;
  * handlers hold a reference per user they admit, connections one for their lifetime. Building a
  * handler for an edited user set finds the unchanged users' principals and reuses them, so a
@@ -16,8 +16,8 @@
 
 typedef struct sv_principal sv_principal;
 
-/* 32 bytes: a node may hold SV_USERS_MAX of them (issue 13 "Limits that refuse real panels":
- * at most 200 bytes of RSS per idle user in all). */
+/* 32 bytes: a node may hold SV_USERS_MAX of them
+ * (at most 200 bytes of RSS per idle user in all). */
 struct sv_principal {
     _Atomic int refs;
     _Atomic uint32_t device_limit;  /**< sv_user.device_limit, updated in place (0 = unlimited) */
@@ -37,7 +37,7 @@ sv_principal *sv_principal_acquire(const char *set, const sv_user *user);
 
 /**
  * Take one more reference on @p p for @p user, known by the caller to be the same user with the
- * same secret as @p p's (issue 13: a handler rebuilt for a reload keeps its unchanged users'
+ * same secret as @p p's (a handler rebuilt for a reload keeps its unchanged users'
  * principals without a digest each); the device limit is updated to @p user's as
  * sv_principal_acquire() does. @return @p p.
  */

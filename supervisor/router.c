@@ -17,8 +17,8 @@
  * Destination choices: a domain destination matches CIDR rules only when its text is an IP
  * literal ("10.0.0.1", "::1"); an IP destination never matches domain rules (only the sniffed
  * name can). Missing fields (no destination, no source, no inbound) never match.
- * A decision also says whether the rule matched through a destination matcher (names_dest,
- * issue 15): those are tried first in each rule, the others only when none of them matches.
+ * A decision also says whether the rule matched through a destination matcher (names_dest):
+ * those are tried first in each rule, the others only when none of them matches.
  */
 #include "supervisor/router.h"
 
@@ -645,7 +645,7 @@ static bool rt_name_matches(const rt_rule *rr, const char *name)
 enum rt_hit { RT_MISS = 0, RT_HIT_DEST, RT_HIT_OTHER };
 
 /* An IP destination's literal ("" for a name), formatted once per decision and only for a rule
- * with regexes (issue 12: audit regexes see the IP literal; no cost per datagram otherwise). */
+ * with regexes (audit regexes see the IP literal; no cost per datagram otherwise). */
 static const char *rt_ip_text(rt_target *t)
 {
     const sv_dest *d = t->q->dest;

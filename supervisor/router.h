@@ -29,11 +29,11 @@ typedef struct sv_route_query {
 
 /**
  * The outcome: a slot, the index of the rule that matched (-1 = the default route), and whether
- * that rule named the requested destination itself (issue 15: such a rule lets a flow reach an
+ * that rule named the requested destination itself (such a rule lets a flow reach an
  * internal address, see sv_dest_refused()): one of its domain, domain_suffix, domain_keyword or
  * regex matchers matched the destination's name, or one of its cidr matchers its IP. A rule
  * that matched only on port, network, inbound, source or the sniffed name does not name it.
- * dns_server is the matching rule's (issue 13, a panel `dns` route): the server that resolves
+ * dns_server is the matching rule's (a panel `dns` route): the server that resolves
  * the flow's name, owned by the routes; NULL = the workers' resolver. A rule with a dns_server
  * never names the destination: it changes how a name resolves, not what may be reached.
  */
@@ -66,14 +66,14 @@ const char *sv_routes_slot_tag(const sv_routes *r, size_t slot);
  * except one PCRE2 match-data block per thread on that thread's first regex match.
  * Matching: domain names ignore ASCII case and one trailing dot, and q->sniffed is tried as a
  * second name (regexes too, searched unanchored and caseless; regexes also in an IP
- * destination's literal, "1.2.3.4" or "::1", issue 12: no port in any of them); a domain destination matches
+ * destination's literal, "1.2.3.4" or "::1", no port in any of them); a domain destination matches
  * CIDR rules only when its text is an IP literal; an IPv4-mapped IPv6 address matches as IPv4;
  * a missing field (dest, source, inbound) never matches.
  */
 sv_decision sv_routes_decide(const sv_routes *r, const sv_route_query *q);
 
 /**
- * Is rule @p rule (an sv_decision.rule; -1 = the default) an audit rule (issue 12)?
+ * Is rule @p rule (an sv_decision.rule; -1 = the default) an audit rule?
  * @param id  receives its audit_id when it is
  */
 bool sv_routes_rule_audit(const sv_routes *r, int rule, int64_t *id);

@@ -1,6 +1,6 @@
 /*
- * Full trial-decryption scans off the worker loops (issue 13 "Shadowsocks AEAD with many
- * users", the junk part; runtime.h "full scans off the worker loop"). A scan is a uv_work_t on
+ * Full trial-decryption scans off the worker loops (junk sent to a
+ * Shadowsocks port of many users; scan.h). A scan is a uv_work_t on
  * its worker's loop: the pool thread waits for the process's one scan slot (scan_run_mu), then
  * for budget credit, scans, and is charged the thread CPU time it measured; the answer comes
  * back on the loop. The job holds a handler reference (the keyring it reads) and a copy of the

@@ -1,5 +1,5 @@
 /*
- * Full trial-decryption scans off the worker loops (scan.c; issue 13 "junk"), within one
+ * Full trial-decryption scans off the worker loops (scan.c), within one
  * process-wide CPU budget.
  */
 #ifndef SV_SCAN_H
@@ -7,7 +7,7 @@
 
 #include "supervisor/shared.h"
 
-/* ---- full scans off the worker loop (issue 13 "junk", scan.c) ------------------------------
+/* ---- full scans off the worker loop (scan.c) ------------------------------
  * A trial decryption tries SV_SS_GUESSES keys on the loop (the hint, then the most recently
  * matched); the rest of the keyring is scanned on libuv's thread pool, one scan at a time for
  * the process, paced by a CPU budget (SV_SCAN_RATE_NS per second, sv_scan_budget). A scan that

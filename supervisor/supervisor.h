@@ -27,12 +27,12 @@
 /** Limits (seed-derived or chosen, checked by validation). */
 #define SV_TAG_MAX 64             /**< bytes in any tag */
 #define SV_SECRET_MAX 256         /**< bytes in a user's secret */
-#define SV_USERS_MAX 1000000      /**< users in one user set (issue 13: large panels) */
+#define SV_USERS_MAX 1000000      /**< users in one user set (large panels) */
 #define SV_RULES_MAX 4096         /**< route rules */
 #define SV_MATCHERS_MAX 65536     /**< matchers in one rule */
 
 /**
- * What happens to live flows when what they stand on goes (seed 001 "policies", issue 12):
+ * What happens to live flows when what they stand on goes (seed 001 "policies"):
  *  - user removal: sessions of a principal an inbound no longer admits (removed from its user
  *    set, or its credentials changed); default Close;
  *  - drain: flows opened on an outbound version that an apply replaced or removed; default Keep.
@@ -70,26 +70,26 @@ typedef struct sv_user_set {
     size_t n_users;
     /** NULL (each label and secret is its own malloc block), or one block holding every user's
      *  label and secret, freed as a whole by sv_user_set_free (sv_user_set_clone and the agent
-     *  pack them: a malloc block per secret was a tenth of the memory per user, issue 13) */
+     *  pack them: a malloc block per secret was a tenth of the memory per user) */
     char *strings;
 } sv_user_set;
 
 enum sv_inbound_protocol {
     SV_INBOUND_SHADOWSOCKS = 1,
     SV_INBOUND_TROJAN,
-    SV_INBOUND_VLESS, /**< issue 9: VLESS, no flow (PROTOCOLS.md §5); TLS optional */
-    SV_INBOUND_VMESS, /**< issue 9: VMess AEAD, alterId 0 (PROTOCOLS.md §6); TLS optional */
-    SV_INBOUND_SS2022, /**< issue 10: Shadowsocks 2022 (PROTOCOLS.md §3), TCP; ss_cipher 2022 */
+    SV_INBOUND_VLESS, /**< VLESS, no flow (PROTOCOLS.md §5); TLS optional */
+    SV_INBOUND_VMESS, /**< VMess AEAD, alterId 0 (PROTOCOLS.md §6); TLS optional */
+    SV_INBOUND_SS2022, /**< Shadowsocks 2022 (PROTOCOLS.md §3), TCP; ss_cipher 2022 */
 };
 
-/** Where an inbound's TLS certificate comes from (issue 8, agent config "cert"). */
+/** Where an inbound's TLS certificate comes from (agent config "cert"). */
 enum sv_cert_source {
     SV_CERT_NONE = 0, /**< no TLS */
     SV_CERT_FILE,     /**< PEM chain and key read from cert_file / key_file */
     SV_CERT_SELF,     /**< a self-signed pair for server_name, made when the inbound starts */
 };
 
-/** TLS settings of an inbound (issue 8 "TLS"). ALPN offered: "http/1.1". */
+/** TLS settings of an inbound. ALPN offered: "http/1.1". */
 typedef struct sv_inbound_tls {
     enum sv_cert_source cert;
     char *cert_file;   /**< SV_CERT_FILE: path of the PEM certificate chain, leaf first */
@@ -100,8 +100,8 @@ typedef struct sv_inbound_tls {
 /** Longest WebSocket path or Host an inbound takes (as the WebSocket layer's SV_WS_PATH_MAX). */
 #define SV_INBOUND_WS_TEXT_MAX 256
 
-/** WebSocket transport of an inbound (issue 9, PROTOCOLS.md §8), or HTTPUpgrade (issue 10,
- *  PROTOCOLS-2.md §4): on when path is set. */
+/** WebSocket transport of an inbound (PROTOCOLS.md §8), or HTTPUpgrade
+ * (PROTOCOLS-2.md §4): on when path is set. */
 typedef struct sv_inbound_ws {
     char *path; /**< the upgrade path, starting with '/' (a "?ed=N" query is ignored); NULL =
                      no WebSocket */
@@ -115,14 +115,14 @@ typedef struct sv_inbound_ws {
 /** Longest gRPC service name an inbound takes (as the gRPC core's SV_GRPC_SERVICE_MAX). */
 #define SV_GRPC_SERVICE_NAME_MAX 256
 
-/** gRPC transport of an inbound (issue 10, PROTOCOLS-2.md §3): on when service_name is set. */
+/** gRPC transport of an inbound (PROTOCOLS-2.md §3): on when service_name is set. */
 typedef struct sv_inbound_grpc {
     char *service_name; /**< the panel's networkSettings.serviceName: `/<name>/Tun` and
                              `/<name>/TunMulti` are served (a name starting with '/' is a
                              custom path, §3.1); NULL = no gRPC */
 } sv_inbound_grpc;
 
-/** REALITY under a VLESS or Trojan inbound (issue 11, PROTOCOLS-2.md §1): on when private_key
+/** REALITY under a VLESS or Trojan inbound (PROTOCOLS-2.md §1): on when private_key
  *  is set.
  *  The target site, which gets every client that is not a valid REALITY client byte for byte,
  *  is the inbound's fallback (required then). */
@@ -131,8 +131,8 @@ typedef struct sv_inbound_reality {
     char *short_ids;    /**< comma-separated hex short ids, each at most 16 digits, even count;
                              NULL or "" = the all-zero id only */
     char *server_names; /**< comma-separated SNI values clients must send (exact match) */
-    uint64_t max_time_diff_ms; /**< largest |now - client time|; 0 = 120 s (issue 33:
-                                    SV_REALITY_TIME_DIFF_DEFAULT_MS); a hello replayed within
+    uint64_t max_time_diff_ms; /**< largest |now - client time|; 0 = 120 s
+                                    (SV_REALITY_TIME_DIFF_DEFAULT_MS); a hello replayed within
                                     it goes to the target */
     uint32_t min_client_ver;   /**< lowest client version accepted, x.y.z as the 24-bit
                                     x << 16 | y << 8 | z (§1.1); 0 = no bound */
@@ -151,7 +151,7 @@ enum sv_ss_cipher {
     SV_SS_AES_128_GCM = 1,
     SV_SS_AES_256_GCM,
     SV_SS_CHACHA20_POLY1305,
-    SV_SS_2022_AES_128_GCM,        /**< issue 10: 2022-blake3-aes-128-gcm (PROTOCOLS.md §3.1) */
+    SV_SS_2022_AES_128_GCM,        /**< 2022-blake3-aes-128-gcm (PROTOCOLS.md §3.1) */
     SV_SS_2022_AES_256_GCM,        /**< 2022-blake3-aes-256-gcm */
     SV_SS_2022_CHACHA20_POLY1305,  /**< 2022-blake3-chacha20-poly1305 (single user: no EIH) */
 };
@@ -176,20 +176,20 @@ typedef struct sv_inbound_spec {
                                             the PSK. A user's key is the first 16/32 bytes of
                                             its secret (Xboard's uuidToBase64) */
     char *users;                       /**< user set tag; required for Shadowsocks */
-    bool allow_private;                /**< issue 15: its users' flows may reach internal
+    bool allow_private;                /**< its users' flows may reach internal
                                             destinations (loopback, private, link-local ...
                                             and the node's own addresses); default false */
     sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan,
                                             optional for VLESS and VMess */
     char *fallback;                    /**< Trojan, VLESS: "HOST:PORT" that gets every client
-                                            which is not a valid request (issue 8); NULL =
+                                            which is not a valid request; NULL =
                                             Trojan answers 404, VLESS drains */
-    sv_inbound_ws ws;                  /**< WebSocket over TCP or TLS (Trojan; issue 9) */
+    sv_inbound_ws ws;                  /**< WebSocket over TCP or TLS (Trojan) */
     sv_policy user_removal;            /**< overrides sv_spec.user_removal (DEFAULT: the
                                             spec's); not part of the inbound's equality */
-    sv_inbound_grpc grpc;              /**< gRPC over TCP or TLS (Trojan, VLESS, VMess; issue 10) */
+    sv_inbound_grpc grpc;              /**< gRPC over TCP or TLS (Trojan, VLESS, VMess) */
     sv_inbound_reality reality;        /**< REALITY instead of TLS (VLESS or Trojan, on TCP or
-                                            under gRPC; issue 11) */
+                                            under gRPC) */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {
@@ -202,7 +202,7 @@ enum sv_outbound_kind {
 #define SV_KEEPALIVE_COUNT_MAX 127u     /**< largest keepalive probe count (Linux) */
 
 /**
- * The socket policy of a direct outbound (issue 13 "Socket policy", seed 001 "socket 策略"):
+ * The socket policy of a direct outbound (seed 001 "socket 策略"):
  * applied to every socket it opens, after creation and before bind/connect. A plain value;
  * all zero = no policy (today's sockets: TCP_NODELAY on, no bind, no keepalive).
  */
@@ -225,7 +225,7 @@ bool sv_socket_policy_equal(const sv_socket_policy *a, const sv_socket_policy *b
 typedef struct sv_outbound_spec {
     char *tag;
     enum sv_outbound_kind kind;
-    sv_socket_policy socket; /**< direct only (issue 13); a change rebuilds the outbound */
+    sv_socket_policy socket; /**< direct only; a change rebuilds the outbound */
     sv_policy drain; /**< overrides sv_spec.drain for this tag's replaced versions (DEFAULT: the
                           spec's); not part of the outbound's equality (no rebuild) */
 } sv_outbound_spec;
@@ -250,7 +250,7 @@ enum sv_match_kind {
     SV_MATCH_SOURCE_CIDR,    /**< cidr: client source IP */
     SV_MATCH_REGEX,          /**< text: a PCRE2 pattern searched (unanchored, caseless) in the
                                   destination name, the sniffed name and an IP destination's
-                                  literal, never the port (issues 3, 12; PANEL.md §1.4) */
+                                  literal, never the port (PANEL.md §1.4) */
 };
 
 typedef struct sv_route_match {
@@ -272,7 +272,7 @@ typedef struct sv_route_rule {
     char **inbounds;
     size_t n_inbounds;
     char *outbound; /**< outbound tag */
-    bool audit;       /**< an audit rule (issue 12: a panel `block` route or SSPanel detect
+    bool audit;       /**< an audit rule (a panel `block` route or SSPanel detect
                            rule): a flow or datagram of a user it matches is recorded once per
                            (inbound, user, audit_id) until sv_take_audit() takes it */
     int64_t audit_id; /**< the panel's rule id, reported with the hit */
@@ -367,10 +367,10 @@ typedef struct sv_supervisor sv_supervisor;
 
 #define SV_FD_RESERVE 128u    /**< descriptors kept for API, DB, panel, DNS, UDP, listeners */
 #define SV_FDS_PER_CONN 2u    /**< a relayed TCP connection: its client and its remote socket */
-#define SV_FDS_PER_SPLICE 4u  /**< issue 11: a kernel-relayed connection's two pipes, more */
+#define SV_FDS_PER_SPLICE 4u  /**< a kernel-relayed connection's two pipes, more */
 #define SV_MAX_CONNECTIONS_MAX (1u << 24) /**< largest max_connections */
 
-/** Address families a name is resolved to and dialled in (issue 13 "DNS" strategy). */
+/** Address families a name is resolved to and dialled in (the `dns` strategy). */
 enum sv_dns_strategy {
     SV_DNS_PREFER_IPV4 = 0, /**< both families, IPv4 first (the default) */
     SV_DNS_PREFER_IPV6,
@@ -383,11 +383,11 @@ enum sv_dns_strategy {
 
 /**
  * Is @p s a DNS server as the config and panel `dns` routes give it: "ip", "ipv4:port" or
- * "[ipv6]:port" (issue 13 "DNS"), port 1..65535, shorter than SV_DNS_SERVER_LEN?
+ * "[ipv6]:port", port 1..65535, shorter than SV_DNS_SERVER_LEN?
  */
 bool sv_dns_server_valid(const char *s);
 
-/** The workers' resolver (issue 13 "DNS"): fixed at start; a plain value (copyable). */
+/** The workers' resolver: fixed at start; a plain value (copyable). */
 typedef struct sv_dns_options {
     char servers[SV_DNS_SERVERS_MAX][SV_DNS_SERVER_LEN]; /**< none: /etc/resolv.conf's */
     unsigned n_servers;
@@ -400,7 +400,7 @@ typedef struct sv_dns_options {
 #define SV_REDIS_PREFIX_LEN 64
 
 /**
- * The fleet-wide device limit on Redis (issue 12; XrayR GlobalDeviceLimitConfig, soga
+ * The fleet-wide device limit on Redis (XrayR GlobalDeviceLimitConfig, soga
  * redis_enable): fixed at start; a plain value (copyable). Key layout (fleet.h): one sorted set
  * per user, key = prefix + the panel's user id in decimal, member = client IP, score = the Unix
  * time (Redis's clock) until which the IP counts.
@@ -420,7 +420,7 @@ typedef struct sv_redis_options {
 typedef struct sv_options {
     unsigned workers;            /**< worker threads; 0 = number of CPUs */
     uint32_t sample_interval_ms; /**< sampler tick; 0 = 1000 */
-    /** TCP connections the process serves at once, one budget for every worker (issue 33): a
+    /** TCP connections the process serves at once, one budget for every worker: a
      * worker accepts while the process is under it; at it, a new connection takes the place
      * of the oldest one not yet authenticated, and with every one authenticated accepting
      * stops until one ends (admission.c). 0 = the default from the descriptor limit,
@@ -428,16 +428,16 @@ typedef struct sv_options {
     uint32_t max_connections;
     sv_dns_options dns; /**< the workers' resolver (zero = resolv.conf, 5 s, prefer_ipv4) */
     /** Node-wide aggregate speed cap, payload bytes/s, shared fairly by the users moving bytes
-     *  (issue 12 `node_speed_limit`); 0 = none. Fixed at start. */
+     *  (`node_speed_limit`); 0 = none. Fixed at start. */
     uint64_t node_speed_limit;
-    sv_redis_options redis; /**< fleet-wide device limit (issue 12); zero = off */
+    sv_redis_options redis; /**< fleet-wide device limit; zero = off */
 } sv_options;
 
 /**
  * The default max_connections of a process allowed @p fd_limit open descriptors (the soft
  * RLIMIT_NOFILE; UINT64_MAX for none): (fd_limit - SV_FD_RESERVE) / SV_FDS_PER_CONN, at least 1
- * and at most SV_MAX_CONNECTIONS_MAX, so that connections alone never exhaust the descriptors
- * (issue 15 "File descriptors run out").
+ * and at most SV_MAX_CONNECTIONS_MAX, so that connections alone never exhaust the descriptors.
+ *
  */
 static inline uint32_t sv_max_connections_default(uint64_t fd_limit)
 {
@@ -449,12 +449,11 @@ static inline uint32_t sv_max_connections_default(uint64_t fd_limit)
 
 /**
  * Whether @p conns TCP connections (SV_FDS_PER_CONN descriptors each) and @p pipes kernel relays
- * (SV_FDS_PER_SPLICE more each, issue 11: Vision's splice(2) pipes) fit in @p fd_cap connections'
+ * (SV_FDS_PER_SPLICE more each: Vision's splice(2) pipes) fit in @p fd_cap connections'
  * worth of descriptors, sv_max_connections_default() for the process's descriptor limit (the
- * process's counts, issue 33). A connection gets its pipes only when they fit with it counted,
+ * process's counts). A connection gets its pipes only when they fit with it counted,
  * and while pipes are held accepting stops when one more connection would not fit: pipes never
- * take the descriptors of a connection the budget was sized for (issue 15 "File descriptors run
- * out"). Pure.
+ * take the descriptors of a connection the budget was sized for. Pure.
  */
 static inline bool sv_fds_fit(uint64_t conns, uint64_t pipes, uint32_t fd_cap)
 {
@@ -486,7 +485,7 @@ void sv_apply_report_free(sv_apply_report *report);
  * Create a supervisor on @p control (the control loop) and start its workers. Nothing listens
  * until the first apply; the plane before it is the empty plane (drops everything, epoch 0).
  * The process's connection budget is fixed here from opts->max_connections and the descriptor
- * limit, and logged once (issues 15, 33).
+ * limit, and logged once.
  * @param out  receives the supervisor, owned by the caller until sv_supervisor_free()
  * @return 0, -ENOMEM, or a libuv error from thread start.
  */
@@ -497,7 +496,7 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
  * A refused spec changes nothing: everything that can fail (also running out of memory) happens
  * in prepare. When the spec publishes a new plane, returns once every worker has adopted it
  * (at most about 2 s), so a kill_where(epoch < sv_epoch()) that follows reaches every flow of
- * an older plane that is registered by then (issue 8). @p spec is copied; the caller keeps it.
+ * an older plane that is registered by then. @p spec is copied; the caller keeps it.
  * @param report  optional; filled on success
  * @param err     optional; on failure holds the seed's text ("duplicate inbound tag x",
  *                "route references unknown outbound y", "inbound x: binding 127.0.0.1:1 failed: ...")
@@ -507,7 +506,7 @@ int sv_apply(sv_supervisor *sv, const sv_spec *spec, const sv_apply_options *opt
              sv_apply_report *report, sv_error *err);
 
 /**
- * sv_apply(), without a copy of @p spec (issue 13: a spec of 1 000 000 users is not held twice):
+ * sv_apply(), without a copy of @p spec (a spec of 1 000 000 users is not held twice):
  * on success the supervisor keeps @p spec's contents as its running spec and zeroes @p spec
  * (freeing it then is a no-op); on failure @p spec is untouched and still the caller's.
  * @return as sv_apply().
@@ -523,7 +522,7 @@ int sv_apply_take(sv_supervisor *sv, sv_spec *spec, const sv_apply_options *opts
 int sv_check(const sv_spec *spec, sv_error *err);
 
 /**
- * Re-read the certificates of every running TLS inbound (issue 8: on SIGHUP and on every panel
+ * Re-read the certificates of every running TLS inbound (on SIGHUP and on every panel
  * sync) and swap in a new context where their content changed. Live connections keep the
  * context they started with; no session is closed. A pair that does not load is refused and the
  * inbound keeps its current certificate. Logs each reload and each refusal itself, a refusal once
@@ -547,7 +546,7 @@ int sv_set_users(sv_supervisor *sv, const char *set_tag, const sv_user *users, s
                  sv_error *err);
 
 /**
- * sv_set_users() of the set @p set->tag that takes @p set instead of copying it (issue 13: the
+ * sv_set_users() of the set @p set->tag that takes @p set instead of copying it (the
  * agent's lowered list of 50 000 users need not be copied once more): @p set is owned by the
  * supervisor on return, whatever the result, and zeroed. Same results.
  */
@@ -555,8 +554,8 @@ int sv_set_users_take(sv_supervisor *sv, sv_user_set *set, sv_error *err);
 
 /**
  * The running user set @p set_tag, in the order it was given (borrowed: valid until the next
- * apply or user edit), or NULL when none runs. The agent lowers a list it shed from it
- * (issue 13).
+ * apply or user edit), or NULL when none runs. The agent lowers a list it shed from it.
+ *
  */
 const sv_user_set *sv_running_user_set(sv_supervisor *sv, const char *set_tag);
 
@@ -604,7 +603,7 @@ typedef struct sv_session_info {
 long sv_sessions(sv_supervisor *sv, sv_session_info **out);
 
 /**
- * The epoch of the newest plane that every worker has adopted (issue 8): each flow opened from
+ * The epoch of the newest plane that every worker has adopted: each flow opened from
  * now on carries at least this epoch. 0 before the first apply. Any thread.
  */
 uint64_t sv_epoch(sv_supervisor *sv);
@@ -619,7 +618,7 @@ uint64_t sv_epoch(sv_supervisor *sv);
  */
 long sv_take_usage(sv_supervisor *sv, sv_usage **out);
 
-/** One audit hit (issue 12 "Audit"): a user's flow or datagram matched an audit rule. */
+/** One audit hit: a user's flow or datagram matched an audit rule. */
 typedef struct sv_audit_hit {
     char inbound[SV_TAG_MAX + 1]; /**< the inbound the flow came in on */
     uint64_t user;                /**< frontend user id */
@@ -649,7 +648,7 @@ typedef struct sv_device_count {
 } sv_device_count;
 
 /**
- * Replace the table of remote device counts used by the device limit (issue 3: a new session
+ * Replace the table of remote device counts used by the device limit (a new session
  * from a new IP is refused when the user's distinct local IPs plus this count reach
  * device_limit). @p v (n entries, copied; a user listed twice keeps the larger count) replaces
  * the whole table; n = 0 clears it. Any thread; readers see the old or the new table, never a mix.
@@ -660,7 +659,7 @@ int sv_set_remote_devices(sv_supervisor *sv, const sv_device_count *v, size_t n)
 /** Sessions refused by the device limit since start (refusals are silent: no log line). */
 uint64_t sv_device_refusals(sv_supervisor *sv);
 
-/** Clients refused before authentication since start (issue 9: a wrong key, a replayed or
+/** Clients refused before authentication since start (a wrong key, a replayed or
  *  stale VMess auth ID, a malformed request; no log line each), by what was done with them. */
 typedef struct sv_refused_counts {
     uint64_t drained;  /**< read and dropped for a random time, then closed (Shadowsocks, VMess) */
@@ -671,7 +670,7 @@ typedef struct sv_refused_counts {
 /** The counts of sv_refused_counts since start. Any thread. */
 sv_refused_counts sv_refused_clients(sv_supervisor *sv);
 
-/** Shadowsocks AEAD trial decryption since start (issue 13): how many ran (one per new TCP
+/** Shadowsocks AEAD trial decryption since start: how many ran (one per new TCP
  *  connection's first chunk, one per UDP datagram, matched or not) and the keys they tried. */
 typedef struct sv_ss_trial_counts {
     uint64_t lookups;
@@ -681,7 +680,7 @@ typedef struct sv_ss_trial_counts {
 /** The counts of sv_ss_trial_counts since start. Any thread. */
 sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv);
 
-/** Full Shadowsocks AEAD scans since start (issue 13 "junk"): the trial decryptions whose first
+/** Full Shadowsocks AEAD scans since start: the trial decryptions whose first
  *  guesses missed, scanned off the worker loops within a CPU budget of half a core. */
 typedef struct sv_ss_scan_counts {
     uint64_t queued;  /**< admitted: they wait for the budget, then run (or their client left) */
@@ -694,7 +693,7 @@ typedef struct sv_ss_scan_counts {
 sv_ss_scan_counts sv_ss_scans(sv_supervisor *sv);
 
 /**
- * A remembered client IP (issue 13 "Shadowsocks AEAD with many users"): the user who last
+ * A remembered client IP: the user who last
  * authenticated from it on an inbound, whose key a trial decryption tries first. What
  * sv_hints_export() gives and sv_hints_import() takes, so that a graceful restart keeps
  * returning clients identified in one trial instead of a full scan each.
@@ -738,7 +737,7 @@ long sv_hints_import(sv_supervisor *sv, const sv_ip_hint *v, size_t n);
 typedef struct sv_vision_direct_counts {
     uint64_t in;  /**< the client's bytes arrive raw under the outer TLS */
     uint64_t out; /**< our bytes go out raw */
-    uint64_t spliced; /**< issue 11: connections then relayed in the kernel (splice(2)) */
+    uint64_t spliced; /**< connections then relayed in the kernel (splice(2)) */
     uint64_t splice_bytes; /**< the payload bytes they moved so, both ways (billed as any) */
     /** connections direct both ways relayed in user space because no pipe could be had: their
      *  worker's descriptor share was full (sv_fds_fit) or pipe2(2) failed */
@@ -753,7 +752,7 @@ sv_vision_direct_counts sv_vision_direct(sv_supervisor *sv);
 #define SV_TURN_BOUNDS_US {100, 500, 1000, 2000, 5000, 20000, 100000}
 
 /** Worker loop turns since start, all workers together, by the CPU time the worker's thread
- *  spent in the turn (issue 13: an established flow waits as long as its worker's turn runs;
+ *  spent in the turn (an established flow waits as long as its worker's turn runs;
  *  CPU time, so the host's scheduling of other processes does not count). */
 typedef struct sv_turn_counts {
     uint64_t le[SV_TURN_BUCKETS + 1]; /**< turns of at most SV_TURN_BOUNDS_US[i]; [last]: the
@@ -765,7 +764,7 @@ typedef struct sv_turn_counts {
 sv_turn_counts sv_worker_turns(sv_supervisor *sv);
 
 /** Why a flow (a dialed connection, a sub-flow of a multiplexed connection, a UDP sub-link)
- *  ended (issue 24): its close says so at debug level and /metrics counts closes by reason
+ *  ended: its close says so at debug level and /metrics counts closes by reason
  *  (katana_flow_closes_total{reason=sv_close_reason_name()}). */
 typedef enum sv_close_reason {
     SV_CLOSE_END,      /**< "end": its ends finished it in order (both EOFs, the client's End
@@ -808,7 +807,7 @@ typedef struct sv_flow_info {
     char source[64];      /**< client "ip:port" */
     char destination[300]; /**< requested "host:port" */
     char sniffed[256];    /**< host name sniffed from the first client bytes (TLS SNI, HTTP
-                               Host; issue 9), routed on but not dialled; "" when none */
+                               Host), routed on but not dialled; "" when none */
     enum sv_network network;
     char outbound[SV_TAG_MAX + 16]; /**< "tag@vN" */
     int rule;             /**< index of the matching rule, -1 = default route */

@@ -8,7 +8,7 @@
 #include "supervisor/shared.h"
 
 /**
- * A datagram source carried inside a stream (issue 8: Trojan UDP ASSOCIATE; later VLESS, VMess,
+ * A datagram source carried inside a stream (Trojan UDP ASSOCIATE; later VLESS, VMess,
  * Mux): where the UDP fan-out sends the replies of an association it does not own the socket of.
  */
 typedef struct sv_dgram_source {
@@ -28,7 +28,7 @@ typedef struct sv_assoc sv_assoc;
  * connection's session @p sess (which must outlive it: @p src->released says when it may go),
  * routes, refuses and bills each datagram like Shadowsocks UDP, and sends replies to @p src.
  * @param l       the connection's listener (it outlives the connection): its current handler's
- *                allow_private decides each datagram (issue 15)
+ *                allow_private decides each datagram
  * @param client  the connection's peer (the route's source)
  * @return the association, or NULL on allocation failure.
  */
@@ -37,7 +37,7 @@ sv_assoc *sv__assoc_open_in_stream(sv_worker *w, const sv_wlistener *l, sv_handl
                                    const struct sockaddr *client, const sv_dgram_source *src,
                                    void *ctx);
 /**
- * XUDP (issue 10, PROTOCOLS-2.md §5.3 item 3): the association of a Mux.Cool UDP session whose
+ * XUDP (PROTOCOLS-2.md §5.3 item 3): the association of a Mux.Cool UDP session whose
  * New frame carried GlobalID @p gid (8 bytes). All zeros: a new association, as
  * sv__assoc_open_in_stream(). Otherwise the worker's table (xudp.h) is asked for (@p l, user of
  * @p p, @p gid): a detached association, or one another sub-flow carries (that owner's

@@ -17,7 +17,7 @@
  *     protocol, cipher, user set present), outbounds (kind, socket policy), user sets
  *     (count, then per user:
  *     duplicate id, secret, secret shared with an earlier user — a secret names its user, so two
- *     users with one secret would be told apart by nothing; issue 15), route (rule count, then
+ *     users with one secret would be told apart by nothing), route (rule count, then
  *     per rule: matcher count, dns server, each matcher), policies.
  * Rule and matcher numbers in texts are 0-based indexes, like sv_flow_info.rule.
  */
@@ -325,7 +325,7 @@ static bool cipher_known(enum sv_ss_cipher c)
     return c == SV_SS_AES_128_GCM || c == SV_SS_AES_256_GCM || c == SV_SS_CHACHA20_POLY1305;
 }
 
-/* WebSocket settings (issue 9, PROTOCOLS.md §8.1): a path that starts with '/', printable
+/* WebSocket settings (PROTOCOLS.md §8.1): a path that starts with '/', printable
  * ASCII without spaces, and an optional Host of the same kind, each at most
  * SV_INBOUND_WS_TEXT_MAX bytes. */
 static bool ws_text_ok(const char *s)
@@ -361,7 +361,7 @@ static int check_ws(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
-/* gRPC (issue 10, PROTOCOLS-2.md §3): a service name of printable characters without spaces
+/* gRPC (PROTOCOLS-2.md §3): a service name of printable characters without spaces
  * (a custom path starts with '/'), not together with WebSocket. */
 static int check_grpc(const sv_inbound_spec *in, sv_error *err)
 {
@@ -380,7 +380,7 @@ static int check_grpc(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
-/* The inbounds whose protocol runs inside a stream (issue 8, 9): a user set, UDP only inside
+/* The inbounds whose protocol runs inside a stream: a user set, UDP only inside
  * the stream, a certificate (required when @p tls_required, else optional), WebSocket settings
  * as check_ws, and a fallback that parses as HOST:PORT where @p fallback_served, else none.
  * @p name is the protocol's name in the error texts. */
@@ -417,9 +417,9 @@ static int check_stream_inbound(const sv_inbound_spec *in, const char *name, boo
 
 static int check_reality(const sv_inbound_spec *in, sv_error *err);
 
-/* Trojan (issue 8): over TLS, with an optional fallback, or over REALITY (issue 11: PANEL.md
- * §1.4, tls 2). VLESS (issue 9): TLS optional (the UUID travels in clear without it,
- * PROTOCOLS.md §5.4), optional fallback. VMess (issue 9, PROTOCOLS.md §6): TLS optional, no
+/* Trojan: over TLS, with an optional fallback, or over REALITY (PANEL.md
+ * §1.4, tls 2). VLESS: TLS optional (the UUID travels in clear without it,
+ * PROTOCOLS.md §5.4), optional fallback. VMess (PROTOCOLS.md §6): TLS optional, no
  * fallback. */
 static int check_trojan(const sv_inbound_spec *in, sv_error *err)
 {
@@ -461,7 +461,7 @@ static bool name_ok(const char *p, size_t n)
     return n <= 253;
 }
 
-/* REALITY (issue 11, PROTOCOLS-2.md §1.1): a base64url X25519 key of 32 bytes, short ids of at
+/* REALITY (PROTOCOLS-2.md §1.1): a base64url X25519 key of 32 bytes, short ids of at
  * most 16 hex digits (even count), at least one server name, the target as the fallback, xver
  * 0..2, client versions of 24 bits (min not above max); on TCP or under gRPC (§1.6: HTTP/2 with
  * prior knowledge), not with a certificate or WebSocket. */
@@ -474,7 +474,7 @@ static int check_reality(const sv_inbound_spec *in, sv_error *err)
         strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != 43)
         return INVALID(err, "inbound %s: reality private_key must be 32 bytes in base64url",
                        in->tag);
-    /* 42 'A's and a last digit whose 4 data bits are 0: 32 zero bytes (issue 33) */
+    /* 42 'A's and a last digit whose 4 data bits are 0: 32 zero bytes */
     if (strspn(k, "A") >= 42 && strchr("ABCD", k[42]) != NULL)
         return INVALID(err, "inbound %s: reality private_key is all zeros, a key anyone can "
                        "derive the shared secrets of (make one with `xray x25519`)", in->tag);
@@ -519,7 +519,7 @@ static int check_vmess(const sv_inbound_spec *in, sv_error *err)
 }
 
 /* Shadowsocks: a known cipher and a user set; TCP inside WebSocket (check_ws) as the SIP003
- * v2ray-plugin serves it, over TLS only then (issue 9); no fallback. */
+ * v2ray-plugin serves it, over TLS only then; no fallback. */
 static int check_shadowsocks(const sv_inbound_spec *in, sv_error *err)
 {
     if (in->grpc.service_name != NULL)
@@ -548,7 +548,7 @@ static int check_shadowsocks(const sv_inbound_spec *in, sv_error *err)
     return 0;
 }
 
-/* Shadowsocks 2022 (issue 10, PROTOCOLS.md §3): a 2022 method, a user set, and
+/* Shadowsocks 2022 (PROTOCOLS.md §3): a 2022 method, a user set, and
  * a server key (base64 of the method's key length) unless the inbound has one user. */
 static size_t ss2022_key_len(enum sv_ss_cipher c)
 {
@@ -643,7 +643,7 @@ static bool ifname_valid(const char *name)
     return true;
 }
 
-/* Issue 13 "Socket policy": what can be told without the host (prepare checks the host:
+/* what can be told without the host (prepare checks the host:
  * sv_socket_policy_check). */
 static int check_socket_policy(const sv_outbound_spec *out, sv_error *err)
 {

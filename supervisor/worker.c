@@ -3,10 +3,10 @@
  * (bound by the control loop in prepare), so a connection lives on one worker from accept to
  * close. The control loop talks to a worker only by message (DESIGN.md "Threads and loops").
  *
- * Accepting (issue 15 "File descriptors run out"): the worker polls each listening socket and
+ * Accepting: the worker polls each listening socket and
  * calls accept4 itself, so that it can stop. It pauses every listener when accept fails for lack
  * of descriptors or memory, or when the process has no room (sv__admit_room, admission.c:
- * max_connections, shared->conn_cap, one budget for all workers (issue 33), or the descriptors
+ * max_connections, shared->conn_cap, one budget for all workers, or the descriptors
  * once kernel relays hold pipes, shared->fd_cap, and no connection before authentication to
  * make room); connections then wait in the kernel's accept queue, nothing is accepted only to
  * be closed. It resumes when one of its connections ends or, at the latest, on the next retry
@@ -149,7 +149,7 @@ static bool accept_error_is_transient(int err)
 
 /* Readiness of a listening socket: accept up to SV_ACCEPT_BATCH connections. Running out of
  * descriptors or memory, the cap, or any other failure pauses the worker: no error is ever
- * retried in a loop (issue 15). */
+ * retried in a loop. */
 static void on_acceptable(uv_poll_t *p, int status, int events)
 {
     sv_wlistener *l = p->data;
@@ -353,7 +353,7 @@ static void on_async(uv_async_t *a)
         handle_msg(w, m);
         free(m);
     }
-    sv__admit_asked(w); /* issue 33: other workers need room */
+    sv__admit_asked(w); /* other workers need room */
     if (atomic_exchange(&w->flags_set, false)) {
         sv__conn_scan_flags(w);
         sv__udp_scan_flags(w);
@@ -366,7 +366,7 @@ static void on_sweep(uv_timer_t *t)
 {
     sv__conn_sweep_idle(t->data);
     sv__admit_tick(t->data);
-    sv__udp_sweep(t->data); /* detached XUDP associations expire (issue 10) */
+    sv__udp_sweep(t->data); /* detached XUDP associations expire */
 }
 
 /* Once per loop turn, before the loop polls: charge the CPU time the thread spent since the

@@ -1,4 +1,4 @@
-/* The XUDP GlobalID table of one worker (issue 10, PROTOCOLS-2.md §5.3). */
+/* The XUDP GlobalID table of one worker (PROTOCOLS-2.md §5.3). */
 #include "config.h"
 
 #include "supervisor/xudp.h"

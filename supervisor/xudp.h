@@ -1,5 +1,5 @@
 /*
- * The XUDP GlobalID table of one worker (issue 10, PROTOCOLS-2.md §5.3 items 3 and 5): which UDP
+ * The XUDP GlobalID table of one worker (PROTOCOLS-2.md §5.3 items 3 and 5): which UDP
  * association carries the XUDP session a client named with an 8-byte GlobalID, so that a New
  * frame with that GlobalID on another Mux.Cool connection re-attaches it (same outbound socket,
  * same port the remote peers talk to) instead of opening a new one.

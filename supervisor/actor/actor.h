@@ -29,7 +29,7 @@ typedef struct file_id {
 } file_id;
 
 /** The last certificate reload refused for a listener: the same files failing the same way are
- *  reported once, not on every sync (issue 8). */
+ *  reported once, not on every sync. */
 typedef struct cert_refusal {
     bool set;
     file_id cert, key;
@@ -67,15 +67,15 @@ struct sv_supervisor {
     uint32_t next_listener_id;
     uv_timer_t *sampler;
     uint64_t last_tick_ns;
-    uint32_t conns_peak;        /**< most TCP connections seen since the last trim (issue 33) */
-    sv_addrset *own_addrs;      /**< the node's own addresses the workers have (issue 15) */
+    uint32_t conns_peak;        /**< most TCP connections seen since the last trim */
+    sv_addrset *own_addrs;      /**< the node's own addresses the workers have */
     uint64_t own_addrs_read_ns; /**< when they were last read (uv_hrtime) */
     bool own_addrs_failing;     /**< the last read failed (logged once per episode) */
     sv_list graces;             /**< pending CloseAfter timers (grace_timer), ended at shutdown */
     bool shut;
 };
 
-/** A pending CloseAfter (issue 12, seed 001 "policies") on the control loop: revoke a
+/** A pending CloseAfter (seed 001 "policies") on the control loop: revoke a
  *  listener's sessions of users its current handler no longer admits, or kill the flows of a
  *  drained outbound version. Ended, not waited for, at shutdown. */
 typedef struct grace_timer {
@@ -133,7 +133,7 @@ void sv__post(sv_supervisor *sv, unsigned w, enum sv_msg_kind kind, uint32_t lis
  *  the previous plane is dropped). Needs one message per worker reserved. */
 void sv__publish_plane(sv_supervisor *sv, sv_plane *p);
 
-/** Re-read the node's own addresses (issue 15: the host's interfaces and every inbound's listen
+/** Re-read the node's own addresses (the host's interfaces and every inbound's listen
  *  address) and give the workers the new set when it changed; a failed read keeps the old set,
  *  logged once until a read succeeds again. */
 void sv__own_addrs_refresh(sv_supervisor *sv);

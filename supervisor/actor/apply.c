@@ -4,7 +4,7 @@
  * fail; nothing running is touched) → commit (cannot fail: publish the plane, start/swap/stop
  * listeners, close sessions, keep state) → drains (drains.c). Prepare allocates everything
  * commit needs: the plane, the copy of the spec, room in the listener table and every worker
- * message (the spare list), so commit only sends (issue 8). sv_apply returns once every worker
+ * message (the spare list), so commit only sends. sv_apply returns once every worker
  * has adopted the new plane, so sv_epoch() is a fact. Also the apply report, the speed limits
  * and sv_check.
  */
@@ -202,7 +202,7 @@ int sv__apply(sv_supervisor *sv, const sv_spec *spec, bool adopt, const sv_apply
         goto out;
     bool published = p.plane != NULL;
     commit(sv, &plan, &p);
-    /* issue 8: sv_epoch() is the plane every worker serves new flows with; a drain waits for it,
+    /* sv_epoch() is the plane every worker serves new flows with; a drain waits for it,
      * so no worker opens a new flow on the drained version after it */
     if (published && !sv__epoch_wait(&sv->shared, sv->epoch, SV_ADOPT_WAIT_MS))
         SV_LOG(SV_LOG_WARN, "sv.actor", "epoch %" PRIu64 ": not every worker adopted the plane "

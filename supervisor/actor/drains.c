@@ -1,5 +1,5 @@
 /*
- * The supervisor actor's removal and drain policies (issue 12, seed 001 "policies"): Keep,
+ * The supervisor actor's removal and drain policies (seed 001 "policies"): Keep,
  * Close and CloseAfter for the sessions of users an inbound no longer admits and for the flows
  * of a drained outbound version; CloseAfter's grace timers.
  */

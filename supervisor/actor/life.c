@@ -19,7 +19,7 @@ static void wake_worker(void *ctx, unsigned worker)
     sv_worker_wake(sv->workers[worker]);
 }
 
-/* Issue 33: once the process's connections fell to half their peak since the last trim, and
+/* once the process's connections fell to half their peak since the last trim, and
  * by SV_TRIM_FALL at least, give the freed heap pages back to the kernel (glibc keeps them in
  * each worker thread's arena otherwise: after 5 000 TLS connections closed, RSS stayed at its
  * peak). On the control loop, at most once per sampler tick. */
@@ -77,7 +77,7 @@ static uint64_t fd_limit(void)
     return UINT64_MAX;
 }
 
-/* Issue 33: the connections one of @p workers keeps before authentication, its share of half
+/* the connections one of @p workers keeps before authentication, its share of half
  * of the budget @p total: at least 1. */
 static uint32_t preauth_share(uint32_t total, unsigned workers)
 {
@@ -85,7 +85,7 @@ static uint32_t preauth_share(uint32_t total, unsigned workers)
     return n > 0 ? n : 1;
 }
 
-/* The process's connection budget from max_connections (issue 15; one for every worker, issue
+/* The process's connection budget from max_connections (one for every worker, issue
  * 33); logs it once at start. */
 static uint32_t connection_cap(uint32_t configured, unsigned workers)
 {

@@ -93,7 +93,7 @@ void sv__prepared_free(sv_supervisor *sv, prepared *p, size_t n_outbounds)
 }
 
 /* Targets per outbound: the running one when reused, else a new version; a new one's socket
- * policy is tried on the host first (issue 13: refused at apply, not at the first flow). */
+ * policy is tried on the host first (refused at apply, not at the first flow). */
 static int prepare_outbounds(sv_supervisor *sv, const sv_plan *plan, const sv_spec *spec,
                              prepared *p, sv_error *err)
 {
@@ -160,7 +160,7 @@ static int prepare_routes(sv_supervisor *sv, const sv_plan *plan, const sv_spec 
 }
 
 /*
- * The TLS context inbound @p in needs (issue 8 "TLS"): NULL without TLS; else @p old when its
+ * The TLS context inbound @p in needs: NULL without TLS; else @p old when its
  * certificate and settings are unchanged (files compared by content), or a new one. A new pair
  * that does not load is refused with the reason and the old context stays.
  * @return 0 (unchanged or no TLS: *out is a reference on @p old or NULL), 1 (*out is new), or a
@@ -192,7 +192,7 @@ static int inbound_tls(const sv_inbound_spec *in, sv_tls_ctx *old, sv_tls_ctx **
 
 /* Stage one inbound: a new listener (BIND), or a new handler for a running one when its
  * settings or its users changed. Unchanged inbounds stage nothing. */
-/* What listener @p run's handler was built from (issue 13): the running spec's user set of its
+/* What listener @p run's handler was built from: the running spec's user set of its
  * inbound, the one with its tag. */
 static sv_handler_was handler_was(sv_supervisor *sv, const ctl_listener *run)
 {
@@ -221,7 +221,7 @@ int sv__prepare_inbound(sv_supervisor *sv, const sv_plan *plan, const sv_spec *s
     sv_error terr = {0};
     int rc = inbound_tls(in, old_tls, &tls, &terr);
     if (rc < 0 && old_tls != NULL && !p->certs_only) {
-        /* issue 8: a pair that does not load keeps the running one, and an edit of users or
+        /* a pair that does not load keeps the running one, and an edit of users or
          * settings still applies; sv_reload_certs reports the refusal */
         tls = sv_tls_ctx_ref(old_tls);
         rc = 0;

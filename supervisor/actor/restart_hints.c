@@ -1,5 +1,5 @@
 /*
- * The supervisor actor's client IP hints across a restart (issue 13): sv_hints_export gathers
+ * The supervisor actor's client IP hints across a restart: sv_hints_export gathers
  * every worker's Shadowsocks IP → user hints, sv_hints_import gives them back to the listeners.
  */
 #include "config.h"

@@ -76,7 +76,7 @@ int sv__bind_all(sv_supervisor *sv, staged_listener *s, const sv_inbound_spec *i
     unsigned n = sv->n_workers;
     for (unsigned i = 0; i < n; i++)
         s->tcp_fds[i] = s->udp_fds[i] = -1;
-    /* SO_REUSEPORT would share the port with a stale second katana silently (issue 15) */
+    /* SO_REUSEPORT would share the port with a stale second katana silently */
     struct sockaddr_storage ss;
     socklen_t len;
     char who[128];

@@ -30,7 +30,7 @@ static int edit_users(sv_supervisor *sv, const char *set_tag, const sv_user_set 
         sv_user_set_free(&taken);
         return -ENOENT;
     }
-    /* the running spec without the edited set's users, which are replaced anyway (issue 13: a
+    /* the running spec without the edited set's users, which are replaced anyway (a
      * copy of 50 000 users to be freed was a third of a reload that changes one) */
     sv_spec next;
     sv_user_set *edited = (sv_user_set *)sv_spec_user_set(&sv->running, set_tag);

@@ -1,7 +1,7 @@
 /*
  * The supervisor actor's messages to its workers (seed 001): worker messages allocated ahead
- * so that commit only sends (issue 8), the plane's publication, the listener table (start, swap,
- * revoke, stop on every worker) and the node's own addresses the workers refuse (issue 15).
+ * so that commit only sends, the plane's publication, the listener table (start, swap,
+ * revoke, stop on every worker) and the node's own addresses the workers refuse.
  */
 #include "config.h"
 
@@ -76,8 +76,8 @@ void sv__publish_plane(sv_supervisor *sv, sv_plane *p)
     sv->plane = p;
 }
 
-/* Re-read the node's own addresses (the host's interfaces and every inbound's listen address,
- * issue 15) and give the workers the new set when it changed. A failed read keeps the old set
+/* Re-read the node's own addresses (the host's interfaces and every inbound's listen address)
+ * and give the workers the new set when it changed. A failed read keeps the old set
  * and is logged once until a read succeeds again. */
 void sv__own_addrs_refresh(sv_supervisor *sv)
 {

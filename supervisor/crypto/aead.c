@@ -2,7 +2,7 @@
  * AEAD streams over OpenSSL EVP (PROTOCOLS.md §1.2, §1.3) and the Shadowsocks subkey KDF (§2.2).
  *
  * Costs: the EVP_CIPHER and EVP_KDF objects are fetched once per process. A stream holds its key,
- * not a context (issue 13: 1.2 KB each, two per idle connection): each thread keeps one context per
+ * not a context (1.2 KB each, two per idle connection): each thread keeps one context per
  * cipher and direction, tagged with the keying it holds; a seal/open by the stream that keyed it
  * last only resets the IV (EVP_CipherInit_ex with NULL cipher and key), another one re-keys it
  * first (once per read burst of a connection). Nothing is allocated per chunk.
@@ -361,7 +361,7 @@ void sv_ss_kdf_derive(const sv_ss_kdf *k, const uint8_t *key, uint8_t *out)
 }
 
 /*
- * Subkeys of many master keys under one salt at once (issue 13 never-seen scan): the same HKDF
+ * Subkeys of many master keys under one salt at once (a never-seen client's scan): the same HKDF
  * blocks as sv_ss_kdf_derive(), with one SHA-1 per vector lane (FIPS 180-4 §6.1.2) in GCC vector
  * types, compiled for AVX-512, AVX2 and the baseline and chosen at load (target_clones), so 16
  * subkeys cost about what 2 or 3 cost one by one on SHA-NI (AVX-512; AVX2: about 10).
@@ -538,8 +538,8 @@ void sv_ss_kdf_derive_many(const sv_ss_kdf *k, const uint8_t *const *keys, size_
 }
 
 /*
- * The tag check of a first AEAD (all-zero nonce, no associated data) for trial decryption
- * (issue 13): AES-GCM computed directly with AES-NI and PCLMULQDQ (NIST SP 800-38D §7.2:
+ * The tag check of a first AEAD (all-zero nonce, no associated data) for trial decryption:
+ * AES-GCM computed directly with AES-NI and PCLMULQDQ (NIST SP 800-38D §7.2:
  * H = E(K, 0^128), J0 = nonce | 1, T = E(K, J0) xor GHASH_H(C | pad | [0]64 | [len(C)]64)). An
  * EVP re-key and open costs ~650 ns, most of it provider dispatch; this ~130 ns for a short
  * chunk (the key schedule's latency, mostly). Nothing is decrypted: a match is opened again

@@ -38,14 +38,14 @@ void sv_aead_deinit(sv_aead *a);
 
 /**
  * Change the key of @p a, keyed before by sv_aead_init() for the same cipher and direction, and
- * reset its nonce, for trial decryption over many keys (issue 13); the next open keys the
+ * reset its nonce, for trial decryption over many keys; the next open keys the
  * thread's context once. @return 0, or -EINVAL when @p a was never keyed.
  */
 int sv_aead_rekey(sv_aead *a, const uint8_t *key);
 
 /**
  * Open @p n ciphertext bytes at @p in (tag at in + n) into @p out (n bytes), not in place, so a
- * failure leaves @p in as it was at no cost: trial decryption of a short chunk (issue 13).
+ * failure leaves @p in as it was at no cost: trial decryption of a short chunk.
  * Advances the nonce only on success. @return 0, or -EBADMSG (@p out then holds garbage).
  */
 int sv_aead_open_to(sv_aead *a, const uint8_t *in, size_t n, uint8_t *out);
@@ -73,7 +73,7 @@ int sv_aead_open(sv_aead *a, uint8_t *p, size_t n);
  * Whether the 16-byte tag at @p ct + @p n authenticates the @p n ciphertext bytes at @p ct under
  * @p cipher's @p key, the all-zero nonce and no associated data: a stream's first chunk or a
  * datagram (PROTOCOLS.md §2.3, §2.4). Computes the tag only, decrypts nothing, allocates
- * nothing: a filter for trial decryption over many keys (issue 13), about a tenth of an EVP
+ * nothing: a filter for trial decryption over many keys, about a tenth of an EVP
  * re-key and open for AES-GCM on a CPU with AES-NI and PCLMULQDQ. A match is still to be opened
  * with sv_aead_open() or sv_aead_open_to().
  * @return 1 authentic, 0 not; -ENOTSUP when this CPU or cipher has no such check (open with EVP
@@ -90,7 +90,7 @@ int sv_ss_subkey(const uint8_t *key, size_t len, const uint8_t *salt, uint8_t *o
 /**
  * What HKDF-SHA1 (PROTOCOLS.md §2.2) computes from the salt alone: HKDF-Extract is HMAC keyed
  * with the salt, so its inner and outer SHA1 states after the padded salt block are the same for
- * every candidate key of a trial decryption (issue 13: computed once per connection or datagram,
+ * every candidate key of a trial decryption (computed once per connection or datagram,
  * not once per user). Plain data: copy or discard freely; holds no secret of a user.
  */
 typedef struct sv_ss_kdf {
@@ -120,7 +120,7 @@ void sv_ss_kdf_derive(const sv_ss_kdf *k, const uint8_t *key, uint8_t *out);
  * The subkeys of the @p count master keys @p keys[0..count) (each k->len bytes; count at most
  * SV_SS_KDF_LANES, more are ignored) under @p k's salt into @p out[0..count): the same bytes as
  * sv_ss_kdf_derive() on each, one SHA-1 per vector lane (AVX-512 or AVX2, chosen at load), for
- * trial decryption over many keys (issue 13). Below a few keys, or without those vectors, it
+ * trial decryption over many keys. Below a few keys, or without those vectors, it
  * derives them one by one (cheaper then). Allocates nothing, cannot fail.
  */
 void sv_ss_kdf_derive_many(const sv_ss_kdf *k, const uint8_t *const *keys, size_t count,

@@ -3,8 +3,8 @@
  * hash set with linear probing, load factor at most 1/2.
  *
  * A generation's table grows with its entries (doubling from REPLAY_SLOTS_MIN, rehashed) up to
- * the size `capacity` needs, and starts small again when the generation is retired (issue 13:
- * resident memory follows the salts seen, not 5 MB for every Shadowsocks inbound once a few
+ * the size `capacity` needs, and starts small again when the generation is retired
+ * (resident memory follows the salts seen, not 5 MB for every Shadowsocks inbound once a few
  * thousand connections touched every page of a full-size table).
  *
  * Every slot carries the epoch of the generation that wrote it; a slot whose epoch differs from

@@ -26,7 +26,7 @@ bool sv_replay_add(sv_replay *r, const uint8_t *token, size_t len);
 
 /**
  * The bytes of @p r's two tables: they grow with the tokens of a generation, from 40 KiB each to
- * 80 bytes per token of `capacity` (issue 13: memory follows the salts seen). For tests and
+ * 80 bytes per token of `capacity` (memory follows the salts seen). For tests and
  * measurement.
  */
 size_t sv_replay_bytes(sv_replay *r);

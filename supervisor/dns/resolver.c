@@ -1,5 +1,5 @@
 /*
- * The worker's resolver (issue 13 "DNS"): c-ares driven by uv_poll handles (one per socket
+ * The worker's resolver: c-ares driven by uv_poll handles (one per socket
  * c-ares opens) and one timer, a cache of SV_DNS_CACHE_MAX names in least-recently-used order,
  * and per name one entry that is either a query in flight (with its waiters) or an answer until
  * its expiry (positive: the smallest TTL, at most SV_DNS_TTL_MAX_S; negative: fixed times).

@@ -1,5 +1,5 @@
 /*
- * The worker's asynchronous resolver (issue 13 "DNS"): c-ares on the worker's libuv loop, with a
+ * The worker's asynchronous resolver: c-ares on the worker's libuv loop, with a
  * bounded cache that honours TTLs, negative caching, and one query in flight per name however
  * many flows wait for it. The servers are the configured ones (sv_dns_options) or, when none is
  * configured, those of /etc/resolv.conf. One resolver per worker, used by the direct outbound

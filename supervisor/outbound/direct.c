@@ -2,7 +2,7 @@
  * The direct outbound ("freedom"): a stream dials the requested destination, resolving a name
  * first on the worker's resolver and then trying every address, staggered as Happy Eyeballs v2
  * (RFC 8305 §5: SV_OB_ATTEMPT_DELAY_MS between attempts, families alternating, the next attempt
- * at once when one fails; issue 13); a datagram link is one socket per address family that sends
+ * at once when one fails); a datagram link is one socket per address family that sends
  * to any destination (seed 002 "直连出站的 UDP socket"), holding datagrams to a name in a bounded
  * queue while it resolves. Issue 15: a name that resolves to an internal address is dialled or
  * sent to only when the owner allows it (allow_internal); IP destinations are the connector's to
@@ -39,7 +39,7 @@ static void dest_sockaddr(const sv_dest *d, struct sockaddr_storage *ss)
     }
 }
 
-/* Issue 15: is any address of @p res internal (or the node's own)? Every address counts, not only
+/* is any address of @p res internal (or the node's own)? Every address counts, not only
  * the one used, so a name is judged by all it resolves to. */
 static bool any_internal(const sv_dns_result *res, const sv_addrset *own)
 {
@@ -74,7 +74,7 @@ typedef struct he_attempt {
 } he_attempt;
 
 /* A name's dial: its query, then its attempts. Lives while it dials: once the stream connected
- * or failed, the timer and the other attempts close and it goes (issue 13: an idle connection
+ * or failed, the timer and the other attempts close and it goes (an idle connection
  * keeps only its socket). */
 struct sv_ob_eyeballs {
     sv_ob_stream *s;
@@ -309,7 +309,7 @@ static void on_failed_timer(uv_timer_t *t)
 }
 
 /* Dial the name of s->he, which resolved with @p status (@p res when 0): refused when any
- * address is internal (issue 15), else Happy Eyeballs. A failure is reported by ev->connected
+ * address is internal, else Happy Eyeballs. A failure is reported by ev->connected
  * from the loop, never from inside open. */
 static void he_start(sv_ob_stream *s, int status, const sv_dns_result *res)
 {
@@ -531,7 +531,7 @@ static int direct_dgram_open(sv_ob_dgram *g)
         if (g->env.sock != NULL &&
             (uv_fileno((uv_handle_t *)&g->sock[i], &fd) != 0 ||
              sv_socket_policy_apply(g->env.sock, fd, families[i], false) != 0))
-            continue; /* issue 13: no datagram leaves outside the policy */
+            continue; /* no datagram leaves outside the policy */
         struct sockaddr_storage src; /* the policy's source of this family, else any */
         sv_socket_policy_source(g->env.sock, families[i], &src);
         unsigned flags = families[i] == AF_INET6 ? UV_UDP_IPV6ONLY : 0;
@@ -552,7 +552,7 @@ static void send_to(sv_ob_dgram *g, const struct sockaddr *to, const uint8_t *p,
         g->ev->sent(g->owner, n);
 }
 
-/* A datagram waiting for its name (issue 13), in the link's queue. */
+/* A datagram waiting for its name, in the link's queue. */
 struct sv_ob_held {
     struct sv_ob_held *next;
     uint16_t port;
@@ -562,7 +562,7 @@ struct sv_ob_held {
     uint8_t data[];
 };
 
-/* Send to a resolved name: dropped when any address is internal and not allowed (issue 15), or
+/* Send to a resolved name: dropped when any address is internal and not allowed, or
  * when no address has a socket; else to the first of the strategy's order that has one. */
 static void send_resolved(sv_ob_dgram *g, const sv_dns_result *res, uint16_t port,
                           bool allow_internal, const uint8_t *p, size_t n)

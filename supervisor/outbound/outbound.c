@@ -1,4 +1,4 @@
-/* The table of outbound implementations (issue 8 "Outbounds"): a new outbound adds one entry. */
+/* The table of outbound implementations: a new outbound adds one entry. */
 #include "config.h"
 
 #include "supervisor/outbound/outbound.h"

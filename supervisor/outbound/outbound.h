@@ -1,5 +1,5 @@
 /*
- * The outbound seam (issue 8 "Outbounds", DESIGN.md "The data plane"): what carries a flow once
+ * The outbound seam (DESIGN.md "The data plane"): what carries a flow once
  * the connector has routed it. The connector is route → the target's ops → open; it never asks
  * which kind of outbound it holds.
  *
@@ -31,13 +31,12 @@
 
 typedef struct sv_outbound_ops sv_outbound_ops;
 
-/** Where a link runs: the worker's loop, its current own addresses (issue 15) and its resolver
- *  (issue 13). */
+/** Where a link runs: the worker's loop, its current own addresses and its resolver. */
 typedef struct sv_ob_env {
     uv_loop_t *loop;
     sv_addrset *const *own_addrs; /**< the worker's field: read at each check, may hold NULL */
     sv_resolver *resolver;        /**< the worker's; names are resolved here */
-    /** The outbound's socket policy (issue 13), owned by its target (which the owner holds);
+    /** The outbound's socket policy, owned by its target (which the owner holds);
      *  NULL = none (the operator's fallback). */
     const sv_socket_policy *sock;
 } sv_ob_env;
@@ -60,7 +59,7 @@ int sv_socket_policy_apply(const sv_socket_policy *p, int fd, int family, bool s
 bool sv_socket_policy_source(const sv_socket_policy *p, int family, struct sockaddr_storage *ss);
 
 /**
- * Prepare's host check of outbound @p tag's policy @p p (issue 13: refused at apply, not at the
+ * Prepare's host check of outbound @p tag's policy @p p (refused at apply, not at the
  * first flow): the interface exists, and a scratch TCP socket of each family with a source
  * address (IPv4 when none, IPv6 if IPv4 is unavailable) takes every option and binds to the
  * address.
@@ -97,15 +96,15 @@ typedef struct sv_ob_stream {
     const sv_ob_stream_events *ev;
     void *owner;
     sv_ob_env env;
-    /** A name that resolves to an internal address may be dialled (issue 15: the inbound's
+    /** A name that resolves to an internal address may be dialled (the inbound's
      *  allow_private, a route that named the destination, or the operator's fallback). */
     bool allow_internal;
     bool closing, tcp_inited;
     int pending;  /**< handles and requests in flight */
     uv_tcp_t tcp;           /**< an IP destination's socket, or a name's first attempt */
     uv_tcp_t *sock;         /**< the connected socket: &tcp, or a later attempt's that won */
-    /** A name's resolution and connection attempts (direct.c), only while it dials (issue 13:
-     *  nothing of it stays with an idle connection). The connect and write requests are
+    /** A name's resolution and connection attempts (direct.c), only while it dials
+     * (nothing of it stays with an idle connection). The connect and write requests are
      *  allocated while in flight, for the same reason. */
     struct sv_ob_eyeballs *he;
     uv_shutdown_t *sd; /**< allocated at shutdown (once per stream), freed when it completes */
@@ -124,7 +123,7 @@ typedef struct sv_ob_dgram_events {
     void (*closed)(void *owner);
 } sv_ob_dgram_events;
 
-/** Datagrams (and their bytes) a direct link holds while a name resolves (issue 13: waiting
+/** Datagrams (and their bytes) a direct link holds while a name resolves (waiting
  *  instead of dropped); past either bound a datagram is dropped. */
 #define SV_OB_DGRAM_QUEUE_MAX 32
 #define SV_OB_DGRAM_QUEUE_BYTES 65536
@@ -177,7 +176,7 @@ struct sv_outbound_ops {
     /** Close: cancel a pending dial or resolution; ev->closed follows once. */
     void (*close)(sv_ob_stream *s);
     /**
-     * Optional (issue 11, Vision's direct copy by splice(2)): the connected socket of a stream
+     * Optional (Vision's direct copy by splice(2)): the connected socket of a stream
      * whose bytes pass to the destination as they are, for the owner to relay in the kernel.
      * The owner may use it only while no read or write of the stream is active, does its own
      * half-close on it (shutdown(2)) and never closes it: close() does. @return the descriptor,
@@ -190,8 +189,8 @@ struct sv_outbound_ops {
     int (*dgram_open)(sv_ob_dgram *g);
     /**
      * Send @p n bytes to @p d; dropped silently when no socket can reach it, when a name
-     * resolves to an internal address and @p allow_internal is false (issue 15), or when the
-     * queue of datagrams waiting for a name is full (issue 13). ev->sent reports what left.
+     * resolves to an internal address and @p allow_internal is false, or when the
+     * queue of datagrams waiting for a name is full. ev->sent reports what left.
      */
     void (*dgram_send)(sv_ob_dgram *g, const sv_dest *d, const uint8_t *p, size_t n,
                        bool allow_internal);

@@ -1,5 +1,5 @@
 /*
- * The socket policy of a direct outbound (issue 13 "Socket policy", seed 001 "socket 策略"):
+ * The socket policy of a direct outbound (seed 001 "socket 策略"):
  * applied to every socket the outbound opens, and tried once on a scratch socket at prepare so
  * that what the host refuses (an address it does not have, an interface it does not know, a
  * capability the process lacks) refuses the spec at apply instead of failing the first flow.

@@ -36,7 +36,7 @@ ssize_t sv_dest_parse(const uint8_t *p, size_t n, sv_dest *d);
 size_t sv_dest_encode(const sv_dest *d, uint8_t *out);
 
 /**
- * Parse an operator's "HOST:PORT" (the Trojan fallback, issue 8): HOST an IPv4 address, a
+ * Parse an operator's "HOST:PORT" (the Trojan fallback): HOST an IPv4 address, a
  * bracketed IPv6 address ("[::1]:80") or a name of 1..253 bytes of letters, digits, '-', '.',
  * '_'; PORT 1..65535. network is set to TCP.
  * @return 0, or -EINVAL with nothing else said (the caller names the setting).

@@ -1,5 +1,5 @@
 /*
- * The datagram seam (issue 25): one ops table for a protocol's datagram framing on the
+ * The datagram seam: one ops table for a protocol's datagram framing on the
  * inbound's own UDP socket, next to the stream core interface of proto.h. The runtime's UDP
  * fan-out (udp.c) opens each client datagram through it (user, destination, payload), keeps an
  * association per client session, and seals each reply for that session; it never names a
@@ -32,7 +32,7 @@
 #define SV_DGRAM_SESSION_ID 8
 
 /**
- * How a guided core's open() walks its users in a trial decryption (issue 13): given by the
+ * How a guided core's open() walks its users in a trial decryption: given by the
  * runtime for one datagram, with trials filled back.
  */
 typedef struct sv_dgram_guide {

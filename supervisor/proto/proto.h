@@ -1,5 +1,5 @@
 /*
- * The protocol-core seam (issue 8, DESIGN.md "The data plane"): one ops table that every core
+ * The protocol-core seam (DESIGN.md "The data plane"): one ops table that every core
  * fills. A core is sans-I/O: the runtime feeds it client bytes (already unwrapped by the
  * transport layers) and applies the effects it returns; it never reads a core's state. A core
  * sees bytes and its credential table only: no socket, clock, log, allocator it was not given.
@@ -36,7 +36,7 @@ enum sv_effect_kind {
                                   else it ends) */
     SV_FX_FINISH,            /**< the client ended the connection cleanly */
     SV_FX_ERROR,             /**< error (negative errno) and policy: what the runtime does next */
-    SV_FX_SCAN,              /**< data/len: the bytes to scan (issue 13; a core with
+    SV_FX_SCAN,              /**< data/len: the bytes to scan (a core with
                                   SV_PROTO_CAP_GUIDE only): the first guesses of a trial
                                   decryption missed; the runtime runs the guide's scan() on them
                                   off its loop (or refuses to: over budget), gives the answer to
@@ -72,14 +72,14 @@ typedef struct sv_effect {
      *  client with frame_end(). Otherwise one flow, stream 0. */
     bool multiplexed;
     /** SV_FX_CLOSE of a multiplexed stream: the client ended only its direction (gRPC's
-     *  END_STREAM, issue 10, PROTOCOLS-2.md §3.3): the outbound gets what is held, then a
+     *  END_STREAM, PROTOCOLS-2.md §3.3): the outbound gets what is held, then a
      *  half-close, and the stream's download goes on until the outbound ends (frame_end).
      *  A later SV_FX_CLOSE without it ends the stream at once. */
     bool half_close;
     /** SV_FX_OPEN of a UDP stream: the XUDP GlobalID of its New frame (PROTOCOLS-2.md §5.1);
      *  all zeros = none (never re-attached). */
     uint8_t global_id[8];
-    /** Keys a trial decryption tried (Shadowsocks AEAD, issue 13), told once, on the effect
+    /** Keys a trial decryption tried (Shadowsocks AEAD), told once, on the effect
      *  that follows it (SV_FX_AUTHENTICATED, SV_FX_SCAN, SV_FX_ERROR; over Mux.Cool also a
      *  later session's SV_FX_OPEN or End): the runtime sums every effect's, one lookup each.
      *  0 when the core looks users up. */

@@ -55,7 +55,7 @@ struct sv_order;
 /** Rebuild a credential table from the one it replaces (a reload). */
 typedef struct sv_proto_ext_reload {
     /**
-     * creds_new() for a reload (issue 13 "a reload that changes one user of 50 000"):
+     * creds_new() for a reload:
      * @p was_creds is the credential table of the handler being replaced (same core, same
      * inbound tag; borrowed), @p from[i] the index there of new user i when it is the same user
      * with the same secret, else -1. A core copies what it derived for such users instead of
@@ -84,7 +84,7 @@ typedef struct sv_proto_ext_clock {
     void (*set_time)(void *state, int64_t unix_s);
 } sv_proto_ext_clock;
 
-/** A core that finds its user by trial decryption, guided by the runtime (issue 13). */
+/** A core that finds its user by trial decryption, guided by the runtime. */
 typedef struct sv_proto_ext_guide {
     /**
      * How the first feed() walks the users: try index @p hint first (-1: none), then the others
@@ -113,7 +113,7 @@ typedef struct sv_proto_ext_backlog {
     /**
      * After a feed(), does the core have effects to give before it takes more bytes (a scan's
      * answer waiting; a core around many streams, gRPC: one client read may carry more
-     * messages than one effect list holds, issue 10)? The runtime then calls feed() again at
+     * messages than one effect list holds)? The runtime then calls feed() again at
      * once with the unconsumed rest of its input, which may be empty, even when feed()
      * returned 0.
      */

@@ -49,8 +49,8 @@ size_t sv_ss_key_len(enum sv_ss_cipher cipher)
     return 0;
 }
 
-/* EVP_BytesToKey(MD5) of @p password with the MD5 @p md5 and the digest context @p md (issue 13:
- * a keyring of many users fetches MD5 and makes a context once, not once per key). */
+/* EVP_BytesToKey(MD5) of @p password with the MD5 @p md5 and the digest context @p md
+ * (a keyring of many users fetches MD5 and makes a context once, not once per key). */
 static int password_to_key_md(const EVP_MD *md5, EVP_MD_CTX *md, enum sv_ss_cipher cipher,
                               const char *password, uint8_t *out)
 {

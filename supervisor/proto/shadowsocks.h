@@ -43,7 +43,7 @@ size_t sv_ss_key_len(enum sv_ss_cipher cipher);
  * Derive a master key from a password: EVP_BytesToKey(MD5, no salt, 1 round) (§2.2).
  * @param out  key_len bytes; zeroed on failure, never a usable key then
  * @return 0, -ENOMEM, or -EIO when OpenSSL cannot compute MD5 (e.g. a FIPS-only provider
- *         configuration): the caller must refuse the user, not serve it with a zero key (issue 8).
+ *         configuration): the caller must refuse the user, not serve it with a zero key.
  */
 int sv_ss_password_to_key(enum sv_ss_cipher cipher, const char *password, uint8_t *out);
 
@@ -56,7 +56,7 @@ int sv_ss_keyring_init(sv_ss_keyring *ring, enum sv_ss_cipher cipher, const char
                        size_t n);
 /**
  * sv_ss_keyring_init() that copies the key of user i from @p was (index @p from[i]) when
- * @p from[i] >= 0 and @p was has the same cipher, instead of deriving it (issue 13: a reload
+ * @p from[i] >= 0 and @p was has the same cipher, instead of deriving it (a reload
  * that changes one user of 50 000 derives one key). @p was and @p from may be NULL.
  * @return as sv_ss_keyring_init().
  */
@@ -67,7 +67,7 @@ int sv_ss_keyring_init_from(sv_ss_keyring *ring, enum sv_ss_cipher cipher,
 void sv_ss_keyring_deinit(sv_ss_keyring *ring);
 
 /**
- * The order in which a trial decryption tries a keyring's users after its hint (issue 13): most
+ * The order in which a trial decryption tries a keyring's users after its hint: most
  * recently matched first (a doubly linked list over the indices; a match moves to the front in
  * O(1)). Mutable: owned by one thread (a worker keeps one per listener and keyring), never
  * shared. Built for a keyring of exactly n users; a trial ignores an order of another size.
@@ -93,16 +93,16 @@ size_t sv_ss_order_first(const sv_ss_order *o);
 size_t sv_ss_order_next(const sv_ss_order *o, size_t i);
 
 /**
- * How one trial decryption walks a keyring (issue 13 "identify a returning client in one
- * trial"): the hint first, then every other user in @p order (or in index order when NULL). A
+ * How one trial decryption walks a keyring (to identify a returning client in one
+ * trial): the hint first, then every other user in @p order (or in index order when NULL). A
  * hint is only a first guess: a wrong one costs one trial, the walk still finds the right user.
  */
 typedef struct sv_ss_guide {
     int hint;           /**< keyring index to try first, or -1 */
     sv_ss_order *order; /**< borrowed; the matched user moves to its front; may be NULL */
     unsigned limit;     /**< most keys to try (the first guesses); 0 = every key. A trial cut
-                             by it says -EAGAIN: the caller runs sv_ss_scan() elsewhere (issue
-                             13 "junk": a full scan never runs on a worker's loop) */
+                             by it says -EAGAIN: the caller runs sv_ss_scan() elsewhere (a
+                             full scan never runs on a worker's loop) */
     unsigned trials;    /**< out: keys tried by the last trial decryption */
 } sv_ss_guide;
 
@@ -114,8 +114,8 @@ static inline sv_ss_guide sv_ss_guide_make(int hint, sv_ss_order *order, unsigne
 }
 
 /**
- * A full trial decryption of one first chunk or datagram, for a scan run off the worker loop
- * (issue 13): every key of @p ring in index order, until one opens the AEAD of @p in.
+ * A full trial decryption of one first chunk or datagram, for a scan run off the worker loop:
+ * every key of @p ring in index order, until one opens the AEAD of @p in.
  * Thread-safe: reads @p ring and @p in only (works on a copy, with its own cipher context).
  * @param in  salt ‖ ciphertext ‖ tag: a TCP connection's salt and length chunk (the bytes of
  *            SV_FX_SCAN), or a whole UDP datagram
@@ -129,7 +129,7 @@ int sv_ss_scan(const sv_ss_keyring *ring, const uint8_t *in, size_t n, unsigned 
 enum sv_ss_state { SV_SS_AUTH = 0, SV_SS_HEADER, SV_SS_RELAY, SV_SS_FAILED };
 
 /** Server-side TCP state for one connection (in every connection: fields ordered so that no
- *  padding is left, issue 13). Zero it, then sv_ss_tcp_init(). */
+ *  padding is left). Zero it, then sv_ss_tcp_init(). */
 typedef struct sv_ss_tcp {
     enum sv_ss_state state;
     enum sv_ss_cipher cipher;
@@ -146,7 +146,7 @@ typedef struct sv_ss_tcp {
                                     init; the caller may set both before the first feed */
     void (*rng)(uint8_t *buf, size_t n); /**< salt source; NULL = OpenSSL RAND_bytes */
     uint8_t *_addr;            /**< private: those bytes, SV_DEST_WIRE_MAX allocated only while
-                                    an address is split (issue 13: no idle buffer), else NULL */
+                                    an address is split (no idle buffer), else NULL */
 } sv_ss_tcp;
 
 /** Prepare @p c for a new connection; allocates nothing (the keys come with the salts; an address
@@ -157,7 +157,7 @@ int sv_ss_tcp_init(sv_ss_tcp *c, enum sv_ss_cipher cipher);
 void sv_ss_tcp_deinit(sv_ss_tcp *c);
 
 /**
- * The answer of the scan that sv_ss_tcp_feed() asked for with -EAGAIN (issue 13): @p user is
+ * The answer of the scan that sv_ss_tcp_feed() asked for with -EAGAIN: @p user is
  * the keyring index sv_ss_scan() found, or -1 (none found, or the scan was refused: over the
  * budget). The next feed, with the same bytes, tries that one key (so a wrong answer costs one
  * trial and fails the client, never names a wrong user) or fails with -EBADMSG at once.

@@ -1,5 +1,5 @@
 /*
- * Sniffing of TLS ClientHello server_name and HTTP/1 Host (issue 9): see sniff.h. Both parsers
+ * Sniffing of TLS ClientHello server_name and HTTP/1 Host: see sniff.h. Both parsers
  * read a prefix of the stream and only ever look inside the bytes given; a length that points
  * past its enclosing structure is NONE, one that points past the bytes given is NEED_MORE.
  */

@@ -1,5 +1,5 @@
 /*
- * Sniffing (issue 9, "Sniffing"; Xray's `sniffing` with `routeOnly`): the host name a client
+ * Sniffing ("Sniffing"; Xray's `sniffing` with `routeOnly`): the host name a client
  * names in its first bytes — the server_name of a TLS ClientHello (RFC 8446 §4.1.2, RFC 6066 §3)
  * or the Host header of an HTTP/1 request (RFC 9112 §3, RFC 9110 §7.2). Pure and sans-I/O: no
  * socket, clock, log or allocation. The runtime routes on the name as an extra domain candidate

@@ -10,7 +10,7 @@
  * Shadowsocks AEAD datagrams over the credential table of sv_shadowsocks_ops (ss_ops.h; also
  * Shadowsocks over Mux.Cool's, which is the same table):
  *  - open: sv_ss_udp_open_guided() over the table's keyring (a trial decryption as the guide
- *    says, issue 13): -EBADMSG when no key opens it, -EPROTO for a bad address or a datagram
+ *    says): -EBADMSG when no key opens it, -EPROTO for a bad address or a datagram
  *    shorter than salt + tag, -EAGAIN past the guide's limit; @p now is not used.
  *  - scan: sv_ss_scan() over the keyring (guided).
  *  - no session state, no session_match: an association is the client's (address, port), bound

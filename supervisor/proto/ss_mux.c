@@ -1,4 +1,4 @@
-/* Shadowsocks over Mux.Cool (issue 9, PROTOCOLS.md §2, §7): one Shadowsocks core per session. */
+/* Shadowsocks over Mux.Cool (PROTOCOLS.md §2, §7): one Shadowsocks core per session. */
 #include "config.h"
 
 #include "supervisor/proto/ss_mux.h"
@@ -68,7 +68,7 @@ static int ssm_init(void *state, const sv_inbound_spec *in)
     return 0;
 }
 
-/* issue 13: the runtime's guide (the IP's hint, the worker's order, a limit past which the
+/* the runtime's guide (the IP's hint, the worker's order, a limit past which the
  * session's first chunk is scanned off the loop) for the sessions before authentication. */
 static void ssm_set_guide(void *state, int hint, struct sv_order *order, unsigned limit)
 {
@@ -211,7 +211,7 @@ static void end_sub(ssm_conn *st, ssm_sub *s, sv_effects *fx)
  * One Shadowsocks step of session @p s over @p p: its effects appended to @p fx. A session's
  * first chunk walks the keyring as the runtime's guide says before the connection authenticated
  * (past its limit: SV_FX_SCAN of the salt and length chunk at @p p); after, it tries the
- * connection's user's key alone (issue 13: one trial, never a scan).
+ * connection's user's key alone (one trial, never a scan).
  * @return bytes consumed (0: need more), -EAGAIN when SV_FX_SCAN was given (nothing consumed),
  *         -EPERM for another user than the connection's, or the core's error.
  */

@@ -1,5 +1,5 @@
 /*
- * Shadowsocks over Mux.Cool (issue 9): the SIP003 v2ray-plugin with mux (its default, mux=N for
+ * Shadowsocks over Mux.Cool: the SIP003 v2ray-plugin with mux (its default, mux=N for
  * N > 0) wraps its WebSocket stream in Mux.Cool (PROTOCOLS.md §7), and each sub-connection
  * carries one Shadowsocks AEAD stream (§2) of its own. A New frame's address is a placeholder
  * (v2ray-plugin's dokodemo-door target, 127.0.0.1:0 seen from ss-v2ray-plugin 1.3.1): the
@@ -19,7 +19,7 @@
  * Shadowsocks core (shadowsocks.h) with its own salt, keys and chunk carry.
  *  - creds_new / creds_free / attach_replay: those of sv_shadowsocks_ops (the same table, so the
  *    inbound's SS-UDP and salt filter are shared).
- *  - set_guide / scan / scan_result / more (issue 13): those of sv_shadowsocks_ops for the
+ *  - set_guide / scan / scan_result / more: those of sv_shadowsocks_ops for the
  *    sessions before the connection authenticated: a session's first chunk walks the guide
  *    (the IP's hint, the worker's order) and past its limit feed gives SV_FX_SCAN (that
  *    session's salt and length chunk; what follows in the input is not consumed), scan is

@@ -16,7 +16,7 @@ typedef struct ss_creds {
     sv_replay *replay; /**< the inbound's salt filter (borrowed; set by attach_replay) */
 } ss_creds;
 
-/* ss_creds_new(), copying the unchanged users' keys from @p was (issue 13). */
+/* ss_creds_new(), copying the unchanged users' keys from @p was. */
 static int ss_creds_new_from(const sv_inbound_spec *in, const sv_user_set *users,
                              const void *was, const int *from, void **out, sv_error *err)
 {
@@ -103,7 +103,7 @@ static ssize_t ss_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_
         sv_ss_out out = {0};
         enum sv_ss_state before = c->state;
         ssize_t r = sv_ss_tcp_feed(c, &k->ring, k->replay, p + off, n - off, &out);
-        if (r == -EAGAIN) { /* issue 13: the first guesses missed; a scan off the loop */
+        if (r == -EAGAIN) { /* the first guesses missed; a scan off the loop */
             sv_effect *e = sv_effects_push(fx, SV_FX_SCAN);
             e->data = p + off;
             e->len = sv_ss_key_len(c->cipher) + 2 + SV_SS_TAG;

@@ -12,7 +12,7 @@
  *  - creds_new: one master key per user from its secret (§2.2); -ENOMEM, or -EIO with a message
  *    naming the inbound when OpenSSL cannot compute MD5 (no key is made up then).
  *  - attach_replay: the inbound's salt filter, checked after the first chunk authenticates.
- *  - set_guide: the hint, order and limit of the first chunk's trial decryption (issue 13);
+ *  - set_guide: the hint, order and limit of the first chunk's trial decryption;
  *    past the limit feed gives SV_FX_SCAN (the salt and length chunk), scan is sv_ss_scan()
  *    over the keyring, scan_result sv_ss_tcp_scan_result(), and more() is true while an
  *    answer waits for the next feed.
@@ -31,8 +31,8 @@ extern const sv_proto_ops sv_shadowsocks_ops;
  *  core, ss_dgram.h). */
 const sv_ss_keyring *sv_ss_creds_ring(const void *creds);
 
-/** sv_ss_scan() over such a table's keyring (any thread): a datagram's scan off the loop
- *  (issue 13). @return the user's index, or a negative errno; *@p trials the keys tried. */
+/** sv_ss_scan() over such a table's keyring (any thread): a datagram's scan off the loop.
+ * @return the user's index, or a negative errno; *@p trials the keys tried. */
 int sv_ss_creds_scan(const void *creds, const uint8_t *in, size_t n, unsigned *trials);
 
 /** The salt filter attached to such a table (attach_replay), or NULL (Shadowsocks over

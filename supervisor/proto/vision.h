@@ -1,5 +1,5 @@
 /*
- * XTLS Vision (`xtls-rprx-vision`, issue 11, PROTOCOLS-2.md §2) for the VLESS core, sans-I/O:
+ * XTLS Vision (`xtls-rprx-vision`, PROTOCOLS-2.md §2) for the VLESS core, sans-I/O:
  * the flow rules of the request (§2.2), the padding frames (§2.3), the receiver's un-padding
  * (§2.4), the sender's rules for when padding stops (§2.5) and the TLS filter both share.
  * No socket, clock, log or allocation; randomness only from the seed given to sv_vision_init().

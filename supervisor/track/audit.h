@@ -1,5 +1,5 @@
 /*
- * The audit hit set (issue 12 "Audit"; seed 002 "RuleManager::detect" / "drain"): workers note
+ * The audit hit set (seed 002 "RuleManager::detect" / "drain"): workers note
  * each (inbound, user, rule id) a flow or datagram hit; the control loop takes the set once per
  * flush. A pair is held once however often it is hit. Thread-safe (one mutex, taken only on a
  * hit of an audit rule, never on the ordinary path).

@@ -1,11 +1,11 @@
 /*
- * Device limit (issue 3; tracker.h): a new session from a new client IP is refused when the
+ * Device limit (tracker.h): a new session from a new client IP is refused when the
  * user's distinct IPs (live local sessions plus the panel's alivelist count) reach its
  * device_limit. The check runs once per new session on the worker that admits it: one pass over
  * every worker's session list under that worker's lock, no allocation for limits up to
  * DEV_STACK_IPS. Sessions already running are never looked at again.
  *
- * Check and insertion are one step (issue 12): the scan and the binding of the new session to
+ * Check and insertion are one step: the scan and the binding of the new session to
  * its user happen under the user's admission lock (one of SV__DEV_STRIPES, by user id), so two
  * new IPs of one user arriving at the same instant on two workers are decided one after the
  * other and the second sees the first. Users of other stripes are never held up.

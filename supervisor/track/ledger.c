@@ -30,7 +30,7 @@ void sv__ledger_free(sv_tracker *t) { sv_table_free(&t->accounts); }
 /**
  * Charge a bound session's bytes since its watermarks and move them. The account's index is
  * remembered in the slot (accounts never move or go, util/table.h; a session's user never
- * changes once bound), so that a session is looked up once, not every tick (issue 13). The
+ * changes once bound), so that a session is looked up once, not every tick. The
  * watermarks stay when the session is unbound or the account cannot be created, so the bytes
  * are counted later. @return 0 or -ENOMEM.
  */

@@ -1,5 +1,5 @@
 /*
- * Per-user token buckets and their registry (issue 12 "Speed limits", seed 003 "限速"); see
+ * Per-user token buckets and their registry (seed 003 "限速"); see
  * pacer.h for the arithmetic. The registry is a hash of user id → pacer under one mutex, taken
  * once per flow open and by the control thread; the per-byte path never takes it.
  */

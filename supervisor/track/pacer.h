@@ -1,5 +1,5 @@
 /*
- * Per-user speed limits (seed 003 "限速", issue 12 "Speed limits"): one token bucket per user,
+ * Per-user speed limits (seed 003 "限速"): one token bucket per user,
  * shared by all of the user's flows on every worker, both directions, TCP and UDP.
  *
  * The bucket is kept as a theoretical arrival time (GCRA): `tat` is the time, on the caller's
@@ -88,7 +88,7 @@ typedef struct sv_pace_limit {
 typedef struct sv_pacers sv_pacers;
 
 /**
- * A registry whose users share a node-wide cap of @p node_rate bytes/s (0 = none; issue 12
+ * A registry whose users share a node-wide cap of @p node_rate bytes/s (0 = none;
  * `node_speed_limit`). @return NULL on allocation failure.
  */
 sv_pacers *sv_pacers_new(uint64_t node_rate);
@@ -113,7 +113,7 @@ sv_pacer *sv_pacers_acquire(sv_pacers *r, uint64_t user, uint64_t now_ns);
 int sv_pacers_publish(sv_pacers *r, const sv_pace_limit *v, size_t n, uint64_t now_ns);
 
 /**
- * Share the node cap fairly (issue 12): every user that moved bytes in the last second is active;
+ * Share the node cap fairly: every user that moved bytes in the last second is active;
  * each pacer's effective rate becomes the smallest non-zero of its user's limit and the node rate
  * divided by the active users. No-op without a node cap. Control thread, once per sampler tick.
  */

@@ -114,7 +114,7 @@ static long user_of(sv_tracker *t, uint64_t user)
 
 /* The index + 1 of the group @p found (the lookup's result, NULL on OOM) in @p tab, 0 for
  * NULL: table entries never move or go (util/table.h) and a flow's inbound, outbound and user
- * never change, so each flow is looked up once (issue 13: a tick over 100 000 flows). */
+ * never change, so each flow is looked up once (a tick over 100 000 flows). */
 static uint32_t index_of(const sv_table *tab, const sv__group *found)
 {
     return found ? (uint32_t)(((const char *)found - tab->v) / tab->elem) + 1 : 0;
@@ -265,7 +265,7 @@ static int cmp_user_index(const void *a, const void *b)
 }
 
 /* Keep t->user_order the user groups sorted by id: sorted again only when groups were added
- * since (users come and go rarely; sorting 50 000 every tick was most of a tick, issue 13). */
+ * since (users come and go rarely; sorting 50 000 every tick was most of a tick). */
 static int order_users(sv_tracker *t)
 {
     size_t n = t->users.n;

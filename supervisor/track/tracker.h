@@ -8,7 +8,7 @@
  * or the ledger (sessions) has counted its last bytes. Registry mutations take a per-worker mutex
  * (once per open/close, never per byte); readers (API, sampler) take the same mutex briefly.
  *
- * The counters live in a slot of a per-worker pool of fixed chunks (issue 13: the sampler and
+ * The counters live in a slot of a per-worker pool of fixed chunks (the sampler and
  * the ledger walk those dense arrays instead of chasing one record per flow); the record points
  * at its slot (rec->bytes, rec->wire). A slot is handed back only once its last bytes are
  * counted, and a new flow's slot starts from zero, so nothing carries over to the next flow.
@@ -43,7 +43,7 @@ static inline void sv_meter_add(_Atomic uint64_t *c, uint64_t n)
 
 /**
  * A flow's static fields as its record keeps them: sv_flow_info's, its strings pointing into the
- * record's own text (issue 13: about 100 bytes and the strings' lengths per flow, not the 900 of
+ * record's own text (about 100 bytes and the strings' lengths per flow, not the 900 of
  * sv_flow_info's fixed arrays); the user label is the user id's decimal.
  */
 typedef struct sv_flow_desc {
@@ -59,7 +59,7 @@ typedef struct sv_flow_desc {
 } sv_flow_desc;
 
 /**
- * A flow's counters and the sampler's state for it (issue 13): an entry of its worker's dense
+ * A flow's counters and the sampler's state for it: an entry of its worker's dense
  * pool while registered, so that a tick reads arrays rather than scattered records; the
  * record's own before registration, or for good when the pool had no memory.
  */
@@ -95,7 +95,7 @@ sv_flow_rec *sv_flow_rec_new(const char *inbound, const char *source, const char
 
 /**
  * A session's static fields as its record keeps them: sv_session_info's, its strings pointing into
- * the record's own text (issue 13: the strings' lengths per session, not the 129 bytes of
+ * the record's own text (the strings' lengths per session, not the 129 bytes of
  * sv_session_info's arrays); user and counters live in the record.
  */
 typedef struct sv_session_desc {
@@ -192,7 +192,7 @@ size_t sv_tracker_close_sessions(sv_tracker *t, const char *inbound, bool has_us
                                  uint64_t session);
 
 /**
- * The device-limit decision (issue 3), pure: admit when @p limit is 0 (unlimited), when the new
+ * The device-limit decision, pure: admit when @p limit is 0 (unlimited), when the new
  * session's IP is already among the user's live IPs (@p ip_known), or when @p local_ips plus
  * @p remote stays below @p limit. Existing sessions are never affected by it.
  */
@@ -207,7 +207,7 @@ typedef enum sv_device_verdict {
 
 /**
  * Device-limit admission of the live, not yet bound session @p rec (its info.source is
- * "ip:port" / "[v6]:port") for @p user, and its binding to the user, as one step (issue 12):
+ * "ip:port" / "[v6]:port") for @p user, and its binding to the user, as one step:
  * under the user's admission lock it counts the user's distinct live IPs (each worker's lock
  * once) and, when admitted, binds @p rec before any other admission of the user can count.
  * An IP the user already has live, or @p limit 0, is always admitted. For a new IP: with

@@ -33,7 +33,7 @@
 #define SV__SLOT_OWN UINT32_MAX
 
 /**
- * One worker's dense slots of one kind (sv_flow_slot or sv_session_slot), issue 13: the
+ * One worker's dense slots of one kind (sv_flow_slot or sv_session_slot): the
  * sampler's and the ledger's scans walk entries [0, used) in order and skip those not live.
  * Released entries are reused last-in first-out. Under the worker's lock.
  */
@@ -80,7 +80,7 @@ typedef struct sv__group {
  * The label user @p user is known by in flows and in the stats snapshot (seed 003
  * FlowEntry::user_label, UserStats::label): katana's users are the frontend's numeric ids and
  * their label is the id in decimal (seed 001: katana's Uid::name() is that number), so a flow
- * carries no label of its own (issue 13: no string per flow). Written into @p out (@p cap bytes).
+ * carries no label of its own (no string per flow). Written into @p out (@p cap bytes).
  */
 static inline void sv__user_label(uint64_t user, char *out, size_t cap)
 {

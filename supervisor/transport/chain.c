@@ -1,5 +1,5 @@
 /*
- * A connection's chain of transport layers (issue 8 "Transport layers"): see layer.h. Bytes go up
+ * A connection's chain of transport layers: see layer.h. Bytes go up
  * depth first, one piece at a time, so that a piece leaves the top before the next one is
  * unwrapped and no boundary needs more than one stage buffer; output goes down by pumping each
  * layer's pending bytes into the layer below.

@@ -1,5 +1,5 @@
 /*
- * The gRPC transport as a core that wraps the inbound's core (issue 10, PROTOCOLS-2.md §3; see
+ * The gRPC transport as a core that wraps the inbound's core (PROTOCOLS-2.md §3; see
  * grpc.h for why it sits at the core seam). HTTP/2 is nghttp2 over its memory API: feed() hands
  * it the client's bytes, every stream's gun data is decoded into that stream's input buffer and
  * fed to the stream's own inner core; the inner effects are passed up tagged with the HTTP/2
@@ -413,8 +413,8 @@ static void tell_close(grpc_state *st, grpc_stream *s, bool half)
 }
 
 /* Drop a stream that failed (inner error, another user, overflow): RST_STREAM with @p code,
- * its sub-flow ends. Said at debug level with @p why (issue 24); no line at info (issue 10:
- * refused without a log line per attempt). */
+ * its sub-flow ends. Said at debug level with @p why; no line at info
+ * (refused without a log line per attempt). */
 static void stream_reset(grpc_state *st, grpc_stream *s, uint32_t code, const char *why)
 {
     if (s->dead)

@@ -1,5 +1,5 @@
 /*
- * The gRPC transport ("gun", issue 10, PROTOCOLS-2.md §3): an HTTP/2 server (nghttp2, sans-I/O
+ * The gRPC transport ("gun", PROTOCOLS-2.md §3): an HTTP/2 server (nghttp2, sans-I/O
  * over its memory API) whose every Tun or TunMulti stream is one proxied connection with its own
  * protocol core (VLESS, VMess, Trojan).
  *

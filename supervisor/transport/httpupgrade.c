@@ -1,5 +1,5 @@
 /*
- * HTTPUpgrade server layer (issue 10; PROTOCOLS-2.md §4). See httpupgrade.h for the rules.
+ * HTTPUpgrade server layer (PROTOCOLS-2.md §4). See httpupgrade.h for the rules.
  *
  * A session is in one of three phases: HEAD (reading the upgrade request into a buffer that
  * lives only during the handshake), OPEN (bytes pass both ways as they are) and REFUSED (the

@@ -1,5 +1,5 @@
 /*
- * HTTPUpgrade server layer (issue 10; PROTOCOLS-2.md §4). Sans-I/O, one layer of a transport
+ * HTTPUpgrade server layer (PROTOCOLS-2.md §4). Sans-I/O, one layer of a transport
  * chain (layer.h): over TCP or over TLS.
  *
  * Handshake (§4.1, §4.2): the client's HTTP/1.1 upgrade request (at most SV_HU_HEAD_MAX bytes,

@@ -1,6 +1,6 @@
 /*
- * Transport layers and the chain a connection's client side is built from (issue 8 "Transport
- * layers"; the models are curl's connection filters and knot-resolver's protocol layers, STYLE.md).
+ * Transport layers and the chain a connection's client side is built from (the models are curl's
+ * connection filters and knot-resolver's protocol layers, STYLE.md).
  *
  * TCP is the bottom of every chain: the client socket that conn.c reads and writes, the only
  * part that touches libuv. Above it sit sans-I/O layers in the inbound's order (TLS, WebSocket,
@@ -48,7 +48,7 @@ enum sv_layer_status {
                                 target_reply(); the layer reads and answers nothing meanwhile */
     SV_LAYER_PASS = 32u,   /**< raw both ways (SV_LAYER_RAW_IN and RAW_OUT) with nothing held
                                 either way and no end seen: the bytes below are the bytes above,
-                                so the runtime may relay the socket itself (issue 11: splice) */
+                                so the runtime may relay the socket itself (splice) */
 };
 
 /** Bits of sv_layer_ops.direct (XTLS Vision's switch to direct copy, PROTOCOLS-2.md §2.6). */

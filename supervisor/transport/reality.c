@@ -1,5 +1,5 @@
 /*
- * REALITY server side (issue 11; PROTOCOLS-2.md §1). See reality.h.
+ * REALITY server side (PROTOCOLS-2.md §1). See reality.h.
  */
 #include "config.h"
 
@@ -507,7 +507,7 @@ static int serve(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_us
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* replayed hellos (issue 33)                                                                   */
+/* replayed hellos                                                                              */
 /* ------------------------------------------------------------------------------------------ */
 
 /* Sealed session ids of valid hellos, process-wide (every worker and inbound: a session id is
@@ -583,7 +583,7 @@ bool sv_reality_replayed(const uint8_t sid[32], uint64_t now_ms, uint64_t window
 
 /* The §1.3 check on a whole hello @p msg; a valid client waits for the target's flight when
  * the settings mirror it, else is served at once. A valid hello seen before is a replay: to the
- * target like any probe (issue 33). @return 0 (phase decided), or -ENOMEM. */
+ * target like any probe. @return 0 (phase decided), or -ENOMEM. */
 static int decide(r_session *s, const uint8_t *msg, size_t msg_len, size_t raw_used)
 {
     const sv_reality_conf *cf = s->conf;

@@ -1,5 +1,5 @@
 /*
- * REALITY server side (issue 11; PROTOCOLS-2.md §1): the client's authentication hidden in the
+ * REALITY server side (PROTOCOLS-2.md §1): the client's authentication hidden in the
  * ClientHello session id, the HMAC-signed temporary certificate, and the transport layer that
  * either hands an authenticated client to katana's own TLS 1.3 server (tls13s.h) or passes every
  * byte of anyone else through, so that the runtime relays it to the target site (the inbound's
@@ -147,7 +147,7 @@ int sv_reality_flight_parse(const uint8_t *f, size_t n, bool final, size_t *sh_l
 
 /**
  * Whether the sealed session id @p sid of a valid hello was seen before within the replay
- * window, remembering it if not (issue 33: a replayed valid hello goes to the target like a
+ * window, remembering it if not (a replayed valid hello goes to the target like a
  * probe). Process-wide and thread-safe (one lock, once per valid hello); an id is remembered
  * for at least 2 × @p window_ms, the longest a hello passing the time check can be replayed, in
  * at most 1 MiB; with @p window_ms 0 (no time check) nothing is remembered and this is false.
@@ -162,7 +162,7 @@ void sv_reality_replay_forget(void);
 /**
  * Build an inbound's REALITY settings (sv_reality_auth_init's texts) and its temporary
  * certificate: the process's one Ed25519 key, made at the first call (§1.5: once at startup, as
- * Xray), so that rebuilding an inbound on a reload does not change it (issue 11).
+ * Xray), so that rebuilding an inbound on a reload does not change it.
  * @return the settings (free with sv_reality_conf_free()), or NULL with *@p rc = -EINVAL (and
  *         *@p what naming the bad setting) or -ENOMEM / -EIO.
  */

@@ -1,5 +1,5 @@
 /*
- * TLS server layer over OpenSSL 3 (issue 8 "TLS"; RFC 8446, RFC 5246). See tls.h for the API.
+ * TLS server layer over OpenSSL 3 (RFC 8446, RFC 5246). See tls.h for the API.
  *
  * Each session's SSL reads and writes through one BIO of our own type whose two byte queues
  * live in the session: `in` holds ciphertext fed by the runtime, `out` the records OpenSSL
@@ -583,7 +583,7 @@ static int set_random_serial(X509 *x)
     return ok ? 0 : -ENOMEM;
 }
 
-/* "mode": "self": a P-256 key and a self-signed certificate for @p name (issue 8). */
+/* "mode": "self": a P-256 key and a self-signed certificate for @p name. */
 static int use_self_signed(SSL_CTX *sc, const char *name, X509 **leaf, sv_error *err)
 {
     *leaf = NULL;

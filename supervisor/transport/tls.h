@@ -1,5 +1,5 @@
 /*
- * TLS server layer (issue 8 "TLS"): OpenSSL 3 driven through an in-memory BIO, so that TLS sits
+ * TLS server layer: OpenSSL 3 driven through an in-memory BIO, so that TLS sits
  * on any lower layer (TCP today, later a WebSocket or another TLS). Sans-I/O: no sockets, no
  * clock reads, no logging; the runtime moves bytes and bounds the handshake time.
  *
@@ -14,7 +14,7 @@
  *
  * Protocol: TLS 1.2 (RFC 5246) and TLS 1.3 (RFC 8446) only; ECDHE AEAD suites for 1.2; no
  * renegotiation, no 0-RTT, no server-side session cache (stateless tickets only).
- * Bounds (issue 8): the handshake may read at most handshake_max bytes from the client; the
+ * Bounds: the handshake may read at most handshake_max bytes from the client; the
  * OpenSSL object is made only once a whole ClientHello has arrived, so a client that stalls
  * before that costs about 100 bytes plus what it sent; the time bound is the runtime's.
  */
@@ -29,7 +29,7 @@
 #include "supervisor/transport/layer.h"
 #include "supervisor/util/err.h"
 
-/** Default bound on the ciphertext bytes a handshake may read from the client (issue 8). */
+/** Default bound on the ciphertext bytes a handshake may read from the client. */
 #define SV_TLS_HANDSHAKE_MAX_DEFAULT (16u * 1024u)
 /** Largest handshake_max a context accepts. */
 #define SV_TLS_HANDSHAKE_MAX_LIMIT (64u * 1024u)
@@ -46,7 +46,7 @@
 typedef struct sv_tls_ctx sv_tls_ctx;
 typedef struct sv_tls_session sv_tls_session;
 
-/** Where the certificate comes from (agent config "cert": {"mode": ...}, issue 8). */
+/** Where the certificate comes from (agent config "cert": {"mode": ...}). */
 enum sv_tls_cert_mode {
     SV_TLS_CERT_FILE, /**< "mode": "file": PEM chain (leaf first) and key read from two paths */
     SV_TLS_CERT_PEM,  /**< the same PEM content given as bytes (embedding, tests) */
@@ -78,7 +78,7 @@ typedef struct sv_tls_cert_info {
 } sv_tls_cert_info;
 
 /**
- * Build a server context from @p cfg (issue 8 "TLS": certificates per node, mode file or self).
+ * Build a server context from @p cfg (certificates per node, mode file or self).
  * FILE reads both files (at most SV_TLS_PEM_MAX bytes each) and checks that the key matches the
  * leaf certificate; an expired certificate is accepted and reported in sv_tls_ctx_cert_info().
  * SELF generates a P-256 key and a certificate for server_name valid from one hour ago for 365
@@ -100,7 +100,7 @@ void sv_tls_ctx_unref(sv_tls_ctx *ctx);
 const sv_tls_cert_info *sv_tls_ctx_cert_info(const sv_tls_ctx *ctx);
 
 /**
- * Certificate reload (issue 8: files re-read on SIGHUP and on every panel sync, "when their
+ * Certificate reload (files re-read on SIGHUP and on every panel sync, "when their
  * content changed"; a bad new pair is refused and the old one stays). Compares @p cfg with what
  * built @p old: the same settings (mode, paths or server name, ALPN, bound) and, for FILE and
  * PEM, the same SHA-256 of the certificate and key bytes mean "unchanged". SELF with the same
@@ -124,8 +124,8 @@ int sv_tls_ctx_reload_if_changed(const sv_tls_ctx *old, const sv_tls_config *cfg
  * waits for the client's Finished (OpenSSL's handshake buffers); about 14 KB for an established
  * idle session (OpenSSL's record buffers are released when empty at the end of each read burst
  * and after each write, and this layer's own queues whenever empty).
- * Time bound: none here; the runtime drops a session whose handshake is not done in its time
- * (issue 8), without a log line per session.
+ * Time bound: none here; the runtime drops a session whose handshake is not done in its time,
+ * without a log line per session.
  * @return 0 with *out set, or -ENOMEM.
  */
 int sv_tls_session_new(sv_tls_ctx *ctx, sv_tls_session **out);
@@ -139,7 +139,7 @@ void sv_tls_session_free(sv_tls_session *s);
  * buffered input and, while the handshake runs, advances it (its replies become pending output).
  * A return below @p n means: read plaintext with sv_tls_read(), then feed the rest.
  * Handshake size bound: a handshake that needs more than the context's handshake_max bytes from
- * the client fails with -EMSGSIZE (issue 8), a ClientHello announcing more as soon as its length
+ * the client fails with -EMSGSIZE, a ClientHello announcing more as soon as its length
  * arrives; bytes after the client's Finished do not count.
  * @return bytes consumed (0..n), or a negative errno, terminal for the session: -EPROTO (the
  *         first record is not a handshake record with a ClientHello, e.g. plain HTTP; a bad
@@ -228,7 +228,7 @@ const char *sv_tls_sni(const sv_tls_session *s);
 unsigned sv_tls_version(const sv_tls_session *s);
 
 /**
- * XTLS Vision's switch to direct copy over this layer (issue 11, PROTOCOLS-2.md §2.6), enum
+ * XTLS Vision's switch to direct copy over this layer (PROTOCOLS-2.md §2.6), enum
  * sv_layer_direct bits (RAW_IN and RAW_OUT kept once given, WATCH while given). Vision needs
  * outer TLS 1.3 (§2.1): any bit on a TLS 1.2 session fails it with -EPROTONOSUPPORT, so the
  * runtime closes the connection, as Xray's server refuses it.

@@ -1,6 +1,6 @@
 /*
  * A small TLS 1.3 server (RFC 8446) for ONE connection, on libcrypto primitives, for REALITY
- * (issue 11, PROTOCOLS-2.md §1.5, §1.8): stock OpenSSL cannot sign CertificateVerify with
+ * (PROTOCOLS-2.md §1.5, §1.8): stock OpenSSL cannot sign CertificateVerify with
  * Ed25519 when the client did not offer it, mirror a target's ServerHello, or pad records.
  *
  * Sans-I/O, no clock, no logging. Started from a ClientHello collected and parsed by

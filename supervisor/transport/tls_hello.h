@@ -1,5 +1,5 @@
 /*
- * The client's first flight, read outside any TLS library (issue 11, PROTOCOLS-2.md §1.3 and
+ * The client's first flight, read outside any TLS library (PROTOCOLS-2.md §1.3 and
  * §1.8): collect the ClientHello handshake message from the TLS records the client sent, then
  * parse the fields REALITY and the TLS 1.3 server (tls13s.h) need. Sans-I/O, no allocation;
  * the parsed fields point into the caller's message buffer.

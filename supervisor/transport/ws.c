@@ -1,5 +1,5 @@
 /*
- * WebSocket server layer (issue 9; RFC 6455, PROTOCOLS.md §8). See ws.h for the rules.
+ * WebSocket server layer (RFC 6455, PROTOCOLS.md §8). See ws.h for the rules.
  *
  * A session is in one of four phases: HEAD (reading the upgrade request into a buffer that lives
  * only during the handshake), OPEN (frames), REFUSED (bytes pass through as they are, the request

@@ -1,5 +1,5 @@
 /*
- * WebSocket server layer (issue 9 "WebSocket transport"; RFC 6455 server side, PROTOCOLS.md §8).
+ * WebSocket server layer (RFC 6455 server side, PROTOCOLS.md §8).
  * Sans-I/O, one layer of a transport chain (layer.h): over TCP or over TLS.
  *
  * Handshake (§8.1): the client's HTTP/1.1 upgrade request is read (at most SV_WS_HEAD_MAX bytes)
@@ -7,8 +7,8 @@
  * when one is set, Upgrade: websocket, Connection: Upgrade, Sec-WebSocket-Version: 13 and a key
  * of 16 bytes in base64. A request that fails any check is refused (SV_LAYER_REFUSED): the layer
  * then passes the request and everything after it through as it is, so that the runtime answers
- * like a web server (404) or relays it to the inbound's fallback, never with a WebSocket error
- * (issue 9). Early data (§8.3): a Sec-WebSocket-Protocol value that decodes as base64url is the
+ * like a web server (404) or relays it to the inbound's fallback, never with a WebSocket error.
+ * Early data (§8.3): a Sec-WebSocket-Protocol value that decodes as base64url is the
  * start of the stream and is echoed in the 101 answer.
  *
  * Frames (§8.2): client frames must be masked, RSV bits 0, control frames ≤ 125 bytes and not
@@ -19,8 +19,8 @@
  * 1009 for an oversized frame) and fails the layer. Frames towards the client are unmasked
  * binary frames with the shortest length encoding.
  *
- * Framing is our own rather than wslay's (issue 9 asks for wslay unless it costs more than 5%
- * CPU s/GB): wslay_frame_recv copies every payload byte into a 4 KiB buffer of its own and
+ * Framing is our own rather than wslay's (wslay was the choice unless it cost more than
+ * 5% CPU s/GB): wslay_frame_recv copies every payload byte into a 4 KiB buffer of its own and
  * unmasks it a byte at a time; tests/bench/ws_framer.c measured 2.6 CPU s/GB for it against
  * 0.16-0.21 s/GB for this layer (frames of 1400 to 16384 bytes), i.e. wslay would add about
  * 2.4 s/GB, twice the whole CPU cost of Trojan over TLS (about 1.1-1.5 s/GB in `make bench`).

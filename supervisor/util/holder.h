@@ -1,5 +1,5 @@
 /*
- * Who holds a port (issue 15, "Two instances on one port"). katana binds its listeners with
+ * Who holds a port ("Two instances on one port"). katana binds its listeners with
  * SO_REUSEPORT, which lets a second process with the same user bind the same port silently and
  * take a share of new connections. Before binding, callers ask here whether a socket of another
  * process already holds the address; Linux only (/proc).

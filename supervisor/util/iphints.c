@@ -1,4 +1,4 @@
-/* Client IP -> last user hints (issue 13); see iphints.h. */
+/* Client IP -> last user hints; see iphints.h. */
 #include "config.h"
 
 #include "supervisor/util/iphints.h"

@@ -1,5 +1,5 @@
 /*
- * Which user last authenticated from a client IP (issue 13 "Shadowsocks AEAD with many users"):
+ * Which user last authenticated from a client IP:
  * a bounded, set-associative table of client IP -> (user index, owner tag) with an expiry. A
  * trial decryption tries the remembered user first; the table is only a first guess, never an
  * authority (a stale or evicted entry costs one trial, or a scan from the order).
@@ -71,7 +71,7 @@ bool sv_iphints_ip_key(const struct sockaddr *client, uint8_t ip[16]);
 /**
  * Remember user @p idx (@p who as in sv_iphints_put) for the IP key @p ip (as sv_iphints_ip_key
  * makes it) as learnt @p age_s seconds before @p now_s, so it expires at now_s + ttl - age_s: a
- * hint carried over from an earlier process (issue 13, sv_hints_import). An entry of the table
+ * hint carried over from an earlier process (sv_hints_import). An entry of the table
  * that expires later (the same IP, or the one a full set would evict) is kept instead.
  * Allocates the table at the first call.
  * @return 0 (remembered, or a later entry kept), -ESTALE (age_s >= ttl: nothing remembered), or
@@ -83,7 +83,7 @@ int sv_iphints_put_ip(sv_iphints *t, const uint8_t ip[16], uint64_t now_s, uint6
 /**
  * Walk the live entries at @p now_s: start with *@p pos = 0; each call gives the next entry not
  * expired (borrowed, valid until the next put or deinit) and its age in *@p age_s (seconds since
- * its last put), or NULL when there is none left. For sv_hints_export (issue 13).
+ * its last put), or NULL when there is none left. For sv_hints_export.
  */
 const sv_iphint *sv_iphints_next(const sv_iphints *t, uint64_t now_s, size_t *pos,
                                  uint64_t *age_s);

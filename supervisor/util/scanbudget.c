@@ -1,4 +1,4 @@
-/* A token bucket of scan CPU time with a bounded wait (scanbudget.h; issue 13). */
+/* A token bucket of scan CPU time with a bounded wait (scanbudget.h). */
 #include "config.h"
 
 #include "supervisor/util/scanbudget.h"

@@ -1,6 +1,6 @@
 /*
- * The CPU budget of full trial-decryption scans (issue 13 "Shadowsocks AEAD with many users",
- * the junk part): a token bucket of scan CPU time shared by every worker, and the bound of the
+ * The CPU budget of full trial-decryption scans
+ * (the junk part): a token bucket of scan CPU time shared by every worker, and the bound of the
  * scans waiting for it. A scan that would wait beyond the bound is refused (the caller drops a
  * never-seen client); an admitted scan waits until the bucket holds credit, runs, and is charged
  * the CPU time it measured. So scans take at most `rate` CPU per second of wall time, plus one

@@ -1,5 +1,5 @@
 /*
- * The one usage type (issue 14 "one usage type end to end"): a user's wire bytes, as the
+ * The one usage type: a user's wire bytes, as the
  * supervisor meters them (sv_take_usage), the outbox stores them (db/) and a panel client
  * reports them (panel/). Plain data, no functions.
  */
