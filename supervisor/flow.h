@@ -20,8 +20,9 @@ sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *se
                           const sv_target *t, int rule, uint64_t epoch);
 
 /**
- * Connector step 8 (seed 000 "Guarded", seed 002 "register"): the one place where a dial
- * completes, for a plain flow, a sub-flow and a UDP sub-link alike. Registers flow @p f, opened
+ * Connector step "register" (seed 000 "Guarded", seed 002; reached through
+ * sv__connector_opened, connector.h): the one place where a dial completes, for every flow
+ * kind. Registers flow @p f, opened
  * on outbound version @p t, with @p tracker (sv_tracker_flow_open; the tracker owns it from
  * now), then checks @p t's closed token, in that order (see sv_target_close). Worker thread.
  * @return true: the flow relays; false: @p t was drained while the flow dialled: the flow is
