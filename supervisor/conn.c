@@ -36,6 +36,7 @@
 #include "supervisor/bounds.h"
 #include "supervisor/conn.h"
 #include "supervisor/conn_internal.h"
+#include "supervisor/connector.h"
 #include "supervisor/flow.h"
 #include "supervisor/hints.h"
 #include "supervisor/plane.h"

@@ -9,6 +9,7 @@
 #ifndef SV_CONN_INTERNAL_H
 #define SV_CONN_INTERNAL_H
 
+#include "supervisor/connector.h"
 #include "supervisor/plane.h"
 #include "supervisor/udp.h"
 #include "supervisor/util/proxy_header.h"
@@ -161,7 +162,7 @@ static void remote_read_start(sv_conn *c);
 static void remote_read_stop(sv_conn *c);
 static bool open_stream(sv_conn *c, const sv_outbound_ops *ops, const sv_socket_policy *sock,
                         sv_resolver *res, const sv_dest *d, bool allow_internal);
-static sv_target *route_stream(sv_conn *c, const sv_dest *d, const char *sniffed, sv_decision *dec);
+static sv_connector_req stream_req(const sv_conn *c, const sv_dest *d, const char *sniffed);
 static bool open_flow(sv_conn *c, const sv_dest *d, const char *sniffed);
 
 /* conn_splice.c.inc */

@@ -1,6 +1,6 @@
 /*
- * The connector's shared steps for every flow kind (flow.h; seed 002): a flow's record from open
- * to close, its close reason, the wall clock and address format they use, the audit hit.
+ * Flow records (flow.h; seed 002), for every flow kind: a flow's record from open to close, its
+ * close reason, the wall clock and address format they use.
  */
 #include "config.h"
 
@@ -18,14 +18,6 @@ uint64_t sv__wall_ms(void)
     struct timeval tv;
     gettimeofday(&tv, NULL);
     return (uint64_t)tv.tv_sec * 1000u + (uint64_t)tv.tv_usec / 1000u;
-}
-
-void sv__audit_hit(sv_shared *s, const sv_routes *r, int rule, const char *inbound,
-                   uint64_t user)
-{
-    int64_t id;
-    if (rule >= 0 && s->audit != NULL && sv_routes_rule_audit(r, rule, &id))
-        sv_audit_note(s->audit, inbound, user, id, sv__wall_ms());
 }
 
 void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap)

@@ -1,7 +1,7 @@
 /*
- * The connector's shared steps for every flow kind (flow.c; seed 002): a flow record, its
- * registration against a drained outbound version, its close, the audit hit; the wall clock and
- * the address format they use.
+ * Flow records (flow.c; seed 002), for every flow kind: a record, its registration against a
+ * drained outbound version, its close; the wall clock and the address format they use. The
+ * connector (connector.h) makes and registers them; their owners close them.
  */
 #ifndef SV_FLOW_H
 #define SV_FLOW_H
@@ -20,8 +20,9 @@ sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *se
                           const sv_target *t, int rule, uint64_t epoch);
 
 /**
- * Connector step 8 (seed 000 "Guarded", seed 002 "register"): the one place where a dial
- * completes, for a plain flow, a sub-flow and a UDP sub-link alike. Registers flow @p f, opened
+ * Connector step "register" (seed 000 "Guarded", seed 002; reached through
+ * sv__connector_opened, connector.h): the one place where a dial completes, for every flow
+ * kind. Registers flow @p f, opened
  * on outbound version @p t, with @p tracker (sv_tracker_flow_open; the tracker owns it from
  * now), then checks @p t's closed token, in that order (see sv_target_close). Worker thread.
  * @return true: the flow relays; false: @p t was drained while the flow dialled: the flow is
@@ -43,14 +44,5 @@ void sv__addr_format(const struct sockaddr *sa, char *buf, size_t cap);
 
 /** Milliseconds since the Unix epoch (wall clock, for started_ms). */
 uint64_t sv__wall_ms(void);
-
-/**
- * Connector step "audit" (issue 12, seed 002 "forbidden"): when rule @p rule of @p r (a
- * decision's rule) is an audit rule, note the hit of @p user on @p inbound in @p s->audit. The
- * flow itself is refused (or the datagram dropped) by the rule's outbound, as for any block
- * route. No log line. Any worker.
- */
-void sv__audit_hit(sv_shared *s, const sv_routes *r, int rule, const char *inbound,
-                   uint64_t user);
 
 #endif

@@ -187,8 +187,8 @@ struct sv_worker {
     sv_plane *plane;        /**< current plane (worker-owned reference) */
     sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
     sv_resolver *resolver;  /**< names of direct flows are resolved here (issue 13) */
-    /** Resolvers of panel `dns` routes (issue 13), one per server, made on first use
-     *  (sv__route_resolver) and kept until the worker ends (links hold them). */
+    /** Resolvers of panel `dns` routes (issue 13), one per server, made on first use by the
+     *  connector (connector.c) and kept until the worker ends (links hold them). */
     struct sv_route_resolver {
         char server[SV_DNS_SERVER_LEN];
         sv_resolver *r;     /**< NULL: a free entry */
@@ -223,15 +223,6 @@ struct sv_worker {
     uint8_t end_frame[SV_END_FRAME_MAX]; /**< a core's frame_end bytes: a stream refused inside a
                                               client read is ended while sealed holds that read */
 };
-
-/**
- * The resolver that resolves names for a flow routed with @p dns_server (sv_decision.dns_server,
- * issue 13: a panel `dns` route): NULL → the worker's own; else this worker's resolver for that
- * server (the workers' timeout and strategy), made on first use and kept until the worker ends.
- * Past SV_ROUTE_RESOLVERS_MAX servers in the worker's life (or when c-ares refuses one): the
- * worker's own. Worker thread only. (udp.c)
- */
-sv_resolver *sv__route_resolver(sv_worker *w, const char *dns_server);
 
 struct sv_wlistener {
     sv_list link;

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "supervisor/bounds.h"
+#include "supervisor/connector.h"
 #include "supervisor/flow.h"
 #include "supervisor/hints.h"
 #include "supervisor/plane.h"
@@ -266,32 +267,11 @@ static void on_sub_sent(void *owner, size_t n)
 
 static const sv_ob_dgram_events sub_events = {sub_alloc, on_sub_recv, on_sub_sent, on_sub_closed};
 
-sv_resolver *sv__route_resolver(sv_worker *w, const char *dns_server)
-{
-    if (dns_server == NULL)
-        return w->resolver;
-    struct sv_route_resolver *slot = NULL;
-    for (size_t i = 0; i < SV_ROUTE_RESOLVERS_MAX; i++) {
-        struct sv_route_resolver *e = &w->route_resolvers[i];
-        if (e->r != NULL && strcmp(e->server, dns_server) == 0)
-            return e->r;
-        if (e->r == NULL && slot == NULL)
-            slot = e;
-    }
-    sv_dns_options opts = w->shared->dns;
-    opts.n_servers = 1;
-    snprintf(opts.servers[0], sizeof opts.servers[0], "%s", dns_server);
-    if (slot == NULL || sv_resolver_new(&w->loop, &opts, &slot->r) != 0) {
-        if (slot != NULL)
-            slot->r = NULL;
-        return w->resolver; /* full (links hold the others), or c-ares refused it */
-    }
-    snprintf(slot->server, sizeof slot->server, "%s", dns_server);
-    return slot->r;
-}
-
-static sv_sublink *sub_open(sv_assoc *a, sv_target *t, sv_resolver *res, const sv_dest *d,
-                            int rule, uint64_t epoch)
+/* A new sub-link of @p a for datagram request @p rq, routed into @p r (connector.h): the least
+ * recently used one goes first when there are SV_UDP_SUBLINKS_MAX; then its flow record, its
+ * datagram link on r's target and its registration. @return it, or NULL: the datagram is dropped
+ * (no memory, no address family bound, or its version was drained). */
+static sv_sublink *sub_open(sv_assoc *a, const sv_connector_req *rq, sv_connector_result *r)
 {
     if (a->n_subs == SV_UDP_SUBLINKS_MAX) {
         unsigned lru = 0;
@@ -302,64 +282,58 @@ static sv_sublink *sub_open(sv_assoc *a, sv_target *t, sv_resolver *res, const s
         a->subs[lru] = a->subs[--a->n_subs];
     }
     sv_sublink *s = calloc(1, sizeof *s);
-    sv_flow_rec *f = sv__flow_new(a->w->index, s, a->sess, a->user, d, NULL, SV_NET_UDP, t, rule,
-                                  epoch);
-    if (s == NULL || f == NULL) {
+    if (s == NULL || sv__connector_record(a->w, rq, s, r) != SV_CONNECT_OK) {
         free(s);
-        free(f);
         return NULL;
     }
     s->a = a;
-    s->flow = f;
-    s->target = t;
-    sv_target_ref(t);
+    s->flow = r->flow;
+    s->target = r->target;
+    sv_target_ref(r->target);
     a->pending++; /* released by on_sub_closed */
-    s->link.ops = t->ops;
     s->link.ev = &sub_events;
     s->link.owner = s;
-    s->link.env = (sv_ob_env){&a->w->loop, &a->w->own_addrs, res, &t->sock};
-    if (t->ops->dgram_open(&s->link) != 0) {
+    sv__connector_dgram(a->w, r, &s->link);
+    if (s->link.ops->dgram_open(&s->link) != 0) {
         sub_end(s, SV_CLOSE_ERROR); /* seed 002: no family bound; the datagram is dropped */
         return NULL;
     }
     s->registered = true;
-    if (!sv__flow_opened(a->w->shared->tracker, f, t)) {
-        sub_end(s, SV_CLOSE_KILL); /* its version was drained (seed 000 "Guarded"): the datagram
-                                      is dropped */
+    sv_connect_verdict v = sv__connector_opened(a->w, s->flow, s->target);
+    if (v != SV_CONNECT_OK) {
+        sub_end(s, sv__connector_reason(v)); /* its version was drained (seed 000 "Guarded"):
+                                                 the datagram is dropped */
         return NULL;
     }
     a->subs[a->n_subs++] = s;
     return s;
 }
 
+/* One datagram of @p a to @p d through the connector (connector.h), on the current plane: a
+ * refused one (its outbound carries no datagrams, or an internal address) is dropped unbilled;
+ * else it goes through the sub-link of its outbound version and resolver (issue 13 dns routes),
+ * opened at need. */
 void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
 {
     if (a->closing || !pace_allows(a))
         return;
-    sv_plane *plane = a->w->plane;
-    sv_route_query q = {.dest = d, .inbound = a->handler->tag,
-                        .source = (const struct sockaddr *)&a->client, .network = SV_NET_UDP};
-    sv_decision dec = sv_routes_decide(plane->routes->routes, &q);
-    sv__audit_hit(a->w->shared, plane->routes->routes, dec.rule, a->handler->tag, a->user);
-    sv_target *t = plane->targets[dec.slot];
-    if (t->ops->dgram_send == NULL)
-        return; /* an outbound without datagrams (blackhole): dropped, not billed (seed 002) */
-    sv_ip16 ip;
-    if (d->atyp != SV_ATYP_DOMAIN &&
-        sv_ip16_from(d->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, d->ip, &ip) &&
-        sv_dest_refused(allow_private_now(a), dec.names_dest, &ip, a->w->own_addrs))
-        return; /* issue 15: an internal address, dropped like a blocked datagram */
-    sv_resolver *res = sv__route_resolver(a->w, dec.dns_server);
+    sv_connector_req rq = {.network = SV_NET_UDP, .dest = d, .inbound = a->handler->tag,
+                           .source = (const struct sockaddr *)&a->client,
+                           .principal = a->principal, .sess = a->sess,
+                           .allow_private = allow_private_now(a)};
+    sv_connector_result r;
+    if (sv__connector_route(a->w, a->w->plane, &rq, &r) != SV_CONNECT_OK)
+        return; /* seed 002, issue 15: dropped like a blocked datagram, not billed */
     sv_sublink *s = NULL;
     for (unsigned i = 0; i < a->n_subs; i++)
-        if (a->subs[i]->target == t && a->subs[i]->link.env.resolver == res)
+        if (a->subs[i]->target == r.target && a->subs[i]->link.env.resolver == r.resolver)
             s = a->subs[i]; /* one sub-link per outbound and resolver (issue 13 dns routes) */
     if (s == NULL)
-        s = sub_open(a, t, res, d, dec.rule, plane->epoch);
+        s = sub_open(a, &rq, &r);
     if (s == NULL)
         return;
     s->last_used = ++a->clock;
-    s->link.ops->dgram_send(&s->link, d, p, n, allow_private_now(a) || dec.names_dest);
+    s->link.ops->dgram_send(&s->link, d, p, n, r.allow_internal);
 }
 
 static sv_assoc *assoc_find(sv_worker *w, sv_wlistener *l, const struct sockaddr *from)
