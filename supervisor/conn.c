@@ -97,7 +97,7 @@ static void conn_release(sv_conn *c)
     w->conn_gone(w);
 }
 
-/* ---- admission (issue 33): connections before authentication ------------------------------- */
+/* ---- admission: connections before authentication ------------------------------- */
 
 /* @p c authenticated or is closing: it leaves w->preauth (its accept order) for w->conns, and
  * stops counting against the worker's pre-authentication share. */
@@ -172,7 +172,7 @@ static void conn_close(sv_conn *c)
         subs_close(c);
 }
 
-/* Close @p c for reason @p why (issue 24: its flows' close says it, /metrics counts it), unless
+/* Close @p c for reason @p why (its flows' close says it, /metrics counts it), unless
  * a reason was given first. */
 static void conn_end(sv_conn *c, sv_close_reason why)
 {
@@ -182,7 +182,7 @@ static void conn_end(sv_conn *c, sv_close_reason why)
 }
 
 /* Arm the connection's timer for @p ms, allocating it at need (it holds the connection until
- * closed; issue 13). @return false when out of memory: the caller closes the connection. */
+ * closed). @return false when out of memory: the caller closes the connection. */
 static bool conn_timer_start(sv_conn *c, uv_timer_cb cb, uint64_t ms)
 {
     if (conn_has(c, SV_CONN_CLOSING))
@@ -288,7 +288,7 @@ static void shutdown_client(sv_conn *c)
 static bool fx_authenticated(sv_conn *c, const sv_effects *fx, unsigned i)
 {
     const sv_effect *e = &fx->v[i];
-    preauth_leave(c); /* issue 33: no longer evicted to make room */
+    preauth_leave(c); /* no longer evicted to make room */
     if (sv_proto_guide(c->handler->ops) != NULL)
         sv__wl_learn(c->listener, c->handler, (struct sockaddr *)&c->peer, e->principal);
     enum admit_result a = admit(c, e->principal);
@@ -394,7 +394,7 @@ static bool apply_effects(sv_conn *c, const sv_effects *fx, uv_buf_t *iov, unsig
     for (unsigned i = 0; i < fx->n && !conn_has(c, SV_CONN_CLOSING); i++) {
         const sv_effect *e = &fx->v[i];
         bool go_on = true;
-        if (e->trials > 0) /* issue 13: keys a trial decryption tried, whatever the effect */
+        if (e->trials > 0) /* keys a trial decryption tried, whatever the effect */
             sv__ss_count(c->w->shared, e->trials);
         switch (e->kind) {
         case SV_FX_AUTHENTICATED:
@@ -528,7 +528,7 @@ static bool chain_deliver(void *ctx, uint8_t *p, size_t n)
     if (!conn_has(c, SV_CONN_RAW) && c->principal == NULL && c->flow == NULL &&
         (sv_chain_status(&c->chain) & SV_LAYER_REFUSED)) {
         /* a layer refused the peer (e.g. a WebSocket upgrade on another path): the fallback
-         * gets its bytes, else a 404, as for a request the protocol refuses (issue 9) */
+         * gets its bytes, else a 404, as for a request the protocol refuses */
         sv_effect e = {.kind = SV_FX_ERROR, .policy = SV_PROBE_FALLBACK, .data = p, .len = n};
         client_failed(c, &e);
         return !conn_has(c, SV_CONN_CLOSING);
@@ -556,7 +556,7 @@ static void send_last_words(sv_conn *c)
 /*
  * Client bytes under transport layers: push them up the chain (each piece that leaves the top
  * goes to chain_deliver), send the layers' answers, then act on their events. A failed or
- * oversized handshake ends the connection without a log line (issue 8).
+ * oversized handshake ends the connection without a log line.
  */
 static void client_chain_read(sv_conn *c, const uint8_t *in, size_t n)
 {
@@ -663,7 +663,7 @@ int sv__conn_open(sv_wlistener *l, int fd)
     c->handler = l->handler;
     sv_handler_ref(c->handler);
     c->sess = sess;
-    sess->info.started_ms = sv__wall_ms(); /* also its place in the accept order (issue 33) */
+    sess->info.started_ms = sv__wall_ms(); /* also its place in the accept order */
     int chain_rc = sv_chain_open(&c->chain, l->handler->layers, l->handler->n_layers);
     uv_tcp_init(&w->loop, &c->client);
     c->client.data = c;
@@ -681,7 +681,7 @@ int sv__conn_open(sv_wlistener *l, int fd)
     }
     memcpy(&c->peer, &peer, sizeof c->peer);
     uv_tcp_nodelay(&c->client, 1);
-    if (sv_proto_guide(ops) != NULL) { /* issue 13: the user last seen from this IP first */
+    if (sv_proto_guide(ops) != NULL) { /* the user last seen from this IP first */
         int hint;
         struct sv_order *order;
         sv__wl_guide(l, c->handler, (struct sockaddr *)&c->peer, &hint, &order);

@@ -15,12 +15,12 @@
  */
 int sv__conn_open(sv_wlistener *l, int fd);
 /**
- * Issue 33: close the oldest connection of @p w that is not authenticated (nor closing), in
+ * Close the oldest connection of @p w that is not authenticated (nor closing), in
  * accept order (conn.c). @return false when there is none.
  */
 bool sv__conn_evict_oldest(sv_worker *w);
 /**
- * Issue 33: close the connections of @p w not authenticated (nor closing) that were accepted
+ * Close the connections of @p w not authenticated (nor closing) that were accepted
  * before @p before_ms (sv__wall_ms), oldest first (conn.c). @return how many.
  */
 unsigned sv__conn_preauth_expire(sv_worker *w, uint64_t before_ms);

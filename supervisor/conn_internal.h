@@ -20,7 +20,7 @@
 typedef struct sv_subflow sv_subflow;
 
 /* A client write the kernel did not take whole: the request and the bytes left, one allocation
- * (issue 13: an idle connection holds neither). */
+ * (an idle connection holds neither). */
 typedef struct client_write {
     uv_write_t req;
     uint8_t data[];
@@ -34,7 +34,7 @@ typedef struct sv_conn {
     uv_tcp_t client;
     sv_ob_stream ob; /**< the remote side: the routed target's outbound stream */
     uv_timer_t *timer; /**< the bound on the handshake, sniff or drain while one runs; allocated
-                            on demand and dropped once relaying (issue 13: none while idle) */
+                            on demand and dropped once relaying (none while idle) */
     client_write *wr_client; /**< the client write in flight (to_client is its data), or NULL */
     int pending;  /**< open handles + in-flight requests that hold the connection */
     uint32_t carry_len;
@@ -60,7 +60,7 @@ typedef struct sv_conn {
     uint8_t end_why;        /**< why it ends (sv_close_reason + 1), 0: not said (an error) */
     sv_chain chain;      /**< the transport layers over the client socket (none: plain TCP) */
     sv_assoc *assoc;     /**< UDP carried in the stream (Trojan UDP ASSOCIATE), or NULL */
-    sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff (issue 9),
+    sv_dest *held;       /**< a TCP open waiting for the first client bytes to sniff,
                               or NULL; its payload collects in to_remote meanwhile */
     uint64_t last_active; /**< loop time (ms) of the last byte read from either side */
     uint8_t *client_more; /**< bytes for the client that came while to_client was being
@@ -70,8 +70,8 @@ typedef struct sv_conn {
                                NULL */
     sv_pacer *pacer;      /**< the user's speed limit (a reference), or NULL (anonymous) */
     uv_timer_t *pace_timer; /**< allocated at the first debt, closed with the connection;
-                                 NULL before (issue 13: no per-connection cost while unpaced) */
-    struct conn_paused *paused; /**< admission waiting for the fleet (issue 12), or NULL */
+                                 NULL before (no per-connection cost while unpaced) */
+    struct conn_paused *paused; /**< admission waiting for the fleet, or NULL */
     struct target_peek *peek; /**< REALITY: the target's first flight being read, or NULL */
     struct conn_splice *splice; /**< Vision direct both ways: the kernel relay, or NULL */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
@@ -106,8 +106,7 @@ enum sv_conn_flag {
     SV_CONN_SUBS_SNIFFING = 1u << 19, /**< some sub-flows wait for their first payload to be
                                            sniffed */
     SV_CONN_NO_SPLICE = 1u << 20,  /**< the kernel relay is not possible for this connection */
-    SV_CONN_PREAUTH = 1u << 21,    /**< in w->preauth (accepted, not authenticated nor closing;
-                                        issue 33) */
+    SV_CONN_PREAUTH = 1u << 21,    /**< in w->preauth (accepted, not authenticated nor closing) */
 };
 
 /** Is any of the bits @p f of @p c set? */

@@ -27,7 +27,7 @@ sv_close_reason sv__connector_reason(sv_connect_verdict v)
     }
 }
 
-/* Connector step "audit" (issue 12, seed 002 "forbidden"): when @p rule of @p r (a decision's
+/* Connector step "audit" (seed 002 "forbidden"): when @p rule of @p r (a decision's
  * rule) is an audit rule, the hit of @p user on @p inbound goes to @p s->audit. The flow itself
  * is refused (or the datagram dropped) by the rule's outbound, as for any block route. */
 static void audit_hit(sv_shared *s, const sv_routes *r, int rule, const char *inbound,
@@ -38,8 +38,8 @@ static void audit_hit(sv_shared *s, const sv_routes *r, int rule, const char *in
         sv_audit_note(s->audit, inbound, user, id, sv__wall_ms());
 }
 
-/* The resolver for a flow routed with @p dns_server (sv_decision.dns_server, issue 13: a panel
- * `dns` route): NULL → the worker's own; else @p w's resolver for that server (the workers'
+/* The resolver for a flow routed with @p dns_server (sv_decision.dns_server: a
+ * panel `dns` route): NULL → the worker's own; else @p w's resolver for that server (the workers'
  * timeout and strategy), made on first use and kept until the worker ends (worker.c closes
  * them). Past SV_ROUTE_RESOLVERS_MAX servers in the worker's life, or when c-ares refuses one:
  * the worker's own. */
@@ -67,7 +67,7 @@ static sv_resolver *route_resolver(sv_worker *w, const char *dns_server)
     return slot->r;
 }
 
-/* Issue 15: is @p d an IP destination that may not be dialled (an internal address, or one of
+/* is @p d an IP destination that may not be dialled (an internal address, or one of
  * the node's own @p own), unless @p allow_private or the route named it (@p names_dest)? */
 static bool dest_refused(const sv_dest *d, bool allow_private, bool names_dest,
                          const sv_addrset *own)

@@ -38,7 +38,7 @@ typedef struct sv_connector_req {
     /** who the flow acts for (borrowed), or NULL: nobody (no audit hit, user 0) */
     const sv_principal *principal;
     const sv_session_rec *sess;    /**< the session its flow record belongs to */
-    /** the inbound's allow_private (issue 15) as the caller holds it: internal destinations
+    /** the inbound's allow_private as the caller holds it: internal destinations
      *  may be dialled */
     bool allow_private;
 } sv_connector_req;
@@ -50,7 +50,7 @@ typedef struct sv_connector_result {
      *  reference (sv_target_ref) before the loop turns */
     sv_target *target;
     sv_resolver *resolver;  /**< where the link resolves names: the dns route's, else the
-                                 worker's (issue 13) */
+                                 worker's */
     bool allow_internal;    /**< a name that resolves to an internal address may be dialled
                                  (allow_private, or a route that named the destination) */
     uint64_t epoch;         /**< the plane's epoch */
@@ -62,7 +62,7 @@ typedef struct sv_connector_result {
 /** The connector's answer. Every refusal is silent: no log line, no answer to the client. */
 typedef enum sv_connect_verdict {
     SV_CONNECT_OK = 0,
-    /** an internal IP the route did not name (issue 15): refused like a blocked route */
+    /** an internal IP the route did not name: refused like a blocked route */
     SV_CONNECT_INTERNAL,
     /** a datagram routed to an outbound without datagram ops (a blackhole): dropped, not
      *  billed (seed 002) */
@@ -74,7 +74,7 @@ typedef enum sv_connect_verdict {
 } sv_connect_verdict;
 
 /**
- * The close reason of a flow the connector refused for @p v (issue 24): SV_CLOSE_KILL for
+ * The close reason of a flow the connector refused for @p v: SV_CLOSE_KILL for
  * SV_CONNECT_DRAINED (a drain ends its version's flows), SV_CLOSE_ERROR for every other
  * refusal; SV_CLOSE_END for SV_CONNECT_OK.
  */
@@ -84,9 +84,9 @@ sv_close_reason sv__connector_reason(sv_connect_verdict v);
  * Connector steps route → audit → refuse → target for @p rq, on @p plane (the worker's current
  * plane: seed 000, each new flow and each datagram reads it once) of worker @p w. Routes the
  * destination (the sniffed name as an extra domain candidate, sv_routes_decide); notes the hit
- * of an audit rule for rq->principal (issue 12; the rule's outbound refuses the flow at its
+ * of an audit rule for rq->principal (the rule's outbound refuses the flow at its
  * dial, as any block route); refuses a datagram kind whose target carries no datagrams, then an
- * IP destination that sv_dest_refused() refuses (issue 15); picks the resolver of the route's
+ * IP destination that sv_dest_refused() refuses; picks the resolver of the route's
  * dns_server (made on first use, kept until the worker ends; past SV_ROUTE_RESOLVERS_MAX
  * servers, or one c-ares refuses: the worker's own). Fills @p out but its flow (NULL).
  * @return SV_CONNECT_OK, SV_CONNECT_NO_DATAGRAMS or SV_CONNECT_INTERNAL (then @p out holds the

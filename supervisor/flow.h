@@ -32,7 +32,7 @@ sv_flow_rec *sv__flow_new(unsigned worker, void *owner, const sv_session_rec *se
 bool sv__flow_opened(sv_tracker *tracker, sv_flow_rec *f, const sv_target *t);
 
 /**
- * Flow @p f of worker f->worker ends for reason @p r (issue 24): counted in @p s's row of that
+ * Flow @p f of worker f->worker ends for reason @p r: counted in @p s's row of that
  * worker (sv_flow_closes) and said at debug level with the flow's id (0 when it never
  * registered: a dial that failed), session, destination and outbound. Call it on that worker's
  * thread, before the record goes to the tracker or is freed.

@@ -37,9 +37,9 @@ enum sv_msg_kind {
     SV_MSG_SWAP_HANDLER,       /**< id, handler (ref moves), revoke = close sessions of users gone */
     SV_MSG_STOP_LISTENER,      /**< id */
     SV_MSG_PUBLISH_PLANE,      /**< plane (ref moves) */
-    SV_MSG_SET_OWN_ADDRS,      /**< own_addrs (ref moves): the node's own addresses (issue 15) */
+    SV_MSG_SET_OWN_ADDRS,      /**< own_addrs (ref moves): the node's own addresses */
     SV_MSG_EXIT,               /**< close everything and leave the loop */
-    SV_MSG_HINTS_EXPORT,       /**< hints_out: add this worker's hints (issue 13) */
+    SV_MSG_HINTS_EXPORT,       /**< hints_out: add this worker's hints */
     SV_MSG_HINTS_IMPORT,       /**< id, handler and hints_in (refs move): put them in its table */
 };
 
@@ -63,7 +63,7 @@ typedef struct sv_worker sv_worker;
 typedef struct sv_wlistener sv_wlistener;
 
 /**
- * Process-wide accounting of accept pauses (issue 15 "File descriptors run out"): an episode
+ * Process-wide accounting of accept pauses: an episode
  * runs from the first worker that pauses to the last one that is accepting freely again, and
  * takes two log lines whatever the number of workers and listeners.
  */
@@ -91,18 +91,18 @@ typedef struct sv_close_row {
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
-    sv_pacers *pacers;           /**< per-user speed limits (issue 12; set before workers start) */
+    sv_pacers *pacers;           /**< per-user speed limits (set before workers start) */
     sv_dns_options dns;          /**< each worker's resolver (set before workers start) */
-    sv_redis_options redis;      /**< each worker's fleet client (issue 12; set before start) */
+    sv_redis_options redis;      /**< each worker's fleet client (set before start) */
     sv_fleet_shared fleet;       /**< their shared state (log lines) */
-    /** Issue 33: the process's TCP connection budget (max_connections), one for every worker,
+    /** the process's TCP connection budget (max_connections), one for every worker,
      *  so that a worker accepts while the process has room whichever worker the kernel picks
      *  (set before workers start) */
     uint32_t conn_cap;
     /** The connections the descriptor limit allows (sv_max_connections_default): what the
      *  process's connections and kernel relays' pipes fit in (sv_fds_fit) */
     uint32_t fd_cap;
-    /** Issue 33: connections one worker keeps before authentication (its share of half the
+    /** connections one worker keeps before authentication (its share of half the
      *  budget, at least 1); past it, its oldest such connection is closed (admission.c) */
     uint32_t preauth_cap;
     _Atomic uint32_t n_conns;    /**< live TCP connections of every worker (sv_conn) */
@@ -112,9 +112,9 @@ typedef struct sv_shared {
     _Atomic uint32_t preauth[SV_WORKERS_MAX];
     _Atomic uint32_t evict_asked[SV_WORKERS_MAX];
     sv_accept_episode pause;
-    /* Issue 8: the epoch of the plane each worker has adopted (serves new flows with). */
+    /* the epoch of the plane each worker has adopted (serves new flows with). */
     unsigned n_workers;          /**< workers started (set by the control loop as they start) */
-    /** Issue 13: a worker that learns a client IP's user tells the others (sv__wl_learn), so a
+    /** a worker that learns a client IP's user tells the others (sv__wl_learn), so a
      *  client is scanned for once, not once per worker. peers is the supervisor's worker array
      *  from the moment all have started until shutdown joins them, else NULL; a worker posts to
      *  them only while holding peers_lock for reading (the supervisor writes it). */
@@ -129,11 +129,11 @@ typedef struct sv_shared {
     /** Clients refused before authentication, by policy (index enum sv_probe_policy - 1):
      *  drained, closed, sent to the fallback or answered 404 (sv_refused_clients). */
     _Atomic uint64_t refused[3];
-    sv_audit *audit; /**< audit hits (issue 12), taken by sv_take_audit() */
-    /** Issue 13: Shadowsocks trial decryptions (a TCP first chunk, a UDP datagram) and the keys
+    sv_audit *audit; /**< audit hits, taken by sv_take_audit() */
+    /** Shadowsocks trial decryptions (a TCP first chunk, a UDP datagram) and the keys
      *  they tried, matched or not (sv_ss_trials). */
     _Atomic uint64_t ss_lookups, ss_keys;
-    /** Issue 13 "junk": full scans off the worker loops (scan.c): the budget (under scan_mu),
+    /** full scans off the worker loops (scan.c): the budget (under scan_mu),
      *  one scan running at a time (scan_run_mu), and their counts (sv_ss_scans). */
     pthread_mutex_t scan_mu, scan_run_mu;
     sv_scan_budget scan_budget;
@@ -141,15 +141,15 @@ typedef struct sv_shared {
     /** PROTOCOLS-2.md §2.6: connections whose chain switched to raw, [0] client bytes (in),
      *  [1] ours (out) (sv_vision_direct). */
     _Atomic uint64_t direct[2];
-    /** Issue 11: connections relayed by splice(2) once Vision went direct both ways, and the
+    /** connections relayed by splice(2) once Vision went direct both ways, and the
      *  payload bytes they moved so (sv_vision_direct). */
     _Atomic uint64_t splice_conns, splice_bytes;
     _Atomic uint64_t splice_no_pipe; /**< relayed in user space: no pipe could be had */
     /** Worker loop turns by the CPU time their thread spent in them (sv_turn_counts): a turn
      *  is everything one loop iteration ran, so its CPU time is how long every other flow of
-     *  that worker waited on katana's own work (issue 13, the 2 ms pause) */
+     *  that worker waited on katana's own work (the 2 ms pause) */
     sv_turn_row turns[SV_WORKERS_MAX]; /**< one row per worker (index), written by it alone */
-    sv_close_row closes[SV_WORKERS_MAX]; /**< flow closes by reason (issue 24), likewise */
+    sv_close_row closes[SV_WORKERS_MAX]; /**< flow closes by reason, likewise */
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */
@@ -186,26 +186,26 @@ struct sv_worker {
     _Atomic bool flags_set; /**< a kill/close flag was set somewhere on this worker */
     sv_plane *plane;        /**< current plane (worker-owned reference) */
     sv_addrset *own_addrs;  /**< the node's own addresses (worker-owned reference; NULL = none) */
-    sv_resolver *resolver;  /**< names of direct flows are resolved here (issue 13) */
-    /** Resolvers of panel `dns` routes (issue 13), one per server, made on first use by the
+    sv_resolver *resolver;  /**< names of direct flows are resolved here */
+    /** Resolvers of panel `dns` routes, one per server, made on first use by the
      *  connector (connector.c) and kept until the worker ends (links hold them). */
     struct sv_route_resolver {
         char server[SV_DNS_SERVER_LEN];
         sv_resolver *r;     /**< NULL: a free entry */
     } route_resolvers[SV_ROUTE_RESOLVERS_MAX];
-    sv_fleet *fleet;        /**< fleet-wide device limit client (issue 12), or NULL: off */
+    sv_fleet *fleet;        /**< fleet-wide device limit client, or NULL: off */
     sv_list listeners;      /**< sv_wlistener */
     sv_list conns;          /**< TCP connections (sv_conn) */
     sv_list assocs;         /**< UDP associations */
-    sv_list udp_scans;      /**< datagrams waiting for their scan off the loop (issue 13) */
+    sv_list udp_scans;      /**< datagrams waiting for their scan off the loop */
     sv_xudp_table xudp;     /**< XUDP associations by GlobalID, attached and detached (udp.c) */
     bool exiting;
     uv_timer_t sweep;       /**< SV_IDLE_SWEEP_MS: closes idle relays */
     uv_prepare_t turn_clock; /**< runs once per loop turn: charges the turn's CPU (turns) */
     uint64_t turn_began_ns; /**< the thread's CPU clock at the last turn_clock, 0 = none yet */
     uint32_t n_conns;       /**< live TCP connections (sv_conn) of this worker */
-    uint32_t n_spliced;     /**< of them, holding a kernel relay's pipes (issue 11, sv_fds_fit) */
-    /** Issue 33: connections accepted and not yet authenticated by their core nor closing, in
+    uint32_t n_spliced;     /**< of them, holding a kernel relay's pipes (sv_fds_fit) */
+    /** connections accepted and not yet authenticated by their core nor closing, in
      *  accept order (oldest first; conn.c moves one to conns when it authenticates or
      *  closes), and their number */
     sv_list preauth;
@@ -238,7 +238,7 @@ struct sv_wlistener {
     bool stopped;
     unsigned n_users_of; /**< live connections and associations still pointing here */
     sv_handler *handler;
-    /* Issue 13: this worker's guides for trial decryption over handler's users (sv__wl_guide) */
+    /* this worker's guides for trial decryption over handler's users (sv__wl_guide) */
     sv_iphints hints;          /**< client IP -> the user who last authenticated from it */
     sv_order *order;           /**< most recently matched first, for order_of's users;
                                     allocated at its first use, or NULL */
@@ -246,7 +246,7 @@ struct sv_wlistener {
 };
 
 #define SV_HINTS_MAX SV_IP_HINTS_PER_INBOUND /**< client IPs remembered per worker and listener
-                                                 (issue 13) */
+                                                 */
 #define SV_HINT_TTL_S SV_IP_HINT_TTL_S /**< a client IP's user is forgotten after this without a
                                             login */
 

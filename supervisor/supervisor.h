@@ -276,7 +276,7 @@ typedef struct sv_route_rule {
                            rule): a flow or datagram of a user it matches is recorded once per
                            (inbound, user, audit_id) until sv_take_audit() takes it */
     int64_t audit_id; /**< the panel's rule id, reported with the hit */
-    /** Issue 13 (a panel `dns` route, PANEL.md §1.4): names of flows this rule routes are
+    /** A panel `dns` route (PANEL.md §1.4): names of flows this rule routes are
      *  resolved by this server, "ip", "ipv4:port" or "[ipv6]:port" (port 53 when absent);
      *  NULL = the workers' resolver. */
     char *dns_server;

@@ -1,7 +1,7 @@
 /*
  * The UDP fan-out (seed 002) and its datagram sources. An association is one client's UDP
  * traffic, bound to one principal. Each datagram is routed on the current plane (seed 000 "UDP:
- * per-packet routing"), refused silently when blocked or internal (issue 15), and sent through a
+ * per-packet routing"), refused silently when blocked or internal, and sent through a
  * sub-link keyed by the outbound version (at most 64, the least recently used is evicted). A
  * sub-link carries its datagrams through its target's outbound (outbound.h datagram ops; direct
  * sends from one socket per address family to any destination); each sub-link is a tracked flow.
@@ -13,9 +13,9 @@
  *    through the session's window, replies to the client's latest source address: clients may
  *    roam); else it is the client's (address, port) (Shadowsocks AEAD). Replies are sent from
  *    the listener.
- *  - UDP inside a stream (Trojan UDP ASSOCIATE, issue 8): the connection's session owns the
+ *  - UDP inside a stream (Trojan UDP ASSOCIATE): the connection's session owns the
  *    association; replies go to the connection (sv_dgram_source), which frames them.
- *  - XUDP (issue 10, PROTOCOLS-2.md §5.3): a Mux.Cool UDP session with a GlobalID is also in
+ *  - XUDP (PROTOCOLS-2.md §5.3): a Mux.Cool UDP session with a GlobalID is also in
  *    the worker's table (xudp.h); when its owner lets go it is detached (no owner, no session,
  *    replies dropped unbilled, its sockets kept) until a New frame with its GlobalID re-attaches
  *    it to another sub-flow, or the sweep expires it after SV_XUDP_KEEP_MS.
@@ -146,7 +146,7 @@ static void assoc_close(sv_assoc *a)
 
 void sv__assoc_close(sv_assoc *a) { assoc_close(a); }
 
-/* Close @p a for reason @p why (issue 24: its sub-links' closes say it), unless a reason was
+/* Close @p a for reason @p why (its sub-links' closes say it), unless a reason was
  * given first. */
 static void assoc_end(sv_assoc *a, sv_close_reason why)
 {
@@ -204,7 +204,7 @@ static void sockaddr_to_dest(const struct sockaddr *sa, sv_dest *d)
     }
 }
 
-/* Issue 12 "Speed limits": a datagram may pass while the user's bucket is not in debt (then
+/* a datagram may pass while the user's bucket is not in debt (then
  * it is charged, pace_charge); one over the limit is dropped and not billed. An unlimited
  * user's check is one load. */
 static bool pace_allows(sv_assoc *a)
@@ -251,7 +251,7 @@ static void on_sub_recv(void *owner, const struct sockaddr *from, const uint8_t 
     uv_timer_again(&a->idle);
 }
 
-/* Issue 15: the inbound's allow_private as its listener has it now (not when the association
+/* the inbound's allow_private as its listener has it now (not when the association
  * opened), so a reload that closes internal destinations reaches live associations too. */
 static bool allow_private_now(const sv_assoc *a)
 {
@@ -311,7 +311,7 @@ static sv_sublink *sub_open(sv_assoc *a, const sv_connector_req *rq, sv_connecto
 
 /* One datagram of @p a to @p d through the connector (connector.h), on the current plane: a
  * refused one (its outbound carries no datagrams, or an internal address) is dropped unbilled;
- * else it goes through the sub-link of its outbound version and resolver (issue 13 dns routes),
+ * else it goes through the sub-link of its outbound version and resolver (dns routes),
  * opened at need. */
 void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
 {
@@ -323,11 +323,11 @@ void sv__assoc_send(sv_assoc *a, const sv_dest *d, const uint8_t *p, size_t n)
                            .allow_private = allow_private_now(a)};
     sv_connector_result r;
     if (sv__connector_route(a->w, a->w->plane, &rq, &r) != SV_CONNECT_OK)
-        return; /* seed 002, issue 15: dropped like a blocked datagram, not billed */
+        return; /* seed 002: dropped like a blocked datagram, not billed */
     sv_sublink *s = NULL;
     for (unsigned i = 0; i < a->n_subs; i++)
         if (a->subs[i]->target == r.target && a->subs[i]->link.env.resolver == r.resolver)
-            s = a->subs[i]; /* one sub-link per outbound and resolver (issue 13 dns routes) */
+            s = a->subs[i]; /* one sub-link per outbound and resolver (dns routes) */
     if (s == NULL)
         s = sub_open(a, &rq, &r);
     if (s == NULL)
@@ -371,7 +371,7 @@ static sv_assoc *assoc_new(sv_wlistener *l, const sv_dgram_ops *ops, const struc
                                  false) != SV_DEVICE_ADMITTED) {
         sv_tracker_session_close(w->shared->tracker, sess); /* the tracker frees it */
         free(a);
-        return NULL; /* issue 3: a new IP over the device limit; silent, counted */
+        return NULL; /* a new IP over the device limit; silent, counted */
     }
     a->w = w;
     a->l = l;
@@ -395,7 +395,7 @@ static sv_assoc *assoc_new(sv_wlistener *l, const sv_dgram_ops *ops, const struc
     return a;
 }
 
-/* Issue 13 "junk": a datagram whose first guesses missed waits for its scan off the loop. */
+/* a datagram whose first guesses missed waits for its scan off the loop. */
 typedef struct udp_scan {
     sv_list link;           /* in the worker's udp_scans */
     sv_wlistener *l;        /* held (n_users_of) until the answer */
@@ -453,7 +453,7 @@ void sv__udp_scans_cancel(sv_worker *w)
 }
 
 /* Open datagram @p p of @p n bytes from @p from with @p hd's credential table (dgram.h). A
- * guided core (with scan) walks the users as issue 13 says: association @p a's own user alone
+ * guided core (with scan) walks the users so: association @p a's own user alone
  * (its datagrams are its user's or no one's), or @p scanned, the user a scan found, alone (a
  * match moves to the order's front), else the user last seen from this IP, then the worker's
  * order, at most SV_SS_GUESSES keys; past them, a datagram of no association is scanned off the
@@ -495,7 +495,7 @@ static sv_assoc *session_find(sv_wlistener *l, const sv_dgram_ops *ops, const sv
 
 /* A new association of @p l for opened datagram @p in from @p from (its first), its session set
  * up by the core (Shadowsocks 2022: our own random session ID); a guided core's listener
- * remembers the IP's user (issue 13). */
+ * remembers the IP's user. */
 static sv_assoc *assoc_start(sv_wlistener *l, const sv_dgram_ops *ops, const sv_handler *hd,
                              const struct sockaddr *from, const sv_dgram_in *in)
 {

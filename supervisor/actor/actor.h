@@ -205,7 +205,7 @@ void sv__act_on_drains(sv_supervisor *sv, const sv_plan *plan, const prepared *p
 
 /* ---- apply.c ---------------------------------------------------------------------------- */
 
-/** Issue 12 "Speed limits" (seed 003 publish_speed_limits): every user of every set of @p spec
+/** Speed limits (seed 003 publish_speed_limits): every user of every set of @p spec
  *  with a speed limit, the smallest of a user in several sets; on out of memory the previous
  *  limits stay (logged). */
 void sv__publish_speed_limits(sv_supervisor *sv, const sv_spec *spec);

@@ -152,7 +152,7 @@ static void fill_report(const sv_plan *plan, sv_apply_report *r)
     }
 }
 
-/* Issue 12 "Speed limits" (seed 003 publish_speed_limits; seed 001: at the start of every commit
+/* Speed limits (seed 003 publish_speed_limits; seed 001: at the start of every commit
  * and of every user edit's commit): every user of every set of @p spec, the spec being
  * committed, with a speed limit; a user in several sets gets the smallest. A refused apply or
  * user edit never gets here, so it cannot change the limits in force. */

@@ -4,7 +4,7 @@
  * (RFC 8305 §5: SV_OB_ATTEMPT_DELAY_MS between attempts, families alternating, the next attempt
  * at once when one fails); a datagram link is one socket per address family that sends
  * to any destination (seed 002 "直连出站的 UDP socket"), holding datagrams to a name in a bounded
- * queue while it resolves. Issue 15: a name that resolves to an internal address is dialled or
+ * queue while it resolves. A name that resolves to an internal address is dialled or
  * sent to only when the owner allows it (allow_internal); IP destinations are the connector's to
  * check before it opens.
  */

@@ -12,7 +12,7 @@
  * Exactness: a flow leaves the live list for the closed queue under its worker's lock, and each
  * slot's watermark is moved only here, so every byte is counted by exactly one tick.
  *
- * Issue 13 (a tick over 100 000 flows and 50 000 users): step 3 walks each worker's dense slot
+ * At scale (a tick over 100 000 flows and 50 000 users), step 3 walks each worker's dense slot
  * pool, not the records; each slot remembers its groups' indexes, and the users' sums are one
  * dense array indexed like the users table, so a flow costs no hash lookup after its first tick.
  */
