@@ -29,6 +29,7 @@
 
 #define PN_XB_MACHINE_NODES_MAX 256u /**< nodes in one machine answer (AG_CONFIG_NODES_MAX) */
 #define PN_XB_TYPE_MAX 31u           /**< bytes of a node type */
+#define PN_XB_URL_MAX 2048u          /**< bytes of a URL katana builds; a ws_url is at most half */
 
 /** One node the panel assigns to the machine. */
 typedef struct pn_xb_machine_node {
