@@ -46,6 +46,7 @@ import resource
 import select
 import socket
 import struct
+import tempfile
 import sys
 import threading
 import time
@@ -104,16 +105,42 @@ def test_port_range():
     return (TEST_PORT_LO, hi) if hi - TEST_PORT_LO >= 1000 else (1024, 65535)
 
 
+# A port found free is not bound by its server at once: until then another pick, by this test or
+# by one running beside it, could find it free too. Every pick is therefore also reserved, by a
+# file made with O_EXCL in one directory shared by all tests of this user, for RESERVE_S seconds.
+RESERVE_S = 600
+
+
+def reserve_port(port):
+    """True when PORT was not reserved in the last RESERVE_S seconds; it is reserved now."""
+    d = os.path.join(tempfile.gettempdir(), "katest-ports-%d" % os.getuid())
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    path = os.path.join(d, str(port))
+    for _ in range(2):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            return True
+        except FileExistsError:
+            try:
+                if time.time() - os.stat(path).st_mtime < RESERVE_S:
+                    return False
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    return False
+
+
 def pick_ports(count, udp=True):
     """COUNT distinct loopback ports, each free for TCP (and for UDP when UDP) at the time of the
-    call, chosen at random in test_port_range(). Dies after 2000 tries."""
+    call and not handed out by another pick in the last RESERVE_S seconds, chosen at random in
+    test_port_range(). Dies after 2000 tries."""
     lo, hi = test_port_range()
     ports = []
     for _ in range(2000):
         if len(ports) == count:
             break
         port = random.randint(lo, hi)
-        if port in ports:
+        if port in ports or not reserve_port(port):
             continue
         kinds = (socket.SOCK_STREAM, socket.SOCK_DGRAM) if udp else (socket.SOCK_STREAM,)
         held = []
