@@ -894,7 +894,7 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
 {
     static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
                                        "user_removal", "panel", "speed_limit", "outbound",
-                                       NULL};
+                                       "accept_proxy_protocol", NULL};
     char path[PATH_MAX_TEXT];
     const char *tag, *listen;
     snprintf(path, sizeof path, "nodes[%zu]", idx);
@@ -914,6 +914,8 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
         rc = sv_error_set(err, -EINVAL, "%s.listen: not an IP address \"%.64s\"", path, listen);
     if (rc == 0) /* users may reach internal addresses only when the node says so */
         rc = get_bool(node, path, "allow_private", &nc->allow_private, err);
+    if (rc == 0) /* behind a load balancer: a PROXY header names each client */
+        rc = get_bool(node, path, "accept_proxy_protocol", &nc->accept_proxy_protocol, err);
     if (rc == 0) {
         char p[PATH_MAX_TEXT];
         path_key(p, sizeof p, path, "user_removal");

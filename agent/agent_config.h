@@ -122,6 +122,8 @@ typedef struct ag_node_config {
     char *listen; /**< IP literal overriding the panel's listen_ip, or NULL */
     bool allow_private; /**< `allow_private`: users may reach loopback, private and
                              link-local addresses and the node's own; default false */
+    bool accept_proxy_protocol; /**< `accept_proxy_protocol`: every TCP connection starts with
+                                     a PROXY protocol header naming the client; default false */
     uint64_t speed_limit; /**< `speed_limit`, Mbps, 0 = none: each user's limit is the
                                smallest non-zero of this and the panel's */
     ag_cert_config cert; /**< `cert`: required by a trojan node */

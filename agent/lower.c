@@ -911,6 +911,7 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     memset(in, 0, sizeof *in);
     in->bind.port = n->node.server_port;
     in->allow_private = n->allow_private;
+    in->accept_proxy_protocol = n->accept_proxy_protocol;
     in->user_removal = n->user_removal;
     in->tag = strdup(n->tag);
     in->bind.address = strdup(ag_node_listen(n));
@@ -1060,7 +1061,8 @@ static bool str_eq(const char *a, const char *b)
 bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
 {
     return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
-           a->allow_private == b->allow_private && a->speed_limit == b->speed_limit &&
+           a->allow_private == b->allow_private &&
+           a->accept_proxy_protocol == b->accept_proxy_protocol && a->speed_limit == b->speed_limit &&
            pn_node_equal(&a->node, &b->node) &&
            a->user_removal.kind == b->user_removal.kind &&
            a->user_removal.grace_ms == b->user_removal.grace_ms &&

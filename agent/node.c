@@ -179,6 +179,7 @@ static int job_new(const ag_config *cfg, const ag_remote_source *remote, fetch_j
         st->tag = strdup(nc->tag);
         st->listen = nc->listen != NULL ? strdup(nc->listen) : NULL;
         st->allow_private = nc->allow_private;
+        st->accept_proxy_protocol = nc->accept_proxy_protocol;
         st->user_removal = nc->user_removal;
         st->has_outbound = nc->has_outbound;
         st->outbound = nc->outbound;

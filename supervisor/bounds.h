@@ -38,6 +38,10 @@
 #define SV_UDP_SUBLINKS_MAX 64          /**< seed 002: sub-links per UDP association */
 #define SV_ROUTE_RESOLVERS_MAX 16       /**< `dns` route servers a worker serves */
 #define SV_UDP_IDLE_MS 60000            /**< an idle UDP association expires */
+#define SV_PROXY_WAIT_MS 5000          /**< a PROXY protocol header must be whole within this
+                                             (proxy-protocol.txt suggests at least 3 s) */
+#define SV_PROXY_WAITS_MAX 1024         /**< connections per worker waiting for their PROXY
+                                             header; the oldest is closed for a new one */
 #define SV_HANDSHAKE_MS 60000           /**< a client that never completes its header is closed */
 #define SV_TLS_HANDSHAKE_MS 10000       /**< a transport handshake (TLS, WebSocket
                                              upgrade ...) not done by then is dropped */

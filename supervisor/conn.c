@@ -636,14 +636,30 @@ static void on_handshake_timeout(uv_timer_t *t)
         conn_close(c);
 }
 
-int sv__conn_open(sv_wlistener *l, int fd)
+/* Bytes read before the connection existed (past a PROXY header): served as a first read. */
+static void serve_first(sv_conn *c, const uint8_t *first, size_t first_len)
+{
+    if (first_len == 0 || conn_has(c, SV_CONN_CLOSING))
+        return;
+    uv_buf_t b;
+    client_alloc((uv_handle_t *)&c->client, first_len, &b); /* where a read would land */
+    memcpy(b.base, first, first_len);
+    on_client_read((uv_stream_t *)&c->client, (ssize_t)first_len, &b);
+}
+
+int sv__conn_open(sv_wlistener *l, int fd, const struct sockaddr *given, const uint8_t *first,
+                  size_t first_len)
 {
     sv_worker *w = l->w;
     const sv_proto_ops *ops = l->handler->ops;
     sv_conn *c = calloc(1, sizeof *c + ops->state_size);
     struct sockaddr_storage peer = {0}; /* before the record: it keeps the source as text */
     socklen_t peer_len = sizeof peer;
-    getpeername(fd, (struct sockaddr *)&peer, &peer_len);
+    if (given != NULL)
+        memcpy(&peer, given, given->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                         : sizeof(struct sockaddr_in));
+    else
+        getpeername(fd, (struct sockaddr *)&peer, &peer_len);
     char source[sizeof ((sv_session_info *)0)->source];
     sv__addr_format((struct sockaddr *)&peer, source, sizeof source);
     sv_session_rec *sess = sv_session_rec_new(l->handler->tag, source);
@@ -696,6 +712,7 @@ int sv__conn_open(sv_wlistener *l, int fd)
         return 0;
     }
     client_read_start(c);
+    serve_first(c, first, first_len);
     return 0;
 }
 

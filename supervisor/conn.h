@@ -11,9 +11,15 @@
  * Start serving the accepted client socket @p fd on listener @p l (conn.c): the connection
  * counts in l->w->n_conns and sv_shared.n_conns until its last handle closes, and is pre-auth
  * (sv_worker.preauth) until its core authenticates it or it closes. Takes ownership of @p fd.
+ * @param peer   the client's address (AF_INET or AF_INET6), or NULL: the socket's peer. A
+ *               PROXY protocol header's client (proxy_wait.c) is the session's source, the
+ *               address device limits, audit and the API see
+ * @param first  @p first_len bytes the client sent already (read past a PROXY header; at most
+ *               SV_PROXY_READ_MAX), served before the socket's, or NULL
  * @return 0, or -ENOMEM (the socket is closed: the client sees the connection end).
  */
-int sv__conn_open(sv_wlistener *l, int fd);
+int sv__conn_open(sv_wlistener *l, int fd, const struct sockaddr *peer, const uint8_t *first,
+                  size_t first_len);
 /**
  * Close the oldest connection of @p w that is not authenticated (nor closing), in
  * accept order (conn.c). @return false when there is none.

@@ -210,6 +210,10 @@ struct sv_worker {
      *  closes), and their number */
     sv_list preauth;
     uint32_t n_preauth;
+    /** accepted sockets of listeners with accept_proxy_protocol whose header is not read yet
+     *  (proxy_wait.c, oldest first; not connections yet), and their number */
+    sv_list proxy_waits;
+    uint32_t n_proxy_waits;
     bool accept_paused;     /**< no listener of this worker polls its socket */
     bool paused_this_tick;  /**< paused since the last retry tick */
     bool in_episode;        /**< counted in shared->pause (the retry timer runs) */

@@ -299,7 +299,8 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
     return str_eq(a->tag, b->tag) && str_eq(a->bind.address, b->bind.address) &&
            a->bind.port == b->bind.port && a->udp == b->udp && a->protocol == b->protocol &&
            a->ss_cipher == b->ss_cipher && str_eq(a->users, b->users) &&
-           a->allow_private == b->allow_private && a->tls.cert == b->tls.cert &&
+           a->allow_private == b->allow_private &&
+           a->accept_proxy_protocol == b->accept_proxy_protocol && a->tls.cert == b->tls.cert &&
            str_eq(a->tls.cert_file, b->tls.cert_file) && str_eq(a->tls.key_file, b->tls.key_file) &&
            str_eq(a->tls.server_name, b->tls.server_name) && str_eq(a->fallback, b->fallback) &&
            str_eq(a->ws.path, b->ws.path) && str_eq(a->ws.host, b->ws.host) &&

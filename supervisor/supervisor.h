@@ -179,6 +179,11 @@ typedef struct sv_inbound_spec {
     bool allow_private;                /**< its users' flows may reach internal
                                             destinations (loopback, private, link-local ...
                                             and the node's own addresses); default false */
+    bool accept_proxy_protocol;        /**< every TCP connection starts with a PROXY protocol
+                                            header (v1 or v2, HAProxy's proxy-protocol.txt),
+                                            whose client address stands for the socket's:
+                                            the node sits behind a load balancer. A connection
+                                            without a valid header is closed. Default false */
     sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan,
                                             optional for VLESS and VMess */
     char *fallback;                    /**< Trojan, VLESS: "HOST:PORT" that gets every client

@@ -29,6 +29,7 @@
 #include "supervisor/flow.h"
 #include "supervisor/hints.h"
 #include "supervisor/plane.h"
+#include "supervisor/proxy_wait.h"
 #include "supervisor/udp.h"
 #include "supervisor/util/log.h"
 #include "supervisor/worker.h"
@@ -186,11 +187,15 @@ static void on_acceptable(uv_poll_t *p, int status, int events)
         }
         if (w->in_episode)
             w->episode_accepted++;
-        if (sv__conn_open(l, fd) != 0) {
+        /* behind a load balancer the connection opens once its PROXY header is read */
+        int rc = l->handler->in.accept_proxy_protocol ? sv__proxy_wait_start(l, fd)
+                                                      : sv__conn_open(l, fd, NULL, NULL, 0);
+        if (rc != 0) {
             accept_pause(w, "out of memory");
             return;
         }
-        sv__admit_accepted(w);
+        if (!l->handler->in.accept_proxy_protocol)
+            sv__admit_accepted(w);
     }
 }
 
@@ -313,6 +318,7 @@ static void close_everything(sv_worker *w)
     sv_list *pos, *tmp;
     sv_list_foreach_safe(pos, tmp, &w->listeners)
         stop_listener(sv_container_of(pos, sv_wlistener, link));
+    sv__proxy_waits_close_all(w);
     sv__conn_close_all(w);
     sv__udp_close_all(w);
     sv__udp_scans_cancel(w);
@@ -423,6 +429,7 @@ int sv_worker_start(sv_worker **out, unsigned index, sv_shared *shared)
     sv_list_init(&w->listeners);
     sv_list_init(&w->conns);
     sv_list_init(&w->preauth);
+    sv_list_init(&w->proxy_waits);
     sv_list_init(&w->assocs);
     sv_list_init(&w->udp_scans);
     pthread_mutex_init(&w->mu, NULL);

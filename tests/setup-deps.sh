@@ -18,7 +18,8 @@ CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl pytho
          python3-cryptography  # katest.py vmess: hand-made VMess requests (issue 9)
          shadowsocks-v2ray-plugin  # ss-v2ray-plugin: ss-local inside WebSocket (issue 9)
          dnsmasq-base          # dnsmasq: the resolver tests' DNS server (issue 13)
-         redis-server)         # the fleet-wide device limit tests (issue 12)
+         redis-server          # the fleet-wide device limit tests (issue 12)
+         haproxy)              # a PROXY protocol front for t-proxy-protocol
 # tests/packaging/check.sh: make deb / make rpm, lintian, rpmlint, debuginfo split (eu-strip),
 # groff and man for the man pages
 PACKAGING=(dpkg-dev debhelper fakeroot rpm rpmlint debugedit elfutils cpio lintian groff-base
@@ -39,7 +40,7 @@ fi
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     for unit in shadowsocks-libev.service shadowsocks-libev-server@ shadowsocks-libev-local@ \
                 shadowsocks-libev-redir@ shadowsocks-libev-tunnel@ v2ray.service v2ray@ \
-                trojan.service redis-server.service \
+                trojan.service redis-server.service haproxy.service \
                 prometheus.service; do  # prometheus would hold 9090, the API's default port
         case $unit in
             *@) for u in $(systemctl list-units --plain --no-legend "${unit}*" 2>/dev/null |

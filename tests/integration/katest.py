@@ -1245,6 +1245,8 @@ def cmd_mkconfig(a):
         # the tests' echo servers are on loopback, which katana refuses to proxy users to
         # unless the node allows it (issue 15)
         node_cfg["allow_private"] = True
+    if a.accept_proxy_protocol:
+        node_cfg["accept_proxy_protocol"] = True  # behind a PROXY protocol front (HAProxy)
     if a.protocol in ("vmess", "shadowsocks") and (a.cert_self or a.cert_file):
         node_cfg["cert"] = ({"mode": "self"} if a.cert_self else
                             {"mode": "file", "cert_file": a.cert_file, "key_file": a.key_file})
@@ -1725,6 +1727,9 @@ def main():
     c.add_argument("--redis-expiry", type=int, default=60, help="redis.expiry, seconds")
     c.add_argument("--log-level", default="info")
     c.add_argument("--api-port", type=int, default=0, help="REST API port (default: a free one)")
+    c.add_argument("--accept-proxy-protocol", action="store_true",
+                   help="the node's nodes[].accept_proxy_protocol: every connection starts with "
+                   "a PROXY protocol header")
     c.add_argument("--no-allow-private", action="store_true",
                    help="leave allow_private out: users may not reach loopback (katana default)")
     c.add_argument("--protocol", choices=("shadowsocks", "trojan", "vless", "vmess"),
