@@ -171,7 +171,11 @@ void ag_import_strategy(ag_import *im, const char *where, const char *value);
  */
 void ag_import_dns_file(ag_import *im, const char *where, const char *path);
 
-/** Write log.level from an agent's level (none, error, warning/warn, info, debug). */
+/**
+ * Write log.level from an agent's level: info, debug and trace as they are; none, error and
+ * warning/warn leave log.level out (katana's info) with a warning, since katana's info level
+ * has no line per connection; an unknown level is warned about and left out.
+ */
 void ag_import_log_level(ag_import *im, const char *where, const char *level);
 
 /**

@@ -8,16 +8,19 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include "agent/agent_config.h"
 
 #define IMPORT_MAX_FILE (16u << 20) /* as katana.json(5): a config of at most 16 MiB */
 #define IMPORT_DEFAULT_DB "/var/lib/katana/katana.db"
+#define IMPORT_API_LISTEN "127.0.0.1:9090" /* katana.json(5): api.listen's default */
 
 static const char import_usage[] =
     "usage: katana import [--db PATH] v2bx|xrayr|xboard-node FILE\n"
@@ -165,6 +168,35 @@ static void dir_of(const char *path, char *dir, size_t cap)
         snprintf(dir, cap, "%.*s", (int)(slash - path), path);
 }
 
+/* @p cfg with an "api" object before its nodes: the REST API on its default address with a
+ * new random token, so that the README's curl lines work on the imported node (the packages'
+ * config carries one the same way). 0, or -errno (getrandom) / -ENOMEM. */
+static int add_api(json_t **cfg)
+{
+    uint8_t raw[32];
+    char token[2 * sizeof raw + 1];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+        return -errno;
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(token + 2 * i, 3, "%02x", raw[i]);
+    json_t *o = json_object(), *v;
+    const char *k;
+    int rc = o != NULL ? 0 : -ENOMEM;
+    json_object_foreach(*cfg, k, v) {
+        if (rc == 0 && strcmp(k, "nodes") == 0 &&
+            json_object_set_new(o, "api", json_pack("{s:s,s:s}", "listen", IMPORT_API_LISTEN,
+                                                    "token", token)) != 0)
+            rc = -ENOMEM;
+        if (rc == 0 && json_object_set(o, k, v) != 0)
+            rc = -ENOMEM;
+    }
+    json_decref(*cfg);
+    if (rc != 0)
+        json_decref(o);
+    *cfg = rc == 0 ? o : NULL;
+    return rc;
+}
+
 static int usage_error(const char *what)
 {
     fprintf(stderr, "katana import: %s\n%s", what, import_usage);
@@ -215,6 +247,13 @@ int ag_import_main(int argc, char **argv)
         fprintf(stderr, "katana import: %s\n", err.msg);
         return 1;
     }
+    if ((rc = add_api(&cfg)) != 0) {
+        fprintf(stderr, "katana import: %s\n", strerror(-rc));
+        return 1;
+    }
+    fprintf(stderr, "katana import: note: api: the REST API on " IMPORT_API_LISTEN " with a new "
+            "random token (api.token): curl -H \"Authorization: Bearer TOKEN\" "
+            "http://" IMPORT_API_LISTEN "/v1/nodes\n");
     rc = json_dumpf(cfg, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
     json_decref(cfg);
     if (rc == 0 && (fputc('\n', stdout) == EOF || fflush(stdout) != 0))

@@ -309,9 +309,12 @@ void ag_import_dns_file(ag_import *im, const char *where, const char *path)
 
 void ag_import_log_level(ag_import *im, const char *where, const char *level)
 {
+    /* The agents' quiet levels silence their cores' per-connection lines; katana's info level
+     * is a few lines per apply, and the start's "running" line is the first thing an operator
+     * trying katana looks for: quieter levels are written as info, with a warning. */
     static const char *const map[][2] = {
-        {"none", "error"}, {"error", "error"}, {"warning", "warn"}, {"warn", "warn"},
-        {"info", "info"},  {"debug", "debug"}, {"trace", "trace"},  {NULL, NULL}};
+        {"none", NULL}, {"error", NULL}, {"warning", NULL}, {"warn", NULL},
+        {"info", "info"}, {"debug", "debug"}, {"trace", "trace"}, {NULL, NULL}};
     size_t i = 0;
     if (level == NULL)
         return;
@@ -322,8 +325,12 @@ void ag_import_log_level(ag_import *im, const char *where, const char *level)
                         level);
         return;
     }
-    if (i == 0)
-        ag_import_warnf(im, "%s none: katana always logs errors; wrote error", where);
+    if (map[i][1] == NULL) {
+        ag_import_warnf(im, "%s %s: katana logs info, a few lines per start and apply and no "
+                        "line per connection; set log.level to \"warn\" for less", where,
+                        map[i][0]);
+        return;
+    }
     json_object_set_new(im->out, "log", json_pack("{s:s}", "level", map[i][1]));
 }
 

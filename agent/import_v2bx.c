@@ -132,8 +132,7 @@ static const ag_import_key opt_keys[] = {
     {"CertConfig", NULL}, {"EnableFallback", NULL}, {"FallBackConfigs", NULL},
     {"EnableVless", NULL}, {"EnableXTLS", "katana serves XTLS Vision when the panel's flow asks"},
     {"VlessFlow", "the flow comes from the panel's node settings (flow)"},
-    {"EnableProxyProtocol", "katana does not accept the PROXY protocol; clients connect "
-                            "directly"},
+    {"EnableProxyProtocol", NULL},
     {"EnableTFO", "katana does not enable TCP Fast Open"},
     {"EnableUot", "katana carries UDP inside each protocol's own UDP; no UDP over TCP"},
     {"DisableIVCheck", "katana always refuses replayed Shadowsocks salts"},
@@ -218,6 +217,8 @@ static void map_options(ag_import *im, json_t *node, const char *where, const ch
     char w[200];
     snprintf(w, sizeof w, "%.96s.ListenIP", where);
     ag_import_listen(im, node, w, ag_import_str(opt, "ListenIP"));
+    if (ag_import_true(opt, "EnableProxyProtocol")) /* a PROXY header names each client */
+        json_object_set_new(node, "accept_proxy_protocol", json_true());
     snprintf(w, sizeof w, "%.96s.SendIP", where);
     ag_import_send(im, node, w, ag_import_str(opt, "SendIP"));
     snprintf(w, sizeof w, "%.96s.DomainStrategy", where);

@@ -48,8 +48,7 @@ static const ag_import_key ctl_keys[] = {
     {"REALITYConfigs", NULL}, {"AutoSpeedLimitConfig", NULL},
     {"EnableREALITY", "katana takes REALITY settings from the panel (tls_settings, "
                       "reality-opts); the local REALITYConfigs are left out"},
-    {"EnableProxyProtocol", "katana does not accept the PROXY protocol; clients connect "
-                            "directly"},
+    {"EnableProxyProtocol", NULL},
     {"DisableSniffing", "katana always sniffs TLS SNI and HTTP Host for block routes"},
     {"DisableUploadTraffic", "katana always reports usage to the panel"},
     {"DisableGetRule", "katana always reads the panel's rules"},
@@ -123,6 +122,8 @@ static void map_controller(ag_import *im, json_t *node, const char *where, const
     ag_import_keys(im, w, ctl, ctl_keys);
     snprintf(w, sizeof w, "%.96s.ControllerConfig.ListenIP", where);
     ag_import_listen(im, node, w, ag_import_str(ctl, "ListenIP"));
+    if (ag_import_true(ctl, "EnableProxyProtocol")) /* a PROXY header names each client */
+        json_object_set_new(node, "accept_proxy_protocol", json_true());
     snprintf(w, sizeof w, "%.96s.ControllerConfig.SendIP", where);
     ag_import_send(im, node, w, ag_import_str(ctl, "SendIP"));
     snprintf(w, sizeof w, "%.96s.ControllerConfig.DNSType", where);

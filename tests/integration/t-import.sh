@@ -63,15 +63,24 @@ value v2bx '[.nodes[].tag]' '["hk-ss","vless-34"]'
 value v2bx '.nodes[0].listen' '"127.0.0.1"'
 value v2bx '.nodes[0].outbound.bind' '["127.0.0.1"]'
 value v2bx '.nodes[0].speed_limit' '100'
+value v2bx '.nodes[0].accept_proxy_protocol' 'true'
+value v2bx '.nodes[1].accept_proxy_protocol' 'null'
 value v2bx '.nodes[1].panel.timeout' '15'
 value v2bx '.nodes[1].listen' 'null'
 value v2bx '.nodes[1].cert' '{"mode":"file","cert_file":"/etc/V2bX/cert/34.pem","key_file":"/etc/V2bX/cert/34.key"}'
 value v2bx '.nodes[1].fallback' '"127.0.0.1:8080"'
 value v2bx '.dns' '{"servers":["1.1.1.1","8.8.8.8:5353"],"strategy":"ipv4_only"}'
 value v2bx '.db.path' "\"$T/katana.db\""
+value v2bx '.api.listen' '"127.0.0.1:9090"'
+value v2bx '[.api.token | test("^[0-9a-f]{64}$")]' '[true]'
+value v2bx '[keys_unsorted[] | select(. == "api" or . == "nodes")]' '["api","nodes"]'
+check "v2bx: the note names the API and its token" \
+    grep -q '^katana import: note: api: the REST API on 127.0.0.1:9090 with a new random token' "$T/v2bx.log"
+TOKEN1=$(jq -r .api.token "$T/v2bx.json")
+imp v2bx-again v2bx "$FIX/v2bx.json"
+check "v2bx: each import draws a new token" test "$(jq -r .api.token "$T/v2bx-again.json")" != "$TOKEN1"
 value v2bx '.redis' '{"url":"redis://127.0.0.1:6379/1","expiry":120}'
 warned v2bx 'Nodes[2].NodeType "hysteria2"' 'node 35 left out'
-warned v2bx 'Nodes[0].EnableProxyProtocol: katana does not accept the PROXY protocol'
 warned v2bx 'Nodes[0].EnableTFO'
 warned v2bx 'Nodes[0].LimitConfig.IPLimit' "device_limit from the panel"
 warned v2bx 'Cores[0].NTP'
@@ -79,8 +88,8 @@ warned v2bx 'Cores[0].OriginalPath'
 warned v2bx 'server "https+local://dns.google/dns-query"' 'left out'
 warned v2bx 'a server for some domains only (9.9.9.9)'
 warned v2bx 'Nodes[1].Options.CertConfig.RejectUnknownSni: katana answers every SNI'
-check "v2bx: no warning for a setting that is mapped (ApiHost, ListenIP, SpeedLimit)" \
-    bash -c "test -s '$T/v2bx.log' && ! grep -E 'ApiHost|ListenIP|LimitConfig.SpeedLimit|NodeID' '$T/v2bx.log'"
+check "v2bx: no warning for a setting that is mapped (ApiHost, ListenIP, SpeedLimit, EnableProxyProtocol)" \
+    bash -c "test -s '$T/v2bx.log' && ! grep -E 'ApiHost|ListenIP|LimitConfig.SpeedLimit|NodeID|EnableProxyProtocol' '$T/v2bx.log'"
 
 # --- XrayR: SSpanel node, CertMode file, Redis device limit, DNS file, fallbacks ---
 imp xrayr-file xrayr "$FIX/xrayr-file.yml"
@@ -90,11 +99,13 @@ value xrayr-file '.nodes[0].tag' '"sspanel-41"'
 value xrayr-file '.nodes[0].listen' '"127.0.0.1"'
 value xrayr-file '.nodes[0].outbound' 'null'
 value xrayr-file '.nodes[0].speed_limit' '50'
+value xrayr-file '.nodes[0].accept_proxy_protocol' 'null'
 value xrayr-file '.nodes[0].cert' '{"mode":"file","cert_file":"/etc/XrayR/cert/node1.test.com.cert","key_file":"/etc/XrayR/cert/node1.test.com.key"}'
 value xrayr-file '.nodes[0].fallback' '"127.0.0.1:80"'
 value xrayr-file '.redis' '{"url":"redis://:pa%3Ass%20word@127.0.0.1:6379/2","timeout":5,"expiry":60}'
 value xrayr-file '.dns' '{"strategy":"ipv4_only","servers":["1.1.1.1","8.8.8.8:5353"]}'
-value xrayr-file '.log.level' '"warn"'
+value xrayr-file '.log' 'null'
+warned xrayr-file 'Log.Level warning: katana logs info'
 warned xrayr-file '(top).RouteConfigPath' 'no local route file'
 warned xrayr-file '(top).ConnectionConfig'
 warned xrayr-file 'Nodes[0].ApiConfig.DeviceLimit'
@@ -111,7 +122,8 @@ value xrayr-acme '[.nodes[].panel.type]' '["uniproxy","uniproxy"]'
 value xrayr-acme '[.nodes[].panel.node_id]' '[7,8]'
 value xrayr-acme '[.nodes[].panel.node_type]' '["trojan","vmess"]'
 value xrayr-acme '[.nodes[].cert.mode]' '["self","self"]'
-value xrayr-acme '.log.level' '"error"'
+value xrayr-acme '.log' 'null'
+warned xrayr-acme 'Log.Level none: katana logs info'
 warned xrayr-acme 'Nodes[0].ControllerConfig.CertConfig: certificate mode dns: katana has no ACME client (DNS provider alidns unused)' 'for node7.test.com'
 warned xrayr-acme 'Nodes[1].ControllerConfig.CertConfig: certificate mode http: katana has no ACME client' 'for node8.test.com'
 warned xrayr-acme 'Nodes[0].ControllerConfig.EnableREALITY'
