@@ -1,4 +1,5 @@
-/* One-line logging to stderr: "LEVEL module message". */
+/* One-line logging to stderr: "LEVEL module message", after its UTC time
+ * ("2026-12-07T06:45:37.255Z ") when stderr is a terminal (the journal stamps lines itself). */
 #ifndef SV_UTIL_LOG_H
 #define SV_UTIL_LOG_H
 
