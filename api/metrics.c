@@ -2,7 +2,8 @@
  * GET /metrics: the Prometheus text exposition format 0.0.4 (prometheus.io "Exposition
  * formats"): one HELP and TYPE line per family, label values escaped (\\, \", \n). Families:
  * flows, sessions, users, epoch, bytes by node/inbound/outbound/direction, users' bytes, applies
- * and apply errors, outbox pending bytes, panel requests by node, endpoint and status.
+ * and apply errors, outbox pending bytes, panel requests by node, endpoint and status, flow
+ * closes and refusals by reason.
  */
 #include <config.h>
 
@@ -155,6 +156,20 @@ static void flow_closes(page *p, sv_supervisor *sv)
             sv_close_reason_name((sv_close_reason)r), cc.n[r]);
 }
 
+/* Flows the connector refused by reason (sv_refusal), every reason listed, 0 or not. */
+static void flow_refusals(page *p, sv_supervisor *sv)
+{
+    sv_refusal_counts rc = sv_flow_refusals(sv);
+    family(p, "katana_flows_refused_total", "counter",
+           "Flows (TCP flows, sub-flows, UDP datagrams) refused before any byte left, by why: "
+           "private (an internal destination: loopback, private, link-local... or a name "
+           "resolving to one; nodes[].allow_private allows them), blocked (a block route; a "
+           "panel's is an audit rule too), no_memory. Each is logged at debug level.");
+    for (unsigned r = 0; r < SV_REFUSALS; r++)
+        put(p, "katana_flows_refused_total{reason=\"%s\"} %" PRIu64 "\n",
+            sv_refusal_name((sv_refusal)r), rc.n[r]);
+}
+
 /* The worker loop turns as a Prometheus histogram of their CPU seconds (cumulative buckets). */
 static void turns(page *p, sv_turn_counts t)
 {
@@ -296,6 +311,7 @@ int api_metrics_render(api_server *s, const api_node_status *nodes, long n, char
     vision_counters(&p, s->sv);
     turns(&p, sv_worker_turns(s->sv));
     flow_closes(&p, s->sv);
+    flow_refusals(&p, s->sv);
     family(&p, "katana_epoch", "gauge", "Planes published so far.");
     put(&p, "katana_epoch %" PRIu64 "\n", sv_epoch(s->sv));
     if (sv_stats_get(s->sv, &st) == 0) {

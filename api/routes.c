@@ -235,7 +235,7 @@ static void sessions_delete(api_server *s, const api_uri *uri, api_reply *r)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* /v1/nodes, /v1/usage, /healthz                                                               */
+/* /v1/nodes, /v1/usage, probes                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
 static long count_inbound_flows(const sv_flow_info *v, long n, const char *tag)
@@ -399,6 +399,70 @@ static void healthz(api_server *s, api_reply *r)
         reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* /livez fails once the control loop has been silent this many sampler intervals (and at
+ * least LIVE_MIN_MS): a loop that turns ticks every interval. */
+#define LIVE_TICKS 10
+#define LIVE_MIN_MS 5000
+
+/* GET /livez: 200 {"status":"ok"} while this thread answers and the control loop turns, else
+ * 503 {"status":"stalled","control_loop_silent_ms":N}. */
+static void livez(api_server *s, api_reply *r)
+{
+    uint64_t every_ms, silent = sv_control_silence_ms(s->sv, &every_ms);
+    uint64_t limit = every_ms * LIVE_TICKS > LIVE_MIN_MS ? every_ms * LIVE_TICKS : LIVE_MIN_MS;
+    if (silent > limit)
+        reply_json(r, 503, json_pack("{s:s, s:I}", "status", "stalled",
+                                     "control_loop_silent_ms", (json_int_t)silent));
+    else
+        reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* Why node @p n has not applied a spec yet, in the operator's words, into @p buf. */
+static const char *not_ready_reason(const api_node_status *n, char *buf, size_t cap)
+{
+    if (n->last_apply_error[0] != '\0')
+        snprintf(buf, cap, "spec refused: %s", n->last_apply_error);
+    else if (n->last_pull_ms == 0)
+        snprintf(buf, cap, "panel not reached yet");
+    else if (n->last_pull_status != 0)
+        snprintf(buf, cap, "panel: %s", n->last_pull_error[0] != '\0' ? n->last_pull_error
+                                                                     : strerror(-n->last_pull_status));
+    else
+        snprintf(buf, cap, "waiting for its first apply");
+    return buf;
+}
+
+/* GET /readyz: 200 {"status":"ok"} once every configured node has applied a spec; else 503
+ * {"status":"not ready","nodes":[{"node","reason"}]} naming each node not applied and why (or
+ * "reason": "no node is configured"). */
+static void readyz(api_server *s, api_reply *r)
+{
+    api_node_status *nodes = NULL;
+    long n = api_node_list(s, &nodes);
+    json_t *waiting = json_array();
+    for (long i = 0; waiting != NULL && i < n; i++) {
+        char why[400];
+        if (!nodes[i].applied &&
+            json_array_append_new(waiting, json_pack("{s:s, s:s}", "node", nodes[i].tag,
+                                                     "reason", not_ready_reason(&nodes[i], why,
+                                                                                sizeof why))) != 0)
+            json_decref(waiting), waiting = NULL;
+    }
+    free(nodes);
+    if (n < 0 || waiting == NULL) {
+        json_decref(waiting);
+        api_reply_error(r, 503, "node status unavailable");
+    } else if (n == 0) {
+        reply_json(r, 503, json_pack("{s:s, s:o, s:s}", "status", "not ready", "nodes", waiting,
+                                     "reason", "no node is configured"));
+    } else if (json_array_size(waiting) > 0) {
+        reply_json(r, 503, json_pack("{s:s, s:o}", "status", "not ready", "nodes", waiting));
+    } else {
+        json_decref(waiting);
+        reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Dispatch                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
@@ -514,15 +578,17 @@ void api_route(api_server *s, const char *method, const api_uri *u, api_reply *r
     r->head = strcmp(method, "HEAD") == 0; /* RFC 9110 9.3.2: HEAD is GET without a body */
     bool get = r->head || strcmp(method, "GET") == 0, del = strcmp(method, "DELETE") == 0;
     bool post = strcmp(method, "POST") == 0;
-    if (u->n_segments == 1 && (seg_is(u, 0, "healthz") || seg_is(u, 0, "metrics"))) {
+    static const struct {
+        const char *name;
+        void (*fn)(api_server *, api_reply *);
+    } top[] = {{"healthz", healthz}, {"livez", livez}, {"readyz", readyz}, {"metrics", metrics}};
+    for (size_t i = 0; u->n_segments == 1 && i < sizeof top / sizeof top[0]; i++) {
+        if (!seg_is(u, 0, top[i].name))
+            continue;
         if (!get)
             method_not_allowed(r);
-        else if (no_query(u, r) != 0)
-            return;
-        else if (seg_is(u, 0, "healthz"))
-            healthz(s, r);
-        else
-            metrics(s, r);
+        else if (no_query(u, r) == 0)
+            top[i].fn(s, r);
         return;
     }
     if (seg_is(u, 0, "v1") && u->n_segments >= 2)

@@ -1,7 +1,8 @@
 /*
  * The API's libmicrohttpd server (api/api.h): start/stop, per-request state, bearer auth (every
- * route but /healthz when a token is set; 401 {"error":"unauthorized"}), the request target
- * parsed by api_uri_parse() from the raw URI, and replies serialised to JSON.
+ * route but the probes /healthz, /livez and /readyz when a token is set; 401
+ * {"error":"unauthorized"}), the request target parsed by api_uri_parse() from the raw URI,
+ * and replies serialised to JSON.
  *
  * Threads: libmicrohttpd runs on epoll in its one internal thread, without a listen
  * socket of its own. The accept thread here owns the listen socket and hands each connection
@@ -328,10 +329,15 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, api_reply *r, bool w
     return rc;
 }
 
-static bool is_healthz(const char *target)
+/* Is @p target one of the probes a token does not guard (/healthz, /livez, /readyz)? */
+static bool is_probe(const char *target)
 {
+    static const char *const probes[] = {"/healthz", "/livez", "/readyz"};
     size_t n = strcspn(target, "?");
-    return n == 8 && strncmp(target, "/healthz", 8) == 0;
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++)
+        if (n == strlen(probes[i]) && strncmp(target, probes[i], n) == 0)
+            return true;
+    return false;
 }
 
 typedef struct length_headers {
@@ -366,7 +372,7 @@ static bool refuse_early(api_server *s, struct MHD_Connection *c, const api_requ
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (req->target == NULL)
         return api_reply_error(r, 414, "request target longer than %d bytes", API_URI_MAX), true;
-    if (s->token[0] != '\0' && !is_healthz(req->target) &&
+    if (s->token[0] != '\0' && !is_probe(req->target) &&
         !api_auth_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
                      s->token)) {
         *www_auth = true;

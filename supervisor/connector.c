@@ -2,6 +2,7 @@
  * The connector (connector.h; seed 002): route, audit, refuse, target, flow record, and the
  * link's setup and registration, for every kind of flow. Calls down only: the router, the
  * internal-address rule (netclass.h), the audit table, the resolvers, flow records (flow.h).
+ * Every refusal is counted by reason (sv_refusal) and said at debug level.
  */
 #include "config.h"
 
@@ -14,6 +15,13 @@
 #include "supervisor/netclass.h"
 #include "supervisor/router.h"
 #include "supervisor/track/audit.h"
+#include "supervisor/util/log.h"
+
+#define MOD "sv.connector"
+
+/* What lets a flow to an internal destination through, for the log line (the operator's
+ * knob: packaging/man/katana.man.md `nodes[].allow_private`). */
+#define ALLOW_HINT "set nodes[].allow_private to true to allow it"
 
 sv_close_reason sv__connector_reason(sv_connect_verdict v)
 {
@@ -25,6 +33,101 @@ sv_close_reason sv__connector_reason(sv_connect_verdict v)
     default:
         return SV_CLOSE_ERROR;
     }
+}
+
+/* One more refusal @p why on worker @p w (its own row: a relaxed load and store). */
+static void refusal_count(sv_worker *w, sv_refusal why)
+{
+    _Atomic uint64_t *n = &w->shared->refusals[w->index % SV_WORKERS_MAX].n[why];
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
+/* The debug line of one refusal; @p what says why in the operator's words. */
+static void refusal_say(uint64_t session, uint64_t user, const char *inbound,
+                        enum sv_network net, const char *dest, const char *what)
+{
+    sv_log_write(SV_LOG_DEBUG, MOD, "session %llu user %llu (node %s): %s to %s refused: %s",
+                 (unsigned long long)session, (unsigned long long)user, inbound,
+                 net == SV_NET_UDP ? "udp" : "tcp", dest, what);
+}
+
+/* The internal class of @p ip in words; an address of no class is one of the node's own. */
+static const char *internal_class(const sv_ip16 *ip)
+{
+    switch (sv_addr_classify(AF_INET6, ip->b)) {
+    case SV_ADDR_UNSPECIFIED:
+        return "unspecified address";
+    case SV_ADDR_LOOPBACK:
+        return "loopback";
+    case SV_ADDR_PRIVATE:
+        return "private network";
+    case SV_ADDR_SHARED:
+        return "shared address space";
+    case SV_ADDR_LINK_LOCAL:
+        return "link-local";
+    case SV_ADDR_MULTICAST:
+        return "multicast";
+    case SV_ADDR_RESERVED:
+        return "reserved";
+    default:
+        return "an address of this node";
+    }
+}
+
+/* Count refusal @p why of @p rq (routed to @p dec) on @p w and, only at debug level (the hot
+ * path formats nothing otherwise), say it; @p audit_id is the panel's id of an audit rule
+ * that blocked it, else -1. */
+static void refused(sv_worker *w, const sv_connector_req *rq, const sv_decision *dec,
+                    sv_refusal why, int64_t audit_id)
+{
+    refusal_count(w, why);
+    if (SV_LOG_DEBUG > sv_log_threshold)
+        return;
+    char dest[300], what[160];
+    sv_dest_format(rq->dest, dest, sizeof dest);
+    sv_ip16 ip;
+    switch (why) {
+    case SV_REFUSE_PRIVATE:
+        sv_ip16_from(rq->dest->atyp == SV_ATYP_IPV4 ? AF_INET : AF_INET6, rq->dest->ip, &ip);
+        snprintf(what, sizeof what, "private destination (%s); " ALLOW_HINT,
+                 internal_class(&ip));
+        break;
+    case SV_REFUSE_BLOCKED:
+        if (dec->rule < 0)
+            snprintf(what, sizeof what, "blocked by the default route");
+        else if (audit_id >= 0)
+            snprintf(what, sizeof what, "blocked by route %lld (an audit rule: the hit is "
+                     "reported to the panel)", (long long)audit_id);
+        else
+            snprintf(what, sizeof what, "blocked by route rule %d", dec->rule);
+        break;
+    default:
+        snprintf(what, sizeof what, "no memory for its flow record");
+        break;
+    }
+    refusal_say(rq->sess->info.id, rq->principal != NULL ? rq->principal->id : 0, rq->inbound,
+                rq->network, dest, what);
+}
+
+/* A flow of @p rq that route decision @p dec (of @p r) refuses: blocked, by an audit rule
+ * (a panel's block route) or another. */
+static void refused_by_route(sv_worker *w, const sv_routes *r, const sv_connector_req *rq,
+                             const sv_decision *dec)
+{
+    int64_t id = -1;
+    if (dec->rule < 0 || !sv_routes_rule_audit(r, dec->rule, &id))
+        id = -1;
+    refused(w, rq, dec, SV_REFUSE_BLOCKED, id);
+}
+
+void sv__connector_refused_name(sv_worker *w, const sv_flow_rec *f)
+{
+    refusal_count(w, SV_REFUSE_PRIVATE);
+    if (SV_LOG_DEBUG <= sv_log_threshold)
+        refusal_say(f->info.session, f->info.user, f->info.inbound, f->info.network,
+                    f->info.destination, "private destination (the name resolves to an "
+                    "internal address); " ALLOW_HINT);
 }
 
 /* Connector step "audit" (seed 002 "forbidden"): when @p rule of @p r (a decision's
@@ -91,10 +194,20 @@ sv_connect_verdict sv__connector_route(sv_worker *w, const sv_plane *plane,
     if (rq->principal != NULL)
         audit_hit(w->shared, routes, out->dec.rule, rq->inbound, rq->principal->id);
     out->target = plane->targets[out->dec.slot];
-    if (rq->network == SV_NET_UDP && out->target->ops->dgram_send == NULL)
+    bool blocks = out->target->ops->refuses_all; /* a block route: counted as the route's */
+    if (rq->network == SV_NET_UDP && out->target->ops->dgram_send == NULL) {
+        refused_by_route(w, routes, rq, &out->dec);
         return SV_CONNECT_NO_DATAGRAMS;
-    if (dest_refused(rq->dest, rq->allow_private, out->dec.names_dest, w->own_addrs))
+    }
+    if (dest_refused(rq->dest, rq->allow_private, out->dec.names_dest, w->own_addrs)) {
+        if (blocks)
+            refused_by_route(w, routes, rq, &out->dec);
+        else
+            refused(w, rq, &out->dec, SV_REFUSE_PRIVATE, -1);
         return SV_CONNECT_INTERNAL;
+    }
+    if (blocks) /* its outbound refuses the stream at the dial */
+        refused_by_route(w, routes, rq, &out->dec);
     out->resolver = route_resolver(w, out->dec.dns_server);
     out->allow_internal = rq->allow_private || out->dec.names_dest;
     return SV_CONNECT_OK;
@@ -106,6 +219,8 @@ sv_connect_verdict sv__connector_record(sv_worker *w, const sv_connector_req *rq
     uint64_t user = rq->principal != NULL ? rq->principal->id : 0;
     r->flow = sv__flow_new(w->index, owner, rq->sess, user, rq->dest, rq->sniffed, rq->network,
                            r->target, r->dec.rule, r->epoch);
+    if (r->flow == NULL)
+        refused(w, rq, &r->dec, SV_REFUSE_NO_MEMORY, -1);
     return r->flow != NULL ? SV_CONNECT_OK : SV_CONNECT_NO_MEMORY;
 }
 

@@ -59,7 +59,9 @@ typedef struct sv_connector_result {
     sv_flow_rec *flow;
 } sv_connector_result;
 
-/** The connector's answer. Every refusal is silent: no log line, no answer to the client. */
+/** The connector's answer. Every refusal is silent to the client (no answer); the operator
+ *  sees it counted by reason (sv_refusal, /metrics katana_flows_refused_total) and, at debug
+ *  level, one log line per refusal ("... refused: <why>"). */
 typedef enum sv_connect_verdict {
     SV_CONNECT_OK = 0,
     /** an internal IP the route did not name: refused like a blocked route */
@@ -89,11 +91,23 @@ sv_close_reason sv__connector_reason(sv_connect_verdict v);
  * IP destination that sv_dest_refused() refuses; picks the resolver of the route's
  * dns_server (made on first use, kept until the worker ends; past SV_ROUTE_RESOLVERS_MAX
  * servers, or one c-ares refuses: the worker's own). Fills @p out but its flow (NULL).
+ * Counts (sv_refusal) and at debug level says every refusal: a datagram without datagram
+ * ops and any flow routed to an outbound that refuses all (refuses_all: a block route,
+ * "blocked"; the stream is refused at its dial), an internal IP ("private").
  * @return SV_CONNECT_OK, SV_CONNECT_NO_DATAGRAMS or SV_CONNECT_INTERNAL (then @p out holds the
  *         decision and target only).
  */
 sv_connect_verdict sv__connector_route(sv_worker *w, const sv_plane *plane,
                                        const sv_connector_req *rq, sv_connector_result *out);
+
+/**
+ * A stream of flow @p f (worker @p w's, unregistered) whose outbound refused it at the dial
+ * because its name resolved to an internal address (sv_ob_stream.refused_internal): counted
+ * as an SV_REFUSE_PRIVATE refusal and, at debug level only, said ("session S user U (node N):
+ * tcp to localhost:80 refused: private destination (the name resolves to an internal
+ * address); set nodes[].allow_private to true to allow it"). Worker thread.
+ */
+void sv__connector_refused_name(sv_worker *w, const sv_flow_rec *f);
 
 /**
  * Connector step "flow record" for @p rq, routed into @p r by sv__connector_route: a record of

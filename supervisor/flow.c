@@ -80,6 +80,16 @@ const char *sv_close_reason_name(sv_close_reason r)
     return (unsigned)r < SV_CLOSE_REASONS ? names[r] : "unknown";
 }
 
+const char *sv_refusal_name(sv_refusal r)
+{
+    static const char *const names[SV_REFUSALS] = {
+        [SV_REFUSE_PRIVATE] = "private",
+        [SV_REFUSE_BLOCKED] = "blocked",
+        [SV_REFUSE_NO_MEMORY] = "no_memory",
+    };
+    return (unsigned)r < SV_REFUSALS ? names[r] : "unknown";
+}
+
 void sv__flow_closed(sv_shared *s, const sv_flow_rec *f, sv_close_reason r)
 {
     if ((unsigned)r >= SV_CLOSE_REASONS)

@@ -88,6 +88,12 @@ typedef struct sv_close_row {
     uint8_t pad[64];
 } sv_close_row;
 
+/** One worker's connector refusals by reason (sv_refusal_counts), kept like sv_close_row. */
+typedef struct sv_refusal_row {
+    _Atomic uint64_t n[SV_REFUSALS];
+    uint8_t pad[64];
+} sv_refusal_row;
+
 /** Shared, thread-safe parts every worker sees. */
 typedef struct sv_shared {
     sv_tracker *tracker;
@@ -150,6 +156,7 @@ typedef struct sv_shared {
      *  that worker waited on katana's own work (the 2 ms pause) */
     sv_turn_row turns[SV_WORKERS_MAX]; /**< one row per worker (index), written by it alone */
     sv_close_row closes[SV_WORKERS_MAX]; /**< flow closes by reason, likewise */
+    sv_refusal_row refusals[SV_WORKERS_MAX]; /**< connector refusals by reason, likewise */
 } sv_shared;
 
 /** Worker @p index now serves new flows with the plane of @p epoch; wakes sv__epoch_wait. */

@@ -798,6 +798,41 @@ typedef struct sv_close_counts {
 /** The counts of sv_close_counts since start. Any thread. */
 sv_close_counts sv_flow_closes(sv_supervisor *sv);
 
+/** Why the connector refused a flow (a TCP flow, a sub-flow, a UDP datagram) before any byte
+ *  of it left: /metrics counts them (katana_flows_refused_total{reason=sv_refusal_name()}) and
+ *  each is said at debug level ("refused: ..."). Seed 002 "forbidden" keeps the client's
+ *  view silent (no answer); these are the operator's view. */
+typedef enum sv_refusal {
+    SV_REFUSE_PRIVATE,   /**< "private": an internal destination (netclass.h: loopback, private,
+                              link-local, ... or the node's own address), or a name that
+                              resolves to one, the inbound not allowing it (allow_private) and
+                              no route naming it */
+    SV_REFUSE_BLOCKED,   /**< "blocked": routed to an outbound that refuses every flow (a block
+                              route, or a default route to block). A panel's block route is
+                              also an audit rule (agent/lower.c): its hit is counted apart, in
+                              katana_audit_hits_total, and reported to the panel */
+    SV_REFUSE_NO_MEMORY, /**< "no_memory": its flow record could not be allocated */
+    SV_REFUSALS
+} sv_refusal;
+
+/** The label of @p r in /metrics ("private", "blocked", ...); "unknown" out of range. Pure. */
+const char *sv_refusal_name(sv_refusal r);
+
+/** Refusals since start by reason, all workers together. */
+typedef struct sv_refusal_counts {
+    uint64_t n[SV_REFUSALS];
+} sv_refusal_counts;
+
+/** The counts of sv_refusal_counts since start. Any thread. */
+sv_refusal_counts sv_flow_refusals(sv_supervisor *sv);
+
+/**
+ * How long the control loop has been silent: milliseconds since its sampler last ticked (the
+ * sampler runs every sv_options.sample_interval_ms on the control loop, so a loop that turns
+ * keeps this under about one interval), and that interval into @p interval_ms. Any thread.
+ */
+uint64_t sv_control_silence_ms(sv_supervisor *sv, uint64_t *interval_ms);
+
 /** Per-user wire bytes since start, taken or not. Same conventions as sv_take_usage(). */
 long sv_usage_snapshot(sv_supervisor *sv, sv_usage **out);
 

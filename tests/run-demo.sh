@@ -20,6 +20,17 @@ build/katana check -c "$CONFIG"
 python3 - "$CONFIG" <<'PY'
 import json, sys
 cfg = json.load(open(sys.argv[1]))
+
+def allows(n):
+    """What node n lets its users reach (the private-destination rule, docs/network.md)."""
+    if n.get("allow_private"):
+        return ("  allow_private is on: users may reach loopback, private and this host's"
+                " addresses too.\n")
+    return ("  Private and loopback destinations (127.0.0.1, localhost, 10/8, 192.168/16, this"
+            " host's own addresses) are\n  refused by default: a local web server answers"
+            " \"Empty reply from server\". Set \"allow_private\": true on the\n  node to allow"
+            " them; see docs/network.md#users-cannot-reach-the-node-itself and"
+            " docs/troubleshooting.md.\n")
 for n in cfg["nodes"]:
     p = n["panel"]
     node, users = p.get("node"), p.get("users")
@@ -37,8 +48,9 @@ for n in cfg["nodes"]:
                node["server_port"], node["server_name"]))
         for u in users["users"]:
             print("  user %d:  %s" % (u["id"], u["uuid"]))
-        print("  a browser or a wrong password: curl -k https://%s:%d/  (404, or the fallback)\n" %
+        print("  a browser or a wrong password: curl -k https://%s:%d/  (404, or the fallback)" %
               (host, node["server_port"]))
+        print(allows(n))
         continue
     if p.get("node_type") == "vless":
         tls = node.get("tls") == 1
@@ -49,14 +61,21 @@ for n in cfg["nodes"]:
                if tls else ""))
         for u in users["users"]:
             print("  user %d:  %s" % (u["id"], u["uuid"]))
-        print()
+        print(allows(n))
         continue
     print("\nNode %s: Shadowsocks %s on %s:%d (TCP+UDP). Clients, one per user:" %
           (n["tag"], node["cipher"], host, node["server_port"]))
     for i, u in enumerate(users["users"]):
         print("  user %d:  ss-local -s %s -p %d -m %s -k %s -b 127.0.0.1 -l %d -u" %
               (u["id"], host, node["server_port"], node["cipher"], u["uuid"], 1080 + i))
-    print("  then:    curl --socks5-hostname 127.0.0.1:1080 https://example.com/\n")
+    print("  then:    curl --socks5-hostname 127.0.0.1:1080 https://example.com/  (a public site)")
+    print(allows(n))
+api = cfg.get("api", {})
+listen = api.get("listen", "127.0.0.1:9090")
+auth = " -H 'Authorization: Bearer %s'" % api["token"] if api.get("token") else ""
+print("Ready once every node applied:  curl http://%s/readyz" % listen)
+print("Refused flows by reason:        curl -s%s http://%s/metrics | grep katana_flows_refused_total\n"
+      % (auth, listen))
 PY
 echo "Starting katana (Ctrl-C to stop; SIGHUP reloads, SIGUSR1 logs usage)..."
 exec build/katana run -c "$CONFIG"

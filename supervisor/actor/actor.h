@@ -67,6 +67,9 @@ struct sv_supervisor {
     uint32_t next_listener_id;
     uv_timer_t *sampler;
     uint64_t last_tick_ns;
+    /** uv_hrtime() of the sampler's last tick, for other threads (sv_control_silence_ms) */
+    _Atomic uint64_t beat_ns;
+    uint32_t sample_every_ms; /**< the sampler's interval */
     uint32_t conns_peak;        /**< most TCP connections seen since the last trim */
     sv_addrset *own_addrs;      /**< the node's own addresses the workers have */
     uint64_t own_addrs_read_ns; /**< when they were last read (uv_hrtime) */

@@ -64,6 +64,22 @@ sv_close_counts sv_flow_closes(sv_supervisor *sv)
     return c;
 }
 
+sv_refusal_counts sv_flow_refusals(sv_supervisor *sv)
+{
+    sv_refusal_counts c = {{0}};
+    for (size_t w = 0; w < SV_WORKERS_MAX; w++)
+        for (size_t r = 0; r < SV_REFUSALS; r++)
+            c.n[r] += atomic_load_explicit(&sv->shared.refusals[w].n[r], memory_order_relaxed);
+    return c;
+}
+
+uint64_t sv_control_silence_ms(sv_supervisor *sv, uint64_t *interval_ms)
+{
+    uint64_t beat = atomic_load_explicit(&sv->beat_ns, memory_order_relaxed), now = uv_hrtime();
+    *interval_ms = sv->sample_every_ms;
+    return now > beat ? (now - beat) / 1000000u : 0;
+}
+
 sv_ss_trial_counts sv_ss_trials(sv_supervisor *sv)
 {
     return (sv_ss_trial_counts){

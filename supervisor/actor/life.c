@@ -44,6 +44,7 @@ static void on_sample(uv_timer_t *t)
     trim_after_fall(sv);
     sv_pacers_rebalance(sv->shared.pacers, now);
     sv->last_tick_ns = now;
+    atomic_store_explicit(&sv->beat_ns, now, memory_order_relaxed);
     if (now - sv->own_addrs_read_ns >= (uint64_t)SV_OWN_ADDRS_REFRESH_MS * 1000000u)
         sv__own_addrs_refresh(sv);
 }
@@ -164,11 +165,13 @@ int sv_supervisor_new(uv_loop_t *control, const sv_options *opts, sv_supervisor 
     }
     sv__own_addrs_refresh(sv);
     uint32_t every = opts != NULL && opts->sample_interval_ms ? opts->sample_interval_ms : 1000;
+    sv->sample_every_ms = every;
     sv->sampler = calloc(1, sizeof *sv->sampler);
     if (sv->sampler != NULL) {
         uv_timer_init(control, sv->sampler);
         sv->sampler->data = sv;
         sv->last_tick_ns = uv_hrtime();
+        atomic_store_explicit(&sv->beat_ns, sv->last_tick_ns, memory_order_relaxed);
         uv_timer_start(sv->sampler, on_sample, every, every);
     }
     *out = sv;

@@ -26,6 +26,7 @@ static void blackhole_close(sv_ob_stream *s)
 
 const sv_outbound_ops sv_ob_blackhole = {
     .name = "blackhole",
+    .refuses_all = true,
     .open = blackhole_open,
     .close = blackhole_close,
 };

@@ -327,9 +327,10 @@ static void he_start(sv_ob_stream *s, int status, const sv_dns_result *res)
     he->timer_inited = true;
     he->refs++;
     s->pending++;
-    if (status == 0 && !s->allow_internal && any_internal(res, *s->env.own_addrs))
+    if (status == 0 && !s->allow_internal && any_internal(res, *s->env.own_addrs)) {
         he->last_err = -EACCES; /* refused like a blocked route */
-    else if (he->n > 0) {
+        s->refused_internal = true;
+    } else if (he->n > 0) {
         he->starting = true;
         he_next(he);
         he->starting = false;

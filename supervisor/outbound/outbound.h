@@ -99,6 +99,10 @@ typedef struct sv_ob_stream {
     /** A name that resolves to an internal address may be dialled (the inbound's
      *  allow_private, a route that named the destination, or the operator's fallback). */
     bool allow_internal;
+    /** Set by the outbound before its connected event reports a refusal because a name
+     *  resolved to an internal address that allow_internal did not allow (direct); the owner
+     *  reads it there (the operator's count of refusals, sv__connector_refused_name). */
+    bool refused_internal;
     bool closing, tcp_inited;
     int pending;  /**< handles and requests in flight */
     uv_tcp_t tcp;           /**< an IP destination's socket, or a name's first attempt */
@@ -159,6 +163,9 @@ typedef struct sv_ob_dgram {
  */
 struct sv_outbound_ops {
     const char *name;
+    /** it refuses every stream and carries no datagram (blackhole): the connector counts a
+     *  flow routed to it as refused (sv_refusal), whatever kind it is */
+    bool refuses_all;
     /**
      * Open a stream to @p d (borrowed for the call). @return 0: ev->connected follows once;
      * < 0: refused or failed now (-ECONNREFUSED for a blackhole); close it all the same.
