@@ -66,6 +66,15 @@ if command -v tmux >/dev/null 2>&1; then
     check "q quits top (exit 0)" kt_until 5 grep -q '^rc=0$' "$T/top.rc"
     check "the terminal is restored (stty as before)" kt_until 5 cmp -s "$T/stty.before" "$T/stty.after"
     tmux -S "$SOCK" kill-server 2>/dev/null || true
+    rm -f "$T/top.rc" "$T/stty.before" "$T/stty.after"
+    tmux -S "$SOCK" new-session -d -x 120 -y 40 \
+        "stty -a >'$T/stty.before'; bash -c 'echo \$\$ >\"$T/top.pid\"; exec \"$KATANA\" top -c \"$T/config.json\"'; echo \"rc=\$?\" >'$T/top.rc'; stty -a >'$T/stty.after'; sleep 30"
+    tmux -S "$SOCK" list-panes -F '#{pane_pid}' >>"$T/pids"
+    kt_until 10 bash -c "tmux -S '$SOCK' capture-pane -p | grep -q 'katana top:'"
+    kill -TERM "$(cat "$T/top.pid")"
+    check "SIGTERM ends top (exit 143)" kt_until 5 grep -q '^rc=143$' "$T/top.rc"
+    check "the terminal is restored after SIGTERM" kt_until 5 cmp -s "$T/stty.before" "$T/stty.after"
+    tmux -S "$SOCK" kill-server 2>/dev/null || true
 else
     fail "tmux is not installed (tests/setup-deps.sh installs it)"
 fi
