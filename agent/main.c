@@ -4,6 +4,7 @@
  *                          SIGUSR1 logs each user's usage since start
  *   katana check -c FILE   parse, fetch, lower and dry-run (seed 001 "check")
  *   katana import AGENT FILE   a katana config from a V2bX, XrayR or Xboard-Node one
+ *   katana status | top | kill   a look at a running katana over its REST API (cli_remote.h)
  *   katana version
  * Exit codes: 0 success, 1 configuration/runtime failure, 2 usage error.
  */
@@ -26,6 +27,7 @@
 #include <uv.h>
 
 #include "agent/agent_config.h"
+#include "agent/cli_remote.h"
 #include "agent/import.h"
 #include "agent/lower.h"
 #include "agent/node.h"
@@ -40,7 +42,8 @@
 
 static const char usage_text[] =
     "usage: katana run -c FILE | katana check [--offline] -c FILE | katana version\n"
-    "       katana import [--db PATH] v2bx|xrayr|xboard-node FILE\n";
+    "       katana import [--db PATH] v2bx|xrayr|xboard-node FILE\n"
+    "       katana status|top|kill [-c FILE] ...   (each with --help)\n";
 
 typedef struct ag_main {
     uv_loop_t loop;
@@ -792,6 +795,12 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "import") == 0) /* agent/import.c */
         return ag_import_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "status") == 0) /* agent/cli_remote.c */
+        return ag_cli_status_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "top") == 0) /* agent/cli_top.c */
+        return ag_cli_top_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "kill") == 0) /* agent/cli_remote.c */
+        return ag_cli_kill_main(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0) {
         bool offline = false;
         const char *path = config_arg(argc - 1, argv + 1, cmd[0] == 'c' ? &offline : NULL);

@@ -14,6 +14,7 @@ BUILD_DEPS=(build-essential autoconf automake libtool pkg-config libuv1-dev libs
 CLIENTS=(shadowsocks-libev v2ray trojan iperf3 netcat-openbsd curl openssl python3 clang
          libclang-rt-14-dev  # clang's libFuzzer and sanitizer runtimes: make fuzz (issue 24)
          jq prometheus # jq, prometheus (promtool too): the REST API tests (issue 4)
+         tmux          # tmux: t-cli-remote drives katana top in a terminal
          sqlite3       # sqlite3: the panel tests read the usage outbox (issue #3)
          python3-cryptography  # katest.py vmess: hand-made VMess requests (issue 9)
          shadowsocks-v2ray-plugin  # ss-v2ray-plugin: ss-local inside WebSocket (issue 9)
