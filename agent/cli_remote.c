@@ -16,6 +16,7 @@
 
 #include "agent/agent_config.h"
 #include "api/api.h"
+#include "supervisor/util/textbuf.h"
 
 #define CALL_TIMEOUT_S 10L        /* one request of status or kill */
 #define CONNECT_TIMEOUT_S 3L      /* every request: the API is on this host or near it */
@@ -139,19 +140,8 @@ static size_t on_answer(char *data, size_t size, size_t n, void *arg)
         a->too_big = true;
         return 0; /* ends the transfer (CURLE_WRITE_ERROR) */
     }
-    if (a->len + add + 1 > a->cap) {
-        size_t cap = a->cap ? a->cap : 16384;
-        while (cap < a->len + add + 1)
-            cap *= 2;
-        char *p = realloc(a->buf, cap);
-        if (p == NULL)
-            return 0;
-        a->buf = p;
-        a->cap = cap;
-    }
-    memcpy(a->buf + a->len, data, add);
-    a->len += add;
-    a->buf[a->len] = '\0';
+    if (sv_textbuf_append(&a->buf, &a->len, &a->cap, 16384, data, add) != 0)
+        return 0;
     return add;
 }
 

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include "agent/cli_remote.h"
+#include "supervisor/util/textbuf.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -126,20 +127,7 @@ static bool buf_add(buf *b, const char *p, size_t n, size_t max)
 {
     if (n > max - b->len)
         return false;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (q == NULL)
-            return false;
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return true;
+    return sv_textbuf_append(&b->p, &b->len, &b->cap, 4096, p, n) == 0;
 }
 
 /* One complete SSE line (RFC: "event:", "data:", a comment, or blank = dispatch). */

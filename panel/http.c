@@ -15,6 +15,7 @@
 #include <curl/curl.h>
 
 #include "panel/http.h"
+#include "supervisor/util/textbuf.h"
 
 typedef struct poll_ctx {
     uv_poll_t poll;
@@ -287,19 +288,8 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
         r->too_big = true;
         return 0; /* CURLE_WRITE_ERROR ends the transfer */
     }
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = r->cap == 0 ? first_cap(r) : r->cap;
-        while (cap < r->len + n + 1)
-            cap *= 2;
-        char *b = realloc(r->body, cap);
-        if (b == NULL)
-            return 0;
-        r->body = b;
-        r->cap = cap;
-    }
-    memcpy(r->body + r->len, ptr, n);
-    r->len += n;
-    r->body[r->len] = '\0';
+    if (sv_textbuf_append(&r->body, &r->len, &r->cap, first_cap(r), ptr, n) != 0)
+        return 0;
     return n;
 }
 
