@@ -1,16 +1,13 @@
 /*
- * katana command line (DESIGN.md "agent/"):
+ * katana's two configuration commands (DESIGN.md "agent/"; the command line is agent/cli.c):
  *   katana run -c FILE     serve every node of FILE; SIGHUP reloads, SIGTERM/SIGINT stop,
  *                          SIGUSR1 logs each user's usage since start
  *   katana check -c FILE   parse, fetch, lower and dry-run (seed 001 "check")
- *   katana import AGENT FILE   a katana config from a V2bX, XrayR or Xboard-Node one
- *   katana version
- * Exit codes: 0 success, 1 configuration/runtime failure, 2 usage error.
+ * Exit codes: 0 success, 1 configuration/runtime failure (2, a usage error, is cli.c's).
  */
 #include "config.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -26,7 +23,7 @@
 #include <uv.h>
 
 #include "agent/agent_config.h"
-#include "agent/import.h"
+#include "agent/cli.h"
 #include "agent/lower.h"
 #include "agent/node.h"
 #include "agent/uplink.h"
@@ -37,10 +34,6 @@
 
 #define MOD "ag.main"
 #define RELOAD_SPACING_MS 200u /* shortest time between the starts of two reloads */
-
-static const char usage_text[] =
-    "usage: katana run -c FILE | katana check [--offline] -c FILE | katana version\n"
-    "       katana import [--db PATH] v2bx|xrayr|xboard-node FILE\n";
 
 typedef struct ag_main {
     uv_loop_t loop;
@@ -385,7 +378,7 @@ static int run_start(ag_main *am, const ag_config *cfg)
     return rc;
 }
 
-static int cmd_run(const char *path)
+int ag_cmd_run(const char *path)
 {
     ag_main am = {.config_path = path};
     ag_config cfg;
@@ -699,7 +692,7 @@ static int check_machines(uv_loop_t *loop, ag_config *cfg, sv_error *err)
     return rc;
 }
 
-static int cmd_check(const char *path, bool offline)
+int ag_cmd_check(const char *path, bool offline)
 {
     ag_config cfg;
     check_ctx c = {.done = true};
@@ -746,60 +739,7 @@ invalid:
     return 1;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* command line                                                                                 */
-/* ------------------------------------------------------------------------------------------ */
-
-/* "-c FILE" / "--config FILE" after the command word, and "--offline" when @p offline is not
- * NULL (check only); NULL (usage error) otherwise. */
-static const char *config_arg(int argc, char **argv, bool *offline)
-{
-    static const struct option longs[] = {{"config", required_argument, NULL, 'c'},
-                                          {"offline", no_argument, NULL, 'o'},
-                                          {NULL, 0, NULL, 0}};
-    const char *path = NULL;
-    int ch;
-    opterr = 0;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:", longs, NULL)) != -1) {
-        if (ch == 'o' && offline != NULL) {
-            *offline = true;
-            continue;
-        }
-        if (ch != 'c')
-            return NULL;
-        path = optarg;
-    }
-    if (optind != argc || path == NULL || path[0] == '\0')
-        return NULL;
-    return path;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc < 2)
-        goto usage;
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        if (argc != 2)
-            goto usage;
-        printf("katana %s\n", PACKAGE_VERSION);
-        return 0;
-    }
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (strcmp(cmd, "import") == 0) /* agent/import.c */
-        return ag_import_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0) {
-        bool offline = false;
-        const char *path = config_arg(argc - 1, argv + 1, cmd[0] == 'c' ? &offline : NULL);
-        if (path == NULL)
-            goto usage;
-        return cmd[0] == 'r' ? cmd_run(path) : cmd_check(path, offline);
-    }
-usage:
-    fputs(usage_text, stderr);
-    return 2;
+    return ag_cli_main(argc, argv); /* agent/cli.c */
 }
