@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "agent/agent_config.h"
+#include "agent/check_report.h"
 #include "agent/cli.h"
 #include "agent/lower.h"
 #include "agent/node.h"
@@ -429,6 +430,7 @@ typedef struct check_ctx {
     bool done;
     int status;
     sv_error err;
+    const char *path; /* the file checked (ag_check_warn_held) */
 } check_ctx;
 
 /* Whether @p sa's address can be bound on this host, as `run` will bind it: a scratch socket
@@ -474,9 +476,10 @@ static int check_listen_ip(const char *ip, const char *what, sv_error *err)
     return check_assignable(&sa, what, ip, err);
 }
 
-/* What `run` opens before any node: the API's address and the store's directory (a missing
- * one fails run with "x.db.lock: No such file or directory"). 0 or -EINVAL (err set). */
-static int check_local(const ag_config *cfg, sv_error *err)
+/* What `run` opens before any node: the API's address (a warning when another process holds
+ * its port) and the store's directory (a missing one fails run with "x.db.lock: No such file or
+ * directory"). 0 or -EINVAL (err set). */
+static int check_local(const ag_config *cfg, const char *path, sv_error *err)
 {
     const char *listen = cfg->api_listen != NULL ? cfg->api_listen : API_DEFAULT_LISTEN;
     struct sockaddr_storage sa;
@@ -484,6 +487,8 @@ static int check_local(const ag_config *cfg, sv_error *err)
     int rc = api_listen_parse(listen, &sa, &loopback, err);
     if (rc == 0)
         rc = check_assignable(&sa, "api.listen", listen, err);
+    if (rc == 0) /* run would fail to start, but the file is valid: a warning */
+        ag_check_warn_held("api.listen", &sa, SOCK_STREAM, path);
     for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
         char what[48];
         snprintf(what, sizeof what, "nodes[%zu].listen", i);
@@ -513,6 +518,30 @@ static int check_local(const ag_config *cfg, sv_error *err)
     return 0;
 }
 
+/* What a run would apply, one line per node: "node n1: vless on port 443, 2 users, REALITY"
+ * (ag_check_describe()), after a warning for each of its ports another process holds. */
+static void check_summary(const ag_fleet *fleet, const sv_spec *spec, const char *path)
+{
+    for (size_t i = 0; i < fleet->n; i++) {
+        const ag_node_state *n = &fleet->nodes[i];
+        const sv_inbound_spec *in = NULL;
+        char what[SV_TAG_MAX + 16], security[96] = "";
+        for (size_t k = 0; in == NULL && k < spec->n_inbounds; k++)
+            if (strcmp(spec->inbounds[k].tag, n->tag) == 0)
+                in = &spec->inbounds[k];
+        if (in != NULL) {
+            snprintf(what, sizeof what, "node %s: listen", n->tag);
+            ag_check_warn_bind(what, in->bind.address, in->bind.port, in->udp, path);
+            security[0] = ',';
+            security[1] = ' ';
+            ag_check_describe(in, security + 2, sizeof security - 2);
+        }
+        printf("node %s: %s on port %u, %zu users%s\n", n->tag, n->node.protocol,
+               (unsigned)n->node.server_port, n->users.n, security);
+    }
+    fflush(stdout);
+}
+
 static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_error *err)
 {
     check_ctx *c = arg;
@@ -527,17 +556,15 @@ static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_er
     if (c->status != 0)
         return;
     c->status = sv_check(&spec, &c->err);
-    sv_spec_free(&spec);
     for (size_t i = 0; c->status == 0 && i < fleet->n; i++) { /* run binds them */
         char what[SV_TAG_MAX + 32];
         snprintf(what, sizeof what, "node %s: the panel's listen_ip", fleet->nodes[i].tag);
         if (fleet->nodes[i].listen == NULL) /* the config's was checked first */
             c->status = check_listen_ip(ag_node_listen(&fleet->nodes[i]), what, &c->err);
     }
-    for (size_t i = 0; c->status == 0 && i < fleet->n; i++) /* what a run would apply */
-        printf("node %s: %s on port %u, %zu users\n", fleet->nodes[i].tag,
-               fleet->nodes[i].node.protocol, (unsigned)fleet->nodes[i].node.server_port,
-               fleet->nodes[i].users.n);
+    if (c->status == 0)
+        check_summary(fleet, &spec, c->path);
+    sv_spec_free(&spec);
 }
 
 /* `katana check`: a remote panel node gets a real client that fetches the panel
@@ -695,11 +722,11 @@ static int check_machines(uv_loop_t *loop, ag_config *cfg, sv_error *err)
 int ag_cmd_check(const char *path, bool offline)
 {
     ag_config cfg;
-    check_ctx c = {.done = true};
+    check_ctx c = {.done = true, .path = path};
     uv_loop_t loop;
     if (ag_config_load_file(path, &cfg, &c.err) != 0)
         goto invalid;
-    if (check_local(&cfg, &c.err) != 0) {
+    if (check_local(&cfg, path, &c.err) != 0) {
         ag_config_free(&cfg);
         goto invalid;
     }
