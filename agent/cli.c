@@ -13,6 +13,10 @@
 #include "agent/import.h"
 #include "supervisor/util/closest.h"
 
+/* The configuration file of the packages and of katana.service (katana(8) FILES): named when
+ * -c is missing, since katana itself reads no file it is not given. */
+#define PACKAGED_CONFIG "/etc/katana/config.json"
+
 /* `katana help` order; one line per command (cli.h) */
 static const ag_cli_cmd *const commands[] = {
     &ag_cli_run,
@@ -170,7 +174,8 @@ static int config_args(int argc, char **argv, const char **path, bool *offline)
     if (optind < argc)
         return ag_cli_usage_error(cmd, "unexpected argument '%s'", argv[optind]);
     if (*path == NULL)
-        return ag_cli_usage_error(cmd, "-c FILE is required");
+        return ag_cli_usage_error(cmd, "-c FILE is required: katana reads no configuration "
+                                  "file by default (the packages install %s)", PACKAGED_CONFIG);
     if ((*path)[0] == '\0')
         return ag_cli_usage_error(cmd, "-c: the file name is empty");
     return 0;
@@ -257,7 +262,7 @@ static int help_main(int argc, char **argv)
 {
     if (argc > 2)
         return ag_cli_usage_error("help", "unexpected argument '%s'", argv[2]);
-    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    if (argc < 2) {
         print_overview(stdout);
         return 0;
     }
@@ -314,7 +319,7 @@ int ag_cli_main(int argc, char **argv)
                                   near != NULL ? " (did you mean '" : "", near != NULL ? near : "",
                                   near != NULL ? "'?)" : "");
     }
-    if (c != &ag_cli_help && wants_help(argc - 1, argv + 1)) {
+    if (wants_help(argc - 1, argv + 1)) { /* `katana help --help` too: help's own help */
         print_help(stdout, c);
         return 0;
     }

@@ -1,6 +1,6 @@
 /*
- * katana's command line (katana(8) COMMANDS, docs/cli.md): the command table, help, and the
- * usage errors every command reports the same way.
+ * katana's command line (katana(8) COMMANDS, docs/operations.md): the command table, help,
+ * and the usage errors every command reports the same way.
  *
  * A command is one ag_cli_cmd: its name, a one-line summary for `katana help`, its usage
  * synopsis (after "katana ") and its help text, and the function that runs it. Adding a
@@ -39,8 +39,8 @@ extern const ag_cli_cmd ag_cli_run, ag_cli_check, ag_cli_import, ag_cli_keygen,
  * The whole command line: pick the command named by @p argv[1] and run it, or print the help
  * asked for. `katana`, `katana help`, `katana --help` and `-h` list the commands (the first on
  * stderr with exit 2, the others on stdout with 0); `katana help CMD` and `katana CMD --help`
- * print that command's help (0). An unknown command is a usage error suggesting the nearest
- * one (sv_closest()). @return the process exit code.
+ * print that command's help (0), `katana help --help` the help of help. An unknown command
+ * is a usage error suggesting the nearest one (sv_closest()). @return the process exit code.
  */
 int ag_cli_main(int argc, char **argv);
 

@@ -1,6 +1,6 @@
 /*
  * `katana keygen KIND`: the keys and ids a node's settings need, from OpenSSL's random
- * generator (RAND_bytes) and its X25519 (see cli.h; katana(8) keygen, docs/cli.md).
+ * generator (RAND_bytes) and its X25519 (see cli.h; katana(8) keygen, docs/operations.md).
  *   x25519 | reality [--private KEY]  REALITY pair, base64url without padding (PROTOCOLS-2.md
  *                                     §1.1; Xray's `xray x25519`, sing-box's reality-keypair)
  *   short-id [--len N]                N random bytes in hex (a REALITY short id, §1.1)
