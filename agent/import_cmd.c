@@ -219,8 +219,14 @@ int ag_import_main(int argc, char **argv)
         }
         if (ch == ':' || (ch == 'd' && optarg[0] == '\0'))
             return usage_error("--db needs a path");
-        if (ch != 'd')
-            return usage_error("unknown option");
+        if (ch != 'd') { /* glibc: optopt 0 for a long option, whose word is argv[optind-1] */
+            char what[80];
+            if (optopt != 0)
+                snprintf(what, sizeof what, "unknown option '-%c'", optopt);
+            else
+                snprintf(what, sizeof what, "unknown option '%.40s'", argv[optind - 1]);
+            return usage_error(what);
+        }
         db = optarg;
     }
     if (argc - optind != 2)

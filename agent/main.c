@@ -1,17 +1,13 @@
 /*
- * katana command line (DESIGN.md "agent/"):
+ * katana's two configuration commands (DESIGN.md "agent/"; the command line is agent/cli.c):
  *   katana run -c FILE     serve every node of FILE; SIGHUP reloads, SIGTERM/SIGINT stop,
  *                          SIGUSR1 logs each user's usage since start
  *   katana check -c FILE   parse, fetch, lower and dry-run (seed 001 "check")
- *   katana import AGENT FILE   a katana config from a V2bX, XrayR or Xboard-Node one
- *   katana status | top | kill   a look at a running katana over its REST API (cli_remote.h)
- *   katana version
- * Exit codes: 0 success, 1 configuration/runtime failure, 2 usage error.
+ * Exit codes: 0 success, 1 configuration/runtime failure (2, a usage error, is cli.c's).
  */
 #include "config.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -27,8 +23,8 @@
 #include <uv.h>
 
 #include "agent/agent_config.h"
-#include "agent/cli_remote.h"
-#include "agent/import.h"
+#include "agent/check_report.h"
+#include "agent/cli.h"
 #include "agent/lower.h"
 #include "agent/node.h"
 #include "agent/uplink.h"
@@ -39,11 +35,6 @@
 
 #define MOD "ag.main"
 #define RELOAD_SPACING_MS 200u /* shortest time between the starts of two reloads */
-
-static const char usage_text[] =
-    "usage: katana run -c FILE | katana check [--offline] -c FILE | katana version\n"
-    "       katana import [--db PATH] v2bx|xrayr|xboard-node FILE\n"
-    "       katana status|top|kill [-c FILE] ...   (each with --help)\n";
 
 typedef struct ag_main {
     uv_loop_t loop;
@@ -388,7 +379,7 @@ static int run_start(ag_main *am, const ag_config *cfg)
     return rc;
 }
 
-static int cmd_run(const char *path)
+int ag_cmd_run(const char *path)
 {
     ag_main am = {.config_path = path};
     ag_config cfg;
@@ -439,6 +430,7 @@ typedef struct check_ctx {
     bool done;
     int status;
     sv_error err;
+    const char *path; /* the file checked (ag_check_warn_held) */
 } check_ctx;
 
 /* Whether @p sa's address can be bound on this host, as `run` will bind it: a scratch socket
@@ -484,9 +476,10 @@ static int check_listen_ip(const char *ip, const char *what, sv_error *err)
     return check_assignable(&sa, what, ip, err);
 }
 
-/* What `run` opens before any node: the API's address and the store's directory (a missing
- * one fails run with "x.db.lock: No such file or directory"). 0 or -EINVAL (err set). */
-static int check_local(const ag_config *cfg, sv_error *err)
+/* What `run` opens before any node: the API's address (a warning when another process holds
+ * its port) and the store's directory (a missing one fails run with "x.db.lock: No such file or
+ * directory"). 0 or -EINVAL (err set). */
+static int check_local(const ag_config *cfg, const char *path, sv_error *err)
 {
     const char *listen = cfg->api_listen != NULL ? cfg->api_listen : API_DEFAULT_LISTEN;
     struct sockaddr_storage sa;
@@ -494,6 +487,8 @@ static int check_local(const ag_config *cfg, sv_error *err)
     int rc = api_listen_parse(listen, &sa, &loopback, err);
     if (rc == 0)
         rc = check_assignable(&sa, "api.listen", listen, err);
+    if (rc == 0) /* run would fail to start, but the file is valid: a warning */
+        ag_check_warn_held("api.listen", &sa, SOCK_STREAM, path);
     for (size_t i = 0; rc == 0 && i < cfg->n_nodes; i++) {
         char what[48];
         snprintf(what, sizeof what, "nodes[%zu].listen", i);
@@ -523,6 +518,30 @@ static int check_local(const ag_config *cfg, sv_error *err)
     return 0;
 }
 
+/* What a run would apply, one line per node: "node n1: vless on port 443, 2 users, REALITY"
+ * (ag_check_describe()), after a warning for each of its ports another process holds. */
+static void check_summary(const ag_fleet *fleet, const sv_spec *spec, const char *path)
+{
+    for (size_t i = 0; i < fleet->n; i++) {
+        const ag_node_state *n = &fleet->nodes[i];
+        const sv_inbound_spec *in = NULL;
+        char what[SV_TAG_MAX + 16], security[96] = "";
+        for (size_t k = 0; in == NULL && k < spec->n_inbounds; k++)
+            if (strcmp(spec->inbounds[k].tag, n->tag) == 0)
+                in = &spec->inbounds[k];
+        if (in != NULL) {
+            snprintf(what, sizeof what, "node %s: listen", n->tag);
+            ag_check_warn_bind(what, in->bind.address, in->bind.port, in->udp, path);
+            security[0] = ',';
+            security[1] = ' ';
+            ag_check_describe(in, security + 2, sizeof security - 2);
+        }
+        printf("node %s: %s on port %u, %zu users%s\n", n->tag, n->node.protocol,
+               (unsigned)n->node.server_port, n->users.n, security);
+    }
+    fflush(stdout);
+}
+
 static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_error *err)
 {
     check_ctx *c = arg;
@@ -537,17 +556,15 @@ static void on_check_fetched(void *arg, int status, ag_fleet *fleet, const sv_er
     if (c->status != 0)
         return;
     c->status = sv_check(&spec, &c->err);
-    sv_spec_free(&spec);
     for (size_t i = 0; c->status == 0 && i < fleet->n; i++) { /* run binds them */
         char what[SV_TAG_MAX + 32];
         snprintf(what, sizeof what, "node %s: the panel's listen_ip", fleet->nodes[i].tag);
         if (fleet->nodes[i].listen == NULL) /* the config's was checked first */
             c->status = check_listen_ip(ag_node_listen(&fleet->nodes[i]), what, &c->err);
     }
-    for (size_t i = 0; c->status == 0 && i < fleet->n; i++) /* what a run would apply */
-        printf("node %s: %s on port %u, %zu users\n", fleet->nodes[i].tag,
-               fleet->nodes[i].node.protocol, (unsigned)fleet->nodes[i].node.server_port,
-               fleet->nodes[i].users.n);
+    if (c->status == 0)
+        check_summary(fleet, &spec, c->path);
+    sv_spec_free(&spec);
 }
 
 /* `katana check`: a remote panel node gets a real client that fetches the panel
@@ -702,14 +719,14 @@ static int check_machines(uv_loop_t *loop, ag_config *cfg, sv_error *err)
     return rc;
 }
 
-static int cmd_check(const char *path, bool offline)
+int ag_cmd_check(const char *path, bool offline)
 {
     ag_config cfg;
-    check_ctx c = {.done = true};
+    check_ctx c = {.done = true, .path = path};
     uv_loop_t loop;
     if (ag_config_load_file(path, &cfg, &c.err) != 0)
         goto invalid;
-    if (check_local(&cfg, &c.err) != 0) {
+    if (check_local(&cfg, path, &c.err) != 0) {
         ag_config_free(&cfg);
         goto invalid;
     }
@@ -749,66 +766,7 @@ invalid:
     return 1;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* command line                                                                                 */
-/* ------------------------------------------------------------------------------------------ */
-
-/* "-c FILE" / "--config FILE" after the command word, and "--offline" when @p offline is not
- * NULL (check only); NULL (usage error) otherwise. */
-static const char *config_arg(int argc, char **argv, bool *offline)
-{
-    static const struct option longs[] = {{"config", required_argument, NULL, 'c'},
-                                          {"offline", no_argument, NULL, 'o'},
-                                          {NULL, 0, NULL, 0}};
-    const char *path = NULL;
-    int ch;
-    opterr = 0;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "c:", longs, NULL)) != -1) {
-        if (ch == 'o' && offline != NULL) {
-            *offline = true;
-            continue;
-        }
-        if (ch != 'c')
-            return NULL;
-        path = optarg;
-    }
-    if (optind != argc || path == NULL || path[0] == '\0')
-        return NULL;
-    return path;
-}
-
 int main(int argc, char **argv)
 {
-    if (argc < 2)
-        goto usage;
-    const char *cmd = argv[1];
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        if (argc != 2)
-            goto usage;
-        printf("katana %s\n", PACKAGE_VERSION);
-        return 0;
-    }
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    if (strcmp(cmd, "import") == 0) /* agent/import.c */
-        return ag_import_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "status") == 0) /* agent/cli_remote.c */
-        return ag_cli_status_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "top") == 0) /* agent/cli_top.c */
-        return ag_cli_top_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "kill") == 0) /* agent/cli_remote.c */
-        return ag_cli_kill_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "check") == 0) {
-        bool offline = false;
-        const char *path = config_arg(argc - 1, argv + 1, cmd[0] == 'c' ? &offline : NULL);
-        if (path == NULL)
-            goto usage;
-        return cmd[0] == 'r' ? cmd_run(path) : cmd_check(path, offline);
-    }
-usage:
-    fputs(usage_text, stderr);
-    return 2;
+    return ag_cli_main(argc, argv); /* agent/cli.c */
 }

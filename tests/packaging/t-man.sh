@@ -1,6 +1,10 @@
 #!/bin/bash
-# t-man.sh: katana.json(5) explains every configuration key the parser accepts, and both
-# generated man pages are clean roff.
+# t-man.sh: katana(8) documents every command and katana.json(5) explains every configuration
+# key the parser accepts, and both generated man pages are clean roff.
+#  - commands: every command of the command table (each `const ag_cli_cmd ag_cli_X` of agent/*.c,
+#    its `.name`) has a ": `NAME" term in the COMMANDS section of the katana page and a
+#    "**katana NAME**" line in its SYNOPSIS; every kind of `katana keygen` (the `kinds[]` table of
+#    agent/keygen.c) has a ": `keygen KIND" term or is named in one (": `keygen x25519`|`reality`");
 #  - keys: every string in a `keys[] = {...}` list and every json_object_get(..., "key") of
 #    agent/agent_config.c must appear as a path component (`a.key`, `key`, `x[].key`) in a ": term"
 #    line of the katana.json page of packaging/man/katana.man.md;
@@ -11,6 +15,37 @@ SRC=${KATANA_TOP_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BLD=${KATANA_TOP_BUILDDIR:-$SRC}
 MAN_MD=$SRC/packaging/man/katana.man.md
 fails=0
+
+# section NAME: the lines of section NAME ("# NAME") of the katana(8) page.
+section() {
+    awk -v want="# $1" '/^%page /{ p = ($2 == "katana") } p && /^# /{ s = ($0 == want) }
+                        p && s' "$MAN_MD"
+}
+commands=$(awk '/^const ag_cli_cmd ag_cli_/ { want = 1 }
+                want && match($0, /\.name = "[a-z0-9-]+"/) {
+                    print substr($0, RSTART + 9, RLENGTH - 10); want = 0 }' "$SRC"/agent/*.c)
+[ -n "$commands" ] || { echo "FAIL: t-man: no command table found in agent/*.c"; exit 1; }
+cmd_terms=$(section COMMANDS | grep '^: ')
+synopsis=$(section SYNOPSIS)
+for c in $commands; do
+    if grep -q "^: \`$c[\` ]" <<<"$cmd_terms" && grep -q "^\*\*katana $c\*\*" <<<"$synopsis"; then
+        echo "PASS: t-man: command $c is in katana(8) SYNOPSIS and COMMANDS"
+    else
+        echo "FAIL: t-man: command $c (agent/*.c) has no SYNOPSIS line or COMMANDS entry in katana(8) ($MAN_MD)"
+        fails=$((fails + 1))
+    fi
+done
+kinds=$(sed -n '/^static const keygen_kind kinds\[\]/,/^};/p' "$SRC/agent/keygen.c" |
+        grep -o '{"[a-z0-9-]*"' | tr -d '{"')
+[ -n "$kinds" ] || { echo "FAIL: t-man: no keygen kinds found in agent/keygen.c"; exit 1; }
+for k in $kinds; do
+    if grep -q -E "^: \`keygen ([a-z0-9-]+\`\|\`)*$k\`" <<<"$cmd_terms"; then
+        echo "PASS: t-man: keygen $k is in katana(8) COMMANDS"
+    else
+        echo "FAIL: t-man: keygen $k (agent/keygen.c) has no COMMANDS entry in katana(8) ($MAN_MD)"
+        fails=$((fails + 1))
+    fi
+done
 
 keys=$( { grep -E 'keys\[\] *= *\{' -A3 "$SRC/agent/agent_config.c" |
           sed -n '/keys\[\]/,/NULL/p' | grep -o '"[a-z_]*"' ;
