@@ -32,6 +32,12 @@ A block without a decision, an unknown kind, or a marker with no block after it 
   docex.py file --out OUT [--subst-config F] FILE
       writes the config file FILE to OUT with the substitutions applied and its certificate
       files made, as for a config block.
+  docex.py links --root DIR FILE...
+      checks every relative link of the Markdown files ([text](target), [label]: target,
+      outside fenced blocks and code spans): its file exists, lies inside DIR (the source tree,
+      so nothing points into ../shared/ or elsewhere outside the repository), and a #fragment
+      into a Markdown file names one of its headings (GitHub's anchors). Links with a scheme
+      (https:, mailto:) are not followed. Prints one line per bad link; exits 1 when there is one.
 """
 import argparse
 import json
@@ -316,6 +322,87 @@ def one_file(a):
     return 0
 
 
+INLINE_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REF_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)")
+CODE_SPAN = re.compile(r"(`+).*?\1")
+SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def prose_lines(path, keep_code=False):
+    """Yield (line number, text) of the lines of a Markdown file outside fenced blocks; code
+    spans are blanked unless keep_code."""
+    fence = None
+    for n, line in enumerate(open(path, encoding="utf-8").read().split("\n"), 1):
+        f = FENCE.match(line)
+        if fence is None and f:
+            fence = f.group(2)
+            continue
+        if fence is not None:
+            if line.strip().startswith(fence):
+                fence = None
+            continue
+        yield n, line if keep_code else CODE_SPAN.sub("", line)
+
+
+def anchor(heading):
+    """GitHub's anchor of a heading text: lower case, code marks and punctuation other than
+    '-' and '_' dropped, spaces as '-'."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip().lower())
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path):
+    """The set of anchors of the headings of a Markdown file (a repeated one gets -1, -2...)."""
+    seen = {}
+    out = set()
+    for _, line in prose_lines(path, keep_code=True):
+        m = re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if not m:
+            continue
+        a = anchor(m.group(1))
+        k = seen.get(a, 0)
+        seen[a] = k + 1
+        out.add(a if k == 0 else "%s-%d" % (a, k))
+    return out
+
+
+def link_errors(root, path):
+    """The bad relative links of the Markdown file at path, as "FILE:LINE: message" strings."""
+    root = os.path.realpath(root)
+    rel = os.path.relpath(path, root)
+    errors = []
+    for n, line in prose_lines(path):
+        targets = INLINE_LINK.findall(line)
+        m = REF_LINK.match(line)
+        if m:
+            targets.append(m.group(1))
+        for t in targets:
+            if SCHEME.match(t):
+                continue
+            file_part, _, frag = t.partition("#")
+            where = "%s:%d: link %s" % (rel, n, t)
+            dest = os.path.realpath(os.path.join(os.path.dirname(path), file_part)) \
+                if file_part else os.path.realpath(path)
+            if dest != root and not dest.startswith(root + os.sep):
+                errors.append("%s: points outside the source tree (%s)" % (where, dest))
+            elif not os.path.exists(dest):
+                errors.append("%s: no such file" % where)
+            elif frag and dest.endswith(".md") and frag not in anchors(dest):
+                errors.append("%s: %s has no heading #%s" % (where, os.path.relpath(dest, root),
+                                                            frag))
+    return errors
+
+
+def links(a):
+    errors = []
+    for path in a.files:
+        errors += link_errors(a.root, path)
+    for e in errors:
+        print("docex: " + e, file=sys.stderr)
+    return 1 if errors else 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -329,9 +416,12 @@ def main():
     pf.add_argument("--out", required=True)
     pf.add_argument("--subst-config")
     pf.add_argument("file")
+    pl = sub.add_parser("links")
+    pl.add_argument("--root", required=True)
+    pl.add_argument("files", nargs="+")
     a = p.parse_args()
     try:
-        return prepare(a) if a.cmd == "prepare" else one_file(a)
+        return {"prepare": prepare, "file": one_file, "links": links}[a.cmd](a)
     except DocError as e:
         print("docex: %s" % e, file=sys.stderr)
         return 1

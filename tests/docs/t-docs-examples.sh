@@ -11,7 +11,9 @@
 #    the substitutions declared below; `curl` is a function that fails on an HTTP status that
 #    is not 2xx unless the command's comment names that status (an SSE stream, -N, is read
 #    for 2 s), and the daemon must still run after each block;
-#  - output blocks that are JSON parse.
+#  - output blocks that are JSON parse;
+#  - every relative link of those files names a file of the source tree (none points outside
+#    it, e.g. into ../shared/) and a #fragment into a Markdown file one of its headings.
 # A block without a decision fails the test, so a new block in the docs needs one.
 KT_LIMIT=${KT_LIMIT:-120}
 . "$(dirname "$0")/../integration/lib.sh"
@@ -91,6 +93,12 @@ if (cd "$TOP" && "${DOCEX[@]}" prepare --root . --out "$T/blocks" \
     pass "every block of the docs carries a decision; configs are JSON, JSON output parses"
 else
     fail "docex.py prepare:"; cat "$T/prepare.err"
+fi
+
+if out=$(cd "$TOP" && "${DOCEX[@]}" links --root . "${DOCS[@]}" 2>&1); then
+    pass "every relative link of the docs names a file of the tree and an existing heading"
+else
+    fail "bad links in the docs:"; sed 's/^/    /' <<<"$out"
 fi
 
 # The prelude of every shell block: katana of this build on PATH, man pages of this build,
