@@ -153,6 +153,7 @@ def substitute(text, table):
 
 
 def loads(text, where):
+    """The JSON value of text; DocError naming where when it does not parse."""
     try:
         return json.loads(text)
     except ValueError as e:
@@ -160,6 +161,7 @@ def loads(text, where):
 
 
 def local_panel(node_type, body):
+    """A local panel serving body as a node of node_type, with the one user DOC_UUID."""
     return {"type": "local", "node_type": node_type, "node": body,
             "users": {"users": [{"id": 1, "uuid": DOC_UUID}]}}
 
@@ -174,6 +176,8 @@ def needs_cert(node_type, body):
 
 
 def base_node(node_type="shadowsocks", body=None):
+    """A loopback nodes[] entry "doc" of node_type on a local panel (body, or the type's
+    BASE_BODIES one), with a self-signed certificate when the body serves TLS."""
     body = dict(BASE_BODIES[node_type]) if body is None else body
     node = {"tag": "doc", "listen": "127.0.0.1", "panel": local_panel(node_type, body)}
     if needs_cert(node_type, body):
@@ -272,6 +276,8 @@ def shell_script(text, where_file, first_line):
 
 
 def prepare(a):
+    """The prepare command (module docstring): writes the blocks and index.tsv to a.out;
+    0, or 1 after printing every error."""
     subst_config = read_subst(a.subst_config)
     subst_shell = read_subst(a.subst_shell)
     os.makedirs(a.out, exist_ok=True)
@@ -395,6 +401,7 @@ def link_errors(root, path):
 
 
 def links(a):
+    """The links command (module docstring): 0, or 1 after printing every bad link."""
     errors = []
     for path in a.files:
         errors += link_errors(a.root, path)
@@ -404,6 +411,7 @@ def links(a):
 
 
 def main():
+    """Parse the command line and run one command; its exit status."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     pp = sub.add_parser("prepare")

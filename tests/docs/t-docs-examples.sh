@@ -38,7 +38,6 @@ printf '#!/bin/sh\nexec "%s" "$@"\n' "$KATANA" >"$T/bin/katana"
 chmod +x "$T/bin/katana"
 cp "$BUILD/katana.json.5" "$T/man/man5/" 2>/dev/null || true
 cp "$BUILD/katana.8" "$T/man/man8/" 2>/dev/null || true
-# the packaged config's token placeholder, which the packages replace at install
 
 # Substitutions, applied to a block's text before it is checked or run (FROM<TAB>TO).
 # Config blocks and example files: the packaged host's directories become the test's; "{...}"
