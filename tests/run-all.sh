@@ -53,7 +53,7 @@ stage "make distcheck (build/)"
 # distcheck does not run the whole suite a third time (CI stays under its time budget).
 DISTCHECK_TESTS="$(make -s -C build --no-print-directory \
     --eval='print-tests: ; @echo $(TESTS)' print-tests | tr ' ' '\n' |
-    grep -E '^tests/(unit|fuzz|packaging)/|/t-(smoke-trojan|ciphers|panel-changes|sspanel-changes|vless-clients|ss-v2ray-plugin|dns)\.sh$' |
+    grep -E '^tests/(unit|fuzz|packaging|docs)/|/t-(smoke-trojan|ciphers|panel-changes|sspanel-changes|vless-clients|ss-v2ray-plugin|dns)\.sh$' |
     tr '\n' ' ')"
 make -C build -j"$JOBS" distcheck DISTCHECK_CONFIGURE_FLAGS=--enable-werror \
     TESTS="$DISTCHECK_TESTS"

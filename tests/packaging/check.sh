@@ -1,14 +1,16 @@
 #!/bin/bash
 # tests/packaging/check.sh [BUILD_DIR]: the packages, built and used the way an operator does.
 #  1. make deb (from `make dist`): katana + katana-dbgsym; the binary is stripped, the config
-#     is a conffile; lintian reports no error (warnings are printed);
+#     is a conffile, README.md, docs/ and the examples are in /usr/share/doc/katana; lintian
+#     reports no error (warnings are printed);
 #  2. dpkg -i; the katana user, the modes of /etc/katana/config.json and /var/lib/katana;
 #     `katana check -c /etc/katana/config.json`; the API token postinst put in place of the
 #     packaged placeholder is 64 random hex digits and stays over a reinstall, as does a token
 #     the operator set (issue 15); systemd-analyze verify on the installed unit;
 #  3. tests/packaging/t-installed.sh: the installed binary as the katana user with a real
 #     ss-local, SIGHUP and SIGTERM;
-#  4. make rpm: katana + katana-debuginfo, `rpm -qpl`, rpmlint without errors;
+#  4. make rpm: katana + katana-debuginfo, `rpm -qpl` (the docs and examples too), rpmlint
+#     without errors;
 #  5. dpkg --purge katana (also on failure): nothing of the package is left.
 # BUILD_DIR is a configured build tree (default: build/, configured here if it is not).
 # Needs root or sudo, and the packages of tests/setup-deps.sh. Exit 0 only if all passed.
@@ -53,6 +55,15 @@ check ".deb holds the binary, config, unit and both man pages" bash -c "
     for f in ./usr/bin/katana ./etc/katana/config.json ./lib/systemd/system/katana.service \
              ./usr/share/man/man8/katana.8.gz ./usr/share/man/man5/katana.json.5.gz ./var/lib/katana/; do
         grep -q -x -F \"\$f\" <<<\"\$l\" || { echo \"missing \$f\"; exit 1; }
+    done"
+check ".deb holds README.md, docs/ and the examples in /usr/share/doc/katana" bash -c "
+    l=\$(dpkg-deb -c '$DEB' | awk '{ print \$6 }')
+    for f in ./usr/share/doc/katana/README.md ./usr/share/doc/katana/docs/nodes/reality.md \
+             ./usr/share/doc/katana/examples/README.md \
+             ./usr/share/doc/katana/examples/nodes/vless-reality-vision.json \
+             ./usr/share/doc/katana/examples/clients/xray/vless-reality-vision.json \
+             ./usr/share/doc/katana/examples/clients/sing-box/vless-reality-vision.json; do
+        grep -q -x -E \"\$f(\\.gz)?\" <<<\"\$l\" || { echo \"missing \$f\"; exit 1; }
     done"
 check "/etc/katana/config.json is a conffile" bash -c \
     "dpkg-deb --ctrl-tarfile '$DEB' | tar -xO ./conffiles | grep -q -x /etc/katana/config.json"
@@ -120,6 +131,13 @@ check ".rpm holds the binary, config, unit and both man pages" bash -c "
     for f in /usr/bin/katana /etc/katana/config.json /usr/lib/systemd/system/katana.service \
              /usr/share/man/man8/katana.8 /usr/share/man/man5/katana.json.5 /var/lib/katana; do
         grep -q -x -E \"\$f(\\.gz|\\.bz2|\\.xz|\\.zst)?\" <<<\"\$l\" || { echo \"missing \$f\"; exit 1; }
+    done"
+check ".rpm holds README.md, docs/ and the examples in /usr/share/doc/katana" bash -c "
+    l=\$(rpm -qpl '$RPM')
+    for f in /usr/share/doc/katana/README.md /usr/share/doc/katana/docs/nodes/reality.md \
+             /usr/share/doc/katana/examples/nodes/vless-reality-vision.json \
+             /usr/share/doc/katana/examples/clients/sing-box/vless-reality-vision.json; do
+        grep -q -x -F \"\$f\" <<<\"\$l\" || { echo \"missing \$f\"; exit 1; }
     done"
 check "the .rpm marks /etc/katana/config.json %config(noreplace)" bash -c \
     "rpm -qpc '$RPM' | grep -q -x /etc/katana/config.json"
