@@ -17,6 +17,8 @@
 
 #define MOD "ag.uplink"
 #define METRICS_TICK_MS 1000u /* the timer's period: each node's own interval is checked on it */
+#define METRICS_SLACK_MS (METRICS_TICK_MS / 2) /* due this soon counts as due: a tick that fires
+                                                  a little early does not add a whole period */
 
 static uint64_t mono_ms(void)
 {
@@ -222,7 +224,7 @@ static void on_metrics_timer(uv_timer_t *t)
     bool read = false;
     for (size_t i = 0; i < u->n; i++) {
         up_node *nd = u->nodes[i];
-        if (!has_metrics(nd) || now < nd->metrics_due_ms)
+        if (!has_metrics(nd) || now + METRICS_SLACK_MS < nd->metrics_due_ms)
             continue;
         nd->metrics_due_ms = now + 1000u * nd->status_s;
         if (!read)
