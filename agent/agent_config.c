@@ -560,7 +560,8 @@ static int opt_seconds(const json_t *panel, const char *path, const char *key, u
 /* {"type":"uniproxy","url","token","node_id","node_type","timeout"} (PANEL.md §1);
  * {"type":"xboard", the same keys} (Xboard API v2 and its node channel), or
  * {"type":"xboard","url","token","machine_id","timeout"} (machine mode, PANEL.md §1.1: the
- * panel's machine list names the nodes and their types); or
+ * panel's machine list names the nodes and their types), both with an optional
+ * "status_interval" (PROTOCOLS-2.md §6.5 node.status); or
  * {"type":"sspanel","url","token","node_id","timeout","pull_interval","push_interval"}
  * (PANEL.md §2: mod_mu has no interval setting of its own, no node_type). */
 static int parse_remote(const json_t *panel, const char *path, enum ag_panel_type type,
@@ -569,9 +570,9 @@ static int parse_remote(const json_t *panel, const char *path, enum ag_panel_typ
     static const char *const up_keys[] = {"type", "url", "token", "node_id", "node_type",
                                           "timeout", NULL};
     static const char *const xb_keys[] = {"type", "url", "token", "node_id", "node_type",
-                                          "timeout", "machine_id", NULL};
+                                          "timeout", "machine_id", "status_interval", NULL};
     static const char *const machine_keys[] = {"type", "url", "token", "machine_id", "timeout",
-                                               NULL};
+                                               "status_interval", NULL};
     static const char *const ss_keys[] = {"type", "url", "token", "node_id", "timeout",
                                           "pull_interval", "push_interval", NULL};
     const char *url, *token, *node_type = "sspanel", *node_id = NULL;
@@ -622,6 +623,9 @@ static int parse_remote(const json_t *panel, const char *path, enum ag_panel_typ
     if (rc == 0 && sspanel)
         rc = opt_seconds(panel, path, "push_interval", AG_CONFIG_INTERVAL_MAX,
                          &pc->push_interval_s, err);
+    if (rc == 0 && type == AG_PANEL_XBOARD)
+        rc = opt_seconds(panel, path, "status_interval", AG_CONFIG_INTERVAL_MAX,
+                         &pc->status_interval_s, err);
     if (rc != 0)
         return rc;
     pc->url = strdup(url);
@@ -1176,6 +1180,7 @@ size_t ag_config_restart_keys(const ag_config *running, const ag_config *next,
             {p->timeout_s != q->timeout_s, "timeout"},
             {p->pull_interval_s != q->pull_interval_s, "pull_interval"},
             {p->push_interval_s != q->push_interval_s, "push_interval"},
+            {p->status_interval_s != q->status_interval_s, "status_interval"},
             {str_differ(p->machine_id, q->machine_id), "machine_id"},
         };
         for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)

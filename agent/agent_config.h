@@ -76,6 +76,7 @@ enum ag_panel_type {
 #define AG_CONFIG_FLUSH_MAX 3600u     /**< largest `db.flush_interval`, seconds */
 #define AG_CONFIG_TIMEOUT_DEFAULT 10u /**< uniproxy `timeout` when absent, seconds */
 #define AG_CONFIG_TIMEOUT_MAX 300u    /**< largest uniproxy `timeout`, seconds */
+#define AG_CONFIG_STATUS_INTERVAL_DEFAULT 10u /**< xboard `status_interval`, seconds */
 #define AG_CONFIG_INTERVAL_MAX 86400u /**< largest sspanel pull/push interval, seconds */
 
 /** A node's panel. Paths are already resolved against the config file's directory. */
@@ -102,6 +103,10 @@ typedef struct ag_panel_config {
      * to the machine, expanded at run time (ag_uplink_expand) into one node per panel node,
      * tagged "<tag>-<node id>", each with a copy of this entry's other settings. */
     char *machine_id; /**< decimal text, or NULL */
+    /** AG_PANEL_XBOARD: seconds between two `node.status` metrics messages over the channel
+     *  (PROTOCOLS-2.md §6.5, Xboard-Node's `status_interval`); 0 = default
+     *  (AG_CONFIG_STATUS_INTERVAL_DEFAULT). */
+    uint32_t status_interval_s;
 } ag_panel_config;
 
 /** `cert` of a node: where its TLS certificate comes from. */

@@ -78,6 +78,7 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     u->flush_timer.data = u;
     uv_timer_init(loop, &u->trim_timer);
     u->trim_timer.data = u;
+    ag__up_metrics_init(u);
     *out = u;
     if (n == 0)
         return 0;
@@ -87,6 +88,7 @@ int ag_uplink_new(uv_loop_t *loop, sv_supervisor *sv, const ag_config *cfg,
     for (size_t i = 0; i < u->n_machines; i++)
         ag__up_machine_start(u->machines[i]);
     uv_timer_start(&u->flush_timer, ag__up_on_flush_timer, 1000u * u->flush_s, 1000u * u->flush_s);
+    ag__up_metrics_start(u);
     ag__up_publish(u); /* what an earlier run left pending */
     return 0;
 }
@@ -124,9 +126,10 @@ void ag_uplink_free(ag_uplink *u)
         SV_LOG(SV_LOG_ERROR, MOD, "usage of %zu users could not be written to the outbox",
                u->n_carry);
     u->freeing = true;
-    u->closing += 2;
+    u->closing += 3;
     uv_close((uv_handle_t *)&u->flush_timer, timer_closed);
     uv_close((uv_handle_t *)&u->trim_timer, timer_closed);
+    uv_close((uv_handle_t *)&u->metrics_timer, timer_closed);
     for (size_t i = 0; i < u->n_machines; i++) {
         up_machine *m = u->machines[i];
         pn_xb_machine_client_free(m->client); /* requests in flight end without callbacks */

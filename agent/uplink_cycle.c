@@ -210,6 +210,7 @@ void ag__up_on_push_timer(uv_timer_t *t)
     if (nd->push_fails == 0 && !nd->retiring) { /* once per push interval, not on retries */
         ag__up_report_alive(nd);
         ag__up_report_status(nd);
+        ag__up_metrics_rest(nd);
         if (nd->client->ops->fetch_alivelist != NULL)
             nd->client->ops->fetch_alivelist(nd->client, ag__up_on_alivelist, nd);
     }

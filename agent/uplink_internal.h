@@ -7,6 +7,7 @@
  * The files, each calling only files listed before it (no circle):
  *   uplink_snap.c     the snapshot the REST API reads, and its readers (any thread)
  *   uplink_status.c   alive IPs, the alivelist, the host's load from /proc
+ *   uplink_metrics.c  Xboard node metrics: node.status over the channel, REST `report`
  *   uplink_outbox.c   usage and audit hits: supervisor -> outbox; the detect log report
  *   uplink_node.c     a node made with its stored state, and closed; its held state stored once
  *                     it applied; the node manager's client answering from it, its whole user
@@ -147,6 +148,8 @@ typedef struct up_node {
     size_t audit_batch_n;    /* hits in it */
     uint64_t audit_reported; /* hits the panel took since start */
     uint64_t audit_recorded; /* hits written to the outbox since start */
+    uint32_t status_s;       /* s between two node.status messages (Xboard) */
+    uint64_t metrics_due_ms; /* monotonic: the next node.status is due */
 } up_node;
 
 /* An Xboard machine (PANEL.md §1.1): its node list, pulled on the machine's
@@ -187,6 +190,13 @@ struct ag_uplink {
     pthread_mutex_t snap_lock; /* the REST API's snapshot, per uplink */
     snap_state snap;           /* under snap_lock */
     bool hints_restored;       /* the stored client IP hints went to the supervisor */
+    uv_timer_t metrics_timer;  /* node.status of the Xboard nodes (uplink_metrics.c) */
+    uint64_t started_ms;       /* monotonic, the uplink's start: the metrics' uptime */
+    uint64_t cores_read_ms;    /* monotonic, the last /proc/stat reading per core */
+    bool cores_primed;         /* a first reading was taken */
+    size_t n_cores;            /* cores in core_pct (0 before the second reading) */
+    uint64_t core_busy[PN_METRICS_CORES_MAX], core_total[PN_METRICS_CORES_MAX];
+    double core_pct[PN_METRICS_CORES_MAX]; /* busy share per core between the last two */
 };
 
 static inline int64_t now_ms(void)
@@ -229,6 +239,12 @@ void ag__up_on_alivelist(pn_client *c, int rc, const pn_alive_count *items, size
 int ag__up_remote_devices_apply(ag_uplink *u); /* every node's alivelist to the supervisor */
 void ag__up_read_status(ag_uplink *u, pn_status *out); /* the host's load, from /proc */
 void ag__up_report_status(up_node *nd); /* that load to the node's panel */
+
+/* uplink_metrics.c */
+void ag__up_metrics_init(ag_uplink *u);  /* the timer (closed by ag_uplink_free) */
+void ag__up_metrics_start(ag_uplink *u); /* start it: every node's interval is checked each s */
+void ag__up_metrics_node(up_node *nd, uint32_t status_s); /* its interval (0 = default) */
+void ag__up_metrics_rest(up_node *nd);   /* its metrics over REST while its channel is down */
 
 /* uplink_outbox.c */
 void ag__up_index_users(up_node *nd); /* rebuild nd->uids from its (whole) user list */

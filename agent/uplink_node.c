@@ -122,6 +122,7 @@ int ag__up_node_prepare(ag_uplink *u, up_node *nd, const ag_node_config *nc, sv_
     if (rc != 0)
         return rc;
     seed(nd, nc);
+    ag__up_metrics_node(nd, nc->panel.status_interval_s);
     return 0;
 }
 

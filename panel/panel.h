@@ -86,6 +86,45 @@ typedef struct pn_status {
     double load[3];    /**< 1, 5 and 15 minute load averages (/proc/loadavg) */
 } pn_status;
 
+#define PN_METRICS_CORES_MAX 256u /**< CPU cores listed in one metrics snapshot */
+
+/**
+ * A node's runtime metrics, as Xboard's node page shows them (PROTOCOLS-2.md §6.5 `node.status`;
+ * PANEL.md §1.1 the `metrics` key of `report`; the panel keeps what ServerService::updateMetrics
+ * reads). Counts are of this node unless said otherwise.
+ */
+typedef struct pn_metrics {
+    uint64_t uptime_s;           /**< seconds since katana started */
+    uint64_t active_connections; /**< live client connections (sessions) of the node */
+    uint64_t total_connections;  /**< live flows of the node: dialled connections and UDP
+                                      sub-links its sessions opened (a multiplexed session
+                                      opens many) */
+    uint64_t active_users;       /**< distinct users with a live session on the node */
+    uint64_t total_users;        /**< users the panel gave the node */
+    uint64_t inbound_speed;      /**< bytes/s from the node's clients (upload), sampler tick */
+    uint64_t outbound_speed;     /**< bytes/s to the node's clients (download) */
+    double cpu_per_core[PN_METRICS_CORES_MAX]; /**< percent busy per core since the previous
+                                                    snapshot */
+    size_t n_cores;              /**< 0: cpu_per_core is not sent */
+    double load[3];              /**< 1, 5, 15 minute load averages (/proc/loadavg) */
+    bool has_limits;             /**< some user of the node has a speed limit */
+    uint64_t limited_users;      /**< users of the node with a speed limit */
+    uint64_t speed_limited_users; /**< of those, users with a live session on the node */
+    uint64_t device_limit_events; /**< sessions the device limit refused since start (all
+                                       nodes: the supervisor counts them together) */
+    uint64_t api_success, api_failure; /**< the node's panel requests since start: answered
+                                            2xx/3xx, and failed (another status, no answer) */
+    bool ws_enabled, ws_connected; /**< the panel offered a channel; it is up (a client that
+                                        sends over its channel fills these in itself) */
+    bool kernel_status;          /**< the supervisor serves the node */
+} pn_metrics;
+
+/** How pn_client_ops.report_metrics may send a snapshot. */
+enum pn_metrics_via {
+    PN_METRICS_CHANNEL = 0, /**< over the push channel while it is up; else -ENOTCONN */
+    PN_METRICS_REST = 1,    /**< over REST while the channel is down; else -EISCONN */
+};
+
 /** Bodies a remote client remembers (last good, for the store and for If-None-Match). */
 enum pn_body_kind {
     PN_BODY_CONFIG = 0, /**< node settings (UniProxy `GET config`, mod_mu `nodes/{id}/info`) */
@@ -184,6 +223,11 @@ typedef struct pn_client_ops {
                       pn_node *node, pn_users *users, sv_error *err);
     /** Copy at most @p cap request counters; @return the number written. */
     size_t (*requests)(pn_client *c, pn_request_count *out, size_t cap);
+    /** Report node metrics (optional: Xboard, PROTOCOLS-2.md §6.5, PANEL.md §1.1) as @p via
+     *  says. Over the channel it is fire and forget: @p cb runs before the call returns. 0, or
+     *  -ENOTCONN / -EISCONN (see pn_metrics_via; then @p cb never runs), -ENOMEM. */
+    int (*report_metrics)(pn_client *c, const pn_metrics *m, enum pn_metrics_via via,
+                          pn_report_cb cb, void *arg);
     /** Start the panel's push channel (optional, PROTOCOLS-2.md §6): @p ev (borrowed,
      *  must outlive the client) gets every pushed change until the client is freed. The client
      *  keeps the channel up by itself (handshake, reconnects). 0, -EALREADY or -ENOMEM. */

@@ -465,6 +465,12 @@ static int up_report_status(pn_client *c, const pn_status *s, pn_report_cb cb, v
     return post(c, "status", o, cb, arg);
 }
 
+int pn_uniproxy_post(pn_client *c, const char *endpoint, json_t *body, pn_report_cb cb,
+                     void *arg)
+{
+    return post(c, endpoint, body, cb, arg);
+}
+
 static void up_free(pn_client *c)
 {
     pn_uniproxy *u = (pn_uniproxy *)c;

@@ -64,4 +64,13 @@ int pn_uniproxy_parse_alivelist(const json_t *body, pn_alive_count **out, size_t
  */
 int pn_uniproxy_error(long status, const char *body, size_t len, sv_error *err);
 
+/**
+ * POST @p body (taken, may be NULL: -ENOMEM) as compact JSON to @p endpoint (a static name
+ * under the client's API path, e.g. "report"), with the client's auth query, answered and
+ * counted as a report (pn_uniproxy_check_ack; pn_client_ops.requests names it @p endpoint).
+ * @p c must be a UniProxy client. @return 0 (the callback contract of panel.h) or -ENOMEM.
+ */
+int pn_uniproxy_post(pn_client *c, const char *endpoint, json_t *body, pn_report_cb cb,
+                     void *arg);
+
 #endif

@@ -780,6 +780,33 @@ static int xb_report_status(pn_client *c, const pn_status *s, pn_report_cb cb, v
     return r->ops->report_status(r, s, cb, arg);
 }
 
+/* Metrics: `node.status` over the channel, or REST `report` {"metrics"} (PANEL.md §1.1). */
+static int xb_report_metrics(pn_client *c, const pn_metrics *m, enum pn_metrics_via via,
+                             pn_report_cb cb, void *arg)
+{
+    pn_xboard *x = (pn_xboard *)c;
+    bool up = x->link.up && x->link.ch != NULL;
+    pn_metrics mine = *m;
+    if (!x->machine) { /* a machine's node: its channel's state comes with m */
+        mine.ws_enabled = x->link.ch != NULL;
+        mine.ws_connected = up;
+    }
+    if (via == PN_METRICS_CHANNEL && !up)
+        return -ENOTCONN;
+    if (via == PN_METRICS_REST && up)
+        return -EISCONN;
+    if (via == PN_METRICS_REST)
+        return pn_uniproxy_post(x->rest, "report", json_pack("{s:o}", "metrics",
+                                                             pn_xb_metrics_json(&mine)), cb, arg);
+    char *text = pn_xb_status_message(&mine, false, 0);
+    if (text == NULL)
+        return -ENOMEM;
+    ch_send(x->link.ch, text, strlen(text));
+    free(text);
+    cb(c, 0, NULL, arg);
+    return 0;
+}
+
 static int xb_fetch_alivelist(pn_client *c, pn_alivelist_cb cb, void *arg)
 {
     pn_client *r = ((pn_xboard *)c)->rest;
@@ -831,6 +858,7 @@ static const pn_client_ops xboard_ops = {
     .report_alive = xb_report_alive,
     .report_status = xb_report_status,
     .fetch_alivelist = xb_fetch_alivelist,
+    .report_metrics = xb_report_metrics,
     .set_etag = xb_set_etag,
     .last_body = xb_last_body,
     .forget_body = xb_forget_body,
@@ -992,6 +1020,29 @@ int pn_xb_machine_report_devices(pn_xb_machine_client *c, uint64_t node_id,
     ch_send(c->link.ch, text, strlen(text));
     free(text);
     return 0;
+}
+
+int pn_xb_machine_report_metrics(pn_xb_machine_client *c, uint64_t node_id,
+                                 const pn_metrics *m)
+{
+    if (!c->link.up || c->link.ch == NULL)
+        return -ENOTCONN;
+    pn_metrics mine = *m;
+    mine.ws_enabled = mine.ws_connected = true;
+    char *text = pn_xb_status_message(&mine, true, node_id);
+    if (text == NULL)
+        return -ENOMEM;
+    ch_send(c->link.ch, text, strlen(text));
+    free(text);
+    return 0;
+}
+
+void pn_xb_machine_channel_state(const pn_xb_machine_client *c, bool *enabled, bool *connected)
+{
+    if (enabled != NULL)
+        *enabled = c->link.ch != NULL;
+    if (connected != NULL)
+        *connected = c->link.up && c->link.ch != NULL;
 }
 
 int pn_xb_machine_new(const pn_xb_machine_options *o, pn_xb_machine_client **out,

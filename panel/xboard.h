@@ -214,4 +214,40 @@ int pn_xb_machine_watch(pn_xb_machine_client *c, const pn_xb_machine_events *ev,
 int pn_xb_machine_report_devices(pn_xb_machine_client *c, uint64_t node_id,
                                  const pn_alive *items, size_t n);
 
+/* ---------------------------------------------------------------------------------------- */
+/* node metrics (PROTOCOLS-2.md §6.5 `node.status`; PANEL.md §1.1 `report`): xboard_metrics.c  */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * The `metrics` object Xboard's ServerService::updateMetrics reads: uptime,
+ * active_connections, total_connections, active_users, total_users, inbound_speed,
+ * outbound_speed, cpu_per_core (only when @p m has cores), load {load1, load5, load15},
+ * speed_limiter {has_limits, limited_users}, api {success, failure}, ws {enabled, connected},
+ * limits {device_limit_events, speed_limited_users}, kernel_status. Xboard-Node's `goroutines`
+ * and `gc` have no katana equivalent and are left out (the panel reads 0 and an empty object,
+ * and its node page hides those rows). Counts over INT64_MAX are sent as INT64_MAX. Pure.
+ * @return a new JSON object (the caller's reference), or NULL (out of memory).
+ */
+json_t *pn_xb_metrics_json(const pn_metrics *m);
+
+/**
+ * The `node.status` channel message `{"event":"node.status","data":<metrics>,"timestamp":T}`
+ * (PROTOCOLS-2.md §6.5), with `data.node_id` = @p node_id when @p machine (machine mode). Pure
+ * but for the timestamp (time(2)).
+ * @return malloc'ed compact JSON text, or NULL (out of memory).
+ */
+char *pn_xb_status_message(const pn_metrics *m, bool machine, uint64_t node_id);
+
+/**
+ * Send node @p node_id's metrics as `node.status` over the machine's channel (fire and forget:
+ * queued for the channel). @p m's ws fields are replaced by the channel's state.
+ * @return 0; -ENOTCONN when the channel is not up (report over REST instead); -ENOMEM.
+ */
+int pn_xb_machine_report_metrics(pn_xb_machine_client *c, uint64_t node_id,
+                                 const pn_metrics *m);
+
+/** The machine's channel: whether the panel offered one (@p enabled) and whether it is up
+ *  (authenticated, @p connected). Either pointer may be NULL. */
+void pn_xb_machine_channel_state(const pn_xb_machine_client *c, bool *enabled, bool *connected);
+
 #endif

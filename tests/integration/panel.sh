@@ -162,6 +162,13 @@ panel_ws() {
     panel_ctl state | python3 -c 'import json, sys; print(json.dumps(json.load(sys.stdin)["ws"][sys.argv[1]]))' "$1"
 }
 
+# panel_node_status [ws|report]: the node metrics the emulator recorded (a JSON list of
+# {"t","via","node_id","data"}, oldest first): `node.status` over the channel, the `metrics` of
+# REST `report`, or both.
+panel_node_status() {
+    panel_ctl "node_status${1:+?via=$1}"
+}
+
 # Xboard machine mode (issue 14, PANEL.md §1.1): machine 7 with token MACHINE_TOKEN.
 MACHINE_TOKEN=machine-token-$$
 

@@ -54,8 +54,16 @@ and answers WebSocket ping frames. /_emu/raw works here too (config, user). Extr
   POST /_emu/ws_raw   {"text":S} or {"size":N}: S, or a JSON text of N bytes, as one text frame
   POST /_emu/ws_kill  {"partial":{event}}: the first half of that event's frame, then the
                       socket is shut; {}: shut at once
-  POST /_emu/ws       {"enabled":bool}: what handshake offers from now on
+  POST /_emu/ws       {"enabled":bool[,"refuse":bool]}: what handshake offers from now on;
+                      refuse true: GET /ws is answered 503 (no upgrade) until refuse is false
   GET /_emu/state adds "ws": {"connects":n, "open":n, "received":[messages]}
+The node's metrics (PROTOCOLS-2.md §6.5, PANEL.md §1.1): each `node.status` the node sends is
+also kept in the state's "node_status" as {"t","via":"ws","node_id","data"} (node_id: data's in
+machine mode, else the channel's), and POST report (Xboard's combined report: every key
+optional, answered {"data":true}) is recorded in the state's "reports" as {"t","node_id","body"}
+(recorded only: its traffic is not billed), its "metrics" also going to "node_status" with
+"via":"report". GET /_emu/node_status[?via=ws|report] answers that list alone (panel.sh's
+panel_node_status).
 Machine mode (PANEL.md §1.1): POST /_emu/machine {"machine_id":M,"token":MT,"base_config":{..},
 "nodes":{"<id>":{"type":T,"config":{..},"users":{"users":[..]}}}} sets the machine (replacing
 the last one; null: none). Then POST machine/nodes ({"machine_id","token"} in the JSON body)
@@ -91,12 +99,13 @@ from urllib.parse import parse_qs, urlparse
 API = "/api/v1/server/UniProxy/"
 API2 = "/api/v2/server/"
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-WS = {"conns": [], "connects": 0, "received": [], "enabled": True}
+WS = {"conns": [], "connects": 0, "received": [], "enabled": True, "refuse": False}
 LOCK = threading.Lock()
 STATE = {"config": {}, "users": {"users": []}, "totals": {}, "pushes": [], "hits": {},
          "hit_times": {}, "faults": {}, "down": False, "alive": [], "status": [],
          "alivelist": {}, "raw": {}, "deleted": [], "detect_rules": [], "detectlog": [],
-         "machine": None, "machine_status": [], "node_totals": {}}
+         "machine": None, "machine_status": [], "node_totals": {}, "reports": [],
+         "node_status": []}
 ARGS = None
 
 
@@ -243,6 +252,8 @@ class Handler(BaseHTTPRequestHandler):
         handler = {"config": self.ep_config, "user": self.ep_user, "push": self.ep_push,
                    "alive": self.ep_alive, "alivelist": self.ep_alivelist,
                    "status": self.ep_status}.get(ep)
+        if ARGS.mode == "xboard" and ep == "report":
+            return self.ep_report(raw, int(q["node_id"][0]))
         if handler is None:
             return self.send(404, {"message": "not found"})
         if ep == "push":
@@ -336,6 +347,10 @@ class Handler(BaseHTTPRequestHandler):
         key = self.headers.get("Sec-WebSocket-Key")
         if (self.headers.get("Upgrade") or "").lower() != "websocket" or not key:
             return self.send(400, {"message": "not a websocket request"})
+        with LOCK:
+            refuse = WS["refuse"]
+        if refuse:
+            return self.send(503, {"message": "websocket refused (/_emu/ws)"})
         accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
         self.send_response(101)
         self.send_header("Upgrade", "websocket")
@@ -357,6 +372,7 @@ class Handler(BaseHTTPRequestHandler):
             cfg = {k: v for k, v in STATE["config"].items() if k != "base_config"}
             users = STATE["users"]
         node_id = int(q["node_id"][0])
+        conn.node_id = node_id
         conn.send_event({"event": "auth.success", "data": {"node_id": node_id}})
         conn.send_event({"event": "sync.config", "data": {"config": cfg}})
         conn.send_event({"event": "sync.users", "data": users})
@@ -597,6 +613,21 @@ class Handler(BaseHTTPRequestHandler):
         return self.send(200, {"status": "success", "message": "操作成功", "data": True,
                                "error": None})
 
+    def ep_report(self, raw, node_id):
+        """Xboard's POST report (PANEL.md §1.1): recorded; its metrics are a node status."""
+        try:
+            body = json.loads(raw or b"{}")
+            assert isinstance(body, dict)
+        except (ValueError, AssertionError):
+            return self.send(422, {"message": "Invalid data format"})
+        now = time.time()
+        with LOCK:
+            STATE["reports"].append({"t": now, "node_id": node_id, "body": body})
+            if isinstance(body.get("metrics"), dict) and body["metrics"]:
+                STATE["node_status"].append({"t": now, "via": "report", "node_id": node_id,
+                                             "data": body["metrics"]})
+        return self.send(200, {"data": True})
+
     def ep_alive(self, raw, fault):
         with LOCK:
             STATE["alive"].append(json.loads(raw or b"{}"))
@@ -617,10 +648,14 @@ class Handler(BaseHTTPRequestHandler):
             if method == "GET" and what == "state":
                 out = {k: STATE[k] for k in ("totals", "pushes", "hits", "hit_times", "alive",
                                              "status", "detectlog", "machine_status",
-                                             "node_totals")}
+                                             "node_totals", "reports", "node_status")}
                 out["ws"] = {"connects": WS["connects"], "open": len(WS["conns"]),
                              "received": WS["received"]}
                 return self.send(200, out)
+            if method == "GET" and what == "node_status":
+                via = parse_qs(urlparse(self.path).query).get("via", [None])[0]
+                return self.send(200, [r for r in STATE["node_status"]
+                                       if via is None or r["via"] == via])
             body = json.loads(raw or b"{}")
             conns = list(WS["conns"])
             if what == "ws_send":
@@ -642,6 +677,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send(200, {"killed": len(conns)})
             if what == "ws":
                 WS["enabled"] = bool(body.get("enabled"))
+                WS["refuse"] = bool(body.get("refuse"))
                 return self.send(200, {"ok": True})
             if what == "config":
                 STATE["config"] = body
@@ -709,6 +745,7 @@ class WsConn:
         self.sock = handler.connection
         self.wlock = threading.Lock()
         self.machine = False
+        self.node_id = None
 
     def send_raw(self, data):
         try:
@@ -766,6 +803,12 @@ class WsConn:
                             obj = {"unparsed": msg.decode(errors="replace")}
                         with LOCK:
                             WS["received"].append(obj)
+                            if isinstance(obj, dict) and obj.get("event") == "node.status":
+                                data = obj.get("data") or {}
+                                STATE["node_status"].append({
+                                    "t": time.time(), "via": "ws", "data": data,
+                                    "node_id": data.get("node_id") if self.machine
+                                    else self.node_id})
                         msg = b""
         except (EOFError, OSError, ValueError):
             return
