@@ -18,6 +18,7 @@
 #include <openssl/evp.h>
 
 #include "panel/jsonscan.h"
+#include "panel/keys.h"
 #include "panel/model.h"
 #include "panel/model_internal.h"
 
@@ -103,19 +104,7 @@ static const char *const user_keys[] = {"id", "uuid", "speed_limit", "device_lim
 int pn__check_keys(const json_t *obj, unsigned flags, const char *prefix,
                    const char *const *known, sv_error *err)
 {
-    const char *key;
-    json_t *v;
-    if (!(flags & PN_PARSE_STRICT))
-        return 0;
-    json_object_foreach((json_t *)obj, key, v) {
-        const char *const *k = known;
-        while (*k != NULL && strcmp(*k, key) != 0)
-            k++;
-        if (*k == NULL)
-            return sv_error_set(err, -EINVAL, "%s%s%.64s: unknown key", prefix,
-                                prefix[0] != '\0' ? "." : "", key);
-    }
-    return 0;
+    return pn_keys_check(obj, prefix, known, (flags & PN_PARSE_STRICT) != 0, NULL, NULL, err);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -35,8 +35,9 @@ int pn__take_string(const json_t *v, const char *path, size_t max, char **out, s
 int pn__get_uint(const json_t *v, const char *path, uint64_t max, bool allow_string,
                  uint64_t *out, sv_error *err);
 
-/** With PN_PARSE_STRICT in @p flags, every key of @p obj must be in @p known (NULL-terminated);
- *  @p prefix names @p obj ("" at the top). @return 0 or -EINVAL "<path>: unknown key". */
+/** With PN_PARSE_STRICT in @p flags, every key of @p obj must be in @p known (NULL-terminated),
+ *  comments aside; @p prefix names @p obj ("" at the top). pn_keys_check() (panel/keys.h)
+ *  strict. @return 0 or -EINVAL "<path>: unknown key (did you mean \"<closest>\"?)". */
 int pn__check_keys(const json_t *obj, unsigned flags, const char *prefix,
                    const char *const *known, sv_error *err);
 

@@ -1,8 +1,9 @@
 /*
  * The UniProxy node body (`GET config`, PANEL.md §1.4, §4.6): its parser and the node's life
- * cycle (free, clone, equal). Panel bodies are outside bytes: unknown keys are ignored (panels
- * add keys), every string and list has a bound, and the first malformed field fails the whole
- * body with its path. Shared helpers: panel/model_internal.h.
+ * cycle (free, clone, equal). Panel bodies are outside bytes: unknown keys are listed for a
+ * warning, not refused (panels add keys); an operator's body (PN_PARSE_STRICT) refuses the first
+ * one. Every string and list has a bound, and the first malformed field fails the whole body
+ * with its path. Shared helpers: panel/model_internal.h.
  */
 #include "config.h"
 
@@ -11,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "panel/keys.h"
 #include "panel/model.h"
 #include "panel/model_internal.h"
+#include "supervisor/util/closest.h"
 
 /* An optional string member: absent or null leaves *out NULL. */
 static int opt_string(const json_t *obj, const char *key, char **out, sv_error *err)
@@ -48,6 +51,52 @@ static const char *const base_config_keys[] = {
     "push_interval", "pull_interval", "node_report_min_traffic", "device_online_min_traffic",
     NULL};
 static const char *const route_keys[] = {"id", "match", "action", "action_value", NULL};
+/* `tls_settings` of a REALITY node (PANEL.md §1.4 vless/trojan with tls 2; max_time_diff:
+ * PROTOCOLS-2.md §1.1). */
+static const char *const reality_keys[] = {"server_name", "server_port", "public_key",
+                                           "private_key", "short_id", "allow_insecure",
+                                           "max_time_diff", NULL};
+
+/* How a parse treats unknown keys: strict (refuse) or listing them into node->unknown. */
+typedef struct key_ctx {
+    bool strict;
+    pn_node *node;
+    unsigned n;  /* keys listed */
+    int failed;  /* -ENOMEM while listing */
+} key_ctx;
+
+/* pn_unknown_fn: one more line of node->unknown (PN_UNKNOWN_MAX at most). */
+static void list_unknown(void *arg, const char *path, const char *closest)
+{
+    key_ctx *kc = arg;
+    char line[PN_KEY_PATH_MAX + SV_CLOSEST_MAX + 24];
+    if (kc->n >= PN_UNKNOWN_MAX || kc->failed != 0)
+        return;
+    int n = closest != NULL ? snprintf(line, sizeof line, "%s (did you mean \"%s\"?)\n", path,
+                                       closest)
+                            : snprintf(line, sizeof line, "%s\n", path);
+    if (n < 0)
+        return;
+    size_t old = kc->node->unknown != NULL ? strlen(kc->node->unknown) : 0;
+    char *u = realloc(kc->node->unknown, old + (size_t)n + 1);
+    if (u == NULL) {
+        kc->failed = -ENOMEM;
+        return;
+    }
+    memcpy(u + old, line, (size_t)n + 1);
+    kc->node->unknown = u;
+    kc->n++;
+}
+
+/* The keys of @p obj (at @p prefix) against @p known, as @p kc says. */
+static int check_keys(const json_t *obj, key_ctx *kc, const char *prefix,
+                      const char *const *known, sv_error *err)
+{
+    int rc = pn_keys_check(obj, prefix, known, kc->strict, list_unknown, kc, err);
+    if (rc == 0 && kc->failed != 0)
+        rc = sv_error_set(err, kc->failed, "%s: out of memory", prefix[0] ? prefix : "node");
+    return rc;
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* routes                                                                                       */
@@ -141,15 +190,14 @@ static void route_free(pn_route *r)
     memset(r, 0, sizeof *r);
 }
 
-static int parse_route(const json_t *v, size_t idx, unsigned flags, pn_route *r,
-                       sv_error *err)
+static int parse_route(const json_t *v, size_t idx, key_ctx *kc, pn_route *r, sv_error *err)
 {
     char path[64];
     int rc;
     if (!json_is_object(v))
         return sv_error_set(err, -EINVAL, "routes[%zu]: expected an object", idx);
     snprintf(path, sizeof path, "routes[%zu]", idx);
-    rc = pn__check_keys(v, flags, path, route_keys, err);
+    rc = check_keys(v, kc, path, route_keys, err);
     if (rc != 0)
         return rc;
     const json_t *id = json_object_get(v, "id");
@@ -173,7 +221,7 @@ static int parse_route(const json_t *v, size_t idx, unsigned flags, pn_route *r,
     return pn__take_string(av, path, PN_TEXT_MAX, &r->action_value, err);
 }
 
-static int parse_routes(const json_t *routes, unsigned flags, pn_node *out, sv_error *err)
+static int parse_routes(const json_t *routes, key_ctx *kc, pn_node *out, sv_error *err)
 {
     if (routes == NULL || json_is_null(routes))
         return 0;
@@ -189,7 +237,7 @@ static int parse_routes(const json_t *routes, unsigned flags, pn_node *out, sv_e
         return sv_error_set(err, -ENOMEM, "routes: out of memory");
     out->n_routes = n;
     for (size_t i = 0; i < n; i++) {
-        int rc = parse_route(json_array_get(routes, i), i, flags, &out->routes[i], err);
+        int rc = parse_route(json_array_get(routes, i), i, kc, &out->routes[i], err);
         if (rc != 0)
             return rc;
     }
@@ -200,7 +248,7 @@ static int parse_routes(const json_t *routes, unsigned flags, pn_node *out, sv_e
 /* node                                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
-static int parse_intervals(const json_t *body, unsigned flags, pn_node *out, sv_error *err)
+static int parse_intervals(const json_t *body, key_ctx *kc, pn_node *out, sv_error *err)
 {
     const json_t *bc = json_object_get(body, "base_config");
     uint64_t v;
@@ -209,7 +257,7 @@ static int parse_intervals(const json_t *body, unsigned flags, pn_node *out, sv_
         return 0;
     if (!json_is_object(bc))
         return sv_error_set(err, -EINVAL, "base_config: expected an object");
-    rc = pn__check_keys(bc, flags, "base_config", base_config_keys, err);
+    rc = check_keys(bc, kc, "base_config", base_config_keys, err);
     if (rc != 0)
         return rc;
     rc = opt_uint(bc, "push_interval", "base_config.push_interval", 86400, true, &v, err);
@@ -303,17 +351,20 @@ static int parse_network_settings(const json_t *body, pn_node *out, sv_error *er
 }
 
 /* A `tls` 2 node's REALITY `tls_settings` (or `tlsSettings`; PANEL.md §1.4). */
-static int parse_reality(const json_t *body, pn_reality *out, sv_error *err)
+static int parse_reality(const json_t *body, key_ctx *kc, pn_reality *out, sv_error *err)
 {
-    const json_t *ts = json_object_get(body, "tls_settings");
+    const char *name = "tls_settings";
+    const json_t *ts = json_object_get(body, name);
     if (ts == NULL || json_is_null(ts))
-        ts = json_object_get(body, "tlsSettings");
+        ts = json_object_get(body, name = "tlsSettings");
     if (ts == NULL || json_is_null(ts))
         return 0;
     if (!json_is_object(ts))
         return sv_error_set(err, -EINVAL, "tls_settings: expected an object");
     uint64_t port = 0;
-    int rc = opt_string(ts, "server_name", &out->server_name, err);
+    int rc = check_keys(ts, kc, name, reality_keys, err);
+    if (rc == 0)
+        rc = opt_string(ts, "server_name", &out->server_name, err);
     if (rc == 0)
         rc = opt_string(ts, "private_key", &out->private_key, err);
     if (rc == 0)
@@ -327,8 +378,8 @@ static int parse_reality(const json_t *body, pn_reality *out, sv_error *err)
     return rc;
 }
 
-static int parse_node_strings(const json_t *body, const char *node_type, pn_node *out,
-                              sv_error *err)
+static int parse_node_strings(const json_t *body, const char *node_type, key_ctx *kc,
+                              pn_node *out, sv_error *err)
 {
     int rc = opt_string(body, "protocol", &out->protocol, err);
     if (rc == 0 && out->protocol == NULL && node_type != NULL) {
@@ -371,7 +422,7 @@ static int parse_node_strings(const json_t *body, const char *node_type, pn_node
     out->set = node_set_bits(body);
     out->tls = tls_value(json_object_get(body, "tls"), out->set);
     if (rc == 0 && out->tls == 2)
-        rc = parse_reality(body, &out->reality, err);
+        rc = parse_reality(body, kc, &out->reality, err);
     return rc;
 }
 
@@ -381,11 +432,12 @@ int pn_node_parse(const json_t *body, const char *node_type, unsigned flags, pn_
     uint64_t port;
     int rc;
     memset(out, 0, sizeof *out);
+    key_ctx kc = {.strict = (flags & PN_PARSE_STRICT) != 0, .node = out};
     if (!json_is_object(body))
         return sv_error_set(err, -EINVAL, "node: expected an object");
-    rc = pn__check_keys(body, flags, "", node_keys, err);
+    rc = check_keys(body, &kc, "", node_keys, err);
     if (rc == 0)
-        rc = parse_node_strings(body, node_type, out, err);
+        rc = parse_node_strings(body, node_type, &kc, out, err);
     if (rc != 0)
         goto out;
     const json_t *p = json_object_get(body, "server_port");
@@ -399,9 +451,9 @@ int pn_node_parse(const json_t *body, const char *node_type, unsigned flags, pn_
     if (rc != 0)
         goto out;
     out->server_port = (uint16_t)port;
-    rc = parse_intervals(body, flags, out, err);
+    rc = parse_intervals(body, &kc, out, err);
     if (rc == 0)
-        rc = parse_routes(json_object_get(body, "routes"), flags, out, err);
+        rc = parse_routes(json_object_get(body, "routes"), &kc, out, err);
 out:
     if (rc != 0)
         pn_node_free(out);
@@ -432,6 +484,7 @@ void pn_node_free(pn_node *node)
     free(node->reality.target);
     free(node->reality.server_names);
     free(node->reality.short_ids);
+    free(node->unknown);
     for (size_t i = 0; i < node->n_routes; i++)
         route_free(&node->routes[i]);
     free(node->routes);
@@ -476,7 +529,8 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
         pn__dup_opt(&d->reality.short_id, s->reality.short_id) != 0 ||
         pn__dup_opt(&d->reality.target, s->reality.target) != 0 ||
         pn__dup_opt(&d->reality.server_names, s->reality.server_names) != 0 ||
-        pn__dup_opt(&d->reality.short_ids, s->reality.short_ids) != 0)
+        pn__dup_opt(&d->reality.short_ids, s->reality.short_ids) != 0 ||
+        pn__dup_opt(&d->unknown, s->unknown) != 0)
         return -ENOMEM;
     d->reality.server_port = s->reality.server_port;
     d->reality.max_time_diff = s->reality.max_time_diff;
