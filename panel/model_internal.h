@@ -1,6 +1,7 @@
 /*
- * Helpers the panel-model files share (panel/model.c defines them; panel/node_body.c uses them).
- * Not for other modules: they are the parsers' building blocks, errors named by @p path.
+ * Helpers the panel-model files share (panel/model.c and panel/node_body.c define them; the
+ * body parsers of panel/ use them). Not for other modules: they are the parsers' building
+ * blocks, errors named by @p path.
  */
 #ifndef PN_MODEL_INTERNAL_H
 #define PN_MODEL_INTERNAL_H
@@ -40,5 +41,16 @@ int pn__get_uint(const json_t *v, const char *path, uint64_t max, bool allow_str
  *  strict. @return 0 or -EINVAL "<path>: unknown key (did you mean \"<closest>\"?)". */
 int pn__check_keys(const json_t *obj, unsigned flags, const char *prefix,
                    const char *const *known, sv_error *err);
+
+/** The unknown keys of a panel's node body, listed into @p node->unknown (pn_node.unknown). */
+typedef struct pn__unknown_list {
+    struct pn_node *node;
+    unsigned n;  /**< keys listed (PN_UNKNOWN_MAX at most) */
+    int failed;  /**< -ENOMEM once a line could not be added, else 0 */
+} pn__unknown_list;
+
+/** pn_unknown_fn (panel/keys.h) with @p arg a pn__unknown_list: one more line
+ *  "<path>[ (did you mean \"<closest>\"?)]\n" of its node's unknown, until PN_UNKNOWN_MAX. */
+void pn__list_unknown(void *arg, const char *path, const char *closest);
 
 #endif

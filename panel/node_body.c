@@ -60,41 +60,38 @@ static const char *const reality_keys[] = {"server_name", "server_port", "public
 /* How a parse treats unknown keys: strict (refuse) or listing them into node->unknown. */
 typedef struct key_ctx {
     bool strict;
-    pn_node *node;
-    unsigned n;  /* keys listed */
-    int failed;  /* -ENOMEM while listing */
+    pn__unknown_list list;
 } key_ctx;
 
-/* pn_unknown_fn: one more line of node->unknown (PN_UNKNOWN_MAX at most). */
-static void list_unknown(void *arg, const char *path, const char *closest)
+void pn__list_unknown(void *arg, const char *path, const char *closest)
 {
-    key_ctx *kc = arg;
+    pn__unknown_list *l = arg;
     char line[PN_KEY_PATH_MAX + SV_CLOSEST_MAX + 24];
-    if (kc->n >= PN_UNKNOWN_MAX || kc->failed != 0)
+    if (l->n >= PN_UNKNOWN_MAX || l->failed != 0)
         return;
     int n = closest != NULL ? snprintf(line, sizeof line, "%s (did you mean \"%s\"?)\n", path,
                                        closest)
                             : snprintf(line, sizeof line, "%s\n", path);
     if (n < 0)
         return;
-    size_t old = kc->node->unknown != NULL ? strlen(kc->node->unknown) : 0;
-    char *u = realloc(kc->node->unknown, old + (size_t)n + 1);
+    size_t old = l->node->unknown != NULL ? strlen(l->node->unknown) : 0;
+    char *u = realloc(l->node->unknown, old + (size_t)n + 1);
     if (u == NULL) {
-        kc->failed = -ENOMEM;
+        l->failed = -ENOMEM;
         return;
     }
     memcpy(u + old, line, (size_t)n + 1);
-    kc->node->unknown = u;
-    kc->n++;
+    l->node->unknown = u;
+    l->n++;
 }
 
 /* The keys of @p obj (at @p prefix) against @p known, as @p kc says. */
 static int check_keys(const json_t *obj, key_ctx *kc, const char *prefix,
                       const char *const *known, sv_error *err)
 {
-    int rc = pn_keys_check(obj, prefix, known, kc->strict, list_unknown, kc, err);
-    if (rc == 0 && kc->failed != 0)
-        rc = sv_error_set(err, kc->failed, "%s: out of memory", prefix[0] ? prefix : "node");
+    int rc = pn_keys_check(obj, prefix, known, kc->strict, pn__list_unknown, &kc->list, err);
+    if (rc == 0 && kc->list.failed != 0)
+        rc = sv_error_set(err, kc->list.failed, "%s: out of memory", prefix[0] ? prefix : "node");
     return rc;
 }
 
@@ -432,7 +429,7 @@ int pn_node_parse(const json_t *body, const char *node_type, unsigned flags, pn_
     uint64_t port;
     int rc;
     memset(out, 0, sizeof *out);
-    key_ctx kc = {.strict = (flags & PN_PARSE_STRICT) != 0, .node = out};
+    key_ctx kc = {.strict = (flags & PN_PARSE_STRICT) != 0, .list = {.node = out}};
     if (!json_is_object(body))
         return sv_error_set(err, -EINVAL, "node: expected an object");
     rc = check_keys(body, &kc, "", node_keys, err);
