@@ -738,6 +738,9 @@ static int check_reality(const ag_node_state *n, const char *what, sv_error *err
     if (r->target != NULL && (r->server_names == NULL || r->short_ids == NULL))
         return sv_error_set(err, -EINVAL, "node %s: reality-opts: server_names and short_ids "
                             "are required with dest", n->tag);
+    if (r->private_key == NULL)
+        return sv_error_set(err, -EINVAL, "node %s: tls_settings.private_key: missing (required "
+                            "for tls 2, REALITY: the server's X25519 private key)", n->tag);
     if (!chars_in(r->private_key, 43, b64url))
         return sv_error_set(err, -EINVAL, "node %s: tls_settings.private_key: expected an X25519 "
                             "key, 43 base64url characters", n->tag);
@@ -828,7 +831,8 @@ static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_erro
         return sv_error_set(err, -EINVAL, "node %s: unsupported protocol \"%.32s\"", n->tag,
                             p->protocol != NULL ? p->protocol : "");
     if (p->cipher == NULL)
-        return sv_error_set(err, -EINVAL, "node %s: shadowsocks node without a cipher", n->tag);
+        return sv_error_set(err, -EINVAL, "node %s: cipher: missing (required for a shadowsocks "
+                            "node)", n->tag);
     if (ag_lower_cipher(p->cipher, cipher) != 0)
         return sv_error_set(err, -EINVAL, "node %s: unsupported shadowsocks cipher \"%.64s\"",
                             n->tag, p->cipher);

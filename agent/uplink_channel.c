@@ -73,6 +73,7 @@ void ag__up_ev_node(void *arg, pn_node *node, const char *body, size_t len)
     memset(node, 0, sizeof *node);
     nd->has_node = true;
     SV_LOG(SV_LOG_INFO, MOD, "node %s: node settings pushed by the panel", nd->tag);
+    ag__up_warn_unknown(nd);
     pushed_change(nd, PN_BODY_CONFIG, config_body(nd, body, len));
 }
 

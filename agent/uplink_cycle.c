@@ -314,6 +314,35 @@ void ag__up_pull_error(up_node *nd, const sv_error *err)
     SV_LOG(SV_LOG_WARN, MOD, "node %s: %s (keeping the running state)", nd->tag, err->msg);
 }
 
+/* Bytes of up_node.warned at most: past them, further unknown keys are logged at debug. */
+#define WARNED_MAX 4096
+
+/* Unknown keys in a panel's node body are ignored, never refused (panels add keys all the
+ * time), and each is warned about once per node, not on every pull (docs/configuration.md). */
+void ag__up_warn_unknown(up_node *nd)
+{
+    const char *line = nd->node.unknown;
+    while (line != NULL && *line != '\0') {
+        const char *nl = strchr(line, '\n');
+        int n = (int)(nl != NULL ? (size_t)(nl - line) : strlen(line));
+        char key[320]; /* "\n<line>\n": a line is a key path and a known key (panel/keys.h) */
+        snprintf(key, sizeof key, "\n%.*s\n", n, line);
+        line = nl != NULL ? nl + 1 : line + n;
+        if (nd->warned != NULL && strstr(nd->warned, key) != NULL)
+            continue; /* warned is "\nA\nB\n": each line between two newlines */
+        size_t old = nd->warned != NULL ? strlen(nd->warned) : 0;
+        const char *add = old > 0 ? key + 1 : key;
+        char *w = old + strlen(add) < WARNED_MAX ? realloc(nd->warned, old + strlen(add) + 1)
+                                                  : NULL;
+        if (w != NULL) {
+            memcpy(w + old, add, strlen(add) + 1);
+            nd->warned = w;
+        }
+        SV_LOG(w != NULL ? SV_LOG_WARN : SV_LOG_DEBUG, MOD,
+               "node %s: node body: unknown key %.*s, ignored", nd->tag, n, key + 1);
+    }
+}
+
 static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, void *arg)
 {
     (void)c;
@@ -325,6 +354,7 @@ static void on_node(pn_client *c, int rc, pn_node *node, const sv_error *err, vo
         pn_node_free(&nd->node);
         nd->node = *node;
         memset(node, 0, sizeof *node);
+        ag__up_warn_unknown(nd);
         nd->pull_changed |= !same || !nd->has_node;
         nd->has_node = true;
         nd->unstored[PN_BODY_CONFIG] = true; /* stored once it applied (ag_uplink_applied) */

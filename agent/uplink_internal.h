@@ -109,6 +109,7 @@ typedef struct up_node {
     int handles;         /* timers still closing */
     pn_client *client;
     pn_node node;     /* the panel's latest node settings (what the node manager is offered) */
+    char *warned;     /* "\n"-led lines of pn_node.unknown already warned about, or NULL */
     pn_users users;   /* the panel's latest user list (its uuids shed once it runs: held_refill) */
     bool has_node, has_users;
     /* the whole list went to the node manager (ag__up_users_lend), which has not
@@ -271,6 +272,8 @@ void ag__up_on_push_timer(uv_timer_t *t);
 void ag__up_on_pull_timer(uv_timer_t *t);
 void ag__up_pull_now(up_node *nd); /* pull now, unless a pull is in flight */
 void ag__up_pull_error(up_node *nd, const sv_error *err); /* a refused answer, logged once */
+/* one warning per unknown key of a panel's node body (nd->node.unknown) for the node's life */
+void ag__up_warn_unknown(up_node *nd);
 
 /* uplink_channel.c: a node's channel events (pn_push_events), also routed by its machine's */
 void ag__up_ev_node(void *arg, pn_node *node, const char *body, size_t len);

@@ -134,6 +134,7 @@ void ag__up_node_unprepare(up_node *nd)
     pn_users_free(&nd->users);
     uid_index_unref(nd->uids);
     free(nd->tag);
+    free(nd->warned);
     free(nd->remote);
     free(nd->pushed[0]);
     free(nd->pushed[1]);

@@ -18,16 +18,36 @@ typedef struct pn_local {
     char *node_file;
     char *users_file;
     char *node_type;
+    bool typed;     /* node_type was configured (else "shadowsocks" is assumed) */
 } pn_local;
 
-/* Either the inline body (a new reference) or the parsed file. */
-static int local_body(json_t *inline_body, const char *file, json_t **out, sv_error *err)
+/* Either the inline body (a new reference) or the parsed file, whose errors name the config
+ * key @p file_key ("node_file: /etc/katana/node.json: No such file or directory"). */
+static int local_body(json_t *inline_body, const char *file, const char *file_key,
+                      json_t **out, sv_error *err)
 {
     if (inline_body != NULL) {
         *out = json_incref(inline_body);
         return 0;
     }
-    return pn_json_load_file(file, PN_BODY_MAX, out, err);
+    int rc = pn_json_load_file(file, PN_BODY_MAX, out, err);
+    if (rc != 0) {
+        sv_error inner = *err;
+        sv_error_set(err, rc, "%s: %s", file_key, inner.msg);
+    }
+    return rc;
+}
+
+/* A body without "protocol" and without "cipher" on a panel without node_type is not the
+ * shadowsocks node katana would assume: name the key the operator must write. */
+static int check_typed(const pn_local *l, const json_t *body, sv_error *err)
+{
+    if (l->typed || !json_is_object(body) || json_object_get(body, "protocol") != NULL ||
+        json_object_get(body, "cipher") != NULL)
+        return 0;
+    return sv_error_set(err, -EINVAL, "node_type: missing (the node body has no \"protocol\" "
+                        "and no \"cipher\": set the panel's \"node_type\" to \"trojan\", "
+                        "\"vless\" or \"vmess\", or the body's \"cipher\" for shadowsocks)");
 }
 
 /* Prefix a parser's message with what was parsed. */
@@ -45,9 +65,11 @@ static int local_fetch_node(pn_client *c, pn_node_cb cb, void *arg)
     sv_error err = {0};
     json_t *body = NULL;
     pn_node node;
-    int rc = local_body(l->node, l->node_file, &body, &err);
+    int rc = local_body(l->node, l->node_file, "node_file", &body, &err);
     if (rc == 0) {
         rc = pn_node_parse(body, l->node_type, PN_PARSE_STRICT, &node, &err);
+        if (rc == 0 && (rc = check_typed(l, body, &err)) != 0)
+            pn_node_free(&node);
         if (rc != 0)
             wrap_error(&err, "node body", l->node != NULL ? NULL : l->node_file);
     }
@@ -69,11 +91,15 @@ static int local_fetch_users(pn_client *c, pn_users_cb cb, void *arg)
     pn_users users = {0};
     int rc;
     if (l->users != NULL) {
-        rc = local_body(l->users, NULL, &body, &err);
+        rc = local_body(l->users, NULL, "users_file", &body, &err);
     } else { /* the plain shape is read without a JSON tree (pn_users_scan) */
         char *text = NULL;
         size_t len = 0;
         rc = pn_read_file(l->users_file, PN_BODY_MAX, &text, &len, &err);
+        if (rc != 0) {
+            sv_error inner = err;
+            sv_error_set(&err, rc, "users_file: %s", inner.msg);
+        }
         int scanned = rc == 0 ? pn_users_scan(text, len, &users) : rc;
         if (scanned == 1)
             rc = pn_json_parse_text(l->users_file, text, len, &body, &err);
@@ -137,6 +163,7 @@ int pn_local_new(const pn_local_options *opts, pn_client **out, sv_error *err)
     /* json_incref takes a non-const pointer; the body is never modified. */
     l->node = json_incref((json_t *)opts->node);
     l->users = json_incref((json_t *)opts->users);
+    l->typed = opts->node_type != NULL;
     if (dup_opt(&l->node_file, opts->node_file) != 0 ||
         dup_opt(&l->users_file, opts->users_file) != 0 ||
         dup_opt(&l->node_type, opts->node_type != NULL ? opts->node_type : "shadowsocks") != 0) {

@@ -99,7 +99,14 @@ typedef struct pn_node {
     size_t n_routes;
     uint32_t push_interval; /**< seconds from base_config; 0 = not given */
     uint32_t pull_interval; /**< seconds from base_config; 0 = not given */
+    /** Without PN_PARSE_STRICT: the keys the body has that katana does not know, one a line
+     *  ("tls_settings.shortid (did you mean \"short_id\"?)\n"), at most PN_UNKNOWN_MAX of
+     *  them; NULL when none. For one warning per key (panel/keys.h). Not compared by
+     *  pn_node_equal(). */
+    char *unknown;
 } pn_node;
+
+#define PN_UNKNOWN_MAX 16 /**< unknown keys pn_node.unknown lists, the first in body order */
 
 /** One user from `GET user` (PANEL.md §1.5). */
 typedef struct pn_user {
@@ -124,9 +131,11 @@ typedef struct pn_users {
 
 /** Parser flags. */
 enum pn_parse_flags {
-    /** Refuse keys that no UniProxy body has (PANEL.md §1.4–1.5), naming them
-     *  ("srever_port: unknown key"). For operator-written bodies (the local panel); a panel's
-     *  HTTP answers are parsed without it, as panels add keys. */
+    /** Refuse the first key that no UniProxy body has (PANEL.md §1.4–1.5), naming its path and
+     *  the nearest known key ("tls_settings.shortid: unknown key (did you mean
+     *  \"short_id\"?)", panel/keys.h). For operator-written bodies (the local panel); a
+     *  panel's HTTP answers are parsed without it, as panels add keys: their unknown keys are
+     *  listed in pn_node.unknown instead, for a warning. */
     PN_PARSE_STRICT = 1u << 0,
 };
 

@@ -63,7 +63,9 @@ typedef struct pn_sspanel_meta {
 
 /**
  * Parse a `GET /mod_mu/nodes/{id}/info` answer `{"ret":1,"data":{sort, server, custom_config,
- * node_speedlimit, version}}` (PANEL.md §2.5) into the UniProxy model.
+ * node_speedlimit, version}}` (PANEL.md §2.5) into the UniProxy model. Keys of `data`,
+ * `custom_config` and `reality-opts` that PANEL.md §2.5 does not name are listed in
+ * out->unknown (for one warning each), never refused.
  * @param pull, push  seconds put into out->pull_interval / push_interval
  * @param meta        receives the sort, node speed limit, method and version
  * @param out         overwritten; owned by the caller on success (pn_node_free), zeroed on error

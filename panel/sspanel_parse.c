@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "panel/jsonscan.h"
+#include "panel/keys.h"
+#include "panel/model_internal.h"
 #include "panel/sspanel.h"
 #include "panel/uniproxy.h"
 
@@ -503,6 +505,40 @@ out:
     return rc;
 }
 
+/* The keys of a node info answer (PANEL.md §2.1, §2.5: what mod_mu sends, the legacy keys, and
+ * the custom_config keys XrayR and the panel's subscription builders read). */
+static const char *const data_keys[] = {"node_speedlimit", "sort", "server", "custom_config",
+                                        "type", "version", "node_iplimit", "node_connector",
+                                        "alive_ip", NULL};
+static const char *const cc_keys[] = {
+    "offset_port_node", "offset_port_user", "host", "method", "server_key", "network",
+    "security", "path", "servicename", "header", "enable_vless", "flow", "enable_reality",
+    "reality-opts", "congestion_control", "allow_insecure", "uot", "utls", "max_early_data",
+    "early_data_header_name", NULL};
+static const char *const ro_keys[] = {"dest", "proxy_protocol_ver", "server_names",
+                                      "private_key", "min_client_ver", "max_client_ver",
+                                      "max_time_diff", "short_ids", NULL};
+
+/* A panel's keys katana does not know into out->unknown, for one warning each (never refused:
+ * panels add keys). */
+static int list_unknown_keys(const json_t *data, pn_node *out, sv_error *err)
+{
+    pn__unknown_list l = {.node = out};
+    json_t *cc = NULL;
+    int rc = pn_keys_check(data, "data", data_keys, false, pn__list_unknown, &l, err);
+    if (rc == 0)
+        rc = custom_config(data, &cc, err);
+    if (rc == 0 && cc != NULL)
+        rc = pn_keys_check(cc, "data.custom_config", cc_keys, false, pn__list_unknown, &l, err);
+    if (rc == 0 && cc != NULL)
+        rc = pn_keys_check(json_object_get(cc, "reality-opts"), "data.custom_config.reality-opts",
+                           ro_keys, false, pn__list_unknown, &l, err);
+    json_decref(cc);
+    if (rc == 0 && l.failed != 0)
+        rc = sv_error_set(err, l.failed, "data: out of memory");
+    return rc;
+}
+
 int pn_sspanel_parse_node(const json_t *body, uint32_t pull, uint32_t push,
                           pn_sspanel_meta *meta, pn_node *out, sv_error *err)
 {
@@ -514,6 +550,8 @@ int pn_sspanel_parse_node(const json_t *body, uint32_t pull, uint32_t push,
         rc = sv_error_set(err, -EINVAL, "data: expected an object");
     if (rc == 0)
         rc = node_fields(data, meta, out, err);
+    if (rc == 0)
+        rc = list_unknown_keys(data, out, err);
     if (rc != 0) {
         pn_node_free(out);
         memset(meta, 0, sizeof *meta);

@@ -483,7 +483,7 @@ static void lower__unknown_cipher__is_named(void **state)
     state_from_json(&st, "nc", "{\"server_port\":9}", "{\"users\":[]}");
     f.nodes = &st;
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
-    assert_string_equal(err.msg, "node nc: shadowsocks node without a cipher");
+    assert_string_equal(err.msg, "node nc: cipher: missing (required for a shadowsocks node)");
     free_state(&st);
 }
 
@@ -783,6 +783,9 @@ static void lower__vless_reality_node__inbound_and_refusals(void **state)
                                     "(REALITY): the target site's DNS name"},
         {"\"server_name\":\"a.test\"", "", "node vr: tls_settings.server_port: required for "
                                           "tls 2 (REALITY): the target site's port"},
+        {"\"server_name\":\"a.test\",\"server_port\":443", "",
+         "node vr: tls_settings.private_key: missing (required for tls 2, REALITY: the server's "
+         "X25519 private key)"},
         {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":\"AQID\"", "",
          "node vr: tls_settings.private_key: expected an X25519 key, 43 base64url characters"},
         {"\"server_name\":\"a.test\",\"server_port\":443,\"private_key\":"
@@ -1454,11 +1457,16 @@ static void panel__body_variants_and_errors(void **state)
     expect_users_error("{\"users\":[{\"uuid\":\"a\",\"id\":null}]}", "users[0].id: missing");
 
     /* Strict (operator-written) bodies name keys no UniProxy body has ... */
-    expect_node_error("{\"server_port\":1,\"srever_port\":2}", "srever_port: unknown key");
+    expect_node_error("{\"server_port\":1,\"srever_port\":2}",
+                      "srever_port: unknown key (did you mean \"server_port\"?)");
+    expect_node_error("{\"server_port\":1,\"tls\":2,\"tls_settings\":{\"shortid\":\"ab\"}}",
+                      "tls_settings.shortid: unknown key (did you mean \"short_id\"?)");
+    expect_node_error("{\"server_port\":1,\"tls\":2,\"tls_settings\":{\"privateKey\":\"k\"}}",
+                      "tls_settings.privateKey: unknown key (did you mean \"private_key\"?)");
     expect_node_error("{\"server_port\":1,\"base_config\":{\"pull\":1}}",
                       "base_config.pull: unknown key");
     expect_node_error("{\"server_port\":1,\"routes\":[{\"action\":\"block\",\"mach\":[]}]}",
-                      "routes[0].mach: unknown key");
+                      "routes[0].mach: unknown key (did you mean \"match\"?)");
     expect_users_error("{\"users\":[],\"total\":0}", "total: unknown key");
     expect_users_error("{\"users\":[{\"id\":1,\"uuid\":\"a\",\"speed\":1}]}",
                        "users[0].speed: unknown key");
@@ -1466,6 +1474,11 @@ static void panel__body_variants_and_errors(void **state)
     json_t *extra = json_loads("{\"server_port\":1,\"srever_port\":2,\"new_key\":{}}", 0, NULL);
     assert_int_equal(pn_node_parse(extra, "shadowsocks", 0, &node, &err), 0);
     assert_int_equal(node.server_port, 1);
+    assert_string_equal(node.unknown, "srever_port (did you mean \"server_port\"?)\nnew_key\n");
+    pn_node clone;
+    assert_int_equal(pn_node_clone(&clone, &node), 0);
+    assert_string_equal(clone.unknown, node.unknown);
+    pn_node_free(&clone);
     pn_node_free(&node);
     json_decref(extra);
     pn_users users;
@@ -1487,7 +1500,7 @@ static void panel__local_missing_file__reports_through_callback(void **state)
     json_decref((json_t *)o.users); /* the client holds its own reference */
     assert_int_equal(pn_fetch_node(c, got_node, &g), 0);
     assert_int_equal(g.node_rc, -ENOENT);
-    assert_string_equal(g.err.msg, "/nonexistent/node.json: No such file or directory");
+    assert_string_equal(g.err.msg, "node_file: /nonexistent/node.json: No such file or directory");
     assert_int_equal(pn_fetch_users(c, got_users, &g), 0);
     assert_int_equal(g.users_rc, PN_OK);
     assert_int_equal(g.users.n, 0);

@@ -106,6 +106,31 @@ static void sspanel__ss2022_node__has_method_and_server_key(void **state)
     assert_string_equal(node.server_key, "NzhhN2QwMWMwMmQxYTlkMA==");
     assert_int_equal(node.server_port, 8388);
     assert_int_equal(meta.speed_mbps, 100);
+    assert_null(node.unknown); /* every key of the answer is known */
+    pn_node_free(&node);
+    json_decref(j);
+}
+
+/* Keys a panel adds are listed for one warning each (never refused): in data, custom_config
+ * and reality-opts, with the nearest known key. */
+static void sspanel__unknown_keys__are_listed_not_refused(void **state)
+{
+    (void)state;
+    json_t *j = json_loads("{\"ret\":1,\"data\":{\"server\":\"s.test\",\"node_speedlimit\":0,"
+                           "\"node_group\":2,\"custom_config\":{\"offset_port_node\":\"8388\","
+                           "\"method\":\"aes-128-gcm\",\"servr_key\":\"x\"},\"sort\":0}}",
+                           0, NULL);
+    assert_non_null(j);
+    pn_sspanel_meta meta;
+    pn_node node;
+    sv_error err = {0};
+    int rc = pn_sspanel_parse_node(j, 0, 0, &meta, &node, &err);
+    if (rc != 0)
+        fail_msg("%d %s", rc, err.msg);
+    assert_int_equal(node.server_port, 8388);
+    assert_string_equal(node.unknown, "data.node_group\n"
+                                      "data.custom_config.servr_key (did you mean "
+                                      "\"server_key\"?)\n");
     pn_node_free(&node);
     json_decref(j);
 }
@@ -476,6 +501,7 @@ int main(void)
         cmocka_unit_test(sspanel__users_text__refused_as_the_tree_is),
         cmocka_unit_test(sspanel__detect_rules__become_block_routes),
         cmocka_unit_test(sspanel__acks),
+        cmocka_unit_test(sspanel__unknown_keys__are_listed_not_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
