@@ -14,6 +14,7 @@
 
 #include "agent/agent_config.h"
 #include "api/api.h"
+#include "panel/keys.h"
 #include "panel/model.h"
 #include "supervisor/proto/core.h"
 #include "supervisor/supervisor.h"
@@ -34,28 +35,12 @@ static void path_key(char *buf, size_t cap, const char *parent, const char *key)
         buf[0] = '\0';
 }
 
-static bool key_allowed(const char *key, const char *const *allowed)
-{
-    for (; *allowed != NULL; allowed++)
-        if (strcmp(key, *allowed) == 0)
-            return true;
-    return false;
-}
-
-/* Every key of obj must be in allowed (NULL-terminated). */
+/* Every key of obj must be in allowed (NULL-terminated): the first that is not is refused,
+ * naming the nearest known key when one is near (pn_keys_check). */
 static int check_keys(const json_t *obj, const char *path, const char *const *allowed,
                       sv_error *err)
 {
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
-        if (!key_allowed(key, allowed)) {
-            char p[PATH_MAX_TEXT];
-            path_key(p, sizeof p, path, key);
-            return sv_error_set(err, -EINVAL, "%s: unknown key", p);
-        }
-    }
-    return 0;
+    return pn_keys_check(obj, path, allowed, true, NULL, NULL, err);
 }
 
 static int expect_object(const json_t *v, const char *path, sv_error *err)

@@ -137,10 +137,19 @@ static void config__unknown_keys__name_their_path(void **state)
     expect_error("{\"log\":{\"level\":\"info\",\"lvl\":1},\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "log.lvl: unknown key");
     expect_error("{\"nodes\":[{\"tag\":\"a\",\"tagg\":\"b\",\"panel\":" PANEL_OK "}]}", -EINVAL,
-                 "nodes[0].tagg: unknown key");
+                 "nodes[0].tagg: unknown key (did you mean \"tag\"?)");
     expect_error("{\"nodes\":[" NODE_OK ",{\"tag\":\"b\",\"panel\":{\"type\":\"local\","
                  "\"tokn\":\"x\",\"node_file\":\"n\",\"users_file\":\"u\"}}]}",
                  -EINVAL, "nodes[1].panel.tokn: unknown key");
+    /* a key starting with '_' is a comment in every object (katana.json(5) DESCRIPTION) */
+    const char *noted = "{\"_note\":\"x\",\"nodes\":[{\"_why\":1,\"tag\":\"a\",\"panel\":"
+                        PANEL_OK "}]}";
+    ag_config cfg;
+    sv_error err = {0};
+    if (ag_config_parse(noted, strlen(noted), NULL, &cfg, &err) != 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(cfg.n_nodes, 1);
+    ag_config_free(&cfg);
 }
 
 static void config__wrong_types__are_named(void **state)
@@ -349,7 +358,7 @@ static void config__uniproxy_panel__errors_name_their_path(void **state)
     expect_error(UP_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":0"), -EINVAL,
                  "nodes[0].panel.node_id: expected a positive integer or a non-empty string");
     expect_error(UP_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"tokn\":1"), -EINVAL,
-                 "nodes[0].panel.tokn: unknown key");
+                 "nodes[0].panel.tokn: unknown key (did you mean \"token\"?)");
     expect_error(UP_CONFIG("\"db\":{\"path\":\"x\"},", ",\"node_id\":1,\"timeout\":0"), -EINVAL,
                  "nodes[0].panel.timeout: expected seconds between 1 and 300");
     expect_error(UP_CONFIG("\"db\":{\"path\":\"x\",\"flush\":1},", ",\"node_id\":1"), -EINVAL,
@@ -477,7 +486,7 @@ static void config__dns__parses_and_refuses_bad_values(void **state)
     assert_int_equal(cfg.dns.strategy, SV_DNS_IPV6_ONLY);
     ag_config_free(&cfg);
     expect_error("{\"dns\":{\"server\":[]},\"nodes\":[" NODE_OK "]}", -EINVAL,
-                 "dns.server: unknown key");
+                 "dns.server: unknown key (did you mean \"servers\"?)");
     expect_error("{\"dns\":[],\"nodes\":[" NODE_OK "]}", -EINVAL, "dns: expected an object");
     expect_error("{\"dns\":{\"servers\":\"1.1.1.1\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "dns.servers: expected an array");
@@ -602,7 +611,7 @@ static void config__redis__parses_and_refuses_bad_values(void **state)
     assert_string_equal(cfg.redis.prefix, "fleet1:");
     ag_config_free(&cfg);
     expect_error("{\"redis\":{\"url\":\"redis://127.0.0.1\",\"expire\":5},\"nodes\":[" NODE_OK
-                 "]}", -EINVAL, "redis.expire: unknown key");
+                 "]}", -EINVAL, "redis.expire: unknown key (did you mean \"expiry\"?)");
     expect_error("{\"redis\":\"redis://127.0.0.1\",\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "redis: expected an object");
     expect_error("{\"redis\":{},\"nodes\":[" NODE_OK "]}", -EINVAL,
@@ -800,7 +809,7 @@ static void config__policies__parse_strictly(void **state)
     assert_int_equal(cfg.drain.kind, SV_POLICY_DEFAULT);
     ag_config_free(&cfg);
     expect_error("{\"policies\":{\"drian\":\"keep\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
-                 "policies.drian: unknown key");
+                 "policies.drian: unknown key (did you mean \"drain\"?)");
     expect_error("{\"policies\":{\"drain\":\"later\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "policies.drain: unknown policy \"later\" (keep, close, {\"close_after\": "
                  "seconds})");
@@ -902,7 +911,7 @@ static void config__api__keys_are_strict_and_public_needs_a_token(void **state)
     expect_error("{\"api\":{\"listen\":\"0.0.0.0:9091\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "api.token: required when api.listen (0.0.0.0:9091) is not a loopback address");
     expect_error("{\"api\":{\"tokn\":\"t\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
-                 "api.tokn: unknown key");
+                 "api.tokn: unknown key (did you mean \"token\"?)");
     expect_error("{\"api\":{\"listen\":\"localhost:1\"},\"nodes\":[" NODE_OK "]}", -EINVAL,
                  "api.listen: \"localhost\" is not an IP address");
     expect_error("{\"api\":{\"listen\":9090},\"nodes\":[" NODE_OK "]}", -EINVAL,
@@ -948,7 +957,7 @@ static void config__outbound__parses_and_refuses_bad_values(void **state)
     static const struct {
         const char *outbound, *msg;
     } bad[] = {
-        {"{\"bnd\":[]}", "outbound.bnd: unknown key"},
+        {"{\"bnd\":[]}", "outbound.bnd: unknown key (did you mean \"bind\"?)"},
         {"[]", "outbound: expected an object"},
         {"{\"bind\":\"127.0.0.2\"}", "outbound.bind: expected an array of one or two IP "
                                      "addresses"},
