@@ -546,7 +546,7 @@ static unsigned slow_status(const void *st)
 }
 static const sv_layer_ops slow_ops = {"slow", slow_open, slow_free, slow_unwrap, slow_wrap,
                                       slow_shutdown, slow_peek, slow_consume, slow_status, NULL,
-                                      NULL, NULL};
+                                      NULL, NULL, NULL};
 
 /* The same bytes come up through two layers as through one, whole and byte at a time; bytes
  * going down pass the lower layer's bound through the pump; shutdown ends both, top first. */
