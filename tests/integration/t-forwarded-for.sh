@@ -6,7 +6,8 @@
 # and 127.0.0.2 through `katest relay --source 127.0.0.2`), not the proxy's; through HAProxy
 # to U it lists 127.0.0.5; a client dialing T itself with a forged X-Forwarded-For keeps its
 # socket's address (127.0.0.1 is not a trusted forwarder: a debug line says the header was
-# ignored); user 1's device limit of 1 tells the two clients behind the proxy apart.
+# ignored), and through HAProxy the element HAProxy appended counts, not the forged one;
+# user 1's device limit of 1 tells the two clients behind the proxy apart.
 . "$(dirname "$0")/lib.sh"
 kt_need v2ray haproxy curl jq
 [ "$KT_SERVER" = katana ] || skip_all "trusted_forwarders needs katana"
@@ -103,11 +104,15 @@ held() {
 client a2 "$U2" "$HT"; A2=$CL_PORT
 client b2 "$U2" "$RELAY"; B2=$CL_PORT
 client u2 "$U2" "$HU"; UU=$CL_PORT
-client f2 "$U2" "$SRV_T" '"X-Forwarded-For": "10.9.9.9", "X-Real-IP": "10.9.9.8"'; F2=$CL_PORT
+FORGED='"X-Forwarded-For": "10.9.9.9", "X-Real-IP": "10.9.9.8"'
+client f2 "$U2" "$SRV_T" "$FORGED"; F2=$CL_PORT
+client p2 "$U2" "$HT" "$FORGED"; P2=$CL_PORT
 held a2 "$A2" 2 127.0.0.1 "trusted proxy: the flow's source is the client's 127.0.0.1"
 held b2 "$B2" 2 127.0.0.2 "trusted proxy: the relayed client's source is 127.0.0.2"
 held u2 "$UU" 2 127.0.0.5 "a node without trusted_forwarders: the source is the proxy's"
 held f2 "$F2" 2 127.0.0.1 "a forged X-Forwarded-For from an untrusted peer is ignored"
+held p2 "$P2" 2 127.0.0.1 \
+    "a forged header through the proxy: the address the proxy itself added counts"
 check "a debug line says the forged header was ignored" \
     grep -q 'forwarded address "10.9.9.9" from 127.0.0.1:[0-9]* ignored: not a trusted forwarder' \
     "$SRV_LOG"
