@@ -7,26 +7,38 @@
 # to U it lists 127.0.0.5; a client dialing T itself with a forged X-Forwarded-For keeps its
 # socket's address (127.0.0.1 is not a trusted forwarder: a debug line says the header was
 # ignored), and through HAProxy the element HAProxy appended counts, not the forged one;
-# user 1's device limit of 1 tells the two clients behind the proxy apart.
+# Xray's VMess over HTTPUpgrade straight to node H, which trusts 127.0.0.0/29, is listed with
+# the address its own X-Forwarded-For or X-Real-IP names (a value that is no address: the
+# socket's); user 1's device limit of 1 tells the two clients behind the proxy apart.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/../interop/peers.sh"
 kt_need v2ray haproxy curl jq
+pr_need xray
 [ "$KT_SERVER" = katana ] || skip_all "trusted_forwarders needs katana"
 
 TOKEN=t0ken-$$
 WS_PATH=/xff
-U1=$(kt_uuid); U2=$(kt_uuid)
+U1=$(kt_uuid); U2=$(kt_uuid); U3=$(kt_uuid)
 echo_start
-kt_ports 6
+kt_ports 7
 SRV_T=${PORTS[0]}; SRV_U=${PORTS[1]}; API_PORT=${PORTS[2]}; HT=${PORTS[3]}; HU=${PORTS[4]}
-RELAY=${PORTS[5]}
+RELAY=${PORTS[5]}; SRV_H=${PORTS[6]}
 mkconfig "$T/base.json" "$SRV_T" - --protocol vless --user "1:$U1:1" --user "2:$U2" \
     --ws-path "$WS_PATH" --ws-host node.test --log-level debug
-jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" --argjson pu "$SRV_U" '
+# node H: VMess over HTTPUpgrade (path /hu, Host node.test) trusting 127.0.0.0/29, so its own
+# clients on 127.0.0.1 act as the forwarding proxy (HAProxy answers 400 to an upgrade request
+# without Sec-WebSocket-Key, as HTTPUpgrade's are)
+mkconfig "$T/hu.json" "$SRV_H" - --protocol vmess --user "3:$U3" --network httpupgrade \
+    --ws-path /hu --ws-host node.test
+jq --arg l "127.0.0.1:$API_PORT" --arg t "$TOKEN" --argjson pu "$SRV_U" \
+    --slurpfile hu "$T/hu.json" '
     .api = {listen: $l, token: $t}
     | .nodes[1] = (.nodes[0] | .tag = "u" | .panel.node.server_port = $pu)
+    | .nodes[2] = ($hu[0].nodes[0] | .tag = "h" | .trusted_forwarders = ["127.0.0.0/29"])
     | .nodes[0].trusted_forwarders = ["127.0.0.5"]' "$T/base.json" >"$T/config.json"
 srv_start "$T/config.json"
 kt_wait_port "$SRV_U" 10 || { fail "node U did not listen on $SRV_U"; exit 1; }
+kt_wait_port "$SRV_H" 10 || { fail "node H did not listen on $SRV_H"; exit 1; }
 kt_wait_port "$API_PORT" 10 || { fail "API did not listen on $API_PORT"; exit 1; }
 
 cat >"$T/haproxy.cfg" <<EOF
@@ -113,6 +125,31 @@ held u2 "$UU" 2 127.0.0.5 "a node without trusted_forwarders: the source is the 
 held f2 "$F2" 2 127.0.0.1 "a forged X-Forwarded-For from an untrusted peer is ignored"
 held p2 "$P2" 2 127.0.0.1 \
     "a forged header through the proxy: the address the proxy itself added counts"
+# hu_client NAME HEADERS_JSON: Xray's VMess over HTTPUpgrade to node H with these headers.
+hu_client() {
+    kt_ports 1; CL_PORT=${PORTS[0]}
+    cat >"$T/client-$1.json" <<EOF
+{"log": {"loglevel": "warning", "access": "none"},
+ "inbounds": [{"listen": "127.0.0.1", "port": $CL_PORT, "protocol": "socks",
+   "settings": {"auth": "noauth", "udp": false, "ip": "127.0.0.1"}}],
+ "outbounds": [{"protocol": "vmess",
+   "settings": {"vnext": [{"address": "127.0.0.1", "port": $SRV_H,
+                           "users": [{"id": "$U3", "security": "aes-128-gcm"}]}]},
+   "streamSettings": {"network": "httpupgrade", "security": "none",
+     "httpupgradeSettings": {"path": "/hu", "host": "node.test", "headers": {$2}}}}]}
+EOF
+    pr_cmd xray "$T/client-$1.json"
+    kt_bg "client-$1" "${PR_CMD[@]}"
+    kt_wait_port "$CL_PORT" 10 || { fail "xray client $1 did not listen"; exit 1; }
+}
+hu_client h3 '"X-Forwarded-For": "198.51.100.7, 203.0.113.9"'; H3=$CL_PORT
+hu_client r3 '"X-Real-IP": "2001:db8::5"'; R3=$CL_PORT
+hu_client m3 '"X-Forwarded-For": "not-an-address"'; M3=$CL_PORT
+held h3 "$H3" 3 203.0.113.9 "HTTPUpgrade from a trusted peer: X-Forwarded-For's right-most element"
+held r3 "$R3" 3 '[2001:db8::5]' "HTTPUpgrade from a trusted peer: X-Real-IP, an IPv6 address"
+held m3 "$M3" 3 127.0.0.1 "a header that is not an IP address is ignored"
+check "a debug line says so" \
+    grep -q 'forwarded address "not-an-address" from 127.0.0.1:[0-9]* ignored: not an IP' "$SRV_LOG"
 check "a debug line says the forged header was ignored" \
     grep -q 'forwarded address "10.9.9.9" from 127.0.0.1:[0-9]* ignored: not a trusted forwarder' \
     "$SRV_LOG"
