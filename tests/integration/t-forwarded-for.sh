@@ -105,8 +105,11 @@ wait_source() {
     done
     echo "user $1's flow source: '$s', expected $2"; return 1
 }
-# held NAME SOCKS UID ADDR WHAT: a held flow of user UID whose source must be ADDR.
+# held NAME SOCKS UID ADDR WHAT: a held flow of user UID whose source must be ADDR (once the
+# user's earlier flows are gone, so that none of them can answer for it).
 held() {
+    local i
+    for i in $(seq 1 100); do [ -z "$(source_of "$3")" ] && break; sleep 0.1; done
     stream_bg "$1" "$2" 262144 131072 ok; local p=$STREAM_PID
     check "$5" wait_source "$3" "$4"
     stream_unpace "$1"
