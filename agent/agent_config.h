@@ -129,6 +129,9 @@ typedef struct ag_node_config {
                              link-local addresses and the node's own; default false */
     bool accept_proxy_protocol; /**< `accept_proxy_protocol`: every TCP connection starts with
                                      a PROXY protocol header naming the client; default false */
+    sv_cidr trusted_forwarders[SV_TRUSTED_FORWARDERS_MAX]; /**< `trusted_forwarders`: peers
+                                     whose X-Forwarded-For / X-Real-IP names the client */
+    unsigned n_trusted_forwarders; /**< entries of trusted_forwarders, 0 = none (default) */
     uint64_t speed_limit; /**< `speed_limit`, Mbps, 0 = none: each user's limit is the
                                smallest non-zero of this and the panel's */
     ag_cert_config cert; /**< `cert`: required by a trojan node */

@@ -916,6 +916,8 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     in->bind.port = n->node.server_port;
     in->allow_private = n->allow_private;
     in->accept_proxy_protocol = n->accept_proxy_protocol;
+    memcpy(in->trusted_forwarders, n->trusted_forwarders, sizeof in->trusted_forwarders);
+    in->n_trusted_forwarders = n->n_trusted_forwarders;
     in->user_removal = n->user_removal;
     in->tag = strdup(n->tag);
     in->bind.address = strdup(ag_node_listen(n));
@@ -1062,11 +1064,22 @@ static bool str_eq(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
+static bool forwarders_equal(const ag_node_state *a, const ag_node_state *b)
+{
+    if (a->n_trusted_forwarders != b->n_trusted_forwarders)
+        return false;
+    for (unsigned i = 0; i < a->n_trusted_forwarders; i++)
+        if (!sv_cidr_equal(&a->trusted_forwarders[i], &b->trusted_forwarders[i]))
+            return false;
+    return true;
+}
+
 bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
 {
     return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
            a->allow_private == b->allow_private &&
            a->accept_proxy_protocol == b->accept_proxy_protocol && a->speed_limit == b->speed_limit &&
+           forwarders_equal(a, b) &&
            pn_node_equal(&a->node, &b->node) &&
            a->user_removal.kind == b->user_removal.kind &&
            a->user_removal.grace_ms == b->user_removal.grace_ms &&

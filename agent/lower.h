@@ -28,6 +28,8 @@ typedef struct ag_node_state {
     char *listen;   /**< config `listen` override, or NULL */
     bool allow_private; /**< config `allow_private` → sv_inbound_spec.allow_private */
     bool accept_proxy_protocol; /**< config `accept_proxy_protocol` → sv_inbound_spec */
+    sv_cidr trusted_forwarders[SV_TRUSTED_FORWARDERS_MAX]; /**< config `trusted_forwarders` */
+    unsigned n_trusted_forwarders; /**< → sv_inbound_spec.n_trusted_forwarders */
     uint64_t speed_limit; /**< config `speed_limit`, Mbps, 0 = none */
     enum sv_cert_source cert; /**< config `cert.mode` → sv_inbound_spec.tls */
     char *cert_file;          /**< config `cert.cert_file` (resolved), or NULL */

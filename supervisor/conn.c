@@ -519,12 +519,90 @@ static uint8_t *chain_alloc(void *ctx, size_t *cap)
     return c->w->scratch + base;
 }
 
+/* Parse a forwarded client address: "1.2.3.4", "1.2.3.4:port", "[v6]:port" or "v6" (port 0
+ * when none). @return 0, or -EINVAL. */
+static int forwarded_addr(const char *text, struct sockaddr_storage *out)
+{
+    char host[INET6_ADDRSTRLEN + 1];
+    const char *port = NULL, *end = text + strlen(text), *h = text;
+    if (*h == '[') { /* "[v6]" or "[v6]:port" */
+        const char *rb = strchr(h, ']');
+        if (rb == NULL || (rb[1] != '\0' && rb[1] != ':'))
+            return -EINVAL;
+        port = rb[1] == ':' ? rb + 2 : NULL;
+        end = rb;
+        h++;
+    } else if (strchr(h, ':') != NULL && strchr(h, ':') == strrchr(h, ':')) {
+        port = strchr(h, ':') + 1; /* one colon: "v4:port" */
+        end = port - 1;
+    }
+    unsigned long pn = 0;
+    if (port != NULL) {
+        if (*port == '\0' || strlen(port) > 5 || strspn(port, "0123456789") != strlen(port) ||
+            (pn = strtoul(port, NULL, 10)) > 65535)
+            return -EINVAL;
+    }
+    if ((size_t)(end - h) >= sizeof host)
+        return -EINVAL;
+    memcpy(host, h, (size_t)(end - h));
+    host[end - h] = '\0';
+    memset(out, 0, sizeof *out);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)out;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)out;
+    if (text[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)pn);
+    } else if (inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)pn);
+    } else {
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* nodes[].trusted_forwarders: when the peer is a trusted proxy, the client address its
+ * X-Forwarded-For / X-Real-IP named (sv_chain_forwarded) becomes the peer and the session's
+ * source (device limit, alive report, audit, API); an untrusted peer's or a malformed header
+ * is ignored with a debug line. Runs once, before the first payload reaches the core. */
+static void forwarded_apply(sv_conn *c)
+{
+    conn_set(c, SV_CONN_FORWARD_SEEN);
+    const sv_inbound_spec *in = &c->handler->in;
+    const char *text = sv_chain_forwarded(&c->chain);
+    if (in->n_trusted_forwarders == 0 || text == NULL)
+        return;
+    char peer[SV_SESSION_SOURCE_MAX];
+    sv__addr_format(&c->peer.sa, peer, sizeof peer);
+    unsigned long long id = (unsigned long long)c->sess->info.id;
+    if (!sv_cidr_list_has(in->trusted_forwarders, in->n_trusted_forwarders, &c->peer.sa)) {
+        SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: forwarded address \"%s\" from %s "
+               "ignored: not a trusted forwarder", id, text, peer);
+        return;
+    }
+    struct sockaddr_storage a;
+    if (forwarded_addr(text, &a) != 0) {
+        SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: forwarded address \"%s\" from %s "
+               "ignored: not an IP address", id, text, peer);
+        return;
+    }
+    memset(&c->peer, 0, sizeof c->peer);
+    memcpy(&c->peer, &a, a.ss_family == AF_INET6 ? sizeof c->peer.in6 : sizeof c->peer.in);
+    char source[SV_SESSION_SOURCE_MAX];
+    sv__addr_format(&c->peer.sa, source, sizeof source);
+    sv_tracker_session_set_source(c->w->shared->tracker, c->sess, source);
+    SV_LOG(SV_LOG_DEBUG, "sv.conn", "session %llu: client %s (forwarded by %s)", id, source,
+           peer);
+}
+
 /* Unwrapped client bytes: to the core (after its carry), to the fallback, or refused. */
 static bool chain_deliver(void *ctx, uint8_t *p, size_t n)
 {
     sv_conn *c = ctx;
     if (conn_has(c, SV_CONN_CLOSING) || conn_has(c, SV_CONN_DRAINING))
         return !conn_has(c, SV_CONN_CLOSING);
+    if (!conn_has(c, SV_CONN_FORWARD_SEEN))
+        forwarded_apply(c);
     if (!conn_has(c, SV_CONN_RAW) && c->principal == NULL && c->flow == NULL &&
         (sv_chain_status(&c->chain) & SV_LAYER_REFUSED)) {
         /* a layer refused the peer (e.g. a WebSocket upgrade on another path): the fallback

@@ -107,6 +107,8 @@ enum sv_conn_flag {
                                            sniffed */
     SV_CONN_NO_SPLICE = 1u << 20,  /**< the kernel relay is not possible for this connection */
     SV_CONN_PREAUTH = 1u << 21,    /**< in w->preauth (accepted, not authenticated nor closing) */
+    SV_CONN_FORWARD_SEEN = 1u << 22, /**< the chain's forwarded client address was looked at
+                                          (forwarded_apply: once, before the first payload) */
 };
 
 /** Is any of the bits @p f of @p c set? */

@@ -294,13 +294,105 @@ const sv_user_set *sv_spec_user_set(const sv_spec *spec, const char *tag)
     return NULL;
 }
 
+bool sv_cidr_equal(const sv_cidr *a, const sv_cidr *b)
+{
+    size_t len = a->family == AF_INET ? 4 : sizeof a->addr;
+    return a->family == b->family && a->prefix == b->prefix &&
+           memcmp(a->addr, b->addr, len) == 0;
+}
+
+static bool forwarders_eq(const sv_inbound_spec *a, const sv_inbound_spec *b)
+{
+    if (a->n_trusted_forwarders != b->n_trusted_forwarders)
+        return false;
+    for (unsigned i = 0; i < a->n_trusted_forwarders; i++)
+        if (!sv_cidr_equal(&a->trusted_forwarders[i], &b->trusted_forwarders[i]))
+            return false;
+    return true;
+}
+
+int sv_cidr_parse(const char *text, sv_cidr *out)
+{
+    char host[INET6_ADDRSTRLEN + 1];
+    const char *slash = strchr(text, '/');
+    size_t hlen = slash != NULL ? (size_t)(slash - text) : strlen(text);
+    if (hlen == 0 || hlen >= sizeof host)
+        return -EINVAL;
+    memcpy(host, text, hlen);
+    host[hlen] = '\0';
+    sv_cidr c = {0};
+    if (inet_pton(AF_INET, host, c.addr) == 1)
+        c.family = AF_INET;
+    else if (inet_pton(AF_INET6, host, c.addr) == 1)
+        c.family = AF_INET6;
+    else
+        return -EINVAL;
+    unsigned max = c.family == AF_INET ? 32 : 128, prefix = max;
+    if (slash != NULL) {
+        const char *p = slash + 1;
+        if (*p == '\0' || strlen(p) > 3)
+            return -EINVAL;
+        for (prefix = 0; *p != '\0'; p++) {
+            if (*p < '0' || *p > '9')
+                return -EINVAL;
+            prefix = prefix * 10 + (unsigned)(*p - '0');
+        }
+        if (prefix > max)
+            return -EINVAL;
+    }
+    c.prefix = (uint8_t)prefix;
+    for (unsigned i = 0; i < max / 8; i++) { /* clear the host bits */
+        unsigned bit0 = i * 8;
+        if (bit0 >= prefix)
+            c.addr[i] = 0;
+        else if (bit0 + 8 > prefix)
+            c.addr[i] &= (uint8_t)(0xff << (8 - (prefix - bit0)));
+    }
+    *out = c;
+    return 0;
+}
+
+/* Does @p c hold the @p len-byte address @p a of family @p family? */
+static bool cidr_has(const sv_cidr *c, int family, const uint8_t *a)
+{
+    if (c->family != family)
+        return false;
+    unsigned full = c->prefix / 8u, rest = c->prefix % 8u;
+    if (memcmp(c->addr, a, full) != 0)
+        return false;
+    return rest == 0 || ((a[full] ^ c->addr[full]) & (uint8_t)(0xff << (8 - rest))) == 0;
+}
+
+bool sv_cidr_list_has(const sv_cidr *v, size_t n, const struct sockaddr *sa)
+{
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    int family;
+    const uint8_t *a;
+    if (sa->sa_family == AF_INET) {
+        family = AF_INET;
+        a = (const uint8_t *)&((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+    } else if (sa->sa_family == AF_INET6) {
+        a = (const uint8_t *)&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+        family = memcmp(a, mapped, sizeof mapped) == 0 ? AF_INET : AF_INET6;
+        if (family == AF_INET)
+            a += sizeof mapped;
+    } else {
+        return false;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (cidr_has(&v[i], family, a))
+            return true;
+    return false;
+}
+
 bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
 {
     return str_eq(a->tag, b->tag) && str_eq(a->bind.address, b->bind.address) &&
            a->bind.port == b->bind.port && a->udp == b->udp && a->protocol == b->protocol &&
            a->ss_cipher == b->ss_cipher && str_eq(a->users, b->users) &&
            a->allow_private == b->allow_private &&
-           a->accept_proxy_protocol == b->accept_proxy_protocol && a->tls.cert == b->tls.cert &&
+           a->accept_proxy_protocol == b->accept_proxy_protocol && forwarders_eq(a, b) &&
+           a->tls.cert == b->tls.cert &&
            str_eq(a->tls.cert_file, b->tls.cert_file) && str_eq(a->tls.key_file, b->tls.key_file) &&
            str_eq(a->tls.server_name, b->tls.server_name) && str_eq(a->fallback, b->fallback) &&
            str_eq(a->ws.path, b->ws.path) && str_eq(a->ws.host, b->ws.host) &&
@@ -353,12 +445,6 @@ bool sv_outbound_spec_equal(const sv_outbound_spec *a, const sv_outbound_spec *b
            sv_socket_policy_equal(&a->socket, &b->socket);
 }
 
-static bool cidr_eq(const sv_cidr *a, const sv_cidr *b)
-{
-    size_t len = a->family == AF_INET ? 4 : sizeof a->addr;
-    return a->family == b->family && a->prefix == b->prefix &&
-           memcmp(a->addr, b->addr, len) == 0;
-}
 
 /** Matchers compare the fields their kind uses (the others carry no meaning). */
 static bool match_eq(const sv_route_match *a, const sv_route_match *b)
@@ -368,7 +454,7 @@ static bool match_eq(const sv_route_match *a, const sv_route_match *b)
     switch (a->kind) {
     case SV_MATCH_CIDR:
     case SV_MATCH_SOURCE_CIDR:
-        return cidr_eq(&a->cidr, &b->cidr);
+        return sv_cidr_equal(&a->cidr, &b->cidr);
     case SV_MATCH_PORT:
         return a->port_lo == b->port_lo && a->port_hi == b->port_hi;
     case SV_MATCH_NETWORK:
@@ -381,7 +467,7 @@ static bool match_eq(const sv_route_match *a, const sv_route_match *b)
         return str_eq(a->text, b->text);
     }
     /* An unknown kind (refused by validation): compare every field. */
-    return str_eq(a->text, b->text) && cidr_eq(&a->cidr, &b->cidr) &&
+    return str_eq(a->text, b->text) && sv_cidr_equal(&a->cidr, &b->cidr) &&
            a->port_lo == b->port_lo && a->port_hi == b->port_hi && a->network == b->network;
 }
 

@@ -156,6 +156,33 @@ enum sv_ss_cipher {
     SV_SS_2022_CHACHA20_POLY1305,  /**< 2022-blake3-chacha20-poly1305 (single user: no EIH) */
 };
 
+/** An IP prefix: family AF_INET/AF_INET6, address in network order, prefix length. */
+typedef struct sv_cidr {
+    int family;
+    uint8_t addr[16];
+    uint8_t prefix;
+} sv_cidr;
+
+struct sockaddr;
+
+/**
+ * Parse @p text, an IPv4 or IPv6 address with an optional "/prefix" (at most 32 or 128), into
+ * *@p out, host bits cleared (nodes[].trusted_forwarders). @return 0, or -EINVAL.
+ */
+int sv_cidr_parse(const char *text, sv_cidr *out);
+
+/** Are @p a and @p b the same prefix (family, prefix length, address bytes of the family)? */
+bool sv_cidr_equal(const sv_cidr *a, const sv_cidr *b);
+
+/**
+ * Does one of @p v[0 .. n) hold the address of @p sa (AF_INET or AF_INET6; an IPv4-mapped IPv6
+ * address counts as its IPv4 address)? @return false for other families.
+ */
+bool sv_cidr_list_has(const sv_cidr *v, size_t n, const struct sockaddr *sa);
+
+/** Most entries of sv_inbound_spec.trusted_forwarders (nodes[].trusted_forwarders). */
+#define SV_TRUSTED_FORWARDERS_MAX 64
+
 /** Where an inbound listens: an IP literal and a port, TCP and (when udp) UDP on the same port. */
 typedef struct sv_bind {
     char *address; /**< "0.0.0.0", "127.0.0.1", "::", "::1" ... */
@@ -184,6 +211,12 @@ typedef struct sv_inbound_spec {
                                             whose client address stands for the socket's:
                                             the node sits behind a load balancer. A connection
                                             without a valid header is closed. Default false */
+    sv_cidr trusted_forwarders[SV_TRUSTED_FORWARDERS_MAX]; /**< peers (after the PROXY header,
+                                            when accepted) whose X-Forwarded-For / X-Real-IP
+                                            in a WebSocket or HTTPUpgrade handshake names the
+                                            client (Xray-core: trustedXForwardedFor); host bits
+                                            clear */
+    unsigned n_trusted_forwarders;     /**< entries of trusted_forwarders; 0 = headers ignored */
     sv_inbound_tls tls;                /**< TLS under the protocol; required for Trojan,
                                             optional for VLESS and VMess */
     char *fallback;                    /**< Trojan, VLESS: "HOST:PORT" that gets every client
@@ -236,13 +269,6 @@ typedef struct sv_outbound_spec {
 } sv_outbound_spec;
 
 enum sv_network { SV_NET_TCP = 1, SV_NET_UDP = 2 };
-
-/** An IP prefix: family AF_INET/AF_INET6, address in network order, prefix length. */
-typedef struct sv_cidr {
-    int family;
-    uint8_t addr[16];
-    uint8_t prefix;
-} sv_cidr;
 
 enum sv_match_kind {
     SV_MATCH_DOMAIN = 1,     /**< text: the whole name, case-insensitive */

@@ -346,7 +346,8 @@ void sv_tracker_flow_close(sv_tracker *t, sv_flow_rec *rec)
 sv_session_rec *sv_session_rec_new(const char *inbound, const char *source)
 {
     size_t il = inbound != NULL ? strlen(inbound) : 0, sl = source != NULL ? strlen(source) : 0;
-    sv_session_rec *rec = calloc(1, sizeof *rec + il + 1 + sl + 1);
+    size_t room = sl + 1 > SV_SESSION_SOURCE_MAX ? sl + 1 : SV_SESSION_SOURCE_MAX;
+    sv_session_rec *rec = calloc(1, sizeof *rec + il + 1 + room);
     if (rec == NULL)
         return NULL;
     rec->wire = &rec->own.wire;
@@ -363,6 +364,17 @@ sv_session_rec *sv_session_rec_new(const char *inbound, const char *source)
     at[sl] = '\0';
     rec->info.source = at;
     return rec;
+}
+
+void sv_tracker_session_set_source(sv_tracker *t, sv_session_rec *rec, const char *source)
+{
+    sv__worker *w = &t->workers[rec->worker];
+    size_t n = strnlen(source, SV_SESSION_SOURCE_MAX - 1);
+    pthread_mutex_lock(&w->lock);
+    char *at = (char *)rec->info.source; /* the record's own text, SOURCE_MAX bytes of room */
+    memcpy(at, source, n);
+    at[n] = '\0';
+    pthread_mutex_unlock(&w->lock);
 }
 
 void sv_tracker_session_open(sv_tracker *t, sv_session_rec *rec)

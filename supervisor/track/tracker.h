@@ -130,14 +130,26 @@ typedef struct sv_session_rec {
     char text[];         /**< info's strings, each NUL-terminated */
 } sv_session_rec;
 
+/** Bytes of room a session record keeps for its source text, NUL included (sv_session_info's). */
+#define SV_SESSION_SOURCE_MAX 64u
+
 /**
  * Allocate a zeroed session record holding copies of @p inbound and @p source (NULL = "") as its
- * info's strings; the caller fills the rest. One allocation: free() it (or hand it to the
+ * info's strings (room for SV_SESSION_SOURCE_MAX bytes of source at least, so that
+ * sv_tracker_session_set_source can replace it); the caller fills the rest. One allocation: free() it (or hand it to the
  * tracker). @return NULL when out of memory.
  */
 sv_session_rec *sv_session_rec_new(const char *inbound, const char *source);
 
 typedef struct sv_tracker sv_tracker;
+
+/**
+ * Replace the source text of the open session @p rec (its worker's, registered with
+ * sv_tracker_session_open) by @p source ("ip:port"), truncated to SV_SESSION_SOURCE_MAX - 1
+ * bytes, under the worker's lock: a forwarding proxy named the client
+ * (nodes[].trusted_forwarders). Call before its first flow.
+ */
+void sv_tracker_session_set_source(sv_tracker *t, sv_session_rec *rec, const char *source);
 
 /**
  * Called from any thread, possibly with a tracker mutex held, after a kill or close flag was set

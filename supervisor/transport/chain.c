@@ -195,3 +195,14 @@ unsigned sv_chain_status(const sv_chain *ch)
         all &= ~SV_LAYER_PASS;
     return (any & SV_LAYER_REFUSED ? SV_LAYER_UP : all) | any;
 }
+
+const char *sv_chain_forwarded(const sv_chain *ch)
+{
+    for (unsigned i = 0; i < ch->n; i++) {
+        const sv_layer_ops *ops = ch->conf[i].ops;
+        const char *f = ops->forwarded != NULL ? ops->forwarded(ch->state[i]) : NULL;
+        if (f != NULL)
+            return f;
+    }
+    return NULL;
+}

@@ -51,6 +51,26 @@ bool sv_http_host_matches(sv_http_span v, const char *want)
     return sv_http_span_ieq((sv_http_span){v.p, end}, want);
 }
 
+/* The part of the list @p v after its last comma, trimmed. */
+static sv_http_span last_element(sv_http_span v)
+{
+    size_t k = v.n;
+    while (k > 0 && v.p[k - 1] != ',')
+        k--;
+    return trim((sv_http_span){v.p + k, v.n - k});
+}
+
+bool sv_http_forwarded(const sv_http_upgrade_req *r, char out[SV_HTTP_FORWARDED_MAX])
+{
+    sv_http_span v = r->has_xff ? r->xff : r->has_real_ip ? r->real_ip : (sv_http_span){"", 0};
+    out[0] = '\0';
+    if (v.n == 0 || v.n >= SV_HTTP_FORWARDED_MAX)
+        return false;
+    memcpy(out, v.p, v.n);
+    out[v.n] = '\0';
+    return true;
+}
+
 bool sv_http_parse_upgrade(const char *p, size_t n, sv_http_upgrade_req *r)
 {
     memset(r, 0, sizeof *r);
@@ -93,6 +113,10 @@ bool sv_http_parse_upgrade(const char *p, size_t n, sv_http_upgrade_req *r)
             r->key = value, r->has_key = true;
         else if (sv_http_span_ieq(name, "Sec-WebSocket-Protocol"))
             r->protocol = value, r->has_protocol = true;
+        else if (sv_http_span_ieq(name, "X-Forwarded-For"))
+            r->xff = last_element(value), r->has_xff = true;
+        else if (sv_http_span_ieq(name, "X-Real-IP"))
+            r->real_ip = value, r->has_real_ip = true;
         at = le + 2;
     }
     return true;

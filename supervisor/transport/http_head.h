@@ -20,8 +20,15 @@ typedef struct sv_http_span {
 typedef struct sv_http_upgrade_req {
     sv_http_span path; /**< the request target without its query ("?..." dropped) */
     sv_http_span host, upgrade, connection, version, key, protocol;
+    sv_http_span xff;     /**< X-Forwarded-For: the right-most element of the last such line
+                               (the address the nearest proxy added), trimmed */
+    sv_http_span real_ip; /**< X-Real-IP, trimmed */
     bool has_host, has_upgrade, has_connection, has_version, has_key, has_protocol;
+    bool has_xff, has_real_ip;
 } sv_http_upgrade_req;
+
+/** Bytes of room for a forwarded client address text, NUL included ("[v6]:port" fits). */
+#define SV_HTTP_FORWARDED_MAX 64u
 
 /**
  * Parse @p n bytes at @p p: a request line and headers ending with an empty line (CRLF line
@@ -30,6 +37,16 @@ typedef struct sv_http_upgrade_req {
  * @return true for an HTTP/1.1 GET request with well-formed header lines, false otherwise.
  */
 bool sv_http_parse_upgrade(const char *p, size_t n, sv_http_upgrade_req *r);
+
+/**
+ * The client address a forwarding proxy named in @p r: X-Forwarded-For's right-most element,
+ * else X-Real-IP (nodes[].trusted_forwarders; Xray-core's sockopt trustedXForwardedFor reads
+ * the same headers). Copied NUL-terminated into @p out (SV_HTTP_FORWARDED_MAX bytes). Not
+ * checked to be an address here.
+ * @return true when one was copied; false when neither header came, its value is empty or does
+ *         not fit (then @p out is "").
+ */
+bool sv_http_forwarded(const sv_http_upgrade_req *r, char out[SV_HTTP_FORWARDED_MAX]);
 
 /** Is @p a equal to the C string @p b, ignoring ASCII case? */
 bool sv_http_span_ieq(sv_http_span a, const char *b);

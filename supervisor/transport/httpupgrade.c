@@ -25,6 +25,8 @@ typedef struct hu_session {
     size_t head_len, head_off;
     uint8_t *out;  /* pending bytes towards the layer below, out[out_off .. +out_len) */
     size_t out_off, out_len;
+    bool has_forwarded; /* forwarded holds what a proxy's header named (http_head.h) */
+    char forwarded[SV_HTTP_FORWARDED_MAX];
 } hu_session;
 
 static const char k_answer[] = "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
@@ -49,8 +51,9 @@ static int out_append(hu_session *s, const uint8_t *p, size_t n)
     return 0;
 }
 
-/* Does the request in the head buffer upgrade (§4.2 server-side checks)? */
-static bool acceptable(const hu_session *s)
+/* Does the request in the head buffer upgrade (§4.2 server-side checks)? Keeps the client
+ * address a forwarding proxy named. */
+static bool acceptable(hu_session *s)
 {
     sv_http_upgrade_req r;
     const sv_ws_conf *cf = s->conf;
@@ -60,6 +63,7 @@ static bool acceptable(const hu_session *s)
         return false;
     if (cf->host != NULL && (!r.has_host || !sv_http_host_matches(r.host, cf->host)))
         return false;
+    s->has_forwarded = sv_http_forwarded(&r, s->forwarded);
     return r.has_upgrade && sv_http_has_token(r.upgrade, "websocket") && r.has_connection &&
            sv_http_has_token(r.connection, "upgrade") && !r.has_key;
 }
@@ -188,6 +192,12 @@ static unsigned hu_status(const void *state)
     return 0;
 }
 
+static const char *hu_forwarded(const void *state)
+{
+    const hu_session *s = state;
+    return s->phase == HU_OPEN && s->has_forwarded ? s->forwarded : NULL;
+}
+
 const sv_layer_ops sv_httpupgrade_layer_ops = {
     .name = "httpupgrade",
     .open = hu_open,
@@ -198,4 +208,5 @@ const sv_layer_ops sv_httpupgrade_layer_ops = {
     .out_peek = hu_out_peek,
     .out_consume = hu_out_consume,
     .status = hu_status,
+    .forwarded = hu_forwarded,
 };

@@ -105,6 +105,11 @@ typedef struct sv_layer_ops {
      *  (timeout, EOF, error, bound reached; n may be 0). @return 1 to be given more, 0 when the
      *  layer went on (the target connection may close), or a negative errno. */
     int (*target_reply)(void *state, const uint8_t *p, size_t n, bool final);
+    /** Optional (NULL for layers without an HTTP handshake): the client address text a
+     *  forwarding proxy named in this layer's handshake (X-Forwarded-For's right-most element,
+     *  else X-Real-IP), NUL-terminated and owned by the state, or NULL when none came (or the
+     *  handshake is not done). Not checked to be an address. */
+    const char *(*forwarded)(const void *state);
 } sv_layer_ops;
 
 /** One layer of an inbound's list: its kind and its immutable, shared configuration. */
@@ -176,6 +181,13 @@ const uint8_t *sv_chain_target_ask(const sv_chain *ch, size_t *len);
  * negative errno.
  */
 int sv_chain_target_reply(sv_chain *ch, const uint8_t *p, size_t n, bool final);
+
+/**
+ * The client address text a forwarding proxy named in the chain's handshakes: the first answer
+ * of a layer's forwarded() op, bottom layer first (layer.h). Borrowed from the layer's state
+ * (valid while the chain is open). @return it, or NULL when no layer has one.
+ */
+const char *sv_chain_forwarded(const sv_chain *ch);
 
 /** Borrow the bytes the bottom layer has for TCP. @param len receives their number. */
 const uint8_t *sv_chain_out_peek(const sv_chain *ch, size_t *len);

@@ -58,6 +58,8 @@ typedef struct ws_session {
     uint16_t close_code;  /* the peer's Close code, 0 when none */
     int err;              /* FAILED: the negative errno, returned from then on */
     bool in_frame, fin, in_message, peer_closed, shut;
+    bool has_forwarded;   /* forwarded holds what a proxy's header named (http_head.h) */
+    char forwarded[SV_HTTP_FORWARDED_MAX];
 } ws_session;
 
 sv_ws_conf *sv_ws_conf_new(const char *path, const char *host)
@@ -222,6 +224,7 @@ static int handshake(ws_session *s)
         !sv_http_has_token(r.connection, "upgrade") || !r.has_version ||
         !sv_http_span_ieq(r.version, "13") || !r.has_key || !key_valid(r.key))
         return 0;
+    s->has_forwarded = sv_http_forwarded(&r, s->forwarded);
     /* Sec-WebSocket-Accept = base64(SHA-1(key ‖ GUID)) (RFC 6455 §4.2.2) */
     uint8_t material[24 + sizeof WS_GUID - 1], digest[SHA_DIGEST_LENGTH];
     memcpy(material, r.key.p, 24);
@@ -571,6 +574,12 @@ static unsigned ws_status(const void *state)
     return st;
 }
 
+static const char *ws_forwarded(const void *state)
+{
+    const ws_session *s = state;
+    return s->has_forwarded ? s->forwarded : NULL;
+}
+
 const sv_layer_ops sv_ws_layer_ops = {
     .name = "ws",
     .open = ws_open,
@@ -581,4 +590,5 @@ const sv_layer_ops sv_ws_layer_ops = {
     .out_peek = ws_out_peek,
     .out_consume = ws_out_consume,
     .status = ws_status,
+    .forwarded = ws_forwarded,
 };

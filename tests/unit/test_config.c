@@ -1,6 +1,9 @@
 /* Unit tests: agent config parser (agent/agent_config.c). */
 #include "config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -223,6 +226,74 @@ static void config__other_panel_types__are_refused(void **state)
 {
     expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"ppanel\"}}]}", -EINVAL,
                  "nodes[0].panel.type: unsupported panel type \"ppanel\"");
+}
+
+#define FWD_CONFIG(list) "{\"nodes\":[{\"tag\":\"a\",\"trusted_forwarders\":" list \
+                               ",\"panel\":" PANEL_OK "}]}"
+
+/* Does one of @p v[0 .. n) hold the address @p text (v4 or v6)? */
+static bool cidrs_hold(const sv_cidr *v, size_t n, const char *text)
+{
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6};
+    struct sockaddr_in a4 = {.sin_family = AF_INET};
+    if (inet_pton(AF_INET, text, &a4.sin_addr) == 1)
+        return sv_cidr_list_has(v, n, (struct sockaddr *)&a4);
+    assert_int_equal(inet_pton(AF_INET6, text, &a6.sin6_addr), 1);
+    return sv_cidr_list_has(v, n, (struct sockaddr *)&a6);
+}
+
+/* nodes[].trusted_forwarders: addresses and CIDR prefixes (host bits cleared), matched against
+ * the peer (an IPv4-mapped IPv6 peer as IPv4); bad entries and lists too long named. */
+static void config__trusted_forwarders__parse_match_and_errors(void **state)
+{
+    (void)state;
+    const char *text = FWD_CONFIG("[\"127.0.0.5\",\"10.1.2.3/8\",\"2001:db8::1/32\","
+                                  "\"192.168.7.0/23\"]");
+    ag_config cfg;
+    sv_error err = {0};
+    assert_int_equal(ag_config_parse(text, strlen(text), NULL, &cfg, &err), 0);
+    const ag_node_config *n = &cfg.nodes[0];
+    assert_int_equal(n->n_trusted_forwarders, 4);
+    assert_int_equal(n->trusted_forwarders[1].prefix, 8);
+    assert_int_equal(n->trusted_forwarders[1].addr[1], 0); /* 10.1.2.3/8 → 10.0.0.0/8 */
+    const sv_cidr *v = n->trusted_forwarders;
+    assert_true(cidrs_hold(v, 4, "127.0.0.5"));
+    assert_false(cidrs_hold(v, 4, "127.0.0.1"));
+    assert_true(cidrs_hold(v, 4, "10.255.0.9"));
+    assert_false(cidrs_hold(v, 4, "11.0.0.1"));
+    assert_true(cidrs_hold(v, 4, "192.168.6.1"));
+    assert_true(cidrs_hold(v, 4, "192.168.7.255"));
+    assert_false(cidrs_hold(v, 4, "192.168.8.0"));
+    assert_true(cidrs_hold(v, 4, "2001:db8:ffff::9"));
+    assert_false(cidrs_hold(v, 4, "2001:db9::1"));
+    assert_true(cidrs_hold(v, 4, "::ffff:127.0.0.5")); /* mapped: as IPv4 */
+    assert_false(cidrs_hold(v, 0, "127.0.0.5"));
+    ag_config_free(&cfg);
+    text = FWD_CONFIG("[]");
+    assert_int_equal(ag_config_parse(text, strlen(text), NULL, &cfg, &err), 0);
+    assert_int_equal(cfg.nodes[0].n_trusted_forwarders, 0);
+    ag_config_free(&cfg);
+    expect_error(FWD_CONFIG("[\"127.0.0.5\",\"nginx\"]"), -EINVAL,
+                 "nodes[0].trusted_forwarders[1]: expected an IP address or CIDR prefix "
+                 "(\"10.0.0.0/8\", \"::1\")");
+    expect_error(FWD_CONFIG("[\"10.0.0.0/33\"]"), -EINVAL,
+                 "nodes[0].trusted_forwarders[0]: expected an IP address or CIDR prefix "
+                 "(\"10.0.0.0/8\", \"::1\")");
+    expect_error(FWD_CONFIG("[7]"), -EINVAL,
+                 "nodes[0].trusted_forwarders[0]: expected an IP address or CIDR prefix "
+                 "(\"10.0.0.0/8\", \"::1\")");
+    expect_error(FWD_CONFIG("\"127.0.0.5\""), -EINVAL,
+                 "nodes[0].trusted_forwarders: expected an array of at most 64 IP addresses "
+                 "or CIDR prefixes");
+    char many[64 * 14 + 64] = "[";
+    for (int i = 0; i < 65; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"10.0.0.%d\"",
+                 i > 0 ? "," : "", i);
+    strcat(many, "]");
+    char big[sizeof many + 256];
+    snprintf(big, sizeof big, FWD_CONFIG("%s"), many);
+    expect_error(big, -EINVAL, "nodes[0].trusted_forwarders: expected an array of at most 64 "
+                 "IP addresses or CIDR prefixes");
 }
 
 #define SS_CONFIG(db, extra) "{" db "\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"sspanel\"," \
@@ -1035,6 +1106,7 @@ int main(void)
         cmocka_unit_test(config__wrong_types__are_named),
         cmocka_unit_test(config__missing_keys__are_named),
         cmocka_unit_test(config__other_panel_types__are_refused),
+        cmocka_unit_test(config__trusted_forwarders__parse_match_and_errors),
         cmocka_unit_test(config__sspanel_panel__parses_and_errors_name_their_path),
         cmocka_unit_test(config__xboard_panel__takes_uniproxy_keys),
         cmocka_unit_test(config__xboard_machine__takes_machine_id),

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "supervisor/transport/http_head.h"
 #include "supervisor/transport/httpupgrade.h"
 #include "supervisor/transport/ws.h"
 
@@ -244,6 +245,43 @@ static void no_wrap_before_the_upgrade(void **state)
     drv_free(d);
 }
 
+/* The address a forwarding proxy named: X-Forwarded-For's right-most element of its last line,
+ * else X-Real-IP; kept by the layer once upgraded (nodes[].trusted_forwarders). */
+static void forwarded_headers_are_kept(void **state)
+{
+    (void)state;
+    static const char two[] = "GET /up HTTP/1.1\r\nHost: node.test\r\nX-Real-IP: 198.51.100.1\r\n"
+                              "x-forwarded-for: 10.9.9.9, 192.0.2.1\r\n"
+                              "X-Forwarded-For: 10.8.8.8 ,\t[2001:db8::7]:4433 \r\n"
+                              "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+    sv_http_upgrade_req r;
+    char out[SV_HTTP_FORWARDED_MAX];
+    assert_true(sv_http_parse_upgrade(two, strlen(two), &r));
+    assert_true(r.has_xff && r.has_real_ip);
+    assert_true(sv_http_forwarded(&r, out));
+    assert_string_equal(out, "[2001:db8::7]:4433");
+    drv *d = run_both("/up", "node.test", two, NULL, 0);
+    assert_upgraded(d, NULL, 0);
+    assert_string_equal(sv_chain_forwarded(&d->ch), "[2001:db8::7]:4433");
+    drv_free(d);
+    static const char real[] = "GET /up HTTP/1.1\r\nX-Real-IP:  198.51.100.1\r\n"
+                               "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+    assert_true(sv_http_parse_upgrade(real, strlen(real), &r));
+    assert_true(sv_http_forwarded(&r, out));
+    assert_string_equal(out, "198.51.100.1");
+    d = run_both("/up", NULL, k_singbox, NULL, 0); /* no header: none */
+    assert_null(sv_chain_forwarded(&d->ch));
+    drv_free(d);
+    char longv[256];
+    snprintf(longv, sizeof longv, "GET / HTTP/1.1\r\nX-Forwarded-For: %070d\r\n\r\n", 1);
+    assert_true(sv_http_parse_upgrade(longv, strlen(longv), &r));
+    assert_false(sv_http_forwarded(&r, out)); /* does not fit: none */
+    assert_string_equal(out, "");
+    static const char empty[] = "GET / HTTP/1.1\r\nX-Forwarded-For: 10.0.0.1,\r\n\r\n";
+    assert_true(sv_http_parse_upgrade(empty, strlen(empty), &r));
+    assert_false(sv_http_forwarded(&r, out)); /* the right-most element is empty */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -252,6 +290,7 @@ int main(void)
         cmocka_unit_test(other_requests_are_refused_and_passed_through),
         cmocka_unit_test(oversized_head_is_refused),
         cmocka_unit_test(no_wrap_before_the_upgrade),
+        cmocka_unit_test(forwarded_headers_are_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -546,7 +546,7 @@ static unsigned slow_status(const void *st)
 }
 static const sv_layer_ops slow_ops = {"slow", slow_open, slow_free, slow_unwrap, slow_wrap,
                                       slow_shutdown, slow_peek, slow_consume, slow_status, NULL,
-                                      NULL, NULL};
+                                      NULL, NULL, NULL};
 
 /* The same bytes come up through two layers as through one, whole and byte at a time; bytes
  * going down pass the lower layer's bound through the pump; shutdown ends both, top first. */
@@ -602,6 +602,43 @@ static void test_two_layers(void **state)
     }
 }
 
+/* nodes[].trusted_forwarders: the upgraded layer keeps the address a proxy named (right-most
+ * X-Forwarded-For element of the last line, else X-Real-IP); a chain asks each layer, past one
+ * without the op; a refused request names none. */
+static void test_forwarded(void **state)
+{
+    (void)state;
+    static const char req[] =
+        "GET /ws HTTP/1.1\r\nHost: node.test\r\nX-Forwarded-For: 10.0.0.1\r\n"
+        "X-Forwarded-For: 10.0.0.2, 198.51.100.4:5123\r\nX-Real-IP: 192.0.2.9\r\n"
+        "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    for (size_t step = 0; step <= 1; step++) {
+        drv *d = drv_new("/ws", NULL);
+        assert_null(sv_chain_forwarded(&d->ch)); /* nothing yet */
+        assert_int_equal(drv_feed_str(d, req, step), 0);
+        assert_true(sv_chain_status(&d->ch) & SV_LAYER_UP);
+        assert_string_equal(sv_chain_forwarded(&d->ch), "198.51.100.4:5123");
+        drv_free(d);
+    }
+    drv *d = drv_new("/ws", NULL);
+    sv_chain_free(&d->ch);
+    sv_layer_conf two[2] = {{&slow_ops, NULL}, {&sv_ws_layer_ops, d->wc}};
+    assert_int_equal(sv_chain_open(&d->ch, two, 2), 0);
+    assert_int_equal(drv_feed_str(d, req, 0), 0);
+    assert_string_equal(sv_chain_forwarded(&d->ch), "198.51.100.4:5123");
+    drv_free(d);
+    d = drv_new("/other", NULL); /* refused: passed on, no address */
+    assert_int_equal(drv_feed_str(d, req, 0), 0);
+    assert_true(sv_chain_status(&d->ch) & SV_LAYER_REFUSED);
+    assert_null(sv_chain_forwarded(&d->ch));
+    drv_free(d);
+    d = drv_new("/ws", NULL); /* no header: none */
+    upgrade(d);
+    assert_null(sv_chain_forwarded(&d->ch));
+    drv_free(d);
+}
+
 static void test_conf(void **state)
 {
     (void)state;
@@ -623,7 +660,7 @@ int main(void)
         cmocka_unit_test(test_frames),         cmocka_unit_test(test_server_headers),
         cmocka_unit_test(test_close),          cmocka_unit_test(test_errors),
         cmocka_unit_test(test_backpressure),   cmocka_unit_test(test_conf),
-        cmocka_unit_test(test_two_layers),
+        cmocka_unit_test(test_two_layers),     cmocka_unit_test(test_forwarded),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
