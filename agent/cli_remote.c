@@ -50,7 +50,11 @@ int ag_cli_api_open(const char *config_path, ag_cli_api *out)
     memset(out, 0, sizeof *out);
     out->config_path = config_path;
     if (ag_config_load_file(config_path, &cfg, &err) != 0) {
-        fprintf(stderr, "katana: cannot read the configuration: %s\n", err.msg);
+        fprintf(stderr, "katana: cannot read the configuration: %s\n%s", err.msg,
+                strcmp(config_path, AG_CLI_DEFAULT_CONFIG) == 0
+                    ? "katana: the API's address and token come from the running katana's "
+                      "configuration: give it with -c FILE\n"
+                    : "");
         return 1;
     }
     base_url(cfg.api_listen != NULL ? cfg.api_listen : API_DEFAULT_LISTEN, out->base,

@@ -21,6 +21,9 @@
 #define VISION_FLOW "xtls-rprx-vision"
 
 #define MOD "ag.lower"
+/* The REALITY private key of docs/nodes/reality.md and packaging/examples: published, so a
+ * node serving with it is warned about at every check and apply. */
+#define DOCS_EXAMPLE_REALITY_KEY "REPLACE-with-your-own-x25519-private-key-AA"
 
 void ag_node_state_free(ag_node_state *st)
 {
@@ -744,6 +747,10 @@ static int check_reality(const ag_node_state *n, const char *what, sv_error *err
     if (!chars_in(r->private_key, 43, b64url))
         return sv_error_set(err, -EINVAL, "node %s: tls_settings.private_key: expected an X25519 "
                             "key, 43 base64url characters", n->tag);
+    if (strcmp(r->private_key, DOCS_EXAMPLE_REALITY_KEY) == 0)
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: tls_settings.private_key is the documentation's "
+               "example key, which anyone can read: make a pair of your own with "
+               "'katana keygen reality'", n->tag);
     const char *sid = r->short_id != NULL ? r->short_id : "";
     if (r->target == NULL && (strlen(sid) > 16 || strlen(sid) % 2 != 0 ||
                               !chars_in(sid, strlen(sid), "0123456789abcdefABCDEF")))

@@ -51,6 +51,7 @@ typedef struct ag_main {
     uv_timer_t reload_timer; /* a reload held back by RELOAD_SPACING_MS (request_reload) */
     uint64_t reload_started; /* uv_now() when the last reload started */
     bool stopping;
+    bool said_running; /* "katana VERSION running" was logged: every node applied once */
     int exit_code;
     api_server *api;    /* the REST API; its settings need a restart to change */
     ag_uplink *uplink;  /* remote panel pulls, usage outbox and pushes */
@@ -121,7 +122,12 @@ static void on_reloaded(void *arg, int status, const sv_error *err)
         ag_uplink_restore_hints(am->uplink); /* when the first load did not apply */
         sv_log_threshold = am->pending_level;
         am->grace_s = am->pending_grace;
-        SV_LOG(SV_LOG_INFO, MOD, "config reloaded");
+        if (am->said_running) {
+            SV_LOG(SV_LOG_INFO, MOD, "config reloaded");
+        } else { /* the first apply after waiting for a panel: the start is done now */
+            SV_LOG(SV_LOG_INFO, MOD, "katana %s running", PACKAGE_VERSION);
+            am->said_running = true;
+        }
     }
     if (am->reload_pending && !am->stopping) {
         am->reload_pending = false;
@@ -240,6 +246,7 @@ static void on_first_load(void *arg, int status, const sv_error *err)
         ag_uplink_applied(am->uplink, ag_manager_running(am->mgr));
         ag_uplink_restore_hints(am->uplink); /* the clients known at the last stop */
         SV_LOG(SV_LOG_INFO, MOD, "katana %s running", PACKAGE_VERSION);
+        am->said_running = true;
     } /* else a stored panel state was refused: the nodes wait for the panel */
     if (am->reload_pending) {
         am->reload_pending = false;

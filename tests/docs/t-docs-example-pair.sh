@@ -43,6 +43,9 @@ jq --argjson port "$NODE_PORT" --argjson target "$TARGET_PORT" '
     "$EX/nodes/$NAME.json" >"$T/server.json"
 kt_log "the server example, pointed at loopback:"; sed 's/^/    /' "$T/server.json"
 check "katana check --offline accepts the example" "$(katana_bin)" check --offline -c "$T/server.json"
+check "and warns that its private key is the published example key" \
+    bash -c "'$(katana_bin)' check --offline -c '$T/server.json' 2>&1 |
+             grep -q \"tls_settings.private_key is the documentation's example key\""
 kat_start "$T/server.json"
 
 page=$(timeout 10 curl -sk --resolve "localhost:$NODE_PORT:127.0.0.1" \

@@ -37,6 +37,9 @@ check "/v1/nodes needs the token (401)" grep -q '^401 ' <(probe /v1/nodes)
 panel_ctl fault '{"endpoint": "config", "faults": []}'
 ready() { [ "$(probe /readyz)" = '200 {"status":"ok"}' ]; }
 check "/readyz 200 once the panel answered and the node applied" kt_until 30 ready
+check "the start said it waited, then that it runs (not that a config was reloaded)" \
+    bash -c "grep -q \"waiting for the panel's first answer\" '$SRV_LOG' &&
+             grep -qE 'INFO ag.main katana .* running$' '$SRV_LOG' && ! grep -q 'config reloaded' '$SRV_LOG'"
 check "/livez still 200" test "$(probe /livez)" = '200 {"status":"ok"}'
 check "HEAD /readyz is answered" curl -sf -m 5 -I -o /dev/null "$A/readyz"
 kat_stop
