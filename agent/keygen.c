@@ -24,8 +24,8 @@
 #include <openssl/rand.h>
 
 #include "agent/cli.h"
+#include "supervisor/transport/reality.h"
 #include "supervisor/util/closest.h"
-#include "supervisor/util/digits.h"
 
 #define KEY_LEN 32         /* an X25519 key */
 #define B64_MAX 64         /* base64 of a 32-byte key with padding and NUL, with room */
@@ -63,32 +63,6 @@ static void b64_encode(const uint8_t *in, size_t n, bool url, char *out)
             out[o++] = '=';
     }
     out[o] = '\0';
-}
-
-/* A 32-byte X25519 key from 43 base64url characters (a 44th '=' allowed), as katana's REALITY
- * settings hold it (PROTOCOLS-2.md §1.1). 0 or -EINVAL. */
-static int b64url_key(const char *text, uint8_t out[KEY_LEN])
-{
-    size_t len = strlen(text);
-    if (len == 44 && text[43] == '=')
-        len = 43;
-    if (len != 43)
-        return -EINVAL;
-    uint32_t acc = 0;
-    unsigned bits = 0;
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        int v = sv_b64_digit(text[i], true);
-        if (v < 0)
-            return -EINVAL;
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (uint8_t)(acc >> bits);
-        }
-    }
-    return o == KEY_LEN ? 0 : -EINVAL;
 }
 
 /* RFC 7748 §5 clamping, as Xray's x25519 and WireGuard print their private keys. */
@@ -173,7 +147,7 @@ static int on_x25519(int ch, const char *arg, void *ctx)
 {
     x25519_opts *o = ctx;
     (void)ch; /* 'i' (--private, -i) */
-    if (b64url_key(arg, o->given) != 0)
+    if (sv_reality_parse_key(arg, o->given) != 0)
         return ag_cli_usage_error("keygen", "--private: expected an X25519 private key, 43 "
                                   "base64url characters");
     o->has_given = true;

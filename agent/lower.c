@@ -166,51 +166,15 @@ static int match_port(const char *spec, sv_route_match *out)
     return AG_MATCH_OK;
 }
 
-static void cidr_mask(sv_cidr *c)
-{
-    size_t bytes = c->family == AF_INET ? 4 : 16;
-    for (size_t i = 0; i < bytes; i++) {
-        unsigned bit0 = (unsigned)i * 8;
-        if (bit0 >= c->prefix)
-            c->addr[i] = 0;
-        else if (bit0 + 8 > c->prefix)
-            c->addr[i] &= (uint8_t)(0xff << (8 - (c->prefix - bit0)));
-    }
-}
-
 /* 1 = not an address (the caller tries other forms), 0 = filled, -EINVAL = bad prefix. */
 static int match_cidr(const char *s, sv_route_match *out)
 {
-    char host[INET6_ADDRSTRLEN + 1];
-    const char *slash = strchr(s, '/');
-    size_t hlen = slash != NULL ? (size_t)(slash - s) : strlen(s);
-    if (hlen == 0 || hlen >= sizeof host)
+    sv_cidr c;
+    int rc = sv_cidr_parse(s, &c);
+    if (rc == -EINVAL)
         return 1;
-    memcpy(host, s, hlen);
-    host[hlen] = '\0';
-    sv_cidr c = {0};
-    if (inet_pton(AF_INET, host, c.addr) == 1)
-        c.family = AF_INET;
-    else if (inet_pton(AF_INET6, host, c.addr) == 1)
-        c.family = AF_INET6;
-    else
-        return 1;
-    unsigned max = c.family == AF_INET ? 32 : 128, prefix = max;
-    if (slash != NULL) {
-        const char *p = slash + 1;
-        if (*p == '\0' || strlen(p) > 3)
-            return -EINVAL;
-        prefix = 0;
-        for (; *p != '\0'; p++) {
-            if (*p < '0' || *p > '9')
-                return -EINVAL;
-            prefix = prefix * 10 + (unsigned)(*p - '0');
-        }
-        if (prefix > max)
-            return -EINVAL;
-    }
-    c.prefix = (uint8_t)prefix;
-    cidr_mask(&c);
+    if (rc != 0)
+        return -EINVAL;
     out->kind = SV_MATCH_CIDR;
     out->cidr = c;
     return 0;
@@ -1073,12 +1037,8 @@ static bool str_eq(const char *a, const char *b)
 
 static bool forwarders_equal(const ag_node_state *a, const ag_node_state *b)
 {
-    if (a->n_trusted_forwarders != b->n_trusted_forwarders)
-        return false;
-    for (unsigned i = 0; i < a->n_trusted_forwarders; i++)
-        if (!sv_cidr_equal(&a->trusted_forwarders[i], &b->trusted_forwarders[i]))
-            return false;
-    return true;
+    return sv_cidr_list_equal(a->trusted_forwarders, a->n_trusted_forwarders,
+                              b->trusted_forwarders, b->n_trusted_forwarders);
 }
 
 bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)

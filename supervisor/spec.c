@@ -301,14 +301,20 @@ bool sv_cidr_equal(const sv_cidr *a, const sv_cidr *b)
            memcmp(a->addr, b->addr, len) == 0;
 }
 
-static bool forwarders_eq(const sv_inbound_spec *a, const sv_inbound_spec *b)
+bool sv_cidr_list_equal(const sv_cidr *a, size_t na, const sv_cidr *b, size_t nb)
 {
-    if (a->n_trusted_forwarders != b->n_trusted_forwarders)
+    if (na != nb)
         return false;
-    for (unsigned i = 0; i < a->n_trusted_forwarders; i++)
-        if (!sv_cidr_equal(&a->trusted_forwarders[i], &b->trusted_forwarders[i]))
+    for (size_t i = 0; i < na; i++)
+        if (!sv_cidr_equal(&a[i], &b[i]))
             return false;
     return true;
+}
+
+static bool forwarders_eq(const sv_inbound_spec *a, const sv_inbound_spec *b)
+{
+    return sv_cidr_list_equal(a->trusted_forwarders, a->n_trusted_forwarders,
+                              b->trusted_forwarders, b->n_trusted_forwarders);
 }
 
 int sv_cidr_parse(const char *text, sv_cidr *out)
@@ -317,7 +323,7 @@ int sv_cidr_parse(const char *text, sv_cidr *out)
     const char *slash = strchr(text, '/');
     size_t hlen = slash != NULL ? (size_t)(slash - text) : strlen(text);
     if (hlen == 0 || hlen >= sizeof host)
-        return -EINVAL;
+        return -EINVAL; /* not an address */
     memcpy(host, text, hlen);
     host[hlen] = '\0';
     sv_cidr c = {0};
@@ -326,19 +332,19 @@ int sv_cidr_parse(const char *text, sv_cidr *out)
     else if (inet_pton(AF_INET6, host, c.addr) == 1)
         c.family = AF_INET6;
     else
-        return -EINVAL;
+        return -EINVAL; /* not an address */
     unsigned max = c.family == AF_INET ? 32 : 128, prefix = max;
-    if (slash != NULL) {
+    if (slash != NULL) { /* an address with a bad prefix: -ERANGE */
         const char *p = slash + 1;
         if (*p == '\0' || strlen(p) > 3)
-            return -EINVAL;
+            return -ERANGE;
         for (prefix = 0; *p != '\0'; p++) {
             if (*p < '0' || *p > '9')
-                return -EINVAL;
+                return -ERANGE;
             prefix = prefix * 10 + (unsigned)(*p - '0');
         }
         if (prefix > max)
-            return -EINVAL;
+            return -ERANGE;
     }
     c.prefix = (uint8_t)prefix;
     for (unsigned i = 0; i < max / 8; i++) { /* clear the host bits */

@@ -167,12 +167,17 @@ struct sockaddr;
 
 /**
  * Parse @p text, an IPv4 or IPv6 address with an optional "/prefix" (at most 32 or 128), into
- * *@p out, host bits cleared (nodes[].trusted_forwarders). @return 0, or -EINVAL.
+ * *@p out, host bits cleared (nodes[].trusted_forwarders, route matches).
+ * @return 0; -EINVAL when @p text is not an address (a route match tries its other forms),
+ *         -ERANGE for an address with a bad prefix.
  */
 int sv_cidr_parse(const char *text, sv_cidr *out);
 
 /** Are @p a and @p b the same prefix (family, prefix length, address bytes of the family)? */
 bool sv_cidr_equal(const sv_cidr *a, const sv_cidr *b);
+
+/** Are the lists @p a (@p na entries) and @p b (@p nb) the same prefixes in the same order? */
+bool sv_cidr_list_equal(const sv_cidr *a, size_t na, const sv_cidr *b, size_t nb);
 
 /**
  * Does one of @p v[0 .. n) hold the address of @p sa (AF_INET or AF_INET6; an IPv4-mapped IPv6
