@@ -239,6 +239,11 @@ static long parse_v2(const uint8_t *p, size_t len, sv_proxy_info *out, const cha
         return 0;
     memset(out, 0, sizeof *out);
     out->version = 2;
+    if (cmd == 0) { /* LOCAL (the sender's own, e.g. a health check): the block and its family
+                     * are ignored, the connection keeps its endpoints (proxy-protocol.txt 2.2) */
+        out->local = true;
+        return (long)total;
+    }
     size_t alen = 0;
     switch (p[13]) {
     case 0x00: break;                           /* UNSPEC */
@@ -252,7 +257,7 @@ static long parse_v2(const uint8_t *p, size_t len, sv_proxy_info *out, const cha
     long rc = v2_tlvs(p, 16 + alen, total, why);
     if (rc < 0)
         return rc;
-    out->local = cmd == 0 || alen == 0 || alen == 216;
+    out->local = alen == 0 || alen == 216;
     if (out->local)
         return rc;
     out->datagram = (p[13] & 0x0f) == 0x02;

@@ -55,8 +55,9 @@ typedef struct sv_proxy_info {
  * as soon as its first bytes differ from both (a listener that requires the header never
  * guesses). Version 1: single spaces, canonical addresses of the named family, ports without
  * leading zeros, CRLF within SV_PROXY_V1_MAX bytes; "UNKNOWN" ignores the rest of the line.
- * Version 2: command LOCAL or PROXY, the whole 16 + L bytes skipped whatever the family, TLVs
- * walked to the end (a TLV past the header is an error) and a CRC32C TLV checked.
+ * Version 2: the whole 16 + L bytes skipped. LOCAL is taken whatever its family and block
+ * hold (proxy-protocol.txt 2.2); for PROXY the family must be known, TLVs are walked to the end
+ * (a TLV past the header is an error) and a CRC32C TLV is checked.
  * @param p    the first @p len bytes received (not owned)
  * @param out  filled when a header is returned
  * @param why  set to a static text on an error

@@ -180,6 +180,10 @@ static void v2_local_tlvs_and_refusals(void **state)
     h[28] = 0x04, h[29] = 0, h[30] = 2, h[31] = 0, h[32] = 0;
     assert_int_equal(parse(h, 33, &pi, &why), 33);
     assert_true(pi.local);
+    /* LOCAL whatever its family byte says (proxy-protocol.txt 2.2: the family is ignored) */
+    h[13] = 0x77;
+    assert_int_equal(parse(h, 33, &pi, &why), 33);
+    assert_true(pi.local);
     /* UDP6 PROXY */
     h[12] = 0x21, h[13] = 0x22, h[15] = 36;
     memset(h + 16, 0, 36);
