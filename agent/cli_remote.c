@@ -322,17 +322,31 @@ void ag_cli_table_free(ag_cli_table *t)
     t->ncols = ncols;
 }
 
-/* Seconds since the RFC 3339 time @p text ("2026-12-07T00:42:03.782Z"); -1 when unparsable. */
-static long seconds_since(const char *text)
+/* The API's RFC 3339 UTC time @p text ("2026-12-07T00:42:03.782Z") in Unix seconds; -1 when
+ * it does not parse. */
+static time_t api_time(const char *text)
 {
     struct tm tm = {0};
     if (text == NULL || sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d", &tm.tm_year, &tm.tm_mon,
                                &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6)
-        return -1;
+        return (time_t)-1;
     tm.tm_year -= 1900;
     tm.tm_mon -= 1;
-    time_t then = timegm(&tm), now = time(NULL);
+    return timegm(&tm);
+}
+
+/* Seconds since the time @p text; 0 when it is still ahead, -1 when unparsable. */
+static long seconds_since(const char *text)
+{
+    time_t then = api_time(text), now = time(NULL);
     return then == (time_t)-1 ? -1 : now >= then ? (long)(now - then) : 0;
+}
+
+/* Seconds until the time @p text; 0 when it has passed or does not parse. */
+static long seconds_until(const char *text)
+{
+    time_t then = api_time(text), now = time(NULL);
+    return then == (time_t)-1 || then <= now ? 0 : (long)(then - now);
 }
 
 /* "12s ago", "5m ago", "3h ago", "2d ago" into @p buf. */
@@ -411,6 +425,14 @@ static void print_nodes(const json_t *nodes)
                 printf("node %s: %s failed: %s\n", ag_cli_str(n, "tag", "?"),
                        k == 0 ? "pull" : "push", ag_cli_str(r, "error", "(no reason given)"));
         }
+        const char *ends = ag_cli_str(json_object_get(n, "certificate"), "not_after", NULL);
+        long past = seconds_since(ends);
+        if (ends != NULL && past > 0) /* seconds_since() gives 0 for a time still ahead */
+            printf("node %s: certificate EXPIRED at %s, %ld days ago\n", ag_cli_str(n, "tag", "?"),
+                   ends, past / 86400);
+        else if (ends != NULL)
+            printf("node %s: certificate valid until %s (%ld days left)\n",
+                   ag_cli_str(n, "tag", "?"), ends, seconds_until(ends) / 86400);
     }
 }
 

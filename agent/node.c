@@ -429,6 +429,8 @@ static void status_end(ag_manager *m, int status, const sv_error *err)
             e->st.applied_ms = now;
             e->st.epoch = epoch;
             e->st.users = ns != NULL ? ns->users.n : 0;
+            if (!sv_inbound_cert_expiry(m->sv, e->st.tag, &e->st.cert_not_after))
+                e->st.cert_not_after = 0;
             e->st.applies++;
         }
         m->entries[kept++] = *e;

@@ -96,6 +96,8 @@ typedef struct api_node_status {
     uint64_t usage_dropped_users; /**< users whose pending usage was dropped since start: the
                                        panel no longer had them when it failed a push */
     uint64_t usage_dropped_bytes; /**< their up+down */
+    int64_t cert_not_after;    /**< when the certificate the node serves ends, Unix seconds;
+                                    0 = none of its own (plain, REALITY) or not applied */
 } api_node_status;
 
 /**

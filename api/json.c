@@ -291,7 +291,7 @@ static json_t *result(uint64_t ms, int status, const char *error)
 json_t *api_json_node(const api_node_status *n, long sessions, long flows)
 {
     return json_pack("{s:s, s:{s:s, s:s}, s:o, s:o, s:b, s:o, s:o, s:o, s:o, s:o,"
-                     " s:{s:o, s:o, s:o, s:o}}",
+                     " s:{s:o, s:o, s:o, s:o}, s:o}",
                      "tag", n->tag, "panel", "type", n->panel_type, "url", n->panel_url,
                      "last_pull", result(n->last_pull_ms, n->last_pull_status, n->last_pull_error),
                      "last_push", result(n->last_push_ms, n->last_push_status, n->last_push_error),
@@ -302,5 +302,8 @@ json_t *api_json_node(const api_node_status *n, long sessions, long flows)
                      "outbox", "pending_bytes", u64(n->outbox_pending_bytes),
                      "oldest", api_json_time(n->outbox_oldest_ms),
                      "dropped_users", u64(n->usage_dropped_users),
-                     "dropped_bytes", u64(n->usage_dropped_bytes));
+                     "dropped_bytes", u64(n->usage_dropped_bytes),
+                     "certificate", n->cert_not_after == 0 ? json_null()
+                         : json_pack("{s:o}", "not_after",
+                                     api_json_time((uint64_t)n->cert_not_after * 1000)));
 }

@@ -572,6 +572,14 @@ int sv_check(const sv_spec *spec, sv_error *err);
 int sv_reload_certs(sv_supervisor *sv, sv_error *err);
 
 /**
+ * When the certificate running inbound @p tag serves ends: its TLS context's leaf notAfter, in
+ * Unix seconds. Control loop only (as sv_apply).
+ * @return true with *@p not_after set; false for an unknown tag or an inbound without a
+ *         certificate of its own (plain TCP, REALITY).
+ */
+bool sv_inbound_cert_expiry(sv_supervisor *sv, const char *tag, int64_t *not_after);
+
+/**
  * Replace every user of set @p set_tag (seed 001 "user edits"): no re-plan, the epoch is
  * unchanged; removed users' sessions are closed under the removal policy; unchanged users'
  * sessions are untouched. @p users is copied.

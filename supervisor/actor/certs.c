@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "supervisor/actor/actor.h"
+#include "supervisor/transport/tls.h"
 #include "supervisor/util/log.h"
 
 static file_id file_id_of(const char *path)
@@ -44,6 +45,15 @@ static void cert_refusal_note(ctl_listener *l, const sv_inbound_spec *in, const 
     l->refused.key = key;
     snprintf(l->refused.msg, sizeof l->refused.msg, "%s", why->msg);
     SV_LOG(SV_LOG_ERROR, "sv.listener", "%s (the current certificate stays)", why->msg);
+}
+
+bool sv_inbound_cert_expiry(sv_supervisor *sv, const char *tag, int64_t *not_after)
+{
+    ctl_listener *l = sv->has_running ? sv__running_listener(sv, tag) : NULL;
+    if (l == NULL || l->handler == NULL || l->handler->tls == NULL)
+        return false;
+    *not_after = sv_tls_ctx_cert_info(l->handler->tls)->not_after;
+    return true;
 }
 
 int sv_reload_certs(sv_supervisor *sv, sv_error *err)

@@ -105,6 +105,28 @@ expect "kill: no selector is a usage error" 2 'nothing to kill' "$KATANA" kill -
 expect "status --help" 0 '^usage: katana status' "$KATANA" status --help
 expect "status: a missing config" 1 'cannot read the configuration' "$KATANA" status -c "$T/none.json"
 check "daemon still runs" srv_alive
+check "a node without a certificate lists none" \
+    bash -c "curl -sS -m 10 -H 'Authorization: Bearer $TOKEN' http://127.0.0.1:$API_PORT/v1/nodes |
+             jq -e '.nodes[0].certificate == null' >/dev/null"
 srv_stop
 check "SIGTERM: daemon exits 0" test "$SRV_RC" = 0
+
+# --- certificate expiry: a Trojan node with a self-signed certificate (365 days) -----------
+kt_ports 2; TAPI=${PORTS[1]}
+mkconfig "$T/trojan.json" "${PORTS[0]}" "$CIPHER" --protocol trojan --cert-self --user "1:$U1"
+jq --arg l "127.0.0.1:$TAPI" --arg t "$TOKEN" '.api = {listen: $l, token: $t}' \
+    "$T/trojan.json" >"$T/c.tmp" && mv "$T/c.tmp" "$T/trojan.json"
+SRV_LOG=$T/trojan-server.log
+srv_start "$T/trojan.json"
+kt_wait_port "$TAPI" 10 || { fail "API did not listen on $TAPI"; exit 1; }
+expect "status names the certificate's end and the days left (364 or 365)" 0 \
+    '^node t1: certificate valid until 20[0-9-]+T[0-9:.]+Z \(36[45] days left\)$' \
+    "$KATANA" status -c "$T/trojan.json"
+cat "$T/out"
+check "/v1/nodes: certificate.not_after about 365 days ahead" \
+    bash -c "curl -sS -m 10 -H 'Authorization: Bearer $TOKEN' http://127.0.0.1:$TAPI/v1/nodes |
+             jq -e '(.nodes[0].certificate.not_after | sub(\"\\\\.[0-9]+Z$\"; \"Z\") | fromdate) - now
+                    | . > 364 * 86400 and . < 366 * 86400' >/dev/null"
+srv_stop
+check "SIGTERM: the Trojan daemon exits 0" test "$SRV_RC" = 0
 kt_finish
