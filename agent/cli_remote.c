@@ -71,6 +71,8 @@ int ag_cli_api_open(const char *config_path, ag_cli_api *out)
         }
     }
     ag_config_free(&cfg);
+    if (rc == 0)
+        out->curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
     return rc;
 }
 
@@ -80,6 +82,9 @@ void ag_cli_api_free(ag_cli_api *api)
         return;
     free(api->auth);
     api->auth = NULL;
+    if (api->curl_ready)
+        curl_global_cleanup();
+    api->curl_ready = false;
 }
 
 int ag_cli_api_setup(const ag_cli_api *api, CURL *easy, const char *method, const char *path,
@@ -562,7 +567,6 @@ int ag_cli_status_main(int argc, char **argv)
     ag_cli_api api;
     if (ag_cli_api_open(ag_cli_config_path(config), &api) != 0)
         return 1;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     json_t *nodes = NULL, *conns = NULL, *usage = NULL, *health = NULL;
     static const long health_ok[] = {200, 503, 0};
     long hst = 0;
@@ -585,7 +589,6 @@ int ag_cli_status_main(int argc, char **argv)
     json_decref(usage);
     json_decref(health);
     ag_cli_api_free(&api);
-    curl_global_cleanup();
     return rc;
 }
 
@@ -750,12 +753,10 @@ int ag_cli_kill_main(int argc, char **argv)
     ag_cli_api api;
     if (ag_cli_api_open(ag_cli_config_path(config), &api) != 0)
         return 1;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     uint64_t killed = 0;
     rc = n_ids > 0 ? kill_ids(&api, ids, n_ids, &killed) : kill_where(&api, path, &killed);
     if (n_ids > 0 || rc == 0)
         printf("killed %" PRIu64 " flow%s\n", killed, killed == 1 ? "" : "s");
     ag_cli_api_free(&api);
-    curl_global_cleanup();
     return rc;
 }

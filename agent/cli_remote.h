@@ -29,11 +29,13 @@ typedef struct ag_cli_api {
     char base[96];           /**< "http://127.0.0.1:9090": api.listen, a wildcard address
                                   (0.0.0.0, ::) replaced by loopback */
     char *auth;              /**< "Authorization: Bearer TOKEN", or NULL without a token */
+    bool curl_ready;         /**< libcurl's global state is set up (ag_cli_api_free ends it) */
 } ag_cli_api;
 
 /**
  * Read the api section of @p config_path with ag_config_load_file() (the whole file is parsed
  * and checked, as `katana check` does offline; no panel is asked, nothing is bound).
+ * Also sets up libcurl's global state, which ag_cli_api_free() ends.
  * @param out  overwritten; release with ag_cli_api_free()
  * @return 0, or 1 after printing "katana: cannot read the configuration: REASON" on stderr.
  */

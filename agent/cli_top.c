@@ -590,7 +590,6 @@ int ag_cli_top_main(int argc, char **argv)
     ag_cli_api api;
     if (ag_cli_api_open(ag_cli_config_path(config), &api) != 0)
         return 1;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     top t = {.api = &api, .rows = rows, .once = once, .exit_code = -1};
     t.multi = curl_multi_init();
     if (t.multi == NULL) {
@@ -604,6 +603,5 @@ int ag_cli_top_main(int argc, char **argv)
     }
     top_free(&t);
     ag_cli_api_free(&api);
-    curl_global_cleanup();
     return rc;
 }

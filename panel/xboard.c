@@ -757,6 +757,19 @@ static char *devices_message(const pn_alive *items, size_t n, bool machine, uint
     return text;
 }
 
+/* A report sent as the channel message @p text (owned, NULL: out of memory): queued on the
+ * channel, which needs no answer, so @p cb is told at once. */
+static int channel_report(pn_client *c, char *text, pn_report_cb cb, void *arg)
+{
+    pn_xboard *x = (pn_xboard *)c;
+    if (text == NULL)
+        return -ENOMEM;
+    ch_send(x->link.ch, text, strlen(text));
+    free(text);
+    cb(c, 0, NULL, arg);
+    return 0;
+}
+
 /* Online IPs: `report.devices` over the channel while it is up (PROTOCOLS-2.md §6.5), else
  * REST `alive`. */
 static int xb_report_alive(pn_client *c, const pn_alive *items, size_t n, pn_report_cb cb,
@@ -765,13 +778,7 @@ static int xb_report_alive(pn_client *c, const pn_alive *items, size_t n, pn_rep
     pn_xboard *x = (pn_xboard *)c;
     if (!x->link.up || x->link.ch == NULL)
         return x->rest->ops->report_alive(x->rest, items, n, cb, arg);
-    char *text = devices_message(items, n, false, 0);
-    if (text == NULL)
-        return -ENOMEM;
-    ch_send(x->link.ch, text, strlen(text));
-    free(text);
-    cb(c, 0, NULL, arg);
-    return 0;
+    return channel_report(c, devices_message(items, n, false, 0), cb, arg);
 }
 
 static int xb_report_status(pn_client *c, const pn_status *s, pn_report_cb cb, void *arg)
@@ -798,13 +805,7 @@ static int xb_report_metrics(pn_client *c, const pn_metrics *m, enum pn_metrics_
     if (via == PN_METRICS_REST)
         return pn_uniproxy_post(x->rest, "report", json_pack("{s:o}", "metrics",
                                                              pn_xb_metrics_json(&mine)), cb, arg);
-    char *text = pn_xb_status_message(&mine, false, 0);
-    if (text == NULL)
-        return -ENOMEM;
-    ch_send(x->link.ch, text, strlen(text));
-    free(text);
-    cb(c, 0, NULL, arg);
-    return 0;
+    return channel_report(c, pn_xb_status_message(&mine, false, 0), cb, arg);
 }
 
 static int xb_fetch_alivelist(pn_client *c, pn_alivelist_cb cb, void *arg)
