@@ -52,6 +52,9 @@ enum sv_probe_policy {
                              A core that may ask for it consumes nothing before it has decided
                              (feed returns 0), so "every byte so far" is the unconsumed input,
                              which the error effect's data/len also point at. */
+    SV_PROBE_ANSWER,    /**< send data/len to the client as they are (a refusal the protocol
+                             defines: SOCKS5's failure reply, HTTP's 407), then close once it
+                             is written or after SV_REFUSE_LINGER_MS */
 };
 
 /**
