@@ -233,6 +233,9 @@ typedef struct sv_inbound_spec {
     sv_inbound_grpc grpc;              /**< gRPC over TCP or TLS (Trojan, VLESS, VMess) */
     sv_inbound_reality reality;        /**< REALITY instead of TLS (VLESS or Trojan, on TCP or
                                             under gRPC) */
+    bool proxy_no_auth;                /**< socks, http, mixed: a client offering no
+                                            credentials is admitted as the user set's one user
+                                            (sv_userpass_anonymous) */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {
