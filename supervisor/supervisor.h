@@ -80,6 +80,11 @@ enum sv_inbound_protocol {
     SV_INBOUND_VLESS, /**< VLESS, no flow (PROTOCOLS.md §5); TLS optional */
     SV_INBOUND_VMESS, /**< VMess AEAD, alterId 0 (PROTOCOLS.md §6); TLS optional */
     SV_INBOUND_SS2022, /**< Shadowsocks 2022 (PROTOCOLS.md §3), TCP; ss_cipher 2022 */
+    SV_INBOUND_SOCKS,  /**< SOCKS5 (PROTOCOLS-3.md §4.1), user name = password = secret;
+                            TLS optional */
+    SV_INBOUND_HTTP,   /**< HTTP proxy, CONNECT and absolute-form (PROTOCOLS-3.md §4.3), Basic
+                            auth with user name = password = secret; TLS optional */
+    SV_INBOUND_MIXED,  /**< SOCKS5 and HTTP proxy on one port, told apart by the first byte */
 };
 
 /** Where an inbound's TLS certificate comes from (agent config "cert"). */
@@ -235,7 +240,7 @@ typedef struct sv_inbound_spec {
                                             under gRPC) */
     bool proxy_no_auth;                /**< socks, http, mixed: a client offering no
                                             credentials is admitted as the user set's one user
-                                            (sv_userpass_anonymous) */
+                                            (sv_userpass_anonymous); default false */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {

@@ -196,6 +196,11 @@ static inline const sv_proto_ext_direct *sv_proto_direct(const sv_proto_ops *ops
 {
     return ops->ext[SV_PROTO_CAP_DIRECT];
 }
+/** SV_PROTO_CAP_RELAY. */
+static inline const sv_proto_ext_relay *sv_proto_relay(const sv_proto_ops *ops)
+{
+    return ops->ext[SV_PROTO_CAP_RELAY];
+}
 
 /** Does the core of @p ops, in @p state, have effects to give before it takes more bytes
  *  (sv_proto_ext_backlog.more)? false for a core without a backlog. */

@@ -17,6 +17,7 @@
  *  SV_PROTO_CAP_END         | sv_proto_ext_end          | VLESS, VMess, Shadowsocks over Mux.Cool,
  *                           |                           | gRPC
  *  SV_PROTO_CAP_DIRECT      | sv_proto_ext_direct       | VLESS (XTLS Vision)
+ *  SV_PROTO_CAP_RELAY       | sv_proto_ext_relay        | SOCKS5 (also in mixed)
  */
 #ifndef SV_PROTO_PROTO_EXT_H
 #define SV_PROTO_PROTO_EXT_H
@@ -41,6 +42,7 @@ enum sv_proto_cap {
     SV_PROTO_CAP_DATAGRAM, /**< sv_proto_ext_datagram */
     SV_PROTO_CAP_END,      /**< sv_proto_ext_end */
     SV_PROTO_CAP_DIRECT,   /**< sv_proto_ext_direct */
+    SV_PROTO_CAP_RELAY,    /**< sv_proto_ext_relay */
     SV_PROTO_CAP_COUNT
 };
 
@@ -173,5 +175,29 @@ typedef struct sv_proto_ext_direct {
      */
     unsigned (*direct)(const void *state);
 } sv_proto_ext_direct;
+
+struct sockaddr;
+
+/**
+ * A core whose UDP association travels beside the stream, on a relay socket of its own
+ * (SOCKS5's UDP ASSOCIATE, RFC 1928 §7): its SV_FX_OPEN of a UDP destination opens the relay
+ * (a UDP socket on the address the client reached, a port of the kernel's choice) and the
+ * association, then sends the client relay_ready()'s bytes. Datagrams reach the relay only from
+ * the connection's client address (the first one's port then holds); each is opened with
+ * relay_open(); replies are framed with the core's sv_proto_ext_datagram, which it must offer
+ * too, and sent from the relay to the client. The association ends with the connection.
+ */
+typedef struct sv_proto_ext_relay {
+    /** The answer that tells the client where to send (@p bound: the relay's address).
+     *  @return its length (≤ @p cap), or -EMSGSIZE. */
+    ssize_t (*relay_ready)(void *state, const struct sockaddr *bound, uint8_t *out, size_t cap);
+    /** The answer when the relay cannot be opened (no socket): sent, then the connection
+     *  closes. @return its length (≤ @p cap), or -EMSGSIZE. */
+    ssize_t (*relay_failed)(void *state, uint8_t *out, size_t cap);
+    /** Open client datagram @p p (@p n bytes): its destination (network UDP) and where its
+     *  payload starts. @return 0; -EPROTO (malformed) or -EOPNOTSUPP (a fragment, which a
+     *  server that does not reassemble drops): the datagram is dropped. */
+    int (*relay_open)(const uint8_t *p, size_t n, sv_dest *dest, size_t *payload_off);
+} sv_proto_ext_relay;
 
 #endif

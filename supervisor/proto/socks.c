@@ -4,8 +4,11 @@
 
 #include "supervisor/proto/socks.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "supervisor/proto/userpass.h"
 
@@ -35,7 +38,7 @@ static void creds_free(void *creds)
 /* Per-connection state                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-enum socks_phase { PH_GREETING = 0, PH_AUTH, PH_REQUEST, PH_CONNECT, PH_FAILED };
+enum socks_phase { PH_GREETING = 0, PH_AUTH, PH_REQUEST, PH_CONNECT, PH_UDP, PH_FAILED };
 
 /* The replies live here so that the effects pointing at them outlive the call. */
 typedef struct socks_conn {
@@ -180,12 +183,12 @@ static bool atyp_known(uint8_t atyp)
     return atyp == SV_ATYP_IPV4 || atyp == SV_ATYP_DOMAIN || atyp == SV_ATYP_IPV6;
 }
 
-/* Request 05 CMD 00 ATYP DST.ADDR DST.PORT (RFC 1928 §4); only CONNECT is served. */
+/* Request 05 CMD 00 ATYP DST.ADDR DST.PORT (RFC 1928 §4): CONNECT and UDP ASSOCIATE. */
 static ssize_t feed_request(socks_conn *c, const uint8_t *p, size_t n, sv_effects *fx)
 {
     if (n >= 1 && p[0] != SV_SOCKS_VERSION)
         return fail(c, fx, -EPROTO, SV_PROBE_CLOSE, 0);
-    if (n >= 2 && p[1] != SV_SOCKS_CONNECT)
+    if (n >= 2 && p[1] != SV_SOCKS_CONNECT && p[1] != SV_SOCKS_UDP_ASSOCIATE)
         return refuse_request(c, fx, -EPROTONOSUPPORT, SV_SOCKS_REP_CMD_UNSUPPORTED);
     if (n >= 3 && p[2] != 0x00)
         return fail(c, fx, -EPROTO, SV_PROBE_CLOSE, 0);
@@ -194,11 +197,19 @@ static ssize_t feed_request(socks_conn *c, const uint8_t *p, size_t n, sv_effect
     if (n < 4)
         return 0;
     sv_dest d;
+    memset(&d, 0, sizeof d);
     ssize_t a = sv_dest_parse(p + 3, n - 3, &d);
     if (a < 0)
         return fail(c, fx, (int)a, SV_PROBE_CLOSE, 0);
     if (a == 0)
         return 0;
+    if (p[1] == SV_SOCKS_UDP_ASSOCIATE) { /* the runtime opens the relay, then relay_ready() */
+        sv_effect *e = sv_effects_push(fx, SV_FX_OPEN);
+        e->dest = d;
+        e->dest.network = SV_NET_UDP;
+        c->phase = PH_UDP;
+        return 3 + a;
+    }
     reply_fill(c->connect_reply, SV_SOCKS_REP_OK);
     push_to_client(fx, c->connect_reply, SV_SOCKS_REPLY_LEN);
     sv_effect *e = sv_effects_push(fx, SV_FX_OPEN);
@@ -229,6 +240,8 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
             return fail(c, fx, c->error, SV_PROBE_CLOSE, 0);
         case PH_CONNECT:
             push_data(fx, p + at, n - at);
+            return (ssize_t)n;
+        case PH_UDP: /* the control connection carries nothing more (§7): dropped */
             return (ssize_t)n;
         case PH_GREETING:
             r = feed_greeting(c, creds, p + at, n - at, fx);
@@ -269,6 +282,89 @@ static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint
     return (ssize_t)len;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* UDP ASSOCIATE: the relay beside the stream (RFC 1928 §7)                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+/* 05 00 00 ATYP BND.ADDR BND.PORT: the relay's address. */
+static ssize_t relay_ready(void *state, const struct sockaddr *bound, uint8_t *out, size_t cap)
+{
+    (void)state;
+    sv_dest d = {0};
+    if (bound->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const void *)bound;
+        d.atyp = SV_ATYP_IPV4;
+        memcpy(d.ip, &a->sin_addr, 4);
+        d.port = ntohs(a->sin_port);
+    } else if (bound->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const void *)bound;
+        d.atyp = SV_ATYP_IPV6;
+        memcpy(d.ip, &a->sin6_addr, 16);
+        d.port = ntohs(a->sin6_port);
+    } else {
+        return -EINVAL;
+    }
+    uint8_t addr[SV_DEST_WIRE_MAX];
+    size_t alen = sv_dest_encode(&d, addr);
+    if (cap < 3 + alen)
+        return -EMSGSIZE;
+    out[0] = SV_SOCKS_VERSION;
+    out[1] = SV_SOCKS_REP_OK;
+    out[2] = 0x00;
+    memcpy(out + 3, addr, alen);
+    return (ssize_t)(3 + alen);
+}
+
+/* 05 01 (general failure) 00 01 0.0.0.0:0. */
+static ssize_t relay_failed(void *state, uint8_t *out, size_t cap)
+{
+    (void)state;
+    if (cap < SV_SOCKS_REPLY_LEN)
+        return -EMSGSIZE;
+    reply_fill(out, SV_SOCKS_REP_FAILURE);
+    return SV_SOCKS_REPLY_LEN;
+}
+
+/* RSV(2) = 0, FRAG, ATYP DST.ADDR DST.PORT, DATA. */
+static int relay_open(const uint8_t *p, size_t n, sv_dest *dest, size_t *payload_off)
+{
+    if (n < 4 || p[0] != 0 || p[1] != 0)
+        return -EPROTO;
+    if (p[2] != 0)
+        return -EOPNOTSUPP; /* a fragment: not reassembled, dropped (§7) */
+    ssize_t a = sv_dest_parse(p + 3, n - 3, dest);
+    if (a <= 0)
+        return -EPROTO;
+    dest->network = SV_NET_UDP;
+    *payload_off = 3 + (size_t)a;
+    return 0;
+}
+
+/* A reply datagram: 00 00 00, the remote's address, the payload. */
+static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
+                              const sv_dest *from, const uint8_t *payload, size_t len,
+                              uint8_t *out, size_t cap)
+{
+    (void)state, (void)creds, (void)stream;
+    if (from->atyp != SV_ATYP_IPV4 && from->atyp != SV_ATYP_IPV6 &&
+        from->atyp != SV_ATYP_DOMAIN)
+        return -EINVAL;
+    uint8_t addr[SV_DEST_WIRE_MAX];
+    size_t alen = sv_dest_encode(from, addr);
+    if (len > SV_SOCKS_UDP_PAYLOAD_MAX)
+        return -EINVAL;
+    if (cap < 3 + alen + len)
+        return -EMSGSIZE;
+    memmove(out + 3 + alen, payload, len);
+    out[0] = out[1] = out[2] = 0;
+    memcpy(out + 3, addr, alen);
+    return (ssize_t)(3 + alen + len);
+}
+
+static const sv_proto_ext_relay socks_relay = {
+    .relay_ready = relay_ready, .relay_failed = relay_failed, .relay_open = relay_open};
+static const sv_proto_ext_datagram socks_datagram = {.frame_datagram = frame_datagram};
+
 const sv_proto_ops sv_socks_ops = {
     .name = "socks",
     .creds_new = creds_new,
@@ -280,4 +376,9 @@ const sv_proto_ops sv_socks_ops = {
     .carry_max = SV_SOCKS_CARRY_MAX,
     .frame = frame,
     .frame_max = frame_max,
+    .ext =
+        {
+            [SV_PROTO_CAP_DATAGRAM] = &socks_datagram,
+            [SV_PROTO_CAP_RELAY] = &socks_relay,
+        },
 };
