@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "agent/agent_config.h"
+#include "agent/node_types.h"
 #include "api/api.h"
 #include "panel/keys.h"
 #include "panel/model.h"
@@ -496,6 +497,18 @@ static int parse_remote(const json_t *panel, const char *path, enum ag_panel_typ
     return 0;
 }
 
+/* A local panel's node_type katana does not serve: the error names every served type. */
+static int bad_node_type(const char *path, const char *type, sv_error *err)
+{
+    char list[160] = "";
+    size_t at = 0;
+    for (const char *const *t = ag_node_types(); *t != NULL && at < sizeof list; t++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s\"%s\"",
+                               at > 0 ? (t[1] != NULL ? ", " : " or ") : "", *t);
+    return sv_error_set(err, -EINVAL, "%s.node_type: expected %s, got \"%.32s\"", path, list,
+                        type);
+}
+
 static int parse_panel(const json_t *node, const char *npath, const char *base_dir,
                        ag_panel_config *pc, sv_error *err)
 {
@@ -525,11 +538,8 @@ static int parse_panel(const json_t *node, const char *npath, const char *base_d
     rc = check_keys(panel, path, keys, err);
     if (rc == 0) /* the protocol a body without "protocol" has (default shadowsocks) */
         rc = get_string(panel, path, "node_type", false, &node_type, err);
-    if (rc == 0 && node_type != NULL && strcmp(node_type, "shadowsocks") != 0 &&
-        strcmp(node_type, "trojan") != 0 && strcmp(node_type, "vless") != 0 &&
-        strcmp(node_type, "vmess") != 0)
-        rc = sv_error_set(err, -EINVAL, "%s.node_type: expected \"shadowsocks\", \"trojan\", "
-                          "\"vless\" or \"vmess\", got \"%.32s\"", path, node_type);
+    if (rc == 0 && node_type != NULL && ag_node_type(node_type) == NULL)
+        rc = bad_node_type(path, node_type, err);
     if (rc == 0 && node_type != NULL && (pc->node_type = strdup(node_type)) == NULL)
         rc = sv_error_set(err, -ENOMEM, "%s: out of memory", path);
     if (rc == 0)
@@ -775,7 +785,8 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
 {
     static const char *const keys[] = {"tag", "listen", "allow_private", "cert", "fallback",
                                        "user_removal", "panel", "speed_limit", "outbound",
-                                       "accept_proxy_protocol", "trusted_forwarders", NULL};
+                                       "accept_proxy_protocol", "trusted_forwarders", "no_auth",
+                                       NULL};
     char path[PATH_MAX_TEXT];
     const char *tag, *listen;
     snprintf(path, sizeof path, "nodes[%zu]", idx);
@@ -797,6 +808,8 @@ static int parse_node(const json_t *node, size_t idx, const char *base_dir,
         rc = get_bool(node, path, "allow_private", &nc->allow_private, err);
     if (rc == 0) /* behind a load balancer: a PROXY header names each client */
         rc = get_bool(node, path, "accept_proxy_protocol", &nc->accept_proxy_protocol, err);
+    if (rc == 0) /* a gateway's proxy node: clients without credentials are its one user */
+        rc = get_bool(node, path, "no_auth", &nc->no_auth, err);
     if (rc == 0) /* behind an HTTP proxy: X-Forwarded-For from these peers names the client */
         rc = parse_forwarders(node, path, nc, err);
     if (rc == 0) {

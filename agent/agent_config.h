@@ -129,6 +129,8 @@ typedef struct ag_node_config {
                              link-local addresses and the node's own; default false */
     bool accept_proxy_protocol; /**< `accept_proxy_protocol`: every TCP connection starts with
                                      a PROXY protocol header naming the client; default false */
+    bool no_auth; /**< `no_auth`: a socks, http or mixed node admits clients that offer no
+                       credentials as its one user; default false */
     sv_cidr trusted_forwarders[SV_TRUSTED_FORWARDERS_MAX]; /**< `trusted_forwarders`: peers
                                      whose X-Forwarded-For / X-Real-IP names the client */
     unsigned n_trusted_forwarders; /**< entries of trusted_forwarders, 0 = none (default) */

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "agent/agent_config.h"
+#include "agent/node_types.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* small readers of the source tree                                                            */
@@ -125,18 +126,13 @@ void ag_import_keys(ag_import *im, const char *where, const json_t *obj,
 
 const char *ag_import_node_type(const char *type, bool vless)
 {
-    static const char *const served[] = {"shadowsocks", "trojan", "vless", "vmess", NULL};
     if (type == NULL)
         return NULL;
     if (strcasecmp(type, "v2ray") == 0)
         return vless ? "vless" : "vmess";
     if (strcasecmp(type, "shadowsocks-plugin") == 0)
         return "shadowsocks"; /* the plugin comes from the panel's node body (plugin_opts) */
-    for (size_t i = 0; served[i] != NULL; i++) {
-        if (strcasecmp(type, served[i]) == 0)
-            return served[i];
-    }
-    return NULL;
+    return ag_node_type(type);
 }
 
 static bool tag_taken(const ag_import *im, const char *tag)

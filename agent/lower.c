@@ -789,9 +789,48 @@ static int check_vmess(const ag_node_state *n, sv_error *err)
     return rc;
 }
 
+/* The proxy node types (PROTOCOLS-3.md §4, §5.5): "socks" and "http" from a panel, "mixed" in
+ * a local config; TCP only, in clear or over TLS (tls 1, the agent config's certificate). */
+static enum sv_inbound_protocol proxy_protocol(const pn_node *p)
+{
+    static const struct {
+        const char *name;
+        enum sv_inbound_protocol protocol;
+    } types[] = {{"socks", SV_INBOUND_SOCKS}, {"http", SV_INBOUND_HTTP},
+                 {"mixed", SV_INBOUND_MIXED}};
+    for (size_t i = 0; p->protocol != NULL && i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(p->protocol, types[i].name) == 0)
+            return types[i].protocol;
+    return 0;
+}
+
+static int check_proxy(const ag_node_state *n, sv_error *err)
+{
+    const char *type = n->node.protocol;
+    if (n->node.tls == 2)
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (%s in clear "
+                            "or over TLS only)", n->tag, type);
+    int rc = check_unserved(n, "a proxy node on TCP", PN_SET_TLS, NULL, err);
+    if (rc == 0 && n->fallback != NULL)
+        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan and vless "
+                            "nodes only", n->tag);
+    if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: a %s node with tls 1 needs \"cert\" in the "
+                            "agent config (mode file or self)", n->tag, type);
+    if (rc == 0 && n->node.tls == 0 && n->cert != SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: \"cert\" is set but the %s node has tls 0",
+                            n->tag, type);
+    return rc;
+}
+
 static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_error *err)
 {
     const pn_node *p = &n->node;
+    if (proxy_protocol(p) != 0)
+        return check_proxy(n, err);
+    if (n->no_auth)
+        return sv_error_set(err, -EINVAL, "node %s: \"no_auth\" applies to socks, http and "
+                            "mixed nodes only", n->tag);
     if (p->protocol != NULL && strcmp(p->protocol, "trojan") == 0)
         return check_trojan(n, err);
     if (p->protocol != NULL && strcmp(p->protocol, "vless") == 0)
@@ -887,6 +926,7 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
     in->bind.port = n->node.server_port;
     in->allow_private = n->allow_private;
     in->accept_proxy_protocol = n->accept_proxy_protocol;
+    in->proxy_no_auth = n->no_auth;
     memcpy(in->trusted_forwarders, n->trusted_forwarders, sizeof in->trusted_forwarders);
     in->n_trusted_forwarders = n->n_trusted_forwarders;
     in->user_removal = n->user_removal;
@@ -897,16 +937,21 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
         return -ENOMEM;
     bool vless = n->node.protocol != NULL && strcmp(n->node.protocol, "vless") == 0;
     bool vmess = n->node.protocol != NULL && strcmp(n->node.protocol, "vmess") == 0;
-    if (!vless && !vmess && (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0))
+    enum sv_inbound_protocol proxy = proxy_protocol(&n->node);
+    if (!vless && !vmess && proxy == 0 &&
+        (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0))
         return add_ss_inbound(n, cipher, in);
-    in->protocol = vless ? SV_INBOUND_VLESS : vmess ? SV_INBOUND_VMESS : SV_INBOUND_TROJAN;
+    in->protocol = proxy != 0 ? proxy
+                   : vless    ? SV_INBOUND_VLESS
+                   : vmess    ? SV_INBOUND_VMESS
+                              : SV_INBOUND_TROJAN;
     if (is_ws(&n->node) && set_ws(in, n->node.ws_path, n->node.ws_host) != 0)
         return -ENOMEM;
     in->ws.httpupgrade = is_ws(&n->node) && strcmp(n->node.network, "httpupgrade") == 0;
     if (is_grpc(&n->node) && (in->grpc.service_name = strdup(n->node.grpc_service)) == NULL)
         return -ENOMEM;
-    in->tls.cert = n->node.tls == 2 || ((vless || vmess) && n->node.tls != 1) ? SV_CERT_NONE
-                                                                               : n->cert;
+    bool tls_optional = vless || vmess || proxy != 0;
+    in->tls.cert = n->node.tls == 2 || (tls_optional && n->node.tls != 1) ? SV_CERT_NONE : n->cert;
     /* checked by check_flow: xtls-rprx-vision on a vless node over TLS or REALITY on TCP */
     in->reality.vision = vless && (n->node.set & PN_SET_FLOW) != 0;
     if (n->node.tls == 2) /* vless or trojan: REALITY (check_reality) */
@@ -1045,7 +1090,8 @@ bool ag_node_settings_equal(const ag_node_state *a, const ag_node_state *b)
 {
     return str_eq(a->tag, b->tag) && strcmp(ag_node_listen(a), ag_node_listen(b)) == 0 &&
            a->allow_private == b->allow_private &&
-           a->accept_proxy_protocol == b->accept_proxy_protocol && a->speed_limit == b->speed_limit &&
+           a->accept_proxy_protocol == b->accept_proxy_protocol && a->no_auth == b->no_auth &&
+           a->speed_limit == b->speed_limit &&
            forwarders_equal(a, b) &&
            pn_node_equal(&a->node, &b->node) &&
            a->user_removal.kind == b->user_removal.kind &&

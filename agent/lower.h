@@ -28,6 +28,7 @@ typedef struct ag_node_state {
     char *listen;   /**< config `listen` override, or NULL */
     bool allow_private; /**< config `allow_private` → sv_inbound_spec.allow_private */
     bool accept_proxy_protocol; /**< config `accept_proxy_protocol` → sv_inbound_spec */
+    bool no_auth;   /**< config `no_auth` → sv_inbound_spec.proxy_no_auth */
     sv_cidr trusted_forwarders[SV_TRUSTED_FORWARDERS_MAX]; /**< config `trusted_forwarders` */
     unsigned n_trusted_forwarders; /**< → sv_inbound_spec.n_trusted_forwarders */
     uint64_t speed_limit; /**< config `speed_limit`, Mbps, 0 = none */

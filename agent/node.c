@@ -180,6 +180,7 @@ static int job_new(const ag_config *cfg, const ag_remote_source *remote, fetch_j
         st->listen = nc->listen != NULL ? strdup(nc->listen) : NULL;
         st->allow_private = nc->allow_private;
         st->accept_proxy_protocol = nc->accept_proxy_protocol;
+        st->no_auth = nc->no_auth;
         memcpy(st->trusted_forwarders, nc->trusted_forwarders, sizeof st->trusted_forwarders);
         st->n_trusted_forwarders = nc->n_trusted_forwarders;
         st->user_removal = nc->user_removal;

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "agent/node_types.h"
 #include "agent/uplink_internal.h"
 #include "supervisor/util/log.h"
 
@@ -50,8 +51,7 @@ static void node_retire(up_node *nd)
 
 bool ag_machine_type_served(const char *type)
 {
-    return strcmp(type, "shadowsocks") == 0 || strcmp(type, "vmess") == 0 ||
-           strcmp(type, "vless") == 0 || strcmp(type, "trojan") == 0;
+    return ag_node_type(type) != NULL;
 }
 
 int ag_machine_node_config(const ag_node_config *entry, uint64_t id, const char *type,

@@ -8,6 +8,7 @@
  *   conn_splice.c.inc  Vision's kernel relay (splice(2))
  *   conn_admit.c.inc   admission pauses: sniffing, the fleet's device limit, a scan off the loop
  *   conn_client.c.inc  the client side: reads, carry, fallback, refusal, UDP in the stream
+ *   conn_relay.c.inc   UDP beside the stream (SOCKS5's UDP ASSOCIATE relay socket)
  *   conn_sub.c.inc     sub-flows of a multiplexed connection (Mux.Cool, gRPC streams)
  *   conn_flight.c.inc  REALITY's target flight
  *
@@ -54,6 +55,7 @@
 #include "supervisor/conn_splice.c.inc"
 #include "supervisor/conn_admit.c.inc"
 #include "supervisor/conn_client.c.inc"
+#include "supervisor/conn_relay.c.inc"
 #include "supervisor/conn_sub.c.inc"
 #include "supervisor/conn_flight.c.inc"
 
@@ -159,6 +161,7 @@ static void conn_close(sv_conn *c)
         sv__assoc_close(c->assoc);
         c->assoc = NULL;
     }
+    relay_end(c);
     uv_close((uv_handle_t *)&c->client, on_handle_closed);
     if (c->timer != NULL) {
         uv_close((uv_handle_t *)c->timer, on_pace_timer_closed);
@@ -316,6 +319,8 @@ static bool fx_open(sv_conn *c, const sv_effect *e)
         conn_close(c); /* one flow per connection for now */
         return false;
     }
+    if (e->dest.network == SV_NET_UDP && sv_proto_relay(c->handler->ops) != NULL)
+        return open_relay(c);
     if (e->dest.network == SV_NET_UDP ? !open_assoc(c) : !hold_open(c, &e->dest)) {
         conn_close(c);
         return false;

@@ -74,6 +74,7 @@ typedef struct sv_conn {
     struct conn_paused *paused; /**< admission waiting for the fleet, or NULL */
     struct target_peek *peek; /**< REALITY: the target's first flight being read, or NULL */
     struct conn_splice *splice; /**< Vision direct both ways: the kernel relay, or NULL */
+    struct conn_relay *relay; /**< UDP beside the stream (SOCKS5 UDP ASSOCIATE), or NULL */
     _Alignas(max_align_t) uint8_t state[]; /**< the protocol core's state (ops->state_size) */
 } sv_conn;
 
@@ -188,6 +189,12 @@ static bool to_outbound(sv_conn *c, uv_buf_t *iov, unsigned *niov, uint8_t *data
 static size_t target_proxy_header(sv_conn *c, uint8_t out[SV_PROXY_HEADER_MAX]);
 static void client_failed(sv_conn *c, const sv_effect *e);
 static bool open_assoc(sv_conn *c);
+static void answer_and_close(sv_conn *c, const uint8_t *answer, size_t len);
+static void on_assoc_released(void *ctx);
+
+/* conn_relay.c.inc */
+static bool open_relay(sv_conn *c);
+static void relay_end(sv_conn *c);
 
 /* conn_sub.c.inc */
 static sv_subflow *sub_find(sv_conn *c, uint32_t stream, unsigned *at);

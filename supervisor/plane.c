@@ -12,7 +12,10 @@
 
 #include "supervisor/bounds.h"
 #include "supervisor/plane.h"
+#include "supervisor/proto/http_proxy.h"
+#include "supervisor/proto/mixed.h"
 #include "supervisor/proto/shadowsocks.h"
+#include "supervisor/proto/socks.h"
 #include "supervisor/proto/ss22_dgram.h"
 #include "supervisor/proto/ss2022.h"
 #include "supervisor/proto/ss_dgram.h"
@@ -69,6 +72,12 @@ const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in)
         return &sv_vmess_ops;
     case SV_INBOUND_SS2022:
         return &sv_ss2022_ops;
+    case SV_INBOUND_SOCKS:
+        return &sv_socks_ops;
+    case SV_INBOUND_HTTP:
+        return &sv_http_proxy_ops;
+    case SV_INBOUND_MIXED:
+        return &sv_mixed_ops;
     }
     return NULL;
 }
@@ -84,6 +93,10 @@ const sv_dgram_ops *sv_dgram_ops_for(const sv_inbound_spec *in)
     case SV_INBOUND_VLESS:
     case SV_INBOUND_VMESS:
         break; /* UDP inside the stream only */
+    case SV_INBOUND_SOCKS:
+    case SV_INBOUND_HTTP:
+    case SV_INBOUND_MIXED:
+        break; /* TCP only (SOCKS5's UDP ASSOCIATE is not served) */
     }
     return NULL;
 }

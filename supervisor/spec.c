@@ -413,7 +413,7 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            a->reality.min_client_ver == b->reality.min_client_ver &&
            a->reality.max_client_ver == b->reality.max_client_ver &&
            a->reality.xver == b->reality.xver &&
-           a->reality.vision == b->reality.vision;
+           a->reality.vision == b->reality.vision && a->proxy_no_auth == b->proxy_no_auth;
 }
 
 sv_policy sv_removal_policy_of(const sv_spec *spec, const sv_inbound_spec *in)

@@ -518,6 +518,19 @@ static int check_vmess(const sv_inbound_spec *in, sv_error *err)
     return check_stream_inbound(in, "vmess", false, false, err);
 }
 
+/* SOCKS5, HTTP proxy and mixed (PROTOCOLS-3.md §4): a user set, TLS optional, on TCP only
+ * (no WebSocket, gRPC or fallback). */
+static int check_proxy(const sv_inbound_spec *in, sv_error *err)
+{
+    static const char *const names[] = {
+        [SV_INBOUND_SOCKS] = "socks", [SV_INBOUND_HTTP] = "http", [SV_INBOUND_MIXED] = "mixed"};
+    const char *name = names[in->protocol];
+    if (in->ws.path != NULL || in->grpc.service_name != NULL)
+        return INVALID(err, "inbound %s: a %s inbound is served on TCP or TLS only (no "
+                       "WebSocket, HTTPUpgrade or gRPC)", in->tag, name);
+    return check_stream_inbound(in, name, false, false, err);
+}
+
 /* Shadowsocks: a known cipher and a user set; TCP inside WebSocket (check_ws) as the SIP003
  * v2ray-plugin serves it, over TLS only then; no fallback. */
 static int check_shadowsocks(const sv_inbound_spec *in, sv_error *err)
@@ -622,6 +635,13 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
         return check_vmess(in, err);
     if (in->protocol == SV_INBOUND_SS2022)
         return check_ss2022(in, err);
+    bool proxy = in->protocol == SV_INBOUND_SOCKS || in->protocol == SV_INBOUND_HTTP ||
+                 in->protocol == SV_INBOUND_MIXED;
+    if (in->proxy_no_auth && !proxy)
+        return INVALID(err, "inbound %s: no_auth applies to socks, http and mixed inbounds only",
+                       in->tag);
+    if (proxy)
+        return check_proxy(in, err);
     if (in->protocol != SV_INBOUND_SHADOWSOCKS)
         return INVALID(err, "inbound %s: unknown protocol", in->tag);
     return check_shadowsocks(in, err);

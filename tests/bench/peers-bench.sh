@@ -11,6 +11,8 @@
 #   vless-reality   VLESS over REALITY (issue 11), no flow; the REALITY target every server
 #                   needs is tests/integration/reality_target.py on loopback
 #   vless-reality-grpc  VLESS over gRPC (Tun) over REALITY (HTTP/2 with prior knowledge)
+#   socks           SOCKS5 CONNECT with user name and password (issue 27), in clear
+#   http            HTTP proxy CONNECT with Basic credentials (Xray's http outbound), in clear
 #   vless-reality-vision  VLESS with flow xtls-rprx-vision over REALITY. Vision reaches direct
 #                   copy only for TLS 1.3 inside the tunnel, so its traffic is not bulk.c's: the
 #                   client has a SOCKS inbound, and tests/integration/tls_peer.py downloads
@@ -48,7 +50,7 @@
 # the idle test runs in the first round only. Skips (exit 0, with the reason) without the Xray-core client; a
 # missing sing-box is left out with a note. Kills everything it starts.
 # Environment: BENCH_PEER_SERVERS ("katana xray sing-box"; empty: skip), BENCH_PEER_SCENARIOS
-# (all seven), BENCH_PEER_ROUNDS (1), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_PEER_VISION_BYTES
+# (all nine), BENCH_PEER_ROUNDS (1), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_PEER_VISION_BYTES
 # (1000000000), BENCH_WORKERS (katana workers,
 # 1), KATANA_BIN, KATANA_BASE_BIN (another katana build, server name katana-base in
 # BENCH_PEER_SERVERS: measured side by side, not counted as a peer), BULK, KATANA_PEERS. Not part of `make check`; run by `make bench` or alone
@@ -66,7 +68,7 @@ KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 TEMPLATES=$HERE/peers
 SERVERS=${BENCH_PEER_SERVERS-katana xray sing-box}
 SCENARIOS=${BENCH_PEER_SCENARIOS:-ss2022 vless-grpc-tls trojan-tls vmess-ws-tls vless-reality \
-vless-reality-grpc vless-reality-vision}
+vless-reality-grpc vless-reality-vision socks http}
 ROUNDS=${BENCH_PEER_ROUNDS:-1}
 CONNS=${BENCH_PEER_CONNS:-1000}
 SECS=${BENCH_PEER_SECONDS:-5}
@@ -194,8 +196,9 @@ start_server() {
         vmess-ws-tls) opts=(--protocol vmess --ws-path /bench) ;;
         vless-reality | vless-reality-vision) opts=(--protocol vless) ;;
         vless-reality-grpc) opts=(--protocol vless --grpc-service kt-bench) ;;
+        socks | http) opts=(--protocol "$scen") ;;
         esac
-        [[ $scen == ss2022 || $scen == vless-reality* ]] ||
+        [[ $scen == ss2022 || $scen == vless-reality* || $scen == socks || $scen == http ]] ||
             opts+=(--cert-file "$T/srv.crt" --key-file "$T/srv.key")
         "${KATEST[@]}" mkconfig --out "$T/katana-$scen.json" --port "$port" --user "1:$UUID" \
             "${opts[@]}" --workers "$WORKERS" --log-level warn

@@ -302,11 +302,27 @@ def socks_reply(s):
     return rep, host, port
 
 
+def socks_auth(s):
+    """The SOCKS5 greeting: no authentication, or with $KATEST_SOCKS_AUTH ("USER:PASS") the
+    user name / password method (RFC 1929), which the server must then accept."""
+    auth = os.environ.get("KATEST_SOCKS_AUTH")
+    if not auth:
+        s.sendall(b"\x05\x01\x00")
+        if recv_exact(s, 2) != b"\x05\x00":
+            raise IOError("SOCKS5 server refused the no-auth method")
+        return
+    user, _, pw = auth.partition(":")
+    s.sendall(b"\x05\x01\x02")
+    if recv_exact(s, 2) != b"\x05\x02":
+        raise IOError("SOCKS5 server refused the user name / password method")
+    s.sendall(b"\x01" + bytes([len(user)]) + user.encode() + bytes([len(pw)]) + pw.encode())
+    if recv_exact(s, 2) != b"\x01\x00":
+        raise IOError("SOCKS5 server refused the user name / password")
+
+
 def socks_open(socks_port, cmd, host, port, timeout):
     s = socket.create_connection(("127.0.0.1", socks_port), timeout=timeout)
-    s.sendall(b"\x05\x01\x00")
-    if recv_exact(s, 2) != b"\x05\x00":
-        raise IOError("SOCKS5 server refused the no-auth method")
+    socks_auth(s)
     s.sendall(b"\x05" + bytes([cmd]) + b"\x00" + socks_addr(host, port))
     rep, bhost, bport = socks_reply(s)
     if rep != 0:
@@ -1201,6 +1217,9 @@ def cmd_mkconfig(a):
         tls = 1 if a.cert_self or a.cert_file else 0
         node = {"server_port": a.port, "network": "tcp", "tls": tls, "flow": None,
                 "decryption": None}
+    elif a.protocol in ("socks", "http", "mixed"):
+        # issue 27: the Xboard socks / http node (tls 1 with a certificate), a local mixed one
+        node = {"server_port": a.port, "tls": 1 if (a.cert_self or a.cert_file) else 0}
     elif a.protocol == "vmess":
         # the UniProxy vmess node (PANEL.md 1.4): TLS when a certificate is given
         tls = 1 if (a.cert_self or a.cert_file) else 0
@@ -1247,7 +1266,8 @@ def cmd_mkconfig(a):
         node_cfg["allow_private"] = True
     if a.accept_proxy_protocol:
         node_cfg["accept_proxy_protocol"] = True  # behind a PROXY protocol front (HAProxy)
-    if a.protocol in ("vmess", "shadowsocks") and (a.cert_self or a.cert_file):
+    if a.protocol in ("vmess", "shadowsocks", "socks", "http", "mixed") and \
+            (a.cert_self or a.cert_file):
         node_cfg["cert"] = ({"mode": "self"} if a.cert_self else
                             {"mode": "file", "cert_file": a.cert_file, "key_file": a.key_file})
     if a.protocol == "trojan":
@@ -1732,7 +1752,8 @@ def main():
                    "a PROXY protocol header")
     c.add_argument("--no-allow-private", action="store_true",
                    help="leave allow_private out: users may not reach loopback (katana default)")
-    c.add_argument("--protocol", choices=("shadowsocks", "trojan", "vless", "vmess"),
+    c.add_argument("--protocol", choices=("shadowsocks", "trojan", "vless", "vmess", "socks",
+                                          "http", "mixed"),
                    default="shadowsocks",
                    help="panel node_type (shadowsocks is the default and leaves node_type out)")
     c.add_argument("--server-name", default="node.test", help="trojan: the node's server_name")
