@@ -14,6 +14,7 @@
 #include <openssl/crypto.h>
 
 #include "supervisor/proto/userpass.h"
+#include "supervisor/util/digits.h"
 
 /* The answers (static: they outlive the connection's last call, as SV_PROBE_ANSWER needs). */
 static const char answer_400[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n"
@@ -277,17 +278,6 @@ static int parse_fields(const uint8_t *p, size_t end, fields *fs)
 /* Basic authentication                                                                      */
 /* ---------------------------------------------------------------------------------------- */
 
-static int b64_value(uint8_t c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    return c == '+' ? 62 : c == '/' ? 63 : -1;
-}
-
 /* Standard base64 (RFC 4648 §4), padding optional, into @p out (3 * ceil(n / 4) bytes).
  * @return the decoded length, or -1. */
 static ssize_t b64_decode(span s, uint8_t *out)
@@ -301,7 +291,7 @@ static ssize_t b64_decode(span s, uint8_t *out)
     size_t o = 0;
     uint32_t acc = 0;
     for (size_t i = 0; i < n; i++) {
-        int v = b64_value(s.p[i]);
+        int v = sv_b64_digit(s.p[i], false);
         if (v < 0)
             return -1;
         acc = acc << 6 | (uint32_t)v;
@@ -585,25 +575,6 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     return accept_head(c, creds, p, n, (size_t)h, fx);
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Downstream                                                                                */
-/* ---------------------------------------------------------------------------------------- */
-
-static size_t frame_max(size_t len)
-{
-    return len;
-}
-
-static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
-                     size_t len, uint8_t *out, size_t cap)
-{
-    (void)state, (void)creds, (void)stream;
-    if (cap < len)
-        return -EMSGSIZE;
-    memmove(out, in, len);
-    return (ssize_t)len;
-}
-
 const sv_proto_ops sv_http_proxy_ops = {
     .name = "http",
     .creds_new = creds_new,
@@ -613,6 +584,6 @@ const sv_proto_ops sv_http_proxy_ops = {
     .deinit = conn_deinit,
     .feed = conn_feed,
     .carry_max = SV_HTTP_PROXY_HEAD_MAX,
-    .frame = frame,
-    .frame_max = frame_max,
+    .frame = sv_frame_copy,
+    .frame_max = sv_frame_copy_max,
 };

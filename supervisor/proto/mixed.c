@@ -88,12 +88,6 @@ static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint
     return c->inner->frame(c->state, creds, stream, in, len, out, cap);
 }
 
-/* Both inner cores send the outbound's bytes as they are. */
-static size_t frame_max(size_t len)
-{
-    return len;
-}
-
 /* UDP beside the stream: SOCKS5's (only the SOCKS5 core opens a UDP association). */
 static ssize_t relay_ready(void *state, const struct sockaddr *bound, uint8_t *out, size_t cap)
 {
@@ -140,7 +134,7 @@ const sv_proto_ops sv_mixed_ops = {
     .feed = conn_feed,
     .carry_max = MAX_OF(SV_SOCKS_CARRY_MAX, SV_HTTP_PROXY_HEAD_MAX),
     .frame = frame,
-    .frame_max = frame_max,
+    .frame_max = sv_frame_copy_max, /* both inner cores copy */
     .ext =
         {
             [SV_PROTO_CAP_DATAGRAM] = &mixed_datagram,

@@ -229,4 +229,12 @@ static inline unsigned sv_proto_direct_bits(const sv_proto_ops *ops, const void 
 /** Append an effect to @p fx. @return the new effect (zeroed but for kind), or NULL when full. */
 sv_effect *sv_effects_push(sv_effects *fx, enum sv_effect_kind kind);
 
+/** frame() of a core without downstream framing (Trojan, SOCKS5, the HTTP proxy): the
+ *  outbound's @p len bytes copied to @p out as they are. @return @p len, or -EMSGSIZE when
+ *  @p cap < @p len. */
+ssize_t sv_frame_copy(void *state, const void *creds, uint32_t stream, const uint8_t *in,
+                      size_t len, uint8_t *out, size_t cap);
+/** frame_max() of such a core: @p len. */
+size_t sv_frame_copy_max(size_t len);
+
 #endif

@@ -264,25 +264,6 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Downstream                                                                                */
-/* ---------------------------------------------------------------------------------------- */
-
-static size_t frame_max(size_t len)
-{
-    return len;
-}
-
-static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
-                     size_t len, uint8_t *out, size_t cap)
-{
-    (void)state, (void)creds, (void)stream;
-    if (cap < len)
-        return -EMSGSIZE;
-    memmove(out, in, len);
-    return (ssize_t)len;
-}
-
-/* ---------------------------------------------------------------------------------------- */
 /* UDP ASSOCIATE: the relay beside the stream (RFC 1928 §7)                                  */
 /* ---------------------------------------------------------------------------------------- */
 
@@ -374,8 +355,8 @@ const sv_proto_ops sv_socks_ops = {
     .deinit = conn_deinit,
     .feed = conn_feed,
     .carry_max = SV_SOCKS_CARRY_MAX,
-    .frame = frame,
-    .frame_max = frame_max,
+    .frame = sv_frame_copy,
+    .frame_max = sv_frame_copy_max,
     .ext =
         {
             [SV_PROTO_CAP_DATAGRAM] = &socks_datagram,

@@ -379,21 +379,6 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
 /* Downstream                                                                                */
 /* ---------------------------------------------------------------------------------------- */
 
-static size_t frame_max(size_t len)
-{
-    return len;
-}
-
-static ssize_t frame(void *state, const void *creds, uint32_t stream, const uint8_t *in,
-                     size_t len, uint8_t *out, size_t cap)
-{
-    (void)state, (void)creds, (void)stream;
-    if (cap < len)
-        return -EMSGSIZE;
-    memmove(out, in, len);
-    return (ssize_t)len;
-}
-
 /* Wire length of @p d in address style A, or 0 when it cannot be encoded. */
 static size_t dest_wire_len(const sv_dest *d)
 {
@@ -444,8 +429,8 @@ const sv_proto_ops sv_trojan_ops = {
     .deinit = conn_deinit,
     .feed = conn_feed,
     .carry_max = SV_TROJAN_CARRY_MAX,
-    .frame = frame,
-    .frame_max = frame_max,
+    .frame = sv_frame_copy,
+    .frame_max = sv_frame_copy_max,
     .ext =
         {
             [SV_PROTO_CAP_DATAGRAM] = &trojan_datagram,
