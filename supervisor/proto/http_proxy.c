@@ -207,6 +207,7 @@ typedef struct fields {
     unsigned n;
     int host, auth;       /* index of the Host / Proxy-Authorization line, or -1 */
     bool length, chunked; /* Content-Length / Transfer-Encoding came */
+    uint64_t content_length; /* Content-Length's value */
 } fields;
 
 static span field_name(const field *f)
@@ -223,6 +224,21 @@ static span field_value(const field *f)
     while (v.n > 0 && (v.p[v.n - 1] == ' ' || v.p[v.n - 1] == '\t'))
         v.n--;
     return v;
+}
+
+/* Content-Length = 1*DIGIT, at most 18 digits. @return 0 or -EPROTO. */
+static int parse_length(span v, uint64_t *out)
+{
+    if (v.n == 0 || v.n > 18)
+        return -EPROTO;
+    uint64_t x = 0;
+    for (size_t i = 0; i < v.n; i++) {
+        if (v.p[i] < '0' || v.p[i] > '9')
+            return -EPROTO;
+        x = x * 10 + (uint64_t)(v.p[i] - '0');
+    }
+    *out = x;
+    return 0;
 }
 
 /* Check one line (RFC 9112 §5: token ":" value without CTLs but HTAB) and note what it is. */
@@ -248,7 +264,11 @@ static int add_field(fields *fs, const uint8_t *p, size_t len)
         return -EPROTO; /* two Host (RFC 9112 §3.2) or two credentials */
     if (seen != NULL)
         *seen = (int)fs->n;
-    fs->length |= span_ieq(name, "Content-Length");
+    if (span_ieq(name, "Content-Length")) {
+        if (fs->length || parse_length(field_value(f), &fs->content_length) < 0)
+            return -EPROTO; /* two lengths, or not 1*DIGIT (RFC 9110 §8.6) */
+        fs->length = true;
+    }
     fs->chunked |= span_ieq(name, "Transfer-Encoding");
     fs->n++;
     return 0;
@@ -439,7 +459,9 @@ static ssize_t build_head(const http_req *r, const fields *fs, size_t head_len, 
 /* Per-connection state and feed                                                             */
 /* ---------------------------------------------------------------------------------------- */
 
-enum http_phase { PH_HEAD = 0, PH_TUNNEL, PH_FAILED };
+/* PH_BODY: the forwarded request's Content-Length bytes pass; PH_DONE: the forwarded request
+ * is whole, later bytes (a pipelined request, with its credentials) are dropped. */
+enum http_phase { PH_HEAD = 0, PH_TUNNEL, PH_BODY, PH_DONE, PH_FAILED };
 
 typedef struct http_conn {
     uint8_t phase;    /* enum http_phase */
@@ -448,6 +470,7 @@ typedef struct http_conn {
                          !line_ok) */
     int error;        /* PH_FAILED: the error that ended the connection */
     uint8_t *head;    /* the rewritten head of the last call, or NULL */
+    uint64_t body_left; /* PH_BODY: body bytes still to pass */
 } http_conn;
 
 static int conn_init(void *state, const sv_inbound_spec *in)
@@ -520,6 +543,22 @@ static ssize_t find_head(http_conn *c, const uint8_t *p, size_t q)
     return e - p + 4;
 }
 
+/* PH_TUNNEL, PH_BODY, PH_DONE: what passes of @p n bytes (all are consumed). */
+static ssize_t feed_body(http_conn *c, uint8_t *p, size_t n, sv_effects *fx)
+{
+    size_t pass = n;
+    if (c->phase == PH_DONE) {
+        pass = 0;
+    } else if (c->phase == PH_BODY) {
+        pass = c->body_left < n ? (size_t)c->body_left : n;
+        c->body_left -= pass;
+        if (c->body_left == 0)
+            c->phase = PH_DONE;
+    }
+    push(fx, SV_FX_TO_OUTBOUND, p, pass);
+    return (ssize_t)n;
+}
+
 /* The whole head of @p h bytes is in @p p: authenticate, then open. */
 static ssize_t accept_head(http_conn *c, const sv_userpass *t, uint8_t *p, size_t n, size_t h,
                            sv_effects *fx)
@@ -544,11 +583,17 @@ static ssize_t accept_head(http_conn *c, const sv_userpass *t, uint8_t *p, size_
         push(fx, SV_FX_TO_CLIENT, answer_200, sizeof answer_200 - 1);
     e = sv_effects_push(fx, SV_FX_OPEN);
     e->dest = r.dest;
-    if (!r.connect)
-        push(fx, SV_FX_TO_OUTBOUND, c->head, (size_t)hl);
-    push(fx, SV_FX_TO_OUTBOUND, p + h, n - h);
-    c->phase = PH_TUNNEL;
-    return (ssize_t)n;
+    if (r.connect) {
+        c->phase = PH_TUNNEL;
+        push(fx, SV_FX_TO_OUTBOUND, p + h, n - h);
+        return (ssize_t)n;
+    }
+    push(fx, SV_FX_TO_OUTBOUND, c->head, (size_t)hl);
+    /* the body: a chunked one passes to the end (its framing is the origin's), a sized one
+     * for its length, then nothing more */
+    c->phase = fs.chunked ? PH_TUNNEL : PH_BODY;
+    c->body_left = fs.length ? fs.content_length : 0;
+    return (ssize_t)h + feed_body(c, p + h, n - h, fx);
 }
 
 static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, sv_effects *fx)
@@ -561,8 +606,9 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
     case PH_FAILED:
         return fail(c, fx, c->error, SV_PROBE_CLOSE, NULL);
     case PH_TUNNEL:
-        push(fx, SV_FX_TO_OUTBOUND, p, n);
-        return (ssize_t)n;
+    case PH_BODY:
+    case PH_DONE:
+        return feed_body(c, p, n, fx);
     default:
         break;
     }

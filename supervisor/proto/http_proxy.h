@@ -4,8 +4,9 @@
  * (RFC 9110 §11.7.1, RFC 7617). The core fills the protocol-core seam of proto.h: the runtime
  * feeds the client's bytes and applies the effects.
  *
- * One request per connection: the first request head decides the destination; every later byte
- * (a CONNECT tunnel's stream, a request body, a pipelined request) goes to the outbound as it is.
+ * One request per connection: the first request head decides the destination. After a CONNECT
+ * every later byte goes to the outbound as it is; after a forwarded request only its body does
+ * (a chunked body to the end of the connection), and later requests are dropped.
  */
 #ifndef SV_PROTO_HTTP_PROXY_H
 #define SV_PROTO_HTTP_PROXY_H
@@ -61,9 +62,12 @@
  *    Transfer-Encoding, which frame the request and are kept), the Host line's value replaced
  *    by the target's `host[:port]` (RFC 9112 §3.2.2) or such a line added at the end when
  *    there was none, then `Connection: close` and the empty line; then the bytes after the
- *    head as SV_FX_TO_OUTBOUND. After that every byte fed is SV_FX_TO_OUTBOUND as it is: a
- *    request body, and a pipelined request too, unrewritten (its Proxy-Authorization
- *    included): the origin, told to close, does not serve it.
+ *    head as SV_FX_TO_OUTBOUND, as far as the body goes. The body: with Content-Length (1 to 18
+ *    digits, one such line; else 400) that many bytes are SV_FX_TO_OUTBOUND as they are, and
+ *    every later byte is consumed and dropped (a pipelined request never reaches the origin
+ *    with its Proxy-Authorization); without Content-Length or Transfer-Encoding, nothing
+ *    after the head passes; a chunked body passes with everything after it (its framing is
+ *    the origin's, which, told to close, serves no later request).
  *    After a refusal every call returns the same error (SV_PROBE_CLOSE, no data).
  *  - carry_max: SV_HTTP_PROXY_HEAD_MAX.
  *  - frame: a plain copy (frame_max(len) = len).

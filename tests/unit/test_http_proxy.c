@@ -313,6 +313,37 @@ static void post__body_and_pipelined_passed_through(void **state)
                                 "5\r\nhello\r\n0\r\n\r\nGET http://example.com/2 HTTP/1.1\r\n\r\n");
 }
 
+/* A sized body passes for its Content-Length; what follows it, and anything after a request
+ * without a body (a pipelined request with its credentials), never reaches the origin. */
+static void post__sized_body_then_nothing(void **state)
+{
+    (void)state;
+    outcome *o = &g_o;
+    DRIVE(g_creds,
+          "POST http://example.com/f HTTP/1.1\r\n" AUTH_A "Content-Length: 5\r\n\r\n"
+          "hello" "GET http://example.com/2 HTTP/1.1\r\n" AUTH_A "\r\n",
+          o);
+    assert_int_equal(o->rc, 0);
+    assert_string_equal(o->out, "POST /f HTTP/1.1\r\nContent-Length: 5\r\n"
+                                "Host: example.com\r\nConnection: close\r\n\r\nhello");
+    DRIVE(g_creds,
+          "GET http://example.com/1 HTTP/1.1\r\n" AUTH_A "\r\n"
+          "GET http://example.com/2 HTTP/1.1\r\n" AUTH_A "\r\n",
+          o);
+    assert_int_equal(o->rc, 0);
+    assert_string_equal(o->out, "GET /1 HTTP/1.1\r\nHost: example.com\r\n"
+                                "Connection: close\r\n\r\n");
+    assert_int_equal(o->unconsumed, 0);
+    DRIVE(g_creds,
+          "POST http://example.com/f HTTP/1.1\r\n" AUTH_A "Content-Length: 5x\r\n\r\n", o);
+    assert_int_equal(o->rc, -EPROTO);
+    DRIVE(g_creds,
+          "POST http://example.com/f HTTP/1.1\r\n" AUTH_A
+          "Content-Length: 5\r\nContent-Length: 5\r\n\r\n",
+          o);
+    assert_int_equal(o->rc, -EPROTO);
+}
+
 /* ---------- authentication ---------- */
 
 static void auth__refusals_407(void **state)
@@ -499,6 +530,7 @@ int main(void)
         cmocka_unit_test(get__host_added_default_port_empty_path),
         cmocka_unit_test(get__connection_tokens_any_case),
         cmocka_unit_test(post__body_and_pipelined_passed_through),
+        cmocka_unit_test(post__sized_body_then_nothing),
         cmocka_unit_test(auth__refusals_407),
         cmocka_unit_test(auth__case_colon_and_no_auth),
         cmocka_unit_test(refuse__bad_requests_400),
