@@ -133,14 +133,15 @@ static void vision_counters(page *p, sv_supervisor *sv)
     put(p, "katana_vision_direct_total{direction=\"in\"} %" PRIu64 "\n", vd.in);
     put(p, "katana_vision_direct_total{direction=\"out\"} %" PRIu64 "\n", vd.out);
     counter(p, "katana_vision_splice_total",
-            "XTLS Vision connections relayed in the kernel (splice) once direct both ways.",
+            "Connections relayed in the kernel (splice): XTLS Vision once direct both ways, "
+            "SOCKS5 and HTTP proxy tunnels in clear.",
             vd.spliced);
     counter(p, "katana_vision_splice_bytes_total",
             "Payload bytes those connections moved by splice, both directions (billed as any).",
             vd.splice_bytes);
     counter(p, "katana_vision_splice_no_pipe_total",
-            "XTLS Vision connections direct both ways relayed in user space because no pipe "
-            "could be had (the descriptor budget was full, or pipe2 failed).", vd.splice_no_pipe);
+            "Connections that could be spliced relayed in user space because no pipe could be "
+            "had (the descriptor budget was full, or pipe2 failed).", vd.splice_no_pipe);
 }
 
 /* Flow closes by reason (sv_close_reason), every reason listed, 0 or not. */

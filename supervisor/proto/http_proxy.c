@@ -471,14 +471,25 @@ typedef struct http_conn {
     int error;        /* PH_FAILED: the error that ended the connection */
     uint8_t *head;    /* the rewritten head of the last call, or NULL */
     uint64_t body_left; /* PH_BODY: body bytes still to pass */
+    bool plain;         /* the inbound has no TLS: a tunnel may be spliced */
 } http_conn;
 
 static int conn_init(void *state, const sv_inbound_spec *in)
 {
-    (void)in;
     memset(state, 0, sizeof(http_conn));
+    ((http_conn *)state)->plain = in != NULL && in->tls.cert == SV_CERT_NONE;
     return 0;
 }
+
+/* A tunnel in clear (CONNECT, or a chunked body to the end) carries the bytes as they are both
+ * ways: the runtime may relay it in the kernel (splice), as it does Vision's raw directions. */
+static unsigned conn_direct(const void *state)
+{
+    const http_conn *c = state;
+    return c->plain && c->phase == PH_TUNNEL ? SV_DIRECT_IN | SV_DIRECT_OUT : 0;
+}
+
+static const sv_proto_ext_direct http_direct = {.direct = conn_direct};
 
 static void conn_deinit(void *state)
 {
@@ -632,4 +643,8 @@ const sv_proto_ops sv_http_proxy_ops = {
     .carry_max = SV_HTTP_PROXY_HEAD_MAX,
     .frame = sv_frame_copy,
     .frame_max = sv_frame_copy_max,
+    .ext =
+        {
+            [SV_PROTO_CAP_DIRECT] = &http_direct,
+        },
 };

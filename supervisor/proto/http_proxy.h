@@ -72,7 +72,9 @@
  *  - carry_max: SV_HTTP_PROXY_HEAD_MAX.
  *  - frame: a plain copy (frame_max(len) = len).
  * Per-connection state: a few bytes; the rewritten head is allocated only between the call that
- * makes it and the next one (or deinit). No extensions.
+ * makes it and the next one (or deinit). Extension (proto_ext.h): direct, SV_DIRECT_IN |
+ * SV_DIRECT_OUT in a tunnel (CONNECT, or a chunked body) on an inbound without TLS (the
+ * runtime may splice it), else 0.
  */
 extern const sv_proto_ops sv_http_proxy_ops;
 

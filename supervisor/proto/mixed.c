@@ -118,6 +118,14 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
                      : -EINVAL;
 }
 
+static unsigned conn_direct(const void *state)
+{
+    const mixed_conn *c = state;
+    const sv_proto_ext_direct *x = c->inner != NULL ? sv_proto_direct(c->inner) : NULL;
+    return x != NULL ? x->direct(c->state) : 0;
+}
+
+static const sv_proto_ext_direct mixed_direct = {.direct = conn_direct};
 static const sv_proto_ext_relay mixed_relay = {
     .relay_ready = relay_ready, .relay_failed = relay_failed, .relay_open = relay_open};
 static const sv_proto_ext_datagram mixed_datagram = {.frame_datagram = frame_datagram};
@@ -139,5 +147,6 @@ const sv_proto_ops sv_mixed_ops = {
         {
             [SV_PROTO_CAP_DATAGRAM] = &mixed_datagram,
             [SV_PROTO_CAP_RELAY] = &mixed_relay,
+            [SV_PROTO_CAP_DIRECT] = &mixed_direct,
         },
 };

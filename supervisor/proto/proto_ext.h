@@ -16,7 +16,8 @@
  *  SV_PROTO_CAP_DATAGRAM    | sv_proto_ext_datagram     | Trojan, VLESS, VMess, gRPC
  *  SV_PROTO_CAP_END         | sv_proto_ext_end          | VLESS, VMess, Shadowsocks over Mux.Cool,
  *                           |                           | gRPC
- *  SV_PROTO_CAP_DIRECT      | sv_proto_ext_direct       | VLESS (XTLS Vision)
+ *  SV_PROTO_CAP_DIRECT      | sv_proto_ext_direct       | VLESS (XTLS Vision); SOCKS5 and HTTP
+ *                           |                           | tunnels in clear (no layer: spliced)
  *  SV_PROTO_CAP_RELAY       | sv_proto_ext_relay        | SOCKS5 (also in mixed)
  */
 #ifndef SV_PROTO_PROTO_EXT_H

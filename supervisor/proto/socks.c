@@ -43,6 +43,7 @@ enum socks_phase { PH_GREETING = 0, PH_AUTH, PH_REQUEST, PH_CONNECT, PH_UDP, PH_
 /* The replies live here so that the effects pointing at them outlive the call. */
 typedef struct socks_conn {
     enum socks_phase phase;
+    bool plain;                              /* the inbound has no TLS: CONNECT may be spliced */
     int error;                               /* PH_FAILED: the error that ended it */
     uint8_t method_reply[2];                 /* 05 METHOD */
     uint8_t auth_reply[2];                   /* 01 STATUS */
@@ -52,9 +53,17 @@ typedef struct socks_conn {
 
 static int conn_init(void *state, const sv_inbound_spec *in)
 {
-    (void)in;
     memset(state, 0, sizeof(socks_conn));
+    ((socks_conn *)state)->plain = in != NULL && in->tls.cert == SV_CERT_NONE;
     return 0;
+}
+
+/* A CONNECT tunnel in clear carries the bytes as they are both ways: the runtime may relay it
+ * in the kernel (splice), as it does Vision's raw directions. */
+static unsigned conn_direct(const void *state)
+{
+    const socks_conn *c = state;
+    return c->plain && c->phase == PH_CONNECT ? SV_DIRECT_IN | SV_DIRECT_OUT : 0;
 }
 
 static void conn_deinit(void *state)
@@ -345,6 +354,7 @@ static ssize_t frame_datagram(void *state, const void *creds, uint32_t stream,
 static const sv_proto_ext_relay socks_relay = {
     .relay_ready = relay_ready, .relay_failed = relay_failed, .relay_open = relay_open};
 static const sv_proto_ext_datagram socks_datagram = {.frame_datagram = frame_datagram};
+static const sv_proto_ext_direct socks_direct = {.direct = conn_direct};
 
 const sv_proto_ops sv_socks_ops = {
     .name = "socks",
@@ -361,5 +371,6 @@ const sv_proto_ops sv_socks_ops = {
         {
             [SV_PROTO_CAP_DATAGRAM] = &socks_datagram,
             [SV_PROTO_CAP_RELAY] = &socks_relay,
+            [SV_PROTO_CAP_DIRECT] = &socks_direct,
         },
 };

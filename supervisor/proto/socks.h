@@ -100,7 +100,8 @@ enum sv_socks_rep {
  *    -EOPNOTSUPP for FRAG ≠ 0 (not reassembled), -EPROTO for a bad RSV or address.
  *  - frame_datagram: "00 00 00 ATYP ADDR PORT" (the remote's) and the payload; -EINVAL for a bad
  *    address or a payload above SV_SOCKS_UDP_PAYLOAD_MAX, -EMSGSIZE when @p cap is too small.
- * Extensions (proto_ext.h): datagram, relay.
+ * Extensions (proto_ext.h): datagram, relay, and direct: SV_DIRECT_IN | SV_DIRECT_OUT for a
+ * CONNECT tunnel on an inbound without TLS (the runtime may splice it), else 0.
  */
 extern const sv_proto_ops sv_socks_ops;
 

@@ -136,6 +136,8 @@ int sv_chain_shutdown(sv_chain *ch)
 
 int sv_chain_direct(sv_chain *ch, unsigned bits)
 {
+    if (ch->n == 0)
+        return 0; /* no layer: the socket's bytes are the core's already */
     if (ch->n != 1 || ch->conf[0].ops->direct == NULL)
         return bits == 0 ? 0 : -EOPNOTSUPP;
     return ch->conf[0].ops->direct(ch->state[0], bits);

@@ -164,8 +164,9 @@ int sv_chain_shutdown(sv_chain *ch);
 
 /**
  * Pass @p bits (enum sv_layer_direct) to the chain's one layer (XTLS Vision sits directly on
- * REALITY or TLS, PROTOCOLS-2.md §2.1). @return 0 (also for no bits), -EOPNOTSUPP when the
- * chain is not exactly one layer that can, or the layer's negative errno.
+ * REALITY or TLS, PROTOCOLS-2.md §2.1). @return 0 (also for no bits, and for a chain of no
+ * layer: its bytes are raw already), -EOPNOTSUPP when the chain has layers but not exactly one
+ * that can, or the layer's negative errno.
  */
 int sv_chain_direct(sv_chain *ch, unsigned bits);
 

@@ -89,6 +89,11 @@ check "forward request: Proxy-Authorization, Keep-Alive and Connection-named hea
 check "forward request: end-to-end headers kept, Connection: close" \
     bash -c 'grep -qx "X-Kept: 2" <<<"$1" && grep -qix "connection: close" <<<"$1"' _ "$HEAD"
 
+# Tunnels in clear are relayed in the kernel once open (splice): counted in /metrics.
+SPLICED=$(curl -s --max-time 5 "http://127.0.0.1:$API/metrics" | awk '$1 == "katana_vision_splice_total" { print $2 }')
+check "plain SOCKS5 and HTTP CONNECT tunnels were spliced (katana_vision_splice_total ${SPLICED:-none})" \
+    test "${SPLICED:-0}" -ge 3
+
 # Refusals.
 HDRS=$(curl -s --max-time 10 -o /dev/null -D - --proxy "http://127.0.0.1:$H0" "$URL/head" | tr -d '\r')
 check "http: no credentials get 407 with Proxy-Authenticate: Basic" \

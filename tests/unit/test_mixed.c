@@ -204,6 +204,45 @@ static void test_socks_frame_datagram(void **state)
                      -EINVAL);
 }
 
+/* Direct bits (the runtime's splice): a tunnel in clear only; nothing over TLS, nothing for a
+ * forwarded request, nothing before the tunnel. */
+static unsigned direct_after(const sv_inbound_spec *in, const char *wire, size_t n)
+{
+    void *st = calloc(1, sv_mixed_ops.state_size);
+    assert_non_null(st);
+    assert_int_equal(sv_mixed_ops.init(st, in), 0);
+    sv_effects fx;
+    unsigned before = sv_proto_direct(&sv_mixed_ops)->direct(st);
+    assert_int_equal(before, 0);
+    feed(&sv_mixed_ops, st, wire, n, &fx);
+    unsigned bits = sv_proto_direct(&sv_mixed_ops)->direct(st);
+    conn_free(&sv_mixed_ops, st);
+    return bits;
+}
+
+static void test_direct_tunnels_in_clear(void **state)
+{
+    (void)state;
+    sv_inbound_spec clear = {.tls = {.cert = SV_CERT_NONE}};
+    sv_inbound_spec tls = {.tls = {.cert = SV_CERT_SELF}};
+    const unsigned both = SV_DIRECT_IN | SV_DIRECT_OUT;
+    static const char connect[] = "CONNECT a.example:443 HTTP/1.1\r\nProxy-Authorization: "
+                                  "Basic NmExZTljMmQtNGI4My00ZjdhLWEwZDUtM2U4YzFiN2YyYTU1OjZhMW"
+                                  "U5YzJkLTRiODMtNGY3YS1hMGQ1LTNlOGMxYjdmMmE1NQ==\r\n\r\n";
+    static const char get[] = "GET http://a.example/ HTTP/1.1\r\nProxy-Authorization: "
+                              "Basic NmExZTljMmQtNGI4My00ZjdhLWEwZDUtM2U4YzFiN2YyYTU1OjZhMW"
+                              "U5YzJkLTRiODMtNGY3YS1hMGQ1LTNlOGMxYjdmMmE1NQ==\r\n\r\n";
+    assert_int_equal(direct_after(&clear, connect, sizeof connect - 1), both);
+    assert_int_equal(direct_after(&tls, connect, sizeof connect - 1), 0);
+    assert_int_equal(direct_after(&clear, get, sizeof get - 1), 0);
+    uint8_t wire[600];
+    size_t n = socks_login(wire);
+    memcpy(wire + n, "\x05\x01\x00\x01\x7f\x00\x00\x01\x00\x50", 10);
+    assert_int_equal(direct_after(&clear, (const char *)wire, n + 10), both);
+    assert_int_equal(direct_after(&tls, (const char *)wire, n + 10), 0);
+    assert_int_equal(direct_after(&clear, (const char *)wire, n), 0); /* logged in, no request */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_socks_relay_ready),
         cmocka_unit_test(test_socks_relay_open),
         cmocka_unit_test(test_socks_frame_datagram),
+        cmocka_unit_test(test_direct_tunnels_in_clear),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -651,8 +651,8 @@ static void frame__plain_copy(void **state)
     assert_int_equal(ops->frame(st, g_creds, 0, in, 10, out, sizeof out), 10);
     assert_memory_equal(out, in, 10);
     assert_int_equal(ops->frame(st, g_creds, 0, in, 10, out, 9), -EMSGSIZE);
-    for (unsigned c = 0; c < SV_PROTO_CAP_COUNT; c++) /* UDP ASSOCIATE's two, no other */
-        if (c == SV_PROTO_CAP_DATAGRAM || c == SV_PROTO_CAP_RELAY)
+    for (unsigned c = 0; c < SV_PROTO_CAP_COUNT; c++) /* UDP ASSOCIATE's two, the splice's */
+        if (c == SV_PROTO_CAP_DATAGRAM || c == SV_PROTO_CAP_RELAY || c == SV_PROTO_CAP_DIRECT)
             assert_non_null(ops->ext[c]);
         else
             assert_null(ops->ext[c]);
