@@ -92,6 +92,9 @@ typedef struct pn_node {
                                absent or null */
     char *server_name;    /**< `server_name` (trojan: the TLS name, SNI); NULL when absent or null */
     char *host;           /**< `host` (trojan: the address clients dial); NULL when absent or null */
+    char *padding_scheme; /**< anytls `padding_scheme` (an array of lines, or one string), its
+                               lines joined by "\n" with none at the end (PROTOCOLS-3.md §3.4);
+                               NULL when absent, null or empty */
     unsigned tls;         /**< `tls` value: 0 absent/none, 1 TLS, 2 REALITY (int, numeric string or
                                bool; anything else counts as 1 when PN_SET_TLS is set) */
     pn_reality reality;   /**< `tls_settings` when `tls` is 2 */

@@ -27,6 +27,41 @@ static int opt_string(const json_t *obj, const char *key, char **out, sv_error *
     return pn__take_string(v, key, PN_TEXT_MAX, out, err);
 }
 
+/* anytls `padding_scheme` (PROTOCOLS-3.md §5.5: an array of lines; a string is taken as it is):
+ * the lines joined by "\n", none at the end, at most PN_TEXT_MAX bytes; NULL when absent, null
+ * or empty. */
+static int opt_lines(const json_t *obj, const char *key, char **out, sv_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (v == NULL || json_is_null(v) || (json_is_array(v) && json_array_size(v) == 0))
+        return 0;
+    if (!json_is_array(v))
+        return pn__take_string(v, key, PN_TEXT_MAX, out, err);
+    size_t total = 0, i;
+    const json_t *line;
+    json_array_foreach(v, i, line) {
+        if (!json_is_string(line))
+            return sv_error_set(err, -EINVAL, "%s[%zu]: expected a string", key, i);
+        total += json_string_length(line) + 1;
+    }
+    if (total > PN_TEXT_MAX)
+        return sv_error_set(err, -EINVAL, "%s: longer than %u bytes", key, PN_TEXT_MAX);
+    char *s = malloc(total);
+    if (s == NULL)
+        return sv_error_set(err, -ENOMEM, "%s: out of memory", key);
+    size_t at = 0;
+    json_array_foreach(v, i, line) {
+        size_t n = json_string_length(line);
+        memcpy(s + at, json_string_value(line), n);
+        at += n;
+        s[at++] = '\n';
+    }
+    s[at - 1] = '\0';
+    *out = s;
+    return 0;
+}
+
 /* An optional non-negative member: absent or null gives 0. */
 static int opt_uint(const json_t *obj, const char *key, const char *path, uint64_t max,
                     bool allow_string, uint64_t *out, sv_error *err)
@@ -415,6 +450,8 @@ static int parse_node_strings(const json_t *body, const char *node_type, key_ctx
     if (rc == 0)
         rc = opt_string(body, "host", &out->host, err);
     if (rc == 0)
+        rc = opt_lines(body, "padding_scheme", &out->padding_scheme, err);
+    if (rc == 0)
         rc = parse_network_settings(body, out, err);
     out->set = node_set_bits(body);
     out->tls = tls_value(json_object_get(body, "tls"), out->set);
@@ -472,6 +509,7 @@ void pn_node_free(pn_node *node)
     free(node->plugin_opts);
     free(node->server_name);
     free(node->host);
+    free(node->padding_scheme);
     free(node->ws_path);
     free(node->ws_host);
     free(node->grpc_service);
@@ -519,6 +557,7 @@ static int node_clone_parts(pn_node *d, const pn_node *s)
         pn__dup_opt(&d->obfs, s->obfs) != 0 || pn__dup_opt(&d->plugin, s->plugin) != 0 ||
         pn__dup_opt(&d->plugin_opts, s->plugin_opts) != 0 ||
         pn__dup_opt(&d->server_name, s->server_name) != 0 || pn__dup_opt(&d->host, s->host) != 0 ||
+        pn__dup_opt(&d->padding_scheme, s->padding_scheme) != 0 ||
         pn__dup_opt(&d->ws_path, s->ws_path) != 0 || pn__dup_opt(&d->ws_host, s->ws_host) != 0 ||
         pn__dup_opt(&d->grpc_service, s->grpc_service) != 0 ||
         pn__dup_opt(&d->reality.server_name, s->reality.server_name) != 0 ||
@@ -586,7 +625,8 @@ bool pn_node_equal(const pn_node *a, const pn_node *b)
         !str_eq(a->server_key, b->server_key) || !str_eq(a->obfs, b->obfs) ||
         !str_eq(a->plugin, b->plugin) || !str_eq(a->plugin_opts, b->plugin_opts) ||
         !str_eq(a->server_name, b->server_name) ||
-        !str_eq(a->host, b->host) || !str_eq(a->ws_path, b->ws_path) ||
+        !str_eq(a->host, b->host) || !str_eq(a->padding_scheme, b->padding_scheme) ||
+        !str_eq(a->ws_path, b->ws_path) ||
         !str_eq(a->ws_host, b->ws_host) || !str_eq(a->grpc_service, b->grpc_service) || a->tls != b->tls || a->push_interval != b->push_interval ||
         a->pull_interval != b->pull_interval || a->n_routes != b->n_routes ||
         !str_eq(a->reality.server_name, b->reality.server_name) ||

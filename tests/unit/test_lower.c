@@ -1654,11 +1654,111 @@ static void lower__users_refill__rebuilds_the_list_from_its_running_set(void **s
     json_decref(body);
 }
 
+/* Issue 27: socks, http and mixed nodes lower to their inbounds, TLS with tls 1 and the
+ * config's cert; no_auth on them only; REALITY, another network and a fallback refused. */
+static void lower__proxy_node_types(void **state)
+{
+    (void)state;
+    static const char users[] = "{\"users\": [{\"id\": 1, \"uuid\": \"u-1\"}]}";
+    static const struct {
+        const char *body;
+        enum sv_inbound_protocol protocol;
+        bool tls;
+    } ok[] = {
+        {"{\"protocol\": \"socks\", \"server_port\": 1080, \"tls\": 0}", SV_INBOUND_SOCKS, false},
+        {"{\"protocol\": \"http\", \"server_port\": 8080, \"tls\": 1}", SV_INBOUND_HTTP, true},
+        {"{\"protocol\": \"mixed\", \"server_port\": 1080}", SV_INBOUND_MIXED, false},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        ag_node_state st;
+        sv_spec s;
+        state_from_json(&st, "p", ok[i].body, users);
+        st.cert = ok[i].tls ? SV_CERT_SELF : SV_CERT_NONE;
+        st.no_auth = true;
+        lower_one(&st, &s);
+        assert_int_equal(s.inbounds[0].protocol, ok[i].protocol);
+        assert_int_equal(s.inbounds[0].tls.cert, ok[i].tls ? SV_CERT_SELF : SV_CERT_NONE);
+        assert_true(s.inbounds[0].proxy_no_auth);
+        assert_false(s.inbounds[0].udp);
+        sv_spec_free(&s);
+        free_state(&st);
+    }
+    static const struct {
+        const char *body;
+        enum sv_cert_source cert;
+        bool no_auth;
+        const char *msg;
+    } bad[] = {
+        {"{\"protocol\": \"socks\", \"server_port\": 1, \"tls\": 2}", SV_CERT_NONE, false,
+         "node p: tls 2 (REALITY): not served (socks in clear or over TLS only)"},
+        {"{\"protocol\": \"http\", \"server_port\": 1, \"network\": \"ws\"}", SV_CERT_NONE,
+         false, "node p: network \"ws\": not served (a proxy node on TCP only)"},
+        {"{\"protocol\": \"http\", \"server_port\": 1, \"tls\": 1}", SV_CERT_NONE, false,
+         "node p: a http node with tls 1 needs \"cert\" in the agent config (mode file or self)"},
+        {"{\"protocol\": \"socks\", \"server_port\": 1}", SV_CERT_SELF, false,
+         "node p: \"cert\" is set but the socks node has tls 0"},
+        {"{\"protocol\": \"trojan\", \"server_port\": 1}", SV_CERT_SELF, true,
+         "node p: \"no_auth\" applies to socks, http and mixed nodes only"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ag_node_state st;
+        sv_spec s;
+        sv_error err = {0};
+        state_from_json(&st, "p", bad[i].body, users);
+        st.cert = bad[i].cert;
+        st.no_auth = bad[i].no_auth;
+        ag_fleet f = {.nodes = &st, .n = 1};
+        assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+        assert_string_equal(err.msg, bad[i].msg);
+        free_state(&st);
+    }
+}
+
+/* AnyTLS's padding_scheme: an array of lines joined by "\n" with none at the end
+ * (PROTOCOLS-3.md §3.4), a string as it is, an empty array none, a non-string line refused. */
+static void model__padding_scheme_lines(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body, *want;
+    } cases[] = {
+        {"{\"server_port\": 1, \"padding_scheme\": [\"stop=8\", \"0=30-30\"]}", "stop=8\n0=30-30"},
+        {"{\"server_port\": 1, \"padding_scheme\": \"stop=2\\n0=1-2\"}", "stop=2\n0=1-2"},
+        {"{\"server_port\": 1, \"padding_scheme\": []}", NULL},
+        {"{\"server_port\": 1, \"padding_scheme\": null}", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *j = json_loads(cases[i].body, 0, NULL);
+        assert_non_null(j);
+        pn_node n;
+        sv_error err = {0};
+        assert_int_equal(pn_node_parse(j, "anytls", PN_PARSE_STRICT, &n, &err), 0);
+        if (cases[i].want == NULL)
+            assert_null(n.padding_scheme);
+        else
+            assert_string_equal(n.padding_scheme, cases[i].want);
+        pn_node n2;
+        assert_int_equal(pn_node_clone(&n2, &n), 0);
+        assert_true(pn_node_equal(&n, &n2));
+        pn_node_free(&n2);
+        pn_node_free(&n);
+        json_decref(j);
+    }
+    json_t *j = json_loads("{\"server_port\": 1, \"padding_scheme\": [\"stop=8\", 3]}", 0, NULL);
+    pn_node n;
+    sv_error err = {0};
+    assert_int_equal(pn_node_parse(j, "anytls", PN_PARSE_STRICT, &n, &err), -EINVAL);
+    assert_string_equal(err.msg, "padding_scheme[1]: expected a string");
+    json_decref(j);
+}
+
 int main(void)
 {
     sv_log_threshold = SV_LOG_ERROR; /* the skipped-route warnings are expected here */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lower__v17_fixture__gives_the_expected_spec),
+        cmocka_unit_test(lower__proxy_node_types),
+        cmocka_unit_test(model__padding_scheme_lines),
         cmocka_unit_test(model__shed_users__compare_by_digest_and_restore_only_the_same),
         cmocka_unit_test(lower__users_refill__rebuilds_the_list_from_its_running_set),
         cmocka_unit_test(lower__listen__override_then_panel_then_default),
