@@ -823,6 +823,20 @@ static int check_proxy(const ag_node_state *n, sv_error *err)
     return rc;
 }
 
+/* An anytls node (PROTOCOLS-3.md §5.5: server_name, tls_settings, padding_scheme): AnyTLS over
+ * TLS on TCP with the agent config's certificate, an optional fallback; REALITY refused. */
+static int check_anytls(const ag_node_state *n, sv_error *err)
+{
+    if (n->node.tls == 2)
+        return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (anytls over "
+                            "TLS only)", n->tag);
+    int rc = check_unserved(n, "anytls over TLS on TCP", PN_SET_TLS, NULL, err);
+    if (rc == 0 && n->cert == SV_CERT_NONE)
+        return sv_error_set(err, -EINVAL, "node %s: an anytls node needs \"cert\" in the agent "
+                            "config (mode file or self)", n->tag);
+    return rc;
+}
+
 static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_error *err)
 {
     const pn_node *p = &n->node;
@@ -833,6 +847,8 @@ static int check_node(const ag_node_state *n, enum sv_ss_cipher *cipher, sv_erro
                             "mixed nodes only", n->tag);
     if (p->protocol != NULL && strcmp(p->protocol, "trojan") == 0)
         return check_trojan(n, err);
+    if (p->protocol != NULL && strcmp(p->protocol, "anytls") == 0)
+        return check_anytls(n, err);
     if (p->protocol != NULL && strcmp(p->protocol, "vless") == 0)
         return check_vless(n, err);
     if (p->protocol != NULL && strcmp(p->protocol, "vmess") == 0)
@@ -937,14 +953,19 @@ static int add_inbound(const ag_node_state *n, enum sv_ss_cipher cipher, sv_spec
         return -ENOMEM;
     bool vless = n->node.protocol != NULL && strcmp(n->node.protocol, "vless") == 0;
     bool vmess = n->node.protocol != NULL && strcmp(n->node.protocol, "vmess") == 0;
+    bool anytls = n->node.protocol != NULL && strcmp(n->node.protocol, "anytls") == 0;
     enum sv_inbound_protocol proxy = proxy_protocol(&n->node);
-    if (!vless && !vmess && proxy == 0 &&
+    if (!vless && !vmess && !anytls && proxy == 0 &&
         (n->node.protocol == NULL || strcmp(n->node.protocol, "trojan") != 0))
         return add_ss_inbound(n, cipher, in);
     in->protocol = proxy != 0 ? proxy
                    : vless    ? SV_INBOUND_VLESS
                    : vmess    ? SV_INBOUND_VMESS
+                   : anytls   ? SV_INBOUND_ANYTLS
                               : SV_INBOUND_TROJAN;
+    if (anytls && n->node.padding_scheme != NULL &&
+        (in->anytls_padding_scheme = strdup(n->node.padding_scheme)) == NULL)
+        return -ENOMEM;
     if (is_ws(&n->node) && set_ws(in, n->node.ws_path, n->node.ws_host) != 0)
         return -ENOMEM;
     in->ws.httpupgrade = is_ws(&n->node) && strcmp(n->node.network, "httpupgrade") == 0;

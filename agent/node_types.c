@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <strings.h>
 
-static const char *const served_types[] = {"shadowsocks", "trojan", "vless", "vmess",
+static const char *const served_types[] = {"shadowsocks", "trojan", "vless", "vmess", "anytls",
                                            "socks",       "http",   "mixed", NULL};
 
 const char *const *ag_node_types(void)

@@ -8,8 +8,8 @@
 
 /** The node types katana serves (a node body's "protocol", a panel's node_type): a
  *  NULL-terminated list of static strings, in the order messages name them ("shadowsocks",
- *  "trojan", "vless", "vmess", "socks", "http", "mixed"; mixed is a local-config type, which no
- *  panel sends). */
+ *  "trojan", "vless", "vmess", "anytls", "socks", "http", "mixed"; mixed is a local-config type,
+ *  which no panel sends). */
 const char *const *ag_node_types(void);
 
 /** The served type @p type names (case-insensitive), as the static string of ag_node_types();

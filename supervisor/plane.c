@@ -12,6 +12,7 @@
 
 #include "supervisor/bounds.h"
 #include "supervisor/plane.h"
+#include "supervisor/proto/anytls.h"
 #include "supervisor/proto/http_proxy.h"
 #include "supervisor/proto/mixed.h"
 #include "supervisor/proto/shadowsocks.h"
@@ -78,6 +79,8 @@ const sv_proto_ops *sv_proto_ops_for(const sv_inbound_spec *in)
         return &sv_http_proxy_ops;
     case SV_INBOUND_MIXED:
         return &sv_mixed_ops;
+    case SV_INBOUND_ANYTLS:
+        return &sv_anytls_ops;
     }
     return NULL;
 }
@@ -92,11 +95,12 @@ const sv_dgram_ops *sv_dgram_ops_for(const sv_inbound_spec *in)
     case SV_INBOUND_TROJAN:
     case SV_INBOUND_VLESS:
     case SV_INBOUND_VMESS:
-        break; /* UDP inside the stream only */
+    case SV_INBOUND_ANYTLS:
+        break; /* UDP inside the stream only (AnyTLS: UDP over TCP) */
     case SV_INBOUND_SOCKS:
     case SV_INBOUND_HTTP:
     case SV_INBOUND_MIXED:
-        break; /* TCP only (SOCKS5's UDP ASSOCIATE is not served) */
+        break; /* no UDP on the node's port (SOCKS5's relay has a socket per association) */
     }
     return NULL;
 }

@@ -46,6 +46,7 @@ static void inbound_free(sv_inbound_spec *in)
     free(in->ws.host);
     free(in->grpc.service_name);
     free(in->ss_server_key);
+    free(in->anytls_padding_scheme);
     free(in->reality.private_key);
     free(in->reality.short_ids);
     free(in->reality.server_names);
@@ -174,6 +175,7 @@ static int inbound_clone(sv_inbound_spec *d, const sv_inbound_spec *s)
     d->ws.path = d->ws.host = NULL;
     d->grpc.service_name = NULL;
     d->ss_server_key = NULL;
+    d->anytls_padding_scheme = NULL;
     d->reality.private_key = d->reality.short_ids = d->reality.server_names = NULL;
     if (dup_opt(&d->reality.private_key, s->reality.private_key) < 0 ||
         dup_opt(&d->reality.short_ids, s->reality.short_ids) < 0 ||
@@ -186,7 +188,8 @@ static int inbound_clone(sv_inbound_spec *d, const sv_inbound_spec *s)
         dup_opt(&d->fallback, s->fallback) < 0 || dup_opt(&d->ws.path, s->ws.path) < 0 ||
         dup_opt(&d->ws.host, s->ws.host) < 0 ||
         dup_opt(&d->grpc.service_name, s->grpc.service_name) < 0 ||
-        dup_opt(&d->ss_server_key, s->ss_server_key) < 0)
+        dup_opt(&d->ss_server_key, s->ss_server_key) < 0 ||
+        dup_opt(&d->anytls_padding_scheme, s->anytls_padding_scheme) < 0)
         return -ENOMEM;
     return 0;
 }
@@ -406,6 +409,7 @@ bool sv_inbound_spec_equal(const sv_inbound_spec *a, const sv_inbound_spec *b)
            a->ws.mux == b->ws.mux &&
            str_eq(a->grpc.service_name, b->grpc.service_name) &&
            str_eq(a->ss_server_key, b->ss_server_key) &&
+           str_eq(a->anytls_padding_scheme, b->anytls_padding_scheme) &&
            str_eq(a->reality.private_key, b->reality.private_key) &&
            str_eq(a->reality.short_ids, b->reality.short_ids) &&
            str_eq(a->reality.server_names, b->reality.server_names) &&

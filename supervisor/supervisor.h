@@ -85,6 +85,7 @@ enum sv_inbound_protocol {
     SV_INBOUND_HTTP,   /**< HTTP proxy, CONNECT and absolute-form (PROTOCOLS-3.md §4.3), Basic
                             auth with user name = password = secret; TLS optional */
     SV_INBOUND_MIXED,  /**< SOCKS5 and HTTP proxy on one port, told apart by the first byte */
+    SV_INBOUND_ANYTLS, /**< AnyTLS (PROTOCOLS-3.md §3) over TLS, password = secret; fallback */
 };
 
 /** Where an inbound's TLS certificate comes from (agent config "cert"). */
@@ -241,6 +242,9 @@ typedef struct sv_inbound_spec {
     bool proxy_no_auth;                /**< socks, http, mixed: a client offering no
                                             credentials is admitted as the user set's one user
                                             (sv_userpass_anonymous); default false */
+    char *anytls_padding_scheme;       /**< anytls: the padding scheme's lines joined by "\n",
+                                            none at the end (PROTOCOLS-3.md §3.4); NULL = the
+                                            default scheme */
 } sv_inbound_spec;
 
 enum sv_outbound_kind {

@@ -531,6 +531,15 @@ static int check_proxy(const sv_inbound_spec *in, sv_error *err)
     return check_stream_inbound(in, name, false, false, err);
 }
 
+/* AnyTLS (PROTOCOLS-3.md §3): over TLS, on TCP, with an optional fallback (§3.7). */
+static int check_anytls(const sv_inbound_spec *in, sv_error *err)
+{
+    if (in->ws.path != NULL || in->grpc.service_name != NULL)
+        return INVALID(err, "inbound %s: an anytls inbound is served on TLS over TCP only (no "
+                       "WebSocket, HTTPUpgrade or gRPC)", in->tag);
+    return check_stream_inbound(in, "anytls", true, true, err);
+}
+
 /* Shadowsocks: a known cipher and a user set; TCP inside WebSocket (check_ws) as the SIP003
  * v2ray-plugin serves it, over TLS only then; no fallback. */
 static int check_shadowsocks(const sv_inbound_spec *in, sv_error *err)
@@ -642,6 +651,11 @@ static int check_inbound(const sv_spec *spec, size_t i, sv_error *err)
                        in->tag);
     if (proxy)
         return check_proxy(in, err);
+    if (in->anytls_padding_scheme != NULL && in->protocol != SV_INBOUND_ANYTLS)
+        return INVALID(err, "inbound %s: a padding scheme applies to anytls inbounds only",
+                       in->tag);
+    if (in->protocol == SV_INBOUND_ANYTLS)
+        return check_anytls(in, err);
     if (in->protocol != SV_INBOUND_SHADOWSOCKS)
         return INVALID(err, "inbound %s: unknown protocol", in->tag);
     return check_shadowsocks(in, err);

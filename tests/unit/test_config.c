@@ -932,7 +932,8 @@ static void config__cert_fallback_node_type__parse_strictly(void **state)
     expect_error("{\"nodes\":[{\"tag\":\"a\",\"panel\":{\"type\":\"local\",\"node_type\":"
                  "\"hysteria\",\"node\":{\"server_port\":1},\"users\":{\"users\":[]}}}]}",
                  -EINVAL, "nodes[0].panel.node_type: expected \"shadowsocks\", \"trojan\", "
-                 "\"vless\", \"vmess\", \"socks\", \"http\" or \"mixed\", got \"hysteria\"");
+                 "\"vless\", \"vmess\", \"anytls\", \"socks\", \"http\" or \"mixed\", got "
+                 "\"hysteria\"");
 }
 
 /* The packaged config (issue 15): never an empty API token but the placeholder the package

@@ -1714,6 +1714,38 @@ static void lower__proxy_node_types(void **state)
     }
 }
 
+/* Issue 27: an anytls node lowers to an AnyTLS inbound over the config's certificate with the
+ * panel's padding scheme and the fallback; without a cert, or with tls 2, it is refused. */
+static void lower__anytls_node(void **state)
+{
+    (void)state;
+    static const char users[] = "{\"users\": [{\"id\": 1, \"uuid\": \"u-1\"}]}";
+    ag_node_state st;
+    sv_spec s;
+    state_from_json(&st, "a", "{\"protocol\": \"anytls\", \"server_port\": 8443, "
+                    "\"server_name\": \"n.example\", \"padding_scheme\": [\"stop=1\", \"0=30-30\"]}",
+                    users);
+    st.cert = SV_CERT_SELF;
+    st.fallback = strdup("127.0.0.1:80");
+    lower_one(&st, &s);
+    assert_int_equal(s.inbounds[0].protocol, SV_INBOUND_ANYTLS);
+    assert_int_equal(s.inbounds[0].tls.cert, SV_CERT_SELF);
+    assert_string_equal(s.inbounds[0].tls.server_name, "n.example");
+    assert_string_equal(s.inbounds[0].anytls_padding_scheme, "stop=1\n0=30-30");
+    assert_string_equal(s.inbounds[0].fallback, "127.0.0.1:80");
+    sv_spec_free(&s);
+    st.cert = SV_CERT_NONE;
+    ag_fleet f = {.nodes = &st, .n = 1};
+    sv_error err = {0};
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node a: an anytls node needs \"cert\" in the agent config "
+                                 "(mode file or self)");
+    st.node.tls = 2;
+    assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
+    assert_string_equal(err.msg, "node a: tls 2 (REALITY): not served (anytls over TLS only)");
+    free_state(&st);
+}
+
 /* AnyTLS's padding_scheme: an array of lines joined by "\n" with none at the end
  * (PROTOCOLS-3.md §3.4), a string as it is, an empty array none, a non-string line refused. */
 static void model__padding_scheme_lines(void **state)
@@ -1758,6 +1790,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lower__v17_fixture__gives_the_expected_spec),
         cmocka_unit_test(lower__proxy_node_types),
+        cmocka_unit_test(lower__anytls_node),
         cmocka_unit_test(model__padding_scheme_lines),
         cmocka_unit_test(model__shed_users__compare_by_digest_and_restore_only_the_same),
         cmocka_unit_test(lower__users_refill__rebuilds_the_list_from_its_running_set),
