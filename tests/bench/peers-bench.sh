@@ -13,6 +13,8 @@
 #   vless-reality-grpc  VLESS over gRPC (Tun) over REALITY (HTTP/2 with prior knowledge)
 #   socks           SOCKS5 CONNECT with user name and password (issue 27), in clear
 #   http            HTTP proxy CONNECT with Basic credentials (Xray's http outbound), in clear
+#   anytls          AnyTLS over TLS (issue 27): sing-box's client (Xray-core has no AnyTLS), a
+#                   direct inbound as the port forward; katana against sing-box's server
 #   vless-reality-vision  VLESS with flow xtls-rprx-vision over REALITY. Vision reaches direct
 #                   copy only for TLS 1.3 inside the tunnel, so its traffic is not bulk.c's: the
 #                   client has a SOCKS inbound, and tests/integration/tls_peer.py downloads
@@ -50,7 +52,7 @@
 # the idle test runs in the first round only. Skips (exit 0, with the reason) without the Xray-core client; a
 # missing sing-box is left out with a note. Kills everything it starts.
 # Environment: BENCH_PEER_SERVERS ("katana xray sing-box"; empty: skip), BENCH_PEER_SCENARIOS
-# (all nine), BENCH_PEER_ROUNDS (1), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_PEER_VISION_BYTES
+# (all ten), BENCH_PEER_ROUNDS (1), BENCH_PEER_CONNS (1000), BENCH_PEER_SECONDS (5), BENCH_PEER_VISION_BYTES
 # (1000000000), BENCH_WORKERS (katana workers,
 # 1), KATANA_BIN, KATANA_BASE_BIN (another katana build, server name katana-base in
 # BENCH_PEER_SERVERS: measured side by side, not counted as a peer), BULK, KATANA_PEERS. Not part of `make check`; run by `make bench` or alone
@@ -68,7 +70,7 @@ KATANA=${KATANA_BIN:-$BUILDDIR/katana}
 TEMPLATES=$HERE/peers
 SERVERS=${BENCH_PEER_SERVERS-katana xray sing-box}
 SCENARIOS=${BENCH_PEER_SCENARIOS:-ss2022 vless-grpc-tls trojan-tls vmess-ws-tls vless-reality \
-vless-reality-grpc vless-reality-vision socks http}
+vless-reality-grpc vless-reality-vision socks http anytls}
 ROUNDS=${BENCH_PEER_ROUNDS:-1}
 CONNS=${BENCH_PEER_CONNS:-1000}
 SECS=${BENCH_PEER_SECONDS:-5}
@@ -196,7 +198,7 @@ start_server() {
         vmess-ws-tls) opts=(--protocol vmess --ws-path /bench) ;;
         vless-reality | vless-reality-vision) opts=(--protocol vless) ;;
         vless-reality-grpc) opts=(--protocol vless --grpc-service kt-bench) ;;
-        socks | http) opts=(--protocol "$scen") ;;
+        socks | http | anytls) opts=(--protocol "$scen") ;;
         esac
         [[ $scen == ss2022 || $scen == vless-reality* || $scen == socks || $scen == http ]] ||
             opts+=(--cert-file "$T/srv.crt" --key-file "$T/srv.key")
@@ -217,6 +219,9 @@ node["tls_settings"] = {"server_name": "node.test", "server_port": int(target),
 json.dump(c, open(f, "w"))
 PY
         bg "$T/$name.log" "$bin" run -c "$T/katana-$scen.json" ;;
+    xray | sing-box)
+        [ -f "$TEMPLATES/$name/server-$scen.json" ] ||
+            { note "$scen $name: $name has no such server"; return 1; } ;;&
     xray)
         render "$TEMPLATES/xray/server-$scen.json" "$T/xray-$scen.json" "$port"
         bg "$T/xray.log" "$XRAY" run -c "$T/xray-$scen.json" ;;
@@ -315,7 +320,10 @@ declare -A GBPS CPU RSS
 CUTS=0   # transfers that were not whole, in every scenario and round
 START=$(date +%s)
 for scen in $SCENARIOS; do
-    [ -f "$TEMPLATES/xray/client-$scen.json" ] || { note "$scen: unknown scenario"; continue; }
+    # the client: Xray-core's, or sing-box's where Xray-core has no such outbound (anytls)
+    CLIENT=xray
+    [ -f "$TEMPLATES/xray/client-$scen.json" ] || CLIENT=sing-box
+    [ -f "$TEMPLATES/$CLIENT/client-$scen.json" ] || { note "$scen: unknown scenario"; continue; }
     for name in $SERVERS; do RSS[$scen/$name]=-; done
     for round in $(seq 1 "$ROUNDS"); do
         for name in $SERVERS; do
@@ -324,8 +332,12 @@ for scen in $SCENARIOS; do
                 note "$scen round $round of $ROUNDS, $name (load $(cut -d' ' -f1 /proc/loadavg))"
             read -r SP FP <<<"$("${KATEST[@]}" freeport --count 2)"
             start_server "$name" "$scen" "$SP" || continue
-            render "$TEMPLATES/xray/client-$scen.json" "$T/client-$scen.json" "$SP" "$FP"
-            bg "$T/client.log" "$XRAY" run -c "$T/client-$scen.json"
+            render "$TEMPLATES/$CLIENT/client-$scen.json" "$T/client-$scen.json" "$SP" "$FP"
+            if [ "$CLIENT" = xray ]; then
+                bg "$T/client.log" "$XRAY" run -c "$T/client-$scen.json"
+            else
+                bg "$T/client.log" "$SINGBOX" run -c "$T/client-$scen.json" --disable-color
+            fi
             CL=$BG
             "${KATEST[@]}" wait-port --port "$FP" --timeout 10 >/dev/null ||
                 { note "$scen: the client did not listen"; stop "$CL" "$SRV"; continue; }
@@ -405,13 +417,15 @@ echo "Peers (issue 10): katana vs Xray-core and sing-box servers, loopback, one 
      "mux off); ${SECS}s one-way bulk per run; idle test $CONNS connections (vless-grpc-tls:" \
      "grpc_hold.py, one HTTP/2 connection per stream; vless-reality-grpc: 99 streams of the" \
      "client's one connection; vless-reality-vision: $VISION_BYTES bytes of TLS 1.3 downloaded" \
-     "by tls_peer.py through a SOCKS inbound, idle connections through it too); katana workers=$WORKERS; $(nproc) CPUs;" \
+     "by tls_peer.py through a SOCKS inbound, idle connections through it too; anytls: sing-box" \
+     "$("$SINGBOX" version 2>/dev/null | awk 'NR == 1 { print $3 }')'s client, a direct inbound, Xray-core having no AnyTLS); katana workers=$WORKERS; $(nproc) CPUs;" \
      "load average $LOAD0 before, $LOAD1 after ($(($(date +%s) - START)) s)"
 [ "$ROUNDS" = 1 ] || echo "Medians of $ROUNDS rounds, the servers alternating in each; k/best CPU:" \
      "the median of the rounds' ratios"
 printf '%-20s %-10s %10s %12s %14s\n' scenario server "Gbit/s" "CPU s/GB" "RSS KiB/conn"
 for scen in $SCENARIOS; do
-    [ -f "$TEMPLATES/xray/client-$scen.json" ] || continue
+    [ -f "$TEMPLATES/xray/client-$scen.json" ] || [ -f "$TEMPLATES/sing-box/client-$scen.json" ] ||
+        continue
     for name in $SERVERS; do
         printf '%-20s %-10s %10s %12s %14s\n' "$scen" "$name" "${GBPS[$scen/$name]}" \
             "${CPU[$scen/$name]}" "${RSS[$scen/$name]}"

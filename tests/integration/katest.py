@@ -1217,6 +1217,9 @@ def cmd_mkconfig(a):
         tls = 1 if a.cert_self or a.cert_file else 0
         node = {"server_port": a.port, "network": "tcp", "tls": tls, "flow": None,
                 "decryption": None}
+    elif a.protocol == "anytls":
+        # issue 27: the Xboard anytls node (TLS with the node's certificate, default padding)
+        node = {"server_port": a.port, "server_name": a.server_name}
     elif a.protocol in ("socks", "http", "mixed"):
         # issue 27: the Xboard socks / http node (tls 1 with a certificate), a local mixed one
         node = {"server_port": a.port, "tls": 1 if (a.cert_self or a.cert_file) else 0}
@@ -1270,7 +1273,7 @@ def cmd_mkconfig(a):
             (a.cert_self or a.cert_file):
         node_cfg["cert"] = ({"mode": "self"} if a.cert_self else
                             {"mode": "file", "cert_file": a.cert_file, "key_file": a.key_file})
-    if a.protocol == "trojan":
+    if a.protocol in ("trojan", "anytls"):
         # issue 8: a certificate per node (files, or self-signed at start), optional fallback
         if a.cert_self:
             node_cfg["cert"] = {"mode": "self"}
@@ -1752,8 +1755,8 @@ def main():
                    "a PROXY protocol header")
     c.add_argument("--no-allow-private", action="store_true",
                    help="leave allow_private out: users may not reach loopback (katana default)")
-    c.add_argument("--protocol", choices=("shadowsocks", "trojan", "vless", "vmess", "socks",
-                                          "http", "mixed"),
+    c.add_argument("--protocol", choices=("shadowsocks", "trojan", "vless", "vmess", "anytls",
+                                          "socks", "http", "mixed"),
                    default="shadowsocks",
                    help="panel node_type (shadowsocks is the default and leaves node_type out)")
     c.add_argument("--server-name", default="node.test", help="trojan: the node's server_name")
