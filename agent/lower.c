@@ -569,8 +569,8 @@ static int check_shadowsocks(const ag_node_state *n, enum sv_ss_cipher cipher, s
         return sv_error_set(err, -EINVAL, "node %s: plugin \"%.32s\": not served (v2ray-plugin "
                             "only)", n->tag, p->plugin);
     if (n->fallback != NULL)
-        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan and vless "
-                            "nodes only", n->tag);
+        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan, vless and "
+                            "anytls nodes only", n->tag);
     bool tls = false;
     if (is_v2ray_plugin(p)) {
         ss_ws_plugin w;
@@ -778,8 +778,8 @@ static int check_vmess(const ag_node_state *n, sv_error *err)
         return rc;
     rc = check_unserved(n, "vmess on TCP, WebSocket, HTTPUpgrade or gRPC", served, net, err);
     if (rc == 0 && n->fallback != NULL)
-        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan and vless "
-                            "nodes only", n->tag);
+        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan, vless and "
+                            "anytls nodes only", n->tag);
     if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a vmess node with tls 1 needs \"cert\" in "
                             "the agent config (mode file or self)", n->tag);
@@ -804,16 +804,34 @@ static enum sv_inbound_protocol proxy_protocol(const pn_node *p)
     return 0;
 }
 
+/* Is @p addr (an IP literal) a loopback or private (RFC 1918, RFC 4193) address? A wildcard
+ * (0.0.0.0, ::) is not: it listens on the public addresses too. */
+static bool listen_is_private(const char *addr)
+{
+    uint8_t a[16];
+    if (inet_pton(AF_INET, addr, a) == 1)
+        return a[0] == 127 || a[0] == 10 || (a[0] == 172 && (a[1] & 0xf0) == 16) ||
+               (a[0] == 192 && a[1] == 168);
+    if (inet_pton(AF_INET6, addr, a) != 1)
+        return false;
+    static const uint8_t loop[16] = {[15] = 1};
+    return memcmp(a, loop, 16) == 0 || (a[0] & 0xfe) == 0xfc;
+}
+
 static int check_proxy(const ag_node_state *n, sv_error *err)
 {
     const char *type = n->node.protocol;
+    if (n->no_auth && !listen_is_private(ag_node_listen(n)))
+        SV_LOG(SV_LOG_WARN, MOD, "node %s: no_auth on %s: anyone who reaches the port is "
+               "served as its user; listen on a loopback or private address", n->tag,
+               ag_node_listen(n));
     if (n->node.tls == 2)
         return sv_error_set(err, -EINVAL, "node %s: tls 2 (REALITY): not served (%s in clear "
                             "or over TLS only)", n->tag, type);
     int rc = check_unserved(n, "a proxy node on TCP", PN_SET_TLS, NULL, err);
     if (rc == 0 && n->fallback != NULL)
-        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan and vless "
-                            "nodes only", n->tag);
+        return sv_error_set(err, -EINVAL, "node %s: \"fallback\" applies to trojan, vless and "
+                            "anytls nodes only", n->tag);
     if (rc == 0 && n->node.tls == 1 && n->cert == SV_CERT_NONE)
         return sv_error_set(err, -EINVAL, "node %s: a %s node with tls 1 needs \"cert\" in the "
                             "agent config (mode file or self)", n->tag, type);

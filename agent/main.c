@@ -543,8 +543,8 @@ static void check_summary(const ag_fleet *fleet, const sv_spec *spec, const char
             security[1] = ' ';
             ag_check_describe(in, security + 2, sizeof security - 2);
         }
-        printf("node %s: %s on port %u, %zu users%s\n", n->tag, n->node.protocol,
-               (unsigned)n->node.server_port, n->users.n, security);
+        printf("node %s: %s on port %u, %zu user%s%s\n", n->tag, n->node.protocol,
+               (unsigned)n->node.server_port, n->users.n, n->users.n == 1 ? "" : "s", security);
     }
     fflush(stdout);
 }

@@ -137,7 +137,7 @@ static int creds_scheme(at_creds *t, const sv_inbound_spec *in, sv_error *err)
                             SV_ANYTLS_SCHEME_MAX);
     if (!scheme_has_stop(s, n))
         return sv_error_set(err, -EINVAL,
-                            "inbound %s: anytls padding scheme has no valid stop line", tag);
+                            "inbound %s: padding_scheme: no valid \"stop=N\" line", tag);
     t->scheme = malloc(n > 0 ? n : 1);
     if (t->scheme == NULL)
         return sv_error_set(err, -ENOMEM, "inbound %s: out of memory", tag);

@@ -461,7 +461,12 @@ static ssize_t build_head(const http_req *r, const fields *fs, size_t head_len, 
 
 /* PH_BODY: the forwarded request's Content-Length bytes pass; PH_DONE: the forwarded request
  * is whole, later bytes (a pipelined request, with its credentials) are dropped. */
-enum http_phase { PH_HEAD = 0, PH_TUNNEL, PH_BODY, PH_DONE, PH_FAILED };
+enum http_phase { PH_HEAD = 0, PH_TUNNEL, PH_BODY, PH_CHUNKED, PH_DONE, PH_FAILED };
+
+/* Where a chunked body (RFC 9112 §7.1) is: a size line (hex digits, then extensions to LF), a
+ * chunk's data, the CRLF after it, a trailer line, or the start of one (an empty line ends the
+ * body). */
+enum chunk_at { CK_SIZE = 0, CK_EXT, CK_DATA, CK_DATA_END, CK_TRAILER_START, CK_TRAILER, CK_LAST };
 
 typedef struct http_conn {
     uint8_t phase;    /* enum http_phase */
@@ -470,8 +475,10 @@ typedef struct http_conn {
                          !line_ok) */
     int error;        /* PH_FAILED: the error that ended the connection */
     uint8_t *head;    /* the rewritten head of the last call, or NULL */
-    uint64_t body_left; /* PH_BODY: body bytes still to pass */
+    uint64_t body_left; /* PH_BODY: body bytes still to pass; PH_CHUNKED: the chunk's */
     bool plain;         /* the inbound has no TLS: a tunnel may be spliced */
+    uint8_t ck;         /* PH_CHUNKED: enum chunk_at */
+    uint8_t ck_digits;  /* PH_CHUNKED: hex digits of the size line so far */
 } http_conn;
 
 static int conn_init(void *state, const sv_inbound_spec *in)
@@ -481,8 +488,8 @@ static int conn_init(void *state, const sv_inbound_spec *in)
     return 0;
 }
 
-/* A tunnel in clear (CONNECT, or a chunked body to the end) carries the bytes as they are both
- * ways: the runtime may relay it in the kernel (splice), as it does Vision's raw directions. */
+/* A CONNECT tunnel in clear carries the bytes as they are both ways: the runtime may relay it
+ * in the kernel (splice), as it does Vision's raw directions. */
 static unsigned conn_direct(const void *state)
 {
     const http_conn *c = state;
@@ -554,10 +561,85 @@ static ssize_t find_head(http_conn *c, const uint8_t *p, size_t q)
     return e - p + 4;
 }
 
-/* PH_TUNNEL, PH_BODY, PH_DONE: what passes of @p n bytes (all are consumed). */
+/* One step of a chunked body at @p p[0 .. n): @return the bytes it covers (> 0), or -EPROTO for
+ * a malformed framing. Sets PH_DONE at the body's end. */
+static ssize_t chunk_step(http_conn *c, const uint8_t *p, size_t n)
+{
+    uint8_t b = p[0];
+    switch (c->ck) {
+    case CK_SIZE: {
+        int v = sv_hex_digit(b);
+        if (v >= 0 && c->ck_digits < 15) {
+            c->body_left = c->body_left << 4 | (uint64_t)v;
+            c->ck_digits++;
+            return 1;
+        }
+        if (v >= 0 || c->ck_digits == 0)
+            return -EPROTO; /* a size of 16 digits or more, or none */
+        c->ck = CK_EXT; /* the rest of the size line (extensions, CR) */
+        __attribute__((fallthrough));
+    }
+    case CK_EXT:
+        if (b == '\n')
+            c->ck = c->body_left > 0 ? CK_DATA : CK_TRAILER_START;
+        return 1;
+    case CK_DATA: {
+        size_t k = c->body_left < n ? (size_t)c->body_left : n;
+        c->body_left -= k;
+        if (c->body_left == 0)
+            c->ck = CK_DATA_END;
+        return (ssize_t)k;
+    }
+    case CK_DATA_END: /* CR LF */
+        if (b == '\n') {
+            c->ck = CK_SIZE;
+            c->ck_digits = 0;
+        } else if (b != '\r') {
+            return -EPROTO;
+        }
+        return 1;
+    case CK_TRAILER_START:
+        if (b == '\n')
+            c->phase = PH_DONE;
+        else if (b == '\r')
+            c->ck = CK_LAST;
+        else
+            c->ck = CK_TRAILER;
+        return 1;
+    case CK_LAST:
+        if (b != '\n')
+            return -EPROTO;
+        c->phase = PH_DONE;
+        return 1;
+    default: /* CK_TRAILER: a trailer field, to its LF */
+        if (b == '\n')
+            c->ck = CK_TRAILER_START;
+        return 1;
+    }
+}
+
+/* PH_CHUNKED: the bytes of @p n up to the body's end pass; those after it are dropped. */
+static ssize_t feed_chunked(http_conn *c, uint8_t *p, size_t n, sv_effects *fx)
+{
+    size_t at = 0;
+    while (at < n && c->phase == PH_CHUNKED) {
+        ssize_t k = chunk_step(c, p + at, n - at);
+        if (k < 0) {
+            push(fx, SV_FX_TO_OUTBOUND, p, at);
+            return fail(c, fx, (int)k, SV_PROBE_CLOSE, NULL);
+        }
+        at += (size_t)k;
+    }
+    push(fx, SV_FX_TO_OUTBOUND, p, at);
+    return (ssize_t)n;
+}
+
+/* PH_TUNNEL, PH_BODY, PH_CHUNKED, PH_DONE: what passes of @p n bytes (all are consumed). */
 static ssize_t feed_body(http_conn *c, uint8_t *p, size_t n, sv_effects *fx)
 {
     size_t pass = n;
+    if (c->phase == PH_CHUNKED)
+        return feed_chunked(c, p, n, fx);
     if (c->phase == PH_DONE) {
         pass = 0;
     } else if (c->phase == PH_BODY) {
@@ -600,9 +682,8 @@ static ssize_t accept_head(http_conn *c, const sv_userpass *t, uint8_t *p, size_
         return (ssize_t)n;
     }
     push(fx, SV_FX_TO_OUTBOUND, c->head, (size_t)hl);
-    /* the body: a chunked one passes to the end (its framing is the origin's), a sized one
-     * for its length, then nothing more */
-    c->phase = fs.chunked ? PH_TUNNEL : PH_BODY;
+    /* the body, for its Content-Length or to its last chunk, then nothing more */
+    c->phase = fs.chunked ? PH_CHUNKED : PH_BODY;
     c->body_left = fs.length ? fs.content_length : 0;
     return (ssize_t)h + feed_body(c, p + h, n - h, fx);
 }
@@ -618,6 +699,7 @@ static ssize_t conn_feed(void *state, const void *creds, uint8_t *p, size_t n, s
         return fail(c, fx, c->error, SV_PROBE_CLOSE, NULL);
     case PH_TUNNEL:
     case PH_BODY:
+    case PH_CHUNKED:
     case PH_DONE:
         return feed_body(c, p, n, fx);
     default:

@@ -6,7 +6,7 @@
  *
  * One request per connection: the first request head decides the destination. After a CONNECT
  * every later byte goes to the outbound as it is; after a forwarded request only its body does
- * (a chunked body to the end of the connection), and later requests are dropped.
+ * (for its Content-Length, or to its last chunk and trailers), and later requests are dropped.
  */
 #ifndef SV_PROTO_HTTP_PROXY_H
 #define SV_PROTO_HTTP_PROXY_H
@@ -66,14 +66,16 @@
  *    digits, one such line; else 400) that many bytes are SV_FX_TO_OUTBOUND as they are, and
  *    every later byte is consumed and dropped (a pipelined request never reaches the origin
  *    with its Proxy-Authorization); without Content-Length or Transfer-Encoding, nothing
- *    after the head passes; a chunked body passes with everything after it (its framing is
- *    the origin's, which, told to close, serves no later request).
+ *    after the head passes; with Transfer-Encoding the chunked body (RFC 9112 §7.1: hex size,
+ *    extensions, data, CRLF; the last chunk and the trailers) passes as it is and later bytes
+ *    are dropped; a malformed framing (no size or one of 16 digits or more, no CRLF after the
+ *    data) ends the connection: -EPROTO, SV_PROBE_CLOSE.
  *    After a refusal every call returns the same error (SV_PROBE_CLOSE, no data).
  *  - carry_max: SV_HTTP_PROXY_HEAD_MAX.
  *  - frame: a plain copy (frame_max(len) = len).
  * Per-connection state: a few bytes; the rewritten head is allocated only between the call that
  * makes it and the next one (or deinit). Extension (proto_ext.h): direct, SV_DIRECT_IN |
- * SV_DIRECT_OUT in a tunnel (CONNECT, or a chunked body) on an inbound without TLS (the
+ * SV_DIRECT_OUT in a CONNECT tunnel on an inbound without TLS (the
  * runtime may splice it), else 0.
  */
 extern const sv_proto_ops sv_http_proxy_ops;

@@ -244,7 +244,7 @@ mkconfig "$T/free.json" "$P_FREE" aes-128-gcm --user "1:$U1" --api-port "$API_FR
 kat free check -c "$T/free.json"
 cat "$T/free.out" "$T/free.err"
 check "check, free ports: exit 0, the node line names the cipher, Configuration OK." bash -c \
-    "[ $RC = 0 ] && grep -q -x 'node t1: shadowsocks on port $P_FREE, 1 users, aes-128-gcm' '$T/free.out' &&
+    "[ $RC = 0 ] && grep -q -x 'node t1: shadowsocks on port $P_FREE, 1 user, aes-128-gcm' '$T/free.out' &&
      [ \"\$(tail -n 1 '$T/free.out')\" = 'Configuration OK.' ]"
 check "check, free ports: no warning" test ! -s "$T/free.err"
 
@@ -276,10 +276,10 @@ mkconfig "$T/vmess-grpc.json" "$P_TLS" aes-256-gcm --user "1:$U1" --api-port "$A
     --protocol vmess --grpc-service svc
 mkconfig "$T/ss22.json" "$P_TLS" 2022-blake3-aes-256-gcm --user "1:$U1" --api-port "$API_FREE" \
     --server-key "$(cat "$T/k1.out")"
-for c in "trojan:trojan on port $P_TLS, 1 users, TLS" \
-         "vless-ws:vless on port $P_TLS, 1 users, no TLS, WebSocket" \
-         "vmess-grpc:vmess on port $P_TLS, 1 users, no TLS, gRPC" \
-         "ss22:shadowsocks on port $P_TLS, 1 users, 2022-blake3-aes-256-gcm"; do
+for c in "trojan:trojan on port $P_TLS, 1 user, TLS" \
+         "vless-ws:vless on port $P_TLS, 1 user, no TLS, WebSocket" \
+         "vmess-grpc:vmess on port $P_TLS, 1 user, no TLS, gRPC" \
+         "ss22:shadowsocks on port $P_TLS, 1 user, 2022-blake3-aes-256-gcm"; do
     kat "${c%%:*}" check -c "$T/${c%%:*}.json"
     cat "$T/${c%%:*}.out" "$T/${c%%:*}.err"
     check "check ${c%%:*}: 'node t1: ${c#*:}'" \
@@ -320,8 +320,8 @@ cat >"$T/reality.json" <<JSON
 JSON
 kat reality check -c "$T/reality.json"
 cat "$T/reality.out" "$T/reality.err"
-check "check of the REALITY node: 'node rl: vless on port $NODE_PORT, 1 users, REALITY'" \
-    bash -c "[ $RC = 0 ] && grep -q -x 'node rl: vless on port $NODE_PORT, 1 users, REALITY' '$T/reality.out'"
+check "check of the REALITY node: 'node rl: vless on port $NODE_PORT, 1 user, REALITY'" \
+    bash -c "[ $RC = 0 ] && grep -q -x 'node rl: vless on port $NODE_PORT, 1 user, REALITY' '$T/reality.out'"
 SRV_LOG=$T/reality-server.log
 kt_bg reality-server "$BIN" run -c "$T/reality.json"
 SRV_PID=$BG_PID

@@ -26,7 +26,7 @@ echo "$OUT"
 check "check exits 0" test "$RC" = 0
 check "check names the machine's list" grep -q "node m: machine 7 lists 3 nodes" <<<"$OUT"
 check "check reports node 11" grep -q "node m-11: shadowsocks on port $NODE_PORT, 2 users" <<<"$OUT"
-check "check reports node 12" grep -q "node m-12: shadowsocks on port $P12, 1 users" <<<"$OUT"
+check "check reports node 12" grep -q "node m-12: shadowsocks on port $P12, 1 user" <<<"$OUT"
 check "check names the node it does not serve" \
     grep -q "node m-13: type hysteria not served, skipped" <<<"$OUT"
 check "check ends with Configuration OK." grep -q "Configuration OK." <<<"$OUT"

@@ -788,7 +788,7 @@ static void creds__errors(void **s)
     sv_error err;
     assert_null(creds_with("0=30-30\nstop=x", &rc, &err));
     assert_int_equal(rc, -EINVAL);
-    assert_non_null(strstr(err.msg, "no valid stop"));
+    assert_non_null(strstr(err.msg, "padding_scheme: no valid \"stop=N\" line"));
     sv_user u[2];
     memset(u, 0, sizeof u);
     u[0].id = 7;

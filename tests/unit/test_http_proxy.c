@@ -298,19 +298,41 @@ static void get__connection_tokens_any_case(void **state)
                                 "X-Ab: kept\r\nHOST: example.com\r\nConnection: close\r\n\r\n");
 }
 
-static void post__body_and_pipelined_passed_through(void **state)
+/* A chunked body (RFC 9112 §7.1) passes to its last chunk and trailers; what follows (a
+ * pipelined request with its credentials) is dropped; a malformed framing ends the
+ * connection. */
+static void post__chunked_body_then_nothing(void **state)
 {
     (void)state;
     outcome *o = &g_o;
     DRIVE(g_creds,
           "POST http://example.com/form HTTP/1.1\r\nHost: example.com\r\n" AUTH_A
           "Transfer-Encoding: chunked\r\nConnection: Transfer-Encoding\r\n\r\n"
-          "5\r\nhello\r\n0\r\n\r\nGET http://example.com/2 HTTP/1.1\r\n\r\n",
+          "5\r\nhello\r\n0\r\n\r\nGET http://example.com/2 HTTP/1.1\r\n" AUTH_A "\r\n",
           o);
     assert_int_equal(o->rc, 0);
     assert_string_equal(o->out, "POST /form HTTP/1.1\r\nHost: example.com\r\n"
                                 "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
-                                "5\r\nhello\r\n0\r\n\r\nGET http://example.com/2 HTTP/1.1\r\n\r\n");
+                                "5\r\nhello\r\n0\r\n\r\n");
+    /* extensions, an upper-case size, trailers */
+    DRIVE(g_creds,
+          "POST http://example.com/f HTTP/1.1\r\n" AUTH_A "Transfer-Encoding: chunked\r\n\r\n"
+          "A;name=v\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\nleftover",
+          o);
+    assert_int_equal(o->rc, 0);
+    assert_string_equal(o->out, "POST /f HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                                "Host: example.com\r\nConnection: close\r\n\r\n"
+                                "A;name=v\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n");
+    /* no size, a size of 16 digits, no CRLF after the data: the connection ends */
+    static const char *const bad[] = {"\r\nxx", "1000000000000000\r\n", "1\r\nab\r\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char wire[512];
+        int n = snprintf(wire, sizeof wire, "POST http://example.com/f HTTP/1.1\r\n" AUTH_A
+                         "Transfer-Encoding: chunked\r\n\r\n%s", bad[i]);
+        drive_both(g_creds, wire, (size_t)n, o);
+        assert_int_equal(o->rc, -EPROTO);
+        assert_int_equal(o->policy, SV_PROBE_CLOSE);
+    }
 }
 
 /* A sized body passes for its Content-Length; what follows it, and anything after a request
@@ -532,7 +554,7 @@ int main(void)
         cmocka_unit_test(get__rewritten_exactly),
         cmocka_unit_test(get__host_added_default_port_empty_path),
         cmocka_unit_test(get__connection_tokens_any_case),
-        cmocka_unit_test(post__body_and_pipelined_passed_through),
+        cmocka_unit_test(post__chunked_body_then_nothing),
         cmocka_unit_test(post__sized_body_then_nothing),
         cmocka_unit_test(auth__refusals_407),
         cmocka_unit_test(auth__case_colon_and_no_auth),

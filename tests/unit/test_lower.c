@@ -638,7 +638,7 @@ static void lower__trojan_node__inbound_over_tls_and_refusals(void **state)
     st.fallback = strdup("127.0.0.1:80");
     f.nodes = &st;
     assert_int_equal(ag_lower_fleet(&f, &s, &err), -EINVAL);
-    assert_string_equal(err.msg, "node ss: \"fallback\" applies to trojan and vless nodes only");
+    assert_string_equal(err.msg, "node ss: \"fallback\" applies to trojan, vless and anytls nodes only");
     free(st.fallback);
     st.fallback = NULL;
     st.cert = SV_CERT_SELF;
@@ -996,7 +996,7 @@ static void lower__vmess_node__tcp_or_tls_and_refusals(void **state)
                       "file or self)", SV_CERT_NONE, false},
         {"\"tls\":0", "node vm: \"cert\" is set but the vmess node has tls 0", SV_CERT_SELF,
          false},
-        {"\"tls\":0", "node vm: \"fallback\" applies to trojan and vless nodes only", SV_CERT_NONE, true},
+        {"\"tls\":0", "node vm: \"fallback\" applies to trojan, vless and anytls nodes only", SV_CERT_NONE, true},
     };
     char json[256];
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
