@@ -67,6 +67,8 @@ if command -v tmux >/dev/null 2>&1; then
     check "the terminal is restored (stty as before)" kt_until 5 cmp -s "$T/stty.before" "$T/stty.after"
     tmux -S "$SOCK" kill-server 2>/dev/null || true
     rm -f "$T/top.rc" "$T/stty.before" "$T/stty.after"
+    # a server of its own: the first one may still be going away on its socket
+    SOCK="$T/tmux2.sock"
     tmux -S "$SOCK" new-session -d -x 120 -y 40 \
         "stty -a >'$T/stty.before'; bash -c 'echo \$\$ >\"$T/top.pid\"; exec \"$KATANA\" top -c \"$T/config.json\"'; echo \"rc=\$?\" >'$T/top.rc'; stty -a >'$T/stty.after'; sleep 30"
     tmux -S "$SOCK" list-panes -F '#{pane_pid}' >>"$T/pids"
